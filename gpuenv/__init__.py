@@ -1,0 +1,39 @@
+"""gpuenv: GPU benchmark numbers you can trust.
+
+    import gpuenv
+    with gpuenv.stable(sm=1350, policy="reject") as env:
+        with env.measure("step") as m:
+            train_step()
+    print(m.telemetry, m.verdict)
+
+Public names are imported lazily: `import gpuenv` is cheap and never imports
+torch or pynvml.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "Backend": "gpuenv.backend",
+    "GpuenvError": "gpuenv.errors",
+    "open_backend": "gpuenv.backend",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpuenv' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605

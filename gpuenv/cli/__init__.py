@@ -1,0 +1,89 @@
+"""The `gpuenv` command: a thin click layer.
+
+Each command lives in its own module under gpuenv/cli/ and is imported only
+when it runs, so `gpuenv --help` and `gpuenv status` stay fast and never
+import torch.
+
+Exit codes (every command): 0 success; 1 warnings (doctor) or a rejected
+verdict (run --policy reject, the child's own code otherwise); 2 an error
+(bad input, no GPU, permission); 3 a lock held by another owner.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# command name -> (module under gpuenv.cli, attribute, one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "status": ("status", "status", "Clocks, lock, power, temperature and active reasons per GPU."),
+    "doctor": ("doctor", "doctor", "What in this environment will make benchmark numbers lie."),
+    "demo": ("demo", "demo", "A short tour: why GPU numbers move, and what gpuenv does about it."),
+    "lock": ("lock", "lock", "Lock GPU clocks (journaled; 'gpuenv restore' puts back what was there)."),
+    "restore": ("lock", "restore", "Put back exactly the state that was there before 'gpuenv lock'."),
+    "unlock": ("lock", "restore", "Alias of 'restore'."),
+    "monitor": ("monitor", "monitor", "Live terminal view of clocks, power, temperature and reasons."),
+    "run": ("run", "run", "Run a command under gpuenv: lock, sample, restore, report."),
+    "calibrate": ("calibrate", "calibrate", "Find the clock a sustained load holds (the one to lock)."),
+    "compare": ("compare", "compare", "Compare two runs, and whether the GPU was in the same state."),
+    "plot": ("plot", "plot", "Plot clocks, power and temperature of a run, with its regions."),
+    "daemon": ("daemon", "daemon", "Privileged service: unprivileged users get clock-lock leases."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name in COMMANDS if _available(name)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None or not _available(cmd_name):
+            return None
+        module = importlib.import_module(f"gpuenv.cli.{entry[0]}")
+        command: click.Command = getattr(module, entry[1])
+        if cmd_name == "unlock":
+            command = click.Command(
+                "unlock", params=command.params, callback=command.callback, help=entry[2]
+            )
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Short help from the table, so --help imports no command module.
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _available(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(f"gpuenv.cli.{COMMANDS[name][0]}") is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--sim", is_flag=True, help="Use the simulated GPU (same as GPUENV_BACKEND=sim).")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Change nothing on any GPU: writes are refused and reported (like GPUENV_READONLY=1).",
+)
+@click.version_option(package_name="gpuenv")
+@click.pass_context
+def cli(ctx: click.Context, sim: bool, dry_run: bool) -> None:
+    """gpuenv: GPU benchmark numbers you can trust.
+
+    Locks clocks and puts back exactly what was there; samples NVML telemetry
+    during every timed region and says when a warmup ramp, a power cap or
+    thermal throttling touched a number.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["backend_kind"] = "sim" if sim else None
+    ctx.obj["dry_run"] = dry_run
+
+
+def main() -> None:
+    cli(obj={})

@@ -1,0 +1,42 @@
+"""Shared fixtures. `gpu`-marked tests run only where NVML sees a GPU (the device machine)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+@functools.lru_cache(maxsize=1)
+def _have_gpu() -> bool:
+    try:
+        from gpuenv.backend.nvml import NvmlBackend
+
+        backend = NvmlBackend()
+        try:
+            return backend.device_count() > 0
+        finally:
+            backend.close()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if any("gpu" in item.keywords for item in items) and not _have_gpu():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU with NVML (run scripts/device-test)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _isolate_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No test reads the developer's GPUENV_* settings or writes their state dirs."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("GPUENV_"):
+            monkeypatch.delenv(key)
+    state = tmp_path_factory.mktemp("gpuenv-state")
+    monkeypatch.setenv("GPUENV_STATE_DIR", str(state / "journal"))
+    monkeypatch.setenv("GPUENV_SIM_STATE", str(state / "sim.json"))

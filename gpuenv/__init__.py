@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "Backend": "gpuenv.backend",
     "GpuenvError": "gpuenv.errors",
     "open_backend": "gpuenv.backend",
+    "region": "gpuenv.region",
 }
 
 

@@ -1,0 +1,320 @@
+"""Which GPUs a command means: `-i 0,1`, a UUID, a PCI bus id, a CUDA index, `local`.
+
+gpuenv addresses GPUs by NVML index (nvidia-smi's order). CUDA numbers them
+differently: in its own order (fastest first, unless CUDA_DEVICE_ORDER=PCI_BUS_ID),
+then renumbered by CUDA_VISIBLE_DEVICES, which may hold indices, UUIDs (or
+prefixes of them) and MIG devices. A CUDA index is therefore mapped to a UUID
+first, then to the NVML index that has that UUID.
+
+On the real GPU, nvitop's parser (which asks CUDA itself, in a subprocess) does
+the CUDA side when it is installed; without it, and on the simulated GPU,
+CUDA_VISIBLE_DEVICES is parsed here with CUDA's rules: entries up to the first
+invalid one count, a duplicate hides every GPU, at most one MIG device is
+visible and a MIG device means its parent GPU (MIG slices share its clocks).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+
+from gpuenv.backend import Backend
+from gpuenv.errors import ConfigError, DeviceNotFound, GpuenvError
+
+_PCI = re.compile(
+    r"^(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})\.(?P<fn>[0-7])$",
+    re.IGNORECASE,
+)
+_MIG_BY_GPU = re.compile(r"^MIG-(?P<gpu>GPU-[0-9a-f-]+)/\d+/\d+$", re.IGNORECASE)
+_LEADING_INT = re.compile(r"^[+-]?\d+")
+
+
+def select_gpus(
+    backend: Backend,
+    selector: str | int | Sequence[str | int] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> list[int]:
+    """NVML indices of the GPUs that `selector` names, in the order given, without repeats.
+
+    `selector`: None or "all" (every GPU); an NVML index (7 or "7"); a list ("0,1"
+    or [0, 1]); a UUID ("GPU-5d3c...", any unique prefix); a PCI bus id
+    ("00000000:18:00.0", "18:00.0"); "cuda:N" (CUDA's index N, honouring
+    CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER); "local" (the CUDA index in
+    LOCAL_RANK, as torchrun sets it). `env` replaces os.environ (for tests).
+
+    Raises DeviceNotFound (naming the valid choices) or ConfigError.
+    """
+    env = os.environ if env is None else env
+    count = backend.device_count()
+    tokens = _tokens(selector)
+    if not tokens:
+        raise ConfigError("empty GPU selector", hint="use 'all', indices like 0,1, or a UUID")
+    chosen: list[int] = []
+    cuda: _CudaView | None = None
+    for token in tokens:
+        if isinstance(token, int) or token.isdigit():
+            found = [_check_index(int(token), count)]
+        elif token.lower() == "all":
+            if count == 0:
+                raise DeviceNotFound("all", 0)
+            found = list(range(count))
+        elif token.lower().startswith("cuda:") or token.lower() == "local":
+            cuda = cuda or _CudaView(backend, env)
+            found = [cuda.nvml_index(_cuda_ordinal(token, env), token)]
+        elif token.upper().startswith("GPU-"):
+            found = [_by_uuid(backend, token)]
+        elif token.upper().startswith("MIG-"):
+            index = _mig_parent(backend, token)
+            if index is None:
+                raise DeviceNotFound(token, count, hint="no MIG device has that UUID here")
+            found = [index]
+        elif _PCI.match(token):
+            found = [_by_pci(backend, token)]
+        else:
+            raise DeviceNotFound(
+                token,
+                count,
+                hint="use an index (0), 'all', a UUID (GPU-...), a PCI bus id "
+                "(00000000:18:00.0), 'cuda:N' or 'local'",
+            )
+        for index in found:
+            if index not in chosen:
+                chosen.append(index)
+    return chosen
+
+
+def describe(backend: Backend, index: int) -> str:
+    """'GPU 0 (NVIDIA H100 80GB HBM3)', or 'GPU 0' when the name cannot be read."""
+    try:
+        return f"GPU {index} ({backend.device_info(index).name})"
+    except GpuenvError:
+        return f"GPU {index}"
+
+
+def cuda_visible(backend: Backend, *, env: Mapping[str, str] | None = None) -> list[int]:
+    """NVML indices of the GPUs CUDA would see, in CUDA's order (cuda:0 first)."""
+    return _CudaView(backend, os.environ if env is None else env).visible()
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def _tokens(selector: str | int | Sequence[str | int] | None) -> list[str | int]:
+    if selector is None:
+        return ["all"]
+    if isinstance(selector, bool):
+        raise ConfigError(f"GPU selector {selector!r} is not understood", hint="use 'all' or 0,1")
+    if isinstance(selector, int):
+        return [selector]
+    items: Sequence[str | int] = [selector] if isinstance(selector, str) else selector
+    tokens: list[str | int] = []
+    for item in items:
+        if isinstance(item, int) and not isinstance(item, bool):
+            tokens.append(item)
+            continue
+        if not isinstance(item, str):
+            raise ConfigError(f"GPU selector {item!r} is not understood", hint="use 'all' or 0,1")
+        tokens.extend(part.strip() for part in item.split(",") if part.strip())
+    return tokens
+
+
+def _check_index(index: int, count: int) -> int:
+    if not 0 <= index < count:
+        raise DeviceNotFound(str(index), count)
+    return index
+
+
+def _uuids(backend: Backend) -> list[str]:
+    return [backend.device_info(i).uuid for i in range(backend.device_count())]
+
+
+def _match_uuid(uuids: list[str], token: str) -> int | None:
+    """Index of the GPU whose UUID equals or starts with `token`; None if none; error if several."""
+    want = token.lower()
+    exact = [i for i, u in enumerate(uuids) if u.lower() == want]
+    if exact:
+        return exact[0]
+    hits = [i for i, u in enumerate(uuids) if u.lower().startswith(want)]
+    if len(hits) > 1:
+        raise ConfigError(
+            f"GPU selector {token!r} matches {len(hits)} GPUs",
+            hint="give more characters of the UUID ('gpuenv status' lists them)",
+        )
+    return hits[0] if hits else None
+
+
+def _by_uuid(backend: Backend, token: str) -> int:
+    index = _match_uuid(_uuids(backend), token)
+    if index is None:
+        raise DeviceNotFound(token, backend.device_count())
+    return index
+
+
+def _pci_key(text: str) -> tuple[int, int, int, int] | None:
+    m = _PCI.match(text.strip())
+    if m is None:
+        return None
+    return (int(m["domain"] or "0", 16), int(m["bus"], 16), int(m["dev"], 16), int(m["fn"], 16))
+
+
+def _by_pci(backend: Backend, token: str) -> int:
+    want = _pci_key(token)
+    for i in range(backend.device_count()):
+        if _pci_key(backend.device_info(i).pci_bus_id) == want:
+            return i
+    raise DeviceNotFound(token, backend.device_count())
+
+
+def _mig_parent(backend: Backend, token: str) -> int | None:
+    """The NVML index of the GPU holding MIG device `token`; None if unknown."""
+    m = _MIG_BY_GPU.match(token)
+    if m is not None:  # MIG-GPU-<uuid>/<gi>/<ci>: the parent's UUID is in the name
+        return _match_uuid(_uuids(backend), m["gpu"])
+    resolve = getattr(backend, "mig_parent_index", None)  # only NVML can resolve a MIG UUID
+    if resolve is None:
+        return None
+    index = resolve(token)
+    return int(index) if index is not None else None
+
+
+def _cuda_ordinal(token: str, env: Mapping[str, str]) -> int:
+    if token.lower() == "local":
+        raw = env.get("LOCAL_RANK")
+        if raw is None:
+            raise ConfigError(
+                "'local' needs LOCAL_RANK, which is not set",
+                hint="run under torchrun (or another launcher that sets it), or name GPUs: -i 0,1",
+            )
+        what = f"LOCAL_RANK={raw!r}"
+        text = raw.strip()
+    else:
+        what = repr(token)
+        text = token[len("cuda:") :].strip()
+    if not text.isdigit():
+        raise ConfigError(f"{what} is not a CUDA index", hint="use a number, as in cuda:0")
+    return int(text)
+
+
+class _CudaView:
+    """How CUDA numbers the GPUs, under CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER."""
+
+    def __init__(self, backend: Backend, env: Mapping[str, str]):
+        self.backend = backend
+        self.env = env
+        self._visible: list[int] | None = None
+
+    def nvml_index(self, ordinal: int, token: str) -> int:
+        visible = self.visible()
+        if ordinal < len(visible):
+            return visible[ordinal]
+        cvd = self.env.get("CUDA_VISIBLE_DEVICES")
+        seen = f"CUDA sees {len(visible)} GPU{'s' if len(visible) != 1 else ''}"
+        if cvd is not None:
+            seen += f" with CUDA_VISIBLE_DEVICES={cvd!r}"
+        raise DeviceNotFound(
+            token,
+            self.backend.device_count(),
+            hint=f"{seen}; valid: "
+            + (", ".join(f"cuda:{i}" for i in range(len(visible))) or "none"),
+        )
+
+    def visible(self) -> list[int]:
+        if self._visible is None:
+            self._visible = self._from_nvitop() or self._parse()
+        return self._visible
+
+    def _from_nvitop(self) -> list[int] | None:
+        """Ask CUDA through nvitop (real GPUs only): UUIDs in CUDA's order, mapped by UUID."""
+        if self.backend.name != "nvml":
+            return None
+        try:
+            from nvitop.api.device import normalize_cuda_visible_devices
+        except ImportError:
+            return None
+        try:
+            joined = normalize_cuda_visible_devices(self.env.get("CUDA_VISIBLE_DEVICES"))
+        except Exception:  # nvitop could not run CUDA or NVML here: parse it ourselves
+            return None
+        uuids = _uuids(self.backend)
+        result: list[int] = []
+        for uuid in filter(None, joined.split(",")):
+            index = (
+                _mig_parent(self.backend, uuid)
+                if uuid.upper().startswith("MIG-")
+                else _match_uuid(uuids, uuid)
+            )
+            if index is None:
+                return None
+            if index not in result:
+                result.append(index)
+        return result or None
+
+    def _base_order(self) -> list[int]:
+        """NVML indices in CUDA's order before CUDA_VISIBLE_DEVICES: by PCI bus id.
+
+        That is CUDA's order under CUDA_DEVICE_ORDER=PCI_BUS_ID, and under the default
+        FASTEST_FIRST when all GPUs are the same model. Mixed models without PCI_BUS_ID
+        cannot be ordered without asking CUDA, so that is an error rather than a guess.
+        """
+        count = self.backend.device_count()
+        infos = [self.backend.device_info(i) for i in range(count)]
+        order = self.env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper()
+        if order != "PCI_BUS_ID" and len({info.name for info in infos}) > 1:
+            raise ConfigError(
+                "cannot tell CUDA's order of these mixed GPU models without CUDA",
+                hint="set CUDA_DEVICE_ORDER=PCI_BUS_ID, or select GPUs by UUID or NVML index",
+            )
+        return sorted(range(count), key=lambda i: _pci_key(infos[i].pci_bus_id) or (0, 0, 0, i))
+
+    def _parse(self) -> list[int]:
+        value = self.env.get("CUDA_VISIBLE_DEVICES")
+        if value is None:
+            return self._base_order()
+        base: list[int] | None = None
+        uuids: list[str] | None = None
+        result: list[int] = []
+        mig: list[int] = []
+        style: str | None = None  # CUDA does not mix indices and UUIDs: stop where they change
+        for raw in value.split(","):
+            token = raw.strip()
+            m = _LEADING_INT.match(token)
+            if m is not None:
+                if style not in (None, "index"):
+                    break
+                style = "index"
+                base = self._base_order() if base is None else base
+                ordinal = int(m.group())
+                if not 0 <= ordinal < len(base):
+                    break
+                index = base[ordinal]
+            elif token.upper().startswith("GPU-"):
+                if style not in (None, "uuid"):
+                    break
+                style = "uuid"
+                uuids = _uuids(self.backend) if uuids is None else uuids
+                try:
+                    found = _match_uuid(uuids, token)
+                except ConfigError:  # an ambiguous prefix is invalid for CUDA too
+                    break
+                if found is None:
+                    break
+                index = found
+            elif token.upper().startswith("MIG-"):
+                if style not in (None, "uuid"):
+                    break
+                style = "uuid"
+                parent = _mig_parent(self.backend, token)
+                if parent is None:
+                    break
+                mig.append(parent)
+                continue
+            else:
+                break
+            if index in result:
+                return []  # a duplicate makes CUDA see no device at all
+            result.append(index)
+        if mig:
+            return mig[:1]  # CUDA shows at most one MIG device
+        return result

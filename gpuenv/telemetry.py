@@ -9,13 +9,41 @@ the samples that cover it, including the ones just before and after it.
 
 from __future__ import annotations
 
+import bisect
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuenv._records import from_dict, to_dict
+from gpuenv.backend import REASON_GPU_IDLE, Backend, reason_names
+from gpuenv.errors import ConfigError, NotSupported
+from gpuenv.timebase import REAL_CLOCK, Clock, Timer
+
+log = logging.getLogger(__name__)
+
+# The driver refreshes SM/memory clock, power and the reasons bitmask about every
+# 100 ms, temperature every ~200 ms, and the energy counter every ~100 ms (GPU_FACTS.md).
+DRIVER_REFRESH_S = 0.1
+# Four samples per driver refresh: every change is seen within 25 ms of the driver making
+# it, so an episode of one refresh period is never missed and its start is placed to a
+# quarter of a period. Sampling faster buys nothing (the values have not changed), and
+# never polling without sleeping matters more: a no-sleep poller made a launch-bound loop
+# 3.8x slower through the GIL. At ~2 us a read, one tick costs ~15 us per GPU.
+DEFAULT_PERIOD_S = 0.025
+# The slow counters (energy ~3 ms a read, time under each reason ~0.1-0.2 ms) refresh
+# about every 100 ms too: read them at most that often, plus at region edges.
+DEFAULT_SLOW_PERIOD_S = 0.1
+DEFAULT_CAPACITY = 32768  # samples per GPU in the ring buffer: 13.6 minutes at 25 ms
+# How long window() waits, in real time, for the sampler's read at the region's end edge.
+EDGE_WAIT_S = 0.5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     """One cheap reading of one GPU (`nvidia-smi dmon -s pc`)."""
 
@@ -111,6 +139,9 @@ class Window:
     lock_range_mhz: tuple[int, int] | None = None
     other_pids: tuple[int, ...] = ()  # other processes seen on the GPU during the region
     gap: bool = False  # a read failed during the region: the summary may be incomplete
+    # time under each bit of the reasons bitmask (REASON_NAMES names), from the cheap samples:
+    # resolution one sample period, but it separates what the counters lump (SW vs HW thermal)
+    reason_sampled_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def duration_s(self) -> float:
@@ -171,3 +202,482 @@ def _fmt_s(seconds: float) -> str:
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.1f} ms"
     return f"{seconds * 1e6:.0f} us"
+
+
+class Sampler:
+    """Samples NVML telemetry of `gpus` in the background, into a bounded ring buffer.
+
+    Real time: a small thread wakes every `period` (Event.wait: it never busy-polls)
+    and reads the cheap values of every GPU; it reads the slow counters at most every
+    `slow_period` and when `mark()` asks for an edge read. Virtual time (a clock with
+    `virtual = True`, as in tests): ticks are `clock.call_every` callbacks and edge reads
+    happen synchronously in `mark()`, so results are deterministic.
+
+    A failed read never raises: it becomes a `Gap` (see `gaps`), and windows over it
+    carry `gap=True`. `own_pids` are the processes whose use of the GPU is expected
+    (default: this one); any other becomes a window's `other_pids`.
+
+        with Sampler(backend, [0]) as sampler:
+            t0 = sampler.mark(); work(); t1 = sampler.mark()
+            print(sampler.window(t0, t1))
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        gpus: Sequence[int],
+        *,
+        period: float | None = None,
+        slow_period: float = DEFAULT_SLOW_PERIOD_S,
+        clock: Clock | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+        own_pids: Iterable[int] | None = None,
+        watch_processes: bool = True,
+        lock_ranges: dict[int, tuple[int, int]] | None = None,
+        lock_tolerance_mhz: float = 0.0,
+    ):
+        if not gpus:
+            raise ConfigError("the sampler needs at least one GPU", hint="pass gpus=[0] or more")
+        period = DEFAULT_PERIOD_S if period is None else float(period)
+        if not period > 0 or not slow_period > 0:
+            raise ConfigError(
+                f"sampling periods must be positive (period={period}, slow_period={slow_period})",
+                hint=f"the default period is {DEFAULT_PERIOD_S} s",
+            )
+        if capacity < 16:
+            raise ConfigError(f"sampler capacity {capacity} is too small", hint="use 16 or more")
+        self.backend = backend
+        self.gpus = list(gpus)
+        self.period = period
+        self.slow_period = float(slow_period)
+        self.clock: Clock = clock or getattr(backend, "clock", None) or REAL_CLOCK
+        self.capacity = capacity
+        self.own_pids = set(own_pids) if own_pids is not None else {os.getpid()}
+        self.watch_processes = watch_processes
+        self.lock_ranges = dict(lock_ranges or {})
+        self.lock_tolerance_mhz = lock_tolerance_mhz
+        self.ticks = 0
+        self.cpu_time_s = 0.0  # CPU time of the sampler thread (real time only)
+        self._fast: dict[int, deque[Sample]] = {g: deque(maxlen=capacity) for g in self.gpus}
+        self._slow: dict[int, deque[SlowSample]] = {g: deque(maxlen=capacity) for g in self.gpus}
+        self._gaps: deque[Gap] = deque(maxlen=capacity)
+        self._unsupported: dict[int, set[str]] = {g: set() for g in self.gpus}
+        self._buf_lock = threading.Lock()
+        self._slow_cond = threading.Condition()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._edge_requested = 0
+        self._edge_done = 0
+        self._last_slow_t = float("-inf")
+        self._thread: threading.Thread | None = None
+        self._timer: Timer | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._thread is not None or self._timer is not None
+
+    def start(self) -> None:
+        """Start sampling (a first reading is taken at once). Refuses a second start."""
+        if self.running:
+            raise RuntimeError("the sampler is already running")
+        self._stop.clear()
+        if self.clock.virtual:
+            self._tick(edge=True)
+            call_every = self.clock.call_every  # type: ignore[attr-defined]
+            self._timer = call_every(self.period, self._tick)
+            return
+        self._thread = threading.Thread(target=self._run, name="gpuenv-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sampling; the buffer stays readable. Safe to call twice."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            self._wake.set()
+            thread.join(timeout=5.0)
+
+    def __enter__(self) -> Sampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the caller's side -------------------------------------------------------------
+    def mark(self) -> float:
+        """Timestamp a region edge (clock.now()) and ask for an edge read of the counters.
+
+        On the caller's thread this costs a clock read and an Event.set (microseconds);
+        the reads happen on the sampler's thread. On virtual time they happen here.
+        """
+        t = self.clock.now()
+        if self._timer is not None:
+            self._tick(edge=True)
+        elif self._thread is not None:
+            self._edge_requested += 1
+            self._wake.set()
+        return t
+
+    @property
+    def gaps(self) -> list[Gap]:
+        with self._buf_lock:
+            return list(self._gaps)
+
+    def samples(
+        self, t0: float | None = None, t1: float | None = None, gpu: int | None = None
+    ) -> list[Sample]:
+        """Cheap samples in [t0, t1] (all when None), of one GPU or all, in time order."""
+        gpus = self.gpus if gpu is None else [self._check_gpu(gpu)]
+        lo = float("-inf") if t0 is None else t0
+        hi = float("inf") if t1 is None else t1
+        with self._buf_lock:
+            out = [s for g in gpus for s in self._fast[g] if lo <= s.t <= hi]
+        if gpu is None and len(gpus) > 1:
+            out.sort(key=lambda s: (s.t, s.gpu))
+        return out
+
+    def slow_samples(
+        self, t0: float | None = None, t1: float | None = None, gpu: int | None = None
+    ) -> list[SlowSample]:
+        gpus = self.gpus if gpu is None else [self._check_gpu(gpu)]
+        lo = float("-inf") if t0 is None else t0
+        hi = float("inf") if t1 is None else t1
+        with self._buf_lock:
+            return [s for g in gpus for s in self._slow[g] if lo <= s.t <= hi]
+
+    def latest(self, gpu: int | None = None) -> Sample | None:
+        g = self.gpus[0] if gpu is None else self._check_gpu(gpu)
+        with self._buf_lock:
+            return self._fast[g][-1] if self._fast[g] else None
+
+    def window(
+        self,
+        t0: float,
+        t1: float,
+        gpu: int | None = None,
+        *,
+        lock_range: tuple[int, int] | None = None,
+    ) -> Window:
+        """Summary of one GPU (default: the first) over [t0, t1]; see `Window`."""
+        return self.windows([(t0, t1)], gpu, lock_range=lock_range)[0]
+
+    def windows(
+        self,
+        intervals: Sequence[tuple[float, float]],
+        gpu: int | None = None,
+        *,
+        lock_range: tuple[int, int] | None = None,
+    ) -> list[Window]:
+        """`window()` for many intervals of one GPU, from one copy of the buffer."""
+        g = self.gpus[0] if gpu is None else self._check_gpu(gpu)
+        for t0, t1 in intervals:
+            if t1 < t0:
+                raise ConfigError(f"window end {t1} is before its start {t0}")
+        if intervals:
+            self._wait_for_slow_read(g, max(t1 for _, t1 in intervals))
+        with self._buf_lock:
+            fast = list(self._fast[g])
+            slow = list(self._slow[g])
+            gaps = [x for x in self._gaps if x.gpu == g]
+            truncated = len(self._fast[g]) == self.capacity
+        rng = lock_range if lock_range is not None else self.lock_ranges.get(g)
+        return [
+            summarize(
+                fast,
+                slow,
+                gaps,
+                t0,
+                t1,
+                gpu=g,
+                lock_range=rng,
+                lock_tolerance_mhz=self.lock_tolerance_mhz,
+                own_pids=self.own_pids,
+                period=self.period,
+                truncated=truncated,
+            )
+            for t0, t1 in intervals
+        ]
+
+    def _check_gpu(self, gpu: int) -> int:
+        if gpu not in self._fast:
+            raise ConfigError(
+                f"GPU {gpu} is not sampled", hint=f"this sampler covers GPUs {self.gpus}"
+            )
+        return gpu
+
+    def _wait_for_slow_read(self, gpu: int, t1: float) -> None:
+        """Real time: wait briefly for a counter read at or after t1 (the end edge)."""
+        if self._thread is None or "read_slow" in self._unsupported[gpu]:
+            return
+        if t1 > self.clock.now():
+            return
+        deadline = time.monotonic() + EDGE_WAIT_S
+        with self._slow_cond:
+            while self._thread is not None:
+                slow = self._slow[gpu]
+                if slow and slow[-1].t >= t1:
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._slow_cond.wait(remaining)
+
+    # -- the sampler's side ------------------------------------------------------------
+    def _run(self) -> None:
+        cpu0 = time.thread_time()
+        next_due = self.clock.now()
+        while not self._stop.is_set():
+            try:
+                now = self.clock.now()
+                requested = self._edge_requested
+                edge = requested > self._edge_done
+                if edge or now >= next_due:
+                    self._tick(edge=edge)
+                    self._edge_done = requested
+                    if now >= next_due:
+                        next_due += self.period
+                        if next_due <= now:  # fell behind (a stalled read): skip, do not burst
+                            next_due = now + self.period
+            except Exception as err:  # never let the thread die
+                self._gap(self.clock.now(), self.gpus[0], "sampler", err)
+            self.cpu_time_s = time.thread_time() - cpu0
+            self._wake.wait(max(0.0, next_due - self.clock.now()))
+            self._wake.clear()
+
+    def _tick(self, edge: bool = False) -> None:
+        self.ticks += 1
+        backend = self.backend
+        for g in self.gpus:
+            t = self.clock.now()
+            try:
+                r = backend.read_fast(g)
+            except Exception as err:
+                self._gap(t, g, "read_fast", err)
+                continue
+            sample = Sample(
+                t, g, r.sm_mhz, r.mem_mhz, r.power_w, r.temp_c, r.reasons,
+                r.driver_ts_us, r.power_instant_w,
+            )  # fmt: skip
+            with self._buf_lock:
+                self._fast[g].append(sample)
+        t = self.clock.now()
+        if edge or t - self._last_slow_t >= self.slow_period - 1e-9:
+            self._last_slow_t = t
+            self._read_slow(edge)
+
+    def _read_slow(self, edge: bool) -> None:
+        for g in self.gpus:
+            skip = self._unsupported[g]
+            if "read_slow" in skip:
+                continue
+            t = self.clock.now()
+            try:
+                r = self.backend.read_slow(g)
+            except NotSupported as err:
+                skip.add("read_slow")
+                log.info("GPU %s: slow counters unavailable (%s); energy and reason times omitted",
+                         g, err)
+                continue
+            except Exception as err:
+                self._gap(t, g, "read_slow", err)
+                continue
+            others: tuple[int, ...] = ()
+            if self.watch_processes and "processes" not in skip:
+                try:
+                    pids = {p.pid for p in self.backend.processes(g)}
+                    others = tuple(sorted(pids - self.own_pids))
+                except NotSupported:
+                    skip.add("processes")
+                except Exception as err:
+                    self._gap(t, g, "processes", err)
+            slow = SlowSample(t, g, r.energy_mj, dict(r.reason_ns), r.mem_temp_c, others, edge)
+            with self._buf_lock:
+                self._slow[g].append(slow)
+        with self._slow_cond:
+            self._slow_cond.notify_all()
+
+    def _gap(self, t: float, gpu: int, op: str, err: BaseException) -> None:
+        text = " ".join(str(err).split()) or type(err).__name__
+        with self._buf_lock:
+            self._gaps.append(Gap(t, gpu, op, text))
+
+
+# -- summaries -------------------------------------------------------------------------
+
+
+def summarize(
+    fast: Sequence[Sample],
+    slow: Sequence[SlowSample],
+    gaps: Sequence[Gap],
+    t0: float,
+    t1: float,
+    *,
+    gpu: int,
+    lock_range: tuple[int, int] | None = None,
+    lock_tolerance_mhz: float = 0.0,
+    own_pids: Iterable[int] = (),
+    period: float = DEFAULT_PERIOD_S,
+    lag_s: float = DRIVER_REFRESH_S,
+    truncated: bool = False,
+) -> Window:
+    """The `Window` of one GPU over [t0, t1] from its samples (each in time order).
+
+    Each cheap sample holds until the next one (the driver's values are step
+    functions). The sample in force at t0 and those inside the region give the
+    time-weighted means; the first sample after t1 (within `lag_s`, one driver
+    refresh: a reading just after may be the first to show what happened inside)
+    also counts for min/max, reasons and the end temperature.
+    """
+    times = [s.t for s in fast]
+    i0 = bisect.bisect_right(times, t0)  # fast[:i0] have t <= t0
+    i1 = bisect.bisect_right(times, t1)  # fast[i0:i1] are inside (t0, t1]
+    before = fast[i0 - 1] if i0 > 0 else None
+    inside = list(fast[i0:i1])
+    after = fast[i1] if i1 < len(fast) and fast[i1].t - t1 <= lag_s else None
+    held = ([before] if before else []) + inside  # samples whose values hold over the region
+    if not held and after is not None:
+        held = [after]
+    covering = held + ([after] if after is not None and held[-1] is not after else [])
+
+    relevant_gaps = [x for x in gaps if t0 - period <= x.t <= t1 + period]
+    gap = bool(relevant_gaps) or (truncated and (not fast or fast[0].t > t0))
+    values: dict[str, Any] = {}
+    if held:
+        weights = _hold_weights(held, t0, t1)
+        first, last = held[0], covering[-1]
+        sm = [s.sm_mhz for s in covering]
+        powers = [_power(s) for s in covering]
+        bits_s: dict[str, float] = {}
+        for s, w in zip(held, weights, strict=True):
+            for name in reason_names(s.reasons):
+                bits_s[name] = bits_s.get(name, 0.0) + w
+        union = 0
+        for s in covering:
+            union |= s.reasons & ~REASON_GPU_IDLE if s is after and s not in held else s.reasons
+        values.update(
+            sm_mhz_min=float(min(sm)),
+            sm_mhz_max=float(max(sm)),
+            sm_mhz_mean=_weighted([s.sm_mhz for s in held], weights),
+            sm_mhz_start=float(first.sm_mhz),
+            sm_mhz_end=float(last.sm_mhz),
+            mem_mhz_mean=_weighted([s.mem_mhz for s in held], weights),
+            power_w_mean=_weighted([_power(s) for s in held], weights),
+            power_w_max=max(powers),
+            temp_c_start=first.temp_c,
+            temp_c_end=last.temp_c,
+            temp_c_max=max(s.temp_c for s in covering),
+            reasons=union,
+            reasons_start=first.reasons,
+            reason_sampled_s=bits_s,
+        )
+        if lock_range is not None:
+            lo, hi = lock_range
+            busy = [s for s in held if not s.reasons & REASON_GPU_IDLE]
+            if busy:
+                values["lock_held"] = all(
+                    lo - lock_tolerance_mhz <= s.sm_mhz <= hi + lock_tolerance_mhz for s in busy
+                )
+    if lock_range is not None:
+        values["lock_range_mhz"] = (int(lock_range[0]), int(lock_range[1]))
+
+    values.update(_from_counters(slow, t0, t1, own_pids, lag_s))
+    return Window(gpu=gpu, t0=t0, t1=t1, n_samples=len(inside), gap=gap, **values)
+
+
+def _power(s: Sample) -> float:
+    # the instantaneous power where the GPU gives it: power_w is a 1 s average on Ampere+
+    return s.power_instant_w if s.power_instant_w is not None else s.power_w
+
+
+def _hold_weights(held: Sequence[Sample], t0: float, t1: float) -> list[float]:
+    """Seconds of [t0, t1] over which each held sample is the value in force."""
+    if t1 <= t0:
+        return [0.0] * (len(held) - 1) + [1.0]  # an instant: the value in force
+    weights = []
+    for k, s in enumerate(held):
+        start = t0 if k == 0 else max(t0, s.t)
+        end = held[k + 1].t if k + 1 < len(held) else t1
+        weights.append(max(0.0, min(end, t1) - start))
+    if not any(weights):
+        weights[-1] = 1.0
+    return weights
+
+
+def _weighted(values: Sequence[float], weights: Sequence[float]) -> float:
+    total = sum(weights)
+    return sum(v * w for v, w in zip(values, weights, strict=True)) / total
+
+
+def _from_counters(
+    slow: Sequence[SlowSample], t0: float, t1: float, own_pids: Iterable[int], lag_s: float
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if not slow:
+        return out
+    # Energy: the counter steps every ~100 ms, so the first read showing a new value
+    # is the best estimate of when it changed; interpolate between those.
+    changes: list[tuple[float, float]] = []
+    last_read_t = None
+    for s in slow:
+        if s.energy_mj is None:
+            continue
+        last_read_t = s.t
+        if not changes or s.energy_mj != changes[-1][1]:
+            changes.append((s.t, float(s.energy_mj)))
+    if changes and last_read_t is not None:
+        e0, x0 = _interp_energy(changes, last_read_t, t0)
+        e1, x1 = _interp_energy(changes, last_read_t, t1)
+        if e0 is not None and e1 is not None:
+            out["energy_j"] = max(0.0, e1 - e0) / 1000.0
+            out["energy_interpolated"] = x0 or x1 or (t1 - t0) < lag_s
+    # Time under each reason: cumulative ns counters, linear between reads.
+    keys = sorted({k for s in slow for k in s.reason_ns})
+    reason_s = {}
+    for key in keys:
+        pts = [(s.t, float(s.reason_ns[key])) for s in slow if key in s.reason_ns]
+        a, b = _interp(pts, t0), _interp(pts, t1)
+        if a is not None and b is not None:
+            reason_s[key] = max(0.0, b - a) / 1e9
+    if reason_s:
+        out["reason_s"] = reason_s
+    # Other processes: the read in force at t0 and every read up to one refresh after t1.
+    ts = [s.t for s in slow]
+    k0 = max(0, bisect.bisect_right(ts, t0) - 1)
+    k1 = bisect.bisect_right(ts, t1 + lag_s)
+    own = set(own_pids)
+    pids = sorted({p for s in slow[k0:k1] for p in s.other_pids if p not in own})
+    if pids:
+        out["other_pids"] = tuple(pids)
+    mem_temps = [s.mem_temp_c for s in slow[k0:k1] if s.mem_temp_c is not None]
+    if mem_temps:
+        out["mem_temp_c_max"] = max(mem_temps)
+    return out
+
+
+def _interp(pts: Sequence[tuple[float, float]], t: float) -> float | None:
+    """Piecewise-linear value at t; None outside the points' span."""
+    if not pts or t < pts[0][0] or t > pts[-1][0]:
+        return None
+    k = bisect.bisect_left([p[0] for p in pts], t)
+    if pts[k][0] == t:
+        return pts[k][1]
+    (ta, va), (tb, vb) = pts[k - 1], pts[k]
+    return va + (vb - va) * (t - ta) / (tb - ta)
+
+
+def _interp_energy(
+    changes: Sequence[tuple[float, float]], last_read_t: float, t: float
+) -> tuple[float | None, bool]:
+    """Energy (mJ) at t, and whether it was estimated past the last change."""
+    value = _interp(changes, t)
+    if value is not None:
+        return value, False
+    if changes and changes[-1][0] < t <= last_read_t + DRIVER_REFRESH_S and len(changes) >= 2:
+        (ta, va), (tb, vb) = changes[-2], changes[-1]
+        return vb + (vb - va) / (tb - ta) * (t - tb), True  # the recent average power
+    return None, False

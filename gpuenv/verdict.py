@@ -8,10 +8,22 @@ affected reps after a recovery delay; the caller runs them, see `retry_delays`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuenv._records import from_dict, to_dict
+from gpuenv.backend import (
+    REASON_GPU_IDLE,
+    REASON_HW_POWER_BRAKE,
+    REASON_HW_SLOWDOWN,
+    REASON_HW_THERMAL,
+    REASON_SW_POWER_CAP,
+    REASON_SW_THERMAL,
+    reason_names,
+)
+from gpuenv.errors import ConfigError, GpuenvError
+from gpuenv.telemetry import Window
 
 POLICIES = ("annotate", "reject", "retry")
 SEVERITIES = ("info", "warning", "error")
@@ -53,3 +65,471 @@ class Finding:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:
         return from_dict(cls, data)
+
+
+class MeasurementRejected(GpuenvError):
+    """The reject (or retry) policy left too few trustworthy repetitions."""
+
+    exit_code = 1  # the CLI's "rejected verdict" code
+
+
+@dataclass(frozen=True)
+class VerdictConfig:
+    """Every threshold the findings use. Defaults suit an H100 (GPU_FACTS.md).
+
+    warmup_ramp
+      idle_clock_fraction: a region that starts with the SM clock below this
+        fraction of the maximum (or with the GpuIdle reason) started from idle clocks.
+      ramp_rel: leading reps slower than the settled median by more than this
+        fraction (and by more than `ramp_mad_k` median absolute deviations) are
+        still warming up. The settled median is that of the last half of the reps.
+      ramp_min_reps: fewer reps than this: no trend test (only the start state).
+    power_cap
+      power_cap_min_fraction: time under the power cap below this fraction of a
+        region is not reported (one counter tick of noise).
+      stable_clocks: True treats power capping and clock drift as problems
+        (severity warning: the reject and retry policies act on them). False
+        (the default unless a lock is asked for): capping at the default power
+        limit is normal for heavy kernels and is reported at severity info.
+    thermal
+      thermal_margin_c: a temperature within this of the slowdown threshold is
+        reported (info) even before the GPU slows down.
+    lock_not_held
+      lock_tolerance_mhz: how far outside the locked range the SM clock may read.
+    clock_drift
+      clock_drift_rel: reps whose mean SM clock differs from the median rep's by
+        more than this fraction have drifted.
+    policies
+      reject_severity: findings at or above this severity make their reps
+        "affected": dropped by reject, re-run by retry.
+      min_reps: reject and retry raise `MeasurementRejected` when fewer
+        repetitions than this remain (single regions are never raised on:
+        their verdict says "rejected").
+      retry_delay_s, retry_backoff, retry_max_delay_s, max_retries: retry waits
+        retry_delay_s, then that times retry_backoff each round, at most
+        retry_max_delay_s, for at most max_retries rounds; reps still affected
+        afterwards are rejected.
+    """
+
+    idle_clock_fraction: float = 0.5
+    ramp_rel: float = 0.05
+    ramp_mad_k: float = 5.0
+    ramp_min_reps: int = 5
+    power_cap_min_fraction: float = 0.01
+    stable_clocks: bool = False
+    thermal_margin_c: float = 5.0
+    lock_tolerance_mhz: float = 0.0
+    clock_drift_rel: float = 0.02
+    reject_severity: str = "warning"
+    min_reps: int = 3
+    retry_delay_s: float = 1.0
+    retry_backoff: float = 2.0
+    retry_max_delay_s: float = 30.0
+    max_retries: int = 3
+
+    def __post_init__(self) -> None:
+        if self.reject_severity not in SEVERITIES:
+            raise ConfigError(
+                f"reject_severity {self.reject_severity!r} is not a severity",
+                hint=f"use one of {', '.join(SEVERITIES)}",
+            )
+        for name in ("ramp_rel", "clock_drift_rel", "power_cap_min_fraction", "retry_delay_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative (got {getattr(self, name)})")
+        if self.min_reps < 1 or self.max_retries < 0:
+            raise ConfigError("min_reps must be at least 1 and max_retries not negative")
+
+
+DEFAULT_CONFIG = VerdictConfig()
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity)
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """What the findings compare against, per GPU (read once per session)."""
+
+    max_sm_mhz: float | None = None
+    slowdown_c: float | None = None
+    power_limit_w: float | None = None
+    lock_range_mhz: tuple[int, int] | None = None
+
+
+def assess(
+    windows: Sequence[Window],
+    times_s: Sequence[float] | None = None,
+    *,
+    config: VerdictConfig = DEFAULT_CONFIG,
+    facts: dict[int, GpuFacts] | None = None,
+) -> list[Finding]:
+    """Findings for one measurement.
+
+    `windows` are per rep, rep-major when several GPUs are sampled (rep 0 GPU a,
+    rep 0 GPU b, rep 1 GPU a, ...). `times_s` (one per rep) enables the trend
+    test for warmup. `facts` gives each GPU's maximum clock, slowdown
+    temperature and lock range.
+    """
+    facts = facts or {}
+    gpus = list(dict.fromkeys(w.gpu for w in windows))
+    if not gpus:
+        return []
+    if len(windows) % len(gpus):
+        raise ConfigError(
+            f"{len(windows)} windows do not split evenly over GPUs {gpus}",
+            hint="pass one window per rep and GPU, rep-major",
+        )
+    n_reps = len(windows) // len(gpus)
+    if times_s is not None and len(times_s) != n_reps:
+        raise ConfigError(f"{len(times_s)} rep times for {n_reps} reps of windows")
+    findings: list[Finding] = []
+    for g in gpus:
+        per_rep = [w for w in windows if w.gpu == g]
+        f = facts.get(g, GpuFacts())
+        findings += _gaps(g, per_rep)
+        findings += _warmup(g, per_rep, times_s if g == gpus[0] else None, f, config)
+        findings += _power_cap(g, per_rep, f, config)
+        findings += _thermal(g, per_rep, f, config)
+        findings += _hw(g, per_rep)
+        findings += _lock(g, per_rep, f, config)
+        findings += _other(g, per_rep)
+        findings += _drift(g, per_rep, config)
+    return findings
+
+
+# -- the checks: each returns at most a few findings for one GPU ------------------------
+
+
+def _reps_text(reps: Sequence[int], n: int) -> str:
+    if n == 1:
+        return "the region"
+    if len(reps) == n:
+        return f"all {n} reps"
+    spans: list[str] = []
+    start = prev = reps[0]
+    for r in [*reps[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if r is not None:
+            start = prev = r
+    return ("rep " if len(reps) == 1 else "reps ") + ", ".join(spans)
+
+
+def _gaps(g: int, ws: list[Window]) -> list[Finding]:
+    reps = [i for i, w in enumerate(ws) if w.gap or w.sm_mhz_mean is None]
+    if not reps:
+        return []
+    return [
+        Finding(
+            "telemetry_gap",
+            "warning",
+            tuple(reps),
+            f"telemetry on GPU {g} is incomplete for {_reps_text(reps, len(ws))} "
+            "(an NVML read failed or no sample covered it): their GPU state is unverified",
+            g,
+        )
+    ]
+
+
+def _warmup(
+    g: int, ws: list[Window], times: Sequence[float] | None, f: GpuFacts, c: VerdictConfig
+) -> list[Finding]:
+    cold: list[int] = []
+    for i, w in enumerate(ws):
+        idle = bool(w.reasons_start & REASON_GPU_IDLE)
+        low = (
+            f.max_sm_mhz is not None
+            and w.sm_mhz_start is not None
+            and w.sm_mhz_start < c.idle_clock_fraction * f.max_sm_mhz
+            and f.lock_range_mhz is None
+        )
+        if idle or low:
+            cold.append(i)
+    slow_head: list[int] = []
+    settled = None
+    if times is not None and len(times) >= c.ramp_min_reps:
+        tail = sorted(times[len(times) // 2 :])
+        settled = _median(tail)
+        mad = _median(sorted(abs(t - settled) for t in tail))
+        limit = settled + max(c.ramp_rel * settled, c.ramp_mad_k * mad)
+        for i, t in enumerate(times):
+            if t <= limit or i >= len(times) // 2:
+                break
+            slow_head.append(i)
+    reps = sorted(set(cold) | set(slow_head))
+    if not reps:
+        return []
+    why = []
+    if cold:
+        start = ws[cold[0]].sm_mhz_start
+        clock = f" at {start:.0f} MHz" if start is not None else ""
+        why.append(f"{_reps_text(cold, len(ws))} started from idle clocks{clock}")
+    if slow_head and settled is not None and times is not None:
+        worst = max(times[i] for i in slow_head)
+        why.append(
+            f"the first {len(slow_head)} rep{'s were' if len(slow_head) > 1 else ' was'} "
+            f"up to {worst / settled:.2f}x slower than the settled median"
+        )
+    return [
+        Finding(
+            "warmup_ramp",
+            "warning",
+            tuple(reps),
+            f"GPU {g} was still warming up: " + "; ".join(why)
+            + " (warm up longer, or let gpuenv.bench discard warmup reps)",
+            g,
+            {"cold_start_reps": len(cold), "slow_head_reps": len(slow_head)},
+        )
+    ]
+
+
+def _cap_time(w: Window) -> float:
+    """Seconds under the power cap: the cumulative counter where read, else the samples."""
+    if "power" in w.reason_s:
+        return w.reason_s["power"]
+    return w.reason_sampled_s.get("SwPowerCap", 0.0)
+
+
+def _power_cap(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Finding]:
+    reps = []
+    for i, w in enumerate(ws):
+        dur = w.duration_s
+        frac = _cap_time(w) / dur if dur > 0 else 0.0
+        if frac >= c.power_cap_min_fraction or (w.reasons & REASON_SW_POWER_CAP):
+            reps.append(i)
+    if not reps:
+        return []
+    under = sum(_cap_time(ws[i]) for i in reps)
+    total = sum(w.duration_s for w in ws)
+    details: dict[str, Any] = {"time_under_cap_s": under}
+    if total > 0:
+        details["fraction_under_cap"] = under / total
+        text = (f"the SW power cap held GPU {g} back for {_fmt_s(under)} of {_fmt_s(total)}"
+                f" ({100 * under / total:.0f}%)")
+    else:
+        text = f"the SW power cap was active on GPU {g}"
+    text += f" in {_reps_text(reps, len(ws))}"
+    clocked = [ws[i] for i in reps if ws[i].sm_mhz_mean is not None]
+    if clocked:
+        weight = sum(w.duration_s for w in clocked)
+        if weight > 0:
+            mean = sum((w.sm_mhz_mean or 0.0) * w.duration_s for w in clocked) / weight
+        else:
+            mean = sum(w.sm_mhz_mean or 0.0 for w in clocked) / len(clocked)
+        details["sm_mhz_mean"] = mean
+        details["sm_mhz_min"] = min(w.sm_mhz_min or mean for w in clocked)
+        if f.max_sm_mhz:
+            cost = f.max_sm_mhz - mean
+            details["clock_cost_mhz"] = cost
+            details["max_sm_mhz"] = f.max_sm_mhz
+            text += (
+                f": SM clock {mean:.0f} MHz, {cost:.0f} MHz ({100 * cost / f.max_sm_mhz:.0f}%)"
+                f" below its {f.max_sm_mhz:.0f} MHz maximum"
+            )
+        else:
+            text += f": SM clock {mean:.0f} MHz"
+    if f.power_limit_w:
+        details["power_limit_w"] = f.power_limit_w
+        text += f" at the {f.power_limit_w:.0f} W limit"
+    if c.stable_clocks:
+        severity = "warning"
+        text += " (lock a clock the cap can hold: gpuenv calibrate)"
+    else:
+        severity = "info"
+        text += " (normal for heavy kernels; numbers depend on power and temperature)"
+    return [Finding("power_cap", severity, tuple(reps), text, g, details)]
+
+
+def _thermal(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Finding]:
+    slow = [i for i, w in enumerate(ws) if w.reasons & (REASON_SW_THERMAL | REASON_HW_THERMAL)
+            or w.reason_s.get("thermal", 0.0) > 0]
+    if slow:
+        hw = any(ws[i].reasons & REASON_HW_THERMAL for i in slow)
+        tmax = max((ws[i].temp_c_max or 0.0) for i in slow)
+        kind = "HW" if hw else "SW"
+        under = sum(ws[i].reason_s.get("thermal", 0.0) for i in slow)
+        text = (
+            f"{kind} thermal slowdown on GPU {g} in {_reps_text(slow, len(ws))} "
+            f"(up to {tmax:.0f} C"
+            + (f", slowdown at {f.slowdown_c:.0f} C" if f.slowdown_c else "")
+            + (f", {_fmt_s(under)} under it" if under > 0 else "")
+            + "): the clock was cut to cool the GPU; improve cooling or let it cool between runs"
+        )
+        return [Finding("thermal", "error" if hw else "warning", tuple(slow), text, g,
+                        {"temp_c_max": tmax, "time_under_thermal_s": under})]
+    if f.slowdown_c is None:
+        return []
+    near = [i for i, w in enumerate(ws)
+            if w.temp_c_max is not None and w.temp_c_max >= f.slowdown_c - c.thermal_margin_c]
+    if not near:
+        return []
+    tmax = max((ws[i].temp_c_max or 0.0) for i in near)
+    return [Finding(
+        "thermal", "info", tuple(near),
+        f"GPU {g} reached {tmax:.0f} C in {_reps_text(near, len(ws))}, within "
+        f"{c.thermal_margin_c:.0f} C of its {f.slowdown_c:.0f} C slowdown threshold",
+        g, {"temp_c_max": tmax, "slowdown_c": f.slowdown_c},
+    )]
+
+
+def _hw(g: int, ws: list[Window]) -> list[Finding]:
+    out = []
+    brake = [i for i, w in enumerate(ws) if w.reasons & REASON_HW_POWER_BRAKE]
+    if brake:
+        out.append(Finding(
+            "power_brake", "error", tuple(brake),
+            f"HW power brake slowdown on GPU {g} in {_reps_text(brake, len(ws))}: the board "
+            "cut the clock (power supply or an external signal); these numbers are not comparable",
+            g,
+        ))
+    # HwSlowdown is also set whenever HW thermal or power brake is: report it alone only
+    other = [i for i, w in enumerate(ws) if w.reasons & REASON_HW_SLOWDOWN
+             and not w.reasons & (REASON_HW_THERMAL | REASON_HW_POWER_BRAKE)]
+    if other:
+        out.append(Finding(
+            "hw_slowdown", "error", tuple(other),
+            f"HW slowdown on GPU {g} in {_reps_text(other, len(ws))}: the hardware cut the "
+            "clock (power or thermal protection); check 'gpuenv status' and the cooling",
+            g,
+        ))
+    return out
+
+
+def _lock(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Finding]:
+    bad = [i for i, w in enumerate(ws) if w.lock_held is False]
+    if not bad:
+        return []
+    rng = next((ws[i].lock_range_mhz for i in bad if ws[i].lock_range_mhz), f.lock_range_mhz)
+    lo = min(ws[i].sm_mhz_min or 0.0 for i in bad)
+    hi = max(ws[i].sm_mhz_max or 0.0 for i in bad)
+    union = 0
+    for i in bad:
+        union |= ws[i].reasons
+    causes = [n for n in reason_names(union) if n not in ("GpuIdle", "ApplicationsClocksSetting")]
+    text = f"the SM clock on GPU {g} read {lo:.0f}-{hi:.0f} MHz in {_reps_text(bad, len(ws))}"
+    if rng:
+        text += f", outside the locked {rng[0]}-{rng[1]} MHz" if rng[0] != rng[1] else (
+            f", not the locked {rng[0]} MHz")
+    if union & REASON_SW_POWER_CAP:
+        text += (": the power cap overrides locked clocks; "
+                 "lock a clock the cap can hold (gpuenv calibrate)")
+    elif causes:
+        text += f" while {', '.join(causes)} was active"
+    return [Finding("lock_not_held", "warning", tuple(bad), text, g,
+                    {"sm_mhz_min": lo, "sm_mhz_max": hi,
+                     "lock_range_mhz": list(rng) if rng else None})]
+
+
+def _other(g: int, ws: list[Window]) -> list[Finding]:
+    reps = [i for i, w in enumerate(ws) if w.other_pids]
+    if not reps:
+        return []
+    pids = sorted({p for i in reps for p in ws[i].other_pids})
+    return [Finding(
+        "other_process", "warning", tuple(reps),
+        f"another process used GPU {g} during {_reps_text(reps, len(ws))} "
+        f"(pid {', '.join(map(str, pids))}): it competes for the GPU and its power budget",
+        g, {"pids": pids},
+    )]
+
+
+def _drift(g: int, ws: list[Window], c: VerdictConfig) -> list[Finding]:
+    means = [(i, w.sm_mhz_mean) for i, w in enumerate(ws) if w.sm_mhz_mean is not None]
+    if len(means) < 2:
+        return []
+    median = _median(sorted(m for _, m in means))
+    if median <= 0:
+        return []
+    reps = [i for i, m in means if abs(m - median) > c.clock_drift_rel * median]
+    if not reps:
+        return []
+    lo = min(m for _, m in means)
+    hi = max(m for _, m in means)
+    return [Finding(
+        "clock_drift", "warning" if c.stable_clocks else "info", tuple(reps),
+        f"the SM clock on GPU {g} moved between reps: {lo:.0f}-{hi:.0f} MHz (median "
+        f"{median:.0f}); {_reps_text(reps, len(ws))} differ by more than "
+        f"{100 * c.clock_drift_rel:.0f}%",
+        g, {"sm_mhz_median": median, "sm_mhz_min": lo, "sm_mhz_max": hi},
+    )]
+
+
+def _median(xs: Sequence[float]) -> float:
+    n = len(xs)
+    mid = n // 2
+    return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+# -- policies --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    verdict: str  # "ok" | "annotated" | "rejected"
+    rejected_reps: tuple[int, ...] = ()
+    affected_reps: tuple[int, ...] = ()
+
+
+def affected_reps(findings: Sequence[Finding], config: VerdictConfig = DEFAULT_CONFIG) -> list[int]:
+    """Reps touched by findings at or above `config.reject_severity`."""
+    floor = severity_rank(config.reject_severity)
+    return sorted({r for f in findings if severity_rank(f.severity) >= floor for r in f.reps})
+
+
+def apply_policy(
+    findings: Sequence[Finding],
+    n_reps: int,
+    policy: str = "annotate",
+    *,
+    config: VerdictConfig = DEFAULT_CONFIG,
+    name: str = "measurement",
+    raise_if_too_few: bool = True,
+) -> PolicyResult:
+    """The verdict under `policy` (retry: after its re-runs, as reject).
+
+    annotate: everything kept; "annotated" when there are findings.
+    reject/retry: affected reps are dropped; "rejected" when none (or, for several
+    reps, fewer than `config.min_reps`) remain, which raises `MeasurementRejected`
+    for several reps when `raise_if_too_few`.
+    """
+    check_policy(policy)
+    affected = tuple(affected_reps(findings, config))
+    if policy == "annotate":
+        return PolicyResult("annotated" if findings else "ok", (), affected)
+    kept = n_reps - len(affected)
+    if kept <= 0 or (n_reps > 1 and kept < config.min_reps):
+        if raise_if_too_few and n_reps > 1:
+            kinds = sorted({f.kind for f in findings if set(f.reps) & set(affected)})
+            raise MeasurementRejected(
+                f"only {kept} of {n_reps} reps of {name!r} remain after rejecting those with "
+                f"{', '.join(kinds)} (min_reps is {config.min_reps})",
+                hint="let the GPU settle (mode='burst' or 'sustained'), lock a clock it can hold, "
+                "or use policy='annotate' to keep them with their findings",
+            )
+        return PolicyResult("rejected", affected, affected)
+    return PolicyResult("annotated" if findings else "ok", affected, affected)
+
+
+def check_policy(policy: str) -> str:
+    if policy not in POLICIES:
+        raise ConfigError(f"unknown policy {policy!r}", hint=f"use one of {', '.join(POLICIES)}")
+    return policy
+
+
+def retry_delays(config: VerdictConfig = DEFAULT_CONFIG) -> list[float]:
+    """Recovery delays before each retry round: retry_delay_s growing by retry_backoff, capped."""
+    return [
+        min(config.retry_delay_s * config.retry_backoff**k, config.retry_max_delay_s)
+        for k in range(config.max_retries)
+    ]
+
+
+def _fmt_s(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e6:.0f} us"

@@ -8,16 +8,30 @@ and fsynced as each measurement ends, so a crash loses nothing already measured.
 
 from __future__ import annotations
 
+import datetime
+import json
 import math
+import os
+import platform
+import socket
 import statistics
+import sys
+import uuid
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import IO, Any, TypeVar, overload
 
 from gpuenv._records import from_dict, to_dict
+from gpuenv.backend import Backend
+from gpuenv.errors import ConfigError
 from gpuenv.telemetry import Window
+from gpuenv.timebase import REAL_CLOCK, Clock
 from gpuenv.verdict import Finding
 
 VERDICTS = ("ok", "annotated", "rejected")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -117,6 +131,27 @@ class Measurement:
     def ok(self) -> bool:
         return self.verdict == "ok"
 
+    def summary(self) -> str:
+        """A few lines a person reads: the time, the verdict, the telemetry, the findings."""
+        s = self.stats
+        if len(self.times_s) == 1:
+            head = f"{self.name}: {_fmt_s(self.times_s[0])}"
+        elif s.n == 0:
+            head = f"{self.name}: no reps kept of {len(self.times_s)}"
+        else:
+            spread = f", IQR {_fmt_s(s.iqr_s)}" if s.iqr_s is not None else ""
+            head = f"{self.name}: median {_fmt_s(s.median_s)}{spread} over {s.n} reps"
+            if self.rejected_reps:
+                head += f" ({len(self.rejected_reps)} of {len(self.times_s)} rejected)"
+        policy = f", policy {self.policy}" if self.policy != "annotate" else ""
+        lines = [f"{head} [{self.verdict}{policy}]"]
+        lines += [f"  {w.summary()}" for w in self.summary_windows]
+        lines += [f"  {f}" for f in self.findings]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
 
@@ -138,3 +173,248 @@ class Run:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Run:
         return from_dict(cls, data)
+
+
+
+# -- the JSONL store ---------------------------------------------------------------------
+
+
+class ResultStore:
+    """Appends a run to a JSONL file: a header line now, one line per measurement.
+
+    Each line is written, flushed and fsynced before `append` returns, so a crash
+    loses nothing already measured. Several runs may share a file (each has a
+    `run_id`); `load_runs` reads them all, `load_run` the last.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], metadata: dict[str, Any], *, fsync: bool = True
+    ):
+        self.path = Path(path)
+        self.run_id = uuid.uuid4().hex
+        self.fsync = fsync
+        try:
+            if self.path.parent != Path(""):
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        except OSError as err:
+            raise ConfigError(
+                f"cannot write results to {self.path}: {err.strerror or err}",
+                hint="pass output= a path in a writable directory",
+            ) from err
+        self._write({"type": "run", "run_id": self.run_id, "metadata": metadata})
+
+    def append(self, measurement: Measurement) -> None:
+        self._write({"type": "measurement", "run_id": self.run_id, **measurement.to_dict()})
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self._fh is None:
+            raise ConfigError(f"the result store for {self.path} is closed")
+        self._fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._fh.flush()
+        if self.fsync:
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_runs(path: str | os.PathLike[str]) -> list[Run]:
+    """Every run in a gpuenv JSONL file, in file order.
+
+    A line that does not parse (the end of a file whose writer crashed mid-line)
+    is skipped with a warning; everything before and after it still loads.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(
+            f"cannot read results file {p}: {err.strerror or err}",
+            hint="pass the path of a .jsonl file written by gpuenv",
+        ) from err
+    runs: dict[str, tuple[dict[str, Any], list[Measurement]]] = {}
+    bad: list[int] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            kind = record.get("type")
+            run_id = str(record.get("run_id", ""))
+            if kind == "run":
+                runs.setdefault(run_id, ({}, []))[0].update(record.get("metadata") or {})
+            elif kind == "measurement":
+                runs.setdefault(run_id, ({}, []))[1].append(Measurement.from_dict(record))
+            else:
+                bad.append(lineno)
+        except (ValueError, TypeError, AttributeError, KeyError):
+            bad.append(lineno)
+    if bad:
+        shown = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
+        warnings.warn(f"{p}: skipped {len(bad)} unreadable line(s): {shown}", stacklevel=2)
+    if not runs:
+        raise ConfigError(f"{p} holds no gpuenv run", hint="pass a .jsonl file written by gpuenv")
+    return [Run(dict(meta, run_id=rid), tuple(ms)) for rid, (meta, ms) in runs.items()]
+
+
+def load_run(path: str | os.PathLike[str]) -> Run:
+    """The last run in a gpuenv JSONL file (see `load_runs` for all of them)."""
+    return load_runs(path)[-1]
+
+
+class Results(Sequence[Measurement]):
+    """The measurements of a session, in order; `save(path)` writes them as a run."""
+
+    def __init__(self, metadata: dict[str, Any] | None = None):
+        self.metadata: dict[str, Any] = metadata if metadata is not None else {}
+        self._items: list[Measurement] = []
+
+    def add(self, measurement: Measurement) -> None:
+        self._items.append(measurement)
+
+    @overload
+    def __getitem__(self, index: int) -> Measurement: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Measurement]: ...
+    def __getitem__(self, index: int | slice) -> Measurement | list[Measurement]:
+        return self._items[index]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def by_name(self, name: str) -> list[Measurement]:
+        return [m for m in self._items if m.name == name]
+
+    def run(self) -> Run:
+        return Run(dict(self.metadata), tuple(self._items))
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Append this run (metadata and every measurement) to a JSONL file."""
+        with ResultStore(path, self.metadata) as store:
+            for m in self._items:
+                store.append(m)
+        return store.path
+
+    def __str__(self) -> str:
+        return "\n".join(m.summary() for m in self._items) or "(no measurements)"
+
+
+# -- environment metadata ----------------------------------------------------------------
+
+
+def environment_metadata(
+    backend: Backend,
+    gpus: Sequence[int],
+    *,
+    clock: Clock | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What state produced the numbers: GPUs, driver, clocks, power, host, versions.
+
+    Never raises for a value it cannot read (it records the error instead), and
+    never imports torch: CUDA and torch versions are recorded only when the
+    program has imported torch already.
+    """
+    from gpuenv import __version__
+
+    clock = clock or getattr(backend, "clock", None) or REAL_CLOCK
+    wall = clock.wall()
+    meta: dict[str, Any] = {
+        "gpuenv_version": __version__,
+        "time_unix": wall,
+        "time_utc": datetime.datetime.fromtimestamp(wall, datetime.timezone.utc).isoformat(),
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "backend": getattr(backend, "name", None),
+        "readonly": bool(getattr(backend, "readonly", False)),
+        "cpu_model": _cpu_model(),
+        "cpu_governor": _read_text("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        "cpu_count": os.cpu_count(),
+    }
+    errors: dict[str, str] = {}
+    meta["driver_version"] = _try(backend.driver_version, errors, "driver_version")
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        meta["torch_version"] = getattr(torch, "__version__", None)
+        meta["cuda_version"] = getattr(getattr(torch, "version", None), "cuda", None)
+    meta["gpus"] = [_gpu_metadata(backend, g) for g in gpus]
+    if errors:
+        meta["errors"] = errors
+    if extra:
+        meta.update(extra)
+    return meta
+
+
+def _gpu_metadata(backend: Backend, g: int) -> dict[str, Any]:
+    errors: dict[str, str] = {}
+    out: dict[str, Any] = {"index": g}
+    info = _try(lambda: backend.device_info(g), errors, "device_info")
+    if info is not None:
+        out.update(uuid=info.uuid, name=info.name, pci_bus_id=info.pci_bus_id,
+                   compute_capability=list(info.compute_capability or ()) or None,
+                   mig_mode=info.mig_mode, memory_total_mib=info.memory_total_mib)
+    limits = _try(lambda: backend.clock_limits(g), errors, "clock_limits")
+    if limits is not None:
+        out.update(max_sm_mhz=limits.max_sm_mhz, max_mem_mhz=limits.max_mem_mhz,
+                   base_sm_mhz=limits.base_sm_mhz, default_app_sm_mhz=limits.default_app_sm_mhz)
+    app = _try(lambda: backend.app_clocks(g), errors, "app_clocks")
+    if app is not None:
+        out.update(app_sm_mhz=app.sm_mhz, app_mem_mhz=app.mem_mhz)
+    power = _try(lambda: backend.power_limits(g), errors, "power_limits")
+    if power is not None:
+        out.update(power_limit_w=power.limit_w, default_power_limit_w=power.default_w)
+    th = _try(lambda: backend.thresholds(g), errors, "thresholds")
+    if th is not None:
+        out.update(slowdown_c=th.slowdown_c, shutdown_c=th.shutdown_c)
+    out["persistence"] = _try(lambda: backend.persistence_mode(g), errors, "persistence_mode")
+    now = _try(lambda: backend.read_fast(g), errors, "read_fast")
+    if now is not None:
+        out.update(sm_mhz=now.sm_mhz, mem_mhz=now.mem_mhz, temp_c=now.temp_c,
+                   power_w=now.power_w, reasons=now.reasons)
+    if errors:
+        out["errors"] = errors
+    return out
+
+
+def _try(fn: Callable[[], T], errors: dict[str, str], what: str) -> T | None:
+    try:
+        return fn()
+    except Exception as err:  # metadata must never stop a measurement
+        errors[what] = " ".join(str(err).split()) or type(err).__name__
+        return None
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def _cpu_model() -> str | None:
+    text = _read_text("/proc/cpuinfo")
+    if text:
+        for line in text.splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or None
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.2f} us"

@@ -90,7 +90,11 @@ def error_for_code(
         return PermissionDenied(f"permission denied for {op}", op=op, gpu=gpu, code=code)
     if code == _NOT_SUPPORTED:
         return NotSupported(
-            f"{op} is not supported by this GPU or driver", op=op, gpu=gpu, code=code
+            f"{op} is not supported by this GPU or driver",
+            op=op,
+            gpu=gpu,
+            code=code,
+            hint="this GPU cannot do it; 'gpuenv doctor' and 'gpuenv status' show what it offers",
         )
     if code == _FUNCTION_NOT_FOUND:
         return NotSupported(

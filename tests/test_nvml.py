@@ -1,0 +1,501 @@
+"""The NVML backend.
+
+CPU tests: the error mapping (a pure function of NVML's return codes), field-value
+decoding on real ctypes structs, and what a machine without a driver gets.
+
+`gpu` tests (scripts/device-test, GPUENV_READONLY=1): the real backend against
+nvidia-smi's own output, and the simulated H100 against the real one. They only
+read; no test here ever calls a write on the real backend.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import shutil
+import subprocess
+import time
+
+import pynvml
+import pytest
+
+from gpuenv.backend import (
+    REASON_COUNTERS,
+    AppClocks,
+    ClockLimits,
+    DeviceInfo,
+    FastReading,
+    PowerLimits,
+    ReadOnlyBackend,
+    SlowReading,
+    Thresholds,
+    nvml,
+    open_backend,
+)
+from gpuenv.errors import (
+    BackendError,
+    DeviceNotFound,
+    DriverTimeout,
+    GpuLost,
+    InvalidValue,
+    NotSupported,
+    NvmlUnavailable,
+    PermissionDenied,
+    ReadOnlyError,
+)
+
+# -- error mapping (CPU) -----------------------------------------------------------------
+
+MAPPING = [
+    (pynvml.NVML_ERROR_NO_PERMISSION, PermissionDenied),
+    (pynvml.NVML_ERROR_NOT_SUPPORTED, NotSupported),
+    (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, NotSupported),
+    (pynvml.NVML_ERROR_GPU_IS_LOST, GpuLost),
+    (pynvml.NVML_ERROR_RESET_REQUIRED, GpuLost),
+    (pynvml.NVML_ERROR_TIMEOUT, DriverTimeout),
+    (pynvml.NVML_ERROR_INVALID_ARGUMENT, InvalidValue),
+    (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, NvmlUnavailable),
+    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, NvmlUnavailable),
+    (pynvml.NVML_ERROR_UNINITIALIZED, NvmlUnavailable),
+    (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, NvmlUnavailable),
+]
+
+
+@pytest.mark.parametrize(("code", "cls"), MAPPING)
+def test_error_for_code_maps_each_nvml_code_to_its_gpuenv_error(code: int, cls: type) -> None:
+    err = nvml.error_for_code(code, op="nvmlDeviceSetGpuLockedClocks", gpu=0)
+    assert type(err) is cls
+    assert err.code == code
+    text = str(err)
+    assert "\n" not in text
+    if cls is not NvmlUnavailable:  # a driver-wide failure is about no GPU in particular
+        assert "nvmlDeviceSetGpuLockedClocks" in text and "on GPU 0" in text
+    assert err.hint, "every mapped error says what to do"
+
+
+def test_unknown_codes_stay_backend_errors_with_the_code() -> None:
+    err = nvml.error_for_code(pynvml.NVML_ERROR_IN_USE, op="nvmlDeviceGetPowerUsage", gpu=1)
+    assert type(err) is BackendError
+    assert err.code == pynvml.NVML_ERROR_IN_USE
+    assert f"NVML error {pynvml.NVML_ERROR_IN_USE}" in str(err)
+
+
+def test_permission_error_tells_how_to_get_permission() -> None:
+    err = nvml.error_for_code(pynvml.NVML_ERROR_NO_PERMISSION, op="nvmlDeviceSetGpuLockedClocks")
+    assert "root" in str(err) and "gpuenv daemon" in str(err)
+
+
+@pytest.mark.parametrize(("code", "cls"), MAPPING)
+def test_translate_reads_the_code_of_real_pynvml_exceptions(code: int, cls: type) -> None:
+    raised = pynvml.NVMLError(code)  # pynvml picks its subclass, e.g. NVMLError_NoPermission
+    assert isinstance(raised, pynvml.NVMLError) and type(raised) is not pynvml.NVMLError
+    assert type(nvml.translate(raised, op="op", gpu=2)) is cls
+
+
+def test_translate_library_mismatch_is_not_supported() -> None:
+    err = nvml.translate(pynvml.NVMLLibraryMismatchError("old driver"), op="procs", gpu=0)
+    assert isinstance(err, NotSupported)
+
+
+# -- field values (CPU) ------------------------------------------------------------------
+
+
+def _entry(field_id: int, value_type: int, attr: str, value: float, ret: int = 0):
+    entry = pynvml.c_nvmlFieldValue_t()
+    entry.fieldId = field_id
+    entry.valueType = value_type
+    entry.nvmlReturn = ret
+    entry.timestamp = 1_790_000_000_000_000
+    setattr(entry.value, attr, value)
+    return entry
+
+
+@pytest.mark.parametrize(
+    ("value_type", "attr", "value"),
+    [
+        (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", 12.5),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 698_123),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal", 7),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 123_456_789_012),
+        (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", -5),
+        (pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -3),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", 65),
+    ],
+)
+def test_field_value_decodes_each_value_type(value_type: int, attr: str, value: float) -> None:
+    assert nvml._field_value(_entry(186, value_type, attr, value)) == value
+
+
+def test_field_value_is_none_when_that_entry_failed() -> None:
+    # nvmlDeviceGetFieldValues succeeds when any field was filled: each entry has its own code
+    failed = _entry(
+        82, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 0, ret=pynvml.NVML_ERROR_NOT_SUPPORTED
+    )
+    assert nvml._field_value(failed) is None
+
+
+def test_reason_counter_fields_are_the_stable_ids_74_to_81() -> None:
+    assert tuple(range(74, 82)) == nvml.FI_PERF_POLICY
+    assert pynvml.NVML_FI_DEV_PERF_POLICY_POWER == 74
+    assert pynvml.NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS == 81
+    assert pynvml.NVML_FI_DEV_MEMORY_TEMP == nvml.FI_MEMORY_TEMP
+    assert pynvml.NVML_FI_DEV_POWER_INSTANT == nvml.FI_POWER_INSTANT
+    assert len(REASON_COUNTERS) == len(nvml.FI_PERF_POLICY)
+
+
+def _nvml_loadable() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_nvml_loadable(), reason="this machine has an NVIDIA driver")
+def test_no_driver_is_one_clear_line() -> None:
+    with pytest.raises(NvmlUnavailable) as info:
+        open_backend("nvml")
+    text = str(info.value)
+    assert "\n" not in text
+    assert "NVML" in text and "--sim" in text
+    assert isinstance(info.value.__cause__, pynvml.NVMLError)  # raise ... from err
+
+
+# -- the real GPU (device only) ----------------------------------------------------------
+
+_ALIASES = {
+    "clocks_event_reasons.active": (
+        "clocks_event_reasons.active",
+        "clocks_throttle_reasons.active",
+    ),
+    "clocks_event_reasons.supported": (
+        "clocks_event_reasons.supported",
+        "clocks_throttle_reasons.supported",
+    ),
+}
+
+
+def _smi(*args: str) -> str:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        pytest.skip("nvidia-smi is not on PATH")
+    out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"nvidia-smi {' '.join(args)}: {out.stdout}{out.stderr}".strip())
+    return out.stdout
+
+
+def _na(value: str) -> str | None:
+    value = value.strip()
+    return (
+        None if (not value or value.startswith("[") or value in ("N/A", "Unknown Error")) else value
+    )
+
+
+def smi_query(index: int, *fields: str) -> dict[str, str | None]:
+    """nvidia-smi --query-gpu for one GPU; fields it does not know under any alias are None."""
+    names = [_ALIASES.get(f, (f,))[0] for f in fields]
+    try:
+        line = _smi(
+            f"--query-gpu={','.join(names)}", "--format=csv,noheader,nounits", "-i", str(index)
+        )
+        values = [v.strip() for v in line.strip().split(",")]
+        if len(values) == len(fields):
+            return {f: _na(v) for f, v in zip(fields, values, strict=True)}
+    except RuntimeError:
+        pass
+    result: dict[str, str | None] = {}
+    for f in fields:  # one by one, trying older names
+        result[f] = None
+        for name in _ALIASES.get(f, (f,)):
+            try:
+                out = _smi(f"--query-gpu={name}", "--format=csv,noheader,nounits", "-i", str(index))
+            except RuntimeError:
+                continue
+            result[f] = _na(out.strip())
+            break
+    return result
+
+
+def _agrees(attempts: int, check) -> None:
+    """Dynamic values move: pass if one of a few side-by-side reads agrees."""
+    last: AssertionError | None = None
+    for _ in range(attempts):
+        try:
+            check()
+            return
+        except AssertionError as err:
+            last = err
+            time.sleep(0.3)
+    assert last is not None
+    raise last
+
+
+@pytest.fixture
+def real():
+    backend = nvml.NvmlBackend()
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@pytest.mark.gpu
+def test_gpu_device_info_matches_nvidia_smi_list(real: nvml.NvmlBackend) -> None:
+    listed = [
+        m.groups()
+        for m in re.finditer(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+)\)", _smi("-L"), re.M)
+    ]
+    assert real.device_count() == len(listed)
+    for index, name, uuid in listed:
+        info = real.device_info(int(index))
+        assert isinstance(info, DeviceInfo)
+        assert (info.index, info.name, info.uuid) == (int(index), name, uuid)
+        q = smi_query(int(index), "pci.bus_id", "compute_cap", "memory.total", "mig.mode.current")
+        assert info.pci_bus_id.lower() == (q["pci.bus_id"] or "").lower()
+        if q["compute_cap"]:
+            assert info.compute_capability == tuple(int(x) for x in q["compute_cap"].split("."))
+        if q["memory.total"]:
+            assert info.memory_total_mib == pytest.approx(float(q["memory.total"]), abs=2)
+        if q["mig.mode.current"] is None:
+            assert info.mig_mode in (None, False)
+        else:
+            assert info.mig_mode == (q["mig.mode.current"] == "Enabled")
+
+
+@pytest.mark.gpu
+def test_gpu_static_clocks_power_and_thresholds_match_nvidia_smi(real: nvml.NvmlBackend) -> None:
+    for i in range(real.device_count()):
+        limits = real.clock_limits(i)
+        assert isinstance(limits, ClockLimits)
+        q = smi_query(
+            i,
+            "clocks.max.sm",
+            "clocks.max.mem",
+            "clocks.default_applications.graphics",
+            "clocks.default_applications.memory",
+            "clocks.applications.graphics",
+            "clocks.applications.memory",
+            "power.limit",
+            "power.default_limit",
+            "power.min_limit",
+            "power.max_limit",
+            "persistence_mode",
+            "clocks_event_reasons.supported",
+        )
+        assert limits.max_sm_mhz == int(q["clocks.max.sm"] or 0)
+        assert limits.max_mem_mhz == int(q["clocks.max.mem"] or 0)
+        if q["clocks.default_applications.graphics"]:
+            assert limits.default_app_sm_mhz == int(q["clocks.default_applications.graphics"])
+            assert limits.default_app_mem_mhz == int(q["clocks.default_applications.memory"] or 0)
+        app = real.app_clocks(i)
+        assert isinstance(app, AppClocks)
+        if q["clocks.applications.graphics"]:
+            assert app.sm_mhz == int(q["clocks.applications.graphics"])
+            assert app.mem_mhz == int(q["clocks.applications.memory"] or 0)
+        power = real.power_limits(i)
+        assert isinstance(power, PowerLimits)
+        assert power.limit_w == pytest.approx(float(q["power.limit"] or "nan"), abs=0.5)
+        assert power.default_w == pytest.approx(float(q["power.default_limit"] or "nan"), abs=0.5)
+        assert power.min_w == pytest.approx(float(q["power.min_limit"] or "nan"), abs=0.5)
+        assert power.max_w == pytest.approx(float(q["power.max_limit"] or "nan"), abs=0.5)
+        assert real.persistence_mode(i) == (q["persistence_mode"] == "Enabled")
+        if q["clocks_event_reasons.supported"]:
+            assert real.supported_reasons(i) == int(q["clocks_event_reasons.supported"], 16)
+
+        # supported clocks: nvidia-smi's list of (memory, graphics) pairs, exactly
+        pairs = _smi(
+            "--query-supported-clocks=memory,graphics",
+            "--format=csv,noheader,nounits",
+            "-i",
+            str(i),
+        )
+        smi_pairs = {tuple(int(x) for x in line.split(",")) for line in pairs.strip().splitlines()}
+        ours = {(m, g) for m, gs in limits.supported_sm_mhz.items() for g in gs}
+        assert ours == smi_pairs
+        assert limits.supported_mem_mhz == tuple(sorted({m for m, _ in smi_pairs}, reverse=True))
+
+        # thresholds: nvidia-smi -q -d TEMPERATURE
+        text = _smi("-q", "-d", "TEMPERATURE", "-i", str(i))
+        t = real.thresholds(i)
+        assert isinstance(t, Thresholds)
+        for label, value in (
+            ("GPU Shutdown Temp", t.shutdown_c),
+            ("GPU Slowdown Temp", t.slowdown_c),
+            ("GPU Max Operating Temp", t.gpu_max_c),
+            ("Memory Max Operating Temp", t.mem_max_c),
+        ):
+            m = re.search(rf"{label}\s*:\s*(\d+) C", text)
+            assert value == (float(m.group(1)) if m else None), label
+
+
+@pytest.mark.gpu
+def test_gpu_fast_reading_matches_nvidia_smi(real: nvml.NvmlBackend) -> None:
+    fields = (
+        "clocks.sm",
+        "clocks.mem",
+        "power.draw",
+        "temperature.gpu",
+        "clocks_event_reasons.active",
+    )
+    for i in range(real.device_count()):
+
+        def check(i: int = i) -> None:
+            before = real.read_fast(i)
+            q = smi_query(i, *fields)
+            after = real.read_fast(i)
+            assert isinstance(before, FastReading)
+            assert isinstance(before.sm_mhz, int) and isinstance(before.reasons, int)
+            assert isinstance(before.power_w, float) and isinstance(before.temp_c, float)
+            sm = int(q["clocks.sm"] or 0)
+            assert (
+                min(before.sm_mhz, after.sm_mhz) - 30 <= sm <= max(before.sm_mhz, after.sm_mhz) + 30
+            )
+            assert int(q["clocks.mem"] or 0) in (before.mem_mhz, after.mem_mhz)
+            draw = float(q["power.draw"] or "nan")
+            lo, hi = sorted((before.power_w, after.power_w))
+            assert lo * 0.85 - 10 <= draw <= hi * 1.15 + 10
+            temp = float(q["temperature.gpu"] or "nan")
+            assert (
+                min(before.temp_c, after.temp_c) - 3 <= temp <= max(before.temp_c, after.temp_c) + 3
+            )
+            reasons = int(q["clocks_event_reasons.active"] or "0", 16)
+            assert reasons in (before.reasons, after.reasons)
+
+        _agrees(4, check)
+
+
+@pytest.mark.gpu
+def test_gpu_fast_reading_has_instant_power_with_a_driver_timestamp(real: nvml.NvmlBackend) -> None:
+    r = real.read_fast(0)
+    if r.power_instant_w is None:
+        pytest.skip("this GPU does not fill NVML_FI_DEV_POWER_INSTANT")
+    assert 0 < r.power_instant_w < 2000
+    assert r.driver_ts_us is not None
+    assert abs(r.driver_ts_us / 1e6 - time.time()) < 60  # microseconds since the epoch
+
+
+@pytest.mark.gpu
+def test_gpu_slow_reading_has_counters_and_memory_temperature(real: nvml.NvmlBackend) -> None:
+    first = real.read_slow(0)
+    time.sleep(0.3)
+    second = real.read_slow(0)
+    assert isinstance(first, SlowReading)
+    assert set(first.reason_ns) <= set(REASON_COUNTERS)
+    if first.energy_mj is not None:
+        assert isinstance(first.energy_mj, int)
+        assert second.energy_mj is not None and second.energy_mj >= first.energy_mj
+    for name, ns in first.reason_ns.items():
+        assert isinstance(ns, int) and second.reason_ns.get(name, ns) >= ns, name
+    q = smi_query(0, "temperature.memory")
+    if q["temperature.memory"] is not None:
+        assert second.mem_temp_c == pytest.approx(float(q["temperature.memory"]), abs=3)
+
+
+@pytest.mark.gpu
+def test_gpu_processes_match_nvidia_smi(real: nvml.NvmlBackend) -> None:
+    def check() -> None:
+        ours = {p.pid for p in real.processes(0)}
+        out = _smi("--query-compute-apps=pid", "--format=csv,noheader,nounits", "-i", "0")
+        smi = {int(x) for x in out.split() if x.strip().isdigit()}
+        assert smi <= ours  # ours also lists graphics processes
+
+    _agrees(3, check)
+
+
+@pytest.mark.gpu
+def test_gpu_power_samples_are_watts_with_timestamps(real: nvml.NvmlBackend) -> None:
+    try:
+        samples = real.power_samples(0)
+    except NotSupported:
+        pytest.skip("nvmlDeviceGetSamples(TOTAL_POWER) is not supported here")
+    for ts, watts in samples:
+        assert isinstance(ts, int) and 0 < watts < 2000
+    if samples:
+        assert real.power_samples(0, since_us=samples[-1][0] + 10_000_000) == []
+
+
+@pytest.mark.gpu
+def test_gpu_bad_index_is_device_not_found(real: nvml.NvmlBackend) -> None:
+    with pytest.raises(DeviceNotFound):
+        real.read_fast(real.device_count())
+
+
+@pytest.mark.gpu
+def test_gpu_writes_are_refused_before_nvml_when_readonly(monkeypatch: pytest.MonkeyPatch) -> None:
+    # scripts/device-test sets GPUENV_READONLY=1 (conftest hides it from tests): set it here
+    # and ask for read-only as well, so this can never write, even when run by hand.
+    monkeypatch.setenv("GPUENV_READONLY", "1")
+    backend = open_backend("nvml", readonly=True)
+    try:
+        assert isinstance(backend, ReadOnlyBackend)
+        before = backend.power_limits(0)
+        # An index no GPU has: had a call reached NVML it would raise DeviceNotFound, not
+        # ReadOnlyError, and it could not have changed anything on any GPU.
+        bad = backend.device_count() + 5
+        for op, args in (
+            ("set_locked_sm_clocks", (1350, 1350)),
+            ("reset_locked_sm_clocks", ()),
+            ("set_locked_mem_clocks", (1593, 1593)),
+            ("reset_locked_mem_clocks", ()),
+            ("set_app_clocks", (1593, 1350)),
+            ("reset_app_clocks", ()),
+            ("set_power_limit", (650.0,)),
+        ):
+            with pytest.raises(ReadOnlyError):
+                getattr(backend, op)(bad, *args)
+        assert backend.power_limits(0) == before
+    finally:
+        backend.close()
+
+
+@pytest.mark.gpu
+def test_gpu_sim_default_profile_reads_like_the_real_h100(real: nvml.NvmlBackend) -> None:
+    from gpuenv.backend.sim import SimBackend
+    from gpuenv.timebase import VirtualClock
+
+    info = real.device_info(0)
+    if "H100" not in info.name:
+        pytest.skip(f"the default sim profile models an H100, this is {info.name}")
+    sim = SimBackend("h100", clock=VirtualClock())
+    try:
+        s_info, r_info = sim.device_info(0), info
+        assert s_info.name == r_info.name
+        assert s_info.compute_capability == r_info.compute_capability
+        assert type(s_info.mig_mode) is type(r_info.mig_mode)
+        s, r = sim.clock_limits(0), real.clock_limits(0)
+        assert s.supported_mem_mhz == r.supported_mem_mhz
+        assert s.supported_sm_mhz == r.supported_sm_mhz
+        assert (s.max_sm_mhz, s.max_mem_mhz) == (r.max_sm_mhz, r.max_mem_mhz)
+        assert (s.default_app_sm_mhz, s.default_app_mem_mhz) == (
+            r.default_app_sm_mhz,
+            r.default_app_mem_mhz,
+        )
+        assert s.locked_clocks_supported == r.locked_clocks_supported
+        assert s.locked_mem_supported == r.locked_mem_supported
+        sp, rp = sim.power_limits(0), real.power_limits(0)
+        assert (sp.default_w, sp.min_w, sp.max_w) == (rp.default_w, rp.min_w, rp.max_w)
+        assert sim.thresholds(0) == real.thresholds(0)
+        assert sim.supported_reasons(0) == real.supported_reasons(0)
+        assert isinstance(sim.app_clocks(0), AppClocks)
+        # the same reads give the same types and plausible ranges
+        for reading in (sim.read_fast(0), real.read_fast(0)):
+            assert isinstance(reading.sm_mhz, int) and isinstance(reading.mem_mhz, int)
+            assert isinstance(reading.power_w, float) and isinstance(reading.temp_c, float)
+            assert isinstance(reading.reasons, int)
+            assert reading.mem_mhz in r.supported_mem_mhz
+            assert 300 <= reading.sm_mhz <= r.max_sm_mhz
+            assert 20 < reading.power_w <= rp.max_w * 1.1
+            assert 10 < reading.temp_c < 100
+        s_slow, r_slow = sim.read_slow(0), real.read_slow(0)
+        assert type(s_slow.energy_mj) is type(r_slow.energy_mj)
+        assert set(r_slow.reason_ns) <= set(s_slow.reason_ns)  # the sim offers what NVML does
+        assert (s_slow.mem_temp_c is None) == (r_slow.mem_temp_c is None)
+        assert type(sim.persistence_mode(0)) is type(real.persistence_mode(0))
+        # and the same errors for a GPU that is not there
+        with pytest.raises(DeviceNotFound):
+            sim.read_fast(sim.device_count())
+        with pytest.raises(DeviceNotFound):
+            real.read_fast(real.device_count())
+    finally:
+        sim.close()

@@ -40,3 +40,21 @@ def _isolate_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempP
     state = tmp_path_factory.mktemp("gpuenv-state")
     monkeypatch.setenv("GPUENV_STATE_DIR", str(state / "journal"))
     monkeypatch.setenv("GPUENV_SIM_STATE", str(state / "sim.json"))
+
+
+@pytest.fixture
+def vclock():
+    """Virtual time starting at 1000.0 s: sleep/advance move it at once."""
+    from gpuenv.timebase import VirtualClock
+
+    return VirtualClock()
+
+
+@pytest.fixture
+def sim(vclock):
+    """A simulated H100 (in memory, root, virtual time): `sim.clock is vclock`."""
+    from gpuenv.backend.sim import SimBackend
+
+    backend = SimBackend(clock=vclock)
+    yield backend
+    backend.close()

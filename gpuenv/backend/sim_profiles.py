@@ -1,0 +1,236 @@
+"""Profiles of the simulated GPU: data, one frozen record per kind of card.
+
+A profile holds what NVML would report (names, clock lists, limits,
+thresholds) and the constants of the physics in `sim.py`:
+
+    power_w  = p_base_w + leakage(T) + (f / f_max) ** dyn_exponent * (p_clock_w + load * p_load_w)
+    leakage  = leak_ref_w * exp((T - leak_ref_c) / leak_scale_c)
+    dT/dt    = (ambient_c + r_c_per_w * power_w - T) / tau_s
+
+The "h100" numbers are fitted to GPU_FACTS.md (idle 72 W at 36 C, 120 W with a
+context, 700 W cap reached at ~1515 MHz when cool and ~1380 MHz at 63 C,
+36 -> 63 C over 45 s of sustained load); `scripts/bench_sim_fidelity.py`
+checks them. The other two are plausible, not measured: a consumer card with
+weak cooling that reaches thermal slowdown, and a pre-Volta data-centre card
+that has application clocks but no locked clocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def clock_range(low: float, high: float, step: float) -> tuple[int, ...]:
+    """Supported clocks from `high` down to `low` in `step` MHz (rounded: 7.5 -> 7/8 steps)."""
+    n = round((high - low) / step)
+    return tuple(round(high - i * step) for i in range(n + 1))
+
+
+@dataclass(frozen=True)
+class SimProfile:
+    key: str  # "h100"
+    gpu_name: str  # what nvmlDeviceGetName returns
+    compute_capability: tuple[int, int] | None
+    memory_total_mib: int
+    driver_version: str
+    sm_clocks_mhz: tuple[
+        int, ...
+    ]  # supported graphics clocks, descending (the same for every memory clock)
+    mem_clocks_mhz: tuple[int, ...]  # supported memory clocks, descending
+    idle_sm_mhz: int  # no CUDA context: the GPU parks here with reason GpuIdle
+    base_sm_mhz: int | None  # TDP/base clock: what (CLOCK_LIMIT_TDP, CLOCK_LIMIT_TDP) locks to
+    default_app_sm_mhz: int
+    default_app_mem_mhz: int
+    locked_clocks_supported: bool  # nvmlDeviceSetGpuLockedClocks (Volta+)
+    locked_mem_supported: bool  # nvmlDeviceSetMemoryLockedClocks taking effect at once (not Hopper)
+    app_clocks_supported: bool  # nvmlDeviceSetApplicationsClocks (not on GeForce)
+    mig_capable: bool
+    power_default_w: float
+    power_min_w: float
+    power_max_w: float
+    # -- power model (see module docstring) --
+    p_base_w: float
+    leak_ref_w: float
+    leak_ref_c: float
+    leak_scale_c: float
+    p_clock_w: float
+    p_load_w: float
+    dyn_exponent: float
+    # -- thermal model --
+    ambient_c: float
+    r_c_per_w: float
+    tau_s: float
+    # -- thresholds (nvidia-smi -q -d TEMPERATURE); None where the card does not report one --
+    slowdown_c: float  # HW thermal slowdown (reasons 0x40 | 0x8)
+    shutdown_c: float  # the GPU shuts down: the sim reports it lost
+    gpu_max_c: float | None  # max operating temperature: the SW thermal slowdown target (0x20)
+    mem_max_c: float | None
+    mem_temp_offset_c: float | None  # memory runs this much hotter; None: no memory sensor
+    supported_reasons: int
+    persistence_default: bool
+    pci_bus_ids: tuple[str, ...]  # for GPUs 0.. in NVML order; more are generated
+    context_mib: int = 512  # device memory a CUDA context takes
+    uuid_prefix: str = "GPU"
+    # -- driver timing --
+    update_s: float = 0.1  # clocks, power, reasons and counters refresh this often
+    temp_update_s: float = 0.2
+    power_filter_s: float = 0.15  # time constant of the power the cap controller acts on
+    max_step_down: int = 8  # clock steps the cap may drop per update period
+    hw_slowdown_factor: float = 0.5  # HW slowdown pulls the clock to this fraction of max
+
+    @property
+    def max_sm_mhz(self) -> int:
+        return self.sm_clocks_mhz[0]
+
+    @property
+    def max_mem_mhz(self) -> int:
+        return self.mem_clocks_mhz[0]
+
+    @property
+    def sw_thermal_c(self) -> float:
+        """Temperature above which the driver lowers clocks (SwThermalSlowdown)."""
+        return self.gpu_max_c if self.gpu_max_c is not None else self.slowdown_c - 2.0
+
+
+_SXM_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+
+H100 = SimProfile(
+    key="h100",
+    gpu_name="NVIDIA H100 80GB HBM3",
+    compute_capability=(9, 0),
+    memory_total_mib=81559,
+    driver_version="580.159.04",
+    sm_clocks_mhz=clock_range(345, 1980, 15),
+    mem_clocks_mhz=(2619, 1593),
+    idle_sm_mhz=345,
+    base_sm_mhz=1590,
+    default_app_sm_mhz=1980,
+    default_app_mem_mhz=2619,
+    locked_clocks_supported=True,
+    locked_mem_supported=False,  # Hopper: only the deferred -lmcd works (GPU_FACTS.md)
+    app_clocks_supported=True,
+    mig_capable=True,
+    power_default_w=700.0,
+    power_min_w=200.0,
+    power_max_w=700.0,
+    p_base_w=30.0,
+    leak_ref_w=40.0,
+    leak_ref_c=36.0,
+    leak_scale_c=19.5,
+    p_clock_w=50.0,
+    p_load_w=1002.0,
+    dyn_exponent=2.0,
+    ambient_c=32.33,
+    r_c_per_w=0.05096,
+    tau_s=24.0,
+    slowdown_c=89.0,
+    shutdown_c=95.0,
+    gpu_max_c=87.0,
+    mem_max_c=95.0,
+    mem_temp_offset_c=3.0,
+    supported_reasons=0x1FF,
+    persistence_default=True,
+    pci_bus_ids=tuple(f"00000000:{b}:00.0" for b in _SXM_BUSES),
+)
+
+RTX4090 = SimProfile(
+    key="rtx4090",
+    gpu_name="NVIDIA GeForce RTX 4090",
+    compute_capability=(8, 9),
+    memory_total_mib=24564,
+    driver_version="580.159.04",
+    sm_clocks_mhz=clock_range(210, 2790, 15),
+    mem_clocks_mhz=(10501, 5001, 810, 405),
+    idle_sm_mhz=210,
+    base_sm_mhz=2235,
+    default_app_sm_mhz=2790,
+    default_app_mem_mhz=10501,
+    locked_clocks_supported=True,
+    locked_mem_supported=True,
+    app_clocks_supported=False,  # GeForce: nvmlDeviceSetApplicationsClocks is NOT_SUPPORTED
+    mig_capable=False,
+    power_default_w=450.0,
+    power_min_w=150.0,
+    power_max_w=600.0,
+    p_base_w=12.0,
+    leak_ref_w=10.0,
+    leak_ref_c=35.0,
+    leak_scale_c=25.0,
+    p_clock_w=25.0,
+    p_load_w=470.0,
+    dyn_exponent=2.2,
+    # A tower case with a clogged filter: 450 W would settle near 95 C, so a
+    # sustained load meets SW thermal slowdown at 83 C within a minute or two.
+    ambient_c=30.0,
+    r_c_per_w=0.145,
+    tau_s=40.0,
+    slowdown_c=88.0,
+    shutdown_c=92.0,
+    gpu_max_c=83.0,
+    mem_max_c=None,
+    mem_temp_offset_c=None,
+    supported_reasons=0x1FF,
+    persistence_default=False,
+    pci_bus_ids=("00000000:01:00.0", "00000000:02:00.0", "00000000:41:00.0", "00000000:42:00.0"),
+    context_mib=400,
+)
+
+LEGACY = SimProfile(
+    key="legacy",
+    gpu_name="Tesla P100-PCIE-16GB",
+    compute_capability=(6, 0),
+    memory_total_mib=16280,
+    driver_version="535.247.01",
+    sm_clocks_mhz=clock_range(544, 1328, (1328 - 544) / 62),  # ~12.6 MHz steps, as on a P100
+    mem_clocks_mhz=(715,),
+    idle_sm_mhz=544,
+    base_sm_mhz=1189,
+    default_app_sm_mhz=1189,
+    default_app_mem_mhz=715,
+    locked_clocks_supported=False,  # pre-Volta: application clocks only
+    locked_mem_supported=False,
+    app_clocks_supported=True,
+    mig_capable=False,
+    power_default_w=250.0,
+    power_min_w=125.0,
+    power_max_w=250.0,
+    p_base_w=18.0,
+    leak_ref_w=8.0,
+    leak_ref_c=30.0,
+    leak_scale_c=25.0,
+    p_clock_w=10.0,
+    p_load_w=235.0,
+    dyn_exponent=2.0,
+    ambient_c=25.0,
+    r_c_per_w=0.16,
+    tau_s=30.0,
+    slowdown_c=88.0,
+    shutdown_c=93.0,
+    gpu_max_c=None,  # not reported by pre-Volta cards
+    mem_max_c=None,
+    mem_temp_offset_c=None,
+    supported_reasons=0x1FF,
+    persistence_default=True,
+    pci_bus_ids=("00000000:04:00.0", "00000000:06:00.0", "00000000:07:00.0", "00000000:08:00.0"),
+    context_mib=300,
+)
+
+PROFILES: dict[str, SimProfile] = {p.key: p for p in (H100, RTX4090, LEGACY)}
+
+
+def get_profile(profile: str | SimProfile) -> SimProfile:
+    """A profile by name ("h100", "rtx4090", "legacy"), or the record itself."""
+    from gpuenv.errors import ConfigError
+
+    if isinstance(profile, SimProfile):
+        return profile
+    key = str(profile).strip().lower()
+    if key not in PROFILES:
+        raise ConfigError(
+            f"unknown simulated GPU profile {profile!r} (from GPUENV_SIM_PROFILE or the caller)",
+            hint=f"use one of: {', '.join(PROFILES)}",
+        )
+    return PROFILES[key]
+
+
+__all__ = ["H100", "LEGACY", "PROFILES", "RTX4090", "SimProfile", "clock_range", "get_profile"]

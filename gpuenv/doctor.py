@@ -349,7 +349,7 @@ def check_temperature(ctx: Context) -> Iterable[Check]:
 
 
 def check_journal(ctx: Context) -> Iterable[Check]:
-    """Clocks gpuenv locked (journal): by whom, and whether that owner still lives."""
+    """Clocks gpuenv locked (its journal): by whom, and whether that owner still lives."""
     try:
         from gpuenv.journal import Journal
     except ImportError:
@@ -363,45 +363,27 @@ def check_journal(ctx: Context) -> Iterable[Check]:
         return
     for entry in entries:
         index = by_uuid.get(entry.uuid)
-        if index is None:
+        if index is None or entry.backend != ctx.backend.name:
             continue
-        owners = list(getattr(entry, "owners", []) or [])
-        live = [o for o in owners if o.kind == "standing" or _alive(o.pid)]
-        if owners and not live:
+        live = entry.live_owners()
+        if not live:
+            gone = ", ".join(o.describe() for o in entry.owners) or "an owner gpuenv lost track of"
             yield Check(
                 "journal",
                 "warning",
-                f"GPU {index} was locked by gpuenv for pid(s) "
-                f"{', '.join(str(o.pid) for o in owners)}, which are gone: the lock may remain",
+                f"GPU {index} is still locked by gpuenv for {gone}, which has ended",
                 "gpuenv restore",
                 gpu=index,
             )
         else:
-            who = ", ".join(
-                "a standing lock ('gpuenv lock')"
-                if o.kind == "standing"
-                else f"pid {o.pid} ({o.user}: {o.command})"
-                for o in live
-            )
             yield Check(
                 "journal",
                 "info",
-                f"GPU {index} clocks are locked by gpuenv for {who or 'an unknown owner'}",
+                f"GPU {index} clocks are locked by gpuenv for "
+                + "; ".join(o.describe() for o in live),
                 "'gpuenv restore' puts back what was there before",
                 gpu=index,
             )
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # -- host -------------------------------------------------------------------------------

@@ -11,9 +11,10 @@ Schema 1 (`gpuenv status --json`):
      "gpus": [{
         "index": int, "uuid": str, "name": str, "pci_bus_id": str,
         "sm_mhz": int, "sm_max_mhz": int, "mem_mhz": int, "mem_max_mhz": int,
-        "lock": {"state": "locked" | "unlocked" | "unknown",
+        "lock": {"state": "locked" | "none" | "unknown",   # none: no gpuenv lock
                  "sm_mhz": [min, max] | null, "mem_mhz": [min, max] | null,
-                 "owners": [{"pid", "user", "command", "kind", "started_at"}]},
+                 "holds": bool | null,      # SM clock inside the locked range now
+                 "owners": [str], "stale": bool, "text": str},
         "app_clocks": {"sm_mhz", "mem_mhz", "default_sm_mhz", "default_mem_mhz"},
         "power_w": float, "power_limit_w": float | null, "power_default_w": float | null,
         "temp_c": float, "slowdown_c": float | null,
@@ -101,7 +102,7 @@ def _gpu_status(backend: Backend, index: int) -> dict[str, Any]:
         "sm_max_mhz": limits.max_sm_mhz,
         "mem_mhz": fast.mem_mhz,
         "mem_max_mhz": limits.max_mem_mhz,
-        "lock": lock_info(backend, index, info.uuid),
+        "lock": lock_info(backend, index),
         "app_clocks": {
             "sm_mhz": app.sm_mhz if app else None,
             "mem_mhz": app.mem_mhz if app else None,
@@ -122,45 +123,41 @@ def _gpu_status(backend: Backend, index: int) -> dict[str, Any]:
     }
 
 
-def lock_info(backend: Backend, index: int, uuid: str) -> dict[str, Any]:
-    """Locked clocks and their owners, as gpuenv's journal knows them.
+def lock_info(backend: Backend, index: int) -> dict[str, Any]:
+    """gpuenv's lock on GPU `index`: range, owners, and whether it holds right now.
 
-    NVML cannot be asked whether clocks are locked (there is no getter), so
-    without gpuenv's clocks module, or for a lock someone set with nvidia-smi,
-    the state is "unknown".
+    NVML cannot be asked whether clocks are locked (there is no getter): only
+    gpuenv's journal knows, so a lock set with nvidia-smi shows as "none", and
+    "unknown" means the journal could not be read.
     """
-    unknown: dict[str, Any] = {"state": "unknown", "sm_mhz": None, "mem_mhz": None, "owners": []}
+    unknown: dict[str, Any] = {
+        "state": "unknown",
+        "sm_mhz": None,
+        "mem_mhz": None,
+        "holds": None,
+        "owners": [],
+        "stale": False,
+        "text": "unknown",
+    }
     try:
-        from gpuenv import clocks
+        from gpuenv.clocks import lock_status
     except ImportError:
         return unknown
     try:
-        state = clocks.read_state(backend, index)
-    except GpuenvError:
-        return unknown
-    owners: list[dict[str, Any]] = []
-    try:
-        from gpuenv.journal import Journal
-
-        entry = Journal().get(uuid)
-    except (ImportError, GpuenvError, OSError):
-        entry = None
-    for owner in getattr(entry, "owners", None) or []:
-        owners.append(
-            {
-                "pid": getattr(owner, "pid", None),
-                "user": getattr(owner, "user", None),
-                "command": getattr(owner, "command", None),
-                "kind": getattr(owner, "kind", None),
-                "started_at": getattr(owner, "started_at", None),
-            }
-        )
-    locked = state.locked_sm is not None or state.locked_mem is not None
+        st = lock_status(backend, index)
+    except (GpuenvError, OSError) as err:
+        return {**unknown, "text": f"unknown: {err}"}
+    if not st.locked:
+        return {**unknown, "state": "none", "text": st.describe()}
+    mem = st.applied.locked_mem if st.applied is not None else None
     return {
-        "state": "locked" if locked else ("unlocked" if state.locked_known else "unknown"),
-        "sm_mhz": list(state.locked_sm) if state.locked_sm else None,
-        "mem_mhz": list(state.locked_mem) if state.locked_mem else None,
-        "owners": owners,
+        "state": "locked",
+        "sm_mhz": list(st.range) if st.range else None,
+        "mem_mhz": list(mem) if mem else None,
+        "holds": st.holds,
+        "owners": list(st.owners) or ([st.owner] if st.owner else []),
+        "stale": st.stale,
+        "text": st.describe(),
     }
 
 
@@ -187,23 +184,23 @@ def _pair(now: object, limit: object) -> str:
 
 
 def _lock_text(lock: dict[str, Any] | None) -> str:
-    if not lock:
+    if not lock or lock["state"] == "unknown":
         return "?"
-    if lock["state"] == "locked":
-        parts = []
-        if lock["sm_mhz"]:
-            lo, hi = lock["sm_mhz"]
-            parts.append(f"{lo}" if lo == hi else f"{lo}-{hi}")
-        if lock["mem_mhz"]:
-            lo, hi = lock["mem_mhz"]
-            parts.append(f"mem {lo}" if lo == hi else f"mem {lo}-{hi}")
-        owner = lock["owners"][0] if lock["owners"] else None
-        if owner and owner.get("pid"):
-            parts.append(f"pid {owner['pid']}")
-        elif owner and owner.get("kind") == "standing":
-            parts.append("standing")
-        return " ".join(parts) or "locked"
-    return {"unlocked": "no", "unknown": "unknown"}.get(lock["state"], lock["state"])
+    if lock["state"] == "none":
+        return "no"
+    parts = []
+    if lock["sm_mhz"]:
+        lo, hi = lock["sm_mhz"]
+        parts.append(f"{lo}" if lo == hi else f"{lo}-{hi}")
+    if lock["mem_mhz"]:
+        lo, hi = lock["mem_mhz"]
+        parts.append(f"mem {lo}" if lo == hi else f"mem {lo}-{hi}")
+    text = " ".join(parts) or "yes"
+    if lock["stale"]:
+        return text + " (stale)"
+    if lock["holds"] is False:
+        return text + " (not held)"
+    return text
 
 
 def format_table(snap: dict[str, Any]) -> str:
@@ -260,5 +257,10 @@ def format_table(snap: dict[str, Any]) -> str:
     if snap.get("readonly"):
         title += " (read-only)"
     lines = [title, line(header), *(line(r) for r in rows)]
+    lines += [
+        f"GPU {g['index']}: {g['lock']['text']}"
+        for g in snap["gpus"]
+        if g.get("lock") and g["lock"]["state"] == "locked"
+    ]
     lines += errors
     return "\n".join(lines)

@@ -39,6 +39,9 @@ DEFAULT_PERIOD_S = 0.025
 # about every 100 ms too: read them at most that often, plus at region edges.
 DEFAULT_SLOW_PERIOD_S = 0.1
 DEFAULT_CAPACITY = 32768  # samples per GPU in the ring buffer: 13.6 minutes at 25 ms
+# The energy counter moves in ~100 ms steps, so the delta over a region is exact only to
+# about one step at each edge: below 10 steps (10% or worse) the value is marked estimated.
+ENERGY_EXACT_MIN_S = 1.0
 # How long window() waits, in real time, for the sampler's read at the region's end edge.
 EDGE_WAIT_S = 0.5
 
@@ -108,10 +111,12 @@ class Window:
 
     Clock and power means are time-weighted: each sample holds until the next
     one. Values are None where no sample covered the region. `energy_j` comes
-    from the energy counter; the driver refreshes it every ~100 ms, so for a
-    shorter region it is interpolated between reads and `energy_interpolated`
-    says so. `reason_s` is the time spent under each cumulative reason counter
-    (REASON_COUNTERS names), interpolated between counter reads.
+    from the energy counter; the driver refreshes it every ~100 ms, so it is
+    interpolated between the reads where it changed, and `energy_interpolated`
+    marks regions shorter than ENERGY_EXACT_MIN_S (10 refreshes), where that
+    estimate may be off by more than 10%. `reason_s` is the time spent under
+    each cumulative reason counter (REASON_COUNTERS names), interpolated between
+    counter reads: exact to the read times, which region edges trigger.
     """
 
     gpu: int
@@ -174,15 +179,17 @@ class Window:
             parts.append(f"{self.power_w_mean:.0f} W (max {self.power_w_max:.0f})")
         if self.energy_j is not None:
             approx = "~" if self.energy_interpolated else ""
-            parts.append(f"{approx}{self.energy_j:.3g} J")
+            parts.append(f"{approx}{_fmt_j(self.energy_j)}")
         if self.temp_c_start is not None:
             parts.append(f"{self.temp_c_start:.0f}->{self.temp_c_end:.0f} C")
         names = self.reason_names
         parts.append("reasons: " + (", ".join(names) if names else "none"))
-        timed = {k: v for k, v in self.reason_s.items() if v > 0}
+        timed = [(k, v) for k, v in self.reason_s.items() if v > 0]
         if timed:
+            order = list(COUNTER_LABELS)
+            timed.sort(key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
             parts.append(
-                "under " + ", ".join(f"{k} {_fmt_s(v)}" for k, v in sorted(timed.items()))
+                ", ".join(f"{COUNTER_LABELS.get(k, k)} {_fmt_s(v)}" for k, v in timed)
             )
         if self.lock_held is not None:
             parts.append("lock held" if self.lock_held else "lock NOT held")
@@ -194,6 +201,27 @@ class Window:
 
     def __str__(self) -> str:
         return self.summary()
+
+
+# How the cumulative reason counters (REASON_COUNTERS) read in a summary line.
+COUNTER_LABELS = {
+    "power": "under power cap",
+    "thermal": "under thermal limit",
+    "sync_boost": "under sync boost",
+    "board_limit": "under board limit",
+    "low_utilization": "low utilization",
+    "reliability": "under reliability limit",
+    "total_app_clocks": "below app clocks",
+    "total_base_clocks": "below base clock",
+}
+
+
+def _fmt_j(joules: float) -> str:
+    if joules >= 100:
+        return f"{joules:.0f} J"
+    if joules >= 1:
+        return f"{joules:.3g} J"
+    return f"{joules * 1e3:.3g} mJ"
 
 
 def _fmt_s(seconds: float) -> str:
@@ -630,11 +658,11 @@ def _from_counters(
         if not changes or s.energy_mj != changes[-1][1]:
             changes.append((s.t, float(s.energy_mj)))
     if changes and last_read_t is not None:
-        e0, x0 = _interp_energy(changes, last_read_t, t0)
-        e1, x1 = _interp_energy(changes, last_read_t, t1)
+        e0 = _interp_energy(changes, last_read_t, t0)
+        e1 = _interp_energy(changes, last_read_t, t1)
         if e0 is not None and e1 is not None:
             out["energy_j"] = max(0.0, e1 - e0) / 1000.0
-            out["energy_interpolated"] = x0 or x1 or (t1 - t0) < lag_s
+            out["energy_interpolated"] = (t1 - t0) < ENERGY_EXACT_MIN_S
     # Time under each reason: cumulative ns counters, linear between reads.
     keys = sorted({k for s in slow for k in s.reason_ns})
     reason_s = {}
@@ -672,12 +700,12 @@ def _interp(pts: Sequence[tuple[float, float]], t: float) -> float | None:
 
 def _interp_energy(
     changes: Sequence[tuple[float, float]], last_read_t: float, t: float
-) -> tuple[float | None, bool]:
-    """Energy (mJ) at t, and whether it was estimated past the last change."""
+) -> float | None:
+    """Energy (mJ) at t; past the last change (not yet refreshed), at the recent rate."""
     value = _interp(changes, t)
     if value is not None:
-        return value, False
+        return value
     if changes and changes[-1][0] < t <= last_read_t + DRIVER_REFRESH_S and len(changes) >= 2:
         (ta, va), (tb, vb) = changes[-2], changes[-1]
-        return vb + (vb - va) / (tb - ta) * (t - tb), True  # the recent average power
-    return None, False
+        return vb + (vb - va) / (tb - ta) * (t - tb)
+    return None

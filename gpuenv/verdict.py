@@ -92,8 +92,9 @@ class VerdictConfig:
         (the default unless a lock is asked for): capping at the default power
         limit is normal for heavy kernels and is reported at severity info.
     thermal
-      thermal_margin_c: a temperature within this of the slowdown threshold is
-        reported (info) even before the GPU slows down.
+      thermal_margin_c: a temperature within this of the GPU's max operating
+        temperature (else its slowdown threshold) is reported (info) before the
+        GPU slows down.
     lock_not_held
       lock_tolerance_mhz: how far outside the locked range the SM clock may read.
     clock_drift
@@ -118,7 +119,7 @@ class VerdictConfig:
     power_cap_min_fraction: float = 0.01
     stable_clocks: bool = False
     thermal_margin_c: float = 5.0
-    lock_tolerance_mhz: float = 0.0
+    lock_tolerance_mhz: float = 1.0
     clock_drift_rel: float = 0.02
     reject_severity: str = "warning"
     min_reps: int = 3
@@ -153,6 +154,7 @@ class GpuFacts:
 
     max_sm_mhz: float | None = None
     slowdown_c: float | None = None
+    gpu_max_c: float | None = None  # max operating temperature: SW thermal slowdown begins
     power_limit_w: float | None = None
     lock_range_mhz: tuple[int, int] | None = None
 
@@ -264,9 +266,13 @@ def _warmup(
         return []
     why = []
     if cold:
-        start = ws[cold[0]].sm_mhz_start
-        clock = f" at {start:.0f} MHz" if start is not None else ""
-        why.append(f"{_reps_text(cold, len(ws))} started from idle clocks{clock}")
+        w0 = ws[cold[0]]
+        if w0.reasons_start & REASON_GPU_IDLE:
+            why.append(f"{_reps_text(cold, len(ws))} started with the GPU idle (GpuIdle: no "
+                       "CUDA context yet, or one just created)")
+        else:
+            why.append(f"{_reps_text(cold, len(ws))} started at an idle clock of "
+                       f"{w0.sm_mhz_start:.0f} MHz")
     if slow_head and settled is not None and times is not None:
         worst = max(times[i] for i in slow_head)
         why.append(
@@ -279,7 +285,7 @@ def _warmup(
             "warning",
             tuple(reps),
             f"GPU {g} was still warming up: " + "; ".join(why)
-            + " (warm up longer, or let gpuenv.bench discard warmup reps)",
+            + "; warm up longer, or let gpuenv.bench discard warmup reps",
             g,
             {"cold_start_reps": len(cold), "slow_head_reps": len(slow_head)},
         )
@@ -326,14 +332,14 @@ def _power_cap(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[
             details["clock_cost_mhz"] = cost
             details["max_sm_mhz"] = f.max_sm_mhz
             text += (
-                f": SM clock {mean:.0f} MHz, {cost:.0f} MHz ({100 * cost / f.max_sm_mhz:.0f}%)"
-                f" below its {f.max_sm_mhz:.0f} MHz maximum"
+                f": SM clock averaged {mean:.0f} MHz, {cost:.0f} MHz"
+                f" ({100 * cost / f.max_sm_mhz:.0f}%) below its {f.max_sm_mhz:.0f} MHz maximum"
             )
         else:
-            text += f": SM clock {mean:.0f} MHz"
+            text += f": SM clock averaged {mean:.0f} MHz"
     if f.power_limit_w:
         details["power_limit_w"] = f.power_limit_w
-        text += f" at the {f.power_limit_w:.0f} W limit"
+        text += f", at the {f.power_limit_w:.0f} W power limit"
     if c.stable_clocks:
         severity = "warning"
         text += " (lock a clock the cap can hold: gpuenv calibrate)"
@@ -360,18 +366,21 @@ def _thermal(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Fi
         )
         return [Finding("thermal", "error" if hw else "warning", tuple(slow), text, g,
                         {"temp_c_max": tmax, "time_under_thermal_s": under})]
-    if f.slowdown_c is None:
+    # the first temperature where the driver cuts clocks: max operating, else slowdown
+    limit, what = (f.gpu_max_c, "max operating") if f.gpu_max_c else (f.slowdown_c, "slowdown")
+    if limit is None:
         return []
     near = [i for i, w in enumerate(ws)
-            if w.temp_c_max is not None and w.temp_c_max >= f.slowdown_c - c.thermal_margin_c]
+            if w.temp_c_max is not None and w.temp_c_max >= limit - c.thermal_margin_c]
     if not near:
         return []
     tmax = max((ws[i].temp_c_max or 0.0) for i in near)
     return [Finding(
         "thermal", "info", tuple(near),
         f"GPU {g} reached {tmax:.0f} C in {_reps_text(near, len(ws))}, within "
-        f"{c.thermal_margin_c:.0f} C of its {f.slowdown_c:.0f} C slowdown threshold",
-        g, {"temp_c_max": tmax, "slowdown_c": f.slowdown_c},
+        f"{c.thermal_margin_c:.0f} C of its {limit:.0f} C {what} temperature, where the "
+        "driver starts to cut the clock",
+        g, {"temp_c_max": tmax, "limit_c": limit},
     )]
 
 

@@ -1,0 +1,738 @@
+"""`gpuenv.stable()`: lock if asked and allowed, sample, and judge every measurement.
+
+    with gpuenv.stable(sm=1350, policy="reject") as env:   # lock if asked and allowed
+        with env.measure("step") as m:
+            train_step()
+    print(m.telemetry, m.findings, m.verdict)
+    env.results.save("run.jsonl")
+
+A session owns a `Sampler` over its GPUs and, when `sm=`/`mem=` are given and
+the process may set clocks, a clock lock (gpuenv.clocks) that it releases in
+`finally`. Without permission it observes and says so once. Each measurement
+gets per-rep `Window`s, findings (gpuenv.verdict) and a verdict under the
+session's policy, and is appended to `output` (JSONL) as soon as it ends.
+
+Two modes make a GPU that cannot be locked still give the same number twice:
+  - "burst" (default): before each measurement, wait until the GPU is back in
+    its cool, uncapped state (no power cap or thermal reason, SM clock back at
+    its maximum or inside the lock, temperature near the session's starting
+    temperature), at most `ModeConfig.burst_timeout_s`.
+  - "sustained": before the first measurement, run a load until the SM clock's
+    median and the temperature settle (equilibrium), with a progress line on
+    stderr; every measurement is then taken in that hot, steady state.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import IO, Any
+
+from gpuenv.backend import (
+    REASON_GPU_IDLE,
+    REASON_HW_POWER_BRAKE,
+    REASON_HW_SLOWDOWN,
+    REASON_HW_THERMAL,
+    REASON_SW_POWER_CAP,
+    REASON_SW_THERMAL,
+    Backend,
+)
+from gpuenv.errors import ConfigError, GpuenvError
+from gpuenv.results import Measurement, Results, ResultStore, environment_metadata
+from gpuenv.telemetry import Sampler, Window
+from gpuenv.timebase import Clock
+from gpuenv.verdict import (
+    DEFAULT_CONFIG,
+    Finding,
+    GpuFacts,
+    VerdictConfig,
+    affected_reps,
+    apply_policy,
+    assess,
+    check_policy,
+    retry_delays,
+)
+
+log = logging.getLogger(__name__)
+
+MODES = ("burst", "sustained")
+# reasons that hold the clock down: burst mode waits until none is active
+_HELD_DOWN = (
+    REASON_SW_POWER_CAP | REASON_SW_THERMAL | REASON_HW_THERMAL | REASON_HW_SLOWDOWN
+    | REASON_HW_POWER_BRAKE
+)
+
+
+class ObserveOnlyWarning(UserWarning):
+    """stable() was asked to lock clocks but could not: it observes instead."""
+
+
+class NotRecoveredWarning(UserWarning):
+    """burst mode timed out waiting for the GPU to cool down and uncap."""
+
+
+@dataclass(frozen=True)
+class ModeConfig:
+    """Thresholds of the burst and sustained modes.
+
+    burst
+      burst_timeout_s: the longest wait before a measurement; after it, measure
+        anyway (the findings will say what state the GPU was in) and warn once.
+      burst_temp_margin_c: "cool" is within this of the idle temperature
+        (`burst_idle_temp_c`, default: the temperature when the session started).
+      burst_clock_rel: "uncapped" is an SM clock within this fraction of the
+        maximum (or inside the locked range) with no power or thermal reason.
+      poll_s: how often to look; the driver refreshes every ~100 ms.
+    sustained
+      sustained_chunk_s: the load runs in chunks this long; each chunk gives one
+        SM clock median and one temperature.
+      sustained_chunks: equilibrium needs this many consecutive chunk medians
+        within `sustained_clock_rel` of each other, and a temperature slope over
+        them below `sustained_temp_slope_c_per_min`.
+      sustained_min_s / sustained_timeout_s: precondition at least / at most this long.
+    """
+
+    burst_timeout_s: float = 30.0
+    burst_temp_margin_c: float = 5.0
+    burst_clock_rel: float = 0.02
+    burst_idle_temp_c: float | None = None
+    poll_s: float = 0.1
+    sustained_chunk_s: float = 1.0
+    sustained_chunks: int = 3
+    sustained_clock_rel: float = 0.01
+    sustained_temp_slope_c_per_min: float = 1.0
+    sustained_min_s: float = 5.0
+    sustained_timeout_s: float = 300.0
+
+
+def stable(
+    sm: int | tuple[int, int] | str | None = None,
+    mem: int | tuple[int, int] | None = None,
+    gpus: str | int | Sequence[str | int] | None = None,
+    policy: str = "annotate",
+    mode: str = "burst",
+    *,
+    backend: Backend | None = None,
+    clock: Clock | None = None,
+    output: str | None = None,
+    period: float | None = None,
+    config: VerdictConfig | None = None,
+    mode_config: ModeConfig | None = None,
+    stable_clocks: bool | None = None,
+    load: Callable[[], object] | None = None,
+    cuda_events: bool = False,
+    supervise: bool = True,
+    progress: IO[str] | None = None,
+) -> Session:
+    """A measuring session; use it as a context manager.
+
+    sm, mem: clocks to lock (gpuenv.clocks.lock: 1350, (1200, 1500), "max",
+      "base", "sustained"); locked only when permitted, else observed (one warning).
+    gpus: which GPUs to sample (and lock): None = all; see gpuenv.devices.select_gpus.
+    policy: "annotate" (keep everything, attach findings), "reject" (drop affected
+      reps), "retry" (re-run affected reps after a recovery delay; with a single
+      `measure` region, which cannot be re-run, it acts as reject).
+    mode: "burst" or "sustained" (module docstring). `load` is the work sustained
+      mode preconditions with (default: the simulated GPU's own heavy load, or the
+      function given to `repeat`/`bench`).
+    backend, clock: injected (default: open_backend(), the backend's clock).
+    output: a JSONL path; each measurement is appended as it ends.
+    period: the sampler's period (default telemetry.DEFAULT_PERIOD_S).
+    config: verdict thresholds. stable_clocks: treat power capping and clock drift
+      as problems (default: True when sm= is asked for).
+    cuda_events: time `measure` regions with CUDA events too (needs torch already
+      imported; the region then synchronizes at its end).
+    """
+    return Session(
+        sm=sm, mem=mem, gpus=gpus, policy=policy, mode=mode, backend=backend, clock=clock,
+        output=output, period=period, config=config, mode_config=mode_config,
+        stable_clocks=stable_clocks, load=load, cuda_events=cuda_events, supervise=supervise,
+        progress=progress,
+    )  # fmt: skip
+
+
+class Session:
+    """What `stable()` returns. Attributes: backend, gpus, sampler, results, lock, locked."""
+
+    def __init__(
+        self,
+        *,
+        sm: int | tuple[int, int] | str | None = None,
+        mem: int | tuple[int, int] | None = None,
+        gpus: str | int | Sequence[str | int] | None = None,
+        policy: str = "annotate",
+        mode: str = "burst",
+        backend: Backend | None = None,
+        clock: Clock | None = None,
+        output: str | None = None,
+        period: float | None = None,
+        config: VerdictConfig | None = None,
+        mode_config: ModeConfig | None = None,
+        stable_clocks: bool | None = None,
+        load: Callable[[], object] | None = None,
+        cuda_events: bool = False,
+        supervise: bool = True,
+        progress: IO[str] | None = None,
+    ):
+        self.policy = check_policy(policy)
+        if mode not in MODES:
+            raise ConfigError(f"unknown mode {mode!r}", hint="use mode='burst' or 'sustained'")
+        self.mode = mode
+        self.sm, self.mem = sm, mem
+        self._gpu_selector = gpus
+        self._backend_arg = backend
+        self._clock_arg = clock
+        self.output = output
+        self.period = period
+        config = config or DEFAULT_CONFIG
+        wants_stable = (sm is not None) if stable_clocks is None else stable_clocks
+        self.config = replace(config, stable_clocks=wants_stable or config.stable_clocks)
+        self.mode_config = mode_config or ModeConfig()
+        self.load = load
+        self.cuda_events = cuda_events
+        self.supervise = supervise
+        self.progress = progress
+        self.results = Results()
+        self.lock: Any = None  # gpuenv.clocks.Lock when clocks are locked
+        self.observe_reason: str | None = None
+        self.facts: dict[int, GpuFacts] = {}
+        self._entered = False
+        self._closed = False
+        self._owns_backend = False
+        self._store: ResultStore | None = None
+        self._idle_temp_c: dict[int, float] = {}
+        self._preconditioned = False
+        self._warned: set[str] = set()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def __enter__(self) -> Session:
+        if self._entered:
+            raise GpuenvError(
+                "this gpuenv.stable() session was already entered",
+                hint="make a new one with gpuenv.stable(...) for each with-block",
+            )
+        self._entered = True
+        try:
+            self._open()
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()
+
+    @property
+    def locked(self) -> bool:
+        return self.lock is not None
+
+    def _open(self) -> None:
+        if self._backend_arg is None:
+            from gpuenv.backend import open_backend
+
+            self.backend: Backend = open_backend()
+            self._owns_backend = True
+        else:
+            self.backend = self._backend_arg
+        from gpuenv.devices import select_gpus
+
+        self.gpus: list[int] = select_gpus(self.backend, self._gpu_selector)
+        self.clock: Clock = self._clock_arg or getattr(self.backend, "clock", None) or _real()
+        if self.sm is not None or self.mem is not None:
+            self._try_lock()
+        ranges = self._lock_ranges()
+        for g in self.gpus:
+            self.facts[g] = _facts(self.backend, g, ranges.get(g))
+        self.sampler = Sampler(
+            self.backend, self.gpus, period=self.period, clock=self.clock, lock_ranges=ranges,
+            lock_tolerance_mhz=self.config.lock_tolerance_mhz,
+        )  # fmt: skip
+        self.sampler.start()
+        for g in self.gpus:
+            latest = self.sampler.latest(g)
+            if latest is not None:
+                self._idle_temp_c[g] = latest.temp_c
+        self.metadata = environment_metadata(
+            self.backend, self.gpus, clock=self.clock, extra={"session": self._session_meta()}
+        )
+        self.results.metadata = self.metadata
+        if self.output is not None:
+            self._store = ResultStore(self.output, self.metadata)
+        if self.mode == "sustained" and self._default_load() is not None:
+            self.precondition()
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            sampler = getattr(self, "sampler", None)
+            if sampler is not None:
+                sampler.stop()
+        finally:
+            try:
+                if self.lock is not None:
+                    self.lock.release()
+            finally:
+                if self._store is not None:
+                    self._store.close()
+                if self._owns_backend:
+                    self.backend.close()
+
+    def _try_lock(self) -> None:
+        from gpuenv.errors import LockConflict, NotSupported, PermissionDenied, ReadOnlyError
+
+        try:
+            from gpuenv import clocks
+        except ImportError:
+            self._observe("clock control (gpuenv.clocks) is not available in this install")
+            return
+        try:
+            lk = clocks.lock(
+                self.sm, mem=self.mem, gpus=self.gpus, backend=self.backend,
+                supervise=self.supervise,
+            )  # fmt: skip
+            lk.__enter__()
+        except (PermissionDenied, ReadOnlyError, NotSupported, LockConflict) as err:
+            self._observe(str(err))
+            return
+        self.lock = lk
+
+    def _observe(self, why: str) -> None:
+        self.observe_reason = why
+        asked = ", ".join(f"{k}={v!r}" for k, v in (("sm", self.sm), ("mem", self.mem)) if v)
+        warnings.warn(
+            f"gpuenv.stable({asked}): clocks not locked ({why}); observing instead: every "
+            "measurement still carries its clocks, power, temperature and findings",
+            ObserveOnlyWarning,
+            stacklevel=4,
+        )
+
+    def _lock_ranges(self) -> dict[int, tuple[int, int]]:
+        """The SM range each GPU is locked to (clocks.Lock's plan), base clock resolved."""
+        if self.lock is None:
+            return {}
+        from gpuenv.backend import CLOCK_LIMIT_TDP
+
+        ranges: dict[int, tuple[int, int]] = {}
+        for gp in self.lock.plan.gpus:
+            applied = gp.applied
+            if applied.locked_sm is not None:
+                lo, hi = applied.locked_sm
+                if lo == CLOCK_LIMIT_TDP or hi == CLOCK_LIMIT_TDP:
+                    try:
+                        base = self.backend.clock_limits(gp.index).base_sm_mhz
+                    except Exception:
+                        base = None
+                    if base is None:
+                        continue  # locked to a base clock NVML does not report: cannot check
+                    lo = hi = base
+                ranges[gp.index] = (int(lo), int(hi))
+            elif applied.app_clocks is not None:
+                sm = int(applied.app_clocks[1])
+                ranges[gp.index] = (sm, sm)
+        return ranges
+
+    def _session_meta(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "mode": self.mode,
+            "requested_sm": self.sm,
+            "requested_mem": self.mem,
+            "locked": self.locked,
+            "observe_reason": self.observe_reason,
+            "lock_ranges_mhz": {str(g): list(r) for g, r in self._lock_ranges().items()},
+            "sampler_period_s": self.sampler.period,
+            "stable_clocks": self.config.stable_clocks,
+        }
+
+    # -- measuring -----------------------------------------------------------------------
+    def measure(self, name: str) -> MeasureContext:
+        """Time one region: `with env.measure("step") as m: ...`; `m` becomes its Measurement."""
+        self._check_open()
+        return MeasureContext(self, name)
+
+    def repeat(
+        self, fn: Callable[[], object], reps: int = 10, *, name: str | None = None,
+        warmup: int = 0,
+    ) -> Measurement:  # fmt: skip
+        """Call `fn` `reps` times, each a host-timed rep with its own window.
+
+        Under policy "retry", affected reps are re-run after recovery delays.
+        For GPU work that returns before the GPU finishes, use `bench` (CUDA events).
+        """
+        self._check_open()
+        if reps < 1:
+            raise ConfigError(f"reps must be at least 1 (got {reps})")
+        label = name or str(getattr(fn, "__name__", "repeat"))
+        if self.mode == "sustained" and not self._preconditioned:
+            self.precondition(self.load or fn)
+        elif self.mode == "burst":
+            self.wait_until_recovered()
+        for _ in range(warmup):
+            fn()
+
+        def run_one() -> tuple[float, tuple[float, float]]:
+            t0 = self.sampler.mark()
+            fn()
+            t1 = self.sampler.mark()
+            return t1 - t0, (t0, t1)
+
+        started = self.clock.wall()
+        done = [run_one() for _ in range(reps)]
+        return self.record(
+            label, [d[0] for d in done], [d[1] for d in done], started_at=started,
+            rerun=lambda idx: [run_one() for _ in idx],
+        )  # fmt: skip
+
+    def bench(self, fn: Callable[[], object], **kwargs: Any) -> Measurement:
+        """The full GPU timing harness (gpuenv.timing.bench) inside this session."""
+        self._check_open()
+        from gpuenv import timing
+
+        return timing.bench(fn, session=self, **kwargs)
+
+    def record(
+        self,
+        name: str,
+        times_s: Sequence[float],
+        intervals: Sequence[tuple[float, float]],
+        *,
+        timer: str = "host",
+        started_at: float | None = None,
+        extra: dict[str, Any] | None = None,
+        rerun: Callable[[list[int]], list[tuple[float, tuple[float, float]]]] | None = None,
+        policy: str | None = None,
+        extra_findings: Sequence[Finding] = (),
+    ) -> Measurement:
+        """Judge and store reps already timed: the hook for harnesses (gpuenv.timing).
+
+        `intervals` are each rep's [t0, t1] on the sampler's clock (`sampler.mark()`).
+        `rerun(rep_indices)` re-times those reps (same order) and returns
+        (time_s, (t0, t1)) for each: used by the retry policy. Without it, retry
+        acts as reject.
+        """
+        self._check_open()
+        policy = check_policy(policy or self.policy)
+        times = [float(t) for t in times_s]
+        spans = [(float(a), float(b)) for a, b in intervals]
+        if len(times) != len(spans) or not times:
+            raise ConfigError(
+                f"record() needs one interval per rep ({len(times)} times, {len(spans)} intervals)"
+            )
+        findings = self._assess(times, spans, extra_findings)
+        retried: list[int] = []
+        if policy == "retry" and rerun is not None:
+            for delay in retry_delays(self.config):
+                bad = affected_reps(findings, self.config)
+                if not bad:
+                    break
+                self.clock.sleep(delay)
+                if self.mode == "burst":
+                    self.wait_until_recovered()
+                for i, (t, span) in zip(bad, rerun(bad), strict=True):
+                    times[i], spans[i] = float(t), span
+                retried = sorted(set(retried) | set(bad))
+                findings = self._assess(times, spans, extra_findings)
+        result = apply_policy(
+            findings, len(times), policy, config=self.config, name=name,
+            raise_if_too_few=len(times) > 1,
+        )  # fmt: skip
+        windows = self._windows(spans)
+        summary = [
+            self.sampler.window(spans[0][0], spans[-1][1], g) for g in self.gpus
+        ] if len(spans) > 1 else windows[: len(self.gpus)]
+        m = Measurement.build(
+            name, times, rejected_reps=result.rejected_reps, windows=tuple(windows),
+            findings=tuple(findings), verdict=result.verdict, policy=policy,
+            retried_reps=tuple(retried), summary_windows=tuple(summary), gpus=tuple(self.gpus),
+            timer=timer, started_at=started_at, extra=dict(extra or {}),
+        )  # fmt: skip
+        self._keep(m)
+        return m
+
+    def _windows(self, spans: Sequence[tuple[float, float]]) -> list[Window]:
+        per_gpu = {g: self.sampler.windows(spans, g) for g in self.gpus}
+        return [per_gpu[g][i] for i in range(len(spans)) for g in self.gpus]
+
+    def _assess(
+        self, times: list[float], spans: list[tuple[float, float]], extra: Sequence[Finding]
+    ) -> list[Finding]:
+        windows = self._windows(spans)
+        found = assess(windows, times, config=self.config, facts=self.facts)
+        return found + list(extra)
+
+    def _keep(self, m: Measurement) -> None:
+        self.results.add(m)
+        if self._store is not None:
+            try:
+                self._store.append(m)
+            except OSError as err:
+                self._warn_once(
+                    "store", f"could not append {m.name!r} to {self.output}: {err}; "
+                    "results stay in env.results",
+                )
+
+    def _check_open(self) -> None:
+        if not self._entered or self._closed:
+            raise GpuenvError(
+                "this session is not open",
+                hint="use it inside 'with gpuenv.stable(...) as env:'",
+            )
+
+    def _warn_once(self, key: str, text: str, category: type[Warning] = UserWarning) -> None:
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        warnings.warn(text, category, stacklevel=3)
+
+    # -- modes ---------------------------------------------------------------------------
+    def wait_until_recovered(self) -> float:
+        """Burst mode: wait until every GPU is cool and uncapped; returns seconds waited."""
+        mc = self.mode_config
+        start = self.clock.now()
+        while True:
+            pending = [g for g in self.gpus if not self._recovered(g)]
+            waited = self.clock.now() - start
+            if not pending:
+                return waited
+            if waited >= mc.burst_timeout_s:
+                s = self.sampler.latest(pending[0])
+                state = f" ({s.sm_mhz} MHz, {s.temp_c:.0f} C)" if s is not None else ""
+                self._warn_once(
+                    "recover",
+                    f"GPU {pending[0]} did not return to its cool, uncapped state within "
+                    f"{mc.burst_timeout_s:.0f} s{state}; measuring anyway (findings say why)",
+                    NotRecoveredWarning,
+                )
+                return waited
+            self.clock.sleep(mc.poll_s)
+
+    def _recovered(self, g: int) -> bool:
+        s = self.sampler.latest(g)
+        if s is None:
+            return True  # nothing to judge by (telemetry gap): do not block
+        if s.reasons & _HELD_DOWN:
+            return False
+        mc = self.mode_config
+        rng = self.facts[g].lock_range_mhz
+        if not s.reasons & REASON_GPU_IDLE:
+            if rng is not None:
+                if s.sm_mhz < rng[0] - self.config.lock_tolerance_mhz:
+                    return False
+            elif self.facts[g].max_sm_mhz and s.sm_mhz < (1 - mc.burst_clock_rel) * (
+                self.facts[g].max_sm_mhz or 0
+            ):
+                return False
+        idle = mc.burst_idle_temp_c
+        if idle is None:
+            idle = self._idle_temp_c.get(g)
+        return idle is None or s.temp_c <= idle + mc.burst_temp_margin_c
+
+    def _default_load(self) -> Callable[[], object] | None:
+        if self.load is not None:
+            return self.load
+        run_work = getattr(self.backend, "run_work", None)  # the simulated GPU's own load
+        if run_work is None:
+            return None
+        cycles = {g: 0.05 * (self.facts[g].max_sm_mhz or 1980) * 1e6 for g in self.gpus}
+
+        def sim_load() -> None:
+            for g in self.gpus:
+                run_work(g, cycles[g], power_intensity=1.0)
+
+        return sim_load
+
+    def precondition(self, load: Callable[[], object] | None = None) -> float:
+        """Sustained mode: run `load` until SM clock and temperature reach equilibrium.
+
+        Returns the seconds spent. Prints a progress line on stderr (or `progress`).
+        """
+        self._check_open()
+        load = load or self._default_load()
+        if load is None:
+            raise ConfigError(
+                "mode='sustained' needs a load to precondition the GPU with",
+                hint="pass load=fn to gpuenv.stable(), or use env.repeat(fn)/env.bench(fn)",
+            )
+        mc = self.mode_config
+        out = self.progress if self.progress is not None else sys.stderr
+        tty = bool(getattr(out, "isatty", lambda: False)())
+        start = self.clock.now()
+        history: list[tuple[float, list[float], list[float]]] = []  # (t, medians, temps)
+        last_print = -math.inf
+        settled = False
+        while True:
+            c0 = self.clock.now()
+            while self.clock.now() - c0 < mc.sustained_chunk_s:
+                load()
+            c1 = self.clock.now()
+            medians, temps = [], []
+            for g in self.gpus:
+                ss = self.sampler.samples(c0, c1, g)
+                clocks = sorted(s.sm_mhz for s in ss) or [0]
+                medians.append(float(clocks[len(clocks) // 2]))
+                temps.append(ss[-1].temp_c if ss else math.nan)
+            history.append((c1, medians, temps))
+            elapsed = c1 - start
+            slope = _temp_slope_per_min(history[-mc.sustained_chunks :])
+            settled = elapsed >= mc.sustained_min_s and _equilibrium(history, slope, mc)
+            if tty or elapsed - last_print >= 10 or settled or elapsed >= mc.sustained_timeout_s:
+                last_print = elapsed
+                state = ", ".join(
+                    f"GPU {g} {m:.0f} MHz {t:.1f} C" for g, m, t in zip(
+                        self.gpus, medians, temps, strict=True)
+                )
+                line = (f"gpuenv: preconditioning {elapsed:5.1f} s: {state}, "
+                        f"{'+' if slope >= 0 else ''}{slope:.1f} C/min")
+                out.write(("\r" + line) if tty else (line + "\n"))
+                out.flush()
+            if settled or elapsed >= mc.sustained_timeout_s:
+                break
+        if tty:
+            out.write("\n")
+        if not settled:
+            self._warn_once(
+                "sustained",
+                f"the GPU did not reach equilibrium within {mc.sustained_timeout_s:.0f} s of load; "
+                "measuring anyway (clock_drift findings will show the trend)",
+            )
+        self._preconditioned = True
+        return self.clock.now() - start
+
+
+def _temp_slope_per_min(history: Sequence[tuple[float, list[float], list[float]]]) -> float:
+    """Largest temperature slope (C/min) over the GPUs, least squares over the chunks."""
+    if len(history) < 2:
+        return math.inf
+    ts = [h[0] for h in history]
+    tmean = sum(ts) / len(ts)
+    var = sum((t - tmean) ** 2 for t in ts)
+    worst = 0.0
+    for k in range(len(history[0][2])):
+        ys = [h[2][k] for h in history]
+        if any(math.isnan(y) for y in ys) or var == 0:
+            return math.inf
+        ymean = sum(ys) / len(ys)
+        slope = sum((t - tmean) * (y - ymean) for t, y in zip(ts, ys, strict=True)) / var
+        worst = max(worst, abs(slope) * 60.0)
+    return worst
+
+
+def _equilibrium(
+    history: Sequence[tuple[float, list[float], list[float]]], slope: float, mc: ModeConfig
+) -> bool:
+    if len(history) < mc.sustained_chunks or slope > mc.sustained_temp_slope_c_per_min:
+        return False
+    recent = history[-mc.sustained_chunks :]
+    for k in range(len(recent[0][1])):
+        meds = [h[1][k] for h in recent]
+        mid = sorted(meds)[len(meds) // 2]
+        if mid <= 0 or (max(meds) - min(meds)) > mc.sustained_clock_rel * mid:
+            return False
+    return True
+
+
+def _facts(backend: Backend, g: int, lock_range: tuple[int, int] | None) -> GpuFacts:
+    def attempt(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception:
+            return None
+
+    limits = attempt(lambda: backend.clock_limits(g))
+    th = attempt(lambda: backend.thresholds(g))
+    power = attempt(lambda: backend.power_limits(g))
+    return GpuFacts(
+        max_sm_mhz=float(limits.max_sm_mhz) if limits else None,
+        slowdown_c=th.slowdown_c if th else None,
+        gpu_max_c=th.gpu_max_c if th else None,
+        power_limit_w=power.limit_w if power else None,
+        lock_range_mhz=lock_range,
+    )
+
+
+def _real() -> Clock:
+    from gpuenv.timebase import REAL_CLOCK
+
+    return REAL_CLOCK
+
+
+class MeasureContext:
+    """`with env.measure(name) as m:` times the block; afterwards `m` reads as its Measurement.
+
+    `m.telemetry`, `m.findings`, `m.verdict`, `m.times_s` ... are the Measurement's
+    (`m.measurement` is the record itself). They exist once the block has ended.
+    """
+
+    def __init__(self, session: Session, name: str):
+        self._session = session
+        self.name = name
+        self.measurement: Measurement | None = None
+        self._t0 = 0.0
+        self._started = 0.0
+        self._events: tuple[Any, Any] | None = None
+
+    def __enter__(self) -> MeasureContext:
+        env = self._session
+        if self.measurement is not None or self._t0:
+            raise GpuenvError(f"measure({self.name!r}) was already used; call env.measure() again")
+        if env.mode == "burst":
+            env.wait_until_recovered()
+        elif not env._preconditioned and env._default_load() is not None:
+            env.precondition()
+        if env.cuda_events:
+            torch = sys.modules.get("torch")
+            if torch is None or not torch.cuda.is_available():
+                raise ConfigError(
+                    "cuda_events=True needs torch imported and a CUDA device",
+                    hint="import torch first, or use the host clock (cuda_events=False)",
+                )
+            self._events = (
+                torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            )
+        self._started = env.clock.wall()
+        self._t0 = env.sampler.mark()
+        if self._events is not None:
+            self._events[0].record()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        env = self._session
+        timer = "host"
+        device_s = None
+        if self._events is not None:
+            self._events[1].record()
+            self._events[1].synchronize()
+            device_s = self._events[0].elapsed_time(self._events[1]) / 1e3
+            timer = "cuda_events"
+        t1 = env.sampler.mark()
+        if exc_type is not None:
+            return  # the region failed: nothing to record, the exception propagates
+        host_s = t1 - self._t0
+        extra = {"host_s": host_s} if device_s is not None else {}
+        self.measurement = env.record(
+            self.name, [device_s if device_s is not None else host_s], [(self._t0, t1)],
+            timer=timer, started_at=self._started, extra=extra,
+            policy="reject" if env.policy == "retry" else env.policy,
+        )  # fmt: skip
+
+    def __getattr__(self, attr: str) -> Any:
+        m = self.__dict__.get("measurement")
+        if m is None:
+            raise AttributeError(
+                f"measure({self.__dict__.get('name')!r}) has no {attr!r} yet: read it after "
+                "the with-block ends"
+            )
+        return getattr(m, attr)
+
+    def __str__(self) -> str:
+        return str(self.measurement) if self.measurement else f"<measuring {self.name!r}>"
+
+    def __repr__(self) -> str:
+        verdict = self.measurement.verdict if self.measurement else "running"
+        return f"<gpuenv measurement {self.name!r}: {verdict}>"

@@ -21,6 +21,13 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "Backend": "gpuenv.backend",
     "GpuenvError": "gpuenv.errors",
+    "Measurement": "gpuenv.results",
+    "Run": "gpuenv.results",
+    "Sampler": "gpuenv.telemetry",
+    "VerdictConfig": "gpuenv.verdict",
+    "Window": "gpuenv.telemetry",
+    "load_run": "gpuenv.results",
+    "stable": "gpuenv.session",
     "open_backend": "gpuenv.backend",
     "region": "gpuenv.region",
 }

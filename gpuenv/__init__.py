@@ -20,6 +20,10 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     "Backend": "gpuenv.backend",
+    "ClockState": "gpuenv.clocks",
+    "LockRequest": "gpuenv.clocks",
+    "lock": "gpuenv.clocks",
+    "restore": "gpuenv.clocks",
     "GpuenvError": "gpuenv.errors",
     "Measurement": "gpuenv.results",
     "Run": "gpuenv.results",

@@ -707,20 +707,23 @@ class Decision:
     entry: JournalEntry | None = None  # the existing entry, for share and replace
 
     def describe(self) -> str:
-        """One line for --dry-run."""
+        """'GPU 0 (NVIDIA H100 80GB HBM3): lock SM clock to 1350 MHz' and the like."""
+        return f"{self.plan.name}: {self.action_text()}"
+
+    def action_text(self) -> str:
         live = [o.describe() for o in self.entry.owners if o.owner_alive()] if self.entry else []
+        then = describe_applied(self.plan.applied, self.plan.current)
         if self.action == "share":
-            return f"{self.plan.name}: share the identical lock held by {live[0] if live else '?'}"
+            return f"share the identical lock held by {live[0] if live else '?'}"
         if self.action == "replace":
             assert self.entry is not None
             why = (
                 f"take over from {live[0]} (--force)"
                 if live
-                else "clean up a stale lock whose owner died"
+                else "clean up a lock whose owner died"
             )
-            then = describe_applied(self.plan.applied, self.plan.current)
-            return f"{self.plan.name}: {why}: first {describe_restore(self.entry)}; then {then}"
-        return self.plan.describe()
+            return f"{why}: first {describe_restore(self.entry)}; then {then}"
+        return then
 
 
 def decide(
@@ -746,13 +749,20 @@ def decide(
                 decisions.append(Decision(gp, "replace", entry))
             else:
                 raise LockConflict(
-                    gp.index, f"{live[0].describe()}, holding {describe_target(entry.applied)}"
+                    gp.index,
+                    f"{live[0].describe()}, holding {describe_target(entry.applied)}",
+                    hint=_conflict_hint(live[0]),
                 )
         elif wait_dying and any(o.watchdog_alive() for o in entry.owners):
             pending = True  # its watchdog is restoring it right now
         else:
             decisions.append(Decision(gp, "replace", entry))
     return None if pending else decisions
+
+
+def _conflict_hint(owner: Owner) -> str:
+    end = "run 'gpuenv restore' to end it" if owner.kind == "standing" else "wait for it to end"
+    return f"{end}, ask for the same state to share it, or use --force to take over"
 
 
 def describe_target(applied: Applied) -> str:
@@ -786,6 +796,7 @@ class Lock:
         force: bool = False,
         supervise: bool = True,
         command: str | None = None,
+        owner: Owner | None = None,
         own_backend: bool = False,
     ):
         self.backend = backend
@@ -794,7 +805,10 @@ class Lock:
         self.gpus = [gp.index for gp in plan.gpus]
         self.journal = journal
         self.kind = kind
-        self.owner = Owner.current(kind=kind, request=plan.request.describe(), command=command)
+        # `owner`: a record made by the caller (the daemon's lease for a client)
+        self.owner = owner or Owner.current(
+            kind=kind, request=plan.request.describe(), command=command
+        )
         self.notes: list[str] = [f"{gp.name}: {n}" for gp in plan.gpus for n in gp.notes]
         self.shared: list[int] = []  # GPUs where an identical lock was already held
         self._own_backend = own_backend

@@ -201,7 +201,7 @@ class Owner:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))
         what = f"{self.user}: {self.command}, since {since}"
         if self.kind == "standing":
-            return f"a standing lock by pid {self.pid} ({what}; 'gpuenv restore' ends it)"
+            return f"a standing lock ({what}; 'gpuenv restore' ends it)"
         if self.kind == "lease":
             return f"a daemon lease, pid {self.pid} ({what})"
         return f"pid {self.pid} ({what})"

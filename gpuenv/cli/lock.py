@@ -1,0 +1,168 @@
+"""`gpuenv lock` and `gpuenv restore` (alias `unlock`): parse, call gpuenv.clocks, print.
+
+Exit codes: 0 done (or nothing to do, or a dry run); 2 an error (bad input,
+permission, read-only mode refused a write); 3 a lock held by another owner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import click
+
+from gpuenv.cli._common import gpu_option, handle_errors, is_dry_run, open_from_ctx
+from gpuenv.errors import LockConflict, ReadOnlyError
+
+if TYPE_CHECKING:
+    from gpuenv.clocks import GpuPlan
+
+
+@click.command("lock")
+@click.option(
+    "--sm",
+    metavar="MHZ|MIN,MAX|max|base|sustained",
+    help="SM clock: MHz, a range, 'max', 'base' (the TDP clock) or 'sustained' "
+    "(the clock 'gpuenv calibrate' measured). Snapped to a supported clock.",
+)
+@click.option("--sm-max", type=int, metavar="MHZ", help="Top of the SM range (with --sm MIN).")
+@click.option("--mem", metavar="MHZ", help="Memory clock (not on Hopper: it cannot apply one now).")
+@click.option("--power-limit", type=float, metavar="W", help="Power limit in watts.")
+@gpu_option()
+@click.option("--force", is_flag=True, help="Take over a lock another owner holds.")
+@click.option(
+    "--dry-run", "dry_run_here", is_flag=True, help="Say what would be done; change nothing."
+)
+@click.pass_context
+@handle_errors
+def lock(
+    ctx: click.Context,
+    sm: str | None,
+    sm_max: int | None,
+    mem: str | None,
+    power_limit: float | None,
+    gpu: str,
+    force: bool,
+    dry_run_here: bool,
+) -> None:
+    """Lock clocks until 'gpuenv restore' (nvidia-smi -lgc/-lmc/-pl, journaled).
+
+    The state before the lock (locked clocks, application clocks, power limit)
+    is written to the journal first; 'gpuenv restore' puts exactly that back.
+    A lock held by another owner is refused (exit 3) unless it is the same
+    lock (then it is shared) or --force is given.
+    """
+    from gpuenv.clocks import Lock, decide, describe_target, make_request, plan_lock
+    from gpuenv.journal import Journal
+
+    dry = dry_run_here or is_dry_run(ctx)
+    backend = open_from_ctx(ctx, readonly=True if dry else None)
+    try:
+        journal = Journal()
+        request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit)
+        plan = plan_lock(backend, request, gpu, journal=journal)
+        if backend.readonly:
+            decisions = decide(plan, journal, force=force, wait_dying=False) or []
+            for d in decisions:
+                click.echo(f"{d.plan.name}: would {d.action_text()}")
+            _echo_notes(plan.gpus)
+            if dry:
+                click.echo("dry run: nothing was changed")
+                return
+            raise ReadOnlyError(
+                f"lock clocks ({request.describe()})",
+                reason=getattr(backend, "reason", "read-only"),
+            )
+        held = Lock(backend, plan, journal, kind="standing", force=force, supervise=False)
+        for gp in plan.gpus:
+            if gp.index in held.shared:
+                click.echo(
+                    f"{gp.name}: already locked to {describe_target(gp.applied)}; now shared"
+                )
+            else:
+                click.echo(f"{gp.name}: locked {describe_target(gp.applied)} (was: {_was(gp)})")
+        for note in held.notes:
+            click.echo(f"note: {note}")
+        click.echo("the lock stays until 'gpuenv restore'")
+    finally:
+        backend.close()
+
+
+def _was(gp: GpuPlan) -> str:
+    """The settings the lock changes, as they were."""
+    cur, applied = gp.current, gp.applied
+    parts = []
+    if applied.locked_sm is not None or applied.locked_mem is not None:
+        parts.append("not locked by gpuenv")
+    if applied.app_clocks is not None:
+        parts.append(f"application clocks SM {cur.app_sm_mhz}, memory {cur.app_mem_mhz} MHz")
+    if applied.power_limit_w is not None:
+        parts.append(f"power limit {cur.power_limit_w:g} W")
+    return ", ".join(parts)
+
+
+def _echo_notes(gpus: Sequence[GpuPlan]) -> None:
+    for gp in gpus:
+        for note in gp.notes:
+            click.echo(f"note: {gp.name}: {note}")
+
+
+@click.command("restore")
+@gpu_option()
+@click.option(
+    "--all",
+    "all_owners",
+    is_flag=True,
+    help="Also restore locks held by running processes (they are told nothing).",
+)
+@click.option(
+    "--dry-run", "dry_run_here", is_flag=True, help="Say what would be done; change nothing."
+)
+@click.pass_context
+@handle_errors
+def restore(ctx: click.Context, gpu: str, all_owners: bool, dry_run_here: bool) -> None:
+    """Put back exactly the state journaled before 'gpuenv lock' (idempotent).
+
+    Restores standing locks and locks whose owner died. A lock held by a running
+    process is left alone (exit 3, naming it) unless --all is given. The journal
+    entry is cleared only after its restore succeeded.
+    """
+    from gpuenv.clocks import plan_restore
+    from gpuenv.clocks import restore as do_restore
+    from gpuenv.journal import Journal
+
+    dry = dry_run_here or is_dry_run(ctx)
+    backend = open_from_ctx(ctx, readonly=True if dry else None)
+    try:
+        journal = Journal()
+        items = plan_restore(backend, gpu, journal=journal, all_owners=all_owners)
+        todo = [it for it in items if it.blocked_by is None]
+        blocked = [it for it in items if it.blocked_by is not None]
+        if not items:
+            click.echo("nothing to restore: no gpuenv lock is journaled on these GPUs")
+        if backend.readonly:
+            for it in todo:
+                click.echo(f"would restore {it.describe()}")
+            if dry or not todo:
+                if todo:
+                    click.echo("dry run: nothing was changed")
+            else:
+                raise ReadOnlyError(
+                    f"restore {len(todo)} GPU(s)", reason=getattr(backend, "reason", "read-only")
+                )
+        elif todo:
+            do_restore(
+                [it.index for it in todo], backend=backend, journal=journal, all_owners=all_owners
+            )
+            for it in todo:
+                click.echo(f"restored {it.describe()}")
+        for it in blocked:
+            click.echo(f"left alone: {it.entry.name} is held by {it.blocked_by}")
+        if blocked:
+            raise LockConflict(
+                blocked[0].index,
+                blocked[0].blocked_by or "",
+                hint="it restores when it ends; 'gpuenv restore --all' restores anyway",
+            )
+    finally:
+        backend.close()

@@ -1,0 +1,268 @@
+"""gpuenv monitor: the model and its rendering on the simulated GPU, in virtual time."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from gpuenv.backend import REASON_GPU_IDLE, REASON_SW_POWER_CAP
+from gpuenv.backend.sim import SimBackend
+from gpuenv.cli import cli
+from gpuenv.journal import Journal
+from gpuenv.monitor import (
+    STREAM_FIELDS,
+    Frame,
+    Glyphs,
+    MonitorModel,
+    Ui,
+    fmt_duration,
+    plain,
+    render,
+    sparkline,
+    stream,
+    stream_record,
+)
+from gpuenv.timebase import VirtualClock
+
+MAX = 1980e6  # cycles a second at the H100's top clock
+
+
+@pytest.fixture
+def clock() -> VirtualClock:
+    return VirtualClock()
+
+
+@pytest.fixture
+def sim(clock: VirtualClock) -> SimBackend:
+    backend = SimBackend(n_gpus=2, clock=clock)
+    yield backend
+    backend.close()
+
+
+def _tick(model: MonitorModel, sim: SimBackend, seconds: float = 1.0, *, work: bool = False):
+    if work:
+        sim.run_work(0, seconds * MAX * 0.7, power_intensity=1.0)
+    else:
+        sim.idle(seconds)
+    return model.update()
+
+
+def test_idle_gpu_says_idle_and_for_how_long(sim, clock):
+    model = MonitorModel(sim, [0, 1], clock=clock)
+    views = model.update()
+    assert views[0].reasons & REASON_GPU_IDLE
+    first = views[0].active[0]
+    assert first.name == "GpuIdle" and first.at_least  # active before the monitor started
+    for _ in range(10):
+        views = _tick(model, sim)
+    idle = views[0].active[0]
+    assert idle.active_s == pytest.approx(10.0)
+    assert idle.share == pytest.approx(1.0, abs=0.02)  # from the low-utilisation counter
+    assert views[0].sm_mhz == 345
+
+
+def test_power_cap_appears_with_duration_and_counter_share(sim, clock):
+    model = MonitorModel(sim, [0], clock=clock)
+    model.update()
+    sim.open_context(0)
+    views = None
+    for _ in range(30):
+        views = _tick(model, sim, work=True)
+    v = views[0]
+    assert v.reasons & REASON_SW_POWER_CAP
+    cap = next(r for r in v.active if r.bit == REASON_SW_POWER_CAP)
+    assert not cap.at_least  # seen to start while the monitor watched
+    assert 10 < cap.active_s <= 30
+    assert 0.3 < cap.share <= 1.0
+    assert v.power_w > 0.9 * v.power_limit_w
+    assert v.sm_mhz < v.max_sm_mhz
+    text = plain(render(views, Frame(), 120, None))
+    assert "power cap for" in text and "power limit" in text
+
+
+def test_history_keeps_the_last_minute(sim, clock):
+    model = MonitorModel(sim, [0], clock=clock, history_s=60.0)
+    for _ in range(100):
+        views = _tick(model, sim)
+    hist = views[0].history
+    assert hist[-1][0] - hist[0][0] <= 60.0
+    assert len(hist) == 61
+
+
+def test_lock_and_owner_are_shown(sim, clock):
+    from gpuenv import clocks
+
+    model = MonitorModel(sim, [0], clock=clock)
+    sim.open_context(0)
+    sim.idle(1.0)
+    with clocks.lock(sm=1350, gpus=[0], backend=sim, supervise=False):
+        views = _tick(model, sim)
+        lk = views[0].lock
+        assert lk.locked_sm == (1350, 1350)
+        assert lk.holds is True
+        assert f"pid {os.getpid()}" in lk.owner
+        text = plain(render(views, Frame(), 120, None))
+        assert "locked 1350 MHz" in text and "holds" in text
+    views = _tick(model, sim)
+    assert views[0].lock.locked_sm is None
+    assert "not locked by gpuenv" in plain(render(views, Frame(), 120, None))
+    assert Journal().entries() == []
+
+
+def test_processes_named_through_psutil(sim, clock):
+    model = MonitorModel(sim, [0], clock=clock)
+    sim.open_context(0, pid=os.getpid())
+    views = _tick(model, sim)
+    (proc,) = views[0].processes
+    assert proc.pid == os.getpid()
+    assert "python" in proc.command or "pytest" in proc.command
+    assert proc.used_memory_mib and proc.used_memory_mib > 0
+    assert str(os.getpid()) in plain(render(views, Frame(), 120, None))
+
+
+def test_a_lost_gpu_is_shown_not_raised(sim, clock):
+    model = MonitorModel(sim, [0, 1], clock=clock)
+    model.update()
+    sim.inject_fault(1, "gpu_lost")
+    views = _tick(model, sim)
+    assert views[0].error is None
+    assert views[1].error and "lost" in views[1].error
+    text = plain(render(views, Frame(), 100, None))
+    assert "error:" in text and "GPU 0" in text
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 160, 240])
+@pytest.mark.parametrize("height", [8, 16, 24, 50])
+def test_render_fits_any_terminal(sim, clock, width, height):
+    model = MonitorModel(sim, [0, 1], clock=clock)
+    sim.open_context(0)
+    for _ in range(5):
+        views = _tick(model, sim, work=True)
+    lines = render(views, Frame(simulated=True, source="SIMULATED GPU"), width, height)
+    assert len(lines) <= height
+    assert all(sum(len(t) for t, _ in line) <= width for line in lines)
+    assert "GPU 0" in plain(lines)
+
+
+def test_many_gpus_in_a_small_terminal_get_one_row_each_and_the_selected_in_full(clock):
+    sim = SimBackend(n_gpus=8, clock=clock)
+    try:
+        model = MonitorModel(sim, list(range(8)), clock=clock)
+        views = model.update()
+        lines = render(views, Frame(selected=5), 100, 30)
+        text = plain(lines)
+        for i in range(8):
+            assert f"GPU {i} " in text
+        rows = [line for line in text.splitlines() if line.startswith(("▶ GPU", "  GPU"))]
+        assert rows[5].startswith("▶ GPU 5")
+        assert "procs" in text or "why" in text  # the detail block of the selected GPU
+        # tall enough: every GPU in full
+        assert plain(render(views, Frame(), 100, None)).count("    memory  ") == 8
+    finally:
+        sim.close()
+
+
+def test_keys_quit_pause_and_pick_gpus():
+    ui = Ui(3)
+    assert ui.key("KEY_RIGHT") and ui.selected == 1
+    assert ui.key("KEY_LEFT") and ui.key("KEY_LEFT") and ui.selected == 2  # wraps
+    assert ui.key("0") and ui.selected == 0
+    assert not ui.key("7") and ui.selected == 0  # no GPU 7
+    assert ui.key("p") and ui.paused
+    assert ui.key("p") and not ui.paused
+    assert not ui.key("x")
+    assert ui.key("q") and ui.quit
+
+
+def test_sparkline_and_durations():
+    g = Glyphs()
+    assert sparkline([0, 1, 2, 3], 4, 0, 3, g) == "▁▃▆█"
+    assert len(sparkline(list(range(120)), 30, 0, 119, g)) == 30
+    assert sparkline([], 10, 0, 1, g) == ""
+    ascii_g = Glyphs.for_encoding("ANSI_X3.4-1968")
+    assert sparkline([0, 3], 2, 0, 3, ascii_g).isascii()
+    assert fmt_duration(42.7) == "42 s"
+    assert fmt_duration(192) == "3 min 12 s"
+    assert fmt_duration(3720) == "1 h 02 min"
+
+
+def test_stream_json_one_line_per_gpu_per_tick(sim, clock):
+    model = MonitorModel(sim, [0, 1], clock=clock)
+    out = io.StringIO()
+    ticks = stream(model, out, fmt="json", interval_s=0.5, count=4)
+    assert ticks == 4
+    recs = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert len(recs) == 8
+    assert [r["gpu"] for r in recs[:2]] == [0, 1]
+    assert set(recs[0]) == set(STREAM_FIELDS)
+    assert recs[0]["reason_names"] == ["GpuIdle"] and recs[0]["reasons"] == "0x1"
+    assert clock.now() == pytest.approx(1000.0 + 1.5)  # 4 ticks 0.5 s apart: no drift
+
+
+def test_stream_csv_duration(sim, clock):
+    model = MonitorModel(sim, [0], clock=clock, processes=False)
+    out = io.StringIO()
+    ticks = stream(model, out, fmt="csv", interval_s=1.0, duration_s=3.0)
+    assert ticks == 4  # t = 0, 1, 2, 3
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert len(rows) == 4 and rows[0]["sm_mhz"] == "345" and rows[0]["reason_names"] == "GpuIdle"
+
+
+def test_stream_record_of_an_error_view(sim, clock):
+    sim.inject_fault(0, "timeout", op="read_fast")
+    (v,) = MonitorModel(sim, [0], clock=clock).update()
+    rec = stream_record(v)
+    assert rec["error"] and rec["sm_mhz"] is None and rec["gpu"] == 0
+
+
+# -- the command -------------------------------------------------------------------------
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), obj={}, catch_exceptions=False)
+
+
+def test_cli_once_prints_a_snapshot():
+    result = _invoke("--sim", "monitor", "--once")
+    assert result.exit_code == 0, result.output
+    assert "gpuenv monitor" in result.output and "SIMULATED GPU" in result.output
+    assert "GPU 0" in result.output and "345 MHz" in result.output
+    assert "\x1b[" not in result.output  # not a terminal: no colours
+
+
+def test_cli_json_stream_counts():
+    result = _invoke("--sim", "monitor", "--json", "-c", "3", "-d", "0.02")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 3 and all(json.loads(x)["gpu"] == 0 for x in lines)
+
+
+def test_cli_csv_with_a_scenario_shows_the_sim_moving():
+    result = _invoke("--sim", "monitor", "--csv", "-c", "2", "-d", "0.3", "--scenario", "load")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.output)))
+    assert len(rows) == 2
+    assert int(rows[-1]["sm_mhz"]) > 345  # a context exists: boosted, no longer parked
+    assert "GpuIdle" not in rows[-1]["reason_names"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["monitor", "--scenario", "load", "--once"], "--scenario drives the simulated GPU"),
+        (["--sim", "monitor", "-d", "0"], "--interval 0 is not a positive"),
+        (["--sim", "monitor", "-c", "0", "--json"], "--count 0"),
+        (["--sim", "monitor"], "the live view needs a terminal"),
+        (["--sim", "monitor", "-i", "5", "--once"], "no GPU matches '5'"),
+    ],
+)
+def test_cli_bad_input_is_one_clear_line(args, message):
+    result = CliRunner().invoke(cli, args, obj={})
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output

@@ -1,0 +1,309 @@
+"""The sampler and region windows, on the simulated GPU and on hand-made samples."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+
+import pytest
+
+from gpuenv.backend import REASON_GPU_IDLE, REASON_SW_POWER_CAP
+from gpuenv.backend.sim import SimBackend
+from gpuenv.errors import ConfigError
+from gpuenv.telemetry import (
+    DEFAULT_PERIOD_S,
+    DEFAULT_SLOW_PERIOD_S,
+    Gap,
+    Sample,
+    Sampler,
+    SlowSample,
+    Window,
+    summarize,
+)
+from gpuenv.timebase import RealClock, VirtualClock
+
+H100_CYCLES_PER_S = 1980e6
+
+
+def make_sim(profile: str = "h100", **kw: object) -> SimBackend:
+    return SimBackend(profile, clock=VirtualClock(), **kw)  # type: ignore[arg-type]
+
+
+def sample(t: float, sm: int, *, power: float = 300.0, temp: float = 40.0, reasons: int = 0):
+    return Sample(t, 0, sm, 2619, power, temp, reasons)
+
+
+# -- summaries from known samples ------------------------------------------------------
+
+
+def test_clock_mean_is_time_weighted_and_uses_the_sample_in_force_at_the_start():
+    fast = [sample(0.0, 1000), sample(1.0, 2000), sample(3.0, 1500)]
+    w = summarize(fast, [], [], 0.5, 1.5, gpu=0)
+    # 1000 MHz holds over [0.5, 1.0), 2000 over [1.0, 1.5]
+    assert w.sm_mhz_mean == pytest.approx(1500.0)
+    assert (w.sm_mhz_min, w.sm_mhz_max) == (1000.0, 2000.0)
+    assert w.sm_mhz_start == 1000.0
+    assert w.n_samples == 1
+
+
+def test_a_reading_just_after_the_region_counts_for_extremes_not_for_the_mean():
+    # the driver refreshes every 100 ms: the first reading after a short region can be
+    # the first to show what happened inside it
+    fast = [sample(0.0, 1980), sample(0.2, 1500, reasons=REASON_SW_POWER_CAP | REASON_GPU_IDLE)]
+    w = summarize(fast, [], [], 0.1, 0.15, gpu=0)
+    assert w.sm_mhz_mean == pytest.approx(1980.0)
+    assert w.sm_mhz_min == 1500.0
+    assert w.reasons == REASON_SW_POWER_CAP  # GpuIdle after the region is not the region's
+
+
+def test_a_reading_long_after_the_region_is_ignored():
+    fast = [sample(0.0, 1980), sample(0.5, 1500, reasons=REASON_SW_POWER_CAP)]
+    w = summarize(fast, [], [], 0.1, 0.15, gpu=0)
+    assert w.sm_mhz_min == 1980.0
+    assert w.reasons == 0
+
+
+def test_energy_of_a_region_shorter_than_a_refresh_is_interpolated_and_marked():
+    # the counter steps every 100 ms: 100 J per step here (1 kW)
+    slow = [SlowSample(0.1 * k, 0, 100_000 * k, {}) for k in range(10)]
+    w = summarize([sample(0.0, 1980)], slow, [], 0.32, 0.34, gpu=0)
+    assert w.energy_j == pytest.approx(20.0)  # 20 ms at 1 kW, not 0 from equal reads
+    assert w.energy_interpolated
+
+
+def test_energy_uses_the_first_read_of_each_counter_value():
+    # reads every 25 ms, counter refreshed every 100 ms: equal reads are not changes
+    slow = [SlowSample(0.025 * k, 0, 100_000 * (k // 4), {}) for k in range(40)]
+    w = summarize([sample(0.0, 1980)], slow, [], 0.2, 0.7, gpu=0)
+    assert w.energy_j == pytest.approx(500.0)
+
+
+def test_time_under_a_reason_comes_from_the_cumulative_counters():
+    slow = [
+        SlowSample(0.0, 0, None, {"power": 0}),
+        SlowSample(0.4, 0, None, {"power": 0}),  # a region edge
+        SlowSample(0.45, 0, None, {"power": 30_000_000}),  # the other edge
+    ]
+    w = summarize([sample(0.0, 1980)], slow, [], 0.4, 0.45, gpu=0)
+    assert w.reason_s == {"power": pytest.approx(0.03)}
+
+
+def test_lock_held_ignores_idle_samples_and_compares_busy_ones_with_the_range():
+    fast = [sample(0.0, 345, reasons=REASON_GPU_IDLE), sample(0.1, 1350), sample(0.2, 1335)]
+    assert summarize(fast, [], [], 0.0, 0.15, gpu=0, lock_range=(1350, 1350)).lock_held is True
+    w = summarize(fast, [], [], 0.0, 0.25, gpu=0, lock_range=(1350, 1350))
+    assert w.lock_held is False and w.lock_range_mhz == (1350, 1350)
+
+
+def test_other_processes_come_from_the_slow_reads_minus_our_own():
+    slow = [SlowSample(0.0, 0, None, {}, other_pids=(7,)), SlowSample(0.1, 0, None, {})]
+    assert summarize([sample(0, 1980)], slow, [], 0.05, 0.08, gpu=0).other_pids == (7,)
+    w = summarize([sample(0, 1980)], slow, [], 0.05, 0.08, gpu=0, own_pids=[7])
+    assert w.other_pids == ()
+
+
+def test_no_samples_gives_an_empty_window_not_an_error():
+    w = summarize([], [], [], 1.0, 2.0, gpu=0)
+    assert w.sm_mhz_mean is None and w.n_samples == 0
+
+
+def test_a_failed_read_in_the_region_marks_the_window():
+    gaps = [Gap(1.5, 0, "read_fast", "timeout")]
+    assert summarize([sample(1.0, 1980)], [], gaps, 1.2, 1.8, gpu=0).gap
+    assert not summarize([sample(1.0, 1980)], [], gaps, 2.0, 2.5, gpu=0).gap
+
+
+def test_records_round_trip_through_json():
+    w = Window(
+        gpu=1, t0=1.0, t1=2.0, n_samples=3, sm_mhz_mean=1500.0, reason_s={"power": 0.5},
+        lock_range_mhz=(1350, 1350), other_pids=(4, 5), reasons=4,
+    )  # fmt: skip
+    assert Window.from_dict(json.loads(json.dumps(w.to_dict()))) == w
+    s = Sample(1.0, 0, 1980, 2619, 300.0, 40.0, 4, 123, 310.0)
+    assert Sample.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    assert Window.from_dict({**w.to_dict(), "from_a_newer_gpuenv": 1}) == w
+
+
+def test_window_summary_reads_like_a_sentence():
+    w = Window(
+        gpu=0, t0=0.0, t1=2.0, n_samples=80, sm_mhz_min=1380.0, sm_mhz_mean=1452.0,
+        sm_mhz_max=1980.0, power_w_mean=690.0, power_w_max=699.0, energy_j=1380.0,
+        temp_c_start=45.0, temp_c_end=47.0, reasons=REASON_SW_POWER_CAP,
+        reason_s={"power": 1.9}, lock_held=False,
+    )  # fmt: skip
+    text = str(w)
+    assert "SM 1452 MHz (1380-1980)" in text
+    assert "SwPowerCap" in text and "under power cap 1.90 s" in text
+    assert "1380 J" in text and "lock NOT held" in text
+
+
+# -- the sampler on virtual time ---------------------------------------------------------
+
+
+def test_sampler_ticks_at_its_period_and_reads_counters_at_most_every_slow_period():
+    sim = make_sim()
+    with Sampler(sim, [0]) as sampler:
+        sim.idle(1.0)
+    fast = sampler.samples()
+    slow = sampler.slow_samples()
+    assert len(fast) == pytest.approx(1 + 1.0 / DEFAULT_PERIOD_S, abs=1)
+    assert len(slow) == pytest.approx(1 + 1.0 / DEFAULT_SLOW_PERIOD_S, abs=1)
+    assert all(b.t - a.t == pytest.approx(DEFAULT_PERIOD_S) for a, b in itertools.pairwise(fast))
+
+
+def test_mark_reads_the_counters_at_the_edge_on_virtual_time():
+    sim = make_sim()
+    with Sampler(sim, [0]) as sampler:
+        sim.idle(0.33)
+        t = sampler.mark()
+        edges = [s for s in sampler.slow_samples() if s.edge]
+    assert edges[-1].t == t
+
+
+def test_sampler_stops_ticking_after_stop():
+    sim = make_sim()
+    sampler = Sampler(sim, [0])
+    sampler.start()
+    sim.idle(0.5)
+    sampler.stop()
+    n = len(sampler.samples())
+    sim.idle(0.5)
+    assert len(sampler.samples()) == n
+    sampler.stop()  # twice is fine
+
+
+def test_ring_buffer_is_bounded_and_an_overwritten_region_is_a_gap():
+    sim = make_sim()
+    with Sampler(sim, [0], capacity=16) as sampler:
+        sim.idle(0.1)
+        t_old = sampler.mark()
+        sim.idle(2.0)
+    assert len(sampler.samples()) == 16
+    assert sampler.window(t_old, t_old + 0.05).gap
+
+
+def test_a_failing_read_becomes_a_gap_never_an_exception():
+    sim = make_sim()
+    with Sampler(sim, [0]) as sampler:
+        sim.open_context(0)
+        sim.idle(0.5)
+        sim.inject_fault(0, "timeout", op="read_fast", count=3)
+        t0 = sampler.mark()
+        sim.run_work(0, 0.2 * H100_CYCLES_PER_S, power_intensity=0.3)
+        t1 = sampler.mark()
+        sim.idle(0.5)
+        t2 = sampler.mark()
+        sim.run_work(0, 0.2 * H100_CYCLES_PER_S, power_intensity=0.3)
+        t3 = sampler.mark()
+    assert [g.op for g in sampler.gaps] == ["read_fast"] * 3
+    assert sampler.window(t0, t1).gap
+    assert not sampler.window(t2, t3).gap
+
+
+def test_a_lost_gpu_mid_run_is_a_gap_and_the_sampler_keeps_going():
+    sim = make_sim()
+    with Sampler(sim, [0]) as sampler:
+        sim.idle(0.2)
+        sim.inject_fault(0, "gpu_lost", op="read_slow")
+        sim.idle(0.5)
+        t = sampler.mark()
+    assert any(g.op == "read_slow" and "lost" in g.error.lower() for g in sampler.gaps)
+    assert sampler.samples(t, t)  # cheap reads still arrive
+
+
+def test_unsupported_counters_are_skipped_without_gaps():
+    sim = make_sim()
+    sim.inject_fault(0, "not_supported", op="read_slow")
+    with Sampler(sim, [0]) as sampler:
+        t0 = sampler.mark()
+        sim.idle(0.5)
+        t1 = sampler.mark()
+    w = sampler.window(t0, t1)
+    assert not sampler.gaps and not w.gap
+    assert w.energy_j is None and w.sm_mhz_mean is not None
+
+
+def test_window_of_a_capped_region_on_the_sim_matches_the_ground_truth():
+    sim = make_sim()
+    with Sampler(sim, [0]) as sampler:
+        sim.open_context(0)
+        sim.idle(1.0)
+        t0 = sampler.mark()
+        e0 = sim.truth(0).energy_mj
+        cap0 = sim.truth(0).reason_ns["power"]
+        sim.run_work(0, 3.0 * H100_CYCLES_PER_S)
+        t1 = sampler.mark()
+        truth = sim.truth(0)
+    w = sampler.window(t0, t1)
+    assert w.reasons & REASON_SW_POWER_CAP
+    true_cap_s = (truth.reason_ns["power"] - cap0) / 1e9
+    assert w.reason_s["power"] == pytest.approx(true_cap_s, abs=0.1)  # one driver refresh
+    assert w.energy_j == pytest.approx((truth.energy_mj - e0) / 1e3, rel=0.05)
+    assert w.sm_mhz_min < 1980 <= w.sm_mhz_max
+
+
+def test_sampler_covers_several_gpus_independently():
+    sim = SimBackend("h100", n_gpus=2, clock=VirtualClock())
+    with Sampler(sim, [0, 1]) as sampler:
+        t0 = sampler.mark()
+        sim.run_work(1, 1.0 * H100_CYCLES_PER_S)
+        t1 = sampler.mark()
+    assert sampler.window(t0, t1, 0).sm_mhz_max == 345  # GPU 0 never got a context
+    assert sampler.window(t0, t1, 1).sm_mhz_max == 1980
+    with pytest.raises(ConfigError, match="not sampled"):
+        sampler.window(t0, t1, 5)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"period": 0}, {"slow_period": -1}, {"capacity": 2}], ids=str
+)
+def test_bad_settings_are_refused_with_a_clear_error(kwargs):
+    with pytest.raises(ConfigError):
+        Sampler(make_sim(), [0], **kwargs)
+    with pytest.raises(ConfigError, match="at least one GPU"):
+        Sampler(make_sim(), [])
+
+
+def test_a_second_start_is_refused():
+    sampler = Sampler(make_sim(), [0])
+    sampler.start()
+    with pytest.raises(RuntimeError):
+        sampler.start()
+    sampler.stop()
+
+
+# -- the sampler on real time (no timing asserted) -----------------------------------------
+
+
+class _ThreadRecorder:
+    """A backend wrapper that records which threads call the slow reads."""
+
+    def __init__(self, inner: SimBackend):
+        self.inner = inner
+        self.slow_threads: set[int] = set()
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def read_slow(self, index: int):
+        self.slow_threads.add(threading.get_ident())
+        return self.inner.read_slow(index)
+
+
+def test_real_time_sampler_reads_slow_counters_off_the_callers_thread():
+    backend = _ThreadRecorder(SimBackend("h100", clock=RealClock()))
+    sampler = Sampler(backend, [0], period=0.005)  # type: ignore[arg-type]
+    sampler.start()
+    try:
+        t0 = sampler.mark()
+        backend.inner.idle(0.05)
+        t1 = sampler.mark()
+        w = sampler.window(t0, t1)  # waits for the sampler's end-edge read
+    finally:
+        sampler.stop()
+    assert threading.get_ident() not in backend.slow_threads
+    assert backend.slow_threads
+    assert any(s.t >= t1 and s.edge for s in sampler.slow_samples())
+    assert w.sm_mhz_mean is not None
+    assert not sampler.running

@@ -265,16 +265,27 @@ def test_consumer_card_reaches_thermal_slowdown():
     assert s.truth(0).temp_c == pytest.approx(83, abs=1.5)
 
 
-def test_hw_slowdown_sets_both_bits():
+def test_hot_room_brings_hw_slowdown_then_shutdown():
     s = SimBackend("rtx4090", clock=VirtualClock())
-    s.open_context(0)
     s.set_background_load(0, 1.0)
-    # Break the driver's SW thermal control by lying about the temperature: cook it directly.
-    s._gpus[0].set_temperature(88.5)
-    s.idle(0.1)
+    s.set_ambient(0, 84.0)  # SW thermal slowdown cannot hold 83 C with this air
+    seen = 0
+    for _ in range(3000):
+        s.idle(0.1)
+        seen |= s.read_fast(0).reasons
+        if seen & REASON_HW_THERMAL:
+            break
     r = s.read_fast(0)
     assert r.reasons & REASON_HW_THERMAL and r.reasons & REASON_HW_SLOWDOWN
+    assert seen & REASON_SW_THERMAL
     assert r.sm_mhz <= 2790 // 2
+    h = SimBackend(clock=VirtualClock())
+    h.set_background_load(0, 1.0)
+    h.set_ambient(0, 90.0)
+    with pytest.raises(GpuLost, match="shut down"):
+        for _ in range(3000):
+            h.idle(0.1)
+            h.read_fast(0)
 
 
 def test_power_limit_range_and_effect(sim):

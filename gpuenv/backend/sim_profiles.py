@@ -4,8 +4,12 @@ A profile holds what NVML would report (names, clock lists, limits,
 thresholds) and the constants of the physics in `sim.py`:
 
     power_w  = p_base_w + leakage(T) + (f / f_max) ** dyn_exponent * (p_clock_w + load * p_load_w)
-    leakage  = leak_ref_w * exp((T - leak_ref_c) / leak_scale_c)
+    leakage  = max(0, leak_ref_w + leak_w_per_c * (T - leak_ref_c))
     dT/dt    = (ambient_c + r_c_per_w * power_w - T) / tau_s
+
+Leakage is linear in temperature: an exponential fitted to the same two points
+grows so steeply that any chip past ~80 C runs away thermally (d leakage / dT
+times R above 1), which real GPUs with working cooling do not do.
 
 The "h100" numbers are fitted to GPU_FACTS.md (idle 72 W at 36 C, 120 W with a
 context, 700 W cap reached at ~1515 MHz when cool and ~1380 MHz at 63 C,
@@ -52,7 +56,7 @@ class SimProfile:
     p_base_w: float
     leak_ref_w: float
     leak_ref_c: float
-    leak_scale_c: float
+    leak_w_per_c: float  # leakage grows this much per degree
     p_clock_w: float
     p_load_w: float
     dyn_exponent: float
@@ -116,9 +120,9 @@ H100 = SimProfile(
     p_base_w=30.0,
     leak_ref_w=40.0,
     leak_ref_c=36.0,
-    leak_scale_c=19.5,
+    leak_w_per_c=4.873,
     p_clock_w=50.0,
-    p_load_w=1002.0,
+    p_load_w=976.0,
     dyn_exponent=2.0,
     ambient_c=32.33,
     r_c_per_w=0.05096,
@@ -155,7 +159,7 @@ RTX4090 = SimProfile(
     p_base_w=12.0,
     leak_ref_w=10.0,
     leak_ref_c=35.0,
-    leak_scale_c=25.0,
+    leak_w_per_c=0.5,
     p_clock_w=25.0,
     p_load_w=470.0,
     dyn_exponent=2.2,
@@ -197,7 +201,7 @@ LEGACY = SimProfile(
     p_base_w=18.0,
     leak_ref_w=8.0,
     leak_ref_c=30.0,
-    leak_scale_c=25.0,
+    leak_w_per_c=0.3,
     p_clock_w=10.0,
     p_load_w=235.0,
     dyn_exponent=2.0,

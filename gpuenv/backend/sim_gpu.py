@@ -1,0 +1,383 @@
+"""One simulated GPU: driver settings, governor, controllers, physics, latched readings.
+
+`GpuModel` is the model behind `SimBackend` (see `sim.py` for what it covers
+and `sim_profiles.py` for the formula and constants). Time is an integer
+nanosecond timeline; `advance(t_ns)` integrates up to it in fixed steps and runs
+the driver's update (controllers, then the readings NVML returns) on every
+`update_s` boundary, so results do not depend on how often anyone reads.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from gpuenv.backend import (
+    REASON_APP_CLOCKS,
+    REASON_COUNTERS,
+    REASON_GPU_IDLE,
+    REASON_HW_SLOWDOWN,
+    REASON_HW_THERMAL,
+    REASON_SW_POWER_CAP,
+    REASON_SW_THERMAL,
+)
+from gpuenv.backend.sim_profiles import SimProfile
+
+STEP_NS = 10_000_000  # physics step while anything is changing
+COARSE_AFTER_NS = 2_000_000_000  # after this long without a load change, step per driver update
+
+
+@dataclass
+class Settings:
+    """What the driver keeps for one GPU (what `gpuenv lock` changes)."""
+
+    locked_sm: tuple[int, int] | None
+    locked_mem: tuple[int, int] | None
+    app_sm: int
+    app_mem: int
+    power_limit_w: float
+    persistence: bool
+
+    @classmethod
+    def defaults(cls, p: SimProfile, persistence: bool | None = None) -> Settings:
+        return cls(
+            None,
+            None,
+            p.default_app_sm_mhz,
+            p.default_app_mem_mhz,
+            p.power_default_w,
+            p.persistence_default if persistence is None else persistence,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "locked_sm": list(self.locked_sm) if self.locked_sm else None,
+            "locked_mem": list(self.locked_mem) if self.locked_mem else None,
+            "app_sm": self.app_sm,
+            "app_mem": self.app_mem,
+            "power_limit_w": self.power_limit_w,
+            "persistence": self.persistence,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Settings:
+        def pair(v: Any) -> tuple[int, int] | None:
+            return (int(v[0]), int(v[1])) if v else None
+
+        return cls(
+            pair(d.get("locked_sm")),
+            pair(d.get("locked_mem")),
+            int(d["app_sm"]),
+            int(d["app_mem"]),
+            float(d["power_limit_w"]),
+            bool(d["persistence"]),
+        )
+
+
+@dataclass
+class Job:
+    sm_cycles: float
+    mem_cycles: float
+    intensity: float
+    remaining: float = 1.0  # fraction of the work still to do
+
+
+class GpuModel:
+    """One simulated GPU: settings, governor, controllers, physics and latched readings."""
+
+    def __init__(self, p: SimProfile, index: int, t_ns: int):
+        self.p = p
+        self.index = index
+        self.asc = tuple(reversed(p.sm_clocks_mhz))  # ascending, for index arithmetic
+        self.top = len(self.asc) - 1
+        self.update_ns = round(p.update_s * 1e9)
+        self.temp_update_ns = round(p.temp_update_s * 1e9)
+        self.ambient_c = p.ambient_c  # the air the cooler sees (SimBackend.set_ambient changes it)
+        self.settings = Settings.defaults(p)
+        self.contexts: list[int] = []
+        self.background: dict[int, float] = {}
+        self.job: Job | None = None
+        self.job_end_ns = t_ns
+        self.active_here = False  # this SimBackend ran something here: its temperature is the truth
+        self.lost: str | None = None
+        self.t_ns = t_ns
+        self.last_change_ns = t_ns
+        self.applied_app_sm = self.settings.app_sm
+        self.applied_app_mem = self.settings.app_mem
+        self.cap_idx = self.top  # SW power cap ceiling
+        self.therm_idx = self.top  # SW thermal ceiling
+        self.hw_slow = False
+        self.sm_idx = self._floor_idx(p.idle_sm_mhz)
+        self.mem_mhz = self.applied_app_mem
+        self.reasons = REASON_GPU_IDLE
+        self.active_counters: tuple[str, ...] = ("low_utilization",)
+        self.reason_ns = dict.fromkeys(REASON_COUNTERS, 0)
+        self.energy_mj = 0.0
+        self.load = 0.0
+        self._refresh_caches()
+        self.temp_c = self.idle_temp_c()
+        self.power_w = self._power(self.temp_c)
+        self.p_filt = self.power_w
+        self.period_j = 0.0
+        self.period_busy = 0.0
+        self.period_start_ns = t_ns
+        self.power_ring: collections.deque[float] = collections.deque(
+            [self.power_w] * 10, maxlen=10
+        )
+        self.busy_ring: collections.deque[float] = collections.deque([0.0] * 10, maxlen=10)
+        self._decay: dict[int, tuple[float, float]] = {}
+        self._latch(t_ns)
+        self._latch_temp(t_ns)
+
+    # -- helpers -------------------------------------------------------------------
+    def _floor_idx(self, mhz: float) -> int:
+        """Index of the highest supported clock <= mhz (the lowest clock if none)."""
+        lo, hi = 0, self.top
+        if mhz < self.asc[0]:
+            return 0
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.asc[mid] <= mhz:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    @property
+    def sm_mhz(self) -> int:
+        return self.asc[self.sm_idx]
+
+    @property
+    def has_context(self) -> bool:
+        return bool(self.contexts or self.background)
+
+    def _power(self, temp_c: float) -> float:
+        p = self.p
+        return (
+            p.p_base_w
+            + max(0.0, p.leak_ref_w + p.leak_w_per_c * (temp_c - p.leak_ref_c))
+            + self._dyn
+        )
+
+    def idle_temp_c(self) -> float:
+        """Equilibrium temperature at the present clock and load (power and heat agree)."""
+        t = self.ambient_c + 20.0
+        for _ in range(60):
+            t = self.ambient_c + self.p.r_c_per_w * self._power(t)
+        return t
+
+    def _refresh_caches(self) -> None:
+        """Recompute what depends on clock and load only (they change at updates and job edges)."""
+        p = self.p
+        self.load = max(
+            self.job.intensity if self.job else 0.0, max(self.background.values(), default=0.0)
+        )
+        g = (self.sm_mhz / p.max_sm_mhz) ** p.dyn_exponent
+        self._dyn = g * (p.p_clock_w + self.load * p.p_load_w)
+        if self.job:
+            seconds = self.job.sm_cycles / (self.sm_mhz * 1e6) + self.job.mem_cycles / (
+                self.mem_mhz * 1e6
+            )
+            self._rate = 1.0 / seconds if seconds > 0 else math.inf
+        else:
+            self._rate = 0.0
+        self.busy = 1.0 if self.job else max(self.background.values(), default=0.0)
+
+    def load_changed(self) -> None:
+        self.last_change_ns = self.t_ns
+        self._refresh_caches()
+
+    def job_ns_left(self) -> int:
+        if self.job is None:
+            return 0
+        return max(1, math.ceil(self.job.remaining / self._rate * 1e9))
+
+    def ns_to_update(self) -> int:
+        return (self.t_ns // self.update_ns + 1) * self.update_ns - self.t_ns
+
+    # -- physics -------------------------------------------------------------------
+    def advance(self, target_ns: int) -> None:
+        """Integrate up to `target_ns`, running driver updates on their boundaries."""
+        upd = self.update_ns
+        while self.t_ns < target_ns:
+            t = self.t_ns
+            if self.lost:
+                self.t_ns = target_ns
+                return
+            step = (
+                upd if (self.job is None and t - self.last_change_ns > COARSE_AFTER_NS) else STEP_NS
+            )
+            nxt = min((t // step + 1) * step, target_ns)
+            job_end = False
+            if self.job is not None:
+                left = self.job_ns_left()
+                if t + left <= nxt:
+                    nxt, job_end = t + left, True
+            self._integrate(nxt - t)
+            self.t_ns = nxt
+            if job_end:
+                self.job = None
+                self.job_end_ns = nxt
+                self.load_changed()
+            if nxt % upd == 0:
+                self._driver_update(nxt)
+            if nxt % self.temp_update_ns == 0:
+                self._latch_temp(nxt)
+
+    def _integrate(self, dt_ns: int) -> None:
+        p = self.p
+        dt = dt_ns * 1e-9
+        decay = self._decay.get(dt_ns)
+        if decay is None:
+            decay = (math.exp(-dt / p.tau_s), math.exp(-dt / p.power_filter_s))
+            if dt_ns in (STEP_NS, self.update_ns):
+                self._decay[dt_ns] = decay
+        temp = self.temp_c
+        power = (
+            p.p_base_w + max(0.0, p.leak_ref_w + p.leak_w_per_c * (temp - p.leak_ref_c)) + self._dyn
+        )
+        self.power_w = power
+        self.energy_mj += power * dt * 1e3
+        self.period_j += power * dt
+        self.period_busy += self.busy * dt
+        teq = self.ambient_c + p.r_c_per_w * power
+        self.temp_c = teq + (temp - teq) * decay[0]
+        self.p_filt = power + (self.p_filt - power) * decay[1]
+        for name in self.active_counters:
+            self.reason_ns[name] += dt_ns
+        if self.job is not None:
+            self.job.remaining -= dt * self._rate
+
+    # -- the driver ----------------------------------------------------------------
+    def _target_idx(self) -> tuple[int, bool]:
+        """The clock the governor wants before limiters; whether a user setting holds it down."""
+        p, s = self.p, self.settings
+        ctx = self.has_context
+        target = self.applied_app_sm if ctx else p.idle_sm_mhz
+        if s.locked_sm is not None:
+            lo, hi = s.locked_sm
+            target = hi if ctx else min(max(p.idle_sm_mhz, lo), hi)
+        return self._floor_idx(target), ctx and target < p.max_sm_mhz
+
+    def _control(self) -> None:
+        """The power-cap and thermal controllers: move the ceilings one update period on."""
+        p, s = self.p, self.settings
+        cur = self.sm_idx
+        tgt, _ = self._target_idx()
+        f = self.asc[cur]
+        step_mhz = (self.asc[cur] - self.asc[cur - 1]) if cur > 0 else (self.asc[1] - self.asc[0])
+        # Watts one clock step is worth at this clock and load (the driver's own estimate).
+        per_step = max(1e-6, p.dyn_exponent * self._dyn / f * step_mhz)
+        limit = s.power_limit_w
+        if self.p_filt > limit:
+            steps = min(p.max_step_down, max(1, math.ceil((self.p_filt - limit) / per_step)))
+            self.cap_idx = max(0, min(self.cap_idx, cur) - steps)
+        elif self.cap_idx < self.top:
+            steps = int((limit - self.p_filt - 2.0) / per_step)
+            if steps > 0:
+                self.cap_idx = min(self.top, self.cap_idx + steps)
+            if self.cap_idx >= tgt:
+                self.cap_idx = self.top
+        temp = self.temp_c
+        if temp >= p.shutdown_c:
+            self.lost = f"the GPU shut down at {temp:.0f} C (thermal protection)"
+        if temp >= p.slowdown_c:
+            self.hw_slow = True
+        elif self.hw_slow and temp < p.slowdown_c - 3.0:
+            self.hw_slow = False
+        sw = p.sw_thermal_c
+        if temp > sw:
+            self.therm_idx = max(0, min(self.therm_idx, cur) - min(4, 1 + int(temp - sw)))
+        elif self.therm_idx < self.top and temp < sw - 0.5:
+            self.therm_idx += 1
+            if self.therm_idx >= tgt:
+                self.therm_idx = self.top
+
+    def apply(self) -> None:
+        """Set the clock from target and ceilings; derive reasons and which counters run."""
+        p, s = self.p, self.settings
+        tgt, user_limited = self._target_idx()
+        hw_idx = self._floor_idx(p.max_sm_mhz * p.hw_slowdown_factor) if self.hw_slow else self.top
+        new = min(tgt, self.cap_idx, self.therm_idx, hw_idx)
+        reasons = 0
+        if not self.has_context:
+            reasons |= REASON_GPU_IDLE
+        if user_limited:
+            reasons |= REASON_APP_CLOCKS
+        power = self.cap_idx < tgt
+        thermal = self.therm_idx < tgt
+        hw = self.hw_slow and hw_idx < tgt
+        if power:
+            reasons |= REASON_SW_POWER_CAP
+        if thermal:
+            reasons |= REASON_SW_THERMAL
+        if hw:
+            reasons |= REASON_HW_THERMAL | REASON_HW_SLOWDOWN
+        counters = []
+        if power:
+            counters.append("power")
+        if thermal or hw:
+            counters.append("thermal")
+        if reasons & REASON_GPU_IDLE:
+            counters.append("low_utilization")
+        if (power or thermal or hw) and new < tgt:
+            counters.append("total_app_clocks")
+            if p.base_sm_mhz is not None and self.asc[new] < p.base_sm_mhz:
+                counters.append("total_base_clocks")
+        self.reasons = reasons & p.supported_reasons
+        self.active_counters = tuple(counters)
+        self.sm_idx = new
+        mem = self.applied_app_mem
+        if s.locked_mem is not None:
+            lo, hi = s.locked_mem
+            mem = max((m for m in p.mem_clocks_mhz if lo <= m <= hi), default=mem)
+        self.mem_mhz = mem
+        self._refresh_caches()
+
+    def _driver_update(self, t_ns: int) -> None:
+        self._control()
+        self.apply()
+        period = (t_ns - self.period_start_ns) * 1e-9
+        if period > 0:
+            self.power_ring.append(self.period_j / period)
+            self.busy_ring.append(self.period_busy / period)
+        self.period_j = self.period_busy = 0.0
+        self.period_start_ns = t_ns
+        self._latch(t_ns)
+
+    def _latch(self, t_ns: int) -> None:
+        """What NVML reads until the next driver update."""
+        self.r_sm = self.sm_mhz
+        self.r_mem = self.mem_mhz
+        self.r_reasons = self.reasons
+        self.r_power_avg = sum(self.power_ring) / len(self.power_ring)
+        self.r_energy_mj = int(self.energy_mj)
+        self.r_reason_ns = dict(self.reason_ns)
+        self.r_util = sum(self.busy_ring) / len(self.busy_ring)
+        self.r_ts_ns = t_ns
+
+    def relatch_clock(self) -> None:
+        """Settings that take effect at once (a lock) show in the very next read."""
+        self.apply()
+        self.r_sm, self.r_mem, self.r_reasons = self.sm_mhz, self.mem_mhz, self.reasons
+
+    def _latch_temp(self, t_ns: int) -> None:
+        self.r_temp = round(self.temp_c)
+        self.r_temp_ts_ns = t_ns
+
+    def set_temperature(self, temp_c: float) -> None:
+        self.temp_c = temp_c
+        self.r_temp = round(temp_c)
+
+    # -- workload ------------------------------------------------------------------
+    def open_context(self, pid: int) -> None:
+        self.contexts.append(pid)
+        # Application clocks take effect when a context is created.
+        self.applied_app_sm, self.applied_app_mem = self.settings.app_sm, self.settings.app_mem
+        self.active_here = True
+        self.load_changed()
+
+
+__all__ = ["COARSE_AFTER_NS", "STEP_NS", "GpuModel", "Job", "Settings"]

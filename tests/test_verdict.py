@@ -1,0 +1,205 @@
+"""Findings from windows, and the policies that turn them into verdicts."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from gpuenv.backend import (
+    REASON_GPU_IDLE,
+    REASON_HW_POWER_BRAKE,
+    REASON_HW_SLOWDOWN,
+    REASON_HW_THERMAL,
+    REASON_SW_POWER_CAP,
+    REASON_SW_THERMAL,
+)
+from gpuenv.errors import ConfigError
+from gpuenv.telemetry import Window
+from gpuenv.verdict import (
+    Finding,
+    GpuFacts,
+    MeasurementRejected,
+    VerdictConfig,
+    apply_policy,
+    assess,
+    retry_delays,
+)
+
+H100 = {0: GpuFacts(max_sm_mhz=1980, slowdown_c=89, gpu_max_c=87, power_limit_w=700)}
+
+
+def win(i: int = 0, *, gpu: int = 0, sm: float = 1980, dur: float = 0.1, **kw) -> Window:
+    fields = dict(
+        gpu=gpu, t0=i * 1.0, t1=i * 1.0 + dur, n_samples=4, sm_mhz_min=sm, sm_mhz_mean=sm,
+        sm_mhz_max=sm, sm_mhz_start=sm, sm_mhz_end=sm, power_w_mean=300.0, power_w_max=300.0,
+        temp_c_start=40.0, temp_c_end=40.0, temp_c_max=40.0,
+    )  # fmt: skip
+    fields.update(kw)
+    return Window(**fields)  # type: ignore[arg-type]
+
+
+def kinds(findings: list[Finding]) -> dict[str, Finding]:
+    return {f.kind: f for f in findings}
+
+
+def test_a_steady_uncapped_gpu_has_no_findings():
+    ws = [win(i) for i in range(20)]
+    assert assess(ws, [0.010] * 20, facts=H100) == []
+
+
+def test_noisy_but_steady_times_raise_no_warmup_alarm():
+    rng = random.Random(3)
+    for _ in range(200):
+        times = [0.010 * (1 + rng.gauss(0, 0.02)) for _ in range(30)]
+        found = assess([win(i) for i in range(30)], times, facts=H100)
+        assert found == [], found
+
+
+def test_slow_first_reps_are_a_warmup_ramp_and_name_those_reps():
+    times = [0.150, 0.020, 0.011] + [0.010] * 17
+    f = kinds(assess([win(i) for i in range(20)], times, facts=H100))["warmup_ramp"]
+    assert f.reps == (0, 1, 2)
+    assert f.severity == "warning"
+    assert "reps 0-2" in f.message and "15.00x slower" in f.message
+
+
+def test_a_region_starting_from_idle_is_a_cold_start():
+    ws = [win(0, sm=345, sm_mhz_start=345, reasons_start=REASON_GPU_IDLE)] + [
+        win(i) for i in range(1, 5)
+    ]
+    f = kinds(assess(ws, facts=H100))["warmup_ramp"]
+    assert f.reps == (0,)
+    assert "GpuIdle" in f.message
+
+
+def test_power_cap_is_info_by_default_with_time_under_it_and_the_clock_it_cost():
+    ws = [win(i, sm=1380, dur=1.0, reasons=REASON_SW_POWER_CAP, reason_s={"power": 0.9})
+          for i in range(3)]
+    f = kinds(assess(ws, facts=H100))["power_cap"]
+    assert f.severity == "info"
+    assert f.details["time_under_cap_s"] == pytest.approx(2.7)
+    assert f.details["clock_cost_mhz"] == pytest.approx(600)
+    assert "2.70 s of 3.00 s (90%)" in f.message and "600 MHz (30%)" in f.message
+    # the same under a policy that asks for stable clocks is a warning
+    strict = kinds(assess(ws, facts=H100, config=VerdictConfig(stable_clocks=True)))
+    assert strict["power_cap"].severity == "warning"
+
+
+def test_a_counter_tick_of_power_cap_noise_is_not_reported():
+    ws = [win(0, dur=10.0, reason_s={"power": 0.001})]
+    assert assess(ws, facts=H100) == []
+
+
+def test_thermal_slowdown_and_closeness_to_the_limit():
+    sw = kinds(assess([win(0, reasons=REASON_SW_THERMAL, temp_c_max=84.0)], facts=H100))
+    assert sw["thermal"].severity == "warning"
+    hw = kinds(assess([win(0, reasons=REASON_HW_THERMAL | REASON_HW_SLOWDOWN,
+                           temp_c_max=90.0)], facts=H100))
+    assert hw["thermal"].severity == "error"
+    assert "hw_slowdown" not in hw  # HwSlowdown is implied by HW thermal
+    near = kinds(assess([win(0, temp_c_max=83.0)], facts=H100))
+    assert near["thermal"].severity == "info" and "87 C" in near["thermal"].message
+    assert assess([win(0, temp_c_max=70.0)], facts=H100) == []
+
+
+def test_hw_slowdown_and_power_brake():
+    f = kinds(assess([win(0, reasons=REASON_HW_POWER_BRAKE | REASON_HW_SLOWDOWN)], facts=H100))
+    assert set(f) == {"power_brake"} and f["power_brake"].severity == "error"
+    f = kinds(assess([win(0, reasons=REASON_HW_SLOWDOWN)], facts=H100))
+    assert set(f) == {"hw_slowdown"}
+
+
+def test_lock_not_held_names_the_range_and_the_power_cap_as_the_cause():
+    ws = [win(0, sm=1290, sm_mhz_min=1275, lock_held=False, lock_range_mhz=(1350, 1350),
+              reasons=REASON_SW_POWER_CAP)]
+    f = kinds(assess(ws, facts=H100))["lock_not_held"]
+    assert f.severity == "warning"
+    assert "not the locked 1350 MHz" in f.message and "power cap" in f.message
+
+
+def test_other_process_and_telemetry_gap():
+    f = kinds(assess([win(0, other_pids=(4242,)), win(1, gap=True)], facts=H100))
+    assert f["other_process"].reps == (0,) and "4242" in f["other_process"].message
+    assert f["telemetry_gap"].reps == (1,)
+
+
+def test_a_window_without_any_sample_is_a_gap():
+    f = kinds(assess([Window(gpu=0, t0=0.0, t1=1.0, n_samples=0)], facts=H100))
+    assert "telemetry_gap" in f
+
+
+def test_clock_drift_between_reps():
+    ws = [win(i, sm=s) for i, s in enumerate([1500, 1500, 1500, 1440, 1380])]
+    f = kinds(assess(ws, facts=H100))["clock_drift"]
+    assert f.reps == (3, 4) and f.severity == "info"
+    assert "1380-1500 MHz" in f.message
+
+
+def test_windows_of_several_gpus_are_split_rep_major():
+    ws = [win(0, gpu=0), win(0, gpu=1, other_pids=(9,)), win(1, gpu=0), win(1, gpu=1)]
+    f = assess(ws, [0.01, 0.01], facts=H100)
+    assert [(x.kind, x.gpu, x.reps) for x in f] == [("other_process", 1, (0,))]
+    with pytest.raises(ConfigError, match="rep times"):
+        assess(ws, [0.01], facts=H100)
+
+
+def test_reps_text_collapses_runs():
+    ws = [win(i, other_pids=(1,) if i in (0, 1, 2, 5, 7, 8) else ()) for i in range(10)]
+    assert "reps 0-2, 5, 7-8" in assess(ws, facts=H100)[0].message
+
+
+# -- policies -------------------------------------------------------------------------------
+
+
+def finding(kind: str, severity: str, reps: tuple[int, ...]) -> Finding:
+    return Finding(kind, severity, reps, "x")
+
+
+def test_annotate_keeps_everything():
+    r = apply_policy([finding("power_cap", "info", (0,))], 5, "annotate")
+    assert (r.verdict, r.rejected_reps) == ("annotated", ())
+    assert apply_policy([], 5, "annotate").verdict == "ok"
+
+
+def test_reject_drops_reps_with_warnings_but_not_info():
+    found = [finding("warmup_ramp", "warning", (0, 1)), finding("power_cap", "info", (2, 3))]
+    r = apply_policy(found, 10, "reject")
+    assert r.rejected_reps == (0, 1)
+    assert r.verdict == "annotated"
+
+
+def test_reject_raises_a_clear_error_when_too_few_reps_remain():
+    found = [finding("other_process", "warning", tuple(range(9)))]
+    with pytest.raises(MeasurementRejected, match="only 1 of 10 reps of 'gemm'") as err:
+        apply_policy(found, 10, "reject", name="gemm")
+    assert "policy='annotate'" in str(err.value)
+    r = apply_policy(found, 10, "reject", raise_if_too_few=False)
+    assert r.verdict == "rejected"
+
+
+def test_a_single_rejected_region_gets_a_verdict_not_an_exception():
+    r = apply_policy([finding("lock_not_held", "warning", (0,))], 1, "reject")
+    assert r.verdict == "rejected" and r.rejected_reps == (0,)
+
+
+def test_unknown_policy_and_bad_config_are_refused():
+    with pytest.raises(ConfigError, match="unknown policy"):
+        apply_policy([], 1, "ignore")
+    with pytest.raises(ConfigError):
+        VerdictConfig(reject_severity="fatal")
+    with pytest.raises(ConfigError):
+        VerdictConfig(min_reps=0)
+
+
+def test_retry_delays_back_off_up_to_a_cap():
+    c = VerdictConfig(retry_delay_s=1.0, retry_backoff=3.0, retry_max_delay_s=5.0, max_retries=4)
+    assert retry_delays(c) == [1.0, 3.0, 5.0, 5.0]
+    assert retry_delays(VerdictConfig(max_retries=0)) == []
+
+
+def test_finding_round_trips_through_json():
+    f = Finding("power_cap", "info", (0, 2), "msg", 1, {"time_under_cap_s": 0.5, "pids": [1]})
+    assert Finding.from_dict(json.loads(json.dumps(f.to_dict()))) == f
+    assert str(f) == "[info] power_cap: msg"

@@ -314,6 +314,29 @@ def theil_sen_slope(values: Sequence[float]) -> float:
     return _median_sorted(slopes)
 
 
+def ols_slope(values: Sequence[float], *, clip_mad: float = 5.0) -> float:
+    """Least-squares slope per index step, after clipping values farther than `clip_mad`
+    median absolute deviations from the median (one hiccup must not tilt the line).
+
+    Unlike `theil_sen_slope` it sees a slow staircase (a clock stepping down one
+    15 MHz step at a time), where most pairs are equal and the median slope is 0.
+    """
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    med = median(xs)
+    mad = median([abs(x - med) for x in xs])
+    if mad > 0:
+        lo, hi = med - clip_mad * mad, med + clip_mad * mad
+        xs = [min(max(x, lo), hi) for x in xs]
+    mean_i = (n - 1) / 2.0
+    mean_x = math.fsum(xs) / n
+    num = math.fsum((i - mean_i) * (x - mean_x) for i, x in enumerate(xs))
+    den = math.fsum((i - mean_i) ** 2 for i in range(n))
+    return num / den
+
+
 def relative_drift(values: Sequence[float]) -> float:
     """Theil-Sen change across the whole series, relative to its median (signed)."""
     if len(values) < 2:
@@ -476,6 +499,7 @@ __all__ = [
     "median",
     "median_ci",
     "median_ci_ranks",
+    "ols_slope",
     "quantile",
     "relative_drift",
     "summarize",

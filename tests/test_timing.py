@@ -1,0 +1,243 @@
+"""The timing harness on the simulated H100, on virtual time (no torch, no GPU)."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+import pytest
+
+from gpuenv import timing
+from gpuenv.backend.sim import SimBackend
+from gpuenv.errors import ConfigError
+from gpuenv.timebase import VirtualClock
+from gpuenv.verdict import MeasurementRejected, VerdictConfig
+
+MATMUL_S = 1.4e-3  # an 8192^3 bf16 matmul at 1980 MHz (GPU_FACTS.md)
+
+
+@pytest.fixture
+def sim() -> SimBackend:
+    backend = SimBackend(clock=VirtualClock())
+    backend.open_context(0)
+    backend.idle(10.0)  # a cool GPU with a context: 1980 MHz, no reasons
+    return backend
+
+
+def heat(backend: SimBackend, seconds: float = 20.0) -> None:
+    """Sustained heavy load right before the measurement (the 'hot' GPU)."""
+    timing.sim_kernel(backend, 0, seconds=seconds)()
+
+
+def noisy_kernel(backend: SimBackend, seconds: float, sigma: float, seed: int = 0):
+    rng = random.Random(seed)
+    cycles = seconds * backend.clock_limits(0).max_sm_mhz * 1e6
+    return lambda: backend.run_work(0, cycles * rng.lognormvariate(0, sigma))
+
+
+def gap(a: float, b: float) -> float:
+    return abs(a - b) / ((a + b) / 2)
+
+
+def test_bench_returns_a_measurement_with_telemetry_per_rep(sim):
+    m = timing.bench(timing.sim_kernel(sim, 0, seconds=MATMUL_S), name="gemm", backend=sim)
+    assert m.name == "gemm"
+    assert m.timer == "sim"
+    assert m.stats.median_s == pytest.approx(MATMUL_S, rel=1e-3)
+    assert len(m.windows) == len(m.times_s) == m.stats.n
+    assert all(w.gpu == 0 for w in m.windows)
+    assert m.telemetry is not None and m.telemetry.sm_mhz_mean == pytest.approx(1980)
+    assert m.verdict == "ok" and not m.findings
+    x = m.extra
+    assert x["stop_reason"] == "converged"
+    lo, hi = x["ci_s"]
+    assert lo <= m.stats.median_s <= hi
+    assert x["clock_mhz_before"] == pytest.approx(1980, rel=1e-3)  # the effective-clock probe
+    assert x["summary"]["n"] == m.stats.n
+    assert x["trace"]["sm_mhz"], "the telemetry trace for plotting is kept"
+
+
+def test_warmup_runs_until_setup_and_clock_ramp_are_over():
+    sim = SimBackend(clock=VirtualClock())  # no context yet: the GPU idles at 345 MHz
+    kernel = timing.sim_kernel(sim, 0, seconds=MATMUL_S)
+    calls = []
+
+    def first_call_slow():
+        if not calls:
+            sim.idle(0.15)  # library set-up on the first call (cuBLAS handles, lazy loading)
+        calls.append(1)
+        kernel()
+
+    m = timing.bench(first_call_slow, backend=sim, budget_s=2)
+    assert m.extra["warmup_steady"]
+    assert m.extra["warmup_reps"] >= timing.WARMUP_WINDOW
+    assert m.stats.max_s == pytest.approx(MATMUL_S, rel=1e-3)  # no set-up, no idle clock
+    assert not [f for f in m.findings if f.kind == "warmup_ramp"]
+
+
+def test_without_warmup_the_ramp_is_in_the_numbers_and_found():
+    sim = SimBackend(clock=VirtualClock())
+    m = timing.bench(timing.sim_kernel(sim, 0, seconds=MATMUL_S), backend=sim, warmup=0,
+                     budget_s=2)
+    assert m.stats.max_s > 2 * MATMUL_S  # the first reps ran at the idle clock
+    assert "warmup_ramp" in {f.kind for f in m.findings}
+    assert m.verdict == "annotated"
+
+
+def test_stopping_rule_takes_more_reps_when_noisy_and_stops_on_budget(sim):
+    quiet = timing.bench(noisy_kernel(sim, MATMUL_S, 0.002), backend=sim, budget_s=5)
+    noisy = timing.bench(noisy_kernel(sim, MATMUL_S, 0.05), backend=sim, budget_s=5)
+    assert quiet.extra["stop_reason"] == noisy.extra["stop_reason"] == "converged"
+    assert noisy.stats.n > 3 * quiet.stats.n
+    assert noisy.extra["rel_ci"] <= 0.01
+    short = timing.bench(noisy_kernel(sim, MATMUL_S, 0.2), backend=sim, budget_s=0.02)
+    assert short.extra["stop_reason"] == "budget"
+    assert any("not within" in w for w in short.extra["warnings"])
+    assert short.extra["summary"]["high_spread"]
+
+
+def test_fixed_rep_count(sim):
+    m = timing.bench(timing.sim_kernel(sim, 0, seconds=MATMUL_S), backend=sim, reps=25)
+    assert len(m.times_s) == 25
+    assert m.extra["stop_reason"] == "max_reps"
+
+
+def fresh_sim(hot: bool) -> SimBackend:
+    """The two states of the reproducibility benchmark: 10 s idle, or right after 20 s load."""
+    backend = SimBackend(clock=VirtualClock())
+    backend.open_context(0)
+    backend.idle(10.0)
+    if hot:
+        heat(backend)
+    return backend
+
+
+def cold_and_hot(**kwargs):
+    out = []
+    for hot in (False, True):
+        backend = fresh_sim(hot)
+        out.append(timing.bench(timing.sim_kernel(backend, 0, seconds=MATMUL_S), backend=backend,
+                                **kwargs))
+    return out
+
+
+def test_hot_gpu_without_conditioning_is_slower():
+    cold, hot = cold_and_hot(budget_s=1)
+    assert gap(cold.stats.median_s, hot.stats.median_s) > 0.10  # the 12-16% of GPU_FACTS
+    assert "power_cap" in {f.kind for f in hot.findings}
+
+
+def test_burst_mode_gives_the_same_number_cold_and_hot():
+    cold, hot = cold_and_hot(condition="burst", budget_s=2, min_reps=60)
+    assert gap(cold.stats.median_s, hot.stats.median_s) < 0.01
+    assert hot.extra["burst_first_ready"]
+    assert hot.extra["burst_rests"] >= 2  # 60 reps of 1.4 ms do not fit one 25 ms burst
+    assert cold.stats.median_s == pytest.approx(MATMUL_S, rel=0.01)
+
+
+def test_sustained_mode_gives_the_same_number_cold_and_hot():
+    cold, hot = cold_and_hot(condition="sustained", budget_s=1)
+    assert cold.extra["precondition_steady"] and hot.extra["precondition_steady"]
+    assert hot.extra["precondition_s"] < cold.extra["precondition_s"]  # already near equilibrium
+    assert gap(cold.stats.median_s, hot.stats.median_s) < 0.01
+    assert cold.stats.median_s > 1.2 * MATMUL_S  # the sustained, power-capped time
+    # time x effective clock / max clock: the work at the max clock
+    assert cold.extra["time_at_ref_clock_s"] == pytest.approx(MATMUL_S, rel=0.01)
+    assert "power_cap" in {f.kind for f in cold.findings}
+
+
+def test_reject_policy_raises_when_every_rep_is_capped(sim):
+    heat(sim)
+    with pytest.raises(MeasurementRejected, match="power_cap"):
+        timing.bench(timing.sim_kernel(sim, 0, seconds=MATMUL_S), backend=sim, policy="reject",
+                     verdict_config=VerdictConfig(stable_clocks=True), budget_s=1)
+
+
+def intruder_kernel(sim: SimBackend, start: int, stop: int):
+    """A 20 ms kernel; another process uses the GPU from call `start` to call `stop`."""
+    kernel = timing.sim_kernel(sim, 0, seconds=0.02, power_intensity=0.3)
+    count = [0]
+
+    def run():
+        count[0] += 1
+        if count[0] == start:
+            sim.set_background_load(0, 0.3, pid=4242)
+        if count[0] == stop:
+            sim.set_background_load(0, 0.0, pid=4242)
+        kernel()
+
+    return run
+
+
+def test_reject_policy_drops_reps_touched_by_another_process(sim):
+    m = timing.bench(intruder_kernel(sim, 20, 30), backend=sim, policy="reject", reps=40,
+                     warmup=10)
+    assert "other_process" in {f.kind for f in m.findings}
+    assert 5 <= len(m.rejected_reps) < 20
+    assert m.stats.n == 40 - len(m.rejected_reps)
+
+
+def test_retry_policy_reruns_affected_reps(sim):
+    m = timing.bench(intruder_kernel(sim, 20, 30), backend=sim, policy="retry", reps=40,
+                     warmup=10)
+    assert m.retried_reps
+    assert not m.rejected_reps  # the re-runs, after the intruder left, were clean
+    assert "other_process" not in {f.kind for f in m.findings}
+
+
+def test_cpu_function_without_telemetry():
+    clock = VirtualClock()
+    m = timing.bench(lambda: clock.sleep(0.002), device=timing.ClockDevice(clock), backend=None,
+                     budget_s=1)
+    assert m.timer == "host"
+    assert m.stats.median_s == pytest.approx(0.002)
+    assert m.windows == () and m.verdict == "ok"
+
+
+def test_output_appends_a_loadable_run(sim, tmp_path):
+    from gpuenv.results import load_run
+
+    path = tmp_path / "run.jsonl"
+    timing.bench(timing.sim_kernel(sim, 0, seconds=MATMUL_S), name="a", backend=sim, output=path)
+    run = load_run(path)
+    assert [m.name for m in run.measurements] == ["a"]
+    assert run.measurements[0].windows
+
+
+@pytest.mark.parametrize(
+    "kwargs, text",
+    [
+        ({"mode": "fast"}, "timing mode"),
+        ({"condition": "warm"}, "condition"),
+        ({"reps": 0}, "reps"),
+        ({"policy": "ignore"}, "policy"),
+    ],
+)
+def test_bad_arguments_are_refused(sim, kwargs, text):
+    with pytest.raises(ConfigError, match=text):
+        timing.bench(timing.sim_kernel(sim, 0), backend=sim, **kwargs)
+
+
+def test_profiler_trace_is_split_into_reps_by_marker_spins():
+    def ev(name, ts, dur, cat="kernel"):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}
+
+    spin = "void at::cuda::(anonymous namespace)::spin_kernel(long)"
+    events = [
+        ev(spin, 0, 1), ev("fill_kernel", 2, 30), ev(spin, 33, 50),
+        ev("gemm", 84, 100), ev("Memcpy DtoD", 190, 10, "gpu_memcpy"),
+        ev(spin, 300, 1), ev("fill_kernel", 302, 30), ev(spin, 333, 50),
+        ev("gemm", 384, 110),
+    ]  # fmt: skip
+    times, spins = timing._profiled_rep_times(events, 2)
+    assert times == pytest.approx([110e-6, 110e-6])
+    assert spins == pytest.approx([50e-6, 50e-6])
+    with pytest.raises(Exception, match="marker"):
+        timing._profiled_rep_times(events, 3)
+
+
+def test_importing_timing_does_not_import_torch():
+    code = "import sys, gpuenv.timing, gpuenv.stats; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -44,7 +44,7 @@ class Stats:
     stdev_s: float | None  # sample standard deviation; None for fewer than 2 reps
     min_s: float | None
     max_s: float | None
-    iqr_s: float | None = None  # interquartile range; None for fewer than 4 reps
+    iqr_s: float | None = None  # interquartile range (numpy's default method); None for 1 rep
 
     @classmethod
     def of(cls, times_s: tuple[float, ...] | list[float]) -> Stats:
@@ -53,7 +53,7 @@ class Stats:
         if n == 0:
             return cls(0, None, None, None, None, None, None)
         iqr = None
-        if n >= 4:
+        if n >= 2:
             q = statistics.quantiles(xs, n=4, method="inclusive")
             iqr = q[2] - q[0]
         return cls(

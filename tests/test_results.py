@@ -1,0 +1,157 @@
+"""Measurement and Run records, the JSONL store and environment metadata."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from gpuenv.backend.sim import SimBackend
+from gpuenv.errors import ConfigError, GpuLost
+from gpuenv.results import (
+    Measurement,
+    Results,
+    ResultStore,
+    Run,
+    Stats,
+    environment_metadata,
+    load_run,
+    load_runs,
+)
+from gpuenv.telemetry import Window
+from gpuenv.timebase import VirtualClock
+from gpuenv.verdict import Finding
+
+
+def measurement(name: str = "gemm", times=(0.0015, 0.0014, 0.0016, 0.0030), **kw) -> Measurement:
+    w = Window(gpu=0, t0=1.0, t1=1.1, n_samples=4, sm_mhz_mean=1452.0, sm_mhz_min=1380.0,
+               sm_mhz_max=1980.0, reasons=4, reason_s={"power": 0.09})
+    f = Finding("power_cap", "info", (0, 1), "the SW power cap held GPU 0 back", 0,
+                {"time_under_cap_s": 0.09})
+    kw.setdefault("windows", (w,) * len(times))
+    kw.setdefault("findings", (f,))
+    kw.setdefault("verdict", "annotated")
+    kw.setdefault("summary_windows", (w,))
+    return Measurement.build(name, times, **kw)
+
+
+def test_stats_of_rep_times():
+    s = Stats.of([0.004, 0.001, 0.003, 0.002])
+    assert (s.n, s.median_s, s.min_s, s.max_s) == (4, 0.0025, 0.001, 0.004)
+    assert s.mean_s == pytest.approx(0.0025)
+    assert s.iqr_s == pytest.approx(0.0015)  # numpy's default quantiles
+    assert Stats.of([0.5]).stdev_s is None and Stats.of([]).median_s is None
+
+
+def test_stats_cover_only_the_reps_not_rejected():
+    m = measurement(rejected_reps=[3])
+    assert m.times_s == (0.0015, 0.0014, 0.0016, 0.0030)
+    assert m.kept_times_s == (0.0015, 0.0014, 0.0016)
+    assert m.stats.n == 3 and m.median_s == 0.0015
+
+
+def test_measurement_round_trips_through_json():
+    m = measurement(extra={"ci_s": [0.0014, 0.0016]}, started_at=1.79e9, gpus=(0,))
+    back = Measurement.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert back == m
+    assert back.telemetry == m.summary_windows[0]
+
+
+def test_measurement_summary_shows_time_verdict_telemetry_and_findings():
+    text = str(measurement(rejected_reps=[3], policy="reject"))
+    assert text.splitlines()[0] == (
+        "gemm: median 1.500 ms, IQR 0.100 ms over 3 reps (1 of 4 rejected) "
+        "[annotated, policy reject]"
+    )
+    assert "SM 1452 MHz (1380-1980)" in text
+    assert "[info] power_cap: the SW power cap held GPU 0 back" in text
+    single = str(measurement("step", times=(2.5,), verdict="ok", findings=()))
+    assert single.startswith("step: 2.500 s [ok]")
+
+
+def test_store_appends_each_measurement_durably_and_load_run_reads_them(tmp_path):
+    path = tmp_path / "out" / "run.jsonl"
+    store = ResultStore(path, {"gpus": [{"name": "sim"}]})
+    store.append(measurement("a"))
+    # readable before the store is closed: a crash now loses nothing already measured
+    assert [m.name for m in load_run(path).measurements] == ["a"]
+    store.append(measurement("b"))
+    store.close()
+    run = load_run(path)
+    assert [m.name for m in run.measurements] == ["a", "b"]
+    assert run.metadata["gpus"] == [{"name": "sim"}]
+    assert run.measurements[0] == measurement("a")
+
+
+def test_a_line_cut_short_by_a_crash_is_skipped_with_a_warning(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with ResultStore(path, {}) as store:
+        store.append(measurement("a"))
+    with open(path, "a") as fh:
+        fh.write('{"type": "measurement", "name": "b", "tim')
+    with pytest.warns(UserWarning, match="skipped 1 unreadable line"):
+        run = load_run(path)
+    assert [m.name for m in run.measurements] == ["a"]
+
+
+def test_several_runs_in_one_file(tmp_path):
+    path = tmp_path / "run.jsonl"
+    for name in ("first", "second"):
+        with ResultStore(path, {"label": name}) as store:
+            store.append(measurement(name))
+    runs = load_runs(path)
+    assert [r.metadata["label"] for r in runs] == ["first", "second"]
+    assert load_run(path).measurements[0].name == "second"
+
+
+def test_unreadable_or_empty_files_give_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read results file"):
+        load_run(tmp_path / "missing.jsonl")
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ConfigError, match="holds no gpuenv run"):
+        load_run(tmp_path / "empty.jsonl")
+    with pytest.raises(ConfigError, match="cannot write results"):
+        ResultStore(tmp_path / "empty.jsonl" / "x.jsonl", {})
+
+
+def test_results_save_writes_a_run(tmp_path):
+    results = Results({"host": "h"})
+    results.add(measurement("a"))
+    results.add(measurement("b"))
+    assert len(results) == 2 and results[1].name == "b" and results.by_name("a")
+    path = results.save(tmp_path / "r.jsonl")
+    run = load_run(path)
+    assert isinstance(run, Run)
+    assert run.metadata["host"] == "h" and len(run.measurements) == 2
+
+
+def test_environment_metadata_describes_gpu_host_and_versions():
+    sim = SimBackend("h100", clock=VirtualClock())
+    meta = environment_metadata(sim, [0])
+    gpu = meta["gpus"][0]
+    assert gpu["name"].startswith("NVIDIA H100")
+    assert gpu["max_sm_mhz"] == 1980 and gpu["power_limit_w"] == 700
+    assert gpu["persistence"] is True and gpu["sm_mhz"] == 345
+    assert meta["driver_version"] and meta["gpuenv_version"] and meta["hostname"]
+    assert meta["backend"] == "sim"
+    assert meta["time_utc"].startswith("2026")  # the virtual clock's wall time
+    json.dumps(meta)  # JSON-ready
+
+
+def test_environment_metadata_never_imports_torch():
+    had_torch = "torch" in sys.modules
+    meta = environment_metadata(SimBackend("h100", clock=VirtualClock()), [0])
+    if not had_torch:
+        assert "torch" not in sys.modules
+        assert "torch_version" not in meta
+
+
+def test_environment_metadata_records_read_errors_instead_of_raising():
+    sim = SimBackend("h100", clock=VirtualClock())
+    sim.inject_fault(0, "gpu_lost")
+    meta = environment_metadata(sim, [0])
+    assert "device_info" in meta["gpus"][0]["errors"]
+    assert "lost" in meta["gpus"][0]["errors"]["read_fast"].lower()
+    with pytest.raises(GpuLost):
+        sim.read_fast(0)

@@ -61,7 +61,7 @@ def test_measurement_round_trips_through_json():
 def test_measurement_summary_shows_time_verdict_telemetry_and_findings():
     text = str(measurement(rejected_reps=[3], policy="reject"))
     assert text.splitlines()[0] == (
-        "gemm: median 1.500 ms, IQR 0.100 ms over 3 reps (1 of 4 rejected) "
+        "gemm: median 1.500 ms, IQR 100.00 us over 3 reps (1 of 4 rejected) "
         "[annotated, policy reject]"
     )
     assert "SM 1452 MHz (1380-1980)" in text

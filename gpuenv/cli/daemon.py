@@ -1,0 +1,201 @@
+"""`gpuenv daemon`: run gpuenvd, list its leases, check its config.
+
+Exit codes: 0 success (serve: stopped by SIGTERM/SIGINT); 2 an error (bad
+config, socket in use, no GPU, daemon not reachable).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+import click
+
+from gpuenv.cli._common import handle_errors, open_from_ctx
+
+_LEVELS = ("debug", "info", "warning", "error")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _JournaldFormatter(logging.Formatter):
+    """Under systemd (JOURNAL_STREAM set) prefix <priority> so journald keeps the level,
+    and leave the timestamp to the journal."""
+
+    _PRIO: ClassVar[dict[int, int]] = {
+        logging.DEBUG: 7,
+        logging.INFO: 6,
+        logging.WARNING: 4,
+        logging.ERROR: 3,
+    }
+
+    def format(self, record: logging.LogRecord) -> str:
+        prio = self._PRIO.get(record.levelno, 2 if record.levelno > logging.ERROR else 6)
+        return f"<{prio}>{super().format(record)}"
+
+
+def _setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if os.environ.get("JOURNAL_STREAM"):
+        handler.setFormatter(_JournaldFormatter("%(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s gpuenvd %(levelname)s %(message)s"))
+    root = logging.getLogger("gpuenv")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def _socket_option(fn: F) -> F:
+    return click.option(
+        "--socket",
+        "socket_path",
+        metavar="PATH",
+        default=None,
+        help="The daemon's Unix socket (default: GPUENV_SOCKET, the config's, "
+        "or /run/gpuenv/gpuenv.sock).",
+    )(fn)
+
+
+def _config_option(fn: F) -> F:
+    return click.option(
+        "--config",
+        "config_path",
+        metavar="FILE",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="INI config: who may lock which GPUs (default /etc/gpuenv/gpuenvd.conf if present).",
+    )(fn)
+
+
+@click.group("daemon")
+def daemon() -> None:
+    """gpuenvd: a root service that lends clock locks to unprivileged users.
+
+    Users' 'gpuenv lock', 'gpuenv run --sm' and gpuenv.stable(sm=...) go through
+    it when they are not root. A lease ends, and the GPU is put back, when the
+    process that took it exits or dies. Config (INI; all sections optional):
+
+    \b
+      [daemon]
+      socket = /run/gpuenv/gpuenv.sock
+      socket_group = gpubench       ; socket mode 0660, this group
+      metrics = 127.0.0.1:9400      ; Prometheus endpoint
+      [lock]
+      user:alice = all
+      group:gpubench = 0,1          ; NVML indices or UUIDs
+      [admin]
+      users = ops
+      groups = wheel
+    """
+
+
+@daemon.command("serve")
+@_socket_option
+@_config_option
+@click.option("--metrics", metavar="HOST:PORT", default=None, help="Serve Prometheus metrics here.")
+@click.option(
+    "--sample-period", type=float, default=None, metavar="S", help="Sampler period (default 0.1 s)."
+)
+@click.option("--log-level", type=click.Choice(_LEVELS), default="info", show_default=True)
+@click.pass_context
+@handle_errors
+def serve(
+    ctx: click.Context,
+    socket_path: str | None,
+    config_path: str | None,
+    metrics: str | None,
+    sample_period: float | None,
+    log_level: str,
+) -> None:
+    """Run the daemon in the foreground (systemd: scripts/gpuenvd.service)."""
+    from dataclasses import replace
+
+    from gpuenv.daemon.auth import load_config, parse_listen
+    from gpuenv.daemon.server import Server
+
+    _setup_logging(log_level)
+    log = logging.getLogger("gpuenv.daemon")
+    config = load_config(config_path)
+    socket_path = socket_path or os.environ.get("GPUENV_SOCKET", "").strip() or None
+    config = config.with_socket(socket_path)
+    if metrics:
+        parse_listen(metrics)
+        config = replace(config, metrics=metrics)
+    if sample_period is not None:
+        config = replace(config, sample_period=sample_period)
+    backend = open_from_ctx(ctx)
+    if os.geteuid() != 0 and backend.name == "nvml":
+        log.warning("gpuenvd is not running as root: every lock will be refused by the driver")
+    server = Server(config, backend)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping", signum)
+        server.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        server.serve_forever()
+    finally:
+        backend.close()
+
+
+@daemon.command("leases")
+@_socket_option
+@click.option("--json", "as_json", is_flag=True, help="Print the daemon's status reply as JSON.")
+@handle_errors
+def leases(socket_path: str | None, as_json: bool) -> None:
+    """The leases gpuenvd holds now, and the lock on each GPU."""
+    from gpuenv.daemon.client import Client
+
+    with Client(socket_path) as client:
+        reply = client.status()
+    if as_json:
+        click.echo(json.dumps(reply, indent=2))
+        return
+    for gpu in reply["gpus"]:
+        click.echo(f"GPU {gpu['index']} ({gpu['name']}): {gpu['lock']}")
+    if not reply["leases"]:
+        click.echo("no leases")
+    for lease in reply["leases"]:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lease["granted_at"]))
+        kind = "standing" if lease["standing"] else "lease"
+        gpus = ",".join(map(str, lease["gpus"]))
+        label = f" [{lease['label']}]" if lease.get("label") else ""
+        click.echo(
+            f"{lease['id']}  {kind:8}  {lease['user']} pid {lease['pid']}  GPU {gpus}  "
+            f"{lease['request']}  since {since}{label}"
+        )
+
+
+@daemon.command("check-config")
+@_config_option
+@click.pass_context
+@handle_errors
+def check_config(ctx: click.Context, config_path: str | None) -> None:
+    """Parse the config and say who may lock which GPUs on this machine."""
+    from gpuenv.daemon.auth import Authorizer, load_config
+
+    config = load_config(config_path)
+    backend = open_from_ctx(ctx, readonly=True)
+    try:
+        uuids = [backend.device_info(i).uuid for i in range(backend.device_count())]
+    finally:
+        backend.close()
+    auth = Authorizer(config, uuids)
+    click.echo(f"config: {config.source or 'defaults (no config file)'}")
+    click.echo(
+        f"socket: {config.socket} (mode {config.socket_permissions():04o}"
+        f"{', group ' + config.socket_group if config.socket_group else ''})"
+    )
+    click.echo(f"metrics: {config.metrics or 'off'}")
+    for key, gpus in sorted(auth.rules().items()):
+        click.echo(f"lock: {key} -> {', '.join(map(str, sorted(gpus))) or 'none'}")
+    admins = sorted(config.admin_users) + [f"group:{g}" for g in sorted(config.admin_groups)]
+    click.echo(f"admins: root{', ' + ', '.join(admins) if admins else ''}")

@@ -1,0 +1,326 @@
+"""Who is on the other end of the socket, and what they may do.
+
+Identity comes from the kernel (SO_PEERCRED: pid, uid, gid of the connecting
+process), never from the request. What an identity may do comes from the
+daemon's config file, an INI file read with the standard library's
+configparser (no new dependency on Python 3.10, comments allowed):
+
+    [daemon]
+    socket = /run/gpuenv/gpuenv.sock
+    socket_group = gpubench      ; the socket is chown'ed to this group ...
+    socket_mode = 0660           ; ... with this mode: who may connect at all
+    sample_period = 0.1          ; the daemon's own sampler, seconds
+    metrics = 127.0.0.1:9400     ; Prometheus endpoint; leave out for none
+
+    [lock]                       ; who may lock which GPUs
+    user:alice = all
+    group:gpubench = 0,1         ; NVML indices or UUIDs (GPU-...), comma-separated
+    * = none                     ; everyone else who can connect (the default)
+
+    [admin]                      ; may release anyone's lease and restore any GPU
+    users = ops
+    groups = wheel
+
+root (uid 0) is always an admin. Anyone who can connect may read (hello,
+status, window, subscribe); only lock needs a `[lock]` entry.
+"""
+
+from __future__ import annotations
+
+import configparser
+import contextlib
+import grp
+import os
+import pwd
+import socket
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gpuenv.errors import ConfigError, PermissionDenied
+
+DEFAULT_SOCKET = "/run/gpuenv/gpuenv.sock"
+DEFAULT_CONFIG = "/etc/gpuenv/gpuenvd.conf"
+
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class Peer:
+    """The process on the other end of a connection, as the kernel reports it."""
+
+    pid: int
+    uid: int
+    gid: int
+    user: str
+    groups: frozenset[str] = frozenset()
+
+    def describe(self) -> str:
+        return f"{self.user} (uid {self.uid}, pid {self.pid})"
+
+
+def peer_from_socket(sock: socket.socket) -> Peer:
+    """SO_PEERCRED of a connected Unix socket, with the user's name and groups."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return make_peer(pid, uid, gid)
+
+
+def make_peer(pid: int, uid: int, gid: int) -> Peer:
+    """A Peer with its user name and group names looked up (numeric when unknown)."""
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    gids = {gid}
+    with contextlib.suppress(KeyError, OSError):
+        gids.update(os.getgrouplist(user, gid))
+    names = set()
+    for g in gids:
+        try:
+            names.add(grp.getgrgid(g).gr_name)
+        except KeyError:
+            names.add(str(g))
+    return Peer(pid=pid, uid=uid, gid=gid, user=user, groups=frozenset(names))
+
+
+@dataclass(frozen=True)
+class Config:
+    """The daemon's settings.
+
+    `lock_rules` maps "user:NAME" / "group:NAME" / "*" to GPU selectors.
+    """
+
+    socket: str = DEFAULT_SOCKET
+    socket_group: str | None = None
+    socket_mode: int | None = None  # None: derived, see socket_permissions()
+    sample_period: float = 0.1
+    metrics: str | None = None
+    lock_rules: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    admin_users: frozenset[str] = frozenset()
+    admin_groups: frozenset[str] = frozenset()
+    source: str | None = None  # the file it came from
+
+    def socket_permissions(self) -> int:
+        """The socket's mode: as configured; else 0660 with a socket_group; else 0666 when
+        the config lets anyone but root lock or administer (the daemon checks each
+        request by SO_PEERCRED), 0600 when it lets no one."""
+        if self.socket_mode is not None:
+            return self.socket_mode
+        if self.socket_group:
+            return 0o660
+        if (
+            any(gpus != ("none",) for gpus in self.lock_rules.values())
+            or self.admin_users
+            or self.admin_groups
+        ):
+            return 0o666
+        return 0o600
+
+    def with_socket(self, path: str | None) -> Config:
+        if not path:
+            return self
+        return Config(**{**self.__dict__, "socket": path})
+
+
+def _split(value: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in value.replace(" ", ",").split(",") if p.strip())
+
+
+def parse_config(text: str, *, source: str = "<config>") -> Config:
+    """Parse the INI text of a config file; ConfigError names the line that is wrong."""
+    parser = configparser.ConfigParser(
+        interpolation=None, inline_comment_prefixes=(";", "#"), delimiters=("=",)
+    )
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # user names are case-sensitive
+    try:
+        parser.read_string(text, source=source)
+    except configparser.Error as err:
+        raise ConfigError(
+            f"cannot read {source}: {err}".replace("\n", " "),
+            hint="see 'gpuenv daemon --help' for the format",
+        ) from None
+    known = {"daemon", "lock", "admin"}
+    for section in parser.sections():
+        if section not in known:
+            raise ConfigError(
+                f"{source}: unknown section [{section}]", hint="sections: [daemon], [lock], [admin]"
+            )
+    kwargs: dict = {"source": source}
+    if parser.has_section("daemon"):
+        d = parser["daemon"]
+        for key in d:
+            if key not in ("socket", "socket_group", "socket_mode", "sample_period", "metrics"):
+                raise ConfigError(
+                    f"{source}: [daemon] has no setting {key!r}",
+                    hint="settings: socket, socket_group, socket_mode, sample_period, metrics",
+                )
+        if d.get("socket"):
+            kwargs["socket"] = d["socket"]
+        if d.get("socket_group"):
+            kwargs["socket_group"] = d["socket_group"]
+        if "socket_mode" in d:
+            try:
+                mode = int(d["socket_mode"], 8)
+            except ValueError:
+                raise ConfigError(
+                    f"{source}: socket_mode {d['socket_mode']!r} is not octal", hint="e.g. 0660"
+                ) from None
+            if not 0 <= mode <= 0o777:
+                raise ConfigError(
+                    f"{source}: socket_mode {d['socket_mode']!r} is out of range", hint="e.g. 0660"
+                )
+            kwargs["socket_mode"] = mode
+        if "sample_period" in d:
+            try:
+                period = float(d["sample_period"])
+            except ValueError:
+                period = -1.0
+            if not 0.001 <= period <= 10:
+                raise ConfigError(
+                    f"{source}: sample_period {d['sample_period']!r} must be 0.001 to 10 seconds"
+                )
+            kwargs["sample_period"] = period
+        if d.get("metrics"):
+            kwargs["metrics"] = d["metrics"]
+            parse_listen(d["metrics"])
+    rules: dict[str, tuple[str, ...]] = {}
+    if parser.has_section("lock"):
+        for key, value in parser["lock"].items():
+            if not (key == "*" or key.startswith(("user:", "group:"))) or key.endswith(":"):
+                raise ConfigError(f"{source}: [lock] key {key!r} is not user:NAME, group:NAME or *")
+            gpus = _split(value.lower() if value.strip().lower() in ("all", "none") else value)
+            if not gpus:
+                raise ConfigError(
+                    f"{source}: [lock] {key} has no GPUs", hint="use all, none, or indices/UUIDs"
+                )
+            rules[key] = gpus
+    kwargs["lock_rules"] = rules
+    if parser.has_section("admin"):
+        a = parser["admin"]
+        for key in a:
+            if key not in ("users", "groups"):
+                raise ConfigError(
+                    f"{source}: [admin] has no setting {key!r}", hint="settings: users, groups"
+                )
+        kwargs["admin_users"] = frozenset(_split(a.get("users", "")))
+        kwargs["admin_groups"] = frozenset(_split(a.get("groups", "")))
+    return Config(**kwargs)
+
+
+def load_config(path: str | os.PathLike | None) -> Config:
+    """Read the config file; None reads DEFAULT_CONFIG if it exists, else the defaults.
+
+    The defaults let only root and admins lock: a fresh install refuses
+    everyone else until the admin says who may.
+    """
+    if path is None:
+        if not os.path.exists(DEFAULT_CONFIG):
+            return Config()
+        path = DEFAULT_CONFIG
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as err:
+        raise ConfigError(
+            f"cannot read the daemon config {os.fspath(path)}: {err.strerror}",
+            hint="pass --config PATH",
+        ) from None
+    return parse_config(text, source=os.fspath(path))
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """ "127.0.0.1:9400" or "9400" -> (host, port)."""
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise ConfigError(f"metrics address {value!r} is not HOST:PORT", hint="e.g. 127.0.0.1:9400")
+    return host, number
+
+
+class Authorizer:
+    """Decisions from a Config: may this peer lock these GPUs, release that lease."""
+
+    def __init__(self, config: Config, uuids: Sequence[str]):
+        self.config = config
+        self._uuids = list(uuids)
+        self._rules = {key: self._resolve(key, sel) for key, sel in config.lock_rules.items()}
+
+    def _resolve(self, key: str, selectors: Iterable[str]) -> frozenset[int]:
+        out: set[int] = set()
+        for sel in selectors:
+            if sel == "all":
+                out.update(range(len(self._uuids)))
+            elif sel == "none":
+                continue
+            elif sel.isdigit():
+                index = int(sel)
+                if index >= len(self._uuids):
+                    raise ConfigError(
+                        f"{self.config.source}: [lock] {key} names GPU {index}, "
+                        f"but this machine has {len(self._uuids)}",
+                        hint=f"use indices 0-{len(self._uuids) - 1} or UUIDs",
+                    )
+                out.add(index)
+            else:
+                matches = [
+                    i for i, u in enumerate(self._uuids) if u.lower().startswith(sel.lower())
+                ]
+                if len(matches) != 1:
+                    raise ConfigError(
+                        f"{self.config.source}: [lock] {key} names {sel!r}, "
+                        f"which matches {len(matches)} GPUs",
+                        hint="use an index or a unique UUID prefix ('gpuenv status' lists them)",
+                    )
+                out.add(matches[0])
+        return frozenset(out)
+
+    def rules(self) -> dict[str, frozenset[int]]:
+        """Each [lock] key with the GPU indices it resolved to."""
+        return dict(self._rules)
+
+    def is_admin(self, peer: Peer) -> bool:
+        return (
+            peer.uid == 0
+            or peer.user in self.config.admin_users
+            or bool(peer.groups & self.config.admin_groups)
+        )
+
+    def lockable(self, peer: Peer) -> frozenset[int]:
+        """The GPUs this peer may lock: admins all; else its user, group and * rules together."""
+        if self.is_admin(peer):
+            return frozenset(range(len(self._uuids)))
+        allowed: set[int] = set(self._rules.get("*", frozenset()))
+        allowed |= self._rules.get(f"user:{peer.user}", frozenset())
+        if str(peer.uid) != peer.user:
+            allowed |= self._rules.get(f"user:{peer.uid}", frozenset())
+        for group in peer.groups:
+            allowed |= self._rules.get(f"group:{group}", frozenset())
+        return frozenset(allowed)
+
+    def check_lock(self, peer: Peer, gpus: Iterable[int]) -> None:
+        """Raise PermissionDenied naming the first GPU this peer may not lock."""
+        allowed = self.lockable(peer)
+        for gpu in gpus:
+            if gpu not in allowed:
+                where = f"GPUs {sorted(allowed)}" if allowed else "no GPU"
+                raise PermissionDenied(
+                    f"{peer.user} may not lock clocks through gpuenvd (allowed: {where})",
+                    op="lock",
+                    gpu=gpu,
+                    hint=f"ask the admin to add 'user:{peer.user} = ...' to [lock] in "
+                    f"{self.config.source or DEFAULT_CONFIG}",
+                )
+
+    def check_release(self, peer: Peer, owner_uid: int, owner: str, what: str) -> None:
+        """Users release only their own leases (same uid); admins release any."""
+        if peer.uid != owner_uid and not self.is_admin(peer):
+            raise PermissionDenied(
+                f"{what} belongs to {owner}; {peer.user} may release only their own leases",
+                op="release",
+                hint="ask its owner, or an admin ([admin] in the daemon config)",
+            )

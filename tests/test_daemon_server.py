@@ -1,0 +1,366 @@
+"""gpuenvd in-process: leases, who may do what, windows, streams, bad requests.
+
+The server runs on threads in this process over a real Unix socket, on the
+simulated GPU with a state file. `peer_of` is injected so one test can play
+several users (the kernel's SO_PEERCRED would say every connection is us);
+SO_PEERCRED itself is tested in test_daemon_auth.py and by the subprocess tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuenv.backend.sim import SimBackend
+from gpuenv.daemon.auth import Peer, parse_config
+from gpuenv.daemon.client import Client, DaemonUnavailable, daemon_available
+from gpuenv.daemon.server import Server
+from gpuenv.errors import ConfigError, LockConflict, PermissionDenied
+from gpuenv.journal import Journal
+
+ME = os.getpid()
+ALICE = Peer(pid=ME, uid=50001, gid=50001, user="alice", groups=frozenset({"alice", "bench"}))
+BOB = Peer(pid=ME, uid=50002, gid=50002, user="bob", groups=frozenset({"bob", "bench"}))
+EVE = Peer(pid=ME, uid=50003, gid=50003, user="eve", groups=frozenset({"eve"}))
+OPS = Peer(pid=ME, uid=50004, gid=50004, user="ops", groups=frozenset({"ops"}))
+
+CONFIG = """
+[lock]
+user:alice = all
+group:bench = 1
+user:bob = 0
+[admin]
+users = ops
+"""
+
+
+class Harness:
+    def __init__(self, tmp: Path, config: str = CONFIG, n_gpus: int = 2):
+        self.tmp = tmp
+        self.sock = str(tmp / "gpuenvd.sock")
+        self.backend = SimBackend("h100", n_gpus=n_gpus, state_file=tmp / "sim.json")
+        self.journal = Journal(tmp / "journal")
+        self.queue: list[Peer] = []
+        cfg = parse_config(config).with_socket(self.sock)
+        self.server = Server(cfg, self.backend, journal=self.journal, peer_of=self._peer_of)
+        self.original = [self.truth(i) for i in range(n_gpus)]
+
+    def _peer_of(self, sock: socket.socket) -> Peer:
+        return self.queue.pop(0)
+
+    def client(self, peer: Peer) -> Client:
+        self.queue.append(peer)
+        return Client(self.sock, timeout=10)
+
+    def truth(self, index: int) -> tuple:
+        t = self.backend.truth(index)
+        return (t.locked_sm, t.locked_mem, t.app_sm_mhz, t.app_mem_mhz, t.power_limit_w)
+
+    def locked_sm(self, index: int) -> tuple[int, int] | None:
+        return self.backend.truth(index).locked_sm
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[Harness]:
+    harness = Harness(tmp_path)
+    harness.server.start()
+    try:
+        yield harness
+    finally:
+        harness.server.stop()
+        harness.backend.close()
+
+
+def wait_for(cond, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
+
+
+# -- leases ---------------------------------------------------------------------------------------
+
+
+def test_lease_locks_and_release_restores(h: Harness) -> None:
+    with h.client(ALICE) as c:
+        assert c.info["peer"]["user"] == "alice" and c.info["may_lock"] == [0, 1]
+        lease = c.lock(sm=1350, gpus=[0])
+        assert h.locked_sm(0) == (1350, 1350)
+        assert h.locked_sm(1) is None
+        status = c.status()
+        assert status["gpus"][0]["leases"] == [lease.id]
+        assert "alice" in status["gpus"][0]["lock"]
+        lease.release()
+        assert h.truth(0) == h.original[0]
+        assert c.status()["leases"] == []
+
+
+def test_closing_the_connection_ends_its_leases(h: Harness) -> None:
+    c = h.client(ALICE)
+    c.lock(sm=(1200, 1500), power_limit_w=500, gpus="0,1")
+    assert h.locked_sm(0) == (1200, 1500) and h.backend.truth(1).power_limit_w == 500
+    c.close()
+    assert wait_for(lambda: h.truth(0) == h.original[0] and h.truth(1) == h.original[1])
+    assert h.journal.entries() == []
+
+
+def test_identical_requests_share_and_the_last_one_out_restores(h: Harness) -> None:
+    a, b = h.client(ALICE), h.client(BOB)
+    la = a.lock(sm=1350, gpus=[0])
+    lb = b.lock(sm=1350, gpus=[0])
+    assert lb.info["shared"] == [0]
+    la.release()
+    assert h.locked_sm(0) == (1350, 1350)  # bob still holds it
+    lb.release()
+    assert h.truth(0) == h.original[0]
+    a.close()
+    b.close()
+
+
+def test_conflict_is_refused_naming_the_holder(h: Harness) -> None:
+    with h.client(ALICE) as a, h.client(BOB) as b:
+        a.lock(sm=1350, gpus=[0], label="nightly gemm")
+        with pytest.raises(LockConflict) as err:
+            b.lock(sm=1500, gpus=[0])
+        assert "alice" in str(err.value) and "nightly gemm" in str(err.value)
+        assert err.value.gpu == 0 and err.value.exit_code == 3
+        assert h.locked_sm(0) == (1350, 1350)
+        assert b.status()["daemon"]["refusals"] == 1
+
+
+def test_wait_gets_the_lock_when_the_holder_lets_go(h: Harness) -> None:
+    a, b = h.client(ALICE), h.client(BOB)
+    a.lock(sm=1350, gpus=[0])
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(b.lock(sm=1500, gpus=[0], wait=20)))
+    t.start()
+    time.sleep(0.3)
+    assert not got and h.locked_sm(0) == (1350, 1350)
+    a.close()  # alice's process ends: her lease ends, bob's wait is granted
+    t.join(timeout=20)
+    assert got and h.locked_sm(0) == (1500, 1500)
+    b.close()
+    assert wait_for(lambda: h.truth(0) == h.original[0])
+
+
+def test_a_waiting_client_that_goes_away_is_not_granted(h: Harness) -> None:
+    with h.client(ALICE) as a:
+        a.lock(sm=1350, gpus=[0])
+        h.queue.append(BOB)
+        raw = socket.socket(socket.AF_UNIX)
+        raw.connect(h.sock)
+        req = {"v": 1, "id": 1, "op": "lock", "gpus": [0], "sm": 1500, "wait": 60}
+        raw.sendall(json.dumps(req).encode() + b"\n")
+        time.sleep(0.2)
+        raw.close()
+        assert wait_for(lambda: a.status()["daemon"]["refusals"] == 1)
+        a.close()
+    assert wait_for(lambda: h.truth(0) == h.original[0])
+    assert h.server.leases.leases() == []
+
+
+def test_standing_lease_outlives_its_connection(h: Harness) -> None:
+    with h.client(ALICE) as c:
+        lease = c.lock(sm=1410, gpus=[1], standing=True)
+    time.sleep(0.1)
+    assert h.locked_sm(1) == (1410, 1410)
+    with h.client(BOB) as b:  # someone else cannot end it
+        with pytest.raises(PermissionDenied, match="belongs to alice"):
+            b.release(lease.id)
+        assert b.restore([1]) == []
+    assert h.locked_sm(1) == (1410, 1410)
+    with h.client(ALICE) as c:
+        assert c.restore([1]) == [1]
+    assert h.truth(1) == h.original[1]
+
+
+# -- who may do what ---------------------------------------------------------------------------
+
+
+def test_a_user_not_in_the_config_is_refused(h: Harness) -> None:
+    with h.client(EVE) as c:
+        assert c.info["may_lock"] == []
+        with pytest.raises(PermissionDenied) as err:
+            c.lock(sm=1350, gpus=[0])
+        assert "eve may not lock" in str(err.value) and "user:eve" in str(err.value)
+        assert c.status()["gpus"][0]["index"] == 0  # reading is allowed
+    assert h.truth(0) == h.original[0]
+
+
+def test_gpus_outside_the_users_rules_are_refused(h: Harness) -> None:
+    with h.client(BOB) as b:  # user:bob = 0, group:bench = 1
+        assert b.info["may_lock"] == [0, 1]
+    carol = Peer(pid=ME, uid=50005, gid=50005, user="carol", groups=frozenset({"bench"}))
+    with h.client(carol) as c:
+        assert c.info["may_lock"] == [1]
+        with pytest.raises(PermissionDenied):
+            c.lock(sm=1350, gpus=[0, 1])  # all or nothing: GPU 1 is not touched either
+        c.lock(sm=1350, gpus=[1]).release()
+    assert h.truth(0) == h.original[0] and h.truth(1) == h.original[1]
+
+
+def test_a_user_cannot_release_anothers_lease_but_an_admin_can(h: Harness) -> None:
+    with h.client(ALICE) as a, h.client(BOB) as b, h.client(OPS) as ops:
+        lease = a.lock(sm=1350, gpus=[0])
+        with pytest.raises(PermissionDenied, match="alice"):
+            b.release(lease.id)
+        assert h.locked_sm(0) == (1350, 1350)
+        assert ops.info["peer"]["admin"] is True
+        ended = ops.release(lease.id)
+        assert ended["id"] == lease.id
+        assert h.truth(0) == h.original[0]
+        with pytest.raises(ConfigError, match="no lease"):
+            a.release(lease.id)
+
+
+def test_admin_restore_all_ends_every_lease(h: Harness) -> None:
+    with h.client(ALICE) as a, h.client(OPS) as ops:
+        a.lock(sm=1350, gpus=[0])
+        a.lock(sm=1500, gpus=[1], standing=True)
+        assert sorted(ops.restore(all_owners=True)) == [0, 1]
+        assert h.server.leases.leases() == []
+        assert h.truth(0) == h.original[0] and h.truth(1) == h.original[1]
+
+
+def test_bad_lock_requests_say_what_is_valid(h: Harness) -> None:
+    with h.client(ALICE) as c:
+        with pytest.raises(ConfigError, match="345-1980 MHz"):
+            c.lock(sm=99999 - 1, gpus=[0])
+        with pytest.raises(ConfigError, match="nothing to lock"):
+            c.lock(gpus=[0])
+        with pytest.raises(ConfigError, match="no GPU matches"):
+            c.lock(sm=1350, gpus=[7])
+        with pytest.raises(ConfigError, match="CUDA numbering"):
+            c.lock(sm=1350, gpus="cuda:0")
+    assert h.journal.entries() == []
+
+
+# -- telemetry -------------------------------------------------------------------------------
+
+
+def test_window_is_answered_from_the_daemons_sampler(h: Harness) -> None:
+    with h.client(ALICE) as c, c.lock(sm=1350, gpus=[0]):
+        h.backend.open_context(0)
+        with c.window(gpus=[0]) as windows:
+            time.sleep(0.35)
+        h.backend.close_context(0)
+    (w,) = windows
+    assert w.gpu == 0 and w.n_samples >= 2
+    assert w.sm_mhz_max == 1350 and w.lock_held is True
+    assert 0.3 < w.duration_s < 5
+
+
+def test_window_end_out_of_order_is_an_error_not_a_crash(h: Harness) -> None:
+    with h.client(ALICE) as c:
+        with pytest.raises(Exception, match="no open window"):
+            c.window_end(12345)
+        wid = c.window_start()
+        c.window_end(wid)
+        with pytest.raises(Exception, match="no open window"):
+            c.window_end(wid)  # each window ends once
+        assert c.status()["daemon"]["pid"] == os.getpid()
+
+
+def test_subscribe_streams_samples_and_lease_events(h: Harness) -> None:
+    with h.client(OPS) as mon, h.client(ALICE) as a:
+        stream = mon.subscribe(period=0.05, events=True)
+        first = next(stream)
+        assert first["event"] == "samples"
+        a.lock(sm=1350, gpus=[0]).release()
+        seen = set()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and {"granted", "released"} - seen:
+            msg = next(stream)
+            if msg["event"] == "lease":
+                seen.add(msg["action"])
+        assert seen == {"granted", "released"}
+        assert mon.call("unsubscribe")["stopped"]
+
+
+# -- the wire ----------------------------------------------------------------------------------
+
+
+def _raw(h: Harness, data: bytes, peer: Peer = ALICE) -> list[dict]:
+    h.queue.append(peer)
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(h.sock)
+    s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+    out = b""
+    while chunk := s.recv(65536):
+        out += chunk
+    s.close()
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_malformed_requests_get_error_replies(h: Harness) -> None:
+    lines = [
+        b"not json",
+        b"[1,2,3]",
+        b'{"v": 1, "id": 5, "op": "launch_missiles"}',
+        b'{"v": 99, "id": 6, "op": "hello"}',
+        b'{"v": 1, "id": 7, "op": "lock", "gpus": [0], "sm": "fast"}',
+        b'{"v": 1, "id": 8, "op": "lock", "gpus": [0], "sm": 1350, "color": "red"}',
+        b'{"v": 1, "id": 9, "op": "release"}',
+        b'{"v": 1, "id": 10, "op": "lock", "sm": NaN}',
+        b"\xff\xfe",
+        b'{"v": 1, "id": 11, "op": "status"}',
+    ]
+    replies = _raw(h, b"\n".join(lines) + b"\n")
+    assert len(replies) == len(lines)
+    assert [r["ok"] for r in replies] == [False] * 9 + [True]
+    assert {r["error"]["type"] for r in replies[:-1]} == {"ProtocolError"}
+    assert [r["id"] for r in replies[2:]] == [5, 6, 7, 8, 9, None, None, 11]  # NaN: not JSON
+    assert "launch_missiles" in replies[2]["error"]["message"]
+    assert h.journal.entries() == []
+
+
+def test_an_oversized_line_is_refused_and_the_connection_goes_on(h: Harness) -> None:
+    big = b'{"v": 1, "id": 1, "op": "status", "pad": "' + b"x" * 200_000 + b'"}\n'
+    replies = _raw(h, big + b'{"v": 1, "id": 2, "op": "hello"}\n')
+    assert replies[0]["ok"] is False and "longer than" in replies[0]["error"]["message"]
+    assert replies[1]["ok"] is True and replies[1]["id"] == 2
+
+
+def test_a_truncated_request_gets_no_reply_and_changes_nothing(h: Harness) -> None:
+    replies = _raw(h, b'{"v": 1, "id": 1, "op": "lock", "gpus": [0], "sm": 13')
+    assert replies == []
+    assert h.truth(0) == h.original[0]
+    h.queue.append(ALICE)
+    assert daemon_available(h.sock)
+
+
+def test_client_reports_a_missing_daemon(tmp_path: Path) -> None:
+    assert daemon_available(tmp_path / "none.sock") is False
+    with pytest.raises(DaemonUnavailable, match="gpuenv daemon serve"):
+        Client(tmp_path / "none.sock")
+
+
+def test_a_second_daemon_on_the_same_socket_refuses_to_start(h: Harness) -> None:
+    other = Server(parse_config(CONFIG).with_socket(h.sock), h.backend, journal=h.journal)
+    with pytest.raises(ConfigError, match="already listens"):
+        other.start()
+    other.sampler.stop()
+    with h.client(ALICE) as c:  # the first one is untouched
+        assert c.status()["gpus"]
+
+
+def test_socket_permissions_follow_the_config(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, config="[daemon]\nsocket_mode = 0640\n")
+    harness.server.start()
+    try:
+        assert os.stat(harness.sock).st_mode & 0o777 == 0o640
+    finally:
+        harness.server.stop()
+        harness.backend.close()
+    assert not os.path.exists(harness.sock)  # removed on stop

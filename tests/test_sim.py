@@ -9,6 +9,8 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuenv.backend import (
     CLOCK_LIMIT_TDP,
@@ -243,11 +245,16 @@ def test_legacy_card_has_application_clocks_only():
     assert lim.locked_clocks_supported is False
     with pytest.raises(NotSupported, match="application clocks"):
         s.set_locked_sm_clocks(0, 1000, 1000)
-    low = lim.supported_sm_mhz[715][10]
-    s.set_app_clocks(0, 715, low)
     s.open_context(0)
     s.idle(0.2)
-    assert s.read_fast(0).sm_mhz == low
+    assert s.read_fast(0).sm_mhz == 1328 and s.read_fast(0).reasons == 0
+    low = lim.supported_sm_mhz[715][10]
+    s.set_app_clocks(0, 715, low)
+    s.close_context(0)
+    s.open_context(0)  # application clocks apply to new contexts
+    s.idle(0.2)
+    r = s.read_fast(0)
+    assert r.sm_mhz == low and r.reasons & REASON_APP_CLOCKS
     assert s.thresholds(0).gpu_max_c is None
 
 
@@ -438,6 +445,7 @@ def test_state_file_shared_between_instances(tmp_path, vclock):
 
 def test_state_file_across_processes(tmp_path):
     path = tmp_path / "sim.json"
+    parent = SimBackend(state_file=path)  # open before the child, as a monitor would be
     child = textwrap.dedent(
         f"""
         from gpuenv.backend.sim import SimBackend
@@ -448,13 +456,39 @@ def test_state_file_across_processes(tmp_path):
         """
     )
     subprocess.run([sys.executable, "-c", child], check=True, cwd=os.getcwd(), timeout=60)
-    parent = SimBackend(state_file=path)
     assert parent.truth(0).locked_sm == (1410, 1410)
+    assert parent.read_fast(0).sm_mhz == 1410  # idle, the clock parks at the lock's floor
     parent.reset_locked_sm_clocks(0)
     parent.close()
     again = SimBackend(state_file=path)
     assert again.truth(0).locked_sm is None
+    assert json.loads(path.read_text())["clients"] == [os.getpid()]
     again.close()
+
+
+def test_state_file_for_another_machine_is_replaced(tmp_path, vclock):
+    path = tmp_path / "sim.json"
+    a = SimBackend(clock=vclock, state_file=path)
+    a.set_power_limit(0, 500)
+    a.close()
+    b = SimBackend("rtx4090", n_gpus=2, clock=vclock, state_file=path)
+    assert b.power_limits(0).limit_w == 450
+    data = json.loads(path.read_text())
+    assert data["profile"] == "rtx4090" and len(data["gpus"]) == 2
+    path.write_text("not json")
+    c = SimBackend(clock=vclock, state_file=path)  # a broken file: start fresh, do not crash
+    assert c.power_limits(0).limit_w == 700
+
+
+def test_real_time_mode_advances_lazily():
+    s = SimBackend()  # RealClock: physics catch up with elapsed time at each call
+    s.open_context(0)
+    s.idle(0.15)
+    assert s.read_fast(0).sm_mhz == 1980
+    t0 = s.clock.now()
+    dt = s.run_work(0, 1.98e6, power_intensity=0.0)
+    assert dt == pytest.approx(1e-3, rel=1e-6)  # simulated time: 1 ms at 1980 MHz
+    assert s.clock.now() - t0 >= dt  # it slept at least that long
 
 
 def test_without_persistence_settings_revert_when_the_last_client_leaves(tmp_path, vclock):
@@ -502,3 +536,46 @@ def test_profiles_are_data():
     assert len(H100.sm_clocks_mhz) == 110
     legacy = PROFILES["legacy"]
     assert legacy.sm_clocks_mhz[0] == 1328 and legacy.sm_clocks_mhz[-1] == 544
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("idle"), st.floats(0.0, 3.0)),
+            st.tuples(st.just("work"), st.floats(0.0, 3e9)),
+            st.tuples(st.just("lock"), st.integers(0, 109), st.integers(0, 109)),
+            st.tuples(st.just("unlock")),
+            st.tuples(st.just("limit"), st.floats(200.0, 700.0)),
+            st.tuples(st.just("background"), st.floats(0.0, 1.0)),
+        ),
+        max_size=25,
+    )
+)
+def test_invariants_under_any_sequence(ops):
+    s = SimBackend(clock=VirtualClock())
+    clocks = set(H100.sm_clocks_mhz)
+    prev = s.read_slow(0)
+    for op in ops:
+        if op[0] == "idle":
+            s.idle(op[1])
+        elif op[0] == "work":
+            s.run_work(0, op[1])
+        elif op[0] == "lock":
+            lo, hi = sorted((H100.sm_clocks_mhz[op[1]], H100.sm_clocks_mhz[op[2]]))
+            s.set_locked_sm_clocks(0, lo, hi)
+        elif op[0] == "unlock":
+            s.reset_locked_sm_clocks(0)
+        elif op[0] == "limit":
+            s.set_power_limit(0, op[1])
+        else:
+            s.set_background_load(0, op[1])
+        r, t, now = s.read_fast(0), s.truth(0), s.read_slow(0)
+        assert r.sm_mhz in clocks and t.sm_mhz in clocks
+        assert r.reasons & ~0x1FF == 0
+        if t.locked_sm is not None:
+            assert t.sm_mhz <= t.locked_sm[1]  # a cap may pull below a lock, never above
+        assert t.temp_c < 95
+        assert now.energy_mj >= prev.energy_mj
+        assert all(now.reason_ns[k] >= prev.reason_ns[k] for k in REASON_COUNTERS)
+        prev = now

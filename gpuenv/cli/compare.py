@@ -1,0 +1,52 @@
+"""`gpuenv compare A B`: what changed between two runs, and was the GPU in the same state.
+
+Each side is a results file written by gpuenv (`env.results.save`, `gpuenv.bench(...,
+output=)`, `gpuenv run`), or several: a comma-separated list, a glob or a directory
+(per-rank files of one distributed run are pooled).
+
+Exit codes: 0 compared; 1 --fail-above was given and a measurement got significantly
+slower by more than it; 2 an error (a file missing or unreadable).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from gpuenv.cli._common import handle_errors
+
+
+@click.command("compare")
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@click.option("--alpha", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+              default=0.05, show_default=True, help="Significance level (Mann-Whitney U).")
+@click.option("--min-change", type=click.FloatRange(0.0), default=0.01, show_default=True,
+              help="Smallest relative change worth reporting as a change (0.01 = 1%).")
+@click.option("--fail-above", type=click.FloatRange(0.0), default=None, metavar="FRACTION",
+              help="Exit 1 if a measurement is significantly slower by more than this "
+              "(0.05 = 5%): a CI gate.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@handle_errors
+def compare(a: str, b: str, alpha: float, min_change: float, fail_above: float | None,
+            as_json: bool) -> None:
+    """Per measurement: the change in median time with its CI and p-value, and beside
+    it what changed in the GPU state (SM clock, time under the power cap,
+    temperature, lock) and in the environment (GPU model, driver, power limit).
+    A change that coincides with a GPU state change says so.
+    """
+    from gpuenv.compare import compare_files, format_report
+
+    report = compare_files(a, b, alpha=alpha, min_change=min_change)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(format_report(report))
+    if fail_above is not None:
+        worse = report.regressions(fail_above)
+        if worse:
+            names = ", ".join(f"{c.name} ({c.change:+.1%})" for c in worse)
+            click.echo(f"gpuenv: slower by more than {fail_above:.1%}: {names}", err=True)
+            sys.exit(1)

@@ -829,7 +829,7 @@ def bench(
         sampler = session.sampler
         policy = policy or getattr(session, "policy", "annotate")
         condition = condition if condition is not None else getattr(session, "mode", None)
-        verdict_config = verdict_config or getattr(session, "verdict_config", None)
+        verdict_config = verdict_config or getattr(session, "config", None)
         gpus = list(getattr(session, "gpus", []) or sampler.gpus)
     else:
         if backend is None:
@@ -860,6 +860,11 @@ def bench(
         sampler.start()
     if session is not None:
         lock_range = getattr(sampler, "lock_ranges", {}).get(gpu)
+        if gpu not in sampler.gpus:
+            raise ConfigError(
+                f"GPU {gpu} is not sampled by this session (it covers {sampler.gpus})",
+                hint="open the session with gpus= including the GPU fn runs on",
+            )
     clock = device.clock
     rule = stats.StopRule(
         rel_ci=0.0 if reps is not None else rel_ci,
@@ -886,7 +891,13 @@ def bench(
                                 progress=say if progress else None)
             extra.update(cond.to_dict())
         elif condition == "burst":
-            waited, ready = wait_until_ready(sampler, gpu, clock, since=clock.now())
+            if session is not None and hasattr(session, "wait_until_recovered"):
+                # the session's own "cool and uncapped" (temperature near its idle one)
+                t_wait = clock.now()
+                session.wait_until_recovered()
+                waited, ready = clock.now() - t_wait, True
+            else:
+                waited, ready = wait_until_ready(sampler, gpu, clock, since=clock.now())
             extra.update(burst_first_wait_s=waited, burst_first_ready=ready)
 
         # -- measure ---------------------------------------------------------------------
@@ -895,7 +906,11 @@ def bench(
                                          batch=PROFILER_BATCH if mode == "profiler" else 1,
                                          max_reps=PROFILER_MAX_REPS if mode == "profiler" else None)
         # -- findings and the policy (retry re-runs affected reps) ---------------------
-        facts = {gpu: _gpu_facts(backend, gpu, lock_range)} if backend is not None else {}
+        facts = {}
+        if session is not None and gpu in getattr(session, "facts", {}):
+            facts = {gpu: session.facts[gpu]}
+        elif backend is not None:
+            facts = {gpu: _gpu_facts(backend, gpu, lock_range)}
         findings, windows = _assess(vd, sampler, gpu, all_reps, config, facts)
         retried: list[int] = []
         if policy == "retry":
@@ -1027,10 +1042,10 @@ def _assess(vd: Any, sampler: Any, gpu: int, reps: Sequence[Rep], config: Any,
 
 def _record(session: Any, m: Any, output: Any, backend: Any, gpu: int, clock: Clock) -> None:
     if session is not None:
-        record = getattr(session, "_record", None) or getattr(session, "record", None)
-        if record is not None:
-            record(m)
-        elif hasattr(session, "results"):
+        keep = getattr(session, "_keep", None)  # results + the session's JSONL store
+        if keep is not None:
+            keep(m)
+        else:
             session.results.add(m)
     if output is not None and session is None:
         from gpuenv.results import ResultStore, environment_metadata

@@ -241,3 +241,28 @@ def test_importing_timing_does_not_import_torch():
     code = "import sys, gpuenv.timing, gpuenv.stats; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+class TestSession:
+    def test_env_bench_uses_the_session_and_stores_the_measurement(self, tmp_path):
+        import gpuenv.session as session_mod
+
+        sim = fresh_sim(hot=True)
+        out = tmp_path / "run.jsonl"
+        with session_mod.stable(backend=sim, mode="burst", output=str(out)) as env:
+            m = env.bench(timing.sim_kernel(sim, 0, seconds=MATMUL_S), name="gemm", budget_s=2)
+        assert m.extra["condition"] == "burst"
+        assert m.stats.median_s == pytest.approx(MATMUL_S, rel=0.01)  # waited for the GPU
+        assert m.extra["burst_first_wait_s"] > 0
+        assert list(env.results) == [m]
+        from gpuenv.results import load_run
+
+        assert load_run(out).measurements[0].name == "gemm"
+
+    def test_session_policy_applies(self):
+        import gpuenv.session as session_mod
+
+        sim = fresh_sim(hot=True)
+        with session_mod.stable(backend=sim, mode="burst", policy="reject") as env:
+            m = env.bench(intruder_kernel(sim, 20, 30), name="k", reps=40, warmup=10)
+        assert m.policy == "reject" and m.rejected_reps

@@ -91,9 +91,11 @@ class ModeConfig:
       sustained_chunk_s: the load runs in chunks this long; each chunk gives one
         SM clock median and one temperature.
       sustained_chunks: equilibrium needs this many consecutive chunk medians
-        within `sustained_clock_rel` of each other, and a temperature slope over
-        them below `sustained_temp_slope_c_per_min`.
-      sustained_min_s / sustained_timeout_s: precondition at least / at most this long.
+        within `sustained_clock_rel` of each other, and a temperature slope below
+        `sustained_temp_slope_c_per_min`, fitted (least squares) to every sample of
+        the last `sustained_slope_window_s` (temperatures read in whole degrees need
+        a long window: 1 C over 30 s is 2 C/min).
+      sustained_timeout_s: precondition at most this long, then measure anyway.
     """
 
     burst_timeout_s: float = 30.0
@@ -104,8 +106,8 @@ class ModeConfig:
     sustained_chunk_s: float = 1.0
     sustained_chunks: int = 3
     sustained_clock_rel: float = 0.01
-    sustained_temp_slope_c_per_min: float = 1.0
-    sustained_min_s: float = 5.0
+    sustained_temp_slope_c_per_min: float = 2.0
+    sustained_slope_window_s: float = 30.0
     sustained_timeout_s: float = 300.0
 
 
@@ -563,7 +565,7 @@ class Session:
         out = self.progress if self.progress is not None else sys.stderr
         tty = bool(getattr(out, "isatty", lambda: False)())
         start = self.clock.now()
-        history: list[tuple[float, list[float], list[float]]] = []  # (t, medians, temps)
+        medians_hist: list[list[float]] = []
         last_print = -math.inf
         settled = False
         while True:
@@ -571,24 +573,31 @@ class Session:
             while self.clock.now() - c0 < mc.sustained_chunk_s:
                 load()
             c1 = self.clock.now()
-            medians, temps = [], []
-            for g in self.gpus:
-                ss = self.sampler.samples(c0, c1, g)
-                clocks = sorted(s.sm_mhz for s in ss) or [0]
-                medians.append(float(clocks[len(clocks) // 2]))
-                temps.append(ss[-1].temp_c if ss else math.nan)
-            history.append((c1, medians, temps))
             elapsed = c1 - start
-            slope = _temp_slope_per_min(history[-mc.sustained_chunks :])
-            settled = elapsed >= mc.sustained_min_s and _equilibrium(history, slope, mc)
+            medians, temps, slope = [], [], 0.0
+            for g in self.gpus:
+                chunk = self.sampler.samples(c0, c1, g)
+                clocks = sorted(s.sm_mhz for s in chunk) or [0]
+                medians.append(float(clocks[len(clocks) // 2]))
+                temps.append(chunk[-1].temp_c if chunk else math.nan)
+                recent = self.sampler.samples(c1 - mc.sustained_slope_window_s, c1, g)
+                slope = max(slope, abs(_slope_per_min(recent)))
+            if elapsed < mc.sustained_slope_window_s:
+                slope = math.inf  # not enough history to judge
+            medians_hist.append(medians)
+            settled = slope <= mc.sustained_temp_slope_c_per_min and _clock_settled(
+                medians_hist[-mc.sustained_chunks :], mc
+            )
             if tty or elapsed - last_print >= 10 or settled or elapsed >= mc.sustained_timeout_s:
                 last_print = elapsed
                 state = ", ".join(
-                    f"GPU {g} {m:.0f} MHz {t:.1f} C" for g, m, t in zip(
-                        self.gpus, medians, temps, strict=True)
+                    f"GPU {g} {m:.0f} MHz {t:.0f} C"
+                    for g, m, t in zip(self.gpus, medians, temps, strict=True)
                 )
-                line = (f"gpuenv: preconditioning {elapsed:5.1f} s: {state}, "
-                        f"{'+' if slope >= 0 else ''}{slope:.1f} C/min")
+                trend = "" if math.isinf(slope) else f", temperature {slope:.1f} C/min"
+                line = f"gpuenv: preconditioning {elapsed:5.1f} s: {state}{trend}"
+                if settled:
+                    line += ": steady"
                 out.write(("\r" + line) if tty else (line + "\n"))
                 out.flush()
             if settled or elapsed >= mc.sustained_timeout_s:
@@ -605,32 +614,25 @@ class Session:
         return self.clock.now() - start
 
 
-def _temp_slope_per_min(history: Sequence[tuple[float, list[float], list[float]]]) -> float:
-    """Largest temperature slope (C/min) over the GPUs, least squares over the chunks."""
-    if len(history) < 2:
-        return math.inf
-    ts = [h[0] for h in history]
-    tmean = sum(ts) / len(ts)
-    var = sum((t - tmean) ** 2 for t in ts)
-    worst = 0.0
-    for k in range(len(history[0][2])):
-        ys = [h[2][k] for h in history]
-        if any(math.isnan(y) for y in ys) or var == 0:
-            return math.inf
-        ymean = sum(ys) / len(ys)
-        slope = sum((t - tmean) * (y - ymean) for t, y in zip(ts, ys, strict=True)) / var
-        worst = max(worst, abs(slope) * 60.0)
-    return worst
+def _slope_per_min(samples: Sequence[Any]) -> float:
+    """Least-squares temperature slope (C/min) of samples; 0 for fewer than 2."""
+    if len(samples) < 2:
+        return 0.0
+    ts = [s.t for s in samples]
+    ys = [s.temp_c for s in samples]
+    tm, ym = sum(ts) / len(ts), sum(ys) / len(ys)
+    var = sum((t - tm) ** 2 for t in ts)
+    if var == 0:
+        return 0.0
+    return 60.0 * sum((t - tm) * (y - ym) for t, y in zip(ts, ys, strict=True)) / var
 
 
-def _equilibrium(
-    history: Sequence[tuple[float, list[float], list[float]]], slope: float, mc: ModeConfig
-) -> bool:
-    if len(history) < mc.sustained_chunks or slope > mc.sustained_temp_slope_c_per_min:
+def _clock_settled(recent: Sequence[list[float]], mc: ModeConfig) -> bool:
+    """The last chunks' SM clock medians agree within sustained_clock_rel, on every GPU."""
+    if len(recent) < mc.sustained_chunks:
         return False
-    recent = history[-mc.sustained_chunks :]
-    for k in range(len(recent[0][1])):
-        meds = [h[1][k] for h in recent]
+    for k in range(len(recent[0])):
+        meds = [r[k] for r in recent]
         mid = sorted(meds)[len(meds) // 2]
         if mid <= 0 or (max(meds) - min(meds)) > mc.sustained_clock_rel * mid:
             return False

@@ -79,6 +79,9 @@ class SlowSample:
     mem_temp_c: float | None = None
     other_pids: tuple[int, ...] = ()  # processes on the GPU other than this one
     edge: bool = False  # read because a region started or ended
+    # when the driver refreshed these counters, on the host clock (from driver_ts_us); the
+    # counters refresh every ~100 ms, so this can be up to that long before `t`
+    value_t: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
@@ -523,7 +526,10 @@ class Sampler:
                     skip.add("processes")
                 except Exception as err:
                     self._gap(t, g, "processes", err)
-            slow = SlowSample(t, g, r.energy_mj, dict(r.reason_ns), r.mem_temp_c, others, edge)
+            value_t = _host_time(r.driver_ts_us, t, self.clock.wall() - t)
+            slow = SlowSample(
+                t, g, r.energy_mj, dict(r.reason_ns), r.mem_temp_c, others, edge, value_t
+            )
             with self._buf_lock:
                 self._slow[g].append(slow)
         with self._slow_cond:
@@ -663,14 +669,21 @@ def _from_counters(
         if e0 is not None and e1 is not None:
             out["energy_j"] = max(0.0, e1 - e0) / 1000.0
             out["energy_interpolated"] = (t1 - t0) < ENERGY_EXACT_MIN_S
-    # Time under each reason: cumulative ns counters, linear between reads.
+    # Time under each reason: cumulative ns counters, placed at the driver's refresh time
+    # (value_t) where known, linear between refreshes and, past the last one, at the rate
+    # of the last refresh interval.
     keys = sorted({k for s in slow for k in s.reason_ns})
     reason_s = {}
     for key in keys:
-        pts = [(s.t, float(s.reason_ns[key])) for s in slow if key in s.reason_ns]
-        a, b = _interp(pts, t0), _interp(pts, t1)
+        pts: list[tuple[float, float]] = []
+        for s in slow:
+            if key in s.reason_ns:
+                at = s.value_t if s.value_t is not None else s.t
+                if not pts or at > pts[-1][0]:
+                    pts.append((at, float(s.reason_ns[key])))
+        a, b = _counter_at(pts, t0, lag_s), _counter_at(pts, t1, lag_s)
         if a is not None and b is not None:
-            reason_s[key] = max(0.0, b - a) / 1e9
+            reason_s[key] = min(max(0.0, b - a) / 1e9, t1 - t0)
     if reason_s:
         out["reason_s"] = reason_s
     # Other processes: the read in force at t0 and every read up to one refresh after t1.
@@ -696,6 +709,28 @@ def _interp(pts: Sequence[tuple[float, float]], t: float) -> float | None:
         return pts[k][1]
     (ta, va), (tb, vb) = pts[k - 1], pts[k]
     return va + (vb - va) * (t - ta) / (tb - ta)
+
+
+def _counter_at(pts: Sequence[tuple[float, float]], t: float, lag_s: float) -> float | None:
+    """A cumulative ns counter at t: interpolated, or extrapolated up to ~2 refreshes past
+    the last point at the last interval's rate (at most 1 ns per ns)."""
+    value = _interp(pts, t)
+    if value is not None or not pts or t < pts[0][0] or t > pts[-1][0] + 2 * lag_s:
+        return value
+    if len(pts) < 2:
+        return pts[-1][1]
+    (ta, va), (tb, vb) = pts[-2], pts[-1]
+    rate = min(1e9, max(0.0, (vb - va) / (tb - ta)))
+    return vb + rate * (t - tb)
+
+
+def _host_time(driver_ts_us: int | None, t: float, wall_minus_host: float) -> float | None:
+    """A driver timestamp (us since the epoch) on the host clock; None if implausible."""
+    if not driver_ts_us:
+        return None
+    at = driver_ts_us * 1e-6 - wall_minus_host
+    # a refresh lies in the past, within a few driver periods (else a different time base)
+    return at if t - 2.0 <= at <= t + 0.01 else None
 
 
 def _interp_energy(

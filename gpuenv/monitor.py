@@ -23,6 +23,7 @@ import contextlib
 import csv
 import io
 import json
+import os
 import sys
 import threading
 import time
@@ -869,6 +870,10 @@ def run_tui(
     import locale
 
     locale.setlocale(locale.LC_ALL, "")
+    # ncurses prefers LINES/COLUMNS from the environment to the terminal's real size,
+    # and a stale exported pair would pin the view to it, resizes included.
+    os.environ.pop("LINES", None)
+    os.environ.pop("COLUMNS", None)
     frame.glyphs = Glyphs.for_encoding(locale.getpreferredencoding(False))
 
     def main(scr: Any) -> None:

@@ -1,0 +1,148 @@
+"""The `gpuenv` command as a whole: help, one-line errors with exit code 2, and start-up
+that never imports torch (checked in a fresh interpreter, with a stand-in `torch`
+package that records being imported)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gpuenv.cli import COMMANDS, cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(cli, list(args), env=env)
+
+
+def test_help_lists_the_commands() -> None:
+    result = run_cli("--help")
+    assert result.exit_code == 0
+    for name in ("status", "doctor", "demo"):
+        assert name in result.output
+        assert COMMANDS[name][2] in result.output  # the one-line help from the table
+
+
+def test_each_command_of_mine_has_help() -> None:
+    for name in ("status", "doctor", "demo"):
+        result = run_cli(name, "--help")
+        assert result.exit_code == 0, result.output
+        assert "-i, --gpu SEL" in result.output
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    result = run_cli("frobnicate")
+    assert result.exit_code == 2
+    assert "No such command" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "needle"),
+    [
+        (("--sim", "status", "-i", "7"), {}, "no GPU matches '7'"),
+        (("--sim", "doctor", "-i", "GPU-nope"), {}, "no GPU matches 'GPU-nope'"),
+        (("status",), {"GPUENV_BACKEND": "tpu"}, "unknown backend 'tpu'"),
+        (("--sim", "status"), {"GPUENV_SIM_GPUS": "many"}, "GPUENV_SIM_GPUS='many'"),
+        (("--sim", "status", "-i", "local"), {}, "LOCAL_RANK"),
+    ],
+)
+def test_bad_input_is_one_line_with_exit_code_2(
+    args: tuple[str, ...], env: dict[str, str], needle: str
+) -> None:
+    result = run_cli(*args, env=env)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("gpuenv: error: ") and needle in lines[0]
+    assert ": " in lines[0][len("gpuenv: error: ") :]  # ...and says what to do
+
+
+# -- start-up imports, in a fresh interpreter --------------------------------------------
+
+_PROBE = """
+import json, sys
+sys.argv = ["gpuenv", *json.loads(sys.argv[1])]
+code = 0
+if sys.argv[1:] == ["--import-only"]:
+    import gpuenv
+else:
+    from gpuenv.cli import main
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code or 0
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "nvitop", "pynvml", "click"))
+with open(__import__("os").environ["PROBE_OUT"], "w") as f:
+    json.dump({"code": code, "modules": heavy}, f)
+"""
+
+
+@pytest.fixture
+def fake_torch(tmp_path: Path) -> Path:
+    """A `torch` that leaves a mark when imported, first on the path (torch may be absent)."""
+    pkg = tmp_path / "site" / "torch"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "import os\nopen(os.environ['TORCH_MARK'], 'w').write('imported')\n"
+    )
+    return tmp_path
+
+
+def probe(tmp: Path, *args: str, env: dict[str, str] | None = None) -> dict:
+    out = tmp / "probe.json"
+    mark = tmp / "torch-mark"
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp / "site"), str(ROOT)]),
+        "PROBE_OUT": str(out),
+        "TORCH_MARK": str(mark),
+        "GPUENV_SIM_STATE": str(tmp / "sim.json"),
+        **(env or {}),
+    }
+    subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(list(args))],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    result = json.loads(out.read_text())
+    result["torch_marked"] = mark.exists()
+    return result
+
+
+def test_import_gpuenv_is_light(fake_torch: Path) -> None:
+    r = probe(fake_torch, "--import-only")
+    assert not r["torch_marked"]
+    assert r["modules"] == []  # not even click or pynvml
+
+
+def test_help_imports_neither_torch_nor_nvml(fake_torch: Path) -> None:
+    r = probe(fake_torch, "--help")
+    assert r["code"] == 0
+    assert not r["torch_marked"]
+    assert [m for m in r["modules"] if not m.startswith("click")] == []
+
+
+def test_status_imports_neither_torch_nor_nvitop(fake_torch: Path) -> None:
+    r = probe(fake_torch, "--sim", "status", "--json")
+    assert r["code"] == 0
+    assert not r["torch_marked"]
+    assert not any(m.startswith(("torch", "nvitop")) for m in r["modules"])
+    r = probe(fake_torch, "status")  # the real backend (NVML), wherever it is there
+    assert not r["torch_marked"]
+    assert not any(m.startswith(("torch", "nvitop")) for m in r["modules"])
+
+
+def test_doctor_and_sim_demo_do_not_import_torch(fake_torch: Path) -> None:
+    for args in (("--sim", "doctor"), ("--sim", "demo", "--fast")):
+        r = probe(fake_torch, *args)
+        assert not r["torch_marked"], args

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -579,3 +580,17 @@ def test_invariants_under_any_sequence(ops):
         assert now.energy_mj >= prev.energy_mj
         assert all(now.reason_ns[k] >= prev.reason_ns[k] for k in REASON_COUNTERS)
         prev = now
+
+
+def test_power_samples_every_20_ms_like_get_samples(sim):
+    sim.open_context(0)
+    sim.idle(1.0)
+    samples = sim.power_samples(0)
+    assert len(samples) == 50
+    assert all(b[0] - a[0] == 20_000 for a, b in itertools.pairwise(samples))
+    last = samples[-1][0]
+    sim.run_work(0, 1.98e8)  # ~0.1 s heavy
+    newer = sim.power_samples(0, since_us=last)
+    assert newer and newer[0][0] > last and max(w for _, w in newer) > 600
+    sim.idle(60.0)
+    assert len(sim.power_samples(0)) == 120  # the buffer holds ~2.4 s

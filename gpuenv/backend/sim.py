@@ -97,6 +97,7 @@ _BACKEND_OPS = (
     "utilization",
     "read_fast",
     "read_slow",
+    "power_samples",
     "set_locked_sm_clocks",
     "reset_locked_sm_clocks",
     "set_locked_mem_clocks",
@@ -106,9 +107,7 @@ _BACKEND_OPS = (
     "set_power_limit",
     "set_persistence_mode",
 )
-_WORKLOAD_OPS = (
-    "open_context", "close_context", "run_work", "set_background_load", "set_ambient"
-)
+_WORKLOAD_OPS = ("open_context", "close_context", "run_work", "set_background_load", "set_ambient")
 
 
 @dataclass(frozen=True)
@@ -577,6 +576,20 @@ class SimBackend:
                 mem_temp_c=float(g.r_temp + round(off)) if off is not None else None,
                 driver_ts_us=self._driver_ts_us(g.r_ts_ns),
             )
+
+    def power_samples(self, index: int, since_us: int = 0) -> list[tuple[int, float]]:
+        """The driver's 20 ms power samples newer than `since_us`: [(timestamp_us, watts)].
+
+        As `nvmlDeviceGetSamples(TOTAL_POWER)` (the buffer holds ~2.4 s); [] when empty.
+        """
+        with self._lock:
+            g = self._get(index, "power_samples")
+            out = []
+            for t_ns, watts in g.power_samples:
+                ts = self._driver_ts_us(t_ns)
+                if ts > since_us:
+                    out.append((ts, round(watts, 3)))
+            return out
 
     # -- writes ------------------------------------------------------------------------
     def _resolve_locked_sm(self, index: int, min_mhz: int, max_mhz: int) -> tuple[int, int]:

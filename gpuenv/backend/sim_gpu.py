@@ -27,6 +27,8 @@ from gpuenv.backend.sim_profiles import SimProfile
 
 STEP_NS = 10_000_000  # physics step while anything is changing
 COARSE_AFTER_NS = 2_000_000_000  # after this long without a load change, step per driver update
+POWER_SAMPLE_NS = 20_000_000  # nvmlDeviceGetSamples(TOTAL_POWER): one every 20 ms ...
+POWER_SAMPLES_KEPT = 120  # ... ~2.4 s of them
 
 
 @dataclass
@@ -128,6 +130,10 @@ class GpuModel:
         )
         self.busy_ring: collections.deque[float] = collections.deque([0.0] * 10, maxlen=10)
         self._decay: dict[int, tuple[float, float]] = {}
+        self.power_samples: collections.deque[tuple[int, float]] = collections.deque(
+            maxlen=POWER_SAMPLES_KEPT
+        )
+        self.next_sample_ns = (t_ns // POWER_SAMPLE_NS + 1) * POWER_SAMPLE_NS
         self._latch(t_ns)
         self._latch_temp(t_ns)
 
@@ -217,6 +223,8 @@ class GpuModel:
                     nxt, job_end = t + left, True
             self._integrate(nxt - t)
             self.t_ns = nxt
+            if nxt >= self.next_sample_ns:
+                self._record_power_samples(nxt)
             if job_end:
                 self.job = None
                 self.job_end_ns = nxt
@@ -225,6 +233,16 @@ class GpuModel:
                 self._driver_update(nxt)
             if nxt % self.temp_update_ns == 0:
                 self._latch_temp(nxt)
+
+    def _record_power_samples(self, t_ns: int) -> None:
+        keep = POWER_SAMPLE_NS * POWER_SAMPLES_KEPT
+        if t_ns - self.next_sample_ns > keep:  # a long gap: only the last 2.4 s matter
+            self.next_sample_ns = (
+                t_ns - keep
+            ) // POWER_SAMPLE_NS * POWER_SAMPLE_NS + POWER_SAMPLE_NS
+        while self.next_sample_ns <= t_ns:
+            self.power_samples.append((self.next_sample_ns, self.power_w))
+            self.next_sample_ns += POWER_SAMPLE_NS
 
     def _integrate(self, dt_ns: int) -> None:
         p = self.p
@@ -380,4 +398,12 @@ class GpuModel:
         self.load_changed()
 
 
-__all__ = ["COARSE_AFTER_NS", "STEP_NS", "GpuModel", "Job", "Settings"]
+__all__ = [
+    "COARSE_AFTER_NS",
+    "POWER_SAMPLES_KEPT",
+    "POWER_SAMPLE_NS",
+    "STEP_NS",
+    "GpuModel",
+    "Job",
+    "Settings",
+]

@@ -445,9 +445,12 @@ class Session:
             raise_if_too_few=len(times) > 1,
         )  # fmt: skip
         windows = self._windows(spans)
-        summary = [
-            self.sampler.window(spans[0][0], spans[-1][1], g) for g in self.gpus
-        ] if len(spans) > 1 else windows[: len(self.gpus)]
+        first, last = min(a for a, _ in spans), max(b for _, b in spans)
+        summary = (
+            [self.sampler.window(first, last, g) for g in self.gpus]
+            if len(spans) > 1
+            else windows[: len(self.gpus)]
+        )
         m = Measurement.build(
             name, times, rejected_reps=result.rejected_reps, windows=tuple(windows),
             findings=tuple(findings), verdict=result.verdict, policy=policy,

@@ -1,0 +1,301 @@
+"""gpuenv.stable() on the simulated GPU, on virtual time: scripted scenarios with known truth."""
+
+from __future__ import annotations
+
+import io
+import sys
+import warnings
+
+import pytest
+
+import gpuenv
+from gpuenv.backend import REASON_SW_POWER_CAP
+from gpuenv.backend.sim import SimBackend
+from gpuenv.errors import ConfigError, GpuenvError
+from gpuenv.results import load_run
+from gpuenv.session import ModeConfig, NotRecoveredWarning, ObserveOnlyWarning, stable
+from gpuenv.timebase import VirtualClock
+from gpuenv.verdict import MeasurementRejected, VerdictConfig
+
+H100_HZ = 1980e6  # SM cycles per second at the H100's top clock
+
+
+def make_sim(profile: str = "h100", **kw: object) -> SimBackend:
+    return SimBackend(profile, clock=VirtualClock(), **kw)  # type: ignore[arg-type]
+
+
+def warm(sim: SimBackend) -> None:
+    """A context and a moment for the clock to leave idle: no cold start."""
+    sim.open_context(0)
+    sim.idle(0.5)
+
+
+def kinds(m) -> dict:
+    return {f.kind: f for f in m.findings}
+
+
+def test_the_readme_snippet_locks_measures_and_restores(tmp_path):
+    sim = make_sim()
+    with gpuenv.stable(sm=1350, policy="reject", backend=sim) as env:
+        assert env.locked and sim.truth(0).locked_sm == (1350, 1350)
+        warm(sim)
+        with env.measure("step") as m:
+            sim.run_work(0, 0.5 * H100_HZ)
+    assert sim.truth(0).locked_sm is None  # put back on exit
+    assert m.verdict == "ok" and m.findings == ()
+    assert m.telemetry.lock_held is True
+    assert m.telemetry.sm_mhz_mean == pytest.approx(1350)
+    assert m.times_s[0] == pytest.approx(0.5 * H100_HZ / 1350e6, rel=0.01)
+    path = env.results.save(tmp_path / "run.jsonl")
+    run = load_run(path)
+    assert run.measurements[0].name == "step"
+    assert run.metadata["session"]["locked"] is True
+
+
+def test_without_permission_it_observes_and_says_so_once():
+    sim = make_sim(root=False)
+    with pytest.warns(ObserveOnlyWarning, match="clocks not locked") as record:
+        with stable(sm=1350, backend=sim) as env:
+            warm(sim)
+            for _ in range(3):
+                with env.measure("step") as m:
+                    sim.run_work(0, 0.1 * H100_HZ, power_intensity=0.3)
+    assert len([w for w in record if w.category is ObserveOnlyWarning]) == 1
+    assert not env.locked and "root" in (env.observe_reason or "")
+    assert m.telemetry.sm_mhz_mean == 1980 and m.telemetry.lock_held is None
+
+
+def test_cold_start_is_flagged_on_the_first_measurement_and_not_later():
+    sim = make_sim()
+    with stable(backend=sim) as env:
+        ms = []
+        for _ in range(4):
+            with env.measure("step") as m:
+                sim.run_work(0, 0.05 * H100_HZ, power_intensity=0.3)
+            ms.append(m)
+    assert "warmup_ramp" in kinds(ms[0])
+    assert ms[0].verdict == "annotated"
+    assert all(m.verdict == "ok" for m in ms[1:])
+
+
+def test_cold_start_within_repeated_reps_names_the_first_reps():
+    sim = make_sim()
+    with stable(backend=sim) as env:
+        m = env.repeat(lambda: sim.run_work(0, 0.01 * H100_HZ, power_intensity=0.3), reps=20)
+    ramp = kinds(m)["warmup_ramp"]
+    assert ramp.reps[0] == 0 and max(ramp.reps) < 5
+
+
+def test_power_cap_onset_is_annotated_with_time_under_cap_and_clock_cost():
+    sim = make_sim()
+    with stable(backend=sim, policy="reject") as env:
+        warm(sim)
+        with env.measure("gemm") as m:
+            sim.run_work(0, 2.0 * H100_HZ)
+    cap = kinds(m)["power_cap"]
+    assert cap.severity == "info"  # capping at the default limit is normal
+    assert m.verdict == "annotated"  # ... so even policy reject keeps it
+    assert 1.0 < cap.details["time_under_cap_s"] < m.times_s[0]
+    assert cap.details["clock_cost_mhz"] > 300
+    assert m.telemetry.reasons & REASON_SW_POWER_CAP
+
+
+def test_a_lock_pulled_below_by_the_cap_is_not_held_and_rejected():
+    sim = make_sim()
+    with stable(sm=1830, policy="reject", backend=sim) as env:
+        warm(sim)
+        with env.measure("gemm") as m:
+            sim.run_work(0, 2.0 * H100_HZ)
+    found = kinds(m)
+    assert found["lock_not_held"].severity == "warning"
+    assert "power cap overrides locked clocks" in found["lock_not_held"].message
+    assert found["power_cap"].severity == "warning"  # a lock asks for stable clocks
+    assert m.verdict == "rejected"
+
+
+def test_thermal_creep_under_the_cap_shows_as_clock_drift_between_reps():
+    sim = make_sim()
+    config = VerdictConfig(stable_clocks=True)
+    with stable(backend=sim, config=config) as env:
+        warm(sim)
+        m = env.repeat(lambda: sim.run_work(0, 4.0 * H100_HZ), reps=12, name="hot")
+    drift = kinds(m)["clock_drift"]
+    assert drift.severity == "warning"
+    assert drift.details["sm_mhz_max"] - drift.details["sm_mhz_min"] > 30
+    assert m.windows[-1].temp_c_end > m.windows[0].temp_c_start + 10
+
+
+def test_thermal_slowdown_on_the_consumer_card_is_found_and_rejected():
+    sim = make_sim("rtx4090")
+    with stable(backend=sim, policy="reject") as env:
+        warm(sim)
+        m = env.repeat(lambda: sim.run_work(0, 12e9, power_intensity=1.0), reps=40, name="hot")
+    thermal = kinds(m)["thermal"]
+    assert thermal.severity == "warning" and "SW thermal slowdown" in thermal.message
+    assert set(thermal.reps) <= set(m.rejected_reps)
+    assert m.stats.n == 40 - len(m.rejected_reps) >= 3
+    assert "thermal" in m.windows[-1].reason_s
+
+
+def test_another_process_on_the_gpu_is_named():
+    sim = make_sim()
+    with stable(backend=sim) as env:
+        warm(sim)
+        sim.set_background_load(0, 0.5, pid=4242)
+        with env.measure("x") as m:
+            sim.run_work(0, 0.2 * H100_HZ, power_intensity=0.3)
+        sim.set_background_load(0, 0.0, pid=4242)
+        sim.idle(0.3)
+        with env.measure("y") as clean:
+            sim.run_work(0, 0.2 * H100_HZ, power_intensity=0.3)
+    assert "4242" in kinds(m)["other_process"].message
+    assert clean.verdict == "ok"
+
+
+def test_nvml_faults_become_telemetry_gaps_not_exceptions():
+    sim = make_sim()
+    with stable(backend=sim) as env:
+        warm(sim)
+        sim.inject_fault(0, "timeout", count=4)
+        with env.measure("x") as m:
+            sim.run_work(0, 0.2 * H100_HZ, power_intensity=0.3)
+        sim.inject_fault(0, "gpu_lost", op="read_slow")
+        with env.measure("y") as m2:
+            sim.run_work(0, 0.2 * H100_HZ, power_intensity=0.3)
+    assert kinds(m)["telemetry_gap"].severity == "warning"
+    assert "telemetry_gap" in kinds(m2)
+    assert env.sampler.gaps
+
+
+def test_retry_reruns_affected_reps_after_a_recovery_delay():
+    sim = make_sim()
+    calls = []
+
+    def work() -> None:
+        calls.append(sim.clock.now())
+        if len(calls) == 4:
+            sim.set_background_load(0, 0.0, pid=4242)  # the other process leaves
+        sim.run_work(0, 0.05 * H100_HZ, power_intensity=0.3)
+
+    config = VerdictConfig(retry_delay_s=2.0)
+    with stable(backend=sim, policy="retry", config=config) as env:
+        warm(sim)
+        sim.set_background_load(0, 0.3, pid=4242)
+        m = env.repeat(work, reps=10, name="retried")
+    assert m.retried_reps and m.retried_reps[0] == 0
+    assert m.verdict == "ok" and m.rejected_reps == ()
+    assert len(calls) == 10 + len(m.retried_reps)
+    assert calls[10] - calls[9] >= 2.0  # waited before re-running
+
+
+def test_reject_with_too_few_clean_reps_raises_a_clear_error():
+    sim = make_sim()
+    with stable(backend=sim, policy="reject") as env:
+        warm(sim)
+        sim.set_background_load(0, 0.5, pid=4242)
+        with pytest.raises(MeasurementRejected, match="other_process"):
+            env.repeat(lambda: sim.run_work(0, 0.05 * H100_HZ, power_intensity=0.3), reps=5)
+
+
+def test_each_measurement_is_on_disk_as_soon_as_it_ends(tmp_path):
+    sim = make_sim()
+    path = tmp_path / "live.jsonl"
+    with stable(backend=sim, output=str(path)) as env:
+        warm(sim)
+        with env.measure("a"):
+            sim.run_work(0, 0.05 * H100_HZ, power_intensity=0.3)
+        assert [m.name for m in load_run(path).measurements] == ["a"]
+        with env.measure("b"):
+            sim.run_work(0, 0.05 * H100_HZ, power_intensity=0.3)
+    run = load_run(path)
+    assert [m.name for m in run.measurements] == ["a", "b"]
+    assert run.metadata["gpus"][0]["max_sm_mhz"] == 1980
+
+
+def test_burst_mode_waits_until_the_gpu_is_uncapped_before_measuring():
+    sim = make_sim()
+    with stable(backend=sim, mode="burst") as env:
+        warm(sim)
+        with env.measure("heavy"):
+            sim.run_work(0, 2.0 * H100_HZ)
+        ended = sim.clock.now()
+        with env.measure("next") as m:
+            sim.run_work(0, 0.05 * H100_HZ, power_intensity=0.3)
+    assert m.windows[0].t0 - ended >= 0.1  # it waited
+    assert not m.windows[0].reasons_start & REASON_SW_POWER_CAP
+    assert m.windows[0].sm_mhz_start == 1980
+
+
+def test_burst_mode_gives_up_after_its_timeout_with_one_warning():
+    sim = make_sim("rtx4090")
+    mc = ModeConfig(burst_timeout_s=2.0)
+    with stable(backend=sim, mode="burst", mode_config=mc) as env:
+        warm(sim)
+        with env.measure("heavy"):
+            sim.run_work(0, 30e9)
+        with pytest.warns(NotRecoveredWarning, match="within 2 s"):
+            waited = env.wait_until_recovered()
+    assert waited == pytest.approx(2.0, abs=0.2)
+
+
+def test_sustained_mode_preconditions_to_equilibrium_with_a_progress_line():
+    sim = make_sim()
+    out = io.StringIO()
+    start = sim.clock.now()
+    with stable(backend=sim, mode="sustained", progress=out) as env:
+        m = env.repeat(lambda: sim.run_work(0, 0.5 * H100_HZ), reps=10)
+    text = out.getvalue()
+    assert "preconditioning" in text and text.rstrip().endswith("steady")
+    assert m.windows[0].t0 - start > 30  # it ran the load first
+    # in equilibrium the reps agree: no drift even when stable clocks are asked for
+    assert "clock_drift" not in kinds(m)
+    assert max(m.times_s) / min(m.times_s) < 1.02
+
+
+def test_measure_handle_before_the_block_ends_and_exceptions():
+    sim = make_sim()
+    with stable(backend=sim) as env:
+        with env.measure("x") as m:
+            with pytest.raises(AttributeError, match="after the with-block"):
+                _ = m.verdict
+        with pytest.raises(ZeroDivisionError), env.measure("boom"):
+            1 / 0  # noqa: B018
+    assert [x.name for x in env.results] == ["x"]  # a failed region is not recorded
+
+
+def test_sessions_refuse_reuse_and_bad_arguments():
+    sim = make_sim()
+    env = stable(backend=sim)
+    with env:
+        pass
+    with pytest.raises(GpuenvError, match="already entered"), env:
+        pass
+    with pytest.raises(GpuenvError, match="not open"):
+        env.measure("x")
+    with pytest.raises(ConfigError, match="unknown policy"):
+        stable(policy="drop", backend=sim)
+    with pytest.raises(ConfigError, match="unknown mode"):
+        stable(mode="hot", backend=sim)
+
+
+def test_cuda_events_without_torch_is_a_clear_error():
+    if "torch" in sys.modules:
+        pytest.skip("torch already imported in this process")
+    sim = make_sim()
+    with stable(backend=sim, cuda_events=True) as env:
+        with pytest.raises(ConfigError, match="needs torch"), env.measure("x"):
+            pass
+    assert "torch" not in sys.modules
+
+
+def test_sampling_several_gpus_gives_windows_per_rep_and_gpu():
+    sim = SimBackend("h100", n_gpus=2, clock=VirtualClock())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with stable(backend=sim, gpus="0,1") as env:
+            sim.open_context(0)
+            sim.open_context(1)
+            sim.idle(0.5)
+            m = env.repeat(lambda: sim.run_work(1, 0.05 * H100_HZ, power_intensity=0.3), reps=3)
+    assert [w.gpu for w in m.windows] == [0, 1] * 3
+    assert [w.gpu for w in m.summary_windows] == [0, 1]

@@ -54,12 +54,14 @@ def test_the_readme_snippet_locks_measures_and_restores(tmp_path):
 
 def test_without_permission_it_observes_and_says_so_once():
     sim = make_sim(root=False)
-    with pytest.warns(ObserveOnlyWarning, match="clocks not locked") as record:
-        with stable(sm=1350, backend=sim) as env:
-            warm(sim)
-            for _ in range(3):
-                with env.measure("step") as m:
-                    sim.run_work(0, 0.1 * H100_HZ, power_intensity=0.3)
+    with (
+        pytest.warns(ObserveOnlyWarning, match="clocks not locked") as record,
+        stable(sm=1350, backend=sim) as env,
+    ):
+        warm(sim)
+        for _ in range(3):
+            with env.measure("step") as m:
+                sim.run_work(0, 0.1 * H100_HZ, power_intensity=0.3)
     assert len([w for w in record if w.category is ObserveOnlyWarning]) == 1
     assert not env.locked and "root" in (env.observe_reason or "")
     assert m.telemetry.sm_mhz_mean == 1980 and m.telemetry.lock_held is None
@@ -255,9 +257,8 @@ def test_sustained_mode_preconditions_to_equilibrium_with_a_progress_line():
 def test_measure_handle_before_the_block_ends_and_exceptions():
     sim = make_sim()
     with stable(backend=sim) as env:
-        with env.measure("x") as m:
-            with pytest.raises(AttributeError, match="after the with-block"):
-                _ = m.verdict
+        with env.measure("x") as m, pytest.raises(AttributeError, match="after the with-block"):
+            _ = m.verdict
         with pytest.raises(ZeroDivisionError), env.measure("boom"):
             1 / 0  # noqa: B018
     assert [x.name for x in env.results] == ["x"]  # a failed region is not recorded
@@ -282,9 +283,12 @@ def test_cuda_events_without_torch_is_a_clear_error():
     if "torch" in sys.modules:
         pytest.skip("torch already imported in this process")
     sim = make_sim()
-    with stable(backend=sim, cuda_events=True) as env:
-        with pytest.raises(ConfigError, match="needs torch"), env.measure("x"):
-            pass
+    with (
+        stable(backend=sim, cuda_events=True) as env,
+        pytest.raises(ConfigError, match="needs torch"),
+        env.measure("x"),
+    ):
+        pass
     assert "torch" not in sys.modules
 
 

@@ -70,7 +70,8 @@ def test_static_facts_match_gpu_facts(sim):
     assert len(lim.supported_sm_mhz[2619]) == 110
     assert lim.supported_sm_mhz[2619][0] == 1980 and lim.supported_sm_mhz[2619][-1] == 345
     assert lim.supported_mem_mhz == (2619, 1593)
-    assert (lim.max_sm_mhz, lim.default_app_sm_mhz, lim.base_sm_mhz) == (1980, 1980, 1590)
+    assert (lim.max_sm_mhz, lim.default_app_sm_mhz) == (1980, 1980)
+    assert lim.base_sm_mhz is None  # as NVML: no getter; CLOCK_LIMIT_TDP still locks to 1590
     assert lim.locked_clocks_supported and not lim.locked_mem_supported
     pl = sim.power_limits(0)
     assert (pl.limit_w, pl.default_w, pl.min_w, pl.max_w) == (700, 700, 200, 700)

@@ -478,6 +478,12 @@ class SimBackend:
         return self.profile.driver_version
 
     def clock_limits(self, index: int) -> ClockLimits:
+        """`nvidia-smi -q -d CLOCK,SUPPORTED_CLOCKS`.
+
+        `base_sm_mhz` is None, as from the real backend (NVML has no getter for it);
+        the simulated driver still knows it: (CLOCK_LIMIT_TDP, CLOCK_LIMIT_TDP) locks
+        to the profile's base clock (1590 MHz on the h100).
+        """
         with self._lock:
             self._get(index, "clock_limits")
             p = self.profile
@@ -486,7 +492,7 @@ class SimBackend:
                 max_mem_mhz=p.max_mem_mhz,
                 default_app_sm_mhz=p.default_app_sm_mhz,
                 default_app_mem_mhz=p.default_app_mem_mhz,
-                base_sm_mhz=p.base_sm_mhz,
+                base_sm_mhz=None,
                 supported_mem_mhz=p.mem_clocks_mhz,
                 supported_sm_mhz=dict.fromkeys(p.mem_clocks_mhz, p.sm_clocks_mhz),
                 locked_clocks_supported=p.locked_clocks_supported,

@@ -1,0 +1,147 @@
+"""Run gpuenvd as a subprocess on the simulated GPU (shared by tests and scripts/bench_daemon.py).
+
+Not a test module: helpers only. The daemon and this process open the same
+simulated-GPU state file, so `truth()` here sees what the daemon wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpuenv.backend.sim import SimBackend
+from gpuenv.daemon.client import daemon_available
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def state_tuple(backend: SimBackend, index: int) -> tuple:
+    t = backend.truth(index)
+    return (t.locked_sm, t.locked_mem, t.app_sm_mhz, t.app_mem_mhz, t.power_limit_w)
+
+
+class DaemonProcess:
+    """gpuenvd in a subprocess: start, SIGKILL, restart; the GPU's truth from this side."""
+
+    def __init__(self, workdir: Path, *, n_gpus: int = 2, config: str | None = None):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.socket = str(self.workdir / "gpuenvd.sock")
+        self.config = self.workdir / "gpuenvd.conf"
+        user = _user()
+        self.config.write_text(config if config is not None else f"[lock]\nuser:{user} = all\n")
+        self.env = {
+            **os.environ,
+            "GPUENV_BACKEND": "sim",
+            "GPUENV_SIM_STATE": str(self.workdir / "sim.json"),
+            "GPUENV_SIM_GPUS": str(n_gpus),
+            "GPUENV_STATE_DIR": str(self.workdir / "journal"),
+            "GPUENV_SOCKET": self.socket,
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
+            ),
+        }
+        self.env.pop("GPUENV_READONLY", None)
+        # this side's view of the same simulated GPUs; being a client of the state file also
+        # keeps the simulated driver from resetting when the daemon dies
+        self.backend = SimBackend("h100", n_gpus=n_gpus, state_file=self.workdir / "sim.json")
+        self.n_gpus = n_gpus
+        self.original = [state_tuple(self.backend, i) for i in range(n_gpus)]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = self.workdir / "gpuenvd.log"
+
+    def start(self, timeout: float = 30.0) -> None:
+        cmd = [
+            sys.executable,
+            "-c",
+            "from gpuenv.cli import main; main()",
+            "daemon",
+            "serve",
+            "--config",
+            str(self.config),
+            "--socket",
+            self.socket,
+            "--sample-period",
+            "0.05",
+            "--log-level",
+            "debug",
+        ]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"gpuenvd exited with {self.proc.returncode}:\n{self.log.read_text()}"
+                )
+            if daemon_available(self.socket, timeout=2.0):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"gpuenvd did not start within {timeout} s:\n{self.log.read_text()}")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def truth(self, index: int) -> tuple:
+        return state_tuple(self.backend, index)
+
+    def pristine(self) -> bool:
+        return all(self.truth(i) == self.original[i] for i in range(self.n_gpus))
+
+    def wait_pristine(self, timeout: float = 5.0) -> float | None:
+        """Seconds until every GPU is back to its original state, or None on timeout."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.pristine():
+                return time.monotonic() - t0
+            time.sleep(0.002)
+        return None
+
+    def close(self) -> None:
+        self.stop()
+        self.backend.close()
+
+
+def client_process(
+    socket: str, sm: int, gpus: str = "0,1", *, env: dict | None = None
+) -> subprocess.Popen[str]:
+    """A client that takes a lease through the daemon, prints 'locked' and sleeps."""
+    code = (
+        "import sys, time\n"
+        "from gpuenv.daemon.client import lock\n"
+        "lease = lock(sm=int(sys.argv[2]), gpus=sys.argv[3], socket=sys.argv[1])\n"
+        "print('locked', lease.id, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code, socket, str(sm), gpus],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _user() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name

@@ -1,0 +1,64 @@
+"""`gpuenv daemon serve | leases | check-config`."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from daemon_harness import DaemonProcess
+
+from gpuenv.cli import cli
+from gpuenv.daemon.client import Client
+
+
+@pytest.fixture
+def sim_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("GPUENV_BACKEND", "sim")
+    monkeypatch.setenv("GPUENV_SIM_GPUS", "2")
+    return tmp_path
+
+
+def test_check_config_says_who_may_lock_what(sim_env: Path) -> None:
+    conf = sim_env / "gpuenvd.conf"
+    conf.write_text("[lock]\nuser:alice = all\ngroup:bench = 1\n[admin]\ngroups = wheel\n")
+    result = CliRunner().invoke(cli, ["daemon", "check-config", "--config", str(conf)])
+    assert result.exit_code == 0, result.output
+    assert "lock: user:alice -> 0, 1" in result.output
+    assert "lock: group:bench -> 1" in result.output
+    assert "admins: root, group:wheel" in result.output
+    assert "mode 0666" in result.output
+
+
+def test_check_config_reports_a_bad_file_in_one_line(sim_env: Path) -> None:
+    conf = sim_env / "gpuenvd.conf"
+    conf.write_text("[lock]\nuser:alice = 9\n")
+    result = CliRunner().invoke(cli, ["daemon", "check-config", "--config", str(conf)])
+    assert result.exit_code == 2
+    assert "names GPU 9, but this machine has 2" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_leases_without_a_daemon_says_how_to_start_one(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["daemon", "leases", "--socket", str(tmp_path / "x.sock")])
+    assert result.exit_code == 2
+    assert "cannot reach gpuenvd" in result.output and "gpuenv daemon serve" in result.output
+
+
+def test_serve_and_list_leases(tmp_path: Path) -> None:
+    d = DaemonProcess(tmp_path / "d", n_gpus=1)
+    d.start()
+    try:
+        with Client(d.socket) as c, c.lock(sm=1350, gpus=[0], label="sweep"):
+            result = CliRunner().invoke(cli, ["daemon", "leases", "--socket", d.socket])
+        assert result.exit_code == 0, result.output
+        me = pwd.getpwuid(os.getuid()).pw_name
+        assert f"lease     {me} pid {os.getpid()}  GPU 0  SM 1350 MHz" in result.output
+        assert "[sweep]" in result.output and "locked (SM 1350 MHz)" in result.output
+        d.stop()  # SIGTERM: a clean stop, the socket goes away
+        assert not os.path.exists(d.socket)
+        assert "gpuenvd stopped" in d.log.read_text()
+    finally:
+        d.close()

@@ -79,6 +79,8 @@ def test_static_facts_match_gpu_facts(sim):
     assert (th.gpu_max_c, th.slowdown_c, th.shutdown_c, th.mem_max_c) == (87, 89, 95, 95)
     assert sim.supported_reasons(0) == 0x1FF
     assert sim.persistence_mode(0) is True
+    assert sim.driver_version() == "580.159.04" and sim.nvml_version() == "13.580.159.04"
+    assert sim.state_file is None
 
 
 def test_idle_without_context_parks_at_345_with_gpu_idle(sim):
@@ -432,6 +434,7 @@ def test_state_file_shared_between_instances(tmp_path, vclock):
     path = tmp_path / "sim.json"
     a = SimBackend(clock=vclock, state_file=path)
     b = SimBackend(clock=vclock, state_file=path)
+    assert a.state_file == path
     a.set_locked_sm_clocks(0, 1350, 1350)
     a.set_power_limit(0, 600)
     assert b.truth(0).locked_sm == (1350, 1350)

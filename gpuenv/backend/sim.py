@@ -46,6 +46,7 @@ import os
 import threading
 import uuid as uuidlib
 from collections.abc import Callable
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
@@ -476,6 +477,16 @@ class SimBackend:
 
     def driver_version(self) -> str:
         return self.profile.driver_version
+
+    def nvml_version(self) -> str:
+        """NVML's own version, as the profile's driver would report it ("13.580.159.04")."""
+        major = 13 if int(self.profile.driver_version.split(".")[0]) >= 580 else 12
+        return f"{major}.{self.profile.driver_version}"
+
+    @property
+    def state_file(self) -> Path | None:
+        """The simulated driver's state file, or None when state lives in memory."""
+        return self._state.path if self._state is not None else None
 
     def clock_limits(self, index: int) -> ClockLimits:
         """`nvidia-smi -q -d CLOCK,SUPPORTED_CLOCKS`.

@@ -46,8 +46,8 @@ import os
 import threading
 import uuid as uuidlib
 from collections.abc import Callable
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpuenv.backend import (

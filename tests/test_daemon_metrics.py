@@ -21,11 +21,7 @@ ALICE = Peer(pid=os.getpid(), uid=50001, gid=50001, user="alice", groups=frozens
 
 def _value(text: str, name: str, **labels: str) -> float | None:
     for line in text.splitlines():
-        if (
-            line.startswith("#")
-            or not line.startswith(name + "{")
-            and not line.startswith(name + " ")
-        ):
+        if not line.startswith((name + "{", name + " ")):
             continue
         if all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(line.rsplit(" ", 1)[1])

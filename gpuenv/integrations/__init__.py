@@ -1,0 +1,12 @@
+"""Adapters that put gpuenv's telemetry into the benchmarking tools people already use.
+
+- `gpuenv.integrations.triton.do_bench`: triton.testing.do_bench's signature and
+  return values, measured by gpuenv.bench (telemetry, findings, verdict kept).
+- `gpuenv.integrations.pytest_plugin`: `pytest --gpuenv` adds telemetry, findings
+  and a verdict to each pytest-benchmark benchmark's extra_info.
+- `gpuenv.integrations.torch_benchmark`: torch.utils.benchmark measurements with
+  telemetry in `Measurement.metadata["gpuenv"]`.
+
+Nothing here is imported by `import gpuenv`; the triton and torch adapters import
+torch when used.
+"""

@@ -1,0 +1,164 @@
+"""`gpuenv lock` / `gpuenv restore` / `gpuenv unlock` on the simulated GPU (state file shared)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gpuenv.backend.sim import SimBackend
+from gpuenv.cli import cli
+from gpuenv.clocks import lock
+from gpuenv.journal import Journal
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUENV_SIM_GPUS", "2")
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, ["--sim", *args], obj={})
+
+
+def state() -> list[tuple[object, ...]]:
+    sim = SimBackend.from_env()
+    try:
+        return [
+            (t.locked_sm, t.app_sm_mhz, t.power_limit_w)
+            for t in (sim.truth(i) for i in range(sim.device_count()))
+        ]
+    finally:
+        sim.close()
+
+
+def test_lock_then_restore() -> None:
+    before = state()
+    res = run("lock", "--sm", "1352", "--power-limit", "500", "-i", "1")
+    assert res.exit_code == 0, res.output
+    assert "GPU 1 (NVIDIA H100 80GB HBM3): locked SM 1350 MHz, power limit 500 W" in res.output
+    assert "was: not locked by gpuenv, power limit 700 W" in res.output
+    assert "using 1350 MHz" in res.output and "gpuenv restore" in res.output
+    assert state() == [before[0], ((1350, 1350), 1980, 500.0)]
+    res = run("restore")
+    assert res.exit_code == 0, res.output
+    assert "restored GPU 1" in res.output and "power limit back to 700 W" in res.output
+    assert state() == before and Journal().entries() == []
+    res = run("unlock")  # the alias; idempotent
+    assert res.exit_code == 0 and "nothing to restore" in res.output
+
+
+def test_conflict_exit_3_names_the_owner_and_force_takes_over() -> None:
+    before = state()
+    assert run("lock", "--sm", "1350").exit_code == 0
+    res = run("lock", "--sm", "1500")
+    assert res.exit_code == 3
+    import getpass
+
+    assert f"a standing lock ({getpass.getuser()}: " in res.output and "SM 1350 MHz" in res.output
+    assert "since" in res.output and "run 'gpuenv restore' to end it" in res.output
+    same = run("lock", "--sm", "1350")
+    assert same.exit_code == 0 and "now shared" in same.output
+    forced = run("lock", "--sm", "1500", "--force")
+    assert forced.exit_code == 0 and "took over" in forced.output
+    assert state()[0][0] == (1500, 1500)
+    assert run("restore").exit_code == 0
+    assert state() == before
+
+
+@pytest.mark.parametrize("flag_first", [True, False])
+def test_dry_run_changes_nothing_and_says_what_it_would_do(flag_first: bool) -> None:
+    before = state()
+    args = (
+        ["--dry-run", "lock", "--sm", "1350"]
+        if flag_first
+        else ["lock", "--sm", "1350", "--dry-run"]
+    )
+    res = run(*args)
+    assert res.exit_code == 0, res.output
+    assert "GPU 0 (NVIDIA H100 80GB HBM3): would lock SM clock to 1350 MHz" in res.output
+    assert "dry run: nothing was changed" in res.output
+    assert state() == before and Journal().entries() == []
+    assert run("lock", "--sm", "1350").exit_code == 0
+    res = run("restore", "--dry-run")
+    assert res.exit_code == 0 and "would restore GPU 0" in res.output
+    assert state()[0][0] == (1350, 1350) and len(Journal().entries()) == 2
+
+
+def test_readonly_env_refuses_with_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = state()
+    monkeypatch.setenv("GPUENV_READONLY", "1")
+    res = run("lock", "--sm", "1350", "-i", "0")
+    assert res.exit_code == 2
+    assert "would lock SM clock to 1350 MHz" in res.output
+    assert "refused to lock clocks (SM 1350 MHz) (GPUENV_READONLY=1)" in res.output
+    assert state() == before and Journal().entries() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sm", "99999"], "supports 345-1980 MHz in 15 MHz steps"),
+        (["--sm", "fast"], "is not understood"),
+        (["--sm", "1350", "--mem", "2619"], "Hopper"),
+        (["--power-limit", "5000"], "accepts 200-700 W"),
+        ([], "nothing to lock"),
+        (["--sm", "sustained"], "run 'gpuenv calibrate' first"),
+    ],
+)
+def test_bad_input_exit_2_one_line(args: list[str], message: str) -> None:
+    res = run("lock", *args)
+    assert res.exit_code == 2
+    assert message in res.output and res.output.count("\n") == 1
+    assert Journal().entries() == []
+
+
+def test_no_permission_says_root_or_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUENV_SIM_ROOT", "0")
+    res = run("lock", "--sm", "1350")
+    assert res.exit_code == 2
+    assert "run as root, or start 'gpuenv daemon'" in res.output
+    assert Journal().entries() == []
+
+
+def test_restore_leaves_a_running_owner_alone_unless_all() -> None:
+    before = state()
+    sim = SimBackend.from_env()
+    held = lock(1500, gpus=0, backend=sim, supervise=False)
+    try:
+        res = run("restore")
+        assert res.exit_code == 3
+        assert f"held by pid {os.getpid()}" in res.output and "--all" in res.output
+        assert state()[0][0] == (1500, 1500)
+        res = run("restore", "--all")
+        assert res.exit_code == 0 and "restored GPU 0" in res.output
+        assert state() == before
+    finally:
+        held.release()
+        sim.close()
+
+
+def test_separate_commands_see_each_other() -> None:
+    """`gpuenv --sim lock`, `status` and `restore` as separate processes."""
+    cmd = [sys.executable, "-c", "from gpuenv.cli import main; main()", "--sim"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    before = state()
+
+    def gpuenv(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, timeout=60)
+
+    locked = gpuenv("lock", "--sm", "1350", "-i", "0")
+    assert locked.returncode == 0, locked.stderr
+    assert state()[0][0] == (1350, 1350)
+    status = gpuenv("status")
+    assert status.returncode == 0, status.stderr
+    assert "1350" in status.stdout
+    restored = gpuenv("restore")
+    assert restored.returncode == 0 and "restored GPU 0" in restored.stdout
+    assert state() == before

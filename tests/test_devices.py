@@ -179,3 +179,39 @@ def test_selection_does_not_touch_nvitop_or_torch_for_the_sim(sim: SimBackend) -
 def test_describe(sim: SimBackend) -> None:
     assert describe(sim, 1) == "GPU 1 (NVIDIA H100 80GB HBM3)"
     assert describe(sim, 9) == "GPU 9"
+
+
+# -- the real GPU (device only) -----------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_index_maps_through_uuid_on_the_real_gpu() -> None:
+    from gpuenv.backend.nvml import NvmlBackend
+
+    real = NvmlBackend()
+    try:
+        last = real.device_count() - 1
+        env = {"CUDA_VISIBLE_DEVICES": real.device_info(last).uuid}
+        assert select_gpus(real, "cuda:0", env=env) == [last]
+        assert select_gpus(real, "local", env={**env, "LOCAL_RANK": "0"}) == [last]
+        with pytest.raises(DeviceNotFound, match="CUDA sees 1 GPU"):
+            select_gpus(real, "cuda:1", env=env)
+        assert sorted(cuda_visible(real, env={})) == list(range(real.device_count()))
+    finally:
+        real.close()
+
+
+@pytest.mark.gpu
+def test_gpu_nvitop_answers_where_it_is_installed() -> None:
+    """On real GPUs the CUDA side comes from nvitop (it asks CUDA); check it really answers."""
+    pytest.importorskip("nvitop")
+    from gpuenv.backend.nvml import NvmlBackend
+    from gpuenv.devices import _CudaView
+
+    real = NvmlBackend()
+    try:
+        uuid0 = real.device_info(0).uuid
+        view = _CudaView(real, {"CUDA_VISIBLE_DEVICES": uuid0})
+        assert view._from_nvitop() == [0]
+    finally:
+        real.close()

@@ -160,27 +160,26 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+_VALUE_ATTR = {  # nvmlValueType_t -> the member of c_nvmlValue_t that holds it
+    nv.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    nv.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    nv.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    nv.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    nv.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+
+
 def _field_value(entry: Any) -> float | int | None:
     """The value of one c_nvmlFieldValue_t, or None where its own return code is not SUCCESS."""
     if entry.nvmlReturn != nv.NVML_SUCCESS:
         return None
-    kind = entry.valueType
-    v = entry.value
-    if kind == nv.NVML_VALUE_TYPE_DOUBLE:
-        return float(v.dVal)
-    if kind == nv.NVML_VALUE_TYPE_UNSIGNED_INT:
-        return int(v.uiVal)
-    if kind == nv.NVML_VALUE_TYPE_UNSIGNED_LONG:
-        return int(v.ulVal)
-    if kind == nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
-        return int(v.ullVal)
-    if kind == nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return int(v.sllVal)
-    if kind == nv.NVML_VALUE_TYPE_SIGNED_INT:
-        return int(v.siVal)
-    if kind == nv.NVML_VALUE_TYPE_UNSIGNED_SHORT:
-        return int(v.usVal)
-    return None
+    attr = _VALUE_ATTR.get(int(entry.valueType))
+    if attr is None:
+        return None
+    value = getattr(entry.value, attr)
+    return float(value) if attr == "dVal" else int(value)
 
 
 class NvmlBackend:
@@ -550,8 +549,9 @@ class NvmlBackend:
             if err.code == _NOT_FOUND:
                 return []
             raise
-        samples = result[-1]  # (value_type, samples) in 13.x; older bindings returned more
-        return [(int(s.timeStamp), s.sampleValue.uiVal / 1000.0) for s in samples]
+        value_type, samples = result[0], result[-1]  # 2 items in 13.x; older bindings gave 3
+        attr = _VALUE_ATTR.get(int(value_type), "uiVal")
+        return [(int(s.timeStamp), getattr(s.sampleValue, attr) / 1000.0) for s in samples]
 
     def mig_parent_index(self, mig_uuid: str) -> int | None:
         """NVML index of the GPU that holds MIG device `mig_uuid` ("MIG-..."), or None."""

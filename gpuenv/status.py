@@ -7,7 +7,9 @@ calls per GPU.
 
 Schema 1 (`gpuenv status --json`):
 
-    {"schema": 1, "backend": "nvml" | "sim", "driver_version": str, "readonly": bool,
+    {"schema": 1, "backend": "nvml" | "sim", "driver_version": str,
+     "readonly": bool,     # GPUENV_READONLY=1 or --dry-run: gpuenv refuses every write
+
      "gpus": [{
         "index": int, "uuid": str, "name": str, "pci_bus_id": str,
         "sm_mhz": int, "sm_max_mhz": int, "mem_mhz": int, "mem_max_mhz": int,
@@ -63,14 +65,20 @@ GPU_KEYS = (
 )
 
 
-def snapshot(backend: Backend, gpus: Sequence[int]) -> dict[str, Any]:
-    """State of `gpus` (NVML indices) now: see the module docstring for the shape."""
+def snapshot(
+    backend: Backend, gpus: Sequence[int], *, readonly: bool | None = None
+) -> dict[str, Any]:
+    """State of `gpus` (NVML indices) now: see the module docstring for the shape.
+
+    `readonly`: whether gpuenv refuses writes here (GPUENV_READONLY, --dry-run);
+    None takes the backend's own flag.
+    """
     driver = _optional(backend.driver_version)
     return {
         "schema": SCHEMA,
         "backend": backend.name,
         "driver_version": driver,
-        "readonly": bool(getattr(backend, "readonly", False)),
+        "readonly": bool(getattr(backend, "readonly", False)) if readonly is None else readonly,
         "gpus": [gpu_status(backend, index) for index in gpus],
     }
 

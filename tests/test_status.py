@@ -116,7 +116,10 @@ def test_cli_json_on_the_sim() -> None:
     assert result.exit_code == 0, result.output
     snap = json.loads(result.output)
     assert snap["backend"] == "sim" and len(snap["gpus"]) == 2
-    assert snap["readonly"] is True  # status opens the GPU read-only
+    assert snap["readonly"] is False  # writes are allowed here (status itself never writes)
+    assert json.loads(run("--sim", "--dry-run", "status", "--json").output)["readonly"] is True
+    ro = run("--sim", "status", env={"GPUENV_READONLY": "1"})
+    assert "(read-only)" in ro.output.splitlines()[0]
 
 
 def test_cli_selects_gpus_with_i() -> None:

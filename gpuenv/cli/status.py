@@ -11,7 +11,8 @@ import sys
 
 import click
 
-from gpuenv.cli._common import gpu_option, handle_errors, open_from_ctx
+from gpuenv.backend import env_readonly
+from gpuenv.cli._common import gpu_option, handle_errors, is_dry_run, open_from_ctx
 
 
 @click.command("status")
@@ -28,9 +29,10 @@ def status(ctx: click.Context, gpu: str, as_json: bool) -> None:
     from gpuenv.devices import select_gpus
     from gpuenv.status import format_table, snapshot
 
-    backend = open_from_ctx(ctx, readonly=True)
+    readonly = is_dry_run(ctx) or env_readonly()  # what the user's environment allows
+    backend = open_from_ctx(ctx, readonly=True)  # status itself never writes
     try:
-        snap = snapshot(backend, select_gpus(backend, gpu))
+        snap = snapshot(backend, select_gpus(backend, gpu), readonly=readonly)
     finally:
         backend.close()
     click.echo(json.dumps(snap, indent=2) if as_json else format_table(snap))

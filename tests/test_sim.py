@@ -297,6 +297,9 @@ def test_hot_room_brings_hw_slowdown_then_shutdown():
         for _ in range(3000):
             h.idle(0.1)
             h.read_fast(0)
+    h.idle(30.0)  # off the bus it draws nothing and cools
+    h.clear_faults(0)  # "reset the GPU": it answers again
+    assert h.read_fast(0).temp_c < 95
 
 
 def test_power_limit_range_and_effect(sim):

@@ -209,7 +209,12 @@ class GpuModel:
         upd = self.update_ns
         while self.t_ns < target_ns:
             t = self.t_ns
-            if self.lost:
+            if self.lost:  # off the bus, drawing nothing: it only cools
+                dt = (target_ns - t) * 1e-9
+                self.temp_c = self.ambient_c + (self.temp_c - self.ambient_c) * math.exp(
+                    -dt / self.p.tau_s
+                )
+                self.power_w = 0.0
                 self.t_ns = target_ns
                 return
             step = (

@@ -927,7 +927,9 @@ class SimBackend:
         with self._lock:
             for i in range(len(self._gpus)) if index is None else [index]:
                 self._faults.pop(i, None)
-                self._gpus[i].lost = None
+                g = self._gpus[i]
+                g.advance(self._now_ns())
+                g.revive()
 
     def truth(self, index: int) -> SimTruth:
         """Ground truth now, for tests. Ignores faults."""

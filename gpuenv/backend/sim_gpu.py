@@ -390,6 +390,18 @@ class GpuModel:
         self.r_temp = round(self.temp_c)
         self.r_temp_ts_ns = t_ns
 
+    def revive(self) -> None:
+        """A reset GPU: back on the bus with fresh controllers and readings."""
+        if self.lost is None:
+            return
+        self.lost = None
+        self.cap_idx = self.therm_idx = self.top
+        self.hw_slow = self.temp_c >= self.p.slowdown_c
+        self.load_changed()
+        self.apply()
+        self._latch(self.t_ns)
+        self._latch_temp(self.t_ns)
+
     def set_temperature(self, temp_c: float) -> None:
         self.temp_c = temp_c
         self.r_temp = round(temp_c)

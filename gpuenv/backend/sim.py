@@ -1,8 +1,11 @@
 """A simulated GPU: a small model of the physics that make benchmark numbers lie.
 
-`SimBackend` implements the `Backend` protocol and adds a synthetic workload
-API (`open_context`, `run_work`, `set_background_load`, `idle`), fault
-injection and `truth()` for tests. What it models, per GPU:
+`SimBackend` implements the `Backend` protocol (plus `power_samples` and
+`nvml_version`, as `NvmlBackend` has them) and adds a synthetic workload API
+(`open_context`, `run_work`, `set_background_load`, `idle`), conditions
+(`set_ambient`), fault injection and `truth()` for tests. The GPU model itself
+is `sim_gpu.GpuModel`; profiles are data in `sim_profiles.py`. What it models,
+per GPU:
 
   - the clock governor: parked at the idle clock with reason GpuIdle until a
     CUDA context exists, then boost (the application clock, or the top of a

@@ -6,14 +6,19 @@ simulated-GPU state file, so `truth()` here sees what the daemon wrote.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from hypothesis import strategies as st
+
 from gpuenv.backend.sim import SimBackend
+from gpuenv.daemon import protocol
 from gpuenv.daemon.client import daemon_available
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,6 +144,74 @@ def client_process(
         text=True,
         env=env,
     )
+
+
+# -- fuzzing: malformed, oversized, truncated and out-of-order messages ---------------------------
+
+_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 3000)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=12),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+_fields = st.sampled_from(
+    ["gpus", "sm", "sm_max", "mem", "power_limit_w", "standing", "wait", "label", "lease", "window",
+     "period", "events", "all", "versions", "client", "zzz"]
+)  # fmt: skip
+_plausible = st.fixed_dictionaries(
+    {
+        "v": st.sampled_from([1, 1, 1, 2, None]),
+        "id": st.integers(0, 10**6),
+        "op": st.sampled_from([*protocol.OPS, "bogus"]),
+    }
+).flatmap(lambda base: st.dictionaries(_fields, _values, max_size=4).map(lambda x: {**base, **x}))
+_line = st.one_of(
+    _plausible.map(lambda m: json.dumps(m).encode()),
+    _plausible.map(lambda m: json.dumps(m).encode()).flatmap(
+        lambda b: st.integers(0, len(b)).map(lambda n: b[:n])  # truncated
+    ),
+    st.binary(max_size=200),
+    st.just(b'{"v":1,"id":1,"op":"status","pad":"' + b"x" * 70_000 + b'"}'),  # oversized
+)
+fuzz_messages = (
+    st.lists(_line, min_size=1, max_size=6)
+    .map(lambda lines: b"\n".join(lines))
+    .flatmap(
+        lambda data: st.sampled_from([data, data + b"\n"])  # the last line complete or not
+    )
+)
+
+
+def exchange(sock_path: str, data: bytes) -> list[dict]:
+    """Send `data`, close our side, and read every reply until the daemon closes."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(sock_path)
+    try:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    finally:
+        s.close()
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def check_exchange(sock_path: str, data: bytes) -> None:
+    """One fuzz case: exactly one well-formed reply per complete line, never an internal error."""
+    replies = [r for r in exchange(sock_path, data) if "event" not in r]
+    expected = protocol.LineReader().feed(data)  # one reply per complete line
+    assert len(replies) == len(expected), (len(replies), len(expected))
+    for reply in replies:
+        assert reply["v"] == 1 and isinstance(reply["ok"], bool)
+        if not reply["ok"]:
+            assert reply["error"]["type"] != "InternalError", reply
 
 
 def _user() -> str:

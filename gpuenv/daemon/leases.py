@@ -38,9 +38,8 @@ from gpuenv.journal import Journal, Owner, process_start_time
 
 log = logging.getLogger("gpuenv.daemon")
 
-WAIT_POLL_S = (
-    0.1  # a waiting lock re-checks this often (a holder outside the daemon sends no event)
-)
+# a waiting lock re-checks this often (a holder outside the daemon sends no event)
+WAIT_POLL_S = 0.1
 MAX_LEASES_PER_CONNECTION = 64
 
 
@@ -103,6 +102,7 @@ class LeaseManager:
         self.auth = auth
         self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self._leases: dict[str, Lease] = {}
+        self._peers: dict[int, tuple[float | None, str | None]] = {}  # conn -> (start, command)
         self._cond = threading.Condition()
         self._changes = 0  # bumped on every release: waiting grants retry
         self._pid = os.getpid()
@@ -232,7 +232,7 @@ class LeaseManager:
         hangup: Callable[[], bool],
     ) -> Lease:
         deadline = time.monotonic() + wait
-        owner = self._owner(peer, plan, standing=standing, label=label)
+        owner = self._owner(peer, conn, plan, standing=standing, label=label)
         while True:
             with self._cond:
                 seen = self._changes
@@ -281,18 +281,27 @@ class LeaseManager:
             self._grants += 1
         return lease
 
-    def _owner(self, peer: Peer, plan: LockPlan, *, standing: bool, label: str | None) -> Owner:
+    def _owner(
+        self, peer: Peer, conn: int | None, plan: LockPlan, *, standing: bool, label: str | None
+    ) -> Owner:
         """The journal's owner record: the client's identity; the daemon watches over it."""
-        base = Owner.current(
-            kind="standing" if standing else "lease", request=plan.request.describe()
-        )
-        command = _command_of(peer.pid)
+        kind = "standing" if standing else "lease"
+        base = Owner.current(kind=kind, request=plan.request.describe(), command="")
+        # a connection's peer never changes: look its process up once (psutil costs ~1 ms)
+        with self._cond:
+            known = self._peers.get(conn) if conn is not None else None
+        if known is None:
+            known = (process_start_time(peer.pid), _command_of(peer.pid))
+            if conn is not None:
+                with self._cond:
+                    self._peers[conn] = known
+        pid_start, command = known
         if label:
             command = f"{label} ({command})" if command else label
         return dataclasses.replace(
             base,
             pid=peer.pid,
-            pid_start=process_start_time(peer.pid),
+            pid_start=pid_start,
             uid=peer.uid,
             user=peer.user,
             command=f"{command or 'pid ' + str(peer.pid)} via gpuenvd",
@@ -320,6 +329,7 @@ class LeaseManager:
         """End every non-standing lease of a connection (it closed)."""
         with self._cond:
             mine = [lease for lease in self._leases.values() if lease.conn == conn]
+            self._peers.pop(conn, None)
         for lease in mine:
             self._end(lease, reason)
         return mine

@@ -66,7 +66,7 @@ WARMUP_MIN_REPS = 3  # the first call is set-up (cuBLAS handles, lazy loading): 
 WARMUP_REL_TOL = 0.01  # a trend moving times by less than this across the window is steady
 BURST_S = 0.025  # GPU time per burst; the SW power cap engages within 100-300 ms on an H100
 BURST_DUTY = 0.2  # rest at least (1 / duty - 1) x the burst between bursts
-PRECONDITION_MAX_S = 90.0  # an H100 under a heavy matmul creeps for ~45-90 s from cold
+PRECONDITION_MAX_S = 180.0  # an H100 under a heavy matmul creeps for ~1-2 min from cold
 PRECONDITION_CHUNK_S = 0.5
 PRECONDITION_WINDOW_S = 10.0
 PRECONDITION_TOL = 0.005  # predicted drift still to come, relative to the time per call
@@ -598,8 +598,8 @@ def precondition(
       - time: tau_s x the slope of the time per call over the last `window_s`;
       - temperature, while the clock is held down by power or heat (leakage grows
         with temperature and lowers the capped clock, in 15 MHz steps that a
-        short window can miss): tau_s x the temperature slope x the time's
-        sensitivity to temperature, fitted over the run so far.
+        short window can miss): tau_s x the temperature slope over the last three
+        windows x the time's sensitivity to temperature, fitted over the run.
     At least `min_s` (default: one window) runs; `max_s` stops it regardless
     (`steady` False then).
     """
@@ -656,10 +656,14 @@ def _residual(
     residual = tau_s * abs(stats.ols_slope([p[1] for p in recent]) / step) / level
     if capped_from is None:
         return residual
-    temps = [p[2] for p in recent]
-    if any(t is None for t in temps):
+    # NVML reads whole degrees: over a short window a slow creep shows as 0 or 1 step, so
+    # the temperature slope is fitted over 3 windows (an over-estimate while it settles)
+    longer = [p for p in pts[capped_from:] if p[0] >= end - 3 * window_s]
+    temps = [p[2] for p in longer]
+    if len(longer) < 4 or any(t is None for t in temps):
         return residual
-    temp_slope = stats.ols_slope([float(t) for t in temps if t is not None]) / step  # C/s
+    long_step = (longer[-1][0] - longer[0][0]) / (len(longer) - 1)
+    temp_slope = stats.ols_slope([float(t) for t in temps if t is not None]) / long_step
     since = [(p[2], p[1]) for p in pts[capped_from:] if p[2] is not None]
     span = max(t for t, _ in since) - min(t for t, _ in since) if since else 0.0
     if span < 2.0:  # too little temperature change to fit a sensitivity: assume 1%/C

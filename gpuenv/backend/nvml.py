@@ -75,6 +75,9 @@ FI_POWER_INSTANT = 186  # NVML_FI_DEV_POWER_INSTANT, mW
 _SLOW_FIELDS = (*FI_PERF_POLICY, FI_MEMORY_TEMP)
 assert len(FI_PERF_POLICY) == len(REASON_COUNTERS)
 
+# Raised by bindings whose unversioned name is missing from the driver; absent in old ones.
+_MISMATCH: type[Exception] = getattr(nv, "NVMLLibraryMismatchError", nv.NVMLError)
+
 _HW_HINT_LOST = "the GPU needs a reset or a reboot; 'dmesg | grep -i xid' says why"
 
 
@@ -151,7 +154,7 @@ def translate(err: Exception, *, op: str, gpu: int | None = None) -> BackendErro
         except Exception:  # str() asks the library, which may be gone
             text = None
         return error_for_code(code, op=op, gpu=gpu, text=text)
-    if isinstance(err, nv.NVMLLibraryMismatchError):
+    if isinstance(err, _MISMATCH):
         return error_for_code(_FUNCTION_NOT_FOUND, op=op, gpu=gpu)
     return BackendError(f"{op} failed: {err}", op=op, gpu=gpu)
 
@@ -160,14 +163,16 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-_VALUE_ATTR = {  # nvmlValueType_t -> the member of c_nvmlValue_t that holds it
-    nv.NVML_VALUE_TYPE_DOUBLE: "dVal",
-    nv.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-    nv.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-    nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-    nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    nv.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    nv.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+# nvmlValueType_t (nvml.h; numbers, since older bindings lack the newer names) -> the
+# member of c_nvmlValue_t that holds it
+_VALUE_ATTR = {
+    0: "dVal",  # NVML_VALUE_TYPE_DOUBLE
+    1: "uiVal",  # UNSIGNED_INT
+    2: "ulVal",  # UNSIGNED_LONG
+    3: "ullVal",  # UNSIGNED_LONG_LONG
+    4: "sllVal",  # SIGNED_LONG_LONG
+    5: "siVal",  # SIGNED_INT
+    6: "usVal",  # UNSIGNED_SHORT
 }
 
 
@@ -218,7 +223,7 @@ class NvmlBackend:
             raise error_for_code(_FUNCTION_NOT_FOUND, op=fn_name, gpu=gpu)
         try:
             return fn(*args)
-        except (nv.NVMLError, nv.NVMLLibraryMismatchError) as err:
+        except (nv.NVMLError, _MISMATCH) as err:
             raise translate(err, op=fn_name, gpu=gpu) from err
 
     def _q_first(self, role: str, names: Sequence[str], *args: Any, gpu: int | None = None) -> Any:

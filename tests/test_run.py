@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -439,3 +441,42 @@ def test_summary_table_has_a_row_per_region_and_the_findings():
         assert part in row
     assert "[info] power_cap" in text
     assert Region("r", 1, 5.0).covered_to == 5.0
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_ctrl_c_in_a_terminal_reaches_the_command_once(tmp_path):
+    # The terminal sends SIGINT to the whole foreground process group, gpuenv and the
+    # command alike: gpuenv must not forward a second copy.
+    child = script(tmp_path, SIGNAL_CHILD)
+    ready, out = tmp_path / "ready", tmp_path / "out"
+    sock = str(tmp_path / "tmux.sock")
+    exports = " ".join(
+        f"{k}={shlex.quote(v)}" for k, v in os.environ.items() if k.startswith("GPUENV_")
+    )
+    cmd = " ".join(shlex.quote(c) for c in [*GPUENV, "--sim", "run", "--", sys.executable])
+    line = (
+        f"cd {shlex.quote(str(ROOT))} && env {exports} {cmd} {shlex.quote(child)} {ready} "
+        f"> {out} 2>&1; echo $? >> {out}; sleep 30"
+    )
+    tmux = ["tmux", "-S", sock]
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-s", "t", "-x", "100", "-y", "20", line],
+        check=True,
+        timeout=10,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (ready.exists() and ready.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        subprocess.run([*tmux, "send-keys", "-t", "t", "C-c"], check=True, timeout=10)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            lines = out.read_text().splitlines() if out.exists() else []
+            if lines and lines[-1].strip().isdigit():
+                break
+            time.sleep(0.05)
+        lines = out.read_text().splitlines()
+        assert lines[0] == "INT"  # once: the child printed one name
+        assert lines[-1] == "11"  # its exit code, passed through
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=10)

@@ -1,0 +1,73 @@
+#!/bin/bash
+# gpuenv Slurm Prolog: lock the GPU clocks of a job that asks for it.
+#
+#   slurm.conf:  Prolog=/etc/slurm/gpuenv-prolog.sh   Epilog=/etc/slurm/gpuenv-epilog.sh
+#   a job asks:  sbatch --gres=gpu:2 --comment "gpuenv:sm=1350" job.sh
+#                (also sm=1200-1500, sm=max|base|sustained, power=500, mem=MHZ;
+#                 comma-separated, e.g. "gpuenv:sm=1350,power=600")
+#   or by a node feature: set GPUENV_SLURM_FEATURE=gpuenv-lock (and GPUENV_SLURM_SM, the
+#                clock to lock, default "sustained") and submit with -C gpuenv-lock.
+#
+# Runs as root on the compute node (slurmd) before the job. The lock is a standing
+# gpuenv lock on the job's GPUs (SLURM_JOB_GPUS), journaled like any other: the
+# Epilog (epilog.sh) runs 'gpuenv restore' on the same GPUs, and the state that
+# was there before is put back exactly. Users see the lock in 'gpuenv status'.
+#
+# A lock that fails never fails the job (that would DOWN the node and requeue
+# it): it is logged (syslog tag gpuenv-slurm) and the job runs unlocked; set
+# GPUENV_SLURM_STRICT=1 to fail the prolog instead.
+#
+# Note: SLURM_JOB_GPUS holds the GPU numbers from gres.conf, which match NVML
+# indices when gres.conf uses AutoDetect=nvml or lists /dev/nvidiaN in order.
+
+set -u
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+GPUENV=${GPUENV:-gpuenv}
+STATE=${GPUENV_SLURM_STATE:-/run/gpuenv/slurm}
+JOB=${SLURM_JOB_ID:?prolog.sh runs under slurmd, which sets SLURM_JOB_ID}
+
+log() { logger -t gpuenv-slurm -- "job $JOB: $*" 2>/dev/null || true; echo "gpuenv-slurm: job $JOB: $*" >&2; }
+fail() { log "$*"; if [ "${GPUENV_SLURM_STRICT:-0}" = 1 ]; then exit 1; fi; exit 0; }
+
+# What the job asked for: "gpuenv:..." in its comment, or the node feature.
+comment=${SLURM_JOB_COMMENT-}
+if [ -z "$comment" ] && command -v scontrol >/dev/null 2>&1; then
+    comment=$(scontrol show job -o "$JOB" 2>/dev/null | sed -n 's/.* Comment=//p')
+fi
+spec=$(printf '%s' "$comment" | sed -n 's/.*gpuenv:\([A-Za-z0-9=,.-]*\).*/\1/p')
+if [ -z "$spec" ] && [ -n "${GPUENV_SLURM_FEATURE-}" ]; then
+    case ",${SLURM_JOB_CONSTRAINTS-}," in
+        *",$GPUENV_SLURM_FEATURE,"*|*"&$GPUENV_SLURM_FEATURE"*|*"$GPUENV_SLURM_FEATURE&"*)
+            spec="sm=${GPUENV_SLURM_SM:-sustained}" ;;
+    esac
+fi
+[ -n "$spec" ] || exit 0  # the job did not ask
+
+gpus=${SLURM_JOB_GPUS-}
+[ -n "$gpus" ] || fail "asked for locked clocks ($spec) but has no GPUs (SLURM_JOB_GPUS is empty)"
+case "$gpus" in *[!0-9,]*) fail "unexpected SLURM_JOB_GPUS=$gpus";; esac
+
+args=()
+IFS=',' read -r -a items <<< "$spec"
+for item in "${items[@]}"; do
+    key=${item%%=*}; value=${item#*=}
+    case "$key" in
+        sm)
+            case "$value" in
+                *-*) args+=(--sm "${value%-*}" --sm-max "${value#*-}") ;;
+                *) args+=(--sm "$value") ;;
+            esac ;;
+        mem) args+=(--mem "$value") ;;
+        power) args+=(--power-limit "$value") ;;
+        *) fail "unknown setting '$key' in 'gpuenv:$spec' (use sm=, mem=, power=)" ;;
+    esac
+done
+
+mkdir -p "$STATE" && chmod 0755 "$STATE"
+if out=$("$GPUENV" lock "${args[@]}" -i "$gpus" 2>&1); then
+    printf '%s\n' "$gpus" > "$STATE/job-$JOB.gpus"
+    log "locked GPUs $gpus ($spec) for ${SLURM_JOB_USER:-?}: $(printf '%s' "$out" | tr '\n' ' ')"
+else
+    fail "could not lock GPUs $gpus ($spec): $(printf '%s' "$out" | tr '\n' ' ')"
+fi
+exit 0

@@ -1,0 +1,114 @@
+"""scripts/slurm/prolog.sh and epilog.sh on the simulated GPU: lock for a job that asks,
+put back exactly what was there at its end, and never fail a job that did not ask."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuenv.backend.sim import SimBackend
+
+ROOT = Path(__file__).resolve().parent.parent
+PROLOG = ROOT / "scripts" / "slurm" / "prolog.sh"
+EPILOG = ROOT / "scripts" / "slurm" / "epilog.sh"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    wrapper = tmp_path / "gpuenv"
+    wrapper.write_text(
+        f'#!/bin/sh\nexec {sys.executable} -c "from gpuenv.cli import main; main()" "$@"\n'
+    )
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return {
+        **os.environ,
+        "GPUENV": str(wrapper),
+        "GPUENV_BACKEND": "sim",
+        "GPUENV_SIM_GPUS": "2",
+        "GPUENV_SLURM_STATE": str(tmp_path / "slurm"),
+        "PYTHONPATH": str(ROOT),
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_USER": "alice",
+        "SLURM_JOB_GPUS": "0,1",
+    }
+
+
+def run(script: Path, env: dict[str, str], **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(script)], env={**env, **extra}, capture_output=True, text=True, timeout=120
+    )
+
+
+def sim(env: dict[str, str]) -> SimBackend:
+    return SimBackend("h100", n_gpus=2, state_file=env["GPUENV_SIM_STATE"])
+
+
+def test_a_job_that_asks_is_locked_and_restored(env: dict[str, str]) -> None:
+    backend = sim(env)
+    try:
+        before = [backend.truth(i) for i in range(2)]
+        out = run(PROLOG, env, SLURM_JOB_COMMENT="nightly gpuenv:sm=1200-1500,power=600 run")
+        assert out.returncode == 0, out.stderr
+        assert "locked GPUs 0,1" in out.stderr
+        for i in range(2):
+            assert backend.truth(i).locked_sm == (1200, 1500)
+            assert backend.truth(i).power_limit_w == 600
+        out = run(EPILOG, env)
+        assert out.returncode == 0, out.stderr
+        assert "restored GPUs 0,1" in out.stderr
+        for i in range(2):
+            t, b = backend.truth(i), before[i]
+            assert (t.locked_sm, t.power_limit_w, t.app_sm_mhz) == (
+                b.locked_sm,
+                b.power_limit_w,
+                b.app_sm_mhz,
+            )
+        assert not (Path(env["GPUENV_SLURM_STATE"]) / "job-4242.gpus").exists()
+    finally:
+        backend.close()
+
+
+def test_a_job_that_does_not_ask_costs_nothing(env: dict[str, str]) -> None:
+    out = run(PROLOG, env, SLURM_JOB_COMMENT="just a job")
+    assert out.returncode == 0 and out.stderr == ""
+    assert run(EPILOG, env).returncode == 0
+    backend = sim(env)
+    try:
+        assert backend.truth(0).locked_sm is None
+    finally:
+        backend.close()
+
+
+def test_the_node_feature_asks_for_the_site_clock(env: dict[str, str]) -> None:
+    out = run(
+        PROLOG,
+        env,
+        GPUENV_SLURM_FEATURE="gpuenv-lock",
+        GPUENV_SLURM_SM="1410",
+        SLURM_JOB_CONSTRAINTS="nvlink&gpuenv-lock",
+        SLURM_JOB_GPUS="1",
+    )
+    assert out.returncode == 0, out.stderr
+    backend = sim(env)
+    try:
+        assert backend.truth(1).locked_sm == (1410, 1410) and backend.truth(0).locked_sm is None
+        assert run(EPILOG, env).returncode == 0
+        assert backend.truth(1).locked_sm is None
+    finally:
+        backend.close()
+
+
+def test_a_bad_request_does_not_fail_the_job_unless_strict(env: dict[str, str]) -> None:
+    out = run(PROLOG, env, SLURM_JOB_COMMENT="gpuenv:sm=99999")
+    assert out.returncode == 0
+    assert "could not lock" in out.stderr and "345-1980 MHz" in out.stderr
+    assert (
+        run(PROLOG, env, SLURM_JOB_COMMENT="gpuenv:turbo=1", GPUENV_SLURM_STRICT="1").returncode
+        == 1
+    )
+    assert run(EPILOG, env).returncode == 0  # nothing was locked, nothing to put back

@@ -1,0 +1,30 @@
+"""`gpuenv plot RUN.jsonl -o run.png`: clocks, power and temperature over time.
+
+Each measured region is shaded and named; rejected reps are marked. Needs the
+optional extra: pip install 'gpuenv[plot]'.
+
+Exit codes: 0 written; 2 an error (file unreadable, no telemetry, no matplotlib).
+"""
+
+from __future__ import annotations
+
+import click
+
+from gpuenv.cli._common import handle_errors
+
+
+@click.command("plot")
+@click.argument("run_file", metavar="RUN.jsonl", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", default=None, metavar="FILE",
+              help="Image to write (.png, .svg, .pdf). Default: RUN.png beside the input.")
+@click.option("--gpu", "gpu", type=int, default=None, help="NVML index of the GPU to draw.")
+@click.option("--title", default=None, help="Figure title.")
+@handle_errors
+def plot(run_file: str, output: str | None, gpu: int | None, title: str | None) -> None:
+    """Plot SM clock, power and temperature of the last run in RUN.jsonl."""
+    from gpuenv.plot import plot_run
+    from gpuenv.results import load_run
+
+    out = output or (run_file[: -len(".jsonl")] if run_file.endswith(".jsonl") else run_file) \
+        + ".png"
+    click.echo(plot_run(load_run(run_file), out, title=title, gpu=gpu))

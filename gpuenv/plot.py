@@ -1,0 +1,145 @@
+"""Plot a run: SM clock, power and temperature over time, each measurement shaded.
+
+    plot_run(load_run("run.jsonl"), "run.png")
+
+Three panels share the time axis (seconds from the run's first telemetry):
+SM clock (NVML's, and the effective clock probed before each rep where
+gpuenv.bench measured it), power, temperature. Where a measurement kept its
+telemetry trace (gpuenv.bench does, warmup and conditioning included) it is
+drawn as a line; otherwise each rep's window is drawn as a step. Each
+measurement's region is shaded and named; rejected reps are marked with a red
+x, reps touched by a warning with an orange dot.
+
+matplotlib is an optional extra (`pip install 'gpuenv[plot]'`), imported only
+here and only when plotting; the figure is drawn without pyplot, so nothing in
+the caller's matplotlib state changes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from gpuenv.errors import ConfigError
+
+_SHADES = ("#4c72b0", "#55a868", "#8172b2", "#ccb974", "#64b5cd", "#c44e52")
+
+
+def _matplotlib() -> tuple[Any, Any]:
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as err:
+        raise ConfigError(
+            "plotting needs matplotlib", hint="pip install 'gpuenv[plot]'"
+        ) from err
+    return Figure, FigureCanvasAgg
+
+
+def _origin(measurements: Sequence[Any]) -> float | None:
+    starts = []
+    for m in measurements:
+        trace = m.extra.get("trace") if isinstance(m.extra, dict) else None
+        if trace and trace.get("t_s"):
+            starts.append(float(trace["t0"]))
+        starts += [w.t0 for w in m.windows]
+        starts += [w.t0 for w in m.summary_windows]
+    return min(starts) if starts else None
+
+
+def plot_run(run: Any, path: str | os.PathLike[str], *, title: str | None = None,
+             gpu: int | None = None) -> str:
+    """Draw `run` (a results.Run) to `path` (.png, .svg, .pdf: by extension); returns the path.
+
+    `gpu`: which GPU's telemetry to draw (default: each measurement's first).
+    """
+    measurements = list(run.measurements)
+    t00 = _origin(measurements)
+    if t00 is None:
+        raise ConfigError(
+            "this run has no telemetry to plot",
+            hint="measure with gpuenv.stable() / gpuenv.bench() so each rep carries its window",
+        )
+    Figure, Canvas = _matplotlib()
+    fig = Figure(figsize=(11, 7.5), layout="constrained")
+    Canvas(fig)
+    ax_clk, ax_pow, ax_tmp = fig.subplots(3, 1, sharex=True)
+    ax_clk.set_ylabel("SM clock (MHz)")
+    ax_pow.set_ylabel("power (W)")
+    ax_tmp.set_ylabel("temperature (C)")
+    ax_tmp.set_xlabel("time (s)")
+    labelled: set[str] = set()
+
+    def label(text: str) -> str | None:
+        if text in labelled:
+            return None
+        labelled.add(text)
+        return text
+
+    for k, m in enumerate(measurements):
+        g = gpu if gpu is not None else (m.gpus[0] if m.gpus else None)
+        windows = [w for w in m.windows if g is None or w.gpu == g]
+        color = _SHADES[k % len(_SHADES)]
+        trace = m.extra.get("trace") if isinstance(m.extra, dict) else None
+        if trace and trace.get("t_s"):
+            ts = [float(trace["t0"]) - t00 + t for t in trace["t_s"]]
+            ax_clk.plot(ts, trace["sm_mhz"], color="0.25", lw=0.9, label=label("NVML SM clock"))
+            ax_pow.plot(ts, trace["power_w"], color="0.25", lw=0.9)
+            ax_tmp.plot(ts, trace["temp_c"], color="0.25", lw=0.9)
+        elif windows:
+            xs, clk, pw, tp = [], [], [], []
+            for w in windows:
+                xs += [w.t0 - t00, w.t1 - t00]
+                clk += [w.sm_mhz_mean, w.sm_mhz_mean]
+                pw += [w.power_w_mean, w.power_w_mean]
+                tp += [w.temp_c_start, w.temp_c_end]
+            ax_clk.plot(xs, clk, color="0.25", lw=0.9, label=label("NVML SM clock (per rep)"))
+            ax_pow.plot(xs, pw, color="0.25", lw=0.9)
+            ax_tmp.plot(xs, tp, color="0.25", lw=0.9)
+        # the measured region, shaded and named
+        spans = [(w.t0, w.t1) for w in windows] or [(w.t0, w.t1) for w in m.summary_windows]
+        if spans:
+            lo, hi = min(a for a, _ in spans) - t00, max(b for _, b in spans) - t00
+            for ax in (ax_clk, ax_pow, ax_tmp):
+                ax.axvspan(lo, hi, color=color, alpha=0.15, lw=0)
+            verdict = "" if m.verdict == "ok" else f" [{m.verdict}]"
+            ax_clk.annotate(f"{m.name}{verdict}", xy=((lo + hi) / 2, 1.0),
+                            xycoords=("data", "axes fraction"), ha="center", va="bottom",
+                            fontsize=8, color=color, annotation_clip=False)
+        # effective clock probed before each rep (gpuenv.bench)
+        eff = m.extra.get("rep_clock_mhz") if isinstance(m.extra, dict) else None
+        if eff and len(eff) == len(windows):
+            pts = [((w.t0 + w.t1) / 2 - t00, c) for w, c in zip(windows, eff, strict=True) if c]
+            if pts:
+                ax_clk.plot([p[0] for p in pts], [p[1] for p in pts], ".", ms=2.5, color=color,
+                            label=label("effective clock (probe)"))
+        # rejected reps and reps touched by a warning
+        per_rep = len(windows)
+        if per_rep:
+            warned = {r for f in m.findings if f.severity != "info" for r in f.reps
+                      if r < per_rep and r not in m.rejected_reps}
+            for reps, marker, colour, text in (
+                (sorted(warned), "o", "#dd8452", "rep with a warning"),
+                (sorted(r for r in m.rejected_reps if r < per_rep), "x", "#c44e52",
+                 "rejected rep"),
+            ):
+                pts = [((windows[r].t0 + windows[r].t1) / 2 - t00, windows[r].sm_mhz_mean)
+                       for r in reps if windows[r].sm_mhz_mean is not None]
+                if pts:
+                    ax_clk.plot([p[0] for p in pts], [p[1] for p in pts], marker, ms=6,
+                                color=colour, mfc="none" if marker == "o" else colour,
+                                label=label(text))
+    if labelled:
+        ax_clk.legend(loc="lower left", fontsize=8, framealpha=0.8)
+    meta = getattr(run, "metadata", {}) or {}
+    gpus = meta.get("gpus") or []
+    name = gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None
+    fig.suptitle(title or " - ".join(x for x in (name, meta.get("time_utc")) if x) or "gpuenv run",
+                 fontsize=10)
+    out = os.fspath(path)
+    fig.savefig(out, dpi=110)
+    return out
+
+
+__all__ = ["plot_run"]

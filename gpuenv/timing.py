@@ -421,8 +421,7 @@ class CudaProfiler(CudaEvents):
     kind = "cuda_profiler"
     _ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
 
-    def rep(self, fn: Callable[[], Any]) -> Rep:
-        return self.reps(fn, 1)[0]
+    # rep() stays CudaEvents': warmup and set-up need no profiler session each
 
     def reps(self, fn: Callable[[], Any], n: int) -> list[Rep]:
         torch = self.torch
@@ -777,7 +776,7 @@ def bench(
     budget_s: float | None = None,
     rel_ci: float = 0.01,
     min_reps: int = 10,
-    max_reps: int = 100_000,
+    max_reps: int = 10_000,
     confidence: float = 0.95,
     warmup: str | int = "auto",
     warmup_max_s: float = 5.0,
@@ -853,8 +852,9 @@ def bench(
             device = cuda_device(mode, flush_l2=flush_l2, saturate=saturate,
                                  calls_per_rep=calls_per_rep,
                                  clock=sampler.clock if sampler is not None else None)
-            if gpu is None and backend is not None:
-                gpu = gpus[0] if len(gpus) == 1 else _safe(lambda: nvml_index_of_cuda(backend))
+    if gpu is None and backend is not None and device.kind.startswith("cuda"):
+        cuda_dev = getattr(device, "device", None)
+        gpu = _safe(lambda: nvml_index_of_cuda(backend, cuda_dev))
     if gpu is None:
         gpu = gpus[0] if gpus else 0
     if sampler is None and backend is not None:
@@ -927,7 +927,7 @@ def bench(
                 if condition == "burst":
                     wait_until_ready(sampler, gpu, clock, since=clock.now())
                 for i in affected:
-                    all_reps[i] = device.rep(fn)
+                    all_reps[i] = device.reps(fn, 1)[0]
                 retried = sorted(set(retried) | set(affected))
                 findings, windows = _assess(vd, sampler, gpu, all_reps, config, facts)
         t_end = sampler.mark() if sampler is not None else clock.now()

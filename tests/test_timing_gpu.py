@@ -1,0 +1,113 @@
+"""The CUDA side of the timing harness, on a real GPU (read-only: GPUENV_READONLY=1 is fine).
+
+Each test keeps its GPU time to a few seconds; none changes a GPU setting.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():  # pragma: no cover - NVML sees a GPU but torch does not
+    pytest.skip("torch sees no CUDA GPU", allow_module_level=True)
+
+from gpuenv import timing  # noqa: E402
+from gpuenv.backend import open_backend  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def backend():
+    be = open_backend(readonly=True)
+    yield be
+    be.close()
+
+
+def matmul(n: int):
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    return lambda: torch.matmul(a, b)
+
+
+def test_bench_on_cuda_gives_a_measurement_with_telemetry(backend):
+    m = timing.bench(matmul(4096), name="mm4096", backend=backend, budget_s=2)
+    assert m.timer == "cuda_events"
+    assert 20e-6 < m.stats.median_s < 5e-3
+    assert len(m.windows) == len(m.times_s) and m.telemetry is not None
+    assert m.telemetry.sm_mhz_mean and m.telemetry.sm_mhz_mean > 300
+    x = m.extra
+    assert x["l2_bytes"] > 0 and x["flush_bytes"] >= x["l2_bytes"]
+    assert x["clock_mhz_before"] > 300 and x["rep_clock_mhz_median"] > 300
+    assert x["warmup_reps"] >= timing.WARMUP_MIN_REPS
+
+
+def test_events_and_profiler_agree_on_a_single_kernel(backend):
+    fn = matmul(4096)
+    ev = timing.bench(fn, backend=backend, mode="events", condition="burst", budget_s=3)
+    pr = timing.bench(fn, backend=backend, mode="profiler", condition="burst", reps=30)
+    assert pr.timer == "cuda_profiler" and len(pr.times_s) == 30
+    assert ev.stats.median_s == pytest.approx(pr.stats.median_s, rel=0.05)
+
+
+def test_flush_evicts_the_l2(backend):
+    x = torch.randn(4 << 20, device="cuda")  # 16 MiB: fits in the L2 of any recent GPU
+
+    def read():
+        return torch.sum(x)
+
+    warm = timing.bench(read, backend=backend, flush_l2=False, budget_s=1)
+    cold = timing.bench(read, backend=backend, flush_l2=True, budget_s=1)
+    assert cold.extra["flush_bytes"] >= 2 * cold.extra["l2_bytes"]
+    assert cold.stats.median_s > 1.1 * warm.stats.median_s
+
+
+def test_graph_mode_shrinks_a_tiny_kernel(backend):
+    x = torch.randn(1024, device="cuda")
+    y = torch.randn(1024, device="cuda")
+
+    def add():
+        return x + y
+
+    naive = timing.bench(add, backend=backend, saturate=False, budget_s=1)
+    events = timing.bench(add, backend=backend, budget_s=1)
+    graph = timing.bench(add, backend=backend, mode="graph", budget_s=1)
+    assert graph.extra["calls_per_rep"] > 1
+    assert graph.stats.median_s < naive.stats.median_s
+    assert graph.stats.median_s <= 1.05 * events.stats.median_s
+
+
+def test_effective_clock_probe_agrees_with_nvml_at_idle(backend):
+    import time
+
+    probe = timing.CudaEvents(flush_l2=False)
+    gpu = timing.nvml_index_of_cuda(backend)
+    torch.cuda.synchronize()
+    time.sleep(2.0)  # idle with a context: the boost clock, no power cap
+    mhz = probe.probe_clock_mhz()
+    nvml = backend.read_fast(gpu).sm_mhz
+    assert mhz == pytest.approx(nvml, rel=0.03)
+
+
+def test_do_bench_drop_in(backend):
+    from gpuenv.integrations.triton import do_bench, last_measurement
+
+    fn = matmul(2048)
+    ms = do_bench(fn)
+    assert isinstance(ms, float) and 0.001 < ms < 10
+    assert last_measurement().windows
+    triton_testing = pytest.importorskip("triton.testing")
+    theirs = triton_testing.do_bench(fn)
+    assert ms == pytest.approx(theirs, rel=0.25)  # same ballpark; the methods differ
+
+
+def test_torch_benchmark_metadata(backend):
+    import torch.utils.benchmark as tb
+
+    from gpuenv.integrations.torch_benchmark import blocked_autorange
+
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    m = blocked_autorange(tb.Timer("a @ a", globals={"a": a}), min_run_time=0.2)
+    rec = m.metadata["gpuenv"]
+    assert rec["telemetry"][0]["sm_mhz_mean"] > 300
+    assert rec["verdict"] in ("ok", "annotated")

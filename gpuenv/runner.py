@@ -22,6 +22,7 @@ chunks every FLUSH_S seconds and the chunks merged (`merge_windows`).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import os
@@ -41,7 +42,7 @@ from gpuenv.backend import CLOCK_LIMIT_TDP, Backend
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.region import ENV_FD, ENV_PIPE, Edge, parse_line, pipe_identity
 from gpuenv.results import Measurement
-from gpuenv.telemetry import Sample, Sampler, Window
+from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, Sampler, Window, summarize
 from gpuenv.verdict import Finding, GpuFacts, VerdictConfig, apply_policy, assess
 
 RUN_NAME = "(run)"  # the region that is the whole command
@@ -58,9 +59,11 @@ FROM_TERMINAL = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
 SI_KERNEL = 0x80  # si_code of a signal the kernel (the tty driver) sent to a process group
 FLUSH_S = 30.0  # summarise finished regions and chunks of open ones this often
 SETTLE_S = 0.5  # ... up to this long ago, so the samples just after an edge exist
-MARK_MIN_S = 0.02  # at most one edge read of the slow counters per 20 ms of region edges
+MARK_MIN_S = 0.05  # at most one edge read of the slow counters per 50 ms of region edges
 MAX_POINTS = 20_000  # samples per GPU kept for plotting (thinned beyond)
 MAX_REGION_LIST = 10_000  # region spans listed for plotting
+MAX_REP_WINDOWS = 1_000  # per-rep windows stored in the results file (findings use them all)
+COUNTER_MARGIN_S = 0.3  # counter reads around an interval that its interpolation may use
 
 
 class CommandNotFound(ConfigError):
@@ -368,13 +371,54 @@ class SampleLog:
 
 
 class Summariser:
-    """Turns regions into per-GPU Windows as the run goes (chunked: see the module doc)."""
+    """Turns regions into per-GPU Windows as the run goes (chunked: see the module doc).
+
+    `windows()` summarises each interval from the few samples around it (the
+    sampler's own `windows()` scans its whole buffer per interval, which is slow
+    for a command that enters a region many thousand times).
+    """
 
     def __init__(self, sampler: Sampler, gpus: Sequence[int], *, chunk_s: float = FLUSH_S):
         self.sampler = sampler
         self.gpus = list(gpus)
         self.chunk_s = chunk_s
         self.log = SampleLog(gpus)
+
+    def windows(self, intervals: Sequence[tuple[float, float]], g: int) -> list[Window]:
+        sampler = self.sampler
+        if not intervals:
+            return []
+        # waits (briefly) for the counter read at the last edge, as sampler.window does
+        sampler.window(max(b for _, b in intervals), max(b for _, b in intervals), g)
+        fast = sampler.samples(gpu=g)
+        slow = sampler.slow_samples(gpu=g)
+        gaps = [x for x in sampler.gaps if x.gpu == g]
+        truncated = len(fast) >= sampler.capacity
+        f_t = [x.t for x in fast]
+        s_t = [x.t for x in slow]
+        rng = sampler.lock_ranges.get(g)
+        out = []
+        for t0, t1 in intervals:
+            i0 = max(0, bisect.bisect_right(f_t, t0) - 1)
+            i1 = bisect.bisect_right(f_t, t1 + DRIVER_REFRESH_S) + 1
+            k0 = max(0, bisect.bisect_left(s_t, t0 - COUNTER_MARGIN_S) - 1)
+            k1 = bisect.bisect_right(s_t, t1 + COUNTER_MARGIN_S) + 1
+            out.append(
+                summarize(
+                    fast[i0:i1],
+                    slow[k0:k1],
+                    gaps,
+                    t0,
+                    t1,
+                    gpu=g,
+                    lock_range=rng,
+                    lock_tolerance_mhz=sampler.lock_tolerance_mhz,
+                    own_pids=sampler.own_pids,
+                    period=sampler.period,
+                    truncated=truncated and i0 == 0,
+                )
+            )
+        return out
 
     def flush(self, safe_t: float, regions: Sequence[Region], *, final: bool = False) -> None:
         """Summarise finished regions that end before `safe_t` (all when final) and chunk
@@ -390,7 +434,7 @@ class Summariser:
                 jobs.append((r, r.covered_to, end, False))
         if jobs:
             for g in self.gpus:
-                windows = self.sampler.windows([(a, b) for _, a, b, _ in jobs], g)
+                windows = self.windows([(a, b) for _, a, b, _ in jobs], g)
                 for (r, _, _, _), w in zip(jobs, windows, strict=True):
                     r.chunks.setdefault(g, []).append(w)
             for r, _, b, done in jobs:
@@ -507,6 +551,9 @@ def _measurement(
         findings, len(reps), policy, config=config, name=name, raise_if_too_few=False
     )
     summary = tuple(merge_windows([w for w in windows if w.gpu == g]) for g in gpus if windows)
+    if len(reps) > MAX_REP_WINDOWS:  # keep the file small; the findings saw every rep
+        extra = {**extra, "rep_windows_omitted": len(reps)}
+        windows = []
     return Measurement.build(
         name,
         times,

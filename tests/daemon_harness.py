@@ -65,7 +65,6 @@ class DaemonProcess:
             "-c",
             "from gpuenv.cli import main; main()",
             "daemon",
-            "serve",
             "--config",
             str(self.config),
             "--socket",

@@ -1,4 +1,4 @@
-"""`gpuenv daemon serve | leases | check-config`."""
+"""`gpuenv daemon` (serves), `gpuenv daemon leases`, `gpuenv daemon check-config`."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_check_config_reports_a_bad_file_in_one_line(sim_env: Path) -> None:
 def test_leases_without_a_daemon_says_how_to_start_one(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["daemon", "leases", "--socket", str(tmp_path / "x.sock")])
     assert result.exit_code == 2
-    assert "cannot reach gpuenvd" in result.output and "gpuenv daemon serve" in result.output
+    assert "cannot reach gpuenvd" in result.output and "sudo gpuenv daemon" in result.output
 
 
 def test_serve_and_list_leases(tmp_path: Path) -> None:

@@ -110,7 +110,7 @@ def test_closing_the_connection_ends_its_leases(h: Harness) -> None:
     assert h.locked_sm(0) == (1200, 1500) and h.backend.truth(1).power_limit_w == 500
     c.close()
     assert wait_for(lambda: h.truth(0) == h.original[0] and h.truth(1) == h.original[1])
-    assert h.journal.entries() == []
+    assert wait_for(lambda: h.journal.entries() == [])  # cleared right after the restore
 
 
 def test_identical_requests_share_and_the_last_one_out_restores(h: Harness) -> None:
@@ -340,9 +340,29 @@ def test_a_truncated_request_gets_no_reply_and_changes_nothing(h: Harness) -> No
     assert daemon_available(h.sock)
 
 
+def test_an_unprivileged_process_locks_through_the_daemon(h: Harness) -> None:
+    from gpuenv.daemon.client import lock_via_daemon, should_use_daemon
+
+    user_view = SimBackend("h100", n_gpus=2, state_file=h.tmp / "sim.json", root=False)
+    try:
+        assert should_use_daemon(h.backend, socket=h.sock) is False  # root: no need
+        h.queue.append(ALICE)
+        assert should_use_daemon(user_view, socket=h.sock) is True
+        assert should_use_daemon(user_view, socket=h.tmp / "none.sock") is False
+        h.queue.append(ALICE)
+        with lock_via_daemon(1350, gpus="1", backend=user_view, socket=h.sock) as lk:
+            assert lk.gpus == [1] and h.locked_sm(1) == (1350, 1350)
+            assert lk.holds() == {1: None} or lk.holds()[1] in (True, False)
+            with pytest.raises(ConfigError, match="re-entrant"):
+                lk.__enter__()
+        assert lk.released and h.truth(1) == h.original[1]
+    finally:
+        user_view.close()
+
+
 def test_client_reports_a_missing_daemon(tmp_path: Path) -> None:
     assert daemon_available(tmp_path / "none.sock") is False
-    with pytest.raises(DaemonUnavailable, match="gpuenv daemon serve"):
+    with pytest.raises(DaemonUnavailable, match="sudo gpuenv daemon"):
         Client(tmp_path / "none.sock")
 
 

@@ -73,10 +73,27 @@ def _config_option(fn: F) -> F:
     )(fn)
 
 
-@click.group("daemon")
-def daemon() -> None:
+@click.group("daemon", invoke_without_command=True)
+@_socket_option
+@_config_option
+@click.option("--metrics", metavar="HOST:PORT", default=None, help="Serve Prometheus metrics here.")
+@click.option(
+    "--sample-period", type=float, default=None, metavar="S", help="Sampler period (default 0.1 s)."
+)
+@click.option("--log-level", type=click.Choice(_LEVELS), default="info", show_default=True)
+@click.pass_context
+@handle_errors
+def daemon(
+    ctx: click.Context,
+    socket_path: str | None,
+    config_path: str | None,
+    metrics: str | None,
+    sample_period: float | None,
+    log_level: str,
+) -> None:
     """gpuenvd: a root service that lends clock locks to unprivileged users.
 
+    'sudo gpuenv daemon' runs it in the foreground (systemd: scripts/gpuenvd.service).
     Users' 'gpuenv lock', 'gpuenv run --sm' and gpuenv.stable(sm=...) go through
     it when they are not root. A lease ends, and the GPU is put back, when the
     process that took it exits or dies. Config (INI; all sections optional):
@@ -93,19 +110,12 @@ def daemon() -> None:
       users = ops
       groups = wheel
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    _serve(ctx, socket_path, config_path, metrics, sample_period, log_level)
 
 
-@daemon.command("serve")
-@_socket_option
-@_config_option
-@click.option("--metrics", metavar="HOST:PORT", default=None, help="Serve Prometheus metrics here.")
-@click.option(
-    "--sample-period", type=float, default=None, metavar="S", help="Sampler period (default 0.1 s)."
-)
-@click.option("--log-level", type=click.Choice(_LEVELS), default="info", show_default=True)
-@click.pass_context
-@handle_errors
-def serve(
+def _serve(
     ctx: click.Context,
     socket_path: str | None,
     config_path: str | None,
@@ -113,7 +123,6 @@ def serve(
     sample_period: float | None,
     log_level: str,
 ) -> None:
-    """Run the daemon in the foreground (systemd: scripts/gpuenvd.service)."""
     from dataclasses import replace
 
     from gpuenv.daemon.auth import load_config, parse_listen

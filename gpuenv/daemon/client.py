@@ -124,7 +124,7 @@ class Client:
             sock.close()
             raise DaemonUnavailable(
                 f"cannot reach gpuenvd at {self.path} ({err.strerror or err})",
-                hint="start it as root ('gpuenv daemon serve' or 'systemctl start gpuenvd'), "
+                hint="start it as root ('sudo gpuenv daemon' or 'systemctl start gpuenvd'), "
                 "or point GPUENV_SOCKET at its socket",
             ) from None
         self._sock: _socket.socket | None = sock
@@ -326,6 +326,91 @@ class OwnedLease(Lease):
             super().release()
         finally:
             self.client.close()
+
+
+class DaemonLock(OwnedLease):
+    """A lock taken through gpuenvd, with the part of `gpuenv.clocks.Lock`'s API that
+    callers use: `gpus`, `shared`, `notes`, `holds()`, `release()`, and `with`."""
+
+    def __init__(self, client: Client, info: dict[str, Any]):
+        super().__init__(client, info)
+        self.shared: list[int] = list(info.get("shared", []))
+        self.notes: list[str] = [f"locked through gpuenvd (lease {self.id})"]
+        self._entered = False
+
+    @property
+    def request(self) -> str:
+        return str(self.info.get("request", ""))
+
+    def holds(self) -> dict[int, bool | None]:
+        """Per GPU: is the SM clock inside the locked range right now (None: cannot tell)."""
+        return {g["index"]: g.get("holds") for g in self.client.status(self.gpus)["gpus"]}
+
+    def __enter__(self) -> DaemonLock:
+        if self.released:
+            raise _errors.ConfigError("this lock was released", hint="take a new one")
+        if self._entered:
+            raise _errors.ConfigError("this lock is already entered (locks are not re-entrant)")
+        self._entered = True
+        return self
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else "held"
+        return f"<gpuenv lock via gpuenvd {self.request} on GPUs {self.gpus} ({state})>"
+
+
+def should_use_daemon(backend: Any = None, *, socket: str | os.PathLike | None = None) -> bool:
+    """True when this process cannot write GPU settings itself but a gpuenvd answers.
+
+    'Cannot': not root (for the simulated GPU, its `root=False` permission model).
+    What clocks.lock(), stable() and `gpuenv run` ask before they lock.
+    """
+    if backend is not None and getattr(backend, "readonly", False):
+        return False
+    if backend is not None and backend.name == "sim":
+        privileged = bool(getattr(backend, "root", True))
+    else:
+        privileged = os.geteuid() == 0
+    return not privileged and daemon_available(socket)
+
+
+def lock_via_daemon(
+    sm: int | tuple[int, int] | str | None = None,
+    *,
+    sm_max: int | None = None,
+    mem: int | tuple[int, int] | None = None,
+    power_limit_w: float | None = None,
+    gpus: GpuSelector = None,
+    backend: Any = None,
+    standing: bool = False,
+    wait: float = 0.0,
+    label: str | None = None,
+    socket: str | os.PathLike | None = None,
+) -> DaemonLock:
+    """`gpuenv.lock()` through gpuenvd. GPU selectors are resolved here first (with
+    `backend`, when given), so 'cuda:0' and 'local' mean this process's GPUs; the
+    daemon gets UUIDs. The lease ends with release(), `with`, or this process."""
+    selector: Any = gpus
+    if backend is not None and gpus is not None:
+        from gpuenv.devices import select_gpus
+
+        selector = [backend.device_info(i).uuid for i in select_gpus(backend, gpus)]
+    client = Client(socket, client=label)
+    try:
+        lease = client.lock(
+            sm,
+            sm_max=sm_max,
+            mem=mem,
+            power_limit_w=power_limit_w,
+            gpus=selector,
+            standing=standing,
+            wait=wait,
+            label=label,
+        )
+    except BaseException:
+        client.close()
+        raise
+    return DaemonLock(client, lease.info)
 
 
 def connect(socket: str | os.PathLike | None = None, *, timeout: float | None = 30.0) -> Client:

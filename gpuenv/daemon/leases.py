@@ -81,18 +81,6 @@ class Lease:
         return f"{kind} {self.id} ({self.user}, pid {self.pid}: {self.request} on GPU {gpus})"
 
 
-class _LeaseLock(Lock):
-    """A clocks.Lock whose journaled owner is the daemon's client, not the daemon process."""
-
-    def __init__(self, *args: Any, lease_owner: Owner, **kwargs: Any):
-        self._lease_owner = lease_owner
-        super().__init__(*args, **kwargs)
-
-    def _acquire(self, *, force: bool, supervise: bool) -> None:
-        self.owner = self._lease_owner
-        super()._acquire(force=force, supervise=supervise)
-
-
 class LeaseManager:
     """The daemon's leases; every public method is safe to call from any connection thread."""
 
@@ -237,13 +225,13 @@ class LeaseManager:
             with self._cond:
                 seen = self._changes
             try:
-                lk = _LeaseLock(
+                lk = Lock(
                     self.backend,
                     plan,
                     self.journal,
                     kind=owner.kind,
                     supervise=False,  # the daemon itself is the watchdog
-                    lease_owner=owner,
+                    owner=owner,  # the client, not the daemon process
                 )
                 break
             except LockConflict:

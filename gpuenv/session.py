@@ -426,7 +426,8 @@ class Session:
             raise ConfigError(
                 f"record() needs one interval per rep ({len(times)} times, {len(spans)} intervals)"
             )
-        findings = self._assess(times, spans, extra_findings)
+        windows = self._windows(spans)
+        findings = self._assess(times, windows, extra_findings)
         retried: list[int] = []
         if policy == "retry" and rerun is not None:
             for delay in retry_delays(self.config):
@@ -439,12 +440,12 @@ class Session:
                 for i, (t, span) in zip(bad, rerun(bad), strict=True):
                     times[i], spans[i] = float(t), span
                 retried = sorted(set(retried) | set(bad))
-                findings = self._assess(times, spans, extra_findings)
+                windows = self._windows(spans)
+                findings = self._assess(times, windows, extra_findings)
         result = apply_policy(
             findings, len(times), policy, config=self.config, name=name,
             raise_if_too_few=len(times) > 1,
         )  # fmt: skip
-        windows = self._windows(spans)
         first, last = min(a for a, _ in spans), max(b for _, b in spans)
         summary = (
             [self.sampler.window(first, last, g) for g in self.gpus]
@@ -465,9 +466,8 @@ class Session:
         return [per_gpu[g][i] for i in range(len(spans)) for g in self.gpus]
 
     def _assess(
-        self, times: list[float], spans: list[tuple[float, float]], extra: Sequence[Finding]
+        self, times: list[float], windows: list[Window], extra: Sequence[Finding]
     ) -> list[Finding]:
-        windows = self._windows(spans)
         found = assess(windows, times, config=self.config, facts=self.facts)
         return found + list(extra)
 

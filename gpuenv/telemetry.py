@@ -38,10 +38,16 @@ DEFAULT_PERIOD_S = 0.025
 # The slow counters (energy ~3 ms a read, time under each reason ~0.1-0.2 ms) refresh
 # about every 100 ms too: read them at most that often, plus at region edges.
 DEFAULT_SLOW_PERIOD_S = 0.1
+# Which processes use the GPU (10-100 us a read; milliseconds on some systems): twice per
+# driver period, so another process present for one period is always seen.
+DEFAULT_PROCESS_PERIOD_S = 0.05
 DEFAULT_CAPACITY = 32768  # samples per GPU in the ring buffer: 13.6 minutes at 25 ms
 # The energy counter moves in ~100 ms steps, so the delta over a region is exact only to
 # about one step at each edge: below 10 steps (10% or worse) the value is marked estimated.
 ENERGY_EXACT_MIN_S = 1.0
+# Counter reads a window looks at before its start: energy and reason counters interpolate
+# between reads, and the read in force at the start can be a few refreshes old.
+SLOW_LOOKBACK_S = 1.0
 # How long window() waits, in real time, for the sampler's read at the region's end edge.
 EDGE_WAIT_S = 0.5
 
@@ -70,7 +76,8 @@ class Sample:
 
 @dataclass(frozen=True)
 class SlowSample:
-    """One read of the cumulative counters (energy, time under each reason)."""
+    """One read of the cumulative counters (energy, time under each reason) and/or of the
+    processes on the GPU; a process check alone has energy_mj None and reason_ns {}."""
 
     t: float
     gpu: int
@@ -239,8 +246,9 @@ class Sampler:
     """Samples NVML telemetry of `gpus` in the background, into a bounded ring buffer.
 
     Real time: a small thread wakes every `period` (Event.wait: it never busy-polls)
-    and reads the cheap values of every GPU; it reads the slow counters at most every
-    `slow_period` and when `mark()` asks for an edge read. Virtual time (a clock with
+    and reads the cheap values of every GPU; it reads the slow counters every
+    `slow_period`, the GPU's processes every `process_period`, and both when
+    `mark()` asks for an edge read. Virtual time (a clock with
     `virtual = True`, as in tests): ticks are `clock.call_every` callbacks and edge reads
     happen synchronously in `mark()`, so results are deterministic.
 
@@ -260,6 +268,7 @@ class Sampler:
         *,
         period: float | None = None,
         slow_period: float = DEFAULT_SLOW_PERIOD_S,
+        process_period: float = DEFAULT_PROCESS_PERIOD_S,
         clock: Clock | None = None,
         capacity: int = DEFAULT_CAPACITY,
         own_pids: Iterable[int] | None = None,
@@ -270,7 +279,7 @@ class Sampler:
         if not gpus:
             raise ConfigError("the sampler needs at least one GPU", hint="pass gpus=[0] or more")
         period = DEFAULT_PERIOD_S if period is None else float(period)
-        if not period > 0 or not slow_period > 0:
+        if not period > 0 or not slow_period > 0 or not process_period > 0:
             raise ConfigError(
                 f"sampling periods must be positive (period={period}, slow_period={slow_period})",
                 hint=f"the default period is {DEFAULT_PERIOD_S} s",
@@ -281,6 +290,7 @@ class Sampler:
         self.gpus = list(gpus)
         self.period = period
         self.slow_period = float(slow_period)
+        self.process_period = float(process_period)
         self.clock: Clock = clock or getattr(backend, "clock", None) or REAL_CLOCK
         self.capacity = capacity
         self.own_pids = set(own_pids) if own_pids is not None else {os.getpid()}
@@ -299,7 +309,8 @@ class Sampler:
         self._stop = threading.Event()
         self._edge_requested = 0
         self._edge_done = 0
-        self._last_slow_t = float("-inf")
+        self._next_slow_t = float("-inf")
+        self._next_proc_t = float("-inf")
         self._thread: threading.Thread | None = None
         self._timer: Timer | None = None
 
@@ -411,10 +422,13 @@ class Sampler:
                 raise ConfigError(f"window end {t1} is before its start {t0}")
         if intervals:
             self._wait_for_slow_read(g, max(t1 for _, t1 in intervals))
+        lo = min((t0 for t0, _ in intervals), default=0.0)
         with self._buf_lock:
-            fast = list(self._fast[g])
-            slow = list(self._slow[g])
-            gaps = [x for x in self._gaps if x.gpu == g]
+            # copy only what the windows can use: most windows are recent, so walk back
+            # from the newest sample (a full buffer holds minutes of samples)
+            fast = _since(self._fast[g], lo, keep_before=1)
+            slow = _since(self._slow[g], lo - SLOW_LOOKBACK_S, keep_before=3)
+            gaps = [x for x in self._gaps if x.gpu == g and x.t >= lo - 1.0]
             truncated = len(self._fast[g]) == self.capacity
         rng = lock_range if lock_range is not None else self.lock_ranges.get(g)
         return [
@@ -496,40 +510,54 @@ class Sampler:
             )  # fmt: skip
             with self._buf_lock:
                 self._fast[g].append(sample)
+        # the slow reads keep a fixed grid that edge reads do not shift, so the gap
+        # between two periodic reads never exceeds their period
         t = self.clock.now()
-        if edge or t - self._last_slow_t >= self.slow_period - 1e-9:
-            self._last_slow_t = t
-            self._read_slow(edge)
+        counters = t >= self._next_slow_t - 1e-9
+        if counters:
+            self._next_slow_t = _next_on_grid(self._next_slow_t, self.slow_period, t)
+        procs = self.watch_processes and t >= self._next_proc_t - 1e-9
+        if procs:
+            self._next_proc_t = _next_on_grid(self._next_proc_t, self.process_period, t)
+        if edge or counters or procs:
+            self._read_slow(edge, counters=edge or counters, procs=self.watch_processes and
+                            (edge or procs))
 
-    def _read_slow(self, edge: bool) -> None:
+    def _read_slow(self, edge: bool, *, counters: bool, procs: bool) -> None:
         for g in self.gpus:
             skip = self._unsupported[g]
-            if "read_slow" in skip:
-                continue
             t = self.clock.now()
-            try:
-                r = self.backend.read_slow(g)
-            except NotSupported as err:
-                skip.add("read_slow")
-                log.info("GPU %s: slow counters unavailable (%s); energy and reason times omitted",
-                         g, err)
-                continue
-            except Exception as err:
-                self._gap(t, g, "read_slow", err)
-                continue
+            r = None
+            if counters and "read_slow" not in skip:
+                try:
+                    r = self.backend.read_slow(g)
+                except NotSupported as err:
+                    skip.add("read_slow")
+                    log.info("GPU %s: slow counters unavailable (%s); no energy or reason times",
+                             g, err)
+                except Exception as err:
+                    self._gap(t, g, "read_slow", err)
             others: tuple[int, ...] = ()
-            if self.watch_processes and "processes" not in skip:
+            read_procs = procs and "processes" not in skip
+            if read_procs:
                 try:
                     pids = {p.pid for p in self.backend.processes(g)}
                     others = tuple(sorted(pids - self.own_pids))
                 except NotSupported:
                     skip.add("processes")
+                    read_procs = False
                 except Exception as err:
                     self._gap(t, g, "processes", err)
-            value_t = _host_time(r.driver_ts_us, t, self.clock.wall() - t)
-            slow = SlowSample(
-                t, g, r.energy_mj, dict(r.reason_ns), r.mem_temp_c, others, edge, value_t
-            )
+                    read_procs = False
+            if r is None and not read_procs:
+                continue
+            if r is None:  # a process check alone
+                slow = SlowSample(t, g, None, {}, None, others, edge)
+            else:
+                value_t = _host_time(r.driver_ts_us, t, self.clock.wall() - t)
+                slow = SlowSample(
+                    t, g, r.energy_mj, dict(r.reason_ns), r.mem_temp_c, others, edge, value_t
+                )
             with self._buf_lock:
                 self._slow[g].append(slow)
         with self._slow_cond:
@@ -709,6 +737,29 @@ def _interp(pts: Sequence[tuple[float, float]], t: float) -> float | None:
         return pts[k][1]
     (ta, va), (tb, vb) = pts[k - 1], pts[k]
     return va + (vb - va) * (t - ta) / (tb - ta)
+
+
+def _since(buf: deque[Any], t: float, keep_before: int) -> list[Any]:
+    """The items of a time-ordered buffer from time t on, plus `keep_before` older ones."""
+    out = []
+    older = 0
+    for item in reversed(buf):
+        out.append(item)
+        if item.t < t:
+            older += 1
+            if older >= keep_before:
+                break
+    out.reverse()
+    return out
+
+
+def _next_on_grid(due: float, period: float, now: float) -> float:
+    """The first point of the grid due + k*period after now (the grid starts at now)."""
+    if due == float("-inf"):
+        return now + period
+    while due <= now + 1e-9:
+        due += period
+    return due
 
 
 def _counter_at(pts: Sequence[tuple[float, float]], t: float, lag_s: float) -> float | None:

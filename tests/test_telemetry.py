@@ -13,6 +13,7 @@ from gpuenv.backend.sim import SimBackend
 from gpuenv.errors import ConfigError
 from gpuenv.telemetry import (
     DEFAULT_PERIOD_S,
+    DEFAULT_PROCESS_PERIOD_S,
     DEFAULT_SLOW_PERIOD_S,
     Gap,
     Sample,
@@ -146,10 +147,22 @@ def test_sampler_ticks_at_its_period_and_reads_counters_at_most_every_slow_perio
     with Sampler(sim, [0]) as sampler:
         sim.idle(1.0)
     fast = sampler.samples()
-    slow = sampler.slow_samples()
+    counters = [s for s in sampler.slow_samples() if s.energy_mj is not None]
     assert len(fast) == pytest.approx(1 + 1.0 / DEFAULT_PERIOD_S, abs=1)
-    assert len(slow) == pytest.approx(1 + 1.0 / DEFAULT_SLOW_PERIOD_S, abs=1)
+    assert len(counters) == pytest.approx(1 + 1.0 / DEFAULT_SLOW_PERIOD_S, abs=1)
+    # the process list is read twice per driver period, the counters once
+    assert len(sampler.slow_samples()) == pytest.approx(1 + 1.0 / DEFAULT_PROCESS_PERIOD_S, abs=1)
     assert all(b.t - a.t == pytest.approx(DEFAULT_PERIOD_S) for a, b in itertools.pairwise(fast))
+
+
+def test_edge_reads_do_not_delay_the_periodic_counter_reads():
+    sim = make_sim()
+    with Sampler(sim, [0]) as sampler:
+        for _ in range(20):
+            sim.idle(0.037)
+            sampler.mark()
+    periodic = [s.t for s in sampler.slow_samples() if not s.edge and s.energy_mj is not None]
+    assert max(b - a for a, b in itertools.pairwise(periodic)) <= DEFAULT_SLOW_PERIOD_S + 1e-6
 
 
 def test_mark_reads_the_counters_at_the_edge_on_virtual_time():

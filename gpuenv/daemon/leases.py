@@ -234,10 +234,16 @@ class LeaseManager:
                     owner=owner,  # the client, not the daemon process
                 )
                 break
-            except LockConflict:
+            except LockConflict as err:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise
+                    # --force is not the daemon's to give: say what a client can do
+                    raise LockConflict(
+                        err.gpu if err.gpu is not None else "?",
+                        err.owner,
+                        hint="wait for it to end (lock with a wait), or ask for the same "
+                        "state to share it",
+                    ) from None
                 if hangup():
                     raise ConfigError("the client went away while waiting for the lock") from None
                 with self._cond:

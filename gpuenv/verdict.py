@@ -79,7 +79,8 @@ class VerdictConfig:
 
     warmup_ramp
       idle_clock_fraction: a region that starts with the SM clock below this
-        fraction of the maximum (or with the GpuIdle reason) started from idle clocks.
+        fraction of the maximum (or with the GpuIdle reason), and whose clock then
+        rises, started from idle clocks (a GPU idle throughout was not in use).
       ramp_rel: leading reps slower than the settled median by more than this
         fraction (and by more than `ramp_mad_k` median absolute deviations) are
         still warming up. The settled median is that of the last half of the reps.
@@ -241,6 +242,9 @@ def _warmup(
 ) -> list[Finding]:
     cold: list[int] = []
     for i, w in enumerate(ws):
+        # the clock must also have risen in (or just after) the region: a GPU that stayed
+        # idle throughout is one the work did not use (another GPU of a sampled set)
+        rose = w.sm_mhz_start is not None and (w.sm_mhz_max or 0.0) > w.sm_mhz_start
         idle = bool(w.reasons_start & REASON_GPU_IDLE)
         low = (
             f.max_sm_mhz is not None
@@ -248,7 +252,7 @@ def _warmup(
             and w.sm_mhz_start < c.idle_clock_fraction * f.max_sm_mhz
             and f.lock_range_mhz is None
         )
-        if idle or low:
+        if (idle or low) and rose:
             cold.append(i)
     slow_head: list[int] = []
     settled = None

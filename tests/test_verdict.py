@@ -66,12 +66,18 @@ def test_slow_first_reps_are_a_warmup_ramp_and_name_those_reps():
 
 
 def test_a_region_starting_from_idle_is_a_cold_start():
-    ws = [win(0, sm=345, sm_mhz_start=345, reasons_start=REASON_GPU_IDLE)] + [
+    ws = [win(0, sm_mhz_start=345, sm_mhz_min=345, reasons_start=REASON_GPU_IDLE)] + [
         win(i) for i in range(1, 5)
     ]
     f = kinds(assess(ws, facts=H100))["warmup_ramp"]
     assert f.reps == (0,)
     assert "GpuIdle" in f.message
+
+
+def test_a_gpu_idle_throughout_is_not_warming_up_it_is_unused():
+    ws = [win(i, sm=345, reasons_start=REASON_GPU_IDLE, reasons=REASON_GPU_IDLE)
+          for i in range(5)]
+    assert assess(ws, [0.01] * 5, facts=H100) == []
 
 
 def test_power_cap_is_info_by_default_with_time_under_it_and_the_clock_it_cost():

@@ -8,9 +8,12 @@ SO_PEERCRED itself is tested in test_daemon_auth.py and by the subprocess tests.
 
 from __future__ import annotations
 
+import atexit
+import dataclasses
 import json
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -358,6 +361,44 @@ def test_an_unprivileged_process_locks_through_the_daemon(h: Harness) -> None:
         assert lk.released and h.truth(1) == h.original[1]
     finally:
         user_view.close()
+
+
+def _leave_a_dead_daemons_lease(h: Harness) -> None:
+    """Journal a lease whose client and daemon are both gone, as after a daemon crash."""
+    from gpuenv.clocks import Lock, make_request, plan_lock
+    from gpuenv.journal import Owner
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    owner = dataclasses.replace(
+        Owner.current(kind="lease", request="SM 1350 MHz"), pid=dead.pid, watchdog_pid=dead.pid
+    )
+    plan = plan_lock(h.backend, make_request(1350), [0], journal=h.journal)
+    lk = Lock(h.backend, plan, h.journal, kind="lease", supervise=False, owner=owner)
+    atexit.unregister(lk.release)
+
+
+def test_recovery_restores_a_dead_daemons_leases(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gpuenv.backend import ReadOnlyBackend
+
+    h = Harness(tmp_path)
+    try:
+        _leave_a_dead_daemons_lease(h)
+        assert h.locked_sm(0) == (1350, 1350)
+        # a daemon that cannot write (read-only) says so and serves anyway
+        cfg = parse_config(CONFIG).with_socket(str(tmp_path / "ro.sock"))
+        ro = Server(cfg, ReadOnlyBackend(h.backend), journal=h.journal)  # type: ignore[arg-type]
+        ro.start()
+        ro.stop()
+        assert h.locked_sm(0) == (1350, 1350) and len(h.journal.entries()) == 1
+        assert "GPU 0 could not be restored" in caplog.text
+        h.server.start()  # a daemon that can: restores before it listens
+        assert h.truth(0) == h.original[0] and h.journal.entries() == []
+    finally:
+        h.server.stop()
+        h.backend.close()
 
 
 def test_client_reports_a_missing_daemon(tmp_path: Path) -> None:

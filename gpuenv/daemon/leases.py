@@ -419,16 +419,20 @@ class LeaseManager:
                     continue  # another machine's GPU, or a simulated GPU's journal
                 gone = [o for o in entry.owners if o.kind == "lease" or not o.alive()]
                 # connection leases die with their daemon: none of them is ours yet
-                for owner in gone:
-                    log.warning(
-                        "recovery: GPU %d: owner %s is gone; releasing its lock",
-                        index,
-                        owner.describe(),
-                    )
-                    release_owner(self.backend, self.journal, owner.token)
-                if not entry.owners:
-                    # an entry nobody owns (a rollback that failed): put it back as restore would
-                    clocks_restore([index], backend=self.backend, journal=self.journal)
+                try:
+                    for owner in gone:
+                        log.warning(
+                            "recovery: GPU %d: owner %s is gone; releasing its lock",
+                            index,
+                            owner.describe(),
+                        )
+                        release_owner(self.backend, self.journal, owner.token)
+                    if not entry.owners:
+                        # nobody owns it (a rollback that failed): put it back as restore would
+                        clocks_restore([index], backend=self.backend, journal=self.journal)
+                except GpuenvError as err:  # serve anyway: the entry stays for 'gpuenv restore'
+                    log.error("recovery: GPU %d could not be restored: %s", index, err)
+                    continue
                 if (gone or not entry.owners) and self.journal.get(entry.uuid) is None:
                     restored.append(index)
             for entry in self.journal.entries():

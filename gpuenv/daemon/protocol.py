@@ -50,7 +50,7 @@ MAX_LINE = 64 * 1024  # bytes, newline included
 MAX_GPUS = 64  # entries in a "gpus" list
 MAX_TEXT = 256  # characters in a free-text field (label)
 MAX_WAIT_S = 3600.0
-MIN_PERIOD_S = 0.01
+MIN_PERIOD_S = 0.05  # a stream faster than the sampler's own period repeats itself
 MAX_PERIOD_S = 60.0
 
 

@@ -48,6 +48,9 @@ ENERGY_EXACT_MIN_S = 1.0
 # Counter reads a window looks at before its start: energy and reason counters interpolate
 # between reads, and the read in force at the start can be a few refreshes old.
 SLOW_LOOKBACK_S = 1.0
+# At most one edge read per this interval in real time: a loop of tiny regions marks
+# thousands of edges a second, and each slow read costs ~3 ms of driver time.
+EDGE_MIN_INTERVAL_S = 0.02
 # How long window() waits, in real time, for the sampler's read at the region's end edge.
 EDGE_WAIT_S = 0.5
 
@@ -354,15 +357,19 @@ class Sampler:
     def mark(self) -> float:
         """Timestamp a region edge (clock.now()) and ask for an edge read of the counters.
 
-        On the caller's thread this costs a clock read and an Event.set (microseconds);
-        the reads happen on the sampler's thread. On virtual time they happen here.
+        On the caller's thread this costs a clock read and at most an Event.set
+        (microseconds); the reads happen on the sampler's thread, at most one per
+        EDGE_MIN_INTERVAL_S (marks closer together share one). On virtual time
+        they happen here.
         """
         t = self.clock.now()
         if self._timer is not None:
             self._tick(edge=True)
         elif self._thread is not None:
+            pending = self._edge_requested > self._edge_done
             self._edge_requested += 1
-            self._wake.set()
+            if not pending:  # wake the thread once, not once per mark of a tight loop
+                self._wake.set()
         return t
 
     @property
@@ -476,14 +483,17 @@ class Sampler:
     def _run(self) -> None:
         cpu0 = time.thread_time()
         next_due = self.clock.now()
+        last_edge = float("-inf")
         while not self._stop.is_set():
             try:
                 now = self.clock.now()
                 requested = self._edge_requested
-                edge = requested > self._edge_done
+                edge = requested > self._edge_done and now - last_edge >= EDGE_MIN_INTERVAL_S
                 if edge or now >= next_due:
                     self._tick(edge=edge)
-                    self._edge_done = requested
+                    if edge:
+                        self._edge_done = requested
+                        last_edge = now
                     if now >= next_due:
                         next_due += self.period
                         if next_due <= now:  # fell behind (a stalled read): skip, do not burst
@@ -491,7 +501,10 @@ class Sampler:
             except Exception as err:  # never let the thread die
                 self._gap(self.clock.now(), self.gpus[0], "sampler", err)
             self.cpu_time_s = time.thread_time() - cpu0
-            self._wake.wait(max(0.0, next_due - self.clock.now()))
+            wake_at = next_due
+            if self._edge_requested > self._edge_done:  # an edge read waits its turn
+                wake_at = min(wake_at, last_edge + EDGE_MIN_INTERVAL_S)
+            self._wake.wait(max(0.0, wake_at - self.clock.now()))
             self._wake.clear()
 
     def _tick(self, edge: bool = False) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 
 import pytest
 
@@ -15,6 +16,7 @@ from gpuenv.telemetry import (
     DEFAULT_PERIOD_S,
     DEFAULT_PROCESS_PERIOD_S,
     DEFAULT_SLOW_PERIOD_S,
+    EDGE_MIN_INTERVAL_S,
     Gap,
     Sample,
     Sampler,
@@ -320,3 +322,20 @@ def test_real_time_sampler_reads_slow_counters_off_the_callers_thread():
     assert any(s.t >= t1 and s.edge for s in sampler.slow_samples())
     assert w.sm_mhz_mean is not None
     assert not sampler.running
+
+
+def test_real_time_marks_in_a_tight_loop_share_edge_reads():
+    sim = SimBackend("h100", clock=RealClock())
+    sampler = Sampler(sim, [0])
+    sampler.start()
+    try:
+        start = time.monotonic()
+        for _ in range(20_000):
+            sampler.mark()
+        elapsed = time.monotonic() - start
+        last = sampler.mark()
+        sampler.window(last, last)  # waits for the last edge read
+    finally:
+        sampler.stop()
+    edges = [s for s in sampler.slow_samples() if s.edge]
+    assert 1 <= len(edges) <= elapsed / EDGE_MIN_INTERVAL_S + 3

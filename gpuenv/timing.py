@@ -787,6 +787,7 @@ def bench(
     condition: str | None = None,
     burst_s: float = BURST_S,
     precondition_max_s: float = PRECONDITION_MAX_S,
+    precondition_kw: dict[str, Any] | None = None,
     policy: str | None = None,
     verdict_config: Any = None,
     probe_clock: bool = True,
@@ -803,9 +804,10 @@ def bench(
     runs that many. `mode`: "events" (CUDA events per rep), "graph" (a CUDA graph
     of `calls_per_rep` calls, for tiny kernels), "profiler" (summed device time of
     fn's kernels). `condition`: None, "burst" (short bursts from the uncapped
-    state), "sustained" (precondition to equilibrium first); default: the
-    session's mode. `policy`: "annotate" | "reject" | "retry" (default: the
-    session's, else annotate).
+    state), "sustained" (precondition to equilibrium first, at most
+    `precondition_max_s`; `precondition_kw` passes more settings to
+    `precondition`); default: the session's mode. `policy`: "annotate" |
+    "reject" | "retry" (default: the session's, else annotate).
 
     `device` injects what runs fn (tests: `SimDevice` with `sim_kernel`); by
     default the simulated GPU when the backend is "sim", else CUDA via torch.
@@ -892,7 +894,7 @@ def bench(
         clock_before = device.probe_clock_mhz() if probe_clock else None
         if condition == "sustained":
             cond = precondition(device, fn, sampler, gpu, max_s=precondition_max_s,
-                                progress=say if progress else None)
+                                progress=say if progress else None, **(precondition_kw or {}))
             extra.update(cond.to_dict())
         elif condition == "burst":
             if session is not None and hasattr(session, "wait_until_recovered"):

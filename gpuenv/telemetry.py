@@ -152,6 +152,7 @@ class Window:
     mem_temp_c_max: float | None = None
     reasons: int = 0  # union of reasons bitmasks seen over the region
     reasons_start: int = 0  # reasons in force when the region began
+    reasons_end: int = 0  # reasons of the last reading covering the region
     reason_s: dict[str, float] = field(default_factory=dict)
     lock_held: bool | None = None  # None: no lock asked for
     lock_range_mhz: tuple[int, int] | None = None
@@ -648,6 +649,7 @@ def summarize(
             temp_c_max=max(s.temp_c for s in covering),
             reasons=union,
             reasons_start=first.reasons,
+            reasons_end=last.reasons,
             reason_sampled_s=bits_s,
         )
         if lock_range is not None:

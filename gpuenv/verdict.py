@@ -80,7 +80,8 @@ class VerdictConfig:
     warmup_ramp
       idle_clock_fraction: a region that starts with the SM clock below this
         fraction of the maximum (or with the GpuIdle reason), and whose clock then
-        rises, started from idle clocks (a GPU idle throughout was not in use).
+        rises (or whose GpuIdle reason clears), started cold; a GPU idle throughout
+        was not in use.
       ramp_rel: leading reps slower than the settled median by more than this
         fraction (and by more than `ramp_mad_k` median absolute deviations) are
         still warming up. The settled median is that of the last half of the reps.
@@ -242,10 +243,11 @@ def _warmup(
 ) -> list[Finding]:
     cold: list[int] = []
     for i, w in enumerate(ws):
-        # the clock must also have risen in (or just after) the region: a GPU that stayed
+        # the GPU must also have woken in (or just after) the region: one that stayed
         # idle throughout is one the work did not use (another GPU of a sampled set)
         rose = w.sm_mhz_start is not None and (w.sm_mhz_max or 0.0) > w.sm_mhz_start
         idle = bool(w.reasons_start & REASON_GPU_IDLE)
+        rose = rose or (idle and not w.reasons_end & REASON_GPU_IDLE)
         low = (
             f.max_sm_mhz is not None
             and w.sm_mhz_start is not None

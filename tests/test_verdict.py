@@ -74,9 +74,15 @@ def test_a_region_starting_from_idle_is_a_cold_start():
     assert "GpuIdle" in f.message
 
 
+def test_a_locked_gpu_starting_without_a_context_is_a_cold_start_too():
+    # locked clocks do not ramp, but GpuIdle clearing shows the context arriving
+    ws = [win(0, sm=1350, reasons_start=REASON_GPU_IDLE, reasons=REASON_GPU_IDLE)]
+    assert "warmup_ramp" in kinds(assess(ws, facts=H100))
+
+
 def test_a_gpu_idle_throughout_is_not_warming_up_it_is_unused():
-    ws = [win(i, sm=345, reasons_start=REASON_GPU_IDLE, reasons=REASON_GPU_IDLE)
-          for i in range(5)]
+    ws = [win(i, sm=345, reasons_start=REASON_GPU_IDLE, reasons=REASON_GPU_IDLE,
+              reasons_end=REASON_GPU_IDLE) for i in range(5)]
     assert assess(ws, [0.01] * 5, facts=H100) == []
 
 

@@ -124,10 +124,11 @@ class Window:
 
     Clock and power means are time-weighted: each sample holds until the next
     one. Values are None where no sample covered the region. `energy_j` comes
-    from the energy counter; the driver refreshes it every ~100 ms, so it is
-    interpolated between the reads where it changed, and `energy_interpolated`
-    marks regions shorter than ENERGY_EXACT_MIN_S (10 refreshes), where that
-    estimate may be off by more than 10%. `reason_s` is the time spent under
+    from the energy counter's delta (interpolated between the reads where it
+    changed). The driver refreshes it every ~100 ms, so for regions shorter than
+    ENERGY_EXACT_MIN_S (10 refreshes) it is instead the time-weighted power
+    (instantaneous where the GPU reports it) times the duration, and
+    `energy_interpolated` marks it as an estimate. `reason_s` is the time spent under
     each cumulative reason counter (REASON_COUNTERS names), interpolated between
     counter reads: exact to the read times, which region edges trigger.
     """
@@ -663,6 +664,12 @@ def summarize(
         values["lock_range_mhz"] = (int(lock_range[0]), int(lock_range[1]))
 
     values.update(_from_counters(slow, t0, t1, own_pids, lag_s))
+    short = (t1 - t0) < ENERGY_EXACT_MIN_S
+    if values.get("power_w_mean") is not None and (short or values.get("energy_j") is None):
+        # within a few counter steps, the power samples (instantaneous where the GPU
+        # gives it) place the energy better than a counter that moves every ~100 ms
+        values["energy_j"] = values["power_w_mean"] * (t1 - t0)
+        values["energy_interpolated"] = True
     return Window(gpu=gpu, t0=t0, t1=t1, n_samples=len(inside), gap=gap, **values)
 
 
@@ -711,7 +718,6 @@ def _from_counters(
         e1 = _interp_energy(changes, last_read_t, t1)
         if e0 is not None and e1 is not None:
             out["energy_j"] = max(0.0, e1 - e0) / 1000.0
-            out["energy_interpolated"] = (t1 - t0) < ENERGY_EXACT_MIN_S
     # Time under each reason: cumulative ns counters, placed at the driver's refresh time
     # (value_t) where known, linear between refreshes and, past the last one, at the rate
     # of the last refresh interval.

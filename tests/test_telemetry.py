@@ -67,19 +67,22 @@ def test_a_reading_long_after_the_region_is_ignored():
     assert w.reasons == 0
 
 
-def test_energy_of_a_region_shorter_than_a_refresh_is_interpolated_and_marked():
-    # the counter steps every 100 ms: 100 J per step here (1 kW)
+def test_energy_of_a_short_region_comes_from_the_power_samples_and_is_marked():
+    # the counter steps every 100 ms: equal reads around a 20 ms region would say 0 J
     slow = [SlowSample(0.1 * k, 0, 100_000 * k, {}) for k in range(10)]
-    w = summarize([sample(0.0, 1980)], slow, [], 0.32, 0.34, gpu=0)
-    assert w.energy_j == pytest.approx(20.0)  # 20 ms at 1 kW, not 0 from equal reads
+    fast = [sample(0.0, 1980, power=1000.0)]
+    w = summarize(fast, slow, [], 0.32, 0.34, gpu=0)
+    assert w.energy_j == pytest.approx(20.0)  # 20 ms at 1 kW
     assert w.energy_interpolated
 
 
-def test_energy_uses_the_first_read_of_each_counter_value():
-    # reads every 25 ms, counter refreshed every 100 ms: equal reads are not changes
-    slow = [SlowSample(0.025 * k, 0, 100_000 * (k // 4), {}) for k in range(40)]
-    w = summarize([sample(0.0, 1980)], slow, [], 0.2, 0.7, gpu=0)
-    assert w.energy_j == pytest.approx(500.0)
+def test_energy_of_a_long_region_is_the_counter_delta_at_its_changes():
+    # reads every 25 ms, counter refreshed every 100 ms (1 kW): equal reads are not changes
+    slow = [SlowSample(0.025 * k, 0, 100_000 * (k // 4), {}) for k in range(160)]
+    fast = [sample(0.0, 1980, power=300.0)]  # a power reading that disagrees: not used
+    w = summarize(fast, slow, [], 0.5, 2.5, gpu=0)
+    assert w.energy_j == pytest.approx(2000.0)
+    assert not w.energy_interpolated
 
 
 def test_time_under_a_reason_comes_from_the_cumulative_counters():
@@ -236,7 +239,8 @@ def test_unsupported_counters_are_skipped_without_gaps():
         t1 = sampler.mark()
     w = sampler.window(t0, t1)
     assert not sampler.gaps and not w.gap
-    assert w.energy_j is None and w.sm_mhz_mean is not None
+    assert w.reason_s == {} and w.sm_mhz_mean is not None
+    assert w.energy_interpolated  # from the power readings, not the missing counter
 
 
 def test_window_of_a_capped_region_on_the_sim_matches_the_ground_truth():

@@ -360,7 +360,7 @@ def _replace(view: GpuView, **changes: Any) -> GpuView:
 
 # -- rendering ---------------------------------------------------------------------------
 
-Segment = tuple[str, str]  # (text, style); styles: "" bold dim title ok warn bad sel
+Segment = tuple[str, str]  # (text, style); styles: "" bold dim title ok warn bad sel bar
 Line = list[Segment]
 
 
@@ -413,7 +413,8 @@ def bar(frac: float | None, width: int, g: Glyphs) -> str:
 
 
 def sparkline(values: Sequence[float], width: int, lo: float, hi: float, g: Glyphs) -> str:
-    """The last `width` buckets of `values` (means when there are more values than cells)."""
+    """`values` in `width` cells (means of buckets when there are more values than cells),
+    scaled from `lo` (lowest glyph) to `hi` (highest); a flat line sits mid-height."""
     if width <= 0 or not values:
         return ""
     if len(values) > width:
@@ -424,7 +425,9 @@ def sparkline(values: Sequence[float], width: int, lo: float, hi: float, g: Glyp
         ]
         values = [sum(b) / len(b) for b in buckets]
     levels = len(g.spark)
-    span = max(hi - lo, 1e-9)
+    if hi <= lo:
+        return g.spark[levels // 2] * len(values)
+    span = hi - lo
     return "".join(g.spark[min(levels - 1, max(0, int((v - lo) / span * levels)))] for v in values)
 
 
@@ -444,7 +447,29 @@ def _reason_style(bit: int) -> str:
     return "dim"
 
 
-def _lock_segments(v: GpuView, g: Glyphs, *, owner: bool) -> Line:
+def _not_held_why(v: GpuView) -> str:
+    lk = v.lock
+    if lk is not None and lk.locked_sm and v.sm_mhz is not None and v.sm_mhz > lk.locked_sm[1]:
+        return "clock above the lock: not in force (reset by the driver or another tool?)"
+    if v.reasons & 0x4:
+        return "the power cap pulls the clock below the lock"
+    if v.reasons & (0x20 | 0x40):
+        return "thermal slowdown pulls the clock below the lock"
+    if v.reasons & (0x8 | 0x80):
+        return "a hardware slowdown pulls the clock below the lock"
+    if v.reasons & 0x1:
+        return "the GPU is idle"
+    return (lk.why if lk and lk.why else "") or "below the locked range"
+
+
+def _owner_text(v: GpuView) -> str:
+    lk = v.lock
+    if lk is None or not lk.owner or lk.locked_sm is None:
+        return ""
+    return f"by {lk.owner}"
+
+
+def _lock_segments(v: GpuView, g: Glyphs, *, why: bool) -> Line:
     lk = v.lock
     if lk is None:
         return [("lock: unknown", "dim")]
@@ -459,10 +484,8 @@ def _lock_segments(v: GpuView, g: Glyphs, *, owner: bool) -> Line:
         segs.append((f" {g.yes} holds", "ok"))
     elif lk.holds is False:
         segs.append((f" {g.no} NOT holding", "bad"))
-        if owner and lk.why:
-            segs.append((f": {lk.why}", "bad"))
-    if owner and lk.owner:
-        segs.append((f"  by {lk.owner}", "dim"))
+        if why:
+            segs.append((f": {_not_held_why(v)}", "bad"))
     return segs
 
 
@@ -502,7 +525,7 @@ def gpu_block(
             (f"{value:>{value_w - 2}}  ", value_style),
         ]
         if bw and frac is not None:
-            out.append((bar(frac, bw, g), frac_style or value_style))
+            out.append((bar(frac, bw, g), frac_style or value_style or "bar"))
             out.append(("  ", ""))
         return out + rest
 
@@ -523,10 +546,16 @@ def gpu_block(
         span = f"  {lo_v}-{hi_v} MHz" if lo_v != hi_v else f"  {lo_v} MHz"
         ago = fmt_duration(v.history[-1][0] - v.history[0][0])
         sw = max(0, width - label_w - value_w - len(span) - 1)
-        spark = sparkline(vals, min(sw, len(vals)), 0, float(v.max_sm_mhz or hi_v), g)
+        # scaled to the range shown beside it: small moves (a cap creeping down) stay visible
+        spark = sparkline(vals, min(sw, len(vals)), lo_v, hi_v, g)
         lines.append(row("history", ago, "dim", [(spark, cstyle), (span, "dim")]))
-    # lock and its owner
-    lines.append([(f"    {'lock':<{label_w - 4}}", "dim"), *_lock_segments(v, g, owner=True)])
+    # lock and its owner (on a line of its own when both do not fit)
+    lock_line: Line = [(f"    {'lock':<{label_w - 4}}", "dim"), *_lock_segments(v, g, why=True)]
+    owner = _owner_text(v)
+    if owner and sum(len(t) for t, _ in lock_line) + 2 + len(owner) > width:
+        lines += [lock_line, [(" " * label_w, ""), (owner, "dim")]]
+    else:
+        lines.append([*lock_line, *([(f"  {owner}", "dim")] if owner else [])])
     # memory clock
     lines.append(row("memory", f"{v.mem_mhz} MHz", "", [(f"of {v.max_mem_mhz} max", "dim")]))
     # power
@@ -712,6 +741,7 @@ _ANSI = {
     "warn": "33",
     "bad": "1;31",
     "sel": "7",
+    "bar": "34",
 }
 
 
@@ -926,6 +956,7 @@ def _curses_styles(curses: Any) -> dict[str, int]:
         "ok": (curses.COLOR_GREEN, 0),
         "warn": (curses.COLOR_YELLOW, 0),
         "bad": (curses.COLOR_RED, curses.A_BOLD),
+        "bar": (curses.COLOR_BLUE, 0),
     }
     has = False
     with contextlib.suppress(curses.error):

@@ -182,6 +182,7 @@ def test_keys_quit_pause_and_pick_gpus():
 def test_sparkline_and_durations():
     g = Glyphs()
     assert sparkline([0, 1, 2, 3], 4, 0, 3, g) == "▁▃▆█"
+    assert sparkline([5, 5], 2, 5, 5, g) == "▅▅"  # flat: mid-height
     assert len(sparkline(list(range(120)), 30, 0, 119, g)) == 30
     assert sparkline([], 10, 0, 1, g) == ""
     ascii_g = Glyphs.for_encoding("ANSI_X3.4-1968")
@@ -266,3 +267,17 @@ def test_cli_bad_input_is_one_clear_line(args, message):
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_lock_the_power_cap_breaks_is_shown_as_not_holding_and_why(sim, clock):
+    from gpuenv import clocks
+
+    model = MonitorModel(sim, [0], clock=clock)
+    with clocks.lock(sm=1800, gpus=[0], backend=sim, supervise=False):
+        for _ in range(20):
+            views = _tick(model, sim, work=True)
+        v = views[0]
+        assert v.lock.holds is False and v.sm_mhz < 1800
+        text = plain(render(views, Frame(), 140, None))
+        assert "NOT holding: the power cap pulls the clock below the lock" in text
+        assert "lock 1800 ✗" in text  # on the SM line too

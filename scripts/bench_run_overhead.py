@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""What `gpuenv run` costs: wall time of a short command, bare and wrapped, side by side.
+
+Each command runs as a fresh process, bare and under `gpuenv run -q --`,
+interleaved (bare, wrapped, bare, wrapped, ...) so both see the same machine;
+the first pair warms the file cache. Also the cost of a region: a Python
+command entering 20,000 regions, bare (regions only time themselves) and
+under `gpuenv run` (each edge is a pipe write the parent reads).
+
+    python3 scripts/bench_run_overhead.py --sim    # no GPU: the simulated H100 (+ a locked run)
+    GPUENV_READONLY=1 python3 scripts/bench_run_overhead.py   # a real GPU, read-only
+
+Prints a markdown table (median and fastest of N runs, and the median overhead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ENTRY = "import sys; sys.argv[0] = 'gpuenv'; from gpuenv.cli import main; main()"
+REGIONS = 20_000
+REGION_SCRIPT = f"""
+import gpuenv
+for _ in range({REGIONS}):
+    with gpuenv.region("r"):
+        pass
+"""
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, check=False)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(
+            f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}"
+        )
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", "--runs", type=int, default=15, help="timed runs per command")
+    parser.add_argument("--sim", action="store_true", help="the simulated GPU (no GPU needed)")
+    args = parser.parse_args()
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    tmp = tempfile.mkdtemp(prefix="gpuenv-bench-run-")
+    gpuenv = [sys.executable, "-c", ENTRY]
+    if args.sim:
+        gpuenv.append("--sim")
+        env["GPUENV_SIM_STATE"] = os.path.join(tmp, "sim.json")
+        env["GPUENV_STATE_DIR"] = os.path.join(tmp, "journal")
+    readonly = env.get("GPUENV_READONLY", "").strip().lower() in ("1", "true", "yes", "on")
+    wrap = [*gpuenv, "run", "-q", "--"]
+    py = sys.executable
+    true = shutil.which("true") or "/bin/true"
+    cases: list[tuple[str, list[str], list[list[str]]]] = [
+        ("`true`", [true], [wrap]),
+        ("`python -c pass`", [py, "-c", "pass"], [wrap]),
+        ("`sleep 1`", ["sleep", "1"], [wrap]),
+        (f"python, {REGIONS:,} regions", [py, "-c", REGION_SCRIPT], [wrap]),
+    ]
+    if args.sim and not readonly:  # locking writes: never on a shared real GPU
+        locked = [*gpuenv, "run", "-q", "--sm", "1350", "--"]
+        cases[1][2].append(locked)
+
+    rows = []
+    for name, bare, wrappers in cases:
+        variants = [("bare", bare)] + [
+            ("gpuenv run" + (" --sm 1350" if "--sm" in w else ""), [*w, *bare]) for w in wrappers
+        ]
+        times: dict[str, list[float]] = {label: [] for label, _ in variants}
+        for i in range(args.runs + 1):
+            for label, argv in variants:
+                t = timed(argv, env)
+                if i > 0:
+                    times[label].append(t)
+        base = statistics.median(times["bare"])
+        for label, _ in variants:
+            med = statistics.median(times[label])
+            over = "-" if label == "bare" else f"+{(med - base) * 1e3:.0f} ms"
+            if label != "bare" and "regions" in name:
+                over += f" ({(med - base) / REGIONS * 1e6:.1f} us a region)"
+            rows.append(
+                f"| {name} | {label} | {med * 1e3:.0f} | {min(times[label]) * 1e3:.0f} | {over} |"
+            )
+
+    machine = "simulated H100" if args.sim else "real GPU (read-only)" if readonly else "real GPU"
+    print(
+        f"`gpuenv run` overhead, {args.runs} runs each, interleaved; "
+        f"{platform.node()} ({os.cpu_count()} CPUs), {machine}, "
+        f"{time.strftime('%Y-%m-%d')}\n"
+    )
+    print("| command | how | median ms | fastest ms | overhead (median) |")
+    print("| --- | --- | ---: | ---: | --- |")
+    print("\n".join(rows))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -272,14 +272,33 @@ def load_run(path: str | os.PathLike[str]) -> Run:
 
 
 class Results(Sequence[Measurement]):
-    """The measurements of a session, in order; `save(path)` writes them as a run."""
+    """The measurements of a session, in order; `save(path)` writes them as a run.
 
-    def __init__(self, metadata: dict[str, Any] | None = None):
+    With a `store`, `add` also appends each measurement to its JSONL file at once
+    (a write that fails is warned about, and the measurement stays here).
+    """
+
+    def __init__(
+        self, metadata: dict[str, Any] | None = None, *, store: ResultStore | None = None
+    ):
         self.metadata: dict[str, Any] = metadata if metadata is not None else {}
+        self.store = store
         self._items: list[Measurement] = []
+        self._store_failed = False
 
     def add(self, measurement: Measurement) -> None:
         self._items.append(measurement)
+        if self.store is not None:
+            try:
+                self.store.append(measurement)
+            except (OSError, ConfigError) as err:
+                if not self._store_failed:
+                    self._store_failed = True
+                    warnings.warn(
+                        f"could not append {measurement.name!r} to {self.store.path}: {err}; "
+                        "results stay in memory (env.results.save(path) writes them)",
+                        stacklevel=2,
+                    )
 
     @overload
     def __getitem__(self, index: int) -> Measurement: ...

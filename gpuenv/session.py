@@ -264,6 +264,7 @@ class Session:
         self.results.metadata = self.metadata
         if self.output is not None:
             self._store = ResultStore(self.output, self.metadata)
+            self.results.store = self._store
         if self.mode == "sustained" and self._default_load() is not None:
             self.precondition()
 
@@ -472,15 +473,7 @@ class Session:
         return found + list(extra)
 
     def _keep(self, m: Measurement) -> None:
-        self.results.add(m)
-        if self._store is not None:
-            try:
-                self._store.append(m)
-            except OSError as err:
-                self._warn_once(
-                    "store", f"could not append {m.name!r} to {self.output}: {err}; "
-                    "results stay in env.results",
-                )
+        self.results.add(m)  # also appended to `output` (results.store), if given
 
     def _check_open(self) -> None:
         if not self._entered or self._closed:

@@ -155,3 +155,16 @@ def test_environment_metadata_records_read_errors_instead_of_raising():
     assert "lost" in meta["gpus"][0]["errors"]["read_fast"].lower()
     with pytest.raises(GpuLost):
         sim.read_fast(0)
+
+
+def test_results_with_a_store_append_as_they_go_and_survive_a_failing_disk(tmp_path):
+    path = tmp_path / "live.jsonl"
+    store = ResultStore(path, {})
+    results = Results({}, store=store)
+    results.add(measurement("a"))
+    assert [m.name for m in load_run(path).measurements] == ["a"]
+    store.close()  # the file goes away under us: warn once, keep the measurements
+    with pytest.warns(UserWarning, match="could not append 'b'"):
+        results.add(measurement("b"))
+    results.add(measurement("c"))
+    assert [m.name for m in results] == ["a", "b", "c"]

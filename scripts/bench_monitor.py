@@ -21,6 +21,7 @@ Prints a markdown table. Needs nvitop (a gpuenv dependency) and psutil.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import platform
@@ -119,23 +120,15 @@ class Pty:
             os.write(self.master, b"q")
             self.proc.wait(timeout=3)
         except (OSError, subprocess.TimeoutExpired):
-            with _suppress():
+            with contextlib.suppress(Exception):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=3)
-        with _suppress():
+        with contextlib.suppress(Exception):
             os.close(self.master)
 
     def output(self) -> str:
         with self.lock:
             return b"".join(d for _, d in self.chunks).decode("utf-8", "replace")
-
-
-class _suppress:  # noqa: N801 - a tiny contextlib.suppress(Exception)
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return True
 
 
 def gpu_marker(sim: bool) -> bytes:

@@ -154,8 +154,8 @@ def main() -> int:
     cols, rows = (int(v) for v in args.size.split("x"))
 
     tmp = tempfile.mkdtemp(prefix="gpuenv-shot-")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), GPUENV_SIM_STATE=f"{tmp}/sim.json",
-               GPUENV_STATE_DIR=f"{tmp}/journal", TERM="xterm-256color", LANG="C.UTF-8")  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color", LANG="C.UTF-8")
+    env.update(GPUENV_SIM_STATE=f"{tmp}/sim.json", GPUENV_STATE_DIR=f"{tmp}/journal")
     env.pop("COLUMNS", None)
     env.pop("LINES", None)
     gpuenv = [sys.executable, "-c", ENTRY, "--sim"]

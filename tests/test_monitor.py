@@ -281,3 +281,25 @@ def test_a_lock_the_power_cap_breaks_is_shown_as_not_holding_and_why(sim, clock)
         text = plain(render(views, Frame(), 140, None))
         assert "NOT holding: the power cap pulls the clock below the lock" in text
         assert "lock 1800 ✗" in text  # on the SM line too
+
+
+# -- on a real GPU (the device machine), read-only ----------------------------------------
+
+
+@pytest.mark.gpu
+def test_once_and_json_on_the_real_gpu(monkeypatch):
+    monkeypatch.setenv("GPUENV_READONLY", "1")  # the monitor never writes; make sure of it
+    from gpuenv.backend import open_backend
+
+    backend = open_backend("nvml")
+    try:
+        name = backend.device_info(0).name
+    finally:
+        backend.close()
+    once = CliRunner().invoke(cli, ["monitor", "--once", "-i", "0"], obj={})
+    assert once.exit_code == 0, once.output
+    assert name in once.output and "MHz" in once.output and "    error: " not in once.output
+    stream_out = CliRunner().invoke(cli, ["monitor", "--json", "-c", "2", "-d", "0.2"], obj={})
+    assert stream_out.exit_code == 0, stream_out.output
+    recs = [json.loads(x) for x in stream_out.output.splitlines()]
+    assert recs and all(r["sm_mhz"] and r["sm_mhz"] > 0 and r["error"] is None for r in recs)

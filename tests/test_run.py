@@ -480,3 +480,20 @@ def test_ctrl_c_in_a_terminal_reaches_the_command_once(tmp_path):
         assert lines[-1] == "11"  # its exit code, passed through
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=10)
+
+
+@pytest.mark.gpu
+def test_run_on_the_real_gpu_samples_and_writes_results(tmp_path):
+    child = script(tmp_path, REGIONS_CHILD)
+    out = tmp_path / "run.jsonl"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), GPUENV_READONLY="1")  # never write the GPU
+    result = subprocess.run(
+        [*GPUENV, "run", "-i", "0", "-o", str(out), "--", sys.executable, child],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run = load_run(out)
+    assert [m.name for m in run.measurements] == [RUN_NAME, "load", "step"]
+    w = run.measurements[0].summary_windows[0]
+    assert w.sm_mhz_mean and w.sm_mhz_mean > 0 and w.power_w_mean and w.power_w_mean > 0
+    assert len(run.measurements[0].extra["samples"]["0"]["t_s"]) > 5

@@ -14,7 +14,7 @@ their edges come back over an inherited pipe with the child's CLOCK_MONOTONIC
 times, which the sampler's clock shares. The whole run is always one more
 region, "(run)". At the end every region gets a `Measurement` (one rep per
 time it was entered, a `Window` per rep and GPU, findings and a verdict) and
-the run goes to the JSONL results file with the samples for plotting.
+the run goes to the JSONL results file with the telemetry trace for `gpuenv plot`.
 
 Long runs: the sampler keeps a bounded buffer, so regions are summarised in
 chunks every FLUSH_S seconds and the chunks merged (`merge_windows`).
@@ -355,15 +355,20 @@ class SampleLog:
                 self.points[s.gpu] = pts[::2]
                 self.min_dt = max(self.min_dt * 2, (pts[-1].t - pts[0].t) / self.max_points)
 
-    def columns(self, t_ref: float) -> dict[str, dict[str, list[Any]]]:
-        """{"0": {"t_s": [...], "sm_mhz": [...], ...}}: times relative to t_ref."""
-        out: dict[str, dict[str, list[Any]]] = {}
+    def traces(self, t_ref: float) -> dict[int, dict[str, Any]]:
+        """Per GPU, the trace `gpuenv plot` draws (timing.py's format): times in seconds
+        from t_ref (host monotonic, kept as "t0"), power instantaneous where the GPU gives it."""
+        out: dict[int, dict[str, Any]] = {}
         for g, pts in self.points.items():
-            out[str(g)] = {
+            out[g] = {
+                "t0": t_ref,
                 "t_s": [round(s.t - t_ref, 4) for s in pts],
                 "sm_mhz": [s.sm_mhz for s in pts],
                 "mem_mhz": [s.mem_mhz for s in pts],
-                "power_w": [round(s.power_w, 2) for s in pts],
+                "power_w": [
+                    round(s.power_instant_w if s.power_instant_w is not None else s.power_w, 1)
+                    for s in pts
+                ],
                 "temp_c": [s.temp_c for s in pts],
                 "reasons": [s.reasons for s in pts],
             }
@@ -866,11 +871,13 @@ class Runner:
         finally:
             sampler.stop()
         wall0 = time.time() - time.monotonic()
-        extra_run = {
+        traces = summariser.log.traces(t_start)
+        extra_run: dict[str, Any] = {
             "command": self.argv,
             "returncode": status,
             "t0_monotonic": t_start,
-            "samples": summariser.log.columns(t_start),
+            # what `gpuenv plot` draws: the first GPU's trace, and every GPU's under "traces"
+            "trace": traces[self.gpus[0]],
             "regions": [
                 {
                     "name": r.name,
@@ -883,6 +890,8 @@ class Runner:
             ],
             "forwarded_signals": [signal.Signals(s).name for s in forwarded],
         }
+        if len(self.gpus) > 1:
+            extra_run["traces"] = {str(g): t for g, t in traces.items()}
         if tracker.ignored:
             extra_run["ignored_edges"] = tracker.ignored
         measurements = build_measurements(

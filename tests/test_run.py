@@ -263,8 +263,9 @@ def test_regions_from_the_command_become_measurements(tmp_path):
     assert whole.times_s[0] > sum(told["step"]) + told["load"][0]
     assert whole.extra["returncode"] == 0
     assert [r["name"] for r in whole.extra["regions"]] == ["load", "step", "step", "step"]
-    samples = whole.extra["samples"]["0"]
-    assert len(samples["t_s"]) == len(samples["sm_mhz"]) > 5
+    trace = whole.extra["trace"]  # what gpuenv plot draws
+    assert len(trace["t_s"]) == len(trace["sm_mhz"]) == len(trace["power_w"]) > 5
+    assert trace["t0"] == pytest.approx(whole.summary_windows[0].t0)
     assert run.metadata["command"] == [sys.executable, child]
     for name in ("load", "step"):
         assert name in result.stderr  # the summary table
@@ -496,4 +497,4 @@ def test_run_on_the_real_gpu_samples_and_writes_results(tmp_path):
     assert [m.name for m in run.measurements] == [RUN_NAME, "load", "step"]
     w = run.measurements[0].summary_windows[0]
     assert w.sm_mhz_mean and w.sm_mhz_mean > 0 and w.power_w_mean and w.power_w_mean > 0
-    assert len(run.measurements[0].extra["samples"]["0"]["t_s"]) > 5
+    assert len(run.measurements[0].extra["trace"]["t_s"]) > 5

@@ -15,6 +15,7 @@ import argparse
 import multiprocessing as mp
 import os
 import platform
+import random
 import shutil
 import sys
 import tempfile
@@ -68,11 +69,12 @@ def bench_latency(d: DaemonProcess, n: int) -> dict[str, list[float]]:
 
 def _load_worker(args: tuple[str, int, int]) -> dict:
     sock, k, cycles = args
-    sm = 1350 if k % 2 else 1500  # two camps that conflict with each other
+    rng = random.Random(k)
     grants = conflicts = errors = unnamed = 0
     lat: list[float] = []
     with Client(sock, timeout=120) as c:
         for _ in range(cycles):
+            sm = rng.choice((1350, 1500))  # two clocks: identical requests share, others conflict
             t0 = time.perf_counter()
             try:
                 lease = c.lock(sm=sm, gpus=[0])
@@ -251,8 +253,9 @@ def main() -> None:
             )
     print(
         f"| load: {load['clients']} client processes x {load['cycles']} lock/release cycles, "
-        f"two conflicting clocks | {load['grants']} granted, {load['conflicts']} refused "
-        f"({load['unnamed']} without the holder named), {load['errors']} errors, "
+        f"each at one of two clocks at random | {load['grants']} granted, "
+        f"{load['conflicts']} refused ({load['unnamed']} without the holder named), "
+        f"{load['errors']} errors, "
         f"{load['lost']} lost restores, no deadlock, {load['wall']:.1f} s | 0 lost, 0 deadlocks |"
     )
     print(

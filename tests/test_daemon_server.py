@@ -155,6 +155,25 @@ def test_wait_gets_the_lock_when_the_holder_lets_go(h: Harness) -> None:
     assert wait_for(lambda: h.truth(0) == h.original[0])
 
 
+def test_a_waiting_request_is_not_starved_by_newcomers_sharing_the_lock(h: Harness) -> None:
+    a, b, c = h.client(ALICE), h.client(BOB), h.client(OPS)
+    a.lock(sm=1350, gpus=[0])
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(b.lock(sm=1500, gpus=[0], wait=20)))
+    t.start()
+    assert wait_for(lambda: len(h.server.leases._waiters) == 1)
+    # an identical request would share alice's lock, but bob asked first for another state
+    with pytest.raises(LockConflict, match=r"bob \(pid \d+\), waiting since .* for SM 1500 MHz"):
+        c.lock(sm=1350, gpus=[0])
+    c.lock(sm=1350, gpus=[1]).release()  # other GPUs are not held up
+    a.close()
+    t.join(timeout=20)
+    assert got and h.locked_sm(0) == (1500, 1500)
+    b.close()
+    c.close()
+    assert wait_for(lambda: h.truth(0) == h.original[0])
+
+
 def test_a_waiting_client_that_goes_away_is_not_granted(h: Harness) -> None:
     with h.client(ALICE) as a:
         a.lock(sm=1350, gpus=[0])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import threading
@@ -81,6 +82,27 @@ class Lease:
         return f"{kind} {self.id} ({self.user}, pid {self.pid}: {self.request} on GPU {gpus})"
 
 
+@dataclass(eq=False)
+class _Waiter:
+    """A lock request waiting for its GPUs (queued in arrival order)."""
+
+    seq: int
+    peer: Peer
+    plan: LockPlan
+    since: float  # epoch seconds
+
+    @property
+    def applied(self) -> dict[int, Any]:
+        return {gp.index: gp.applied for gp in self.plan.gpus}
+
+    def describe(self) -> str:
+        since = time.strftime("%H:%M:%S", time.localtime(self.since))
+        return (
+            f"{self.peer.user} (pid {self.peer.pid}), waiting since {since} for "
+            f"{self.plan.request.describe()}"
+        )
+
+
 class LeaseManager:
     """The daemon's leases; every public method is safe to call from any connection thread."""
 
@@ -93,6 +115,8 @@ class LeaseManager:
         self._peers: dict[int, tuple[float | None, str | None]] = {}  # conn -> (start, command)
         self._cond = threading.Condition()
         self._changes = 0  # bumped on every release: waiting grants retry
+        self._waiters: list[_Waiter] = []  # lock requests waiting, in arrival order
+        self._seq = itertools.count()
         self._pid = os.getpid()
         self._start = process_start_time(self._pid)
         self._grants = 0
@@ -221,34 +245,52 @@ class LeaseManager:
     ) -> Lease:
         deadline = time.monotonic() + wait
         owner = self._owner(peer, conn, plan, standing=standing, label=label)
-        while True:
-            with self._cond:
-                seen = self._changes
-            try:
-                lk = Lock(
-                    self.backend,
-                    plan,
-                    self.journal,
-                    kind=owner.kind,
-                    supervise=False,  # the daemon itself is the watchdog
-                    owner=owner,  # the client, not the daemon process
-                )
-                break
-            except LockConflict as err:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    # --force is not the daemon's to give: say what a client can do
-                    raise LockConflict(
-                        err.gpu if err.gpu is not None else "?",
-                        err.owner,
-                        hint="wait for it to end (lock with a wait), or ask for the same "
-                        "state to share it",
-                    ) from None
-                if hangup():
-                    raise ConfigError("the client went away while waiting for the lock") from None
+        me = _Waiter(next(self._seq), peer, plan, time.time())
+        try:
+            while True:
                 with self._cond:
-                    if self._changes == seen:
-                        self._cond.wait(min(left, WAIT_POLL_S))
+                    seen = self._changes
+                    ahead = self._ahead_of(me)
+                try:
+                    if ahead is not None:
+                        # first come, first served: a request that joins the lock held now
+                        # must not starve one that waits to change it
+                        gpu, waiter = ahead
+                        raise LockConflict(gpu, waiter.describe())
+                    lk = Lock(
+                        self.backend,
+                        plan,
+                        self.journal,
+                        kind=owner.kind,
+                        supervise=False,  # the daemon itself is the watchdog
+                        owner=owner,  # the client, not the daemon process
+                    )
+                    break
+                except LockConflict as err:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        # --force is not the daemon's to give: say what a client can do
+                        raise LockConflict(
+                            err.gpu if err.gpu is not None else "?",
+                            err.owner,
+                            hint="wait for it to end (lock with a wait), or ask for the same "
+                            "state to share it",
+                        ) from None
+                    if hangup():
+                        raise ConfigError(
+                            "the client went away while waiting for the lock"
+                        ) from None
+                    with self._cond:
+                        if me not in self._waiters:
+                            self._waiters.append(me)
+                        if self._changes == seen:
+                            self._cond.wait(min(left, WAIT_POLL_S))
+        finally:
+            with self._cond:
+                if me in self._waiters:
+                    self._waiters.remove(me)
+                    self._changes += 1  # those queued behind it may go now
+                    self._cond.notify_all()
         if not standing:
             # clocks.Lock releases at interpreter exit; the daemon does that itself in stop()
             with contextlib.suppress(Exception):
@@ -274,6 +316,16 @@ class LeaseManager:
             self._leases[lease.id] = lease
             self._grants += 1
         return lease
+
+    def _ahead_of(self, me: _Waiter) -> tuple[int, _Waiter] | None:
+        """An earlier waiter that wants a different state on one of my GPUs (under _cond)."""
+        for waiter in self._waiters:
+            if waiter.seq >= me.seq:
+                break
+            for gpu, applied in me.applied.items():
+                if gpu in waiter.applied and waiter.applied[gpu] != applied:
+                    return gpu, waiter
+        return None
 
     def _owner(
         self, peer: Peer, conn: int | None, plan: LockPlan, *, standing: bool, label: str | None

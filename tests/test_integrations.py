@@ -168,11 +168,11 @@ def test_plugin_adds_extra_info_in_a_real_pytest_run(pytester, sim_env, tmp_path
 
 def test_plugin_is_inert_without_the_flag_or_without_pytest_benchmark(pytester, sim_env):
     pytester.makepyfile("def test_plain():\n    assert True\n")
-    result = pytester.runpytest_subprocess("-p", "gpuenv.integrations.pytest_plugin",
-                                           "-p", "no:benchmark", "--gpuenv")
+    with pytest.warns(UserWarning, match="pytest-benchmark is not installed"):
+        result = pytester.runpytest_inprocess("-p", "gpuenv.integrations.pytest_plugin",
+                                              "-p", "no:benchmark", "--gpuenv")
     result.assert_outcomes(passed=1)
-    result.stderr.fnmatch_lines(["*pytest-benchmark is not installed*"])
-    result = pytester.runpytest_subprocess("-p", "gpuenv.integrations.pytest_plugin")
+    result = pytester.runpytest_inprocess("-p", "gpuenv.integrations.pytest_plugin")
     result.assert_outcomes(passed=1)
 
 

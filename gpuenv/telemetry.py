@@ -92,6 +92,7 @@ class SlowSample:
     # when the driver refreshed these counters, on the host clock (from driver_ts_us); the
     # counters refresh every ~100 ms, so this can be up to that long before `t`
     value_t: float | None = None
+    own_present: bool | None = None  # this process (own_pids) held a context; None: not read
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
@@ -158,6 +159,7 @@ class Window:
     lock_held: bool | None = None  # None: no lock asked for
     lock_range_mhz: tuple[int, int] | None = None
     other_pids: tuple[int, ...] = ()  # other processes seen on the GPU during the region
+    own_process: bool | None = None  # this process held a context on it; None: unknown
     gap: bool = False  # a read failed during the region: the summary may be incomplete
     # time under each bit of the reasons bitmask (REASON_NAMES names), from the cheap samples:
     # resolution one sample period, but it separates what the counters lump (SW vs HW thermal)
@@ -553,11 +555,13 @@ class Sampler:
                 except Exception as err:
                     self._gap(t, g, "read_slow", err)
             others: tuple[int, ...] = ()
+            own: bool | None = None
             read_procs = procs and "processes" not in skip
             if read_procs:
                 try:
                     pids = {p.pid for p in self.backend.processes(g)}
                     others = tuple(sorted(pids - self.own_pids))
+                    own = bool(pids & self.own_pids)
                 except NotSupported:
                     skip.add("processes")
                     read_procs = False
@@ -567,11 +571,12 @@ class Sampler:
             if r is None and not read_procs:
                 continue
             if r is None:  # a process check alone
-                slow = SlowSample(t, g, None, {}, None, others, edge)
+                slow = SlowSample(t, g, None, {}, None, others, edge, own_present=own)
             else:
                 value_t = _host_time(r.driver_ts_us, t, self.clock.wall() - t)
                 slow = SlowSample(
-                    t, g, r.energy_mj, dict(r.reason_ns), r.mem_temp_c, others, edge, value_t
+                    t, g, r.energy_mj, dict(r.reason_ns), r.mem_temp_c, others, edge, value_t,
+                    own,
                 )
             with self._buf_lock:
                 self._slow[g].append(slow)
@@ -743,6 +748,9 @@ def _from_counters(
     pids = sorted({p for s in slow[k0:k1] for p in s.other_pids if p not in own})
     if pids:
         out["other_pids"] = tuple(pids)
+    seen = [s.own_present for s in slow[k0:k1] if s.own_present is not None]
+    if seen:
+        out["own_process"] = any(seen)
     mem_temps = [s.mem_temp_c for s in slow[k0:k1] if s.mem_temp_c is not None]
     if mem_temps:
         out["mem_temp_c_max"] = max(mem_temps)

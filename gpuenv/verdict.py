@@ -80,8 +80,9 @@ class VerdictConfig:
     warmup_ramp
       idle_clock_fraction: a region that starts with the SM clock below this
         fraction of the maximum (or with the GpuIdle reason), and whose clock then
-        rises (or whose GpuIdle reason clears), started cold; a GPU idle throughout
-        was not in use.
+        rises (or whose GpuIdle reason clears, or where this process holds a
+        context), started cold; a GPU idle throughout, without our context, was
+        not in use.
       ramp_rel: leading reps slower than the settled median by more than this
         fraction (and by more than `ramp_mad_k` median absolute deviations) are
         still warming up. The settled median is that of the last half of the reps.
@@ -247,7 +248,7 @@ def _warmup(
         # idle throughout is one the work did not use (another GPU of a sampled set)
         rose = w.sm_mhz_start is not None and (w.sm_mhz_max or 0.0) > w.sm_mhz_start
         idle = bool(w.reasons_start & REASON_GPU_IDLE)
-        rose = rose or (idle and not w.reasons_end & REASON_GPU_IDLE)
+        rose = rose or (idle and not w.reasons_end & REASON_GPU_IDLE) or bool(w.own_process)
         low = (
             f.max_sm_mhz is not None
             and w.sm_mhz_start is not None

@@ -40,13 +40,13 @@ CHUNK_S = 0.01  # work runs in 10 ms pieces so the script can watch the ground t
 
 
 def work_for(sim: SimBackend, seconds: float, intensity: float,
-             watch: Callable[[float], None] | None = None) -> None:
-    """Keep GPU 0 busy for `seconds` of simulated time, calling watch(dt) after each piece."""
+             watch: Callable[[float], None] | None = None, gpu: int = 0) -> None:
+    """Keep a GPU busy for `seconds` of simulated time, calling watch(dt) after each piece."""
     end = sim.clock.now() + seconds
     while (left := end - sim.clock.now()) > 1e-9:
         t = sim.clock.now()
-        clock_hz = max(sim.truth(0).sm_mhz, 1) * 1e6
-        sim.run_work(0, min(CHUNK_S, left) * clock_hz, power_intensity=intensity)
+        clock_hz = max(sim.truth(gpu).sm_mhz, 1) * 1e6
+        sim.run_work(gpu, min(CHUNK_S, left) * clock_hz, power_intensity=intensity)
         if watch is not None:
             watch(sim.clock.now() - t)
 
@@ -187,6 +187,21 @@ def steady(n_regions, rng, **kw):
     return alarms
 
 
+def steady_one_of_two(n_regions, rng):
+    """Two GPUs sampled, the work on GPU 1 only: GPU 0 idles and must raise nothing."""
+    sim = SimBackend("h100", n_gpus=2, clock=VirtualClock())
+    alarms: list[str] = []
+    with stable(backend=sim, gpus="0,1") as env:
+        sim.open_context(1)
+        sim.idle(1.0)
+        for _ in range(n_regions):
+            sim.idle(rng.uniform(0.0, 0.2))
+            with env.measure("steady") as m:
+                work_for(sim, rng.choice([0.005, 0.02, 0.1, 0.3]), LIGHT, gpu=1)
+            alarms += [f.kind for f in m.findings]
+    return alarms
+
+
 def steady_reps(n_measurements, rng):
     sim, env = new_env()
     alarms: list[str] = []
@@ -233,6 +248,7 @@ def main() -> int:
     alarms = steady(args.steady, rng)
     alarms_locked = steady(args.steady, rng, sm=1350)
     alarms_reps = steady_reps(max(1, args.steady // 10), rng)
+    alarms_two = steady_one_of_two(max(1, args.steady // 5), rng)
     elapsed = time.perf_counter() - started
 
     day = datetime.datetime.now().astimezone()
@@ -249,11 +265,13 @@ def main() -> int:
         ("single regions, 2.5 ms to 0.75 s of light work, unlocked", args.steady, alarms),
         ("single regions, same, clocks locked at 1350 MHz", args.steady, alarms_locked),
         ("20-rep measurements (env.repeat), light work", max(1, args.steady // 10), alarms_reps),
+        ("single regions, GPUs 0 and 1 sampled, work on GPU 1 only", max(1, args.steady // 5),
+         alarms_two),
     ):
         detail = f" ({', '.join(sorted(set(found)))})" if found else ""
         print(f"| {what} | {n} | {len(found)}{detail} |")
     missed = [r for r in rows if r[1] == ">= 0.1 s" and r[3] < r[2]]
-    return 1 if missed or alarms or alarms_locked or alarms_reps else 0
+    return 1 if missed or alarms or alarms_locked or alarms_reps or alarms_two else 0
 
 
 if __name__ == "__main__":

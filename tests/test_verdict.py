@@ -80,6 +80,14 @@ def test_a_locked_gpu_starting_without_a_context_is_a_cold_start_too():
     assert "warmup_ramp" in kinds(assess(ws, facts=H100))
 
 
+def test_a_region_shorter_than_the_wake_up_is_cold_when_our_context_is_there():
+    # idle readings throughout (the driver had not refreshed yet), but this process
+    # holds a context on the GPU: it ran at the idle clock
+    ws = [win(0, sm=345, reasons_start=REASON_GPU_IDLE, reasons=REASON_GPU_IDLE,
+              reasons_end=REASON_GPU_IDLE, own_process=True)]
+    assert "warmup_ramp" in kinds(assess(ws, facts=H100))
+
+
 def test_a_gpu_idle_throughout_is_not_warming_up_it_is_unused():
     ws = [win(i, sm=345, reasons_start=REASON_GPU_IDLE, reasons=REASON_GPU_IDLE,
               reasons_end=REASON_GPU_IDLE) for i in range(5)]

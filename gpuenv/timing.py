@@ -71,6 +71,7 @@ PRECONDITION_CHUNK_S = 0.5
 PRECONDITION_WINDOW_S = 10.0
 PRECONDITION_TOL = 0.005  # predicted drift still to come, relative to the time per call
 PRECONDITION_TAU_S = 20.0  # thermal time constant of a data-centre GPU under load
+DEFAULT_TEMP_SENSITIVITY = 0.01  # relative time change per C when it cannot be fitted
 PROFILER_BATCH = 10  # profiled reps per torch.profiler session
 PROFILER_MAX_REPS = 200
 CLOCK_PROBE_S = 0.005  # GPU time of the before/after effective-clock probe
@@ -595,10 +596,11 @@ def precondition(
     come is about tau_s x the present rate of change. Two predictions must both
     be below `tol` (relative to the time per call):
       - time: tau_s x the slope of the time per call over the last `window_s`;
-      - temperature, while the clock is held down by power or heat (leakage grows
-        with temperature and lowers the capped clock, in 15 MHz steps that a
-        short window can miss): tau_s x the temperature slope over the last three
-        windows x the time's sensitivity to temperature, fitted over the run.
+      - temperature (leakage grows with temperature and lowers the capped clock,
+        in 15 MHz steps that a short window can miss; a kernel not capped on a
+        cool GPU may be once it is hot): tau_s x the temperature slope over the
+        last three windows x the time's sensitivity to temperature (fitted while
+        capped, else 1% per C).
     At least `min_s` (default: one window) runs; `max_s` stops it regardless
     (`steady` False then).
     """
@@ -653,20 +655,20 @@ def _residual(
     if level <= 0:
         return 0.0
     residual = tau_s * abs(stats.ols_slope([p[1] for p in recent]) / step) / level
-    if capped_from is None:
-        return residual
-    # NVML reads whole degrees: over a short window a slow creep shows as 0 or 1 step, so
-    # the temperature slope is fitted over 3 windows (an over-estimate while it settles)
-    longer = [p for p in pts[capped_from:] if p[0] >= end - 3 * window_s]
+    # The temperature must settle too, capped or not: a kernel not capped on a cool GPU
+    # may be capped once the chip has heated (leakage grows with temperature). NVML
+    # reads whole degrees, so a slow creep shows as 0 or 1 step in a short window: the
+    # slope is fitted over 3 windows (an over-estimate while it settles).
+    longer = [p for p in pts if p[0] >= end - 3 * window_s]
     temps = [p[2] for p in longer]
     if len(longer) < 4 or any(t is None for t in temps):
         return residual
     long_step = (longer[-1][0] - longer[0][0]) / (len(longer) - 1)
     temp_slope = stats.ols_slope([float(t) for t in temps if t is not None]) / long_step
-    since = [(p[2], p[1]) for p in pts[capped_from:] if p[2] is not None]
+    since = [(p[2], p[1]) for p in pts[capped_from or 0 :] if p[2] is not None]
     span = max(t for t, _ in since) - min(t for t, _ in since) if since else 0.0
-    if span < 2.0:  # too little temperature change to fit a sensitivity: assume 1%/C
-        sensitivity = 0.01
+    if capped_from is None or span < 2.0:
+        sensitivity = DEFAULT_TEMP_SENSITIVITY  # nothing to fit it from
     else:
         sensitivity = abs(_fit_slope([t for t, _ in since], [v for _, v in since])) / level
     return max(residual, tau_s * abs(temp_slope) * sensitivity)

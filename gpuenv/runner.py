@@ -964,7 +964,13 @@ class Runner:
         else:
             how = f"exited with {result.returncode}"
         gpus = ", ".join(describe(self.backend, g) for g in self.gpus)
-        state = "; " + "; ".join(lock.plan.lines()) if lock is not None else "; clocks not locked"
+        if lock is not None:
+            from gpuenv.clocks import describe_target
+
+            targets = sorted({describe_target(gp.applied) for gp in lock.plan.gpus})
+            state = "; locked " + "; ".join(targets)
+        else:
+            state = "; clocks not locked"
         head = f"gpuenv run: '{cmd}' {how} after {_fmt_time(result.duration_s)} on {gpus}{state}"
         table = summary_table(result.measurements, header=head)
         if result.output is not None:

@@ -271,27 +271,37 @@ def test_regions_from_the_command_become_measurements(tmp_path):
         assert name in result.stderr  # the summary table
 
 
+# Another tool moves the locked clock in the middle of the run (as `nvidia-smi -lgc`
+# would): the parent sees the SM clock drift between reps of "step", which a lock
+# was meant to prevent, so every rep is affected and --policy reject rejects it.
+DRIFT_CHILD = """
+import os, sys, time
+import gpuenv
+from gpuenv.backend.sim import SimBackend
+for k in range(6):
+    if k == 3:
+        other_tool = SimBackend(state_file=os.environ["GPUENV_SIM_STATE"])
+        other_tool.set_locked_sm_clocks(0, 1200, 1200)
+        time.sleep(0.3)
+    with gpuenv.region("step"):
+        time.sleep(0.15)
+"""
+
+
 def test_policy_reject_exits_1_when_a_region_is_rejected(tmp_path):
-    # The parent's simulated GPU is idle: each region starts from idle clocks
-    # (a warmup finding at warning severity), which reject rejects.
-    child = script(tmp_path, REGIONS_CHILD)
-    result = gpuenv_run("--policy", "reject", "--", sys.executable, child)
+    child = script(tmp_path, DRIFT_CHILD)
+    result = gpuenv_run("--sm", "1350", "--policy", "reject", "--", sys.executable, child)
     assert result.returncode == 1, result.stderr
-    assert "rejected: load, step" in result.stderr
-    annotated = gpuenv_run("--", sys.executable, child)
-    assert annotated.returncode == 0
+    assert "rejected: step" in result.stderr and "clock_drift" in result.stderr
+    annotated = gpuenv_run("--sm", "1350", "--", sys.executable, child)
+    assert annotated.returncode == 0, annotated.stderr
+    assert "clock_drift" in annotated.stderr
 
 
 def test_policy_reject_keeps_a_failing_commands_code(tmp_path):
-    child = script(tmp_path, REGIONS_CHILD + "\nsys.exit(5)\n")
-    assert gpuenv_run("--policy", "reject", "--", sys.executable, child).returncode == 5
-
-
-def test_without_regions_the_idle_start_of_a_command_is_not_rejected(tmp_path):
-    child = script(tmp_path, "import time; time.sleep(0.1)")
-    result = gpuenv_run("--policy", "reject", "--", sys.executable, child)
-    assert result.returncode == 0, result.stderr
-    assert "expected: a command starts with the GPU idle" in result.stderr
+    child = script(tmp_path, DRIFT_CHILD + "\nsys.exit(5)\n")
+    result = gpuenv_run("--sm", "1350", "--policy", "reject", "--", sys.executable, child)
+    assert result.returncode == 5, result.stderr
 
 
 def test_each_rank_writes_its_own_file_for_its_own_gpu(tmp_path):
@@ -404,6 +414,34 @@ def test_defaults_under_torchrun_slurm_and_cuda_visible_devices():
     assert rank_of({}) is None
     assert rank_output_path("out/run.jsonl", 3) == Path("out/run.rank3.jsonl")
     assert rank_output_path("run.jsonl", None) == Path("run.jsonl")
+
+
+def _idle_start_window(t0: float, t1: float) -> Window:
+    # a command's start on a real GPU: idle (GpuIdle) until its CUDA context exists
+    return _w(t0, t1, sm_mhz_start=345, sm_mhz_mean=1500, sm_mhz_min=345, sm_mhz_max=1980,
+              reasons=0x1, reasons_start=0x1, reasons_end=0x0)  # fmt: skip
+
+
+def test_the_idle_start_of_a_command_is_not_held_against_it_but_a_regions_is():
+    from gpuenv.runner import build_measurements
+    from gpuenv.verdict import GpuFacts
+
+    facts = {0: GpuFacts(max_sm_mhz=1980.0)}
+    run = Region(RUN_NAME, 1, 0.0, 10.0)
+    run.windows = {0: _idle_start_window(0.0, 10.0)}
+    (whole,) = build_measurements(
+        [], run, gpus=[0], facts=facts, policy="reject", stable_clocks=False, wall_at=float
+    )
+    warm = next(f for f in whole.findings if f.kind == "warmup_ramp")
+    assert warm.severity == "info" and "expected: a command starts" in warm.message
+    assert whole.verdict != "rejected"
+    region = Region("first step", 1, 0.0, 1.0)
+    region.windows = {0: _idle_start_window(0.0, 1.0)}
+    whole, step = build_measurements(
+        [region], run, gpus=[0], facts=facts, policy="reject", stable_clocks=False, wall_at=float
+    )
+    assert step.verdict == "rejected"  # a region that began cold measured the warmup
+    assert whole.policy == "annotate"  # with regions, the policy is theirs
 
 
 def test_exit_status_rules():

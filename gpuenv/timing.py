@@ -256,7 +256,7 @@ class CudaEvents:
             size = max(2 * self.l2_bytes, 8 << 20) if self.l2_bytes else 256 << 20
             self._flush_buf = torch.empty(size // 4, dtype=torch.int32, device=self.device)
         self.rep_probe_cycles = int(rep_probe_cycles) if saturate else 0
-        self._cover_cycles = 20_000  # ~10 us at 2 GHz: covers enqueueing e0 and the probe
+        self._cover_cycles = 60_000  # ~30 us at 2 GHz: covers enqueueing e0 and the probe
         self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
 
     # what each rep enqueues before fn; fn's own launch must finish before the probe does
@@ -272,6 +272,10 @@ class CudaEvents:
         # latency then never sits between the events): time fn's enqueue on the host.
         if not self.saturate:
             return
+        with self.torch.cuda.device(self.device):
+            self._size_probe(fn)
+
+    def _size_probe(self, fn: Callable[[], Any]) -> None:
         import time
 
         samples = []
@@ -293,6 +297,10 @@ class CudaEvents:
         return 1
 
     def rep(self, fn: Callable[[], Any]) -> Rep:
+        with self.torch.cuda.device(self.device):  # events and spins on fn's device
+            return self._rep(fn)
+
+    def _rep(self, fn: Callable[[], Any]) -> Rep:
         e0, e1, e2 = self._events
         self._lead_in()
         t0 = self.clock.now()
@@ -314,6 +322,10 @@ class CudaEvents:
         return [self.rep(fn) for _ in range(n)]
 
     def run_for(self, fn: Callable[[], Any], seconds: float) -> float:
+        with self.torch.cuda.device(self.device):
+            return self._run_for(fn, seconds)
+
+    def _run_for(self, fn: Callable[[], Any], seconds: float) -> float:
         torch = self.torch
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         deadline = self.clock.now() + seconds
@@ -329,6 +341,10 @@ class CudaEvents:
 
     def probe_clock_mhz(self) -> float | None:
         """Time `_sleep(cycles)` with events, behind a lead-in spin; median of 3 (MHz)."""
+        with self.torch.cuda.device(self.device):
+            return self._probe_clock_mhz()
+
+    def _probe_clock_mhz(self) -> float | None:
         torch = self.torch
         guess = 2000e6
         cycles = int(CLOCK_PROBE_S * guess)
@@ -379,6 +395,10 @@ class CudaGraph(CudaEvents):
         self.graph: Any = None
 
     def prepare(self, fn: Callable[[], Any]) -> None:
+        with self.torch.cuda.device(self.device):
+            self._capture(fn)
+
+    def _capture(self, fn: Callable[[], Any]) -> None:
         torch = self.torch
         if self.calls_asked == "auto":
             one = stats.median([CudaEvents.rep(self, fn).time_s for _ in range(5)])
@@ -425,6 +445,10 @@ class CudaProfiler(CudaEvents):
     # rep() stays CudaEvents': warmup and set-up need no profiler session each
 
     def reps(self, fn: Callable[[], Any], n: int) -> list[Rep]:
+        with self.torch.cuda.device(self.device):
+            return self._profiled(fn, n)
+
+    def _profiled(self, fn: Callable[[], Any], n: int) -> list[Rep]:
         torch = self.torch
         from torch.profiler import ProfilerActivity, profile
 
@@ -958,6 +982,8 @@ def bench(
             extra["summary"] = summary.to_dict()
             extra["ci_s"] = [summary.ci_lo, summary.ci_hi]
             extra["rel_ci"] = summary.rel_ci
+            if rep_clocks:
+                extra["rep_clock_mhz_median"] = stats.median(rep_clocks)
             if rep_clocks and len(rep_clocks) == len(all_reps) and ref_mhz:
                 # time x effective clock / reference clock: what the rep would take at the
                 # reference clock. Meaningful for compute-bound kernels only.
@@ -965,7 +991,6 @@ def bench(
                         if i not in set(result.rejected_reps)]
                 extra["time_at_ref_clock_s"] = stats.median(norm)
                 extra["ref_clock_mhz"] = ref_mhz
-                extra["rep_clock_mhz_median"] = stats.median(rep_clocks)
             warnings_ = []
             if summary.high_spread:
                 warnings_.append(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -120,7 +121,7 @@ def stable(
     *,
     backend: Backend | None = None,
     clock: Clock | None = None,
-    output: str | None = None,
+    output: str | os.PathLike[str] | None = None,
     period: float | None = None,
     config: VerdictConfig | None = None,
     mode_config: ModeConfig | None = None,
@@ -170,7 +171,7 @@ class Session:
         mode: str = "burst",
         backend: Backend | None = None,
         clock: Clock | None = None,
-        output: str | None = None,
+        output: str | os.PathLike[str] | None = None,
         period: float | None = None,
         config: VerdictConfig | None = None,
         mode_config: ModeConfig | None = None,
@@ -312,7 +313,7 @@ class Session:
             f"gpuenv.stable({asked}): clocks not locked ({why}); observing instead: every "
             "measurement still carries its clocks, power, temperature and findings",
             ObserveOnlyWarning,
-            stacklevel=4,
+            stacklevel=5,  # the user's `with gpuenv.stable(...)` line
         )
 
     def _lock_ranges(self) -> dict[int, tuple[int, int]]:
@@ -486,7 +487,7 @@ class Session:
         if key in self._warned:
             return
         self._warned.add(key)
-        warnings.warn(text, category, stacklevel=3)
+        warnings.warn(text, category, stacklevel=4)
 
     # -- modes ---------------------------------------------------------------------------
     def wait_until_recovered(self) -> float:

@@ -10,7 +10,9 @@ what the daemon needs on top:
 
   - who may do what (auth.Authorizer: lock these GPUs, release that lease);
   - the tie to a connection: when it closes, its leases end (`drop`);
-  - waiting for a conflicting lease to end (`wait` seconds);
+  - waiting for a conflicting lease to end (`wait` seconds), first come, first
+    served: while a request waits to change a GPU's state, newcomers that would
+    share the state held now are refused, so the waiting one is not starved;
   - standing leases (kind "standing", owned by the client's uid) that outlive
     the connection and the daemon itself: `recover` finds them again in the
     journal at start, and puts back any GPU whose owners are all gone;
@@ -19,7 +21,7 @@ what the daemon needs on top:
 
 from __future__ import annotations
 
-import contextlib
+import atexit
 import dataclasses
 import itertools
 import logging
@@ -292,11 +294,8 @@ class LeaseManager:
                     self._changes += 1  # those queued behind it may go now
                     self._cond.notify_all()
         if not standing:
-            # clocks.Lock releases at interpreter exit; the daemon does that itself in stop()
-            with contextlib.suppress(Exception):
-                import atexit
-
-                atexit.unregister(lk.release)
+            # clocks.Lock releases at interpreter exit; the daemon ends leases itself
+            atexit.unregister(lk.release)
         lease = Lease(
             id=owner.token[:12],
             token=owner.token,
@@ -469,8 +468,12 @@ class LeaseManager:
                 index = indices.get(entry.uuid)
                 if index is None or entry.backend != self.backend.name:
                     continue  # another machine's GPU, or a simulated GPU's journal
-                gone = [o for o in entry.owners if o.kind == "lease" or not o.alive()]
-                # connection leases die with their daemon: none of them is ours yet
+                # a connection lease dies with the daemon that held it (its "watchdog")
+                gone = [
+                    o
+                    for o in entry.owners
+                    if not o.alive() or (o.kind == "lease" and not o.watchdog_alive())
+                ]
                 try:
                     for owner in gone:
                         log.warning(
@@ -519,13 +522,6 @@ class LeaseManager:
         log.info(
             "recovery: standing lease %s of %s on GPU %d is still held", lease_id, owner.user, index
         )
-
-    def close(self) -> None:
-        """Daemon stop: end connection leases (restoring); standing ones stay journaled."""
-        with self._cond:
-            conns = {lease.conn for lease in self._leases.values() if lease.conn is not None}
-        for conn in conns:
-            self.drop(conn, reason="daemon stopping")
 
 
 def _command_of(pid: int) -> str | None:

@@ -154,12 +154,26 @@ class Server:
         return self.config.socket
 
     def start(self) -> None:
-        """Recover what a previous daemon left, start sampling, and listen."""
-        restored = self.leases.recover()
-        if restored:
-            log.warning("recovery: restored GPUs %s left locked by owners that are gone", restored)
-        self.sampler.start()
-        self._listener = self._bind()
+        """Claim the socket, recover what a previous daemon left, then sample and listen.
+
+        The socket comes first: a second daemon must fail before it touches the
+        journal, not "recover" the live leases of the first one.
+        """
+        sock = self._bind()
+        try:
+            restored = self.leases.recover()
+            if restored:
+                log.warning(
+                    "recovery: restored GPUs %s left locked by owners that are gone", restored
+                )
+            sock.listen(128)
+            self.sampler.start()
+        except BaseException:
+            sock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self.address)
+            raise
+        self._listener = sock
         self._accept_thread = threading.Thread(
             target=self._accept_loop, name="gpuenvd-accept", daemon=True
         )
@@ -271,7 +285,6 @@ class Server:
                     ) from None
                 os.chown(path, -1, gid)
             os.chmod(path, self.config.socket_permissions())
-            sock.listen(128)
         except BaseException:
             sock.close()
             with contextlib.suppress(OSError):

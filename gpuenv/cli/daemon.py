@@ -57,8 +57,8 @@ def _socket_option(fn: F) -> F:
         "socket_path",
         metavar="PATH",
         default=None,
-        help="The daemon's Unix socket (default: GPUENV_SOCKET, the config's, "
-        "or /run/gpuenv/gpuenv.sock).",
+        help="The daemon's Unix socket (default: GPUENV_SOCKET, else /run/gpuenv/gpuenv.sock; "
+        "the daemon itself also reads [daemon] socket from its config).",
     )(fn)
 
 
@@ -94,9 +94,9 @@ def daemon(
     """gpuenvd: a root service that lends clock locks to unprivileged users.
 
     'sudo gpuenv daemon' runs it in the foreground (systemd: scripts/gpuenvd.service).
-    Users' 'gpuenv lock', 'gpuenv run --sm' and gpuenv.stable(sm=...) go through
-    it when they are not root. A lease ends, and the GPU is put back, when the
-    process that took it exits or dies. Config (INI; all sections optional):
+    Users lock through its socket (gpuenv.daemon.client); a lease ends, and the
+    GPU is put back, when the process that took it exits or dies, SIGKILL
+    included. Config (INI; all sections optional):
 
     \b
       [daemon]

@@ -682,8 +682,16 @@ class MeasureContext:
             raise GpuenvError(f"measure({self.name!r}) was already used; call env.measure() again")
         if env.mode == "burst":
             env.wait_until_recovered()
-        elif not env._preconditioned and env._default_load() is not None:
-            env.precondition()
+        elif not env._preconditioned:
+            if env._default_load() is not None:
+                env.precondition()
+            else:
+                env._warn_once(
+                    "no-load",
+                    "mode='sustained' has no load to precondition the GPU with before "
+                    f"measure({self.name!r}): pass load=fn to gpuenv.stable(), or use "
+                    "env.repeat(fn)/env.bench(fn); measuring as it is",
+                )
         if env.cuda_events:
             torch = sys.modules.get("torch")
             if torch is None or not torch.cuda.is_available():

@@ -303,3 +303,24 @@ def test_sampling_several_gpus_gives_windows_per_rep_and_gpu():
             m = env.repeat(lambda: sim.run_work(1, 0.05 * H100_HZ, power_intensity=0.3), reps=3)
     assert [w.gpu for w in m.windows] == [0, 1] * 3
     assert [w.gpu for w in m.summary_windows] == [0, 1]
+
+
+def test_sustained_measure_without_a_load_says_it_cannot_precondition():
+    class NoWorkload:  # a backend without the simulator's own load, like a real GPU
+        def __init__(self, inner: SimBackend):
+            self.inner = inner
+
+        def __getattr__(self, name: str):
+            if name == "run_work":
+                raise AttributeError(name)
+            return getattr(self.inner, name)
+
+    sim = make_sim()
+    with stable(backend=NoWorkload(sim), mode="sustained") as env:  # type: ignore[arg-type]
+        with pytest.warns(UserWarning, match="no load to precondition"), env.measure("x"):
+            sim.run_work(0, 0.05 * H100_HZ, power_intensity=0.3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # said once, not again
+            with env.measure("y") as m:
+                sim.run_work(0, 0.05 * H100_HZ, power_intensity=0.3)
+    assert m.verdict == "ok"

@@ -135,44 +135,46 @@ def run_trial(
     ]
     if how == "mid_release":
         cmd.append("--release")
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
-    try:
-        if how == "random":
-            time.sleep(kill_after_s)
-        else:
-            marker = b"GPUENV_PAUSED " + (b"locked" if how == "locked" else how.encode())
-            if not _wait_marker(proc, marker, 30.0):
-                raise RuntimeError(f"the child never reached {how!r}")
-        proc.send_signal(signal.SIGKILL)
-        t_kill = time.monotonic()
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
-
     journal = Journal(state_dir)
-    sim = SimBackend(n_gpus=N_GPUS, state_file=state_file)
+    sim = SimBackend(n_gpus=N_GPUS, state_file=state_file)  # the observer
+
+    def back() -> bool:
+        return not journal.entries() and all(
+            _settings(sim.truth(i)) == prior[i] for i in range(N_GPUS)
+        )
+
     try:
+        proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        try:
+            if how == "random":
+                time.sleep(kill_after_s)
+            else:
+                marker = b"GPUENV_PAUSED " + (b"locked" if how == "locked" else how.encode())
+                if not _wait_marker(proc, marker, 30.0):
+                    raise RuntimeError(f"the child never reached {how!r}")
+            changed_at_kill = not back()  # a paused child changes nothing until killed
+            proc.send_signal(signal.SIGKILL)
+            t_kill = time.monotonic()
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
 
-        def back() -> bool:
-            return not journal.entries() and all(
-                _settings(sim.truth(i)) == prior[i] for i in range(N_GPUS)
-            )
-
-        changed_at_kill = not back()
         restore_s = None
-        restored = not changed_at_kill
         deadline = t_kill + restore_timeout_s
-        while not restored and time.monotonic() < deadline:
-            time.sleep(0.002)
+        while True:
             if back():
-                restore_s = time.monotonic() - t_kill
-                restored = True
-        if not restored:  # what the watchdog left: 'gpuenv restore' must finish it
-            restore(backend=sim, journal=journal, all_owners=True)
+                if changed_at_kill:
+                    restore_s = time.monotonic() - t_kill
+                break
+            changed_at_kill = True  # a random kill may land just after the check
+            if time.monotonic() > deadline:  # what the watchdog left: 'gpuenv restore' finishes
+                restore(backend=sim, journal=journal, all_owners=True)
+                break
+            time.sleep(0.002)
         left = sum(_settings(sim.truth(i)) != prior[i] for i in range(N_GPUS))
         left += len(journal.entries())
         return Trial(how, changed_at_kill, restore_s is not None, left, restore_s)

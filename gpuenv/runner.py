@@ -30,6 +30,7 @@ import select
 import shlex
 import shutil
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -626,8 +627,9 @@ def summary_table(measurements: Sequence[Measurement], *, header: str) -> str:
             continue
         if len(m.times_s) == 1:
             when = _fmt_time(m.times_s[0])
-        else:
-            when = f"med {_fmt_time(m.stats.median_s)}"
+        else:  # the kept reps' median; all reps' when every one was rejected
+            med = m.stats.median_s if m.stats.n else statistics.median(m.times_s)
+            when = f"med {_fmt_time(med)}"
         windows: Sequence[Window | None] = m.summary_windows or (None,)
         for k, w in enumerate(windows):
             name = m.name if k == 0 else ""

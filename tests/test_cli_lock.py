@@ -162,3 +162,16 @@ def test_separate_commands_see_each_other() -> None:
     restored = gpuenv("restore")
     assert restored.returncode == 0 and "restored GPU 0" in restored.stdout
     assert state() == before
+
+
+@pytest.mark.gpu
+def test_real_gpu_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUENV_READONLY", "1")  # the lent device: nothing may be written
+    res = CliRunner().invoke(cli, ["lock", "--sm", "max", "-i", "0", "--dry-run"], obj={})
+    assert res.exit_code == 0, res.output
+    assert "would lock SM clock to" in res.output and "dry run: nothing was changed" in res.output
+    res = CliRunner().invoke(cli, ["lock", "--sm", "max", "-i", "0"], obj={})
+    assert res.exit_code == 2 and "refused" in res.output
+    res = CliRunner().invoke(cli, ["restore", "--dry-run"], obj={})
+    assert res.exit_code == 0 and "nothing to restore" in res.output
+    assert Journal().entries() == []

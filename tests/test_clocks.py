@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -426,3 +427,32 @@ def test_lock_status_says_when_the_power_cap_pulls_below_the_lock(journal: Journ
     with lock(900, backend=sim, journal=journal) as lk:
         sim.run_work(0, 2e8, power_intensity=1.0)
         assert lk.holds() == {0: True} and lock_status(sim, 0, journal).holds is True
+
+
+# -- the real GPU, read-only (the lent device: nothing may be written) ---------------------
+
+
+@pytest.mark.gpu
+def test_real_gpu_plans_and_refuses_to_write(tmp_path: Path) -> None:
+    from gpuenv.backend import open_backend
+
+    gpu = open_backend("nvml", readonly=True)
+    try:
+        journal = Journal(tmp_path / "journal")
+        st = read_state(gpu, 0, journal=journal)
+        assert st.power_limit_w > 0 and st.locked_sm is None and not st.locked_known
+        name = gpu.device_info(0).name
+        with pytest.raises(ConfigError, match=rf"{re.escape(name)}\) supports \d+-\d+ MHz"):
+            plan_lock(gpu, LockRequest(sm=99999), 0, journal=journal)
+        top = max(clocks._sm_clocks(gpu.clock_limits(0)))
+        plan = plan_lock(gpu, LockRequest(sm="max"), 0, journal=journal)
+        assert plan.gpus[0].applied.locked_sm == (top, top)
+        base = plan_lock(gpu, LockRequest(sm="base"), 0, journal=journal)
+        assert base.gpus[0].applied.locked_sm is not None
+        with pytest.raises(ReadOnlyError):
+            lock("max", gpus=0, backend=gpu, journal=journal)
+        assert journal.entries() == []
+        status = lock_status(gpu, 0, journal)
+        assert status.locked is None and status.holds is None
+    finally:
+        gpu.close()

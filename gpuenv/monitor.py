@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -190,8 +191,10 @@ def clocks_lock_view(backend: Backend, index: int) -> LockView:
 class MonitorModel:
     """Reads the GPUs and keeps a short history; `update()` returns one GpuView per GPU.
 
-    Reads: the cheap values every update; the cumulative reason counters at most
-    every `slow_period`; processes and the lock every update (a few tens of us).
+    Reads: the cheap values, power limit, utilization and processes every update;
+    the cumulative reason counters (with the energy counter, ~3 ms on an H100) at
+    most every `slow_period`; the lock from the journal at most every
+    `lock_period` (whether it holds is checked against every update's clock).
     """
 
     def __init__(
@@ -201,7 +204,8 @@ class MonitorModel:
         *,
         clock: Clock | None = None,
         history_s: float = 60.0,
-        slow_period: float = 1.0,
+        slow_period: float = 2.0,
+        lock_period: float = 2.0,
         processes: bool = True,
         lock_lookup: LockLookup | None = clocks_lock_view,
     ):
@@ -212,6 +216,8 @@ class MonitorModel:
         self.slow_period = slow_period
         self.want_processes = processes
         self.lock_lookup = lock_lookup
+        self.lock_period = lock_period
+        self._locks: dict[int, tuple[float, LockView | None]] = {}
         self._names = _ProcessNames()
         self._static: dict[int, dict[str, Any]] = {}
         self._history: dict[int, collections.deque[tuple[float, int]]] = {
@@ -295,9 +301,25 @@ class MonitorModel:
                     procs.append(ProcView(p.pid, user, cmd, p.used_memory_mib))
                 extras["processes"] = tuple(procs)
         if self.lock_lookup is not None:
-            with contextlib.suppress(GpuenvError):
-                extras["lock"] = self.lock_lookup(self.backend, i)
+            extras["lock"] = self._lock(i, t, fast.sm_mhz)
         return _replace(view, **extras)
+
+    def _lock(self, i: int, t: float, sm_mhz: int) -> LockView | None:
+        cached = self._locks.get(i)
+        if cached is None or t - cached[0] >= self.lock_period:
+            assert self.lock_lookup is not None
+            try:
+                lk = self.lock_lookup(self.backend, i)
+            except GpuenvError:
+                lk = None
+            self._locks[i] = cached = (t, lk)
+            return lk
+        lk = cached[1]
+        if lk is None or lk.locked_sm is None or t == cached[0]:
+            return lk
+        lo, hi = lk.locked_sm  # between journal reads: does it hold at this update's clock?
+        holds = lo - 1 <= sm_mhz <= hi + 1
+        return dataclasses.replace(lk, holds=holds, why=None if holds else lk.why)
 
     def _counter_shares(
         self, i: int, t: float
@@ -353,8 +375,6 @@ class MonitorModel:
 
 
 def _replace(view: GpuView, **changes: Any) -> GpuView:
-    import dataclasses
-
     return dataclasses.replace(view, **changes) if changes else view
 
 

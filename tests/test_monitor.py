@@ -108,7 +108,7 @@ def test_lock_and_owner_are_shown(sim, clock):
         assert f"pid {os.getpid()}" in lk.owner
         text = plain(render(views, Frame(), 120, None))
         assert "locked 1350 MHz" in text and "holds" in text
-    views = _tick(model, sim)
+    views = _tick(model, sim, 2.0)  # the journal is read again every 2 s
     assert views[0].lock.locked_sm is None
     assert "not locked by gpuenv" in plain(render(views, Frame(), 120, None))
     assert Journal().entries() == []

@@ -16,23 +16,18 @@ region, "(run)". At the end every region gets a `Measurement` (one rep per
 time it was entered, a `Window` per rep and GPU, findings and a verdict) and
 the run goes to the JSONL results file with the telemetry trace for `gpuenv plot`.
 
-Long runs: the sampler keeps a bounded buffer, so regions are summarised in
-chunks every FLUSH_S seconds and the chunks merged (`merge_windows`).
+The parent's side of regions (pairing edges, windows, measurements, the
+table) is in gpuenv/run_regions.py.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import dataclasses
 import os
-import select
 import shlex
 import shutil
 import signal
-import statistics
 import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,13 +35,24 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpuenv.backend import CLOCK_LIMIT_TDP, Backend
-from gpuenv.errors import ConfigError, GpuenvError
-from gpuenv.region import ENV_FD, ENV_PIPE, Edge, parse_line, pipe_identity
+from gpuenv.errors import ConfigError
+from gpuenv.region import ENV_FD, ENV_PIPE, pipe_identity
 from gpuenv.results import Measurement
-from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, Sampler, Window, summarize
-from gpuenv.verdict import Finding, GpuFacts, VerdictConfig, apply_policy, assess
+from gpuenv.run_regions import (
+    FLUSH_S,
+    MAX_REGION_LIST,
+    RUN_NAME,
+    Region,
+    RegionReader,
+    RegionTracker,
+    Summariser,
+    build_measurements,
+    fmt_time,
+    gpu_facts,
+    summary_table,
+)
+from gpuenv.telemetry import Sampler
 
-RUN_NAME = "(run)"  # the region that is the whole command
 RUN_POLICIES = ("annotate", "reject")  # retry cannot re-run a command's regions
 FORWARDED = (
     signal.SIGINT,
@@ -58,13 +64,7 @@ FORWARDED = (
 )
 FROM_TERMINAL = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
 SI_KERNEL = 0x80  # si_code of a signal the kernel (the tty driver) sent to a process group
-FLUSH_S = 30.0  # summarise finished regions and chunks of open ones this often
-SETTLE_S = 0.5  # ... up to this long ago, so the samples just after an edge exist
-MARK_MIN_S = 0.05  # at most one edge read of the slow counters per 50 ms of region edges
-MAX_POINTS = 20_000  # samples per GPU kept for plotting (thinned beyond)
-MAX_REGION_LIST = 10_000  # region spans listed for plotting
-MAX_REP_WINDOWS = 1_000  # per-rep windows stored in the results file (findings use them all)
-COUNTER_MARGIN_S = 0.3  # counter reads around an interval that its interpolation may use
+SETTLE_S = 0.5  # a flush covers regions that ended this long ago: their samples are in
 
 
 class CommandNotFound(ConfigError):
@@ -135,553 +135,6 @@ def resolve_command(argv: Sequence[str]) -> str:
     if found is None:
         raise CommandNotFound(exe)
     return found
-
-
-# -- regions -----------------------------------------------------------------------------
-
-
-@dataclass
-class Region:
-    """One time a region was entered (or the whole run), and its summary so far."""
-
-    name: str
-    pid: int
-    t0: float
-    t1: float | None = None
-    complete: bool = True  # False: the command ended inside it
-    covered_to: float = 0.0  # windows exist up to here
-    chunks: dict[int, list[Window]] = field(default_factory=dict)
-    windows: dict[int, Window] | None = None  # per GPU, once summarised
-
-    def __post_init__(self) -> None:
-        self.covered_to = self.t0
-
-
-class RegionTracker:
-    """Pairs begin and end edges (by pid and id) into Regions; thread-safe."""
-
-    def __init__(self) -> None:
-        self.open: dict[tuple[int, int], Region] = {}
-        self.finished: list[Region] = []
-        self.names: list[str] = []  # in order of first appearance
-        self.ignored = 0  # ends without a begin, repeated begins
-        self.lock = threading.Lock()
-
-    def feed(self, edge: Edge) -> None:
-        key = (edge.pid, edge.id)
-        with self.lock:
-            if edge.kind == "b":
-                if key in self.open or edge.name is None:
-                    self.ignored += 1
-                    return
-                self.open[key] = Region(edge.name, edge.pid, edge.t)
-                if edge.name not in self.names:
-                    self.names.append(edge.name)
-            else:
-                region = self.open.pop(key, None)
-                if region is None:
-                    self.ignored += 1
-                    return
-                region.t1 = max(edge.t, region.t0)
-                self.finished.append(region)
-
-    def close_all(self, t_end: float) -> None:
-        """Regions still open when the command ended end with it, marked incomplete."""
-        with self.lock:
-            for region in self.open.values():
-                region.t1 = max(t_end, region.t0)
-                region.complete = False
-                self.finished.append(region)
-            self.open.clear()
-
-
-class RegionReader:
-    """Reads region edges from the pipe's read end on a small thread."""
-
-    def __init__(self, fd: int, tracker: RegionTracker, sampler: Sampler | None):
-        self.fd = fd
-        self.tracker = tracker
-        self.sampler = sampler
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpuenv-regions", daemon=True)
-        self._last_mark = float("-inf")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 2.0) -> None:
-        """Read what is already in the pipe, then stop (a grandchild may keep it open)."""
-        self._stop.set()
-        if self._thread.ident is not None:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        poller = select.poll()
-        poller.register(self.fd, select.POLLIN | select.POLLHUP)
-        pending = b""
-        while True:
-            try:
-                ready = poller.poll(100)
-            except InterruptedError:
-                continue
-            if not ready:
-                if self._stop.is_set():
-                    return
-                continue
-            try:
-                data = os.read(self.fd, 65536)
-            except OSError:
-                return
-            if not data:
-                return  # every writer closed it
-            pending += data
-            *lines, pending = pending.split(b"\n")
-            for raw in lines:
-                edge = parse_line(raw.decode("utf-8", "replace"))
-                if edge is not None:
-                    self.tracker.feed(edge)
-            self._mark()
-
-    def _mark(self) -> None:
-        # Region edges are where the slow counters (energy, time under reasons) matter.
-        now = time.monotonic()
-        if self.sampler is not None and now - self._last_mark >= MARK_MIN_S:
-            self._last_mark = now
-            self.sampler.mark()
-
-
-# -- summaries ---------------------------------------------------------------------------
-
-
-def merge_windows(windows: Sequence[Window]) -> Window:
-    """One Window from consecutive (or separate) ones of the same GPU.
-
-    Means are weighted by each window's duration; energy and the times under
-    reasons add up; min/max/union over all; start values from the first, end
-    values from the last. t0/t1 span from the first to the last window.
-    """
-    if not windows:
-        raise ValueError("nothing to merge")
-    if len(windows) == 1:
-        return windows[0]
-    ws = list(windows)
-    dur = [max(0.0, w.duration_s) for w in ws]
-
-    def present(attr: str) -> list[tuple[float, float]]:
-        return [
-            (getattr(w, attr), d)
-            for w, d in zip(ws, dur, strict=True)
-            if getattr(w, attr) is not None
-        ]
-
-    def mean(attr: str) -> float | None:
-        vals = present(attr)
-        if not vals:
-            return None
-        total = sum(d for _, d in vals)
-        if total <= 0:
-            return sum(v for v, _ in vals) / len(vals)
-        return sum(v * d for v, d in vals) / total
-
-    def pick(fn: Any, attr: str) -> Any:
-        vals = [v for v, _ in present(attr)]
-        return fn(vals) if vals else None
-
-    def first(attr: str) -> Any:
-        return next((getattr(w, attr) for w in ws if getattr(w, attr) is not None), None)
-
-    def last(attr: str) -> Any:
-        return next((getattr(w, attr) for w in reversed(ws) if getattr(w, attr) is not None), None)
-
-    def add(attr: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for w in ws:
-            for k, v in getattr(w, attr).items():
-                out[k] = out.get(k, 0.0) + v
-        return out
-
-    energies = [w.energy_j for w in ws]
-    held = [w.lock_held for w in ws if w.lock_held is not None]
-    union = 0
-    for w in ws:
-        union |= w.reasons
-    return dataclasses.replace(
-        ws[0],
-        t0=ws[0].t0,
-        t1=ws[-1].t1,
-        n_samples=sum(w.n_samples for w in ws),
-        sm_mhz_min=pick(min, "sm_mhz_min"),
-        sm_mhz_mean=mean("sm_mhz_mean"),
-        sm_mhz_max=pick(max, "sm_mhz_max"),
-        sm_mhz_start=first("sm_mhz_start"),
-        sm_mhz_end=last("sm_mhz_end"),
-        mem_mhz_mean=mean("mem_mhz_mean"),
-        power_w_mean=mean("power_w_mean"),
-        power_w_max=pick(max, "power_w_max"),
-        energy_j=None
-        if all(e is None for e in energies)
-        else sum(e for e in energies if e is not None),
-        energy_interpolated=any(w.energy_interpolated for w in ws) or None in energies,
-        temp_c_start=first("temp_c_start"),
-        temp_c_end=last("temp_c_end"),
-        temp_c_max=pick(max, "temp_c_max"),
-        mem_temp_c_max=pick(max, "mem_temp_c_max"),
-        reasons=union,
-        reasons_start=ws[0].reasons_start,
-        reason_s=add("reason_s"),
-        reason_sampled_s=add("reason_sampled_s"),
-        lock_held=None if not held else all(held),
-        lock_range_mhz=first("lock_range_mhz"),
-        other_pids=tuple(sorted({p for w in ws for p in w.other_pids})),
-        gap=any(w.gap for w in ws),
-    )
-
-
-class SampleLog:
-    """The samples kept for plotting: at most MAX_POINTS per GPU, thinned evenly beyond."""
-
-    def __init__(self, gpus: Sequence[int], max_points: int = MAX_POINTS, min_dt: float = 0.0):
-        self.max_points = max_points
-        self.min_dt = min_dt
-        self.points: dict[int, list[Sample]] = {g: [] for g in gpus}
-        self.upto: float = float("-inf")
-
-    def add(self, samples: Sequence[Sample]) -> None:
-        for s in samples:
-            pts = self.points.setdefault(s.gpu, [])
-            if pts and s.t - pts[-1].t < self.min_dt:
-                continue
-            pts.append(s)
-            if len(pts) > self.max_points:
-                self.points[s.gpu] = pts[::2]
-                self.min_dt = max(self.min_dt * 2, (pts[-1].t - pts[0].t) / self.max_points)
-
-    def traces(self, t_ref: float) -> dict[int, dict[str, Any]]:
-        """Per GPU, the trace `gpuenv plot` draws (timing.py's format): times in seconds
-        from t_ref (host monotonic, kept as "t0"), power instantaneous where the GPU gives it."""
-        out: dict[int, dict[str, Any]] = {}
-        for g, pts in self.points.items():
-            out[g] = {
-                "t0": t_ref,
-                "t_s": [round(s.t - t_ref, 4) for s in pts],
-                "sm_mhz": [s.sm_mhz for s in pts],
-                "mem_mhz": [s.mem_mhz for s in pts],
-                "power_w": [
-                    round(s.power_instant_w if s.power_instant_w is not None else s.power_w, 1)
-                    for s in pts
-                ],
-                "temp_c": [s.temp_c for s in pts],
-                "reasons": [s.reasons for s in pts],
-            }
-        return out
-
-
-class Summariser:
-    """Turns regions into per-GPU Windows as the run goes (chunked: see the module doc).
-
-    `windows()` summarises each interval from the few samples around it (the
-    sampler's own `windows()` scans its whole buffer per interval, which is slow
-    for a command that enters a region many thousand times).
-    """
-
-    def __init__(self, sampler: Sampler, gpus: Sequence[int], *, chunk_s: float = FLUSH_S):
-        self.sampler = sampler
-        self.gpus = list(gpus)
-        self.chunk_s = chunk_s
-        self.log = SampleLog(gpus)
-
-    def windows(self, intervals: Sequence[tuple[float, float]], g: int) -> list[Window]:
-        sampler = self.sampler
-        if not intervals:
-            return []
-        # waits (briefly) for the counter read at the last edge, as sampler.window does
-        sampler.window(max(b for _, b in intervals), max(b for _, b in intervals), g)
-        fast = sampler.samples(gpu=g)
-        slow = sampler.slow_samples(gpu=g)
-        gaps = [x for x in sampler.gaps if x.gpu == g]
-        truncated = len(fast) >= sampler.capacity
-        f_t = [x.t for x in fast]
-        s_t = [x.t for x in slow]
-        rng = sampler.lock_ranges.get(g)
-        out = []
-        for t0, t1 in intervals:
-            i0 = max(0, bisect.bisect_right(f_t, t0) - 1)
-            i1 = bisect.bisect_right(f_t, t1 + DRIVER_REFRESH_S) + 1
-            k0 = max(0, bisect.bisect_left(s_t, t0 - COUNTER_MARGIN_S) - 1)
-            k1 = bisect.bisect_right(s_t, t1 + COUNTER_MARGIN_S) + 1
-            out.append(
-                summarize(
-                    fast[i0:i1],
-                    slow[k0:k1],
-                    gaps,
-                    t0,
-                    t1,
-                    gpu=g,
-                    lock_range=rng,
-                    lock_tolerance_mhz=sampler.lock_tolerance_mhz,
-                    own_pids=sampler.own_pids,
-                    period=sampler.period,
-                    truncated=truncated and i0 == 0,
-                )
-            )
-        return out
-
-    def flush(self, safe_t: float, regions: Sequence[Region], *, final: bool = False) -> None:
-        """Summarise finished regions that end before `safe_t` (all when final) and chunk
-        long open ones up to `safe_t`."""
-        jobs: list[tuple[Region, float, float, bool]] = []
-        for r in regions:
-            if r.windows is not None:
-                continue
-            if r.t1 is not None and (final or r.t1 <= safe_t):
-                jobs.append((r, r.covered_to, r.t1, True))
-            elif safe_t - r.covered_to >= self.chunk_s:
-                end = safe_t if r.t1 is None else min(safe_t, r.t1)
-                jobs.append((r, r.covered_to, end, False))
-        if jobs:
-            for g in self.gpus:
-                windows = self.windows([(a, b) for _, a, b, _ in jobs], g)
-                for (r, _, _, _), w in zip(jobs, windows, strict=True):
-                    r.chunks.setdefault(g, []).append(w)
-            for r, _, b, done in jobs:
-                r.covered_to = b
-                if done:
-                    r.windows = {g: merge_windows(r.chunks.pop(g)) for g in self.gpus}
-        new = self.sampler.samples(None if self.log.upto == float("-inf") else self.log.upto, None)
-        self.log.add([s for s in new if s.t > self.log.upto])
-        if new:
-            self.log.upto = max(s.t for s in new)
-
-
-# -- measurements and the summary table --------------------------------------------------
-
-
-def gpu_facts(
-    backend: Backend, gpus: Sequence[int], lock_ranges: Mapping[int, tuple[int, int]]
-) -> dict[int, GpuFacts]:
-    """What the findings compare each GPU's windows against (what cannot be read stays None)."""
-    facts = {}
-    for g in gpus:
-        max_sm = slowdown = gpu_max = limit = None
-        with contextlib.suppress(GpuenvError):
-            max_sm = float(backend.clock_limits(g).max_sm_mhz)
-        with contextlib.suppress(GpuenvError):
-            th = backend.thresholds(g)
-            slowdown, gpu_max = th.slowdown_c, th.gpu_max_c
-        with contextlib.suppress(GpuenvError):
-            limit = backend.power_limits(g).limit_w
-        facts[g] = GpuFacts(
-            max_sm_mhz=max_sm,
-            slowdown_c=slowdown,
-            gpu_max_c=gpu_max,
-            power_limit_w=limit,
-            lock_range_mhz=lock_ranges.get(g),
-        )
-    return facts
-
-
-def _demote_cold_start(findings: list[Finding]) -> list[Finding]:
-    """A command starts with the GPU idle: for the whole run that is no finding to reject on."""
-    out = []
-    for f in findings:
-        if f.kind == "warmup_ramp" and f.severity != "info":
-            f = dataclasses.replace(
-                f,
-                severity="info",
-                message=f.message + " (expected: a command starts with the GPU idle)",
-            )
-        out.append(f)
-    return out
-
-
-def build_measurements(
-    regions: Sequence[Region],
-    run: Region,
-    *,
-    gpus: Sequence[int],
-    facts: dict[int, GpuFacts],
-    policy: str,
-    stable_clocks: bool,
-    wall_at: Any,
-    extra_run: dict[str, Any] | None = None,
-) -> list[Measurement]:
-    """One Measurement for the whole run, then one per region name (reps in time order).
-
-    With regions, the policy applies to them and the whole run is only annotated;
-    without, it applies to the whole run (whose idle start is not held against it).
-    """
-    config = VerdictConfig(stable_clocks=stable_clocks)
-    by_name: dict[str, list[Region]] = {}
-    for r in sorted(regions, key=lambda r: r.t0):
-        by_name.setdefault(r.name, []).append(r)
-    out = [
-        _measurement(
-            RUN_NAME,
-            [run],
-            gpus,
-            facts,
-            policy if not by_name else "annotate",
-            config,
-            wall_at,
-            run_level=True,
-            extra=extra_run or {},
-        )
-    ]
-    for name, reps in by_name.items():
-        extra: dict[str, Any] = {"pids": sorted({r.pid for r in reps})}
-        incomplete = [k for k, r in enumerate(reps) if not r.complete]
-        if incomplete:
-            extra["incomplete_reps"] = incomplete
-        out.append(_measurement(name, reps, gpus, facts, policy, config, wall_at, extra=extra))
-    return out
-
-
-def _measurement(
-    name: str,
-    reps: Sequence[Region],
-    gpus: Sequence[int],
-    facts: dict[int, GpuFacts],
-    policy: str,
-    config: VerdictConfig,
-    wall_at: Any,
-    *,
-    run_level: bool = False,
-    extra: dict[str, Any],
-) -> Measurement:
-    times = [float((r.t1 or r.t0) - r.t0) for r in reps]
-    windows = [r.windows[g] for r in reps for g in gpus if r.windows is not None]
-    findings = assess(windows, times, config=config, facts=facts) if windows else []
-    if run_level:
-        findings = _demote_cold_start(findings)
-    result = apply_policy(
-        findings, len(reps), policy, config=config, name=name, raise_if_too_few=False
-    )
-    summary = tuple(merge_windows([w for w in windows if w.gpu == g]) for g in gpus if windows)
-    if len(reps) > MAX_REP_WINDOWS:  # keep the file small; the findings saw every rep
-        extra = {**extra, "rep_windows_omitted": len(reps)}
-        windows = []
-    return Measurement.build(
-        name,
-        times,
-        rejected_reps=result.rejected_reps,
-        windows=tuple(windows),
-        findings=tuple(findings),
-        verdict=result.verdict,
-        policy=policy,
-        summary_windows=summary,
-        gpus=tuple(gpus),
-        timer="host",
-        started_at=wall_at(reps[0].t0),
-        extra=extra,
-    )
-
-
-_REASON_LABELS = {
-    "power": "power cap",
-    "thermal": "thermal",
-    "sync_boost": "sync boost",
-    "board_limit": "board limit",
-    "low_utilization": "idle",
-    "reliability": "reliability",
-}
-
-
-def _fmt_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds >= 100:
-        return f"{seconds:.0f} s"
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds * 1e6:.1f} us"
-
-
-def _fmt_energy(j: float | None, approx: bool) -> str:
-    if j is None:
-        return "-"
-    sign = "~" if approx else ""
-    return f"{sign}{j / 1000:.2f} kJ" if j >= 1000 else f"{sign}{j:.3g} J"
-
-
-def summary_table(measurements: Sequence[Measurement], *, header: str) -> str:
-    """The table `gpuenv run` prints on stderr: a row per region and GPU, findings below."""
-    multi = len({g for m in measurements for g in m.gpus}) > 1
-    cols = [
-        "region",
-        *(["gpu"] if multi else []),
-        "reps",
-        "time",
-        "SM MHz",
-        "power",
-        "energy",
-        "temp C",
-        "time under",
-        "verdict",
-    ]
-    rows: list[list[str]] = []
-    notes: list[str] = []
-    for m in measurements:
-        if m.stats.n == 0 and not m.times_s:
-            continue
-        if len(m.times_s) == 1:
-            when = _fmt_time(m.times_s[0])
-        else:  # the kept reps' median; all reps' when every one was rejected
-            med = m.stats.median_s if m.stats.n else statistics.median(m.times_s)
-            when = f"med {_fmt_time(med)}"
-        windows: Sequence[Window | None] = m.summary_windows or (None,)
-        for k, w in enumerate(windows):
-            name = m.name if k == 0 else ""
-            row = [
-                name,
-                *([str(w.gpu) if w else "-"] if multi else []),
-                str(len(m.times_s)) if k == 0 else "",
-                when if k == 0 else "",
-            ]
-            if w is None:
-                row += ["-"] * 5
-            else:
-                sm = "-" if w.sm_mhz_mean is None else f"{w.sm_mhz_mean:.0f}"
-                if (
-                    w.sm_mhz_min is not None
-                    and w.sm_mhz_max is not None
-                    and w.sm_mhz_min != w.sm_mhz_max
-                ):
-                    sm += f" ({w.sm_mhz_min:.0f}-{w.sm_mhz_max:.0f})"
-                power = "-" if w.power_w_mean is None else f"{w.power_w_mean:.0f} W"
-                temp = "-" if w.temp_c_start is None else f"{w.temp_c_start:.0f}-{w.temp_c_max:.0f}"
-                under = (
-                    ", ".join(
-                        f"{_REASON_LABELS[k2]} {_fmt_time(v)}"
-                        for k2, v in sorted(w.reason_s.items())
-                        if k2 in _REASON_LABELS and v >= 0.0005
-                    )
-                    or "-"
-                )
-                row += [sm, power, _fmt_energy(w.energy_j, w.energy_interpolated), temp, under]
-            row.append(
-                m.verdict
-                + (
-                    f" ({len(m.rejected_reps)} reps)"
-                    if m.rejected_reps and len(m.times_s) > 1
-                    else ""
-                )
-                if k == 0
-                else ""
-            )
-            rows.append(row)
-        incomplete = m.extra.get("incomplete_reps")
-        if incomplete:
-            notes.append(f"  {m.name}: the command ended inside {len(incomplete)} rep(s)")
-        notes.extend(f"  {m.name}: [{f.severity}] {f.kind}: {f.message}" for f in m.findings)
-    widths = [max(len(r[i]) for r in [cols, *rows]) for i in range(len(cols))]
-    lines = [header]
-    for r in [cols, *rows]:
-        lines.append(
-            "  " + "  ".join(c.ljust(wd) for c, wd in zip(r, widths, strict=True)).rstrip()
-        )
-    return "\n".join(lines + notes)
 
 
 # -- running the command -----------------------------------------------------------------
@@ -973,7 +426,7 @@ class Runner:
             state = "; locked " + "; ".join(targets)
         else:
             state = "; clocks not locked"
-        head = f"gpuenv run: '{cmd}' {how} after {_fmt_time(result.duration_s)} on {gpus}{state}"
+        head = f"gpuenv run: '{cmd}' {how} after {fmt_time(result.duration_s)} on {gpus}{state}"
         table = summary_table(result.measurements, header=head)
         if result.output is not None:
             table += f"\n  results: {result.output}"
@@ -1000,19 +453,11 @@ class _Family:
 __all__ = [
     "RUN_NAME",
     "CommandNotFound",
-    "Region",
-    "RegionReader",
-    "RegionTracker",
     "RunResult",
     "Runner",
-    "SampleLog",
-    "Summariser",
-    "build_measurements",
     "default_gpu_selector",
-    "merge_windows",
     "rank_of",
     "rank_output_path",
     "resolve_command",
     "selector_env",
-    "summary_table",
 ]

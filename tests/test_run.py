@@ -23,21 +23,15 @@ import pytest
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.journal import Journal
-from gpuenv.region import Edge
 from gpuenv.results import load_run
+from gpuenv.run_regions import RUN_NAME
 from gpuenv.runner import (
-    RUN_NAME,
-    Region,
-    RegionTracker,
     RunResult,
     default_gpu_selector,
-    merge_windows,
     rank_of,
     rank_output_path,
     selector_env,
-    summary_table,
 )
-from gpuenv.telemetry import Window
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
@@ -335,72 +329,6 @@ def test_dry_run_runs_nothing(tmp_path, sim):
 # -- the pieces, in-process --------------------------------------------------------------
 
 
-def _w(t0, t1, **kw) -> Window:
-    return Window(gpu=0, t0=t0, t1=t1, n_samples=kw.pop("n", 1), **kw)
-
-
-def test_merge_windows_weights_by_time_and_adds_counters():
-    a = _w(
-        0,
-        1,
-        sm_mhz_mean=1000,
-        sm_mhz_min=900,
-        sm_mhz_max=1100,
-        power_w_mean=100,
-        energy_j=100.0,
-        temp_c_start=30,
-        temp_c_end=40,
-        temp_c_max=40,
-        reasons=0x1,
-        reasons_start=0x1,
-        reason_s={"power": 0.5},
-        lock_held=True,
-        sm_mhz_start=900,
-    )
-    b = _w(
-        1,
-        4,
-        sm_mhz_mean=2000,
-        sm_mhz_min=1900,
-        sm_mhz_max=2100,
-        power_w_mean=300,
-        energy_j=900.0,
-        temp_c_start=40,
-        temp_c_end=50,
-        temp_c_max=55,
-        reasons=0x4,
-        reason_s={"power": 1.0, "thermal": 0.25},
-        lock_held=False,
-        sm_mhz_end=2000,
-    )
-    m = merge_windows([a, b])
-    assert (m.t0, m.t1, m.n_samples) == (0, 4, 2)
-    assert m.sm_mhz_mean == pytest.approx(1750)  # (1000*1 + 2000*3) / 4
-    assert m.power_w_mean == pytest.approx(250)
-    assert (m.sm_mhz_min, m.sm_mhz_max) == (900, 2100)
-    assert m.energy_j == 1000.0
-    assert (m.temp_c_start, m.temp_c_end, m.temp_c_max) == (30, 50, 55)
-    assert m.reasons == 0x5 and m.reasons_start == 0x1
-    assert m.reason_s == {"power": 1.5, "thermal": 0.25}
-    assert m.lock_held is False
-    assert (m.sm_mhz_start, m.sm_mhz_end) == (900, 2000)
-    assert merge_windows([a]) is a
-
-
-def test_tracker_pairs_edges_by_process_and_id_and_closes_what_is_open():
-    tr = RegionTracker()
-    tr.feed(Edge("b", 10, 1, 1.0, "a"))
-    tr.feed(Edge("b", 11, 1, 1.5, "a"))  # another process, same id
-    tr.feed(Edge("e", 10, 1, 2.0, None))
-    tr.feed(Edge("e", 99, 7, 2.5, None))  # an end without a begin
-    tr.close_all(3.0)
-    assert [(r.pid, r.t0, r.t1, r.complete) for r in tr.finished] == [
-        (10, 1.0, 2.0, True),
-        (11, 1.5, 3.0, False),
-    ]
-    assert tr.ignored == 1 and tr.names == ["a"]
-
-
 def test_defaults_under_torchrun_slurm_and_cuda_visible_devices():
     assert default_gpu_selector({}) == "all"
     assert default_gpu_selector({"LOCAL_RANK": "3"}) == "local"
@@ -416,34 +344,6 @@ def test_defaults_under_torchrun_slurm_and_cuda_visible_devices():
     assert rank_output_path("run.jsonl", None) == Path("run.jsonl")
 
 
-def _idle_start_window(t0: float, t1: float) -> Window:
-    # a command's start on a real GPU: idle (GpuIdle) until its CUDA context exists
-    return _w(t0, t1, sm_mhz_start=345, sm_mhz_mean=1500, sm_mhz_min=345, sm_mhz_max=1980,
-              reasons=0x1, reasons_start=0x1, reasons_end=0x0)  # fmt: skip
-
-
-def test_the_idle_start_of_a_command_is_not_held_against_it_but_a_regions_is():
-    from gpuenv.runner import build_measurements
-    from gpuenv.verdict import GpuFacts
-
-    facts = {0: GpuFacts(max_sm_mhz=1980.0)}
-    run = Region(RUN_NAME, 1, 0.0, 10.0)
-    run.windows = {0: _idle_start_window(0.0, 10.0)}
-    (whole,) = build_measurements(
-        [], run, gpus=[0], facts=facts, policy="reject", stable_clocks=False, wall_at=float
-    )
-    warm = next(f for f in whole.findings if f.kind == "warmup_ramp")
-    assert warm.severity == "info" and "expected: a command starts" in warm.message
-    assert whole.verdict != "rejected"
-    region = Region("first step", 1, 0.0, 1.0)
-    region.windows = {0: _idle_start_window(0.0, 1.0)}
-    whole, step = build_measurements(
-        [region], run, gpus=[0], facts=facts, policy="reject", stable_clocks=False, wall_at=float
-    )
-    assert step.verdict == "rejected"  # a region that began cold measured the warmup
-    assert whole.policy == "annotate"  # with regions, the policy is theirs
-
-
 def test_exit_status_rules():
     def res(code: int, verdict: str) -> RunResult:
         from gpuenv.results import Measurement
@@ -454,32 +354,6 @@ def test_exit_status_rules():
     assert res(0, "rejected").exit_status("annotate") == 0
     assert res(4, "rejected").exit_status("reject") == 4
     assert res(-9, "ok").exit_status("annotate") == 137
-
-
-def test_summary_table_has_a_row_per_region_and_the_findings():
-    from gpuenv.results import Measurement
-    from gpuenv.verdict import Finding
-
-    w = _w(
-        0,
-        2,
-        sm_mhz_mean=1350,
-        sm_mhz_min=1350,
-        sm_mhz_max=1350,
-        power_w_mean=690,
-        energy_j=1380.0,
-        temp_c_start=40,
-        temp_c_max=61,
-        reason_s={"power": 1.25},
-    )
-    f = Finding("power_cap", "info", (0,), "the SW power cap held GPU 0 back", 0)
-    m = Measurement.build("train", [2.0], summary_windows=(w,), findings=(f,), gpus=(0,))
-    text = summary_table([m], header="gpuenv run: x")
-    row = next(line for line in text.splitlines() if line.strip().startswith("train"))
-    for part in ("2.00 s", "1350", "690 W", "1.38 kJ", "40-61", "power cap 1.25 s", "ok"):
-        assert part in row
-    assert "[info] power_cap" in text
-    assert Region("r", 1, 5.0).covered_to == 5.0
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")

@@ -88,16 +88,8 @@ def monitor(
         )
 
     from gpuenv.devices import select_gpus
-    from gpuenv.monitor import (
-        Frame,
-        MonitorModel,
-        SimScenario,
-        ansi,
-        plain,
-        render,
-        run_tui,
-        stream,
-    )
+    from gpuenv.monitor import MonitorModel, SimScenario, stream
+    from gpuenv.monitor_view import Frame, ansi, plain, render, run_tui
 
     backend = open_from_ctx(ctx, readonly=True)  # the monitor never writes
     driver = None

@@ -149,12 +149,22 @@ def sim_env(monkeypatch):
     monkeypatch.setenv("GPUENV_BACKEND", "sim")
 
 
+def plugin_args() -> list[str]:
+    """`-p` the plugin unless the installed package registers it as a pytest11 entry point
+    (loading it twice is an error)."""
+    from importlib.metadata import entry_points
+
+    registered = any(ep.value == "gpuenv.integrations.pytest_plugin"
+                     for ep in entry_points(group="pytest11"))
+    return [] if registered else ["-p", "gpuenv.integrations.pytest_plugin"]
+
+
 def test_plugin_adds_extra_info_in_a_real_pytest_run(pytester, sim_env, tmp_path):
     pytest.importorskip("pytest_benchmark")
     pytester.makepyfile(INNER_TEST)
     out_json = tmp_path / "bench.json"
     result = pytester.runpytest_subprocess(
-        "-p", "gpuenv.integrations.pytest_plugin", "--gpuenv", "--benchmark-max-time=0.05",
+        *plugin_args(), "--gpuenv", "--benchmark-max-time=0.05",
         "--benchmark-min-rounds=5", f"--benchmark-json={out_json}", "-p", "no:cacheprovider",
     )
     result.assert_outcomes(passed=2)
@@ -169,10 +179,9 @@ def test_plugin_adds_extra_info_in_a_real_pytest_run(pytester, sim_env, tmp_path
 def test_plugin_is_inert_without_the_flag_or_without_pytest_benchmark(pytester, sim_env):
     pytester.makepyfile("def test_plain():\n    assert True\n")
     with pytest.warns(UserWarning, match="pytest-benchmark is not installed"):
-        result = pytester.runpytest_inprocess("-p", "gpuenv.integrations.pytest_plugin",
-                                              "-p", "no:benchmark", "--gpuenv")
+        result = pytester.runpytest_inprocess(*plugin_args(), "-p", "no:benchmark", "--gpuenv")
     result.assert_outcomes(passed=1)
-    result = pytester.runpytest_inprocess("-p", "gpuenv.integrations.pytest_plugin")
+    result = pytester.runpytest_inprocess(*plugin_args())
     result.assert_outcomes(passed=1)
 
 

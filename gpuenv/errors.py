@@ -84,7 +84,13 @@ class BackendError(GpuenvError):
 class NvmlUnavailable(BackendError):
     """NVML could not be loaded or initialised (no driver, no GPU, container without it)."""
 
-    def __init__(self, message: str = "NVML is not available", *, hint: str | None = None, code: int | None = None):
+    def __init__(
+        self,
+        message: str = "NVML is not available",
+        *,
+        hint: str | None = None,
+        code: int | None = None,
+    ):
         super().__init__(
             message,
             code=code,
@@ -101,7 +107,15 @@ class NotSupported(BackendError):
 class PermissionDenied(BackendError):
     """The operation needs privileges this process does not have."""
 
-    def __init__(self, message: str, *, op: str | None = None, gpu: int | str | None = None, hint: str | None = None, code: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        op: str | None = None,
+        gpu: int | str | None = None,
+        hint: str | None = None,
+        code: int | None = None,
+    ):
         super().__init__(
             message,
             op=op,
@@ -146,5 +160,6 @@ class LockConflict(GpuenvError):
         super().__init__(
             f"clocks are locked by {owner}",
             gpu=gpu,
-            hint=hint or "wait for it to finish, ask for the same state to share it, or use --force",
+            hint=hint
+            or "wait for it to finish, ask for the same state to share it, or use --force",
         )

@@ -108,8 +108,11 @@ class VirtualClock:
             finally:
                 self._advancing = False
 
-    def call_every(self, period: float, fn: Callable[[], None], *, first_in: float | None = None) -> Timer:
-        """Run `fn` every `period` seconds of virtual time, first after `first_in` (default: period)."""
+    def call_every(
+        self, period: float, fn: Callable[[], None], *, first_in: float | None = None
+    ) -> Timer:
+        """Run `fn` every `period` seconds of virtual time, first after `first_in` (default:
+        one period)."""
         if period <= 0:
             raise ValueError("period must be positive")
         timer = _VirtualTimer(self, period, fn)

@@ -99,7 +99,8 @@ class ClockLimits:
     default_app_mem_mhz: int | None
     base_sm_mhz: int | None  # the TDP/base clock (nvidia-smi base-clocks); None if unknown
     supported_mem_mhz: tuple[int, ...]  # descending
-    supported_sm_mhz: dict[int, tuple[int, ...]] = field(default_factory=dict)  # per memory clock, descending
+    # per memory clock, descending
+    supported_sm_mhz: dict[int, tuple[int, ...]] = field(default_factory=dict)
     locked_clocks_supported: bool = True  # Volta+: nvmlDeviceSetGpuLockedClocks
     locked_mem_supported: bool = False  # Ampere+, but not applied at once on Hopper
 
@@ -283,7 +284,9 @@ def env_readonly() -> bool:
     raise ConfigError(f"GPUENV_READONLY={value!r} is not understood", hint="use 1 or 0")
 
 
-def open_backend(kind: str | None = None, *, readonly: bool | None = None, dry_run: bool = False) -> Backend:
+def open_backend(
+    kind: str | None = None, *, readonly: bool | None = None, dry_run: bool = False
+) -> Backend:
     """Open the GPU backend.
 
     `kind`: "nvml", "sim", or None to read GPUENV_BACKEND (default "nvml").
@@ -308,9 +311,9 @@ def open_backend(kind: str | None = None, *, readonly: bool | None = None, dry_r
             hint="use 'nvml' for the real GPU or 'sim' for the simulated one",
         )
     if dry_run:
-        return ReadOnlyBackend(backend, reason="--dry-run")  # type: ignore[return-value]
+        return ReadOnlyBackend(backend, reason="--dry-run")
     if readonly or ro_env:
-        return ReadOnlyBackend(backend, reason="GPUENV_READONLY=1" if ro_env else "read-only")  # type: ignore[return-value]
+        return ReadOnlyBackend(backend, reason="GPUENV_READONLY=1" if ro_env else "read-only")
     return backend
 
 

@@ -19,7 +19,8 @@ def open_from_ctx(ctx: click.Context, *, readonly: bool | None = None):
     from gpuenv.backend import open_backend
 
     obj = ctx.find_root().obj or {}
-    return open_backend(obj.get("backend_kind"), readonly=readonly, dry_run=bool(obj.get("dry_run")))
+    dry_run = bool(obj.get("dry_run"))
+    return open_backend(obj.get("backend_kind"), readonly=readonly, dry_run=dry_run)
 
 
 def is_dry_run(ctx: click.Context) -> bool:

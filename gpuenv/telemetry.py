@@ -35,21 +35,28 @@ DRIVER_REFRESH_S = 0.1
 # never polling without sleeping matters more: a no-sleep poller made a launch-bound loop
 # 3.8x slower through the GIL. At ~2 us a read, one tick costs ~15 us per GPU.
 DEFAULT_PERIOD_S = 0.025
-# The slow counters (energy ~3 ms a read, time under each reason ~0.1-0.2 ms) refresh
-# about every 100 ms too: read them at most that often, plus at region edges.
+# The time under each reason (a 0.1-0.2 ms field batch) refreshes about every 100 ms:
+# read it that often, plus at region edges, so reason times are exact at the edges.
 DEFAULT_SLOW_PERIOD_S = 0.1
+# The energy counter costs ~3 ms of driver time and ~4 ms of CPU a read on the lent H100:
+# read every 100 ms it made a launch-bound loop 1-2% slower (docs/benchmarks.md). So it is
+# read once a second and never at edges: a region's energy is the counter's delta between
+# the first and last reads inside it, plus the stretches from its edges to those reads
+# from the power samples (see `_counter_energy_j`).
+DEFAULT_ENERGY_PERIOD_S = 1.0
 # Which processes use the GPU (10-100 us a read; milliseconds on some systems): twice per
 # driver period, so another process present for one period is always seen.
 DEFAULT_PROCESS_PERIOD_S = 0.05
 DEFAULT_CAPACITY = 32768  # samples per GPU in the ring buffer: 13.6 minutes at 25 ms
 # The energy counter moves in ~100 ms steps, so the delta over a region is exact only to
-# about one step at each edge: below 10 steps (10% or worse) the value is marked estimated.
+# about one step at each edge: below 10 steps (10% or worse) the power samples give the
+# energy, and it is marked estimated. So is a region with fewer than two counter reads.
 ENERGY_EXACT_MIN_S = 1.0
 # Counter reads a window looks at before its start: energy and reason counters interpolate
 # between reads, and the read in force at the start can be a few refreshes old.
 SLOW_LOOKBACK_S = 1.0
 # At most one edge read per this interval in real time: a loop of tiny regions marks
-# thousands of edges a second, and each slow read costs ~3 ms of driver time.
+# thousands of edges a second, and each edge read is a field batch (and at times energy).
 EDGE_MIN_INTERVAL_S = 0.02
 # How long window() waits, in real time, for the sampler's read at the region's end edge.
 EDGE_WAIT_S = 0.5
@@ -125,11 +132,12 @@ class Window:
 
     Clock and power means are time-weighted: each sample holds until the next
     one. Values are None where no sample covered the region. `energy_j` comes
-    from the energy counter's delta (interpolated between the reads where it
-    changed). The driver refreshes it every ~100 ms, so for regions shorter than
-    ENERGY_EXACT_MIN_S (10 refreshes) it is instead the time-weighted power
-    (instantaneous where the GPU reports it) times the duration, and
-    `energy_interpolated` marks it as an estimate. `reason_s` is the time spent under
+    from the energy counter (read once a second): its delta between the first and
+    last reads inside the region, plus the stretches from the edges to those reads
+    from the power samples. For regions shorter than ENERGY_EXACT_MIN_S (10 driver
+    refreshes of the counter) or with fewer than two reads inside, it is instead
+    the time-weighted power (instantaneous where the GPU reports it) times the
+    duration, and `energy_interpolated` marks it as an estimate. `reason_s` is the time spent under
     each cumulative reason counter (REASON_COUNTERS names), interpolated between
     counter reads: exact to the read times, which region edges trigger.
     """
@@ -253,9 +261,10 @@ class Sampler:
     """Samples NVML telemetry of `gpus` in the background, into a bounded ring buffer.
 
     Real time: a small thread wakes every `period` (Event.wait: it never busy-polls)
-    and reads the cheap values of every GPU; it reads the slow counters every
-    `slow_period`, the GPU's processes every `process_period`, and both when
-    `mark()` asks for an edge read. Virtual time (a clock with
+    and reads the cheap values of every GPU; it reads the reason counters every
+    `slow_period`, the energy counter every `energy_period`, the GPU's processes
+    every `process_period`, and the reason counters and processes when `mark()` asks
+    for an edge read. Virtual time (a clock with
     `virtual = True`, as in tests): ticks are `clock.call_every` callbacks and edge reads
     happen synchronously in `mark()`, so results are deterministic.
 
@@ -276,6 +285,7 @@ class Sampler:
         period: float | None = None,
         slow_period: float = DEFAULT_SLOW_PERIOD_S,
         process_period: float = DEFAULT_PROCESS_PERIOD_S,
+        energy_period: float = DEFAULT_ENERGY_PERIOD_S,
         clock: Clock | None = None,
         capacity: int = DEFAULT_CAPACITY,
         own_pids: Iterable[int] | None = None,
@@ -286,9 +296,10 @@ class Sampler:
         if not gpus:
             raise ConfigError("the sampler needs at least one GPU", hint="pass gpus=[0] or more")
         period = DEFAULT_PERIOD_S if period is None else float(period)
-        if not period > 0 or not slow_period > 0 or not process_period > 0:
+        if not min(period, slow_period, process_period, energy_period) > 0:
             raise ConfigError(
-                f"sampling periods must be positive (period={period}, slow_period={slow_period})",
+                f"sampling periods must be positive (period={period}, slow_period="
+                f"{slow_period}, process_period={process_period}, energy_period={energy_period})",
                 hint=f"the default period is {DEFAULT_PERIOD_S} s",
             )
         if capacity < 16:
@@ -298,6 +309,7 @@ class Sampler:
         self.period = period
         self.slow_period = float(slow_period)
         self.process_period = float(process_period)
+        self.energy_period = float(energy_period)
         self.clock: Clock = clock or getattr(backend, "clock", None) or REAL_CLOCK
         self.capacity = capacity
         self.own_pids = set(own_pids) if own_pids is not None else {os.getpid()}
@@ -318,6 +330,7 @@ class Sampler:
         self._edge_done = 0
         self._next_slow_t = float("-inf")
         self._next_proc_t = float("-inf")
+        self._next_energy_t = float("-inf")
         self._thread: threading.Thread | None = None
         self._timer: Timer | None = None
 
@@ -536,18 +549,21 @@ class Sampler:
         procs = self.watch_processes and t >= self._next_proc_t - 1e-9
         if procs:
             self._next_proc_t = _next_on_grid(self._next_proc_t, self.process_period, t)
-        if edge or counters or procs:
-            self._read_slow(edge, counters=edge or counters, procs=self.watch_processes and
-                            (edge or procs))
+        energy = t >= self._next_energy_t - 1e-9
+        if energy:
+            self._next_energy_t = _next_on_grid(self._next_energy_t, self.energy_period, t)
+        if edge or counters or procs or energy:
+            self._read_slow(edge, counters=edge or counters or energy, energy=energy,
+                            procs=self.watch_processes and (edge or procs))
 
-    def _read_slow(self, edge: bool, *, counters: bool, procs: bool) -> None:
+    def _read_slow(self, edge: bool, *, counters: bool, energy: bool, procs: bool) -> None:
         for g in self.gpus:
             skip = self._unsupported[g]
             t = self.clock.now()
             r = None
             if counters and "read_slow" not in skip:
                 try:
-                    r = self.backend.read_slow(g)
+                    r = self.backend.read_slow(g, energy=energy)
                 except NotSupported as err:
                     skip.add("read_slow")
                     log.info("GPU %s: slow counters unavailable (%s); no energy or reason times",
@@ -669,13 +685,46 @@ def summarize(
         values["lock_range_mhz"] = (int(lock_range[0]), int(lock_range[1]))
 
     values.update(_from_counters(slow, t0, t1, own_pids, lag_s))
-    short = (t1 - t0) < ENERGY_EXACT_MIN_S
-    if values.get("power_w_mean") is not None and (short or values.get("energy_j") is None):
-        # within a few counter steps, the power samples (instantaneous where the GPU
-        # gives it) place the energy better than a counter that moves every ~100 ms
+    counted = _counter_energy_j(slow, fast, times, t0, t1)
+    if counted is not None and t1 - t0 >= ENERGY_EXACT_MIN_S:
+        values["energy_j"] = counted
+    elif values.get("power_w_mean") is not None:
+        # within a few counter steps, or with fewer than two counter reads inside, the
+        # power samples (instantaneous where the GPU gives it) place the energy better
+        # than a counter that moves every ~100 ms and is read once a second
         values["energy_j"] = values["power_w_mean"] * (t1 - t0)
         values["energy_interpolated"] = True
+    elif "energy_j" in values:  # no power samples: the counter interpolated across reads
+        values["energy_interpolated"] = True
     return Window(gpu=gpu, t0=t0, t1=t1, n_samples=len(inside), gap=gap, **values)
+
+
+def _counter_energy_j(
+    slow: Sequence[SlowSample], fast: Sequence[Sample], times: Sequence[float], t0: float,
+    t1: float,
+) -> float | None:
+    """Energy (J) over [t0, t1]: the counter's delta between the first and the last read
+    inside the region that show a new value, plus the energy of the stretches from t0 to
+    the first and from the last to t1, from the power samples (time-weighted). None with
+    fewer than two such reads, or without power samples for a stretch."""
+    changes: list[tuple[float, float]] = []
+    for s in slow:
+        if s.energy_mj is not None and (not changes or s.energy_mj != changes[-1][1]):
+            changes.append((s.t, float(s.energy_mj)))
+    inside = [c for c in changes if t0 <= c[0] <= t1]
+    if len(inside) < 2:
+        return None
+    (ta, ea), (tb, eb) = inside[0], inside[-1]
+    fill = 0.0
+    for a, b in ((t0, ta), (tb, t1)):
+        if b <= a:
+            continue
+        i0, i1 = bisect.bisect_right(times, a), bisect.bisect_right(times, b)
+        held = ([fast[i0 - 1]] if i0 > 0 else []) + list(fast[i0:i1])
+        if not held:
+            return None
+        fill += _weighted([_power(s) for s in held], _hold_weights(held, a, b)) * (b - a)
+    return max(0.0, eb - ea) / 1000.0 + fill
 
 
 def _power(s: Sample) -> float:

@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
 """What the telemetry sampler costs a launch-bound loop, side by side in one run.
 
-20,000 tiny kernel launches (torch add on a 1k-element tensor, then one
-synchronize), with and without gpuenv's Sampler running at its default
-settings, in interleaved pairs (the order alternates, so drift in the machine
-hits both sides alike). Also: the sampler thread's own CPU time, and what
-`mark()` (a region edge on the caller's thread) costs.
+A launch-bound loop (torch.add on a 1k-element tensor, `--launches` times, then
+one synchronize) is timed with no sampler and with the Sampler in a few
+configurations. A launch-bound loop is the worst case: the loop holds Python's
+GIL almost all the time, and every NVML call the sampler makes hands the GIL
+over and back.
+
+The loop alone varies by tens of percent from run to run on a VM, so a 1% effect
+needs many runs: each round runs every variant once, in an order that rotates
+from round to round, and the slowdown of a variant is the median over rounds of
+its time divided by the no-sampler time of the same round, with a bootstrap 95%
+interval of that median. Also: the sampler thread's own CPU time, what one read
+of each kind costs (wall and CPU), and what `mark()` costs on the caller's thread.
 
 Read-only: run with GPUENV_READONLY=1 on a shared GPU; nothing is written.
-Needs torch with CUDA. Prints a markdown table. Goal: < 1% slower.
+Needs torch with CUDA. Prints markdown tables. Goal: < 1% slower at the defaults.
 
-    GPUENV_READONLY=1 python scripts/bench_sampler_overhead.py [--pairs 10] [--launches 20000]
+    GPUENV_READONLY=1 python scripts/bench_sampler_overhead.py [--rounds 30] [--launches 20000]
 """
 
 from __future__ import annotations
@@ -19,21 +26,64 @@ import argparse
 import datetime
 import os
 import platform
+import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpuenv.backend import open_backend
 from gpuenv.devices import select_gpus
-from gpuenv.telemetry import DEFAULT_PERIOD_S, DEFAULT_SLOW_PERIOD_S, Sampler
+from gpuenv.telemetry import (
+    DEFAULT_PERIOD_S,
+    DEFAULT_PROCESS_PERIOD_S,
+    DEFAULT_SLOW_PERIOD_S,
+    Sampler,
+)
+
+NEVER = 1e9  # a period so long that the read never comes round again
+
+# name -> Sampler keyword arguments (None: no sampler)
+VARIANTS: dict[str, dict[str, Any] | None] = {
+    "no sampler": None,
+    "defaults": {},
+    "cheap reads only, default period": {"slow_period": NEVER, "watch_processes": False},
+    "period 100 ms (the driver's refresh)": {
+        "period": 0.1, "slow_period": 0.1, "process_period": 0.1,
+    },
+}
+
+
+def bootstrap_median_ci(
+    values: list[float], reps: int = 2000, seed: int = 1
+) -> tuple[float, float]:
+    rng = random.Random(seed)
+    meds = sorted(
+        statistics.median(rng.choice(values) for _ in values) for _ in range(reps)
+    )
+    return meds[int(0.025 * reps)], meds[int(0.975 * reps) - 1]
+
+
+def call_cost(fn: Callable[[], Any], n: int) -> tuple[float, float, float]:
+    """p50 and p99 wall time and mean CPU time of one call, in microseconds."""
+    walls = []
+    cpu0 = time.thread_time()
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        walls.append(time.perf_counter() - t)
+    cpu = (time.thread_time() - cpu0) / n
+    walls.sort()
+    return walls[n // 2] * 1e6, walls[min(n - 1, int(0.99 * n))] * 1e6, cpu * 1e6
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pairs", type=int, default=10, help="interleaved with/without pairs")
+    ap.add_argument("--rounds", type=int, default=30, help="rounds of every variant")
     ap.add_argument("--launches", type=int, default=20_000)
     args = ap.parse_args()
 
@@ -58,28 +108,33 @@ def main() -> int:
     for _ in range(3):  # warm up: context, kernels, clocks
         loop()
 
-    without: list[float] = []
-    with_s: list[float] = []
-    cpu_s: list[float] = []
-    awake_s: list[float] = []  # wall time the sampler ran
-    ticks: list[int] = []
-    for i in range(args.pairs):
-        for run_with in ((False, True) if i % 2 == 0 else (True, False)):
-            if not run_with:
-                without.append(loop())
+    names = list(VARIANTS)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    cpu_frac: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            kwargs = VARIANTS[name]
+            if kwargs is None:
+                times[name].append(loop())
                 continue
-            sampler = Sampler(backend, gpus)
-            started = time.perf_counter()
+            sampler = Sampler(backend, gpus, **kwargs)
             sampler.start()
             time.sleep(0.05)  # the thread is up and ticking, as in a session
-            t = loop()
+            cpu0, t0 = sampler.cpu_time_s, time.perf_counter()
+            times[name].append(loop())
+            cpu_frac[name].append((sampler.cpu_time_s - cpu0) / (time.perf_counter() - t0))
             sampler.stop()
-            awake_s.append(time.perf_counter() - started)
-            with_s.append(t)
-            cpu_s.append(sampler.cpu_time_s)
-            ticks.append(sampler.ticks)
 
-    # the cost of a region edge on the caller's thread, with the sampler running
+    # the cost of each read, on this thread (no loop running)
+    g = gpus[0]
+    costs = [
+        ("read_fast (clocks, power, temperature, reasons)", lambda: backend.read_fast(g), 2000),
+        ("read_slow (energy, reason counters, memory temperature)",
+         lambda: backend.read_slow(g), 200),
+        ("processes (compute and graphics)", lambda: backend.processes(g), 500),
+    ]
+    cost_rows = [(label, *call_cost(fn, n)) for label, fn, n in costs]
     sampler = Sampler(backend, gpus)
     sampler.start()
     n_marks = 100_000
@@ -91,29 +146,36 @@ def main() -> int:
     sampler.stop()
     backend.close()
 
-    ratios = [w / o for w, o in zip(with_s, without, strict=True)]
-    med_with, med_without = statistics.median(with_s), statistics.median(without)
-    name = torch.cuda.get_device_name(0)
+    base = times["no sampler"]
     day = datetime.datetime.now().astimezone()
-    print(f"Sampler overhead on {name}, torch {torch.__version__}, {platform.node()}, "
-          f"{day:%Y-%m-%d}; {args.launches} launches of torch.add on 1,024 floats per run, "
-          f"{args.pairs} interleaved pairs; sampler defaults (period {DEFAULT_PERIOD_S * 1e3:.0f} "
-          f"ms, counters every {DEFAULT_SLOW_PERIOD_S * 1e3:.0f} ms); "
+    print(f"Sampler overhead on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
+          f"{platform.node()} ({os.cpu_count()} CPUs), {day:%Y-%m-%d %H:%M %Z}; "
+          f"{args.launches} launches of torch.add on 1,024 floats per run, {args.rounds} rounds; "
+          f"defaults: period {DEFAULT_PERIOD_S * 1e3:.0f} ms, counters every "
+          f"{DEFAULT_SLOW_PERIOD_S * 1e3:.0f} ms, processes every "
+          f"{DEFAULT_PROCESS_PERIOD_S * 1e3:.0f} ms; "
           f"GPUENV_READONLY={os.environ.get('GPUENV_READONLY', '')!r}.\n")
-    print("| pair | without sampler (s) | with sampler (s) | ratio | sampler CPU (ms) | ticks |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-    for i, (o, w, c, k) in enumerate(zip(without, with_s, cpu_s, ticks, strict=True)):
-        print(f"| {i} | {o:.4f} | {w:.4f} | {w / o:.4f} | {c * 1e3:.1f} | {k} |")
-    cpu_frac = sum(cpu_s) / sum(awake_s)
-    print(f"| median | {med_without:.4f} | {med_with:.4f} | {statistics.median(ratios):.4f} | "
-          f"{statistics.median(cpu_s) * 1e3:.1f} | {int(statistics.median(ticks))} |")
-    print()
-    print(f"- slowdown with the sampler: median ratio {statistics.median(ratios):.4f} "
-          f"({100 * (statistics.median(ratios) - 1):+.2f}%; goal < 1%), "
-          f"min {min(ratios):.4f}, max {max(ratios):.4f}")
-    print(f"- sampler thread CPU: {100 * cpu_frac:.2f}% of one core while sampling "
-          f"(time.thread_time in the thread)")
-    print(f"- sampler.mark() on the caller's thread: {mark_us:.2f} us per call")
+    print("| sampler | loop median (s) | slowdown: median of per-round ratios | 95% CI | "
+          "sampler thread CPU (% of a core) |")
+    print("| --- | ---: | ---: | --- | ---: |")
+    for name in names:
+        t = times[name]
+        if VARIANTS[name] is None:
+            print(f"| {name} | {statistics.median(t):.4f} | - | - | - |")
+            continue
+        ratios = [a / b for a, b in zip(t, base, strict=True)]
+        lo, hi = bootstrap_median_ci(ratios)
+        print(f"| {name} | {statistics.median(t):.4f} | "
+              f"{100 * (statistics.median(ratios) - 1):+.2f}% | "
+              f"{100 * (lo - 1):+.2f}% to {100 * (hi - 1):+.2f}% | "
+              f"{100 * statistics.median(cpu_frac[name]):.2f} |")
+    spread = (max(base) - min(base)) / statistics.median(base)
+    print(f"\nThe no-sampler loop itself ranged over {100 * spread:.0f}% of its median.\n")
+    print("| one read (this thread, no loop running) | p50 us | p99 us | CPU us |")
+    print("| --- | ---: | ---: | ---: |")
+    for label, p50, p99, cpu in cost_rows:
+        print(f"| {label} | {p50:.1f} | {p99:.1f} | {cpu:.1f} |")
+    print(f"| sampler.mark() on the caller's thread | {mark_us:.2f} | | |")
     return 0
 
 

@@ -13,6 +13,7 @@ from gpuenv.backend import REASON_GPU_IDLE, REASON_SW_POWER_CAP
 from gpuenv.backend.sim import SimBackend
 from gpuenv.errors import ConfigError
 from gpuenv.telemetry import (
+    DEFAULT_ENERGY_PERIOD_S,
     DEFAULT_PERIOD_S,
     DEFAULT_PROCESS_PERIOD_S,
     DEFAULT_SLOW_PERIOD_S,
@@ -152,9 +153,12 @@ def test_sampler_ticks_at_its_period_and_reads_counters_at_most_every_slow_perio
     with Sampler(sim, [0]) as sampler:
         sim.idle(1.0)
     fast = sampler.samples()
-    counters = [s for s in sampler.slow_samples() if s.energy_mj is not None]
+    counters = [s for s in sampler.slow_samples() if s.reason_ns]
+    energy = [s for s in sampler.slow_samples() if s.energy_mj is not None]
     assert len(fast) == pytest.approx(1 + 1.0 / DEFAULT_PERIOD_S, abs=1)
     assert len(counters) == pytest.approx(1 + 1.0 / DEFAULT_SLOW_PERIOD_S, abs=1)
+    # the energy counter costs ~3 ms a read: once a second, not with every counter read
+    assert len(energy) == pytest.approx(1 + 1.0 / DEFAULT_ENERGY_PERIOD_S, abs=1)
     # the process list is read twice per driver period, the counters once
     assert len(sampler.slow_samples()) == pytest.approx(1 + 1.0 / DEFAULT_PROCESS_PERIOD_S, abs=1)
     assert all(b.t - a.t == pytest.approx(DEFAULT_PERIOD_S) for a, b in itertools.pairwise(fast))
@@ -166,7 +170,7 @@ def test_edge_reads_do_not_delay_the_periodic_counter_reads():
         for _ in range(20):
             sim.idle(0.037)
             sampler.mark()
-    periodic = [s.t for s in sampler.slow_samples() if not s.edge and s.energy_mj is not None]
+    periodic = [s.t for s in sampler.slow_samples() if not s.edge and s.reason_ns]
     assert max(b - a for a, b in itertools.pairwise(periodic)) <= DEFAULT_SLOW_PERIOD_S + 1e-6
 
 
@@ -177,6 +181,40 @@ def test_mark_reads_the_counters_at_the_edge_on_virtual_time():
         t = sampler.mark()
         edges = [s for s in sampler.slow_samples() if s.edge]
     assert edges[-1].t == t
+
+
+def test_a_train_of_tiny_regions_does_not_read_the_energy_counter_at_its_edges():
+    # each energy read costs ~3 ms of driver time: edges a few ms apart must not each pay it
+    sim = make_sim()
+    with Sampler(sim, [0]) as sampler:
+        sim.open_context(0)
+        for _ in range(200):  # 1.7 s of 5 ms regions: 400 edges
+            sampler.mark()
+            sim.run_work(0, 0.005 * H100_CYCLES_PER_S * 0.3)
+            sim.idle(0.0035)
+            sampler.mark()
+    energy = [s for s in sampler.slow_samples() if s.energy_mj is not None]
+    edges = [s for s in sampler.slow_samples() if s.edge]
+    assert len(edges) > 300 and all(s.reason_ns for s in edges)  # reason times stay exact
+    assert 2 <= len(energy) <= 2 + 1.7 / DEFAULT_ENERGY_PERIOD_S
+
+
+def test_energy_of_a_long_region_matches_the_truth_across_a_power_step():
+    # reads once a second; the region starts 0.3 s after one, at the step from idle to load
+    sim = make_sim()
+    with Sampler(sim, [0]) as sampler:
+        sim.open_context(0)
+        sim.idle(0.3)
+        t0 = sampler.mark()
+        e0 = sim.truth(0).energy_mj
+        while sim.clock.now() < t0 + 2.3:
+            sim.run_work(0, 0.1 * H100_CYCLES_PER_S * 0.5)
+        t1 = sampler.mark()
+        e1 = sim.truth(0).energy_mj
+        sim.idle(0.5)
+    w = sampler.window(t0, t1)
+    assert not w.energy_interpolated
+    assert w.energy_j == pytest.approx((e1 - e0) / 1e3, rel=0.02)
 
 
 def test_sampler_stops_ticking_after_stop():
@@ -305,9 +343,9 @@ class _ThreadRecorder:
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
 
-    def read_slow(self, index: int):
+    def read_slow(self, index: int, *, energy: bool = True):
         self.slow_threads.add(threading.get_ident())
-        return self.inner.read_slow(index)
+        return self.inner.read_slow(index, energy=energy)
 
 
 def test_real_time_sampler_reads_slow_counters_off_the_callers_thread():

@@ -8,8 +8,10 @@ keys anything persistent by UUID.
 Reads come in three costs (GPU_FACTS.md):
   - `read_fast`: SM/memory clock, power, temperature, reasons: ~2 us a value on an
     H100; safe on the sampler's every tick.
-  - `read_slow`: energy counter (~3 ms) and time under each clock-event reason
-    (~0.1-0.2 ms): at region edges and every ~100 ms at most, off the caller's thread.
+  - `read_slow`: time under each clock-event reason (~0.1-0.2 ms) at region edges and
+    every ~100 ms at most, off the caller's thread; with `energy=True` (the default)
+    also the energy counter, which costs ~3 ms of driver time (and ~4 ms of CPU on
+    the lent H100): the sampler asks for it once a second and at spaced edges.
   - everything else (static facts, processes): status, doctor, planning.
 
 Writes raise `PermissionDenied` without root, `NotSupported` where the GPU cannot,
@@ -187,7 +189,10 @@ class Backend(Protocol):
 
     # -- telemetry ----------------------------------------------------------------
     def read_fast(self, index: int) -> FastReading: ...
-    def read_slow(self, index: int) -> SlowReading: ...
+    def read_slow(self, index: int, *, energy: bool = True) -> SlowReading:
+        """Cumulative counters. `energy=False` skips the ~3 ms energy counter
+        (`energy_mj` is None then)."""
+        ...
 
     # -- writes (root) ------------------------------------------------------------
     def set_locked_sm_clocks(self, index: int, min_mhz: int, max_mhz: int) -> None:

@@ -585,13 +585,14 @@ class SimBackend:
                 driver_ts_us=self._driver_ts_us(g.r_ts_ns),
             )
 
-    def read_slow(self, index: int) -> SlowReading:
-        """Energy (mJ) and time under each reason (ns), as of the last driver update."""
+    def read_slow(self, index: int, *, energy: bool = True) -> SlowReading:
+        """Energy (mJ; None with energy=False) and time under each reason (ns), as of the
+        last driver update."""
         with self._lock:
             g = self._get(index, "read_slow")
             off = self.profile.mem_temp_offset_c
             return SlowReading(
-                energy_mj=g.r_energy_mj,
+                energy_mj=g.r_energy_mj if energy else None,
                 reason_ns=dict(g.r_reason_ns),
                 mem_temp_c=float(g.r_temp + round(off)) if off is not None else None,
                 driver_ts_us=self._driver_ts_us(g.r_ts_ns),

@@ -7,7 +7,7 @@ What a rep is (mode="events", the default), on the current CUDA stream:
 
     flush L2 (write 2x the device's L2), synchronize       -- outside the timed window
     _sleep(short)     keeps the GPU busy while the rest is enqueued, so launch latency
-                      never lands between the events
+                      never lands between the events (checked each rep: see _rep)
     e0, _sleep(probe cycles), e_start, fn(), e_end, synchronize
     time = e_start->e_end; effective SM clock = probe cycles / (e0->e_start)
 
@@ -38,6 +38,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -76,6 +77,8 @@ PROFILER_BATCH = 10  # profiled reps per torch.profiler session
 PROFILER_MAX_REPS = 200
 CLOCK_PROBE_S = 0.005  # GPU time of the before/after effective-clock probe
 REP_PROBE_CYCLES = 100_000  # ~50 us at 2 GHz: the per-rep clock probe and launch cover
+PROBE_MAX_S = 2e-3  # past this much spin, fn is host-bound: its launch gaps are its time
+COVER_ATTEMPTS = 4  # a rep whose launch the spin did not cover is redone with 2x the spin
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,8 @@ class CudaEvents:
             self._flush_buf = torch.empty(size // 4, dtype=torch.int32, device=self.device)
         self.rep_probe_cycles = int(rep_probe_cycles) if saturate else 0
         self._cover_cycles = 60_000  # ~30 us at 2 GHz: covers enqueueing e0 and the probe
+        self._probe_cap_cycles = int(PROBE_MAX_S * 2000e6)
+        self.uncovered_reps = 0  # reps redone because fn's launch outlasted the spin
         self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
 
     # what each rep enqueues before fn; fn's own launch must finish before the probe does
@@ -276,8 +281,6 @@ class CudaEvents:
             self._size_probe(fn)
 
     def _size_probe(self, fn: Callable[[], Any]) -> None:
-        import time
-
         samples = []
         for _ in range(3):
             self._lead_in()
@@ -288,7 +291,8 @@ class CudaEvents:
         mhz = self.probe_clock_mhz() or 2000.0
         need = int(2 * stats.median(samples) * mhz * 1e6)
         # beyond ~2 ms of spin fn is host-bound: its launch gaps are part of its time
-        self.rep_probe_cycles = max(REP_PROBE_CYCLES, min(need, int(2e-3 * mhz * 1e6)))
+        self._probe_cap_cycles = int(PROBE_MAX_S * mhz * 1e6)
+        self.rep_probe_cycles = max(REP_PROBE_CYCLES, min(need, self._probe_cap_cycles))
 
     def _call(self, fn: Callable[[], Any]) -> None:
         fn()
@@ -301,21 +305,35 @@ class CudaEvents:
             return self._rep(fn)
 
     def _rep(self, fn: Callable[[], Any]) -> Rep:
+        # The spin must outlast the host's enqueueing of fn, or the GPU idles between
+        # e1 and fn's first kernel and launch latency lands in the rep. Checked, not
+        # assumed: the spin began on the GPU no earlier than the host enqueued it (h0),
+        # so if the host was done with fn (h1) within the spin's measured length, fn was
+        # queued before the spin ended. A slower host (a profiler's callbacks, another
+        # thread holding the GIL) makes the rep run again with twice the spin.
         e0, e1, e2 = self._events
-        self._lead_in()
-        t0 = self.clock.now()
-        if self.rep_probe_cycles:
-            e0.record()
-            self.torch.cuda._sleep(self.rep_probe_cycles)
-        e1.record()
-        self._call(fn)
-        e2.record()
-        e2.synchronize()
-        t1 = self.clock.now()
-        mhz = None
-        if self.rep_probe_cycles:
+        for _ in range(COVER_ATTEMPTS):
+            self._lead_in()
+            t0 = self.clock.now()
+            h0 = time.perf_counter()
+            if self.rep_probe_cycles:
+                e0.record()
+                h0 = time.perf_counter()
+                self.torch.cuda._sleep(self.rep_probe_cycles)
+            e1.record()
+            self._call(fn)
+            h1 = time.perf_counter()
+            e2.record()
+            e2.synchronize()
+            t1 = self.clock.now()
+            if not self.rep_probe_cycles:
+                return Rep(t0, t1, e1.elapsed_time(e2) / 1e3 / self._per_call(), None)
             spin_s = e0.elapsed_time(e1) / 1e3
             mhz = self.rep_probe_cycles / spin_s / 1e6 if spin_s > 0 else None
+            if h1 - h0 <= spin_s or self.rep_probe_cycles >= self._probe_cap_cycles:
+                break
+            self.uncovered_reps += 1
+            self.rep_probe_cycles = min(2 * self.rep_probe_cycles, self._probe_cap_cycles)
         return Rep(t0, t1, e1.elapsed_time(e2) / 1e3 / self._per_call(), mhz)
 
     def reps(self, fn: Callable[[], Any], n: int) -> list[Rep]:
@@ -369,6 +387,7 @@ class CudaEvents:
             "l2_bytes": self.l2_bytes,
             "saturate": self.saturate,
             "rep_probe_cycles": self.rep_probe_cycles,
+            "uncovered_reps": self.uncovered_reps,
             "device": str(self.device),
             "device_name": self.torch.cuda.get_device_name(self.device),
         }

@@ -77,6 +77,27 @@ def test_graph_mode_shrinks_a_tiny_kernel(backend):
     assert graph.stats.median_s <= 1.05 * events.stats.median_s
 
 
+def test_a_launch_slower_than_the_spin_never_lands_in_the_rep(backend):
+    import time
+
+    x = torch.randn(1 << 20, device="cuda")
+    calls = [0]
+
+    def add(slow_after: int):
+        calls[0] += 1
+        if calls[0] > slow_after:  # host work before the launch, after the spin was sized
+            t = time.perf_counter()
+            while time.perf_counter() - t < 400e-6:
+                pass
+        return x.add_(1.0)
+
+    quick = timing.bench(lambda: add(10**9), backend=backend, warmup=5, reps=50)
+    calls[0] = 0
+    slow = timing.bench(lambda: add(10), backend=backend, warmup=5, reps=50)
+    assert slow.extra["uncovered_reps"] >= 1
+    assert slow.stats.median_s < 1.2 * quick.stats.median_s + 5e-6
+
+
 def test_effective_clock_probe_agrees_with_nvml_at_idle(backend):
     import time
 

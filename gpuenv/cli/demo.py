@@ -1,8 +1,14 @@
-"""`gpuenv demo`: a short, read-only tour of why GPU numbers move.
+"""`gpuenv demo`: a short tour of why GPU numbers move, and what gpuenv does about it.
 
-On a machine with an NVIDIA GPU it reads that GPU (nothing is changed); without
-one, or with --sim / GPUENV_BACKEND=sim, it tells the story on a simulated GPU
-in virtual time. Exit codes: 0 done; 2 an error (bad -i, unknown profile).
+On a machine with an NVIDIA GPU it reads that GPU through a read-only backend
+(no setting is changed, clocks are never locked); with torch and CUDA it also
+measures an 8192x8192 bf16 matmul cold and hot, naively and with gpuenv.
+Without a GPU, or with --sim / GPUENV_BACKEND=sim, it tells the whole story,
+locked clocks included, on a simulated GPU in virtual time.
+
+Exit codes: 0 done (also when it falls back: no torch means telemetry only, no
+GPU means the simulated one); 1 interrupted (Ctrl-C); 2 an error (bad -i, an
+unknown profile, a GPU error during the tour).
 """
 
 from __future__ import annotations
@@ -24,14 +30,25 @@ from gpuenv.errors import NvmlUnavailable
     metavar="NAME",
     help="Simulated GPU for the sim tour: h100 (default), rtx4090, legacy.",
 )
+@click.option(
+    "--load-seconds",
+    type=click.FloatRange(1, 300),
+    default=None,
+    metavar="S",
+    help="Seconds of back-to-back kernels before the hot measurements "
+    "[default: 15 on a real GPU (it runs them), 30 simulated].",
+)
 @click.pass_context
 @handle_errors
-def demo(ctx: click.Context, gpu: str, fast: bool, profile: str | None) -> None:
+def demo(
+    ctx: click.Context, gpu: str, fast: bool, profile: str | None, load_seconds: float | None
+) -> None:
     """Why the same kernel, timed twice, gives two numbers; and what gpuenv does about it.
 
-    Reads the real GPU when there is one (read-only), else tours the simulated GPU.
+    Reads the real GPU when there is one (read-only; with torch it also runs a
+    matmul cold and hot, in under a minute), else tours the simulated GPU.
     """
-    from gpuenv.demo import real_tour, sim_tour
+    from gpuenv.demo import REAL_LOAD_S, SIM_LOAD_S, real_tour, sim_tour
 
     pace = 0.0 if fast else 0.3
     obj = ctx.find_root().obj or {}
@@ -48,10 +65,16 @@ def demo(ctx: click.Context, gpu: str, fast: bool, profile: str | None) -> None:
                 if backend.device_count() > 0:
                     from gpuenv.devices import select_gpus
 
-                    real_tour(backend, select_gpus(backend, gpu), click.echo, pace=pace)
+                    real_tour(
+                        backend,
+                        select_gpus(backend, gpu),
+                        click.echo,
+                        pace=pace,
+                        load_s=load_seconds or REAL_LOAD_S,
+                    )
                     return
                 click.echo("NVML sees no GPU: touring a simulated GPU instead.\n")
             finally:
                 backend.close()
     name = profile or os.environ.get("GPUENV_SIM_PROFILE", "").strip() or "h100"
-    sim_tour(click.echo, pace=pace, profile=name)
+    sim_tour(click.echo, pace=pace, profile=name, seconds=load_seconds or SIM_LOAD_S)

@@ -194,6 +194,7 @@ def _gpuenv(env: Any, fn: Callable[[], Any], condition: str, args: argparse.Name
         "clock_mhz": x.get("rep_clock_mhz_median"),
         "findings": sorted({f.kind for f in m.findings}),
         "precondition_s": x.get("precondition_s"), "steady": x.get("precondition_steady"),
+        "precondition_temp_c": x.get("precondition_temp_c"),
         "burst_rests": x.get("burst_rests"),
     }
     return float(m.stats.median_s), details
@@ -247,7 +248,7 @@ class Runner:
 def schedule(runner: Runner, short_tools: dict[str, Callable], kernels: list[str]) -> None:
     env, args = runner.env, runner.args
     per_phase = len(kernels) * 3.0
-    for r in range(args.repeats):
+    for r in range(args.repeats if "short" in args.parts else 0):
         # cold: one idle, then each tool in turn with a short rest between tools
         need = COLD_IDLE_S + len(short_tools) * (BETWEEN_TOOLS_S + per_phase)
         if runner.left() < need + args.reserve:
@@ -272,6 +273,8 @@ def schedule(runner: Runner, short_tools: dict[str, Callable], kernels: list[str
     # sustained: per kernel, from cold and from hot, in order of falling power: the two
     # matmuls share the 700 W equilibrium; the deadline cuts from the end of the list
     order = [k for k in ("mm8192", "mm2048", "copy1g", "add_tiny") if k in kernels]
+    if "sustained" not in args.parts:
+        order = []
     for k in order:
         for state in ("cold", "hot"):
             prep = COLD_IDLE_S if state == "cold" else HOT_LOAD_S
@@ -360,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="one repeat, at most 45 s of preconditioning")
     p.add_argument("--repeats", type=int, default=2, help="repeats of the short tools")
     p.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated subset")
+    p.add_argument("--parts", default="short,sustained",
+                   help="short (do_bench, Timer, gpuenv burst) and/or sustained: one device "
+                   "call may not fit both once sustained mode waits for a temperature plateau")
     p.add_argument("--deadline", type=float, default=480.0,
                    help="seconds; no new step starts after it (default 480: < 9 min total)")
     p.add_argument("--reserve", type=float, default=5.0, help="seconds kept for the report")
@@ -372,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.repeats, args.precondition = 1, 45.0
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    args.parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    if not args.parts or args.parts - {"short", "sustained"}:
+        p.error("--parts takes short, sustained or both")
     bad = [k for k in kernels if k not in KERNELS]
     if bad:
         p.error(f"unknown kernels {bad}; choose from {', '.join(KERNELS)}")

@@ -72,12 +72,6 @@ PRECONDITION_CHUNK_S = 0.5
 PRECONDITION_WINDOW_S = 10.0
 PRECONDITION_TOL = 0.005  # predicted drift still to come, relative to the time per call
 PRECONDITION_TAU_S = 20.0  # thermal time constant of a data-centre GPU under load
-# The temperature must also have stopped moving, seen directly: the mean of its last
-# PLATEAU_EDGE_S within PLATEAU_MAX_C x (1% / sensitivity) of the mean PLATEAU_S earlier.
-# On the H100 a 2048^3 matmul cooling from a hot start passed the slope test alone with
-# its capped clock 7% below the one it settles at from a cold start.
-PRECONDITION_PLATEAU_S = 20.0
-PRECONDITION_PLATEAU_EDGE_S = 5.0
 DEFAULT_TEMP_SENSITIVITY = 0.01  # relative time change per C when it cannot be fitted
 PROFILER_BATCH = 10  # profiled reps per torch.profiler session
 PROFILER_MAX_REPS = 200
@@ -650,15 +644,11 @@ def precondition(
         cool GPU may be once it is hot): tau_s x the temperature slope over the
         last three windows x the time's sensitivity to temperature (fitted while
         capped, else 1% per C).
-      - plateau: the temperature's mean over the last PRECONDITION_PLATEAU_EDGE_S
-        against its mean PRECONDITION_PLATEAU_S earlier, times the sensitivity
-        (a direct check: the slope of whole-degree readings can look flat while
-        the chip still cools or heats by a degree every few seconds).
-    At least `min_s` (default: the plateau window) runs; `max_s` stops it
-    regardless (`steady` False then).
+    At least `min_s` (default: one window) runs; `max_s` stops it regardless
+    (`steady` False then).
     """
     clock = device.clock
-    min_s = PRECONDITION_PLATEAU_S if min_s is None else min_s
+    min_s = window_s if min_s is None else min_s
     start = clock.now()
     pts: list[tuple[float, float, float | None]] = []  # (chunk end, time per call, temp)
     capped_from: int | None = None  # index of the first chunk under a limiting reason
@@ -724,18 +714,7 @@ def _residual(
         sensitivity = DEFAULT_TEMP_SENSITIVITY  # nothing to fit it from
     else:
         sensitivity = abs(_fit_slope([t for t, _ in since], [v for _, v in since])) / level
-    residual = max(residual, tau_s * abs(temp_slope) * sensitivity)
-    # the plateau: how far the temperature moved over the last PRECONDITION_PLATEAU_S
-    if end - pts[0][0] < PRECONDITION_PLATEAU_S:
-        return residual
-    before = end - PRECONDITION_PLATEAU_S
-    edge = PRECONDITION_PLATEAU_EDGE_S
-    then = [p[2] for p in pts if before - edge <= p[0] <= before and p[2] is not None]
-    now = [p[2] for p in pts if p[0] >= end - edge and p[2] is not None]
-    if not then or not now:
-        return residual
-    moved_c = abs(math.fsum(now) / len(now) - math.fsum(then) / len(then))
-    return max(residual, moved_c * sensitivity)
+    return max(residual, tau_s * abs(temp_slope) * sensitivity)
 
 
 def _fit_slope(xs: Sequence[float], ys: Sequence[float]) -> float:

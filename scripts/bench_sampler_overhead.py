@@ -52,6 +52,7 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "no sampler": None,
     "defaults": {},
     "cheap reads only, default period": {"slow_period": NEVER, "watch_processes": False},
+    "period 50 ms, processes every 100 ms": {"period": 0.05, "process_period": 0.1},
     "period 100 ms (the driver's refresh)": {
         "period": 0.1, "slow_period": 0.1, "process_period": 0.1,
     },
@@ -116,6 +117,7 @@ def main() -> int:
         for name in order:
             kwargs = VARIANTS[name]
             if kwargs is None:
+                time.sleep(0.05)  # the same pause before the loop as the sampler variants
                 times[name].append(loop())
                 continue
             sampler = Sampler(backend, gpus, **kwargs)

@@ -23,7 +23,8 @@ The harness around the device is device-agnostic and runs on the simulated GPU
 in tests (`SimDevice`, `sim_kernel`): warmup until rep times and clocks stop
 trending; optional conditioning (condition="burst": short bursts, each started
 from the GPU's uncapped state; condition="sustained": run fn until clock and
-temperature reach equilibrium, then measure); the stopping rule of
+temperature reach equilibrium, then measure reps of fn back to back, see
+`BackToBack`); the stopping rule of
 `gpuenv.stats.StopRule`; telemetry windows per rep from the sampler; findings
 and the policy from `gpuenv.verdict`.
 
@@ -69,6 +70,7 @@ BURST_S = 0.025  # GPU time per burst; the SW power cap engages within 100-300 m
 BURST_DUTY = 0.2  # rest at least (1 / duty - 1) x the burst between bursts
 PRECONDITION_MAX_S = 180.0  # an H100 under a heavy matmul creeps for ~1-2 min from cold
 PRECONDITION_CHUNK_S = 0.5
+SUSTAINED_REP_S = 0.2  # one rep in sustained mode: this long of fn back to back
 PRECONDITION_WINDOW_S = 10.0
 PRECONDITION_TOL = 0.005  # predicted drift still to come, relative to the time per call
 PRECONDITION_TAU_S = 20.0  # thermal time constant of a data-centre GPU under load
@@ -187,12 +189,55 @@ class SimDevice(ClockDevice):
     def _rep_probe(self) -> float | None:
         return self._spin_mhz(self.rep_probe_cycles) if self.rep_probe_cycles else None
 
+    def short_probe_mhz(self) -> float | None:
+        """The effective clock from one short spin (what a rep's probe does)."""
+        return self._spin_mhz(REP_PROBE_CYCLES)
+
     def probe_clock_mhz(self) -> float | None:
         max_mhz = self.backend.clock_limits(self.gpu).max_sm_mhz
         return self._spin_mhz(CLOCK_PROBE_S * max_mhz * 1e6)
 
     def settings(self) -> dict[str, Any]:
         return {"flush_l2": False, "device": "sim"}
+
+
+class BackToBack:
+    """Sustained mode's reps: each is `seconds` of fn back to back, timed as
+    preconditioning times it (`run_for`: the mean time per call), so measuring keeps
+    the GPU at the equilibrium preconditioning brought it to. Flushed, synchronized
+    single calls run at a lower duty: the capped clock then moves off that
+    equilibrium by an amount that depends on the chip's temperature (on the H100, a
+    2048^3 matmul's cold and hot sustained numbers came 7.7% apart). The L2 stays
+    warm between calls, as in a long job."""
+
+    def __init__(self, inner: Device, seconds: float = SUSTAINED_REP_S):
+        self.inner = inner
+        self.seconds = seconds
+        self.kind = inner.kind
+        self.clock = inner.clock
+
+    def prepare(self, fn: Callable[[], Any]) -> None:
+        self.inner.prepare(fn)
+
+    def rep(self, fn: Callable[[], Any]) -> Rep:
+        t0 = self.clock.now()
+        per_call = self.inner.run_for(fn, self.seconds)
+        t1 = self.clock.now()
+        # the effective clock the chunk ended at: a ~50 us spin, nothing next to 0.2 s
+        probe = getattr(self.inner, "short_probe_mhz", None)
+        return Rep(t0, t1, per_call, probe() if probe is not None else None)
+
+    def reps(self, fn: Callable[[], Any], n: int) -> list[Rep]:
+        return [self.rep(fn) for _ in range(n)]
+
+    def run_for(self, fn: Callable[[], Any], seconds: float) -> float:
+        return self.inner.run_for(fn, seconds)
+
+    def probe_clock_mhz(self) -> float | None:
+        return self.inner.probe_clock_mhz()
+
+    def settings(self) -> dict[str, Any]:
+        return {**self.inner.settings(), "flush_l2": False, "sustained_rep_s": self.seconds}
 
 
 def sim_kernel(
@@ -356,6 +401,19 @@ class CudaEvents:
             end.record()
             end.synchronize()
         return start.elapsed_time(end) / 1e3 / max(calls, 1)
+
+    def short_probe_mhz(self) -> float | None:
+        """The effective clock from one REP_PROBE_CYCLES spin behind a cover spin (MHz)."""
+        torch = self.torch
+        with torch.cuda.device(self.device):
+            e0, e1 = self._events[0], self._events[1]
+            torch.cuda._sleep(self._cover_cycles)
+            e0.record()
+            torch.cuda._sleep(REP_PROBE_CYCLES)
+            e1.record()
+            e1.synchronize()
+            seconds = e0.elapsed_time(e1) / 1e3
+        return REP_PROBE_CYCLES / seconds / 1e6 if seconds > 0 else None
 
     def probe_clock_mhz(self) -> float | None:
         """Time `_sleep(cycles)` with events, behind a lead-in spin; median of 3 (MHz)."""
@@ -953,6 +1011,8 @@ def bench(
 
         # -- measure ---------------------------------------------------------------------
         t_measure = sampler.mark() if sampler is not None else clock.now()
+        if condition == "sustained":
+            device = BackToBack(device)
         all_reps, stop, rests = _measure(device, fn, rule, condition, burst_s, sampler, gpu,
                                          batch=PROFILER_BATCH if mode == "profiler" else 1,
                                          max_reps=PROFILER_MAX_REPS if mode == "profiler" else None)

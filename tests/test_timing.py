@@ -145,6 +145,10 @@ def test_sustained_mode_gives_the_same_number_cold_and_hot():
     # time x effective clock / max clock: the work at the max clock
     assert cold.extra["time_at_ref_clock_s"] == pytest.approx(MATMUL_S, rel=0.01)
     assert "power_cap" in {f.kind for f in cold.findings}
+    # measured as preconditioned: each rep is SUSTAINED_REP_S of calls back to back, so the
+    # GPU stays at the equilibrium it was brought to (single flushed calls would let it cool)
+    assert cold.extra["sustained_rep_s"] == timing.SUSTAINED_REP_S
+    assert all(w.duration_s >= 0.9 * timing.SUSTAINED_REP_S for w in cold.windows)
 
 
 def test_reject_policy_raises_when_every_rep_is_capped(sim):

@@ -142,9 +142,9 @@ def test_sustained_mode_gives_the_same_number_cold_and_hot():
     assert hot.extra["precondition_s"] < cold.extra["precondition_s"]  # already near equilibrium
     assert gap(cold.stats.median_s, hot.stats.median_s) < 0.01
     assert cold.stats.median_s > 1.2 * MATMUL_S  # the sustained, power-capped time
-    # time x effective clock / max clock: the work at the max clock
-    assert cold.extra["time_at_ref_clock_s"] == pytest.approx(MATMUL_S, rel=0.01)
     assert "power_cap" in {f.kind for f in cold.findings}
+    # no clock-normalised figure: a probe after a chunk does not see the chunk's clock
+    assert "time_at_ref_clock_s" not in cold.extra
     # measured as preconditioned: each rep is SUSTAINED_REP_S of calls back to back, so the
     # GPU stays at the equilibrium it was brought to (single flushed calls would let it cool)
     assert cold.extra["sustained_rep_s"] == timing.SUSTAINED_REP_S

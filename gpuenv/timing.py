@@ -1060,10 +1060,15 @@ def bench(
                     f"high spread: IQR is {summary.rel_iqr:.1%} of the median "
                     f"(over {stats.HIGH_SPREAD_REL_IQR:.0%})"
                 )
-            if rule.rel_ci > 0 and stop != "converged":
+            if rule.rel_ci > 0 and stop != "converged" and summary.rel_ci > rule.rel_ci:
                 warnings_.append(
                     f"the median's CI is +-{summary.rel_ci:.2%}, not within the "
                     f"{rule.rel_ci:.2%} target ({stop})"
+                )
+            elif rule.rel_ci > 0 and stop != "converged":
+                warnings_.append(
+                    f"only {summary.n} reps before the {stop} ran out (min_reps is "
+                    f"{rule.min_reps}): the CI of +-{summary.rel_ci:.2%} rests on few reps"
                 )
             if warnings_:
                 extra["warnings"] = warnings_

@@ -151,6 +151,15 @@ def test_sustained_mode_gives_the_same_number_cold_and_hot():
     assert all(w.duration_s >= 0.9 * timing.SUSTAINED_REP_S for w in cold.windows)
 
 
+def test_a_budget_that_ends_before_min_reps_says_so_not_that_the_ci_missed(sim):
+    # the simulator has no noise: the CI is 0, and what was short is the number of reps
+    m = timing.bench(timing.sim_kernel(sim, 0, seconds=MATMUL_S), backend=sim,
+                     condition="sustained", budget_s=0.5, precondition_max_s=30)
+    assert m.extra["stop_reason"] == "budget" and len(m.times_s) < 10
+    assert [w for w in m.extra["warnings"] if w.startswith(f"only {len(m.times_s)} reps")]
+    assert not [w for w in m.extra["warnings"] if "not within" in w]
+
+
 def test_reject_policy_raises_when_every_rep_is_capped(sim):
     heat(sim)
     with pytest.raises(MeasurementRejected, match="power_cap"):

@@ -4,6 +4,7 @@ recovery, and a 10,000-input fuzz. Prints a markdown table for docs/benchmarks.m
 
     .venv/bin/python scripts/bench_daemon.py            # full size (a few minutes)
     .venv/bin/python scripts/bench_daemon.py --quick    # smaller, for a smoke run
+    .venv/bin/python scripts/bench_daemon.py --latency-only   # the latency rows alone (~30 s)
 
 The daemon runs as a subprocess on a socket in a temp dir (GPUENV_BACKEND=sim),
 exactly as in tests/test_daemon_faults.py, whose harness this script uses.
@@ -198,42 +199,15 @@ def bench_fuzz(d: DaemonProcess, n: int) -> dict:
     return stats
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smaller sizes for a smoke run")
-    args = ap.parse_args()
-    n_lat, clients, cycles, kills, dkills, fuzz = (
-        (200, 10, 20, 20, 3, 500) if args.quick else (2000, 50, 100, 100, 10, 10_000)
-    )
-    # Latency twice: with the journal and the simulated driver's state on this machine's
-    # disk (every lock and release fsyncs the journal: crash safety costs what the disk
-    # costs), and on tmpfs, which leaves the daemon's own cost.
-    lat_by_fs: dict[str, dict[str, list[float]]] = {}
-    places = [("disk", None)] + ([("tmpfs", "/dev/shm")] if os.path.isdir("/dev/shm") else [])
-    for fs, base in places:
-        work = Path(tempfile.mkdtemp(prefix="bench-daemon-", dir=base))
-        d = DaemonProcess(work, n_gpus=2)
-        d.start()
-        try:
-            print(f"latency ({fs}): {n_lat} lock/release round trips ...", file=sys.stderr)
-            lat_by_fs[fs] = bench_latency(d, n_lat)
-        finally:
-            d.close()
-            shutil.rmtree(work, ignore_errors=True)
-    work = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
-    d = DaemonProcess(work, n_gpus=2)
-    d.start()
+def _loadavg() -> str:
     try:
-        print(f"load: {clients} clients x {cycles} cycles ...", file=sys.stderr)
-        load = bench_load(d, clients, cycles)
-        print(f"SIGKILL: {kills} clients, {dkills} daemons ...", file=sys.stderr)
-        kill_times, kill_failed = bench_client_kill(d, kills)
-        drestored, dtrials = bench_daemon_kill(d, dkills)
-        print(f"fuzz: {fuzz} inputs ...", file=sys.stderr)
-        fz = bench_fuzz(d, fuzz)
-    finally:
-        d.close()
-        shutil.rmtree(work, ignore_errors=True)
+        return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def print_latency(lat_by_fs: dict[str, dict[str, list[float]]]) -> None:
+    """The table's heading and its latency rows."""
     when = time.strftime("%Y-%m-%d")
     cpu = f"{os.cpu_count()}-core CPU machine ({platform.machine()}), no GPU, simulated H100"
     print(f"gpuenvd on the simulated GPU ({when}, {cpu}; `scripts/bench_daemon.py`):\n")
@@ -251,6 +225,57 @@ def main() -> None:
                 f"| {what}, state on {fs}, p50 / p99 | {ms(pct(lat[key], 50))} / "
                 f"{ms(pct(lat[key], 99))} | {goal if key == 'lease' else ''} |"
             )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes for a smoke run")
+    ap.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only the lease latency rows (disk and tmpfs), for repeated runs",
+    )
+    args = ap.parse_args()
+    n_lat, clients, cycles, kills, dkills, fuzz = (
+        (200, 10, 20, 20, 3, 500) if args.quick else (2000, 50, 100, 100, 10, 10_000)
+    )
+    # Latency twice: with the journal and the simulated driver's state on this machine's
+    # disk (every lock and release fsyncs the journal: crash safety costs what the disk
+    # costs), and on tmpfs, which leaves the daemon's own cost.
+    lat_by_fs: dict[str, dict[str, list[float]]] = {}
+    places = [("disk", None)] + ([("tmpfs", "/dev/shm")] if os.path.isdir("/dev/shm") else [])
+    for fs, base in places:
+        work = Path(tempfile.mkdtemp(prefix="bench-daemon-", dir=base))
+        d = DaemonProcess(work, n_gpus=2)
+        d.start()
+        try:
+            print(
+                f"latency ({fs}): {n_lat} lock/release round trips, load average {_loadavg()} ...",
+                file=sys.stderr,
+            )
+            lat_by_fs[fs] = bench_latency(d, n_lat)
+        finally:
+            d.close()
+            shutil.rmtree(work, ignore_errors=True)
+    if args.latency_only:
+        print(f"load average after: {_loadavg()}", file=sys.stderr)
+        print_latency(lat_by_fs)
+        return
+    work = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
+    d = DaemonProcess(work, n_gpus=2)
+    d.start()
+    try:
+        print(f"load: {clients} clients x {cycles} cycles ...", file=sys.stderr)
+        load = bench_load(d, clients, cycles)
+        print(f"SIGKILL: {kills} clients, {dkills} daemons ...", file=sys.stderr)
+        kill_times, kill_failed = bench_client_kill(d, kills)
+        drestored, dtrials = bench_daemon_kill(d, dkills)
+        print(f"fuzz: {fuzz} inputs ...", file=sys.stderr)
+        fz = bench_fuzz(d, fuzz)
+    finally:
+        d.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print_latency(lat_by_fs)
     print(
         f"| load: {load['clients']} client processes x {load['cycles']} lock/release cycles, "
         f"each at one of two clocks at random | {load['grants']} granted, "

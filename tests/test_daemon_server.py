@@ -26,7 +26,7 @@ from gpuenv.daemon.auth import Peer, parse_config
 from gpuenv.daemon.client import Client, DaemonUnavailable, daemon_available
 from gpuenv.daemon.server import Server
 from gpuenv.errors import ConfigError, LockConflict, PermissionDenied
-from gpuenv.journal import Journal
+from gpuenv.journal import Journal, process_start_time
 
 ME = os.getpid()
 ALICE = Peer(pid=ME, uid=50001, gid=50001, user="alice", groups=frozenset({"alice", "bench"}))
@@ -189,6 +189,36 @@ def test_a_waiting_client_that_goes_away_is_not_granted(h: Harness) -> None:
         a.close()
     assert wait_for(lambda: h.truth(0) == h.original[0])
     assert h.server.leases.leases() == []
+
+
+def test_the_journal_names_the_client_as_owner_and_the_daemon_as_watchdog(h: Harness) -> None:
+    with h.client(ALICE) as c:
+        first = c.lock(sm=1350, gpus=[0])
+        second = c.lock(sm=1350, gpus=[0], label="warmup")  # shares: two owners, two tokens
+        standing = c.lock(sm=1410, gpus=[1], standing=True)
+        by_id = {
+            o.token[:12]: o
+            for i in (0, 1)
+            for o in h.journal.get(h.backend.device_info(i).uuid).owners  # type: ignore[union-attr]
+        }
+        assert set(by_id) == {first.id, second.id, standing.id}
+        kinds = {first.id: "lease", second.id: "lease", standing.id: "standing"}
+        for lease_id, kind in kinds.items():
+            owner = by_id[lease_id]
+            assert owner.kind == kind
+            assert (owner.pid, owner.uid, owner.user) == (ME, 50001, "alice")
+            assert owner.pid_start == process_start_time(ME)
+            assert owner.command.endswith("via gpuenvd")
+            assert abs(owner.started_at - time.time()) < 60
+            if kind == "lease":  # the daemon watches over it (here: this process)
+                assert owner.watchdog_pid == os.getpid()
+                assert owner.watchdog_start == process_start_time(os.getpid())
+            else:  # outlives the daemon
+                assert owner.watchdog_pid is None and owner.watchdog_start is None
+        assert by_id[first.id].request == "SM 1350 MHz"
+        assert by_id[second.id].command.startswith("warmup (")
+        assert len({o.token for o in by_id.values()}) == 3
+        assert c.restore([1]) == [1]
 
 
 def test_standing_lease_outlives_its_connection(h: Harness) -> None:

@@ -56,7 +56,7 @@ ENERGY_EXACT_MIN_S = 1.0
 # between reads, and the read in force at the start can be a few refreshes old.
 SLOW_LOOKBACK_S = 1.0
 # At most one edge read per this interval in real time: a loop of tiny regions marks
-# thousands of edges a second, and each edge read is a field batch (and at times energy).
+# thousands of edges a second, and each edge read is a field batch of ~0.1-0.2 ms.
 EDGE_MIN_INTERVAL_S = 0.02
 # How long window() waits, in real time, for the sampler's read at the region's end edge.
 EDGE_WAIT_S = 0.5
@@ -699,6 +699,16 @@ def summarize(
     return Window(gpu=gpu, t0=t0, t1=t1, n_samples=len(inside), gap=gap, **values)
 
 
+def _energy_changes(slow: Sequence[SlowSample]) -> list[tuple[float, float]]:
+    """(read time, mJ) of each read that shows a new energy value: the counter steps
+    every ~100 ms, so the first read showing a value best places when it changed."""
+    changes: list[tuple[float, float]] = []
+    for s in slow:
+        if s.energy_mj is not None and (not changes or s.energy_mj != changes[-1][1]):
+            changes.append((s.t, float(s.energy_mj)))
+    return changes
+
+
 def _counter_energy_j(
     slow: Sequence[SlowSample], fast: Sequence[Sample], times: Sequence[float], t0: float,
     t1: float,
@@ -707,11 +717,7 @@ def _counter_energy_j(
     inside the region that show a new value, plus the energy of the stretches from t0 to
     the first and from the last to t1, from the power samples (time-weighted). None with
     fewer than two such reads, or without power samples for a stretch."""
-    changes: list[tuple[float, float]] = []
-    for s in slow:
-        if s.energy_mj is not None and (not changes or s.energy_mj != changes[-1][1]):
-            changes.append((s.t, float(s.energy_mj)))
-    inside = [c for c in changes if t0 <= c[0] <= t1]
+    inside = [c for c in _energy_changes(slow) if t0 <= c[0] <= t1]
     if len(inside) < 2:
         return None
     (ta, ea), (tb, eb) = inside[0], inside[-1]
@@ -757,16 +763,10 @@ def _from_counters(
     out: dict[str, Any] = {}
     if not slow:
         return out
-    # Energy: the counter steps every ~100 ms, so the first read showing a new value
-    # is the best estimate of when it changed; interpolate between those.
-    changes: list[tuple[float, float]] = []
-    last_read_t = None
-    for s in slow:
-        if s.energy_mj is None:
-            continue
-        last_read_t = s.t
-        if not changes or s.energy_mj != changes[-1][1]:
-            changes.append((s.t, float(s.energy_mj)))
+    # Energy, interpolated between the reads where the counter changed (the fallback
+    # when there are no power samples: see summarize)
+    changes = _energy_changes(slow)
+    last_read_t = max((s.t for s in slow if s.energy_mj is not None), default=None)
     if changes and last_read_t is not None:
         e0 = _interp_energy(changes, last_read_t, t0)
         e1 = _interp_energy(changes, last_read_t, t1)

@@ -11,7 +11,7 @@ Reads come in three costs (GPU_FACTS.md):
   - `read_slow`: time under each clock-event reason (~0.1-0.2 ms) at region edges and
     every ~100 ms at most, off the caller's thread; with `energy=True` (the default)
     also the energy counter, which costs ~3 ms of driver time (and ~4 ms of CPU on
-    the lent H100): the sampler asks for it once a second and at spaced edges.
+    the lent H100): the sampler asks for it once a second, never at edges.
   - everything else (static facts, processes): status, doctor, planning.
 
 Writes raise `PermissionDenied` without root, `NotSupported` where the GPU cannot,

@@ -10,18 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuenv.backend import (
-    REASON_GPU_IDLE,
-    REASON_HW_SLOWDOWN,
-    REASON_HW_THERMAL,
-    REASON_SW_POWER_CAP,
-    REASON_SW_THERMAL,
-    Backend,
-    reason_names,
-)
+from gpuenv.backend import Backend
 from gpuenv.clocks.journal import Applied, Journal
 from gpuenv.clocks.plan import describe_target
 from gpuenv.clocks.request import TDP_LOCK
+from gpuenv.reasons import THERMAL, Reason, reason_names
 
 LOCK_TOLERANCE_MHZ = 1.0  # how far outside the locked range the SM clock may read
 
@@ -66,13 +59,13 @@ def check_holds(backend: Backend, index: int, applied: Applied) -> tuple[bool | 
 
 
 def _below_reason(reasons: int) -> str:
-    if reasons & REASON_SW_POWER_CAP:
+    if reasons & Reason.SW_POWER_CAP:
         return "the power cap (SwPowerCap) pulls it below the lock"
-    if reasons & (REASON_HW_THERMAL | REASON_SW_THERMAL):
+    if reasons & THERMAL:
         return "thermal slowdown pulls it below the lock"
-    if reasons & REASON_HW_SLOWDOWN:
+    if reasons & Reason.HW_SLOWDOWN:
         return "hardware slowdown (HwSlowdown) pulls it below the lock"
-    if reasons & REASON_GPU_IDLE:
+    if reasons & Reason.GPU_IDLE:
         return "the GPU is idle (GpuIdle)"
     names = reason_names(reasons)
     return f"active reasons: {', '.join(names)}" if names else "no clock-event reason is reported"

@@ -22,6 +22,7 @@ from gpuenv.backend import (
     REASON_SW_THERMAL,
     reason_names,
 )
+from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.telemetry import Window
 from gpuenv.units import fmt_s
@@ -123,7 +124,7 @@ class VerdictConfig:
     power_cap_min_fraction: float = 0.01
     stable_clocks: bool = False
     thermal_margin_c: float = 5.0
-    lock_tolerance_mhz: float = 1.0
+    lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ
     clock_drift_rel: float = 0.02
     reject_severity: str = "warning"
     min_reps: int = 3

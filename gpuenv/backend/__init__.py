@@ -320,9 +320,11 @@ def _describe_write(op: str, args: tuple[object, ...]) -> str:
         return words
 
 
-def env_readonly() -> bool:
-    """True when GPUENV_READONLY asks for read-only mode ('1', 'true', 'yes', 'on')."""
-    value = os.environ.get("GPUENV_READONLY", "").strip().lower()
+def env_readonly(env: Mapping[str, str] | None = None) -> bool:
+    """True when GPUENV_READONLY asks for read-only mode ('1', 'true', 'yes', 'on').
+
+    `env`: the environment to read (default: this process's)."""
+    value = (os.environ if env is None else env).get("GPUENV_READONLY", "").strip().lower()
     if value in ("", "0", "false", "no", "off"):
         return False
     if value in ("1", "true", "yes", "on"):

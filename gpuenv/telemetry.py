@@ -25,7 +25,7 @@ from gpuenv.backend import Backend
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
 from gpuenv.errors import ConfigError, NotSupported
 from gpuenv.reasons import COUNTER_NAMES, Reason, counter, reason_names
-from gpuenv.timebase import REAL_CLOCK, Clock, Timer
+from gpuenv.timebase import Clock, Timer
 from gpuenv.units import fmt_j, fmt_s
 
 log = logging.getLogger(__name__)
@@ -291,7 +291,7 @@ class Sampler:
         self.slow_period = float(slow_period)
         self.process_period = float(process_period)
         self.energy_period = float(energy_period)
-        self.clock: Clock = clock or getattr(backend, "clock", None) or REAL_CLOCK
+        self.clock: Clock = clock or backend.clock
         self.capacity = capacity
         self.own_pids = set(own_pids) if own_pids is not None else {os.getpid()}
         self.watch_processes = watch_processes

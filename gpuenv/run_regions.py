@@ -12,7 +12,6 @@ a verdict; `summary_table` is what `gpuenv run` prints.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import dataclasses
 import os
 import select
@@ -24,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuenv.backend import Backend
-from gpuenv.errors import GpuenvError
+from gpuenv.judge import Evidence, judge, read_facts
 from gpuenv.reasons import counter
 from gpuenv.region import Edge, parse_line
 from gpuenv.results import Measurement
 from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, Sampler, Window, merge_windows, summarize
 from gpuenv.units import fmt_j, fmt_s
-from gpuenv.verdict import Finding, GpuFacts, VerdictConfig, apply_policy, assess
+from gpuenv.verdict import Finding, GpuFacts, VerdictConfig
 
 RUN_NAME = "(run)"  # the region that is the whole command
 FLUSH_S = 30.0  # summarise finished regions and chunks of open ones this often
@@ -278,25 +277,8 @@ class Summariser:
 def gpu_facts(
     backend: Backend, gpus: Sequence[int], lock_ranges: Mapping[int, tuple[int, int]]
 ) -> dict[int, GpuFacts]:
-    """What the findings compare each GPU's windows against (what cannot be read stays None)."""
-    facts = {}
-    for g in gpus:
-        max_sm = slowdown = gpu_max = limit = None
-        with contextlib.suppress(GpuenvError):
-            max_sm = float(backend.clock_limits(g).max_sm_mhz)
-        with contextlib.suppress(GpuenvError):
-            th = backend.thresholds(g)
-            slowdown, gpu_max = th.slowdown_c, th.gpu_max_c
-        with contextlib.suppress(GpuenvError):
-            limit = backend.power_limits(g).limit_w
-        facts[g] = GpuFacts(
-            max_sm_mhz=max_sm,
-            slowdown_c=slowdown,
-            gpu_max_c=gpu_max,
-            power_limit_w=limit,
-            lock_range_mhz=lock_ranges.get(g),
-        )
-    return facts
+    """What the findings compare each GPU's windows against (gpuenv.judge.read_facts)."""
+    return read_facts(backend, gpus, lock_ranges)
 
 
 def _demote_cold_start(findings: list[Finding]) -> list[Finding]:
@@ -369,30 +351,16 @@ def _measurement(
 ) -> Measurement:
     times = [float((r.t1 or r.t0) - r.t0) for r in reps]
     windows = [r.windows[g] for r in reps for g in gpus if r.windows is not None]
-    findings = assess(windows, times, config=config, facts=facts) if windows else []
-    if run_level:
-        findings = _demote_cold_start(findings)
-    result = apply_policy(
-        findings, len(reps), policy, config=config, name=name, raise_if_too_few=False
-    )
     summary = tuple(merge_windows([w for w in windows if w.gpu == g]) for g in gpus if windows)
-    if len(reps) > MAX_REP_WINDOWS:  # keep the file small; the findings saw every rep
+    keep = len(reps) <= MAX_REP_WINDOWS  # keep the file small; the findings saw every rep
+    if not keep:
         extra = {**extra, "rep_windows_omitted": len(reps)}
-        windows = []
-    return Measurement.build(
-        name,
-        times,
-        rejected_reps=result.rejected_reps,
-        windows=tuple(windows),
-        findings=tuple(findings),
-        verdict=result.verdict,
-        policy=policy,
-        summary_windows=summary,
-        gpus=tuple(gpus),
-        timer="host",
-        started_at=wall_at(reps[0].t0),
-        extra=extra,
-    )
+    return judge(
+        name, times, Evidence.given(windows, gpus), facts=facts, config=config, policy=policy,
+        amend=_demote_cold_start if run_level else None, raise_if_too_few=False,
+        summary_windows=summary, keep_rep_windows=keep, timer="host",
+        started_at=wall_at(reps[0].t0), extra=extra,
+    )  # fmt: skip
 
 
 

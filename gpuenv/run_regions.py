@@ -27,7 +27,7 @@ from gpuenv.judge import Evidence, judge, read_facts
 from gpuenv.reasons import counter
 from gpuenv.region import Edge, parse_line
 from gpuenv.results import Measurement
-from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, Sampler, Window, summarize
+from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, Sampler, Window, merge_windows, summarize
 from gpuenv.units import fmt_j, fmt_s
 from gpuenv.verdict import Finding, GpuFacts, VerdictConfig
 
@@ -153,90 +153,6 @@ class RegionReader:
 
 
 # -- summaries ---------------------------------------------------------------------------
-
-
-def merge_windows(windows: Sequence[Window]) -> Window:
-    """One Window from consecutive (or separate) ones of the same GPU.
-
-    Means are weighted by each window's duration; energy and the times under
-    reasons add up; min/max/union over all; start values from the first, end
-    values from the last. t0/t1 span from the first to the last window.
-    """
-    if not windows:
-        raise ValueError("nothing to merge")
-    if len(windows) == 1:
-        return windows[0]
-    ws = list(windows)
-    dur = [max(0.0, w.duration_s) for w in ws]
-
-    def present(attr: str) -> list[tuple[float, float]]:
-        return [
-            (getattr(w, attr), d)
-            for w, d in zip(ws, dur, strict=True)
-            if getattr(w, attr) is not None
-        ]
-
-    def mean(attr: str) -> float | None:
-        vals = present(attr)
-        if not vals:
-            return None
-        total = sum(d for _, d in vals)
-        if total <= 0:
-            return sum(v for v, _ in vals) / len(vals)
-        return sum(v * d for v, d in vals) / total
-
-    def pick(fn: Any, attr: str) -> Any:
-        vals = [v for v, _ in present(attr)]
-        return fn(vals) if vals else None
-
-    def first(attr: str) -> Any:
-        return next((getattr(w, attr) for w in ws if getattr(w, attr) is not None), None)
-
-    def last(attr: str) -> Any:
-        return next((getattr(w, attr) for w in reversed(ws) if getattr(w, attr) is not None), None)
-
-    def add(attr: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for w in ws:
-            for k, v in getattr(w, attr).items():
-                out[k] = out.get(k, 0.0) + v
-        return out
-
-    energies = [w.energy_j for w in ws]
-    held = [w.lock_held for w in ws if w.lock_held is not None]
-    union = 0
-    for w in ws:
-        union |= w.reasons
-    return dataclasses.replace(
-        ws[0],
-        t0=ws[0].t0,
-        t1=ws[-1].t1,
-        n_samples=sum(w.n_samples for w in ws),
-        sm_mhz_min=pick(min, "sm_mhz_min"),
-        sm_mhz_mean=mean("sm_mhz_mean"),
-        sm_mhz_max=pick(max, "sm_mhz_max"),
-        sm_mhz_start=first("sm_mhz_start"),
-        sm_mhz_end=last("sm_mhz_end"),
-        mem_mhz_mean=mean("mem_mhz_mean"),
-        power_w_mean=mean("power_w_mean"),
-        power_w_max=pick(max, "power_w_max"),
-        energy_j=None
-        if all(e is None for e in energies)
-        else sum(e for e in energies if e is not None),
-        energy_interpolated=any(w.energy_interpolated for w in ws) or None in energies,
-        temp_c_start=first("temp_c_start"),
-        temp_c_end=last("temp_c_end"),
-        temp_c_max=pick(max, "temp_c_max"),
-        mem_temp_c_max=pick(max, "mem_temp_c_max"),
-        reasons=union,
-        reasons_start=ws[0].reasons_start,
-        reason_s=add("reason_s"),
-        reason_sampled_s=add("reason_sampled_s"),
-        lock_held=None if not held else all(held),
-        lock_range_mhz=first("lock_range_mhz"),
-        other_pids=tuple(sorted({p for w in ws for p in w.other_pids})),
-        gap=any(w.gap for w in ws),
-    )
 
 
 class SampleLog:
@@ -550,6 +466,5 @@ __all__ = [
     "build_measurements",
     "fmt_time",
     "gpu_facts",
-    "merge_windows",
     "summary_table",
 ]

@@ -262,7 +262,8 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-_WRITES = (
+# The writes: what ReadOnlyBackend refuses, by method name.
+WRITES = (
     "set_locked_sm_clocks",
     "reset_locked_sm_clocks",
     "set_locked_mem_clocks",
@@ -296,7 +297,7 @@ class ReadOnlyBackend:
         return None if spec is None else {**spec, "readonly": self.reason}
 
     def __getattr__(self, attr: str):  # reads: delegate
-        if attr in _WRITES:
+        if attr in WRITES:
             def refuse(index: int, *args: object, **kwargs: object) -> None:
                 raise ReadOnlyError(_describe_write(attr, args), gpu=index, reason=self.reason)
 
@@ -407,6 +408,7 @@ __all__ = [
     "CLOCK_LIMIT_UNLIMITED",
     "REASON_COUNTERS",
     "REASON_NAMES",
+    "WRITES",
     "AppClocks",
     "Backend",
     "Capabilities",

@@ -60,23 +60,26 @@ class SimWrites(SimCore):
 
     def _need_locked(self, index: int, op: str) -> None:
         if not self.profile.locked_clocks_supported:
-            raise NotSupported(
-                f"locked clocks are not supported on {self.profile.gpu_name}",
-                op=op,
-                gpu=index,
-                code=NVML_ERROR_NOT_SUPPORTED,
-                hint="use application clocks (nvidia-smi -ac) instead",
+            raise self._unsupported(
+                "locked clocks are not supported", index, op,
+                "use application clocks (nvidia-smi -ac) instead",
             )
 
     def _need_app_clocks(self, index: int, op: str) -> None:
         if not self.profile.app_clocks_supported:
-            raise NotSupported(
-                f"application clocks cannot be set on {self.profile.gpu_name}",
-                op=op,
-                gpu=index,
-                code=NVML_ERROR_NOT_SUPPORTED,
-                hint="lock clocks instead (nvidia-smi -lgc)",
+            raise self._unsupported(
+                "application clocks cannot be set", index, op,
+                "lock clocks instead (nvidia-smi -lgc)",
             )
+
+    def _unsupported(self, what: str, index: int, op: str, hint: str) -> NotSupported:
+        return NotSupported(
+            f"{what} on {self.profile.gpu_name}",
+            op=op,
+            gpu=index,
+            code=NVML_ERROR_NOT_SUPPORTED,
+            hint=hint,
+        )
 
     def reset_locked_sm_clocks(self, index: int) -> None:
         """`nvidia-smi -rgc`."""

@@ -1,8 +1,9 @@
 """The one door to the GPU.
 
 Everything above this package gets a `Backend` passed in and never knows
-whether the GPU is real (`backend/nvml.py`, the only importer of pynvml) or
-simulated (`backend/sim.py`). GPUs are addressed by NVML index here; code above
+whether the GPU is real (`backend/nvml.py` and its `nvml_*` modules, the only
+importers of pynvml) or simulated (`backend/sim.py` and its `sim_*` modules).
+GPUs are addressed by NVML index here; code above
 keys anything persistent by UUID.
 
 Reads come in three costs (GPU_FACTS.md):

@@ -116,6 +116,7 @@ def bench(
     The stats of the kept reps are in `m.stats`; CI, warmup, conditioning,
     effective clocks and settings in `m.extra`.
     """
+    from gpuenv import judge as jd
     from gpuenv import verdict as vd
     from gpuenv.results import Measurement
 
@@ -143,7 +144,7 @@ def bench(
             backend = _open_backend_quietly()
         sampler = None
         gpus = []
-    policy = vd.check_policy(policy or "annotate")
+    policy = jd.check_policy(policy or "annotate")
     if condition is not None and condition not in CONDITIONS:
         raise ConfigError(
             f"unknown condition {condition!r}", hint="use 'burst', 'sustained' or None"
@@ -224,8 +225,8 @@ def bench(
         findings, windows = _assess(vd, sampler, gpu, all_reps, config, facts)
         retried: list[int] = []
         if policy == "retry":
-            for delay in vd.retry_delays(config):
-                affected = vd.affected_reps(findings, config)
+            for delay in jd.retry_delays(config):
+                affected = jd.affected_reps(findings, config)
                 if not affected:
                     break
                 say(f"{name}: retrying {len(affected)} reps after {delay:.1f} s")
@@ -238,7 +239,7 @@ def bench(
                 findings, windows = _assess(vd, sampler, gpu, all_reps, config, facts)
         t_end = sampler.mark() if sampler is not None else clock.now()
         clock_after = device.probe_clock_mhz() if probe_clock else None
-        result = vd.apply_policy(findings, len(all_reps), policy, config=config, name=name)
+        result = jd.apply_policy(findings, len(all_reps), policy, config=config, name=name)
 
         times = [r.time_s for r in all_reps]
         kept = [t for i, t in enumerate(times) if i not in set(result.rejected_reps)]

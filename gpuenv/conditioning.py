@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuenv import stats
+from gpuenv.clocks.status import lock_holds
 from gpuenv.reasons import HELD_DOWN, Reason
 from gpuenv.telemetry import DRIVER_REFRESH_S
 from gpuenv.timebase import Clock
@@ -112,7 +113,7 @@ def recovered(
     if not s.reasons & Reason.GPU_IDLE and facts is not None:
         rng = facts.lock_range_mhz
         if rng is not None:
-            if s.sm_mhz < rng[0] - lock_tolerance_mhz:
+            if not lock_holds(s.sm_mhz, rng, lock_tolerance_mhz):
                 return False
         elif facts.max_sm_mhz and s.sm_mhz < (1 - config.burst_clock_rel) * facts.max_sm_mhz:
             return False

@@ -152,7 +152,7 @@ class TorchRig:
     """
 
     def __init__(self, backend: Backend, gpu: int):
-        from gpuenv.calibrate import reference_load
+        from gpuenv.clocks.calibration import reference_load
 
         torch = timing._torch()  # ConfigError naming `pip install 'gpuenv[torch]'`
         fn, _, ordinal = reference_load(backend, gpu, size=MATMUL_SIZE)

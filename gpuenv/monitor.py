@@ -282,8 +282,9 @@ class MonitorModel:
         lk = cached[1]
         if lk is None or lk.locked_sm is None or t == cached[0]:
             return lk
-        lo, hi = lk.locked_sm  # between journal reads: does it hold at this update's clock?
-        holds = lo - 1 <= sm_mhz <= hi + 1
+        from gpuenv.clocks.status import lock_holds
+
+        holds = lock_holds(sm_mhz, lk.locked_sm)  # between journal reads: at this update's clock
         return dataclasses.replace(lk, holds=holds, why=None if holds else lk.why)
 
     def _counter_shares(

@@ -189,7 +189,7 @@ class Session:
         from gpuenv.devices import select_gpus
 
         self.gpus: list[int] = select_gpus(self.backend, self._gpu_selector)
-        self.clock: Clock = self._clock_arg or getattr(self.backend, "clock", None) or _real()
+        self.clock: Clock = self._clock_arg or self.backend.clock
         if self.sm is not None or self.mem is not None:
             self._try_lock()
         ranges = self._lock_ranges()
@@ -431,9 +431,10 @@ class Session:
     def _default_load(self) -> Callable[[], object] | None:
         if self.load is not None:
             return self.load
-        run_work = getattr(self.backend, "run_work", None)  # the simulated GPU's own load
-        if run_work is None:
+        workload = self.backend.workload  # the simulated GPU's own load
+        if workload is None:
             return None
+        run_work = workload.run_work
         cycles = {g: 0.05 * (self.facts[g].max_sm_mhz or 1980) * 1e6 for g in self.gpus}
 
         def sim_load() -> None:
@@ -489,10 +490,6 @@ class Session:
         return self.clock.now() - start
 
 
-def _real() -> Clock:
-    from gpuenv.timebase import REAL_CLOCK
-
-    return REAL_CLOCK
 
 
 class MeasureContext:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuenv._records import from_dict, to_dict
+from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.reasons import THERMAL, Reason, reason_names
 from gpuenv.telemetry import Window
@@ -113,7 +114,7 @@ class VerdictConfig:
     power_cap_min_fraction: float = 0.01
     stable_clocks: bool = False
     thermal_margin_c: float = 5.0
-    lock_tolerance_mhz: float = 1.0
+    lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ
     clock_drift_rel: float = 0.02
     reject_severity: str = "warning"
     min_reps: int = 3

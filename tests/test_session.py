@@ -312,8 +312,8 @@ def test_sustained_measure_without_a_load_says_it_cannot_precondition():
             self.inner = inner
 
         def __getattr__(self, name: str):
-            if name == "run_work":
-                raise AttributeError(name)
+            if name == "workload":
+                return None  # what a real GPU answers: no synthetic load
             return getattr(self.inner, name)
 
     sim = make_sim()

@@ -13,10 +13,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gpuenv.backend import Backend
+from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
 from gpuenv.errors import ConfigError, NotSupported
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, Gap, Sample, SlowSample
 from gpuenv.telemetry.window import Window, summarize
-from gpuenv.timebase import REAL_CLOCK, Clock, Timer
+from gpuenv.timebase import Clock, Timer
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class Sampler:
         own_pids: Iterable[int] | None = None,
         watch_processes: bool = True,
         lock_ranges: dict[int, tuple[int, int]] | None = None,
-        lock_tolerance_mhz: float = 0.0,
+        lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
     ):
         if not gpus:
             raise ConfigError("the sampler needs at least one GPU", hint="pass gpus=[0] or more")
@@ -96,7 +97,7 @@ class Sampler:
         self.slow_period = float(slow_period)
         self.process_period = float(process_period)
         self.energy_period = float(energy_period)
-        self.clock: Clock = clock or getattr(backend, "clock", None) or REAL_CLOCK
+        self.clock: Clock = clock or backend.clock
         self.capacity = capacity
         self.own_pids = set(own_pids) if own_pids is not None else {os.getpid()}
         self.watch_processes = watch_processes

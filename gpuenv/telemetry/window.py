@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuenv._records import from_dict, to_dict
+from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
 from gpuenv.reasons import COUNTER_NAMES, Reason, counter, reason_names
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
 from gpuenv.units import fmt_j, fmt_s
@@ -137,7 +138,7 @@ def summarize(
     *,
     gpu: int,
     lock_range: tuple[int, int] | None = None,
-    lock_tolerance_mhz: float = 0.0,
+    lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
     own_pids: Iterable[int] = (),
     period: float = DEFAULT_PERIOD_S,
     lag_s: float = DRIVER_REFRESH_S,
@@ -195,11 +196,10 @@ def summarize(
             reason_sampled_s=bits_s,
         )
         if lock_range is not None:
-            lo, hi = lock_range
             busy = [s for s in held if not s.reasons & Reason.GPU_IDLE]
             if busy:
                 values["lock_held"] = all(
-                    lo - lock_tolerance_mhz <= s.sm_mhz <= hi + lock_tolerance_mhz for s in busy
+                    lock_holds(s.sm_mhz, lock_range, lock_tolerance_mhz) for s in busy
                 )
     if lock_range is not None:
         values["lock_range_mhz"] = (int(lock_range[0]), int(lock_range[1]))

@@ -150,7 +150,7 @@ def bench(
             f"unknown condition {condition!r}", hint="use 'burst', 'sustained' or None"
         )
     if device is None:
-        if backend is not None and getattr(backend, "name", "") == "sim":
+        if backend is not None and backend.workload is not None:
             gpu = gpus[0] if gpu is None and gpus else (gpu or 0)
             device = SimDevice(backend, gpu)
         else:

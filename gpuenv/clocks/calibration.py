@@ -15,7 +15,7 @@ was holding the clock down (margin for the creep left after equilibrium).
 Locked there, the GPU draws less than the cap at its hottest and keeps the clock.
 
 Read-only on the GPU: it only runs work and reads telemetry. The result is saved
-on the host with `gpuenv.clocks.save_calibration` (per GPU UUID).
+on the host with `gpuenv.clocks.calibration_store.save_calibration` (per GPU UUID).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ Load = tuple[Callable[[], Any], str, int | None]  # (fn, what it is, CUDA ordina
 def reference_load(backend: Backend, gpu: int, *, size: int = MATMUL_SIZE) -> Load:
     """The heavy load for `gpu`: the simulator's own heavy work, or a bf16 matmul on the
     CUDA device with the same UUID."""
-    if getattr(backend, "name", "") == "sim":
+    if backend.workload is not None:
         fn = timing.sim_kernel(backend, gpu, seconds=0.05, power_intensity=1.0)
         return fn, "the simulated GPU's heavy load", None
     torch = timing._torch()
@@ -127,7 +127,7 @@ def calibrate(
     for g in gpus:
         fn, what, ordinal = (load or (lambda gpu: reference_load(backend, gpu)))(g)
         device: timing.Device
-        if getattr(backend, "name", "") == "sim":
+        if backend.workload is not None:
             device = timing.SimDevice(backend, g, rep_probe_cycles=0)
         else:
             device = timing.CudaEvents(flush_l2=False, saturate=False, device=ordinal)
@@ -173,7 +173,7 @@ def _result(backend: Backend, g: int, final: list[Any], cond: timing.Conditionin
         seconds=cond.seconds, load=what,
     )  # fmt: skip
     if save and cond.steady and lock_mhz is not None:
-        from gpuenv.clocks import save_calibration
+        from gpuenv.clocks.calibration_store import save_calibration
 
         path = save_calibration(
             info.uuid, lock_mhz, power_limit_w=limit_w, gpu_name=info.name,

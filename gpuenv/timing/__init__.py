@@ -51,7 +51,6 @@ from gpuenv.timing.cuda import (
     CudaProfiler,
     _profiled_rep_times,
     _torch,
-    _trace_events,
     cuda_device,
     nvml_index_of_cuda,
 )
@@ -67,10 +66,10 @@ from gpuenv.timing.devices import (
     SimDevice,
     sim_kernel,
 )
-from gpuenv.timing.harness import CONDITIONS, DEFAULT_BUDGET_S, _gpu_facts, bench
+from gpuenv.timing.harness import CONDITIONS, DEFAULT_BUDGET_S, bench
 from gpuenv.timing.warmup import WARMUP_MIN_REPS, WARMUP_REL_TOL, WARMUP_WINDOW
 
-# the private names above are used by calibrate, demo_measure, integrations and tests
+# _torch is used by clocks.calibration and demo.measure, _profiled_rep_times by tests
 __all__ = [
     "BURST_DUTY",
     "BURST_S",
@@ -103,10 +102,8 @@ __all__ = [
     "Device",
     "Rep",
     "SimDevice",
-    "_gpu_facts",
     "_profiled_rep_times",
     "_torch",
-    "_trace_events",
     "bench",
     "cuda_device",
     "nvml_index_of_cuda",

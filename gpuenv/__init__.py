@@ -34,7 +34,7 @@ _EXPORTS: dict[str, str] = {
     "load_run": "gpuenv.results",
     "stable": "gpuenv.session",
     "open_backend": "gpuenv.backend",
-    "region": "gpuenv.region",
+    "region": "gpuenv.run.region",
 }
 
 

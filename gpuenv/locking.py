@@ -20,9 +20,10 @@ Who applies the lock:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from gpuenv.backend import Backend
@@ -85,24 +86,26 @@ def acquire(
     the lock outlives this process until `restore()` ('gpuenv lock'). A `journal`
     forces the local path (tests, the daemon itself).
     """
-    request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit_w)
-    own = backend is None
-    if backend is None:
-        from gpuenv.backend import open_backend
+    from gpuenv.clocks import locks
 
-        backend = open_backend()
-    try:
-        client = None if journal is not None else daemon_client(backend, socket=socket)
-        if client is not None:
-            held: Any = _lease(client, backend, request, gpus, standing, force, command)
-        else:
-            held = _local(backend, request, gpus, standing, force, supervise, journal, command, own)
-    except BaseException:
-        if own:
-            backend.close()
-        raise
-    if own and client is not None:
-        backend.close()  # the lease lives on the daemon's connection
+    request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit_w)
+    held: Any = None
+    if journal is None:
+        probe = backend if backend is not None else _open()
+        try:
+            client = daemon_client(probe, socket=socket)
+            if client is not None:
+                held = _lease(client, probe, request, gpus, standing, force, command)
+        finally:
+            if backend is None:
+                probe.close()  # a lease needs no backend; a local lock opens its own
+    if held is None:
+        with _hinted():
+            held = locks.lock(
+                request.sm, mem=request.mem, power_limit_w=request.power_limit_w, gpus=gpus,
+                backend=backend, force=force, supervise=supervise, journal=journal,
+                kind="standing" if standing else "process", command=command,
+            )  # fmt: skip
     _HELD[:] = [lk for lk in _HELD if not lk.released]
     if not standing:
         _HELD.append(held)
@@ -112,33 +115,17 @@ def acquire(
 lock = acquire  # gpuenv.lock()
 
 
-def _local(
-    backend: Backend,
-    request: LockRequest,
-    gpus: GpuSelector,
-    standing: bool,
-    force: bool,
-    supervise: bool,
-    journal: Journal | None,
-    command: str | None,
-    own: bool,
-) -> Any:
-    from gpuenv.clocks.locks import Lock
+def _open() -> Backend:
+    from gpuenv.backend import open_backend
 
-    journal = journal if journal is not None else Journal()
-    plan = plan_lock(backend, request, gpus, journal=journal)
-    kind = "standing" if standing else "process"
+    return open_backend()
+
+
+@contextlib.contextmanager
+def _hinted() -> Iterator[None]:
+    """A local write refused for want of root: say the step that makes it work."""
     try:
-        return Lock(
-            backend,
-            plan,
-            journal,
-            kind=kind,
-            force=force,
-            supervise=supervise,
-            command=command,
-            own_backend=own,
-        )
+        yield
     except PermissionDenied as err:
         err.hint = _no_daemon_hint()
         raise
@@ -266,15 +253,14 @@ def restore(
 
     own = backend is None
     if backend is None:
-        from gpuenv.backend import open_backend
-
-        backend = open_backend()
+        backend = _open()
     try:
         selected = _selected(backend, gpus)
         done = release_own(selected)
         client = daemon_client(backend, socket=socket)
         if client is None:
-            done += restoring.restore(selected, backend=backend, all_owners=all_owners)
+            with _hinted():
+                done += restoring.restore(selected, backend=backend, all_owners=all_owners)
         else:
             with client:
                 uuids = [backend.device_info(i).uuid for i in selected]

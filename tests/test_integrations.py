@@ -93,7 +93,10 @@ class TestPytestPluginAnnotate:
     def state(self, sim, policy="annotate"):
         sampler = Sampler(sim, [0])
         sampler.start()
-        return SimpleNamespace(sampler=sampler, backend=sim, gpus=[0], policy=policy)
+        from gpuenv.judge import read_facts
+
+        return SimpleNamespace(sampler=sampler, backend=sim, gpus=[0], policy=policy,
+                               facts=read_facts(sim, [0]))
 
     def fixture(self, data):
         return SimpleNamespace(extra_info={},

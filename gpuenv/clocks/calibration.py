@@ -82,7 +82,7 @@ Load = tuple[Callable[[], Any], str, int | None]  # (fn, what it is, CUDA ordina
 def reference_load(backend: Backend, gpu: int, *, size: int = MATMUL_SIZE) -> Load:
     """The heavy load for `gpu`: the simulator's own heavy work, or a bf16 matmul on the
     CUDA device with the same UUID."""
-    if getattr(backend, "name", "") == "sim":
+    if backend.workload is not None:
         fn = timing.sim_kernel(backend, gpu, seconds=0.05, power_intensity=1.0)
         return fn, "the simulated GPU's heavy load", None
     torch = timing._torch()
@@ -127,7 +127,7 @@ def calibrate(
     for g in gpus:
         fn, what, ordinal = (load or (lambda gpu: reference_load(backend, gpu)))(g)
         device: timing.Device
-        if getattr(backend, "name", "") == "sim":
+        if backend.workload is not None:
             device = timing.SimDevice(backend, g, rep_probe_cycles=0)
         else:
             device = timing.CudaEvents(flush_l2=False, saturate=False, device=ordinal)

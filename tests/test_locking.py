@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from daemon_harness import DaemonProcess
@@ -122,35 +123,44 @@ def _env(d: DaemonProcess, account: pwd.struct_passwd) -> dict[str, str]:
     }
 
 
+def _as(account: pwd.struct_passwd, d: DaemonProcess) -> dict[str, Any]:
+    """subprocess keywords that run a command as `account` in its environment."""
+    return {
+        "env": _env(d, account),
+        "user": account.pw_uid,
+        "group": account.pw_gid,
+        "extra_groups": [],
+        "text": True,
+    }
+
+
 def as_user(
-    d: DaemonProcess, account: pwd.struct_passwd, argv: list[str], **kw: object
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv,
-        env=_env(d, account),
-        user=account.pw_uid,
-        group=account.pw_gid,
-        extra_groups=[],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        **kw,  # type: ignore[arg-type]
-    )
-
-
-def start_as_user(
     d: DaemonProcess, account: pwd.struct_passwd, argv: list[str]
-) -> subprocess.Popen:
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, timeout=120, **_as(account, d))
+
+
+def python_as_user(d: DaemonProcess, account: pwd.struct_passwd, body: str) -> str:
+    """Run `body` as the account (with `gpuenv` imported and `locked_sm()` reading the
+    simulated GPU's locked range); its stdout."""
+    head = (
+        "import gpuenv\n"
+        "from gpuenv.backend.sim import SimBackend\n"
+        "def locked_sm():\n"
+        "    return SimBackend.from_env().truth(0).locked_sm\n"
+    )
+    out = as_user(d, account, py(head + body))
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def start_as_user(d: DaemonProcess, account: pwd.struct_passwd, argv: list[str]) -> Any:
     return subprocess.Popen(
         argv,
-        env=_env(d, account),
-        user=account.pw_uid,
-        group=account.pw_gid,
-        extra_groups=[],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
         start_new_session=True,
+        **_as(account, d),
     )
 
 
@@ -217,18 +227,16 @@ def test_run_sm_locks_for_the_command_and_releases_at_its_end_or_death(
 def test_python_lock_then_restore_as_in_the_readme(
     daemon: DaemonProcess, account: pwd.struct_passwd
 ) -> None:
-    code = (
-        "import gpuenv\n"
-        "from gpuenv.backend.sim import SimBackend\n"
+    out = python_as_user(
+        daemon,
+        account,
         "lk = gpuenv.lock(sm='base')\n"
-        "print('HELD', SimBackend.from_env().truth(0).locked_sm, lk.gpus)\n"
+        "print('HELD', locked_sm(), lk.gpus)\n"
         "print('RESTORED', gpuenv.restore())\n"
-        "print('AFTER', SimBackend.from_env().truth(0).locked_sm)\n"
+        "print('AFTER', locked_sm())\n",
     )
-    out = as_user(daemon, account, py(code))
-    assert out.returncode == 0, out.stderr
-    assert "HELD None" not in out.stdout and "HELD (" in out.stdout
-    assert "RESTORED [0]" in out.stdout and "AFTER None" in out.stdout
+    assert "HELD None" not in out and "HELD (" in out
+    assert "RESTORED [0]" in out and "AFTER None" in out
     assert daemon.pristine()
 
 
@@ -244,19 +252,18 @@ def test_python_lock_and_stable_are_released_when_the_process_is_killed(
 def test_stable_locks_through_the_daemon_and_judges_against_the_lock(
     daemon: DaemonProcess, account: pwd.struct_passwd
 ) -> None:
-    code = (
-        "import gpuenv, warnings\n"
-        "from gpuenv.backend.sim import SimBackend\n"
+    out = python_as_user(
+        daemon,
+        account,
+        "import warnings\n"
         "warnings.simplefilter('error')\n"  # an ObserveOnlyWarning fails: it must lock
         "with gpuenv.stable(sm=1350, mode='burst') as env:\n"
-        "    print('LOCKED', env.locked, SimBackend.from_env().truth(0).locked_sm)\n"
+        "    print('LOCKED', env.locked, locked_sm())\n"
         "    print('RANGES', env._lock_ranges())\n"
-        "print('AFTER', SimBackend.from_env().truth(0).locked_sm)\n"
+        "print('AFTER', locked_sm())\n",
     )
-    out = as_user(daemon, account, py(code))
-    assert out.returncode == 0, out.stderr
-    assert "LOCKED True (1350, 1350)" in out.stdout
-    assert "RANGES {0: (1350, 1350)}" in out.stdout and "AFTER None" in out.stdout
+    assert "LOCKED True (1350, 1350)" in out
+    assert "RANGES {0: (1350, 1350)}" in out and "AFTER None" in out
     assert daemon.pristine()
 
 

@@ -30,7 +30,7 @@ from gpuenv.backend import Backend
 from gpuenv.clocks.journal import Applied, Journal
 from gpuenv.clocks.plan import GpuPlan, LockPlan, plan_lock, read_state
 from gpuenv.clocks.request import LockRequest, make_request
-from gpuenv.errors import ConfigError, GpuenvError, PermissionDenied
+from gpuenv.errors import ConfigError, GpuenvError, LockConflict, PermissionDenied
 
 GpuSelector = str | int | Sequence[str | int] | None
 
@@ -184,6 +184,15 @@ def _lease(
             standing=standing,
             label=command,
         ).info
+    except LockConflict as err:
+        client.close()
+        if not client.info.get("peer", {}).get("admin"):
+            # --force is for the daemon's admins: say what this caller can do
+            err.hint = (
+                "wait for it to end, or ask for the same state to share it; an admin of "
+                "gpuenvd (root, or [admin] in its config) can end it with 'gpuenv restore --all'"
+            )
+        raise
     except BaseException:
         client.close()
         raise

@@ -316,3 +316,19 @@ def test_the_readme_daemon_config_passes_check_config_on_the_default_machine(
     res = CliRunner().invoke(main_cli, ["--sim", "daemon", "check-config", "--config", str(config)])
     assert res.exit_code == 0, res.output
     assert "lock: group:gpubench -> 0" in res.output and "lock: user:alice -> 0" in res.output
+
+
+def test_a_conflict_tells_a_user_what_they_can_do(
+    daemon: DaemonProcess, account: pwd.struct_passwd
+) -> None:
+    """--force is for admins: the hint a user gets must work when followed."""
+    as_root = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
+    held = subprocess.run([*as_root, "lock", "--sm", "1500"], env=daemon.env, capture_output=True)
+    assert held.returncode == 0  # root's standing lease
+    out = as_user(daemon, account, cli("lock", "--sm", "1350"))
+    assert out.returncode == 3 and "--force" not in out.stderr
+    assert "share it" in out.stderr and "'gpuenv restore --all'" in out.stderr
+    same = as_user(daemon, account, cli("lock", "--sm", "1500"))  # following the hint works
+    assert same.returncode == 0 and "now shared" in same.stdout, same.stderr
+    assert subprocess.run([*as_root, "restore", "--all"], env=daemon.env).returncode == 0
+    assert daemon.wait_pristine(timeout=5.0) is not None

@@ -14,6 +14,9 @@ MODES = ("events", "graph", "profiler")
 SUSTAINED_REP_S = 0.2  # one rep in sustained mode: this long of fn back to back
 CLOCK_PROBE_S = 0.005  # GPU time of the before/after effective-clock probe
 REP_PROBE_CYCLES = 100_000  # ~50 us at 2 GHz: the per-rep clock probe and launch cover
+# The simulated GPU's L2 flush: bytes written per memory cycle (an H100's ~3.35 TB/s at its
+# 2619 MHz memory clock), so a flush of B bytes takes B / 1280 memory cycles.
+SIM_FLUSH_BYTES_PER_MEM_CYCLE = 1280
 
 
 @dataclass(frozen=True)
@@ -105,15 +108,44 @@ class ClockDevice:
 
 class SimDevice(ClockDevice):
     """The simulated GPU: fn runs `backend.run_work(...)` (see `sim_kernel`); the
-    effective-clock probe times a light spin of known cycles, as `_sleep` does on CUDA."""
+    effective-clock probe times a light spin of known cycles, as `_sleep` does on CUDA.
+
+    What a CUDA rep costs besides fn can be modelled, outside the timed window as on
+    CUDA: `flush_bytes` of L2 flush (memory-bound work) and `rep_overhead_s` of host
+    time (launches, the synchronize) before each rep. `calls_per_rep` > 1 makes each
+    rep after `prepare()` that many calls back to back, timed per call (a CUDA graph)."""
 
     kind = "sim"
 
-    def __init__(self, backend: Any, gpu: int, *, rep_probe_cycles: float = REP_PROBE_CYCLES):
+    def __init__(self, backend: Any, gpu: int, *, rep_probe_cycles: float = REP_PROBE_CYCLES,
+                 flush_bytes: int = 0, rep_overhead_s: float = 0.0,
+                 calls_per_rep: int = 1):  # fmt: skip
         super().__init__(backend.clock)
         self.backend = backend
         self.gpu = gpu
         self.rep_probe_cycles = rep_probe_cycles
+        self.flush_bytes = int(flush_bytes)
+        self.rep_overhead_s = float(rep_overhead_s)
+        self.calls_per_rep = int(calls_per_rep)
+        self._calls = 1  # calls per rep: calls_per_rep once prepared (captured)
+
+    def prepare(self, fn: Callable[[], Any]) -> None:
+        self._calls = self.calls_per_rep
+
+    def rep(self, fn: Callable[[], Any]) -> Rep:
+        if self.flush_bytes:
+            self.backend.run_work(self.gpu, 0, power_intensity=0.3,
+                                  mem_cycles=self.flush_bytes / SIM_FLUSH_BYTES_PER_MEM_CYCLE)
+        if self.rep_overhead_s:
+            self.clock.sleep(self.rep_overhead_s)
+        if self._calls == 1:
+            return super().rep(fn)
+        mhz = self._rep_probe()
+        t0 = self.clock.now()
+        for _ in range(self._calls):
+            fn()
+        t1 = self.clock.now()
+        return Rep(t0, t1, (t1 - t0) / self._calls, mhz)
 
     def _spin_mhz(self, cycles: float) -> float | None:
         seconds = self.backend.run_work(self.gpu, cycles, power_intensity=0.05)
@@ -127,7 +159,12 @@ class SimDevice(ClockDevice):
         return self._spin_mhz(CLOCK_PROBE_S * max_mhz * 1e6)
 
     def settings(self) -> dict[str, Any]:
-        return {"flush_l2": False, "device": "sim"}
+        out: dict[str, Any] = {"flush_l2": self.flush_bytes > 0, "device": "sim"}
+        if self.flush_bytes:
+            out["flush_bytes"] = self.flush_bytes
+        if self.calls_per_rep > 1:
+            out["calls_per_rep"] = self.calls_per_rep
+        return out
 
 
 class BackToBack:

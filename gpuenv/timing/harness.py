@@ -16,6 +16,7 @@ from gpuenv import conditioning, stats
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
+from gpuenv.telemetry import DRIVER_REFRESH_S
 from gpuenv.timebase import Clock
 from gpuenv.timing.config import DEFAULT_BUDGET_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_BATCH, PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
@@ -88,6 +89,7 @@ class _Place:
     condition_why: str
     policy: str
     session: Any
+    opened: float  # clock time just before the sampler started: its samples come after
 
     @property
     def clock(self) -> Clock:
@@ -121,6 +123,7 @@ class _Place:
                 hint="open the session with gpus= including the GPU fn runs on",
             )
         own = sampler is None and backend is not None
+        opened = device.clock.now()
         if sampler is None and backend is not None:
             from gpuenv.telemetry import Sampler
 
@@ -129,7 +132,8 @@ class _Place:
         facts = _facts(session, backend, gpu)
         condition, why = _choose_condition(cfg, session, facts.get(gpu))
         policy = cfg.policy or getattr(session, "policy", None) or "annotate"
-        return cls(backend, gpu, sampler, own, device, facts, condition, why, policy, session)
+        return cls(backend, gpu, sampler, own, device, facts, condition, why, policy, session,
+                   opened)
 
     def close(self) -> None:
         if self.own_sampler:
@@ -176,6 +180,7 @@ class _Run:
         self.verbose = verbose
         self.device = place.device
         self.clock = place.clock
+        self.t_begin = self.clock.now()  # set again when run() begins
         self.extra: dict[str, Any] = {
             "mode": cfg.mode, "condition": place.condition,
             "condition_why": place.condition_why, "policy": place.policy,
@@ -187,7 +192,8 @@ class _Run:
 
     def run(self) -> Any:
         cfg, place = self.cfg, self.place
-        t_begin, started_at = self.mark(), self.clock.wall()
+        self.t_begin = t_begin = self.mark()
+        started_at = self.clock.wall()
         warm = _warmup(self.device, self.fn, place.sampler, place.gpu, cfg.warmup,
                        cfg.warmup_max_s, cfg.warmup_max_reps)
         self.extra.update(warmup_reps=warm.reps, warmup_s=warm.seconds,
@@ -202,6 +208,7 @@ class _Run:
         if place.condition == "sustained":
             self.device = BackToBack(self.device)
         reps, stop = self._measure()
+        self.mark()  # an edge read after the last rep: its window need not wait for one
         m = self._judge(reps, started_at)
         t_end = self.mark()
         clock_after = self.device.probe_clock_mhz() if cfg.probe_clock else None
@@ -231,13 +238,17 @@ class _Run:
                 place.session.wait_until_recovered()
                 waited, ready = self.clock.now() - t_wait, True
             else:
-                waited, ready = self._wait()
+                # burst_from_start: the warmup is part of the first burst, so the samples
+                # since bench began tell whether the GPU is cool (no driver refresh to wait)
+                since = place.opened - DRIVER_REFRESH_S if self.cfg.burst_from_start else None
+                waited, ready = self._wait(since=since)
             self.extra.update(burst_first_wait_s=waited, burst_first_ready=ready)
 
-    def _wait(self, min_rest_s: float = 0.0) -> tuple[float, bool]:
+    def _wait(self, min_rest_s: float = 0.0, since: float | None = None) -> tuple[float, bool]:
         place = self.place
+        since = self.clock.now() if since is None else since
         waited, ready, _ = conditioning.wait_until_ready(
-            place.sampler, [place.gpu], self.clock, since=self.clock.now(), facts=place.facts,
+            place.sampler, [place.gpu], self.clock, since=since, facts=place.facts,
             config=self.cfg.conditioning, min_rest_s=min_rest_s,
         )  # fmt: skip
         return waited, ready
@@ -262,12 +273,16 @@ class _Run:
         max_reps = PROFILER_MAX_REPS if profiler else None
         rule, clock = self._rule(), self.clock
         start = burst_start = clock.now()
+        if self.cfg.burst_from_start:
+            burst_start = self.t_begin
         out: list[Rep] = []
+        times: list[float] = []
         rests = 0
         while True:
-            out.extend(self.device.reps(self.fn, batch) if batch > 1
-                       else [self.device.rep(self.fn)])
-            reason = rule.check([r.time_s for r in out], clock.now() - start)
+            got = self.device.reps(self.fn, batch) if batch > 1 else [self.device.rep(self.fn)]
+            out.extend(got)
+            times.extend(r.time_s for r in got)
+            reason = rule.check(times, clock.now() - start)
             if reason is None and max_reps is not None and len(out) >= max_reps:
                 reason = "max_reps"
             if reason is not None:

@@ -1,8 +1,9 @@
 """The one door to the GPU.
 
 Everything above this package gets a `Backend` passed in and never knows
-whether the GPU is real (`backend/nvml.py`, the only importer of pynvml) or
-simulated (`backend/sim.py`). GPUs are addressed by NVML index here; code above
+whether the GPU is real (`backend/nvml.py` and its `nvml_*` modules, the only
+importers of pynvml) or simulated (`backend/sim.py` and its `sim_*` modules).
+GPUs are addressed by NVML index here; code above
 keys anything persistent by UUID.
 
 Reads come in three costs (GPU_FACTS.md):
@@ -262,7 +263,8 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-_WRITES = (
+# The writes: what ReadOnlyBackend refuses, by method name.
+WRITES = (
     "set_locked_sm_clocks",
     "reset_locked_sm_clocks",
     "set_locked_mem_clocks",
@@ -296,7 +298,7 @@ class ReadOnlyBackend:
         return None if spec is None else {**spec, "readonly": self.reason}
 
     def __getattr__(self, attr: str):  # reads: delegate
-        if attr in _WRITES:
+        if attr in WRITES:
             def refuse(index: int, *args: object, **kwargs: object) -> None:
                 raise ReadOnlyError(_describe_write(attr, args), gpu=index, reason=self.reason)
 
@@ -407,6 +409,7 @@ __all__ = [
     "CLOCK_LIMIT_UNLIMITED",
     "REASON_COUNTERS",
     "REASON_NAMES",
+    "WRITES",
     "AppClocks",
     "Backend",
     "Capabilities",

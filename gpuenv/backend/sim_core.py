@@ -207,20 +207,28 @@ class SimCore:
     def _commit(self, index: int, change: Callable[[Settings], None]) -> None:
         """Apply a settings change; with a state file, as a locked read-modify-write."""
         g = self._gpus[index]
-        if self._state is None:
+
+        def apply() -> None:
             change(g.settings)
             g.relatch_clock()
+
+        if self._state is None:
+            apply()
             return
         with self._state.locked():
-            data = self._state.read()
-            if data is not None and self._matches(data):
-                self._load(data)
-                clients = [int(pid) for pid in data.get("clients", [])]
-            else:
-                data, clients = None, [self._pid]
-            change(g.settings)
-            g.relatch_clock()
-            self._state.write(self._dump(clients, data))
+            self._rewrite_state(apply)
+
+    def _rewrite_state(self, change: Callable[[], None] = lambda: None) -> None:
+        """Read the state file, apply `change` to this backend, write it back. Under lock."""
+        assert self._state is not None
+        data = self._state.read()
+        if data is not None and self._matches(data):
+            self._load(data)
+            clients = [int(pid) for pid in data.get("clients", [])]
+        else:
+            data, clients = None, [self._pid]
+        change()
+        self._state.write(self._dump(clients, data))
 
     def close(self) -> None:
         """Leave the simulated driver: this process's contexts end; maybe the GPU de-initialises."""
@@ -266,13 +274,7 @@ class SimCore:
             return
         self._thermal_saved_at = now
         with self._state.locked():
-            data = self._state.read()
-            if data is not None and self._matches(data):
-                self._load(data)
-                clients = [int(pid) for pid in data.get("clients", [])]
-            else:
-                data, clients = None, [self._pid]
-            self._state.write(self._dump(clients, data))
+            self._rewrite_state()
 
     def _uuid(self, index: int) -> str:
         digest = hashlib.sha256(

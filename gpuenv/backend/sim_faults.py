@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuenv.backend import WRITES
 from gpuenv.errors import DriverTimeout, GpuLost, NotSupported, PermissionDenied
 
 # NVML return codes, carried on the errors for people who know them.
@@ -33,13 +34,7 @@ BACKEND_OPS = (
     "read_fast",
     "read_slow",
     "power_samples",
-    "set_locked_sm_clocks",
-    "reset_locked_sm_clocks",
-    "set_locked_mem_clocks",
-    "reset_locked_mem_clocks",
-    "set_app_clocks",
-    "reset_app_clocks",
-    "set_power_limit",
+    *WRITES,
     "set_persistence_mode",
 )
 WORKLOAD_OPS = ("open_context", "close_context", "run_work", "set_background_load", "set_ambient")

@@ -60,13 +60,26 @@ class SimWrites(SimCore):
 
     def _need_locked(self, index: int, op: str) -> None:
         if not self.profile.locked_clocks_supported:
-            raise NotSupported(
-                f"locked clocks are not supported on {self.profile.gpu_name}",
-                op=op,
-                gpu=index,
-                code=NVML_ERROR_NOT_SUPPORTED,
-                hint="use application clocks (nvidia-smi -ac) instead",
+            raise self._unsupported(
+                "locked clocks are not supported", index, op,
+                "use application clocks (nvidia-smi -ac) instead",
             )
+
+    def _need_app_clocks(self, index: int, op: str) -> None:
+        if not self.profile.app_clocks_supported:
+            raise self._unsupported(
+                "application clocks cannot be set", index, op,
+                "lock clocks instead (nvidia-smi -lgc)",
+            )
+
+    def _unsupported(self, what: str, index: int, op: str, hint: str) -> NotSupported:
+        return NotSupported(
+            f"{what} on {self.profile.gpu_name}",
+            op=op,
+            gpu=index,
+            code=NVML_ERROR_NOT_SUPPORTED,
+            hint=hint,
+        )
 
     def reset_locked_sm_clocks(self, index: int) -> None:
         """`nvidia-smi -rgc`."""
@@ -116,14 +129,7 @@ class SimWrites(SimCore):
             op = "set_app_clocks"
             self._get(index, op)
             p = self.profile
-            if not p.app_clocks_supported:
-                raise NotSupported(
-                    f"application clocks cannot be set on {p.gpu_name}",
-                    op=op,
-                    gpu=index,
-                    code=NVML_ERROR_NOT_SUPPORTED,
-                    hint="lock clocks instead (nvidia-smi -lgc)",
-                )
+            self._need_app_clocks(index, op)
             self._need_root(index, op, "set application clocks")
             if mem_mhz not in p.mem_clocks_mhz or sm_mhz not in p.sm_clocks_mhz:
                 raise InvalidValue(
@@ -142,13 +148,7 @@ class SimWrites(SimCore):
             op = "reset_app_clocks"
             self._get(index, op)
             p = self.profile
-            if not p.app_clocks_supported:
-                raise NotSupported(
-                    f"application clocks cannot be set on {p.gpu_name}",
-                    op=op,
-                    gpu=index,
-                    code=NVML_ERROR_NOT_SUPPORTED,
-                )
+            self._need_app_clocks(index, op)
             self._need_root(index, op, "reset application clocks")
             self._commit(index, lambda s: _set_app(s, p.default_app_sm_mhz, p.default_app_mem_mhz))
 

@@ -269,7 +269,7 @@ def gpuenv_way(
     condition: str | None,
     *,
     budget_s: float = 1.0,
-    precondition_max_s: float = timing.PRECONDITION_MAX_S,
+    precondition_max_s: float = 180.0,
     lock_range: tuple[int, int] | None = None,
     **bench_kw: Any,
 ) -> Way:

@@ -8,12 +8,12 @@ of several calls, or the profiler's summed kernel time) is described in `cuda.py
 
 The harness around the device is device-agnostic and runs on the simulated GPU
 in tests (`SimDevice`, `sim_kernel`): warmup until rep times and clocks stop
-trending; optional conditioning (condition="burst": short bursts, each started
-from the GPU's uncapped state; condition="sustained": run fn until clock and
-temperature reach equilibrium, then measure reps of fn back to back, see
-`BackToBack`); the stopping rule of
-`gpuenv.stats.StopRule`; telemetry windows per rep from the sampler; findings
-and the policy from `gpuenv.verdict`.
+trending; conditioning (gpuenv.conditioning: condition="burst": short bursts,
+each started from the GPU's cool, uncapped state -- the default unless gpuenv's
+clock lock holds; condition="sustained": run fn until it reaches equilibrium,
+then measure reps of fn back to back, see `BackToBack`); the stopping rule of
+`gpuenv.stats.StopRule`; then gpuenv.judge turns the reps and their telemetry
+windows into findings, a verdict and a Measurement.
 
 torch is imported here lazily, only when a CUDA device is timed.
 
@@ -21,26 +21,14 @@ The package:
     devices.py           the Device protocol, Rep, ClockDevice, SimDevice, BackToBack, sim_kernel
     cuda.py              CUDA events, graphs, the profiler (the only module importing torch)
     warmup.py            reps until times and clocks stop trending
-    conditioning_old.py  burst wait and sustained precondition (gpuenv.conditioning replaces it)
+    config.py            BenchConfig: every setting of bench(), the safe defaults
     harness.py           bench(): warmup, conditioning, reps, windows, findings -> Measurement
 """
 
 from __future__ import annotations
 
-from gpuenv.timing.conditioning_old import (
-    BURST_DUTY,
-    BURST_S,
-    DEFAULT_TEMP_SENSITIVITY,
-    LIMITING_REASONS,
-    PRECONDITION_CHUNK_S,
-    PRECONDITION_MAX_S,
-    PRECONDITION_TAU_S,
-    PRECONDITION_TOL,
-    PRECONDITION_WINDOW_S,
-    Conditioning,
-    precondition,
-    wait_until_ready,
-)
+from gpuenv.conditioning import Conditioning, precondition, wait_until_ready
+from gpuenv.timing.config import CONDITIONS, DEFAULT_BUDGET_S, BenchConfig
 from gpuenv.timing.cuda import (
     COVER_ATTEMPTS,
     PROBE_MAX_S,
@@ -66,25 +54,16 @@ from gpuenv.timing.devices import (
     SimDevice,
     sim_kernel,
 )
-from gpuenv.timing.harness import CONDITIONS, DEFAULT_BUDGET_S, bench
+from gpuenv.timing.harness import bench
 from gpuenv.timing.warmup import WARMUP_MIN_REPS, WARMUP_REL_TOL, WARMUP_WINDOW
 
 # _torch is used by clocks.calibration and demo.measure, _profiled_rep_times by tests
 __all__ = [
-    "BURST_DUTY",
-    "BURST_S",
     "CLOCK_PROBE_S",
     "CONDITIONS",
     "COVER_ATTEMPTS",
     "DEFAULT_BUDGET_S",
-    "DEFAULT_TEMP_SENSITIVITY",
-    "LIMITING_REASONS",
     "MODES",
-    "PRECONDITION_CHUNK_S",
-    "PRECONDITION_MAX_S",
-    "PRECONDITION_TAU_S",
-    "PRECONDITION_TOL",
-    "PRECONDITION_WINDOW_S",
     "PROBE_MAX_S",
     "PROFILER_BATCH",
     "PROFILER_MAX_REPS",
@@ -94,6 +73,7 @@ __all__ = [
     "WARMUP_REL_TOL",
     "WARMUP_WINDOW",
     "BackToBack",
+    "BenchConfig",
     "ClockDevice",
     "Conditioning",
     "CudaEvents",

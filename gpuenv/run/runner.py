@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from gpuenv.backend import CLOCK_LIMIT_TDP, Backend
+from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError
 from gpuenv.results import Measurement
 from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
@@ -210,9 +210,9 @@ class Runner:
     def run(self) -> RunResult:
         lock = None
         if self.lock_args:
-            from gpuenv import clocks
+            from gpuenv.locking import acquire
 
-            lock = clocks.lock(
+            lock = acquire(
                 **self.lock_args,
                 gpus=self.gpus,
                 backend=self.backend,
@@ -229,22 +229,9 @@ class Runner:
                 lock.release()
 
     def _lock_ranges(self, lock: Any) -> dict[int, tuple[int, int]]:
-        ranges: dict[int, tuple[int, int]] = {}
-        if lock is None:
-            return ranges
-        for gp in lock.plan.gpus:
-            applied = gp.applied
-            if applied.locked_sm is not None:
-                lo, hi = applied.locked_sm
-                if lo == CLOCK_LIMIT_TDP:
-                    base = self.backend.clock_limits(gp.index).base_sm_mhz
-                    if base is None:
-                        continue
-                    lo = hi = base
-                ranges[gp.index] = (lo, hi)
-            elif applied.app_clocks is not None:
-                ranges[gp.index] = (applied.app_clocks[1], applied.app_clocks[1])
-        return ranges
+        from gpuenv.locking import lock_ranges
+
+        return {} if lock is None else lock_ranges(lock, self.backend)
 
     def _run_locked(self, lock: Any) -> RunResult:
         from gpuenv.results import ResultStore, environment_metadata

@@ -8,6 +8,8 @@ reads in one sitting, and the heavy or dangerous imports in their one place.
   time), only the packages in LAZY_CIRCLES may have one.
 - No module over MAX_LINES lines, no function over MAX_FUNCTION_LINES, except the
   ones listed below, which are still to be split: the lists only shrink.
+- Imports go down the layers of docs/ARCHITECTURE.md (LAYERS), or sideways within
+  one, never up.
 - torch is imported only by gpuenv/timing/cuda.py and gpuenv/integrations/;
   pynvml only by gpuenv/backend/nvml*.py.
 """
@@ -52,6 +54,24 @@ LAZY_CIRCLES = {
     # server starts metrics lazily, metrics names Server under TYPE_CHECKING
     "gpuenv.daemon": "helper daemon",
 }
+# docs/ARCHITECTURE.md's layers, top first: a module (or package) of one imports only
+# from its own layer or those below. A new module goes into one of them here and there.
+LAYERS = (
+    # what a person runs and looks at
+    ("gpuenv.__main__", "gpuenv.cli", "gpuenv.integrations", "gpuenv.monitor", "gpuenv.status",
+     "gpuenv.doctor", "gpuenv.compare", "gpuenv.plot", "gpuenv.demo"),
+    # the doors to a measurement; calibration measures a sustained load, so it sits
+    # here although it lives in clocks/
+    ("gpuenv.timing", "gpuenv.session", "gpuenv.run", "gpuenv.clocks.calibration"),
+    # the measurement core
+    ("gpuenv.judge", "gpuenv.conditioning", "gpuenv.verdict", "gpuenv.stats", "gpuenv.results"),
+    # telemetry and locks
+    ("gpuenv.telemetry", "gpuenv.locking", "gpuenv.clocks", "gpuenv.daemon"),
+    # the GPU
+    ("gpuenv.backend", "gpuenv.devices"),
+    # vocabulary
+    ("gpuenv.reasons", "gpuenv.units", "gpuenv.errors", "gpuenv.timebase", "gpuenv._records"),
+)  # fmt: skip
 TORCH_IMPORTERS = ("timing/cuda.py", "integrations/*.py")
 PYNVML_IMPORTERS = ("backend/nvml*.py",)
 
@@ -222,6 +242,32 @@ def test_lazy_import_circles_only_inside_the_listed_packages():
     inside = {p for p in LAZY_CIRCLES for c in found if all(m.startswith(p) for m in c)}
     done = set(LAZY_CIRCLES) - inside
     assert not done, f"{sorted(done)} have no circle any more: take them off LAZY_CIRCLES"
+
+
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS of the longest prefix that names the module's package."""
+    best: tuple[int, int] | None = None
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (
+                best is None or len(name) > best[1]
+            ):
+                best = (i, len(name))
+    return None if best is None else best[0]
+
+
+def test_imports_never_go_up_the_layers():
+    graph = import_graph(lazy=True)
+    unplaced = sorted(m for m in graph if m != "gpuenv" and layer_of(m) is None)
+    assert not unplaced, f"{unplaced} are in no layer: add them to LAYERS and ARCHITECTURE.md"
+    up = sorted(
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        for d in deps
+        if m != "gpuenv" and d != "gpuenv" and (layer_of(d) or 0) < (layer_of(m) or 0)
+    )
+    assert not up, f"imports that go up the layers: {up}"
+    assert layer_of("gpuenv.clocks.calibration") == 1 and layer_of("gpuenv.clocks.plan") == 3
 
 
 def test_no_module_over_500_lines():

@@ -40,8 +40,6 @@ TOO_LONG_FUNCTIONS = {
     "daemon/metrics.py:collect",  # helper "daemon"
     "cli/monitor.py:monitor",  # lead (monitor)
     "plot.py:plot_run",  # lead
-    "telemetry/window.py:summarize",  # lead (telemetry)
-    "telemetry/window.py:merge_windows",  # lead (telemetry)
     "cli/run.py:run",  # lead (run)
     "daemon/leases.py:_acquire",  # helper "daemon"
 }

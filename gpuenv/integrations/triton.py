@@ -12,8 +12,10 @@ by gpuenv (telemetry on every rep, findings, a verdict) at triton's pace.
 `warmup` and `rep` are time budgets in ms, as in triton, and everything a rep costs
 counts in them: the L2 flush, the synchronize, the launch-cover spin and the host's
 own time. After a first call (set-up, as triton's) a few reps are timed on the host
-clock; their median cost gives the counts: `warmup` ms of reps to warm up (a fixed
-count, never more), `rep` ms of measured reps (the budget is also a hard limit on
+clock; their median cost gives the counts: warmup reps until their times and clocks
+stop trending, at most `warmup` ms worth (triton's warmup calls skip the flush, so for
+a small kernel its warmup takes a fraction of `warmup` ms: a steady kernel stops here
+after 8 reps), and `rep` ms of measured reps (the budget is also a hard limit on
 measuring, so a slower GPU cannot overrun it). Each measured rep gets its telemetry
 window, and gpuenv.bench's judge turns them into the Measurement.
 
@@ -107,10 +109,11 @@ def do_bench(
     n_warmup = max(1, int(warmup / 1e3 / per_rep_s))
     n_rep = max(1, int(rep / 1e3 / per_rep_s))
     plan = {"warmup_ms": warmup, "rep_ms": rep, "rep_cost_s": per_rep_s,
-            "estimate_reps": n_est, "warmup_reps": n_warmup, "reps": n_rep}  # fmt: skip
+            "estimate_reps": n_est, "warmup_max_reps": n_warmup, "reps": n_rep}  # fmt: skip
     m = _bench(call, _Phases(dev, call, plan), name or _name(fn, "do_bench"), session, backend,
-               output, mode=mode, reps=n_rep, budget_s=rep / 1e3 or None, warmup=n_warmup,
-               condition=condition, policy=policy)  # fmt: skip
+               output, mode=mode, reps=n_rep, budget_s=rep / 1e3 or None, warmup="auto",
+               warmup_max_s=warmup / 1e3, warmup_max_reps=n_warmup, condition=condition,
+               policy=policy)  # fmt: skip
     return _summarize(_times_ms(m), quantiles, return_mode)
 
 

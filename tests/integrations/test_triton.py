@@ -60,7 +60,9 @@ class TestBudget:
         assert len(times) == len(m.times_s) == plan["reps"]
         assert len(times) * cost <= 0.100 < (len(times) + 1) * cost  # fits, and fills
         assert m.extra["measure_s"] <= 0.100 + cost
-        assert m.extra["warmup_reps"] == plan["warmup_reps"] == max(1, int(0.025 / cost))
+        # warmup until steady (8 reps of a steady kernel), at most 25 ms worth
+        assert plan["warmup_max_reps"] == max(1, int(0.025 / cost))
+        assert m.extra["warmup_reps"] == min(timing.WARMUP_WINDOW, plan["warmup_max_reps"])
         assert m.extra["warmup_s"] <= 0.025 + cost
         # first call and estimate (<= 5 reps), warmup, reps; a cool GPU is not waited for
         assert m.extra["burst_first_wait_s"] == 0.0 and m.extra["burst_rests"] == 0
@@ -76,7 +78,7 @@ class TestBudget:
         cost = rep_cost_s(50e-6)
         assert small.extra["dropin"]["reps"] == int(0.010 / cost)
         assert big.extra["dropin"]["reps"] == int(0.300 / cost)
-        assert big.extra["warmup_reps"] == int(0.050 / cost)
+        assert big.extra["dropin"]["warmup_max_reps"] == int(0.050 / cost)
 
     def test_triton_flush_size_costs_reps(self, gpu):
         k = light(gpu, 5e-6)
@@ -103,6 +105,19 @@ class TestBudget:
         assert m.extra["stop_reason"] == "budget"
         assert len(m.times_s) < m.extra["dropin"]["reps"]
         assert m.extra["measure_s"] <= 0.100 + rep_cost_s(40e-6)
+
+    def test_a_warmup_that_never_settles_stops_at_its_budget(self, gpu):
+        calls = itertools.count()
+
+        def drifts() -> float:  # each call 0.5% longer than the one before
+            seconds = 20e-6 * 1.005 ** next(calls)
+            return float(gpu.run_work(0, seconds * MAX_SM_HZ, power_intensity=0.2))
+
+        gtriton.do_bench(drifts, warmup=10, backend=gpu)
+        m = gtriton.last_measurement()
+        assert m.extra["warmup_steady"] is False
+        assert m.extra["warmup_reps"] <= m.extra["dropin"]["warmup_max_reps"]
+        assert m.extra["warmup_s"] <= 0.010 + rep_cost_s(40e-6)
 
     def test_rep_zero_is_one_rep(self, gpu):
         assert len(gtriton.do_bench(light(gpu, 1e-3), rep=0, backend=gpu, return_mode="all")) == 1

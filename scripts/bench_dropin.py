@@ -193,18 +193,23 @@ def measure(env: Any, fn: Callable[[], Any], tools: dict[str, Callable[..., Any]
     for name, tool in tools.items():
         tool(fn)
         env.idle(IDLE_S)
-        walls, values, waits, reps = [], [], [], []
+        walls, values, waits, reps, parts = [], [], [], [], []
         for _ in range(calls):
             t0 = env.now()
             value = tool(fn)
             walls.append(env.now() - t0)
             values.append(float(value))
             if name.startswith("gpuenv"):
-                x = gt.last_measurement().extra
+                m = gt.last_measurement()
+                x = m.extra
                 waits.append(x.get("burst_first_wait_s") or 0.0)
-                reps.append(len(gt.last_measurement().times_s))
+                reps.append(len(m.times_s))
+                # where the wall time went: warmup, the check, reps + judging (measure_s)
+                parts.append({k: x.get(k) for k in ("warmup_reps", "warmup_s", "measure_s",
+                                                    "burst_first_wait_s", "dropin")})
         out[name] = {"wall_s": walls, "ms": values, "wait_s": waits, "reps": reps,
-                     "cold_s": walls[0], "b2b_s": statistics.median(walls[1:] or walls)}
+                     "parts": parts, "cold_s": walls[0],
+                     "b2b_s": statistics.median(walls[1:] or walls)}
     return out
 
 

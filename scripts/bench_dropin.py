@@ -91,15 +91,14 @@ class Env:
             ("mm8192_bf16", "8192^3 bf16 matmul (~1.4 ms)", lambda: a8 @ b8),
             ("mm_8k_24k", "8192x24576x8192 bf16 matmul (~4-5 ms)", lambda: aw @ bw),
         ]
-        for _, _, fn in self.kernels:
+        for _, _, fn in self.kernels:  # library set-up and lazy loading happen here
             fn()
         torch.cuda.synchronize()
 
-    def now(self) -> float:
-        return time.monotonic()
+    now = staticmethod(time.monotonic)
 
     def idle(self, seconds: float) -> None:
-        self.torch.cuda.synchronize()
+        self.torch.cuda.synchronize()  # nothing still running on the GPU while idle
         time.sleep(seconds)
 
     def tools(self) -> dict[str, Callable[..., Any]]:

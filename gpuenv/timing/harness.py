@@ -180,7 +180,6 @@ class _Run:
         self.verbose = verbose
         self.device = place.device
         self.clock = place.clock
-        self.t_begin = self.clock.now()  # set again when run() begins
         self.extra: dict[str, Any] = {
             "mode": cfg.mode, "condition": place.condition,
             "condition_why": place.condition_why, "policy": place.policy,
@@ -192,8 +191,7 @@ class _Run:
 
     def run(self) -> Any:
         cfg, place = self.cfg, self.place
-        self.t_begin = t_begin = self.mark()
-        started_at = self.clock.wall()
+        t_begin, started_at = self.mark(), self.clock.wall()
         warm = _warmup(self.device, self.fn, place.sampler, place.gpu, cfg.warmup,
                        cfg.warmup_max_s, cfg.warmup_max_reps)
         self.extra.update(warmup_reps=warm.reps, warmup_s=warm.seconds,
@@ -273,8 +271,8 @@ class _Run:
         max_reps = PROFILER_MAX_REPS if profiler else None
         rule, clock = self._rule(), self.clock
         start = burst_start = clock.now()
-        if self.cfg.burst_from_start:
-            burst_start = self.t_begin
+        if self.cfg.burst_from_start:  # the warmup was the first burst's beginning
+            burst_start -= self.extra.get("warmup_s", 0.0)
         out: list[Rep] = []
         times: list[float] = []
         rests = 0

@@ -4,9 +4,9 @@ Each command lives in its own module under gpuenv/cli/ and is imported only
 when it runs, so `gpuenv --help` and `gpuenv status` stay fast and never
 import torch.
 
-Exit codes (every command): 0 success; 1 warnings (doctor) or a rejected
-verdict (run --policy reject, the child's own code otherwise); 2 an error
-(bad input, no GPU, permission); 3 a lock held by another owner.
+Exit codes (every command): gpuenv.errors.EXIT_CODES, the README's table (nvidia-smi's
+numbers where one fits: 2 bad argument, 3 not supported, 4 no permission, 9 no driver).
+Every failure goes through `_common.guarded()`: one sentence on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -46,9 +46,16 @@ class LazyGroup(click.Group):
         command: click.Command = getattr(module, entry[1])
         if cmd_name == "unlock":
             command = click.Command(
-                "unlock", params=command.params, callback=command.callback, help=entry[2]
+                "unlock", params=list(command.params), callback=command.callback, help=entry[2]
             )
+        _accept_global_flags(command)
         return command
+
+    def invoke(self, ctx: click.Context) -> object:
+        from gpuenv.cli._common import guarded
+
+        with guarded():
+            return super().invoke(ctx)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Short help from the table, so --help imports no command module.
@@ -56,6 +63,36 @@ class LazyGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+def _set_root_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    obj = ctx.find_root().obj
+    if not value or obj is None:
+        return
+    if param.name == "sim":
+        obj["backend_kind"] = "sim"
+    else:
+        obj["dry_run"] = True
+
+
+def _accept_global_flags(command: click.Command) -> None:
+    """`gpuenv status --sim` as `gpuenv --sim status`: the group's flags after the command too.
+
+    Hidden, so each command's --help stays about the command. A command with its own
+    --dry-run (lock, restore) keeps it; both mean the same.
+    """
+    have = {opt for p in command.params for opt in getattr(p, "opts", ())}
+    for flag, name in (("--sim", "sim"), ("--dry-run", "dry_run")):
+        if flag not in have:
+            command.params.append(
+                click.Option(
+                    [flag, name],
+                    is_flag=True,
+                    expose_value=False,
+                    hidden=True,
+                    callback=_set_root_flag,
+                )
+            )
 
 
 def _available(name: str) -> bool:

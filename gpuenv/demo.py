@@ -189,7 +189,7 @@ def _settings(sim: Any) -> tuple:
 
 
 def _sim_ways(sim: Any, say: _Pacer, seconds: float, rest_s: float, lock_sm: int | None) -> dict:
-    from gpuenv.calibrate import calibrate
+    from gpuenv.clocks.calibration import calibrate
     from gpuenv.demo_measure import SimRig, cold_and_hot, format_table, gpuenv_way, naive
     from gpuenv.telemetry import Sampler
 
@@ -253,8 +253,8 @@ def _locked_row(
     import tempfile
 
     from gpuenv import clocks
+    from gpuenv.clocks.journal import Journal
     from gpuenv.demo_measure import cold_and_hot, gpuenv_way
-    from gpuenv.journal import Journal
 
     # The demo's own journal: its in-memory GPU must never appear in the user's.
     with (

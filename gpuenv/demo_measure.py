@@ -26,8 +26,11 @@ from typing import Any, Protocol
 
 from gpuenv import timing
 from gpuenv.backend import Backend
+from gpuenv.reasons import reason_names
 from gpuenv.telemetry import Sampler, Window
 from gpuenv.timebase import REAL_CLOCK, Clock
+from gpuenv.units import fmt_mhz
+from gpuenv.units import fmt_s as fmt_time
 from gpuenv.verdict import Finding, GpuFacts, VerdictConfig, assess
 
 NAIVE_WARMUP_S = 0.025  # triton.testing.do_bench's defaults: warmup=25, rep=100 (ms)
@@ -148,7 +151,7 @@ class TorchRig:
     """
 
     def __init__(self, backend: Backend, gpu: int):
-        from gpuenv.calibrate import reference_load
+        from gpuenv.clocks.calibration import reference_load
 
         torch = timing._torch()  # ConfigError naming `pip install 'gpuenv[torch]'`
         fn, _, ordinal = reference_load(backend, gpu, size=MATMUL_SIZE)
@@ -361,20 +364,12 @@ def cold_and_hot(
 # -- what a person reads -----------------------------------------------------------------
 
 
-def fmt_time(seconds: float) -> str:
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.2f} us"
 
 
-def _mhz(value: float | None) -> str:
-    return "?" if value is None or math.isnan(value) else f"{value:.0f}"
 
 
 def describe_load(w: Window) -> str:
     """One line: SM clock, power, temperature and reasons over a load."""
-    from gpuenv.backend import reason_names
-
     reasons = ", ".join(reason_names(w.reasons)) or "none"
     power = f"{w.power_w_max:.0f} W max" if w.power_w_max is not None else "power ?"
     temp = (
@@ -383,8 +378,8 @@ def describe_load(w: Window) -> str:
         else "temperature ?"
     )
     return (
-        f"SM clock {_mhz(w.sm_mhz_start)} -> {_mhz(w.sm_mhz_end)} MHz "
-        f"(min {_mhz(w.sm_mhz_min)}), {power}, {temp}, reasons: {reasons}"
+        f"SM clock {fmt_mhz(w.sm_mhz_start)} -> {fmt_mhz(w.sm_mhz_end)} MHz "
+        f"(min {fmt_mhz(w.sm_mhz_min)}), {power}, {temp}, reasons: {reasons}"
     )
 
 
@@ -440,7 +435,7 @@ def format_table(rows: Sequence[Row]) -> list[str]:
             fmt_time(r.cold.time_s),
             fmt_time(r.hot.time_s),
             f"{r.gap:+.1%}",
-            f"{_mhz(r.cold.sm_mhz)} / {_mhz(r.hot.sm_mhz)}",
+            f"{fmt_mhz(r.cold.sm_mhz)} / {fmt_mhz(r.hot.sm_mhz)}",
             saw_both(r),
         )
         for r in rows

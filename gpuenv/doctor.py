@@ -351,7 +351,7 @@ def check_temperature(ctx: Context) -> Iterable[Check]:
 def check_journal(ctx: Context) -> Iterable[Check]:
     """Clocks gpuenv locked (its journal): by whom, and whether that owner still lives."""
     try:
-        from gpuenv.journal import Journal
+        from gpuenv.clocks.journal import Journal
     except ImportError:
         return
     assert ctx.backend is not None

@@ -30,49 +30,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from gpuenv.backend import Backend, reason_names
+from gpuenv import reasons
+from gpuenv.backend import Backend
 from gpuenv.errors import GpuenvError
+from gpuenv.reasons import reason_names
 from gpuenv.timebase import REAL_CLOCK, Clock
 
-# What each clock-event reason means for a benchmark, in words.
-REASON_WORDS: dict[int, str] = {
-    0x1: "no work: clocks parked",
-    0x2: "held by locked or application clocks",
-    0x4: "clock lowered to stay under the power limit",
-    0x8: "clock cut hard by the hardware (heat or power brake)",
-    0x10: "held to the slowest GPU of its group",
-    0x20: "clock lowered: the GPU is too hot",
-    0x40: "clock cut hard: the GPU is too hot",
-    0x80: "the board asked for less power",
-    0x100: "held by the display clock",
-    0x200: "held by a board limit",
-    0x400: "held by a reliability limit",
-}
-REASON_SHORT: dict[int, str] = {
-    0x1: "idle",
-    0x2: "clock setting",
-    0x4: "power cap",
-    0x8: "HW slowdown",
-    0x10: "sync boost",
-    0x20: "thermal",
-    0x40: "HW thermal",
-    0x80: "power brake",
-    0x100: "display clock",
-    0x200: "board limit",
-    0x400: "reliability",
-}
-# Which cumulative counter (backend.REASON_COUNTERS) measures time under each reason bit.
-REASON_COUNTER: dict[int, str] = {
-    0x1: "low_utilization",
-    0x4: "power",
-    0x10: "sync_boost",
-    0x20: "thermal",
-    0x40: "thermal",
-    0x200: "board_limit",
-    0x400: "reliability",
-}
-BAD_REASONS = 0x8 | 0x20 | 0x40 | 0x80  # the clock is cut because of heat or power delivery
-WARN_REASONS = 0x4 | 0x10 | 0x200 | 0x400
+# the one vocabulary (gpuenv.reasons): short forms and masks as the view uses them
+REASON_SHORT: dict[int, str] = {bit: reasons.info(bit).short for bit in reasons.REASON_NAMES}
+BAD_REASONS = int(reasons.BAD)  # the clock is cut because of heat or power delivery
+WARN_REASONS = int(reasons.WARN)
 
 
 # -- the model ---------------------------------------------------------------------------
@@ -315,8 +282,9 @@ class MonitorModel:
         lk = cached[1]
         if lk is None or lk.locked_sm is None or t == cached[0]:
             return lk
-        lo, hi = lk.locked_sm  # between journal reads: does it hold at this update's clock?
-        holds = lo - 1 <= sm_mhz <= hi + 1
+        from gpuenv.clocks.status import lock_holds
+
+        holds = lock_holds(sm_mhz, lk.locked_sm)  # between journal reads: at this update's clock
         return dataclasses.replace(lk, holds=holds, why=None if holds else lk.why)
 
     def _counter_shares(
@@ -350,25 +318,21 @@ class MonitorModel:
             if not mask & bit:
                 del since[bit]
         out = []
-        bit = 1
-        while bit <= mask:
-            if mask & bit:
-                if bit not in since:
-                    since[bit] = (t, first)
-                t0, at_least = since[bit]
-                name = reason_names(bit)[0]
-                counter = REASON_COUNTER.get(bit)
-                out.append(
-                    ReasonView(
-                        bit=bit,
-                        name=name,
-                        words=REASON_WORDS.get(bit, name),
-                        active_s=t - t0,
-                        at_least=at_least,
-                        share=shares.get(counter) if counter else None,
-                    )
+        for bit in reasons.bits(mask):
+            if bit not in since:
+                since[bit] = (t, first)
+            t0, at_least = since[bit]
+            about = reasons.info(bit)
+            out.append(
+                ReasonView(
+                    bit=bit,
+                    name=about.name,
+                    words=about.words,
+                    active_s=t - t0,
+                    at_least=at_least,
+                    share=shares.get(about.counter) if about.counter else None,
                 )
-            bit <<= 1
+            )
         return tuple(out)
 
 
@@ -554,7 +518,6 @@ class SimScenario:
 
 __all__ = [
     "REASON_SHORT",
-    "REASON_WORDS",
     "SCENARIOS",
     "STREAM_FIELDS",
     "GpuView",

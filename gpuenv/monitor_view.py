@@ -23,6 +23,7 @@ from gpuenv.monitor import (
     GpuView,
     MonitorModel,
 )
+from gpuenv.units import fmt_elapsed
 
 # -- rendering ---------------------------------------------------------------------------
 
@@ -60,13 +61,6 @@ class Frame:
     glyphs: Glyphs = field(default_factory=Glyphs)
 
 
-def fmt_duration(seconds: float) -> str:
-    s = int(seconds)
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
 
 
 def bar(frac: float | None, width: int, g: Glyphs) -> str:
@@ -210,7 +204,7 @@ def gpu_block(
     if len(vals) >= 2:
         lo_v, hi_v = min(vals), max(vals)
         span = f"  {lo_v}-{hi_v} MHz" if lo_v != hi_v else f"  {lo_v} MHz"
-        ago = fmt_duration(v.history[-1][0] - v.history[0][0])
+        ago = fmt_elapsed(v.history[-1][0] - v.history[0][0])
         sw = max(0, width - label_w - value_w - len(span) - 1)
         # scaled to the range shown beside it: small moves (a cap creeping down) stay visible
         spark = sparkline(vals, min(sw, len(vals)), lo_v, hi_v, g)
@@ -261,10 +255,10 @@ def gpu_block(
         lead = "why" if k == 0 else ""
         how_long = ""
         if r.active_s is not None and not (r.at_least and r.active_s < 1):
-            how_long = f" for {'>=' if r.at_least else ''}{fmt_duration(r.active_s)}"
+            how_long = f" for {'>=' if r.at_least else ''}{fmt_elapsed(r.active_s)}"
         share = ""
         if r.share is not None and v.counter_span_s:
-            share = f", {r.share:.0%} of the last {fmt_duration(v.counter_span_s)}"
+            share = f", {r.share:.0%} of the last {fmt_elapsed(v.counter_span_s)}"
         lines.append(
             [
                 (f"    {lead:<{label_w - 4}}", "dim"),
@@ -274,7 +268,7 @@ def gpu_block(
             ]
         )
     if v.below_max_share is not None and v.below_max_share > 0.005 and v.counter_span_s:
-        span = fmt_duration(v.counter_span_s)
+        span = fmt_elapsed(v.counter_span_s)
         text = f"below its top clock {v.below_max_share:.0%} of the last {span}"
         lines.append([(f"    {'':<{label_w - 4}}", ""), (text + " (all limiters)", "dim")])
     # processes
@@ -560,7 +554,6 @@ __all__ = [
     "ansi",
     "bar",
     "clip",
-    "fmt_duration",
     "gpu_block",
     "gpu_row",
     "header",

@@ -25,9 +25,11 @@ from typing import Any
 
 from gpuenv.backend import Backend
 from gpuenv.errors import GpuenvError
+from gpuenv.reasons import counter
 from gpuenv.region import Edge, parse_line
 from gpuenv.results import Measurement
 from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, Sampler, Window, summarize
+from gpuenv.units import fmt_j, fmt_s
 from gpuenv.verdict import Finding, GpuFacts, VerdictConfig, apply_policy, assess
 
 RUN_NAME = "(run)"  # the region that is the whole command
@@ -477,33 +479,17 @@ def _measurement(
     )
 
 
-_REASON_LABELS = {
-    "power": "power cap",
-    "thermal": "thermal",
-    "sync_boost": "sync boost",
-    "board_limit": "board limit",
-    "low_utilization": "idle",
-    "reliability": "reliability",
-}
+
+
+
+
+# the time-under-reason counters the summary table shows (gpuenv.reasons.COUNTERS)
+_TABLE_COUNTERS = ("power", "thermal", "sync_boost", "board_limit", "low_utilization",
+                   "reliability")
 
 
 def fmt_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds >= 100:
-        return f"{seconds:.0f} s"
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds * 1e6:.1f} us"
-
-
-def _fmt_energy(j: float | None, approx: bool) -> str:
-    if j is None:
-        return "-"
-    sign = "~" if approx else ""
-    return f"{sign}{j / 1000:.2f} kJ" if j >= 1000 else f"{sign}{j:.3g} J"
+    return fmt_s(seconds, "table")
 
 
 def summary_table(measurements: Sequence[Measurement], *, header: str) -> str:
@@ -554,13 +540,13 @@ def summary_table(measurements: Sequence[Measurement], *, header: str) -> str:
                 temp = "-" if w.temp_c_start is None else f"{w.temp_c_start:.0f}-{w.temp_c_max:.0f}"
                 under = (
                     ", ".join(
-                        f"{_REASON_LABELS[k2]} {fmt_time(v)}"
+                        f"{counter(k2).short} {fmt_time(v)}"
                         for k2, v in sorted(w.reason_s.items())
-                        if k2 in _REASON_LABELS and v >= 0.0005
+                        if k2 in _TABLE_COUNTERS and v >= 0.0005
                     )
                     or "-"
                 )
-                row += [sm, power, _fmt_energy(w.energy_j, w.energy_interpolated), temp, under]
+                row += [sm, power, fmt_j(w.energy_j, approx=w.energy_interpolated), temp, under]
             row.append(
                 m.verdict
                 + (

@@ -42,6 +42,7 @@ from gpuenv.backend import (
     REASON_SW_THERMAL,
     Backend,
 )
+from gpuenv.clocks.status import lock_holds
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.results import Measurement, Results, ResultStore, environment_metadata
 from gpuenv.telemetry import Sampler, Window
@@ -521,7 +522,7 @@ class Session:
         rng = self.facts[g].lock_range_mhz
         if not s.reasons & REASON_GPU_IDLE:
             if rng is not None:
-                if s.sm_mhz < rng[0] - self.config.lock_tolerance_mhz:
+                if not lock_holds(s.sm_mhz, rng, self.config.lock_tolerance_mhz):
                     return False
             elif self.facts[g].max_sm_mhz and s.sm_mhz < (1 - mc.burst_clock_rel) * (
                 self.facts[g].max_sm_mhz or 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import os
 import threading
 import time
@@ -20,9 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuenv._records import from_dict, to_dict
-from gpuenv.backend import REASON_GPU_IDLE, Backend, reason_names
+from gpuenv.backend import Backend
+from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
 from gpuenv.errors import ConfigError, NotSupported
+from gpuenv.reasons import COUNTER_NAMES, Reason, counter, reason_names
 from gpuenv.timebase import REAL_CLOCK, Clock, Timer
+from gpuenv.units import fmt_j, fmt_s
 
 log = logging.getLogger(__name__)
 
@@ -179,8 +183,6 @@ class Window:
 
     @property
     def reason_names(self) -> list[str]:
-        from gpuenv.backend import reason_names
-
         return reason_names(self.reasons)
 
     def to_dict(self) -> dict[str, Any]:
@@ -192,7 +194,7 @@ class Window:
 
     def summary(self) -> str:
         """One line a person reads: clock, power, energy, temperature, reasons."""
-        parts = [f"GPU {self.gpu} {_fmt_s(self.duration_s)}"]
+        parts = [f"GPU {self.gpu} {fmt_s(self.duration_s, 'short')}"]
         if self.sm_mhz_mean is not None:
             if self.sm_mhz_min == self.sm_mhz_max:
                 parts.append(f"SM {self.sm_mhz_mean:.0f} MHz")
@@ -203,18 +205,17 @@ class Window:
         if self.power_w_mean is not None:
             parts.append(f"{self.power_w_mean:.0f} W (max {self.power_w_max:.0f})")
         if self.energy_j is not None:
-            approx = "~" if self.energy_interpolated else ""
-            parts.append(f"{approx}{_fmt_j(self.energy_j)}")
+            parts.append(fmt_j(self.energy_j, approx=self.energy_interpolated, kj_from=math.inf))
         if self.temp_c_start is not None:
             parts.append(f"{self.temp_c_start:.0f}->{self.temp_c_end:.0f} C")
         names = self.reason_names
         parts.append("reasons: " + (", ".join(names) if names else "none"))
         timed = [(k, v) for k, v in self.reason_s.items() if v > 0]
         if timed:
-            order = list(COUNTER_LABELS)
+            order = list(COUNTER_NAMES)
             timed.sort(key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
             parts.append(
-                ", ".join(f"{COUNTER_LABELS.get(k, k)} {_fmt_s(v)}" for k, v in timed)
+                ", ".join(f"{_counter_label(k)} {fmt_s(v, 'short')}" for k, v in timed)
             )
         if self.lock_held is not None:
             parts.append("lock held" if self.lock_held else "lock NOT held")
@@ -228,33 +229,13 @@ class Window:
         return self.summary()
 
 
-# How the cumulative reason counters (REASON_COUNTERS) read in a summary line.
-COUNTER_LABELS = {
-    "power": "under power cap",
-    "thermal": "under thermal limit",
-    "sync_boost": "under sync boost",
-    "board_limit": "under board limit",
-    "low_utilization": "low utilization",
-    "reliability": "under reliability limit",
-    "total_app_clocks": "below app clocks",
-    "total_base_clocks": "below base clock",
-}
 
 
-def _fmt_j(joules: float) -> str:
-    if joules >= 100:
-        return f"{joules:.0f} J"
-    if joules >= 1:
-        return f"{joules:.3g} J"
-    return f"{joules * 1e3:.3g} mJ"
-
-
-def _fmt_s(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds * 1e6:.0f} us"
+def _counter_label(name: str) -> str:
+    try:
+        return counter(name).label
+    except KeyError:
+        return name
 
 
 class Sampler:
@@ -291,7 +272,7 @@ class Sampler:
         own_pids: Iterable[int] | None = None,
         watch_processes: bool = True,
         lock_ranges: dict[int, tuple[int, int]] | None = None,
-        lock_tolerance_mhz: float = 0.0,
+        lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
     ):
         if not gpus:
             raise ConfigError("the sampler needs at least one GPU", hint="pass gpus=[0] or more")
@@ -617,7 +598,7 @@ def summarize(
     *,
     gpu: int,
     lock_range: tuple[int, int] | None = None,
-    lock_tolerance_mhz: float = 0.0,
+    lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
     own_pids: Iterable[int] = (),
     period: float = DEFAULT_PERIOD_S,
     lag_s: float = DRIVER_REFRESH_S,
@@ -656,7 +637,7 @@ def summarize(
                 bits_s[name] = bits_s.get(name, 0.0) + w
         union = 0
         for s in covering:
-            union |= s.reasons & ~REASON_GPU_IDLE if s is after and s not in held else s.reasons
+            union |= s.reasons & ~Reason.GPU_IDLE if s is after and s not in held else s.reasons
         values.update(
             sm_mhz_min=float(min(sm)),
             sm_mhz_max=float(max(sm)),
@@ -675,11 +656,10 @@ def summarize(
             reason_sampled_s=bits_s,
         )
         if lock_range is not None:
-            lo, hi = lock_range
-            busy = [s for s in held if not s.reasons & REASON_GPU_IDLE]
+            busy = [s for s in held if not s.reasons & Reason.GPU_IDLE]
             if busy:
                 values["lock_held"] = all(
-                    lo - lock_tolerance_mhz <= s.sm_mhz <= hi + lock_tolerance_mhz for s in busy
+                    lock_holds(s.sm_mhz, lock_range, lock_tolerance_mhz) for s in busy
                 )
     if lock_range is not None:
         values["lock_range_mhz"] = (int(lock_range[0]), int(lock_range[1]))

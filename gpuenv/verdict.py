@@ -22,8 +22,10 @@ from gpuenv.backend import (
     REASON_SW_THERMAL,
     reason_names,
 )
+from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.telemetry import Window
+from gpuenv.units import fmt_s
 
 POLICIES = ("annotate", "reject", "retry")
 SEVERITIES = ("info", "warning", "error")
@@ -122,7 +124,7 @@ class VerdictConfig:
     power_cap_min_fraction: float = 0.01
     stable_clocks: bool = False
     thermal_margin_c: float = 5.0
-    lock_tolerance_mhz: float = 1.0
+    lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ
     clock_drift_rel: float = 0.02
     reject_severity: str = "warning"
     min_reps: int = 3
@@ -320,8 +322,8 @@ def _power_cap(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[
     details: dict[str, Any] = {"time_under_cap_s": under}
     if total > 0:
         details["fraction_under_cap"] = under / total
-        text = (f"the SW power cap held GPU {g} back for {_fmt_s(under)} of {_fmt_s(total)}"
-                f" ({100 * under / total:.0f}%)")
+        text = (f"the SW power cap held GPU {g} back for {fmt_s(under, 'short')} of "
+                f"{fmt_s(total, 'short')} ({100 * under / total:.0f}%)")
     else:
         text = f"the SW power cap was active on GPU {g}"
     text += f" in {_reps_text(reps, len(ws))}"
@@ -368,7 +370,7 @@ def _thermal(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Fi
             f"{kind} thermal slowdown on GPU {g} in {_reps_text(slow, len(ws))} "
             f"(up to {tmax:.0f} C"
             + (f", slowdown at {f.slowdown_c:.0f} C" if f.slowdown_c else "")
-            + (f", {_fmt_s(under)} under it" if under > 0 else "")
+            + (f", {fmt_s(under, 'short')} under it" if under > 0 else "")
             + "): the clock was cut to cool the GPU; improve cooling or let it cool between runs"
         )
         return [Finding("thermal", "error" if hw else "warning", tuple(slow), text, g,
@@ -541,11 +543,3 @@ def retry_delays(config: VerdictConfig = DEFAULT_CONFIG) -> list[float]:
         min(config.retry_delay_s * config.retry_backoff**k, config.retry_max_delay_s)
         for k in range(config.max_retries)
     ]
-
-
-def _fmt_s(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds * 1e6:.0f} us"

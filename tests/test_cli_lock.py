@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
 from gpuenv.clocks import lock
-from gpuenv.journal import Journal
+from gpuenv.clocks.journal import Journal
 
 ROOT = Path(__file__).resolve().parent.parent
 

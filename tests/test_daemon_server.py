@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from gpuenv.backend.sim import SimBackend
+from gpuenv.clocks.journal import Journal, process_start_time
 from gpuenv.daemon.auth import Peer, parse_config
 from gpuenv.daemon.client import Client, DaemonUnavailable, daemon_available
 from gpuenv.daemon.server import Server
 from gpuenv.errors import ConfigError, LockConflict, PermissionDenied
-from gpuenv.journal import Journal, process_start_time
 
 ME = os.getpid()
 ALICE = Peer(pid=ME, uid=50001, gid=50001, user="alice", groups=frozenset({"alice", "bench"}))
@@ -415,7 +415,7 @@ def test_an_unprivileged_process_locks_through_the_daemon(h: Harness) -> None:
 def _leave_a_dead_daemons_lease(h: Harness) -> None:
     """Journal a lease whose client and daemon are both gone, as after a daemon crash."""
     from gpuenv.clocks import Lock, make_request, plan_lock
-    from gpuenv.journal import Owner
+    from gpuenv.clocks.journal import Owner
 
     dead = subprocess.Popen(["true"])
     dead.wait()

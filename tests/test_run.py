@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from gpuenv.backend.sim import SimBackend
-from gpuenv.journal import Journal
+from gpuenv.clocks.journal import Journal
 from gpuenv.results import load_run
 from gpuenv.run_regions import RUN_NAME
 from gpuenv.runner import (

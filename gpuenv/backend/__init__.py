@@ -25,56 +25,24 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from gpuenv.errors import ConfigError, ReadOnlyError
+from gpuenv.reasons import COUNTER_NAMES, REASON_NAMES, Reason, reason_names
 
 # Symbolic clock values accepted by set_locked_sm_clocks (NVML_CLOCK_LIMIT_ID_*).
 CLOCK_LIMIT_TDP = 0xFFFFFF01  # (TDP, TDP) locks to the base clock: 1590 MHz on an H100
 CLOCK_LIMIT_UNLIMITED = 0xFFFFFF02
 
-# Clock-event ("throttle") reason bits, as NVML defines them.
-REASON_NAMES: dict[int, str] = {
-    0x1: "GpuIdle",
-    0x2: "ApplicationsClocksSetting",
-    0x4: "SwPowerCap",
-    0x8: "HwSlowdown",
-    0x10: "SyncBoost",
-    0x20: "SwThermalSlowdown",
-    0x40: "HwThermalSlowdown",
-    0x80: "HwPowerBrakeSlowdown",
-    0x100: "DisplayClockSetting",
-    0x200: "BoardLimit",
-    0x400: "Reliability",
-}
-REASON_GPU_IDLE = 0x1
-REASON_APP_CLOCKS = 0x2
-REASON_SW_POWER_CAP = 0x4
-REASON_HW_SLOWDOWN = 0x8
-REASON_SYNC_BOOST = 0x10
-REASON_SW_THERMAL = 0x20
-REASON_HW_THERMAL = 0x40
-REASON_HW_POWER_BRAKE = 0x80
-
+# Clock-event ("throttle") reasons: gpuenv.reasons is the one vocabulary; these names
+# stay importable from here for code written against them.
+REASON_GPU_IDLE = int(Reason.GPU_IDLE)
+REASON_APP_CLOCKS = int(Reason.APP_CLOCKS)
+REASON_SW_POWER_CAP = int(Reason.SW_POWER_CAP)
+REASON_HW_SLOWDOWN = int(Reason.HW_SLOWDOWN)
+REASON_SYNC_BOOST = int(Reason.SYNC_BOOST)
+REASON_SW_THERMAL = int(Reason.SW_THERMAL)
+REASON_HW_THERMAL = int(Reason.HW_THERMAL)
+REASON_HW_POWER_BRAKE = int(Reason.HW_POWER_BRAKE)
 # Cumulative time-under-reason counters (NVML field ids 74-81, nanoseconds).
-REASON_COUNTERS = (
-    "power",  # NVML_FI_DEV_PERF_POLICY_POWER (74)
-    "thermal",  # 75
-    "sync_boost",  # 76
-    "board_limit",  # 77
-    "low_utilization",  # 78
-    "reliability",  # 79
-    "total_app_clocks",  # 80
-    "total_base_clocks",  # 81
-)
-
-
-def reason_names(mask: int) -> list[str]:
-    """Decode a reasons bitmask into names; unknown bits become 'Unknown(0x...)'."""
-    names = []
-    bit = 1
-    while bit <= mask:
-        if mask & bit:
-            names.append(REASON_NAMES.get(bit, f"Unknown({bit:#x})"))
-        bit <<= 1
-    return names
+REASON_COUNTERS = COUNTER_NAMES
 
 
 @dataclass(frozen=True)

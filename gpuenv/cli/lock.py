@@ -53,7 +53,7 @@ def lock(
     lock (then it is shared) or --force is given.
     """
     from gpuenv.clocks import Lock, decide, describe_target, make_request, plan_lock
-    from gpuenv.journal import Journal
+    from gpuenv.clocks.journal import Journal
 
     dry = dry_run_here or is_dry_run(ctx)
     backend = open_from_ctx(ctx, readonly=True if dry else None)
@@ -129,7 +129,7 @@ def restore(ctx: click.Context, gpu: str, all_owners: bool, dry_run_here: bool) 
     """
     from gpuenv.clocks import plan_restore
     from gpuenv.clocks import restore as do_restore
-    from gpuenv.journal import Journal
+    from gpuenv.clocks.journal import Journal
 
     dry = dry_run_here or is_dry_run(ctx)
     backend = open_from_ctx(ctx, readonly=True if dry else None)

@@ -35,9 +35,9 @@ from typing import Any
 from gpuenv.backend import Backend
 from gpuenv.clocks import Lock, LockPlan, lock_status, make_request, plan_lock, release_owner
 from gpuenv.clocks import restore as clocks_restore
+from gpuenv.clocks.journal import Journal, Owner, process_start_time
 from gpuenv.daemon.auth import Authorizer, Peer
 from gpuenv.errors import ConfigError, GpuenvError, LockConflict
-from gpuenv.journal import Journal, Owner, process_start_time
 
 log = logging.getLogger("gpuenv.daemon")
 

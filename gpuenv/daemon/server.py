@@ -31,11 +31,11 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuenv.backend import Backend
+from gpuenv.clocks.journal import Journal
 from gpuenv.daemon import protocol
 from gpuenv.daemon.auth import DEFAULT_SOCKET, Authorizer, Config, Peer, peer_from_socket
 from gpuenv.daemon.leases import LeaseManager
 from gpuenv.errors import ConfigError, GpuenvError
-from gpuenv.journal import Journal
 from gpuenv.telemetry import Sampler
 from gpuenv.timebase import REAL_CLOCK, Clock
 

@@ -2,7 +2,7 @@
 
 `with gpuenv.lock(...)` restores in `finally`, but SIGKILL, an interpreter crash
 or the OOM killer skip `finally`. So a lock owned by a process starts this
-watchdog first (`python -m gpuenv.supervisor`), in a new session so that a
+watchdog first (`python -m gpuenv.clocks.supervisor`), in a new session so that a
 terminal's Ctrl-C or hang-up does not reach it before it has restored.
 
 The watchdog learns of its owner's death two ways, whichever comes first:
@@ -117,7 +117,7 @@ class Watchdog:
         cmd = [
             sys.executable,
             "-m",
-            "gpuenv.supervisor",
+            "gpuenv.clocks.supervisor",
             "--owner-pid",
             str(owner_pid),
             "--token",
@@ -168,8 +168,8 @@ class Watchdog:
                 code = self.proc.wait()
                 raise GpuenvError(
                     f"the lock watchdog exited with code {code} before it was ready",
-                    hint="nothing was changed; run 'python -m gpuenv.supervisor --help' to check "
-                    "that gpuenv imports in a fresh interpreter",
+                    hint="nothing was changed; run 'python -m gpuenv.clocks.supervisor --help' "
+                    "to check that gpuenv imports in a fresh interpreter",
                 )
             got += chunk
         self.proc.stdout.close()
@@ -198,7 +198,7 @@ class Watchdog:
 
 def _wait_for_owner_death(owner_pid: int, owner_start: float | None) -> bool:
     """Block until the owner dies (True) or releases normally (False)."""
-    from gpuenv.journal import process_alive
+    from gpuenv.clocks.journal import process_alive
 
     def alive() -> bool:
         return process_alive(owner_pid, owner_start)
@@ -231,7 +231,7 @@ def _wait_for_owner_death(owner_pid: int, owner_start: float | None) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m gpuenv.supervisor",
+        prog="python -m gpuenv.clocks.supervisor",
         description="gpuenv's lock watchdog: restores the GPU when the owner process dies. "
         "Started by gpuenv.lock(); not meant to be run by hand.",
     )
@@ -246,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, signal.SIG_IGN)
 
     # Import and open everything before saying ready, so the restore itself is quick.
-    from gpuenv.clocks import release_owner
-    from gpuenv.journal import Journal
+    from gpuenv.clocks.journal import Journal
+    from gpuenv.clocks.restoring import release_owner
 
     journal = Journal(args.state_dir)
     backend = open_spec(json.loads(args.backend))

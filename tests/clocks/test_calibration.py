@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from gpuenv import clocks
 from gpuenv.backend.sim import SimBackend
-from gpuenv.calibrate import calibrate
 from gpuenv.cli import cli
+from gpuenv.clocks.calibration import calibrate
 from gpuenv.errors import ConfigError
 from gpuenv.timebase import VirtualClock
 

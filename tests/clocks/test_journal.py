@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.errors import ConfigError
-from gpuenv.journal import (
+from gpuenv.clocks.journal import (
     Applied,
     ClockState,
     Journal,
@@ -23,8 +22,9 @@ from gpuenv.journal import (
     process_alive,
     process_start_time,
 )
+from gpuenv.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _state(uuid: str = "GPU-aaaa") -> ClockState:
@@ -170,7 +170,7 @@ def test_concurrent_processes_never_lose_an_update(tmp_path: Path) -> None:
         f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
-        from gpuenv.journal import Journal, Owner
+        from gpuenv.clocks.journal import Journal, Owner
         j = Journal({str(tmp_path)!r})
         for _ in range(15):
             with j.locked():

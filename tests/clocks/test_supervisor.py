@@ -21,10 +21,10 @@ import pytest
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.clocks import lock, restore, standing_lock
-from gpuenv.journal import Journal, process_alive
-from gpuenv.supervisor import backend_spec
+from gpuenv.clocks.journal import Journal, process_alive
+from gpuenv.clocks.supervisor import backend_spec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_bench() -> object:
@@ -46,7 +46,7 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, {root!r})
     from gpuenv.backend.sim import SimBackend
     from gpuenv.clocks import lock
-    from gpuenv.journal import Journal
+    from gpuenv.clocks.journal import Journal
     state_file, state_dir, sm, force, end = sys.argv[1:6]
     sim = SimBackend(n_gpus=2, state_file=state_file)
     journal = Journal(state_dir)
@@ -203,7 +203,7 @@ RACER = textwrap.dedent(
     from gpuenv.backend.sim import SimBackend
     from gpuenv.clocks import lock, restore, standing_lock
     from gpuenv.errors import LockConflict
-    from gpuenv.journal import Journal
+    from gpuenv.clocks.journal import Journal
     state_file, state_dir, seed, go = sys.argv[1:5]
     rng = random.Random(int(seed))
     sim = SimBackend(n_gpus=2, state_file=state_file)

@@ -15,7 +15,7 @@ was holding the clock down (margin for the creep left after equilibrium).
 Locked there, the GPU draws less than the cap at its hottest and keeps the clock.
 
 Read-only on the GPU: it only runs work and reads telemetry. The result is saved
-on the host with `gpuenv.clocks.save_calibration` (per GPU UUID).
+on the host with `gpuenv.clocks.calibration_store.save_calibration` (per GPU UUID).
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def _result(backend: Backend, g: int, final: list[Any], cond: timing.Conditionin
         seconds=cond.seconds, load=what,
     )  # fmt: skip
     if save and cond.steady and lock_mhz is not None:
-        from gpuenv.clocks import save_calibration
+        from gpuenv.clocks.calibration_store import save_calibration
 
         path = save_calibration(
             info.uuid, lock_mhz, power_limit_w=limit_w, gpu_name=info.name,

@@ -134,7 +134,7 @@ def _setting_for(path: Any) -> str | None:
     from pathlib import Path
 
     from gpuenv.backend.sim_state import default_state_path
-    from gpuenv.journal import default_state_dir
+    from gpuenv.clocks.journal import default_state_dir
 
     journal = str(default_state_dir())
     sim = os.environ.get("GPUENV_SIM_STATE", "").strip() or str(default_state_path())

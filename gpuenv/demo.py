@@ -276,7 +276,8 @@ def _locked_row(
             )
         name = f"locked at {lo} MHz" if lo == hi else f"locked at {lo}-{hi} MHz"
         [row] = cold_and_hot(
-            rig, {name: gpuenv_way(None, lock_range=(lo, hi))}, watch, rest_s=rest_s, load_s=load_s
+            rig, {name: gpuenv_way("none", lock_range=(lo, hi))}, watch, rest_s=rest_s,
+            load_s=load_s,
         )
     return row, how
 

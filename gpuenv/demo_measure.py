@@ -26,12 +26,13 @@ from typing import Any, Protocol
 
 from gpuenv import timing
 from gpuenv.backend import Backend
+from gpuenv.judge import Evidence, judge, read_facts
 from gpuenv.reasons import reason_names
 from gpuenv.telemetry import Sampler, Window
 from gpuenv.timebase import REAL_CLOCK, Clock
 from gpuenv.units import fmt_mhz
 from gpuenv.units import fmt_s as fmt_time
-from gpuenv.verdict import Finding, GpuFacts, VerdictConfig, assess
+from gpuenv.verdict import Finding, GpuFacts, VerdictConfig
 
 NAIVE_WARMUP_S = 0.025  # triton.testing.do_bench's defaults: warmup=25, rep=100 (ms)
 NAIVE_REP_S = 0.1
@@ -234,8 +235,8 @@ Way = Callable[[Rig, Sampler], Taken]
 
 
 def facts(backend: Backend, gpu: int, lock_range: tuple[int, int] | None = None) -> GpuFacts:
-    """What findings compare against: the harness's own facts (max clock, power limit...)."""
-    return timing._gpu_facts(backend, gpu, lock_range)
+    """What findings compare against (gpuenv.judge.read_facts: max clock, power limit...)."""
+    return read_facts(backend, [gpu], {gpu: lock_range} if lock_range else None)[gpu]
 
 
 def rep_clock_mhz(windows: Sequence[Window]) -> float | None:
@@ -259,15 +260,16 @@ def naive(rig: Rig, watch: Sampler) -> Taken:
     seconds = rig.time_calls(rig.kernel, n)
     t1 = watch.mark()
     window = watch.window(t0, t1, rig.gpu)
-    found = assess([window], [seconds / n], facts={rig.gpu: facts(rig.backend, rig.gpu)})
-    return Taken(seconds / n, window.sm_mhz_mean, tuple(found), (), window)
+    m = judge("naive", [seconds / n], Evidence.given([window], [rig.gpu]),
+              facts={rig.gpu: facts(rig.backend, rig.gpu)})
+    return Taken(seconds / n, window.sm_mhz_mean, m.findings, (), window)
 
 
 def gpuenv_way(
     condition: str | None,
     *,
     budget_s: float = 1.0,
-    precondition_max_s: float = timing.PRECONDITION_MAX_S,
+    precondition_max_s: float = 180.0,
     lock_range: tuple[int, int] | None = None,
     **bench_kw: Any,
 ) -> Way:
@@ -296,10 +298,11 @@ def gpuenv_way(
         if lock_range is not None:
             spans = [(w.t0, w.t1) for w in m.windows]
             windows = watch.windows(spans, rig.gpu, lock_range=lock_range)
-            found = tuple(assess(
-                windows, list(m.times_s), config=VerdictConfig(stable_clocks=True),
+            found = judge(
+                m.name, list(m.times_s), Evidence.given(windows, [rig.gpu]),
+                config=VerdictConfig(stable_clocks=True),
                 facts={rig.gpu: facts(rig.backend, rig.gpu, lock_range)},
-            ))  # fmt: skip
+            ).findings  # fmt: skip
             if all(w.lock_held for w in windows):
                 notes.append("lock held")
         tel = m.telemetry

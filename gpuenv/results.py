@@ -28,7 +28,7 @@ from gpuenv._records import from_dict, to_dict
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError, FileError
 from gpuenv.telemetry import Window
-from gpuenv.timebase import REAL_CLOCK, Clock
+from gpuenv.timebase import Clock
 from gpuenv.units import fmt_s
 from gpuenv.verdict import Finding
 
@@ -375,7 +375,7 @@ def environment_metadata(
     """
     from gpuenv import __version__
 
-    clock = clock or getattr(backend, "clock", None) or REAL_CLOCK
+    clock = clock or backend.clock
     wall = clock.wall()
     meta: dict[str, Any] = {
         "gpuenv_version": __version__,

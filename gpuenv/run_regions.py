@@ -12,7 +12,6 @@ a verdict; `summary_table` is what `gpuenv run` prints.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import dataclasses
 import os
 import select
@@ -24,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuenv.backend import Backend
-from gpuenv.errors import GpuenvError
+from gpuenv.judge import Evidence, judge, read_facts
 from gpuenv.reasons import counter
 from gpuenv.region import Edge, parse_line
 from gpuenv.results import Measurement
-from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, Sampler, Window, summarize
+from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, Sampler, Window, merge_windows, summarize
 from gpuenv.units import fmt_j, fmt_s
-from gpuenv.verdict import Finding, GpuFacts, VerdictConfig, apply_policy, assess
+from gpuenv.verdict import Finding, GpuFacts, VerdictConfig
 
 RUN_NAME = "(run)"  # the region that is the whole command
 FLUSH_S = 30.0  # summarise finished regions and chunks of open ones this often
@@ -156,90 +155,6 @@ class RegionReader:
 # -- summaries ---------------------------------------------------------------------------
 
 
-def merge_windows(windows: Sequence[Window]) -> Window:
-    """One Window from consecutive (or separate) ones of the same GPU.
-
-    Means are weighted by each window's duration; energy and the times under
-    reasons add up; min/max/union over all; start values from the first, end
-    values from the last. t0/t1 span from the first to the last window.
-    """
-    if not windows:
-        raise ValueError("nothing to merge")
-    if len(windows) == 1:
-        return windows[0]
-    ws = list(windows)
-    dur = [max(0.0, w.duration_s) for w in ws]
-
-    def present(attr: str) -> list[tuple[float, float]]:
-        return [
-            (getattr(w, attr), d)
-            for w, d in zip(ws, dur, strict=True)
-            if getattr(w, attr) is not None
-        ]
-
-    def mean(attr: str) -> float | None:
-        vals = present(attr)
-        if not vals:
-            return None
-        total = sum(d for _, d in vals)
-        if total <= 0:
-            return sum(v for v, _ in vals) / len(vals)
-        return sum(v * d for v, d in vals) / total
-
-    def pick(fn: Any, attr: str) -> Any:
-        vals = [v for v, _ in present(attr)]
-        return fn(vals) if vals else None
-
-    def first(attr: str) -> Any:
-        return next((getattr(w, attr) for w in ws if getattr(w, attr) is not None), None)
-
-    def last(attr: str) -> Any:
-        return next((getattr(w, attr) for w in reversed(ws) if getattr(w, attr) is not None), None)
-
-    def add(attr: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for w in ws:
-            for k, v in getattr(w, attr).items():
-                out[k] = out.get(k, 0.0) + v
-        return out
-
-    energies = [w.energy_j for w in ws]
-    held = [w.lock_held for w in ws if w.lock_held is not None]
-    union = 0
-    for w in ws:
-        union |= w.reasons
-    return dataclasses.replace(
-        ws[0],
-        t0=ws[0].t0,
-        t1=ws[-1].t1,
-        n_samples=sum(w.n_samples for w in ws),
-        sm_mhz_min=pick(min, "sm_mhz_min"),
-        sm_mhz_mean=mean("sm_mhz_mean"),
-        sm_mhz_max=pick(max, "sm_mhz_max"),
-        sm_mhz_start=first("sm_mhz_start"),
-        sm_mhz_end=last("sm_mhz_end"),
-        mem_mhz_mean=mean("mem_mhz_mean"),
-        power_w_mean=mean("power_w_mean"),
-        power_w_max=pick(max, "power_w_max"),
-        energy_j=None
-        if all(e is None for e in energies)
-        else sum(e for e in energies if e is not None),
-        energy_interpolated=any(w.energy_interpolated for w in ws) or None in energies,
-        temp_c_start=first("temp_c_start"),
-        temp_c_end=last("temp_c_end"),
-        temp_c_max=pick(max, "temp_c_max"),
-        mem_temp_c_max=pick(max, "mem_temp_c_max"),
-        reasons=union,
-        reasons_start=ws[0].reasons_start,
-        reason_s=add("reason_s"),
-        reason_sampled_s=add("reason_sampled_s"),
-        lock_held=None if not held else all(held),
-        lock_range_mhz=first("lock_range_mhz"),
-        other_pids=tuple(sorted({p for w in ws for p in w.other_pids})),
-        gap=any(w.gap for w in ws),
-    )
-
-
 class SampleLog:
     """The samples kept for plotting: at most MAX_POINTS per GPU, thinned evenly beyond."""
 
@@ -362,25 +277,8 @@ class Summariser:
 def gpu_facts(
     backend: Backend, gpus: Sequence[int], lock_ranges: Mapping[int, tuple[int, int]]
 ) -> dict[int, GpuFacts]:
-    """What the findings compare each GPU's windows against (what cannot be read stays None)."""
-    facts = {}
-    for g in gpus:
-        max_sm = slowdown = gpu_max = limit = None
-        with contextlib.suppress(GpuenvError):
-            max_sm = float(backend.clock_limits(g).max_sm_mhz)
-        with contextlib.suppress(GpuenvError):
-            th = backend.thresholds(g)
-            slowdown, gpu_max = th.slowdown_c, th.gpu_max_c
-        with contextlib.suppress(GpuenvError):
-            limit = backend.power_limits(g).limit_w
-        facts[g] = GpuFacts(
-            max_sm_mhz=max_sm,
-            slowdown_c=slowdown,
-            gpu_max_c=gpu_max,
-            power_limit_w=limit,
-            lock_range_mhz=lock_ranges.get(g),
-        )
-    return facts
+    """What the findings compare each GPU's windows against (gpuenv.judge.read_facts)."""
+    return read_facts(backend, gpus, lock_ranges)
 
 
 def _demote_cold_start(findings: list[Finding]) -> list[Finding]:
@@ -453,30 +351,16 @@ def _measurement(
 ) -> Measurement:
     times = [float((r.t1 or r.t0) - r.t0) for r in reps]
     windows = [r.windows[g] for r in reps for g in gpus if r.windows is not None]
-    findings = assess(windows, times, config=config, facts=facts) if windows else []
-    if run_level:
-        findings = _demote_cold_start(findings)
-    result = apply_policy(
-        findings, len(reps), policy, config=config, name=name, raise_if_too_few=False
-    )
     summary = tuple(merge_windows([w for w in windows if w.gpu == g]) for g in gpus if windows)
-    if len(reps) > MAX_REP_WINDOWS:  # keep the file small; the findings saw every rep
+    keep = len(reps) <= MAX_REP_WINDOWS  # keep the file small; the findings saw every rep
+    if not keep:
         extra = {**extra, "rep_windows_omitted": len(reps)}
-        windows = []
-    return Measurement.build(
-        name,
-        times,
-        rejected_reps=result.rejected_reps,
-        windows=tuple(windows),
-        findings=tuple(findings),
-        verdict=result.verdict,
-        policy=policy,
-        summary_windows=summary,
-        gpus=tuple(gpus),
-        timer="host",
-        started_at=wall_at(reps[0].t0),
-        extra=extra,
-    )
+    return judge(
+        name, times, Evidence.given(windows, gpus), facts=facts, config=config, policy=policy,
+        amend=_demote_cold_start if run_level else None, raise_if_too_few=False,
+        summary_windows=summary, keep_rep_windows=keep, timer="host",
+        started_at=wall_at(reps[0].t0), extra=extra,
+    )  # fmt: skip
 
 
 
@@ -582,6 +466,5 @@ __all__ = [
     "build_measurements",
     "fmt_time",
     "gpu_facts",
-    "merge_windows",
     "summary_table",
 ]

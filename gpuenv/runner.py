@@ -223,7 +223,7 @@ class Runner:
                 f"--policy {policy} does not apply to 'gpuenv run'",
                 hint="use annotate or reject (a command's regions cannot be re-run one by one)",
             )
-        if getattr(getattr(backend, "clock", None), "virtual", False):
+        if backend.clock.virtual:
             raise ConfigError("gpuenv run needs real time: the command's regions carry its clock")
         self.argv = list(argv)
         self.exe = resolve_command(self.argv)

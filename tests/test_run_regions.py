@@ -1,11 +1,9 @@
-"""The parent's side of regions: pairing edges, merging windows, measurements, the table.
+"""The parent's side of regions: pairing edges, measurements, the table.
 
 In-process, on synthetic windows; tests/test_run.py runs `gpuenv run` itself.
 """
 
 from __future__ import annotations
-
-import pytest
 
 from gpuenv.region import Edge
 from gpuenv.run_regions import (
@@ -13,7 +11,6 @@ from gpuenv.run_regions import (
     Region,
     RegionTracker,
     build_measurements,
-    merge_windows,
     summary_table,
 )
 from gpuenv.telemetry import Window
@@ -21,54 +18,6 @@ from gpuenv.telemetry import Window
 
 def _w(t0, t1, **kw) -> Window:
     return Window(gpu=0, t0=t0, t1=t1, n_samples=kw.pop("n", 1), **kw)
-
-
-def test_merge_windows_weights_by_time_and_adds_counters():
-    a = _w(
-        0,
-        1,
-        sm_mhz_mean=1000,
-        sm_mhz_min=900,
-        sm_mhz_max=1100,
-        power_w_mean=100,
-        energy_j=100.0,
-        temp_c_start=30,
-        temp_c_end=40,
-        temp_c_max=40,
-        reasons=0x1,
-        reasons_start=0x1,
-        reason_s={"power": 0.5},
-        lock_held=True,
-        sm_mhz_start=900,
-    )
-    b = _w(
-        1,
-        4,
-        sm_mhz_mean=2000,
-        sm_mhz_min=1900,
-        sm_mhz_max=2100,
-        power_w_mean=300,
-        energy_j=900.0,
-        temp_c_start=40,
-        temp_c_end=50,
-        temp_c_max=55,
-        reasons=0x4,
-        reason_s={"power": 1.0, "thermal": 0.25},
-        lock_held=False,
-        sm_mhz_end=2000,
-    )
-    m = merge_windows([a, b])
-    assert (m.t0, m.t1, m.n_samples) == (0, 4, 2)
-    assert m.sm_mhz_mean == pytest.approx(1750)  # (1000*1 + 2000*3) / 4
-    assert m.power_w_mean == pytest.approx(250)
-    assert (m.sm_mhz_min, m.sm_mhz_max) == (900, 2100)
-    assert m.energy_j == 1000.0
-    assert (m.temp_c_start, m.temp_c_end, m.temp_c_max) == (30, 50, 55)
-    assert m.reasons == 0x5 and m.reasons_start == 0x1
-    assert m.reason_s == {"power": 1.5, "thermal": 0.25}
-    assert m.lock_held is False
-    assert (m.sm_mhz_start, m.sm_mhz_end) == (900, 2000)
-    assert merge_windows([a]) is a
 
 
 def test_tracker_pairs_edges_by_process_and_id_and_closes_what_is_open():

@@ -99,11 +99,11 @@ def monitor(
     driver = None
     try:
         gpus = select_gpus(backend, gpu)
-        simulated = backend.name == "sim"
+        simulated = backend.capabilities.simulated
         source = _source(backend, simulated, scenario)
         model = MonitorModel(backend, gpus, processes=not no_processes)
         if scenario is not None:
-            driver = SimScenario(getattr(backend, "inner", backend), gpus, scenario)
+            driver = SimScenario(backend.workload, gpus, scenario)
             driver.start()
             if once or fmt:
                 model.clock.sleep(

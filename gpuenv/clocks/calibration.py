@@ -25,14 +25,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import IO, Any
 
-from gpuenv import stats, timing
+from gpuenv import conditioning, stats, timing
 from gpuenv.backend import Backend
+from gpuenv.conditioning import ConditionConfig
 from gpuenv.errors import ConfigError
+from gpuenv.reasons import HELD_DOWN
 
 DEFAULT_DURATION_S = 180.0  # an H100 from cold settles in ~1-1.5 min under a 700 W matmul
 MATMUL_SIZE = 8192
 HOLD_QUANTILE = 0.05  # the clock that held: this quantile of the final window's readings
-CALIBRATE_TOL = 0.002  # equilibrium: predicted drift still to come (see timing.precondition)
+CALIBRATE_TOL = 0.002  # equilibrium: predicted drift still to come (gpuenv.conditioning)
 MARGIN_STEPS = 1  # under the power cap, lock this many supported steps below what held
 
 
@@ -82,7 +84,7 @@ Load = tuple[Callable[[], Any], str, int | None]  # (fn, what it is, CUDA ordina
 def reference_load(backend: Backend, gpu: int, *, size: int = MATMUL_SIZE) -> Load:
     """The heavy load for `gpu`: the simulator's own heavy work, or a bf16 matmul on the
     CUDA device with the same UUID."""
-    if getattr(backend, "name", "") == "sim":
+    if backend.workload is not None:
         fn = timing.sim_kernel(backend, gpu, seconds=0.05, power_intensity=1.0)
         return fn, "the simulated GPU's heavy load", None
     torch = timing._torch()
@@ -127,17 +129,20 @@ def calibrate(
     for g in gpus:
         fn, what, ordinal = (load or (lambda gpu: reference_load(backend, gpu)))(g)
         device: timing.Device
-        if getattr(backend, "name", "") == "sim":
+        if backend.workload is not None:
             device = timing.SimDevice(backend, g, rep_probe_cycles=0)
         else:
             device = timing.CudaEvents(flush_l2=False, saturate=False, device=ordinal)
         sampler = Sampler(backend, [g], clock=device.clock)
         sampler.start()
         try:
-            cond = timing.precondition(device, fn, sampler, g, max_s=duration_s,
-                                       tol=CALIBRATE_TOL, progress=_progress(progress, g))
+            cc = ConditionConfig(sustained_timeout_s=duration_s, sustained_tol=CALIBRATE_TOL)
+            cond = conditioning.precondition(
+                _runner(device, fn), sampler, [g], device.clock, config=cc,
+                progress=_progress(progress, g),
+            )  # fmt: skip
             end = device.clock.now()
-            final = sampler.samples(end - timing.PRECONDITION_WINDOW_S, end, g)
+            final = sampler.samples(end - cc.sustained_window_s, end, g)
         finally:
             sampler.stop()
         _finish_progress(progress)
@@ -145,7 +150,7 @@ def calibrate(
     return out
 
 
-def _result(backend: Backend, g: int, final: list[Any], cond: timing.Conditioning, what: str,
+def _result(backend: Backend, g: int, final: list[Any], cond: conditioning.Conditioning, what: str,
             *, save: bool, state_dir: str | None) -> CalibrationResult:
     info = backend.device_info(g)
     limits = backend.clock_limits(g)
@@ -160,7 +165,7 @@ def _result(backend: Backend, g: int, final: list[Any], cond: timing.Conditionin
     held = stats.quantile(clocks, HOLD_QUANTILE)
     supported = sorted({c for cs in limits.supported_sm_mhz.values() for c in cs})
     candidates = [c for c in supported if c <= held]
-    capped = any(s.reasons & timing.LIMITING_REASONS for s in final)
+    capped = any(s.reasons & HELD_DOWN for s in final)
     if capped and len(candidates) > MARGIN_STEPS:
         candidates = candidates[: len(candidates) - MARGIN_STEPS]
     lock_mhz = candidates[-1] if candidates else (int(held) if not supported else None)
@@ -185,13 +190,17 @@ def _result(backend: Backend, g: int, final: list[Any], cond: timing.Conditionin
     return result
 
 
-def _progress(out: IO[str] | None, gpu: int) -> Callable[[str], None] | None:
+def _runner(device: timing.Device, fn: Callable[[], Any]) -> Callable[[float], float]:
+    return lambda seconds: device.run_for(fn, seconds)
+
+
+def _progress(out: IO[str] | None, gpu: int) -> Callable[[str, bool], None] | None:
     if out is None:
         return None
     tty = bool(getattr(out, "isatty", lambda: False)())
     last = [-1.0]
 
-    def show(line: str) -> None:
+    def show(line: str, settled: bool = False) -> None:
         # "preconditioning  12.3 s: ..." -> a bar on a terminal, a line every 5 s otherwise
         try:
             elapsed = float(line.split("preconditioning", 1)[1].split("s:", 1)[0])

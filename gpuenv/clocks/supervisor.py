@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuenv.backend import Backend
+from gpuenv.backend import Backend, backend_from_spec
 from gpuenv.errors import GpuenvError
 
 READY = b"ready\n"
@@ -47,43 +47,12 @@ def backend_spec(backend: Backend) -> dict[str, Any] | None:
     """How another process opens the same GPUs, or None when it cannot."""
     if getattr(backend, "readonly", False):
         return None
-    if backend.name == "nvml":
-        return {"kind": "nvml"}
-    if backend.name == "sim":
-        state_file = getattr(backend, "state_file", None)
-        if state_file is None:
-            state_file = getattr(getattr(backend, "_state", None), "path", None)
-        if state_file is None:
-            return None  # in memory only
-        return {
-            "kind": "sim",
-            "profile": backend.profile.key,  # type: ignore[attr-defined]
-            "n_gpus": backend.device_count(),
-            "seed": backend.seed,  # type: ignore[attr-defined]
-            "root": backend.root,  # type: ignore[attr-defined]
-            "state_file": str(state_file),
-        }
-    return None
+    return backend.spec()
 
 
 def open_spec(spec: dict[str, Any]) -> Backend:
     """Open the backend `backend_spec()` described."""
-    kind = spec.get("kind")
-    if kind == "nvml":
-        from gpuenv.backend.nvml import NvmlBackend
-
-        return NvmlBackend()
-    if kind == "sim":
-        from gpuenv.backend.sim import SimBackend
-
-        return SimBackend(
-            spec["profile"],
-            n_gpus=int(spec["n_gpus"]),
-            root=bool(spec["root"]),
-            seed=int(spec["seed"]),
-            state_file=spec["state_file"],
-        )
-    raise GpuenvError(f"the watchdog cannot open backend {kind!r}")
+    return backend_from_spec(spec)
 
 
 class Watchdog:

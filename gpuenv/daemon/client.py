@@ -367,10 +367,7 @@ def should_use_daemon(backend: Any = None, *, socket: str | os.PathLike | None =
     """
     if backend is not None and getattr(backend, "readonly", False):
         return False
-    if backend is not None and backend.name == "sim":
-        privileged = bool(getattr(backend, "root", True))
-    else:
-        privileged = os.geteuid() == 0
+    privileged = backend.capabilities.privileged if backend is not None else os.geteuid() == 0
     return not privileged and daemon_available(socket)
 
 

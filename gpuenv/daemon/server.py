@@ -37,7 +37,7 @@ from gpuenv.daemon.auth import DEFAULT_SOCKET, Authorizer, Config, Peer, peer_fr
 from gpuenv.daemon.leases import LeaseManager
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.telemetry import Sampler
-from gpuenv.timebase import REAL_CLOCK, Clock
+from gpuenv.timebase import Clock
 
 log = logging.getLogger("gpuenv.daemon")
 
@@ -113,7 +113,7 @@ class Server:
         self.config = config
         self.backend = backend
         self.journal = journal or Journal()
-        self.clock = clock or getattr(backend, "clock", None) or REAL_CLOCK
+        self.clock = clock or backend.clock
         self.peer_of = peer_of
         self.max_connections = max_connections
         count = backend.device_count()

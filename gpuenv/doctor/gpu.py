@@ -1,117 +1,19 @@
-"""What in this environment will make benchmark numbers lie, and what to do about each.
+"""`gpuenv doctor`'s GPU checks: the driver, who may lock clocks, and each GPU's state now.
 
-`diagnose()` runs every check and returns `Check` records (ok / info / warning /
-error, a sentence, and the fix); `gpuenv doctor` prints them. Each check is a
-small function of a `Context` (the backend, the GPUs, and the host facts it
-reads: effective uid, environment, sysfs root, daemon socket), so tests give it
-a simulated GPU and a fake sysfs tree instead of patching anything.
-
-Exit codes of `gpuenv doctor`: 0 nothing worse than info, 1 warnings, 2 errors.
+Every check is a function of a `Context` yielding `Check`s; it asks the backend
+what it is (`capabilities`), never its name.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import stat
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpuenv.backend import REASON_GPU_IDLE, Backend, reason_names
-from gpuenv.errors import ConfigError, GpuenvError, NotSupported, PermissionDenied
-
-SEVERITIES = ("ok", "info", "warning", "error")
-DEFAULT_SOCKET = "/run/gpuenv/gpuenv.sock"
-
-
-@dataclass(frozen=True)
-class Check:
-    """One finding of `gpuenv doctor`."""
-
-    name: str  # short id: "persistence", "cpu_governor", ...
-    severity: str  # "ok" | "info" | "warning" | "error"
-    message: str  # what is the case, in a sentence
-    fix: str | None = None  # what to do about it
-    gpu: int | None = None  # NVML index, where the finding is about one GPU
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "severity": self.severity,
-            "message": self.message,
-            "fix": self.fix,
-            "gpu": self.gpu,
-        }
-
-
-@dataclass
-class Host:
-    """The host facts the checks read; defaults are this process and machine."""
-
-    euid: int = field(default_factory=os.geteuid)
-    pid: int = field(default_factory=os.getpid)
-    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    sysfs: str = "/sys"
-    socket: str | None = None  # gpuenv daemon socket; None: GPUENV_SOCKET or DEFAULT_SOCKET
-    cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1)
-    loadavg: tuple[float, float, float] | None = field(default_factory=lambda: _loadavg())
-
-    @property
-    def socket_path(self) -> str:
-        return self.socket or self.env.get("GPUENV_SOCKET", "").strip() or DEFAULT_SOCKET
-
-
-def _loadavg() -> tuple[float, float, float] | None:
-    try:
-        return os.getloadavg()
-    except OSError:
-        return None
-
-
-@dataclass
-class Context:
-    backend: Backend | None  # None: NVML could not be opened (open_error says why)
-    gpus: Sequence[int]
-    host: Host
-    open_error: GpuenvError | None = None
-
-
-CheckFn = Callable[[Context], Iterable[Check]]
-
-
-def exit_code(checks: Iterable[Check]) -> int:
-    """0 when nothing is worse than info, 1 with warnings, 2 with errors."""
-    worst = max((SEVERITIES.index(c.severity) for c in checks), default=0)
-    return {3: 2, 2: 1}.get(worst, 0)
-
-
-def diagnose(
-    backend: Backend | None,
-    gpus: Sequence[int] | None = None,
-    *,
-    open_error: GpuenvError | None = None,
-    host: Host | None = None,
-) -> list[Check]:
-    """Run every check. `backend` None means it could not be opened (`open_error`):
-    the GPU checks are then skipped and the host checks still run."""
-    if gpus is None:
-        gpus = list(range(backend.device_count())) if backend is not None else []
-    ctx = Context(backend=backend, gpus=list(gpus), host=host or Host(), open_error=open_error)
-    checks: list[Check] = []
-    for fn in CHECKS:
-        if ctx.backend is None and fn in GPU_CHECKS:
-            continue
-        try:
-            checks.extend(fn(ctx))
-        except GpuenvError as err:  # one failing read must not hide the other findings
-            checks.append(
-                Check(fn.__name__.removeprefix("check_"), "error", f"could not check: {err}")
-            )
-    return checks
-
-
-# -- GPU and driver -----------------------------------------------------------------------
+from gpuenv.doctor.records import Check, CheckFn, Context
+from gpuenv.errors import GpuenvError, NotSupported, PermissionDenied
 
 
 def check_driver(ctx: Context) -> Iterable[Check]:
@@ -124,7 +26,7 @@ def check_driver(ctx: Context) -> Iterable[Check]:
     b = ctx.backend
     n = b.device_count()
     plural = "s" if n != 1 else ""
-    if b.name == "sim":
+    if b.capabilities.simulated:
         yield Check(
             "driver",
             "info",
@@ -140,8 +42,8 @@ def check_driver(ctx: Context) -> Iterable[Check]:
 
 def check_permission(ctx: Context) -> Iterable[Check]:
     """Can clocks be locked here: root, or a gpuenv daemon to ask."""
-    if ctx.backend is not None and ctx.backend.name == "sim":
-        root = bool(getattr(ctx.backend, "root", True))
+    if ctx.backend is not None and ctx.backend.capabilities.simulated:
+        root = ctx.backend.capabilities.privileged
         who = "the simulated GPU allows writes" if root else "the simulated GPU refuses writes"
         yield Check(
             "permission",
@@ -386,116 +288,7 @@ def check_journal(ctx: Context) -> Iterable[Check]:
             )
 
 
-# -- host -------------------------------------------------------------------------------
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def check_cpu_governor(ctx: Context) -> Iterable[Check]:
-    """Launch-bound code times the CPU too: a frequency governor other than `performance`
-    makes host-side time depend on recent load."""
-    pattern = os.path.join(ctx.host.sysfs, "devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor")
-    governors: dict[str, int] = {}
-    for path in glob.glob(pattern):
-        value = _read(path)
-        if value:
-            governors[value] = governors.get(value, 0) + 1
-    if not governors:
-        yield Check(
-            "cpu_governor",
-            "info",
-            "no CPU frequency governor is exposed (a VM or container?): it cannot be checked",
-        )
-        return
-    others = {g: n for g, n in governors.items() if g != "performance"}
-    if others:
-        listed = ", ".join(
-            f"{n} CPU{'s' if n != 1 else ''} '{g}'" for g, n in sorted(others.items())
-        )
-        yield Check(
-            "cpu_governor",
-            "warning",
-            f"CPU frequency governor is not 'performance' ({listed}): host-side time varies",
-            "sudo cpupower frequency-set -g performance",
-        )
-    else:
-        yield Check("cpu_governor", "ok", "CPU frequency governor is 'performance'")
-
-
-def check_cpu_boost(ctx: Context) -> Iterable[Check]:
-    no_turbo = _read(os.path.join(ctx.host.sysfs, "devices/system/cpu/intel_pstate/no_turbo"))
-    boost = _read(os.path.join(ctx.host.sysfs, "devices/system/cpu/cpufreq/boost"))
-    if no_turbo == "0" or boost == "1":
-        yield Check(
-            "cpu_boost",
-            "info",
-            "CPU turbo/boost is on: launch-bound timings vary with CPU temperature",
-            "for host-bound benchmarks: echo 1 | sudo tee /sys/devices/system/cpu/intel_pstate/"
-            "no_turbo (Intel) or echo 0 | sudo tee /sys/devices/system/cpu/cpufreq/boost",
-        )
-
-
-def check_cpu_load(ctx: Context) -> Iterable[Check]:
-    load = ctx.host.loadavg
-    if load is None:
-        return
-    if load[0] > 0.75 * ctx.host.cpu_count:
-        yield Check(
-            "cpu_load",
-            "warning",
-            f"the host is busy (load {load[0]:.1f} on {ctx.host.cpu_count} CPUs): kernel launches "
-            "and host-side time will be slower and noisier",
-            "benchmark on a quiet machine",
-        )
-
-
-def check_environment(ctx: Context) -> Iterable[Check]:
-    env = ctx.host.env
-    if env.get("CUDA_LAUNCH_BLOCKING", "0").strip() not in ("", "0"):
-        yield Check(
-            "env",
-            "warning",
-            "CUDA_LAUNCH_BLOCKING is set: every kernel launch waits for the GPU, so timings "
-            "include launch and sync overhead",
-            "unset CUDA_LAUNCH_BLOCKING",
-        )
-    if env.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0").strip() not in ("", "0"):
-        yield Check(
-            "env",
-            "warning",
-            "PYTORCH_NO_CUDA_MEMORY_CACHING is set: every allocation calls cudaMalloc",
-            "unset PYTORCH_NO_CUDA_MEMORY_CACHING",
-        )
-    try:
-        readonly = _readonly_from(env)
-    except ConfigError as err:
-        yield Check("env", "error", str(err), "use GPUENV_READONLY=1 or 0")
-        return
-    if readonly:
-        yield Check(
-            "readonly",
-            "info",
-            "GPUENV_READONLY is on: gpuenv will refuse every write (lock, restore, power limit)",
-            "unset GPUENV_READONLY to allow them",
-        )
-
-
-def _readonly_from(env: Mapping[str, str]) -> bool:
-    """gpuenv.backend.env_readonly, for a given environment."""
-    value = env.get("GPUENV_READONLY", "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"GPUENV_READONLY={value!r} is not understood")
-
-
+ACCESS_CHECKS: tuple[CheckFn, ...] = (check_driver, check_permission)
 GPU_CHECKS: tuple[CheckFn, ...] = (
     check_processes,
     check_reasons,
@@ -506,31 +299,6 @@ GPU_CHECKS: tuple[CheckFn, ...] = (
     check_temperature,
     check_journal,
 )
-CHECKS: tuple[CheckFn, ...] = (
-    check_driver,
-    check_permission,
-    *GPU_CHECKS,
-    check_cpu_governor,
-    check_cpu_boost,
-    check_cpu_load,
-    check_environment,
-)
 
 
-def format_checks(checks: Sequence[Check]) -> str:
-    """The human report: a summary line, then one line per finding (fix underneath)."""
-    counts = {s: sum(1 for c in checks if c.severity == s) for s in SEVERITIES}
-    summary = (
-        "no problems found"
-        if counts["warning"] == counts["error"] == 0
-        else f"{counts['error']} error{'s' if counts['error'] != 1 else ''}, "
-        f"{counts['warning']} warning{'s' if counts['warning'] != 1 else ''}"
-    )
-    width = max((len(c.name) for c in checks), default=0)
-    lines = [f"gpuenv doctor: {summary}"]
-    for c in checks:
-        label = c.severity.upper() if c.severity in ("warning", "error") else c.severity
-        lines.append(f"  {label:<7}  {c.name:<{width}}  {c.message}")
-        if c.fix and c.severity != "ok":
-            lines.append(f"  {'':<7}  {'':<{width}}  fix: {c.fix}")
-    return "\n".join(lines)
+__all__ = ["ACCESS_CHECKS", "GPU_CHECKS"]

@@ -12,6 +12,8 @@ Every failure goes through `_common.guarded()`: one sentence on stderr, never a 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -65,14 +67,15 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
-def _set_root_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    obj = ctx.find_root().obj
-    if not value or obj is None:
-        return
-    if param.name == "sim":
-        obj["backend_kind"] = "sim"
-    else:
-        obj["dry_run"] = True
+def _root_setter(key: str, setting: object) -> Callable[[click.Context, Any, bool], None]:
+    """A flag's callback that sets what the group's own flag would have set."""
+
+    def callback(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        obj = ctx.find_root().obj
+        if value and obj is not None:
+            obj[key] = setting
+
+    return callback
 
 
 def _accept_global_flags(command: click.Command) -> None:
@@ -82,15 +85,15 @@ def _accept_global_flags(command: click.Command) -> None:
     --dry-run (lock, restore) keeps it; both mean the same.
     """
     have = {opt for p in command.params for opt in getattr(p, "opts", ())}
-    for flag, name in (("--sim", "sim"), ("--dry-run", "dry_run")):
+    for flag, key, setting in (("--sim", "backend_kind", "sim"), ("--dry-run", "dry_run", True)):
         if flag not in have:
             command.params.append(
                 click.Option(
-                    [flag, name],
+                    [flag],
                     is_flag=True,
                     expose_value=False,
                     hidden=True,
-                    callback=_set_root_flag,
+                    callback=_root_setter(key, setting),
                 )
             )
 

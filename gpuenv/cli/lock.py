@@ -1,7 +1,8 @@
 """`gpuenv lock` and `gpuenv restore` (alias `unlock`): parse, call gpuenv.clocks, print.
 
 Exit codes: 0 done (or nothing to do, or a dry run); 2 an error (bad input,
-permission, read-only mode refused a write); 5 a lock held by another owner.
+read-only mode refused a write, a damaged journal record); 3 not supported; 4 no
+permission; 5 a lock held by another owner. The rest: gpuenv.errors.EXIT_CODES.
 """
 
 from __future__ import annotations

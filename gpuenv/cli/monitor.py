@@ -1,7 +1,7 @@
 """`gpuenv monitor`: live view, `--once` snapshot, `--json` / `--csv` stream.
 
 Exit codes: 0 success (also on q, Ctrl-C, or a closed pipe); 2 an error (bad
-option, no GPU, no driver).
+option, no GPU, standard output full); 9 no driver. The rest: gpuenv.errors.EXIT_CODES.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Exit codes: the command's own exit code; 1 when it succeeded but a region was
 rejected under --policy reject; when a signal killed the command, gpuenv dies
 of the same signal (SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGKILL) or exits 128+N
 (others); 127 / 126 the command was not found / not executable; 2 a gpuenv
-error (bad option, no GPU, permission) before the command started; 5 a lock
-held by another owner.
+error (bad option, no GPU) before the command started; 4 no permission; 5 a
+lock held by another owner. The rest: gpuenv.errors.EXIT_CODES.
 """
 
 from __future__ import annotations

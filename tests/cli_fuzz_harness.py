@@ -286,8 +286,10 @@ def generate(rng: random.Random, *, process_faults: bool = False) -> Case:
     split = argv.index("run") + 1 if command == "run" and "--" in tail else len(argv)
     argv = argv[:split] + argv[split:] + tail
     env = {k: rng.choice(v) for k, v in ENV_KEYS.items() if rng.random() < 0.12}
-    faults = FAULTS + (PROCESS_FAULTS if process_faults else ())
-    fault = rng.choice(faults) if rng.random() < 0.4 else "none"
+    if process_faults and rng.random() < 0.6:  # what only a fresh interpreter can suffer
+        fault = rng.choice(PROCESS_FAULTS)
+    else:
+        fault = rng.choice(FAULTS) if rng.random() < 0.4 else "none"
     return Case(argv, env, fault, rng.choice([0, 1, 64, 300, 700, 1500, 4096]))
 
 

@@ -194,14 +194,19 @@ def _replacements(old: Any, rng: random.Random) -> list[Any]:
     return out
 
 
-def trial_garble(tmp: Path, rng: random.Random) -> str:
-    """One GPU's record edited: the main copy, the backup, or both the same way."""
+def _standing(tmp: Path, rng: random.Random) -> tuple[SimBackend, Any, Journal, Path]:
+    """A standing lock of both GPUs; returns the machine, its prior state, the journal and
+    the main copy of a random GPU's record."""
     sim = machine()
     prior = settings(sim)
     journal = Journal(tmp)
     _lock_both(sim, journal, standing=True)
-    uuid = sim.device_info(rng.randrange(N_GPUS)).uuid
-    main = tmp / f"{uuid}.json"
+    return sim, prior, journal, tmp / f"{sim.device_info(rng.randrange(N_GPUS)).uuid}.json"
+
+
+def trial_garble(tmp: Path, rng: random.Random) -> str:
+    """One GPU's record edited: the main copy, the backup, or both the same way."""
+    sim, prior, journal, main = _standing(tmp, rng)
     copies = rng.choices(("main", "backup", "both"), weights=(45, 45, 10))[0]
     edited = garble(main.read_bytes(), rng)
     if copies in ("main", "both"):
@@ -213,12 +218,7 @@ def trial_garble(tmp: Path, rng: random.Random) -> str:
 
 def trial_delete(tmp: Path, rng: random.Random) -> str:
     """One GPU's record deleted: the main copy, the backup, or both ('rm' as once advised)."""
-    sim = machine()
-    prior = settings(sim)
-    journal = Journal(tmp)
-    _lock_both(sim, journal, standing=True)
-    uuid = sim.device_info(rng.randrange(N_GPUS)).uuid
-    main = tmp / f"{uuid}.json"
+    sim, prior, journal, main = _standing(tmp, rng)
     which = rng.choice(((main,), (main.with_name(main.name + BACKUP),),
                         (main, main.with_name(main.name + BACKUP))))  # fmt: skip
     for path in which:

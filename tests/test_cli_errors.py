@@ -259,6 +259,8 @@ def test_a_damaged_record_of_gpu_1_blocks_only_gpu_1(tmp_path: Path) -> None:
     uuid1 = re.findall(r'"uuid": "(GPU-[^"]+)"', status)[1]
     for p in (tmp_path / "state").glob(f"{uuid1}*"):
         p.write_text('{"version": 2, "uuid": "' + uuid1 + '", "orig')
+    doctor = run("--sim", "doctor", "--json", env=env).output
+    assert "is damaged" in doctor and "restore --defaults" in doctor
     result = run("--sim", "restore", "-i", "0", env=env)
     assert result.exit_code == 0 and "restored GPU 0" in result.output
     line = one_error(run("--sim", "restore", env=env), 2, "damaged", "restore --defaults")

@@ -23,6 +23,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     yield w
 
 
+@pytest.mark.filterwarnings("ignore:.*skipped 1 unreadable line")  # the truncated input file
 @settings(
     max_examples=120,
     deadline=None,

@@ -233,14 +233,10 @@ class Session:
 
     def _try_lock(self) -> None:
         from gpuenv.errors import LockConflict, NotSupported, PermissionDenied, ReadOnlyError
+        from gpuenv.locking import acquire
 
         try:
-            from gpuenv import clocks
-        except ImportError:
-            self._observe("clock control (gpuenv.clocks) is not available in this install")
-            return
-        try:
-            lk = clocks.lock(
+            lk = acquire(
                 self.sm, mem=self.mem, gpus=self.gpus, backend=self.backend,
                 supervise=self.supervise,
             )  # fmt: skip
@@ -261,29 +257,10 @@ class Session:
         )
 
     def _lock_ranges(self) -> dict[int, tuple[int, int]]:
-        """The SM range each GPU is locked to (clocks.Lock's plan), base clock resolved."""
-        if self.lock is None:
-            return {}
-        from gpuenv.backend import CLOCK_LIMIT_TDP
+        """The SM range each GPU is locked to, base clock resolved."""
+        from gpuenv.locking import lock_ranges
 
-        ranges: dict[int, tuple[int, int]] = {}
-        for gp in self.lock.plan.gpus:
-            applied = gp.applied
-            if applied.locked_sm is not None:
-                lo, hi = applied.locked_sm
-                if lo == CLOCK_LIMIT_TDP or hi == CLOCK_LIMIT_TDP:
-                    try:
-                        base = self.backend.clock_limits(gp.index).base_sm_mhz
-                    except Exception:
-                        base = None
-                    if base is None:
-                        continue  # locked to a base clock NVML does not report: cannot check
-                    lo = hi = base
-                ranges[gp.index] = (int(lo), int(hi))
-            elif applied.app_clocks is not None:
-                sm = int(applied.app_clocks[1])
-                ranges[gp.index] = (sm, sm)
-        return ranges
+        return {} if self.lock is None else lock_ranges(self.lock, self.backend)
 
     def _session_meta(self) -> dict[str, Any]:
         return {

@@ -149,11 +149,13 @@ def lock_info(backend: Backend, index: int) -> dict[str, Any]:
         "text": "unknown",
         "pinned": False,
     }
+    from gpuenv.clocks import lock_status
+    from gpuenv.locking import lock_view
+
     try:
-        from gpuenv.clocks import lock_status
-    except ImportError:
-        return unknown
-    try:
+        view = lock_view(backend, index)  # a gpuenvd serving this GPU is the authority
+        if view is not None:
+            return view
         st = lock_status(backend, index)
     except (GpuenvError, OSError) as err:
         return {**unknown, "text": f"unknown: {err}"}

@@ -129,7 +129,8 @@ def test_no_permission_says_root_or_daemon(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("GPUENV_SIM_ROOT", "0")
     res = run("lock", "--sm", "1350")
     assert res.exit_code == 4  # as nvidia-smi: no permission
-    assert "run as root, or start 'gpuenv daemon'" in res.output
+    assert "run as root, or have an admin start gpuenvd ('sudo gpuenv daemon'" in res.output
+    assert "under [lock]" in res.output  # the step that makes the daemon serve this user
     assert Journal().entries() == []
 
 

@@ -6,7 +6,8 @@ import pytest
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.monitor import MonitorModel
-from gpuenv.monitor_view import Frame, Glyphs, Ui, plain, render, sparkline
+from gpuenv.monitor.tui import Ui
+from gpuenv.monitor.view import Frame, Glyphs, plain, render, sparkline
 from gpuenv.timebase import VirtualClock
 
 MAX = 1980e6  # cycles a second at the H100's top clock

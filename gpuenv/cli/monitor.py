@@ -93,7 +93,8 @@ def monitor(
 
     from gpuenv.devices import select_gpus
     from gpuenv.monitor import MonitorModel, SimScenario, stream
-    from gpuenv.monitor_view import Frame, ansi, plain, render, run_tui
+    from gpuenv.monitor.tui import run_tui
+    from gpuenv.monitor.view import Frame, ansi, plain, render
 
     backend = open_from_ctx(ctx, readonly=True)  # the monitor never writes
     driver = None

@@ -39,7 +39,6 @@ from gpuenv.timing.cuda import (
     CudaProfiler,
     _profiled_rep_times,
     _torch,
-    _trace_events,
     cuda_device,
     nvml_index_of_cuda,
 )
@@ -58,7 +57,7 @@ from gpuenv.timing.devices import (
 from gpuenv.timing.harness import bench
 from gpuenv.timing.warmup import WARMUP_MIN_REPS, WARMUP_REL_TOL, WARMUP_WINDOW
 
-# the private names above are used by calibrate, demo_measure, integrations and tests
+# _torch is used by clocks.calibration and demo.measure, _profiled_rep_times by tests
 __all__ = [
     "CLOCK_PROBE_S",
     "CONDITIONS",
@@ -85,7 +84,6 @@ __all__ = [
     "SimDevice",
     "_profiled_rep_times",
     "_torch",
-    "_trace_events",
     "bench",
     "cuda_device",
     "nvml_index_of_cuda",

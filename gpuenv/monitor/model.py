@@ -5,44 +5,29 @@ clock is where it is. This module reads it: per GPU the SM clock against its
 maximum and the locked range with a minute of history, power against the
 limit, temperature against the slowdown threshold, the active clock-event
 reasons in words with how long each has been active, who holds the lock, and
-the processes on the GPU.
-
-  - `MonitorModel.update()` reads the backend and returns one immutable
-    `GpuView` per GPU (a failed read becomes `GpuView.error`, never an exception);
-  - `stream()` prints `--json` / `--csv` lines from them, like `nvidia-smi dmon`;
-  - `SimScenario` drives the simulated GPU so a demo moves.
-
-`gpuenv/monitor_view.py` lays views out for a terminal and runs the curses loop.
+the processes on the GPU. `MonitorModel.update()` reads the backend and returns
+one immutable `GpuView` per GPU (a failed read becomes `GpuView.error`, never an
+exception).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import csv
 import dataclasses
-import io
-import json
-import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 from gpuenv import reasons
 from gpuenv.backend import Backend
 from gpuenv.errors import GpuenvError
-from gpuenv.reasons import reason_names
 from gpuenv.timebase import REAL_CLOCK, Clock
 
 # the one vocabulary (gpuenv.reasons): short forms and masks as the view uses them
 REASON_SHORT: dict[int, str] = {bit: reasons.info(bit).short for bit in reasons.REASON_NAMES}
 BAD_REASONS = int(reasons.BAD)  # the clock is cut because of heat or power delivery
 WARN_REASONS = int(reasons.WARN)
-
-
-# -- the model ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -340,193 +325,14 @@ def _replace(view: GpuView, **changes: Any) -> GpuView:
     return dataclasses.replace(view, **changes) if changes else view
 
 
-# -- streaming (--json / --csv) ----------------------------------------------------------
-
-STREAM_FIELDS = (
-    "time",
-    "gpu",
-    "uuid",
-    "sm_mhz",
-    "max_sm_mhz",
-    "mem_mhz",
-    "power_w",
-    "power_limit_w",
-    "temp_c",
-    "slowdown_c",
-    "util_gpu_pct",
-    "util_mem_pct",
-    "reasons",
-    "reason_names",
-    "locked_sm_mhz",
-    "lock_holds",
-    "n_processes",
-    "error",
-)
-
-
-def stream_record(v: GpuView) -> dict[str, Any]:
-    """One flat record per GPU per tick (the --json / --csv line)."""
-    lock = v.lock
-    locked = list(lock.locked_sm) if lock and lock.locked_sm else None
-    stamp = (
-        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(v.wall)) + f".{int(v.wall % 1 * 1000):03d}Z"
-    )
-    return {
-        "time": stamp,
-        "gpu": v.index,
-        "uuid": v.uuid or None,
-        "sm_mhz": v.sm_mhz,
-        "max_sm_mhz": v.max_sm_mhz,
-        "mem_mhz": v.mem_mhz,
-        "power_w": None if v.power_w is None else round(v.power_w, 2),
-        "power_limit_w": v.power_limit_w,
-        "temp_c": v.temp_c,
-        "slowdown_c": v.slowdown_c,
-        "util_gpu_pct": v.util_gpu,
-        "util_mem_pct": v.util_mem,
-        "reasons": f"{v.reasons:#x}",
-        "reason_names": reason_names(v.reasons),
-        "locked_sm_mhz": locked,
-        "lock_holds": lock.holds if lock else None,
-        "n_processes": len(v.processes),
-        "error": v.error,
-    }
-
-
-def _csv_value(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, list):
-        return "|".join(str(x) for x in value)
-    return value
-
-
-def stream(
-    model: MonitorModel,
-    out: IO[str],
-    *,
-    fmt: str,
-    interval_s: float,
-    count: int | None = None,
-    duration_s: float | None = None,
-) -> int:
-    """Print one line per GPU per tick until `count` ticks or `duration_s` pass; returns ticks.
-
-    Ticks keep to a fixed schedule (no drift). Each tick is flushed, so a pipe or
-    a log file sees it at once.
-    """
-    clock = model.clock
-    start = clock.now()
-    writer = None
-    buf = io.StringIO()
-    if fmt == "csv":
-        writer = csv.DictWriter(buf, fieldnames=STREAM_FIELDS, lineterminator="\n")
-        writer.writeheader()
-    ticks = 0
-    while True:
-        for v in model.update():
-            rec = stream_record(v)
-            if writer is not None:
-                writer.writerow({k: _csv_value(x) for k, x in rec.items()})
-            else:
-                buf.write(json.dumps(rec, separators=(",", ":")) + "\n")
-        out.write(buf.getvalue())
-        out.flush()
-        buf.seek(0)
-        buf.truncate()
-        ticks += 1
-        if count is not None and ticks >= count:
-            return ticks
-        due = start + ticks * interval_s
-        if duration_s is not None and due - start > duration_s + 1e-9:
-            return ticks
-        clock.sleep(max(0.0, due - clock.now()))
-
-
-# -- a moving simulated GPU, for demos -----------------------------------------------------
-
-SCENARIOS: dict[str, str] = {
-    "idle": "a CUDA context and no work: the clock boosts to its maximum",
-    "load": "sustained heavy matmuls: the power cap engages and the chip heats",
-    "bursts": "8 s of heavy work, 6 s idle, repeated: ramps, caps and recoveries",
-    "shared": "a second process keeps the GPU 60% busy beside light work of ours",
-}
-
-
-class SimScenario:
-    """Drives simulated GPUs in the background, in real time, so the monitor shows them move.
-
-    Only for the simulated backend: the header says SIMULATED and names the scenario.
-    """
-
-    def __init__(self, sim: Any, gpus: Sequence[int], name: str):
-        if name not in SCENARIOS:
-            from gpuenv.errors import ConfigError
-
-            raise ConfigError(
-                f"unknown scenario {name!r}", hint=f"use one of {', '.join(SCENARIOS)}"
-            )
-        self.sim = sim
-        self.gpus = list(gpus)
-        self.name = name
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-
-    def start(self) -> None:
-        for i in self.gpus:
-            th = threading.Thread(
-                target=self._drive, args=(i,), name=f"gpuenv-sim-{self.name}-{i}", daemon=True
-            )
-            th.start()
-            self._threads.append(th)
-
-    def stop(self) -> None:
-        self._stop.set()
-        for th in self._threads:
-            th.join(timeout=2)
-        for i in self.gpus:
-            with contextlib.suppress(Exception):
-                if self.name == "shared":
-                    self.sim.set_background_load(i, 0.0)
-                self.sim.close_context(i)
-
-    def _work(self, i: int, seconds: float, intensity: float) -> None:
-        """About `seconds` of work in small chunks, so stop() is prompt."""
-        end = time.monotonic() + seconds
-        max_hz = self.sim.clock_limits(i).max_sm_mhz * 1e6
-        while not self._stop.is_set() and time.monotonic() < end:
-            self.sim.run_work(i, 0.1 * max_hz, power_intensity=intensity)
-
-    def _drive(self, i: int) -> None:
-        try:
-            self.sim.open_context(i)
-            if self.name == "shared":
-                self.sim.set_background_load(i, 0.6)
-            while not self._stop.is_set():
-                if self.name == "idle":
-                    self._stop.wait(1.0)
-                elif self.name == "load":
-                    self._work(i, 3600.0, 1.0)
-                elif self.name == "bursts":
-                    self._work(i, 8.0, 1.0)
-                    self._stop.wait(6.0)
-                elif self.name == "shared":
-                    self._work(i, 3600.0, 0.3)
-        except GpuenvError as err:  # a fault injected in the sim ends the scenario, visibly
-            print(f"gpuenv: scenario {self.name} stopped on GPU {i}: {err}", file=sys.stderr)
-
-
 __all__ = [
+    "BAD_REASONS",
     "REASON_SHORT",
-    "SCENARIOS",
-    "STREAM_FIELDS",
+    "WARN_REASONS",
     "GpuView",
     "LockView",
     "MonitorModel",
     "ProcView",
     "ReasonView",
-    "SimScenario",
     "clocks_lock_view",
-    "stream",
-    "stream_record",
 ]

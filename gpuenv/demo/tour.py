@@ -16,7 +16,7 @@ Two tours:
     burst mode, with the same kind of table; without torch, a few seconds of
     telemetry instead. Then what `gpuenv doctor` thinks.
 
-The measuring itself is in `gpuenv.demo_measure`.
+The measuring itself is in measure.py.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def _settings(sim: Any) -> tuple:
 
 def _sim_ways(sim: Any, say: _Pacer, seconds: float, rest_s: float, lock_sm: int | None) -> dict:
     from gpuenv.clocks.calibration import calibrate
-    from gpuenv.demo_measure import SimRig, cold_and_hot, format_table, gpuenv_way, naive
+    from gpuenv.demo.measure import SimRig, cold_and_hot, format_table, gpuenv_way, naive
     from gpuenv.telemetry import Sampler
 
     rig = SimRig(
@@ -254,7 +254,7 @@ def _locked_row(
 
     from gpuenv import clocks
     from gpuenv.clocks.journal import Journal
-    from gpuenv.demo_measure import cold_and_hot, gpuenv_way
+    from gpuenv.demo.measure import cold_and_hot, gpuenv_way
 
     # The demo's own journal: its in-memory GPU must never appear in the user's.
     with (
@@ -303,7 +303,7 @@ def _alike(row: Any) -> str:
 
 def _explain(rows: Sequence[Any], lock_why: str = "", lock_note: str = "") -> list[str]:
     """A few sentences per way, from its numbers and findings."""
-    from gpuenv.demo_measure import cause, saw_both
+    from gpuenv.demo.measure import cause, saw_both
 
     lines = []
     for r in rows:
@@ -380,7 +380,7 @@ def real_tour(
     8192x8192 bf16 matmul); a ConfigError, RuntimeError or OSError from it (no torch, no
     CUDA, a CUDA error) falls back to the telemetry tour and says why.
     """
-    from gpuenv.demo_measure import TorchRig
+    from gpuenv.demo.measure import TorchRig
     from gpuenv.status import format_table, snapshot
 
     say = _Pacer(out, pace)
@@ -447,7 +447,7 @@ def _watch(backend: Backend, index: int, say: _Pacer, seconds: float) -> int:
 
 
 def _measure_real(rig: Any, say: _Pacer, load_s: float, rest_s: float) -> list[Any]:
-    from gpuenv.demo_measure import cold_and_hot, describe_load, format_table, gpuenv_way, naive
+    from gpuenv.demo.measure import cold_and_hot, describe_load, format_table, gpuenv_way, naive
     from gpuenv.telemetry import Sampler
 
     what = f"{rig.what[0].upper()}{rig.what[1:]}"

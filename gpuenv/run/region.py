@@ -33,10 +33,8 @@ import contextlib
 import itertools
 import os
 import stat
-import sys
 import threading
 import time
-import types
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -181,16 +179,5 @@ class region(contextlib.ContextDecorator):  # lower case: used like a function, 
         # As a decorator, each call gets a fresh region (recursion and threads stay apart).
         return region(self.name)
 
-
-class _CallableModule(types.ModuleType):
-    """`import gpuenv.region` makes the package attribute `gpuenv.region` this module
-    (the import system sets it), shadowing the class of the same name; calling the
-    module as `gpuenv.region("x")` must still work in whatever order things were imported."""
-
-    def __call__(self, name: str) -> region:
-        return region(name)
-
-
-sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["ENV_FD", "ENV_PIPE", "Edge", "active", "parse_line", "pipe_identity", "region"]

@@ -24,8 +24,8 @@ import pytest
 from gpuenv.backend.sim import SimBackend
 from gpuenv.clocks.journal import Journal
 from gpuenv.results import load_run
-from gpuenv.run_regions import RUN_NAME
-from gpuenv.runner import (
+from gpuenv.run.report import RUN_NAME
+from gpuenv.run.runner import (
     RunResult,
     default_gpu_selector,
     rank_of,

@@ -11,9 +11,9 @@ import textwrap
 import pytest
 
 import gpuenv
-from gpuenv import region as region_mod
 from gpuenv.errors import ConfigError
-from gpuenv.region import ENV_FD, ENV_PIPE, parse_line, pipe_identity, region
+from gpuenv.run import region as region_mod
+from gpuenv.run.region import ENV_FD, ENV_PIPE, parse_line, pipe_identity, region
 
 
 @pytest.fixture
@@ -152,10 +152,10 @@ def test_parse_line_ignores_garbage():
 
 
 def test_gpuenv_region_callable_whatever_was_imported_first():
-    # `import gpuenv.region` makes the package attribute the module: it must stay callable.
+    # importing the module that defines it first must not shadow gpuenv.region()
     script = textwrap.dedent(
         """
-        import gpuenv.region, gpuenv
+        import gpuenv.run.region, gpuenv
         with gpuenv.region("a") as r:
             pass
         with gpuenv.region("b"):

@@ -9,15 +9,15 @@ sent to gpuenv alone; a signal the terminal sent to the whole foreground group
 (Ctrl-C, Ctrl-\\, hang-up) already reached the command, so it is not sent
 twice. gpuenv then exits with the command's exit status (see `exit_status`).
 
-Regions: the command marks them with `gpuenv.region("name")` (see region.py);
+Regions: the command marks them with `gpuenv.region("name")` (see run/region.py);
 their edges come back over an inherited pipe with the child's CLOCK_MONOTONIC
 times, which the sampler's clock shares. The whole run is always one more
 region, "(run)". At the end every region gets a `Measurement` (one rep per
 time it was entered, a `Window` per rep and GPU, findings and a verdict) and
 the run goes to the JSONL results file with the telemetry trace for `gpuenv plot`.
 
-The parent's side of regions (pairing edges, windows, measurements, the
-table) is in gpuenv/run_regions.py.
+The parent's side of regions is in tracker.py (pairing edges, windows) and
+report.py (measurements, the table).
 """
 
 from __future__ import annotations
@@ -36,22 +36,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from gpuenv.backend import CLOCK_LIMIT_TDP, Backend
+from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError
-from gpuenv.region import ENV_FD, ENV_PIPE, pipe_identity
 from gpuenv.results import Measurement
-from gpuenv.run_regions import (
+from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
+from gpuenv.run.report import RUN_NAME, build_measurements, fmt_time, gpu_facts, summary_table
+from gpuenv.run.tracker import (
     FLUSH_S,
     MAX_REGION_LIST,
-    RUN_NAME,
     Region,
     RegionReader,
     RegionTracker,
     Summariser,
-    build_measurements,
-    fmt_time,
-    gpu_facts,
-    summary_table,
 )
 from gpuenv.telemetry import Sampler
 
@@ -240,9 +236,9 @@ class Runner:
     def run(self) -> RunResult:
         lock = None
         if self.lock_args:
-            from gpuenv import clocks
+            from gpuenv.locking import acquire
 
-            lock = clocks.lock(
+            lock = acquire(
                 **self.lock_args,
                 gpus=self.gpus,
                 backend=self.backend,
@@ -259,22 +255,9 @@ class Runner:
                 lock.release()
 
     def _lock_ranges(self, lock: Any) -> dict[int, tuple[int, int]]:
-        ranges: dict[int, tuple[int, int]] = {}
-        if lock is None:
-            return ranges
-        for gp in lock.plan.gpus:
-            applied = gp.applied
-            if applied.locked_sm is not None:
-                lo, hi = applied.locked_sm
-                if lo == CLOCK_LIMIT_TDP:
-                    base = self.backend.clock_limits(gp.index).base_sm_mhz
-                    if base is None:
-                        continue
-                    lo = hi = base
-                ranges[gp.index] = (lo, hi)
-            elif applied.app_clocks is not None:
-                ranges[gp.index] = (applied.app_clocks[1], applied.app_clocks[1])
-        return ranges
+        from gpuenv.locking import lock_ranges
+
+        return {} if lock is None else lock_ranges(lock, self.backend)
 
     def _run_locked(self, lock: Any) -> RunResult:
         from gpuenv.results import ResultStore, environment_metadata

@@ -1,37 +1,17 @@
-"""The parent's side of regions: pairing edges, measurements, the table.
+"""What `gpuenv run` reports: measurements per region and the table, on synthetic windows.
 
-In-process, on synthetic windows; tests/test_run.py runs `gpuenv run` itself.
+tests/test_run_runner.py runs `gpuenv run` itself.
 """
 
 from __future__ import annotations
 
-from gpuenv.region import Edge
-from gpuenv.run_regions import (
-    RUN_NAME,
-    Region,
-    RegionTracker,
-    build_measurements,
-    summary_table,
-)
+from gpuenv.run.report import RUN_NAME, build_measurements, summary_table
+from gpuenv.run.tracker import Region
 from gpuenv.telemetry import Window
 
 
 def _w(t0, t1, **kw) -> Window:
     return Window(gpu=0, t0=t0, t1=t1, n_samples=kw.pop("n", 1), **kw)
-
-
-def test_tracker_pairs_edges_by_process_and_id_and_closes_what_is_open():
-    tr = RegionTracker()
-    tr.feed(Edge("b", 10, 1, 1.0, "a"))
-    tr.feed(Edge("b", 11, 1, 1.5, "a"))  # another process, same id
-    tr.feed(Edge("e", 10, 1, 2.0, None))
-    tr.feed(Edge("e", 99, 7, 2.5, None))  # an end without a begin
-    tr.close_all(3.0)
-    assert [(r.pid, r.t0, r.t1, r.complete) for r in tr.finished] == [
-        (10, 1.0, 2.0, True),
-        (11, 1.5, 3.0, False),
-    ]
-    assert tr.ignored == 1 and tr.names == ["a"]
 
 
 def _idle_start_window(t0: float, t1: float) -> Window:

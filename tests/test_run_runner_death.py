@@ -1,5 +1,5 @@
 """`gpuenv run` SIGKILLed: its command must not live on, unlocked and unobserved
-(gpuenv/runner.py: `dies_with_us`, PR_SET_PDEATHSIG through setpriv)."""
+(gpuenv/run/runner.py: `dies_with_us`, PR_SET_PDEATHSIG through setpriv)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpuenv.clocks.journal import process_alive
-from gpuenv.runner import _setpriv
+from gpuenv.run.runner import _setpriv
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -156,7 +156,7 @@ def lock_info(backend: Backend, index: int) -> dict[str, Any]:
         view = lock_view(backend, index)  # a gpuenvd serving this GPU is the authority
         if view is not None:
             return view
-        st = lock_status(backend, index)
+        st = lock_status(backend, index, check_pinned=True)
     except (GpuenvError, OSError) as err:
         return {**unknown, "text": f"unknown: {err}"}
     if not st.locked:

@@ -104,12 +104,18 @@ class LockStatus:
         return line
 
 
-def lock_status(backend: Backend, index: int, journal: Journal | None = None) -> LockStatus:
-    """Lock owner and whether the lock holds right now on GPU `index` (for 'gpuenv status')."""
+def lock_status(
+    backend: Backend, index: int, journal: Journal | None = None, *, check_pinned: bool = False
+) -> LockStatus:
+    """Lock owner and whether the lock holds right now on GPU `index` (for 'gpuenv status').
+
+    `check_pinned`: with no gpuenv lock, also read whether the clock looks locked anyway
+    (`looks_pinned`: two more reads, so only where a person looks).
+    """
     journal = journal if journal is not None else Journal()
     entry = journal.get(backend.device_info(index).uuid)
     if entry is None:
-        pinned = looks_pinned(backend, index)
+        pinned = looks_pinned(backend, index) if check_pinned else None
         return LockStatus(
             locked=None,
             owner=None,

@@ -90,7 +90,8 @@ def do_bench(
     tensors whose `.grad` is set to None before each measured rep (not in warmup).
     Keyword-only extras: `flush_bytes` (default 2x the L2; 0: no flush), `name`,
     `session` (a gpuenv.stable() session: its sampler, policy and results), `backend`,
-    `device` (a gpuenv.timing Device), `mode` ("events", "graph", "profiler"),
+    `device` (a gpuenv.timing Device), `mode` ("events": one call a rep, as triton;
+    "auto": gpuenv.bench's tiny-kernel switch; "graph", "profiler"),
     `condition`, `policy` and `output` (a JSONL file), as for gpuenv.bench. `fast_flush`
     (older triton's) is accepted and has no effect.
     """
@@ -99,8 +100,9 @@ def do_bench(
     _check(return_mode, quantiles, warmup=warmup, rep=rep)
     if flush_bytes is not None and flush_bytes < 0:
         raise ConfigError(f"flush_bytes must be >= 0 (got {flush_bytes})", hint="0: no flush")
-    if mode not in MODES:
-        raise ConfigError(f"unknown timing mode {mode!r}", hint=f"use one of {', '.join(MODES)}")
+    if mode not in ("auto", *MODES):
+        raise ConfigError(f"unknown timing mode {mode!r}",
+                          hint=f"use one of auto, {', '.join(MODES)}")  # fmt: skip
     backend, gpu = _where(session, backend)
     dev = device or _device(mode, backend, gpu, session, flush_bytes=flush_bytes)
     call = _Call(fn, grad_to_none)
@@ -201,11 +203,11 @@ def _device(mode: str, backend: Any, gpu: int, session: Any, *, flush_bytes: int
 
     if backend is not None and backend.workload is not None:
         flush = 2 * SIM_L2_BYTES if flush_bytes is None else flush_bytes
-        return timing.SimDevice(backend, gpu, flush_bytes=flush, calls_per_rep=calls or 1,
+        return timing.SimDevice(backend, gpu, flush_bytes=flush, batch=calls or 1,
                                 rep_overhead_s=SIM_REP_OVERHEAD_S)
     clock = session.sampler.clock if session is not None else None
-    return timing.cuda_device(mode, flush_l2=flush_bytes != 0, flush_bytes=flush_bytes,
-                              calls_per_rep=calls or "auto", clock=clock)
+    return timing.cuda_device("events" if mode == "auto" else mode, flush_l2=flush_bytes != 0,
+                              flush_bytes=flush_bytes, calls_per_rep=calls or "auto", clock=clock)
 
 
 def _estimate(dev: Any, call: _Call, *, budget_s: float, gpu_time: bool) -> tuple[float, int]:
@@ -305,6 +307,13 @@ class _Phases:
         self.call.clear = self.clear_in_capture
         self.inner.prepare(fn)
         self.call.clear = True
+
+    def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Any, str]:
+        """mode="auto" on a tiny kernel: the device bench switches to (prepared here)."""
+        self.call.clear = self.clear_in_capture
+        tiny, how = self.inner.for_tiny(fn, calls)
+        self.call.clear = True
+        return _Phases(tiny, self.call, self.plan, self.clear_in_capture), how
 
     def rep(self, fn: Callable[[], Any]) -> Any:
         return self.inner.rep(fn)

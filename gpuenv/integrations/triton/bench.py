@@ -1,53 +1,17 @@
-"""Drop-ins for `triton.testing`: do_bench, do_bench_cudagraph and set_gpu_clock, measured
-by gpuenv (telemetry on every rep, findings, a verdict) at triton's pace.
-
-    from gpuenv.integrations.triton import do_bench, last_measurement
-    ms = do_bench(lambda: a @ b)                       # same call, same return value
-    ms, lo, hi = do_bench(fn, quantiles=[0.5, 0.2, 0.8])
-    m = last_measurement()                             # the gpuenv Measurement behind it
-    print(m.telemetry, m.findings, m.verdict)
-
-    gpuenv.integrations.triton.patch_autotuner()       # @triton.autotune measures with it
-
-`warmup` and `rep` are time budgets in ms, as in triton, and everything a rep costs
-counts in them: the L2 flush, the synchronize, the launch-cover spin and the host's
-own time. After a first call (set-up, as triton's) a few reps are timed on the host
-clock; their median cost gives the counts: warmup reps until their times and clocks
-stop trending, at most `warmup` ms worth (triton's warmup calls skip the flush, so for
-a small kernel its warmup takes a fraction of `warmup` ms: a steady kernel stops here
-after 8 reps), and `rep` ms of measured reps (the budget is also a hard limit on
-measuring, so a slower GPU cannot overrun it). Each measured rep gets its telemetry
-window, and gpuenv.bench's judge turns them into the Measurement.
-
-The L2 flush writes twice the device's L2 before each rep (100 MiB on an H100; 50 us
-less per rep than triton's 256 MiB); `flush_bytes=256 * 2**20` flushes as triton does.
-
-The condition is gpuenv's safe default ("auto"): as it is when gpuenv's clock lock
-holds, else burst, for which the whole call is one burst started from a cool,
-uncapped GPU: the check reads the samples taken while the call warms up, so it costs
-nothing on a GPU that is not held down, and waits until the power cap clears (about
-0.5 s on an H100, at most WAIT_MAX_S) when it is. Back-to-back calls on heavy kernels
-(an autotuner's sweep of big GEMMs) pay that wait once the cap engages; a cap that
-engaged in the last 0.1 s before a call is not yet reported by the driver: then it
-shows in the reps' telemetry as a finding. `condition="none"` measures as triton does.
-"""
+"""do_bench and do_bench_cudagraph: triton's budgets and return values, measured by
+gpuenv.bench (see the package docstring)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import inspect
-import logging
 import math
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from gpuenv import stats
 from gpuenv.conditioning import ConditionConfig
 from gpuenv.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 RETURN_MODES = ("min", "max", "mean", "median", "all")
 TRITON_FLUSH_BYTES = 256 * 2**20  # triton's flush buffer (get_empty_cache_for_benchmark)
@@ -61,6 +25,7 @@ SIM_REP_OVERHEAD_S = 25e-6  # host time of a flushed, synchronized rep, on the s
 
 _recent: deque[Any] = deque(maxlen=256)
 _default_backend: list[Any] = []  # opened once per process (NVML start-up is not free)
+
 
 
 def do_bench(
@@ -332,164 +297,4 @@ class _Phases:
         return {**self.inner.settings(), "dropin": dict(self.plan)}
 
 
-# -- set_gpu_clock ---------------------------------------------------------------------
-
-
-A100_SMS, A100_TENSOR_CORES_PER_SM, A100_FMA_PER_TENSOR_CORE = 108, 4, 256
-A100_BUS_BYTES = 640  # 5120-bit HBM2e, two transfers a clock
-
-
-class ClockRef(NamedTuple):
-    """What triton's set_gpu_clock yields: reference peaks at the locked clocks, from an
-    A100's figures whatever the GPU (as triton computes them): dense fp16 tensor-core
-    TFLOP/s and DRAM GB/s (None when the memory clock is left alone)."""
-
-    tflops: float
-    gbps: float | None
-
-    @classmethod
-    def of(cls, sm_mhz: int, mem_mhz: int | None) -> ClockRef:
-        per_clock = 2 * A100_SMS * A100_TENSOR_CORES_PER_SM * A100_FMA_PER_TENSOR_CORE
-        gbps = 2 * A100_BUS_BYTES * mem_mhz / 1e3 if mem_mhz is not None else None
-        return cls(per_clock * sm_mhz / 1e6, gbps)
-
-
-@contextlib.contextmanager
-def set_gpu_clock(
-    ref_sm_clock: int = 1350,
-    ref_mem_clock: int | None = 1215,
-    *,
-    gpus: Any = 0,
-    backend: Any = None,
-) -> Iterator[ClockRef]:
-    """Lock the SM (and memory) clock of GPU 0, as triton.testing.set_gpu_clock does, and
-    on exit put back exactly what was there before (triton resets to factory defaults and
-    turns persistence mode off). Locks through gpuenv (the daemon when one serves the GPU,
-    else locally as root: `nvidia-smi -lgc`/`-lmc`), so the lock shows in `gpuenv status`
-    and a watchdog restores it if this process dies. `ref_mem_clock=None` leaves the
-    memory clock alone (Hopper GPUs cannot lock it now). Refused under GPUENV_READONLY=1.
-    """
-    from gpuenv.backend import env_readonly
-    from gpuenv.errors import ReadOnlyError
-    from gpuenv.locking import acquire
-
-    what = f"lock GPU clocks for set_gpu_clock (SM {ref_sm_clock} MHz" + (
-        f", memory {ref_mem_clock} MHz)" if ref_mem_clock is not None else ")")
-    if env_readonly():
-        raise ReadOnlyError(what, gpu=gpus)
-    if backend is not None and backend.readonly:
-        raise ReadOnlyError(what, gpu=gpus, reason=getattr(backend, "reason", "read-only"))
-    held = acquire(ref_sm_clock, mem=ref_mem_clock, gpus=gpus, backend=backend,
-                   command="set_gpu_clock")  # fmt: skip
-    for note in held.notes:
-        log.info("set_gpu_clock: %s", note)
-    try:
-        yield ClockRef.of(ref_sm_clock, ref_mem_clock)
-    finally:
-        held.release()
-
-
-# -- triton's autotuner ----------------------------------------------------------------
-
-_patched: dict[str, Any] = {}  # what patch_autotuner replaced: name -> original
-
-
-def patch_autotuner(**defaults: Any) -> None:
-    """Make triton measure with these drop-ins: `triton.testing.do_bench` and
-    `do_bench_cudagraph` (what `@triton.autotune` calls through the driver's benchmarker),
-    and the autotuners made before this call (an Autotuner keeps the do_bench it first
-    resolved). `defaults` go to every call (e.g. `condition="none"`). An autotuner given
-    its own `do_bench=` keeps it. Undo with `unpatch_autotuner()`."""
-    known = {*inspect.signature(do_bench).parameters,
-             *inspect.signature(do_bench_cudagraph).parameters}  # fmt: skip
-    unknown = sorted(set(defaults) - known)
-    if unknown:
-        raise ConfigError(f"patch_autotuner got unknown settings: {', '.join(unknown)}",
-                          hint="pass keywords of do_bench or do_bench_cudagraph")  # fmt: skip
-    try:
-        import triton.runtime.autotuner as autotuner
-        import triton.testing as testing
-    except ImportError as err:
-        raise ConfigError("patch_autotuner needs triton", hint="pip install triton") from err
-    unpatch_autotuner()
-    bench = _with_defaults(do_bench, defaults)
-    graph = _with_defaults(do_bench_cudagraph, defaults)
-    _patched.update(do_bench=testing.do_bench, do_bench_cudagraph=testing.do_bench_cudagraph,
-                    ours=bench)  # fmt: skip
-    testing.do_bench, testing.do_bench_cudagraph = bench, graph
-    for attr, ours in (("do_bench", bench), ("do_bench_cudagraph", graph)):
-        if attr in vars(autotuner):  # triton 2.x-3.0 imported them into the module
-            _patched[f"module_{attr}"] = getattr(autotuner, attr)
-            setattr(autotuner, attr, ours)
-    cls = autotuner.Autotuner
-    _patched["class_attr"] = vars(cls).get("do_bench", _ABSENT)
-    cls.do_bench = _AutotunerDoBench()
-
-
-def unpatch_autotuner() -> None:
-    """Put back what patch_autotuner replaced (nothing when it was not called)."""
-    if not _patched:
-        return
-    import triton.runtime.autotuner as autotuner
-    import triton.testing as testing
-
-    testing.do_bench = _patched["do_bench"]
-    testing.do_bench_cudagraph = _patched["do_bench_cudagraph"]
-    for attr in ("do_bench", "do_bench_cudagraph"):
-        if f"module_{attr}" in _patched:
-            setattr(autotuner, attr, _patched[f"module_{attr}"])
-    if _patched["class_attr"] is _ABSENT:
-        del autotuner.Autotuner.do_bench
-    else:
-        autotuner.Autotuner.do_bench = _patched["class_attr"]
-    _patched.clear()
-
-
-_ABSENT = object()
-
-
-def _with_defaults(fn: Callable[..., Any], defaults: dict[str, Any]) -> Callable[..., Any]:
-    """fn with `defaults` for the keywords it takes (do_bench_cudagraph has no warmup)."""
-    mine = {k: v for k, v in defaults.items() if k in inspect.signature(fn).parameters}
-
-    def bench(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **{**mine, **kwargs})
-
-    bench.__name__ = fn.__name__
-    bench.__doc__ = fn.__doc__
-    return bench
-
-
-class _AutotunerDoBench:
-    """`Autotuner.do_bench` while patched: the drop-in, unless the autotuner was given its
-    own benchmarker. It reads what triton stored: `do_bench` set by the constructor
-    (triton 3.0-3.2) or cached by its property (3.3 and later), else `_do_bench` (the
-    user's, or None). A data descriptor, so it wins over that instance value; what it
-    stores is triton's own function, so unpatching leaves every autotuner as it was."""
-
-    def __get__(self, obj: Any, owner: Any = None) -> Any:
-        if obj is None:
-            return self
-        value = vars(obj).get("do_bench", _ABSENT)
-        if value is _ABSENT:
-            value = vars(obj).get("_do_bench")
-        if value is None or value is _patched.get("do_bench") or value is _patched.get("ours"):
-            return _patched.get("ours", value)
-        return value
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        if value is _patched.get("ours"):
-            value = _patched["do_bench"]  # resolved through the patch: remember triton's
-        vars(obj)["do_bench"] = value
-
-
-__all__ = [
-    "ClockRef",
-    "do_bench",
-    "do_bench_cudagraph",
-    "last_measurement",
-    "measurements",
-    "patch_autotuner",
-    "set_gpu_clock",
-    "unpatch_autotuner",
-]
+__all__ = ["do_bench", "do_bench_cudagraph", "last_measurement", "measurements"]

@@ -25,11 +25,12 @@ less per rep than triton's 256 MiB); `flush_bytes=256 * 2**20` flushes as triton
 The condition is gpuenv's safe default ("auto"): as it is when gpuenv's clock lock
 holds, else burst, for which the whole call is one burst started from a cool,
 uncapped GPU: the check reads the samples taken while the call warms up, so it costs
-nothing on a GPU that is not held down, and waits until the power cap clears (about
-0.5 s on an H100, at most WAIT_MAX_S) when it is. Back-to-back calls on heavy kernels
-(an autotuner's sweep of big GEMMs) pay that wait once the cap engages; a cap that
-engaged in the last 0.1 s before a call is not yet reported by the driver: then it
-shows in the reps' telemetry as a finding. `condition="none"` measures as triton does.
+nothing on a GPU that is not held down (at most one 25 ms sampler period), and waits
+until the power cap clears (about 0.5 s on an H100, at most WAIT_MAX_S) when it is.
+Back-to-back calls on heavy kernels (an autotuner's sweep of big GEMMs) pay that wait
+once the cap engages; a cap that engaged in the last 0.1 s before a call is not yet
+reported by the driver: then it shows in the reps' telemetry as a finding.
+`condition="none"` measures as triton does.
 
 The package: bench.py (do_bench, do_bench_cudagraph), clock.py (set_gpu_clock),
 autotuner.py (patch_autotuner).

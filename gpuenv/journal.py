@@ -280,8 +280,7 @@ class _DirLock:
     def hold(self) -> Iterator[None]:
         with self._mutex:
             if self._depth == 0:
-                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fd = _open_private_lock(self.path)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 except BaseException:
@@ -297,6 +296,38 @@ class _DirLock:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
                     os.close(self._fd)
                     self._fd = None
+
+
+def _private_dir(path: Path) -> None:
+    """Make the state directory 0700, ours: anyone who can open the lock file can
+    flock it and stall every gpuenv lock, release and restore (the daemon's too)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.stat(path)
+    if st.st_uid != os.geteuid():
+        raise ConfigError(
+            f"the state directory {path} belongs to uid {st.st_uid}, not to this user",
+            hint="use your own (GPUENV_STATE_DIR), or chown it to the user that runs gpuenv",
+        )
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+def _open_private_lock(path: Path) -> int:
+    """Open `<dir>/.lock` (0600). One that another user could have opened (group or
+    other bits, another owner, from a 0755 directory before this one was made
+    private) is not trusted: a new lock file replaces it, so a flock on the old one
+    held by anyone stalls nothing."""
+    _private_dir(path.parent)
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd = os.open(path, flags, 0o600)
+    st = os.fstat(fd)
+    if st.st_uid == os.geteuid() and not st.st_mode & 0o077:
+        return fd
+    os.close(fd)
+    fresh = path.with_name(f"{path.name}.{os.getpid()}.new")
+    os.close(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600))
+    os.replace(fresh, path)
+    return os.open(path, flags, 0o600)
 
 
 _DIR_LOCKS: dict[str, _DirLock] = {}
@@ -371,11 +402,10 @@ class Journal:
     def put(self, entry: JournalEntry) -> None:
         """Write one GPU's record atomically (tmp file, fsync, rename, fsync the directory)."""
         with self.locked():
-            self.path.mkdir(parents=True, exist_ok=True, mode=0o755)
             final = self._file(entry.uuid)
             tmp = self.path / f".{entry.uuid}.json.{os.getpid()}.tmp"
             data = json.dumps(entry.to_dict(), indent=1, sort_keys=True).encode()
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
                 os.write(fd, data)
                 os.fsync(fd)

@@ -162,7 +162,7 @@ def test_a_waiting_request_is_not_starved_by_newcomers_sharing_the_lock(h: Harne
     got: list = []
     t = threading.Thread(target=lambda: got.append(b.lock(sm=1500, gpus=[0], wait=20)))
     t.start()
-    assert wait_for(lambda: len(h.server.leases._waiters) == 1)
+    assert wait_for(lambda: len(h.server.leases.waiting()) == 1)
     # an identical request would share alice's lock, but bob asked first for another state
     with pytest.raises(LockConflict, match=r"bob \(pid \d+\), waiting since .* for SM 1500 MHz"):
         c.lock(sm=1350, gpus=[0])
@@ -191,33 +191,38 @@ def test_a_waiting_client_that_goes_away_is_not_granted(h: Harness) -> None:
     assert h.server.leases.leases() == []
 
 
-def test_the_journal_names_the_client_as_owner_and_the_daemon_as_watchdog(h: Harness) -> None:
+def test_the_journal_names_the_daemon_for_connection_leases_and_the_client_for_standing(
+    h: Harness,
+) -> None:
+    """Connection leases of one state share one journal owner, the daemon (it is judged by
+    the daemon's pid, never the client's); a standing lease, which outlives the daemon, has
+    its own owner naming the client."""
+
+    def owners(index: int) -> list:
+        entry = h.journal.get(h.backend.device_info(index).uuid)
+        return list(entry.owners) if entry is not None else []
+
     with h.client(ALICE) as c:
         first = c.lock(sm=1350, gpus=[0])
-        second = c.lock(sm=1350, gpus=[0], label="warmup")  # shares: two owners, two tokens
+        c.lock(sm=1350, gpus=[0], label="warmup")  # shares: no journal write
         standing = c.lock(sm=1410, gpus=[1], standing=True)
-        by_id = {
-            o.token[:12]: o
-            for i in (0, 1)
-            for o in h.journal.get(h.backend.device_info(i).uuid).owners  # type: ignore[union-attr]
-        }
-        assert set(by_id) == {first.id, second.id, standing.id}
-        kinds = {first.id: "lease", second.id: "lease", standing.id: "standing"}
-        for lease_id, kind in kinds.items():
-            owner = by_id[lease_id]
-            assert owner.kind == kind
-            assert (owner.pid, owner.uid, owner.user) == (ME, 50001, "alice")
-            assert owner.pid_start == process_start_time(ME)
-            assert owner.command.endswith("via gpuenvd")
-            assert abs(owner.started_at - time.time()) < 60
-            if kind == "lease":  # the daemon watches over it (here: this process)
-                assert owner.watchdog_pid == os.getpid()
-                assert owner.watchdog_start == process_start_time(os.getpid())
-            else:  # outlives the daemon
-                assert owner.watchdog_pid is None and owner.watchdog_start is None
-        assert by_id[first.id].request == "SM 1350 MHz"
-        assert by_id[second.id].command.startswith("warmup (")
-        assert len({o.token for o in by_id.values()}) == 3
+        (daemon,) = owners(0)
+        assert daemon.kind == "lease" and daemon.user == "gpuenvd"
+        assert (daemon.pid, daemon.pid_start) == (ME, process_start_time(ME))
+        assert daemon.watchdog_pid == os.getpid()
+        assert daemon.watchdog_start == process_start_time(os.getpid())
+        assert daemon.command.endswith("via gpuenvd") and daemon.request == "SM 1350 MHz"
+        (own,) = owners(1)
+        assert own.token[:12] == standing.id and own.kind == "standing"
+        assert (own.pid, own.uid, own.user) == (ME, 50001, "alice")
+        assert own.pid_start == process_start_time(ME)
+        assert own.command.endswith("via gpuenvd") and own.watchdog_pid is None
+        assert abs(own.started_at - time.time()) < 60
+        gpu0 = c.status()["gpus"][0]  # the daemon names each lease's client
+        assert sorted(o["user"] for o in gpu0["owners"]) == ["alice", "alice"]
+        assert any(o["command"].startswith("warmup (") for o in gpu0["owners"])
+        first.release()
+        assert owners(0) == [daemon]  # one sharer left: nothing rewritten
         assert c.restore([1]) == [1]
 
 

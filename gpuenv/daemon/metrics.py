@@ -15,14 +15,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from gpuenv.backend import REASON_NAMES
+from gpuenv.backend import REASON_NAMES, DeviceInfo
 from gpuenv.daemon.auth import parse_listen
+from gpuenv.daemon.leases import LeaseManager
 from gpuenv.errors import ConfigError
+from gpuenv.telemetry import Sampler
+from gpuenv.timebase import Clock
 
-if TYPE_CHECKING:
-    from gpuenv.daemon.server import Server
+
+class Server(Protocol):
+    """What the endpoint reads of the daemon (gpuenv.daemon.server.Server is one)."""
+
+    infos: list[DeviceInfo]
+    sampler: Sampler
+    clock: Clock
+    leases: LeaseManager
+    started_at: float
+    requests: int
+    protocol_errors: int
+
+    def connections(self) -> int: ...
 
 
 def _prometheus() -> Any:
@@ -143,7 +157,7 @@ class GpuenvCollector:
             c.add_metric([], counts[name])
             yield c
         conns = GaugeMetricFamily("gpuenv_daemon_connections", "Open client connections")
-        conns.add_metric([], len(server._conns))
+        conns.add_metric([], server.connections())
         yield conns
         up = GaugeMetricFamily("gpuenv_daemon_start_time_seconds", "When gpuenvd started (epoch)")
         up.add_metric([], server.started_at)

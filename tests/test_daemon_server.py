@@ -175,6 +175,53 @@ def test_a_waiting_request_is_not_starved_by_newcomers_sharing_the_lock(h: Harne
     assert wait_for(lambda: h.truth(0) == h.original[0])
 
 
+def test_sharing_writes_the_journal_once_not_once_per_sharer(h: Harness) -> None:
+    """Lock and release cost O(1) in the number of sharers: the journal entry is written when
+    the first lease takes the GPU, and not again until the last one lets it go."""
+    clients = [h.client(ALICE) for _ in range(12)]
+    try:
+        clients[0].lock(sm=1350, gpus=[0])
+        record = h.journal.path / f"{h.backend.device_info(0).uuid}.json"
+        before = os.stat(record)
+        leases = [c.lock(sm=1350, gpus=[0]) for c in clients[1:]]
+        assert all(lease.info["shared"] == [0] for lease in leases)
+        for lease in leases[:6]:
+            lease.release()
+        after = os.stat(record)
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+        entry = h.journal.get(h.backend.device_info(0).uuid)
+        assert entry is not None and len(entry.owners) == 1  # a compact record
+        assert len(clients[0].status()["gpus"][0]["leases"]) == 6
+    finally:
+        for c in clients:
+            c.close()
+    assert wait_for(lambda: h.truth(0) == h.original[0] and h.journal.entries() == [])
+
+
+def test_sharers_queued_behind_a_waiting_request_go_as_soon_as_it_ends(h: Harness) -> None:
+    a, b, a2 = h.client(ALICE), h.client(BOB), h.client(ALICE)
+    first = a.lock(sm=1350, gpus=[0])
+    got_b: list = []
+    got_a2: list = []
+    tb = threading.Thread(target=lambda: got_b.append(b.lock(sm=1500, gpus=[0], wait=20)))
+    tb.start()
+    assert wait_for(lambda: len(h.server.leases.waiting()) == 1)
+    # the held state, asked with a wait: it queues behind bob instead of joining alice
+    ta = threading.Thread(target=lambda: got_a2.append(a2.lock(sm=1350, gpus=[0], wait=20)))
+    ta.start()
+    assert wait_for(lambda: len(h.server.leases.waiting()) == 2)
+    assert not got_a2 and not got_b
+    first.release()  # bob's turn
+    tb.join(timeout=20)
+    assert got_b and h.locked_sm(0) == (1500, 1500) and not got_a2
+    got_b[0].release()  # and then the sharers' turn
+    ta.join(timeout=20)
+    assert got_a2 and h.locked_sm(0) == (1350, 1350)
+    for c in (a, b, a2):
+        c.close()
+    assert wait_for(lambda: h.truth(0) == h.original[0])
+
+
 def test_a_waiting_client_that_goes_away_is_not_granted(h: Harness) -> None:
     with h.client(ALICE) as a:
         a.lock(sm=1350, gpus=[0])
@@ -239,6 +286,26 @@ def test_standing_lease_outlives_its_connection(h: Harness) -> None:
     with h.client(ALICE) as c:
         assert c.restore([1]) == [1]
     assert h.truth(1) == h.original[1]
+
+
+def test_an_idle_connection_is_closed_and_one_holding_a_lease_is_not(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, config="[daemon]\nidle_timeout = 1\n" + CONFIG)
+    harness.server.start()
+    try:
+        holder = harness.client(ALICE)
+        holder.lock(sm=1350, gpus=[0])
+        harness.queue.append(EVE)
+        idle = socket.socket(socket.AF_UNIX)
+        idle.settimeout(10)
+        idle.connect(harness.sock)
+        assert idle.recv(4096) == b""  # closed by the daemon, after about a second
+        idle.close()
+        time.sleep(1.5)
+        assert holder.status()["leases"]  # the lease holder is still served
+        holder.close()
+    finally:
+        harness.server.stop()
+        harness.backend.close()
 
 
 # -- who may do what ---------------------------------------------------------------------------

@@ -18,7 +18,9 @@ request is granted when every GPU it asks for is free or held in the state it
 wants, and no earlier waiter wants another state on one of them. So a request
 for another clock gets its turn once the sharers ahead of it let go (newcomers
 for the held state queue behind it), and the sharers queued behind it get
-theirs as soon as it ends: neither side starves the other.
+theirs as soon as it ends: neither side starves the other. Turns are taken in
+batches: when a state gets the GPU, every request already queued for it goes
+too, so each change of state serves all who waited for it.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class Hold:
     connection_leases: int = 0
     lock: Lock | None = None  # the daemon's own journal owner; None while no connection lease
     busy: int = 0  # journal or GPU writes in flight on this GPU: wait for them
+    batch: int = 0  # waiters queued up to this number when the state got its turn join it
 
     def add(self, lease: Lease) -> None:
         self.leases[lease.id] = lease
@@ -131,6 +134,7 @@ class Waiter:
     plan: LockPlan
     patient: bool = True  # asked to wait: holds its place; one that did not is never "ahead"
     since: float = field(default_factory=time.time)
+    seq: int = 0  # its place in the queue (HoldTable.enqueue)
 
     def __post_init__(self) -> None:
         self.applied: dict[int, Applied] = {gp.index: gp.applied for gp in self.plan.gpus}
@@ -151,6 +155,20 @@ class HoldTable:
         self.cond = cond
         self.holds: dict[int, Hold] = {}
         self.queue: list[Waiter] = []
+        self._seq = 0
+
+    def enqueue(self, me: Waiter) -> None:
+        self._seq += 1
+        me.seq = self._seq
+        self.queue.append(me)
+
+    def settled(self, plan: LockPlan) -> bool:
+        """Is the state `plan` leads to held (and settled) on every GPU it names?"""
+        for gp in plan.gpus:
+            hold = self.holds.get(gp.index)
+            if hold is None or hold.busy or hold.applied != gp.applied:
+                return False
+        return True
 
     def blocker(self, me: Waiter) -> tuple[int, str, bool] | None:
         """What keeps `me` from its GPUs now (gpu, who, transient?), or None."""
@@ -161,6 +179,8 @@ class HoldTable:
                     return gpu, hold.describe(), True  # being written: wait, even with no wait
                 if hold.applied != want:
                     return gpu, hold.describe(), False
+                if me.seq <= hold.batch:
+                    continue  # it waited for this state's turn: it goes with the batch
             for waiter in self.queue:
                 if waiter is me:
                     break
@@ -181,7 +201,8 @@ class HoldTable:
         for gp in me.plan.gpus:
             hold = self.holds.get(gp.index)
             if hold is None:
-                hold = self.holds[gp.index] = Hold(gp.index, gp.applied)
+                # a new turn: every request queued now for this state goes with it
+                hold = self.holds[gp.index] = Hold(gp.index, gp.applied, batch=self._seq)
             if lease.standing or hold.lock is None:
                 hold.busy += 1
                 writes.append(gp.index)

@@ -23,8 +23,8 @@ _EXPORTS: dict[str, str] = {
     "bench": "gpuenv.timing",
     "ClockState": "gpuenv.clocks",
     "LockRequest": "gpuenv.clocks",
-    "lock": "gpuenv.clocks",
-    "restore": "gpuenv.clocks",
+    "lock": "gpuenv.locking",
+    "restore": "gpuenv.locking",
     "GpuenvError": "gpuenv.errors",
     "Measurement": "gpuenv.results",
     "Run": "gpuenv.results",
@@ -34,7 +34,7 @@ _EXPORTS: dict[str, str] = {
     "load_run": "gpuenv.results",
     "stable": "gpuenv.session",
     "open_backend": "gpuenv.backend",
-    "region": "gpuenv.region",
+    "region": "gpuenv.run.region",
 }
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from gpuenv import stats
 from gpuenv.backend import REASON_SW_POWER_CAP
 from gpuenv.errors import ConfigError
+from gpuenv.units import fmt_s
 
 ALPHA = 0.05  # significance level of the Mann-Whitney test
 MIN_CHANGE = 0.01  # a significant change smaller than this (relative) is reported as noise
@@ -347,12 +348,6 @@ def _env_changes(runs_a: Sequence[Any], runs_b: Sequence[Any]) -> list[str]:
 # --- text ------------------------------------------------------------------------------
 
 
-def _fmt_s(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.3f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.2f} us"
 
 
 def _fmt_state(s: GpuState) -> str:
@@ -387,7 +382,7 @@ def format_report(report: CompareReport) -> str:
         for c in report.comparisons:
             mark = " *" if c.significant else ""
             lines.append(
-                f"| {c.name} | {_fmt_s(c.median_a_s)} (n={c.n_a}) | {_fmt_s(c.median_b_s)} "
+                f"| {c.name} | {fmt_s(c.median_a_s)} (n={c.n_a}) | {fmt_s(c.median_b_s)} "
                 f"(n={c.n_b}) | {c.change:+.2%}{mark} | {c.ratio_ci[0] - 1:+.2%} .. "
                 f"{c.ratio_ci[1] - 1:+.2%} | {c.p_value:.2g} | {_fmt_state(c.state_a)} | "
                 f"{_fmt_state(c.state_b)} |"

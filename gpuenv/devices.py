@@ -172,10 +172,7 @@ def _mig_parent(backend: Backend, token: str) -> int | None:
     m = _MIG_BY_GPU.match(token)
     if m is not None:  # MIG-GPU-<uuid>/<gi>/<ci>: the parent's UUID is in the name
         return _match_uuid(_uuids(backend), m["gpu"])
-    resolve = getattr(backend, "mig_parent_index", None)  # only NVML can resolve a MIG UUID
-    if resolve is None:
-        return None
-    index = resolve(token)
+    index = backend.mig_parent_index(token)  # only NVML can resolve a MIG UUID
     return int(index) if index is not None else None
 
 
@@ -227,7 +224,7 @@ class _CudaView:
 
     def _from_nvitop(self) -> list[int] | None:
         """Ask CUDA through nvitop (real GPUs only): UUIDs in CUDA's order, mapped by UUID."""
-        if self.backend.name != "nvml":
+        if self.backend.capabilities.simulated:
             return None
         try:
             from nvitop.api.device import normalize_cuda_visible_devices

@@ -27,7 +27,8 @@ from gpuenv._records import from_dict, to_dict
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError
 from gpuenv.telemetry import Window
-from gpuenv.timebase import REAL_CLOCK, Clock
+from gpuenv.timebase import Clock
+from gpuenv.units import fmt_s
 from gpuenv.verdict import Finding
 
 VERDICTS = ("ok", "annotated", "rejected")
@@ -135,12 +136,12 @@ class Measurement:
         """A few lines a person reads: the time, the verdict, the telemetry, the findings."""
         s = self.stats
         if len(self.times_s) == 1:
-            head = f"{self.name}: {_fmt_s(self.times_s[0])}"
+            head = f"{self.name}: {fmt_s(self.times_s[0])}"
         elif s.n == 0:
             head = f"{self.name}: no reps kept of {len(self.times_s)}"
         else:
-            spread = f", IQR {_fmt_s(s.iqr_s)}" if s.iqr_s is not None else ""
-            head = f"{self.name}: median {_fmt_s(s.median_s)}{spread} over {s.n} reps"
+            spread = f", IQR {fmt_s(s.iqr_s)}" if s.iqr_s is not None else ""
+            head = f"{self.name}: median {fmt_s(s.median_s)}{spread} over {s.n} reps"
             if self.rejected_reps:
                 head += f" ({len(self.rejected_reps)} of {len(self.times_s)} rejected)"
         policy = f", policy {self.policy}" if self.policy != "annotate" else ""
@@ -345,7 +346,7 @@ def environment_metadata(
     """
     from gpuenv import __version__
 
-    clock = clock or getattr(backend, "clock", None) or REAL_CLOCK
+    clock = clock or backend.clock
     wall = clock.wall()
     meta: dict[str, Any] = {
         "gpuenv_version": __version__,
@@ -427,13 +428,3 @@ def _cpu_model() -> str | None:
             if line.lower().startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return platform.processor() or None
-
-
-def _fmt_s(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds >= 1:
-        return f"{seconds:.3f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.2f} us"

@@ -16,7 +16,7 @@ Two modes make a GPU that cannot be locked still give the same number twice:
   - "burst" (default): before each measurement, wait until the GPU is back in
     its cool, uncapped state (no power cap or thermal reason, SM clock back at
     its maximum or inside the lock, temperature near the session's starting
-    temperature), at most `ModeConfig.burst_timeout_s`.
+    temperature), at most `ConditionConfig.burst_timeout_s` (gpuenv.conditioning).
   - "sustained": before the first measurement, run a load until the SM clock's
     median and the temperature settle (equilibrium), with a progress line on
     stderr; every measurement is then taken in that hot, steady state.
@@ -30,42 +30,22 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import IO, Any
 
-from gpuenv.backend import (
-    REASON_GPU_IDLE,
-    REASON_HW_POWER_BRAKE,
-    REASON_HW_SLOWDOWN,
-    REASON_HW_THERMAL,
-    REASON_SW_POWER_CAP,
-    REASON_SW_THERMAL,
-    Backend,
-)
+from gpuenv import conditioning
+from gpuenv.backend import Backend
+from gpuenv.conditioning import ConditionConfig
 from gpuenv.errors import ConfigError, GpuenvError
+from gpuenv.judge import Evidence, Retry, check_policy, judge, read_facts
 from gpuenv.results import Measurement, Results, ResultStore, environment_metadata
-from gpuenv.telemetry import Sampler, Window
+from gpuenv.telemetry import Sampler
 from gpuenv.timebase import Clock
-from gpuenv.verdict import (
-    DEFAULT_CONFIG,
-    Finding,
-    GpuFacts,
-    VerdictConfig,
-    affected_reps,
-    apply_policy,
-    assess,
-    check_policy,
-    retry_delays,
-)
+from gpuenv.verdict import DEFAULT_CONFIG, Finding, GpuFacts, VerdictConfig
 
 log = logging.getLogger(__name__)
 
-MODES = ("burst", "sustained")
-# reasons that hold the clock down: burst mode waits until none is active
-_HELD_DOWN = (
-    REASON_SW_POWER_CAP | REASON_SW_THERMAL | REASON_HW_THERMAL | REASON_HW_SLOWDOWN
-    | REASON_HW_POWER_BRAKE
-)
+MODES = conditioning.CONDITIONS
 
 
 class ObserveOnlyWarning(UserWarning):
@@ -74,42 +54,6 @@ class ObserveOnlyWarning(UserWarning):
 
 class NotRecoveredWarning(UserWarning):
     """burst mode timed out waiting for the GPU to cool down and uncap."""
-
-
-@dataclass(frozen=True)
-class ModeConfig:
-    """Thresholds of the burst and sustained modes.
-
-    burst
-      burst_timeout_s: the longest wait before a measurement; after it, measure
-        anyway (the findings will say what state the GPU was in) and warn once.
-      burst_temp_margin_c: "cool" is within this of the idle temperature
-        (`burst_idle_temp_c`, default: the temperature when the session started).
-      burst_clock_rel: "uncapped" is an SM clock within this fraction of the
-        maximum (or inside the locked range) with no power or thermal reason.
-      poll_s: how often to look; the driver refreshes every ~100 ms.
-    sustained
-      sustained_chunk_s: the load runs in chunks this long; each chunk gives one
-        SM clock median and one temperature.
-      sustained_chunks: equilibrium needs this many consecutive chunk medians
-        within `sustained_clock_rel` of each other, and a temperature slope below
-        `sustained_temp_slope_c_per_min`, fitted (least squares) to every sample of
-        the last `sustained_slope_window_s` (temperatures read in whole degrees need
-        a long window: 1 C over 30 s is 2 C/min).
-      sustained_timeout_s: precondition at most this long, then measure anyway.
-    """
-
-    burst_timeout_s: float = 30.0
-    burst_temp_margin_c: float = 5.0
-    burst_clock_rel: float = 0.02
-    burst_idle_temp_c: float | None = None
-    poll_s: float = 0.1
-    sustained_chunk_s: float = 1.0
-    sustained_chunks: int = 3
-    sustained_clock_rel: float = 0.01
-    sustained_temp_slope_c_per_min: float = 2.0
-    sustained_slope_window_s: float = 30.0
-    sustained_timeout_s: float = 300.0
 
 
 def stable(
@@ -124,7 +68,7 @@ def stable(
     output: str | os.PathLike[str] | None = None,
     period: float | None = None,
     config: VerdictConfig | None = None,
-    mode_config: ModeConfig | None = None,
+    mode_config: ConditionConfig | None = None,
     stable_clocks: bool | None = None,
     load: Callable[[], object] | None = None,
     cuda_events: bool = False,
@@ -174,7 +118,7 @@ class Session:
         output: str | os.PathLike[str] | None = None,
         period: float | None = None,
         config: VerdictConfig | None = None,
-        mode_config: ModeConfig | None = None,
+        mode_config: ConditionConfig | None = None,
         stable_clocks: bool | None = None,
         load: Callable[[], object] | None = None,
         cuda_events: bool = False,
@@ -194,7 +138,7 @@ class Session:
         config = config or DEFAULT_CONFIG
         wants_stable = (sm is not None) if stable_clocks is None else stable_clocks
         self.config = replace(config, stable_clocks=wants_stable or config.stable_clocks)
-        self.mode_config = mode_config or ModeConfig()
+        self.mode_config = mode_config or ConditionConfig()
         self.load = load
         self.cuda_events = cuda_events
         self.supervise = supervise
@@ -208,6 +152,7 @@ class Session:
         self._owns_backend = False
         self._store: ResultStore | None = None
         self._idle_temp_c: dict[int, float] = {}
+        self._last_end = -math.inf  # when this session's last measured work ended
         self._preconditioned = False
         self._warned: set[str] = set()
 
@@ -244,12 +189,11 @@ class Session:
         from gpuenv.devices import select_gpus
 
         self.gpus: list[int] = select_gpus(self.backend, self._gpu_selector)
-        self.clock: Clock = self._clock_arg or getattr(self.backend, "clock", None) or _real()
+        self.clock: Clock = self._clock_arg or self.backend.clock
         if self.sm is not None or self.mem is not None:
             self._try_lock()
         ranges = self._lock_ranges()
-        for g in self.gpus:
-            self.facts[g] = _facts(self.backend, g, ranges.get(g))
+        self.facts = read_facts(self.backend, self.gpus, ranges)
         self.sampler = Sampler(
             self.backend, self.gpus, period=self.period, clock=self.clock, lock_ranges=ranges,
             lock_tolerance_mhz=self.config.lock_tolerance_mhz,
@@ -289,14 +233,10 @@ class Session:
 
     def _try_lock(self) -> None:
         from gpuenv.errors import LockConflict, NotSupported, PermissionDenied, ReadOnlyError
+        from gpuenv.locking import acquire
 
         try:
-            from gpuenv import clocks
-        except ImportError:
-            self._observe("clock control (gpuenv.clocks) is not available in this install")
-            return
-        try:
-            lk = clocks.lock(
+            lk = acquire(
                 self.sm, mem=self.mem, gpus=self.gpus, backend=self.backend,
                 supervise=self.supervise,
             )  # fmt: skip
@@ -317,29 +257,10 @@ class Session:
         )
 
     def _lock_ranges(self) -> dict[int, tuple[int, int]]:
-        """The SM range each GPU is locked to (clocks.Lock's plan), base clock resolved."""
-        if self.lock is None:
-            return {}
-        from gpuenv.backend import CLOCK_LIMIT_TDP
+        """The SM range each GPU is locked to, base clock resolved."""
+        from gpuenv.locking import lock_ranges
 
-        ranges: dict[int, tuple[int, int]] = {}
-        for gp in self.lock.plan.gpus:
-            applied = gp.applied
-            if applied.locked_sm is not None:
-                lo, hi = applied.locked_sm
-                if lo == CLOCK_LIMIT_TDP or hi == CLOCK_LIMIT_TDP:
-                    try:
-                        base = self.backend.clock_limits(gp.index).base_sm_mhz
-                    except Exception:
-                        base = None
-                    if base is None:
-                        continue  # locked to a base clock NVML does not report: cannot check
-                    lo = hi = base
-                ranges[gp.index] = (int(lo), int(hi))
-            elif applied.app_clocks is not None:
-                sm = int(applied.app_clocks[1])
-                ranges[gp.index] = (sm, sm)
-        return ranges
+        return {} if self.lock is None else lock_ranges(self.lock, self.backend)
 
     def _session_meta(self) -> dict[str, Any]:
         return {
@@ -428,50 +349,15 @@ class Session:
             raise ConfigError(
                 f"record() needs one interval per rep ({len(times)} times, {len(spans)} intervals)"
             )
-        windows = self._windows(spans)
-        findings = self._assess(times, windows, extra_findings)
-        retried: list[int] = []
-        if policy == "retry" and rerun is not None:
-            for delay in retry_delays(self.config):
-                bad = affected_reps(findings, self.config)
-                if not bad:
-                    break
-                self.clock.sleep(delay)
-                if self.mode == "burst":
-                    self.wait_until_recovered()
-                for i, (t, span) in zip(bad, rerun(bad), strict=True):
-                    times[i], spans[i] = float(t), span
-                retried = sorted(set(retried) | set(bad))
-                windows = self._windows(spans)
-                findings = self._assess(times, windows, extra_findings)
-        result = apply_policy(
-            findings, len(times), policy, config=self.config, name=name,
-            raise_if_too_few=len(times) > 1,
+        retry = Retry(rerun, self.clock, self._recover) if rerun is not None else None
+        m = judge(
+            name, times, Evidence.sampled(self.sampler, spans, self.gpus), facts=self.facts,
+            config=self.config, policy=policy, retry=retry, extra_findings=extra_findings,
+            timer=timer, started_at=started_at, extra=extra,
         )  # fmt: skip
-        first, last = min(a for a, _ in spans), max(b for _, b in spans)
-        summary = (
-            [self.sampler.window(first, last, g) for g in self.gpus]
-            if len(spans) > 1
-            else windows[: len(self.gpus)]
-        )
-        m = Measurement.build(
-            name, times, rejected_reps=result.rejected_reps, windows=tuple(windows),
-            findings=tuple(findings), verdict=result.verdict, policy=policy,
-            retried_reps=tuple(retried), summary_windows=tuple(summary), gpus=tuple(self.gpus),
-            timer=timer, started_at=started_at, extra=dict(extra or {}),
-        )  # fmt: skip
+        self._last_end = max(self._last_end, max(b for _, b in spans))
         self._keep(m)
         return m
-
-    def _windows(self, spans: Sequence[tuple[float, float]]) -> list[Window]:
-        per_gpu = {g: self.sampler.windows(spans, g) for g in self.gpus}
-        return [per_gpu[g][i] for i in range(len(spans)) for g in self.gpus]
-
-    def _assess(
-        self, times: list[float], windows: list[Window], extra: Sequence[Finding]
-    ) -> list[Finding]:
-        found = assess(windows, times, config=self.config, facts=self.facts)
-        return found + list(extra)
 
     def _keep(self, m: Measurement) -> None:
         self.results.add(m)  # also appended to `output` (results.store), if given
@@ -491,53 +377,41 @@ class Session:
 
     # -- modes ---------------------------------------------------------------------------
     def wait_until_recovered(self) -> float:
-        """Burst mode: wait until every GPU is cool and uncapped; returns seconds waited."""
+        """Burst mode: wait until every GPU is cool and uncapped (gpuenv.conditioning), at
+        most `mode_config.burst_timeout_s`; returns seconds waited."""
         mc = self.mode_config
-        start = self.clock.now()
-        while True:
-            pending = [g for g in self.gpus if not self._recovered(g)]
-            waited = self.clock.now() - start
-            if not pending:
-                return waited
-            if waited >= mc.burst_timeout_s:
-                s = self.sampler.latest(pending[0])
-                state = f" ({s.sm_mhz} MHz, {s.temp_c:.0f} C)" if s is not None else ""
-                self._warn_once(
-                    "recover",
-                    f"GPU {pending[0]} did not return to its cool, uncapped state within "
-                    f"{mc.burst_timeout_s:.0f} s{state}; measuring anyway (findings say why)",
-                    NotRecoveredWarning,
-                )
-                return waited
-            self.clock.sleep(mc.poll_s)
+        waited, ready, pending = conditioning.wait_until_ready(
+            self.sampler, self.gpus, self.clock, since=self._last_end, facts=self.facts,
+            idle_temp_c=self._idle_temp_c, config=mc,
+            lock_tolerance_mhz=self.config.lock_tolerance_mhz,
+        )  # fmt: skip
+        if not ready:
+            s = self.sampler.latest(pending[0])
+            state = f" ({s.sm_mhz} MHz, {s.temp_c:.0f} C)" if s is not None else ""
+            self._warn_once(
+                "recover",
+                f"GPU {pending[0]} did not return to its cool, uncapped state within "
+                f"{mc.burst_timeout_s:.0f} s{state}; measuring anyway (findings say why)",
+                NotRecoveredWarning,
+            )
+        return waited
 
-    def _recovered(self, g: int) -> bool:
-        s = self.sampler.latest(g)
-        if s is None:
-            return True  # nothing to judge by (telemetry gap): do not block
-        if s.reasons & _HELD_DOWN:
-            return False
-        mc = self.mode_config
-        rng = self.facts[g].lock_range_mhz
-        if not s.reasons & REASON_GPU_IDLE:
-            if rng is not None:
-                if s.sm_mhz < rng[0] - self.config.lock_tolerance_mhz:
-                    return False
-            elif self.facts[g].max_sm_mhz and s.sm_mhz < (1 - mc.burst_clock_rel) * (
-                self.facts[g].max_sm_mhz or 0
-            ):
-                return False
-        idle = mc.burst_idle_temp_c
-        if idle is None:
-            idle = self._idle_temp_c.get(g)
-        return idle is None or s.temp_c <= idle + mc.burst_temp_margin_c
+    def _recover(self) -> None:
+        """Before a retry: back to the state this session measures in."""
+        if self.mode == "burst":
+            self.wait_until_recovered()
+
+    def work_ended(self, t: float) -> None:
+        """A harness ran work on the GPU until `t` (sampler clock): burst waits from there."""
+        self._last_end = max(self._last_end, t)
 
     def _default_load(self) -> Callable[[], object] | None:
         if self.load is not None:
             return self.load
-        run_work = getattr(self.backend, "run_work", None)  # the simulated GPU's own load
-        if run_work is None:
+        workload = self.backend.workload  # the simulated GPU's own load
+        if workload is None:
             return None
+        run_work = workload.run_work
         cycles = {g: 0.05 * (self.facts[g].max_sm_mhz or 1980) * 1e6 for g in self.gpus}
 
         def sim_load() -> None:
@@ -561,104 +435,38 @@ class Session:
         mc = self.mode_config
         out = self.progress if self.progress is not None else sys.stderr
         tty = bool(getattr(out, "isatty", lambda: False)())
+        last_print = [-math.inf]
         start = self.clock.now()
-        medians_hist: list[list[float]] = []
-        last_print = -math.inf
-        settled = False
-        while True:
+
+        def run_chunk(seconds: float) -> None:
             c0 = self.clock.now()
-            while self.clock.now() - c0 < mc.sustained_chunk_s:
+            while self.clock.now() - c0 < seconds:
                 load()
-            c1 = self.clock.now()
-            elapsed = c1 - start
-            medians, temps, slope = [], [], 0.0
-            for g in self.gpus:
-                chunk = self.sampler.samples(c0, c1, g)
-                clocks = sorted(s.sm_mhz for s in chunk) or [0]
-                medians.append(float(clocks[len(clocks) // 2]))
-                temps.append(chunk[-1].temp_c if chunk else math.nan)
-                recent = self.sampler.samples(c1 - mc.sustained_slope_window_s, c1, g)
-                slope = max(slope, abs(_slope_per_min(recent)))
-            if elapsed < mc.sustained_slope_window_s:
-                slope = math.inf  # not enough history to judge
-            medians_hist.append(medians)
-            settled = slope <= mc.sustained_temp_slope_c_per_min and _clock_settled(
-                medians_hist[-mc.sustained_chunks :], mc
-            )
-            if tty or elapsed - last_print >= 10 or settled or elapsed >= mc.sustained_timeout_s:
-                last_print = elapsed
-                state = ", ".join(
-                    f"GPU {g} {m:.0f} MHz {t:.0f} C"
-                    for g, m, t in zip(self.gpus, medians, temps, strict=True)
-                )
-                trend = "" if math.isinf(slope) else f", temperature {slope:.1f} C/min"
-                line = f"gpuenv: preconditioning {elapsed:5.1f} s: {state}{trend}"
-                if settled:
-                    line += ": steady"
-                out.write(("\r" + line) if tty else (line + "\n"))
+
+        def show(line: str, settled: bool) -> None:
+            elapsed = self.clock.now() - start
+            if tty or elapsed - last_print[0] >= 10 or settled \
+                    or elapsed >= mc.sustained_timeout_s:
+                last_print[0] = elapsed
+                out.write(("\r" if tty else "") + "gpuenv: " + line + ("" if tty else "\n"))
                 out.flush()
-            if settled or elapsed >= mc.sustained_timeout_s:
-                break
+
+        done = conditioning.precondition(
+            run_chunk, self.sampler, self.gpus, self.clock, config=mc, progress=show
+        )
         if tty:
             out.write("\n")
-        if not settled:
+        if not done.steady:
             self._warn_once(
                 "sustained",
                 f"the GPU did not reach equilibrium within {mc.sustained_timeout_s:.0f} s of load; "
                 "measuring anyway (clock_drift findings will show the trend)",
             )
         self._preconditioned = True
+        self._last_end = self.clock.now()
         return self.clock.now() - start
 
 
-def _slope_per_min(samples: Sequence[Any]) -> float:
-    """Least-squares temperature slope (C/min) of samples; 0 for fewer than 2."""
-    if len(samples) < 2:
-        return 0.0
-    ts = [s.t for s in samples]
-    ys = [s.temp_c for s in samples]
-    tm, ym = sum(ts) / len(ts), sum(ys) / len(ys)
-    var = sum((t - tm) ** 2 for t in ts)
-    if var == 0:
-        return 0.0
-    return 60.0 * sum((t - tm) * (y - ym) for t, y in zip(ts, ys, strict=True)) / var
-
-
-def _clock_settled(recent: Sequence[list[float]], mc: ModeConfig) -> bool:
-    """The last chunks' SM clock medians agree within sustained_clock_rel, on every GPU."""
-    if len(recent) < mc.sustained_chunks:
-        return False
-    for k in range(len(recent[0])):
-        meds = [r[k] for r in recent]
-        mid = sorted(meds)[len(meds) // 2]
-        if mid <= 0 or (max(meds) - min(meds)) > mc.sustained_clock_rel * mid:
-            return False
-    return True
-
-
-def _facts(backend: Backend, g: int, lock_range: tuple[int, int] | None) -> GpuFacts:
-    def attempt(fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except Exception:
-            return None
-
-    limits = attempt(lambda: backend.clock_limits(g))
-    th = attempt(lambda: backend.thresholds(g))
-    power = attempt(lambda: backend.power_limits(g))
-    return GpuFacts(
-        max_sm_mhz=float(limits.max_sm_mhz) if limits else None,
-        slowdown_c=th.slowdown_c if th else None,
-        gpu_max_c=th.gpu_max_c if th else None,
-        power_limit_w=power.limit_w if power else None,
-        lock_range_mhz=lock_range,
-    )
-
-
-def _real() -> Clock:
-    from gpuenv.timebase import REAL_CLOCK
-
-    return REAL_CLOCK
 
 
 class MeasureContext:

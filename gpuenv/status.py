@@ -147,11 +147,13 @@ def lock_info(backend: Backend, index: int) -> dict[str, Any]:
         "stale": False,
         "text": "unknown",
     }
+    from gpuenv.clocks import lock_status
+    from gpuenv.locking import lock_view
+
     try:
-        from gpuenv.clocks import lock_status
-    except ImportError:
-        return unknown
-    try:
+        view = lock_view(backend, index)  # a gpuenvd serving this GPU is the authority
+        if view is not None:
+            return view
         st = lock_status(backend, index)
     except (GpuenvError, OSError) as err:
         return {**unknown, "text": f"unknown: {err}"}
@@ -177,7 +179,7 @@ def _without_dead_daemons(
     is down, its leases are shown as gone (the clocks stay locked until gpuenvd starts again
     and restores them, or 'gpuenv restore'), not as held."""
     from gpuenv.clocks import describe_target
-    from gpuenv.journal import Applied, Journal
+    from gpuenv.clocks.journal import Applied, Journal
 
     try:
         entry = Journal().get(backend.device_info(index).uuid)

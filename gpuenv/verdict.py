@@ -1,9 +1,8 @@
 """Findings: what in the telemetry makes a measurement less than trustworthy.
 
-`assess()` turns per-rep Windows (and the rep times) into Findings;
-`apply_policy()` turns findings into a verdict: annotate (keep everything,
-attach findings; the default), reject (drop affected reps), retry (re-run the
-affected reps after a recovery delay; the caller runs them, see `retry_delays`).
+`assess()` turns per-rep Windows (and the rep times) into Findings. What a
+policy makes of them, and the Measurement, are gpuenv.judge's: every door to a
+measurement calls `gpuenv.judge.judge()`, which calls `assess()`.
 """
 
 from __future__ import annotations
@@ -13,19 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuenv._records import from_dict, to_dict
-from gpuenv.backend import (
-    REASON_GPU_IDLE,
-    REASON_HW_POWER_BRAKE,
-    REASON_HW_SLOWDOWN,
-    REASON_HW_THERMAL,
-    REASON_SW_POWER_CAP,
-    REASON_SW_THERMAL,
-    reason_names,
-)
+from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
 from gpuenv.errors import ConfigError, GpuenvError
+from gpuenv.reasons import THERMAL, Reason, reason_names
 from gpuenv.telemetry import Window
+from gpuenv.units import fmt_s
 
-POLICIES = ("annotate", "reject", "retry")
 SEVERITIES = ("info", "warning", "error")
 KINDS = (
     "warmup_ramp",
@@ -122,7 +114,7 @@ class VerdictConfig:
     power_cap_min_fraction: float = 0.01
     stable_clocks: bool = False
     thermal_margin_c: float = 5.0
-    lock_tolerance_mhz: float = 1.0
+    lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ
     clock_drift_rel: float = 0.02
     reject_severity: str = "warning"
     min_reps: int = 3
@@ -247,8 +239,8 @@ def _warmup(
         # the GPU must also have woken in (or just after) the region: one that stayed
         # idle throughout is one the work did not use (another GPU of a sampled set)
         rose = w.sm_mhz_start is not None and (w.sm_mhz_max or 0.0) > w.sm_mhz_start
-        idle = bool(w.reasons_start & REASON_GPU_IDLE)
-        rose = rose or (idle and not w.reasons_end & REASON_GPU_IDLE) or bool(w.own_process)
+        idle = bool(w.reasons_start & Reason.GPU_IDLE)
+        rose = rose or (idle and not w.reasons_end & Reason.GPU_IDLE) or bool(w.own_process)
         low = (
             f.max_sm_mhz is not None
             and w.sm_mhz_start is not None
@@ -274,7 +266,7 @@ def _warmup(
     why = []
     if cold:
         w0 = ws[cold[0]]
-        if w0.reasons_start & REASON_GPU_IDLE:
+        if w0.reasons_start & Reason.GPU_IDLE:
             why.append(f"{_reps_text(cold, len(ws))} started with the GPU idle (GpuIdle: no "
                        "CUDA context yet, or one just created)")
         else:
@@ -311,7 +303,7 @@ def _power_cap(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[
     for i, w in enumerate(ws):
         dur = w.duration_s
         frac = _cap_time(w) / dur if dur > 0 else 0.0
-        if frac >= c.power_cap_min_fraction or (w.reasons & REASON_SW_POWER_CAP):
+        if frac >= c.power_cap_min_fraction or (w.reasons & Reason.SW_POWER_CAP):
             reps.append(i)
     if not reps:
         return []
@@ -320,8 +312,8 @@ def _power_cap(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[
     details: dict[str, Any] = {"time_under_cap_s": under}
     if total > 0:
         details["fraction_under_cap"] = under / total
-        text = (f"the SW power cap held GPU {g} back for {_fmt_s(under)} of {_fmt_s(total)}"
-                f" ({100 * under / total:.0f}%)")
+        text = (f"the SW power cap held GPU {g} back for {fmt_s(under, 'short')} of "
+                f"{fmt_s(total, 'short')} ({100 * under / total:.0f}%)")
     else:
         text = f"the SW power cap was active on GPU {g}"
     text += f" in {_reps_text(reps, len(ws))}"
@@ -357,10 +349,10 @@ def _power_cap(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[
 
 
 def _thermal(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Finding]:
-    slow = [i for i, w in enumerate(ws) if w.reasons & (REASON_SW_THERMAL | REASON_HW_THERMAL)
+    slow = [i for i, w in enumerate(ws) if w.reasons & THERMAL
             or w.reason_s.get("thermal", 0.0) > 0]
     if slow:
-        hw = any(ws[i].reasons & REASON_HW_THERMAL for i in slow)
+        hw = any(ws[i].reasons & Reason.HW_THERMAL for i in slow)
         tmax = max((ws[i].temp_c_max or 0.0) for i in slow)
         kind = "HW" if hw else "SW"
         under = sum(ws[i].reason_s.get("thermal", 0.0) for i in slow)
@@ -368,7 +360,7 @@ def _thermal(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Fi
             f"{kind} thermal slowdown on GPU {g} in {_reps_text(slow, len(ws))} "
             f"(up to {tmax:.0f} C"
             + (f", slowdown at {f.slowdown_c:.0f} C" if f.slowdown_c else "")
-            + (f", {_fmt_s(under)} under it" if under > 0 else "")
+            + (f", {fmt_s(under, 'short')} under it" if under > 0 else "")
             + "): the clock was cut to cool the GPU; improve cooling or let it cool between runs"
         )
         return [Finding("thermal", "error" if hw else "warning", tuple(slow), text, g,
@@ -393,7 +385,7 @@ def _thermal(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Fi
 
 def _hw(g: int, ws: list[Window]) -> list[Finding]:
     out = []
-    brake = [i for i, w in enumerate(ws) if w.reasons & REASON_HW_POWER_BRAKE]
+    brake = [i for i, w in enumerate(ws) if w.reasons & Reason.HW_POWER_BRAKE]
     if brake:
         out.append(Finding(
             "power_brake", "error", tuple(brake),
@@ -402,8 +394,8 @@ def _hw(g: int, ws: list[Window]) -> list[Finding]:
             g,
         ))
     # HwSlowdown is also set whenever HW thermal or power brake is: report it alone only
-    other = [i for i, w in enumerate(ws) if w.reasons & REASON_HW_SLOWDOWN
-             and not w.reasons & (REASON_HW_THERMAL | REASON_HW_POWER_BRAKE)]
+    other = [i for i, w in enumerate(ws) if w.reasons & Reason.HW_SLOWDOWN
+             and not w.reasons & (Reason.HW_THERMAL | Reason.HW_POWER_BRAKE)]
     if other:
         out.append(Finding(
             "hw_slowdown", "error", tuple(other),
@@ -429,7 +421,7 @@ def _lock(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Findi
     if rng:
         text += f", outside the locked {rng[0]}-{rng[1]} MHz" if rng[0] != rng[1] else (
             f", not the locked {rng[0]} MHz")
-    if union & REASON_SW_POWER_CAP:
+    if union & Reason.SW_POWER_CAP:
         text += (": the power cap overrides locked clocks; "
                  "lock a clock the cap can hold (gpuenv calibrate)")
     elif causes:
@@ -477,75 +469,3 @@ def _median(xs: Sequence[float]) -> float:
     n = len(xs)
     mid = n // 2
     return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
-
-
-# -- policies --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PolicyResult:
-    verdict: str  # "ok" | "annotated" | "rejected"
-    rejected_reps: tuple[int, ...] = ()
-    affected_reps: tuple[int, ...] = ()
-
-
-def affected_reps(findings: Sequence[Finding], config: VerdictConfig = DEFAULT_CONFIG) -> list[int]:
-    """Reps touched by findings at or above `config.reject_severity`."""
-    floor = severity_rank(config.reject_severity)
-    return sorted({r for f in findings if severity_rank(f.severity) >= floor for r in f.reps})
-
-
-def apply_policy(
-    findings: Sequence[Finding],
-    n_reps: int,
-    policy: str = "annotate",
-    *,
-    config: VerdictConfig = DEFAULT_CONFIG,
-    name: str = "measurement",
-    raise_if_too_few: bool = True,
-) -> PolicyResult:
-    """The verdict under `policy` (retry: after its re-runs, as reject).
-
-    annotate: everything kept; "annotated" when there are findings.
-    reject/retry: affected reps are dropped; "rejected" when none (or, for several
-    reps, fewer than `config.min_reps`) remain, which raises `MeasurementRejected`
-    for several reps when `raise_if_too_few`.
-    """
-    check_policy(policy)
-    affected = tuple(affected_reps(findings, config))
-    if policy == "annotate":
-        return PolicyResult("annotated" if findings else "ok", (), affected)
-    kept = n_reps - len(affected)
-    if kept <= 0 or (n_reps > 1 and kept < config.min_reps):
-        if raise_if_too_few and n_reps > 1:
-            kinds = sorted({f.kind for f in findings if set(f.reps) & set(affected)})
-            raise MeasurementRejected(
-                f"only {kept} of {n_reps} reps of {name!r} remain after rejecting those with "
-                f"{', '.join(kinds)} (min_reps is {config.min_reps})",
-                hint="let the GPU settle (mode='burst' or 'sustained'), lock a clock it can hold, "
-                "or use policy='annotate' to keep them with their findings",
-            )
-        return PolicyResult("rejected", affected, affected)
-    return PolicyResult("annotated" if findings else "ok", affected, affected)
-
-
-def check_policy(policy: str) -> str:
-    if policy not in POLICIES:
-        raise ConfigError(f"unknown policy {policy!r}", hint=f"use one of {', '.join(POLICIES)}")
-    return policy
-
-
-def retry_delays(config: VerdictConfig = DEFAULT_CONFIG) -> list[float]:
-    """Recovery delays before each retry round: retry_delay_s growing by retry_backoff, capped."""
-    return [
-        min(config.retry_delay_s * config.retry_backoff**k, config.retry_max_delay_s)
-        for k in range(config.max_retries)
-    ]
-
-
-def _fmt_s(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds * 1e6:.0f} us"

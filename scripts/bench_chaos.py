@@ -87,7 +87,7 @@ def child_main(state_file: str, state_dir: str, release: bool) -> None:
     """Lock every GPU and hold it (or release it, for the mid_release point)."""
     from gpuenv.backend.sim import SimBackend
     from gpuenv.clocks import lock
-    from gpuenv.journal import Journal
+    from gpuenv.clocks.journal import Journal
 
     sim = SimBackend(n_gpus=N_GPUS, state_file=state_file)
     lk = lock(SM_MHZ, power_limit_w=POWER_W, backend=sim, journal=Journal(state_dir))
@@ -119,7 +119,7 @@ def run_trial(
     """One SIGKILL trial (see the module docstring). `how`: a pause point, 'locked' or 'random'."""
     from gpuenv.backend.sim import SimBackend
     from gpuenv.clocks import restore
-    from gpuenv.journal import Journal
+    from gpuenv.clocks.journal import Journal
 
     state_file, state_dir, prior = prepare(workdir)
     env = dict(os.environ)
@@ -191,7 +191,7 @@ def bench_latency(workdir: Path, reps: int) -> list[tuple[str, list[float]]]:
     """Lock + release on the simulator: with the watchdog (state file) and without it."""
     from gpuenv.backend.sim import SimBackend
     from gpuenv.clocks import lock
-    from gpuenv.journal import Journal
+    from gpuenv.clocks.journal import Journal
 
     out = []
     state_file, state_dir, _ = prepare(workdir)

@@ -31,7 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpuenv.backend.sim import SimBackend
-from gpuenv.session import ModeConfig, Session, stable
+from gpuenv.conditioning import ConditionConfig
+from gpuenv.session import Session, stable
 from gpuenv.timebase import VirtualClock
 
 DRIVER_PERIOD_S = 0.1
@@ -90,7 +91,7 @@ def power_cap(durations, n, rng):
 
 def thermal(durations, n, rng):
     # no burst-mode wait: the episode is the hot GPU itself
-    sim, env = new_env("rtx4090", mode_config=ModeConfig(burst_timeout_s=0.0))
+    sim, env = new_env("rtx4090", mode_config=ConditionConfig(burst_timeout_s=0.0))
     limit = sim.thresholds(0).gpu_max_c or 83.0
     work_for(sim, 0.0, 1.0)
     while sim.truth(0).temp_c < limit - 0.5:  # heat up outside any region

@@ -42,6 +42,7 @@ from typing import Any
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from gpuenv import timing
+from gpuenv.conditioning import ConditionConfig
 
 KERNELS = ("mm8192", "mm2048", "copy1g", "add_tiny")
 DESCRIPTION = {
@@ -207,7 +208,7 @@ def tool_burst(env: Any, fn: Callable[[], Any], args: argparse.Namespace) -> tup
 def tool_sustained(env: Any, fn: Callable[[], Any], args: argparse.Namespace,
                    max_s: float = 90.0) -> tuple[float, dict]:
     return _gpuenv(env, fn, "sustained", args, precondition_max_s=max_s,
-                   precondition_kw={"window_s": args.window})
+                   conditioning=ConditionConfig(sustained_window_s=args.window))
 
 
 # --- the schedule ---------------------------------------------------------------------------

@@ -40,6 +40,8 @@ def _isolate_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempP
     state = tmp_path_factory.mktemp("gpuenv-state")
     monkeypatch.setenv("GPUENV_STATE_DIR", str(state / "journal"))
     monkeypatch.setenv("GPUENV_SIM_STATE", str(state / "sim.json"))
+    # no gpuenvd unless a test starts one: a daemon on this machine must not take the locks
+    monkeypatch.setenv("GPUENV_SOCKET", str(state / "no-daemon.sock"))
 
 
 @pytest.fixture

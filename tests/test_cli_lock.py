@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
 from gpuenv.clocks import lock
-from gpuenv.journal import Journal
+from gpuenv.clocks.journal import Journal
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,7 +123,8 @@ def test_no_permission_says_root_or_daemon(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("GPUENV_SIM_ROOT", "0")
     res = run("lock", "--sm", "1350")
     assert res.exit_code == 2
-    assert "run as root, or start 'gpuenv daemon'" in res.output
+    assert "run as root, or have an admin start gpuenvd ('sudo gpuenv daemon'" in res.output
+    assert "under [lock]" in res.output  # the step that makes the daemon serve this user
     assert Journal().entries() == []
 
 

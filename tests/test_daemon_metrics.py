@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from gpuenv.backend.sim import SimBackend
+from gpuenv.clocks.journal import Journal
 from gpuenv.daemon.auth import Peer, parse_config
 from gpuenv.daemon.client import Client
 from gpuenv.daemon.server import Server
-from gpuenv.journal import Journal
 
 pytest.importorskip("prometheus_client")
 

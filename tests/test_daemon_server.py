@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from gpuenv.backend.sim import SimBackend
+from gpuenv.clocks.journal import Journal, process_start_time
 from gpuenv.daemon.auth import Peer, parse_config
 from gpuenv.daemon.client import Client, DaemonUnavailable, daemon_available
 from gpuenv.daemon.server import Server
 from gpuenv.errors import ConfigError, LockConflict, PermissionDenied
-from gpuenv.journal import Journal, process_start_time
 
 ME = os.getpid()
 ALICE = Peer(pid=ME, uid=50001, gid=50001, user="alice", groups=frozenset({"alice", "bench"}))
@@ -465,16 +465,18 @@ def test_a_truncated_request_gets_no_reply_and_changes_nothing(h: Harness) -> No
 
 
 def test_an_unprivileged_process_locks_through_the_daemon(h: Harness) -> None:
-    from gpuenv.daemon.client import lock_via_daemon, should_use_daemon
+    from gpuenv.locking import acquire, daemon_client
 
     user_view = SimBackend("h100", n_gpus=2, state_file=h.tmp / "sim.json", root=False)
     try:
-        assert should_use_daemon(h.backend, socket=h.sock) is False  # root: no need
+        # one authority: root and users alike go through the daemon that serves their GPUs
         h.queue.append(ALICE)
-        assert should_use_daemon(user_view, socket=h.sock) is True
-        assert should_use_daemon(user_view, socket=h.tmp / "none.sock") is False
+        client = daemon_client(user_view, socket=h.sock)
+        assert client is not None
+        client.close()
+        assert daemon_client(user_view, socket=h.tmp / "none.sock") is None
         h.queue.append(ALICE)
-        with lock_via_daemon(1350, gpus="1", backend=user_view, socket=h.sock) as lk:
+        with acquire(1350, gpus="1", backend=user_view, socket=h.sock) as lk:
             assert lk.gpus == [1] and h.locked_sm(1) == (1350, 1350)
             assert lk.holds() == {1: None} or lk.holds()[1] in (True, False)
             with pytest.raises(ConfigError, match="re-entrant"):
@@ -487,7 +489,7 @@ def test_an_unprivileged_process_locks_through_the_daemon(h: Harness) -> None:
 def _leave_a_dead_daemons_lease(h: Harness) -> None:
     """Journal a lease whose client and daemon are both gone, as after a daemon crash."""
     from gpuenv.clocks import Lock, make_request, plan_lock
-    from gpuenv.journal import Owner
+    from gpuenv.clocks.journal import Owner
 
     dead = subprocess.Popen(["true"])
     dead.wait()

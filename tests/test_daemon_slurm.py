@@ -112,3 +112,32 @@ def test_a_bad_request_does_not_fail_the_job_unless_strict(env: dict[str, str]) 
         == 1
     )
     assert run(EPILOG, env).returncode == 0  # nothing was locked, nothing to put back
+
+
+def test_with_gpuenvd_on_the_node_the_job_lock_is_its_lease(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """One authority: the prolog's lock is a standing lease from the daemon (its leases
+    list it, its queue orders it), and the epilog's restore ends it."""
+    from daemon_harness import DaemonProcess
+
+    from gpuenv.daemon.client import Client
+
+    d = DaemonProcess(tmp_path / "gpuenvd", n_gpus=2)
+    try:
+        d.start()
+        node = {**env, **{k: v for k, v in d.env.items() if k.startswith("GPUENV_")}}
+        node["GPUENV_STATE_DIR"] = str(tmp_path / "prolog-state")  # not the daemon's journal
+        out = run(PROLOG, node, SLURM_JOB_COMMENT="gpuenv:sm=1350")
+        assert out.returncode == 0, out.stderr
+        assert d.truth(0)[0] == (1350, 1350) and d.truth(1)[0] == (1350, 1350)
+        with Client(d.socket) as c:
+            leases = c.status()["leases"]
+        assert len(leases) == 1 and leases[0]["standing"] and leases[0]["gpus"] == [0, 1]
+        out = run(EPILOG, node)
+        assert out.returncode == 0, out.stderr
+        assert d.wait_pristine(timeout=5.0) is not None
+        with Client(d.socket) as c:
+            assert c.status()["leases"] == []
+    finally:
+        d.close()

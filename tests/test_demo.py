@@ -14,7 +14,7 @@ from gpuenv.backend import REASON_SW_POWER_CAP, ReadOnlyBackend
 from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
 from gpuenv.demo import KERNEL_MEM_CYCLES, KERNEL_SM_CYCLES, real_tour, sim_tour
-from gpuenv.demo_measure import SimRig, format_table
+from gpuenv.demo.measure import SimRig, format_table
 from gpuenv.timebase import VirtualClock
 
 WAYS = ("naive (do_bench-like)", "gpuenv burst", "gpuenv sustained")

@@ -44,7 +44,8 @@ class TestDoBench:
 
     def test_keeps_the_measurement_with_telemetry(self, sim):
         timing.sim_kernel(sim, 0, seconds=20.0)()  # a hot, power-capped GPU
-        gtriton.do_bench(timing.sim_kernel(sim, 0, seconds=1e-3), backend=sim, name="mm")
+        gtriton.do_bench(timing.sim_kernel(sim, 0, seconds=1e-3), backend=sim, name="mm",
+                         condition="none")  # measured hot, as it is: the cap is in the reps
         m = gtriton.last_measurement()
         assert m.name == "mm" and m.windows and m.telemetry is not None
         assert "power_cap" in {f.kind for f in m.findings}
@@ -93,7 +94,10 @@ class TestPytestPluginAnnotate:
     def state(self, sim, policy="annotate"):
         sampler = Sampler(sim, [0])
         sampler.start()
-        return SimpleNamespace(sampler=sampler, backend=sim, gpus=[0], policy=policy)
+        from gpuenv.judge import read_facts
+
+        return SimpleNamespace(sampler=sampler, backend=sim, gpus=[0], policy=policy,
+                               facts=read_facts(sim, [0]))
 
     def fixture(self, data):
         return SimpleNamespace(extra_info={},

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from gpuenv.backend import REASON_GPU_IDLE, REASON_SW_POWER_CAP
 from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
-from gpuenv.journal import Journal
+from gpuenv.clocks.journal import Journal
 from gpuenv.monitor import STREAM_FIELDS, MonitorModel, stream, stream_record
-from gpuenv.monitor_view import Frame, plain, render
+from gpuenv.monitor.view import Frame, plain, render
 from gpuenv.timebase import VirtualClock
 
 MAX = 1980e6  # cycles a second at the H100's top clock

@@ -6,7 +6,8 @@ import pytest
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.monitor import MonitorModel
-from gpuenv.monitor_view import Frame, Glyphs, Ui, fmt_duration, plain, render, sparkline
+from gpuenv.monitor.tui import Ui
+from gpuenv.monitor.view import Frame, Glyphs, plain, render, sparkline
 from gpuenv.timebase import VirtualClock
 
 MAX = 1980e6  # cycles a second at the H100's top clock
@@ -83,6 +84,3 @@ def test_sparkline_and_durations():
     assert sparkline([], 10, 0, 1, g) == ""
     ascii_g = Glyphs.for_encoding("ANSI_X3.4-1968")
     assert sparkline([0, 3], 2, 0, 3, ascii_g).isascii()
-    assert fmt_duration(42.7) == "42 s"
-    assert fmt_duration(192) == "3 min 12 s"
-    assert fmt_duration(3720) == "1 h 02 min"

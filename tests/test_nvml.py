@@ -1,7 +1,7 @@
 """The NVML backend.
 
-CPU tests: the error mapping (a pure function of NVML's return codes), field-value
-decoding on real ctypes structs, and what a machine without a driver gets.
+CPU tests: what a machine without a driver gets, and what the backend says it is
+(the error mapping is in test_nvml_errors.py, field values in test_nvml_fields.py).
 
 `gpu` tests (scripts/device-test, GPUENV_READONLY=1): the real backend against
 nvidia-smi's own output, and the simulated H100 against the real one. They only
@@ -11,6 +11,8 @@ read; no test here ever calls a write on the real backend.
 from __future__ import annotations
 
 import ctypes
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -22,6 +24,8 @@ import pytest
 from gpuenv.backend import (
     REASON_COUNTERS,
     AppClocks,
+    Backend,
+    Capabilities,
     ClockLimits,
     DeviceInfo,
     FastReading,
@@ -33,114 +37,12 @@ from gpuenv.backend import (
     open_backend,
 )
 from gpuenv.errors import (
-    BackendError,
     DeviceNotFound,
-    DriverTimeout,
-    GpuLost,
-    InvalidValue,
     NotSupported,
     NvmlUnavailable,
-    PermissionDenied,
     ReadOnlyError,
 )
-
-# -- error mapping (CPU) -----------------------------------------------------------------
-
-MAPPING = [
-    (pynvml.NVML_ERROR_NO_PERMISSION, PermissionDenied),
-    (pynvml.NVML_ERROR_NOT_SUPPORTED, NotSupported),
-    (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, NotSupported),
-    (pynvml.NVML_ERROR_GPU_IS_LOST, GpuLost),
-    (pynvml.NVML_ERROR_RESET_REQUIRED, GpuLost),
-    (pynvml.NVML_ERROR_TIMEOUT, DriverTimeout),
-    (pynvml.NVML_ERROR_INVALID_ARGUMENT, InvalidValue),
-    (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, NvmlUnavailable),
-    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, NvmlUnavailable),
-    (pynvml.NVML_ERROR_UNINITIALIZED, NvmlUnavailable),
-    (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, NvmlUnavailable),
-]
-
-
-@pytest.mark.parametrize(("code", "cls"), MAPPING)
-def test_error_for_code_maps_each_nvml_code_to_its_gpuenv_error(code: int, cls: type) -> None:
-    err = nvml.error_for_code(code, op="nvmlDeviceSetGpuLockedClocks", gpu=0)
-    assert type(err) is cls
-    assert err.code == code
-    text = str(err)
-    assert "\n" not in text
-    if cls is not NvmlUnavailable:  # a driver-wide failure is about no GPU in particular
-        assert "nvmlDeviceSetGpuLockedClocks" in text and "on GPU 0" in text
-    assert err.hint, "every mapped error says what to do"
-
-
-def test_unknown_codes_stay_backend_errors_with_the_code() -> None:
-    err = nvml.error_for_code(pynvml.NVML_ERROR_IN_USE, op="nvmlDeviceGetPowerUsage", gpu=1)
-    assert type(err) is BackendError
-    assert err.code == pynvml.NVML_ERROR_IN_USE
-    assert f"NVML error {pynvml.NVML_ERROR_IN_USE}" in str(err)
-
-
-def test_permission_error_tells_how_to_get_permission() -> None:
-    err = nvml.error_for_code(pynvml.NVML_ERROR_NO_PERMISSION, op="nvmlDeviceSetGpuLockedClocks")
-    assert "root" in str(err) and "gpuenv daemon" in str(err)
-
-
-@pytest.mark.parametrize(("code", "cls"), MAPPING)
-def test_translate_reads_the_code_of_real_pynvml_exceptions(code: int, cls: type) -> None:
-    raised = pynvml.NVMLError(code)  # pynvml picks its subclass, e.g. NVMLError_NoPermission
-    assert isinstance(raised, pynvml.NVMLError) and type(raised) is not pynvml.NVMLError
-    assert type(nvml.translate(raised, op="op", gpu=2)) is cls
-
-
-def test_translate_library_mismatch_is_not_supported() -> None:
-    err = nvml.translate(pynvml.NVMLLibraryMismatchError("old driver"), op="procs", gpu=0)
-    assert isinstance(err, NotSupported)
-
-
-# -- field values (CPU) ------------------------------------------------------------------
-
-
-def _entry(field_id: int, value_type: int, attr: str, value: float, ret: int = 0):
-    entry = pynvml.c_nvmlFieldValue_t()
-    entry.fieldId = field_id
-    entry.valueType = value_type
-    entry.nvmlReturn = ret
-    entry.timestamp = 1_790_000_000_000_000
-    setattr(entry.value, attr, value)
-    return entry
-
-
-@pytest.mark.parametrize(
-    ("value_type", "attr", "value"),
-    [
-        (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", 12.5),
-        (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 698_123),
-        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal", 7),
-        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 123_456_789_012),
-        (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", -5),
-        (pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -3),
-        (pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", 65),
-    ],
-)
-def test_field_value_decodes_each_value_type(value_type: int, attr: str, value: float) -> None:
-    assert nvml._field_value(_entry(186, value_type, attr, value)) == value
-
-
-def test_field_value_is_none_when_that_entry_failed() -> None:
-    # nvmlDeviceGetFieldValues succeeds when any field was filled: each entry has its own code
-    failed = _entry(
-        82, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 0, ret=pynvml.NVML_ERROR_NOT_SUPPORTED
-    )
-    assert nvml._field_value(failed) is None
-
-
-def test_reason_counter_fields_are_the_stable_ids_74_to_81() -> None:
-    assert tuple(range(74, 82)) == nvml.FI_PERF_POLICY
-    assert pynvml.NVML_FI_DEV_PERF_POLICY_POWER == 74
-    assert pynvml.NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS == 81
-    assert pynvml.NVML_FI_DEV_MEMORY_TEMP == nvml.FI_MEMORY_TEMP
-    assert pynvml.NVML_FI_DEV_POWER_INSTANT == nvml.FI_POWER_INSTANT
-    assert len(REASON_COUNTERS) == len(nvml.FI_PERF_POLICY)
+from gpuenv.timebase import REAL_CLOCK
 
 
 def _nvml_loadable() -> bool:
@@ -149,6 +51,16 @@ def _nvml_loadable() -> bool:
     except OSError:
         return False
     return True
+
+
+def test_the_real_backend_says_what_it_is_without_a_name_test() -> None:
+    # No nvmlInit needed: what code above the seam asks of a real GPU
+    bare = nvml.NvmlBackend.__new__(nvml.NvmlBackend)
+    assert bare.capabilities == Capabilities(simulated=False, privileged=os.geteuid() == 0)
+    assert bare.workload is None  # real kernels run through CUDA
+    assert bare.clock is REAL_CLOCK and not bare.clock.virtual
+    assert bare.spec() == {"kind": "nvml"}
+    assert json.loads(json.dumps(bare.spec())) == bare.spec()
 
 
 @pytest.mark.skipif(_nvml_loadable(), reason="this machine has an NVIDIA driver")
@@ -426,6 +338,18 @@ def test_gpu_power_samples_are_watts_with_timestamps(real: nvml.NvmlBackend) -> 
 def test_gpu_bad_index_is_device_not_found(real: nvml.NvmlBackend) -> None:
     with pytest.raises(DeviceNotFound):
         real.read_fast(real.device_count())
+
+
+@pytest.mark.gpu
+def test_gpu_spec_reopens_the_same_gpus(real: nvml.NvmlBackend) -> None:
+    assert isinstance(real, Backend)
+    again = open_backend(spec=real.spec(), readonly=True)
+    try:
+        assert again.capabilities.simulated is False and again.workload is None
+        uuids = [real.device_info(i).uuid for i in range(real.device_count())]
+        assert [again.device_info(i).uuid for i in range(again.device_count())] == uuids
+    finally:
+        again.close()
 
 
 @pytest.mark.gpu

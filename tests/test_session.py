@@ -11,9 +11,10 @@ import pytest
 import gpuenv
 from gpuenv.backend import REASON_SW_POWER_CAP
 from gpuenv.backend.sim import SimBackend
+from gpuenv.conditioning import ConditionConfig
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.results import load_run
-from gpuenv.session import ModeConfig, NotRecoveredWarning, ObserveOnlyWarning, stable
+from gpuenv.session import NotRecoveredWarning, ObserveOnlyWarning, stable
 from gpuenv.timebase import VirtualClock
 from gpuenv.verdict import MeasurementRejected, VerdictConfig
 
@@ -230,7 +231,7 @@ def test_burst_mode_waits_until_the_gpu_is_uncapped_before_measuring():
 
 def test_burst_mode_gives_up_after_its_timeout_with_one_warning():
     sim = make_sim("rtx4090")
-    mc = ModeConfig(burst_timeout_s=2.0)
+    mc = ConditionConfig(burst_timeout_s=2.0)
     with stable(backend=sim, mode="burst", mode_config=mc) as env:
         warm(sim)
         with env.measure("heavy"):
@@ -311,8 +312,8 @@ def test_sustained_measure_without_a_load_says_it_cannot_precondition():
             self.inner = inner
 
         def __getattr__(self, name: str):
-            if name == "run_work":
-                raise AttributeError(name)
+            if name == "workload":
+                return None  # what a real GPU answers: no synthetic load
             return getattr(self.inner, name)
 
     sim = make_sim()

@@ -23,6 +23,7 @@ from gpuenv.telemetry import (
     Sampler,
     SlowSample,
     Window,
+    merge_windows,
     summarize,
 )
 from gpuenv.timebase import RealClock, VirtualClock
@@ -143,6 +144,73 @@ def test_window_summary_reads_like_a_sentence():
     assert "SM 1452 MHz (1380-1980)" in text
     assert "SwPowerCap" in text and "under power cap 1.90 s" in text
     assert "1380 J" in text and "lock NOT held" in text
+
+
+# -- merging windows (a long region's chunks, a name's regions) ---------------------------
+
+
+def _w(t0, t1, **kw) -> Window:
+    return Window(gpu=0, t0=t0, t1=t1, n_samples=kw.pop("n", 1), **kw)
+
+
+def test_merge_windows_weights_by_time_and_adds_counters():
+    a = _w(
+        0,
+        1,
+        sm_mhz_mean=1000,
+        sm_mhz_min=900,
+        sm_mhz_max=1100,
+        power_w_mean=100,
+        energy_j=100.0,
+        temp_c_start=30,
+        temp_c_end=40,
+        temp_c_max=40,
+        reasons=0x1,
+        reasons_start=0x1,
+        reason_s={"power": 0.5},
+        lock_held=True,
+        sm_mhz_start=900,
+    )
+    b = _w(
+        1,
+        4,
+        sm_mhz_mean=2000,
+        sm_mhz_min=1900,
+        sm_mhz_max=2100,
+        power_w_mean=300,
+        energy_j=900.0,
+        temp_c_start=40,
+        temp_c_end=50,
+        temp_c_max=55,
+        reasons=0x4,
+        reason_s={"power": 1.0, "thermal": 0.25},
+        lock_held=False,
+        sm_mhz_end=2000,
+    )
+    m = merge_windows([a, b])
+    assert (m.t0, m.t1, m.n_samples) == (0, 4, 2)
+    assert m.sm_mhz_mean == pytest.approx(1750)  # (1000*1 + 2000*3) / 4
+    assert m.power_w_mean == pytest.approx(250)
+    assert (m.sm_mhz_min, m.sm_mhz_max) == (900, 2100)
+    assert m.energy_j == 1000.0
+    assert (m.temp_c_start, m.temp_c_end, m.temp_c_max) == (30, 50, 55)
+    assert m.reasons == 0x5 and m.reasons_start == 0x1
+    assert m.reason_s == {"power": 1.5, "thermal": 0.25}
+    assert m.lock_held is False
+    assert (m.sm_mhz_start, m.sm_mhz_end) == (900, 2000)
+    assert merge_windows([a]) is a
+
+
+def test_merged_windows_end_in_the_last_chunks_state():
+    # a region that started capped and ended uncapped: its end state is the last chunk's
+    a = _w(0, 1, reasons=0x4, reasons_start=0x4, reasons_end=0x4)
+    b = _w(1, 2, reasons=0x4, reasons_start=0x4, reasons_end=0x0, own_process=True)
+    m = merge_windows([a, b])
+    assert (m.reasons_start, m.reasons_end, m.reasons) == (0x4, 0x0, 0x4)
+    assert m.own_process is True  # seen in any chunk, as one window over both would say
+    assert merge_windows([b, a]).reasons_end == 0x4
+    assert merge_windows([_w(0, 1, own_process=False), _w(1, 2)]).own_process is False
+    assert merge_windows([_w(0, 1), _w(1, 2)]).own_process is None
 
 
 # -- the sampler on virtual time ---------------------------------------------------------

@@ -79,7 +79,7 @@ def test_warmup_runs_until_setup_and_clock_ramp_are_over():
 def test_without_warmup_the_ramp_is_in_the_numbers_and_found():
     sim = SimBackend(clock=VirtualClock())
     m = timing.bench(timing.sim_kernel(sim, 0, seconds=MATMUL_S), backend=sim, warmup=0,
-                     budget_s=2)
+                     budget_s=2, condition="none")  # raw: the default (burst) waits for the ramp
     assert m.stats.max_s > 2 * MATMUL_S  # the first reps ran at the idle clock
     assert "warmup_ramp" in {f.kind for f in m.findings}
     assert m.verdict == "annotated"
@@ -123,7 +123,7 @@ def cold_and_hot(**kwargs):
 
 
 def test_hot_gpu_without_conditioning_is_slower():
-    cold, hot = cold_and_hot(budget_s=1)
+    cold, hot = cold_and_hot(budget_s=1, condition="none")
     assert gap(cold.stats.median_s, hot.stats.median_s) > 0.10  # the 12-16% of GPU_FACTS
     assert "power_cap" in {f.kind for f in hot.findings}
 

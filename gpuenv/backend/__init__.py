@@ -1,8 +1,9 @@
 """The one door to the GPU.
 
 Everything above this package gets a `Backend` passed in and never knows
-whether the GPU is real (`backend/nvml.py`, the only importer of pynvml) or
-simulated (`backend/sim.py`). GPUs are addressed by NVML index here; code above
+whether the GPU is real (`backend/nvml.py` and its `nvml_*` modules, the only
+importers of pynvml) or simulated (`backend/sim.py` and its `sim_*` modules).
+GPUs are addressed by NVML index here; code above
 keys anything persistent by UUID.
 
 Reads come in three costs (GPU_FACTS.md):
@@ -16,65 +17,42 @@ Reads come in three costs (GPU_FACTS.md):
 
 Writes raise `PermissionDenied` without root, `NotSupported` where the GPU cannot,
 and `ReadOnlyError` before reaching the GPU when wrapped in `ReadOnlyBackend`.
+
+Code above this package asks a backend what it needs instead of testing its name:
+its `clock` (the time its GPU lives on: real for NVML, virtual or real for the
+simulator), its `capabilities` (is the GPU a model, may this process write
+settings), its `workload` (a synthetic load to run, for a GPU with no CUDA behind
+it; None for a real GPU) and its `spec()` (JSON that reopens the same GPUs in
+another process: `open_backend(spec=...)`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from gpuenv.errors import ConfigError, ReadOnlyError
+from gpuenv.reasons import COUNTER_NAMES, REASON_NAMES, Reason, reason_names
+from gpuenv.timebase import Clock
 
 # Symbolic clock values accepted by set_locked_sm_clocks (NVML_CLOCK_LIMIT_ID_*).
 CLOCK_LIMIT_TDP = 0xFFFFFF01  # (TDP, TDP) locks to the base clock: 1590 MHz on an H100
 CLOCK_LIMIT_UNLIMITED = 0xFFFFFF02
 
-# Clock-event ("throttle") reason bits, as NVML defines them.
-REASON_NAMES: dict[int, str] = {
-    0x1: "GpuIdle",
-    0x2: "ApplicationsClocksSetting",
-    0x4: "SwPowerCap",
-    0x8: "HwSlowdown",
-    0x10: "SyncBoost",
-    0x20: "SwThermalSlowdown",
-    0x40: "HwThermalSlowdown",
-    0x80: "HwPowerBrakeSlowdown",
-    0x100: "DisplayClockSetting",
-    0x200: "BoardLimit",
-    0x400: "Reliability",
-}
-REASON_GPU_IDLE = 0x1
-REASON_APP_CLOCKS = 0x2
-REASON_SW_POWER_CAP = 0x4
-REASON_HW_SLOWDOWN = 0x8
-REASON_SYNC_BOOST = 0x10
-REASON_SW_THERMAL = 0x20
-REASON_HW_THERMAL = 0x40
-REASON_HW_POWER_BRAKE = 0x80
-
+# Clock-event ("throttle") reasons: gpuenv.reasons is the one vocabulary; these names
+# stay importable from here for code written against them.
+REASON_GPU_IDLE = int(Reason.GPU_IDLE)
+REASON_APP_CLOCKS = int(Reason.APP_CLOCKS)
+REASON_SW_POWER_CAP = int(Reason.SW_POWER_CAP)
+REASON_HW_SLOWDOWN = int(Reason.HW_SLOWDOWN)
+REASON_SYNC_BOOST = int(Reason.SYNC_BOOST)
+REASON_SW_THERMAL = int(Reason.SW_THERMAL)
+REASON_HW_THERMAL = int(Reason.HW_THERMAL)
+REASON_HW_POWER_BRAKE = int(Reason.HW_POWER_BRAKE)
 # Cumulative time-under-reason counters (NVML field ids 74-81, nanoseconds).
-REASON_COUNTERS = (
-    "power",  # NVML_FI_DEV_PERF_POLICY_POWER (74)
-    "thermal",  # 75
-    "sync_boost",  # 76
-    "board_limit",  # 77
-    "low_utilization",  # 78
-    "reliability",  # 79
-    "total_app_clocks",  # 80
-    "total_base_clocks",  # 81
-)
-
-
-def reason_names(mask: int) -> list[str]:
-    """Decode a reasons bitmask into names; unknown bits become 'Unknown(0x...)'."""
-    names = []
-    bit = 1
-    while bit <= mask:
-        if mask & bit:
-            names.append(REASON_NAMES.get(bit, f"Unknown({bit:#x})"))
-        bit <<= 1
-    return names
+REASON_COUNTERS = COUNTER_NAMES
 
 
 @dataclass(frozen=True)
@@ -165,12 +143,71 @@ class GpuProcess:
     kind: str  # "compute" | "graphics"
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do: what code above the seam asks instead of the backend's name."""
+
+    # The GPUs are a model (the simulator): CUDA cannot see them, and what gpuenv finds
+    # describes the model, not this machine.
+    simulated: bool
+    # This process may change GPU settings as far as the driver is concerned (root for
+    # NVML; the simulator's permission model). A `ReadOnlyBackend` still says what the
+    # process may do: its own `readonly` says that gpuenv will not.
+    privileged: bool
+
+
+@runtime_checkable
+class Workload(Protocol):
+    """A synthetic load on a GPU with no CUDA behind it (the simulator's).
+
+    What the simulated device times, what `stable()` preconditions with by default
+    and what the monitor's scenarios drive. Work advances a virtual clock, or sleeps
+    on the real one.
+    """
+
+    clock: Clock
+
+    def clock_limits(self, index: int) -> ClockLimits: ...
+    def open_context(self, index: int, pid: int | None = None) -> None: ...
+    def close_context(self, index: int, pid: int | None = None) -> None: ...
+    def run_work(
+        self, index: int, cycles: float, *, power_intensity: float = 1.0, mem_cycles: float = 0.0
+    ) -> float:
+        """Run `cycles` SM cycles (+ `mem_cycles` memory cycles); return the seconds taken."""
+        ...
+
+    def set_background_load(
+        self, index: int, utilization: float, *, pid: int | None = None
+    ) -> None: ...
+    def idle(self, seconds: float) -> None: ...
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Everything gpuenv may ask of a GPU. Indices are NVML indices."""
 
-    name: str  # "nvml" | "sim"
+    # "nvml" | "sim": which driver records (journal entries, status) belong to. Code
+    # above the seam never branches on it: it asks `capabilities`, `workload`, `spec()`.
+    name: str
     readonly: bool
+    clock: Clock  # the time the GPU lives on: real for NVML, virtual or real for the simulator
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def workload(self) -> Workload | None:
+        """A synthetic load this backend can run (the simulator's); None for a real GPU."""
+        ...
+
+    def spec(self) -> dict[str, Any] | None:
+        """JSON that reopens the same GPUs in another process (`open_backend(spec=...)`),
+        on real time; None where no other process can (a simulator kept in memory)."""
+        ...
+
+    def mig_parent_index(self, mig_uuid: str) -> int | None:
+        """NVML index of the GPU that holds MIG device `mig_uuid` ("MIG-..."), or None."""
+        ...
 
     # -- static / slow-changing reads ---------------------------------------------
     def device_count(self) -> int: ...
@@ -226,7 +263,8 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-_WRITES = (
+# The writes: what ReadOnlyBackend refuses, by method name.
+WRITES = (
     "set_locked_sm_clocks",
     "reset_locked_sm_clocks",
     "set_locked_mem_clocks",
@@ -254,8 +292,13 @@ class ReadOnlyBackend:
     def inner(self) -> Backend:
         return self._inner
 
+    def spec(self) -> dict[str, Any] | None:
+        """The inner backend's spec, reopened read-only for the same reason."""
+        spec = self._inner.spec()
+        return None if spec is None else {**spec, "readonly": self.reason}
+
     def __getattr__(self, attr: str):  # reads: delegate
-        if attr in _WRITES:
+        if attr in WRITES:
             def refuse(index: int, *args: object, **kwargs: object) -> None:
                 raise ReadOnlyError(_describe_write(attr, args), gpu=index, reason=self.reason)
 
@@ -279,9 +322,11 @@ def _describe_write(op: str, args: tuple[object, ...]) -> str:
         return words
 
 
-def env_readonly() -> bool:
-    """True when GPUENV_READONLY asks for read-only mode ('1', 'true', 'yes', 'on')."""
-    value = os.environ.get("GPUENV_READONLY", "").strip().lower()
+def env_readonly(env: Mapping[str, str] | None = None) -> bool:
+    """True when GPUENV_READONLY asks for read-only mode ('1', 'true', 'yes', 'on').
+
+    `env`: the environment to read (default: this process's)."""
+    value = (os.environ if env is None else env).get("GPUENV_READONLY", "").strip().lower()
     if value in ("", "0", "false", "no", "off"):
         return False
     if value in ("1", "true", "yes", "on"):
@@ -289,36 +334,73 @@ def env_readonly() -> bool:
     raise ConfigError(f"GPUENV_READONLY={value!r} is not understood", hint="use 1 or 0")
 
 
-def open_backend(
-    kind: str | None = None, *, readonly: bool | None = None, dry_run: bool = False
-) -> Backend:
-    """Open the GPU backend.
-
-    `kind`: "nvml", "sim", or None to read GPUENV_BACKEND (default "nvml").
-    Read-only when `readonly` is True, when `dry_run` is True, or when
-    GPUENV_READONLY=1 (the environment can only make it stricter).
-    """
-    if kind is None:
-        kind = os.environ.get("GPUENV_BACKEND", "").strip().lower() or "nvml"
-    ro_env = env_readonly()
-    backend: Backend
+def _open(kind: str | None, spec: Mapping[str, Any] | None) -> Backend:
+    """The backend of `kind`: from `spec` where given, else as the environment says."""
     if kind == "nvml":
         from gpuenv.backend.nvml import NvmlBackend
 
-        backend = NvmlBackend()
-    elif kind == "sim":
+        return NvmlBackend()
+    if kind == "sim":
         from gpuenv.backend.sim import SimBackend
 
-        backend = SimBackend.from_env()
-    else:
+        return SimBackend.from_spec(spec) if spec is not None else SimBackend.from_env()
+    if spec is not None:
         raise ConfigError(
-            f"unknown backend {kind!r} (from GPUENV_BACKEND or --backend)",
-            hint="use 'nvml' for the real GPU or 'sim' for the simulated one",
+            f"unknown backend {kind!r} in a backend spec",
+            hint="a spec comes from Backend.spec(): kind 'nvml' or 'sim'",
         )
+    raise ConfigError(
+        f"unknown backend {kind!r} (from GPUENV_BACKEND or --backend)",
+        hint="use 'nvml' for the real GPU or 'sim' for the simulated one",
+    )
+
+
+def _spec_kind(spec: Mapping[str, Any]) -> str | None:
+    if not isinstance(spec, Mapping):
+        raise ConfigError(
+            f"a backend spec is a JSON object, not {spec!r}",
+            hint="pass what Backend.spec() returned",
+        )
+    kind = spec.get("kind")
+    return kind if isinstance(kind, str) else None
+
+
+def backend_from_spec(spec: Mapping[str, Any]) -> Backend:
+    """Reopen the backend that `Backend.spec()` described, exactly: the environment is
+    not consulted, and a read-only spec opens read-only."""
+    backend = _open(_spec_kind(spec), spec)
+    reason = spec.get("readonly")
+    return ReadOnlyBackend(backend, reason=str(reason)) if reason else backend
+
+
+def open_backend(
+    kind: str | None = None,
+    *,
+    readonly: bool | None = None,
+    dry_run: bool = False,
+    spec: Mapping[str, Any] | None = None,
+) -> Backend:
+    """Open the GPU backend.
+
+    `kind`: "nvml", "sim", or None to read GPUENV_BACKEND (default "nvml"); or
+    `spec`: what `Backend.spec()` returned in another process.
+    Read-only when `readonly` is True, when `dry_run` is True, when the spec says so,
+    or when GPUENV_READONLY=1 (the environment can only make it stricter).
+    """
+    ro_env = env_readonly()
+    if spec is not None:
+        kind = _spec_kind(spec)
+    elif kind is None:
+        kind = os.environ.get("GPUENV_BACKEND", "").strip().lower() or "nvml"
+    backend = _open(kind, spec)
     if dry_run:
         return ReadOnlyBackend(backend, reason="--dry-run")
-    if readonly or ro_env:
-        return ReadOnlyBackend(backend, reason="GPUENV_READONLY=1" if ro_env else "read-only")
+    if ro_env:
+        return ReadOnlyBackend(backend, reason="GPUENV_READONLY=1")
+    if spec is not None and spec.get("readonly"):
+        return ReadOnlyBackend(backend, reason=str(spec["readonly"]))
+    if readonly:
+        return ReadOnlyBackend(backend, reason="read-only")
     return backend
 
 
@@ -327,8 +409,10 @@ __all__ = [
     "CLOCK_LIMIT_UNLIMITED",
     "REASON_COUNTERS",
     "REASON_NAMES",
+    "WRITES",
     "AppClocks",
     "Backend",
+    "Capabilities",
     "ClockLimits",
     "DeviceInfo",
     "FastReading",
@@ -337,6 +421,8 @@ __all__ = [
     "ReadOnlyBackend",
     "SlowReading",
     "Thresholds",
+    "Workload",
+    "backend_from_spec",
     "env_readonly",
     "open_backend",
     "reason_names",

@@ -33,7 +33,7 @@ def calibrate(ctx: click.Context, gpu: str, duration: float, no_save: bool,
     """Load each selected GPU until it reaches equilibrium and report the sustained
     clock and the highest supported clock that held (saved for 'gpuenv lock --sm
     sustained')."""
-    from gpuenv.calibrate import calibrate as run
+    from gpuenv.clocks.calibration import calibrate as run
     from gpuenv.devices import select_gpus
 
     backend = open_from_ctx(ctx, readonly=True)

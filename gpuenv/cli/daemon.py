@@ -139,7 +139,7 @@ def _serve(
     if sample_period is not None:
         config = replace(config, sample_period=sample_period)
     backend = open_from_ctx(ctx)
-    if os.geteuid() != 0 and backend.name == "nvml":
+    if not backend.capabilities.privileged:
         log.warning("gpuenvd is not running as root: every lock will be refused by the driver")
     server = Server(config, backend)
 

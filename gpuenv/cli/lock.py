@@ -49,19 +49,22 @@ def lock(
 
     The state before the lock (locked clocks, application clocks, power limit)
     is written to the journal first; 'gpuenv restore' puts exactly that back.
+    When a gpuenvd serves these GPUs the lock is a standing lease from it (as any
+    user it lets lock, root included); otherwise it is local and needs root.
     A lock held by another owner is refused (exit 3) unless it is the same
     lock (then it is shared) or --force is given.
     """
-    from gpuenv.clocks import Lock, decide, describe_target, make_request, plan_lock
-    from gpuenv.journal import Journal
+    from gpuenv.clocks import decide, describe_target, make_request, plan_lock
+    from gpuenv.clocks.journal import Journal
+    from gpuenv.locking import acquire
 
     dry = dry_run_here or is_dry_run(ctx)
     backend = open_from_ctx(ctx, readonly=True if dry else None)
     try:
-        journal = Journal()
-        request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit)
-        plan = plan_lock(backend, request, gpu, journal=journal)
         if backend.readonly:
+            journal = Journal()
+            request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit)
+            plan = plan_lock(backend, request, gpu, journal=journal)
             decisions = decide(plan, journal, force=force, wait_dying=False) or []
             for d in decisions:
                 click.echo(f"{d.plan.name}: would {d.action_text()}")
@@ -73,8 +76,11 @@ def lock(
                 f"lock clocks ({request.describe()})",
                 reason=getattr(backend, "reason", "read-only"),
             )
-        held = Lock(backend, plan, journal, kind="standing", force=force, supervise=False)
-        for gp in plan.gpus:
+        held = acquire(
+            sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit, gpus=gpu, backend=backend,
+            standing=True, force=force,
+        )  # fmt: skip
+        for gp in held.plan.gpus:
             if gp.index in held.shared:
                 click.echo(
                     f"{gp.name}: already locked to {describe_target(gp.applied)}; now shared"
@@ -83,6 +89,8 @@ def lock(
                 click.echo(f"{gp.name}: locked {describe_target(gp.applied)} (was: {_was(gp)})")
         for note in held.notes:
             click.echo(f"note: {note}")
+        if hasattr(held, "client"):
+            held.client.close()  # a standing lease from gpuenvd outlives the connection
         click.echo("the lock stays until 'gpuenv restore'")
     finally:
         backend.close()
@@ -123,17 +131,26 @@ def _echo_notes(gpus: Sequence[GpuPlan]) -> None:
 def restore(ctx: click.Context, gpu: str, all_owners: bool, dry_run_here: bool) -> None:
     """Put back exactly the state journaled before 'gpuenv lock' (idempotent).
 
+    When a gpuenvd serves these GPUs, ends your standing leases on them (root and
+    the daemon's admins: everyone's, and with --all every lease).
+
     Restores standing locks and locks whose owner died. A lock held by a running
     process is left alone (exit 3, naming it) unless --all is given. The journal
     entry is cleared only after its restore succeeded.
     """
     from gpuenv.clocks import plan_restore
     from gpuenv.clocks import restore as do_restore
-    from gpuenv.journal import Journal
+    from gpuenv.clocks.journal import Journal
+    from gpuenv.locking import daemon_client
 
     dry = dry_run_here or is_dry_run(ctx)
     backend = open_from_ctx(ctx, readonly=True if dry else None)
     try:
+        daemon = daemon_client(backend)
+        if daemon is not None:
+            daemon.close()
+            _restore_via_daemon(backend, gpu, all_owners)
+            return
         journal = Journal()
         items = plan_restore(backend, gpu, journal=journal, all_owners=all_owners)
         todo = [it for it in items if it.blocked_by is None]
@@ -166,3 +183,14 @@ def restore(ctx: click.Context, gpu: str, all_owners: bool, dry_run_here: bool) 
             )
     finally:
         backend.close()
+
+
+def _restore_via_daemon(backend: object, gpu: str, all_owners: bool) -> None:
+    from gpuenv.devices import describe
+    from gpuenv.locking import restore as locking_restore
+
+    restored = locking_restore(gpu, backend=backend, all_owners=all_owners)  # type: ignore[arg-type]
+    for index in restored:
+        click.echo(f"restored {describe(backend, index)} (gpuenvd)")  # type: ignore[arg-type]
+    if not restored:
+        click.echo("nothing to restore: no lease of yours is held on these GPUs (gpuenvd)")

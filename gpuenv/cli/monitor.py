@@ -89,17 +89,18 @@ def monitor(
 
     from gpuenv.devices import select_gpus
     from gpuenv.monitor import MonitorModel, SimScenario, stream
-    from gpuenv.monitor_view import Frame, ansi, plain, render, run_tui
+    from gpuenv.monitor.tui import run_tui
+    from gpuenv.monitor.view import Frame, ansi, plain, render
 
     backend = open_from_ctx(ctx, readonly=True)  # the monitor never writes
     driver = None
     try:
         gpus = select_gpus(backend, gpu)
-        simulated = backend.name == "sim"
+        simulated = backend.capabilities.simulated
         source = _source(backend, simulated, scenario)
         model = MonitorModel(backend, gpus, processes=not no_processes)
         if scenario is not None:
-            driver = SimScenario(getattr(backend, "inner", backend), gpus, scenario)
+            driver = SimScenario(backend.workload, gpus, scenario)
             driver.start()
             if once or fmt:
                 model.clock.sleep(

@@ -87,7 +87,7 @@ def run(
     """
     from gpuenv.devices import select_gpus
     from gpuenv.errors import ConfigError
-    from gpuenv.runner import (
+    from gpuenv.run.runner import (
         Runner,
         default_gpu_selector,
         rank_of,

@@ -1,5 +1,5 @@
 """Talking to gpuenvd: what `gpuenv lock/restore/status`, `stable()` and `gpuenv run` use
-when they are not root and the daemon's socket exists.
+(through `gpuenv.locking`) when a daemon serves the GPUs.
 
     from gpuenv.daemon.client import connect, daemon_available
     if daemon_available():
@@ -336,6 +336,7 @@ class DaemonLock(OwnedLease):
         super().__init__(client, info)
         self.shared: list[int] = list(info.get("shared", []))
         self.notes: list[str] = [f"locked through gpuenvd (lease {self.id})"]
+        self.plan: Any = None  # the gpuenv.clocks.LockPlan, set by gpuenv.locking.acquire
         self._entered = False
 
     @property
@@ -357,60 +358,6 @@ class DaemonLock(OwnedLease):
     def __repr__(self) -> str:
         state = "released" if self.released else "held"
         return f"<gpuenv lock via gpuenvd {self.request} on GPUs {self.gpus} ({state})>"
-
-
-def should_use_daemon(backend: Any = None, *, socket: str | os.PathLike | None = None) -> bool:
-    """True when this process cannot write GPU settings itself but a gpuenvd answers.
-
-    'Cannot': not root (for the simulated GPU, its `root=False` permission model).
-    What clocks.lock(), stable() and `gpuenv run` ask before they lock.
-    """
-    if backend is not None and getattr(backend, "readonly", False):
-        return False
-    if backend is not None and backend.name == "sim":
-        privileged = bool(getattr(backend, "root", True))
-    else:
-        privileged = os.geteuid() == 0
-    return not privileged and daemon_available(socket)
-
-
-def lock_via_daemon(
-    sm: int | tuple[int, int] | str | None = None,
-    *,
-    sm_max: int | None = None,
-    mem: int | tuple[int, int] | None = None,
-    power_limit_w: float | None = None,
-    gpus: GpuSelector = None,
-    backend: Any = None,
-    standing: bool = False,
-    wait: float = 0.0,
-    label: str | None = None,
-    socket: str | os.PathLike | None = None,
-) -> DaemonLock:
-    """`gpuenv.lock()` through gpuenvd. GPU selectors are resolved here first (with
-    `backend`, when given), so 'cuda:0' and 'local' mean this process's GPUs; the
-    daemon gets UUIDs. The lease ends with release(), `with`, or this process."""
-    selector: Any = gpus
-    if backend is not None and gpus is not None:
-        from gpuenv.devices import select_gpus
-
-        selector = [backend.device_info(i).uuid for i in select_gpus(backend, gpus)]
-    client = Client(socket, client=label)
-    try:
-        lease = client.lock(
-            sm,
-            sm_max=sm_max,
-            mem=mem,
-            power_limit_w=power_limit_w,
-            gpus=selector,
-            standing=standing,
-            wait=wait,
-            label=label,
-        )
-    except BaseException:
-        client.close()
-        raise
-    return DaemonLock(client, lease.info)
 
 
 def connect(socket: str | os.PathLike | None = None, *, timeout: float | None = 30.0) -> Client:

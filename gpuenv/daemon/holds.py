@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.clocks import Lock, LockPlan, describe_target
-from gpuenv.journal import Applied, Owner
+from gpuenv.clocks.journal import Applied, Owner
 
 if TYPE_CHECKING:
     from gpuenv.daemon.auth import Peer

@@ -37,6 +37,7 @@ from gpuenv.clocks import (
     release_owner,
 )
 from gpuenv.clocks import restore as clocks_restore
+from gpuenv.clocks.journal import Applied, Journal, Owner, process_start_time
 from gpuenv.daemon.auth import Authorizer, Peer
 from gpuenv.daemon.holds import (
     DAEMON_MARK,
@@ -49,7 +50,6 @@ from gpuenv.daemon.holds import (
     standing_owner,
 )
 from gpuenv.errors import ConfigError, GpuenvError, LockConflict
-from gpuenv.journal import Applied, Journal, Owner, process_start_time
 
 log = logging.getLogger("gpuenv.daemon")
 

@@ -13,10 +13,10 @@ import logging
 
 from gpuenv.clocks import release_owner
 from gpuenv.clocks import restore as clocks_restore
+from gpuenv.clocks.journal import Owner
 from gpuenv.daemon.holds import DAEMON_MARK
 from gpuenv.daemon.leases import Lease, LeaseManager
 from gpuenv.errors import GpuenvError
-from gpuenv.journal import Owner
 
 log = logging.getLogger("gpuenv.daemon")
 

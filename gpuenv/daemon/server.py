@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuenv.backend import Backend
+from gpuenv.clocks.journal import Journal
 from gpuenv.daemon import protocol
 from gpuenv.daemon.auth import Authorizer, Config, Peer, peer_from_socket
 from gpuenv.daemon.connection import (
@@ -41,9 +42,8 @@ from gpuenv.daemon.leases import LeaseManager
 from gpuenv.daemon.ops import Operations, version
 from gpuenv.daemon.recovery import recover
 from gpuenv.errors import ConfigError, GpuenvError
-from gpuenv.journal import Journal
 from gpuenv.telemetry import Sampler
-from gpuenv.timebase import REAL_CLOCK, Clock
+from gpuenv.timebase import Clock
 
 log = logging.getLogger("gpuenv.daemon")
 
@@ -71,7 +71,7 @@ class Server:
         self.config = config
         self.backend = backend
         self.journal = journal or Journal()
-        self.clock = clock or getattr(backend, "clock", None) or REAL_CLOCK
+        self.clock = clock or backend.clock
         self.peer_of = peer_of
         count = backend.device_count()
         if count == 0:

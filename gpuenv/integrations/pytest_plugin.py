@@ -47,6 +47,7 @@ class _State:
         self.backend: Any = None
         self.sampler: Any = None
         self.gpus: list[int] = []
+        self.facts: dict[int, Any] = {}
         self.error: str | None = None
         self.metadata: dict[str, Any] | None = None
 
@@ -54,10 +55,12 @@ class _State:
         try:
             from gpuenv.backend import open_backend
             from gpuenv.devices import select_gpus
+            from gpuenv.judge import read_facts
             from gpuenv.telemetry import Sampler
 
             self.backend = open_backend(readonly=True)
             self.gpus = select_gpus(self.backend, self.selector)
+            self.facts = read_facts(self.backend, self.gpus)
             self.sampler = Sampler(self.backend, self.gpus)
             self.sampler.start()
         except Exception as err:  # telemetry must never break the test run
@@ -162,8 +165,7 @@ def _annotate(
     state: _State, fixture: Any, t0: float, t1: float, edges: list[float]
 ) -> dict[str, Any]:
     """Telemetry, findings and verdict of one benchmark, as plain JSON values."""
-    from gpuenv import verdict as vd
-    from gpuenv.verdict import GpuFacts
+    from gpuenv.judge import Evidence, judge
 
     sampler = state.sampler
     data = _round_times(fixture)
@@ -171,36 +173,22 @@ def _annotate(
     if data and len(edges) >= 2 * len(data):
         tail = edges[-2 * len(data):]
         spans = [(tail[2 * i], tail[2 * i + 1]) for i in range(len(data))]
-    out: dict[str, Any] = {"gpus": state.gpus, "policy": state.policy}
-    windows = []
-    per_gpu = {}
-    for g in state.gpus:
-        summary = sampler.window(t0, t1, g)
-        out.setdefault("telemetry", []).append(summary.to_dict())
-        per_gpu[g] = sampler.windows(spans, g) if spans else [summary]
-    n = len(spans) if spans else 1
-    for i in range(n):
-        windows += [per_gpu[g][i] for g in state.gpus]
-    facts = {}
-    for g in state.gpus:
-        try:
-            facts[g] = GpuFacts(
-                max_sm_mhz=state.backend.clock_limits(g).max_sm_mhz,
-                slowdown_c=state.backend.thresholds(g).slowdown_c,
-                power_limit_w=state.backend.power_limits(g).limit_w,
-            )
-        except Exception:
-            facts[g] = GpuFacts()
-    findings = vd.assess(windows, data if spans else None, facts=facts)
-    result = vd.apply_policy(findings, n, "reject", raise_if_too_few=False)
-    verdict = result.verdict if state.policy == "reject" else ("annotated" if findings else "ok")
-    out["findings"] = [f.to_dict() for f in findings]
-    out["verdict"] = verdict
-    out["rounds_sampled"] = n if spans else 0
-    if state.policy == "reject" and result.rejected_reps:
-        out["affected_rounds"] = list(result.rejected_reps)
-    out["summary"] = " | ".join(w.summary() for w in windows[: len(state.gpus)]) if n == 1 else \
-        " | ".join(sampler.window(t0, t1, g).summary() for g in state.gpus)
+    whole = Evidence.sampled(sampler, [(t0, t1)], state.gpus)
+    out: dict[str, Any] = {"gpus": state.gpus, "policy": state.policy,
+                           "telemetry": [w.to_dict() for w in whole.windows]}
+    # pytest-benchmark ran the rounds: "reject" can drop them, nothing can re-run them
+    m = judge(
+        str(getattr(fixture, "name", "benchmark")), data if spans else [t1 - t0],
+        Evidence.sampled(sampler, spans, state.gpus) if spans else whole,
+        facts=state.facts, policy="reject" if state.policy == "reject" else "annotate",
+        raise_if_too_few=False,
+    )  # fmt: skip
+    out["findings"] = [f.to_dict() for f in m.findings]
+    out["verdict"] = m.verdict
+    out["rounds_sampled"] = len(spans)
+    if state.policy == "reject" and m.rejected_reps:
+        out["affected_rounds"] = list(m.rejected_reps)
+    out["summary"] = " | ".join(w.summary() for w in whole.windows)
     return out
 
 

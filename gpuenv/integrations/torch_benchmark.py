@@ -34,7 +34,8 @@ def observe(
     samples `gpus` (default: all) for the duration. If NVML cannot be opened, the
     record says so in "error" and `run` still runs.
     """
-    from gpuenv import verdict as vd
+    from gpuenv.judge import Evidence, judge, read_facts
+    from gpuenv.verdict import DEFAULT_CONFIG
 
     own = None
     if session is not None:
@@ -51,30 +52,32 @@ def observe(
             gpu_list = select_gpus(be, gpus)
         except BackendError as err:
             return run(), {"error": str(err)}
-        from gpuenv.timing import _gpu_facts
-
-        facts = {g: _gpu_facts(be, g, None) for g in gpu_list}
+        facts = read_facts(be, gpu_list)
         own = sampler = Sampler(be, gpu_list)
         sampler.start()
     try:
         t0 = sampler.mark()
         result = run()
         t1 = sampler.mark()
-        windows = [sampler.window(t0, t1, g) for g in gpu_list]
+        evidence = Evidence.sampled(sampler, [(t0, t1)], gpu_list)
     finally:
         if own is not None:
             own.stop()
             if backend is None:
                 be.close()
-    findings = vd.assess(windows, None, facts=facts)
     policy = getattr(session, "policy", "annotate") if session is not None else "annotate"
-    res = vd.apply_policy(findings, 1, policy, raise_if_too_few=False)
+    if policy == "retry":
+        policy = "reject"  # torch's Timer ran the reps: they cannot be re-run from here
+    m = judge(
+        "torch.utils.benchmark", [t1 - t0], evidence, facts=facts, policy=policy,
+        config=getattr(session, "config", None) or DEFAULT_CONFIG,
+    )  # fmt: skip
     return result, {
         "gpus": gpu_list,
-        "telemetry": [w.to_dict() for w in windows],
-        "findings": [f.to_dict() for f in findings],
-        "verdict": res.verdict,
-        "summary": " | ".join(w.summary() for w in windows),
+        "telemetry": [w.to_dict() for w in m.windows],
+        "findings": [f.to_dict() for f in m.findings],
+        "verdict": m.verdict,
+        "summary": " | ".join(w.summary() for w in m.windows),
     }
 
 

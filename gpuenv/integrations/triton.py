@@ -66,7 +66,7 @@ def do_bench(
             return fn()
 
     # triton's budget: estimate one call, then ~rep ms worth of reps
-    if device is None and session is None and (backend is None or backend.name != "sim"):
+    if device is None and session is None and (backend is None or backend.workload is None):
         device = timing.cuda_device(mode)
     est = _estimate_s(call, session=session, backend=backend, device=device)
     n_warmup = max(1, int(warmup / 1e3 / est))
@@ -106,7 +106,7 @@ def _estimate_s(call: Callable[[], Any], *, session: Any, backend: Any, device: 
         from gpuenv import timing
 
         be = session.backend if session is not None else backend
-        if be is not None and be.name == "sim":
+        if be is not None and be.workload is not None:
             gpu = session.gpus[0] if session is not None else 0
             device = timing.SimDevice(be, gpu, rep_probe_cycles=0)
         else:

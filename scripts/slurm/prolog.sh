@@ -12,6 +12,8 @@
 # gpuenv lock on the job's GPUs (SLURM_JOB_GPUS), journaled like any other: the
 # Epilog (epilog.sh) runs 'gpuenv restore' on the same GPUs, and the state that
 # was there before is put back exactly. Users see the lock in 'gpuenv status'.
+# When gpuenvd runs on the node, 'gpuenv lock' takes the lock from it (a standing
+# lease owned by root, which the epilog's 'gpuenv restore' ends): one authority.
 #
 # A lock that fails never fails the job (that would DOWN the node and requeue
 # it): it is logged (syslog tag gpuenv-slurm) and the job runs unlocked; set

@@ -1,0 +1,68 @@
+"""Where 'gpuenv calibrate' keeps its result, read by `sm="sustained"`: one JSON file
+per GPU UUID under the state directory (`<state dir>/calibration/<uuid>.json`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuenv.clocks.journal import default_state_dir
+from gpuenv.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The highest SM clock a sustained load held on one GPU."""
+
+    uuid: str
+    sustained_mhz: int
+    measured_at: float  # seconds since the epoch
+    power_limit_w: float | None = None  # the limit it was measured under
+    gpu_name: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def _calibration_file(uuid: str, state_dir: str | os.PathLike[str] | None) -> Path:
+    base = Path(state_dir) if state_dir is not None else default_state_dir()
+    return base / "calibration" / f"{uuid}.json"
+
+
+def save_calibration(
+    uuid: str,
+    sustained_mhz: int,
+    *,
+    power_limit_w: float | None = None,
+    gpu_name: str | None = None,
+    details: dict[str, Any] | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Store the calibrated clock of GPU `uuid` (atomically); returns the file written."""
+    path = _calibration_file(uuid, state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = Calibration(
+        uuid, int(sustained_mhz), time.time(), power_limit_w, gpu_name, details or {}
+    )
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record.__dict__, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+    return path
+
+
+def load_calibration(
+    uuid: str, *, state_dir: str | os.PathLike[str] | None = None
+) -> Calibration | None:
+    """The stored calibration of GPU `uuid`, or None if 'gpuenv calibrate' never ran for it."""
+    path = _calibration_file(uuid, state_dir)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as err:
+        raise ConfigError(
+            f"the calibration file {path} is damaged ({err})", hint="run 'gpuenv calibrate' again"
+        ) from err
+    return Calibration(**{k: data[k] for k in Calibration.__dataclass_fields__ if k in data})

@@ -1,0 +1,142 @@
+"""Does the lock hold? One answer, used by every module that asks.
+
+`lock_holds` decides for one SM clock reading against a locked range, within
+`LOCK_TOLERANCE_MHZ` either side (NVML reports whole MHz, and a clock read while
+the driver settles may round one step off); `check_holds` reads a GPU now and
+says why not; `lock_status` is what 'gpuenv status' shows (owner, range, holds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuenv.backend import Backend
+from gpuenv.clocks.journal import Applied, Journal
+from gpuenv.clocks.plan import describe_target
+from gpuenv.clocks.request import TDP_LOCK
+from gpuenv.reasons import THERMAL, Reason, reason_names
+
+LOCK_TOLERANCE_MHZ = 1.0  # how far outside the locked range the SM clock may read
+
+
+def lock_holds(
+    sm_mhz: float, locked_range: tuple[float, float], tolerance_mhz: float = LOCK_TOLERANCE_MHZ
+) -> bool:
+    """Whether an SM clock reading is inside `locked_range` (MHz), within `tolerance_mhz`.
+
+    Both sides count: below the range the GPU is held down (power cap, thermal);
+    above it the lock is not in force at all (reset by the driver or another tool).
+    """
+    lo, hi = locked_range
+    return lo - tolerance_mhz <= sm_mhz <= hi + tolerance_mhz
+
+
+def check_holds(backend: Backend, index: int, applied: Applied) -> tuple[bool | None, str | None]:
+    """(holds, why not) for a lock on GPU `index`, from the SM clock and reasons now."""
+    if applied.locked_sm is not None:
+        lo, hi = applied.locked_sm
+        if applied.locked_sm == TDP_LOCK:
+            base = backend.clock_limits(index).base_sm_mhz
+            if base is None:
+                return None, "locked to the base clock, whose value NVML does not report"
+            lo = hi = base
+    elif applied.app_clocks is not None:
+        lo = hi = applied.app_clocks[1]
+    else:
+        return None, None
+    reading = backend.read_fast(index)
+    sm = reading.sm_mhz
+    if lock_holds(sm, (lo, hi)):
+        return True, None
+    target = f"{lo} MHz" if lo == hi else f"{lo}-{hi} MHz"
+    if sm > hi:
+        return False, (
+            f"the SM clock reads {sm} MHz, above the locked {target}: the lock is not in "
+            "force (reset by the driver or another tool?); 'gpuenv restore' then lock again"
+        )
+    why = _below_reason(reading.reasons)
+    return False, f"the SM clock reads {sm} MHz, below the locked {target}: {why}"
+
+
+def _below_reason(reasons: int) -> str:
+    if reasons & Reason.SW_POWER_CAP:
+        return "the power cap (SwPowerCap) pulls it below the lock"
+    if reasons & THERMAL:
+        return "thermal slowdown pulls it below the lock"
+    if reasons & Reason.HW_SLOWDOWN:
+        return "hardware slowdown (HwSlowdown) pulls it below the lock"
+    if reasons & Reason.GPU_IDLE:
+        return "the GPU is idle (GpuIdle)"
+    names = reason_names(reasons)
+    return f"active reasons: {', '.join(names)}" if names else "no clock-event reason is reported"
+
+
+@dataclass(frozen=True)
+class LockStatus:
+    """What 'gpuenv status' shows about a GPU's lock."""
+
+    locked: bool | None  # None: no gpuenv lock, and NVML cannot tell about others
+    owner: str | None  # the first live owner, described; or who left a stale lock
+    range: tuple[int, int] | None  # locked SM range, MHz (the app clock for app-clock GPUs)
+    holds: bool | None
+    reason_if_not_held: str | None
+    owners: tuple[str, ...] = ()
+    applied: Applied | None = None
+    stale: bool = False  # every owner died: 'gpuenv restore' puts the original back
+    note: str | None = None
+
+    def describe(self) -> str:
+        """One line: 'locked to 1350 MHz by pid 42 (...); holds' and so on."""
+        if self.locked is None:
+            return self.note or "not locked by gpuenv"
+        text = describe_target(self.applied or Applied())
+        who = f" by {self.owner}" if self.owner else ""
+        line = f"locked ({text}){who}"
+        if self.stale:
+            line += "; stale: run 'gpuenv restore'"
+        if self.holds is True:
+            line += "; holds"
+        elif self.holds is False:
+            line += f"; NOT held: {self.reason_if_not_held}"
+        elif self.reason_if_not_held:
+            line += f"; {self.reason_if_not_held}"
+        return line
+
+
+def lock_status(backend: Backend, index: int, journal: Journal | None = None) -> LockStatus:
+    """Lock owner and whether the lock holds right now on GPU `index` (for 'gpuenv status')."""
+    journal = journal if journal is not None else Journal()
+    entry = journal.get(backend.device_info(index).uuid)
+    if entry is None:
+        return LockStatus(
+            locked=None,
+            owner=None,
+            range=None,
+            holds=None,
+            reason_if_not_held=None,
+            note="not locked by gpuenv (NVML cannot tell whether another tool locked clocks)",
+        )
+    live = [o for o in entry.owners if o.alive()]
+    stale = not live
+    owner = (
+        live[0].describe()
+        if live
+        else (f"{entry.owners[0].describe()}, which has ended" if entry.owners else None)
+    )
+    rng = entry.applied.locked_sm
+    if rng == TDP_LOCK:
+        base = backend.clock_limits(index).base_sm_mhz
+        rng = (base, base) if base is not None else None
+    if rng is None and entry.applied.app_clocks is not None:
+        rng = (entry.applied.app_clocks[1], entry.applied.app_clocks[1])
+    holds, why = check_holds(backend, index, entry.applied)
+    return LockStatus(
+        locked=True,
+        owner=owner,
+        range=rng,
+        holds=holds,
+        reason_if_not_held=why,
+        owners=tuple(o.describe() for o in live),
+        applied=entry.applied,
+        stale=stale,
+    )

@@ -1,0 +1,329 @@
+"""One way to take a lock: every door (`gpuenv lock/restore`, `gpuenv run --sm`,
+`gpuenv.lock()`, `stable(sm=)`, the Slurm prolog/epilog) calls `acquire` / `restore`.
+
+Who applies the lock:
+  - a gpuenvd answers on its socket (GPUENV_SOCKET, else /run/gpuenv/gpuenv.sock)
+    and drives the same GPUs: the daemon, for every caller, root included. A
+    process's lock is a lease tied to its connection (it ends when the process
+    ends, SIGKILL included); `gpuenv lock` takes a standing lease that
+    `gpuenv restore` ends. Root goes through the daemon too, so that the daemon
+    stays the one authority: its queue orders every request (a root lock taken
+    beside it would jump the queue of a user waiting for another clock), its
+    log and status name every holder, and its leases are what status shows.
+  - no daemon answers (or the backend is read-only, or a journal is given):
+    locally (`gpuenv.clocks`), which needs root; a user without it is told how
+    to get a daemon that serves them.
+
+`restore` first releases the locks this process took through `acquire`, so
+`lk = gpuenv.lock(sm="base")` ... `gpuenv.restore()` puts the GPU back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from gpuenv.backend import Backend
+from gpuenv.clocks.journal import Applied, Journal
+from gpuenv.clocks.plan import GpuPlan, LockPlan, plan_lock, read_state
+from gpuenv.clocks.request import LockRequest, make_request
+from gpuenv.errors import ConfigError, GpuenvError, LockConflict, PermissionDenied
+
+GpuSelector = str | int | Sequence[str | int] | None
+
+_HELD: list[Any] = []  # locks this process took through acquire() (released ones pruned)
+
+
+def daemon_client(backend: Backend, *, socket: str | os.PathLike[str] | None = None) -> Any:
+    """A connection to the gpuenvd that drives `backend`'s GPUs, or None when none answers.
+
+    Cheap without a daemon (a stat of the socket). None for a read-only backend
+    (nothing will be written) and when the daemon drives other GPUs (another
+    machine's socket, another simulated GPU).
+    """
+    return None if backend.readonly else _connect(backend, socket)
+
+
+def _connect(backend: Backend, socket: str | os.PathLike[str] | None) -> Any:
+    from gpuenv.daemon.client import Client, default_socket
+
+    path = os.fspath(socket) if socket is not None else default_socket()
+    try:
+        if not stat.S_ISSOCK(os.stat(path).st_mode):
+            return None
+        client = Client(path, client="gpuenv")
+    except (OSError, GpuenvError):
+        return None
+    mine = {backend.device_info(i).uuid for i in range(backend.device_count())}
+    if not mine & {g.get("uuid") for g in client.info.get("gpus", [])}:
+        client.close()
+        return None
+    return client
+
+
+def acquire(
+    sm: int | str | tuple[int, int] | None = None,
+    *,
+    sm_max: int | None = None,
+    mem: int | str | tuple[int, int] | None = None,
+    power_limit_w: float | None = None,
+    gpus: GpuSelector = None,
+    backend: Backend | None = None,
+    standing: bool = False,
+    force: bool = False,
+    supervise: bool = True,
+    journal: Journal | None = None,
+    command: str | None = None,
+    socket: str | os.PathLike[str] | None = None,
+) -> Any:
+    """Lock clocks through the daemon when one serves these GPUs, else locally.
+
+    Returns a `gpuenv.clocks.Lock` or a `gpuenv.daemon.client.DaemonLock`: both have
+    `gpus`, `plan`, `notes`, `shared`, `holds()`, `release()` and `with`. `standing`:
+    the lock outlives this process until `restore()` ('gpuenv lock'). A `journal`
+    forces the local path (tests, the daemon itself).
+    """
+    from gpuenv.clocks import locks
+
+    request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit_w)
+    held: Any = None
+    if journal is None:
+        probe = backend if backend is not None else _open()
+        try:
+            client = daemon_client(probe, socket=socket)
+            if client is not None:
+                held = _lease(client, probe, request, gpus, standing, force, command)
+        finally:
+            if backend is None:
+                probe.close()  # a lease needs no backend; a local lock opens its own
+    if held is None:
+        with _hinted():
+            held = locks.lock(
+                request.sm, mem=request.mem, power_limit_w=request.power_limit_w, gpus=gpus,
+                backend=backend, force=force, supervise=supervise, journal=journal,
+                kind="standing" if standing else "process", command=command,
+            )  # fmt: skip
+    _HELD[:] = [lk for lk in _HELD if not lk.released]
+    if not standing:
+        _HELD.append(held)
+    return held
+
+
+lock = acquire  # gpuenv.lock()
+
+
+def _open() -> Backend:
+    from gpuenv.backend import open_backend
+
+    return open_backend()
+
+
+@contextlib.contextmanager
+def _hinted() -> Iterator[None]:
+    """A local write refused for want of root: say the step that makes it work."""
+    try:
+        yield
+    except PermissionDenied as err:
+        err.hint = _no_daemon_hint()
+        raise
+
+
+def _no_daemon_hint() -> str:
+    from gpuenv.daemon.client import default_socket
+
+    user = _user()
+    return (
+        f"run as root, or have an admin start gpuenvd ('sudo gpuenv daemon', or "
+        f"'systemctl start gpuenvd') with 'user:{user} = all' under [lock] in "
+        f"/etc/gpuenv/gpuenvd.conf; then retry as you are (no daemon answers on "
+        f"{default_socket()})"
+    )
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def _lease(
+    client: Any,
+    backend: Backend,
+    request: LockRequest,
+    gpus: GpuSelector,
+    standing: bool,
+    force: bool,
+    command: str | None,
+) -> Any:
+    """A lease from the daemon on `client`'s connection (closed with the lease)."""
+    from gpuenv.daemon.client import DaemonLock
+
+    try:
+        selected = _selected(backend, gpus)
+        plan = _local_plan(backend, request, selected)
+        sm: Any = request.sm
+        if sm == "sustained" and plan is not None:
+            # the clock the caller's own 'gpuenv calibrate' measured, not the daemon's
+            targets = {gp.applied.locked_sm for gp in plan.gpus}
+            if len(targets) == 1 and None not in targets:
+                sm = targets.pop()
+        uuids = [backend.device_info(i).uuid for i in selected]
+        if force:
+            client.restore(uuids, all_owners=True)  # refused for others' leases unless admin
+        info = client.lock(
+            sm,
+            mem=request.mem,
+            power_limit_w=request.power_limit_w,
+            gpus=uuids,
+            standing=standing,
+            label=command,
+        ).info
+    except LockConflict as err:
+        client.close()
+        if not client.info.get("peer", {}).get("admin"):
+            # --force is for the daemon's admins: say what this caller can do
+            err.hint = (
+                "wait for it to end, or ask for the same state to share it; an admin of "
+                "gpuenvd (root, or [admin] in its config) can end it with 'gpuenv restore --all'"
+            )
+        raise
+    except BaseException:
+        client.close()
+        raise
+    held = DaemonLock(client, info)
+    held.plan = plan if plan is not None else _plan_from_daemon(client, backend, held.gpus)
+    return held
+
+
+def _selected(backend: Backend, gpus: GpuSelector) -> list[int]:
+    from gpuenv.devices import select_gpus
+
+    return select_gpus(backend, gpus)
+
+
+def _local_plan(backend: Backend, request: LockRequest, gpus: list[int]) -> LockPlan | None:
+    """The plan as this process sees it (validation, snapping, notes); None when only the
+    daemon can resolve it (sm='sustained' calibrated by root, not by this user)."""
+    try:
+        return plan_lock(backend, request, gpus, journal=Journal())
+    except ConfigError:
+        if request.sm == "sustained":
+            return None
+        raise
+
+
+def _plan_from_daemon(client: Any, backend: Backend, gpus: list[int]) -> LockPlan:
+    from gpuenv.devices import describe
+
+    plans = []
+    for g in client.status(gpus)["gpus"]:
+        rng = g.get("range_mhz")
+        index = int(g["index"])
+        applied = Applied(locked_sm=(int(rng[0]), int(rng[1])) if rng else None)
+        current = read_state(backend, index, journal=Journal())
+        plans.append(GpuPlan(index, str(g["uuid"]), describe(backend, index), current, applied))
+    return LockPlan(LockRequest(), tuple(plans))
+
+
+def release_own(gpus: Sequence[int] | None = None) -> list[int]:
+    """Release the locks this process took through `acquire` (on `gpus`, default all)."""
+    done: list[int] = []
+    for lk in list(_HELD):
+        if lk.released or (gpus is not None and not set(lk.gpus) & set(gpus)):
+            continue
+        lk.release()
+        done.extend(lk.gpus)
+    _HELD[:] = [lk for lk in _HELD if not lk.released]
+    return sorted(set(done))
+
+
+def restore(
+    gpus: GpuSelector = None,
+    *,
+    backend: Backend | None = None,
+    all_owners: bool = False,
+    socket: str | os.PathLike[str] | None = None,
+) -> list[int]:
+    """Put back what locks changed on `gpus` (`gpuenv restore`); returns the GPUs put back.
+
+    First the locks this process holds (taken through `acquire`); then, through the
+    daemon when one serves these GPUs, your standing leases (admins with
+    `all_owners`: everyone's); else locally (`gpuenv.clocks.restore`): standing locks
+    and locks whose owner died. A lock a live process holds raises LockConflict
+    naming it, unless `all_owners`.
+    """
+    from gpuenv.clocks import restoring
+
+    own = backend is None
+    if backend is None:
+        backend = _open()
+    try:
+        selected = _selected(backend, gpus)
+        done = release_own(selected)
+        client = daemon_client(backend, socket=socket)
+        if client is None:
+            with _hinted():
+                done += restoring.restore(selected, backend=backend, all_owners=all_owners)
+        else:
+            with client:
+                uuids = [backend.device_info(i).uuid for i in selected]
+                done += client.restore(uuids, all_owners=all_owners)
+        return sorted(set(done))
+    finally:
+        if own:
+            backend.close()
+
+
+def lock_ranges(lock: Any, backend: Backend) -> dict[int, tuple[int, int]]:
+    """The SM range each GPU of `lock` holds, the base clock resolved (app clocks: the SM one).
+    A GPU locked to a base clock NVML does not report is left out (cannot be checked)."""
+    from gpuenv.clocks.request import TDP_LOCK
+
+    ranges: dict[int, tuple[int, int]] = {}
+    for gp in lock.plan.gpus:
+        applied = gp.applied
+        if applied.locked_sm is not None:
+            lo, hi = applied.locked_sm
+            if (lo, hi) == TDP_LOCK:
+                try:
+                    base = backend.clock_limits(gp.index).base_sm_mhz
+                except GpuenvError:
+                    base = None
+                if base is None:
+                    continue
+                lo = hi = base
+            ranges[gp.index] = (int(lo), int(hi))
+        elif applied.app_clocks is not None:
+            ranges[gp.index] = (int(applied.app_clocks[1]), int(applied.app_clocks[1]))
+    return ranges
+
+
+def lock_view(backend: Backend, index: int) -> dict[str, Any] | None:
+    """The lock on GPU `index` as the daemon sees it, for 'gpuenv status'; None when no
+    daemon serves this GPU (then the local journal is the record)."""
+    client = _connect(backend, None)  # reading: a read-only backend may ask too
+    if client is None:
+        return None
+    with client:
+        uuid = backend.device_info(index).uuid
+        for g in client.status([uuid])["gpus"]:
+            owners = [f"pid {o['pid']} ({o['user']}, {o['command']})" for o in g.get("owners", [])]
+            return {
+                "state": "locked" if g.get("locked") else "none",
+                "sm_mhz": g.get("range_mhz"),
+                "mem_mhz": None,
+                "holds": g.get("holds"),
+                "owners": owners,
+                "stale": False,
+                "text": f"{g.get('lock')} (gpuenvd)" if g.get("locked") else g.get("lock"),
+            }
+    return None
+
+
+__all__ = ["acquire", "daemon_client", "lock", "lock_ranges", "lock_view", "release_own", "restore"]

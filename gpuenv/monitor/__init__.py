@@ -1,0 +1,41 @@
+"""`gpuenv monitor`: what makes a GPU's numbers lie, read live.
+
+    model.py      MonitorModel.update() -> one immutable GpuView per GPU
+    view.py       GpuViews laid out for a terminal (render, plain, ansi)
+    tui.py        the curses loop and its key handling (Ui)
+    streams.py    --json / --csv records, like `nvidia-smi dmon`
+    scenarios.py  SimScenario: a moving simulated GPU, for demos
+"""
+
+from __future__ import annotations
+
+from gpuenv.monitor.model import (
+    BAD_REASONS,
+    REASON_SHORT,
+    WARN_REASONS,
+    GpuView,
+    LockView,
+    MonitorModel,
+    ProcView,
+    ReasonView,
+    clocks_lock_view,
+)
+from gpuenv.monitor.scenarios import SCENARIOS, SimScenario
+from gpuenv.monitor.streams import STREAM_FIELDS, stream, stream_record
+
+__all__ = [
+    "BAD_REASONS",
+    "REASON_SHORT",
+    "SCENARIOS",
+    "STREAM_FIELDS",
+    "WARN_REASONS",
+    "GpuView",
+    "LockView",
+    "MonitorModel",
+    "ProcView",
+    "ReasonView",
+    "SimScenario",
+    "clocks_lock_view",
+    "stream",
+    "stream_record",
+]

@@ -1,0 +1,338 @@
+"""`gpuenv monitor`'s model: what makes a GPU's numbers lie, read live.
+
+nvitop and nvidia-smi show processes and memory well; none of them shows why a
+clock is where it is. This module reads it: per GPU the SM clock against its
+maximum and the locked range with a minute of history, power against the
+limit, temperature against the slowdown threshold, the active clock-event
+reasons in words with how long each has been active, who holds the lock, and
+the processes on the GPU. `MonitorModel.update()` reads the backend and returns
+one immutable `GpuView` per GPU (a failed read becomes `GpuView.error`, never an
+exception).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuenv import reasons
+from gpuenv.backend import Backend
+from gpuenv.errors import GpuenvError
+from gpuenv.timebase import REAL_CLOCK, Clock
+
+# the one vocabulary (gpuenv.reasons): short forms and masks as the view uses them
+REASON_SHORT: dict[int, str] = {bit: reasons.info(bit).short for bit in reasons.REASON_NAMES}
+BAD_REASONS = int(reasons.BAD)  # the clock is cut because of heat or power delivery
+WARN_REASONS = int(reasons.WARN)
+
+
+@dataclass(frozen=True)
+class ProcView:
+    pid: int
+    user: str
+    command: str
+    used_memory_mib: int | None
+
+
+@dataclass(frozen=True)
+class ReasonView:
+    bit: int
+    name: str  # NVML's name, e.g. "SwPowerCap"
+    words: str
+    active_s: float | None  # how long it has been active without a break, as observed
+    at_least: bool  # active since the monitor started: it may have been active longer
+    share: float | None  # fraction of the last `history_s` under it, from the cumulative counter
+
+
+@dataclass(frozen=True)
+class LockView:
+    locked_sm: tuple[int, int] | None
+    known: bool  # False: nothing gpuenv knows of (NVML cannot read locked clocks)
+    owner: str | None  # who holds it, in words
+    holds: bool | None  # SM clock inside the range now (None: cannot tell, or unlocked)
+    why: str | None = None  # why it does not hold
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """One GPU at one instant, everything the monitor shows."""
+
+    index: int
+    t: float  # clock.now()
+    wall: float  # seconds since the epoch
+    name: str = ""
+    uuid: str = ""
+    sm_mhz: int | None = None
+    max_sm_mhz: int | None = None
+    mem_mhz: int | None = None
+    max_mem_mhz: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    slowdown_c: float | None = None
+    reasons: int = 0
+    active: tuple[ReasonView, ...] = ()
+    below_max_share: float | None = None  # share of counter_span_s below app/max clocks (counter)
+    counter_span_s: float | None = None  # the span the counter shares cover (up to history_s)
+    util_gpu: int | None = None
+    util_mem: int | None = None
+    lock: LockView | None = None
+    processes: tuple[ProcView, ...] = ()
+    history: tuple[tuple[float, int], ...] = ()  # (t, SM MHz) over the last history_s
+    error: str | None = None
+
+
+class _ProcessNames:
+    """pid -> (user, command) through psutil, cached: a process's name does not change."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[float, str, str]] = {}
+
+    def lookup(self, pid: int) -> tuple[str, str]:
+        import psutil
+
+        try:
+            proc = psutil.Process(pid)
+            start = proc.create_time()
+            hit = self._cache.get(pid)
+            if hit and hit[0] == start:
+                return hit[1], hit[2]
+            with proc.oneshot():
+                try:
+                    user = proc.username()
+                except (psutil.AccessDenied, KeyError):
+                    user = "?"
+                try:
+                    cmd = " ".join(proc.cmdline()) or proc.name()
+                except psutil.AccessDenied:
+                    cmd = proc.name()
+            self._cache[pid] = (start, user, cmd)
+            return user, cmd
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            self._cache.pop(pid, None)
+            return "-", "(exited)"
+        except psutil.AccessDenied:
+            return "?", "?"  # another PID namespace or a hidepid /proc
+
+
+LockLookup = Callable[[Backend, int], "LockView | None"]
+
+
+def clocks_lock_view(backend: Backend, index: int) -> LockView:
+    """The lock on one GPU as gpuenv's journal knows it (NVML has no getter for locked clocks)."""
+    from gpuenv.clocks import lock_status
+
+    st = lock_status(backend, index)
+    return LockView(
+        locked_sm=st.range if st.locked else None,
+        known=st.locked is not None,
+        owner=(st.owner + ("; stale: run 'gpuenv restore'" if st.stale else ""))
+        if st.owner
+        else None,
+        holds=st.holds,
+        why=st.reason_if_not_held,
+    )
+
+
+class MonitorModel:
+    """Reads the GPUs and keeps a short history; `update()` returns one GpuView per GPU.
+
+    Reads: the cheap values, power limit, utilization and processes every update;
+    the cumulative reason counters (with the energy counter, ~3 ms on an H100) at
+    most every `slow_period`; the lock from the journal at most every
+    `lock_period` (whether it holds is checked against every update's clock).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        gpus: Sequence[int],
+        *,
+        clock: Clock | None = None,
+        history_s: float = 60.0,
+        slow_period: float = 2.0,
+        lock_period: float = 2.0,
+        processes: bool = True,
+        lock_lookup: LockLookup | None = clocks_lock_view,
+    ):
+        self.backend = backend
+        self.gpus = list(gpus)
+        self.clock = clock or REAL_CLOCK
+        self.history_s = history_s
+        self.slow_period = slow_period
+        self.want_processes = processes
+        self.lock_lookup = lock_lookup
+        self.lock_period = lock_period
+        self._locks: dict[int, tuple[float, LockView | None]] = {}
+        self._names = _ProcessNames()
+        self._static: dict[int, dict[str, Any]] = {}
+        self._history: dict[int, collections.deque[tuple[float, int]]] = {
+            i: collections.deque() for i in self.gpus
+        }
+        self._counters: dict[int, collections.deque[tuple[float, dict[str, int]]]] = {
+            i: collections.deque() for i in self.gpus
+        }
+        self._last_slow: dict[int, float] = {}
+        self._since: dict[int, dict[int, tuple[float, bool]]] = {i: {} for i in self.gpus}
+        self._updates = 0
+
+    def _static_of(self, i: int) -> dict[str, Any]:
+        st = self._static.get(i)
+        if st is None:
+            info = self.backend.device_info(i)
+            limits = self.backend.clock_limits(i)
+            thresholds = self.backend.thresholds(i)
+            st = {
+                "name": info.name,
+                "uuid": info.uuid,
+                "max_sm": limits.max_sm_mhz,
+                "max_mem": limits.max_mem_mhz,
+                "slowdown": thresholds.slowdown_c,
+            }
+            self._static[i] = st
+        return st
+
+    def update(self) -> list[GpuView]:
+        views = [self._read(i) for i in self.gpus]
+        self._updates += 1
+        return views
+
+    def _read(self, i: int) -> GpuView:
+        t = self.clock.now()
+        wall = self.clock.wall()
+        try:
+            st = self._static_of(i)
+            fast = self.backend.read_fast(i)
+        except GpuenvError as err:
+            return GpuView(index=i, t=t, wall=wall, error=str(err))
+        hist = self._history[i]
+        hist.append((t, fast.sm_mhz))
+        while hist and hist[0][0] < t - self.history_s:
+            hist.popleft()
+        shares, below, span = self._counter_shares(i, t)
+        active = self._active_reasons(i, t, fast.reasons, shares)
+        view = GpuView(
+            index=i,
+            t=t,
+            wall=wall,
+            name=st["name"],
+            uuid=st["uuid"],
+            sm_mhz=fast.sm_mhz,
+            max_sm_mhz=st["max_sm"],
+            mem_mhz=fast.mem_mhz,
+            max_mem_mhz=st["max_mem"],
+            power_w=fast.power_w,
+            temp_c=fast.temp_c,
+            slowdown_c=st["slowdown"],
+            reasons=fast.reasons,
+            active=active,
+            below_max_share=below,
+            counter_span_s=span,
+            history=tuple(hist),
+        )
+        extras: dict[str, Any] = {}
+        # Each optional read on its own: one failing (not supported, no permission)
+        # must not hide the others.
+        with contextlib.suppress(GpuenvError):
+            extras["power_limit_w"] = self.backend.power_limits(i).limit_w
+        with contextlib.suppress(GpuenvError):
+            util = self.backend.utilization(i)
+            if util is not None:
+                extras["util_gpu"], extras["util_mem"] = util
+        if self.want_processes:
+            with contextlib.suppress(GpuenvError):
+                procs = []
+                for p in sorted(self.backend.processes(i), key=lambda p: p.pid):
+                    user, cmd = self._names.lookup(p.pid)
+                    procs.append(ProcView(p.pid, user, cmd, p.used_memory_mib))
+                extras["processes"] = tuple(procs)
+        if self.lock_lookup is not None:
+            extras["lock"] = self._lock(i, t, fast.sm_mhz)
+        return _replace(view, **extras)
+
+    def _lock(self, i: int, t: float, sm_mhz: int) -> LockView | None:
+        cached = self._locks.get(i)
+        if cached is None or t - cached[0] >= self.lock_period:
+            assert self.lock_lookup is not None
+            try:
+                lk = self.lock_lookup(self.backend, i)
+            except GpuenvError:
+                lk = None
+            self._locks[i] = cached = (t, lk)
+            return lk
+        lk = cached[1]
+        if lk is None or lk.locked_sm is None or t == cached[0]:
+            return lk
+        from gpuenv.clocks.status import lock_holds
+
+        holds = lock_holds(sm_mhz, lk.locked_sm)  # between journal reads: at this update's clock
+        return dataclasses.replace(lk, holds=holds, why=None if holds else lk.why)
+
+    def _counter_shares(
+        self, i: int, t: float
+    ) -> tuple[dict[str, float], float | None, float | None]:
+        """Share of the last history_s under each cumulative counter."""
+        ring = self._counters[i]
+        if t - self._last_slow.get(i, -1e18) >= self.slow_period:
+            try:
+                slow = self.backend.read_slow(i)
+            except GpuenvError:
+                slow = None
+            if slow is not None and slow.reason_ns:
+                ring.append((t, dict(slow.reason_ns)))
+                self._last_slow[i] = t
+        while len(ring) > 2 and ring[1][0] <= t - self.history_s:
+            ring.popleft()
+        if len(ring) < 2 or ring[-1][0] - ring[0][0] <= 0:
+            return {}, None, None
+        (t0, c0), (t1, c1) = ring[0], ring[-1]
+        span_ns = (t1 - t0) * 1e9
+        shares = {k: min(1.0, max(0.0, (c1[k] - c0.get(k, c1[k])) / span_ns)) for k in c1}
+        return shares, shares.get("total_app_clocks"), t1 - t0
+
+    def _active_reasons(
+        self, i: int, t: float, mask: int, shares: dict[str, float]
+    ) -> tuple[ReasonView, ...]:
+        since = self._since[i]
+        first = self._updates == 0
+        for bit in list(since):
+            if not mask & bit:
+                del since[bit]
+        out = []
+        for bit in reasons.bits(mask):
+            if bit not in since:
+                since[bit] = (t, first)
+            t0, at_least = since[bit]
+            about = reasons.info(bit)
+            out.append(
+                ReasonView(
+                    bit=bit,
+                    name=about.name,
+                    words=about.words,
+                    active_s=t - t0,
+                    at_least=at_least,
+                    share=shares.get(about.counter) if about.counter else None,
+                )
+            )
+        return tuple(out)
+
+
+def _replace(view: GpuView, **changes: Any) -> GpuView:
+    return dataclasses.replace(view, **changes) if changes else view
+
+
+__all__ = [
+    "BAD_REASONS",
+    "REASON_SHORT",
+    "WARN_REASONS",
+    "GpuView",
+    "LockView",
+    "MonitorModel",
+    "ProcView",
+    "ReasonView",
+    "clocks_lock_view",
+]

@@ -1,0 +1,142 @@
+"""`gpuenv monitor`'s interactive view: the curses loop (erase, noutrefresh, doupdate:
+no flicker) until `q`, with `p` to pause and arrows or digits to pick a GPU. `Ui`
+holds the key handling apart from curses, so it is tested directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from gpuenv.monitor.model import MonitorModel
+from gpuenv.monitor.view import Frame, Glyphs, Line, render
+
+KEYS_NEXT = ("KEY_RIGHT", "KEY_DOWN", "\t", "j", "l")
+KEYS_PREV = ("KEY_LEFT", "KEY_UP", "KEY_BTAB", "k", "h")
+
+
+class Ui:
+    """Key handling and state of the interactive view, apart from curses (tested directly)."""
+
+    def __init__(self, n_gpus: int):
+        self.n = n_gpus
+        self.selected = 0
+        self.paused = False
+        self.quit = False
+
+    def key(self, key: str) -> bool:
+        """Handle one key; True when the screen needs a redraw."""
+        if key in ("q", "Q", "\x1b"):
+            self.quit = True
+        elif key in ("p", "P", " "):
+            self.paused = not self.paused
+        elif key in KEYS_NEXT:
+            self.selected = (self.selected + 1) % max(self.n, 1)
+        elif key in KEYS_PREV:
+            self.selected = (self.selected - 1) % max(self.n, 1)
+        elif len(key) == 1 and key.isdigit() and int(key) < self.n:
+            self.selected = int(key)
+        elif key != "KEY_RESIZE":
+            return False
+        return True
+
+
+def run_tui(
+    model: MonitorModel, frame: Frame, *, interval_s: float, stop_after_s: float | None = None
+) -> None:
+    """The interactive view until `q` (or `stop_after_s`): erase + noutrefresh + doupdate
+    each frame, so no flicker."""
+    import curses
+    import locale
+
+    locale.setlocale(locale.LC_ALL, "")
+    # ncurses prefers LINES/COLUMNS from the environment to the terminal's real size,
+    # and a stale exported pair would pin the view to it, resizes included.
+    os.environ.pop("LINES", None)
+    os.environ.pop("COLUMNS", None)
+    frame.glyphs = Glyphs.for_encoding(locale.getpreferredencoding(False))
+
+    def main(scr: Any) -> None:
+        curses.curs_set(0)
+        styles = _curses_styles(curses)
+        ui = Ui(len(model.gpus))
+        views = model.update()
+        started = model.clock.now()
+        next_due = started + interval_s
+        dirty = True
+        while not ui.quit:
+            if stop_after_s is not None and model.clock.now() - started >= stop_after_s:
+                return
+            if dirty:
+                frame.paused, frame.selected = ui.paused, ui.selected
+                h, w = scr.getmaxyx()
+                _draw(scr, render(views, frame, w, h), styles, curses)
+                dirty = False
+            wait_ms = max(10, int((next_due - model.clock.now()) * 1000))
+            scr.timeout(min(wait_ms, 1000))
+            try:
+                key = scr.getkey()
+            except curses.error:  # timeout: no key
+                key = ""
+            except KeyboardInterrupt:
+                return
+            if key:
+                dirty = ui.key(key) or dirty
+            if model.clock.now() >= next_due:
+                next_due += interval_s * max(
+                    1, int((model.clock.now() - next_due) // interval_s) + 1
+                )
+                if not ui.paused:
+                    views = model.update()
+                    dirty = True
+
+    with contextlib.suppress(KeyboardInterrupt):
+        curses.wrapper(main)
+
+
+def _curses_styles(curses: Any) -> dict[str, int]:
+    styles = {
+        "": curses.A_NORMAL,
+        "bold": curses.A_BOLD,
+        "dim": curses.A_DIM,
+        "sel": curses.A_REVERSE,
+    }
+    colours = {
+        "title": (curses.COLOR_CYAN, curses.A_BOLD),
+        "ok": (curses.COLOR_GREEN, 0),
+        "warn": (curses.COLOR_YELLOW, 0),
+        "bad": (curses.COLOR_RED, curses.A_BOLD),
+        "bar": (curses.COLOR_BLUE, 0),
+    }
+    has = False
+    with contextlib.suppress(curses.error):
+        curses.start_color()
+        curses.use_default_colors()
+        has = curses.has_colors()
+    for k, (name, (fg, extra)) in enumerate(colours.items(), start=1):
+        if has:
+            curses.init_pair(k, fg, -1)
+            styles[name] = curses.color_pair(k) | extra
+        else:
+            styles[name] = curses.A_BOLD
+    return styles
+
+
+def _draw(scr: Any, lines: list[Line], styles: dict[str, int], curses: Any) -> None:
+    scr.erase()
+    h, w = scr.getmaxyx()
+    for y, line in enumerate(lines[:h]):
+        x = 0
+        for text, style in line:
+            if x >= w:
+                break
+            text = text[: w - x]
+            with contextlib.suppress(curses.error):  # the bottom-right cell raises after writing
+                scr.addstr(y, x, text, styles.get(style, 0))
+            x += len(text)
+    scr.noutrefresh()
+    curses.doupdate()
+
+
+__all__ = ["Ui", "run_tui"]

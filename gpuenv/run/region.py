@@ -1,0 +1,183 @@
+"""Named regions in a program that `gpuenv run` wraps.
+
+    import gpuenv
+    with gpuenv.region("train"):
+        train()
+
+    @gpuenv.region("eval")
+    def evaluate(): ...
+
+Without `gpuenv run` a region only times itself (`r.elapsed_s`). Under it, the
+region's start and end reach the parent cheaply: `gpuenv run` hands the child
+the write end of a pipe and names it in the environment, and each edge is one
+`write()` of a short line carrying the child's CLOCK_MONOTONIC time (a
+system-wide clock on Linux, so the parent compares it with its own samples).
+Writes shorter than PIPE_BUF are atomic, so threads and forked workers may mark
+regions at once.
+
+The wire format, for programs in other languages (one line per edge, ASCII):
+
+    b <pid> <id> <t> <name>\\n     region <id> of process <pid> begins at <t> s
+    e <pid> <id> <t>\\n            it ends
+
+<t> is CLOCK_MONOTONIC in seconds; <id> is unique within <pid>; <name> has no
+newline. The fd is in GPUENV_REGION_FD; GPUENV_REGION_PIPE holds
+"<st_dev>:<st_ino>" of that pipe, so that a process which inherited the
+variable but not the fd (a grandchild started with close_fds) does not write
+into whatever file now has that number: it checks with fstat first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from types import TracebackType
+
+ENV_FD = "GPUENV_REGION_FD"
+ENV_PIPE = "GPUENV_REGION_PIPE"
+MAX_NAME = 200  # keeps every line far below PIPE_BUF (4096), so each write is atomic
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One parsed line of the region protocol."""
+
+    kind: str  # "b" (begin) | "e" (end)
+    pid: int
+    id: int
+    t: float  # CLOCK_MONOTONIC seconds
+    name: str | None  # only on "b"
+
+
+def parse_line(line: str) -> Edge | None:
+    """Parse one protocol line; None for a line that is not one (ignored, never fatal)."""
+    parts = line.rstrip("\n").split(" ", 4)
+    try:
+        if parts[0] == "b" and len(parts) == 5:
+            return Edge("b", int(parts[1]), int(parts[2]), float(parts[3]), parts[4])
+        if parts[0] == "e" and len(parts) == 4:
+            return Edge("e", int(parts[1]), int(parts[2]), float(parts[3]), None)
+    except ValueError:
+        return None
+    return None
+
+
+def pipe_identity(fd: int) -> str:
+    st = os.fstat(fd)
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+class _Channel:
+    """The write end this process uses, found once per process (fork-aware)."""
+
+    def __init__(self) -> None:
+        self._pid = -1
+        self._fd: int | None = None
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def fd(self) -> int | None:
+        pid = os.getpid()
+        if pid != self._pid:
+            with self._lock:
+                if pid != self._pid:
+                    self._fd = _find_fd()
+                    self._ids = itertools.count(1)
+                    self._pid = pid
+        return self._fd
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def send(self, data: bytes) -> None:
+        fd = self.fd()
+        if fd is None:
+            return
+        try:
+            os.write(fd, data)
+        except OSError:  # the parent went away (EPIPE) or the fd was closed: stop trying
+            self._fd = None
+
+    def reset(self) -> None:
+        """Look the fd up again on next use (tests change the environment)."""
+        self._pid = -1
+
+
+def _find_fd() -> int | None:
+    raw = os.environ.get(ENV_FD)
+    if not raw:
+        return None
+    try:
+        fd = int(raw)
+        st = os.fstat(fd)
+    except (ValueError, OSError):
+        return None
+    if not stat.S_ISFIFO(st.st_mode):
+        return None
+    want = os.environ.get(ENV_PIPE)
+    if want and want != f"{st.st_dev}:{st.st_ino}":
+        return None  # the number was reused for another pipe
+    return fd
+
+
+_CHANNEL = _Channel()
+
+
+def active() -> bool:
+    """True when region marks reach a `gpuenv run` parent."""
+    return _CHANNEL.fd() is not None
+
+
+class region(contextlib.ContextDecorator):  # lower case: used like a function, gpuenv.region("x")
+    """Mark a named region; `gpuenv run` summarises the GPU's telemetry per region.
+
+    A context manager and a decorator. Regions may nest and repeat (a region
+    entered 100 times is one row with 100 repetitions in the summary). Costs
+    one `write()` per edge under `gpuenv run`, two clock reads otherwise.
+    """
+
+    def __init__(self, name: str):
+        name = str(name).replace("\n", " ").replace("\r", " ").strip()
+        if not name:
+            from gpuenv.errors import ConfigError
+
+            raise ConfigError("a region needs a name", hint='use gpuenv.region("train")')
+        self.name = name[:MAX_NAME]
+        self.t0: float | None = None
+        self.t1: float | None = None
+        self._id = 0
+
+    @property
+    def elapsed_s(self) -> float | None:
+        """Seconds from enter to exit (None until the region ends)."""
+        if self.t0 is None or self.t1 is None:
+            return None
+        return self.t1 - self.t0
+
+    def __enter__(self) -> region:
+        self._id = _CHANNEL.next_id()
+        self.t1 = None
+        self.t0 = time.monotonic()
+        _CHANNEL.send(f"b {os.getpid()} {self._id} {self.t0:.9f} {self.name}\n".encode())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.t1 = time.monotonic()
+        _CHANNEL.send(f"e {os.getpid()} {self._id} {self.t1:.9f}\n".encode())
+
+    def _recreate_cm(self) -> region:
+        # As a decorator, each call gets a fresh region (recursion and threads stay apart).
+        return region(self.name)
+
+
+__all__ = ["ENV_FD", "ENV_PIPE", "Edge", "active", "parse_line", "pipe_identity", "region"]

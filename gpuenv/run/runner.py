@@ -1,0 +1,446 @@
+"""`gpuenv run -- <cmd>`: lock if asked, sample the whole run, summarise per region.
+
+    gpuenv run --sm 1350 --policy reject -o run.jsonl -- python bench.py
+
+The command runs with its stdin, stdout and stderr untouched, in gpuenv's own
+process group (so a terminal's Ctrl-C reaches it directly, and job control
+works). gpuenv forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
+sent to gpuenv alone; a signal the terminal sent to the whole foreground group
+(Ctrl-C, Ctrl-\\, hang-up) already reached the command, so it is not sent
+twice. gpuenv then exits with the command's exit status (see `exit_status`).
+
+Regions: the command marks them with `gpuenv.region("name")` (see run/region.py);
+their edges come back over an inherited pipe with the child's CLOCK_MONOTONIC
+times, which the sampler's clock shares. The whole run is always one more
+region, "(run)". At the end every region gets a `Measurement` (one rep per
+time it was entered, a `Window` per rep and GPU, findings and a verdict) and
+the run goes to the JSONL results file with the telemetry trace for `gpuenv plot`.
+
+The parent's side of regions is in tracker.py (pairing edges, windows) and
+report.py (measurements, the table).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from gpuenv.backend import Backend
+from gpuenv.errors import ConfigError
+from gpuenv.results import Measurement
+from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
+from gpuenv.run.report import RUN_NAME, build_measurements, fmt_time, gpu_facts, summary_table
+from gpuenv.run.tracker import (
+    FLUSH_S,
+    MAX_REGION_LIST,
+    Region,
+    RegionReader,
+    RegionTracker,
+    Summariser,
+)
+from gpuenv.telemetry import Sampler
+
+RUN_POLICIES = ("annotate", "reject")  # retry cannot re-run a command's regions
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+FROM_TERMINAL = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
+SI_KERNEL = 0x80  # si_code of a signal the kernel (the tty driver) sent to a process group
+SETTLE_S = 0.5  # a flush covers regions that ended this long ago: their samples are in
+
+
+class CommandNotFound(ConfigError):
+    """The command to run does not exist or cannot be executed (exit 127 / 126, as shells)."""
+
+    def __init__(self, command: str, *, exit_code: int = 127, why: str = "command not found"):
+        self.exit_code = exit_code
+        super().__init__(f"{why}: {command}", hint="check the command and your PATH")
+
+
+# -- where and what: defaults under torchrun / Slurm -------------------------------------
+
+
+def default_gpu_selector(env: Mapping[str, str]) -> str:
+    """The GPUs a wrapped command uses, when -i is not given.
+
+    Under torchrun (LOCAL_RANK) the rank's own GPU; under Slurm (SLURM_LOCALID)
+    the task's only visible GPU, or the one at its local id; otherwise the GPUs
+    CUDA_VISIBLE_DEVICES shows, or all.
+    """
+    if env.get("LOCAL_RANK", "").strip():
+        return "local"
+    visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if env.get("SLURM_LOCALID", "").strip():
+        return "cuda:0" if len(visible) == 1 else "local"
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return ",".join(f"cuda:{k}" for k in range(len(visible))) or "cuda:0"
+    return "all"
+
+
+def selector_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment for select_gpus: SLURM_LOCALID stands in for a missing LOCAL_RANK."""
+    out = dict(env)
+    if not out.get("LOCAL_RANK", "").strip() and out.get("SLURM_LOCALID", "").strip():
+        out["LOCAL_RANK"] = out["SLURM_LOCALID"]
+    return out
+
+
+def rank_of(env: Mapping[str, str]) -> int | None:
+    """This process's global rank when it is one of several (torchrun RANK, Slurm SLURM_PROCID)."""
+    for rank_key, size_key in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        rank, size = env.get(rank_key, "").strip(), env.get(size_key, "").strip()
+        if rank.isdigit() and (not size.isdigit() or int(size) > 1):
+            return int(rank)
+    return None
+
+
+def rank_output_path(path: str | os.PathLike[str], rank: int | None) -> Path:
+    """run.jsonl -> run.rank3.jsonl for rank 3, so ranks never write one file."""
+    p = Path(path)
+    if rank is None:
+        return p
+    return p.with_name(f"{p.stem}.rank{rank}{p.suffix or '.jsonl'}")
+
+
+def resolve_command(argv: Sequence[str]) -> str:
+    """The executable `argv[0]` names; CommandNotFound before anything is locked."""
+    if not argv:
+        raise ConfigError("no command to run", hint="gpuenv run [options] -- python bench.py")
+    exe = argv[0]
+    if "/" in exe:
+        if not os.path.exists(exe):
+            raise CommandNotFound(exe)
+        if os.path.isdir(exe) or not os.access(exe, os.X_OK):
+            raise CommandNotFound(exe, exit_code=126, why="permission denied (not executable)")
+        return exe
+    found = shutil.which(exe)
+    if found is None:
+        raise CommandNotFound(exe)
+    return found
+
+
+# -- running the command -----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _signals_blocked(sigs: Sequence[int]) -> Iterator[set[int]]:
+    """Block `sigs` in this thread (and threads it starts); yields the mask before."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield set(old)
+    finally:
+        waited = set(sigs)
+        while waited and signal.sigtimedwait(waited, 0) is not None:
+            pass  # drop what arrived after the command ended: nothing to forward it to
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@dataclass
+class RunResult:
+    returncode: int  # the command's: >= 0 an exit code, < 0 killed by that signal
+    measurements: list[Measurement]
+    output: Path | None
+    duration_s: float
+    forwarded: list[int] = field(default_factory=list)
+
+    @property
+    def rejected(self) -> bool:
+        return any(m.verdict == "rejected" for m in self.measurements)
+
+    def exit_status(self, policy: str) -> int:
+        """The command's exit code; 1 when it succeeded but --policy reject rejected a region;
+        128+N when a signal N killed it (the CLI re-raises the common ones instead)."""
+        if self.returncode < 0:
+            return 128 - self.returncode
+        if self.returncode == 0 and policy == "reject" and self.rejected:
+            return 1
+        return self.returncode
+
+
+class Runner:
+    """One `gpuenv run`: everything between parsing the options and printing the table."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        backend: Backend,
+        gpus: Sequence[int],
+        lock_args: dict[str, Any] | None = None,
+        force: bool = False,
+        policy: str = "annotate",
+        output: str | os.PathLike[str] | None = None,
+        period: float | None = None,
+        stderr: IO[str] | None = None,
+        quiet: bool = False,
+    ):
+        if policy not in RUN_POLICIES:
+            raise ConfigError(
+                f"--policy {policy} does not apply to 'gpuenv run'",
+                hint="use annotate or reject (a command's regions cannot be re-run one by one)",
+            )
+        if backend.clock.virtual:
+            raise ConfigError("gpuenv run needs real time: the command's regions carry its clock")
+        self.argv = list(argv)
+        self.exe = resolve_command(self.argv)
+        self.backend = backend
+        self.gpus = list(gpus)
+        self.lock_args = lock_args
+        self.force = force
+        self.policy = policy
+        self.output = Path(output) if output is not None else None
+        self.period = period
+        self.stderr = stderr if stderr is not None else sys.stderr
+        self.quiet = quiet
+
+    def run(self) -> RunResult:
+        lock = None
+        if self.lock_args:
+            from gpuenv.locking import acquire
+
+            lock = acquire(
+                **self.lock_args,
+                gpus=self.gpus,
+                backend=self.backend,
+                force=self.force,
+                supervise=True,
+                command="gpuenv run: " + shlex.join(self.argv),
+            )
+        try:
+            for note in lock.notes if lock else []:
+                print(f"gpuenv: {note}", file=self.stderr)
+            return self._run_locked(lock)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _lock_ranges(self, lock: Any) -> dict[int, tuple[int, int]]:
+        from gpuenv.locking import lock_ranges
+
+        return {} if lock is None else lock_ranges(lock, self.backend)
+
+    def _run_locked(self, lock: Any) -> RunResult:
+        from gpuenv.results import ResultStore, environment_metadata
+
+        ranges = self._lock_ranges(lock)
+        rank = rank_of(os.environ)
+        store = None
+        if self.output is not None:
+            meta = environment_metadata(
+                self.backend,
+                self.gpus,
+                extra={
+                    "tool": "gpuenv run",
+                    "command": self.argv,
+                    "policy": self.policy,
+                    "rank": rank,
+                    "lock": lock.plan.lines() if lock is not None else None,
+                },
+            )
+            store = ResultStore(self.output, meta)
+        facts = gpu_facts(self.backend, self.gpus, ranges)
+        sampler = Sampler(
+            self.backend, self.gpus, period=self.period, lock_ranges=ranges, own_pids=[os.getpid()]
+        )
+        tracker = RegionTracker()
+        summariser = Summariser(sampler, self.gpus)
+        r_fd, w_fd = os.pipe()
+        os.set_inheritable(w_fd, True)
+        env = dict(os.environ)
+        env[ENV_FD] = str(w_fd)
+        env[ENV_PIPE] = pipe_identity(w_fd)
+        forwarded: list[int] = []
+        family = _Family()
+        reader = RegionReader(r_fd, tracker, sampler)
+        w_open = True
+        try:
+            with _signals_blocked([*FORWARDED, signal.SIGCHLD]) as old_mask:
+                # Threads started now inherit the blocked mask: signals come only to sigtimedwait.
+                sampler.start()
+                reader.start()
+                t_start = sampler.mark()
+                try:
+                    pid = os.posix_spawn(
+                        self.exe,
+                        self.argv,
+                        env,
+                        setsigmask=old_mask,
+                        setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+                    )
+                except OSError as err:
+                    raise CommandNotFound(
+                        self.argv[0],
+                        exit_code=127 if isinstance(err, FileNotFoundError) else 126,
+                        why=err.strerror or "cannot run",
+                    ) from err
+                finally:
+                    os.close(w_fd)  # the command holds the write end now; EOF once it is done
+                    w_open = False
+                sampler.own_pids.add(pid)
+                run = Region(RUN_NAME, pid, t_start)
+                status = self._wait(pid, forwarded, family, sampler, summariser, tracker, run)
+                t_end = sampler.mark()
+        except BaseException:
+            sampler.stop()
+            raise
+        finally:
+            reader.stop()
+            os.close(r_fd)
+            if w_open:
+                os.close(w_fd)
+        try:
+            run.t1 = t_end
+            tracker.close_all(t_end)
+            summariser.flush(t_end, [run, *tracker.finished], final=True)
+        finally:
+            sampler.stop()
+        wall0 = time.time() - time.monotonic()
+        traces = summariser.log.traces(t_start)
+        extra_run: dict[str, Any] = {
+            "command": self.argv,
+            "returncode": status,
+            "t0_monotonic": t_start,
+            # what `gpuenv plot` draws: the first GPU's trace, and every GPU's under "traces"
+            "trace": traces[self.gpus[0]],
+            "regions": [
+                {
+                    "name": r.name,
+                    "pid": r.pid,
+                    "t0_s": round(r.t0 - t_start, 6),
+                    "t1_s": round((r.t1 or r.t0) - t_start, 6),
+                    "complete": r.complete,
+                }
+                for r in sorted(tracker.finished, key=lambda r: r.t0)[:MAX_REGION_LIST]
+            ],
+            "forwarded_signals": [signal.Signals(s).name for s in forwarded],
+        }
+        if len(self.gpus) > 1:
+            extra_run["traces"] = {str(g): t for g, t in traces.items()}
+        if tracker.ignored:
+            extra_run["ignored_edges"] = tracker.ignored
+        measurements = build_measurements(
+            tracker.finished,
+            run,
+            gpus=self.gpus,
+            facts=facts,
+            policy=self.policy,
+            stable_clocks=lock is not None,
+            wall_at=lambda t: wall0 + t,
+            extra_run=extra_run,
+        )
+        if store is not None:
+            with store:
+                for m in measurements:
+                    store.append(m)
+        result = RunResult(status, measurements, self.output, t_end - t_start, forwarded)
+        if not self.quiet:
+            print(self._table(result, lock), file=self.stderr)
+        return result
+
+    def _wait(
+        self,
+        pid: int,
+        forwarded: list[int],
+        family: _Family,
+        sampler: Sampler,
+        summariser: Summariser,
+        tracker: RegionTracker,
+        run: Region,
+    ) -> int:
+        """Wait for the command, forwarding signals; returns its status (waitstatus_to_exitcode)."""
+        waited = {*FORWARDED, signal.SIGCHLD}
+        next_flush = time.monotonic() + FLUSH_S
+        next_family = time.monotonic() + 0.25  # a short command costs no process-tree walk
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done == pid:
+                return os.waitstatus_to_exitcode(status)
+            now = time.monotonic()
+            if now >= next_family:
+                sampler.own_pids.update(family.of(pid))  # its workers are not "other processes"
+                next_family = now + 0.25
+            if now >= next_flush:
+                with tracker.lock:
+                    regions = [run, *tracker.finished, *tracker.open.values()]
+                try:
+                    summariser.flush(now - SETTLE_S, regions)
+                except Exception as err:  # never lose the command over a summary
+                    print(f"gpuenv: warning: summarising regions failed: {err}", file=self.stderr)
+                next_flush = now + FLUSH_S
+            info = signal.sigtimedwait(waited, 0.25)
+            if info is None or info.si_signo == signal.SIGCHLD:
+                continue
+            sig = info.si_signo
+            if sig in FROM_TERMINAL and info.si_code == SI_KERNEL:
+                continue  # the terminal sent it to the whole foreground group: the command has it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+                forwarded.append(sig)
+
+    def _table(self, result: RunResult, lock: Any) -> str:
+        from gpuenv.devices import describe
+
+        cmd = shlex.join(self.argv)
+        if len(cmd) > 60:
+            cmd = cmd[:57] + "..."
+        if result.returncode < 0:
+            how = f"was killed by {signal.Signals(-result.returncode).name}"
+        else:
+            how = f"exited with {result.returncode}"
+        gpus = ", ".join(describe(self.backend, g) for g in self.gpus)
+        if lock is not None:
+            from gpuenv.clocks import describe_target
+
+            targets = sorted({describe_target(gp.applied) for gp in lock.plan.gpus})
+            state = "; locked " + "; ".join(targets)
+        else:
+            state = "; clocks not locked"
+        head = f"gpuenv run: '{cmd}' {how} after {fmt_time(result.duration_s)} on {gpus}{state}"
+        table = summary_table(result.measurements, header=head)
+        if result.output is not None:
+            table += f"\n  results: {result.output}"
+        if self.policy == "reject" and result.rejected:
+            names = [m.name for m in result.measurements if m.verdict == "rejected"]
+            table += f"\n  rejected: {', '.join(names)} (--policy reject)"
+        return table
+
+
+class _Family:
+    """The command's descendants, remembered once seen (workers that exit early still count)."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+
+    def of(self, pid: int) -> set[int]:
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            self.seen.update(p.pid for p in psutil.Process(pid).children(recursive=True))
+        return self.seen
+
+
+__all__ = [
+    "RUN_NAME",
+    "CommandNotFound",
+    "RunResult",
+    "Runner",
+    "default_gpu_selector",
+    "rank_of",
+    "rank_output_path",
+    "resolve_command",
+    "selector_env",
+]

@@ -1,0 +1,266 @@
+"""The parent's side of regions in `gpuenv run`: pair the edges, summarise them.
+
+`RegionReader` reads the edges the command writes (gpuenv/run/region.py) from the
+pipe and `RegionTracker` pairs them into `Region`s. `Summariser` turns each
+region into one `Window` per GPU as the run goes: the sampler keeps a bounded
+buffer, so long regions are summarised in chunks and the chunks merged
+(`gpuenv.telemetry.merge_windows`). `SampleLog` keeps the samples `gpuenv plot`
+draws. Measurements and the table are in report.py.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import select
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuenv.run.region import Edge, parse_line
+from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, Sampler, Window, merge_windows, summarize
+
+FLUSH_S = 30.0  # summarise finished regions and chunks of open ones this often
+MARK_MIN_S = 0.05  # at most one edge read of the slow counters per 50 ms of region edges
+MAX_POINTS = 20_000  # samples per GPU kept for plotting (thinned beyond)
+MAX_REGION_LIST = 10_000  # region spans listed for plotting
+COUNTER_MARGIN_S = 0.3  # counter reads around an interval that its interpolation may use
+
+
+@dataclass
+class Region:
+    """One time a region was entered (or the whole run), and its summary so far."""
+
+    name: str
+    pid: int
+    t0: float
+    t1: float | None = None
+    complete: bool = True  # False: the command ended inside it
+    covered_to: float = 0.0  # windows exist up to here
+    chunks: dict[int, list[Window]] = field(default_factory=dict)
+    windows: dict[int, Window] | None = None  # per GPU, once summarised
+
+    def __post_init__(self) -> None:
+        self.covered_to = self.t0
+
+
+class RegionTracker:
+    """Pairs begin and end edges (by pid and id) into Regions; thread-safe."""
+
+    def __init__(self) -> None:
+        self.open: dict[tuple[int, int], Region] = {}
+        self.finished: list[Region] = []
+        self.names: list[str] = []  # in order of first appearance
+        self.ignored = 0  # ends without a begin, repeated begins
+        self.lock = threading.Lock()
+
+    def feed(self, edge: Edge) -> None:
+        key = (edge.pid, edge.id)
+        with self.lock:
+            if edge.kind == "b":
+                if key in self.open or edge.name is None:
+                    self.ignored += 1
+                    return
+                self.open[key] = Region(edge.name, edge.pid, edge.t)
+                if edge.name not in self.names:
+                    self.names.append(edge.name)
+            else:
+                region = self.open.pop(key, None)
+                if region is None:
+                    self.ignored += 1
+                    return
+                region.t1 = max(edge.t, region.t0)
+                self.finished.append(region)
+
+    def close_all(self, t_end: float) -> None:
+        """Regions still open when the command ended end with it, marked incomplete."""
+        with self.lock:
+            for region in self.open.values():
+                region.t1 = max(t_end, region.t0)
+                region.complete = False
+                self.finished.append(region)
+            self.open.clear()
+
+
+class RegionReader:
+    """Reads region edges from the pipe's read end on a small thread."""
+
+    def __init__(self, fd: int, tracker: RegionTracker, sampler: Sampler | None):
+        self.fd = fd
+        self.tracker = tracker
+        self.sampler = sampler
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpuenv-regions", daemon=True)
+        self._last_mark = float("-inf")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Read what is already in the pipe, then stop (a grandchild may keep it open)."""
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN | select.POLLHUP)
+        pending = b""
+        while True:
+            try:
+                ready = poller.poll(100)
+            except InterruptedError:
+                continue
+            if not ready:
+                if self._stop.is_set():
+                    return
+                continue
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError:
+                return
+            if not data:
+                return  # every writer closed it
+            pending += data
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                edge = parse_line(raw.decode("utf-8", "replace"))
+                if edge is not None:
+                    self.tracker.feed(edge)
+            self._mark()
+
+    def _mark(self) -> None:
+        # Region edges are where the slow counters (energy, time under reasons) matter.
+        now = time.monotonic()
+        if self.sampler is not None and now - self._last_mark >= MARK_MIN_S:
+            self._last_mark = now
+            self.sampler.mark()
+
+
+class SampleLog:
+    """The samples kept for plotting: at most MAX_POINTS per GPU, thinned evenly beyond."""
+
+    def __init__(self, gpus: Sequence[int], max_points: int = MAX_POINTS, min_dt: float = 0.0):
+        self.max_points = max_points
+        self.min_dt = min_dt
+        self.points: dict[int, list[Sample]] = {g: [] for g in gpus}
+        self.upto: float = float("-inf")
+
+    def add(self, samples: Sequence[Sample]) -> None:
+        for s in samples:
+            pts = self.points.setdefault(s.gpu, [])
+            if pts and s.t - pts[-1].t < self.min_dt:
+                continue
+            pts.append(s)
+            if len(pts) > self.max_points:
+                self.points[s.gpu] = pts[::2]
+                self.min_dt = max(self.min_dt * 2, (pts[-1].t - pts[0].t) / self.max_points)
+
+    def traces(self, t_ref: float) -> dict[int, dict[str, Any]]:
+        """Per GPU, the trace `gpuenv plot` draws (timing.py's format): times in seconds
+        from t_ref (host monotonic, kept as "t0"), power instantaneous where the GPU gives it."""
+        out: dict[int, dict[str, Any]] = {}
+        for g, pts in self.points.items():
+            out[g] = {
+                "t0": t_ref,
+                "t_s": [round(s.t - t_ref, 4) for s in pts],
+                "sm_mhz": [s.sm_mhz for s in pts],
+                "mem_mhz": [s.mem_mhz for s in pts],
+                "power_w": [
+                    round(s.power_instant_w if s.power_instant_w is not None else s.power_w, 1)
+                    for s in pts
+                ],
+                "temp_c": [s.temp_c for s in pts],
+                "reasons": [s.reasons for s in pts],
+            }
+        return out
+
+
+class Summariser:
+    """Turns regions into per-GPU Windows as the run goes (chunked: see the module doc).
+
+    `windows()` summarises each interval from the few samples around it (the
+    sampler's own `windows()` scans its whole buffer per interval, which is slow
+    for a command that enters a region many thousand times).
+    """
+
+    def __init__(self, sampler: Sampler, gpus: Sequence[int], *, chunk_s: float = FLUSH_S):
+        self.sampler = sampler
+        self.gpus = list(gpus)
+        self.chunk_s = chunk_s
+        self.log = SampleLog(gpus)
+
+    def windows(self, intervals: Sequence[tuple[float, float]], g: int) -> list[Window]:
+        sampler = self.sampler
+        if not intervals:
+            return []
+        # waits (briefly) for the counter read at the last edge, as sampler.window does
+        sampler.window(max(b for _, b in intervals), max(b for _, b in intervals), g)
+        fast = sampler.samples(gpu=g)
+        slow = sampler.slow_samples(gpu=g)
+        gaps = [x for x in sampler.gaps if x.gpu == g]
+        truncated = len(fast) >= sampler.capacity
+        f_t = [x.t for x in fast]
+        s_t = [x.t for x in slow]
+        rng = sampler.lock_ranges.get(g)
+        out = []
+        for t0, t1 in intervals:
+            i0 = max(0, bisect.bisect_right(f_t, t0) - 1)
+            i1 = bisect.bisect_right(f_t, t1 + DRIVER_REFRESH_S) + 1
+            k0 = max(0, bisect.bisect_left(s_t, t0 - COUNTER_MARGIN_S) - 1)
+            k1 = bisect.bisect_right(s_t, t1 + COUNTER_MARGIN_S) + 1
+            out.append(
+                summarize(
+                    fast[i0:i1],
+                    slow[k0:k1],
+                    gaps,
+                    t0,
+                    t1,
+                    gpu=g,
+                    lock_range=rng,
+                    lock_tolerance_mhz=sampler.lock_tolerance_mhz,
+                    own_pids=sampler.own_pids,
+                    period=sampler.period,
+                    truncated=truncated and i0 == 0,
+                )
+            )
+        return out
+
+    def flush(self, safe_t: float, regions: Sequence[Region], *, final: bool = False) -> None:
+        """Summarise finished regions that end before `safe_t` (all when final) and chunk
+        long open ones up to `safe_t`."""
+        jobs: list[tuple[Region, float, float, bool]] = []
+        for r in regions:
+            if r.windows is not None:
+                continue
+            if r.t1 is not None and (final or r.t1 <= safe_t):
+                jobs.append((r, r.covered_to, r.t1, True))
+            elif safe_t - r.covered_to >= self.chunk_s:
+                end = safe_t if r.t1 is None else min(safe_t, r.t1)
+                jobs.append((r, r.covered_to, end, False))
+        if jobs:
+            for g in self.gpus:
+                windows = self.windows([(a, b) for _, a, b, _ in jobs], g)
+                for (r, _, _, _), w in zip(jobs, windows, strict=True):
+                    r.chunks.setdefault(g, []).append(w)
+            for r, _, b, done in jobs:
+                r.covered_to = b
+                if done:
+                    r.windows = {g: merge_windows(r.chunks.pop(g)) for g in self.gpus}
+        new = self.sampler.samples(None if self.log.upto == float("-inf") else self.log.upto, None)
+        self.log.add([s for s in new if s.t > self.log.upto])
+        if new:
+            self.log.upto = max(s.t for s in new)
+
+
+__all__ = [
+    "FLUSH_S",
+    "MAX_REGION_LIST",
+    "Region",
+    "RegionReader",
+    "RegionTracker",
+    "SampleLog",
+    "Summariser",
+]

@@ -1,0 +1,48 @@
+"""Telemetry during timed regions: Sample records, the Sampler, Window summaries.
+
+The sampler reads the cheap values (clocks, power, temperature, reasons: ~2 us
+each on an H100) on every tick, and the slow cumulative counters (energy ~3 ms,
+time under each reason ~0.1-0.2 ms) at most every `slow_period` and at region
+edges, always on its own thread in real time. A region's `Window` summarises
+the samples that cover it, including the ones just before and after it.
+
+The package:
+    samples.py   Sample, SlowSample, Gap; the driver refresh and the sampling period
+    window.py    Window; summarize (samples -> Window); merge_windows (chunks -> Window)
+    sampler.py   the Sampler thread: ring buffers, edge reads (mark), windows
+"""
+
+from __future__ import annotations
+
+from gpuenv.telemetry.sampler import (
+    DEFAULT_CAPACITY,
+    DEFAULT_ENERGY_PERIOD_S,
+    DEFAULT_PROCESS_PERIOD_S,
+    DEFAULT_SLOW_PERIOD_S,
+    EDGE_MIN_INTERVAL_S,
+    EDGE_WAIT_S,
+    SLOW_LOOKBACK_S,
+    Sampler,
+)
+from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
+from gpuenv.telemetry.window import ENERGY_EXACT_MIN_S, Window, merge_windows, summarize
+
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "DEFAULT_ENERGY_PERIOD_S",
+    "DEFAULT_PERIOD_S",
+    "DEFAULT_PROCESS_PERIOD_S",
+    "DEFAULT_SLOW_PERIOD_S",
+    "DRIVER_REFRESH_S",
+    "EDGE_MIN_INTERVAL_S",
+    "EDGE_WAIT_S",
+    "ENERGY_EXACT_MIN_S",
+    "SLOW_LOOKBACK_S",
+    "Gap",
+    "Sample",
+    "Sampler",
+    "SlowSample",
+    "Window",
+    "merge_windows",
+    "summarize",
+]

@@ -1,0 +1,106 @@
+"""What `bench()` is asked to do: one config object instead of thirty keywords.
+
+    cfg = BenchConfig(condition="sustained", reps=50)
+    m = gpuenv.bench(fn, cfg)                 # or gpuenv.bench(fn, condition=..., reps=...)
+
+Every field has the default a user who passes nothing should get. The condition
+default ("auto") is the safe one: measure as is only when gpuenv's own clock lock
+holds on the GPU; otherwise burst (each burst starts from the cool, uncapped
+state), so the number does not depend on what ran before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuenv.conditioning import ConditionConfig
+from gpuenv.errors import ConfigError
+from gpuenv.judge import check_policy
+from gpuenv.timing.devices import MODES
+from gpuenv.verdict import VerdictConfig
+
+CONDITIONS = ("auto", "burst", "sustained", "none")
+DEFAULT_BUDGET_S = 10.0  # measuring time when no rep count is given
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Settings of one `bench()` call.
+
+    Reps continue until the median's `confidence` CI is within `rel_ci` of it, or
+    `budget_s` of measuring (default 10 s; unlimited when `reps` fixes the count)
+    or `max_reps` run out; `reps=N` takes exactly N. `warmup="auto"` runs reps
+    until their times and clocks stop trending (at most `warmup_max_s`); an int
+    runs that many. `mode`: "events" (CUDA events per rep), "graph" (a CUDA graph
+    of `calls_per_rep` calls, for tiny kernels), "profiler" (summed device time of
+    fn's kernels). `condition`: "auto" (default: "none" when gpuenv's clock lock
+    holds on the GPU, else the session's mode, else "burst"), "burst", "sustained"
+    (precondition to equilibrium, then reps of fn back to back) or "none" (measure
+    in whatever state the GPU is in). `conditioning` holds their thresholds.
+    `policy`: "annotate" | "reject" | "retry" (default: the session's, else annotate).
+    """
+
+    mode: str = "events"
+    reps: int | None = None
+    budget_s: float | None = None
+    rel_ci: float = 0.01
+    min_reps: int = 10
+    max_reps: int = 10_000
+    confidence: float = 0.95
+    warmup: str | int = "auto"
+    warmup_max_s: float = 5.0
+    warmup_max_reps: int = 1000
+    flush_l2: bool = True
+    saturate: bool = True
+    calls_per_rep: int | str = "auto"
+    condition: str | None = None  # None = "auto"
+    conditioning: ConditionConfig = field(default_factory=ConditionConfig)
+    policy: str | None = None
+    verdict_config: VerdictConfig | None = None
+    probe_clock: bool = True
+    keep_trace: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(
+                f"unknown timing mode {self.mode!r}", hint=f"use one of {', '.join(MODES)}"
+            )
+        if self.reps is not None and self.reps < 1:
+            raise ConfigError(f"reps must be at least 1 (got {self.reps})")
+        if self.condition is not None and self.condition not in CONDITIONS:
+            raise ConfigError(
+                f"unknown condition {self.condition!r}",
+                hint="use 'auto' (the default), 'burst', 'sustained' or 'none'",
+            )
+        if self.policy is not None:
+            check_policy(self.policy)
+
+    @classmethod
+    def of(cls, config: BenchConfig | None, settings: dict[str, Any]) -> BenchConfig:
+        """`config` with `settings` (keywords of bench()) laid over it.
+
+        Two short forms reach into `conditioning`: `burst_s` (GPU time per burst) and
+        `precondition_max_s` (the longest sustained precondition).
+        """
+        base = config or cls()
+        cond = settings.get("conditioning", base.conditioning)
+        if "burst_s" in settings:
+            cond = dataclasses.replace(cond, burst_s=float(settings.pop("burst_s")))
+        if "precondition_max_s" in settings:
+            cond = dataclasses.replace(
+                cond, sustained_timeout_s=float(settings.pop("precondition_max_s"))
+            )
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise ConfigError(
+                f"bench() got unknown settings: {', '.join(unknown)}",
+                hint=f"settings are the fields of BenchConfig: {', '.join(sorted(known))}",
+            )
+        settings["conditioning"] = cond
+        return dataclasses.replace(base, **settings)
+
+
+__all__ = ["CONDITIONS", "DEFAULT_BUDGET_S", "BenchConfig"]

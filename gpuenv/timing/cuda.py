@@ -1,0 +1,391 @@
+"""CUDA devices through torch: the only module of gpuenv.timing that imports torch
+(lazily, in `_torch()`, when a CUDA device is made).
+
+What a rep is (mode="events", the default), on the current CUDA stream:
+
+    flush L2 (write 2x the device's L2), synchronize       -- outside the timed window
+    _sleep(short)     keeps the GPU busy while the rest is enqueued, so launch latency
+                      never lands between the events (checked each rep: see _rep)
+    e0, _sleep(probe cycles), e_start, fn(), e_end, synchronize
+    time = e_start->e_end; effective SM clock = probe cycles / (e0->e_start)
+
+`torch.cuda._sleep(cycles)` spins for a number of SM cycles, so timing it with
+events gives the clock the GPU really ran at just before the rep (NVML's clock is
+a coarse sample: GPU_FACTS.md). mode="graph" captures several calls of fn in a
+CUDA graph and replays it (tiny kernels: no launch overhead between calls);
+mode="profiler" sums each rep's GPU activity (kernels, copies, memsets) from
+torch.profiler with CUDA-only activity, which leaves out idle bubbles between
+kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpuenv import stats
+from gpuenv.backend import Backend
+from gpuenv.errors import ConfigError, GpuenvError
+from gpuenv.timebase import REAL_CLOCK, Clock
+from gpuenv.timing.devices import CLOCK_PROBE_S, MODES, REP_PROBE_CYCLES, Device, Rep
+
+PROFILER_BATCH = 10  # profiled reps per torch.profiler session
+PROFILER_MAX_REPS = 200
+PROBE_MAX_S = 2e-3  # past this much spin, fn is host-bound: its launch gaps are its time
+COVER_ATTEMPTS = 4  # a rep whose launch the spin did not cover is redone with 2x the spin
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as err:
+        raise ConfigError(
+            "timing a CUDA function needs PyTorch", hint="pip install 'gpuenv[torch]'"
+        ) from err
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            "torch sees no CUDA GPU",
+            hint="check nvidia-smi and CUDA_VISIBLE_DEVICES, or time the simulated GPU with --sim",
+        )
+    return torch
+
+
+class CudaEvents:
+    """CUDA events around each rep on the current stream (see the module docstring)."""
+
+    kind = "cuda_events"
+
+    def __init__(
+        self,
+        *,
+        device: Any = None,
+        flush_l2: bool = True,
+        saturate: bool = True,
+        rep_probe_cycles: int = REP_PROBE_CYCLES,
+        clock: Clock | None = None,
+    ):
+        torch = _torch()
+        self.torch = torch
+        self.clock: Clock = clock or REAL_CLOCK
+        if isinstance(device, torch.device):
+            self.device = device
+        else:
+            index = torch.cuda.current_device() if device is None else int(device)
+            self.device = torch.device("cuda", index)
+        props = torch.cuda.get_device_properties(self.device)
+        self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0)
+        self.saturate = saturate
+        self.flush_l2 = flush_l2
+        self._flush_buf = None
+        if flush_l2:
+            # write twice the L2 so nothing of fn's data survives (50 MiB L2 on an H100)
+            size = max(2 * self.l2_bytes, 8 << 20) if self.l2_bytes else 256 << 20
+            self._flush_buf = torch.empty(size // 4, dtype=torch.int32, device=self.device)
+        self.rep_probe_cycles = int(rep_probe_cycles) if saturate else 0
+        self._cover_cycles = 60_000  # ~30 us at 2 GHz: covers enqueueing e0 and the probe
+        self._probe_cap_cycles = int(PROBE_MAX_S * 2000e6)
+        self.uncovered_reps = 0  # reps redone because fn's launch outlasted the spin
+        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+
+    # what each rep enqueues before fn; fn's own launch must finish before the probe does
+    def _lead_in(self) -> None:
+        if self._flush_buf is not None:
+            self._flush_buf.zero_()
+        self.torch.cuda.current_stream(self.device).synchronize()
+        if self.saturate:
+            self.torch.cuda._sleep(self._cover_cycles)
+
+    def prepare(self, fn: Callable[[], Any]) -> None:
+        # Size the probe spin so it outlasts the host time of enqueueing fn (launch
+        # latency then never sits between the events): time fn's enqueue on the host.
+        if not self.saturate:
+            return
+        with self.torch.cuda.device(self.device):
+            self._size_probe(fn)
+
+    def _size_probe(self, fn: Callable[[], Any]) -> None:
+        samples = []
+        for _ in range(3):
+            self._lead_in()
+            t = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t)
+            self.torch.cuda.current_stream(self.device).synchronize()
+        mhz = self.probe_clock_mhz() or 2000.0
+        need = int(2 * stats.median(samples) * mhz * 1e6)
+        # beyond ~2 ms of spin fn is host-bound: its launch gaps are part of its time
+        self._probe_cap_cycles = int(PROBE_MAX_S * mhz * 1e6)
+        self.rep_probe_cycles = max(REP_PROBE_CYCLES, min(need, self._probe_cap_cycles))
+
+    def _call(self, fn: Callable[[], Any]) -> None:
+        fn()
+
+    def _per_call(self) -> int:
+        return 1
+
+    def rep(self, fn: Callable[[], Any]) -> Rep:
+        with self.torch.cuda.device(self.device):  # events and spins on fn's device
+            return self._rep(fn)
+
+    def _rep(self, fn: Callable[[], Any]) -> Rep:
+        # The spin must outlast the host's enqueueing of fn, or the GPU idles between
+        # e1 and fn's first kernel and launch latency lands in the rep. Checked, not
+        # assumed: the spin began on the GPU no earlier than the host enqueued it (h0),
+        # so if the host was done with fn (h1) within the spin's measured length, fn was
+        # queued before the spin ended. A slower host (a profiler's callbacks, another
+        # thread holding the GIL) makes the rep run again with twice the spin.
+        e0, e1, e2 = self._events
+        for _ in range(COVER_ATTEMPTS):
+            self._lead_in()
+            t0 = self.clock.now()
+            h0 = time.perf_counter()
+            if self.rep_probe_cycles:
+                e0.record()
+                h0 = time.perf_counter()
+                self.torch.cuda._sleep(self.rep_probe_cycles)
+            e1.record()
+            self._call(fn)
+            h1 = time.perf_counter()
+            e2.record()
+            e2.synchronize()
+            t1 = self.clock.now()
+            if not self.rep_probe_cycles:
+                return Rep(t0, t1, e1.elapsed_time(e2) / 1e3 / self._per_call(), None)
+            spin_s = e0.elapsed_time(e1) / 1e3
+            mhz = self.rep_probe_cycles / spin_s / 1e6 if spin_s > 0 else None
+            if h1 - h0 <= spin_s or self.rep_probe_cycles >= self._probe_cap_cycles:
+                break
+            self.uncovered_reps += 1
+            self.rep_probe_cycles = min(2 * self.rep_probe_cycles, self._probe_cap_cycles)
+        return Rep(t0, t1, e1.elapsed_time(e2) / 1e3 / self._per_call(), mhz)
+
+    def reps(self, fn: Callable[[], Any], n: int) -> list[Rep]:
+        return [self.rep(fn) for _ in range(n)]
+
+    def run_for(self, fn: Callable[[], Any], seconds: float) -> float:
+        with self.torch.cuda.device(self.device):
+            return self._run_for(fn, seconds)
+
+    def _run_for(self, fn: Callable[[], Any], seconds: float) -> float:
+        torch = self.torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        deadline = self.clock.now() + seconds
+        calls = 0
+        start.record()
+        while self.clock.now() < deadline:
+            for _ in range(64):  # keep the queue bounded, check the time often
+                fn()
+            calls += 64
+            end.record()
+            end.synchronize()
+        return start.elapsed_time(end) / 1e3 / max(calls, 1)
+
+    def probe_clock_mhz(self) -> float | None:
+        """Time `_sleep(cycles)` with events, behind a lead-in spin; median of 3 (MHz)."""
+        with self.torch.cuda.device(self.device):
+            return self._probe_clock_mhz()
+
+    def _probe_clock_mhz(self) -> float | None:
+        torch = self.torch
+        guess = 2000e6
+        cycles = int(CLOCK_PROBE_S * guess)
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        out = []
+        for _ in range(3):
+            torch.cuda.current_stream(self.device).synchronize()
+            torch.cuda._sleep(self._cover_cycles)
+            e0.record()
+            torch.cuda._sleep(cycles)
+            e1.record()
+            e1.synchronize()
+            seconds = e0.elapsed_time(e1) / 1e3
+            if seconds > 0:
+                out.append(cycles / seconds / 1e6)
+        return stats.median(out) if out else None
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "flush_l2": self.flush_l2,
+            "flush_bytes": int(self._flush_buf.numel() * 4) if self._flush_buf is not None else 0,
+            "l2_bytes": self.l2_bytes,
+            "saturate": self.saturate,
+            "rep_probe_cycles": self.rep_probe_cycles,
+            "uncovered_reps": self.uncovered_reps,
+            "device": str(self.device),
+            "device_name": self.torch.cuda.get_device_name(self.device),
+        }
+
+
+class CudaGraph(CudaEvents):
+    """Captures `calls` calls of fn in a CUDA graph; a rep replays it (time per call).
+
+    The flush happens before each replay, so only the first call of a replay
+    starts with a cold L2: graph mode measures back-to-back calls.
+    """
+
+    kind = "cuda_graph"
+
+    def __init__(self, *, calls: int | str = "auto", target_s: float = 1e-3, **kwargs: Any):
+        super().__init__(**kwargs)
+        if calls != "auto" and (not isinstance(calls, int) or calls < 1):
+            raise ConfigError(
+                f"calls per graph must be a positive integer or 'auto', not {calls!r}"
+            )
+        self.calls_asked = calls
+        self.target_s = target_s
+        self.calls = 1
+        self.graph: Any = None
+
+    def prepare(self, fn: Callable[[], Any]) -> None:
+        with self.torch.cuda.device(self.device):
+            self._capture(fn)
+
+    def _capture(self, fn: Callable[[], Any]) -> None:
+        torch = self.torch
+        if self.calls_asked == "auto":
+            one = stats.median([CudaEvents.rep(self, fn).time_s for _ in range(5)])
+            self.calls = max(1, min(1000, math.ceil(self.target_s / max(one, 1e-7))))
+        else:
+            self.calls = int(self.calls_asked)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        torch.cuda.synchronize(self.device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(self.calls):
+                fn()
+        torch.cuda.synchronize(self.device)
+        self.graph = graph
+        self.rep_probe_cycles = REP_PROBE_CYCLES if self.saturate else 0
+
+    def _call(self, fn: Callable[[], Any]) -> None:
+        if self.graph is None:
+            fn()
+        else:
+            self.graph.replay()
+
+    def _per_call(self) -> int:
+        return self.calls if self.graph is not None else 1
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "calls_per_rep": self.calls}
+
+
+class CudaProfiler(CudaEvents):
+    """Per rep, the sum of device time of fn's GPU activity (kernels, memcpy, memset),
+    from torch.profiler with CUDA-only activity. Reps are profiled in batches; in the
+    trace each rep is framed by two `_sleep` spin kernels (before the flush, before fn),
+    so flush kernels are never counted and each rep's activity is found exactly."""
+
+    kind = "cuda_profiler"
+    _ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
+
+    # rep() stays CudaEvents': warmup and set-up need no profiler session each
+
+    def reps(self, fn: Callable[[], Any], n: int) -> list[Rep]:
+        with self.torch.cuda.device(self.device):
+            return self._profiled(fn, n)
+
+    def _profiled(self, fn: Callable[[], Any], n: int) -> list[Rep]:
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+
+        edges = []
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                torch.cuda._sleep(1000)  # marker: the flush follows
+                if self._flush_buf is not None:
+                    self._flush_buf.zero_()
+                torch.cuda.current_stream(self.device).synchronize()
+                t0 = self.clock.now()
+                torch.cuda._sleep(self.rep_probe_cycles or 1000)  # marker: fn follows
+                fn()
+                torch.cuda.current_stream(self.device).synchronize()
+                edges.append((t0, self.clock.now()))
+        times, spins = _profiled_rep_times(_trace_events(prof), n)
+        cycles = self.rep_probe_cycles or 1000
+        return [
+            Rep(t0, t1, t, cycles / s / 1e6 if s and self.rep_probe_cycles else None)
+            for (t0, t1), t, s in zip(edges, times, spins, strict=True)
+        ]
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "profiled": "kernels+memcpy+memset device time"}
+
+
+def _trace_events(prof: Any) -> list[dict[str, Any]]:
+    """GPU activity from a profiler session, through its Chrome trace (stable across torch
+    versions, unlike the in-memory event API)."""
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="gpuenv-prof-")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            data = json.load(f)
+    finally:
+        os.unlink(path)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    return [e for e in events if e.get("ph") == "X" and e.get("cat") in CudaProfiler._ACTIVITY]
+
+
+def _profiled_rep_times(events: list[dict[str, Any]], n: int) -> tuple[list[float], list[float]]:
+    """Per-rep device time (s) and the fn-marker spin duration (s) from trace events: in
+    device order, spins alternate (before flush, before fn); fn's activity lies between a
+    before-fn spin and the next before-flush spin."""
+    events = sorted(events, key=lambda e: float(e["ts"]))
+    spins = [i for i, e in enumerate(events) if "spin_kernel" in str(e.get("name", ""))]
+    if len(spins) != 2 * n:
+        raise GpuenvError(
+            f"the profiler trace has {len(spins)} marker kernels where {2 * n} were launched",
+            hint="does fn call torch.cuda._sleep itself? use mode='events' for it",
+        )
+    times, spin_s = [], []
+    for r in range(n):
+        start = spins[2 * r + 1]
+        stop = spins[2 * r + 2] if 2 * r + 2 < len(spins) else len(events)
+        total_us = sum(float(e.get("dur", 0.0)) for e in events[start + 1 : stop])
+        times.append(total_us / 1e6)
+        spin_s.append(float(events[start].get("dur", 0.0)) / 1e6)
+    return times, spin_s
+
+
+def cuda_device(mode: str, *, flush_l2: bool = True, saturate: bool = True,
+                calls_per_rep: int | str = "auto", device: Any = None,
+                clock: Clock | None = None) -> Device:
+    """The CUDA device for `mode` ("events", "graph", "profiler")."""
+    kwargs: dict[str, Any] = {"flush_l2": flush_l2, "saturate": saturate, "device": device,
+                              "clock": clock}
+    if mode == "events":
+        return CudaEvents(**kwargs)
+    if mode == "graph":
+        return CudaGraph(calls=calls_per_rep, **kwargs)
+    if mode == "profiler":
+        return CudaProfiler(**kwargs)
+    raise ConfigError(f"unknown timing mode {mode!r}", hint=f"use one of {', '.join(MODES)}")
+
+
+def nvml_index_of_cuda(backend: Backend, device: Any = None) -> int:
+    """The NVML index of a torch CUDA device (by UUID; CUDA and NVML orders differ)."""
+    torch = _torch()
+    ordinal = torch.cuda.current_device() if device is None else torch.device(device).index or 0
+    uuid = getattr(torch.cuda.get_device_properties(ordinal), "uuid", None)
+    if uuid is not None:
+        text = str(uuid).lower()
+        text = text if text.startswith("gpu-") else f"gpu-{text}"
+        for i in range(backend.device_count()):
+            if backend.device_info(i).uuid.lower() == text:
+                return i
+    from gpuenv.devices import select_gpus
+
+    return select_gpus(backend, f"cuda:{ordinal}")[0]
+
+

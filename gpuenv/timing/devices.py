@@ -1,0 +1,186 @@
+"""What runs and times `fn` for the harness: the `Device` protocol, `Rep`, and the
+devices on a clock (CPU code, the simulated GPU: `SimDevice`, `sim_kernel`), plus
+`BackToBack`, sustained mode's reps. No torch here: CUDA devices are in `cuda.py`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gpuenv.timebase import REAL_CLOCK, Clock
+
+MODES = ("events", "graph", "profiler")
+SUSTAINED_REP_S = 0.2  # one rep in sustained mode: this long of fn back to back
+CLOCK_PROBE_S = 0.005  # GPU time of the before/after effective-clock probe
+REP_PROBE_CYCLES = 100_000  # ~50 us at 2 GHz: the per-rep clock probe and launch cover
+
+
+@dataclass(frozen=True)
+class Rep:
+    """One timed repetition: host edges (sampler clock) and the device-measured time."""
+
+    t0: float
+    t1: float
+    time_s: float
+    clock_mhz: float | None = None  # effective SM clock probed just before (or during) the rep
+
+
+class Device(Protocol):
+    """What the harness needs from the thing that runs and times `fn`."""
+
+    kind: str  # Measurement.timer: "cuda_events" | "cuda_graph" | "cuda_profiler" | "sim" | "host"
+    clock: Clock  # host clock of Rep.t0/t1: the sampler's
+
+    def prepare(self, fn: Callable[[], Any]) -> None:
+        """Once, after warmup and before the measured reps (graph capture happens here)."""
+
+    def rep(self, fn: Callable[[], Any]) -> Rep: ...
+
+    def reps(self, fn: Callable[[], Any], n: int) -> list[Rep]:
+        """n reps in a row (the profiler times a batch in one session)."""
+        ...
+
+    def run_for(self, fn: Callable[[], Any], seconds: float) -> float:
+        """Call fn back to back for about `seconds` (conditioning); return the mean
+        time per call (device-timed where the device can)."""
+        ...
+
+    def probe_clock_mhz(self) -> float | None:
+        """Effective SM clock now (MHz), or None where it cannot be probed."""
+        ...
+
+    def settings(self) -> dict[str, Any]:
+        """What the device did, for Measurement.extra (flush size, calls per rep...)."""
+        ...
+
+
+# --- devices on a clock: the simulated GPU, CPU code ---------------------------------
+
+
+class ClockDevice:
+    """Times synchronous work on a Clock: CPU code, or the simulated GPU (whose
+    `run_work` advances the clock). No flush, no events: there is no asynchrony."""
+
+    kind = "host"
+
+    def __init__(self, clock: Clock | None = None):
+        self.clock: Clock = clock or REAL_CLOCK
+
+    def prepare(self, fn: Callable[[], Any]) -> None:
+        return None
+
+    def _rep_probe(self) -> float | None:
+        return None
+
+    def rep(self, fn: Callable[[], Any]) -> Rep:
+        mhz = self._rep_probe()
+        t0 = self.clock.now()
+        fn()
+        t1 = self.clock.now()
+        return Rep(t0, t1, t1 - t0, mhz)
+
+    def reps(self, fn: Callable[[], Any], n: int) -> list[Rep]:
+        return [self.rep(fn) for _ in range(n)]
+
+    def run_for(self, fn: Callable[[], Any], seconds: float) -> float:
+        start = self.clock.now()
+        end = start + seconds
+        calls = 0
+        while self.clock.now() < end:
+            before = self.clock.now()
+            fn()
+            calls += 1
+            if self.clock.now() == before:  # work that takes no clock time would spin forever
+                self.clock.sleep(seconds)
+                return 0.0
+        return (self.clock.now() - start) / max(calls, 1)
+
+    def probe_clock_mhz(self) -> float | None:
+        return None
+
+    def settings(self) -> dict[str, Any]:
+        return {"flush_l2": False}
+
+
+class SimDevice(ClockDevice):
+    """The simulated GPU: fn runs `backend.run_work(...)` (see `sim_kernel`); the
+    effective-clock probe times a light spin of known cycles, as `_sleep` does on CUDA."""
+
+    kind = "sim"
+
+    def __init__(self, backend: Any, gpu: int, *, rep_probe_cycles: float = REP_PROBE_CYCLES):
+        super().__init__(backend.clock)
+        self.backend = backend
+        self.gpu = gpu
+        self.rep_probe_cycles = rep_probe_cycles
+
+    def _spin_mhz(self, cycles: float) -> float | None:
+        seconds = self.backend.run_work(self.gpu, cycles, power_intensity=0.05)
+        return cycles / seconds / 1e6 if seconds > 0 else None
+
+    def _rep_probe(self) -> float | None:
+        return self._spin_mhz(self.rep_probe_cycles) if self.rep_probe_cycles else None
+
+    def probe_clock_mhz(self) -> float | None:
+        max_mhz = self.backend.clock_limits(self.gpu).max_sm_mhz
+        return self._spin_mhz(CLOCK_PROBE_S * max_mhz * 1e6)
+
+    def settings(self) -> dict[str, Any]:
+        return {"flush_l2": False, "device": "sim"}
+
+
+class BackToBack:
+    """Sustained mode's reps: each is `seconds` of fn back to back, timed as
+    preconditioning times it (`run_for`: the mean time per call), so measuring keeps
+    the GPU at the equilibrium preconditioning brought it to. Flushed, synchronized
+    single calls run at a lower duty: the capped clock then moves off that
+    equilibrium by an amount that depends on the chip's temperature (on the H100, a
+    2048^3 matmul's cold and hot sustained numbers came 7.7% apart). The L2 stays
+    warm between calls, as in a long job."""
+
+    def __init__(self, inner: Device, seconds: float = SUSTAINED_REP_S):
+        self.inner = inner
+        self.seconds = seconds
+        self.kind = inner.kind
+        self.clock = inner.clock
+
+    def prepare(self, fn: Callable[[], Any]) -> None:
+        self.inner.prepare(fn)
+
+    def rep(self, fn: Callable[[], Any]) -> Rep:
+        t0 = self.clock.now()
+        per_call = self.inner.run_for(fn, self.seconds)
+        # No effective-clock probe: a spin after the chunk sees the clock once the load
+        # has stopped, and the power controller moves it within milliseconds (on the H100
+        # such probes differed by 3-12% between cold and hot chunks whose time per call
+        # agreed within 0.3%). The sampler's NVML clock stays in each rep's window.
+        return Rep(t0, self.clock.now(), per_call, None)
+
+    def reps(self, fn: Callable[[], Any], n: int) -> list[Rep]:
+        return [self.rep(fn) for _ in range(n)]
+
+    def run_for(self, fn: Callable[[], Any], seconds: float) -> float:
+        return self.inner.run_for(fn, seconds)
+
+    def probe_clock_mhz(self) -> float | None:
+        return self.inner.probe_clock_mhz()
+
+    def settings(self) -> dict[str, Any]:
+        return {**self.inner.settings(), "flush_l2": False, "sustained_rep_s": self.seconds}
+
+
+def sim_kernel(
+    backend: Any, gpu: int = 0, *, seconds: float = 1.4e-3, power_intensity: float = 1.0
+) -> Callable[[], float]:
+    """A synthetic kernel on the simulated GPU: `seconds` long at the GPU's max SM clock
+    (longer when the clock is lower), at `power_intensity` (1.0: a heavy bf16 matmul)."""
+    cycles = seconds * backend.clock_limits(gpu).max_sm_mhz * 1e6
+
+    def kernel() -> float:
+        return float(backend.run_work(gpu, cycles, power_intensity=power_intensity))
+
+    kernel.__name__ = f"sim_kernel_{seconds * 1e6:.0f}us"
+    return kernel
+
+

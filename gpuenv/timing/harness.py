@@ -1,0 +1,389 @@
+"""The harness: `bench(fn)` -- where to run, warmup, conditioning, reps under the stopping
+rule; then gpuenv.judge turns the reps and their telemetry into a `Measurement`."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpuenv import conditioning, stats
+from gpuenv.backend import Backend
+from gpuenv.errors import ConfigError, GpuenvError
+from gpuenv.judge import Evidence, Retry, judge, read_facts
+from gpuenv.timebase import Clock
+from gpuenv.timing.config import DEFAULT_BUDGET_S, BenchConfig
+from gpuenv.timing.cuda import PROFILER_BATCH, PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
+from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
+from gpuenv.timing.warmup import _warmup
+from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts
+
+log = logging.getLogger(__name__)
+
+
+def bench(
+    fn: Callable[[], Any],
+    config: BenchConfig | None = None,
+    *,
+    name: str | None = None,
+    session: Any = None,
+    backend: Backend | None = None,
+    gpu: int | None = None,
+    device: Device | None = None,
+    output: str | os.PathLike[str] | None = None,
+    progress: bool | Callable[[str], None] = False,
+    **settings: Any,
+) -> Any:
+    """Time `fn` on the GPU, with telemetry on every rep; returns a `Measurement`.
+
+    `config` (a `BenchConfig`) and `settings` (its fields as keywords: reps=,
+    condition=, policy=, ...) say what to do; with none, gpuenv picks the safe
+    default (BenchConfig's docstring). `session` (a gpuenv.stable() session) lends
+    its sampler, policy and mode; `device` injects what runs fn (tests: `SimDevice`
+    with `sim_kernel`; default: the backend's synthetic workload when it has one,
+    else CUDA via torch). `output` appends the Measurement to a JSONL file. The stats
+    of the kept reps are in `m.stats`; CI, warmup, conditioning, effective clocks and
+    settings in `m.extra`.
+    """
+    cfg = BenchConfig.of(config, dict(settings))
+    name = name or getattr(fn, "__name__", None) or "bench"
+    if name == "<lambda>":
+        name = "bench"
+    say = _progress_fn(progress)
+    place = _Place.open(cfg, session, backend, gpu, device)
+    try:
+        m = _Run(cfg, place, fn, name, say, verbose=bool(progress)).run()
+    finally:
+        place.close()
+    if session is not None:
+        if hasattr(session, "work_ended"):
+            session.work_ended(session.sampler.mark())  # burst mode waits from here
+        session.results.add(m)  # also appended to the session's `output`, if it has one
+    elif output is not None:
+        from gpuenv.results import ResultStore, environment_metadata
+
+        be = place.backend
+        meta = environment_metadata(be, [place.gpu], clock=place.clock) if be is not None else {}
+        with ResultStore(output, meta) as store:
+            store.append(m)
+    return m
+
+
+@dataclass
+class _Place:
+    """Where fn runs and who watches: backend, GPU, sampler, device, facts, condition."""
+
+    backend: Backend | None
+    gpu: int
+    sampler: Any
+    own_sampler: bool
+    device: Device
+    facts: dict[int, GpuFacts]
+    condition: str
+    condition_why: str
+    policy: str
+    session: Any
+
+    @property
+    def clock(self) -> Clock:
+        return self.device.clock
+
+    @classmethod
+    def open(cls, cfg: BenchConfig, session: Any, backend: Backend | None, gpu: int | None,
+             device: Device | None) -> _Place:  # fmt: skip
+        sampler = None
+        gpus: list[int] = []
+        if session is not None:
+            backend, sampler = session.backend, session.sampler
+            gpus = list(getattr(session, "gpus", []) or sampler.gpus)
+        elif backend is None:
+            backend = _open_backend_quietly()
+        if device is None:
+            if backend is not None and backend.workload is not None:
+                gpu = gpus[0] if gpu is None and gpus else (gpu or 0)
+                device = SimDevice(backend, gpu)
+            else:
+                device = cuda_device(cfg.mode, flush_l2=cfg.flush_l2, saturate=cfg.saturate,
+                                     calls_per_rep=cfg.calls_per_rep,
+                                     clock=sampler.clock if sampler is not None else None)
+        if gpu is None and backend is not None and device.kind.startswith("cuda"):
+            gpu = _safe(lambda: nvml_index_of_cuda(backend, getattr(device, "device", None)))
+        if gpu is None:
+            gpu = gpus[0] if gpus else 0
+        if sampler is not None and gpu not in sampler.gpus:
+            raise ConfigError(
+                f"GPU {gpu} is not sampled by this session (it covers {sampler.gpus})",
+                hint="open the session with gpus= including the GPU fn runs on",
+            )
+        own = sampler is None and backend is not None
+        if sampler is None and backend is not None:
+            from gpuenv.telemetry import Sampler
+
+            sampler = Sampler(backend, [gpu], clock=device.clock)
+            sampler.start()
+        facts = _facts(session, backend, gpu)
+        condition, why = _choose_condition(cfg, session, facts.get(gpu))
+        policy = cfg.policy or getattr(session, "policy", None) or "annotate"
+        return cls(backend, gpu, sampler, own, device, facts, condition, why, policy, session)
+
+    def close(self) -> None:
+        if self.own_sampler:
+            self.sampler.stop()
+
+
+def _facts(session: Any, backend: Backend | None, gpu: int) -> dict[int, GpuFacts]:
+    """The session's facts, else read now, with the lock gpuenv holds on the GPU if any."""
+    if session is not None and gpu in getattr(session, "facts", {}):
+        return {gpu: session.facts[gpu]}
+    if backend is None:
+        return {}
+    lock_range = None
+    try:
+        from gpuenv.clocks.status import lock_status
+
+        st = lock_status(backend, gpu)
+        if st.locked and not st.stale and st.range is not None:
+            lock_range = (int(st.range[0]), int(st.range[1]))
+    except (GpuenvError, OSError, ValueError) as err:
+        log.debug("no lock status for GPU %s: %s", gpu, err)
+    return read_facts(backend, [gpu], {gpu: lock_range} if lock_range else None)
+
+
+def _choose_condition(cfg: BenchConfig, session: Any, facts: GpuFacts | None) -> tuple[str, str]:
+    """The condition to measure in, and why: the safe default unless one was asked for."""
+    if cfg.condition not in (None, "auto"):
+        return str(cfg.condition), "asked for"
+    if facts is not None and facts.lock_range_mhz is not None:
+        lo, hi = facts.lock_range_mhz
+        rng = f"{lo} MHz" if lo == hi else f"{lo}-{hi} MHz"
+        return "none", f"clocks locked by gpuenv ({rng}): measured as they are"
+    if session is not None and getattr(session, "mode", None):
+        return str(session.mode), "the session's mode"
+    return "burst", "clocks not locked: each burst starts from the cool, uncapped state"
+
+
+class _Run:
+    """One bench: warmup, conditioning, reps, judging. The steps in the order they run."""
+
+    def __init__(self, cfg: BenchConfig, place: _Place, fn: Callable[[], Any], name: str,
+                 say: Callable[[str], None], verbose: bool):  # fmt: skip
+        self.cfg, self.place, self.fn, self.name, self.say = cfg, place, fn, name, say
+        self.verbose = verbose
+        self.device = place.device
+        self.clock = place.clock
+        self.extra: dict[str, Any] = {
+            "mode": cfg.mode, "condition": place.condition,
+            "condition_why": place.condition_why, "policy": place.policy,
+        }  # fmt: skip
+
+    def mark(self) -> float:
+        s = self.place.sampler
+        return s.mark() if s is not None else self.clock.now()
+
+    def run(self) -> Any:
+        cfg, place = self.cfg, self.place
+        t_begin, started_at = self.mark(), self.clock.wall()
+        warm = _warmup(self.device, self.fn, place.sampler, place.gpu, cfg.warmup,
+                       cfg.warmup_max_s, cfg.warmup_max_reps)
+        self.extra.update(warmup_reps=warm.reps, warmup_s=warm.seconds,
+                          warmup_steady=warm.steady)
+        if not warm.steady:
+            self.say(f"{self.name}: warmup did not settle in {warm.seconds:.1f} s "
+                     f"({warm.reps} reps)")
+        self.device.prepare(self.fn)
+        clock_before = self.device.probe_clock_mhz() if cfg.probe_clock else None
+        self._condition()
+        t_measure = self.mark()
+        if place.condition == "sustained":
+            self.device = BackToBack(self.device)
+        reps, stop = self._measure()
+        m = self._judge(reps, started_at)
+        t_end = self.mark()
+        clock_after = self.device.probe_clock_mhz() if cfg.probe_clock else None
+        self.extra.update(stop_reason=stop, measure_s=t_end - t_measure,
+                          clock_mhz_before=clock_before, clock_mhz_after=clock_after,
+                          **self.device.settings())
+        self.extra.update(_rep_stats(m, reps, cfg, stop, self._rule(), place, self.name))
+        if cfg.keep_trace and place.sampler is not None:
+            self.extra["trace"] = _trace(place.sampler, place.gpu, t_begin, t_end)
+        return dataclasses.replace(m, extra={**m.extra, **self.extra})
+
+    def _condition(self) -> None:
+        place, cc = self.place, self.cfg.conditioning
+        if place.condition == "sustained":
+            def chunk(seconds: float) -> float:
+                return self.device.run_for(self.fn, seconds)
+
+            show = (lambda line, _settled: self.say(f"{self.name}: {line}")) \
+                if self.verbose else None
+            cond = conditioning.precondition(chunk, place.sampler, [place.gpu], self.clock,
+                                             config=cc, progress=show)
+            self.extra.update(cond.to_dict())
+        elif place.condition == "burst":
+            if place.session is not None and hasattr(place.session, "wait_until_recovered"):
+                t_wait = self.clock.now()
+                place.session.work_ended(self.clock.now())  # the warmup was work
+                place.session.wait_until_recovered()
+                waited, ready = self.clock.now() - t_wait, True
+            else:
+                waited, ready = self._wait()
+            self.extra.update(burst_first_wait_s=waited, burst_first_ready=ready)
+
+    def _wait(self, min_rest_s: float = 0.0) -> tuple[float, bool]:
+        place = self.place
+        waited, ready, _ = conditioning.wait_until_ready(
+            place.sampler, [place.gpu], self.clock, since=self.clock.now(), facts=place.facts,
+            config=self.cfg.conditioning, min_rest_s=min_rest_s,
+        )  # fmt: skip
+        return waited, ready
+
+    def _rule(self) -> stats.StopRule:
+        cfg = self.cfg
+        if cfg.budget_s is not None and cfg.budget_s <= 0:
+            return stats.StopRule()
+        budget = cfg.budget_s if cfg.budget_s is not None else (
+            math.inf if cfg.reps else DEFAULT_BUDGET_S)
+        return stats.StopRule(
+            rel_ci=0.0 if cfg.reps is not None else cfg.rel_ci, budget_s=budget,
+            min_reps=cfg.reps if cfg.reps is not None else min(cfg.min_reps, cfg.max_reps),
+            max_reps=cfg.reps if cfg.reps is not None else cfg.max_reps,
+            confidence=cfg.confidence,
+        )  # fmt: skip
+
+    def _measure(self) -> tuple[list[Rep], str]:
+        """Reps until the stopping rule says stop; in burst mode, rests between bursts."""
+        profiler = self.cfg.mode == "profiler"
+        batch = PROFILER_BATCH if profiler else 1
+        max_reps = PROFILER_MAX_REPS if profiler else None
+        rule, clock = self._rule(), self.clock
+        start = burst_start = clock.now()
+        out: list[Rep] = []
+        rests = 0
+        while True:
+            out.extend(self.device.reps(self.fn, batch) if batch > 1
+                       else [self.device.rep(self.fn)])
+            reason = rule.check([r.time_s for r in out], clock.now() - start)
+            if reason is None and max_reps is not None and len(out) >= max_reps:
+                reason = "max_reps"
+            if reason is not None:
+                self.extra["burst_rests"] = rests
+                return out, reason
+            burst = clock.now() - burst_start
+            if self.place.condition == "burst" and burst >= self.cfg.conditioning.burst_s:
+                self._wait(min_rest_s=conditioning.burst_rest_s(burst, self.cfg.conditioning))
+                rests += 1
+                burst_start = clock.now()
+
+    def _judge(self, reps: list[Rep], started_at: float) -> Any:
+        place, cfg = self.place, self.cfg
+        config = cfg.verdict_config or getattr(place.session, "config", None) or DEFAULT_CONFIG
+        if place.condition == "burst" or (place.condition == "none" and
+                                          place.facts.get(place.gpu, GpuFacts()).lock_range_mhz):
+            # the condition was chosen to keep these reasons out: seeing one is a warning
+            config = dataclasses.replace(config, stable_clocks=True)
+
+        def rerun(idx: list[int]) -> list[tuple[float, tuple[float, float]]]:
+            self.say(f"{self.name}: retrying {len(idx)} reps")
+            redone = [self.device.reps(self.fn, 1)[0] for _ in idx]
+            for i, r in zip(idx, redone, strict=True):
+                reps[i] = r
+            return [(r.time_s, (r.t0, r.t1)) for r in redone]
+
+        recover = self._wait if place.condition == "burst" else None
+        evidence = Evidence.sampled(place.sampler, [(r.t0, r.t1) for r in reps], [place.gpu]) \
+            if place.sampler is not None else Evidence.given([], [place.gpu])
+        return judge(
+            self.name, [r.time_s for r in reps], evidence, facts=place.facts, config=config,
+            policy=place.policy, retry=Retry(rerun, self.clock, recover),
+            timer=self.device.kind, started_at=started_at,
+        )  # fmt: skip
+
+
+def _rep_stats(m: Any, reps: list[Rep], cfg: BenchConfig, stop: str, rule: stats.StopRule,
+               place: _Place, name: str) -> dict[str, Any]:  # fmt: skip
+    """Statistics of the kept reps, effective clocks, and what makes the number weak."""
+    extra: dict[str, Any] = {"confidence": cfg.confidence, "rel_ci_target": rule.rel_ci}
+    rejected = set(m.rejected_reps)
+    kept = [r for i, r in enumerate(reps) if i not in rejected]
+    rep_clocks = [r.clock_mhz for r in reps if r.clock_mhz is not None]
+    extra["rep_clock_mhz"] = [r.clock_mhz for r in reps] if rep_clocks else None
+    if not kept:
+        return extra
+    summary = stats.summarize([r.time_s for r in kept], cfg.confidence)
+    extra.update(summary=summary.to_dict(), ci_s=[summary.ci_lo, summary.ci_hi],
+                 rel_ci=summary.rel_ci)
+    facts = place.facts.get(place.gpu)
+    ref_mhz = facts.max_sm_mhz if facts is not None and facts.max_sm_mhz else None
+    if rep_clocks:
+        extra["rep_clock_mhz_median"] = stats.median(rep_clocks)
+    if rep_clocks and len(rep_clocks) == len(reps) and ref_mhz:
+        # time x effective clock / reference clock: what the rep would take at the
+        # reference clock. Meaningful for compute-bound kernels only.
+        extra["time_at_ref_clock_s"] = stats.median(
+            [r.time_s * (r.clock_mhz or 0.0) / ref_mhz for r in kept])
+        extra["ref_clock_mhz"] = ref_mhz
+    warnings_ = []
+    if summary.high_spread:
+        warnings_.append(f"high spread: IQR is {summary.rel_iqr:.1%} of the median "
+                         f"(over {stats.HIGH_SPREAD_REL_IQR:.0%})")
+    if rule.rel_ci > 0 and stop != "converged" and summary.rel_ci > rule.rel_ci:
+        warnings_.append(f"the median's CI is +-{summary.rel_ci:.2%}, not within the "
+                         f"{rule.rel_ci:.2%} target ({stop})")
+    elif rule.rel_ci > 0 and stop != "converged":
+        warnings_.append(f"only {summary.n} reps before the {stop} ran out (min_reps is "
+                         f"{rule.min_reps}): the CI of +-{summary.rel_ci:.2%} rests on few reps")
+    if warnings_:
+        extra["warnings"] = warnings_
+        for w in warnings_:
+            log.warning("%s: %s", name, w)
+    return extra
+
+
+def _trace(sampler: Any, gpu: int, t0: float, t1: float, max_points: int = 1000) -> dict[str, Any]:
+    """The telemetry over the whole bench (warmup and conditioning included), downsampled,
+    for `gpuenv plot`: times are seconds from t0."""
+    samples = sampler.samples(t0, t1, gpu)
+    step = max(1, math.ceil(len(samples) / max_points))
+    kept = samples[::step]
+    return {
+        "t0": t0,
+        "t_s": [round(s.t - t0, 4) for s in kept],
+        "sm_mhz": [s.sm_mhz for s in kept],
+        "power_w": [round(s.power_instant_w if s.power_instant_w is not None else s.power_w, 1)
+                    for s in kept],
+        "temp_c": [s.temp_c for s in kept],
+        "reasons": [s.reasons for s in kept],
+    }
+
+
+def _open_backend_quietly() -> Backend | None:
+    """The default backend, or None (timing without telemetry) when NVML is unavailable."""
+    from gpuenv.backend import open_backend
+    from gpuenv.errors import BackendError
+
+    try:
+        return open_backend()
+    except BackendError as err:
+        log.warning("timing without telemetry: %s", err)
+        return None
+
+
+def _safe(get: Callable[[], int]) -> int | None:
+    try:
+        return get()
+    except GpuenvError as err:
+        log.warning("cannot map the CUDA device to an NVML GPU (%s); using GPU 0", err)
+        return None
+
+
+def _progress_fn(progress: bool | Callable[[str], None]) -> Callable[[str], None]:
+    if callable(progress):
+        return progress
+    if progress:
+        return lambda text: print(text, file=sys.stderr, flush=True)
+    return lambda text: log.info(text)

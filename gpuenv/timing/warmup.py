@@ -1,0 +1,61 @@
+"""Warmup: reps until rep times and effective clocks stop trending, or a fixed count."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpuenv import stats
+from gpuenv.timing.devices import Device
+
+WARMUP_WINDOW = 8  # reps whose times and clocks must not trend for warmup to end
+WARMUP_MIN_REPS = 3  # the first call is set-up (cuBLAS handles, lazy loading): never enough
+WARMUP_REL_TOL = 0.01  # a trend moving times by less than this across the window is steady
+
+
+@dataclass(frozen=True)
+class _Warmup:
+    reps: int
+    seconds: float
+    steady: bool
+
+
+def _warmup(
+    device: Device,
+    fn: Callable[[], Any],
+    sampler: Any,
+    gpu: int,
+    warmup: str | int,
+    max_s: float,
+    max_reps: int,
+) -> _Warmup:
+    """Reps until times and clocks stop trending (warmup="auto"), or a fixed count."""
+    clock = device.clock
+    start = clock.now()
+    if warmup != "auto":
+        for _ in range(int(warmup)):
+            device.rep(fn)
+        return _Warmup(int(warmup), clock.now() - start, True)
+    times: list[float] = []
+    clocks: list[float | None] = []
+    while True:
+        rep = device.rep(fn)
+        times.append(rep.time_s)
+        mhz = rep.clock_mhz
+        if mhz is None and sampler is not None:
+            latest = sampler.latest(gpu)
+            mhz = float(latest.sm_mhz) if latest is not None else None
+        clocks.append(mhz)
+        n = len(times)
+        # long reps: a shorter window (4 reps of a 100 ms kernel already span 0.4 s)
+        window = max(4, min(WARMUP_WINDOW, int(0.2 / max(stats.median(times[-4:]), 1e-9))))
+        if n >= max(WARMUP_MIN_REPS, window):
+            last = times[-window:]
+            cl = [c for c in clocks[-window:] if c is not None]
+            if stats.is_steady(last, rel_tol=WARMUP_REL_TOL) and (
+                len(cl) < window or stats.is_steady(cl, rel_tol=WARMUP_REL_TOL)
+            ):
+                return _Warmup(n, clock.now() - start, True)
+        if clock.now() - start >= max_s or n >= max_reps:
+            return _Warmup(n, clock.now() - start, False)

@@ -1,0 +1,159 @@
+"""Taking a lock (gpuenv/clocks/locks.py): share, conflict, stale owners, all or nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuenv.backend import ReadOnlyBackend
+from gpuenv.backend.sim import SimBackend
+from gpuenv.clocks import (
+    lock,
+    lock_status,
+    restore,
+    standing_lock,
+)
+from gpuenv.clocks.journal import Journal
+from gpuenv.errors import (
+    ConfigError,
+    GpuenvError,
+    LockConflict,
+    NotSupported,
+    PermissionDenied,
+    ReadOnlyError,
+)
+from gpuenv.timebase import VirtualClock
+
+from .helpers import all_settings, dead_owner
+
+# -- sharing, conflicts, stale owners ----------------------------------------------------------
+
+
+def test_identical_requests_share_and_the_last_one_out_restores(
+    sim: SimBackend, journal: Journal
+) -> None:
+    before = all_settings(sim)
+    a = lock(1350, backend=sim, journal=journal)
+    b = lock(1350, backend=sim, journal=journal)
+    assert b.shared == [0, 1] and a.shared == []
+    entry = journal.get(sim.device_info(0).uuid)
+    assert entry is not None and len(entry.owners) == 2
+    a.release()
+    assert sim.truth(0).locked_sm == (1350, 1350)  # b still holds it
+    b.release()
+    assert all_settings(sim) == before and journal.entries() == []
+
+
+def test_conflict_names_the_owner(sim: SimBackend, journal: Journal) -> None:
+    with lock(1350, backend=sim, journal=journal, command="python train.py") as held:
+        with pytest.raises(LockConflict) as err:
+            lock(1500, backend=sim, journal=journal)
+        text = str(err.value)
+        assert f"pid {held.owner.pid}" in text and held.owner.user in text
+        assert "python train.py" in text and "since" in text and "SM 1350 MHz" in text
+        assert err.value.exit_code == 3
+        assert sim.truth(0).locked_sm == (1350, 1350)
+
+
+def test_multi_gpu_conflict_changes_nothing(sim: SimBackend, journal: Journal) -> None:
+    with lock(1350, gpus=1, backend=sim, journal=journal):
+        with pytest.raises(LockConflict):
+            lock(1500, gpus="0,1", backend=sim, journal=journal)
+        assert sim.truth(0).locked_sm is None  # GPU 0 was free, but all or nothing
+        assert journal.get(sim.device_info(0).uuid) is None
+
+
+def test_stale_owner_is_cleaned_up_with_exact_restore(sim: SimBackend, journal: Journal) -> None:
+    before = all_settings(sim)
+    lk = lock(1500, power_limit_w=400, backend=sim, journal=journal, supervise=False)
+    dead = dead_owner()
+    for e in journal.entries():  # the owner was SIGKILLed and had no watchdog
+        journal.put(e.with_owners([dead]))
+    lk._released = True  # forget it in this process: it "died"
+    st = lock_status(sim, 0, journal)
+    assert st.locked and st.stale and "has ended" in (st.owner or "")
+    with lock(1350, backend=sim, journal=journal):
+        assert sim.truth(0).locked_sm == (1350, 1350)
+        # the stale lock's power limit was put back first
+        assert sim.truth(0).power_limit_w == 700.0
+    assert all_settings(sim) == before and journal.entries() == []
+
+
+def test_force_takes_over_a_live_lock(sim: SimBackend, journal: Journal) -> None:
+    before = all_settings(sim)
+    a = lock(1500, power_limit_w=400, backend=sim, journal=journal)
+    b = lock(1350, backend=sim, journal=journal, force=True)
+    assert any("took over from" in n for n in b.notes)
+    assert sim.truth(0).power_limit_w == 700.0  # a's power limit was put back
+    a.release()  # a no longer owns anything: touches nothing
+    assert sim.truth(0).locked_sm == (1350, 1350)
+    b.release()
+    assert all_settings(sim) == before
+
+
+# -- all or nothing ----------------------------------------------------------------------------
+
+
+def test_failure_on_gpu1_rolls_back_gpu0(sim: SimBackend, journal: Journal) -> None:
+    before = all_settings(sim)
+    sim.inject_fault(1, "not_supported", op="set_locked_sm_clocks")
+    with pytest.raises(NotSupported):
+        lock(1350, power_limit_w=500, backend=sim, journal=journal)
+    assert all_settings(sim) == before and journal.entries() == []
+
+
+def test_failed_rollback_keeps_the_journal_for_restore(sim: SimBackend, journal: Journal) -> None:
+    before = all_settings(sim)
+    sim.inject_fault(1, "not_supported", op="set_locked_sm_clocks")
+    sim.inject_fault(0, "timeout", op="reset_locked_sm_clocks", count=1)
+    with pytest.raises(GpuenvError, match=r"rolling back also failed.*gpuenv restore"):
+        lock(1350, backend=sim, journal=journal)
+    assert sim.truth(0).locked_sm == (1350, 1350)
+    entry = journal.get(sim.device_info(0).uuid)
+    assert entry is not None and entry.owners == ()
+    sim.clear_faults()
+    assert restore(backend=sim, journal=journal) == [0]
+    assert all_settings(sim) == before and journal.entries() == []
+
+
+def test_no_permission_changes_nothing_and_says_what_to_do(journal: Journal) -> None:
+    sim = SimBackend(n_gpus=2, clock=VirtualClock(), root=False)
+    with pytest.raises(PermissionDenied, match=r"run as root.*gpuenv daemon"):
+        lock(1350, backend=sim, journal=journal)
+    assert journal.entries() == []
+
+
+# -- the Lock object ---------------------------------------------------------------------------
+
+
+def test_exception_in_body_restores(sim: SimBackend, journal: Journal) -> None:
+    before = all_settings(sim)
+    with (
+        pytest.raises(KeyboardInterrupt),
+        lock(1350, power_limit_w=500, backend=sim, journal=journal),
+    ):
+        raise KeyboardInterrupt
+    assert all_settings(sim) == before and journal.entries() == []
+
+
+def test_no_reentry_and_release_idempotent(sim: SimBackend, journal: Journal) -> None:
+    lk = lock(1350, backend=sim, journal=journal)
+    with lk, pytest.raises(ConfigError, match="not re-entrant"), lk:
+        pass
+    assert lk.released and lk.release() == []
+    with pytest.raises(ConfigError, match="released"), lk:
+        pass
+
+
+# -- read-only ------------------------------------------------------------------------
+
+
+def test_read_only_changes_nothing_not_even_the_journal(sim: SimBackend, journal: Journal) -> None:
+    before = all_settings(sim)
+    ro = ReadOnlyBackend(sim, reason="--dry-run")
+    with pytest.raises(ReadOnlyError, match=r"lock SM clock to 1350 MHz.*--dry-run"):
+        lock(1350, backend=ro, journal=journal)
+    assert all_settings(sim) == before and journal.entries() == []
+    standing_lock(1350, backend=sim, journal=journal)
+    with pytest.raises(ReadOnlyError, match="reset locked SM clocks"):
+        restore(backend=ro, journal=journal)
+    assert sim.truth(0).locked_sm == (1350, 1350) and len(journal.entries()) == 2

@@ -1,0 +1,33 @@
+"""Fixtures for the tests of gpuenv/doctor/: two simulated H100s and a quiet host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from doctor.helpers import make_sysfs
+from gpuenv.backend.sim import SimBackend
+from gpuenv.doctor import Host
+from gpuenv.timebase import VirtualClock
+
+
+@pytest.fixture
+def sim() -> SimBackend:
+    backend = SimBackend("h100", n_gpus=2, clock=VirtualClock())
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def quiet_host(tmp_path: Path) -> Host:
+    """A host with nothing wrong: root, performance governor, no turbo, idle, clean env."""
+    return Host(
+        euid=0,
+        pid=1,
+        env={},
+        sysfs=make_sysfs(tmp_path / "sys", ["performance"] * 4),
+        socket=str(tmp_path / "none.sock"),
+        cpu_count=4,
+        loadavg=(0.1, 0.1, 0.1),
+    )

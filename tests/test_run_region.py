@@ -1,0 +1,167 @@
+"""gpuenv.region: timing alone, and edges over the pipe that `gpuenv run` hands a child."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import gpuenv
+from gpuenv.errors import ConfigError
+from gpuenv.run import region as region_mod
+from gpuenv.run.region import ENV_FD, ENV_PIPE, parse_line, pipe_identity, region
+
+
+@pytest.fixture
+def channel(monkeypatch: pytest.MonkeyPatch):
+    """A pipe set up the way `gpuenv run` sets it up; yields a function reading all lines."""
+    r, w = os.pipe()
+    monkeypatch.setenv(ENV_FD, str(w))
+    monkeypatch.setenv(ENV_PIPE, pipe_identity(w))
+    region_mod._CHANNEL.reset()
+
+    def lines() -> list[str]:
+        os.close(w)
+        with os.fdopen(r) as f:
+            return f.read().splitlines()
+
+    yield lines
+    region_mod._CHANNEL.reset()
+    for fd in (r, w):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def test_region_without_gpuenv_run_times_itself():
+    region_mod._CHANNEL.reset()
+    assert not region_mod.active()
+    with gpuenv.region("step") as r:
+        pass
+    assert r.elapsed_s is not None and r.elapsed_s >= 0
+    assert r.name == "step"
+
+
+def test_edges_carry_pid_id_monotonic_time_and_name(channel):
+    with region("outer") as outer, region("inner"):
+        pass
+    edges = [parse_line(line) for line in channel()]
+    assert [e.kind for e in edges] == ["b", "b", "e", "e"]
+    assert {e.pid for e in edges} == {os.getpid()}
+    assert edges[0].name == "outer" and edges[1].name == "inner"
+    assert edges[1].id == edges[2].id and edges[0].id == edges[3].id != edges[1].id
+    assert edges[0].t == pytest.approx(outer.t0) and edges[3].t == pytest.approx(outer.t1)
+
+
+def test_decorator_makes_a_region_per_call(channel):
+    @region("f")
+    def f() -> int:
+        return 7
+
+    assert f() == 7 and f() == 7
+    edges = [parse_line(line) for line in channel()]
+    assert [(e.kind, e.name) for e in edges] == [("b", "f"), ("e", None), ("b", "f"), ("e", None)]
+    assert edges[0].id != edges[2].id
+
+
+def test_newline_in_name_cannot_break_the_protocol(channel):
+    with region("a\nb"):
+        pass
+    lines = channel()
+    assert len(lines) == 2 and parse_line(lines[0]).name == "a b"
+
+
+def test_empty_name_is_a_clear_error():
+    with pytest.raises(ConfigError, match="needs a name"):
+        region("  ")
+
+
+def test_fd_reused_for_another_pipe_is_not_written(monkeypatch: pytest.MonkeyPatch):
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    try:
+        monkeypatch.setenv(ENV_FD, str(w2))
+        monkeypatch.setenv(ENV_PIPE, pipe_identity(w1))  # names another pipe
+        region_mod._CHANNEL.reset()
+        assert not region_mod.active()
+        with region("x"):
+            pass
+        os.close(w2)
+        assert os.read(r2, 100) == b""
+    finally:
+        region_mod._CHANNEL.reset()
+        for fd in (r1, w1, r2):
+            os.close(fd)
+
+
+def test_fd_that_is_a_regular_file_is_not_written(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        monkeypatch.setenv(ENV_FD, str(fd))
+        monkeypatch.delenv(ENV_PIPE, raising=False)
+        region_mod._CHANNEL.reset()
+        with region("x"):
+            pass
+        assert path.read_bytes() == b""
+    finally:
+        region_mod._CHANNEL.reset()
+        os.close(fd)
+
+
+def test_closed_reader_does_not_break_the_program(monkeypatch: pytest.MonkeyPatch):
+    r, w = os.pipe()
+    try:
+        monkeypatch.setenv(ENV_FD, str(w))
+        monkeypatch.setenv(ENV_PIPE, pipe_identity(w))
+        region_mod._CHANNEL.reset()
+        os.close(r)  # the parent went away: the next write gets EPIPE
+        with region("after the parent died") as reg:
+            pass
+        assert reg.elapsed_s is not None
+        assert not region_mod.active()
+    finally:
+        region_mod._CHANNEL.reset()
+        os.close(w)
+
+
+def test_forked_child_writes_with_its_own_pid(channel):
+    script = textwrap.dedent(
+        """
+        import os, gpuenv
+        with gpuenv.region("in child"):
+            pass
+        """
+    )
+    fd = int(os.environ[ENV_FD])
+    subprocess.run([sys.executable, "-c", script], check=True, pass_fds=(fd,))
+    edges = [parse_line(line) for line in channel()]
+    assert [e.kind for e in edges] == ["b", "e"]
+    assert edges[0].pid != os.getpid() and edges[0].name == "in child"
+
+
+def test_parse_line_ignores_garbage():
+    assert parse_line("hello") is None
+    assert parse_line("b x 1 2.0 n") is None
+    assert parse_line("e 1 2") is None
+    edge = parse_line("b 10 3 12.5 name with spaces\n")
+    assert edge is not None and edge.name == "name with spaces" and edge.t == 12.5
+
+
+def test_gpuenv_region_callable_whatever_was_imported_first():
+    # importing the module that defines it first must not shadow gpuenv.region()
+    script = textwrap.dedent(
+        """
+        import gpuenv.run.region, gpuenv
+        with gpuenv.region("a") as r:
+            pass
+        with gpuenv.region("b"):
+            pass
+        print(type(r).__name__, r.name)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
+    assert out.stdout.split() == ["region", "a"]

@@ -1,0 +1,97 @@
+"""The simulated driver's shared state: the state file across instances and processes, time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gpuenv.backend.sim import SimBackend
+
+
+def test_state_file_shared_between_instances(tmp_path, vclock):
+    path = tmp_path / "sim.json"
+    a = SimBackend(clock=vclock, state_file=path)
+    b = SimBackend(clock=vclock, state_file=path)
+    assert a.state_file == path
+    a.set_locked_sm_clocks(0, 1350, 1350)
+    a.set_power_limit(0, 600)
+    assert b.truth(0).locked_sm == (1350, 1350)
+    assert b.power_limits(0).limit_w == 600
+    b.open_context(0)
+    b.idle(0.2)
+    assert b.read_fast(0).sm_mhz == 1350
+    b.reset_locked_sm_clocks(0)
+    assert a.truth(0).locked_sm is None and a.power_limits(0).limit_w == 600
+    data = json.loads(path.read_text())
+    assert data["gpus"][0]["power_limit_w"] == 600
+
+
+def test_state_file_across_processes(tmp_path):
+    path = tmp_path / "sim.json"
+    parent = SimBackend(state_file=path)  # open before the child, as a monitor would be
+    child = textwrap.dedent(
+        f"""
+        from gpuenv.backend.sim import SimBackend
+        s = SimBackend(state_file={str(path)!r})
+        s.set_locked_sm_clocks(0, 1410, 1410)
+        s.run_work(0, 1.98e8)  # 0.1 s of heavy work: warms the chip a little
+        s.close()
+        """
+    )
+    subprocess.run([sys.executable, "-c", child], check=True, cwd=os.getcwd(), timeout=60)
+    assert parent.truth(0).locked_sm == (1410, 1410)
+    assert parent.read_fast(0).sm_mhz == 1410  # idle, the clock parks at the lock's floor
+    parent.reset_locked_sm_clocks(0)
+    parent.close()
+    again = SimBackend(state_file=path)
+    assert again.truth(0).locked_sm is None
+    assert json.loads(path.read_text())["clients"] == [os.getpid()]
+    again.close()
+
+
+def test_state_file_for_another_machine_is_replaced(tmp_path, vclock):
+    path = tmp_path / "sim.json"
+    a = SimBackend(clock=vclock, state_file=path)
+    a.set_power_limit(0, 500)
+    a.close()
+    b = SimBackend("rtx4090", n_gpus=2, clock=vclock, state_file=path)
+    assert b.power_limits(0).limit_w == 450
+    data = json.loads(path.read_text())
+    assert data["profile"] == "rtx4090" and len(data["gpus"]) == 2
+    path.write_text("not json")
+    c = SimBackend(clock=vclock, state_file=path)  # a broken file: start fresh, do not crash
+    assert c.power_limits(0).limit_w == 700
+
+
+def test_real_time_mode_advances_lazily():
+    s = SimBackend()  # RealClock: physics catch up with elapsed time at each call
+    s.open_context(0)
+    s.idle(0.15)
+    assert s.read_fast(0).sm_mhz == 1980
+    t0 = s.clock.now()
+    dt = s.run_work(0, 1.98e6, power_intensity=0.0)
+    assert dt == pytest.approx(1e-3, rel=1e-4)  # simulated time: 1 ms at 1980 MHz (ns steps)
+    assert s.clock.now() - t0 >= dt  # it slept at least that long
+
+
+def test_without_persistence_settings_revert_when_the_last_client_leaves(tmp_path, vclock):
+    path = tmp_path / "sim.json"
+    a = SimBackend(clock=vclock, state_file=path)
+    a.set_persistence_mode(0, False)
+    a.set_locked_sm_clocks(0, 1350, 1350)
+    b = SimBackend(clock=vclock, state_file=path)
+    a.close()
+    assert b.truth(0).locked_sm == (1350, 1350)  # b is still a client
+    b.close()
+    c = SimBackend(clock=vclock, state_file=path)
+    assert c.truth(0).locked_sm is None and c.persistence_mode(0) is False
+    c.set_persistence_mode(0, True)
+    c.set_locked_sm_clocks(0, 1350, 1350)
+    c.close()
+    d = SimBackend(clock=vclock, state_file=path)
+    assert d.truth(0).locked_sm == (1350, 1350)

@@ -1,0 +1,36 @@
+"""What the simulated driver answers: static facts as NVML gives them, one identity per GPU."""
+
+from __future__ import annotations
+
+from gpuenv.backend.sim import SimBackend
+from gpuenv.timebase import VirtualClock
+
+
+def test_static_facts_match_gpu_facts(sim):
+    info = sim.device_info(0)
+    assert info.name == "NVIDIA H100 80GB HBM3"
+    assert info.compute_capability == (9, 0) and info.memory_total_mib == 81559
+    assert info.uuid.startswith("GPU-") and info.mig_mode is False
+    lim = sim.clock_limits(0)
+    assert len(lim.supported_sm_mhz[2619]) == 110
+    assert lim.supported_sm_mhz[2619][0] == 1980 and lim.supported_sm_mhz[2619][-1] == 345
+    assert lim.supported_mem_mhz == (2619, 1593)
+    assert (lim.max_sm_mhz, lim.default_app_sm_mhz) == (1980, 1980)
+    assert lim.base_sm_mhz is None  # as NVML: no getter; CLOCK_LIMIT_TDP still locks to 1590
+    assert lim.locked_clocks_supported and not lim.locked_mem_supported
+    pl = sim.power_limits(0)
+    assert (pl.limit_w, pl.default_w, pl.min_w, pl.max_w) == (700, 700, 200, 700)
+    th = sim.thresholds(0)
+    assert (th.gpu_max_c, th.slowdown_c, th.shutdown_c, th.mem_max_c) == (87, 89, 95, 95)
+    assert sim.supported_reasons(0) == 0x1FF
+    assert sim.persistence_mode(0) is True
+    assert sim.driver_version() == "580.159.04" and sim.nvml_version() == "13.580.159.04"
+    assert sim.state_file is None
+
+
+def test_multi_gpu_distinct_ids():
+    s = SimBackend(n_gpus=4, clock=VirtualClock())
+    infos = [s.device_info(i) for i in range(4)]
+    assert len({i.uuid for i in infos}) == 4 and len({i.pci_bus_id for i in infos}) == 4
+    s.run_work(1, 1.98e10)  # ~13 s of heavy work on GPU 1 only
+    assert s.truth(1).temp_c > s.truth(0).temp_c + 5

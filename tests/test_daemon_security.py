@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import signal
 import stat
@@ -37,6 +38,25 @@ def work() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _daemon(work: Path, *may_lock: pwd.struct_passwd) -> DaemonProcess:
+    """gpuenvd started as root on one simulated GPU; `may_lock` may lock it."""
+    config = "[lock]\n" + "".join(f"user:{u.pw_name} = all\n" for u in may_lock)
+    d = DaemonProcess(work, n_gpus=1, config=config)
+    d.start()
+    return d
+
+
+@pytest.fixture
+def alice_daemon(work: Path) -> Iterator[tuple[pwd.struct_passwd, DaemonProcess]]:
+    """A second local account, and gpuenvd (as root) that lets it lock."""
+    (alice,) = local_users(1)
+    d = _daemon(work, alice)
+    try:
+        yield alice, d
+    finally:
+        d.close()
 
 
 def _first_line(proc: subprocess.Popen[str]) -> str:
@@ -137,8 +157,7 @@ HELLO = (
 
 def test_one_user_cannot_take_every_connection(work: Path) -> None:
     mallory, bob = local_users(2)
-    d = DaemonProcess(work, n_gpus=1, config=f"[lock]\nuser:{bob.pw_name} = all\n")
-    d.start()
+    d = _daemon(work, bob)
     hog = start_as(mallory, HOG, d.socket, "300", env=d.env)  # mallory may not even lock
     try:
         kept = int(_first_line(hog).split()[1])
@@ -181,9 +200,7 @@ TAKE = (
 
 def test_a_live_lease_cannot_be_taken_over_when_its_first_process_exits(work: Path) -> None:
     alice, bob = local_users(2)
-    config = f"[lock]\nuser:{alice.pw_name} = all\nuser:{bob.pw_name} = all\n"
-    d = DaemonProcess(work, n_gpus=1, config=config)
-    d.start()
+    d = _daemon(work, alice, bob)
     forker = start_as(alice, FORK_AND_EXIT, d.socket, env=d.env)
     child = 0
     try:
@@ -234,19 +251,16 @@ HUGE = (
 )
 
 
-def test_a_huge_number_gets_an_error_reply_and_the_connection_lives(work: Path) -> None:
-    (alice,) = local_users(1)
-    d = DaemonProcess(work, n_gpus=1, config=f"[lock]\nuser:{alice.pw_name} = all\n")
-    d.start()
-    try:
-        out = run_as(alice, HUGE, d.socket, env=d.env)
-        assert out.returncode == 0, out.stderr
-        lines = out.stdout.splitlines()
-        assert lines == ["True", *["False ProtocolError"] * 6, "1"]
-        assert d.pristine()  # the lease ended with its connection, as it should
-        assert "Traceback" not in d.log.read_text()
-    finally:
-        d.close()
+def test_a_huge_number_gets_an_error_reply_and_the_connection_lives(
+    alice_daemon: tuple[pwd.struct_passwd, DaemonProcess],
+) -> None:
+    alice, d = alice_daemon
+    out = run_as(alice, HUGE, d.socket, env=d.env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines == ["True", *["False ProtocolError"] * 6, "1"]
+    assert d.pristine()  # the lease ended with its connection, as it should
+    assert "Traceback" not in d.log.read_text()
 
 
 # -- 6. status while the daemon is down ------------------------------------------------------------
@@ -260,10 +274,10 @@ HOLD = (
 )
 
 
-def test_status_shows_a_lease_whose_daemon_is_gone_as_such(work: Path) -> None:
-    (alice,) = local_users(1)
-    d = DaemonProcess(work, n_gpus=1, config=f"[lock]\nuser:{alice.pw_name} = all\n")
-    d.start()
+def test_status_shows_a_lease_whose_daemon_is_gone_as_such(
+    alice_daemon: tuple[pwd.struct_passwd, DaemonProcess],
+) -> None:
+    alice, d = alice_daemon
     holder = start_as(alice, HOLD, d.socket, env=d.env)
     try:
         assert _first_line(holder).startswith("locked")
@@ -293,7 +307,6 @@ def test_status_shows_a_lease_whose_daemon_is_gone_as_such(work: Path) -> None:
         assert d.pristine()
     finally:
         _stop(holder)
-        d.close()
 
 
 # -- the systemd unit --------------------------------------------------------------------------

@@ -48,6 +48,9 @@ from gpuenv.timebase import Clock
 log = logging.getLogger("gpuenv.daemon")
 
 MAX_CONNECTIONS = 256  # of users that are not admins, all together
+# connections the kernel queues before accept: a client's connect with a timeout fails at once
+# (EAGAIN) when the queue is full, and 200 clients starting together overflowed 128
+LISTEN_BACKLOG = 1024
 HANGUP_POLL_S = 0.1  # how often a waiting lock checks that its client is still there
 
 
@@ -137,7 +140,7 @@ class Server:
                 log.warning(
                     "recovery: restored GPUs %s left locked by owners that are gone", restored
                 )
-            sock.listen(128)
+            sock.listen(LISTEN_BACKLOG)
             self.sampler.start()
         except BaseException:
             sock.close()

@@ -84,7 +84,7 @@ class DaemonProcess:
                 env=self.env,
                 stdout=log,
                 stderr=log,
-                preexec_fn=(lambda: os.nice(self.nice)) if self.nice else None,  # noqa: PLW1509
+                preexec_fn=(lambda: os.nice(self.nice)) if self.nice else None,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

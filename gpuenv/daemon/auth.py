@@ -153,6 +153,50 @@ def _split(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.replace(" ", ",").split(",") if p.strip())
 
 
+def _daemon_settings(d: configparser.SectionProxy, source: str) -> dict:
+    """The [daemon] section's settings, checked."""
+    kwargs: dict = {}
+    for key in d:
+        if key not in _DAEMON_KEYS:
+            raise ConfigError(
+                f"{source}: [daemon] has no setting {key!r}",
+                hint="settings: " + ", ".join(_DAEMON_KEYS),
+            )
+    if d.get("socket"):
+        kwargs["socket"] = d["socket"]
+    if d.get("socket_group"):
+        kwargs["socket_group"] = d["socket_group"]
+    if "socket_mode" in d:
+        try:
+            mode = int(d["socket_mode"], 8)
+        except ValueError:
+            raise ConfigError(
+                f"{source}: socket_mode {d['socket_mode']!r} is not octal", hint="e.g. 0660"
+            ) from None
+        if not 0 <= mode <= 0o777:
+            raise ConfigError(
+                f"{source}: socket_mode {d['socket_mode']!r} is out of range", hint="e.g. 0660"
+            )
+        kwargs["socket_mode"] = mode
+    if "sample_period" in d:
+        try:
+            period = float(d["sample_period"])
+        except ValueError:
+            period = -1.0
+        if not 0.001 <= period <= 10:
+            raise ConfigError(
+                f"{source}: sample_period {d['sample_period']!r} must be 0.001 to 10 seconds"
+            )
+        kwargs["sample_period"] = period
+    for key, lo, hi in (("max_connections_per_user", 1, 4096), ("idle_timeout", 1, 86400)):
+        if key in d:
+            kwargs[key] = _number(d[key], key, lo, hi, source)
+    if d.get("metrics"):
+        kwargs["metrics"] = d["metrics"]
+        parse_listen(d["metrics"])
+    return kwargs
+
+
 def parse_config(text: str, *, source: str = "<config>") -> Config:
     """Parse the INI text of a config file; ConfigError names the line that is wrong."""
     parser = configparser.ConfigParser(
@@ -174,45 +218,7 @@ def parse_config(text: str, *, source: str = "<config>") -> Config:
             )
     kwargs: dict = {"source": source}
     if parser.has_section("daemon"):
-        d = parser["daemon"]
-        for key in d:
-            if key not in _DAEMON_KEYS:
-                raise ConfigError(
-                    f"{source}: [daemon] has no setting {key!r}",
-                    hint="settings: " + ", ".join(_DAEMON_KEYS),
-                )
-        if d.get("socket"):
-            kwargs["socket"] = d["socket"]
-        if d.get("socket_group"):
-            kwargs["socket_group"] = d["socket_group"]
-        if "socket_mode" in d:
-            try:
-                mode = int(d["socket_mode"], 8)
-            except ValueError:
-                raise ConfigError(
-                    f"{source}: socket_mode {d['socket_mode']!r} is not octal", hint="e.g. 0660"
-                ) from None
-            if not 0 <= mode <= 0o777:
-                raise ConfigError(
-                    f"{source}: socket_mode {d['socket_mode']!r} is out of range", hint="e.g. 0660"
-                )
-            kwargs["socket_mode"] = mode
-        if "sample_period" in d:
-            try:
-                period = float(d["sample_period"])
-            except ValueError:
-                period = -1.0
-            if not 0.001 <= period <= 10:
-                raise ConfigError(
-                    f"{source}: sample_period {d['sample_period']!r} must be 0.001 to 10 seconds"
-                )
-            kwargs["sample_period"] = period
-        for key, lo, hi in (("max_connections_per_user", 1, 4096), ("idle_timeout", 1, 86400)):
-            if key in d:
-                kwargs[key] = _number(d[key], key, lo, hi, source)
-        if d.get("metrics"):
-            kwargs["metrics"] = d["metrics"]
-            parse_listen(d["metrics"])
+        kwargs.update(_daemon_settings(parser["daemon"], source))
     rules: dict[str, tuple[str, ...]] = {}
     if parser.has_section("lock"):
         for key, value in parser["lock"].items():

@@ -356,6 +356,63 @@ def print_latency(lat_by_fs: dict[str, dict[str, list[float]]]) -> None:
             )
 
 
+def latency_on_disk_and_tmpfs(n_lat: int) -> dict[str, dict[str, list[float]]]:
+    """Latency twice: with the journal and the simulated driver's state on this machine's
+    disk (every lock and release fsyncs the journal: crash safety costs what the disk
+    costs), and on tmpfs, which leaves the daemon's own cost."""
+    lat_by_fs: dict[str, dict[str, list[float]]] = {}
+    places = [("disk", None)] + ([("tmpfs", "/dev/shm")] if os.path.isdir("/dev/shm") else [])
+    for fs, base in places:
+        work = Path(tempfile.mkdtemp(prefix="bench-daemon-", dir=base))
+        d = DaemonProcess(work, n_gpus=2)
+        d.start()
+        try:
+            print(
+                f"latency ({fs}): {n_lat} lock/release round trips, load average {_loadavg()} ...",
+                file=sys.stderr,
+            )
+            lat_by_fs[fs] = bench_latency(d, n_lat)
+        finally:
+            d.close()
+            shutil.rmtree(work, ignore_errors=True)
+    return lat_by_fs
+
+
+def print_rest(
+    load: dict, kill_times: list[float], kill_failed: int, dkill: tuple[int, int], fz: dict
+) -> None:
+    """The table's rows after the latency rows."""
+    drestored, dtrials = dkill
+    print(
+        f"| load: {load['clients']} client processes x {load['cycles']} lock/release cycles, "
+        f"each at one of two clocks at random | {load['grants']} granted, "
+        f"{load['conflicts']} refused ({load['unnamed']} without the holder named), "
+        f"{load['errors']} errors, "
+        f"{load['lost']} lost restores, no deadlock, {load['wall']:.1f} s | 0 lost, 0 deadlocks |"
+    )
+    print(
+        f"| load: attempt latency (grant + release, or refusal), p50 / p99 | "
+        f"{ms(load['p50'])} / {ms(load['p99'])} | |"
+    )
+    if kill_times:
+        print(
+            f"| client SIGKILLed mid-lease: time to restore, p50 / p99 / max "
+            f"({len(kill_times)} trials, {kill_failed} not restored) | {ms(pct(kill_times, 50))} / "
+            f"{ms(pct(kill_times, 99))} / {ms(max(kill_times))} | <= 1 s |"
+        )
+    print(
+        f"| daemon SIGKILLed mid-lease, then restarted: GPUs restored at start | "
+        f"{drestored} of {dtrials} | all |"
+    )
+    print(
+        f"| fuzz: malformed, oversized, truncated, out-of-order inputs | {fz['inputs']} inputs, "
+        f"{fz['crashes']} crashes, {fz['bad']} wrong replies, GPUs changed afterwards: "
+        f"{fz['changed']}, {fz['wall']:.0f} s | 10,000 inputs, 0 crashes |"
+    )
+    if fz["first_bad"]:
+        print(f"\nfirst wrong reply: {fz['first_bad']}", file=sys.stderr)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes for a smoke run")
@@ -391,24 +448,7 @@ def main() -> None:
     n_lat, clients, cycles, kills, dkills, fuzz = (
         (200, 10, 20, 20, 3, 500) if args.quick else (2000, 50, 100, 100, 10, 10_000)
     )
-    # Latency twice: with the journal and the simulated driver's state on this machine's
-    # disk (every lock and release fsyncs the journal: crash safety costs what the disk
-    # costs), and on tmpfs, which leaves the daemon's own cost.
-    lat_by_fs: dict[str, dict[str, list[float]]] = {}
-    places = [("disk", None)] + ([("tmpfs", "/dev/shm")] if os.path.isdir("/dev/shm") else [])
-    for fs, base in places:
-        work = Path(tempfile.mkdtemp(prefix="bench-daemon-", dir=base))
-        d = DaemonProcess(work, n_gpus=2)
-        d.start()
-        try:
-            print(
-                f"latency ({fs}): {n_lat} lock/release round trips, load average {_loadavg()} ...",
-                file=sys.stderr,
-            )
-            lat_by_fs[fs] = bench_latency(d, n_lat)
-        finally:
-            d.close()
-            shutil.rmtree(work, ignore_errors=True)
+    lat_by_fs = latency_on_disk_and_tmpfs(n_lat)
     if args.latency_only:
         print(f"load average after: {_loadavg()}", file=sys.stderr)
         print_latency(lat_by_fs)
@@ -428,34 +468,7 @@ def main() -> None:
         d.close()
         shutil.rmtree(work, ignore_errors=True)
     print_latency(lat_by_fs)
-    print(
-        f"| load: {load['clients']} client processes x {load['cycles']} lock/release cycles, "
-        f"each at one of two clocks at random | {load['grants']} granted, "
-        f"{load['conflicts']} refused ({load['unnamed']} without the holder named), "
-        f"{load['errors']} errors, "
-        f"{load['lost']} lost restores, no deadlock, {load['wall']:.1f} s | 0 lost, 0 deadlocks |"
-    )
-    print(
-        f"| load: attempt latency (grant + release, or refusal), p50 / p99 | "
-        f"{ms(load['p50'])} / {ms(load['p99'])} | |"
-    )
-    if kill_times:
-        print(
-            f"| client SIGKILLed mid-lease: time to restore, p50 / p99 / max "
-            f"({len(kill_times)} trials, {kill_failed} not restored) | {ms(pct(kill_times, 50))} / "
-            f"{ms(pct(kill_times, 99))} / {ms(max(kill_times))} | <= 1 s |"
-        )
-    print(
-        f"| daemon SIGKILLed mid-lease, then restarted: GPUs restored at start | "
-        f"{drestored} of {dtrials} | all |"
-    )
-    print(
-        f"| fuzz: malformed, oversized, truncated, out-of-order inputs | {fz['inputs']} inputs, "
-        f"{fz['crashes']} crashes, {fz['bad']} wrong replies, GPUs changed afterwards: "
-        f"{fz['changed']}, {fz['wall']:.0f} s | 10,000 inputs, 0 crashes |"
-    )
-    if fz["first_bad"]:
-        print(f"\nfirst wrong reply: {fz['first_bad']}", file=sys.stderr)
+    print_rest(load, kill_times, kill_failed, (drestored, dtrials), fz)
 
 
 if __name__ == "__main__":

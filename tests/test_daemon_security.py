@@ -118,12 +118,37 @@ def test_no_local_user_can_stall_the_daemon_through_the_journal_lock(work: Path)
         )
         assert out.returncode == 0, out.stderr
         assert stat.S_IMODE(journal.stat().st_mode) == 0o700
-        assert stat.S_IMODE(lock.stat().st_mode) == 0o600
-        again = run_as(mallory, FLOCK, str(lock), env=d.env, timeout=30)
-        assert again.stdout.startswith("refused"), again.stdout + again.stderr
+        private = journal / ".lock-private"  # the lock now taken: nobody else could open it
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600
+        for path in (lock, private):
+            again = run_as(mallory, FLOCK, str(path), env=d.env, timeout=30)
+            assert again.stdout.startswith("refused"), again.stdout + again.stderr
     finally:
         _stop(attacker)
         d.close()
+
+
+def test_the_journal_is_private_and_trusts_no_lock_file_another_could_open(tmp_path: Path) -> None:
+    from gpuenv.clocks.journal import Journal
+    from gpuenv.errors import ConfigError
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    private = state / ".lock-private"
+    private.touch()
+    private.chmod(0o644)  # not ours to trust: someone may have it open
+    before = private.stat().st_ino
+    with Journal(state).locked():
+        pass
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600 and private.stat().st_ino != before
+    (mallory,) = local_users(1)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, mallory.pw_uid, mallory.pw_gid)
+    with pytest.raises(ConfigError, match="belongs to uid"), Journal(theirs).locked():
+        pass
 
 
 # -- 2. connection exhaustion ------------------------------------------------------------------

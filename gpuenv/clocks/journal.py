@@ -6,7 +6,7 @@ setting changes, one JSON file per GPU (named by UUID) records the original
 state, what the lock applies, and who owns it. Files are written to a
 temporary name, fsynced, renamed over the old one and the directory fsynced,
 so a crash leaves either the old record or the new one, never half of one.
-Every read-modify-write happens under one `fcntl.flock` on `<dir>/.lock`, so
+Every read-modify-write happens under one `fcntl.flock` on `<dir>/.lock-private`, so
 concurrent gpuenv processes never interleave (the kernel drops the lock when
 its holder dies, SIGKILL included).
 
@@ -267,7 +267,7 @@ class JournalEntry:
 
 
 class _DirLock:
-    """flock on `<dir>/.lock`, re-entrant within a process (flocks on two fds of one
+    """flock on `<dir>/.lock-private`, re-entrant within a process (flocks on two fds of one
     process would block each other), exclusive across processes."""
 
     def __init__(self, path: Path):
@@ -313,10 +313,10 @@ def _private_dir(path: Path) -> None:
 
 
 def _open_private_lock(path: Path) -> int:
-    """Open `<dir>/.lock` (0600). One that another user could have opened (group or
-    other bits, another owner, from a 0755 directory before this one was made
-    private) is not trusted: a new lock file replaces it, so a flock on the old one
-    held by anyone stalls nothing."""
+    """Open the lock file (0600), in the directory made private first. Its name is new:
+    the `.lock` of older versions was 0644 in a 0755 directory, so anyone may hold it
+    open (and flock it) still; nobody but this user could open this one. One that is
+    not ours or not 0600 anyway is not trusted: a new file replaces it."""
     _private_dir(path.parent)
     flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
     fd = os.open(path, flags, 0o600)
@@ -339,7 +339,7 @@ def _dir_lock(state_dir: Path) -> _DirLock:
     with _DIR_LOCKS_GUARD:
         lock = _DIR_LOCKS.get(key)
         if lock is None:
-            lock = _DIR_LOCKS[key] = _DirLock(Path(key) / ".lock")
+            lock = _DIR_LOCKS[key] = _DirLock(Path(key) / ".lock-private")
         return lock
 
 

@@ -37,10 +37,17 @@ _RERAISE = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal
 @gpu_option(default="auto")
 @click.option(
     "--policy",
-    type=click.Choice(["annotate", "reject"]),
+    type=click.Choice(["annotate", "reject", "retry"]),
     default="annotate",
     show_default=True,
-    help="reject: exit 1 when a region's telemetry makes it untrustworthy (for CI).",
+    help="reject: exit 1 when a region's telemetry makes it untrustworthy (for CI). "
+    "retry is refused: gpuenv cannot re-run a call it did not make.",
+)
+@click.option(
+    "--no-auto-regions",
+    is_flag=True,
+    help="Do not make each do_bench, torch Timer and pytest-benchmark call of a Python "
+    "command a region (GPUENV_AUTO_REGIONS=do_bench,timer,pytest picks kinds).",
 )
 @click.option(
     "-o",
@@ -68,6 +75,7 @@ def run(
     output: str | None,
     period: float | None,
     quiet: bool,
+    no_auto_regions: bool,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND under gpuenv: lock clocks if asked (restored whatever happens),
@@ -87,8 +95,10 @@ def run(
     """
     from gpuenv.devices import select_gpus
     from gpuenv.errors import ConfigError
+    from gpuenv.run.autoregions import ENV_SELECT, select_kinds
     from gpuenv.run.runner import (
         Runner,
+        check_run_policy,
         default_gpu_selector,
         rank_of,
         rank_output_path,
@@ -103,7 +113,9 @@ def run(
         raise ConfigError("no command to run", hint="gpuenv run [options] -- python bench.py")
     if period is not None and period <= 0:
         raise ConfigError(f"--period {period:g} must be positive", hint="e.g. --period 0.05")
+    check_run_policy(policy)
     resolve_command(argv)  # a typo fails here, before anything is locked
+    auto = select_kinds(os.environ.get(ENV_SELECT), enabled=not no_auto_regions)
     lock_args = None
     if sm is not None or mem is not None or power_limit is not None or sm_max is not None:
         from gpuenv.clocks import make_request
@@ -131,6 +143,7 @@ def run(
             output=out_path,
             period=period,
             quiet=quiet,
+            auto_regions=auto,
         )
         result = runner.run()
     finally:

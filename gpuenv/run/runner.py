@@ -37,6 +37,7 @@ from typing import IO, Any
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError
 from gpuenv.results import Measurement
+from gpuenv.run.autoregions import child_env
 from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
 from gpuenv.run.report import RUN_NAME, build_measurements, fmt_time, gpu_facts, summary_table
 from gpuenv.run.tracker import (
@@ -69,6 +70,19 @@ class CommandNotFound(ConfigError):
     def __init__(self, command: str, *, exit_code: int = 127, why: str = "command not found"):
         self.exit_code = exit_code
         super().__init__(f"{why}: {command}", hint="check the command and your PATH")
+
+
+def check_run_policy(policy: str) -> str:
+    """annotate or reject; retry is refused with the reason."""
+    if policy not in RUN_POLICIES:
+        raise ConfigError(
+            f"--policy {policy} does not apply to 'gpuenv run': gpuenv cannot re-run a call "
+            "it did not make (the command's do_bench, Timer and pytest-benchmark calls and "
+            "its regions are the command's own)",
+            hint="use --policy reject to fail the run on a rejected region, or "
+            "policy='retry' inside the program (gpuenv.bench, gpuenv.stable)",
+        )
+    return policy
 
 
 # -- where and what: defaults under torchrun / Slurm -------------------------------------
@@ -187,12 +201,9 @@ class Runner:
         period: float | None = None,
         stderr: IO[str] | None = None,
         quiet: bool = False,
+        auto_regions: Sequence[str] = (),
     ):
-        if policy not in RUN_POLICIES:
-            raise ConfigError(
-                f"--policy {policy} does not apply to 'gpuenv run'",
-                hint="use annotate or reject (a command's regions cannot be re-run one by one)",
-            )
+        check_run_policy(policy)
         if backend.clock.virtual:
             raise ConfigError("gpuenv run needs real time: the command's regions carry its clock")
         self.argv = list(argv)
@@ -206,6 +217,7 @@ class Runner:
         self.period = period
         self.stderr = stderr if stderr is not None else sys.stderr
         self.quiet = quiet
+        self.auto_regions = tuple(auto_regions)
 
     def run(self) -> RunResult:
         lock = None
@@ -263,6 +275,7 @@ class Runner:
         env = dict(os.environ)
         env[ENV_FD] = str(w_fd)
         env[ENV_PIPE] = pipe_identity(w_fd)
+        child_env(env, self.auto_regions)
         forwarded: list[int] = []
         family = _Family()
         reader = RegionReader(r_fd, tracker, sampler)
@@ -332,6 +345,8 @@ class Runner:
             extra_run["traces"] = {str(g): t for g, t in traces.items()}
         if tracker.ignored:
             extra_run["ignored_edges"] = tracker.ignored
+        if tracker.discarded:
+            extra_run["discarded_regions"] = dict(tracker.discarded)
         measurements = build_measurements(
             tracker.finished,
             run,
@@ -411,6 +426,9 @@ class Runner:
             state = "; clocks not locked"
         head = f"gpuenv run: '{cmd}' {how} after {fmt_time(result.duration_s)} on {gpus}{state}"
         table = summary_table(result.measurements, header=head)
+        run_extra = result.measurements[0].extra if result.measurements else {}
+        for name, n in (run_extra.get("discarded_regions") or {}).items():
+            table += f"\n  {name}: {n} call(s) raised an error: not measured"
         if result.output is not None:
             table += f"\n  results: {result.output}"
         if self.policy == "reject" and result.rejected:
@@ -438,6 +456,7 @@ __all__ = [
     "CommandNotFound",
     "RunResult",
     "Runner",
+    "check_run_policy",
     "default_gpu_selector",
     "rank_of",
     "rank_output_path",

@@ -34,8 +34,7 @@ def observe(
     samples `gpus` (default: all) for the duration. If NVML cannot be opened, the
     record says so in "error" and `run` still runs.
     """
-    from gpuenv.judge import Evidence, judge, read_facts
-    from gpuenv.verdict import DEFAULT_CONFIG
+    from gpuenv.judge import Evidence, read_facts
 
     own = None
     if session is not None:
@@ -65,15 +64,25 @@ def observe(
             own.stop()
             if backend is None:
                 be.close()
+    return result, record(evidence, t1 - t0, facts=facts, session=session)
+
+
+def record(evidence: Any, seconds: float, *, facts: dict[int, Any], session: Any = None
+           ) -> dict[str, Any]:  # fmt: skip
+    """The judged telemetry record of one timed call (what `observe` attaches): the call is
+    one rep for gpuenv.judge, under the session's policy and verdict config."""
+    from gpuenv.judge import judge
+    from gpuenv.verdict import DEFAULT_CONFIG
+
     policy = getattr(session, "policy", "annotate") if session is not None else "annotate"
     if policy == "retry":
         policy = "reject"  # torch's Timer ran the reps: they cannot be re-run from here
     m = judge(
-        "torch.utils.benchmark", [t1 - t0], evidence, facts=facts, policy=policy,
+        "torch.utils.benchmark", [seconds], evidence, facts=facts, policy=policy,
         config=getattr(session, "config", None) or DEFAULT_CONFIG,
     )  # fmt: skip
-    return result, {
-        "gpus": gpu_list,
+    return {
+        "gpus": list(evidence.gpus),
         "telemetry": [w.to_dict() for w in m.windows],
         "findings": [f.to_dict() for f in m.findings],
         "verdict": m.verdict,

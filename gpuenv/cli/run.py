@@ -60,6 +60,14 @@ _RERAISE = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal
     "--period", type=float, default=None, metavar="S", help="Sampling period (default 0.025 s)."
 )
 @click.option("-q", "--quiet", is_flag=True, help="No summary table on stderr.")
+@click.option(
+    "--summary",
+    type=click.Choice(["each", "rank0"]),
+    default="each",
+    show_default=True,
+    help="Under torchrun/Slurm: each rank prints its table, or rank 0 prints one table of all "
+    "ranks (GPUENV_RANKS_DIR: a directory the ranks share; default the temp directory).",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 @handle_errors
@@ -75,6 +83,7 @@ def run(
     output: str | None,
     period: float | None,
     quiet: bool,
+    summary: str,
     no_auto_regions: bool,
     command: tuple[str, ...],
 ) -> None:
@@ -82,13 +91,14 @@ def run(
     sample telemetry for the whole run, and print a summary per region.
 
     COMMAND keeps its stdin, stdout and stderr; SIGINT and SIGTERM reach it;
-    gpuenv exits with its exit code. Mark regions in Python with
-    'with gpuenv.region("train"): ...' (without any, the whole run is one region).
+    gpuenv exits with its exit code. Each do_bench, torch Timer and pytest-benchmark
+    call of a Python command is a region of its own, with no change to its code;
+    mark others with 'with gpuenv.region("train"): ...' (the whole run is one more).
 
     \b
     gpuenv run --sm 1350 -o run.jsonl -- python bench.py
     gpuenv run --policy reject -- pytest --benchmark-only
-    torchrun --nproc-per-node 8 --no-python gpuenv run -o r.jsonl -- python train.py
+    torchrun --nproc-per-node 8 --no-python gpuenv run --summary rank0 -- python train.py
 
     -i defaults to the rank's own GPU under torchrun (LOCAL_RANK) or Slurm
     (SLURM_LOCALID), else the GPUs CUDA_VISIBLE_DEVICES shows, else all.
@@ -144,6 +154,7 @@ def run(
             period=period,
             quiet=quiet,
             auto_regions=auto,
+            summary=summary,
         )
         result = runner.run()
     finally:

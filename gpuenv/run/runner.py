@@ -39,7 +39,7 @@ from gpuenv.errors import ConfigError
 from gpuenv.results import Measurement
 from gpuenv.run.autoregions import child_env
 from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
-from gpuenv.run.report import RUN_NAME, build_measurements, fmt_time, gpu_facts, summary_table
+from gpuenv.run.report import RUN_NAME, build_measurements, gpu_facts, run_text
 from gpuenv.run.tracker import (
     FLUSH_S,
     MAX_REGION_LIST,
@@ -51,6 +51,7 @@ from gpuenv.run.tracker import (
 from gpuenv.telemetry import Sampler
 
 RUN_POLICIES = ("annotate", "reject")  # retry cannot re-run a command's regions
+SUMMARIES = ("each", "rank0")  # each rank prints its table / rank 0 prints all ranks' in one
 FORWARDED = (
     signal.SIGINT,
     signal.SIGTERM,
@@ -202,6 +203,7 @@ class Runner:
         stderr: IO[str] | None = None,
         quiet: bool = False,
         auto_regions: Sequence[str] = (),
+        summary: str = "each",
     ):
         check_run_policy(policy)
         if backend.clock.virtual:
@@ -218,6 +220,9 @@ class Runner:
         self.stderr = stderr if stderr is not None else sys.stderr
         self.quiet = quiet
         self.auto_regions = tuple(auto_regions)
+        if summary not in SUMMARIES:
+            raise ConfigError(f"--summary {summary}: use one of {', '.join(SUMMARIES)}")
+        self.summary = summary
 
     def run(self) -> RunResult:
         lock = None
@@ -362,8 +367,15 @@ class Runner:
                 for m in measurements:
                     store.append(m)
         result = RunResult(status, measurements, self.output, t_end - t_start, forwarded)
-        if not self.quiet:
-            print(self._table(result, lock), file=self.stderr)
+        record = self._record(result, lock, rank)
+        if self.summary == "rank0" and rank is not None:
+            from gpuenv.run.ranks import report_ranks
+
+            text = report_ranks(record, measurements, os.environ, started_wall=wall0 + t_start)
+        else:
+            text = run_text(record, measurements)
+        if text and not self.quiet:
+            print(text, file=self.stderr)
         return result
 
     def _wait(
@@ -406,35 +418,32 @@ class Runner:
                 os.kill(pid, sig)
                 forwarded.append(sig)
 
-    def _table(self, result: RunResult, lock: Any) -> str:
+    def _record(self, result: RunResult, lock: Any, rank: int | None) -> dict[str, Any]:
+        """What the summary says about this run besides its measurements (report.run_text)."""
         from gpuenv.devices import describe
 
         cmd = shlex.join(self.argv)
-        if len(cmd) > 60:
-            cmd = cmd[:57] + "..."
         if result.returncode < 0:
             how = f"was killed by {signal.Signals(-result.returncode).name}"
         else:
             how = f"exited with {result.returncode}"
-        gpus = ", ".join(describe(self.backend, g) for g in self.gpus)
         if lock is not None:
             from gpuenv.clocks import describe_target
 
             targets = sorted({describe_target(gp.applied) for gp in lock.plan.gpus})
-            state = "; locked " + "; ".join(targets)
+            state = "locked " + "; ".join(targets)
         else:
-            state = "; clocks not locked"
-        head = f"gpuenv run: '{cmd}' {how} after {fmt_time(result.duration_s)} on {gpus}{state}"
-        table = summary_table(result.measurements, header=head)
-        run_extra = result.measurements[0].extra if result.measurements else {}
-        for name, n in (run_extra.get("discarded_regions") or {}).items():
-            table += f"\n  {name}: {n} call(s) raised an error: not measured"
-        if result.output is not None:
-            table += f"\n  results: {result.output}"
-        if self.policy == "reject" and result.rejected:
-            names = [m.name for m in result.measurements if m.verdict == "rejected"]
-            table += f"\n  rejected: {', '.join(names)} (--policy reject)"
-        return table
+            state = "clocks not locked"
+        return {
+            "rank": rank,
+            "command": cmd if len(cmd) <= 60 else cmd[:57] + "...",
+            "outcome": how,
+            "duration_s": result.duration_s,
+            "where": ", ".join(describe(self.backend, g) for g in self.gpus),
+            "state": state,
+            "output": None if result.output is None else str(result.output),
+            "policy": self.policy,
+        }
 
 
 class _Family:

@@ -44,6 +44,14 @@ _RERAISE = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal
     "retry is refused: gpuenv cannot re-run a call it did not make.",
 )
 @click.option(
+    "--regions",
+    "regions_from",
+    type=click.Choice(["nvtx"]),
+    default=None,
+    help="nvtx: each NVTX range the command pushes and pops (torch.cuda.nvtx, nvtx, C/C++) is "
+    "a region too; needs a C compiler on first use, no profiler.",
+)
+@click.option(
     "--no-auto-regions",
     is_flag=True,
     help="Do not make each do_bench, torch Timer and pytest-benchmark call of a Python "
@@ -84,6 +92,7 @@ def run(
     period: float | None,
     quiet: bool,
     summary: str,
+    regions_from: str | None,
     no_auto_regions: bool,
     command: tuple[str, ...],
 ) -> None:
@@ -155,6 +164,7 @@ def run(
             quiet=quiet,
             auto_regions=auto,
             summary=summary,
+            nvtx=regions_from == "nvtx",
         )
         result = runner.run()
     finally:

@@ -204,6 +204,7 @@ class Runner:
         quiet: bool = False,
         auto_regions: Sequence[str] = (),
         summary: str = "each",
+        nvtx: bool = False,
     ):
         check_run_policy(policy)
         if backend.clock.virtual:
@@ -223,6 +224,12 @@ class Runner:
         if summary not in SUMMARIES:
             raise ConfigError(f"--summary {summary}: use one of {', '.join(SUMMARIES)}")
         self.summary = summary
+        self.nvtx_lib = None
+        if nvtx:  # built and checked now, before anything is locked
+            from gpuenv.run import nvtx as nvtx_mod
+
+            self.nvtx_lib = nvtx_mod.build()
+            nvtx_mod.child_env(dict(os.environ), self.nvtx_lib)
 
     def run(self) -> RunResult:
         lock = None
@@ -281,6 +288,8 @@ class Runner:
         env[ENV_FD] = str(w_fd)
         env[ENV_PIPE] = pipe_identity(w_fd)
         child_env(env, self.auto_regions)
+        if self.nvtx_lib is not None:
+            env["NVTX_INJECTION64_PATH"] = str(self.nvtx_lib)
         forwarded: list[int] = []
         family = _Family()
         reader = RegionReader(r_fd, tracker, sampler)

@@ -359,3 +359,39 @@ def test_child_env_chains_pythonpath_and_names_only_the_picked_modules():
 
 def test_timer_name_without_a_task_spec():
     assert timer_name(object()) == "Timer ?"
+
+
+# -- on the GPU ------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_do_bench_before_and_after_load_on_the_gpu(tmp_path):
+    """The issue's script: do_bench, 10 s of load, do_bench. Two do_bench rows; the second
+    ran under the power cap and says for how much of its time; the numbers the script
+    prints are the same with and without gpuenv run, within noise."""
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    child = [sys.executable, str(ROOT / "scripts" / "do_bench_load.py"), "--load", "10"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), GPUENV_READONLY="1")  # never write the GPU
+    out = tmp_path / "run.jsonl"
+    wrapped = subprocess.run([*GPUENV, "run", "-i", "0", "-o", str(out), "--", *child],
+                             capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert wrapped.returncode == 0, wrapped.stderr
+    bare = subprocess.run(child, capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert bare.returncode == 0, bare.stderr
+    ms_wrapped = json.loads(wrapped.stdout.splitlines()[-1])
+    ms_bare = json.loads(bare.stdout.splitlines()[-1])
+    measurements = load_run(out).measurements
+    rows = [m for m in measurements if m.name.startswith("do_bench ")]
+    assert [m.name for m in rows] == ["do_bench scripts/do_bench_load.py:26",
+                                      "do_bench scripts/do_bench_load.py:33"]  # fmt: skip
+    first, second = rows
+    assert second.verdict == "annotated"
+    cap = next(f for f in second.findings if f.kind == "power_cap")
+    share = cap.details["fraction_under_cap"]
+    assert share > 0 and f"({100 * share:.0f}%)" in cap.message
+    first_cap = next((f for f in first.findings if f.kind == "power_cap"), None)
+    assert first_cap is None or first_cap.details["fraction_under_cap"] < share
+    assert second.name in wrapped.stderr and "power_cap" in wrapped.stderr
+    for key in ("first_ms", "second_ms"):  # gpuenv's wrapper changes nothing it times
+        assert ms_wrapped[key] == pytest.approx(ms_bare[key], rel=0.1), (ms_wrapped, ms_bare)

@@ -125,12 +125,19 @@ def _wrap(orig: Callable[..., Any], name_of: Callable[..., str | None]) -> Calla
     return wrapper
 
 
+_SHORT: dict[str, str] = {}  # file name -> as shown (relpath costs ~10 us a call)
+
+
 def _short_path(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:  # another drive
-        return os.path.basename(path)
-    return os.path.basename(path) if rel.startswith("..") else rel
+    """`path` relative to the working directory when it lies below it, else its base name."""
+    short = _SHORT.get(path)
+    if short is None:
+        try:
+            rel = os.path.relpath(path)
+        except ValueError:  # another drive
+            rel = ".."
+        short = _SHORT[path] = os.path.basename(path) if rel.startswith("..") else rel
+    return short
 
 
 def call_site(skip: int = 2) -> tuple[str, bool]:

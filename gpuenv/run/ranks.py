@@ -1,4 +1,5 @@
-"""`gpuenv run --summary rank0`: one table for all ranks of a torchrun or Slurm job.
+"""`gpuenv run` under torchrun and Slurm: each rank's GPU and results file, and
+`--summary rank0`: one table for all ranks of a job.
 
 Each rank's `gpuenv run` wraps its own process and GPU, as without the option;
 at the end, instead of N tables interleaved on stderr, every rank but 0 writes
@@ -36,6 +37,54 @@ WAIT_S = 60.0
 POLL_S = 0.1
 CLOCK_SKEW_S = 30.0  # a rank's end may be read this long before rank 0's start (other nodes)
 _DROP_EXTRA = ("trace", "traces", "regions")  # big, and not in the table
+
+
+# -- where and what: defaults under torchrun / Slurm ---------------------------------------
+
+
+def default_gpu_selector(env: Mapping[str, str]) -> str:
+    """The GPUs a wrapped command uses, when -i is not given.
+
+    Under torchrun (LOCAL_RANK) the rank's own GPU; under Slurm (SLURM_LOCALID)
+    the task's only visible GPU, or the one at its local id; otherwise the GPUs
+    CUDA_VISIBLE_DEVICES shows, or all.
+    """
+    if env.get("LOCAL_RANK", "").strip():
+        return "local"
+    visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if env.get("SLURM_LOCALID", "").strip():
+        return "cuda:0" if len(visible) == 1 else "local"
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return ",".join(f"cuda:{k}" for k in range(len(visible))) or "cuda:0"
+    return "all"
+
+
+def selector_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment for select_gpus: SLURM_LOCALID stands in for a missing LOCAL_RANK."""
+    out = dict(env)
+    if not out.get("LOCAL_RANK", "").strip() and out.get("SLURM_LOCALID", "").strip():
+        out["LOCAL_RANK"] = out["SLURM_LOCALID"]
+    return out
+
+
+def rank_of(env: Mapping[str, str]) -> int | None:
+    """This process's global rank when it is one of several (torchrun RANK, Slurm SLURM_PROCID)."""
+    for rank_key, size_key in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        rank, size = env.get(rank_key, "").strip(), env.get(size_key, "").strip()
+        if rank.isdigit() and (not size.isdigit() or int(size) > 1):
+            return int(rank)
+    return None
+
+
+def rank_output_path(path: str | os.PathLike[str], rank: int | None) -> Path:
+    """run.jsonl -> run.rank3.jsonl for rank 3, so ranks never write one file."""
+    p = Path(path)
+    if rank is None:
+        return p
+    return p.with_name(f"{p.stem}.rank{rank}{p.suffix or '.jsonl'}")
+
+
+# -- --summary rank0 --------------------------------------------------------------------------
 
 
 def job_key(env: Mapping[str, str]) -> str:
@@ -169,10 +218,14 @@ __all__ = [
     "ENV_DIR",
     "ENV_WAIT",
     "combined_text",
+    "default_gpu_selector",
     "gather",
     "job_key",
     "publish",
+    "rank_of",
+    "rank_output_path",
     "ranks_dir",
     "report_ranks",
+    "selector_env",
     "world_size",
 ]

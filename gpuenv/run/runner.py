@@ -9,7 +9,9 @@ sent to gpuenv alone; a signal the terminal sent to the whole foreground group
 (Ctrl-C, Ctrl-\\, hang-up) already reached the command, so it is not sent
 twice. gpuenv then exits with the command's exit status (see `exit_status`).
 
-Regions: the command marks them with `gpuenv.region("name")` (see run/region.py);
+Regions: a Python command's do_bench, torch Timer and pytest-benchmark calls are
+regions by themselves (autoregions.py); NVTX ranges with --regions nvtx (nvtx.py);
+others the command marks with `gpuenv.region("name")` (see run/region.py);
 their edges come back over an inherited pipe with the child's CLOCK_MONOTONIC
 times, which the sampler's clock shares. The whole run is always one more
 region, "(run)". At the end every region gets a `Measurement` (one rep per
@@ -29,7 +31,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -38,6 +40,7 @@ from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError
 from gpuenv.results import Measurement
 from gpuenv.run.autoregions import child_env
+from gpuenv.run.ranks import default_gpu_selector, rank_of, rank_output_path, selector_env
 from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
 from gpuenv.run.report import RUN_NAME, build_measurements, gpu_facts, run_text
 from gpuenv.run.tracker import (
@@ -84,51 +87,6 @@ def check_run_policy(policy: str) -> str:
             "policy='retry' inside the program (gpuenv.bench, gpuenv.stable)",
         )
     return policy
-
-
-# -- where and what: defaults under torchrun / Slurm -------------------------------------
-
-
-def default_gpu_selector(env: Mapping[str, str]) -> str:
-    """The GPUs a wrapped command uses, when -i is not given.
-
-    Under torchrun (LOCAL_RANK) the rank's own GPU; under Slurm (SLURM_LOCALID)
-    the task's only visible GPU, or the one at its local id; otherwise the GPUs
-    CUDA_VISIBLE_DEVICES shows, or all.
-    """
-    if env.get("LOCAL_RANK", "").strip():
-        return "local"
-    visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    if env.get("SLURM_LOCALID", "").strip():
-        return "cuda:0" if len(visible) == 1 else "local"
-    if "CUDA_VISIBLE_DEVICES" in env:
-        return ",".join(f"cuda:{k}" for k in range(len(visible))) or "cuda:0"
-    return "all"
-
-
-def selector_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment for select_gpus: SLURM_LOCALID stands in for a missing LOCAL_RANK."""
-    out = dict(env)
-    if not out.get("LOCAL_RANK", "").strip() and out.get("SLURM_LOCALID", "").strip():
-        out["LOCAL_RANK"] = out["SLURM_LOCALID"]
-    return out
-
-
-def rank_of(env: Mapping[str, str]) -> int | None:
-    """This process's global rank when it is one of several (torchrun RANK, Slurm SLURM_PROCID)."""
-    for rank_key, size_key in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
-        rank, size = env.get(rank_key, "").strip(), env.get(size_key, "").strip()
-        if rank.isdigit() and (not size.isdigit() or int(size) > 1):
-            return int(rank)
-    return None
-
-
-def rank_output_path(path: str | os.PathLike[str], rank: int | None) -> Path:
-    """run.jsonl -> run.rank3.jsonl for rank 3, so ranks never write one file."""
-    p = Path(path)
-    if rank is None:
-        return p
-    return p.with_name(f"{p.stem}.rank{rank}{p.suffix or '.jsonl'}")
 
 
 def resolve_command(argv: Sequence[str]) -> str:
@@ -258,24 +216,8 @@ class Runner:
         return {} if lock is None else lock_ranges(lock, self.backend)
 
     def _run_locked(self, lock: Any) -> RunResult:
-        from gpuenv.results import ResultStore, environment_metadata
-
         ranges = self._lock_ranges(lock)
-        rank = rank_of(os.environ)
-        store = None
-        if self.output is not None:
-            meta = environment_metadata(
-                self.backend,
-                self.gpus,
-                extra={
-                    "tool": "gpuenv run",
-                    "command": self.argv,
-                    "policy": self.policy,
-                    "rank": rank,
-                    "lock": lock.plan.lines() if lock is not None else None,
-                },
-            )
-            store = ResultStore(self.output, meta)
+        store = self._store(lock)
         facts = gpu_facts(self.backend, self.gpus, ranges)
         sampler = Sampler(
             self.backend, self.gpus, period=self.period, lock_ranges=ranges, own_pids=[os.getpid()]
@@ -284,12 +226,7 @@ class Runner:
         summariser = Summariser(sampler, self.gpus)
         r_fd, w_fd = os.pipe()
         os.set_inheritable(w_fd, True)
-        env = dict(os.environ)
-        env[ENV_FD] = str(w_fd)
-        env[ENV_PIPE] = pipe_identity(w_fd)
-        child_env(env, self.auto_regions)
-        if self.nvtx_lib is not None:
-            env["NVTX_INJECTION64_PATH"] = str(self.nvtx_lib)
+        env = self._child_env(w_fd)
         forwarded: list[int] = []
         family = _Family()
         reader = RegionReader(r_fd, tracker, sampler)
@@ -336,6 +273,76 @@ class Runner:
         finally:
             sampler.stop()
         wall0 = time.time() - time.monotonic()
+        extra_run = self._run_extra(status, t_start, summariser, tracker, forwarded)
+        measurements = build_measurements(
+            tracker.finished,
+            run,
+            gpus=self.gpus,
+            facts=facts,
+            policy=self.policy,
+            stable_clocks=lock is not None,
+            wall_at=lambda t: wall0 + t,
+            extra_run=extra_run,
+        )
+        if store is not None:
+            with store:
+                for m in measurements:
+                    store.append(m)
+        result = RunResult(status, measurements, self.output, t_end - t_start, forwarded)
+        self._report(result, lock, started_wall=wall0 + t_start)
+        return result
+
+    def _report(self, result: RunResult, lock: Any, *, started_wall: float) -> None:
+        """Print the summary: this run's table, or under --summary rank0 all ranks' at rank 0."""
+        rank = rank_of(os.environ)
+        record = self._record(result, lock, rank)
+        if self.summary == "rank0" and rank is not None:
+            from gpuenv.run.ranks import report_ranks
+
+            text = report_ranks(record, result.measurements, os.environ, started_wall=started_wall)
+        else:
+            text = run_text(record, result.measurements)
+        if text and not self.quiet:
+            print(text, file=self.stderr)
+
+    def _child_env(self, w_fd: int) -> dict[str, str]:
+        """The command's environment: the region pipe, automatic regions, NVTX's injection."""
+        env = dict(os.environ)
+        env[ENV_FD] = str(w_fd)
+        env[ENV_PIPE] = pipe_identity(w_fd)
+        child_env(env, self.auto_regions)
+        if self.nvtx_lib is not None:
+            env["NVTX_INJECTION64_PATH"] = str(self.nvtx_lib)
+        return env
+
+    def _store(self, lock: Any) -> Any:
+        """The results file's store (None without -o), its metadata written first."""
+        from gpuenv.results import ResultStore, environment_metadata
+
+        if self.output is None:
+            return None
+        meta = environment_metadata(
+            self.backend,
+            self.gpus,
+            extra={
+                "tool": "gpuenv run",
+                "command": self.argv,
+                "policy": self.policy,
+                "rank": rank_of(os.environ),
+                "lock": lock.plan.lines() if lock is not None else None,
+            },
+        )
+        return ResultStore(self.output, meta)
+
+    def _run_extra(
+        self,
+        status: int,
+        t_start: float,
+        summariser: Summariser,
+        tracker: RegionTracker,
+        forwarded: list[int],
+    ) -> dict[str, Any]:
+        """What the "(run)" measurement carries: the command, traces, region spans."""
         traces = summariser.log.traces(t_start)
         extra_run: dict[str, Any] = {
             "command": self.argv,
@@ -361,31 +368,7 @@ class Runner:
             extra_run["ignored_edges"] = tracker.ignored
         if tracker.discarded:
             extra_run["discarded_regions"] = dict(tracker.discarded)
-        measurements = build_measurements(
-            tracker.finished,
-            run,
-            gpus=self.gpus,
-            facts=facts,
-            policy=self.policy,
-            stable_clocks=lock is not None,
-            wall_at=lambda t: wall0 + t,
-            extra_run=extra_run,
-        )
-        if store is not None:
-            with store:
-                for m in measurements:
-                    store.append(m)
-        result = RunResult(status, measurements, self.output, t_end - t_start, forwarded)
-        record = self._record(result, lock, rank)
-        if self.summary == "rank0" and rank is not None:
-            from gpuenv.run.ranks import report_ranks
-
-            text = report_ranks(record, measurements, os.environ, started_wall=wall0 + t_start)
-        else:
-            text = run_text(record, measurements)
-        if text and not self.quiet:
-            print(text, file=self.stderr)
-        return result
+        return extra_run
 
     def _wait(
         self,

@@ -142,37 +142,38 @@ static int find_fd(void) {
     return want && strcmp(want, have) != 0 ? -1 : fd; /* the number was reused for another file */
 }
 
-static void set(NvtxFunctionTable table, unsigned int size, unsigned int id, NvtxFunctionPointer f) {
-    if (table && id < size && table[id]) *table[id] = f;
-}
+#define SLOT(module, id, fn) {module, id, (NvtxFunctionPointer)fn}
+static const struct { int module; unsigned int id; NvtxFunctionPointer fn; } slots[] = {
+    SLOT(MODULE_CORE, CORE_RangePushA, RangePushA),
+    SLOT(MODULE_CORE, CORE_RangePushW, RangePushW),
+    SLOT(MODULE_CORE, CORE_RangePushEx, RangePushEx),
+    SLOT(MODULE_CORE, CORE_RangePop, RangePop),
+    SLOT(MODULE_CORE, CORE_RangeStartA, RangeStartA),
+    SLOT(MODULE_CORE, CORE_RangeStartW, RangeStartW),
+    SLOT(MODULE_CORE, CORE_RangeStartEx, RangeStartEx),
+    SLOT(MODULE_CORE, CORE_RangeEnd, RangeEnd),
+    SLOT(MODULE_CORE2, CORE2_DomainRangePushEx, DomainRangePushEx),
+    SLOT(MODULE_CORE2, CORE2_DomainRangePop, DomainRangePop),
+    SLOT(MODULE_CORE2, CORE2_DomainRangeStartEx, DomainRangeStartEx),
+    SLOT(MODULE_CORE2, CORE2_DomainRangeEnd, DomainRangeEnd),
+    SLOT(MODULE_CORE2, CORE2_DomainRegisterStringA, DomainRegisterStringA),
+};
 
 static void after_fork(void) { depth = 0; }
 
 int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get) {
     const NvtxExportTableCallbacks *cb = get ? get(ETID_CALLBACKS) : NULL;
-    NvtxFunctionTable t = NULL;
-    unsigned int n = 0;
+    static const int modules[] = {MODULE_CORE, MODULE_CORE2};
     if (!cb || !cb->GetModuleFunctionTable) return 0;
     region_fd = find_fd();
     pthread_atfork(NULL, NULL, after_fork);
-    if (cb->GetModuleFunctionTable(MODULE_CORE, &t, &n)) {
-        set(t, n, CORE_RangePushA, (NvtxFunctionPointer)RangePushA);
-        set(t, n, CORE_RangePushW, (NvtxFunctionPointer)RangePushW);
-        set(t, n, CORE_RangePushEx, (NvtxFunctionPointer)RangePushEx);
-        set(t, n, CORE_RangePop, (NvtxFunctionPointer)RangePop);
-        set(t, n, CORE_RangeStartA, (NvtxFunctionPointer)RangeStartA);
-        set(t, n, CORE_RangeStartW, (NvtxFunctionPointer)RangeStartW);
-        set(t, n, CORE_RangeStartEx, (NvtxFunctionPointer)RangeStartEx);
-        set(t, n, CORE_RangeEnd, (NvtxFunctionPointer)RangeEnd);
-    }
-    t = NULL;
-    n = 0;
-    if (cb->GetModuleFunctionTable(MODULE_CORE2, &t, &n)) {
-        set(t, n, CORE2_DomainRangePushEx, (NvtxFunctionPointer)DomainRangePushEx);
-        set(t, n, CORE2_DomainRangePop, (NvtxFunctionPointer)DomainRangePop);
-        set(t, n, CORE2_DomainRangeStartEx, (NvtxFunctionPointer)DomainRangeStartEx);
-        set(t, n, CORE2_DomainRangeEnd, (NvtxFunctionPointer)DomainRangeEnd);
-        set(t, n, CORE2_DomainRegisterStringA, (NvtxFunctionPointer)DomainRegisterStringA);
+    for (size_t m = 0; m < sizeof modules / sizeof *modules; ++m) {
+        NvtxFunctionTable table = NULL;
+        unsigned int size = 0;
+        if (!cb->GetModuleFunctionTable(modules[m], &table, &size) || !table) continue;
+        for (size_t k = 0; k < sizeof slots / sizeof *slots; ++k)
+            if (slots[k].module == modules[m] && slots[k].id < size && table[slots[k].id])
+                *table[slots[k].id] = slots[k].fn;
     }
     return 1;
 }

@@ -121,6 +121,23 @@ def fmt_time(seconds: float | None) -> str:
     return fmt_s(seconds, "table")
 
 
+def _window_cells(w: Window | None) -> list[str]:
+    """SM MHz, power, energy, temp C and time under, for one window (dashes without)."""
+    if w is None:
+        return ["-"] * 5
+    sm = "-" if w.sm_mhz_mean is None else f"{w.sm_mhz_mean:.0f}"
+    if w.sm_mhz_min is not None and w.sm_mhz_max is not None and w.sm_mhz_min != w.sm_mhz_max:
+        sm += f" ({w.sm_mhz_min:.0f}-{w.sm_mhz_max:.0f})"
+    power = "-" if w.power_w_mean is None else f"{w.power_w_mean:.0f} W"
+    temp = "-" if w.temp_c_start is None else f"{w.temp_c_start:.0f}-{w.temp_c_max:.0f}"
+    under = ", ".join(
+        f"{counter(k).short} {fmt_time(v)}"
+        for k, v in sorted(w.reason_s.items())
+        if k in _TABLE_COUNTERS and v >= 0.0005
+    )
+    return [sm, power, fmt_j(w.energy_j, approx=w.energy_interpolated), temp, under or "-"]
+
+
 def summary_table(
     measurements: Sequence[Measurement], *, header: str, ranks: Sequence[int] | None = None
 ) -> str:
@@ -162,27 +179,7 @@ def summary_table(
                 str(len(m.times_s)) if k == 0 else "",
                 when if k == 0 else "",
             ]
-            if w is None:
-                row += ["-"] * 5
-            else:
-                sm = "-" if w.sm_mhz_mean is None else f"{w.sm_mhz_mean:.0f}"
-                if (
-                    w.sm_mhz_min is not None
-                    and w.sm_mhz_max is not None
-                    and w.sm_mhz_min != w.sm_mhz_max
-                ):
-                    sm += f" ({w.sm_mhz_min:.0f}-{w.sm_mhz_max:.0f})"
-                power = "-" if w.power_w_mean is None else f"{w.power_w_mean:.0f} W"
-                temp = "-" if w.temp_c_start is None else f"{w.temp_c_start:.0f}-{w.temp_c_max:.0f}"
-                under = (
-                    ", ".join(
-                        f"{counter(k2).short} {fmt_time(v)}"
-                        for k2, v in sorted(w.reason_s.items())
-                        if k2 in _TABLE_COUNTERS and v >= 0.0005
-                    )
-                    or "-"
-                )
-                row += [sm, power, fmt_j(w.energy_j, approx=w.energy_interpolated), temp, under]
+            row += _window_cells(w)
             row.append(
                 m.verdict
                 + (

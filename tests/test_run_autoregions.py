@@ -372,7 +372,8 @@ def test_do_bench_before_and_after_load_on_the_gpu(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("triton")
     child = [sys.executable, str(ROOT / "scripts" / "do_bench_load.py"), "--load", "10"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), GPUENV_READONLY="1")  # never write the GPU
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, GPUENV_READONLY="1")  # never write the GPU
     out = tmp_path / "run.jsonl"
     wrapped = subprocess.run([*GPUENV, "run", "-i", "0", "-o", str(out), "--", *child],
                              capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)

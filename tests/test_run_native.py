@@ -126,3 +126,28 @@ def test_nvtx_without_a_compiler_says_so_and_runs_nothing(tmp_path):
                         CC=str(tmp_path / "no-such-cc"))  # fmt: skip
     assert result.returncode == 2
     assert "cannot run the C compiler" in result.stderr and not marker.exists()
+
+
+@pytest.mark.gpu
+@needs_cc
+def test_torch_nvtx_ranges_become_regions(tmp_path):
+    """PyTorch's NVTX (torch.cuda.nvtx) loads gpuenv's injection like any NVTX client."""
+    pytest.importorskip("torch")
+    child = tmp_path / "child.py"
+    child.write_text(textwrap.dedent("""
+        import time, torch
+        x = torch.ones(1024, 1024, device="cuda")
+        for _ in range(3):
+            torch.cuda.nvtx.range_push("step")
+            y = x @ x
+            torch.cuda.synchronize()
+            time.sleep(0.05)
+            torch.cuda.nvtx.range_pop()
+    """))
+    out = tmp_path / "run.jsonl"
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    result = gpuenv_run(tmp_path, "--regions", "nvtx", "-o", str(out), "--", sys.executable,
+                        str(child), PYTHONPATH=path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    by_name = {m.name: m for m in load_run(out).measurements}
+    assert len(by_name["step"].times_s) == 3 and min(by_name["step"].times_s) >= 0.05

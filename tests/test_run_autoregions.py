@@ -361,6 +361,18 @@ def test_timer_name_without_a_task_spec():
     assert timer_name(object()) == "Timer ?"
 
 
+def test_a_name_that_cannot_be_made_never_breaks_the_call(monkeypatch):
+    from gpuenv.run import autoregions, region
+
+    monkeypatch.setattr(region, "active", lambda: True)
+
+    def broken(*_):
+        raise RuntimeError("no name")
+
+    wrapped = autoregions._wrap(lambda x: x * 2, broken)
+    assert wrapped(21) == 42
+
+
 # -- on the GPU ------------------------------------------------------------------------------
 
 

@@ -111,7 +111,12 @@ def _wrap(orig: Callable[..., Any], name_of: Callable[..., str | None]) -> Calla
     @functools.wraps(orig)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         depth = getattr(_depth, "n", 0)
-        name = name_of(*args) if depth == 0 and active() else None
+        name = None
+        if depth == 0 and active():
+            try:
+                name = name_of(*args)
+            except Exception:  # naming must never break the command's own call
+                name = None
         if not name:
             return orig(*args, **kwargs)
         _depth.n = depth + 1

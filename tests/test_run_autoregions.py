@@ -255,8 +255,9 @@ def test_no_auto_regions_and_picking_kinds(tmp_path, fakes):
                             pythonpath=str(fakes), env={"GPUENV_AUTO_REGIONS": "timer"})
     assert timer_only.returncode == 0, timer_only.stderr
     assert timer_only.stdout.strip() == "False"
-    names = [m.name for m in load_run(tmp_path / "t.jsonl").measurements]
-    assert names == [RUN_NAME, "Timer t"]
+    run = load_run(tmp_path / "t.jsonl")
+    assert [m.name for m in run.measurements] == [RUN_NAME, "Timer t"]
+    assert run.metadata["auto_regions"] == ["timer"] and run.metadata["nvtx_regions"] is False
     bad = gpuenv_run("--", sys.executable, child, env={"GPUENV_AUTO_REGIONS": "do_bench,tmier"})
     assert bad.returncode == 2 and "tmier is not a kind of automatic region" in bad.stderr
 

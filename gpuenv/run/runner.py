@@ -355,6 +355,8 @@ class Runner:
                 "policy": self.policy,
                 "rank": rank_of(os.environ),
                 "lock": lock.plan.lines() if lock is not None else None,
+                "auto_regions": list(self.auto_regions),
+                "nvtx_regions": self.nvtx_lib is not None,
             },
         )
         return ResultStore(self.output, meta)

@@ -129,6 +129,8 @@ def test_a_host_alone_gets_the_default_port_which_is_not_dcgm_exporters() -> Non
     from gpuenv.daemon.metrics import DEFAULT_PORT
 
     assert parse_listen("0.0.0.0") == ("0.0.0.0", DEFAULT_PORT)
+    assert parse_listen("localhost") == ("localhost", DEFAULT_PORT)
+    assert parse_listen("::1") == ("::1", DEFAULT_PORT)
     assert parse_listen("9500") == ("127.0.0.1", 9500)
     assert parse_config("[daemon]\nmetrics = 127.0.0.1\n").metrics == "127.0.0.1"
     # 9100-9999: the Prometheus wiki's exporter range, fully allocated (9400: dcgm-exporter)

@@ -77,7 +77,7 @@ def _config_option(fn: F) -> F:
 @_socket_option
 @_config_option
 @click.option("--metrics", metavar="HOST:PORT", default=None,
-              help="Serve Prometheus metrics here (HOST alone: port 19400).")
+              help="Serve Prometheus metrics here (an address alone: port 19400).")
 @click.option(
     "--sample-period", type=float, default=None, metavar="S", help="Sampler period (default 0.1 s)."
 )

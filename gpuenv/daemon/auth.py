@@ -30,6 +30,7 @@ from __future__ import annotations
 import configparser
 import contextlib
 import grp
+import ipaddress
 import os
 import pwd
 import socket
@@ -234,10 +235,21 @@ def load_config(path: str | os.PathLike | None) -> Config:
 METRICS_PORT = 19400
 
 
+def _is_address(text: str) -> bool:
+    if text == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_listen(value: str) -> tuple[str, int]:
-    """ "127.0.0.1:19400", "19400" (on 127.0.0.1) or "0.0.0.0" (on METRICS_PORT) -> (host, port)."""
-    if ":" not in value and not value.strip().isdigit() and value.strip():
-        value = f"{value.strip()}:{METRICS_PORT}"
+    """ "127.0.0.1:19400", "19400" (on 127.0.0.1) or an address alone, "0.0.0.0" or
+    "localhost" (on METRICS_PORT) -> (host, port)."""
+    if _is_address(value.strip()):
+        value = f"[{value.strip()}]:{METRICS_PORT}"
     host, _, port = value.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     try:

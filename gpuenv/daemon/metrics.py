@@ -15,7 +15,7 @@ process (holders are counted per user and kind), so series do not grow with jobs
 Values come from the daemon's own sampler and journal at scrape time (a custom
 collector: no label set goes stale when a lock ends). prometheus-client is
 imported only when the endpoint starts. Bound to 127.0.0.1 unless the config says
-otherwise; `--metrics HOST` serves on DEFAULT_PORT, 19400 (the Prometheus wiki's
+otherwise; `--metrics ADDRESS` serves on DEFAULT_PORT, 19400 (the Prometheus wiki's
 exporter range 9100-9999 is fully allocated; 9400 is dcgm-exporter's).
 """
 

@@ -114,12 +114,16 @@ def gpuenvd(tmp_path: Path) -> Iterator[int]:
         _wait(lambda: _get(f"http://127.0.0.1:{port}/metrics"), 30, proc)
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _get(url: str) -> str | None:
@@ -181,9 +185,4 @@ def test_a_real_prometheus_scrapes_gpuenvd(gpuenvd: int, tmp_path: Path) -> None
         names = {r["name"] for g in rules["data"]["groups"] for r in g["rules"]}
         assert "GpuenvLockNotHolding" in names
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)

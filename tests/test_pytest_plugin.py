@@ -11,65 +11,55 @@ from types import SimpleNamespace
 import pytest
 
 from gpuenv import timing
-from gpuenv.backend.sim import SimBackend
 from gpuenv.telemetry import Sampler
-from gpuenv.timebase import VirtualClock
 
 pytest_plugins = ["pytester"]
-
-
-@pytest.fixture
-def sim() -> SimBackend:
-    backend = SimBackend(clock=VirtualClock())
-    backend.open_context(0)
-    backend.idle(10.0)
-    return backend
 
 
 class TestPytestPluginAnnotate:
     """`_annotate` on virtual time (the hook wiring is tested with pytester below)."""
 
-    def state(self, sim, policy="annotate"):
-        sampler = Sampler(sim, [0])
+    def state(self, warm_sim, policy="annotate"):
+        sampler = Sampler(warm_sim, [0])
         sampler.start()
         from gpuenv.judge import read_facts
 
-        return SimpleNamespace(sampler=sampler, backend=sim, gpus=[0], policy=policy,
-                               facts=read_facts(sim, [0]))
+        return SimpleNamespace(sampler=sampler, backend=warm_sim, gpus=[0], policy=policy,
+                               facts=read_facts(warm_sim, [0]))
 
     def fixture(self, data):
         return SimpleNamespace(extra_info={},
                                stats=SimpleNamespace(stats=SimpleNamespace(data=data)))
 
-    def test_rounds_get_windows_and_findings(self, sim):
+    def test_rounds_get_windows_and_findings(self, warm_sim):
         from gpuenv.integrations.pytest_plugin import _annotate
 
-        st = self.state(sim)
-        kernel = timing.sim_kernel(sim, 0, seconds=0.05)
+        st = self.state(warm_sim)
+        kernel = timing.sim_kernel(warm_sim, 0, seconds=0.05)
         t0 = st.sampler.mark()
         edges, data = [], []
         for _ in range(20):
-            edges.append(sim.clock.now())
+            edges.append(warm_sim.clock.now())
             data.append(kernel())
-            edges.append(sim.clock.now())
+            edges.append(warm_sim.clock.now())
         info = _annotate(st, self.fixture(data), t0, st.sampler.mark(), edges)
         assert info["rounds_sampled"] == 20
         assert info["telemetry"][0]["sm_mhz_min"] < 1980  # capped during the second
         assert "power_cap" in {f["kind"] for f in info["findings"]}
         assert info["verdict"] == "annotated"
 
-    def test_reject_policy_rejects_rounds_shared_with_another_process(self, sim):
+    def test_reject_policy_rejects_rounds_shared_with_another_process(self, warm_sim):
         from gpuenv.integrations.pytest_plugin import _annotate
 
-        st = self.state(sim, policy="reject")
-        sim.set_background_load(0, 0.5, pid=777)
-        kernel = timing.sim_kernel(sim, 0, seconds=0.05, power_intensity=0.2)
+        st = self.state(warm_sim, policy="reject")
+        warm_sim.set_background_load(0, 0.5, pid=777)
+        kernel = timing.sim_kernel(warm_sim, 0, seconds=0.05, power_intensity=0.2)
         t0 = st.sampler.mark()
         edges, data = [], []
         for _ in range(5):
-            edges.append(sim.clock.now())
+            edges.append(warm_sim.clock.now())
             data.append(kernel())
-            edges.append(sim.clock.now())
+            edges.append(warm_sim.clock.now())
         info = _annotate(st, self.fixture(data), t0, st.sampler.mark(), edges)
         assert "other_process" in {f["kind"] for f in info["findings"]}
         assert info["verdict"] == "rejected"

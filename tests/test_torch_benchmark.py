@@ -8,29 +8,19 @@ from types import SimpleNamespace
 import pytest
 
 from gpuenv import timing
-from gpuenv.backend.sim import SimBackend
 from gpuenv.integrations import torch_benchmark
-from gpuenv.timebase import VirtualClock
-
-
-@pytest.fixture
-def sim() -> SimBackend:
-    backend = SimBackend(clock=VirtualClock())
-    backend.open_context(0)
-    backend.idle(10.0)
-    return backend
 
 
 class TestTorchBenchmarkObserve:
-    def test_metadata_gets_telemetry_and_findings(self, sim):
+    def test_metadata_gets_telemetry_and_findings(self, warm_sim):
         fake = SimpleNamespace(metadata={"user": 1})
-        kernel = timing.sim_kernel(sim, 0, seconds=0.5)
+        kernel = timing.sim_kernel(warm_sim, 0, seconds=0.5)
 
         def run():
             kernel()  # half a second of heavy load: the power cap engages
             return fake
 
-        out = torch_benchmark._annotated(run, backend=sim)
+        out = torch_benchmark._annotated(run, backend=warm_sim)
         assert out is fake and out.metadata["user"] == 1
         rec = out.metadata["gpuenv"]
         assert rec["gpus"] == [0]
@@ -40,16 +30,16 @@ class TestTorchBenchmarkObserve:
         json.dumps(rec)  # plain JSON values
 
 
-def _record(sim, seconds: float) -> dict:
-    kernel = timing.sim_kernel(sim, 0, seconds=seconds)
-    _, rec = torch_benchmark.observe(kernel, backend=sim)
+def _record(warm_sim, seconds: float) -> dict:
+    kernel = timing.sim_kernel(warm_sim, 0, seconds=seconds)
+    _, rec = torch_benchmark.observe(kernel, backend=warm_sim)
     return rec
 
 
-def test_replicates_records_merge_into_one_with_the_worst_verdict(sim):
+def test_replicates_records_merge_into_one_with_the_worst_verdict(warm_sim):
     """What `Measurement.merge` and `Compare` keep of several replicates (no torch needed)."""
-    cool = _record(sim, 0.01)
-    capped = _record(sim, 0.5)  # the power cap engages: annotated
+    cool = _record(warm_sim, 0.01)
+    capped = _record(warm_sim, 0.5)  # the power cap engages: annotated
     assert (cool["verdict"], capped["verdict"]) == ("ok", "annotated")
     merged = torch_benchmark.merge_records([cool, capped])
     assert merged["verdict"] == "annotated" and merged["replicates"] == 2

@@ -234,24 +234,8 @@ class Runner:
         return {} if lock is None else lock_ranges(lock, self.backend)
 
     def _run_locked(self, lock: Any) -> RunResult:
-        from gpuenv.results import ResultStore, environment_metadata
-
         ranges = self._lock_ranges(lock)
-        rank = rank_of(os.environ)
-        store = None
-        if self.output is not None:
-            meta = environment_metadata(
-                self.backend,
-                self.gpus,
-                extra={
-                    "tool": "gpuenv run",
-                    "command": self.argv,
-                    "policy": self.policy,
-                    "rank": rank,
-                    "lock": lock.plan.lines() if lock is not None else None,
-                },
-            )
-            store = ResultStore(self.output, meta)
+        store = self._store(lock)
         facts = gpu_facts(self.backend, self.gpus, ranges)
         sampler = Sampler(
             self.backend, self.gpus, period=self.period, lock_ranges=ranges, own_pids=[os.getpid()]
@@ -309,6 +293,55 @@ class Runner:
         finally:
             sampler.stop()
         wall0 = time.time() - time.monotonic()
+        extra_run = self._run_extra(status, t_start, summariser, tracker, forwarded)
+        measurements = build_measurements(
+            tracker.finished,
+            run,
+            gpus=self.gpus,
+            facts=facts,
+            policy=self.policy,
+            stable_clocks=lock is not None,
+            wall_at=lambda t: wall0 + t,
+            extra_run=extra_run,
+        )
+        if store is not None:
+            with store:
+                for m in measurements:
+                    store.append(m)
+        result = RunResult(status, measurements, self.output, t_end - t_start, forwarded)
+        if not self.quiet:
+            print(self._table(result, lock), file=self.stderr)
+        return result
+
+
+    def _store(self, lock: Any) -> Any:
+        """The results file's store (None without -o), its metadata written first."""
+        from gpuenv.results import ResultStore, environment_metadata
+
+        if self.output is None:
+            return None
+        meta = environment_metadata(
+            self.backend,
+            self.gpus,
+            extra={
+                "tool": "gpuenv run",
+                "command": self.argv,
+                "policy": self.policy,
+                "rank": rank_of(os.environ),
+                "lock": lock.plan.lines() if lock is not None else None,
+            },
+        )
+        return ResultStore(self.output, meta)
+
+    def _run_extra(
+        self,
+        status: int,
+        t_start: float,
+        summariser: Summariser,
+        tracker: RegionTracker,
+        forwarded: list[int],
+    ) -> dict[str, Any]:
+        """What the "(run)" measurement carries: the command, traces, region spans."""
         traces = summariser.log.traces(t_start)
         extra_run: dict[str, Any] = {
             "command": self.argv,
@@ -332,24 +365,7 @@ class Runner:
             extra_run["traces"] = {str(g): t for g, t in traces.items()}
         if tracker.ignored:
             extra_run["ignored_edges"] = tracker.ignored
-        measurements = build_measurements(
-            tracker.finished,
-            run,
-            gpus=self.gpus,
-            facts=facts,
-            policy=self.policy,
-            stable_clocks=lock is not None,
-            wall_at=lambda t: wall0 + t,
-            extra_run=extra_run,
-        )
-        if store is not None:
-            with store:
-                for m in measurements:
-                    store.append(m)
-        result = RunResult(status, measurements, self.output, t_end - t_start, forwarded)
-        if not self.quiet:
-            print(self._table(result, lock), file=self.stderr)
-        return result
+        return extra_run
 
     def _wait(
         self,

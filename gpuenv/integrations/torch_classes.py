@@ -12,7 +12,13 @@ from typing import Any
 
 import torch.utils.benchmark as tb
 
-from gpuenv.integrations.torch_benchmark import _annotated, merge_records, note
+from gpuenv.integrations.torch_record import merge_records, note, observe
+
+
+def _measured(run: Callable[[], Any], **kwargs: Any) -> Measurement:
+    """torch's timing call observed and judged; its Measurement as gpuenv's."""
+    measurement, rec = observe(run, **kwargs)
+    return Measurement.wrap(measurement, rec)
 
 
 @dataclasses.dataclass(init=True, repr=False)
@@ -60,12 +66,12 @@ class Timer(tb.Timer):
         self._gpuenv = {"session": gpuenv_session, "gpus": gpuenv_gpus}
 
     def timeit(self, number: int = 1000000) -> Measurement:
-        return _annotated(lambda: super(Timer, self).timeit(number), **self._gpuenv)
+        return _measured(lambda: super(Timer, self).timeit(number), **self._gpuenv)
 
     def blocked_autorange(
         self, callback: Callable[[int, float], Any] | None = None, min_run_time: float = 0.2
     ) -> Measurement:
-        return _annotated(
+        return _measured(
             lambda: super(Timer, self).blocked_autorange(
                 callback=callback, min_run_time=min_run_time),
             **self._gpuenv,
@@ -75,7 +81,7 @@ class Timer(tb.Timer):
         self, threshold: float = 0.1, *, min_run_time: float = 0.01, max_run_time: float = 10.0,
         callback: Callable[[int, float], Any] | None = None,
     ) -> Measurement:  # fmt: skip
-        return _annotated(
+        return _measured(
             lambda: super(Timer, self).adaptive_autorange(
                 threshold=threshold, min_run_time=min_run_time, max_run_time=max_run_time,
                 callback=callback),

@@ -25,7 +25,8 @@ wait hold no place, so a refusal keeps a turn for its state for TURN_KEPT_S:
 requests of another state that come later queue behind it, and those of its
 state that come meanwhile go at its place. Without that, a steady trickle of
 waiting requests for one clock would keep the GPU from everyone who asks for
-the other without waiting.
+the other without waiting. Standing leases neither keep turns nor wait behind
+them: they last until restored, so a turn kept against one would never come.
 """
 
 from __future__ import annotations
@@ -144,6 +145,7 @@ class Waiter:
     seq: int = 0  # its place in the queue (HoldTable.enqueue)
     rank: int = 0  # the place it is judged by: its own, or the turn its state was promised
     until: float | None = None  # a turn kept for requests that do not wait, until then
+    standing: bool = False  # a standing lease's request (kept turns are for those that end)
 
     def __post_init__(self) -> None:
         self.applied: dict[int, Applied] = {gp.index: gp.applied for gp in self.plan.gpus}
@@ -218,8 +220,10 @@ class HoldTable:
             for waiter in self.queue:
                 if waiter.seq >= me.rank:
                     break
-                if not waiter.patient or (waiter.until is not None and waiter.until <= now):
+                if not waiter.patient:
                     continue
+                if waiter.until is not None and (waiter.until <= now or me.standing):
+                    continue  # over; or a standing request, which a kept turn never holds up
                 other = waiter.applied.get(gpu)
                 if other is not None and other != want:
                     # first come, first served: joining the state held now must not starve

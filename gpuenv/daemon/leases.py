@@ -203,7 +203,8 @@ class LeaseManager:
                     )
             plan = self._plan(request, gpus)
             lease, owner = self._new_lease(peer, conn, plan, standing=standing, label=label)
-            self._acquire(lease, owner, Waiter(peer, plan, wait > 0), wait=wait, hangup=hangup)
+            me = Waiter(peer, plan, wait > 0, standing=standing)
+            self._acquire(lease, owner, me, wait=wait, hangup=hangup)
         except GpuenvError as err:
             with self._cond:
                 self._refusals += 1
@@ -287,8 +288,8 @@ class LeaseManager:
                         gpu, who, busy = blocker
                         now = time.monotonic()
                         if now >= (busy_deadline if busy else deadline):
-                            if not me.patient and not busy:
-                                self._table.keep_turn(me)
+                            if not me.patient and not busy and not lease.standing:
+                                self._table.keep_turn(me)  # a standing lease never drains
                             raise LockConflict(gpu, who, hint=_WAIT_HINT)
                         if hangup():
                             raise ConfigError("the client went away while waiting for the lock")

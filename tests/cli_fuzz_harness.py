@@ -373,8 +373,7 @@ def _changes_allowed(case: Case) -> bool:
 def _bookkeeping(path: str) -> bool:
     name = os.path.basename(path)
     return (
-        name.endswith(".lock")
-        or name.startswith(".lock")  # the journal's lock file, .lock-private
+        name.endswith((".lock", ".lock-private"))
         or path == "state"
         or name.startswith("sim.json")
         or name.startswith("gpuenv-sim")

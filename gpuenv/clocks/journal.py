@@ -17,7 +17,7 @@ How a record survives a crash, a full disk and an editor:
     state, until a restore is confirmed and both are removed (the copy first);
   - each GPU's files are judged alone: a damaged record of GPU 1 is reported for
     GPU 1 (`JournalDamaged`) and never stops GPU 0 being locked or restored.
-Every read-modify-write happens under one `fcntl.flock` on `<dir>/.lock-private`, so
+Every read-modify-write happens under one `fcntl.flock` on `<dir>/.lock`, so
 concurrent gpuenv processes never interleave (the kernel drops the lock when
 its holder dies, SIGKILL included).
 
@@ -153,11 +153,9 @@ class _DirLock:
     def _open(self) -> int | None:
         try:
             return _open_private_lock(self.path)
-        except OSError as err:
+        except OSError as err:  # (a directory of another user is refused: ConfigError)
             if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
                 raise
-        if not _ours(self.path.parent):
-            return None  # another's directory: a lock file there is theirs to hold forever
         try:
             return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
@@ -166,20 +164,16 @@ class _DirLock:
 
 def _private_dir(path: Path) -> None:
     """Make the state directory 0700, ours: anyone who can open the lock file can
-    flock it and stall every gpuenv lock, release and restore (the daemon's too).
-    Another user's directory raises PermissionError: no lock is taken there."""
+    flock it and stall every gpuenv lock, release and restore (the daemon's too)."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not _ours(path):
-        raise PermissionError(errno.EACCES, "the state directory belongs to another user", path)
-    if os.stat(path).st_mode & 0o077:
+    st = os.stat(path)
+    if st.st_uid != os.geteuid():
+        raise ConfigError(
+            f"the state directory {path} belongs to uid {st.st_uid}, not to this user",
+            hint="use your own (GPUENV_STATE_DIR), or chown it to the user that runs gpuenv",
+        )
+    if st.st_mode & 0o077:
         os.chmod(path, 0o700)
-
-
-def _ours(path: Path) -> bool:
-    try:
-        return os.stat(path).st_uid == os.geteuid()
-    except OSError:
-        return False
 
 
 def _open_private_lock(path: Path) -> int:
@@ -320,7 +314,7 @@ class Journal:
         with self.locked():
             final = self._file(entry.uuid)
             try:
-                self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+                _private_dir(self.path)
             except OSError as err:
                 raise self._file_error(err, self.path) from err
             # Both copies are written in full before either is renamed into place: a write

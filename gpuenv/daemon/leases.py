@@ -467,7 +467,11 @@ class LeaseManager:
         indices = {self.backend.device_info(i).uuid: i for i in range(self.backend.device_count())}
         restored: list[int] = []
         with self.journal.locked():
-            for entry in self.journal.entries():
+            entries, damaged = self.journal.scan()
+            for bad in damaged:  # each GPU alone: the others are still recovered
+                if bad.uuid in indices:
+                    log.error("recovery: GPU %d: %s: %s", indices[bad.uuid], bad.message, bad.hint)
+            for entry in entries:
                 index = indices.get(entry.uuid)
                 if index is None or entry.backend != self.backend.name:
                     continue  # another machine's GPU, or a simulated GPU's journal

@@ -15,14 +15,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from gpuenv.backend import REASON_NAMES
+from gpuenv.backend import REASON_NAMES, DeviceInfo
 from gpuenv.daemon.auth import parse_listen
+from gpuenv.daemon.leases import LeaseManager
 from gpuenv.errors import ConfigError
+from gpuenv.telemetry import Sampler
+from gpuenv.timebase import Clock
 
-if TYPE_CHECKING:
-    from gpuenv.daemon.server import Server
+
+class Server(Protocol):
+    """What the endpoint reads of the daemon (gpuenv.daemon.server.Server is one)."""
+
+    infos: list[DeviceInfo]
+    sampler: Sampler
+    clock: Clock
+    leases: LeaseManager
+    started_at: float
+    requests: int
+    protocol_errors: int
+
+    def connections(self) -> int: ...
 
 
 def _prometheus() -> Any:
@@ -46,91 +60,50 @@ class GpuenvCollector:
         return []  # nothing fixed: registering must not call collect() before the daemon runs
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+        families = _gpu_families()
+        for index in range(len(self.server.infos)):
+            self._add_gpu(families, index)
+        yield from families.values()
+        yield from self._daemon_families()
+
+    def _add_gpu(self, f: dict[str, Any], index: int) -> None:
+        """One GPU's values into the families of `_gpu_families()`."""
+        server = self.server
+        dev = server.infos[index]
+        labels = [str(index), dev.uuid]
+        f["info"].add_metric([str(index), dev.uuid, dev.name], {})
+        sample = server.sampler.latest(index)
+        if sample is not None:
+            f["sm"].add_metric(labels, sample.sm_mhz)
+            f["mem"].add_metric(labels, sample.mem_mhz)
+            f["power"].add_metric(labels, sample.power_w)
+            f["temp"].add_metric(labels, sample.temp_c)
+            for bit, name in REASON_NAMES.items():
+                f["reasons"].add_metric([*labels, name], 1.0 if sample.reasons & bit else 0.0)
+        slow = server.sampler.slow_samples(t0=server.clock.now() - 10.0, gpu=index)
+        if slow:
+            last = slow[-1]
+            for name, ns in sorted(last.reason_ns.items()):
+                f["reason_s"].add_metric([*labels, name], ns / 1e9)
+            if last.energy_mj is not None:
+                f["energy"].add_metric(labels, last.energy_mj / 1000.0)
+        status = server.leases.gpu_status(index)
+        f["locked"].add_metric(labels, 1.0 if status["locked"] else 0.0)
+        rng = server.leases.lock_range(index)
+        if rng is not None:
+            f["lock_sm"].add_metric([*labels, "min"], rng[0])
+            f["lock_sm"].add_metric([*labels, "max"], rng[1])
+            if sample is not None:
+                f["holds"].add_metric(labels, 1.0 if rng[0] <= sample.sm_mhz <= rng[1] else 0.0)
+        for owner in status["owners"]:
+            f["holder"].add_metric(
+                [*labels, str(owner["user"]), str(owner["kind"]), str(owner["pid"])], 1.0
+            )
+
+    def _daemon_families(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         server = self.server
-        gl = ["gpu", "uuid"]
-        info = InfoMetricFamily(
-            "gpuenv_gpu", "GPUs gpuenvd watches", labels=["gpu", "uuid", "name"]
-        )
-        sm = GaugeMetricFamily("gpuenv_sm_clock_mhz", "SM clock (nvidia-smi clocks.sm)", labels=gl)
-        mem = GaugeMetricFamily(
-            "gpuenv_mem_clock_mhz", "Memory clock (nvidia-smi clocks.mem)", labels=gl
-        )
-        power = GaugeMetricFamily(
-            "gpuenv_power_watts", "Power draw, the driver's 1 s average", labels=gl
-        )
-        temp = GaugeMetricFamily("gpuenv_temperature_celsius", "GPU temperature", labels=gl)
-        reasons = GaugeMetricFamily(
-            "gpuenv_clock_event_reason_active",
-            "1 while a clock-event (throttle) reason is active",
-            labels=[*gl, "reason"],
-        )
-        reason_s = CounterMetricFamily(
-            "gpuenv_clock_event_reason_seconds",
-            "Time under each clock-event reason since driver load (NVML violation counters)",
-            labels=[*gl, "reason"],
-        )
-        energy = CounterMetricFamily("gpuenv_energy_joules", "Energy since driver load", labels=gl)
-        locked = GaugeMetricFamily(
-            "gpuenv_lock_active", "1 while gpuenv holds a lock on the GPU", labels=gl
-        )
-        holds = GaugeMetricFamily(
-            "gpuenv_lock_holds",
-            "1 while the SM clock is inside the locked range (0: pulled below it)",
-            labels=gl,
-        )
-        lock_sm = GaugeMetricFamily(
-            "gpuenv_lock_sm_mhz", "Locked SM clock range", labels=[*gl, "bound"]
-        )
-        holder = GaugeMetricFamily(
-            "gpuenv_lock_holder", "1 for each owner of a lock", labels=[*gl, "user", "kind", "pid"]
-        )
-        for index, dev in enumerate(server.infos):
-            labels = [str(index), dev.uuid]
-            info.add_metric([str(index), dev.uuid, dev.name], {})
-            sample = server.sampler.latest(index)
-            if sample is not None:
-                sm.add_metric(labels, sample.sm_mhz)
-                mem.add_metric(labels, sample.mem_mhz)
-                power.add_metric(labels, sample.power_w)
-                temp.add_metric(labels, sample.temp_c)
-                for bit, name in REASON_NAMES.items():
-                    reasons.add_metric([*labels, name], 1.0 if sample.reasons & bit else 0.0)
-            slow = server.sampler.slow_samples(t0=server.clock.now() - 10.0, gpu=index)
-            if slow:
-                last = slow[-1]
-                for name, ns in sorted(last.reason_ns.items()):
-                    reason_s.add_metric([*labels, name], ns / 1e9)
-                if last.energy_mj is not None:
-                    energy.add_metric(labels, last.energy_mj / 1000.0)
-            status = server.leases.gpu_status(index)
-            locked.add_metric(labels, 1.0 if status["locked"] else 0.0)
-            rng = server.leases.lock_range(index)
-            if rng is not None:
-                lock_sm.add_metric([*labels, "min"], rng[0])
-                lock_sm.add_metric([*labels, "max"], rng[1])
-                if sample is not None:
-                    holds.add_metric(labels, 1.0 if rng[0] <= sample.sm_mhz <= rng[1] else 0.0)
-            for owner in status["owners"]:
-                holder.add_metric(
-                    [*labels, str(owner["user"]), str(owner["kind"]), str(owner["pid"])], 1.0
-                )
-        yield from (
-            info,
-            sm,
-            mem,
-            power,
-            temp,
-            reasons,
-            reason_s,
-            energy,
-            locked,
-            holds,
-            lock_sm,
-            holder,
-        )
-
         counts = server.leases.counters()
         leases = GaugeMetricFamily("gpuenv_leases", "Leases held through gpuenvd", labels=["kind"])
         leases.add_metric(["connection"], counts["leases_connection"])
@@ -143,7 +116,7 @@ class GpuenvCollector:
             c.add_metric([], counts[name])
             yield c
         conns = GaugeMetricFamily("gpuenv_daemon_connections", "Open client connections")
-        conns.add_metric([], len(server._conns))
+        conns.add_metric([], server.connections())
         yield conns
         up = GaugeMetricFamily("gpuenv_daemon_start_time_seconds", "When gpuenvd started (epoch)")
         up.add_metric([], server.started_at)
@@ -153,6 +126,55 @@ class GpuenvCollector:
         )
         scraped.add_metric([], time.time())
         yield scraped
+
+
+def _gpu_families() -> dict[str, Any]:
+    """The per-GPU metric families, empty, in the order they are served."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+    gl = ["gpu", "uuid"]
+    return {
+        "info": InfoMetricFamily(
+            "gpuenv_gpu", "GPUs gpuenvd watches", labels=["gpu", "uuid", "name"]
+        ),
+        "sm": GaugeMetricFamily(
+            "gpuenv_sm_clock_mhz", "SM clock (nvidia-smi clocks.sm)", labels=gl
+        ),
+        "mem": GaugeMetricFamily(
+            "gpuenv_mem_clock_mhz", "Memory clock (nvidia-smi clocks.mem)", labels=gl
+        ),
+        "power": GaugeMetricFamily(
+            "gpuenv_power_watts", "Power draw, the driver's 1 s average", labels=gl
+        ),
+        "temp": GaugeMetricFamily("gpuenv_temperature_celsius", "GPU temperature", labels=gl),
+        "reasons": GaugeMetricFamily(
+            "gpuenv_clock_event_reason_active",
+            "1 while a clock-event (throttle) reason is active",
+            labels=[*gl, "reason"],
+        ),
+        "reason_s": CounterMetricFamily(
+            "gpuenv_clock_event_reason_seconds",
+            "Time under each clock-event reason since driver load (NVML violation counters)",
+            labels=[*gl, "reason"],
+        ),
+        "energy": CounterMetricFamily(
+            "gpuenv_energy_joules", "Energy since driver load", labels=gl
+        ),
+        "locked": GaugeMetricFamily(
+            "gpuenv_lock_active", "1 while gpuenv holds a lock on the GPU", labels=gl
+        ),
+        "holds": GaugeMetricFamily(
+            "gpuenv_lock_holds",
+            "1 while the SM clock is inside the locked range (0: pulled below it)",
+            labels=gl,
+        ),
+        "lock_sm": GaugeMetricFamily(
+            "gpuenv_lock_sm_mhz", "Locked SM clock range", labels=[*gl, "bound"]
+        ),
+        "holder": GaugeMetricFamily(
+            "gpuenv_lock_holder", "1 for each owner of a lock", labels=[*gl, "user", "kind", "pid"]
+        ),
+    }
 
 
 def registry_for(server: Server) -> Any:

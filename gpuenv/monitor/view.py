@@ -152,13 +152,30 @@ def gpu_block(
     if v.error is not None:
         lines.append([("    error: ", "bad"), (v.error, "bad")])
         return lines
+    rows = _Rows(width, g)
+    lines += _clock_lines(v, width, rows)
+    lines += _gauge_lines(v, rows)
+    lines += _why_lines(v, rows)
+    lines += _proc_lines(v, rows, max_procs)
+    return lines
+
+
+class _Rows:
+    """The columns of a GPU's detail lines: label, value, an optional bar, the rest."""
+
     label_w = 12
     value_w = 10
-    bw = max(0, min(30, width - label_w - value_w - 40))
-    if bw < 5:
-        bw = 0
+
+    def __init__(self, width: int, g: Glyphs):
+        self.g = g
+        bw = max(0, min(30, width - self.label_w - self.value_w - 40))
+        self.bw = bw if bw >= 5 else 0
+
+    def label(self, text: str, style: str = "dim") -> Segment:
+        return (f"    {text:<{self.label_w - 4}}", style)
 
     def row(
+        self,
         label: str,
         value: str,
         value_style: str,
@@ -167,15 +184,19 @@ def gpu_block(
         frac_style: str = "",
     ) -> Line:
         out: Line = [
-            (f"    {label:<{label_w - 4}}", "dim"),
-            (f"{value:>{value_w - 2}}  ", value_style),
+            (f"    {label:<{self.label_w - 4}}", "dim"),
+            (f"{value:>{self.value_w - 2}}  ", value_style),
         ]
-        if bw and frac is not None:
-            out.append((bar(frac, bw, g), frac_style or value_style or "bar"))
+        if self.bw and frac is not None:
+            out.append((bar(frac, self.bw, self.g), frac_style or value_style or "bar"))
             out.append(("  ", ""))
         return out + rest
 
-    # SM clock: now, against max and the lock
+
+def _clock_lines(v: GpuView, width: int, rows: _Rows) -> list[Line]:
+    """SM clock against max and the lock, its history, the lock and its owner."""
+    g = rows.g
+    lines: list[Line] = []
     cstyle = _clock_style(v)
     frac = v.sm_mhz / v.max_sm_mhz if v.sm_mhz is not None and v.max_sm_mhz else None
     rest: Line = [(f"of {v.max_sm_mhz} max", "dim")]
@@ -184,33 +205,34 @@ def gpu_block(
         rng = "base" if lo >= 0xFFFFFF00 else (f"{lo}" if lo == hi else f"{lo}-{hi}")
         held = "" if v.lock.holds is None else (f" {g.yes}" if v.lock.holds else f" {g.no}")
         rest.append((f"  lock {rng}{held}", "bad" if v.lock.holds is False else "ok"))
-    lines.append(row("SM", f"{v.sm_mhz} MHz", cstyle, rest, frac))
-    # history
+    lines.append(rows.row("SM", f"{v.sm_mhz} MHz", cstyle, rest, frac))
     vals = [mhz for _, mhz in v.history]
     if len(vals) >= 2:
         lo_v, hi_v = min(vals), max(vals)
         span = f"  {lo_v}-{hi_v} MHz" if lo_v != hi_v else f"  {lo_v} MHz"
         ago = fmt_elapsed(v.history[-1][0] - v.history[0][0])
-        sw = max(0, width - label_w - value_w - len(span) - 1)
+        sw = max(0, width - rows.label_w - rows.value_w - len(span) - 1)
         # scaled to the range shown beside it: small moves (a cap creeping down) stay visible
         spark = sparkline(vals, min(sw, len(vals)), lo_v, hi_v, g)
-        lines.append(row("history", ago, "dim", [(spark, cstyle), (span, "dim")]))
-    # lock and its owner (on a line of its own when both do not fit)
-    lock_line: Line = [(f"    {'lock':<{label_w - 4}}", "dim"), *_lock_segments(v, g, why=True)]
+        lines.append(rows.row("history", ago, "dim", [(spark, cstyle), (span, "dim")]))
+    # the lock and its owner (on a line of its own when both do not fit)
+    lock_line: Line = [rows.label("lock"), *_lock_segments(v, g, why=True)]
     owner = _owner_text(v)
     if owner and sum(len(t) for t, _ in lock_line) + 2 + len(owner) > width:
-        lines += [lock_line, [(" " * label_w, ""), (owner, "dim")]]
+        lines += [lock_line, [(" " * rows.label_w, ""), (owner, "dim")]]
     else:
         lines.append([*lock_line, *([(f"  {owner}", "dim")] if owner else [])])
-    # memory clock
-    lines.append(row("memory", f"{v.mem_mhz} MHz", "", [(f"of {v.max_mem_mhz} max", "dim")]))
-    # power
+    return lines
+
+
+def _gauge_lines(v: GpuView, rows: _Rows) -> list[Line]:
+    """Memory clock, power against the limit, temperature against slowdown, utilisation."""
+    lines = [rows.row("memory", f"{v.mem_mhz} MHz", "", [(f"of {v.max_mem_mhz} max", "dim")])]
     if v.power_w is not None:
         pfrac = v.power_w / v.power_limit_w if v.power_limit_w else None
         pstyle = "warn" if pfrac is not None and pfrac >= 0.95 else ""
         lim = f"of {v.power_limit_w:.0f} W limit" if v.power_limit_w else "limit unknown"
-        lines.append(row("power", f"{v.power_w:.0f} W", pstyle, [(lim, "dim")], pfrac))
-    # temperature
+        lines.append(rows.row("power", f"{v.power_w:.0f} W", pstyle, [(lim, "dim")], pfrac))
     if v.temp_c is not None:
         tfrac = v.temp_c / v.slowdown_c if v.slowdown_c else None
         tstyle = ""
@@ -221,21 +243,23 @@ def gpu_block(
                 else ("warn" if v.temp_c >= v.slowdown_c - 10 else "")
             )
         tail = f"slowdown at {v.slowdown_c:.0f} C" if v.slowdown_c else "slowdown threshold unknown"
-        lines.append(row("temp", f"{v.temp_c:.0f} C", tstyle, [(tail, "dim")], tfrac))
-    # utilisation
+        lines.append(rows.row("temp", f"{v.temp_c:.0f} C", tstyle, [(tail, "dim")], tfrac))
     if v.util_gpu is not None:
         lines.append(
-            row(
+            rows.row(
                 "util", f"{v.util_gpu} %", "", [(f"memory {v.util_mem} %", "dim")], v.util_gpu / 100
             )
         )
-    # why: the active reasons
+    return lines
+
+
+def _why_lines(v: GpuView, rows: _Rows) -> list[Line]:
+    """The active clock-event reasons: for how long, and their share of the counter span."""
+    g = rows.g
+    lines: list[Line] = []
     if not v.active:
         lines.append(
-            [
-                (f"    {'why':<{label_w - 4}}", "dim"),
-                ("no clock-event reason: at the clock the GPU allows", "ok"),
-            ]
+            [rows.label("why"), ("no clock-event reason: at the clock the GPU allows", "ok")]
         )
     for k, r in enumerate(v.active):
         lead = "why" if k == 0 else ""
@@ -247,7 +271,7 @@ def gpu_block(
             share = f", {r.share:.0%} of the last {fmt_elapsed(v.counter_span_s)}"
         lines.append(
             [
-                (f"    {lead:<{label_w - 4}}", "dim"),
+                rows.label(lead),
                 (REASON_SHORT.get(r.bit, r.name), _reason_style(r.bit)),
                 (how_long + share, ""),
                 (f"  {g.sep} {r.words}", "dim"),
@@ -256,32 +280,24 @@ def gpu_block(
     if v.below_max_share is not None and v.below_max_share > 0.005 and v.counter_span_s:
         span = fmt_elapsed(v.counter_span_s)
         text = f"below its top clock {v.below_max_share:.0%} of the last {span}"
-        lines.append([(f"    {'':<{label_w - 4}}", ""), (text + " (all limiters)", "dim")])
-    # processes
-    if v.processes:
+        lines.append([rows.label("", ""), (text + " (all limiters)", "dim")])
+    return lines
+
+
+def _proc_lines(v: GpuView, rows: _Rows, max_procs: int) -> list[Line]:
+    """The processes on the GPU, at most `max_procs` of them."""
+    if not v.processes:
+        return [[rows.label("procs"), ("none", "dim")]]
+    lines: list[Line] = [
+        [rows.label("procs"), (f"{'PID':>7}  {'USER':<10} {'GPU MEM':>9}  COMMAND", "dim")]
+    ]
+    for p in v.processes[:max_procs]:
+        mem = f"{p.used_memory_mib} MiB" if p.used_memory_mib is not None else "-"
         lines.append(
-            [
-                (f"    {'procs':<{label_w - 4}}", "dim"),
-                (f"{'PID':>7}  {'USER':<10} {'GPU MEM':>9}  COMMAND", "dim"),
-            ]
+            [rows.label("", ""), (f"{p.pid:>7}  {p.user[:10]:<10} {mem:>9}  {p.command}", "")]
         )
-        for p in v.processes[:max_procs]:
-            mem = f"{p.used_memory_mib} MiB" if p.used_memory_mib is not None else "-"
-            lines.append(
-                [
-                    (f"    {'':<{label_w - 4}}", ""),
-                    (f"{p.pid:>7}  {p.user[:10]:<10} {mem:>9}  {p.command}", ""),
-                ]
-            )
-        if len(v.processes) > max_procs:
-            lines.append(
-                [
-                    (f"    {'':<{label_w - 4}}", ""),
-                    (f"... {len(v.processes) - max_procs} more", "dim"),
-                ]
-            )
-    else:
-        lines.append([(f"    {'procs':<{label_w - 4}}", "dim"), ("none", "dim")])
+    if len(v.processes) > max_procs:
+        lines.append([rows.label("", ""), (f"... {len(v.processes) - max_procs} more", "dim")])
     return lines
 
 

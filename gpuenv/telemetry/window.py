@@ -165,42 +165,7 @@ def summarize(
 
     relevant_gaps = [x for x in gaps if t0 - period <= x.t <= t1 + period]
     gap = bool(relevant_gaps) or (truncated and (not fast or fast[0].t > t0))
-    values: dict[str, Any] = {}
-    if held:
-        weights = _hold_weights(held, t0, t1)
-        first, last = held[0], covering[-1]
-        sm = [s.sm_mhz for s in covering]
-        powers = [_power(s) for s in covering]
-        bits_s: dict[str, float] = {}
-        for s, w in zip(held, weights, strict=True):
-            for name in reason_names(s.reasons):
-                bits_s[name] = bits_s.get(name, 0.0) + w
-        union = 0
-        for s in covering:
-            union |= s.reasons & ~Reason.GPU_IDLE if s is after and s not in held else s.reasons
-        values.update(
-            sm_mhz_min=float(min(sm)),
-            sm_mhz_max=float(max(sm)),
-            sm_mhz_mean=_weighted([s.sm_mhz for s in held], weights),
-            sm_mhz_start=float(first.sm_mhz),
-            sm_mhz_end=float(last.sm_mhz),
-            mem_mhz_mean=_weighted([s.mem_mhz for s in held], weights),
-            power_w_mean=_weighted([_power(s) for s in held], weights),
-            power_w_max=max(powers),
-            temp_c_start=first.temp_c,
-            temp_c_end=last.temp_c,
-            temp_c_max=max(s.temp_c for s in covering),
-            reasons=union,
-            reasons_start=first.reasons,
-            reasons_end=last.reasons,
-            reason_sampled_s=bits_s,
-        )
-        if lock_range is not None:
-            busy = [s for s in held if not s.reasons & Reason.GPU_IDLE]
-            if busy:
-                values["lock_held"] = all(
-                    lock_holds(s.sm_mhz, lock_range, lock_tolerance_mhz) for s in busy
-                )
+    values = _from_samples(held, covering, after, t0, t1, lock_range, lock_tolerance_mhz)
     if lock_range is not None:
         values["lock_range_mhz"] = (int(lock_range[0]), int(lock_range[1]))
 
@@ -217,6 +182,57 @@ def summarize(
     elif "energy_j" in values:  # no power samples: the counter interpolated across reads
         values["energy_interpolated"] = True
     return Window(gpu=gpu, t0=t0, t1=t1, n_samples=len(inside), gap=gap, **values)
+
+
+def _from_samples(
+    held: list[Sample],
+    covering: list[Sample],
+    after: Sample | None,
+    t0: float,
+    t1: float,
+    lock_range: tuple[int, int] | None,
+    lock_tolerance_mhz: float,
+) -> dict[str, Any]:
+    """What the cheap samples say: `held` hold over the region, `covering` adds the
+    reading just `after` it (see `summarize`)."""
+    values: dict[str, Any] = {}
+    if not held:
+        return values
+    weights = _hold_weights(held, t0, t1)
+    first, last = held[0], covering[-1]
+    sm = [s.sm_mhz for s in covering]
+    powers = [_power(s) for s in covering]
+    bits_s: dict[str, float] = {}
+    for s, w in zip(held, weights, strict=True):
+        for name in reason_names(s.reasons):
+            bits_s[name] = bits_s.get(name, 0.0) + w
+    union = 0
+    for s in covering:
+        union |= s.reasons & ~Reason.GPU_IDLE if s is after and s not in held else s.reasons
+    values.update(
+        sm_mhz_min=float(min(sm)),
+        sm_mhz_max=float(max(sm)),
+        sm_mhz_mean=_weighted([s.sm_mhz for s in held], weights),
+        sm_mhz_start=float(first.sm_mhz),
+        sm_mhz_end=float(last.sm_mhz),
+        mem_mhz_mean=_weighted([s.mem_mhz for s in held], weights),
+        power_w_mean=_weighted([_power(s) for s in held], weights),
+        power_w_max=max(powers),
+        temp_c_start=first.temp_c,
+        temp_c_end=last.temp_c,
+        temp_c_max=max(s.temp_c for s in covering),
+        reasons=union,
+        reasons_start=first.reasons,
+        reasons_end=last.reasons,
+        reason_sampled_s=bits_s,
+    )
+    if lock_range is not None:
+        busy = [s for s in held if not s.reasons & Reason.GPU_IDLE]
+        if busy:
+            values["lock_held"] = all(
+                lock_holds(s.sm_mhz, lock_range, lock_tolerance_mhz) for s in busy
+            )
+    return values
 
 
 def _energy_changes(slow: Sequence[SlowSample]) -> list[tuple[float, float]]:
@@ -377,41 +393,7 @@ def merge_windows(windows: Sequence[Window]) -> Window:
     if len(windows) == 1:
         return windows[0]
     ws = list(windows)
-    dur = [max(0.0, w.duration_s) for w in ws]
-
-    def present(attr: str) -> list[tuple[float, float]]:
-        return [
-            (getattr(w, attr), d)
-            for w, d in zip(ws, dur, strict=True)
-            if getattr(w, attr) is not None
-        ]
-
-    def mean(attr: str) -> float | None:
-        vals = present(attr)
-        if not vals:
-            return None
-        total = sum(d for _, d in vals)
-        if total <= 0:
-            return sum(v for v, _ in vals) / len(vals)
-        return sum(v * d for v, d in vals) / total
-
-    def pick(fn: Any, attr: str) -> Any:
-        vals = [v for v, _ in present(attr)]
-        return fn(vals) if vals else None
-
-    def first(attr: str) -> Any:
-        return next((getattr(w, attr) for w in ws if getattr(w, attr) is not None), None)
-
-    def last(attr: str) -> Any:
-        return next((getattr(w, attr) for w in reversed(ws) if getattr(w, attr) is not None), None)
-
-    def add(attr: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for w in ws:
-            for k, v in getattr(w, attr).items():
-                out[k] = out.get(k, 0.0) + v
-        return out
-
+    c = _Chunks(ws)
     energies = [w.energy_j for w in ws]
     held = [w.lock_held for w in ws if w.lock_held is not None]
     union = 0
@@ -422,33 +404,76 @@ def merge_windows(windows: Sequence[Window]) -> Window:
         t0=ws[0].t0,
         t1=ws[-1].t1,
         n_samples=sum(w.n_samples for w in ws),
-        sm_mhz_min=pick(min, "sm_mhz_min"),
-        sm_mhz_mean=mean("sm_mhz_mean"),
-        sm_mhz_max=pick(max, "sm_mhz_max"),
-        sm_mhz_start=first("sm_mhz_start"),
-        sm_mhz_end=last("sm_mhz_end"),
-        mem_mhz_mean=mean("mem_mhz_mean"),
-        power_w_mean=mean("power_w_mean"),
-        power_w_max=pick(max, "power_w_max"),
+        sm_mhz_min=c.pick(min, "sm_mhz_min"),
+        sm_mhz_mean=c.mean("sm_mhz_mean"),
+        sm_mhz_max=c.pick(max, "sm_mhz_max"),
+        sm_mhz_start=c.first("sm_mhz_start"),
+        sm_mhz_end=c.last("sm_mhz_end"),
+        mem_mhz_mean=c.mean("mem_mhz_mean"),
+        power_w_mean=c.mean("power_w_mean"),
+        power_w_max=c.pick(max, "power_w_max"),
         energy_j=None
         if all(e is None for e in energies)
         else sum(e for e in energies if e is not None),
         energy_interpolated=any(w.energy_interpolated for w in ws) or None in energies,
-        temp_c_start=first("temp_c_start"),
-        temp_c_end=last("temp_c_end"),
-        temp_c_max=pick(max, "temp_c_max"),
-        mem_temp_c_max=pick(max, "mem_temp_c_max"),
+        temp_c_start=c.first("temp_c_start"),
+        temp_c_end=c.last("temp_c_end"),
+        temp_c_max=c.pick(max, "temp_c_max"),
+        mem_temp_c_max=c.pick(max, "mem_temp_c_max"),
         reasons=union,
         reasons_start=ws[0].reasons_start,
         reasons_end=ws[-1].reasons_end,
-        reason_s=add("reason_s"),
-        reason_sampled_s=add("reason_sampled_s"),
+        reason_s=c.add("reason_s"),
+        reason_sampled_s=c.add("reason_sampled_s"),
         lock_held=None if not held else all(held),
-        lock_range_mhz=first("lock_range_mhz"),
+        lock_range_mhz=c.first("lock_range_mhz"),
         other_pids=tuple(sorted({p for w in ws for p in w.other_pids})),
         own_process=_any_seen([w.own_process for w in ws]),
         gap=any(w.gap for w in ws),
     )
+
+
+class _Chunks:
+    """The values of one field over the windows being merged, combined one way or another."""
+
+    def __init__(self, ws: list[Window]):
+        self.ws = ws
+        self.dur = [max(0.0, w.duration_s) for w in ws]
+
+    def present(self, attr: str) -> list[tuple[float, float]]:
+        return [
+            (getattr(w, attr), d)
+            for w, d in zip(self.ws, self.dur, strict=True)
+            if getattr(w, attr) is not None
+        ]
+
+    def mean(self, attr: str) -> float | None:
+        vals = self.present(attr)
+        if not vals:
+            return None
+        total = sum(d for _, d in vals)
+        if total <= 0:
+            return sum(v for v, _ in vals) / len(vals)
+        return sum(v * d for v, d in vals) / total
+
+    def pick(self, fn: Any, attr: str) -> Any:
+        vals = [v for v, _ in self.present(attr)]
+        return fn(vals) if vals else None
+
+    def first(self, attr: str) -> Any:
+        return next((getattr(w, attr) for w in self.ws if getattr(w, attr) is not None), None)
+
+    def last(self, attr: str) -> Any:
+        return next(
+            (getattr(w, attr) for w in reversed(self.ws) if getattr(w, attr) is not None), None
+        )
+
+    def add(self, attr: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for w in self.ws:
+            for k, v in getattr(w, attr).items():
+                out[k] = out.get(k, 0.0) + v
+        return out
 
 
 def _any_seen(values: Sequence[bool | None]) -> bool | None:

@@ -1,0 +1,294 @@
+"""The layout's rules, read from the source (AST): no import circles, modules a person
+reads in one sitting, and the heavy or dangerous imports in their one place.
+
+- No circles among the imports that run when a module is imported (module level,
+  `if`/`try`/`with` blocks and class bodies included; imports inside functions and
+  under `if TYPE_CHECKING:` run later or never, so they cannot make a circle at
+  import time). Counting those too (a circle in the design, if not at import
+  time), only the packages in LAZY_CIRCLES may have one.
+- No module over MAX_LINES lines, no function over MAX_FUNCTION_LINES, except the
+  ones listed below, which are still to be split: the lists only shrink.
+- Imports go down the layers of docs/ARCHITECTURE.md (LAYERS), or sideways within
+  one, never up.
+- torch is imported only by gpuenv/timing/cuda.py and gpuenv/integrations/;
+  pynvml only by gpuenv/backend/nvml*.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import gpuenv
+
+PACKAGE = Path(gpuenv.__file__).parent
+MAX_LINES = 500
+MAX_FUNCTION_LINES = 80
+
+# Modules still over MAX_LINES, with who splits them. Empty it; never add to it.
+TOO_LONG_MODULES = {
+    "session.py",  # lead
+}
+# Functions still over MAX_FUNCTION_LINES ("module.py:function"), with who splits them.
+TOO_LONG_FUNCTIONS = {
+    "cli/monitor.py:monitor",  # lead (monitor)
+    "plot.py:plot_run",  # lead
+    "cli/run.py:run",  # lead (run)
+}
+# Packages whose modules may import each other in a circle through imports inside
+# functions or under TYPE_CHECKING (never at import time), and why. Empty it.
+LAZY_CIRCLES = {
+    # open_backend() in backend/__init__ imports the implementations, which import the
+    # protocol from backend/__init__: a factory in the package the protocol lives in
+    "gpuenv.backend": "lead / helper seam",
+}
+# docs/ARCHITECTURE.md's layers, top first: a module (or package) of one imports only
+# from its own layer or those below. A new module goes into one of them here and there.
+LAYERS = (
+    # what a person runs and looks at
+    ("gpuenv.__main__", "gpuenv.cli", "gpuenv.integrations", "gpuenv.monitor", "gpuenv.status",
+     "gpuenv.doctor", "gpuenv.compare", "gpuenv.plot", "gpuenv.demo"),
+    # the doors to a measurement; calibration measures a sustained load, so it sits
+    # here although it lives in clocks/
+    ("gpuenv.timing", "gpuenv.session", "gpuenv.run", "gpuenv.clocks.calibration"),
+    # the measurement core
+    ("gpuenv.judge", "gpuenv.conditioning", "gpuenv.verdict", "gpuenv.stats", "gpuenv.results"),
+    # telemetry and locks
+    ("gpuenv.telemetry", "gpuenv.locking", "gpuenv.clocks", "gpuenv.daemon"),
+    # the GPU
+    ("gpuenv.backend", "gpuenv.devices"),
+    # vocabulary
+    ("gpuenv.reasons", "gpuenv.units", "gpuenv.errors", "gpuenv.timebase", "gpuenv._records"),
+)  # fmt: skip
+TORCH_IMPORTERS = ("timing/cuda.py", "integrations/*.py")
+PYNVML_IMPORTERS = ("backend/nvml*.py",)
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_time_nodes(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements that run when the module is imported (not function bodies)."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        yield node
+        if isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                yield from _import_time_nodes(node.body)
+            yield from _import_time_nodes(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody):
+                yield from _import_time_nodes(block)
+            for handler in node.handlers:
+                yield from _import_time_nodes(handler.body)
+        elif isinstance(node, (ast.With, ast.ClassDef)):
+            yield from _import_time_nodes(node.body)
+
+
+def _imported(node: ast.stmt, module: str, is_package: bool, known: Mapping[str, Path]) -> set[str]:
+    """The modules of `known` that an import statement names (a from-import of a
+    submodule names the submodule; of anything else, the module it comes from)."""
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name in known}
+    if not isinstance(node, ast.ImportFrom):
+        return set()
+    base = node.module or ""
+    if node.level:
+        parts = module.split(".") if is_package else module.split(".")[:-1]
+        parts = parts[: len(parts) - node.level + 1]
+        base = ".".join([*parts, base] if base else parts)
+    out = set()
+    for alias in node.names:
+        sub = f"{base}.{alias.name}"
+        out.add(sub if sub in known else base)
+    return {m for m in out if m in known}
+
+
+def import_graph(*, lazy: bool = False) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports at import time (`lazy`: anywhere)."""
+    known = _modules()
+    graph = {}
+    for module, path in known.items():
+        tree = _tree(path)
+        is_package = path.name == "__init__.py"
+        deps: set[str] = set()
+        nodes = ast.walk(tree) if lazy else _import_time_nodes(tree.body)
+        for node in nodes:
+            deps |= _imported(node, module, is_package, known)
+        graph[module] = deps - {module}
+    return graph
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(PACKAGE).as_posix()
+
+
+def _imports_anywhere(path: Path, top: str) -> bool:
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == top for a in node.names):
+            return True
+        if (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and (node.module or "").split(".")[0] == top
+        ):
+            return True
+    return False
+
+
+# -- the checks --------------------------------------------------------------------------
+
+
+def test_the_cycle_finder_finds_circles_and_only_circles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_graph_sees_from_imports_of_submodules_and_skips_function_imports():
+    graph = import_graph()
+    assert "gpuenv.timing.devices" in graph["gpuenv.timing.cuda"]  # from ... import Rep
+    assert "gpuenv.stats" in graph["gpuenv.timing.cuda"]  # from gpuenv import stats
+    # gpuenv.run.region imports gpuenv.errors only inside region.__init__
+    assert "gpuenv.errors" not in graph["gpuenv.run.region"]
+    assert "gpuenv.errors" in import_graph(lazy=True)["gpuenv.run.region"]
+
+
+def test_no_import_circles_in_gpuenv():
+    assert cycles(import_graph()) == []
+
+
+def test_lazy_import_circles_only_inside_the_listed_packages():
+    found = cycles(import_graph(lazy=True))
+    stray = [
+        c for c in found if not any(all(m.startswith(p + ".") or m == p for m in c)
+                                    for p in LAZY_CIRCLES)
+    ]  # fmt: skip
+    assert not stray, f"import circles through lazy imports: {stray}"
+    inside = {p for p in LAZY_CIRCLES for c in found if all(m.startswith(p) for m in c)}
+    done = set(LAZY_CIRCLES) - inside
+    assert not done, f"{sorted(done)} have no circle any more: take them off LAZY_CIRCLES"
+
+
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS of the longest prefix that names the module's package."""
+    best: tuple[int, int] | None = None
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (
+                best is None or len(name) > best[1]
+            ):
+                best = (i, len(name))
+    return None if best is None else best[0]
+
+
+def test_imports_never_go_up_the_layers():
+    graph = import_graph(lazy=True)
+    unplaced = sorted(m for m in graph if m != "gpuenv" and layer_of(m) is None)
+    assert not unplaced, f"{unplaced} are in no layer: add them to LAYERS and ARCHITECTURE.md"
+    up = sorted(
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        for d in deps
+        if m != "gpuenv" and d != "gpuenv" and (layer_of(d) or 0) < (layer_of(m) or 0)
+    )
+    assert not up, f"imports that go up the layers: {up}"
+    assert layer_of("gpuenv.clocks.calibration") == 1 and layer_of("gpuenv.clocks.plan") == 3
+
+
+def test_no_module_over_500_lines():
+    long = {
+        _rel(path): n
+        for path in _modules().values()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    new = {name: n for name, n in long.items() if name not in TOO_LONG_MODULES}
+    assert not new, f"modules over {MAX_LINES} lines: {new} (split them)"
+    done = TOO_LONG_MODULES - set(long)
+    assert not done, f"{sorted(done)} are no longer too long: take them off TOO_LONG_MODULES"
+
+
+def test_no_function_over_80_lines():
+    long = {}
+    for path in _modules().values():
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long[f"{_rel(path)}:{node.name}"] = n
+    new = {name: n for name, n in long.items() if name not in TOO_LONG_FUNCTIONS}
+    assert not new, f"functions over {MAX_FUNCTION_LINES} lines: {new} (split them)"
+    done = TOO_LONG_FUNCTIONS - set(long)
+    assert not done, f"{sorted(done)} are no longer too long: take them off TOO_LONG_FUNCTIONS"
+
+
+def test_torch_and_pynvml_are_imported_in_their_one_place():
+    for top, allowed in (("torch", TORCH_IMPORTERS), ("pynvml", PYNVML_IMPORTERS)):
+        importers = {_rel(p) for p in _modules().values() if _imports_anywhere(p, top)}
+        stray = {m for m in importers if not any(Path(m).match(a) for a in allowed)}
+        assert importers, f"nothing imports {top}: is the check reading the package?"
+        assert not stray, f"{sorted(stray)} import {top}: only {', '.join(allowed)} may"

@@ -10,7 +10,7 @@ configparser (no new dependency on Python 3.10, comments allowed):
     socket_group = gpubench      ; the socket is chown'ed to this group ...
     socket_mode = 0660           ; ... with this mode: who may connect at all
     sample_period = 0.1          ; the daemon's own sampler, seconds
-    metrics = 127.0.0.1:9400     ; Prometheus endpoint; leave out for none
+    metrics = 127.0.0.1:19400    ; Prometheus endpoint; leave out for none
     max_connections_per_user = 32 ; a user who is not an admin (root, admins: no limit)
     idle_timeout = 300           ; close a connection that holds nothing and says nothing
 
@@ -32,6 +32,7 @@ from __future__ import annotations
 import configparser
 import contextlib
 import grp
+import ipaddress
 import os
 import pwd
 import socket
@@ -264,8 +265,26 @@ def load_config(path: str | os.PathLike | None) -> Config:
     return parse_config(text, source=os.fspath(path))
 
 
+# gpuenvd's metrics port when only a host is given: outside the Prometheus wiki's exporter
+# range 9100-9999 (fully allocated; 9400 is dcgm-exporter's), below Linux's ephemeral ports
+METRICS_PORT = 19400
+
+
+def _is_address(text: str) -> bool:
+    if text == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_listen(value: str) -> tuple[str, int]:
-    """ "127.0.0.1:9400" or "9400" -> (host, port)."""
+    """ "127.0.0.1:19400", "19400" (on 127.0.0.1) or an address alone, "0.0.0.0" or
+    "localhost" (on METRICS_PORT) -> (host, port)."""
+    if _is_address(value.strip()):
+        value = f"[{value.strip()}]:{METRICS_PORT}"
     host, _, port = value.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     try:
@@ -273,7 +292,9 @@ def parse_listen(value: str) -> tuple[str, int]:
     except ValueError:
         number = -1
     if not 0 <= number <= 65535:
-        raise ConfigError(f"metrics address {value!r} is not HOST:PORT", hint="e.g. 127.0.0.1:9400")
+        raise ConfigError(
+            f"metrics address {value!r} is not HOST:PORT", hint=f"e.g. 127.0.0.1:{METRICS_PORT}"
+        )
     return host, number
 
 

@@ -14,6 +14,7 @@ import pytest
 from server_harness import ALICE, BOB, CONFIG, EVE, ME, OPS, Harness, h, wait_for
 
 from gpuenv.clocks.journal import process_start_time
+from gpuenv.daemon import holds
 from gpuenv.errors import LockConflict, PermissionDenied
 
 __all__ = ["h"]  # the fixture, imported
@@ -146,6 +147,39 @@ def test_sharers_queued_behind_a_waiting_request_go_as_soon_as_it_ends(h: Harnes
     assert got_a2 and h.locked_sm(0) == (1350, 1350)
     for c in (a, b, a2):
         c.close()
+    assert wait_for(lambda: h.truth(0) == h.original[0])
+
+
+def test_a_request_that_did_not_wait_keeps_a_turn_for_its_clock(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests that never wait would otherwise get no turn while requests for another clock
+    keep coming and waiting: a refusal keeps a place in the queue for its clock."""
+    monkeypatch.setattr(holds, "TURN_KEPT_S", 5.0)
+    a, b, c, o = h.client(ALICE), h.client(BOB), h.client(ALICE), h.client(OPS)
+    first = a.lock(sm=1350, gpus=[0])
+    got_b: list = []
+    tb = threading.Thread(target=lambda: got_b.append(b.lock(sm=1500, gpus=[0], wait=20)))
+    tb.start()
+    assert wait_for(lambda: len(h.server.leases.waiting()) == 1)
+    with pytest.raises(LockConflict):  # does not wait: refused (bob is ahead), keeps a turn
+        o.lock(sm=1350, gpus=[0])
+    first.release()
+    tb.join(timeout=20)
+    assert got_b and h.locked_sm(0) == (1500, 1500)
+    got_c: list = []
+    tc = threading.Thread(target=lambda: got_c.append(c.lock(sm=1500, gpus=[0], wait=20)))
+    tc.start()  # bob's clock, asked after the kept turn: it queues instead of sharing
+    assert wait_for(lambda: len(h.server.leases.waiting()) == 1)
+    assert not got_c
+    got_b[0].release()
+    turn = o.lock(sm=1350, gpus=[0])  # at the kept turn's place, ahead of the later request
+    assert h.locked_sm(0) == (1350, 1350) and not got_c
+    turn.release()
+    tc.join(timeout=20)  # and the later request goes when the kept turn is over
+    assert got_c and h.locked_sm(0) == (1500, 1500)
+    for client in (a, b, c, o):
+        client.close()
     assert wait_for(lambda: h.truth(0) == h.original[0])
 
 

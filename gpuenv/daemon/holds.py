@@ -20,7 +20,13 @@ for another clock gets its turn once the sharers ahead of it let go (newcomers
 for the held state queue behind it), and the sharers queued behind it get
 theirs as soon as it ends: neither side starves the other. Turns are taken in
 batches: when a state gets the GPU, every request already queued for it goes
-too, so each change of state serves all who waited for it.
+too, so each change of state serves all who waited for it. Requests that do not
+wait hold no place, so a refusal keeps a turn for its state for TURN_KEPT_S:
+requests of another state that come later queue behind it, and those of its
+state that come meanwhile go at its place. Without that, a steady trickle of
+waiting requests for one clock would keep the GPU from everyone who asks for
+the other without waiting. Standing leases neither keep turns nor wait behind
+them: they last until restored, so a turn kept against one would never come.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ if TYPE_CHECKING:
     from gpuenv.daemon.auth import Peer
 
 DAEMON_MARK = "via gpuenvd"  # ends the command of every journal owner the daemon writes
+# how long a turn kept for requests that do not wait holds its place in the queue
+TURN_KEPT_S = 1.0
 
 
 @dataclass(eq=False)
@@ -135,6 +143,9 @@ class Waiter:
     patient: bool = True  # asked to wait: holds its place; one that did not is never "ahead"
     since: float = field(default_factory=time.time)
     seq: int = 0  # its place in the queue (HoldTable.enqueue)
+    rank: int = 0  # the place it is judged by: its own, or the turn its state was promised
+    until: float | None = None  # a turn kept for requests that do not wait, until then
+    standing: bool = False  # a standing lease's request (kept turns are for those that end)
 
     def __post_init__(self) -> None:
         self.applied: dict[int, Applied] = {gp.index: gp.applied for gp in self.plan.gpus}
@@ -159,8 +170,32 @@ class HoldTable:
 
     def enqueue(self, me: Waiter) -> None:
         self._seq += 1
-        me.seq = self._seq
+        me.seq = me.rank = self._seq
+        if not me.patient:  # a turn kept for its state: it goes at that turn's place
+            kept = self._kept(me.applied)
+            if kept is not None:
+                me.rank = kept.seq
         self.queue.append(me)
+
+    def waiting(self) -> list[Waiter]:
+        """The requests in the queue (not the turns kept for requests that do not wait)."""
+        return [w for w in self.queue if w.until is None]
+
+    def keep_turn(self, me: Waiter) -> None:
+        """`me` did not wait and was refused: keep a turn for its state, so that the
+        requests of another state that come later go after it (holds.py says why)."""
+        if self._kept(me.applied) is None:
+            kept = Waiter(me.peer, me.plan, until=time.monotonic() + TURN_KEPT_S)
+            self.enqueue(kept)
+
+    def _kept(self, applied: dict[int, Applied]) -> Waiter | None:
+        now = time.monotonic()
+        expired = [w for w in self.queue if w.until is not None and w.until <= now]
+        for w in expired:
+            self.queue.remove(w)
+        if expired:
+            self.cond.notify_all()
+        return next((w for w in self.queue if w.until is not None and w.applied == applied), None)
 
     def settled(self, plan: LockPlan) -> bool:
         """Is the state `plan` leads to held (and settled) on every GPU it names?"""
@@ -179,13 +214,16 @@ class HoldTable:
                     return gpu, hold.describe(), True  # being written: wait, even with no wait
                 if hold.applied != want:
                     return gpu, hold.describe(), False
-                if me.seq <= hold.batch:
+                if me.rank <= hold.batch:
                     continue  # it waited for this state's turn: it goes with the batch
+            now = time.monotonic()
             for waiter in self.queue:
-                if waiter is me:
+                if waiter.seq >= me.rank:
                     break
                 if not waiter.patient:
                     continue
+                if waiter.until is not None and (waiter.until <= now or me.standing):
+                    continue  # over; or a standing request, which a kept turn never holds up
                 other = waiter.applied.get(gpu)
                 if other is not None and other != want:
                     # first come, first served: joining the state held now must not starve

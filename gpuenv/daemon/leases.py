@@ -95,7 +95,7 @@ class LeaseManager:
 
     def waiting(self) -> list[Waiter]:
         with self._cond:
-            return list(self._table.queue)
+            return self._table.waiting()
 
     def get(self, lease_id: str) -> Lease:
         with self._cond:
@@ -115,7 +115,7 @@ class LeaseManager:
                 "refusals": self._refusals,
                 "leases_standing": standing,
                 "leases_connection": len(self._leases) - standing,
-                "waiting": len(self._table.queue),
+                "waiting": len(self._table.waiting()),
             }
 
     def summary(self) -> list[dict[str, Any]]:
@@ -203,7 +203,8 @@ class LeaseManager:
                     )
             plan = self._plan(request, gpus)
             lease, owner = self._new_lease(peer, conn, plan, standing=standing, label=label)
-            self._acquire(lease, owner, Waiter(peer, plan, wait > 0), wait=wait, hangup=hangup)
+            me = Waiter(peer, plan, wait > 0, standing=standing)
+            self._acquire(lease, owner, me, wait=wait, hangup=hangup)
         except GpuenvError as err:
             with self._cond:
                 self._refusals += 1
@@ -287,6 +288,8 @@ class LeaseManager:
                         gpu, who, busy = blocker
                         now = time.monotonic()
                         if now >= (busy_deadline if busy else deadline):
+                            if not me.patient and not busy and not lease.standing:
+                                self._table.keep_turn(me)  # a standing lease never drains
                             raise LockConflict(gpu, who, hint=_WAIT_HINT)
                         if hangup():
                             raise ConfigError("the client went away while waiting for the lock")

@@ -29,7 +29,11 @@ def recover(manager: LeaseManager) -> list[int]:
     indices = {backend.device_info(i).uuid: i for i in range(backend.device_count())}
     restored: list[int] = []
     with journal.locked():
-        for entry in journal.entries():
+        entries, damaged = journal.scan()
+        for bad in damaged:  # each GPU alone: the others are still recovered
+            if bad.uuid in indices:
+                log.error("recovery: GPU %d: %s: %s", indices[bad.uuid], bad.message, bad.hint)
+        for entry in entries:
             index = indices.get(entry.uuid)
             if index is None or entry.backend != backend.name:
                 continue  # another machine's GPU, or a simulated GPU's journal

@@ -16,7 +16,8 @@ Schema 1 (`gpuenv status --json`):
         "lock": {"state": "locked" | "none" | "unknown",   # none: no gpuenv lock
                  "sm_mhz": [min, max] | null, "mem_mhz": [min, max] | null,
                  "holds": bool | null,      # SM clock inside the locked range now
-                 "owners": [str], "stale": bool, "text": str},
+                 "owners": [str], "stale": bool, "text": str,
+                 "pinned": bool},           # none, yet the clock looks locked (text: why)
         "app_clocks": {"sm_mhz", "mem_mhz", "default_sm_mhz", "default_mem_mhz"},
         "power_w": float, "power_limit_w": float | null, "power_default_w": float | null,
         "temp_c": float, "slowdown_c": float | null,
@@ -146,6 +147,7 @@ def lock_info(backend: Backend, index: int) -> dict[str, Any]:
         "owners": [],
         "stale": False,
         "text": "unknown",
+        "pinned": False,
     }
     from gpuenv.clocks import lock_status
     from gpuenv.locking import lock_view
@@ -154,13 +156,13 @@ def lock_info(backend: Backend, index: int) -> dict[str, Any]:
         view = lock_view(backend, index)  # a gpuenvd serving this GPU is the authority
         if view is not None:
             return view
-        st = lock_status(backend, index)
+        st = lock_status(backend, index, check_pinned=True)
     except (GpuenvError, OSError) as err:
         return {**unknown, "text": f"unknown: {err}"}
     if not st.locked:
-        return {**unknown, "state": "none", "text": st.describe()}
+        return {**unknown, "state": "none", "text": st.describe(), "pinned": st.pinned}
     mem = st.applied.locked_mem if st.applied is not None else None
-    return {
+    info = {
         "state": "locked",
         "sm_mhz": list(st.range) if st.range else None,
         "mem_mhz": list(mem) if mem else None,
@@ -168,6 +170,40 @@ def lock_info(backend: Backend, index: int) -> dict[str, Any]:
         "owners": list(st.owners) or ([st.owner] if st.owner else []),
         "stale": st.stale,
         "text": st.describe(),
+    }
+    return _without_dead_daemons(backend, index, info, st.applied)
+
+
+def _without_dead_daemons(
+    backend: Backend, index: int, info: dict[str, Any], applied: Any
+) -> dict[str, Any]:
+    """A gpuenvd lease ends with its daemon, whatever became of its client: while the daemon
+    is down, its leases are shown as gone (the clocks stay locked until gpuenvd starts again
+    and restores them, or 'gpuenv restore'), not as held."""
+    from gpuenv.clocks import describe_target
+    from gpuenv.clocks.journal import Applied, Journal
+
+    try:
+        entry = Journal().get(backend.device_info(index).uuid)
+    except (GpuenvError, OSError):
+        return info
+    gone = [o for o in (entry.owners if entry else ()) if o.kind == "lease"]
+    gone = [o for o in gone if not o.watchdog_alive()]
+    if not gone or entry is None:
+        return info
+    dead = {o.describe() for o in gone}
+    owners = [o for o in info["owners"] if o not in dead and "which has ended" not in o]
+    daemon = gone[0].watchdog_pid
+    text = f"a gpuenvd lease whose daemon (pid {daemon}) is gone"
+    if owners:
+        return {**info, "owners": owners, "text": f"{info['text']}; also {text}"}
+    target = describe_target(applied or Applied())
+    return {
+        **info,
+        "owners": [],
+        "stale": True,
+        "text": f"locked ({target}) by {text}: gpuenvd puts it back when it "
+        "starts again, or run 'gpuenv restore'",
     }
 
 
@@ -197,7 +233,7 @@ def _lock_text(lock: dict[str, Any] | None) -> str:
     if not lock or lock["state"] == "unknown":
         return "?"
     if lock["state"] == "none":
-        return "no"
+        return "no (pinned?)" if lock.get("pinned") else "no"
     parts = []
     if lock["sm_mhz"]:
         lo, hi = lock["sm_mhz"]
@@ -270,7 +306,9 @@ def format_table(snap: dict[str, Any]) -> str:
     lines += [
         f"GPU {g['index']}: {g['lock']['text']}"
         for g in snap["gpus"]
-        if g.get("lock") and g["lock"]["state"] == "locked"
+        if g.get("lock")
+        and (g["lock"]["state"] != "none" or g["lock"].get("pinned"))
+        and g["lock"]["text"] != "unknown"
     ]
     lines += errors
     return "\n".join(lines)

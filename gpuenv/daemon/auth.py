@@ -11,6 +11,8 @@ configparser (no new dependency on Python 3.10, comments allowed):
     socket_mode = 0660           ; ... with this mode: who may connect at all
     sample_period = 0.1          ; the daemon's own sampler, seconds
     metrics = 127.0.0.1:19400    ; Prometheus endpoint; leave out for none
+    max_connections_per_user = 32 ; a user who is not an admin (root, admins: no limit)
+    idle_timeout = 300           ; close a connection that holds nothing and says nothing
 
     [lock]                       ; who may lock which GPUs
     user:alice = all
@@ -100,6 +102,9 @@ class Config:
     lock_rules: dict[str, tuple[str, ...]] = field(default_factory=dict)
     admin_users: frozenset[str] = frozenset()
     admin_groups: frozenset[str] = frozenset()
+    # connections a user who is not an admin may hold open at once (root and admins: no limit)
+    max_connections_per_user: int = 32
+    idle_timeout: float = 300.0  # seconds; a connection holding nothing is closed after this
     source: str | None = None  # the file it came from
 
     def socket_permissions(self) -> int:
@@ -124,8 +129,73 @@ class Config:
         return Config(**{**self.__dict__, "socket": path})
 
 
+_DAEMON_KEYS = (
+    "socket",
+    "socket_group",
+    "socket_mode",
+    "sample_period",
+    "metrics",
+    "max_connections_per_user",
+    "idle_timeout",
+)
+
+
+def _number(text: str, key: str, lo: float, hi: float, source: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not lo <= value <= hi:
+        raise ConfigError(f"{source}: {key} {text!r} must be a number from {lo:g} to {hi:g}")
+    return int(value) if key.startswith("max_") else value
+
+
 def _split(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.replace(" ", ",").split(",") if p.strip())
+
+
+def _daemon_settings(d: configparser.SectionProxy, source: str) -> dict:
+    """The [daemon] section's settings, checked."""
+    kwargs: dict = {}
+    for key in d:
+        if key not in _DAEMON_KEYS:
+            raise ConfigError(
+                f"{source}: [daemon] has no setting {key!r}",
+                hint="settings: " + ", ".join(_DAEMON_KEYS),
+            )
+    if d.get("socket"):
+        kwargs["socket"] = d["socket"]
+    if d.get("socket_group"):
+        kwargs["socket_group"] = d["socket_group"]
+    if "socket_mode" in d:
+        try:
+            mode = int(d["socket_mode"], 8)
+        except ValueError:
+            raise ConfigError(
+                f"{source}: socket_mode {d['socket_mode']!r} is not octal", hint="e.g. 0660"
+            ) from None
+        if not 0 <= mode <= 0o777:
+            raise ConfigError(
+                f"{source}: socket_mode {d['socket_mode']!r} is out of range", hint="e.g. 0660"
+            )
+        kwargs["socket_mode"] = mode
+    if "sample_period" in d:
+        try:
+            period = float(d["sample_period"])
+        except ValueError:
+            period = -1.0
+        if not 0.001 <= period <= 10:
+            raise ConfigError(
+                f"{source}: sample_period {d['sample_period']!r} must be 0.001 to 10 seconds"
+            )
+        kwargs["sample_period"] = period
+    for key, lo, hi in (("max_connections_per_user", 1, 4096), ("idle_timeout", 1, 86400)):
+        if key in d:
+            kwargs[key] = _number(d[key], key, lo, hi, source)
+    if d.get("metrics"):
+        kwargs["metrics"] = d["metrics"]
+        parse_listen(d["metrics"])
+    return kwargs
 
 
 def parse_config(text: str, *, source: str = "<config>") -> Config:
@@ -149,42 +219,7 @@ def parse_config(text: str, *, source: str = "<config>") -> Config:
             )
     kwargs: dict = {"source": source}
     if parser.has_section("daemon"):
-        d = parser["daemon"]
-        for key in d:
-            if key not in ("socket", "socket_group", "socket_mode", "sample_period", "metrics"):
-                raise ConfigError(
-                    f"{source}: [daemon] has no setting {key!r}",
-                    hint="settings: socket, socket_group, socket_mode, sample_period, metrics",
-                )
-        if d.get("socket"):
-            kwargs["socket"] = d["socket"]
-        if d.get("socket_group"):
-            kwargs["socket_group"] = d["socket_group"]
-        if "socket_mode" in d:
-            try:
-                mode = int(d["socket_mode"], 8)
-            except ValueError:
-                raise ConfigError(
-                    f"{source}: socket_mode {d['socket_mode']!r} is not octal", hint="e.g. 0660"
-                ) from None
-            if not 0 <= mode <= 0o777:
-                raise ConfigError(
-                    f"{source}: socket_mode {d['socket_mode']!r} is out of range", hint="e.g. 0660"
-                )
-            kwargs["socket_mode"] = mode
-        if "sample_period" in d:
-            try:
-                period = float(d["sample_period"])
-            except ValueError:
-                period = -1.0
-            if not 0.001 <= period <= 10:
-                raise ConfigError(
-                    f"{source}: sample_period {d['sample_period']!r} must be 0.001 to 10 seconds"
-                )
-            kwargs["sample_period"] = period
-        if d.get("metrics"):
-            kwargs["metrics"] = d["metrics"]
-            parse_listen(d["metrics"])
+        kwargs.update(_daemon_settings(parser["daemon"], source))
     rules: dict[str, tuple[str, ...]] = {}
     if parser.has_section("lock"):
         for key, value in parser["lock"].items():

@@ -26,14 +26,30 @@ import platform
 import socket
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from gpuenv.backend import Backend, DeviceInfo
 from gpuenv.daemon.auth import METRICS_PORT, parse_listen
+from gpuenv.daemon.leases import LeaseManager
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.reasons import COUNTERS, REASON_NAMES, info
+from gpuenv.telemetry import Sampler
+from gpuenv.timebase import Clock
 
-if TYPE_CHECKING:
-    from gpuenv.daemon.server import Server
+
+class Server(Protocol):
+    """What the endpoint reads of the daemon (gpuenv.daemon.server.Server is one)."""
+
+    backend: Backend
+    infos: list[DeviceInfo]
+    sampler: Sampler
+    clock: Clock
+    leases: LeaseManager
+    started_at: float
+    requests: int
+    protocol_errors: int
+
+    def connections(self) -> int: ...
 
 DEFAULT_PORT = METRICS_PORT
 # dcgm-exporter's per-GPU labels (its render_metrics.go): the join keys
@@ -174,7 +190,7 @@ class GpuenvCollector:
             c.add_metric([], counts[name])
             yield c
         conns = gauge("gpuenv_daemon_connections", "Open client connections")
-        conns.add_metric([], len(server._conns))
+        conns.add_metric([], server.connections())
         yield conns
         up = gauge("gpuenv_daemon_start_time_seconds", "When gpuenvd started (epoch)")
         up.add_metric([], server.started_at)

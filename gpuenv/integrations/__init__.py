@@ -1,7 +1,8 @@
 """Adapters that put gpuenv's telemetry into the benchmarking tools people already use.
 
-- `gpuenv.integrations.triton.do_bench`: triton.testing.do_bench's signature and
-  return values, measured by gpuenv.bench (telemetry, findings, verdict kept).
+- `gpuenv.integrations.triton`: triton.testing's do_bench, do_bench_cudagraph and
+  set_gpu_clock with their signatures and return values, at triton's pace, measured
+  by gpuenv.bench (telemetry, findings, verdict kept); patch_autotuner().
 - `gpuenv.integrations.pytest_plugin`: `pytest --gpuenv` adds telemetry, findings
   and a verdict to each pytest-benchmark benchmark's extra_info (the pytest11 entry
   point `gpuenv` registers it).

@@ -19,7 +19,7 @@ import pytest
 from gpuenv.backend import Capabilities
 from gpuenv.backend.sim import SimBackend
 from gpuenv.errors import ConfigError
-from gpuenv.telemetry import Sampler, Window, choose_mode
+from gpuenv.telemetry import Sampler, Window, choose_mode, process
 from gpuenv.timebase import RealClock, VirtualClock
 from gpuenv.verdict import assess
 
@@ -30,6 +30,12 @@ def spec_sim(tmp_path: Path):
     sim = SimBackend("h100", state_file=tmp_path / "sim.json")
     yield sim
     sim.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_lingering_sampler_process():
+    yield
+    process.close_idle()
 
 
 def _gone(pid: int) -> bool:
@@ -229,3 +235,47 @@ def test_the_sampler_process_outlives_the_thread_that_started_it(spec_sim):
         assert not sampler.gaps
     finally:
         sampler.stop()
+
+
+# -- one sampler process for many Samplers ---------------------------------------------------
+
+
+def test_samplers_one_after_another_share_one_sampler_process(spec_sim):
+    with Sampler(spec_sim, [0], mode="process") as first:
+        pid = first.child_pid
+        first.window(first.mark(), first.mark())
+    with Sampler(spec_sim, [0], mode="process") as second:
+        assert second.child_pid == pid  # attached, not spawned
+        assert second.latest() is not None  # at once: the last reading before it started
+        t0 = second.mark()
+        time.sleep(0.05)
+        w = second.window(t0, second.mark())
+    assert w.n_samples > 0 and not w.gap
+    with Sampler(spec_sim, [0], mode="process", period=0.05) as other:
+        assert other.child_pid != pid  # sampling another way: its own process
+    assert process.close_idle() == 2
+    assert _wait_until(lambda: _gone(pid))
+
+
+def test_an_unused_sampler_process_ends_after_lingering(spec_sim, monkeypatch):
+    monkeypatch.setattr(process, "LINGER_S", 0.2)
+    with Sampler(spec_sim, [0], mode="process") as sampler:
+        pid = sampler.child_pid
+    assert pid is not None
+    assert _wait_until(lambda: _gone(pid))
+    with Sampler(spec_sim, [0], mode="process") as again:
+        assert again.child_pid != pid and again.latest() is not None
+
+
+def test_a_sampler_after_a_dead_sampler_process_gets_a_new_one(spec_sim):
+    with Sampler(spec_sim, [0], mode="process") as sampler:
+        pid = sampler.child_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        assert _wait_until(lambda: _gone(pid))
+    with Sampler(spec_sim, [0], mode="process") as again:
+        assert again.child_pid not in (None, pid)
+        t0 = again.mark()
+        time.sleep(0.05)
+        assert not again.window(t0, again.mark()).gap
+        assert not again.gaps  # the old process's death was the other Sampler's

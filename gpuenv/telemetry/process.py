@@ -14,6 +14,11 @@ select), and PR_SET_PDEATHSIG sends it a signal when the thread that started it
 ends (it exits if its parent is then gone: a finished thread of a live parent does
 not stop it). A forked copy of the parent can keep the pipe open; the signal still
 comes. The parent wakes it through the same pipe when `mark()` asks for an edge read.
+
+Starting one costs a fresh interpreter, its imports and NVML's init (a few hundred ms),
+too much to pay per `bench()` call: one process serves every `Sampler` of this process
+that samples the same GPUs the same way (`attach`), each reading the ring from where it
+started, and it lingers LINGER_S after the last one stops, for the next.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +48,12 @@ from gpuenv.telemetry.ring import (
 
 READY_TIMEOUT_S = 20.0  # interpreter, imports and nvmlInit; seconds on a cold machine
 STOP_TIMEOUT_S = 2.0
+# How long a sampler process no Sampler uses waits for the next one (a loop of bench()
+# calls, an autotuner's do_bench calls) before it ends.
+LINGER_S = 10.0
+# Records read before a Sampler's start: the sample in force when it starts, and the
+# counter reads a window interpolates from (filtered by time: `Cursor.since_t`).
+BACKLOG = 64
 _PR_SET_PDEATHSIG = 1
 _WAKE = b"e"
 
@@ -51,17 +63,20 @@ class SamplerError(Exception):
 
 
 class SamplerProcess:
-    """The parent's handle: start it, wake it for edge reads, pull what it wrote, stop it."""
+    """The parent's handle on one sampler process: start it, wake it for edge reads, see
+    whether it died, stop it. `Cursor`s read its rings."""
 
     def __init__(self, proc: subprocess.Popen[bytes], shared: Shared, wake_fd: int,
                  gpus: Sequence[int]):
         self.proc = proc
         self.pid = proc.pid
+        self.owner = os.getpid()  # a forked copy of the parent does not own it
         self.shared: Shared | None = shared
         self.gpus = list(gpus)
+        self.users = 0  # Samplers attached (see attach)
         self._wake_fd: int | None = wake_fd
-        self._next = {"gaps": 0, **{f"f{k}": 0 for k in range(len(gpus))},
-                      **{f"s{k}": 0 for k in range(len(gpus))}}
+        self._edge_lock = threading.Lock()
+        self._linger: threading.Timer | None = None
         self.died: str | None = None  # why it ended, when not stopped by us
         self.died_at: float | None = None
 
@@ -117,43 +132,31 @@ class SamplerProcess:
             raise SamplerError(f"the sampler process could not read the GPU: "
                                f"{self.shared.error}")
 
-    # -- the parent's side -----------------------------------------------------------
     def request_edge(self) -> None:
         """Ask for an edge read: a counter in shared memory, and one wake-up byte if none
         was pending (a tight loop of marks costs a memory write each)."""
         shared, fd = self.shared, self._wake_fd
         if shared is None or fd is None or self.died is not None:
             return
-        if shared.request_edge():
-            with contextlib.suppress(OSError):  # it died: the next pull says so
+        with self._edge_lock:
+            wake = shared.request_edge()
+        if wake:
+            with contextlib.suppress(OSError):  # it died: the next look says so
                 os.write(fd, _WAKE)
 
-    def pull(self, sink: Sink) -> None:
-        """Move what the sampler process wrote since the last pull into `sink`."""
-        shared = self.shared
-        if shared is None:
-            return
-        for k, g in enumerate(self.gpus):
-            recs, self._next[f"f{k}"] = shared.fast[k].since(self._next[f"f{k}"])
-            for rec in recs:
-                sink.fast(unpack_fast(rec, g))
-            recs, self._next[f"s{k}"] = shared.slow[k].since(self._next[f"s{k}"])
-            for rec in recs:
-                sink.slow(*_at_gpu(unpack_slow(rec), g))
-        recs, self._next["gaps"] = shared.gaps.since(self._next["gaps"])
-        for rec in recs:
-            sink.gap(unpack_gap(rec))
+    def check(self) -> bool:
+        """True while it runs; else `died` says why it ended."""
         if self.died is None and self.proc.poll() is not None:
             code = self.proc.returncode
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             self.died = f"the sampler process (pid {self.pid}) {how}"
-            self.died_at = shared.alive_t or time.monotonic()
+            alive_t = self.shared.alive_t if self.shared is not None else 0.0
+            self.died_at = alive_t or time.monotonic()
+        return self.died is None
 
     def no_slow_counters(self, gpu: int) -> bool:
         shared = self.shared
-        return shared is not None and bool(
-            shared.flags(self.gpus.index(gpu)) & FLAG_NO_SLOW
-        )
+        return shared is not None and bool(shared.flags(self.gpus.index(gpu)) & FLAG_NO_SLOW)
 
     @property
     def ticks(self) -> int:
@@ -163,8 +166,11 @@ class SamplerProcess:
     def cpu_time_s(self) -> float:
         return self.shared.cpu_time_s if self.shared is not None else 0.0
 
-    def stop(self, sink: Sink | None = None) -> None:
-        """End it (EOF on its pipe), pull what is left into `sink`, unmap. Safe twice."""
+    def stop(self) -> None:
+        """End it (EOF on its pipe) and unmap its memory. Safe twice."""
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         if self._wake_fd is not None:
             os.close(self._wake_fd)
             self._wake_fd = None
@@ -174,12 +180,109 @@ class SamplerProcess:
             self.proc.kill()
             self.proc.wait()
         if self.shared is not None:
-            if sink is not None:
-                died = self.died
-                self.pull(sink)
-                self.died = died  # stopped by us: not a death
             self.shared.close()
             self.shared = None
+
+
+class Cursor:
+    """One Sampler's reading position in a sampler process's rings."""
+
+    def __init__(self, proc: SamplerProcess, since_t: float):
+        assert proc.shared is not None
+        self.proc = proc
+        self.since_t = since_t  # records before this are older than the Sampler's interest
+        shared = proc.shared
+        self._fast = [max(0, r.head() - BACKLOG) for r in shared.fast]
+        self._slow = [max(0, r.head() - BACKLOG) for r in shared.slow]
+        self._gaps = shared.gaps.head()  # earlier gaps were another Sampler's
+
+    def pull(self, sink: Sink) -> None:
+        """Move what the sampler process wrote since the last pull into `sink`."""
+        shared = self.proc.shared
+        if shared is None:
+            return
+        since = self.since_t
+        for k, g in enumerate(self.proc.gpus):
+            recs, self._fast[k] = shared.fast[k].since(self._fast[k])
+            for rec in recs:
+                if rec[0] >= since:
+                    sink.fast(unpack_fast(rec, g))
+            recs, self._slow[k] = shared.slow[k].since(self._slow[k])
+            for rec in recs:
+                if rec[0] >= since:
+                    sink.slow(*_at_gpu(unpack_slow(rec), g))
+        recs, self._gaps = shared.gaps.since(self._gaps)
+        for rec in recs:
+            sink.gap(unpack_gap(rec))
+
+
+# -- one sampler process per way of sampling, shared by this process's Samplers ------------
+
+_pool: dict[str, SamplerProcess] = {}
+_pool_lock = threading.Lock()
+
+
+def attach(
+    spec: dict[str, Any], gpus: Sequence[int], *, capacity: int, options: dict[str, Any]
+) -> SamplerProcess:
+    """The running sampler process for these GPUs and options, else a new one."""
+    key = json.dumps([spec, list(gpus), capacity, options], sort_keys=True)
+    with _pool_lock:
+        proc = _pool.get(key)
+        if proc is not None and (proc.owner != os.getpid() or not proc.check()):
+            del _pool[key]
+            if proc.owner == os.getpid():
+                proc.stop()
+            proc = None
+        if proc is None:
+            proc = SamplerProcess.start(spec, gpus, capacity=capacity, options=options)
+            _pool[key] = proc
+        if proc._linger is not None:
+            proc._linger.cancel()
+            proc._linger = None
+        proc.users += 1
+        return proc
+
+
+def detach(proc: SamplerProcess) -> None:
+    """A Sampler is done with it: it ends LINGER_S after the last one, unless reused."""
+    with _pool_lock:
+        proc.users -= 1
+        if proc.users > 0:
+            return
+        if not proc.check() or proc not in _pool.values():
+            _forget(proc)
+            proc.stop()
+            return
+        timer = threading.Timer(LINGER_S, _end_if_idle, (proc,))
+        timer.daemon = True
+        proc._linger = timer
+        timer.start()
+
+
+def _end_if_idle(proc: SamplerProcess) -> None:
+    with _pool_lock:
+        if proc.users > 0:
+            return
+        _forget(proc)
+    proc.stop()
+
+
+def _forget(proc: SamplerProcess) -> None:
+    for key, known in list(_pool.items()):
+        if known is proc:
+            del _pool[key]
+
+
+def close_idle() -> int:
+    """End every sampler process that no Sampler uses now (instead of LINGER_S later)."""
+    with _pool_lock:
+        idle = [p for p in _pool.values() if p.users == 0 and p.owner == os.getpid()]
+        for proc in idle:
+            _forget(proc)
+    for proc in idle:
+        proc.stop()
+    return len(idle)
 
 
 def _at_gpu(

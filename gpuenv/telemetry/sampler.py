@@ -16,7 +16,7 @@ from typing import Any
 from gpuenv.backend import Backend, SlowReading
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
 from gpuenv.errors import ConfigError
-from gpuenv.telemetry.process import SamplerError, SamplerProcess
+from gpuenv.telemetry.process import Cursor, SamplerError, SamplerProcess, attach, detach
 from gpuenv.telemetry.reader import (
     DEFAULT_ENERGY_PERIOD_S,
     DEFAULT_PROCESS_PERIOD_S,
@@ -181,6 +181,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._timer: Timer | None = None
         self._proc: SamplerProcess | None = None
+        self._cursor: Cursor | None = None
         self._died: tuple[float, str] | None = None  # the sampler process ended on its own
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -226,13 +227,15 @@ class Sampler:
         }  # fmt: skip
         try:
             assert spec is not None
-            self._proc = SamplerProcess.start(spec, self.gpus, capacity=self.capacity,
-                                              options=options)
+            proc = attach(spec, self.gpus, capacity=self.capacity, options=options)
         except SamplerError as err:
             log.warning("gpuenv: sampling on a thread instead of a process: %s", err)
             self.mode, self.mode_reason = "thread", f"the sampler process failed: {err}"
             return False
-        self._died = None
+        self._cursor = Cursor(proc, since_t=self.clock.now() - SLOW_LOOKBACK_S)
+        self._proc, self._died = proc, None
+        if proc.ticks > 1:  # a process already running: fresh counters for this start
+            proc.request_edge()
         return True
 
     def _run(self) -> None:
@@ -253,10 +256,10 @@ class Sampler:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            proc.stop(self._buf)
-            self._note_death(proc)
+        if self._proc is not None:
+            self._pull()
+            proc, self._proc, self._cursor = self._proc, None, None
+            detach(proc)
         thread, self._thread = self._thread, None
         if thread is not None:
             self._stop.set()
@@ -294,14 +297,12 @@ class Sampler:
 
     def _pull(self) -> None:
         """Process mode: bring in what the sampler process wrote since the last look."""
-        proc = self._proc
-        if proc is not None:
-            proc.pull(self._buf)
-            self._note_death(proc)
-
-    def _note_death(self, proc: SamplerProcess) -> None:
-        if proc.died is not None and self._died is None:
-            assert proc.died_at is not None
+        proc, cursor = self._proc, self._cursor
+        if proc is None or cursor is None:
+            return
+        cursor.pull(self._buf)
+        if not proc.check() and self._died is None:
+            assert proc.died is not None and proc.died_at is not None
             self._died = (proc.died_at, proc.died)
             log.warning("gpuenv: %s; telemetry stops here (a telemetry gap)", proc.died)
             for g in self.gpus:

@@ -2,7 +2,8 @@
 
     GpuenvError                      every error gpuenv raises on purpose
      +-- ConfigError                 bad input: option, environment variable, config file
-     |    `-- DeviceNotFound         a GPU selector that matches no GPU
+     |    +-- DeviceNotFound         a GPU selector that matches no GPU
+     |    `-- FileError              a file or directory gpuenv could not read or write
      +-- BackendError                the GPU or its driver said no
      |    +-- NvmlUnavailable        no driver, no libnvidia-ml, or NVML failed to start
      |    +-- NotSupported           this GPU or driver cannot do that
@@ -15,9 +16,34 @@
 
 `str()` of each reads as one sentence that says what happened, on which GPU,
 and what to do; the CLI prints exactly that and exits with `exit_code`.
+
+Exit codes of every command: `EXIT_CODES` below (nvidia-smi's numbers where one fits).
 """
 
 from __future__ import annotations
+
+import errno as errno_mod
+import os
+
+# code -> meaning: the README's table is this one. 126/127 and 128+N belong to `gpuenv run`.
+EXIT_CODES: dict[int, str] = {
+    0: "success (also: nothing to do, a dry run)",
+    1: "a judgement the command was asked for failed: doctor found warnings, a region was "
+    "rejected (run --policy reject), a slowdown above compare --fail-above, a GPU did not "
+    "settle (calibrate)",
+    2: "bad input (an option, a variable, a file that is not what it should be), a file or "
+    "directory that cannot be read or written, or an error the driver reported",
+    3: "not supported by this GPU or driver (as nvidia-smi)",
+    4: "no permission (as nvidia-smi): run as root or through 'gpuenv daemon', or fix the "
+    "file's permissions",
+    5: "the clocks are locked by another owner",
+    9: "no NVIDIA driver / NVML (as nvidia-smi)",
+    15: "the GPU fell off the bus or stopped answering (as nvidia-smi)",
+    126: "gpuenv run: the command is not executable",
+    127: "gpuenv run: the command was not found",
+    130: "interrupted (Ctrl-C)",
+    141: "standard output was closed early (a pipe into head)",
+}
 
 
 class GpuenvError(Exception):
@@ -84,6 +110,8 @@ class BackendError(GpuenvError):
 class NvmlUnavailable(BackendError):
     """NVML could not be loaded or initialised (no driver, no GPU, container without it)."""
 
+    exit_code = 9
+
     def __init__(
         self,
         message: str = "NVML is not available",
@@ -103,9 +131,13 @@ class NvmlUnavailable(BackendError):
 class NotSupported(BackendError):
     """The GPU or driver does not support the operation."""
 
+    exit_code = 3
+
 
 class PermissionDenied(BackendError):
     """The operation needs privileges this process does not have."""
+
+    exit_code = 4
 
     def __init__(
         self,
@@ -127,6 +159,8 @@ class PermissionDenied(BackendError):
 
 class GpuLost(BackendError):
     """The GPU stopped answering (fell off the bus, Xid 79, needs a reset)."""
+
+    exit_code = 15
 
 
 class DriverTimeout(BackendError):
@@ -153,7 +187,7 @@ class ReadOnlyError(GpuenvError):
 class LockConflict(GpuenvError):
     """Another owner holds a different lock. `owner` describes it (pid, user, command, since)."""
 
-    exit_code = 3
+    exit_code = 5
 
     def __init__(self, gpu: int | str, owner: str, *, hint: str | None = None):
         self.owner = owner
@@ -163,3 +197,78 @@ class LockConflict(GpuenvError):
             hint=hint
             or "wait for it to finish, ask for the same state to share it, or use --force",
         )
+
+
+# errno -> (what happened to the path, what to do)
+_OS_ERRORS: dict[int, tuple[str, str]] = {
+    errno_mod.ENOSPC: ("the disk holding {path} is full", "free some space, or use another place"),
+    errno_mod.EDQUOT: (
+        "the disk quota for {path} is used up",
+        "free some space, or use another place",
+    ),
+    errno_mod.EROFS: ("{path} is on a read-only file system", "use a writable place"),
+    errno_mod.EACCES: (
+        "permission denied on {path}",
+        "check its owner and mode (ls -ld), or use another place",
+    ),
+    errno_mod.EPERM: (
+        "operation not permitted on {path}",
+        "check its owner and mode (ls -ld), or use another place",
+    ),
+    errno_mod.EFBIG: (
+        "{path} would grow past the file size limit",
+        "raise the limit ('ulimit -f unlimited') or free space",
+    ),
+    errno_mod.ENOENT: (
+        "{path} does not exist",
+        "check the path; gpuenv creates no missing directories",
+    ),
+    errno_mod.ENOTDIR: ("a part of {path} is not a directory", "check the path"),
+    errno_mod.EISDIR: ("{path} is a directory", "pass a file"),
+    errno_mod.EIO: ("an I/O error on {path}", "check the disk (dmesg)"),
+    errno_mod.ENAMETOOLONG: ("the name {path} is too long", "use a shorter path"),
+    errno_mod.ELOOP: ("{path} has a loop of symbolic links", "check the path"),
+}
+
+
+class FileError(ConfigError):
+    """A file or directory gpuenv could not read or write. `path`, `errno` as the OSError's.
+
+    `where` names what the path is for ("the journal", "results"), and `setting` the
+    variable or option that moves it, so the hint can say what to change.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None,
+        err_no: int | None,
+        *,
+        detail: str = "",
+        where: str | None = None,
+        setting: str | None = None,
+    ):
+        self.path = None if path is None else os.fspath(path)
+        self.errno = err_no
+        shown = self.path if self.path is not None else "a file"
+        what, todo = _OS_ERRORS.get(
+            err_no or 0,
+            (f"cannot use {{path}} ({detail or os.strerror(err_no or 0)})", "check the path"),
+        )
+        message = what.format(path=shown)
+        if where:
+            message = f"{where}: {message}"
+        if setting:
+            todo += f" ({setting} says where)"
+        super().__init__(message, hint=todo)
+        if err_no in (errno_mod.EACCES, errno_mod.EPERM):
+            self.exit_code = 4
+
+    @classmethod
+    def from_os_error(
+        cls, err: OSError, *, path: str | os.PathLike[str] | None = None, **kwargs: str | None
+    ) -> FileError:
+        """The sentence for `err`; `path` stands in where the OSError names none (os.write)."""
+        where = err.filename if err.filename is not None else path
+        if isinstance(where, bytes):
+            where = where.decode(errors="replace")
+        return cls(where, err.errno, detail=err.strerror or str(err), **kwargs)

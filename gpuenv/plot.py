@@ -17,6 +17,7 @@ the caller's matplotlib state changes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -62,6 +63,8 @@ def plot_run(run: Any, path: str | os.PathLike[str], *, title: str | None = None
             hint="measure with gpuenv.stable() / gpuenv.bench() so each rep carries its window",
         )
     Figure, Canvas = _matplotlib()
+    _check_output(path, Canvas)
+    _check_gpu(measurements, gpu)
     fig = Figure(figsize=(11, 7.5), layout="constrained")
     Canvas(fig)
     ax_clk, ax_pow, ax_tmp = fig.subplots(3, 1, sharex=True)
@@ -137,8 +140,57 @@ def plot_run(run: Any, path: str | os.PathLike[str], *, title: str | None = None
     name = gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None
     fig.suptitle(title or " - ".join(x for x in (name, meta.get("time_utc")) if x) or "gpuenv run",
                  fontsize=10)
-    out = os.fspath(path)
-    fig.savefig(out, dpi=110)
+    return _save(fig, os.fspath(path))
+
+
+def _check_output(path: str | os.PathLike[str], canvas: Any) -> None:
+    """A format matplotlib writes, in a directory that exists: said before drawing."""
+    from pathlib import Path
+
+    out = Path(path)
+    kinds = sorted(canvas(None).get_supported_filetypes())
+    ext = out.suffix.lower().lstrip(".")
+    if ext not in kinds:
+        raise ConfigError(
+            f"cannot write a {ext or 'nameless'} image ({out})",
+            hint=f"end the name with one of .{', .'.join(kinds)}",
+        )
+    if not out.parent.is_dir():
+        raise ConfigError(
+            f"the directory {out.parent} does not exist",
+            hint=f"create it (mkdir -p {out.parent}) or write the image elsewhere",
+        )
+
+
+def _check_gpu(measurements: Sequence[Any], gpu: int | None) -> None:
+    if gpu is None:
+        return
+    seen = sorted({w.gpu for m in measurements for w in m.windows} | {
+        g for m in measurements for g in (m.gpus or ())})
+    if gpu not in seen:
+        raise ConfigError(
+            f"this run has no telemetry of GPU {gpu}",
+            hint=f"it has GPU {', '.join(map(str, seen))}" if seen else "it names no GPU",
+        )
+
+
+def _save(fig: Any, out: str) -> str:
+    """Write through a temporary file beside `out`: a full disk leaves no half image."""
+    import tempfile
+
+    folder, name = os.path.split(out)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder or ".")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, dpi=110, format=os.path.splitext(out)[1][1:].lower())
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return out
 
 

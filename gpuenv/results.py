@@ -8,6 +8,7 @@ and fsynced as each measurement ends, so a crash loses nothing already measured.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
@@ -25,7 +26,7 @@ from typing import IO, Any, TypeVar, overload
 
 from gpuenv._records import from_dict, to_dict
 from gpuenv.backend import Backend
-from gpuenv.errors import ConfigError
+from gpuenv.errors import ConfigError, FileError
 from gpuenv.telemetry import Window
 from gpuenv.timebase import Clock
 from gpuenv.units import fmt_s
@@ -194,27 +195,41 @@ class ResultStore:
         self.path = Path(path)
         self.run_id = uuid.uuid4().hex
         self.fsync = fsync
+        created = not self.path.exists()
+        self._fh: IO[bytes] | None = None
         try:
             if self.path.parent != Path(""):
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+            self._fh = open(self.path, "ab")  # noqa: SIM115
+            self._write({"type": "run", "run_id": self.run_id, "metadata": metadata})
         except OSError as err:
-            raise ConfigError(
-                f"cannot write results to {self.path}: {err.strerror or err}",
-                hint="pass output= a path in a writable directory",
+            self.close()
+            if created:  # leave no empty or half-written file behind
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+            raise FileError.from_os_error(
+                err, path=self.path, where="cannot write results"
             ) from err
-        self._write({"type": "run", "run_id": self.run_id, "metadata": metadata})
 
     def append(self, measurement: Measurement) -> None:
         self._write({"type": "measurement", "run_id": self.run_id, **measurement.to_dict()})
 
     def _write(self, record: dict[str, Any]) -> None:
+        """One whole line or nothing: a write cut short (disk full) is cut back off."""
         if self._fh is None:
             raise ConfigError(f"the result store for {self.path} is closed")
-        self._fh.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._fh.flush()
-        if self.fsync:
-            os.fsync(self._fh.fileno())
+        data = (json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
+        fd = self._fh.fileno()
+        size = os.fstat(fd).st_size
+        try:
+            self._fh.write(data)
+            self._fh.flush()
+            if self.fsync:
+                os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                self._fh = _reopen_truncated(self._fh, self.path, size)
+            raise
 
     def close(self) -> None:
         if self._fh is not None:
@@ -226,6 +241,15 @@ class ResultStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _reopen_truncated(fh: IO[bytes], path: Path, size: int) -> IO[bytes]:
+    """Drop what a failed write left in `fh`'s buffer and cut the file back to `size`."""
+    fd = os.dup(fh.fileno())
+    with contextlib.suppress(OSError):
+        fh.close()  # its flush may fail again: the dup keeps the file open
+    os.ftruncate(fd, size)
+    return os.fdopen(fd, "ab")
 
 
 def load_runs(path: str | os.PathLike[str]) -> list[Run]:
@@ -241,6 +265,11 @@ def load_runs(path: str | os.PathLike[str]) -> list[Run]:
         raise ConfigError(
             f"cannot read results file {p}: {err.strerror or err}",
             hint="pass the path of a .jsonl file written by gpuenv",
+        ) from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{p} is not a results file (not text: byte {err.start} is not UTF-8)",
+            hint="pass the .jsonl file gpuenv wrote, not an image or archive",
         ) from err
     runs: dict[str, tuple[dict[str, Any], list[Measurement]]] = {}
     bad: list[int] = []

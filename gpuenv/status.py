@@ -16,7 +16,8 @@ Schema 1 (`gpuenv status --json`):
         "lock": {"state": "locked" | "none" | "unknown",   # none: no gpuenv lock
                  "sm_mhz": [min, max] | null, "mem_mhz": [min, max] | null,
                  "holds": bool | null,      # SM clock inside the locked range now
-                 "owners": [str], "stale": bool, "text": str},
+                 "owners": [str], "stale": bool, "text": str,
+                 "pinned": bool},           # none, yet the clock looks locked (text: why)
         "app_clocks": {"sm_mhz", "mem_mhz", "default_sm_mhz", "default_mem_mhz"},
         "power_w": float, "power_limit_w": float | null, "power_default_w": float | null,
         "temp_c": float, "slowdown_c": float | null,
@@ -146,6 +147,7 @@ def lock_info(backend: Backend, index: int) -> dict[str, Any]:
         "owners": [],
         "stale": False,
         "text": "unknown",
+        "pinned": False,
     }
     from gpuenv.clocks import lock_status
     from gpuenv.locking import lock_view
@@ -154,11 +156,11 @@ def lock_info(backend: Backend, index: int) -> dict[str, Any]:
         view = lock_view(backend, index)  # a gpuenvd serving this GPU is the authority
         if view is not None:
             return view
-        st = lock_status(backend, index)
+        st = lock_status(backend, index, check_pinned=True)
     except (GpuenvError, OSError) as err:
         return {**unknown, "text": f"unknown: {err}"}
     if not st.locked:
-        return {**unknown, "state": "none", "text": st.describe()}
+        return {**unknown, "state": "none", "text": st.describe(), "pinned": st.pinned}
     mem = st.applied.locked_mem if st.applied is not None else None
     return {
         "state": "locked",
@@ -197,7 +199,7 @@ def _lock_text(lock: dict[str, Any] | None) -> str:
     if not lock or lock["state"] == "unknown":
         return "?"
     if lock["state"] == "none":
-        return "no"
+        return "no (pinned?)" if lock.get("pinned") else "no"
     parts = []
     if lock["sm_mhz"]:
         lo, hi = lock["sm_mhz"]
@@ -270,7 +272,9 @@ def format_table(snap: dict[str, Any]) -> str:
     lines += [
         f"GPU {g['index']}: {g['lock']['text']}"
         for g in snap["gpus"]
-        if g.get("lock") and g["lock"]["state"] == "locked"
+        if g.get("lock")
+        and (g["lock"]["state"] != "none" or g["lock"].get("pinned"))
+        and g["lock"]["text"] != "unknown"
     ]
     lines += errors
     return "\n".join(lines)

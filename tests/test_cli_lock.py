@@ -54,11 +54,11 @@ def test_lock_then_restore() -> None:
     assert res.exit_code == 0 and "nothing to restore" in res.output
 
 
-def test_conflict_exit_3_names_the_owner_and_force_takes_over() -> None:
+def test_conflict_exit_5_names_the_owner_and_force_takes_over() -> None:
     before = state()
     assert run("lock", "--sm", "1350").exit_code == 0
     res = run("lock", "--sm", "1500")
-    assert res.exit_code == 3
+    assert res.exit_code == 5
     import getpass
 
     assert f"a standing lock ({getpass.getuser()}: " in res.output and "SM 1350 MHz" in res.output
@@ -106,7 +106,6 @@ def test_readonly_env_refuses_with_the_plan(monkeypatch: pytest.MonkeyPatch) -> 
     [
         (["--sm", "99999"], "supports 345-1980 MHz in 15 MHz steps"),
         (["--sm", "fast"], "is not understood"),
-        (["--sm", "1350", "--mem", "2619"], "Hopper"),
         (["--power-limit", "5000"], "accepts 200-700 W"),
         ([], "nothing to lock"),
         (["--sm", "sustained"], "run 'gpuenv calibrate' first"),
@@ -119,10 +118,17 @@ def test_bad_input_exit_2_one_line(args: list[str], message: str) -> None:
     assert Journal().entries() == []
 
 
+def test_not_supported_exit_3_as_nvidia_smi() -> None:
+    res = run("lock", "--sm", "1350", "--mem", "2619")
+    assert res.exit_code == 3
+    assert "Hopper" in res.output and res.output.count("\n") == 1
+    assert Journal().entries() == []
+
+
 def test_no_permission_says_root_or_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUENV_SIM_ROOT", "0")
     res = run("lock", "--sm", "1350")
-    assert res.exit_code == 2
+    assert res.exit_code == 4  # as nvidia-smi: no permission
     assert "run as root, or have an admin start gpuenvd ('sudo gpuenv daemon'" in res.output
     assert "under [lock]" in res.output  # the step that makes the daemon serve this user
     assert Journal().entries() == []
@@ -134,7 +140,7 @@ def test_restore_leaves_a_running_owner_alone_unless_all() -> None:
     held = lock(1500, gpus=0, backend=sim, supervise=False)
     try:
         res = run("restore")
-        assert res.exit_code == 3
+        assert res.exit_code == 5
         assert f"held by pid {os.getpid()}" in res.output and "--all" in res.output
         assert state()[0][0] == (1500, 1500)
         res = run("restore", "--all")

@@ -136,7 +136,7 @@ def test_conflict_is_refused_naming_the_holder(h: Harness) -> None:
         with pytest.raises(LockConflict) as err:
             b.lock(sm=1500, gpus=[0])
         assert "alice" in str(err.value) and "nightly gemm" in str(err.value)
-        assert err.value.gpu == 0 and err.value.exit_code == 3
+        assert err.value.gpu == 0 and err.value.exit_code == 5
         assert h.locked_sm(0) == (1350, 1350)
         assert b.status()["daemon"]["refusals"] == 1
 

@@ -326,7 +326,7 @@ def test_a_conflict_tells_a_user_what_they_can_do(
     held = subprocess.run([*as_root, "lock", "--sm", "1500"], env=daemon.env, capture_output=True)
     assert held.returncode == 0  # root's standing lease
     out = as_user(daemon, account, cli("lock", "--sm", "1350"))
-    assert out.returncode == 3 and "--force" not in out.stderr
+    assert out.returncode == 5 and "--force" not in out.stderr
     assert "share it" in out.stderr and "'gpuenv restore --all'" in out.stderr
     same = as_user(daemon, account, cli("lock", "--sm", "1500"))  # following the hint works
     assert same.returncode == 0 and "now shared" in same.stdout, same.stderr

@@ -79,9 +79,14 @@ class StateFile:
         # Compact, in one write: json's C encoder does not indent, and the pure-Python one that
         # indent= falls back to cost 2-3x as much on every simulated setting change.
         text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-        with open(tmp, "wb") as f:
-            f.write(text.encode("utf-8"))
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(text.encode("utf-8"))
+            os.replace(tmp, self.path)
+        except OSError as err:  # a full disk or a size limit: no half file left, and say where
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise OSError(err.errno, err.strerror, str(self.path)) from err
         self._seen = self._stat()
 
 

@@ -4,14 +4,16 @@ Each command lives in its own module under gpuenv/cli/ and is imported only
 when it runs, so `gpuenv --help` and `gpuenv status` stay fast and never
 import torch.
 
-Exit codes (every command): 0 success; 1 warnings (doctor) or a rejected
-verdict (run --policy reject, the child's own code otherwise); 2 an error
-(bad input, no GPU, permission); 3 a lock held by another owner.
+Exit codes (every command): gpuenv.errors.EXIT_CODES, the README's table (nvidia-smi's
+numbers where one fits: 2 bad argument, 3 not supported, 4 no permission, 9 no driver).
+Every failure goes through `_common.guarded()`: one sentence on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -46,9 +48,16 @@ class LazyGroup(click.Group):
         command: click.Command = getattr(module, entry[1])
         if cmd_name == "unlock":
             command = click.Command(
-                "unlock", params=command.params, callback=command.callback, help=entry[2]
+                "unlock", params=list(command.params), callback=command.callback, help=entry[2]
             )
+        _accept_global_flags(command)
         return command
+
+    def invoke(self, ctx: click.Context) -> object:
+        from gpuenv.cli._common import guarded
+
+        with guarded():
+            return super().invoke(ctx)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Short help from the table, so --help imports no command module.
@@ -56,6 +65,37 @@ class LazyGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+def _root_setter(key: str, setting: object) -> Callable[[click.Context, Any, bool], None]:
+    """A flag's callback that sets what the group's own flag would have set."""
+
+    def callback(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        obj = ctx.find_root().obj
+        if value and obj is not None:
+            obj[key] = setting
+
+    return callback
+
+
+def _accept_global_flags(command: click.Command) -> None:
+    """`gpuenv status --sim` as `gpuenv --sim status`: the group's flags after the command too.
+
+    Hidden, so each command's --help stays about the command. A command with its own
+    --dry-run (lock, restore) keeps it; both mean the same.
+    """
+    have = {opt for p in command.params for opt in getattr(p, "opts", ())}
+    for flag, key, setting in (("--sim", "backend_kind", "sim"), ("--dry-run", "dry_run", True)):
+        if flag not in have:
+            command.params.append(
+                click.Option(
+                    [flag],
+                    is_flag=True,
+                    expose_value=False,
+                    hidden=True,
+                    callback=_root_setter(key, setting),
+                )
+            )
 
 
 def _available(name: str) -> bool:

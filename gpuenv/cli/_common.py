@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
 
 import click
 
-from gpuenv.errors import GpuenvError
+from gpuenv.errors import ConfigError, FileError, GpuenvError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,14 +44,123 @@ def gpu_option(default: str = "all") -> Callable[[F], F]:
 
 
 def handle_errors(fn: F) -> F:
-    """Turn GpuenvError into one line on stderr and its exit code, instead of a traceback."""
+    """Run a command under `guarded()` (also when a test invokes the command alone)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
+        with guarded():
             return fn(*args, **kwargs)
-        except GpuenvError as err:
-            click.echo(f"gpuenv: error: {err}", err=True)
-            sys.exit(err.exit_code)
 
     return wrapper  # type: ignore[return-value]
+
+
+EXIT_INTERRUPTED = 130
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell shows for a writer whose reader left
+
+
+@contextlib.contextmanager
+def guarded() -> Iterator[None]:
+    """The one place where a command's failure becomes one sentence and an exit code.
+
+    GpuenvError prints as it is; an OSError becomes a FileError naming the path and
+    what to do; text that is not UTF-8 becomes a ConfigError; Ctrl-C exits 130. Standard
+    output is flushed inside, so a full disk or a closed pipe behind it is reported here
+    rather than as a traceback at interpreter exit.
+    """
+    out = sys.stdout if isinstance(sys.stdout, _Stdout) else _Stdout(sys.stdout)
+    saved, sys.stdout = sys.stdout, out
+    try:
+        yield
+        sys.stdout.flush()
+    except GpuenvError as err:
+        fail(err)
+    except KeyboardInterrupt:
+        _echo_err("gpuenv: interrupted")
+        sys.exit(EXIT_INTERRUPTED)
+    except OSError as err:
+        if out.error is None:
+            fail(FileError.from_os_error(err, setting=_setting_for(err.filename)))
+        _silence_stdout(out._stream)
+        if isinstance(out.error, BrokenPipeError):
+            sys.exit(EXIT_PIPE_CLOSED)  # the reader left (| head): nothing to say
+        fail(
+            GpuenvError(
+                f"cannot write to standard output ({out.error.strerror or out.error})",
+                hint="send it to a file on a disk with space, or to a pipe",
+            )
+        )
+    except UnicodeDecodeError as err:
+        fail(
+            ConfigError(
+                f"a file is not text (byte {err.object[err.start : err.start + 1]!r} at "
+                f"offset {err.start})",
+                hint="pass the text file gpuenv wrote (.jsonl, .json), not an image or archive",
+            )
+        )
+    finally:
+        sys.stdout = saved
+
+
+class _Stdout:
+    """sys.stdout, remembering the error a write or flush raised: whether it was stdout
+    that failed is then known, not guessed from the errno."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self.error: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as err:
+            self.error = err
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _setting_for(path: Any) -> str | None:
+    """The variable that moves `path`, when it is one of gpuenv's own places."""
+    if not isinstance(path, str):
+        return None
+    from pathlib import Path
+
+    from gpuenv.backend.sim_state import default_state_path
+    from gpuenv.clocks.journal import default_state_dir
+
+    journal = str(default_state_dir())
+    sim = os.environ.get("GPUENV_SIM_STATE", "").strip() or str(default_state_path())
+    if path == journal or path.startswith(journal + os.sep):
+        return "GPUENV_STATE_DIR"
+    if str(Path(path).parent) == str(Path(sim).parent) and Path(path).name.startswith(
+        (Path(sim).name, f".{Path(sim).name}")
+    ):
+        return "GPUENV_SIM_STATE"
+    return None
+
+
+def fail(err: GpuenvError) -> NoReturn:
+    """Print `err` as one line on stderr and exit with its code."""
+    _echo_err(f"gpuenv: error: {err}")
+    sys.exit(err.exit_code)
+
+
+def _echo_err(text: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # stderr itself gone: the code still tells
+        click.echo(text, err=True)
+
+
+def _silence_stdout(stream: Any) -> None:
+    """Point fd 1 at /dev/null so the interpreter's own flush at exit does not fail again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)

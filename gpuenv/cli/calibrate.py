@@ -7,7 +7,8 @@ supported clock that held: 'gpuenv lock --sm sustained' then locks that one.
 Read-only on the GPU: it only runs work and reads telemetry.
 
 Exit codes: 0 calibrated (and saved); 1 a GPU did not reach equilibrium within
---duration (nothing saved for it); 2 an error (no GPU, no torch).
+--duration (nothing saved for it); 2 an error (no torch, bad input); 9 no driver;
+130 interrupted (Ctrl-C; nothing saved). The rest: gpuenv.errors.EXIT_CODES.
 """
 
 from __future__ import annotations

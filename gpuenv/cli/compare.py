@@ -5,7 +5,8 @@ output=)`, `gpuenv run`), or several: a comma-separated list, a glob or a direct
 (per-rank files of one distributed run are pooled).
 
 Exit codes: 0 compared; 1 --fail-above was given and a measurement got significantly
-slower by more than it; 2 an error (a file missing or unreadable).
+slower by more than it; 2 an error (a file missing or unreadable, or --fail-above with
+no measurement present on both sides: a gate that checked nothing does not pass).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 import click
 
 from gpuenv.cli._common import handle_errors
+from gpuenv.errors import ConfigError
 
 
 @click.command("compare")
@@ -45,6 +47,11 @@ def compare(a: str, b: str, alpha: float, min_change: float, fail_above: float |
     else:
         click.echo(format_report(report))
     if fail_above is not None:
+        if not report.comparisons:
+            raise ConfigError(
+                "--fail-above: no measurement name is in both A and B, so nothing was gated",
+                hint="compare runs of the same benchmarks (names must match)",
+            )
         worse = report.regressions(fail_above)
         if worse:
             names = ", ".join(f"{c.name} ({c.change:+.1%})" for c in worse)

@@ -7,8 +7,8 @@ Without a GPU, or with --sim / GPUENV_BACKEND=sim, it tells the whole story,
 locked clocks included, on a simulated GPU in virtual time.
 
 Exit codes: 0 done (also when it falls back: no torch means telemetry only, no
-GPU means the simulated one); 1 interrupted (Ctrl-C); 2 an error (bad -i, an
-unknown profile, a GPU error during the tour).
+GPU means the simulated one); 2 an error (bad -i, an unknown profile, a GPU
+error during the tour); 130 interrupted (Ctrl-C). The rest: gpuenv.errors.EXIT_CODES.
 """
 
 from __future__ import annotations

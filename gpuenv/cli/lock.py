@@ -1,7 +1,8 @@
 """`gpuenv lock` and `gpuenv restore` (alias `unlock`): parse, call gpuenv.clocks, print.
 
 Exit codes: 0 done (or nothing to do, or a dry run); 2 an error (bad input,
-permission, read-only mode refused a write); 3 a lock held by another owner.
+read-only mode refused a write, a damaged journal record); 3 not supported; 4 no
+permission; 5 a lock held by another owner. The rest: gpuenv.errors.EXIT_CODES.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from gpuenv.cli._common import gpu_option, handle_errors, is_dry_run, open_from_
 from gpuenv.errors import LockConflict, ReadOnlyError
 
 if TYPE_CHECKING:
+    from gpuenv.backend import Backend
     from gpuenv.clocks import GpuPlan
+    from gpuenv.clocks.journal import Journal
+    from gpuenv.clocks.restoring import RestoreItem
 
 
 @click.command("lock")
@@ -51,7 +55,7 @@ def lock(
     is written to the journal first; 'gpuenv restore' puts exactly that back.
     When a gpuenvd serves these GPUs the lock is a standing lease from it (as any
     user it lets lock, root included); otherwise it is local and needs root.
-    A lock held by another owner is refused (exit 3) unless it is the same
+    A lock held by another owner is refused (exit 5) unless it is the same
     lock (then it is shared) or --force is given.
     """
     from gpuenv.clocks import decide, describe_target, make_request, plan_lock
@@ -124,23 +128,34 @@ def _echo_notes(gpus: Sequence[GpuPlan]) -> None:
     help="Also restore locks held by running processes (they are told nothing).",
 )
 @click.option(
+    "--defaults",
+    is_flag=True,
+    help="Where no journal record can say what was there (deleted, damaged), reset to the "
+    "driver's defaults: locked clocks reset, default application clocks and power limit.",
+)
+@click.option(
     "--dry-run", "dry_run_here", is_flag=True, help="Say what would be done; change nothing."
 )
 @click.pass_context
 @handle_errors
-def restore(ctx: click.Context, gpu: str, all_owners: bool, dry_run_here: bool) -> None:
+def restore(
+    ctx: click.Context, gpu: str, all_owners: bool, defaults: bool, dry_run_here: bool
+) -> None:
     """Put back exactly the state journaled before 'gpuenv lock' (idempotent).
 
     When a gpuenvd serves these GPUs, ends your standing leases on them (root and
     the daemon's admins: everyone's, and with --all every lease).
 
     Restores standing locks and locks whose owner died. A lock held by a running
-    process is left alone (exit 3, naming it) unless --all is given. The journal
-    entry is cleared only after its restore succeeded.
+    process is left alone (exit 5, naming it) unless --all is given. The journal
+    entry is cleared only after its restore succeeded. A GPU whose record is
+    damaged is reported (exit 2) after the others are restored; --defaults resets
+    it (and any selected GPU with no record) to the driver's defaults, which is not
+    necessarily what was there before the lock.
     """
-    from gpuenv.clocks import plan_restore
-    from gpuenv.clocks import restore as do_restore
     from gpuenv.clocks.journal import Journal
+    from gpuenv.clocks.restoring import damaged_records, plan_restore
+    from gpuenv.devices import select_gpus
     from gpuenv.locking import daemon_client
 
     dry = dry_run_here or is_dry_run(ctx)
@@ -153,28 +168,20 @@ def restore(ctx: click.Context, gpu: str, all_owners: bool, dry_run_here: bool) 
             return
         journal = Journal()
         items = plan_restore(backend, gpu, journal=journal, all_owners=all_owners)
-        todo = [it for it in items if it.blocked_by is None]
-        blocked = [it for it in items if it.blocked_by is not None]
-        if not items:
+        damaged = damaged_records(backend, gpu, journal=journal)
+        journaled = {it.index for it in items}
+        reset = [i for i in select_gpus(backend, gpu) if i not in journaled] if defaults else []
+        if not items and not damaged and not reset:
             click.echo("nothing to restore: no gpuenv lock is journaled on these GPUs")
-        if backend.readonly:
-            for it in todo:
-                click.echo(f"would restore {it.describe()}")
-            if dry or not todo:
-                if todo:
-                    click.echo("dry run: nothing was changed")
-            else:
-                raise ReadOnlyError(
-                    f"restore {len(todo)} GPU(s)", reason=getattr(backend, "reason", "read-only")
-                )
-        elif todo:
-            do_restore(
-                [it.index for it in todo], backend=backend, journal=journal, all_owners=all_owners
-            )
-            for it in todo:
-                click.echo(f"restored {it.describe()}")
+            _echo_pinned(backend, select_gpus(backend, gpu))
+        _restore_items(backend, journal, items, reset, dry=dry, all_owners=all_owners)
+        for index, err in damaged if not defaults else ():
+            click.echo(f"not restored: GPU {index}: {err.message}")
+        blocked = [it for it in items if it.blocked_by is not None]
         for it in blocked:
             click.echo(f"left alone: {it.entry.name} is held by {it.blocked_by}")
+        if damaged and not defaults:
+            raise damaged[0][1]
         if blocked:
             raise LockConflict(
                 blocked[0].index,
@@ -183,6 +190,53 @@ def restore(ctx: click.Context, gpu: str, all_owners: bool, dry_run_here: bool) 
             )
     finally:
         backend.close()
+
+
+def _restore_items(
+    backend: Backend,
+    journal: Journal,
+    items: Sequence[RestoreItem],
+    reset: Sequence[int],
+    *,
+    dry: bool,
+    all_owners: bool,
+) -> None:
+    """Restore the journaled GPUs exactly and reset `reset` to defaults (or say what would be)."""
+    from gpuenv.clocks import restore as do_restore
+    from gpuenv.clocks.restoring import restore_defaults
+
+    todo = [it for it in items if it.blocked_by is None]
+    if backend.readonly:
+        for it in todo:
+            click.echo(f"would restore {it.describe()}")
+        for index in reset:
+            click.echo(f"would reset GPU {index} to the driver's defaults")
+        if (todo or reset) and dry:
+            click.echo("dry run: nothing was changed")
+        elif todo or reset:
+            raise ReadOnlyError(
+                f"restore {len(todo) + len(reset)} GPU(s)",
+                reason=getattr(backend, "reason", "read-only"),
+            )
+        return
+    if todo:
+        do_restore(
+            [it.index for it in todo], backend=backend, journal=journal, all_owners=all_owners
+        )
+        for it in todo:
+            click.echo(f"restored {it.describe()}")
+    if reset:
+        for line in restore_defaults(backend, reset, journal):
+            click.echo(line)
+
+
+def _echo_pinned(backend: Backend, gpus: Sequence[int]) -> None:
+    from gpuenv.clocks.status import looks_pinned
+
+    for index in gpus:
+        why = looks_pinned(backend, index)
+        if why:
+            click.echo(f"note: GPU {index}: {why}")
 
 
 def _restore_via_daemon(backend: object, gpu: str, all_owners: bool) -> None:

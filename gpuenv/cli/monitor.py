@@ -1,7 +1,7 @@
 """`gpuenv monitor`: live view, `--once` snapshot, `--json` / `--csv` stream.
 
 Exit codes: 0 success (also on q, Ctrl-C, or a closed pipe); 2 an error (bad
-option, no GPU, no driver).
+option, no GPU, standard output full); 9 no driver. The rest: gpuenv.errors.EXIT_CODES.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ _SCENARIO_NAMES = ("idle", "load", "bursts", "shared")  # gpuenv.monitor.SCENARI
 @click.command("monitor")
 @gpu_option()
 @click.option("--once", is_flag=True, help="Print one snapshot and exit (like 'nvitop --once').")
-@click.option("--json", "fmt", flag_value="json", help="Stream one JSON line per GPU per tick.")
-@click.option("--csv", "fmt", flag_value="csv", help="Stream CSV, one row per GPU per tick.")
+@click.option("--json", "as_json", is_flag=True, help="Stream one JSON line per GPU per tick.")
+@click.option("--csv", "as_csv", is_flag=True, help="Stream CSV, one row per GPU per tick.")
 @click.option(
     "-d",
     "--interval",
@@ -49,7 +49,8 @@ def monitor(
     ctx: click.Context,
     gpu: str,
     once: bool,
-    fmt: str | None,
+    as_json: bool,
+    as_csv: bool,
     interval: float,
     count: int | None,
     duration: float | None,
@@ -80,6 +81,9 @@ def monitor(
         raise ConfigError(f"--duration {duration:g} must be positive")
     if once and count is not None:
         raise ConfigError("--once and --count disagree", hint="use one of them")
+    if as_json and as_csv:
+        raise ConfigError("--json and --csv disagree", hint="stream one format: pick one of them")
+    fmt = "json" if as_json else "csv" if as_csv else None
 
     if scenario is not None and not _wants_sim(ctx):
         raise ConfigError(

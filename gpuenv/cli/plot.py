@@ -3,7 +3,9 @@
 Each measured region is shaded and named; rejected reps are marked. Needs the
 optional extra: pip install 'gpuenv[plot]'.
 
-Exit codes: 0 written; 2 an error (file unreadable, no telemetry, no matplotlib).
+Exit codes: 0 written; 2 an error (file unreadable or not a results file, no
+telemetry, no such GPU in the run, an image format or directory that will not do,
+no matplotlib). The rest: gpuenv.errors.EXIT_CODES.
 """
 
 from __future__ import annotations

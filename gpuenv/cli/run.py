@@ -4,8 +4,8 @@ Exit codes: the command's own exit code; 1 when it succeeded but a region was
 rejected under --policy reject; when a signal killed the command, gpuenv dies
 of the same signal (SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGKILL) or exits 128+N
 (others); 127 / 126 the command was not found / not executable; 2 a gpuenv
-error (bad option, no GPU, permission) before the command started; 3 a lock
-held by another owner.
+error (bad option, no GPU) before the command started; 4 no permission; 5 a
+lock held by another owner. The rest: gpuenv.errors.EXIT_CODES.
 """
 
 from __future__ import annotations
@@ -114,6 +114,8 @@ def run(
     env = os.environ
     selector = default_gpu_selector(env) if gpu == "auto" else gpu
     out_path = rank_output_path(output, rank_of(env)) if output else None
+    if out_path is not None:
+        _check_output_dir(out_path)
     dry = is_dry_run(ctx)
     backend = open_from_ctx(ctx)
     try:
@@ -144,6 +146,20 @@ def run(
             signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)  # die of it, as the command did: shells see a signal death
     sys.exit(code)
+
+
+def _check_output_dir(path: os.PathLike[str] | str) -> None:
+    """-o names a file in a directory that exists: a typo must not grow a tree from '/'."""
+    from pathlib import Path
+
+    from gpuenv.errors import ConfigError
+
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise ConfigError(
+            f"-o {path}: the directory {parent} does not exist",
+            hint=f"create it first (mkdir -p {parent}) or pick another path",
+        )
 
 
 def _dry_run(

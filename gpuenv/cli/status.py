@@ -1,7 +1,7 @@
 """`gpuenv status`: clocks, lock, power, temperature and active reasons per GPU.
 
-Exit codes: 0 every selected GPU answered; 2 an error (bad -i, no driver, or a
-GPU that failed to answer: its row says why).
+Exit codes: 0 every selected GPU answered; 2 an error (bad -i, or a GPU that
+failed to answer: its row says why); 9 no driver. The rest: gpuenv.errors.EXIT_CODES.
 """
 
 from __future__ import annotations

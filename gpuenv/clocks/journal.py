@@ -3,9 +3,20 @@
 NVML cannot say whether clocks are locked (there is no getter), so what gpuenv
 sets and what was there before must be remembered by gpuenv. Before any
 setting changes, one JSON file per GPU (named by UUID) records the original
-state, what the lock applies, and who owns it. Files are written to a
-temporary name, fsynced, renamed over the old one and the directory fsynced,
-so a crash leaves either the old record or the new one, never half of one.
+state, what the lock applies, and who owns it (`records.py`).
+
+How a record survives a crash, a full disk and an editor:
+  - written to a temporary name, every byte checked (`os.write` may write less;
+    a file-size limit or a full disk then fails the lock before any setting
+    changes), fsynced, renamed over the old record, the directory fsynced: a
+    crash leaves the old record or the new one, never half of one;
+  - each record carries a SHA-256 of its content: an edited value is reported as
+    damage, never put back on the GPU;
+  - each record is written twice, `<uuid>.json` and `<uuid>.json.bak`, one after
+    the other: when one is damaged or deleted the other still holds the original
+    state, until a restore is confirmed and both are removed (the copy first);
+  - each GPU's files are judged alone: a damaged record of GPU 1 is reported for
+    GPU 1 (`JournalDamaged`) and never stops GPU 0 being locked or restored.
 Every read-modify-write happens under one `fcntl.flock` on `<dir>/.lock`, so
 concurrent gpuenv processes never interleave (the kernel drops the lock when
 its holder dies, SIGKILL included).
@@ -17,21 +28,27 @@ root, else `$XDG_STATE_HOME/gpuenv` (`~/.local/state/gpuenv`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import hashlib
 import json
 import os
 import threading
-import time
-import uuid as uuid_mod
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpuenv.errors import ConfigError
+from gpuenv.clocks.records import (
+    Applied,
+    ClockState,
+    JournalEntry,
+    Owner,
+    process_alive,
+    process_start_time,
+)
+from gpuenv.errors import ConfigError, FileError
 
-FORMAT_VERSION = 1
-OWNER_KINDS = ("process", "standing", "lease")
+BACKUP = ".bak"
 
 
 def default_state_dir() -> Path:
@@ -46,229 +63,64 @@ def default_state_dir() -> Path:
     return base / "gpuenv"
 
 
-# -- records -----------------------------------------------------------------------
+class JournalDamaged(ConfigError):
+    """A GPU's record (both copies) cannot be trusted: cut short, edited, or not JSON."""
 
-
-def _pair(value: Any) -> tuple[int, int] | None:
-    return None if value is None else (int(value[0]), int(value[1]))
-
-
-@dataclass(frozen=True)
-class ClockState:
-    """Everything a lock touches, on one GPU.
-
-    NVML has no getter for locked clocks: `locked_sm` / `locked_mem` come from the
-    journal, and `locked_known` is False when no journal says (something outside
-    gpuenv, such as `nvidia-smi -lgc`, may have locked them).
-    """
-
-    uuid: str
-    locked_sm: tuple[int, int] | None  # MHz; (CLOCK_LIMIT_TDP, CLOCK_LIMIT_TDP) = base clock
-    locked_mem: tuple[int, int] | None
-    locked_known: bool
-    app_sm_mhz: int | None
-    app_mem_mhz: int | None
-    power_limit_w: float
-    persistence: bool | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ClockState:
-        return cls(
-            uuid=str(d["uuid"]),
-            locked_sm=_pair(d.get("locked_sm")),
-            locked_mem=_pair(d.get("locked_mem")),
-            locked_known=bool(d.get("locked_known", False)),
-            app_sm_mhz=d.get("app_sm_mhz"),
-            app_mem_mhz=d.get("app_mem_mhz"),
-            power_limit_w=float(d["power_limit_w"]),
-            persistence=d.get("persistence"),
+    def __init__(self, uuid: str, path: Path, why: str):
+        self.uuid = uuid
+        self.path = path
+        self.why = why
+        super().__init__(
+            f"the journal record {path} is damaged ({why})",
+            hint="the state before the lock is lost for this GPU: 'gpuenv restore --defaults "
+            f"-i {uuid}' resets it to the driver's defaults (check 'gpuenv status' first)",
         )
 
 
-@dataclass(frozen=True)
-class Applied:
-    """What a lock sets on one GPU; None leaves that setting alone."""
-
-    locked_sm: tuple[int, int] | None = None  # MHz, or (CLOCK_LIMIT_TDP, CLOCK_LIMIT_TDP)
-    locked_mem: tuple[int, int] | None = None
-    app_clocks: tuple[int, int] | None = None  # (mem_mhz, sm_mhz): fallback without locked clocks
-    power_limit_w: float | None = None
-
-    def empty(self) -> bool:
-        return self == Applied()
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Applied:
-        pl = d.get("power_limit_w")
-        return cls(
-            locked_sm=_pair(d.get("locked_sm")),
-            locked_mem=_pair(d.get("locked_mem")),
-            app_clocks=_pair(d.get("app_clocks")),
-            power_limit_w=None if pl is None else float(pl),
-        )
+# -- the file format -----------------------------------------------------------------
 
 
-def process_start_time(pid: int) -> float | None:
-    """When `pid` started (seconds since the epoch), to tell a live owner from a reused pid."""
-    import psutil
+def _checksum(body: dict[str, Any]) -> str:
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()
 
+
+def encode(entry: JournalEntry) -> bytes:
+    """A record's bytes: its fields and a checksum of them."""
+    body = entry.to_dict()
+    return json.dumps({**body, "checksum": _checksum(body)}, indent=1, sort_keys=True).encode()
+
+
+def decode(path: Path, data: bytes, uuid: str) -> JournalEntry:
+    """The record in `data`, or JournalDamaged saying why not."""
     try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return None
-    except psutil.AccessDenied:
-        return None
+        doc = json.loads(data.decode("utf-8"))
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        body = dict(doc)
+        stored = body.pop("checksum", None)
+        legacy = body.get("version") == 1 and stored is None  # version 1 predates checksums
+        if not legacy and stored != _checksum(body):
+            raise ValueError("its checksum does not match: a value was changed or cut")
+        entry = JournalEntry.from_dict(body)
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        raise JournalDamaged(uuid, path, str(e) or type(e).__name__) from e
+    if entry.uuid != uuid:
+        raise JournalDamaged(uuid, path, f"it is the record of {entry.uuid}")
+    return entry
 
 
-def process_alive(pid: int | None, start: float | None) -> bool:
-    """True if `pid` runs and is the same process that started at `start` (not a reused pid).
-
-    A zombie counts as dead: it will never release anything.
-    """
-    if pid is None or pid <= 0:
-        return False
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return start is None or abs(proc.create_time() - start) <= 0.05
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
-    except psutil.AccessDenied:  # another user's live process
-        return True
-
-
-@dataclass(frozen=True)
-class Owner:
-    """Who holds a lock. `token` is unique per lock, so one process can hold several."""
-
-    token: str
-    kind: str  # "process" | "standing" | "lease"
-    pid: int
-    pid_start: float | None
-    uid: int
-    user: str
-    command: str
-    started_at: float  # seconds since the epoch
-    request: str  # what it asked for, e.g. "SM 1350 MHz"
-    watchdog_pid: int | None = None
-    watchdog_start: float | None = None
-
-    @classmethod
-    def current(
-        cls, *, kind: str = "process", request: str = "", command: str | None = None
-    ) -> Owner:
-        """An owner record for this process."""
-        if kind not in OWNER_KINDS:
-            raise ConfigError(
-                f"unknown owner kind {kind!r}", hint=f"use one of {', '.join(OWNER_KINDS)}"
-            )
-        pid = os.getpid()
-        return cls(
-            token=uuid_mod.uuid4().hex,
-            kind=kind,
-            pid=pid,
-            pid_start=process_start_time(pid),
-            uid=os.getuid(),
-            user=_user_name(),
-            command=command if command is not None else _command_line(),
-            started_at=time.time(),
-            request=request,
-        )
-
-    def alive(self) -> bool:
-        """Standing: until 'gpuenv restore'; others: while their process or watchdog runs."""
-        if self.kind == "standing":
-            return True
-        return process_alive(self.pid, self.pid_start) or self.watchdog_alive()
-
-    def owner_alive(self) -> bool:
-        return self.kind == "standing" or process_alive(self.pid, self.pid_start)
-
-    def watchdog_alive(self) -> bool:
-        return process_alive(self.watchdog_pid, self.watchdog_start)
-
-    def describe(self) -> str:
-        """'pid 4242 (alice: python bench.py, since 2026-11-22 10:00:03)'."""
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))
-        what = f"{self.user}: {self.command}, since {since}"
-        if self.kind == "standing":
-            return f"a standing lock ({what}; 'gpuenv restore' ends it)"
-        if self.kind == "lease":
-            return f"a daemon lease, pid {self.pid} ({what})"
-        return f"pid {self.pid} ({what})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Owner:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class JournalEntry:
-    """One GPU's record: the state to put back, what was applied, and who holds it."""
-
-    uuid: str
-    index: int  # NVML index when written (informational: the UUID is the key)
-    name: str  # "GPU 0 (NVIDIA H100 80GB HBM3)"
-    backend: str  # "nvml" | "sim": a sim journal never restores a real GPU
-    original: ClockState
-    applied: Applied
-    owners: tuple[Owner, ...] = ()
-    created_at: float = field(default_factory=time.time)
-
-    def owner(self, token: str) -> Owner | None:
-        return next((o for o in self.owners if o.token == token), None)
-
-    def with_owners(self, owners: tuple[Owner, ...] | list[Owner]) -> JournalEntry:
-        return replace(self, owners=tuple(owners))
-
-    def live_owners(self) -> list[Owner]:
-        return [o for o in self.owners if o.alive()]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": FORMAT_VERSION,
-            "uuid": self.uuid,
-            "index": self.index,
-            "name": self.name,
-            "backend": self.backend,
-            "original": self.original.to_dict(),
-            "applied": self.applied.to_dict(),
-            "owners": [o.to_dict() for o in self.owners],
-            "created_at": self.created_at,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> JournalEntry:
-        return cls(
-            uuid=str(d["uuid"]),
-            index=int(d.get("index", -1)),
-            name=str(d.get("name", d["uuid"])),
-            backend=str(d.get("backend", "nvml")),
-            original=ClockState.from_dict(d["original"]),
-            applied=Applied.from_dict(d.get("applied", {})),
-            owners=tuple(Owner.from_dict(o) for o in d.get("owners", [])),
-            created_at=float(d.get("created_at", 0.0)),
-        )
-
-
-# -- the journal -------------------------------------------------------------------
+# -- the cross-process lock ----------------------------------------------------------
 
 
 class _DirLock:
     """flock on `<dir>/.lock`, re-entrant within a process (flocks on two fds of one
-    process would block each other), exclusive across processes."""
+    process would block each other), exclusive across processes.
+
+    On a directory gpuenv cannot write (read-only file system, another owner) the
+    lock file is opened read-only, or not at all when it cannot be created: nothing
+    can be written there anyway, and a release must still restore the GPU.
+    """
 
     def __init__(self, path: Path):
         self.path = path
@@ -280,13 +132,13 @@ class _DirLock:
     def hold(self) -> Iterator[None]:
         with self._mutex:
             if self._depth == 0:
-                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                except BaseException:
-                    os.close(fd)
-                    raise
+                fd = self._open()
+                if fd is not None:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX)
+                    except BaseException:
+                        os.close(fd)
+                        raise
                 self._fd = fd
             self._depth += 1
             try:
@@ -297,6 +149,18 @@ class _DirLock:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
                     os.close(self._fd)
                     self._fd = None
+
+    def _open(self) -> int | None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as err:
+            if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
+                raise
+        try:
+            return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
 
 
 _DIR_LOCKS: dict[str, _DirLock] = {}
@@ -310,6 +174,9 @@ def _dir_lock(state_dir: Path) -> _DirLock:
         if lock is None:
             lock = _DIR_LOCKS[key] = _DirLock(Path(key) / ".lock")
         return lock
+
+
+# -- the journal ---------------------------------------------------------------------
 
 
 class Journal:
@@ -333,62 +200,144 @@ class Journal:
             yield self
 
     def _file(self, uuid: str) -> Path:
-        if not uuid or "/" in uuid or uuid.startswith("."):
+        if not uuid or "/" in uuid or uuid.startswith(".") or "\0" in uuid:
             raise ConfigError(f"not a GPU UUID: {uuid!r}")
         return self.path / f"{uuid}.json"
 
+    # -- reading ----------------------------------------------------------------------
+
     def get(self, uuid: str) -> JournalEntry | None:
+        """The GPU's record: the main copy, else the backup; None when neither exists.
+
+        Raises JournalDamaged when a copy exists and none can be trusted.
+        """
         path = self._file(uuid)
+        damage: JournalDamaged | None = None
+        for candidate in (path, path.with_name(path.name + BACKUP)):
+            data = self._read(candidate)
+            if data is None:
+                continue
+            try:
+                return decode(candidate, data, uuid)
+            except JournalDamaged as err:
+                damage = damage or err
+        if damage is not None:
+            raise damage
+        return None
+
+    def _read(self, path: Path) -> bytes | None:
         try:
-            text = path.read_text()
+            return path.read_bytes()
         except FileNotFoundError:
             return None
-        return self._parse(path, text)
+        except IsADirectoryError:
+            return b""  # judged as damage, for this GPU only
+        except OSError as err:
+            raise self._file_error(err, path) from err
+
+    def uuids(self) -> list[str]:
+        """Every GPU with a record (either copy), good or damaged."""
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            return []
+        except OSError as err:
+            raise self._file_error(err, self.path) from err
+        found = set()
+        for name in names:
+            if name.startswith("."):
+                continue
+            for suffix in (".json", ".json" + BACKUP):
+                if name.endswith(suffix):
+                    found.add(name[: -len(suffix)])
+        return sorted(found)
+
+    def scan(self) -> tuple[list[JournalEntry], list[JournalDamaged]]:
+        """Every record, each GPU judged alone: (the good ones, the damaged ones)."""
+        good, bad = [], []
+        for uuid in self.uuids():
+            try:
+                entry = self.get(uuid)
+            except JournalDamaged as err:
+                bad.append(err)
+                continue
+            except ConfigError:  # a file name that is no GPU UUID: not ours
+                continue
+            if entry is not None:
+                good.append(entry)
+        return good, bad
 
     def entries(self) -> list[JournalEntry]:
-        if not self.path.is_dir():
-            return []
-        out = []
-        for path in sorted(self.path.glob("*.json")):
-            if path.name.startswith("."):
-                continue
-            try:
-                out.append(self._parse(path, path.read_text()))
-            except FileNotFoundError:  # removed since the glob
-                continue
-        return out
+        """The good records (`scan()` also says which GPUs' records are damaged)."""
+        return self.scan()[0]
 
-    @staticmethod
-    def _parse(path: Path, text: str) -> JournalEntry:
-        try:
-            return JournalEntry.from_dict(json.loads(text))
-        except (ValueError, KeyError, TypeError) as err:
-            raise ConfigError(
-                f"the journal file {path} is damaged ({err})",
-                hint="check the GPU's clocks with 'gpuenv status', fix or delete the file",
-            ) from err
+    # -- writing ----------------------------------------------------------------------
 
     def put(self, entry: JournalEntry) -> None:
-        """Write one GPU's record atomically (tmp file, fsync, rename, fsync the directory)."""
+        """Write one GPU's record, both copies, each completely or not at all.
+
+        Raises FileError (the path, and what to do) when the state directory cannot
+        take it; the record on disk is then the previous one, unchanged.
+        """
+        data = encode(entry)
         with self.locked():
-            self.path.mkdir(parents=True, exist_ok=True, mode=0o755)
             final = self._file(entry.uuid)
-            tmp = self.path / f".{entry.uuid}.json.{os.getpid()}.tmp"
-            data = json.dumps(entry.to_dict(), indent=1, sort_keys=True).encode()
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, final)
-            self._fsync_dir()
+                self.path.mkdir(parents=True, exist_ok=True, mode=0o755)
+            except OSError as err:
+                raise self._file_error(err, self.path) from err
+            # Both copies are written in full before either is renamed into place: a write
+            # that fails (full disk, size limit) leaves the previous record untouched.
+            copies = (final, final.with_name(final.name + BACKUP))
+            tmps = [p.with_name(f".{p.name}.{os.getpid()}.tmp") for p in copies]
+            try:
+                for tmp in tmps:
+                    self._write_tmp(tmp, data)
+                for tmp, path in zip(tmps, copies, strict=True):
+                    os.replace(tmp, path)
+                self._fsync_dir()
+            except OSError as err:
+                for tmp in tmps:
+                    with contextlib.suppress(OSError):
+                        tmp.unlink()
+                raise self._file_error(err, final) from err
+
+    def _write_tmp(self, tmp: Path, data: bytes) -> None:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            self._write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _write_all(self, fd: int, data: bytes) -> None:
+        """Every byte, or OSError: os.write may write less (a size limit, a full disk)."""
+        view = memoryview(data)
+        while view:
+            n = self._os_write(fd, view)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, "the write stopped short")
+            view = view[n:]
+
+    _os_write = staticmethod(os.write)  # tests inject a writer that stops short
 
     def remove(self, uuid: str) -> None:
-        """Delete one GPU's record (after its state was put back); no error if absent."""
-        with self.locked(), contextlib.suppress(FileNotFoundError):
-            self._file(uuid).unlink()
-            self._fsync_dir()
+        """Delete one GPU's record once its state was put back; no error if absent.
+
+        The backup goes first: a crash in between leaves the main copy, which a
+        restore puts back again (the same values), never a record that comes back.
+        """
+        final = self._file(uuid)
+        with self.locked():
+            for path in (final.with_name(final.name + BACKUP), final):
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    continue
+                except OSError as err:
+                    raise self._file_error(err, path) from err
+            with contextlib.suppress(OSError):
+                self._fsync_dir()
 
     def clean_tmp(self) -> int:
         """Delete temporary files left by writers that died mid-write; returns how many."""
@@ -396,13 +345,13 @@ class Journal:
         with self.locked():
             if not self.path.is_dir():
                 return 0
-            for tmp in self.path.glob(".*.json.*.tmp"):
+            for tmp in self.path.glob(".*.json*.tmp"):
                 try:
                     pid = int(tmp.name.rsplit(".", 2)[-2])
                 except ValueError:
                     pid = -1
                 if pid != os.getpid() and not process_alive(pid, None):
-                    with contextlib.suppress(FileNotFoundError):
+                    with contextlib.suppress(OSError):
                         tmp.unlink()
                         removed += 1
         return removed
@@ -414,41 +363,26 @@ class Journal:
         finally:
             os.close(fd)
 
-
-def _user_name() -> str:
-    import pwd
-
-    uid = os.getuid()
-    try:
-        name = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        name = f"uid {uid}"
-    sudo_user = os.environ.get("SUDO_USER")
-    if uid == 0 and sudo_user:
-        name = f"{sudo_user} via sudo"
-    return name
-
-
-def _command_line(limit: int = 120) -> str:
-    import shlex
-    import sys
-
-    argv = list(sys.argv) or ["python"]
-    if argv[0].endswith("__main__.py") or argv[0] == "-c":
-        argv = [Path(sys.executable).name, *argv]
-    else:
-        argv[0] = Path(argv[0]).name
-    text = shlex.join(argv)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    def _file_error(self, err: OSError, path: Path) -> FileError:
+        return FileError(
+            path,
+            err.errno,
+            detail=err.strerror or str(err),
+            where="the journal",
+            setting="GPUENV_STATE_DIR",
+        )
 
 
 __all__ = [
     "Applied",
     "ClockState",
     "Journal",
+    "JournalDamaged",
     "JournalEntry",
     "Owner",
+    "decode",
     "default_state_dir",
+    "encode",
     "process_alive",
     "process_start_time",
 ]

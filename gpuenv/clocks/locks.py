@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,6 +28,7 @@ from gpuenv.clocks.plan import (
 )
 from gpuenv.clocks.request import make_request
 from gpuenv.clocks.restoring import (
+    JournalNotUpdated,
     apply_state,
     describe_restore,
     indices_by_uuid,
@@ -141,6 +143,7 @@ class Lock:
         )
         self.notes: list[str] = [f"{gp.name}: {n}" for gp in plan.gpus for n in gp.notes]
         self.shared: list[int] = []  # GPUs where an identical lock was already held
+        self.records: list[JournalEntry] = []  # what this lock journaled: kept until released
         self._own_backend = own_backend
         self._watchdog: Any = None
         self._entered = False
@@ -250,6 +253,7 @@ class Lock:
                     )
                     self.journal.put(d.entry)
                 written.append(d)
+            self.records = [d.entry.with_owners(self._owners_of(d)) for d in written if d.entry]
             pause_for_test("after_journal")
             for n, d in enumerate(x for x in decisions if x.action != "share"):
                 if n:
@@ -261,6 +265,12 @@ class Lock:
             self._rollback(written, applied, err)
             raise
         pause_for_test("after_apply")
+
+    def _owners_of(self, d: Decision) -> list[Owner]:
+        assert d.entry is not None
+        if d.action == "share":
+            return [o for o in d.entry.owners if o.alive()] + [self.owner]
+        return [self.owner]
 
     def _rollback(
         self, written: list[Decision], applied: list[tuple[Decision, list[str]]], err: BaseException
@@ -278,23 +288,33 @@ class Lock:
                 restore_entry(self.backend, d.plan.index, partial)
             except GpuenvError as undo_err:
                 failed.append(f"{d.plan.name}: {undo_err}")
-                self.journal.put(d.entry.with_owners(()))
+                self._journal_quietly(self.journal.put, d.entry.with_owners(()))
                 continue
-            self.journal.remove(d.plan.uuid)
+            self._journal_quietly(self.journal.remove, d.plan.uuid)
         for d in written:
             if d.action == "share":
-                entry = self.journal.get(d.plan.uuid)
+                entry = self._journal_quietly(self.journal.get, d.plan.uuid)
                 if entry is not None:
-                    self.journal.put(
-                        entry.with_owners([o for o in entry.owners if o.token != self.token])
+                    self._journal_quietly(
+                        self.journal.put,
+                        entry.with_owners([o for o in entry.owners if o.token != self.token]),
                     )
             elif id(d) not in undone:
-                self.journal.remove(d.plan.uuid)
+                self._journal_quietly(self.journal.remove, d.plan.uuid)
         if failed:
             raise GpuenvError(
                 f"{err}; rolling back also failed: {'; '.join(failed)}",
                 hint="run 'gpuenv restore' to put back the journaled state",
             ) from err
+
+    @staticmethod
+    def _journal_quietly(step: Any, arg: Any) -> Any:
+        """A journal step of a rollback: the error that caused the rollback is the one
+        to report (a journal that could not be written is often that error)."""
+        try:
+            return step(arg)
+        except GpuenvError:
+            return None
 
     def holds(self) -> dict[int, bool | None]:
         """Per GPU: is the SM clock inside the locked range right now? None: cannot tell."""
@@ -309,11 +329,18 @@ class Lock:
         self._released = True
         atexit.unregister(self.release)
         try:
-            return release_owner(self.backend, self.journal, self.token)
-        finally:
-            if self._watchdog is not None:
-                self._watchdog.stop()
+            lines = release_owner(self.backend, self.journal, self.token, known=self.records)
+        except JournalNotUpdated as err:  # the GPUs are back: say so, do not fail the caller
+            warnings.warn(str(err), stacklevel=2)
+            lines = err.done
+        except BaseException:
+            # Not restored: the watchdog keeps watching and restores when this process ends.
             self._close_backend()
+            raise
+        if self._watchdog is not None:  # told only now, after the restore
+            self._watchdog.stop()
+        self._close_backend()
+        return lines
 
     def _close_backend(self) -> None:
         if self._own_backend:

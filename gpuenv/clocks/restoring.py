@@ -11,11 +11,12 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gpuenv.backend import Backend
-from gpuenv.clocks.journal import Applied, Journal, JournalEntry
+from gpuenv.clocks.journal import Applied, Journal, JournalDamaged, JournalEntry
 from gpuenv.clocks.request import fmt_clock
-from gpuenv.errors import GpuenvError, LockConflict, ReadOnlyError
+from gpuenv.errors import GpuenvError, LockConflict, NotSupported, ReadOnlyError
 
 
 def pause_for_test(point: str) -> None:
@@ -78,37 +79,91 @@ def indices_by_uuid(backend: Backend) -> dict[str, int]:
     return {backend.device_info(i).uuid: i for i in range(backend.device_count())}
 
 
-def release_owner(backend: Backend, journal: Journal, token: str) -> list[str]:
+class JournalNotUpdated(GpuenvError):
+    """The GPUs were put back, but the journal could not record it (read-only, full)."""
+
+    def __init__(self, done: list[str], errors: list[GpuenvError]):
+        self.done = done
+        self.errors = errors
+        super().__init__(
+            f"the GPUs were restored, but the journal could not be updated ({errors[0]})",
+            hint="once the state directory is writable, 'gpuenv restore --all' clears the "
+            "leftover record (restoring again puts back the same values)",
+        )
+
+
+def release_owner(
+    backend: Backend, journal: Journal, token: str, *, known: Sequence[JournalEntry] = ()
+) -> list[str]:
     """Drop owner `token` from every journal entry; where no live owner remains, restore the
     original state and clear the entry. Returns one line per GPU on what was done.
 
-    Used by `Lock.release` and by the watchdog after the owner died. Raises the
-    first restore error after trying every GPU (failed entries stay journaled).
+    Used by `Lock.release` and by the watchdog after the owner died. `known`: the
+    records the lock itself wrote, used for a GPU whose record is damaged or gone (so
+    a damaged file never strands a lock). Every GPU is tried; then the first GPU error
+    is raised, or JournalNotUpdated when only the journal could not record the restore.
     """
     done: list[str] = []
     errors: list[GpuenvError] = []
+    journal_errors: list[GpuenvError] = []
     with journal.locked():
         indices: dict[str, int] | None = None
-        for entry in journal.entries():
-            if entry.owner(token) is None:
-                continue
+        for entry in _owned_entries(journal, token, known, journal_errors):
             others = [o for o in entry.owners if o.token != token and o.alive()]
             if others:
-                journal.put(entry.with_owners(others))
+                _journal_step(journal_errors, journal.put, entry.with_owners(others))
                 done.append(f"{entry.name}: still locked, shared with {others[0].describe()}")
                 continue
             if indices is None:
                 indices = indices_by_uuid(backend)
+            index = indices.get(entry.uuid)
             try:
-                restore_and_clear(backend, journal, entry, indices)
+                if index is None:
+                    raise _gone(entry)
+                restore_entry(backend, index, entry)
             except GpuenvError as err:
                 errors.append(err)
                 continue
+            _journal_step(journal_errors, journal.remove, entry.uuid)
             done.append(f"{entry.name}: restored")
             pause_for_test("mid_release")
     if errors:
         raise errors[0]
+    if journal_errors:
+        raise JournalNotUpdated(done, journal_errors)
     return done
+
+
+def _owned_entries(
+    journal: Journal, token: str, known: Sequence[JournalEntry], errors: list[GpuenvError]
+) -> list[JournalEntry]:
+    """The records `token` holds: from the journal, else (a damaged record, a directory
+    that cannot be read) the lock's own copy of what it wrote. A record that is gone
+    was restored from outside ('gpuenv restore --all'): nothing is left to do there."""
+    mine = {e.uuid: e for e in known}
+    try:
+        good, damaged = journal.scan()
+    except GpuenvError as err:  # the directory cannot be read: restore from memory
+        errors.append(err)
+        return list(mine.values())
+    return [e for e in good if e.owner(token) is not None] + [
+        mine[d.uuid] for d in damaged if d.uuid in mine
+    ]
+
+
+def _journal_step(errors: list[GpuenvError], step: Any, arg: Any) -> None:
+    """A journal write after the GPU was restored: its failure must not stop the others."""
+    try:
+        step(arg)
+    except GpuenvError as err:
+        errors.append(err)
+
+
+def _gone(entry: JournalEntry) -> GpuenvError:
+    return GpuenvError(
+        f"{entry.name} ({entry.uuid}) is no longer present; its journal entry stays",
+        hint="restore when the GPU is back ('gpuenv restore')",
+    )
 
 
 def restore_and_clear(
@@ -116,12 +171,57 @@ def restore_and_clear(
 ) -> None:
     index = indices.get(entry.uuid)
     if index is None:
-        raise GpuenvError(
-            f"{entry.name} ({entry.uuid}) is no longer present; its journal entry stays",
-            hint="restore when the GPU is back ('gpuenv restore')",
-        )
+        raise _gone(entry)
     restore_entry(backend, index, entry)
     journal.remove(entry.uuid)
+
+
+def reset_to_defaults(backend: Backend, index: int) -> list[str]:
+    """The driver's defaults on one GPU (`nvidia-smi -rgc -rmc -rac`, `-pl` default), for
+    when the journal that knew the state before a lock is gone. Returns what was done."""
+    limits = backend.clock_limits(index)
+    steps = []
+    for what, call, wanted in (
+        ("locked SM clocks reset", backend.reset_locked_sm_clocks, limits.locked_clocks_supported),
+        ("locked memory clocks reset", backend.reset_locked_mem_clocks,
+         limits.locked_mem_supported),
+        ("application clocks to default", backend.reset_app_clocks, True),
+    ):
+        if not wanted:
+            continue
+        try:
+            call(index)
+        except NotSupported:
+            continue
+        steps.append(what)
+    power = backend.power_limits(index)
+    if power.limit_w != power.default_w:
+        backend.set_power_limit(index, power.default_w)
+    steps.append(f"power limit {power.default_w:g} W (default)")
+    return steps
+
+
+def restore_defaults(
+    backend: Backend, indices: Sequence[int], journal: Journal
+) -> list[str]:
+    """'gpuenv restore --defaults' for GPUs whose record is damaged or gone: driver
+    defaults, then their damaged records removed. One line per GPU."""
+    if backend.readonly:
+        raise ReadOnlyError(
+            f"reset GPU {', '.join(map(str, indices))} to driver defaults",
+            reason=getattr(backend, "reason", "read-only"),
+        )
+    lines = []
+    with journal.locked():
+        for index in indices:
+            info = backend.device_info(index)
+            steps = reset_to_defaults(backend, index)
+            journal.remove(info.uuid)
+            lines.append(
+                f"GPU {index} ({info.name}): reset to driver defaults ({', '.join(steps)}); "
+                "this is not necessarily what was there before the lock"
+            )
+    return lines
 
 
 @dataclass(frozen=True)
@@ -160,6 +260,21 @@ def plan_restore(
     return items
 
 
+def damaged_records(
+    backend: Backend, gpus: str | int | Sequence[str | int] | None, *, journal: Journal
+) -> list[tuple[int, JournalDamaged]]:
+    """The selected GPUs whose record cannot be trusted: (index, why), each GPU alone."""
+    from gpuenv.devices import select_gpus
+
+    wanted = select_gpus(backend, gpus)
+    indices = indices_by_uuid(backend)
+    return [
+        (indices[d.uuid], d)
+        for d in journal.scan()[1]
+        if d.uuid in indices and indices[d.uuid] in wanted
+    ]
+
+
 def restore(
     gpus: str | int | Sequence[str | int] | None = None,
     *,
@@ -172,8 +287,9 @@ def restore(
     Standing locks and locks whose owner died are restored. A lock held by a live
     process is left alone and raises LockConflict naming it (after the others were
     restored), unless `all_owners`. Idempotent: a GPU with no journal entry is
-    skipped. The journal entry is cleared only once its restore succeeded.
-    Returns the indices restored.
+    skipped. The journal entry is cleared only once its restore succeeded. A GPU
+    whose record is damaged raises JournalDamaged, after the others were restored
+    (`restore_defaults` is then what can be done for it). Returns the indices restored.
     """
     own_backend = backend is None
     backend = backend if backend is not None else open_default()
@@ -192,6 +308,9 @@ def restore(
             for it in todo:
                 restore_and_clear(backend, journal, it.entry, indices)
                 restored.append(it.index)
+            damaged = damaged_records(backend, gpus, journal=journal)
+        if damaged:
+            raise damaged[0][1]
         blocked = [it for it in items if it.blocked_by is not None]
         if blocked:
             raise LockConflict(

@@ -84,6 +84,7 @@ class LockStatus:
     applied: Applied | None = None
     stale: bool = False  # every owner died: 'gpuenv restore' puts the original back
     note: str | None = None
+    pinned: bool = False  # no gpuenv lock, yet the SM clock looks locked (see looks_pinned)
 
     def describe(self) -> str:
         """One line: 'locked to 1350 MHz by pid 42 (...); holds' and so on."""
@@ -103,18 +104,27 @@ class LockStatus:
         return line
 
 
-def lock_status(backend: Backend, index: int, journal: Journal | None = None) -> LockStatus:
-    """Lock owner and whether the lock holds right now on GPU `index` (for 'gpuenv status')."""
+def lock_status(
+    backend: Backend, index: int, journal: Journal | None = None, *, check_pinned: bool = False
+) -> LockStatus:
+    """Lock owner and whether the lock holds right now on GPU `index` (for 'gpuenv status').
+
+    `check_pinned`: with no gpuenv lock, also read whether the clock looks locked anyway
+    (`looks_pinned`: two more reads, so only where a person looks).
+    """
     journal = journal if journal is not None else Journal()
     entry = journal.get(backend.device_info(index).uuid)
     if entry is None:
+        pinned = looks_pinned(backend, index) if check_pinned else None
         return LockStatus(
             locked=None,
             owner=None,
             range=None,
             holds=None,
             reason_if_not_held=None,
-            note="not locked by gpuenv (NVML cannot tell whether another tool locked clocks)",
+            note=pinned
+            or "not locked by gpuenv (NVML cannot tell whether another tool locked clocks)",
+            pinned=pinned is not None,
         )
     live = [o for o in entry.owners if o.alive()]
     stale = not live
@@ -139,4 +149,34 @@ def lock_status(backend: Backend, index: int, journal: Journal | None = None) ->
         owners=tuple(o.describe() for o in live),
         applied=entry.applied,
         stale=stale,
+    )
+
+
+PINNED_MARGIN_MHZ = 30  # two clock steps: more than a reading taken mid-change
+
+
+def looks_pinned(backend: Backend, index: int) -> str | None:
+    """Why the SM clock looks locked on a GPU gpuenv journals no lock for, or None.
+
+    NVML cannot read locked clocks back, but an unlocked GPU sits at its lowest clock
+    when idle without a context (GpuIdle) and at its highest with one, unless a reason
+    holds it down. An idle clock above the lowest, or a clock below the highest with no
+    reason at all, is what a lock looks like: `nvidia-smi -lgc`, or a gpuenv journal that
+    was deleted or lost.
+    """
+    limits = backend.clock_limits(index)
+    supported = [c for clocks in limits.supported_sm_mhz.values() for c in clocks]
+    reading = backend.read_fast(index)
+    sm = reading.sm_mhz
+    if supported and reading.reasons & Reason.GPU_IDLE:
+        pinned = sm > min(supported) + PINNED_MARGIN_MHZ
+    else:
+        pinned = reading.reasons == 0 and sm < limits.max_sm_mhz - PINNED_MARGIN_MHZ
+    if not pinned:
+        return None
+    state = "idle" if reading.reasons & Reason.GPU_IDLE else "not held down by any reason"
+    return (
+        f"the SM clock reads {sm} MHz while the GPU is {state}: it looks locked, but gpuenv "
+        "journals no lock (nvidia-smi -lgc, or a journal that was lost); "
+        "'gpuenv restore --defaults' resets it to the driver's defaults"
     )

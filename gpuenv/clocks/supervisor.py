@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # Import and open everything before saying ready, so the restore itself is quick.
     from gpuenv.clocks.journal import Journal
-    from gpuenv.clocks.restoring import release_owner
+    from gpuenv.clocks.restoring import JournalNotUpdated, release_owner
 
     journal = Journal(args.state_dir)
     backend = open_spec(json.loads(args.backend))
@@ -231,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         try:
             done = release_owner(backend, journal, args.token)
+        except JournalNotUpdated as err:  # restored; only the record could not be cleared
+            done = [*err.done, str(err)]
         except GpuenvError as err:
             print(
                 f"gpuenv watchdog: owner pid {args.owner_pid} ended; restoring failed: {err}; "

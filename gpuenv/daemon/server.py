@@ -33,7 +33,7 @@ from typing import Any
 from gpuenv.backend import Backend
 from gpuenv.clocks.journal import Journal
 from gpuenv.daemon import protocol
-from gpuenv.daemon.auth import Authorizer, Config, Peer, peer_from_socket
+from gpuenv.daemon.auth import DEFAULT_SOCKET, Authorizer, Config, Peer, peer_from_socket
 from gpuenv.daemon.leases import LeaseManager
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.telemetry import Sampler
@@ -262,7 +262,13 @@ class Server:
     def _bind(self) -> socket.socket:
         path = self.address
         directory = os.path.dirname(path) or "."
-        os.makedirs(directory, mode=0o755, exist_ok=True)
+        if os.path.abspath(path) == DEFAULT_SOCKET:  # /run/gpuenv is the daemon's own to make
+            os.makedirs(directory, mode=0o755, exist_ok=True)
+        elif not os.path.isdir(directory):  # a typo in --socket must not grow a tree from '/'
+            raise ConfigError(
+                f"the socket's directory {directory} does not exist",
+                hint=f"create it first (mkdir -p {directory}) or choose another --socket",
+            )
         with contextlib.suppress(FileNotFoundError):
             if not stat.S_ISSOCK(os.lstat(path).st_mode):
                 raise ConfigError(

@@ -259,10 +259,13 @@ def check_journal(ctx: Context) -> Iterable[Check]:
     assert ctx.backend is not None
     by_uuid = {ctx.backend.device_info(i).uuid: i for i in ctx.gpus}
     try:
-        entries = Journal().entries()
+        entries, damaged = Journal().scan()
     except (OSError, GpuenvError) as err:
         yield Check("journal", "warning", f"gpuenv's journal cannot be read: {err}")
         return
+    for bad in damaged:
+        if bad.uuid in by_uuid:
+            yield Check("journal", "warning", bad.message, bad.hint, gpu=by_uuid[bad.uuid])
     for entry in entries:
         index = by_uuid.get(entry.uuid)
         if index is None or entry.backend != ctx.backend.name:

@@ -23,10 +23,12 @@ report.py (measurements, the table).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -131,6 +133,30 @@ def resolve_command(argv: Sequence[str]) -> str:
     if found is None:
         raise CommandNotFound(exe)
     return found
+
+
+@functools.lru_cache(maxsize=1)
+def _setpriv() -> str | None:
+    """util-linux's setpriv, when it can set a parent-death signal (2.33+)."""
+    path = shutil.which("setpriv")
+    if path is None:
+        return None
+    try:
+        help_text = subprocess.run([path, "--help"], capture_output=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if b"--pdeathsig" in help_text else None
+
+
+def dies_with_us(exe: str, argv: Sequence[str]) -> tuple[str, list[str]]:
+    """(executable, argv) for posix_spawn, so that the command gets SIGKILL if gpuenv dies
+    (PR_SET_PDEATHSIG, set by setpriv just before it execs the command): a SIGKILLed
+    `gpuenv run` must not leave its command running unlocked and unobserved. posix_spawn
+    cannot call prctl itself; without setpriv the command is spawned as it is."""
+    setpriv = _setpriv()
+    if setpriv is None:
+        return exe, list(argv)
+    return setpriv, ["setpriv", "--pdeathsig", "KILL", "--", exe, *argv[1:]]
 
 
 # -- running the command -----------------------------------------------------------------
@@ -259,8 +285,7 @@ class Runner:
                 t_start = sampler.mark()
                 try:
                     pid = os.posix_spawn(
-                        self.exe,
-                        self.argv,
+                        *dies_with_us(self.exe, self.argv),
                         env,
                         setsigmask=old_mask,
                         setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),

@@ -23,6 +23,12 @@ from gpuenv.verdict import VerdictConfig
 
 CONDITIONS = ("auto", "burst", "sustained", "none")
 DEFAULT_BUDGET_S = 10.0  # measuring time when no rep count is given
+# Below this a call is timed as many calls a rep (mode "auto"). On the lent H100
+# (scripts/probe_tiny.py, 2026-11-22) a 6.4 us matmul timed one call per event pair
+# read +13% slower in one of three hot runs with the SM clock at its maximum, while a
+# CUDA graph of calls agreed within 0.6% cold vs hot for kernels of 1.4 to 7 us.
+TINY_REP_S = 20e-6
+TINY_TARGET_S = 1e-3  # a tiny kernel's rep: about this much GPU time of calls
 
 
 @dataclass(frozen=True)
@@ -33,16 +39,19 @@ class BenchConfig:
     `budget_s` of measuring (default 10 s; unlimited when `reps` fixes the count)
     or `max_reps` run out; `reps=N` takes exactly N. `warmup="auto"` runs reps
     until their times and clocks stop trending (at most `warmup_max_s`); an int
-    runs that many. `mode`: "events" (CUDA events per rep), "graph" (a CUDA graph
-    of `calls_per_rep` calls, for tiny kernels), "profiler" (summed device time of
-    fn's kernels). `condition`: "auto" (default: "none" when gpuenv's clock lock
+    runs that many. `mode`: "auto" (default: CUDA events per rep, and for a call
+    under `TINY_REP_S` a CUDA graph of calls per rep, or calls back to back between
+    the events when fn cannot be captured; `m.extra["tiny_kernel"]` says which),
+    "events" (CUDA events around one call per rep), "graph" (a CUDA graph of
+    `calls_per_rep` calls), "profiler" (summed device time of fn's kernels).
+    `condition`: "auto" (default: "none" when gpuenv's clock lock
     holds on the GPU, else the session's mode, else "burst"), "burst", "sustained"
     (precondition to equilibrium, then reps of fn back to back) or "none" (measure
     in whatever state the GPU is in). `conditioning` holds their thresholds.
     `policy`: "annotate" | "reject" | "retry" (default: the session's, else annotate).
     """
 
-    mode: str = "events"
+    mode: str = "auto"
     reps: int | None = None
     budget_s: float | None = None
     rel_ci: float = 0.01
@@ -63,9 +72,9 @@ class BenchConfig:
     keep_trace: bool = True
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
+        if self.mode not in ("auto", *MODES):
             raise ConfigError(
-                f"unknown timing mode {self.mode!r}", hint=f"use one of {', '.join(MODES)}"
+                f"unknown timing mode {self.mode!r}", hint=f"use one of auto, {', '.join(MODES)}"
             )
         if self.reps is not None and self.reps < 1:
             raise ConfigError(f"reps must be at least 1 (got {self.reps})")
@@ -103,4 +112,4 @@ class BenchConfig:
         return dataclasses.replace(base, **settings)
 
 
-__all__ = ["CONDITIONS", "DEFAULT_BUDGET_S", "BenchConfig"]
+__all__ = ["CONDITIONS", "DEFAULT_BUDGET_S", "TINY_REP_S", "TINY_TARGET_S", "BenchConfig"]

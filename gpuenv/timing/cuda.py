@@ -21,6 +21,7 @@ kernels.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import tempfile
@@ -33,6 +34,8 @@ from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.timebase import REAL_CLOCK, Clock
 from gpuenv.timing.devices import CLOCK_PROBE_S, MODES, REP_PROBE_CYCLES, Device, Rep
+
+log = logging.getLogger(__name__)
 
 PROFILER_BATCH = 10  # profiled reps per torch.profiler session
 PROFILER_MAX_REPS = 200
@@ -68,8 +71,12 @@ class CudaEvents:
         saturate: bool = True,
         rep_probe_cycles: int = REP_PROBE_CYCLES,
         clock: Clock | None = None,
+        batch: int = 1,
     ):
         torch = _torch()
+        if batch < 1:
+            raise ConfigError(f"calls per rep must be at least 1 (got {batch})")
+        self.batch = int(batch)  # calls of fn back to back between one rep's events
         self.torch = torch
         self.clock: Clock = clock or REAL_CLOCK
         if isinstance(device, torch.device):
@@ -123,10 +130,11 @@ class CudaEvents:
         self.rep_probe_cycles = max(REP_PROBE_CYCLES, min(need, self._probe_cap_cycles))
 
     def _call(self, fn: Callable[[], Any]) -> None:
-        fn()
+        for _ in range(self.batch):
+            fn()
 
     def _per_call(self) -> int:
-        return 1
+        return self.batch
 
     def rep(self, fn: Callable[[], Any]) -> Rep:
         with self.torch.cuda.device(self.device):  # events and spins on fn's device
@@ -166,6 +174,9 @@ class CudaEvents:
 
     def reps(self, fn: Callable[[], Any], n: int) -> list[Rep]:
         return [self.rep(fn) for _ in range(n)]
+
+    def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
+        return _tiny(self, fn, calls)
 
     def run_for(self, fn: Callable[[], Any], seconds: float) -> float:
         with self.torch.cuda.device(self.device):
@@ -216,9 +227,26 @@ class CudaEvents:
             "saturate": self.saturate,
             "rep_probe_cycles": self.rep_probe_cycles,
             "uncovered_reps": self.uncovered_reps,
+            "calls_per_rep": self.batch,
             "device": str(self.device),
             "device_name": self.torch.cuda.get_device_name(self.device),
         }
+
+
+def _tiny(dev: CudaEvents, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
+    """A CUDA graph of `calls` calls a rep; calls back to back between the events when fn
+    cannot be captured (host synchronisation, allocation outside the graph's pool...)."""
+    kw: dict[str, Any] = {"flush_l2": dev.flush_l2, "saturate": dev.saturate,
+                          "device": dev.device, "clock": dev.clock}
+    try:
+        graph = CudaGraph(calls=calls, **kw)
+        graph.prepare(fn)
+        return graph, "a CUDA graph of"
+    except Exception as err:
+        log.info("cannot capture fn in a CUDA graph (%s): timing calls back to back", err)
+        batched = CudaEvents(batch=calls, **kw)
+        batched.prepare(fn)
+        return batched, "back to back:"
 
 
 class CudaGraph(CudaEvents):
@@ -266,6 +294,9 @@ class CudaGraph(CudaEvents):
         torch.cuda.synchronize(self.device)
         self.graph = graph
         self.rep_probe_cycles = REP_PROBE_CYCLES if self.saturate else 0
+
+    def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
+        return self, "a CUDA graph of"  # already many calls a rep
 
     def _call(self, fn: Callable[[], Any]) -> None:
         if self.graph is None:

@@ -4,6 +4,7 @@ devices on a clock (CPU code, the simulated GPU: `SimDevice`, `sim_kernel`), plu
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -54,6 +55,11 @@ class Device(Protocol):
         """What the device did, for Measurement.extra (flush size, calls per rep...)."""
         ...
 
+    def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
+        """A device whose rep is `calls` calls of fn (time per call), prepared for fn, and
+        how it runs them in words: what a call too short to time alone is measured with."""
+        ...
+
 
 # --- devices on a clock: the simulated GPU, CPU code ---------------------------------
 
@@ -64,8 +70,9 @@ class ClockDevice:
 
     kind = "host"
 
-    def __init__(self, clock: Clock | None = None):
+    def __init__(self, clock: Clock | None = None, *, batch: int = 1):
         self.clock: Clock = clock or REAL_CLOCK
+        self.batch = batch  # calls of fn a rep
 
     def prepare(self, fn: Callable[[], Any]) -> None:
         return None
@@ -76,9 +83,10 @@ class ClockDevice:
     def rep(self, fn: Callable[[], Any]) -> Rep:
         mhz = self._rep_probe()
         t0 = self.clock.now()
-        fn()
+        for _ in range(self.batch):
+            fn()
         t1 = self.clock.now()
-        return Rep(t0, t1, t1 - t0, mhz)
+        return Rep(t0, t1, (t1 - t0) / self.batch, mhz)
 
     def reps(self, fn: Callable[[], Any], n: int) -> list[Rep]:
         return [self.rep(fn) for _ in range(n)]
@@ -100,7 +108,12 @@ class ClockDevice:
         return None
 
     def settings(self) -> dict[str, Any]:
-        return {"flush_l2": False}
+        return {"flush_l2": False, "calls_per_rep": self.batch}
+
+    def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
+        tiny = copy.copy(self)
+        tiny.batch = calls
+        return tiny, "back to back:"
 
 
 class SimDevice(ClockDevice):
@@ -127,7 +140,7 @@ class SimDevice(ClockDevice):
         return self._spin_mhz(CLOCK_PROBE_S * max_mhz * 1e6)
 
     def settings(self) -> dict[str, Any]:
-        return {"flush_l2": False, "device": "sim"}
+        return {**super().settings(), "device": "sim"}
 
 
 class BackToBack:
@@ -168,6 +181,9 @@ class BackToBack:
 
     def settings(self) -> dict[str, Any]:
         return {**self.inner.settings(), "flush_l2": False, "sustained_rep_s": self.seconds}
+
+    def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
+        return self, "back to back:"  # a sustained rep is already many calls
 
 
 def sim_kernel(

@@ -14,10 +14,11 @@ from typing import Any
 
 from gpuenv import conditioning, stats
 from gpuenv.backend import Backend
+from gpuenv.clocks.status import lock_holds
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
 from gpuenv.timebase import Clock
-from gpuenv.timing.config import DEFAULT_BUDGET_S, BenchConfig
+from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, TINY_TARGET_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_BATCH, PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
 from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
 from gpuenv.timing.warmup import _warmup
@@ -108,7 +109,8 @@ class _Place:
                 gpu = gpus[0] if gpu is None and gpus else (gpu or 0)
                 device = SimDevice(backend, gpu)
             else:
-                device = cuda_device(cfg.mode, flush_l2=cfg.flush_l2, saturate=cfg.saturate,
+                mode = "events" if cfg.mode == "auto" else cfg.mode
+                device = cuda_device(mode, flush_l2=cfg.flush_l2, saturate=cfg.saturate,
                                      calls_per_rep=cfg.calls_per_rep,
                                      clock=sampler.clock if sampler is not None else None)
         if gpu is None and backend is not None and device.kind.startswith("cuda"):
@@ -120,14 +122,16 @@ class _Place:
                 f"GPU {gpu} is not sampled by this session (it covers {sampler.gpus})",
                 hint="open the session with gpus= including the GPU fn runs on",
             )
+        facts = _facts(session, backend, gpu)
         own = sampler is None and backend is not None
         if sampler is None and backend is not None:
             from gpuenv.telemetry import Sampler
 
-            sampler = Sampler(backend, [gpu], clock=device.clock)
+            rng = facts[gpu].lock_range_mhz if gpu in facts else None
+            sampler = Sampler(backend, [gpu], clock=device.clock,
+                              lock_ranges={gpu: rng} if rng else None)
             sampler.start()
-        facts = _facts(session, backend, gpu)
-        condition, why = _choose_condition(cfg, session, facts.get(gpu))
+        condition, why = _choose_condition(cfg, session, backend, facts.get(gpu), gpu)
         policy = cfg.policy or getattr(session, "policy", None) or "annotate"
         return cls(backend, gpu, sampler, own, device, facts, condition, why, policy, session)
 
@@ -142,29 +146,48 @@ def _facts(session: Any, backend: Backend | None, gpu: int) -> dict[int, GpuFact
         return {gpu: session.facts[gpu]}
     if backend is None:
         return {}
-    lock_range = None
+    lock_range, _ = _lock_now(backend, gpu)
+    return read_facts(backend, [gpu], {gpu: lock_range} if lock_range else None)
+
+
+def _lock_now(backend: Backend, gpu: int) -> tuple[tuple[int, int] | None, bool | None]:
+    """The SM range gpuenv's live lock holds GPU `gpu` to, and whether it holds now."""
     try:
         from gpuenv.clocks.status import lock_status
 
         st = lock_status(backend, gpu)
-        if st.locked and not st.stale and st.range is not None:
-            lock_range = (int(st.range[0]), int(st.range[1]))
     except (GpuenvError, OSError, ValueError) as err:
         log.debug("no lock status for GPU %s: %s", gpu, err)
-    return read_facts(backend, [gpu], {gpu: lock_range} if lock_range else None)
+        return None, None
+    if not st.locked or st.stale or st.range is None:
+        return None, None
+    return (int(st.range[0]), int(st.range[1])), st.holds
 
 
-def _choose_condition(cfg: BenchConfig, session: Any, facts: GpuFacts | None) -> tuple[str, str]:
+def _choose_condition(cfg: BenchConfig, session: Any, backend: Backend | None,
+                      facts: GpuFacts | None, gpu: int) -> tuple[str, str]:  # fmt: skip
     """The condition to measure in, and why: the safe default unless one was asked for."""
     if cfg.condition not in (None, "auto"):
         return str(cfg.condition), "asked for"
-    if facts is not None and facts.lock_range_mhz is not None:
-        lo, hi = facts.lock_range_mhz
-        rng = f"{lo} MHz" if lo == hi else f"{lo}-{hi} MHz"
-        return "none", f"clocks locked by gpuenv ({rng}): measured as they are"
+    rng = facts.lock_range_mhz if facts is not None else None
+    if rng is not None:
+        text = f"{rng[0]} MHz" if rng[0] == rng[1] else f"{rng[0]}-{rng[1]} MHz"
+        holds = _holds_now(session, backend, gpu, rng)
+        if holds:
+            return "none", f"clocks locked by gpuenv ({text}) and holding: measured as they are"
+        if session is None or getattr(session, "mode", None) in (None, "burst"):
+            return "burst", (f"clocks locked by gpuenv ({text}) but not holding now: each "
+                             "burst starts once the clock is back inside the lock")
     if session is not None and getattr(session, "mode", None):
         return str(session.mode), "the session's mode"
     return "burst", "clocks not locked: each burst starts from the cool, uncapped state"
+
+
+def _holds_now(session: Any, backend: Backend | None, gpu: int, rng: tuple[int, int]) -> bool:
+    if session is not None:
+        latest = session.sampler.latest(gpu)
+        return latest is not None and lock_holds(latest.sm_mhz, rng)
+    return backend is not None and _lock_now(backend, gpu)[1] is True
 
 
 class _Run:
@@ -195,7 +218,8 @@ class _Run:
         if not warm.steady:
             self.say(f"{self.name}: warmup did not settle in {warm.seconds:.1f} s "
                      f"({warm.reps} reps)")
-        self.device.prepare(self.fn)
+        if not self._tiny_switch(warm.median_s):
+            self.device.prepare(self.fn)
         clock_before = self.device.probe_clock_mhz() if cfg.probe_clock else None
         self._condition()
         t_measure = self.mark()
@@ -212,6 +236,23 @@ class _Run:
         if cfg.keep_trace and place.sampler is not None:
             self.extra["trace"] = _trace(place.sampler, place.gpu, t_begin, t_end)
         return dataclasses.replace(m, extra={**m.extra, **self.extra})
+
+    def _tiny_switch(self, call_s: float | None) -> bool:
+        """mode "auto": a call under TINY_REP_S (as warmup last saw it) is timed as many
+        calls a rep: on CUDA a graph of them (or back to back between the events when fn
+        cannot be captured). True when the device was switched (it is then prepared)."""
+        if self.cfg.mode != "auto" or call_s is None or call_s >= TINY_REP_S:
+            return False
+        calls = max(1, min(1000, math.ceil(TINY_TARGET_S / max(call_s, 1e-7))))
+        self.device, how = self.device.for_tiny(self.fn, calls)
+        self.extra["tiny_kernel"] = {
+            "call_s": call_s, "threshold_s": TINY_REP_S, "calls_per_rep": calls,
+            "timer": self.device.kind,
+            "note": f"one call took {call_s * 1e6:.1f} us, under {TINY_REP_S * 1e6:.0f} us: "
+                    f"each rep is {how} {calls} calls, the time per call is their mean "
+                    "(calls after the first find fn's data in L2)",
+        }  # fmt: skip
+        return True
 
     def _condition(self) -> None:
         place, cc = self.place, self.cfg.conditioning

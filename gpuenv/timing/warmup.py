@@ -19,6 +19,7 @@ class _Warmup:
     reps: int
     seconds: float
     steady: bool
+    median_s: float | None = None  # of the last few warmup reps: what one call takes now
 
 
 def _warmup(
@@ -34,9 +35,9 @@ def _warmup(
     clock = device.clock
     start = clock.now()
     if warmup != "auto":
-        for _ in range(int(warmup)):
-            device.rep(fn)
-        return _Warmup(int(warmup), clock.now() - start, True)
+        fixed = [device.rep(fn).time_s for _ in range(int(warmup))]
+        return _Warmup(int(warmup), clock.now() - start, True,
+                       stats.median(fixed[-WARMUP_WINDOW:]) if fixed else None)
     times: list[float] = []
     clocks: list[float | None] = []
     while True:
@@ -56,6 +57,6 @@ def _warmup(
             if stats.is_steady(last, rel_tol=WARMUP_REL_TOL) and (
                 len(cl) < window or stats.is_steady(cl, rel_tol=WARMUP_REL_TOL)
             ):
-                return _Warmup(n, clock.now() - start, True)
+                return _Warmup(n, clock.now() - start, True, stats.median(last))
         if clock.now() - start >= max_s or n >= max_reps:
-            return _Warmup(n, clock.now() - start, False)
+            return _Warmup(n, clock.now() - start, False, stats.median(times[-window:]))

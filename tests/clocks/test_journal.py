@@ -77,7 +77,9 @@ def test_put_get_round_trip_one_file_per_uuid(tmp_path: Path) -> None:
     assert {x.uuid for x in j.entries()} == {"GPU-aaaa", "GPU-bbbb"}
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
         "GPU-aaaa.json",
+        "GPU-aaaa.json.bak",  # the second copy, kept until the restore is confirmed
         "GPU-bbbb.json",
+        "GPU-bbbb.json.bak",
     ]
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
     data = json.loads((tmp_path / "GPU-aaaa.json").read_text())
@@ -97,7 +99,7 @@ def test_remove_is_idempotent_and_get_missing_is_none(tmp_path: Path) -> None:
 
 def test_damaged_file_says_which_and_what_to_do(tmp_path: Path) -> None:
     (tmp_path / "GPU-aaaa.json").write_text("{not json")
-    with pytest.raises(ConfigError, match=r"GPU-aaaa\.json is damaged.*gpuenv status"):
+    with pytest.raises(ConfigError, match=r"GPU-aaaa\.json is damaged.*restore --defaults"):
         Journal(tmp_path).get("GPU-aaaa")
 
 

@@ -50,7 +50,7 @@ def test_conflict_names_the_owner(sim: SimBackend, journal: Journal) -> None:
         text = str(err.value)
         assert f"pid {held.owner.pid}" in text and held.owner.user in text
         assert "python train.py" in text and "since" in text and "SM 1350 MHz" in text
-        assert err.value.exit_code == 3
+        assert err.value.exit_code == 5
         assert sim.truth(0).locked_sm == (1350, 1350)
 
 

@@ -45,3 +45,14 @@ def test_one_answer_to_does_the_lock_hold() -> None:
         default = inspect.signature(fn).parameters["lock_tolerance_mhz"].default
         assert default == LOCK_TOLERANCE_MHZ
     assert VerdictConfig().lock_tolerance_mhz == LOCK_TOLERANCE_MHZ
+
+
+def test_a_clock_locked_outside_gpuenv_looks_pinned(sim: SimBackend) -> None:
+    from gpuenv.clocks.status import looks_pinned
+
+    assert looks_pinned(sim, 0) is None  # idle at the lowest clock: not locked
+    sim.set_locked_sm_clocks(0, 1350, 1350)  # as 'nvidia-smi -lgc 1350', or a lost journal
+    why = looks_pinned(sim, 0)
+    assert why is not None and "1350 MHz" in why and "restore --defaults" in why
+    sim.reset_locked_sm_clocks(0)
+    assert looks_pinned(sim, 0) is None

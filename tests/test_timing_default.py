@@ -1,0 +1,111 @@
+"""gpuenv.bench(fn) with no options: the safe default, and tiny kernels timed many calls a rep.
+
+The default condition ("auto") measures as is only when gpuenv's own clock lock holds
+on the GPU; otherwise it measures in bursts, each started from the cool, uncapped
+state; a reason the chosen condition was meant to keep out is a warning.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuenv import timing
+from gpuenv.backend.sim import SimBackend
+from gpuenv.clocks import lock
+from gpuenv.conditioning import ConditionConfig
+from gpuenv.errors import ConfigError
+from gpuenv.timebase import VirtualClock
+from gpuenv.verdict import MeasurementRejected
+
+MATMUL_S = 1.4e-3
+
+
+def sim_at(hot: bool, profile: str = "h100") -> SimBackend:
+    sim = SimBackend(profile, clock=VirtualClock())
+    sim.open_context(0)
+    sim.idle(10.0)
+    if hot:
+        timing.sim_kernel(sim, 0, seconds=20.0)()  # 20 s of heavy load: capped, hot
+    return sim
+
+
+def bench(sim: SimBackend, seconds: float = MATMUL_S, **kw):
+    return timing.bench(timing.sim_kernel(sim, 0, seconds=seconds), backend=sim,
+                        budget_s=1.0, keep_trace=False, **kw)
+
+
+def test_unlocked_and_cold_it_measures_in_bursts_without_waiting():
+    m = bench(sim_at(hot=False))
+    assert m.extra["condition"] == "burst" and "not locked" in m.extra["condition_why"]
+    assert m.extra["burst_first_wait_s"] < 0.5
+    assert m.verdict == "ok"
+
+
+def test_unlocked_and_hot_it_waits_for_the_cap_to_clear_and_agrees_with_cold():
+    cold, hot = bench(sim_at(hot=False)), bench(sim_at(hot=True))
+    assert hot.extra["condition"] == "burst"
+    assert hot.extra["burst_first_wait_s"] > 0.1  # it waited for the uncapped state
+    assert abs(hot.median_s / cold.median_s - 1) < 0.01
+    raw = bench(sim_at(hot=True), condition="none")  # today's raw behaviour, for who asks
+    assert raw.median_s / cold.median_s - 1 > 0.05
+    assert raw.extra["condition"] == "none" and raw.extra["condition_why"] == "asked for"
+
+
+def test_locked_and_holding_it_measures_as_is(tmp_path):
+    sim = sim_at(hot=False)
+    with lock(1350, backend=sim, supervise=False):
+        m = bench(sim, seconds=0.2e-3)
+    assert m.extra["condition"] == "none"
+    assert "locked by gpuenv (1350 MHz) and holding" in m.extra["condition_why"]
+    assert "burst_first_wait_s" not in m.extra
+    assert m.telemetry.lock_held is True and m.verdict == "ok"
+
+
+def test_locked_but_not_holding_it_bursts_back_inside_the_lock_and_says_why():
+    sim = sim_at(hot=True)  # capped: a lock at the top clock cannot hold right now
+    with lock(1980, backend=sim, supervise=False):
+        m = bench(sim)
+    assert m.extra["condition"] == "burst"
+    assert "not holding now" in m.extra["condition_why"]
+    assert m.extra["burst_first_wait_s"] > 0.1
+    assert m.windows[0].lock_range_mhz == (1980, 1980)  # judged against the lock
+
+
+def test_a_reason_burst_mode_was_meant_to_avoid_is_a_warning_and_reject_rejects_it():
+    def hot_consumer_card() -> SimBackend:
+        # it throttles and does not recover within the (shortened) burst timeout
+        sim = sim_at(hot=False, profile="rtx4090")
+        timing.sim_kernel(sim, 0, seconds=60.0, power_intensity=1.0)()
+        return sim
+
+    cfg = timing.BenchConfig(conditioning=ConditionConfig(burst_timeout_s=1.0), budget_s=0.5,
+                             keep_trace=False)
+    sim = hot_consumer_card()
+    m = timing.bench(timing.sim_kernel(sim, 0, seconds=2e-3), cfg, backend=sim)
+    cap = [f for f in m.findings if f.kind == "power_cap"]
+    assert cap and cap[0].severity == "warning"  # info when the condition allows capping
+    assert m.verdict == "annotated"
+    sim = hot_consumer_card()
+    with pytest.raises(MeasurementRejected, match="power_cap"):
+        timing.bench(timing.sim_kernel(sim, 0, seconds=2e-3), cfg, backend=sim, policy="reject")
+
+
+def test_a_tiny_kernel_is_timed_as_many_calls_a_rep_and_says_so():
+    m = bench(sim_at(hot=False), seconds=5e-6)
+    tiny = m.extra["tiny_kernel"]
+    assert tiny["calls_per_rep"] == pytest.approx(timing.config.TINY_TARGET_S / 5e-6, rel=0.1)
+    assert "under 20 us" in tiny["note"]
+    assert m.extra["calls_per_rep"] == tiny["calls_per_rep"]
+    assert m.median_s == pytest.approx(5e-6, rel=0.02)  # per call, not per rep
+
+
+def test_kernels_above_the_threshold_or_an_explicit_mode_are_not_switched():
+    assert "tiny_kernel" not in bench(sim_at(hot=False), seconds=50e-6).extra
+    assert "tiny_kernel" not in bench(sim_at(hot=False), seconds=5e-6, mode="events").extra
+
+
+def test_bench_config_refuses_unknown_settings_and_conditions():
+    with pytest.raises(ConfigError, match="unknown settings: colour"):
+        timing.bench(lambda: None, colour="red")
+    with pytest.raises(ConfigError, match="unknown condition"):
+        timing.BenchConfig(condition="warm")

@@ -24,6 +24,10 @@ Needs torch with CUDA. Prints markdown tables. Goal: < 1% slower at the defaults
 
     GPUENV_READONLY=1 python scripts/bench_sampler_overhead.py [--rounds 200] [--launches 20000]
 
+The rounds stop early once --max-seconds (210) have gone, so that one call stays under
+5 minutes with the start-up of the sampler process in every round; the table says how
+many rounds ran.
+
 `--sim`: no GPU needed: the simulated H100 (its state in a temporary file, so the
 sampler process can open it) and a GIL-bound pure-Python loop in place of the
 launches. A smoke check of the mechanics on any machine, not the H100's figure.
@@ -128,9 +132,9 @@ def sim_workload(launches: int) -> tuple[Backend, list[int], Callable[[], float]
     state = Path(tempfile.mkdtemp(prefix="gpuenv-bench-")) / "sim.json"
     backend = open_backend(spec={"kind": "sim", "profile": "h100", "n_gpus": 1, "seed": 0,
                                  "root": False, "state_file": str(state)})
-    values = list(range(16))
+    values = list(range(100))
 
-    def loop() -> float:  # holds the GIL as a launch loop does: ~1-2 us an iteration
+    def loop() -> float:  # holds the GIL as a launch loop does: a few us an iteration
         t0 = time.perf_counter()
         for _ in range(launches):
             sum(values)
@@ -143,14 +147,18 @@ def sim_workload(launches: int) -> tuple[Backend, list[int], Callable[[], float]
 
 def run_rounds(
     backend: Backend, gpus: list[int], loop: Callable[[], float], variants: dict[str, Any],
-    rounds: int,
+    rounds: int, max_s: float,
 ) -> dict[str, dict[str, list[Any]]]:
-    """Per variant: loop times, sampler CPU (fraction of a core), start seconds, modes."""
+    """Per variant: loop times, sampler CPU (fraction of a core), start seconds, modes.
+    Stops early, after a whole round, once `max_s` seconds have gone."""
     names = list(variants)
     out: dict[str, dict[str, list[Any]]] = {
         n: {"times": [], "cpu": [], "start": [], "mode": []} for n in names
     }
+    deadline = time.monotonic() + max_s
     for r in range(rounds):
+        if time.monotonic() > deadline:
+            break
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
             kwargs, rec = variants[name], out[name]
@@ -194,6 +202,8 @@ def main() -> int:
     ap.add_argument("--sim", action="store_true",
                     help="the simulated GPU and a Python loop: a smoke check without a GPU")
     ap.add_argument("--variants", choices=("main", "all"), default="main")
+    ap.add_argument("--max-seconds", type=float, default=210.0,
+                    help="stop after the round that passes this many seconds (default 210)")
     args = ap.parse_args()
 
     workload = sim_workload if args.sim else cuda_workload
@@ -201,7 +211,7 @@ def main() -> int:
     for _ in range(3):  # warm up: context, kernels, clocks
         loop()
     variants = dict(VARIANTS, **(MORE_VARIANTS if args.variants == "all" else {}))
-    results = run_rounds(backend, gpus, loop, variants, args.rounds)
+    results = run_rounds(backend, gpus, loop, variants, args.rounds, args.max_seconds)
 
     g = gpus[0]
     costs = [
@@ -223,7 +233,8 @@ def report(
 ) -> None:
     day = datetime.datetime.now().astimezone()
     print(f"Sampler overhead: {what}; {platform.node()} ({os.cpu_count()} CPUs), "
-          f"{day:%Y-%m-%d %H:%M %Z}; {args.rounds} rounds; defaults: period "
+          f"{day:%Y-%m-%d %H:%M %Z}; {len(results['no sampler']['times'])} rounds "
+          f"(of {args.rounds} asked, at most {args.max_seconds:.0f} s); defaults: period "
           f"{DEFAULT_PERIOD_S * 1e3:.0f} ms, counters every {DEFAULT_SLOW_PERIOD_S * 1e3:.0f} ms, "
           f"energy every {DEFAULT_ENERGY_PERIOD_S:.0f} s, processes every "
           f"{DEFAULT_PROCESS_PERIOD_S * 1e3:.0f} ms; "

@@ -132,7 +132,7 @@ def sim_workload(launches: int) -> tuple[Backend, list[int], Callable[[], float]
     state = Path(tempfile.mkdtemp(prefix="gpuenv-bench-")) / "sim.json"
     backend = open_backend(spec={"kind": "sim", "profile": "h100", "n_gpus": 1, "seed": 0,
                                  "root": False, "state_file": str(state)})
-    values = list(range(100))
+    values = list(range(500))
 
     def loop() -> float:  # holds the GIL as a launch loop does: a few us an iteration
         t0 = time.perf_counter()

@@ -127,6 +127,8 @@ class Shared:
     def __init__(self, buf: Any, n_gpus: int, capacity: int):
         self.buf = buf
         self.n_gpus, self.capacity = n_gpus, capacity
+        # the header's u64 fields as a view: a mark() costs an index, not a struct call
+        self._words = memoryview(buf)[:HEADER_SIZE].cast("Q") if buf is not None else None
         base = HEADER_SIZE
         self.fast: list[Ring] = []
         self.slow: list[Ring] = []
@@ -170,6 +172,9 @@ class Shared:
         return cls(buf, n_gpus, capacity)
 
     def close(self) -> None:
+        if self._words is not None:
+            self._words.release()  # an mmap with views into it cannot close
+            self._words = None
         self.buf.close()
 
     # -- header fields ---------------------------------------------------------------
@@ -196,9 +201,11 @@ class Shared:
 
     def request_edge(self) -> bool:
         """Count one more edge request (the parent only); True if none was pending."""
-        requested = self._u64(_OFF_REQUESTED)
-        _U64.pack_into(self.buf, _OFF_REQUESTED, requested + 1)
-        return requested <= self._u64(_OFF_SERVED)
+        words = self._words
+        assert words is not None
+        requested = words[_OFF_REQUESTED // 8]
+        words[_OFF_REQUESTED // 8] = requested + 1
+        return bool(requested <= words[_OFF_SERVED // 8])
 
     def served(self, n: int) -> None:
         _U64.pack_into(self.buf, _OFF_SERVED, n)

@@ -15,7 +15,10 @@ from round to round, and the slowdown of a variant is the median over rounds of
 its time divided by the no-sampler time of the same round, with a bootstrap 95%
 interval of that median. Each sampler is started before and stopped after its
 loop, every round, and the sampler process is ended with it (in use it lingers for
-the next Sampler): its start-up is reported, not timed in the loop.
+the next Sampler): its start-up is reported, not timed in the loop. After the start
+(and the same pause for every variant) one loop runs before the timed one: right
+after a process start, a loop runs slower once (caches, page faults), which is not
+what a sampler costs while it runs; that first loop is reported apart.
 Also: the sampler's own CPU time, what one read of each kind costs (wall and
 CPU), and what `mark()` costs on the caller's thread.
 
@@ -147,13 +150,13 @@ def sim_workload(launches: int) -> tuple[Backend, list[int], Callable[[], float]
 
 def run_rounds(
     backend: Backend, gpus: list[int], loop: Callable[[], float], variants: dict[str, Any],
-    rounds: int, max_s: float,
+    rounds: int, max_s: float, settle_s: float,
 ) -> dict[str, dict[str, list[Any]]]:
     """Per variant: loop times, sampler CPU (fraction of a core), start seconds, modes.
     Stops early, after a whole round, once `max_s` seconds have gone."""
     names = list(variants)
     out: dict[str, dict[str, list[Any]]] = {
-        n: {"times": [], "cpu": [], "start": [], "mode": []} for n in names
+        n: {"times": [], "first": [], "cpu": [], "start": [], "mode": []} for n in names
     }
     deadline = time.monotonic() + max_s
     for r in range(rounds):
@@ -163,7 +166,8 @@ def run_rounds(
         for name in order:
             kwargs, rec = variants[name], out[name]
             if kwargs is None:
-                time.sleep(0.05)  # the same pause before the loop as the sampler variants
+                time.sleep(settle_s)  # the same pause before the loop as the sampler variants
+                rec["first"].append(loop())  # and the same loop before the timed one
                 rec["times"].append(loop())
                 continue
             t_start = time.perf_counter()
@@ -171,13 +175,24 @@ def run_rounds(
             sampler.start()
             rec["start"].append(time.perf_counter() - t_start)
             rec["mode"].append(sampler.mode)
-            time.sleep(0.05)  # the sampler is up and ticking, as in a session
+            time.sleep(settle_s)  # the sampler is up and ticking, as in a session
+            # first a loop of its own: right after a process start (caches, page faults) a
+            # loop runs slower, once; it is reported apart ("first loop after start")
+            rec["first"].append(loop())
             cpu0, t0 = sampler.cpu_time_s, time.perf_counter()
             rec["times"].append(loop())
             rec["cpu"].append((sampler.cpu_time_s - cpu0) / (time.perf_counter() - t0))
             sampler.stop()
             close_idle()  # no sampler process lingers into the next variant's loop
     return out
+
+
+def _slowdown(times: list[float], base: list[float], sep: str) -> str:
+    """Median of the per-round ratios, and its bootstrap 95% interval, as percentages."""
+    ratios = [a / b for a, b in zip(times, base, strict=True)]
+    lo, hi = bootstrap_median_ci(ratios)
+    return (f"{100 * (statistics.median(ratios) - 1):+.2f}%{sep}"
+            f"{100 * (lo - 1):+.2f}% to {100 * (hi - 1):+.2f}%")
 
 
 def mark_cost_us(backend: Backend, gpus: list[int], mode: str, n: int = 100_000) -> float:
@@ -202,6 +217,9 @@ def main() -> int:
     ap.add_argument("--sim", action="store_true",
                     help="the simulated GPU and a Python loop: a smoke check without a GPU")
     ap.add_argument("--variants", choices=("main", "all"), default="main")
+    ap.add_argument("--settle", type=float, default=0.05,
+                    help="seconds between a sampler's start and its loop (every variant waits "
+                    "as long; default 0.05)")
     ap.add_argument("--max-seconds", type=float, default=210.0,
                     help="stop after the round that passes this many seconds (default 210)")
     args = ap.parse_args()
@@ -211,7 +229,8 @@ def main() -> int:
     for _ in range(3):  # warm up: context, kernels, clocks
         loop()
     variants = dict(VARIANTS, **(MORE_VARIANTS if args.variants == "all" else {}))
-    results = run_rounds(backend, gpus, loop, variants, args.rounds, args.max_seconds)
+    results = run_rounds(backend, gpus, loop, variants, args.rounds, args.max_seconds,
+                         args.settle)
 
     g = gpus[0]
     costs = [
@@ -234,29 +253,29 @@ def report(
     day = datetime.datetime.now().astimezone()
     print(f"Sampler overhead: {what}; {platform.node()} ({os.cpu_count()} CPUs), "
           f"{day:%Y-%m-%d %H:%M %Z}; {len(results['no sampler']['times'])} rounds "
-          f"(of {args.rounds} asked, at most {args.max_seconds:.0f} s); defaults: period "
+          f"(of {args.rounds} asked, at most {args.max_seconds:.0f} s), {args.settle * 1e3:.0f} ms "
+          "from a sampler's start to its loop; defaults: period "
           f"{DEFAULT_PERIOD_S * 1e3:.0f} ms, counters every {DEFAULT_SLOW_PERIOD_S * 1e3:.0f} ms, "
           f"energy every {DEFAULT_ENERGY_PERIOD_S:.0f} s, processes every "
           f"{DEFAULT_PROCESS_PERIOD_S * 1e3:.0f} ms; "
           f"GPUENV_READONLY={os.environ.get('GPUENV_READONLY', '')!r}.\n")
     print("| sampler | ran as | loop median (s) | slowdown: median of per-round ratios | "
-          "95% CI | sampler CPU (% of a core) | start (ms, median) |")
-    print("| --- | --- | ---: | ---: | --- | ---: | ---: |")
-    base = results["no sampler"]["times"]
+          "95% CI | first loop after start: slowdown (95% CI) | sampler CPU (% of a core) | "
+          "start (ms, median) |")
+    print("| --- | --- | ---: | ---: | --- | --- | ---: | ---: |")
+    base = results["no sampler"]
     for name, rec in results.items():
         t = rec["times"]
         if not rec["mode"]:
-            print(f"| {name} | - | {statistics.median(t):.4f} | - | - | - | - |")
+            print(f"| {name} | - | {statistics.median(t):.4f} | - | - | - | - | - |")
             continue
-        ratios = [a / b for a, b in zip(t, base, strict=True)]
-        lo, hi = bootstrap_median_ci(ratios)
         ran = "/".join(sorted(set(rec["mode"])))
         print(f"| {name} | {ran} | {statistics.median(t):.4f} | "
-              f"{100 * (statistics.median(ratios) - 1):+.2f}% | "
-              f"{100 * (lo - 1):+.2f}% to {100 * (hi - 1):+.2f}% | "
+              f"{_slowdown(t, base['times'], ' | ')} | "
+              f"{_slowdown(rec['first'], base['first'], ' (')}) | "
               f"{100 * statistics.median(rec['cpu']):.2f} | "
               f"{1e3 * statistics.median(rec['start']):.0f} |")
-    spread = (max(base) - min(base)) / statistics.median(base)
+    spread = (max(base["times"]) - min(base["times"])) / statistics.median(base["times"])
     print(f"\nThe no-sampler loop itself ranged over {100 * spread:.0f}% of its median.\n")
     print("| one read (this thread, no loop running) | p50 us | p99 us | CPU us |")
     print("| --- | ---: | ---: | ---: |")

@@ -195,9 +195,14 @@ class Cursor:
         self._fast = [max(0, r.head() - BACKLOG) for r in shared.fast]
         self._slow = [max(0, r.head() - BACKLOG) for r in shared.slow]
         self._gaps = shared.gaps.head()  # earlier gaps were another Sampler's
+        self._lock = threading.Lock()  # two threads asking at once must not both take a record
 
     def pull(self, sink: Sink) -> None:
         """Move what the sampler process wrote since the last pull into `sink`."""
+        with self._lock:
+            self._pull(sink)
+
+    def _pull(self, sink: Sink) -> None:
         shared = self.proc.shared
         if shared is None:
             return

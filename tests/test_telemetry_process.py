@@ -5,6 +5,7 @@ asserted."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -196,30 +197,43 @@ def test_a_killed_sampler_process_is_a_telemetry_gap_not_an_exception(spec_sim):
 
 
 _PARENT = """
-import sys, time
+import os, sys, time
 from gpuenv.backend.sim import SimBackend
 from gpuenv.telemetry import Sampler
 sampler = Sampler(SimBackend("h100", state_file=sys.argv[1]), [0], mode="process")
 sampler.start()
-print(sampler.child_pid, flush=True)
+fork = sys.argv[2] == "fork" and os.fork()  # a forked copy holds the pipe's write end too
+if fork == 0 and sys.argv[2] == "fork":
+    time.sleep(120)
+    os._exit(0)
+print(sampler.child_pid, fork or 0, flush=True)
 time.sleep(120)
 """
 
 
-def test_the_sampler_process_dies_when_its_parent_is_killed(tmp_path):
+@pytest.mark.parametrize("fork", ["no fork", "fork"])
+def test_the_sampler_process_dies_when_its_parent_is_killed(tmp_path, fork):
+    # without a fork both the pipe's EOF and the parent-death signal end it; with a forked
+    # copy of the parent holding the pipe open, the signal alone
     parent = subprocess.Popen(
-        [sys.executable, "-c", _PARENT, str(tmp_path / "sim.json")], stdout=subprocess.PIPE
+        [sys.executable, "-c", _PARENT, str(tmp_path / "sim.json"), fork],
+        stdout=subprocess.PIPE,
     )
+    forked = 0
     try:
         assert parent.stdout is not None
-        child = int(parent.stdout.readline())
+        child, forked = map(int, parent.stdout.readline().split())
         assert not _gone(child)
         parent.send_signal(signal.SIGKILL)
         parent.wait(10)
         assert _wait_until(lambda: _gone(child), timeout=10.0), f"sampler pid {child} outlived"
+        assert not forked or not _gone(forked)  # the copy still held the pipe open
     finally:
         parent.kill()
         parent.wait()
+        if forked:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(forked, signal.SIGKILL)
 
 
 def test_the_sampler_process_outlives_the_thread_that_started_it(spec_sim):

@@ -76,17 +76,22 @@ class _Child:
             self.stopped = True
 
 
-def _die_with_parent(parent: int) -> None:
-    """PR_SET_PDEATHSIG: a signal when the thread that spawned us ends; exit if the parent
-    is gone then (a thread of a live parent ending is no reason to stop)."""
-    def on_signal(signum: int, frame: object) -> None:
-        if os.getppid() != parent:
-            os._exit(0)
+def _die_with_parent(parent: int, from_main_thread: bool) -> None:
+    """PR_SET_PDEATHSIG: a signal when the thread that spawned us ends. Spawned by the
+    parent's main thread, that is the parent's end: SIGKILL (it works even while a read
+    hangs in the driver). Spawned by another thread: a signal whose handler exits only if
+    the parent is gone (a thread of a live parent ending is no reason to stop)."""
+    sig = signal.SIGKILL
+    if not from_main_thread:
+        def on_signal(signum: int, frame: object) -> None:
+            if os.getppid() != parent:
+                os._exit(0)
 
-    signal.signal(signal.SIGUSR2, on_signal)
+        sig = signal.SIGUSR2
+        signal.signal(sig, on_signal)
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGUSR2), 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     if os.getppid() != parent:  # it died before the signal was armed
         os._exit(0)
 
@@ -99,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args.add_argument("config", help="JSON from SamplerProcess.start")
     config = json.loads(args.parse_args(argv).config)
-    _die_with_parent(int(config["parent"]))
+    _die_with_parent(int(config["parent"]), bool(config["main_thread"]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the benchmark; it ends us
     shared = Shared.attach(int(config["shm_fd"]))
     try:

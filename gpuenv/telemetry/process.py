@@ -11,9 +11,10 @@ queries): no thread in the parent, nothing on a timer.
 It dies with its parent, however the parent ends: the parent holds the only write
 end of a pipe (the kernel closes it when the parent dies: EOF wakes the child's
 select), and PR_SET_PDEATHSIG sends it a signal when the thread that started it
-ends (it exits if its parent is then gone: a finished thread of a live parent does
-not stop it). A forked copy of the parent can keep the pipe open; the signal still
-comes. The parent wakes it through the same pipe when `mark()` asks for an edge read.
+ends (SIGKILL when that is the main thread; else a signal on which it exits if its
+parent is gone: a finished thread of a live parent does not stop it). A forked copy
+of the parent can keep the pipe open; the signal still comes. The parent wakes it
+through the same pipe when `mark()` asks for an edge read.
 
 Starting one costs a fresh interpreter, its imports and NVML's init (a few hundred ms),
 too much to pay per `bench()` call: one process serves every `Sampler` of this process
@@ -97,7 +98,8 @@ class SamplerProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         config = {"spec": spec, "gpus": list(gpus), "parent": os.getpid(), "shm_fd": shm_fd,
-                  "wake_fd": read_fd, **options}
+                  "wake_fd": read_fd, **options,
+                  "main_thread": threading.current_thread() is threading.main_thread()}
         cmd = [sys.executable, "-m", "gpuenv.telemetry.child", json.dumps(config)]
         try:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

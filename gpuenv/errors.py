@@ -2,6 +2,7 @@
 
     GpuenvError                      every error gpuenv raises on purpose
      +-- ConfigError                 bad input: option, environment variable, config file
+     |    |                          (also a ValueError, as Python's bad arguments are)
      |    +-- DeviceNotFound         a GPU selector that matches no GPU
      |    `-- FileError              a file or directory gpuenv could not read or write
      +-- BackendError                the GPU or its driver said no
@@ -65,8 +66,11 @@ class GpuenvError(Exception):
         return text
 
 
-class ConfigError(GpuenvError):
-    """Bad input from the user: a flag, an environment variable, a file."""
+class ConfigError(GpuenvError, ValueError):
+    """Bad input from the user: a flag, an environment variable, a file.
+
+    Also a `ValueError`: code written for the tools gpuenv stands in for (the do_bench
+    drop-in raises where triton.testing.do_bench raises ValueError) catches it as one."""
 
 
 class DeviceNotFound(ConfigError):

@@ -162,7 +162,7 @@ def lock_info(backend: Backend, index: int) -> dict[str, Any]:
     if not st.locked:
         return {**unknown, "state": "none", "text": st.describe(), "pinned": st.pinned}
     mem = st.applied.locked_mem if st.applied is not None else None
-    return {
+    info = {
         "state": "locked",
         "sm_mhz": list(st.range) if st.range else None,
         "mem_mhz": list(mem) if mem else None,
@@ -170,6 +170,40 @@ def lock_info(backend: Backend, index: int) -> dict[str, Any]:
         "owners": list(st.owners) or ([st.owner] if st.owner else []),
         "stale": st.stale,
         "text": st.describe(),
+    }
+    return _without_dead_daemons(backend, index, info, st.applied)
+
+
+def _without_dead_daemons(
+    backend: Backend, index: int, info: dict[str, Any], applied: Any
+) -> dict[str, Any]:
+    """A gpuenvd lease ends with its daemon, whatever became of its client: while the daemon
+    is down, its leases are shown as gone (the clocks stay locked until gpuenvd starts again
+    and restores them, or 'gpuenv restore'), not as held."""
+    from gpuenv.clocks import describe_target
+    from gpuenv.clocks.journal import Applied, Journal
+
+    try:
+        entry = Journal().get(backend.device_info(index).uuid)
+    except (GpuenvError, OSError):
+        return info
+    gone = [o for o in (entry.owners if entry else ()) if o.kind == "lease"]
+    gone = [o for o in gone if not o.watchdog_alive()]
+    if not gone or entry is None:
+        return info
+    dead = {o.describe() for o in gone}
+    owners = [o for o in info["owners"] if o not in dead and "which has ended" not in o]
+    daemon = gone[0].watchdog_pid
+    text = f"a gpuenvd lease whose daemon (pid {daemon}) is gone"
+    if owners:
+        return {**info, "owners": owners, "text": f"{info['text']}; also {text}"}
+    target = describe_target(applied or Applied())
+    return {
+        **info,
+        "owners": [],
+        "stale": True,
+        "text": f"locked ({target}) by {text}: gpuenvd puts it back when it "
+        "starts again, or run 'gpuenv restore'",
     }
 
 

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """gpuenvd figures on the simulated GPU: lease latency, load with conflicts, SIGKILL
-recovery, and a 10,000-input fuzz. Prints a markdown table for docs/benchmarks.md.
+recovery, a 10,000-input fuzz, sharing at scale and fair queuing. Prints markdown
+tables for docs/benchmarks.md.
 
     .venv/bin/python scripts/bench_daemon.py            # full size (a few minutes)
     .venv/bin/python scripts/bench_daemon.py --quick    # smaller, for a smoke run
     .venv/bin/python scripts/bench_daemon.py --latency-only   # the latency rows alone (~30 s)
+    .venv/bin/python scripts/bench_daemon.py --sharing  # 10/50/100/200 clients sharing a lock,
+                                                        # then 5% of requests for another clock
 
 The daemon runs as a subprocess on a socket in a temp dir (GPUENV_BACKEND=sim),
 exactly as in tests/test_daemon_faults.py, whose harness this script uses.
@@ -13,6 +16,7 @@ exactly as in tests/test_daemon_faults.py, whose harness this script uses.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import platform
@@ -124,6 +128,131 @@ def bench_load(d: DaemonProcess, clients: int, cycles: int) -> dict:
     }
 
 
+# -- sharing at scale, and fair queuing ----------------------------------------------------------
+
+
+def _share_worker(args: tuple[str, int, float, float, float, float, float, float]) -> dict:
+    """One client: lock, hold, release, think, until `until`. A share of requests (`other`)
+    ask for another clock and wait up to 30 s for their turn; the others wait `main_wait`."""
+    sock, k, start_at, until, hold_s, think_s, other, main_wait = args
+    rng = random.Random(k)
+    lat: dict[str, list[float]] = {"main": [], "other": []}
+    refused = {"main": 0, "other": 0}
+    errors = 0
+    with Client(sock, timeout=120) as c:
+        while time.time() < start_at:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, think_s))
+        while time.time() < until:
+            kind = "other" if rng.random() < other else "main"
+            t0 = time.perf_counter()
+            try:
+                if kind == "other":
+                    lease = c.lock(sm=1500, gpus=[0], wait=30)
+                else:
+                    lease = c.lock(sm=1350, gpus=[0], wait=main_wait)
+            except LockConflict:
+                refused[kind] += 1
+                time.sleep(rng.uniform(0, 2 * think_s))
+                continue
+            except Exception:
+                errors += 1
+                continue
+            lat[kind].append(time.perf_counter() - t0)
+            time.sleep(rng.uniform(0, 2 * hold_s))
+            lease.release()
+            time.sleep(rng.uniform(0, 2 * think_s))
+    return {"lat": lat, "refused": refused, "errors": errors}
+
+
+def bench_sharing(
+    d: DaemonProcess, clients: int, seconds: float, other: float, main_wait: float
+) -> dict:
+    """`clients` processes for `seconds`; the journal record's size is watched meanwhile."""
+    ctx = mp.get_context("fork")
+    start_at = time.time() + 2.0 + clients * 0.02  # every client connected before the clock runs
+    until = start_at + seconds
+    record = Path(d.env["GPUENV_STATE_DIR"]) / f"{d.backend.device_info(0).uuid}.json"
+    biggest = 0
+    work = [
+        (d.socket, k, start_at, until, HOLD_S, THINK_S, other, main_wait) for k in range(clients)
+    ]
+    with ctx.Pool(clients) as pool:
+        res = pool.map_async(_share_worker, work)
+        while not res.ready():
+            with contextlib.suppress(OSError):
+                biggest = max(biggest, record.stat().st_size)
+            time.sleep(0.05)
+        results = res.get(timeout=900)
+    settled = d.wait_pristine(timeout=10.0)
+    out: dict = {"clients": clients, "record_bytes": biggest, "share": other, "wait": main_wait}
+    for kind in ("main", "other"):
+        lat = [x for r in results for x in r["lat"][kind]]
+        out[kind] = {
+            "grants": len(lat),
+            "refused": sum(r["refused"][kind] for r in results),
+            "p50": pct(lat, 50) if lat else float("nan"),
+            "p99": pct(lat, 99) if lat else float("nan"),
+            "max": max(lat) if lat else float("nan"),
+        }
+    out["errors"] = sum(r["errors"] for r in results)
+    out["lost"] = 0 if settled is not None else 1
+    return out
+
+
+HOLD_S, THINK_S = 0.1, 0.05  # a client holds its lease 0-200 ms, then pauses 0-100 ms
+
+
+def run_sharing(sizes: list[int], seconds: float, fair: bool, nice: int = 0) -> None:
+    """The sharing table: `sizes` clients sharing SM 1350 MHz; with `fair`, 50 clients of
+    which 5% of requests ask for SM 1500 MHz, the sharers waiting (30 s) or not (0 s)."""
+    runs = [(n, 0.0, 30.0) for n in sizes] + ([(50, 0.05, 30.0), (50, 0.05, 0.0)] if fair else [])
+    rows = []
+    for clients, other, main_wait in runs:
+        work = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
+        d = DaemonProcess(work, n_gpus=1, nice=nice)
+        d.start()
+        try:
+            print(
+                f"sharing: {clients} clients, {other:.0%} for another clock, "
+                f"load average {_loadavg()} ...",
+                file=sys.stderr,
+            )
+            rows.append(bench_sharing(d, clients, seconds, other, main_wait))
+            print(rows[-1], file=sys.stderr)
+        finally:
+            d.close()
+            shutil.rmtree(work, ignore_errors=True)
+    when = time.strftime("%Y-%m-%d")
+    cpu = f"{os.cpu_count()}-core CPU machine ({platform.machine()}), no GPU, simulated H100"
+    print(
+        f"\nSharing one lock ({when}, {cpu}; `scripts/bench_daemon.py --sharing`, gpuenvd at "
+        f"nice {nice}): each client "
+        f"locks, holds 0-{2 * HOLD_S * 1e3:.0f} ms, releases, pauses 0-{2 * THINK_S * 1e3:.0f} "
+        f"ms, for {seconds:.0f} s:\n"
+    )
+    print(
+        "| clients | asks for (wait) | grants | lock round trip p50 / p99 / max | refused | "
+        "journal record, largest | lost restores |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        for kind in ("main", "other"):
+            k = r[kind]
+            if kind == "other" and not r["share"]:
+                continue
+            share = f"{1 - r['share']:.0%} " if r["share"] else ""
+            what = (
+                "SM 1500 MHz, 5% (30 s)"
+                if kind == "other"
+                else f"SM 1350 MHz, {share}({r['wait']:.0f} s)"
+            )
+            print(
+                f"| {r['clients']} | {what} | {k['grants']} | {ms(k['p50'])} / {ms(k['p99'])} / "
+                f"{ms(k['max'])} | {k['refused']} | {r['record_bytes']:,} B | {r['lost']} |"
+            )
+
+
 # -- SIGKILL --------------------------------------------------------------------------------
 
 
@@ -227,21 +356,10 @@ def print_latency(lat_by_fs: dict[str, dict[str, list[float]]]) -> None:
             )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smaller sizes for a smoke run")
-    ap.add_argument(
-        "--latency-only",
-        action="store_true",
-        help="only the lease latency rows (disk and tmpfs), for repeated runs",
-    )
-    args = ap.parse_args()
-    n_lat, clients, cycles, kills, dkills, fuzz = (
-        (200, 10, 20, 20, 3, 500) if args.quick else (2000, 50, 100, 100, 10, 10_000)
-    )
-    # Latency twice: with the journal and the simulated driver's state on this machine's
-    # disk (every lock and release fsyncs the journal: crash safety costs what the disk
-    # costs), and on tmpfs, which leaves the daemon's own cost.
+def latency_on_disk_and_tmpfs(n_lat: int) -> dict[str, dict[str, list[float]]]:
+    """Latency twice: with the journal and the simulated driver's state on this machine's
+    disk (every lock and release fsyncs the journal: crash safety costs what the disk
+    costs), and on tmpfs, which leaves the daemon's own cost."""
     lat_by_fs: dict[str, dict[str, list[float]]] = {}
     places = [("disk", None)] + ([("tmpfs", "/dev/shm")] if os.path.isdir("/dev/shm") else [])
     for fs, base in places:
@@ -257,25 +375,14 @@ def main() -> None:
         finally:
             d.close()
             shutil.rmtree(work, ignore_errors=True)
-    if args.latency_only:
-        print(f"load average after: {_loadavg()}", file=sys.stderr)
-        print_latency(lat_by_fs)
-        return
-    work = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
-    d = DaemonProcess(work, n_gpus=2)
-    d.start()
-    try:
-        print(f"load: {clients} clients x {cycles} cycles ...", file=sys.stderr)
-        load = bench_load(d, clients, cycles)
-        print(f"SIGKILL: {kills} clients, {dkills} daemons ...", file=sys.stderr)
-        kill_times, kill_failed = bench_client_kill(d, kills)
-        drestored, dtrials = bench_daemon_kill(d, dkills)
-        print(f"fuzz: {fuzz} inputs ...", file=sys.stderr)
-        fz = bench_fuzz(d, fuzz)
-    finally:
-        d.close()
-        shutil.rmtree(work, ignore_errors=True)
-    print_latency(lat_by_fs)
+    return lat_by_fs
+
+
+def print_rest(
+    load: dict, kill_times: list[float], kill_failed: int, dkill: tuple[int, int], fz: dict
+) -> None:
+    """The table's rows after the latency rows."""
+    drestored, dtrials = dkill
     print(
         f"| load: {load['clients']} client processes x {load['cycles']} lock/release cycles, "
         f"each at one of two clocks at random | {load['grants']} granted, "
@@ -304,6 +411,64 @@ def main() -> None:
     )
     if fz["first_bad"]:
         print(f"\nfirst wrong reply: {fz['first_bad']}", file=sys.stderr)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes for a smoke run")
+    ap.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only the lease latency rows (disk and tmpfs), for repeated runs",
+    )
+    ap.add_argument(
+        "--sharing",
+        action="store_true",
+        help="only the sharing-at-scale and fair-queuing table (a few minutes)",
+    )
+    ap.add_argument(
+        "--sizes",
+        default="10,50,100,200",
+        help="with --sharing: how many clients share, comma-separated ('' for none)",
+    )
+    ap.add_argument("--no-fair", action="store_true", help="with --sharing: no fairness rows")
+    ap.add_argument(
+        "--nice", type=int, default=0, help="run gpuenvd at this niceness (the unit: -10)"
+    )
+    args = ap.parse_args()
+    if args.sharing:
+        sizes = [int(n) for n in args.sizes.split(",") if n.strip()]
+        run_sharing(
+            sizes[:2] if args.quick else sizes,
+            5.0 if args.quick else 20.0,
+            not args.no_fair,
+            args.nice,
+        )
+        return
+    n_lat, clients, cycles, kills, dkills, fuzz = (
+        (200, 10, 20, 20, 3, 500) if args.quick else (2000, 50, 100, 100, 10, 10_000)
+    )
+    lat_by_fs = latency_on_disk_and_tmpfs(n_lat)
+    if args.latency_only:
+        print(f"load average after: {_loadavg()}", file=sys.stderr)
+        print_latency(lat_by_fs)
+        return
+    work = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
+    d = DaemonProcess(work, n_gpus=2)
+    d.start()
+    try:
+        print(f"load: {clients} clients x {cycles} cycles ...", file=sys.stderr)
+        load = bench_load(d, clients, cycles)
+        print(f"SIGKILL: {kills} clients, {dkills} daemons ...", file=sys.stderr)
+        kill_times, kill_failed = bench_client_kill(d, kills)
+        drestored, dtrials = bench_daemon_kill(d, dkills)
+        print(f"fuzz: {fuzz} inputs ...", file=sys.stderr)
+        fz = bench_fuzz(d, fuzz)
+    finally:
+        d.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print_latency(lat_by_fs)
+    print_rest(load, kill_times, kill_failed, (drestored, dtrials), fz)
 
 
 if __name__ == "__main__":

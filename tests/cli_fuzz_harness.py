@@ -373,7 +373,7 @@ def _changes_allowed(case: Case) -> bool:
 def _bookkeeping(path: str) -> bool:
     name = os.path.basename(path)
     return (
-        name.endswith(".lock")
+        name.endswith((".lock", ".lock-private"))
         or path == "state"
         or name.startswith("sim.json")
         or name.startswith("gpuenv-sim")

@@ -60,3 +60,11 @@ def sim(vclock):
     backend = SimBackend(clock=vclock)
     yield backend
     backend.close()
+
+
+@pytest.fixture
+def warm_sim(sim):
+    """The simulated H100 with a CUDA context, idle for 10 s: at its boost clock, cool."""
+    sim.open_context(0)
+    sim.idle(10.0)
+    return sim

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,7 +35,8 @@ def state_tuple(backend: SimBackend, index: int) -> tuple:
 class DaemonProcess:
     """gpuenvd in a subprocess: start, SIGKILL, restart; the GPU's truth from this side."""
 
-    def __init__(self, workdir: Path, *, n_gpus: int = 2, config: str | None = None):
+    def __init__(self, workdir: Path, *, n_gpus: int = 2, config: str | None = None, nice: int = 0):
+        self.nice = nice  # the shipped unit runs gpuenvd at Nice=-10
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.socket = str(self.workdir / "gpuenvd.sock")
@@ -75,7 +79,13 @@ class DaemonProcess:
             "debug",
         ]
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log)
+            self.proc = subprocess.Popen(
+                cmd,
+                env=self.env,
+                stdout=log,
+                stderr=log,
+                preexec_fn=(lambda: os.nice(self.nice)) if self.nice else None,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -143,6 +153,119 @@ def client_process(
         text=True,
         env=env,
     )
+
+
+# -- real local accounts ---------------------------------------------------------------------------
+
+TEST_USERS = ("gpuenv-test-a", "gpuenv-test-b")  # system accounts, made when missing
+
+
+def local_users(n: int) -> list[pwd.struct_passwd]:
+    """`n` real unprivileged accounts; made with `useradd --system` when they are missing.
+
+    Needs root (CI runs as root); anything else skips the calling test with the reason.
+    """
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make and run as a second local account (CI runs as root)")
+    if shutil.which("useradd") is None:
+        pytest.skip("useradd is not installed: cannot make a second local account")
+    users = []
+    for name in TEST_USERS[:n]:
+        try:
+            users.append(pwd.getpwnam(name))
+            continue
+        except KeyError:
+            pass
+        made = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            capture_output=True,
+            text=True,
+        )
+        if made.returncode not in (0, 9):  # 9: made meanwhile by another test run
+            pytest.skip(f"useradd {name} failed: {made.stderr.strip()}")
+        users.append(pwd.getpwnam(name))
+    if _user_python(users[0]) is None:
+        pytest.skip(f"no Python that {users[0].pw_name} may run imports gpuenv here")
+    return users
+
+
+_PYTHONS: dict[int, str | None] = {}
+
+
+def _user_python(user: pwd.struct_passwd) -> str | None:
+    """This Python, or the system's of the same version when this one is out of the
+    account's reach (a pyenv under /root), that can import gpuenv as `user`."""
+    if user.pw_uid not in _PYTHONS:
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        found = None
+        for python in (
+            sys.executable,
+            f"/usr/bin/python{version}",
+            f"/usr/local/bin/python{version}",
+        ):
+            try:
+                ok = subprocess.run(
+                    [python, "-c", "import gpuenv.daemon.client"],
+                    env=_user_env(os.environ),
+                    capture_output=True,
+                    timeout=60,
+                    **as_user(user),
+                )
+            except OSError:
+                continue
+            if ok.returncode == 0:
+                found = python
+                break
+        _PYTHONS[user.pw_uid] = found
+    return _PYTHONS[user.pw_uid]
+
+
+def _user_env(env: dict | os._Environ) -> dict:
+    """`env` for another account: gpuenv and its dependencies from this checkout and venv."""
+    import site
+
+    paths = [str(ROOT), *site.getsitepackages(), env.get("PYTHONPATH", "")]
+    return {**env, "HOME": "/tmp", "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def as_user(user: pwd.struct_passwd) -> dict:
+    """subprocess arguments that run a command as `user` (no supplementary groups)."""
+    return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+
+
+def run_as(
+    user: pwd.struct_passwd, code: str, *args: str, env: dict, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run Python `code` as `user`; its output comes back as text."""
+    return subprocess.run(
+        [_user_python(user) or sys.executable, "-c", code, *args],
+        env=_user_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **as_user(user),
+    )
+
+
+def start_as(user: pwd.struct_passwd, code: str, *args: str, env: dict) -> subprocess.Popen[str]:
+    """Start Python `code` as `user` (stdout a pipe, line by line)."""
+    return subprocess.Popen(
+        [_user_python(user) or sys.executable, "-c", code, *args],
+        env=_user_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **as_user(user),
+    )
+
+
+def shared_workdir() -> Path:
+    """A temp dir other accounts may traverse (the socket lives there), removed by the caller."""
+    path = Path(tempfile.mkdtemp(prefix="gpuenvd-"))
+    path.chmod(0o755)
+    return path
 
 
 # -- fuzzing: malformed, oversized, truncated and out-of-order messages ---------------------------

@@ -102,7 +102,7 @@ def _lock_both(sim: SimBackend, journal: Journal, *, standing: bool) -> Any:
 def _leftovers(path: Path) -> list[str]:
     if not path.is_dir():
         return []
-    return sorted(p.name for p in path.iterdir() if p.name != ".lock")
+    return sorted(p.name for p in path.iterdir() if p.name not in (".lock", ".lock-private"))
 
 
 def _finish(sim: SimBackend, journal: Journal, prior: list[tuple[Any, ...]]) -> str:

@@ -166,3 +166,12 @@ def test_so_peercred_names_this_process(tmp_path: Path) -> None:
 def test_unknown_uid_gets_a_numeric_name() -> None:
     p = make_peer(4242, 3_999_999, 3_999_999)
     assert p.user == "3999999" and "3999999" in p.groups
+
+
+def test_connection_limits_are_configurable_and_checked() -> None:
+    cfg = parse_config("[daemon]\nmax_connections_per_user = 8\nidle_timeout = 30\n")
+    assert cfg.max_connections_per_user == 8 and cfg.idle_timeout == 30.0
+    assert parse_config("").max_connections_per_user == 32  # the defaults
+    for bad in ("max_connections_per_user = 0", "idle_timeout = soon", "idle_timeout = 1e9"):
+        with pytest.raises(ConfigError, match=bad.split()[0]):
+            parse_config(f"[daemon]\n{bad}\n", source="gpuenvd.conf")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
 import urllib.request
 from pathlib import Path
 
@@ -43,6 +45,7 @@ def test_metrics_show_clocks_and_who_holds_the_lock(tmp_path: Path) -> None:
     try:
         text = render(server).decode()
         assert _value(text, "gpuenv_lock_active", gpu="0") == 0
+        assert _value(text, "gpuenv_lock_stale", gpu="0") == 0
         assert _value(text, "gpuenv_sm_clock_mhz", gpu="0") == 345  # idle
         assert _value(text, "gpuenv_clock_event_reason_active", gpu="0", reason="GpuIdle") == 1
         assert _value(text, "gpuenv_power_watts", gpu="0") > 0  # type: ignore[operator]
@@ -54,18 +57,81 @@ def test_metrics_show_clocks_and_who_holds_the_lock(tmp_path: Path) -> None:
             backend.close_context(0)
         assert _value(scraped, "gpuenv_lock_active", gpu="0") == 1
         assert _value(scraped, "gpuenv_lock_sm_mhz", gpu="0", bound="max") == 1350
-        assert _value(scraped, "gpuenv_lock_holder", gpu="0", user="alice", kind="lease") == 1
+        assert _value(scraped, "gpuenv_lock_holders", gpu="0", user="alice", kind="lease") == 1
         assert _value(scraped, "gpuenv_leases", kind="connection") == 1
         assert _value(scraped, "gpuenv_lease_grants_total") == 1
         assert _value(scraped, "gpuenv_energy_joules_total", gpu="0") is not None
         assert (
-            _value(scraped, "gpuenv_clock_event_reason_seconds_total", gpu="0", reason="power")
+            _value(scraped, "gpuenv_clock_event_reason_seconds_total", gpu="0", reason="SwPowerCap")
             is not None
         )
         after = render(server).decode()
         assert _value(after, "gpuenv_lock_active", gpu="0") == 0
-        assert _value(after, "gpuenv_lock_holder", gpu="0", user="alice") is None
+        assert _value(after, "gpuenv_lock_holders", gpu="0", user="alice") is None
         assert _value(after, "gpuenv_lease_releases_total") == 1
     finally:
         server.stop()
         backend.close()
+
+
+def _labels(line: str) -> dict[str, str]:
+    inside = line[line.index("{") + 1:line.rindex("}")]
+    return dict(re.findall(r'(\w+)="([^"]*)"', inside))
+
+
+def test_series_join_dcgm_exporter_and_speak_one_reason_vocabulary(tmp_path: Path) -> None:
+    """Every GPU series has dcgm-exporter's labels with its values (UUID, pci_bus_id as NVML
+    gives them, modelName, Hostname); reasons use NVML's names in both reason metrics; no
+    label names a process; power limit, thresholds, memory temperature and build info are
+    there (so "power against its cap" and "temperature against slowdown" can be graphed)."""
+    from gpuenv.daemon.metrics import render
+    from gpuenv.reasons import REASON_NAMES
+
+    backend = SimBackend("h100", n_gpus=2, state_file=tmp_path / "sim.json")
+    server = Server(
+        parse_config("[lock]\nuser:alice = all\n").with_socket(str(tmp_path / "s.sock")),
+        backend, journal=Journal(tmp_path / "journal"), peer_of=lambda sock: ALICE,
+    )  # fmt: skip
+    server.start()
+    try:
+        with Client(server.address) as c, c.lock(sm=1350, gpus=[1]):
+            text = render(server).decode()
+    finally:
+        server.stop()
+        backend.close()
+    info = backend.device_info(1)
+    series = [ln for ln in text.splitlines() if ln.startswith("gpuenv_") and "{" in ln]
+    per_gpu = [ln for ln in series if 'gpu="' in ln]
+    assert per_gpu and all(
+        {"gpu", "UUID", "pci_bus_id", "modelName", "Hostname"} <= set(_labels(ln))
+        for ln in per_gpu)
+    assert all("pid" not in _labels(ln) for ln in series)
+    one = _labels(next(ln for ln in per_gpu if ln.startswith("gpuenv_sm_clock_mhz") and
+                       'gpu="1"' in ln))
+    assert one == {"gpu": "1", "UUID": info.uuid, "pci_bus_id": info.pci_bus_id,
+                   "modelName": info.name, "Hostname": socket.gethostname()}
+    names = set(REASON_NAMES.values())
+    for metric in ("gpuenv_clock_event_reason_active{", "gpuenv_clock_event_reason_seconds_total{"):
+        reasons = {_labels(ln)["reason"] for ln in series if ln.startswith(metric)}
+        assert reasons and all(set(r.split("|")) <= names for r in reasons), reasons
+    assert _value(text, "gpuenv_power_limit_watts", gpu="1") == 700
+    assert _value(text, "gpuenv_temperature_threshold_celsius", gpu="1", threshold="slowdown") == 89
+    assert _value(text, "gpuenv_temperature_threshold_celsius", gpu="1",
+                  threshold="gpu_max_operating") == 87
+    assert _value(text, "gpuenv_memory_temperature_celsius", gpu="1") is not None
+    assert _value(text, "gpuenv_build_info") == 1
+    assert _value(text, "gpuenv_lock_active", gpu="1") == 1
+    assert _value(text, "gpuenv_lock_active", gpu="0") == 0
+
+
+def test_a_host_alone_gets_the_default_port_which_is_not_dcgm_exporters() -> None:
+    from gpuenv.daemon.auth import parse_listen
+    from gpuenv.daemon.metrics import DEFAULT_PORT
+
+    assert parse_listen("0.0.0.0") == ("0.0.0.0", DEFAULT_PORT)
+    assert parse_listen("localhost") == ("localhost", DEFAULT_PORT)
+    assert parse_listen("::1") == ("::1", DEFAULT_PORT)
+    assert parse_listen("9500") == ("127.0.0.1", 9500)
+    assert parse_config("[daemon]\nmetrics = 127.0.0.1\n").metrics == "127.0.0.1"
+    # 9100-9999: the Prometheus wiki's exporter range, fully allocated (9400: dcgm-exporter)
+    assert not 9100 <= DEFAULT_PORT <= 9999

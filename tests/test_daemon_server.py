@@ -1,4 +1,4 @@
-"""gpuenvd in-process: leases, who may do what, windows, streams, bad requests.
+"""gpuenvd in-process: who may do what, windows, streams, bad requests, recovery.
 
 The server runs on threads in this process over a real Unix socket, on the
 simulated GPU with a state file. `peer_of` is injected so one test can play
@@ -14,226 +14,19 @@ import json
 import os
 import socket
 import subprocess
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from server_harness import ALICE, BOB, CONFIG, EVE, ME, OPS, Harness, h
 
 from gpuenv.backend.sim import SimBackend
-from gpuenv.clocks.journal import Journal, process_start_time
 from gpuenv.daemon.auth import Peer, parse_config
 from gpuenv.daemon.client import Client, DaemonUnavailable, daemon_available
 from gpuenv.daemon.server import Server
-from gpuenv.errors import ConfigError, LockConflict, PermissionDenied
+from gpuenv.errors import ConfigError, PermissionDenied
 
-ME = os.getpid()
-ALICE = Peer(pid=ME, uid=50001, gid=50001, user="alice", groups=frozenset({"alice", "bench"}))
-BOB = Peer(pid=ME, uid=50002, gid=50002, user="bob", groups=frozenset({"bob", "bench"}))
-EVE = Peer(pid=ME, uid=50003, gid=50003, user="eve", groups=frozenset({"eve"}))
-OPS = Peer(pid=ME, uid=50004, gid=50004, user="ops", groups=frozenset({"ops"}))
-
-CONFIG = """
-[lock]
-user:alice = all
-group:bench = 1
-user:bob = 0
-[admin]
-users = ops
-"""
-
-
-class Harness:
-    def __init__(self, tmp: Path, config: str = CONFIG, n_gpus: int = 2):
-        self.tmp = tmp
-        self.sock = str(tmp / "gpuenvd.sock")
-        self.backend = SimBackend("h100", n_gpus=n_gpus, state_file=tmp / "sim.json")
-        self.journal = Journal(tmp / "journal")
-        self.queue: list[Peer] = []
-        cfg = parse_config(config).with_socket(self.sock)
-        self.server = Server(cfg, self.backend, journal=self.journal, peer_of=self._peer_of)
-        self.original = [self.truth(i) for i in range(n_gpus)]
-
-    def _peer_of(self, sock: socket.socket) -> Peer:
-        # a connection nobody queued an identity for (a liveness probe) is eve, who may only read
-        return self.queue.pop(0) if self.queue else EVE
-
-    def client(self, peer: Peer) -> Client:
-        self.queue.append(peer)
-        return Client(self.sock, timeout=10)
-
-    def truth(self, index: int) -> tuple:
-        t = self.backend.truth(index)
-        return (t.locked_sm, t.locked_mem, t.app_sm_mhz, t.app_mem_mhz, t.power_limit_w)
-
-    def locked_sm(self, index: int) -> tuple[int, int] | None:
-        return self.backend.truth(index).locked_sm
-
-
-@pytest.fixture
-def h(tmp_path: Path) -> Iterator[Harness]:
-    harness = Harness(tmp_path)
-    harness.server.start()
-    try:
-        yield harness
-    finally:
-        harness.server.stop()
-        harness.backend.close()
-
-
-def wait_for(cond, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
-
-
-# -- leases ---------------------------------------------------------------------------------------
-
-
-def test_lease_locks_and_release_restores(h: Harness) -> None:
-    with h.client(ALICE) as c:
-        assert c.info["peer"]["user"] == "alice" and c.info["may_lock"] == [0, 1]
-        lease = c.lock(sm=1350, gpus=[0])
-        assert h.locked_sm(0) == (1350, 1350)
-        assert h.locked_sm(1) is None
-        status = c.status()
-        assert status["gpus"][0]["leases"] == [lease.id]
-        assert "alice" in status["gpus"][0]["lock"]
-        lease.release()
-        assert h.truth(0) == h.original[0]
-        assert c.status()["leases"] == []
-
-
-def test_closing_the_connection_ends_its_leases(h: Harness) -> None:
-    c = h.client(ALICE)
-    c.lock(sm=(1200, 1500), power_limit_w=500, gpus="0,1")
-    assert h.locked_sm(0) == (1200, 1500) and h.backend.truth(1).power_limit_w == 500
-    c.close()
-    assert wait_for(lambda: h.truth(0) == h.original[0] and h.truth(1) == h.original[1])
-    assert wait_for(lambda: h.journal.entries() == [])  # cleared right after the restore
-
-
-def test_identical_requests_share_and_the_last_one_out_restores(h: Harness) -> None:
-    a, b = h.client(ALICE), h.client(BOB)
-    la = a.lock(sm=1350, gpus=[0])
-    lb = b.lock(sm=1350, gpus=[0])
-    assert lb.info["shared"] == [0]
-    la.release()
-    assert h.locked_sm(0) == (1350, 1350)  # bob still holds it
-    lb.release()
-    assert h.truth(0) == h.original[0]
-    a.close()
-    b.close()
-
-
-def test_conflict_is_refused_naming_the_holder(h: Harness) -> None:
-    with h.client(ALICE) as a, h.client(BOB) as b:
-        a.lock(sm=1350, gpus=[0], label="nightly gemm")
-        with pytest.raises(LockConflict) as err:
-            b.lock(sm=1500, gpus=[0])
-        assert "alice" in str(err.value) and "nightly gemm" in str(err.value)
-        assert err.value.gpu == 0 and err.value.exit_code == 5
-        assert h.locked_sm(0) == (1350, 1350)
-        assert b.status()["daemon"]["refusals"] == 1
-
-
-def test_wait_gets_the_lock_when_the_holder_lets_go(h: Harness) -> None:
-    a, b = h.client(ALICE), h.client(BOB)
-    a.lock(sm=1350, gpus=[0])
-    got: list = []
-    t = threading.Thread(target=lambda: got.append(b.lock(sm=1500, gpus=[0], wait=20)))
-    t.start()
-    time.sleep(0.3)
-    assert not got and h.locked_sm(0) == (1350, 1350)
-    a.close()  # alice's process ends: her lease ends, bob's wait is granted
-    t.join(timeout=20)
-    assert got and h.locked_sm(0) == (1500, 1500)
-    b.close()
-    assert wait_for(lambda: h.truth(0) == h.original[0])
-
-
-def test_a_waiting_request_is_not_starved_by_newcomers_sharing_the_lock(h: Harness) -> None:
-    a, b, c = h.client(ALICE), h.client(BOB), h.client(OPS)
-    a.lock(sm=1350, gpus=[0])
-    got: list = []
-    t = threading.Thread(target=lambda: got.append(b.lock(sm=1500, gpus=[0], wait=20)))
-    t.start()
-    assert wait_for(lambda: len(h.server.leases._waiters) == 1)
-    # an identical request would share alice's lock, but bob asked first for another state
-    with pytest.raises(LockConflict, match=r"bob \(pid \d+\), waiting since .* for SM 1500 MHz"):
-        c.lock(sm=1350, gpus=[0])
-    c.lock(sm=1350, gpus=[1]).release()  # other GPUs are not held up
-    a.close()
-    t.join(timeout=20)
-    assert got and h.locked_sm(0) == (1500, 1500)
-    b.close()
-    c.close()
-    assert wait_for(lambda: h.truth(0) == h.original[0])
-
-
-def test_a_waiting_client_that_goes_away_is_not_granted(h: Harness) -> None:
-    with h.client(ALICE) as a:
-        a.lock(sm=1350, gpus=[0])
-        h.queue.append(BOB)
-        raw = socket.socket(socket.AF_UNIX)
-        raw.connect(h.sock)
-        req = {"v": 1, "id": 1, "op": "lock", "gpus": [0], "sm": 1500, "wait": 60}
-        raw.sendall(json.dumps(req).encode() + b"\n")
-        time.sleep(0.2)
-        raw.close()
-        assert wait_for(lambda: a.status()["daemon"]["refusals"] == 1)
-        a.close()
-    assert wait_for(lambda: h.truth(0) == h.original[0])
-    assert h.server.leases.leases() == []
-
-
-def test_the_journal_names_the_client_as_owner_and_the_daemon_as_watchdog(h: Harness) -> None:
-    with h.client(ALICE) as c:
-        first = c.lock(sm=1350, gpus=[0])
-        second = c.lock(sm=1350, gpus=[0], label="warmup")  # shares: two owners, two tokens
-        standing = c.lock(sm=1410, gpus=[1], standing=True)
-        by_id = {
-            o.token[:12]: o
-            for i in (0, 1)
-            for o in h.journal.get(h.backend.device_info(i).uuid).owners  # type: ignore[union-attr]
-        }
-        assert set(by_id) == {first.id, second.id, standing.id}
-        kinds = {first.id: "lease", second.id: "lease", standing.id: "standing"}
-        for lease_id, kind in kinds.items():
-            owner = by_id[lease_id]
-            assert owner.kind == kind
-            assert (owner.pid, owner.uid, owner.user) == (ME, 50001, "alice")
-            assert owner.pid_start == process_start_time(ME)
-            assert owner.command.endswith("via gpuenvd")
-            assert abs(owner.started_at - time.time()) < 60
-            if kind == "lease":  # the daemon watches over it (here: this process)
-                assert owner.watchdog_pid == os.getpid()
-                assert owner.watchdog_start == process_start_time(os.getpid())
-            else:  # outlives the daemon
-                assert owner.watchdog_pid is None and owner.watchdog_start is None
-        assert by_id[first.id].request == "SM 1350 MHz"
-        assert by_id[second.id].command.startswith("warmup (")
-        assert len({o.token for o in by_id.values()}) == 3
-        assert c.restore([1]) == [1]
-
-
-def test_standing_lease_outlives_its_connection(h: Harness) -> None:
-    with h.client(ALICE) as c:
-        lease = c.lock(sm=1410, gpus=[1], standing=True)
-    time.sleep(0.1)
-    assert h.locked_sm(1) == (1410, 1410)
-    with h.client(BOB) as b:  # someone else cannot end it
-        with pytest.raises(PermissionDenied, match="belongs to alice"):
-            b.release(lease.id)
-        assert b.restore([1]) == []
-    assert h.locked_sm(1) == (1410, 1410)
-    with h.client(ALICE) as c:
-        assert c.restore([1]) == [1]
-    assert h.truth(1) == h.original[1]
+__all__ = ["h"]  # the fixture, imported
 
 
 # -- who may do what ---------------------------------------------------------------------------

@@ -165,3 +165,14 @@ def test_gpuenv_region_callable_whatever_was_imported_first():
     )
     out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
     assert out.stdout.split() == ["region", "a"]
+
+
+def test_a_region_that_discards_on_error_ends_with_x(channel):
+    with contextlib.suppress(ValueError), region("f", discard_on_error=True):
+        raise ValueError("boom")
+    with region("g", discard_on_error=True):
+        pass
+    with contextlib.suppress(ValueError), region("h"):
+        raise ValueError("kept: a user's region that raised is still measured")
+    kinds = [(e.kind, e.name) for e in map(parse_line, channel())]
+    assert kinds == [("b", "f"), ("x", None), ("b", "g"), ("e", None), ("b", "h"), ("e", None)]

@@ -76,7 +76,8 @@ def _config_option(fn: F) -> F:
 @click.group("daemon", invoke_without_command=True)
 @_socket_option
 @_config_option
-@click.option("--metrics", metavar="HOST:PORT", default=None, help="Serve Prometheus metrics here.")
+@click.option("--metrics", metavar="HOST:PORT", default=None,
+              help="Serve Prometheus metrics here (an address alone: port 19400).")
 @click.option(
     "--sample-period", type=float, default=None, metavar="S", help="Sampler period (default 0.1 s)."
 )
@@ -102,7 +103,7 @@ def daemon(
       [daemon]
       socket = /run/gpuenv/gpuenv.sock
       socket_group = gpubench       ; socket mode 0660, this group
-      metrics = 127.0.0.1:9400      ; Prometheus endpoint
+      metrics = 127.0.0.1:19400     ; Prometheus endpoint
       [lock]
       user:alice = all
       group:gpubench = 0,1          ; NVML indices or UUIDs

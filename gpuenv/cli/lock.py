@@ -164,8 +164,9 @@ def restore(
         daemon = daemon_client(backend)
         if daemon is not None:
             daemon.close()
-            _restore_via_daemon(backend, gpu, all_owners)
-            return
+            if not defaults:  # --defaults writes the GPUs itself: it needs root, not a lease
+                _restore_via_daemon(backend, gpu, all_owners)
+                return
         journal = Journal()
         items = plan_restore(backend, gpu, journal=journal, all_owners=all_owners)
         damaged = damaged_records(backend, gpu, journal=journal)

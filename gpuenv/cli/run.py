@@ -37,10 +37,25 @@ _RERAISE = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal
 @gpu_option(default="auto")
 @click.option(
     "--policy",
-    type=click.Choice(["annotate", "reject"]),
+    type=click.Choice(["annotate", "reject", "retry"]),
     default="annotate",
     show_default=True,
-    help="reject: exit 1 when a region's telemetry makes it untrustworthy (for CI).",
+    help="reject: exit 1 when a region's telemetry makes it untrustworthy (for CI). "
+    "retry is refused: gpuenv cannot re-run a call it did not make.",
+)
+@click.option(
+    "--regions",
+    "regions_from",
+    type=click.Choice(["nvtx"]),
+    default=None,
+    help="nvtx: each NVTX range the command pushes and pops (torch.cuda.nvtx, nvtx, C/C++) is "
+    "a region too; needs a C compiler on first use, no profiler.",
+)
+@click.option(
+    "--no-auto-regions",
+    is_flag=True,
+    help="Do not make each do_bench, torch Timer and pytest-benchmark call of a Python "
+    "command a region (GPUENV_AUTO_REGIONS=do_bench,timer,pytest picks kinds).",
 )
 @click.option(
     "-o",
@@ -53,6 +68,14 @@ _RERAISE = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal
     "--period", type=float, default=None, metavar="S", help="Sampling period (default 0.025 s)."
 )
 @click.option("-q", "--quiet", is_flag=True, help="No summary table on stderr.")
+@click.option(
+    "--summary",
+    type=click.Choice(["each", "rank0"]),
+    default="each",
+    show_default=True,
+    help="Under torchrun/Slurm: each rank prints its table, or rank 0 prints one table of all "
+    "ranks (GPUENV_RANKS_DIR: a directory the ranks share; default the temp directory).",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 @handle_errors
@@ -68,27 +91,33 @@ def run(
     output: str | None,
     period: float | None,
     quiet: bool,
+    summary: str,
+    regions_from: str | None,
+    no_auto_regions: bool,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND under gpuenv: lock clocks if asked (restored whatever happens),
     sample telemetry for the whole run, and print a summary per region.
 
     COMMAND keeps its stdin, stdout and stderr; SIGINT and SIGTERM reach it;
-    gpuenv exits with its exit code. Mark regions in Python with
-    'with gpuenv.region("train"): ...' (without any, the whole run is one region).
+    gpuenv exits with its exit code. Each do_bench, torch Timer and pytest-benchmark
+    call of a Python command is a region of its own, with no change to its code;
+    mark others with 'with gpuenv.region("train"): ...' (the whole run is one more).
 
     \b
     gpuenv run --sm 1350 -o run.jsonl -- python bench.py
     gpuenv run --policy reject -- pytest --benchmark-only
-    torchrun --nproc-per-node 8 --no-python gpuenv run -o r.jsonl -- python train.py
+    torchrun --nproc-per-node 8 --no-python gpuenv run --summary rank0 -- python train.py
 
     -i defaults to the rank's own GPU under torchrun (LOCAL_RANK) or Slurm
     (SLURM_LOCALID), else the GPUs CUDA_VISIBLE_DEVICES shows, else all.
     """
     from gpuenv.devices import select_gpus
     from gpuenv.errors import ConfigError
+    from gpuenv.run.autoregions import ENV_SELECT, select_kinds
     from gpuenv.run.runner import (
         Runner,
+        check_run_policy,
         default_gpu_selector,
         rank_of,
         rank_output_path,
@@ -103,7 +132,9 @@ def run(
         raise ConfigError("no command to run", hint="gpuenv run [options] -- python bench.py")
     if period is not None and period <= 0:
         raise ConfigError(f"--period {period:g} must be positive", hint="e.g. --period 0.05")
+    check_run_policy(policy)
     resolve_command(argv)  # a typo fails here, before anything is locked
+    auto = select_kinds(os.environ.get(ENV_SELECT), enabled=not no_auto_regions)
     lock_args = None
     if sm is not None or mem is not None or power_limit is not None or sm_max is not None:
         from gpuenv.clocks import make_request
@@ -133,6 +164,9 @@ def run(
             output=out_path,
             period=period,
             quiet=quiet,
+            auto_regions=auto,
+            summary=summary,
+            nvtx=regions_from == "nvtx",
         )
         result = runner.run()
     finally:

@@ -114,7 +114,7 @@ def decode(path: Path, data: bytes, uuid: str) -> JournalEntry:
 
 
 class _DirLock:
-    """flock on `<dir>/.lock`, re-entrant within a process (flocks on two fds of one
+    """flock on `<dir>/.lock-private`, re-entrant within a process (flocks on two fds of one
     process would block each other), exclusive across processes.
 
     On a directory gpuenv cannot write (read-only file system, another owner) the
@@ -152,15 +152,46 @@ class _DirLock:
 
     def _open(self) -> int | None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as err:
+            return _open_private_lock(self.path)
+        except OSError as err:  # (a directory of another user is refused: ConfigError)
             if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
                 raise
         try:
             return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
+
+
+def _private_dir(path: Path) -> None:
+    """Make the state directory 0700, ours: anyone who can open the lock file can
+    flock it and stall every gpuenv lock, release and restore (the daemon's too)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.stat(path)
+    if st.st_uid != os.geteuid():
+        raise ConfigError(
+            f"the state directory {path} belongs to uid {st.st_uid}, not to this user",
+            hint="use your own (GPUENV_STATE_DIR), or chown it to the user that runs gpuenv",
+        )
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+def _open_private_lock(path: Path) -> int:
+    """Open the lock file (0600), in the directory made private first. Its name is new:
+    the `.lock` of older versions was 0644 in a 0755 directory, so anyone may hold it
+    open (and flock it) still; nobody but this user could open this one. One that is
+    not ours or not 0600 anyway is not trusted: a new file replaces it."""
+    _private_dir(path.parent)
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd = os.open(path, flags, 0o600)
+    st = os.fstat(fd)
+    if st.st_uid == os.geteuid() and not st.st_mode & 0o077:
+        return fd
+    os.close(fd)
+    fresh = path.with_name(f"{path.name}.{os.getpid()}.new")
+    os.close(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600))
+    os.replace(fresh, path)
+    return os.open(path, flags, 0o600)
 
 
 _DIR_LOCKS: dict[str, _DirLock] = {}
@@ -172,7 +203,7 @@ def _dir_lock(state_dir: Path) -> _DirLock:
     with _DIR_LOCKS_GUARD:
         lock = _DIR_LOCKS.get(key)
         if lock is None:
-            lock = _DIR_LOCKS[key] = _DirLock(Path(key) / ".lock")
+            lock = _DIR_LOCKS[key] = _DirLock(Path(key) / ".lock-private")
         return lock
 
 
@@ -283,7 +314,7 @@ class Journal:
         with self.locked():
             final = self._file(entry.uuid)
             try:
-                self.path.mkdir(parents=True, exist_ok=True, mode=0o755)
+                _private_dir(self.path)
             except OSError as err:
                 raise self._file_error(err, self.path) from err
             # Both copies are written in full before either is renamed into place: a write
@@ -303,7 +334,7 @@ class Journal:
                 raise self._file_error(err, final) from err
 
     def _write_tmp(self, tmp: Path, data: bytes) -> None:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             self._write_all(fd, data)
             os.fsync(fd)

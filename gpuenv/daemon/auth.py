@@ -10,7 +10,9 @@ configparser (no new dependency on Python 3.10, comments allowed):
     socket_group = gpubench      ; the socket is chown'ed to this group ...
     socket_mode = 0660           ; ... with this mode: who may connect at all
     sample_period = 0.1          ; the daemon's own sampler, seconds
-    metrics = 127.0.0.1:9400     ; Prometheus endpoint; leave out for none
+    metrics = 127.0.0.1:19400    ; Prometheus endpoint; leave out for none
+    max_connections_per_user = 32 ; a user who is not an admin (root, admins: no limit)
+    idle_timeout = 300           ; close a connection that holds nothing and says nothing
 
     [lock]                       ; who may lock which GPUs
     user:alice = all
@@ -30,6 +32,7 @@ from __future__ import annotations
 import configparser
 import contextlib
 import grp
+import ipaddress
 import os
 import pwd
 import socket
@@ -99,6 +102,9 @@ class Config:
     lock_rules: dict[str, tuple[str, ...]] = field(default_factory=dict)
     admin_users: frozenset[str] = frozenset()
     admin_groups: frozenset[str] = frozenset()
+    # connections a user who is not an admin may hold open at once (root and admins: no limit)
+    max_connections_per_user: int = 32
+    idle_timeout: float = 300.0  # seconds; a connection holding nothing is closed after this
     source: str | None = None  # the file it came from
 
     def socket_permissions(self) -> int:
@@ -123,8 +129,73 @@ class Config:
         return Config(**{**self.__dict__, "socket": path})
 
 
+_DAEMON_KEYS = (
+    "socket",
+    "socket_group",
+    "socket_mode",
+    "sample_period",
+    "metrics",
+    "max_connections_per_user",
+    "idle_timeout",
+)
+
+
+def _number(text: str, key: str, lo: float, hi: float, source: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not lo <= value <= hi:
+        raise ConfigError(f"{source}: {key} {text!r} must be a number from {lo:g} to {hi:g}")
+    return int(value) if key.startswith("max_") else value
+
+
 def _split(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.replace(" ", ",").split(",") if p.strip())
+
+
+def _daemon_settings(d: configparser.SectionProxy, source: str) -> dict:
+    """The [daemon] section's settings, checked."""
+    kwargs: dict = {}
+    for key in d:
+        if key not in _DAEMON_KEYS:
+            raise ConfigError(
+                f"{source}: [daemon] has no setting {key!r}",
+                hint="settings: " + ", ".join(_DAEMON_KEYS),
+            )
+    if d.get("socket"):
+        kwargs["socket"] = d["socket"]
+    if d.get("socket_group"):
+        kwargs["socket_group"] = d["socket_group"]
+    if "socket_mode" in d:
+        try:
+            mode = int(d["socket_mode"], 8)
+        except ValueError:
+            raise ConfigError(
+                f"{source}: socket_mode {d['socket_mode']!r} is not octal", hint="e.g. 0660"
+            ) from None
+        if not 0 <= mode <= 0o777:
+            raise ConfigError(
+                f"{source}: socket_mode {d['socket_mode']!r} is out of range", hint="e.g. 0660"
+            )
+        kwargs["socket_mode"] = mode
+    if "sample_period" in d:
+        try:
+            period = float(d["sample_period"])
+        except ValueError:
+            period = -1.0
+        if not 0.001 <= period <= 10:
+            raise ConfigError(
+                f"{source}: sample_period {d['sample_period']!r} must be 0.001 to 10 seconds"
+            )
+        kwargs["sample_period"] = period
+    for key, lo, hi in (("max_connections_per_user", 1, 4096), ("idle_timeout", 1, 86400)):
+        if key in d:
+            kwargs[key] = _number(d[key], key, lo, hi, source)
+    if d.get("metrics"):
+        kwargs["metrics"] = d["metrics"]
+        parse_listen(d["metrics"])
+    return kwargs
 
 
 def parse_config(text: str, *, source: str = "<config>") -> Config:
@@ -148,42 +219,7 @@ def parse_config(text: str, *, source: str = "<config>") -> Config:
             )
     kwargs: dict = {"source": source}
     if parser.has_section("daemon"):
-        d = parser["daemon"]
-        for key in d:
-            if key not in ("socket", "socket_group", "socket_mode", "sample_period", "metrics"):
-                raise ConfigError(
-                    f"{source}: [daemon] has no setting {key!r}",
-                    hint="settings: socket, socket_group, socket_mode, sample_period, metrics",
-                )
-        if d.get("socket"):
-            kwargs["socket"] = d["socket"]
-        if d.get("socket_group"):
-            kwargs["socket_group"] = d["socket_group"]
-        if "socket_mode" in d:
-            try:
-                mode = int(d["socket_mode"], 8)
-            except ValueError:
-                raise ConfigError(
-                    f"{source}: socket_mode {d['socket_mode']!r} is not octal", hint="e.g. 0660"
-                ) from None
-            if not 0 <= mode <= 0o777:
-                raise ConfigError(
-                    f"{source}: socket_mode {d['socket_mode']!r} is out of range", hint="e.g. 0660"
-                )
-            kwargs["socket_mode"] = mode
-        if "sample_period" in d:
-            try:
-                period = float(d["sample_period"])
-            except ValueError:
-                period = -1.0
-            if not 0.001 <= period <= 10:
-                raise ConfigError(
-                    f"{source}: sample_period {d['sample_period']!r} must be 0.001 to 10 seconds"
-                )
-            kwargs["sample_period"] = period
-        if d.get("metrics"):
-            kwargs["metrics"] = d["metrics"]
-            parse_listen(d["metrics"])
+        kwargs.update(_daemon_settings(parser["daemon"], source))
     rules: dict[str, tuple[str, ...]] = {}
     if parser.has_section("lock"):
         for key, value in parser["lock"].items():
@@ -229,8 +265,26 @@ def load_config(path: str | os.PathLike | None) -> Config:
     return parse_config(text, source=os.fspath(path))
 
 
+# gpuenvd's metrics port when only a host is given: outside the Prometheus wiki's exporter
+# range 9100-9999 (fully allocated; 9400 is dcgm-exporter's), below Linux's ephemeral ports
+METRICS_PORT = 19400
+
+
+def _is_address(text: str) -> bool:
+    if text == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_listen(value: str) -> tuple[str, int]:
-    """ "127.0.0.1:9400" or "9400" -> (host, port)."""
+    """ "127.0.0.1:19400", "19400" (on 127.0.0.1) or an address alone, "0.0.0.0" or
+    "localhost" (on METRICS_PORT) -> (host, port)."""
+    if _is_address(value.strip()):
+        value = f"[{value.strip()}]:{METRICS_PORT}"
     host, _, port = value.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     try:
@@ -238,7 +292,9 @@ def parse_listen(value: str) -> tuple[str, int]:
     except ValueError:
         number = -1
     if not 0 <= number <= 65535:
-        raise ConfigError(f"metrics address {value!r} is not HOST:PORT", hint="e.g. 127.0.0.1:9400")
+        raise ConfigError(
+            f"metrics address {value!r} is not HOST:PORT", hint=f"e.g. 127.0.0.1:{METRICS_PORT}"
+        )
     return host, number
 
 

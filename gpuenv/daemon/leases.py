@@ -1,108 +1,64 @@
 """Leases: clock locks the daemon holds on behalf of its clients.
 
-A lease is a `gpuenv.clocks.Lock` taken by the daemon with the client as its
-journaled owner (kind "lease", the client's pid, uid and user; the daemon as
-its watchdog), so everything clocks.py guarantees holds here too: the original
-state is journaled before anything changes, an identical lock is shared and
-counted (the last one out restores), a different one is refused with the
-holder named, and multi-GPU locks are all or nothing. This module adds only
-what the daemon needs on top:
+Everything clocks.py guarantees holds here too (the original state journaled
+before anything changes, multi-GPU locks all or nothing, exact restore), with
+the journal's owner on each GPU being the daemon (holds.py says why, and how
+sharing stays O(1) and the queue fair). This module adds:
 
   - who may do what (auth.Authorizer: lock these GPUs, release that lease);
-  - the tie to a connection: when it closes, its leases end (`drop`);
-  - waiting for a conflicting lease to end (`wait` seconds), first come, first
-    served: while a request waits to change a GPU's state, newcomers that would
-    share the state held now are refused, so the waiting one is not starved;
-  - standing leases (kind "standing", owned by the client's uid) that outlive
-    the connection and the daemon itself: `recover` finds them again in the
-    journal at start, and puts back any GPU whose owners are all gone;
+  - the tie to a connection: when it closes, its leases end (`drop`). A lease is
+    owned by its connection, never judged by the client's pid;
+  - waiting for a conflicting lease to end (`wait` seconds), in arrival order;
+  - standing leases that outlive the connection and the daemon (recovery.py
+    finds them again at start);
   - one log line per grant, release and refusal.
 """
 
 from __future__ import annotations
 
 import atexit
-import itertools
 import logging
 import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from gpuenv.backend import Backend
-from gpuenv.clocks import Lock, LockPlan, lock_status, make_request, plan_lock, release_owner
+from gpuenv.clocks import (
+    Lock,
+    LockPlan,
+    LockRequest,
+    lock_status,
+    make_request,
+    plan_lock,
+    release_owner,
+)
 from gpuenv.clocks import restore as clocks_restore
-from gpuenv.clocks.journal import Journal, Owner, process_start_time
+from gpuenv.clocks.journal import Applied, Journal, Owner, process_start_time
 from gpuenv.daemon.auth import Authorizer, Peer
+from gpuenv.daemon.holds import (
+    DAEMON_MARK,
+    HoldTable,
+    Lease,
+    Waiter,
+    command_of,
+    daemon_owner,
+    owner_dict,
+    standing_owner,
+)
 from gpuenv.errors import ConfigError, GpuenvError, LockConflict
 
 log = logging.getLogger("gpuenv.daemon")
 
 # a waiting lock re-checks this often (a holder outside the daemon sends no event)
 WAIT_POLL_S = 0.1
+# how long any request waits for a GPU whose lock is being written right now (milliseconds,
+# normally), even one that asked not to wait
+BUSY_WAIT_S = 30.0
 MAX_LEASES_PER_CONNECTION = 64
-
-
-@dataclass
-class Lease:
-    """One grant. `lock` is None for a standing lease found again in the journal at start."""
-
-    id: str
-    token: str  # the journal owner token
-    uid: int
-    user: str
-    pid: int
-    gpus: tuple[int, ...]
-    request: str  # "SM 1350 MHz"
-    standing: bool
-    label: str | None
-    granted_at: float  # epoch seconds
-    conn: int | None  # the connection it is tied to; None for standing leases
-    lock: Lock | None = None
-    shared: tuple[int, ...] = ()  # GPUs where it joined an identical lock already held
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "uid": self.uid,
-            "user": self.user,
-            "pid": self.pid,
-            "gpus": list(self.gpus),
-            "request": self.request,
-            "standing": self.standing,
-            "label": self.label,
-            "granted_at": self.granted_at,
-            "shared": list(self.shared),
-        }
-
-    def describe(self) -> str:
-        kind = "standing lease" if self.standing else "lease"
-        gpus = ",".join(map(str, self.gpus))
-        return f"{kind} {self.id} ({self.user}, pid {self.pid}: {self.request} on GPU {gpus})"
-
-
-@dataclass(eq=False)
-class _Waiter:
-    """A lock request waiting for its GPUs (queued in arrival order)."""
-
-    seq: int
-    peer: Peer
-    plan: LockPlan
-    since: float  # epoch seconds
-
-    @property
-    def applied(self) -> dict[int, Any]:
-        return {gp.index: gp.applied for gp in self.plan.gpus}
-
-    def describe(self) -> str:
-        since = time.strftime("%H:%M:%S", time.localtime(self.since))
-        return (
-            f"{self.peer.user} (pid {self.peer.pid}), waiting since {since} for "
-            f"{self.plan.request.describe()}"
-        )
 
 
 class LeaseManager:
@@ -114,13 +70,14 @@ class LeaseManager:
         self.auth = auth
         self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self._leases: dict[str, Lease] = {}
-        self._peers: dict[int, tuple[float | None, str | None]] = {}  # conn -> (start, command)
+        self._by_conn: dict[int, dict[str, Lease]] = {}
+        self._peers: dict[int, tuple[float | None, str]] = {}  # conn -> (start, command)
+        self._plans: dict[tuple[LockRequest, tuple[int, ...]], LockPlan] = {}
         self._cond = threading.Condition()
-        self._changes = 0  # bumped on every release: waiting grants retry
-        self._waiters: list[_Waiter] = []  # lock requests waiting, in arrival order
-        self._seq = itertools.count()
+        self._table = HoldTable(self._cond)  # holds by GPU, and the queue
         self._pid = os.getpid()
         self._start = process_start_time(self._pid)
+        self._uuids = [backend.device_info(i).uuid for i in range(backend.device_count())]
         self._grants = 0
         self._releases = 0
         self._refusals = 0
@@ -130,6 +87,15 @@ class LeaseManager:
     def leases(self) -> list[Lease]:
         with self._cond:
             return list(self._leases.values())
+
+    def held_by(self, conn: int) -> int:
+        """How many leases connection `conn` holds."""
+        with self._cond:
+            return len(self._by_conn.get(conn, ()))
+
+    def waiting(self) -> list[Waiter]:
+        with self._cond:
+            return self._table.waiting()
 
     def get(self, lease_id: str) -> Lease:
         with self._cond:
@@ -149,6 +115,7 @@ class LeaseManager:
                 "refusals": self._refusals,
                 "leases_standing": standing,
                 "leases_connection": len(self._leases) - standing,
+                "waiting": len(self._table.waiting()),
             }
 
     def summary(self) -> list[dict[str, Any]]:
@@ -158,36 +125,51 @@ class LeaseManager:
         ]
 
     def gpu_status(self, index: int) -> dict[str, Any]:
-        """The lock on one GPU as clocks.lock_status sees it, its owners, and our leases on it."""
+        """The lock on one GPU (clocks.lock_status, its holders named), owners and leases."""
         status = lock_status(self.backend, index, self.journal)
-        entry = self.journal.get(self.backend.device_info(index).uuid)
-        owners = [
-            {"user": o.user, "uid": o.uid, "pid": o.pid, "kind": o.kind, "command": o.command,
-             "since": o.started_at, "request": o.request, "alive": o.alive()}
-            for o in (entry.owners if entry is not None else ())
+        entry = self.journal.get(self._uuids[index])
+        with self._cond:
+            hold = self._table.holds.get(index)
+            held = list(hold.leases.values()) if hold is not None else []
+            who = hold.holders() if hold is not None and held else None
+        mine = hold.lock.token if hold is not None and hold.lock is not None else None
+        owners = [owner_dict(o) for o in (entry.owners if entry else ()) if o.token != mine]
+        owners += [
+            {"user": lease.user, "uid": lease.uid, "pid": lease.pid, "kind": "lease",
+             "command": f"{lease.command} {DAEMON_MARK}", "since": lease.granted_at,
+             "request": lease.request, "alive": True}
+            for lease in held if not lease.standing
         ]  # fmt: skip
+        if who is not None:
+            status = replace(status, owner=who)
         return {
             "locked": bool(status.locked),
             "lock": status.describe(),
             "range_mhz": list(status.range) if status.range else None,
             "holds": status.holds,
             "owners": owners,
-            "leases": [lease.id for lease in self.leases() if index in lease.gpus],
+            "leases": [lease.id for lease in held],
         }
 
     def lock_range(self, index: int) -> tuple[int, int] | None:
-        """The locked SM range on a GPU (from the journal), for telemetry windows."""
-        entry = self.journal.get(self.backend.device_info(index).uuid)
-        if entry is None:
-            return None
-        if entry.applied.locked_sm is not None:
-            lo, hi = entry.applied.locked_sm
+        """The locked SM range on a GPU, for telemetry windows."""
+        with self._cond:
+            hold = self._table.holds.get(index)
+        if hold is not None:
+            applied = hold.applied
+        else:
+            entry = self.journal.get(self._uuids[index])
+            if entry is None:
+                return None
+            applied = entry.applied
+        if applied.locked_sm is not None:
+            lo, hi = applied.locked_sm
             if lo > 100_000:  # symbolic base clock
                 base = self.backend.clock_limits(index).base_sm_mhz
                 return (base, base) if base is not None else None
             return (lo, hi)
-        if entry.applied.app_clocks is not None:
-            return (entry.applied.app_clocks[1], entry.applied.app_clocks[1])
+        if applied.app_clocks is not None:
+            return (applied.app_clocks[1], applied.app_clocks[1])
         return None
 
     # -- grant ----------------------------------------------------------------------------------
@@ -214,15 +196,15 @@ class LeaseManager:
             request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit_w)
             if conn is not None and not standing:
                 with self._cond:
-                    held = sum(1 for lease in self._leases.values() if lease.conn == conn)
+                    held = len(self._by_conn.get(conn, ()))
                 if held >= MAX_LEASES_PER_CONNECTION:
                     raise ConfigError(
                         f"this connection already holds {held} leases", hint="release some first"
                     )
-            plan = plan_lock(self.backend, request, gpus, journal=self.journal)
-            lease = self._acquire(
-                peer, conn, plan, standing=standing, wait=wait, label=label, hangup=hangup
-            )
+            plan = self._plan(request, gpus)
+            lease, owner = self._new_lease(peer, conn, plan, standing=standing, label=label)
+            me = Waiter(peer, plan, wait > 0, standing=standing)
+            self._acquire(lease, owner, me, wait=wait, hangup=hangup)
         except GpuenvError as err:
             with self._cond:
                 self._refusals += 1
@@ -234,128 +216,149 @@ class LeaseManager:
         self._notify("granted", lease)
         return lease
 
+    def _plan(self, request: LockRequest, gpus: list[int]) -> LockPlan:
+        """clocks.plan_lock, or the plan already made for this request while the state it
+        leads to is held on every GPU (planning reads the GPU and the journal: ~0.3 ms, most
+        of what a shared lock costs)."""
+        key = (request, tuple(gpus))
+        with self._cond:
+            plan = self._plans.get(key)
+            if plan is not None and self._table.settled(plan):
+                return plan
+        plan = plan_lock(self.backend, request, gpus, journal=self.journal)
+        with self._cond:
+            if len(self._plans) >= 256:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
+
+    def _new_lease(
+        self, peer: Peer, conn: int | None, plan: LockPlan, *, standing: bool, label: str | None
+    ) -> tuple[Lease, Owner | None]:
+        """The lease record, and a standing lease's own journal owner."""
+        # A connection's peer never changes: look its process up once (psutil costs ~1 ms).
+        with self._cond:
+            known = self._peers.get(conn) if conn is not None else None
+        if known is None:
+            known = (process_start_time(peer.pid), command_of(peer.pid) or f"pid {peer.pid}")
+            if conn is not None:
+                with self._cond:
+                    self._peers[conn] = known
+        command = f"{label} ({known[1]})" if label else known[1]
+        token = uuid.uuid4().hex
+        lease = Lease(
+            id=token[:12],
+            token=token,
+            uid=peer.uid,
+            user=peer.user,
+            pid=peer.pid,
+            gpus=tuple(gp.index for gp in plan.gpus),
+            request=plan.request.describe(),
+            standing=standing,
+            label=label,
+            granted_at=time.time(),
+            conn=None if standing else conn,
+            command=command,
+        )
+        if not standing:
+            return lease, None
+        return lease, standing_owner(token, peer, known[0], command, lease.request)
+
     def _acquire(
         self,
-        peer: Peer,
-        conn: int | None,
-        plan: LockPlan,
+        lease: Lease,
+        owner: Owner | None,
+        me: Waiter,
         *,
-        standing: bool,
         wait: float,
-        label: str | None,
         hangup: Callable[[], bool],
-    ) -> Lease:
+    ) -> None:
+        """Queue, wait for our turn, reserve the GPUs, then write what needs writing."""
         deadline = time.monotonic() + wait
-        owner = self._owner(peer, conn, plan, standing=standing, label=label)
-        me = _Waiter(next(self._seq), peer, plan, time.time())
+        busy_deadline = time.monotonic() + max(wait, BUSY_WAIT_S)
+        with self._cond:
+            self._table.enqueue(me)
         try:
             while True:
                 with self._cond:
-                    seen = self._changes
-                    ahead = self._ahead_of(me)
+                    while True:
+                        blocker = self._table.blocker(me)
+                        if blocker is None:
+                            break
+                        gpu, who, busy = blocker
+                        now = time.monotonic()
+                        if now >= (busy_deadline if busy else deadline):
+                            if not me.patient and not busy and not lease.standing:
+                                self._table.keep_turn(me)  # a standing lease never drains
+                            raise LockConflict(gpu, who, hint=_WAIT_HINT)
+                        if hangup():
+                            raise ConfigError("the client went away while waiting for the lock")
+                        left = (busy_deadline if busy else deadline) - now
+                        self._cond.wait(min(left, WAIT_POLL_S))
+                    writes = self._table.reserve(lease, me)
+                    if not writes:
+                        self._granted(lease, me, {})
                 try:
-                    if ahead is not None:
-                        # first come, first served: a request that joins the lock held now
-                        # must not starve one that waits to change it
-                        gpu, waiter = ahead
-                        raise LockConflict(gpu, waiter.describe())
-                    lk = Lock(
-                        self.backend,
-                        plan,
-                        self.journal,
-                        kind=owner.kind,
-                        supervise=False,  # the daemon itself is the watchdog
-                        owner=owner,  # the client, not the daemon process
-                    )
-                    break
-                except LockConflict as err:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        # --force is not the daemon's to give: say what a client can do
+                    self._write(lease, owner, me, writes)
+                    return
+                except LockConflict as err:  # a lock the daemon does not hold (a local root one)
+                    if time.monotonic() >= deadline:
                         raise LockConflict(
-                            err.gpu if err.gpu is not None else "?",
-                            err.owner,
-                            hint="wait for it to end (lock with a wait), or ask for the same "
-                            "state to share it",
+                            err.gpu if err.gpu is not None else "?", err.owner, hint=_WAIT_HINT
                         ) from None
                     if hangup():
                         raise ConfigError(
                             "the client went away while waiting for the lock"
                         ) from None
-                    with self._cond:
-                        if me not in self._waiters:
-                            self._waiters.append(me)
-                        if self._changes == seen:
-                            self._cond.wait(min(left, WAIT_POLL_S))
+                    time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
         finally:
             with self._cond:
-                if me in self._waiters:
-                    self._waiters.remove(me)
-                    self._changes += 1  # those queued behind it may go now
-                    self._cond.notify_all()
-        if not standing:
-            # clocks.Lock releases at interpreter exit; the daemon ends leases itself
-            atexit.unregister(lk.release)
-        lease = Lease(
-            id=owner.token[:12],
-            token=owner.token,
-            uid=peer.uid,
-            user=peer.user,
-            pid=peer.pid,
-            gpus=tuple(lk.gpus),
-            request=plan.request.describe(),
-            standing=standing,
-            label=label,
-            granted_at=owner.started_at,
-            conn=None if standing else conn,
-            lock=lk,
-            shared=tuple(lk.shared),
-        )
-        with self._cond:
-            self._leases[lease.id] = lease
-            self._grants += 1
-        return lease
+                self._table.leave(me)
 
-    def _ahead_of(self, me: _Waiter) -> tuple[int, _Waiter] | None:
-        """An earlier waiter that wants a different state on one of my GPUs (under _cond)."""
-        for waiter in self._waiters:
-            if waiter.seq >= me.seq:
-                break
-            for gpu, applied in me.applied.items():
-                if gpu in waiter.applied and waiter.applied[gpu] != applied:
-                    return gpu, waiter
-        return None
+    def _granted(self, lease: Lease, me: Waiter, made: dict[int, Lock]) -> None:
+        """Under _cond: the lease is granted."""
+        self._table.attach(lease, me, made)
+        self._leases[lease.id] = lease
+        if lease.conn is not None:
+            self._by_conn.setdefault(lease.conn, {})[lease.id] = lease
+        self._grants += 1
 
-    def _owner(
-        self, peer: Peer, conn: int | None, plan: LockPlan, *, standing: bool, label: str | None
-    ) -> Owner:
-        """The journal's owner record: the client's identity; the daemon watches over it."""
-        # Built directly, not from Owner.current(): every field that describes a process is
-        # the client's, so looking the daemon itself up (psutil, pwd) on each lock was wasted.
-        # A connection's peer never changes: look its process up once (psutil costs ~1 ms).
+    def _write(self, lease: Lease, owner: Owner | None, me: Waiter, writes: list[int]) -> None:
+        """Journal and apply, outside _cond: a daemon owner on each GPU in `writes`, or a
+        standing lease's own owner on all its GPUs. All or nothing."""
+        if not writes:
+            return
+        made: dict[int, Lock] = {}
+        try:
+            if owner is not None:
+                lease.lock = self._lock(me.plan, owner)
+            else:
+                for gp in me.plan.gpus:
+                    if gp.index in writes:
+                        made[gp.index] = self._lock(LockPlan(me.plan.request, (gp,)), None)
+        except BaseException:
+            for lk in made.values():
+                lk.release()
+            with self._cond:
+                self._table.settle(writes)
+            raise
         with self._cond:
-            known = self._peers.get(conn) if conn is not None else None
-        if known is None:
-            known = (process_start_time(peer.pid), _command_of(peer.pid))
-            if conn is not None:
-                with self._cond:
-                    self._peers[conn] = known
-        pid_start, command = known
-        if label:
-            command = f"{label} ({command})" if command else label
-        return Owner(
-            token=uuid.uuid4().hex,
+            self._granted(lease, me, made)
+            self._table.settle(writes)
+
+    def _lock(self, plan: LockPlan, owner: Owner | None) -> Lock:
+        standing = owner is not None
+        lk = Lock(
+            self.backend,
+            plan,
+            self.journal,
             kind="standing" if standing else "lease",
-            pid=peer.pid,
-            pid_start=pid_start,
-            uid=peer.uid,
-            user=peer.user,
-            command=f"{command or 'pid ' + str(peer.pid)} via gpuenvd",
-            started_at=time.time(),
-            request=plan.request.describe(),
-            watchdog_pid=None if standing else self._pid,
-            watchdog_start=None if standing else self._start,
+            supervise=False,  # the daemon itself is the watchdog
+            owner=owner or daemon_owner(plan.request.describe(), self._pid, self._start),
         )
+        if not standing:
+            atexit.unregister(lk.release)  # the daemon ends its locks itself
+        return lk
 
     # -- release --------------------------------------------------------------------------------
 
@@ -376,7 +379,7 @@ class LeaseManager:
     def drop(self, conn: int, *, reason: str = "connection closed") -> list[Lease]:
         """End every non-standing lease of a connection (it closed)."""
         with self._cond:
-            mine = [lease for lease in self._leases.values() if lease.conn == conn]
+            mine = list(self._by_conn.get(conn, {}).values())
             self._peers.pop(conn, None)
         for lease in mine:
             self._end(lease, reason)
@@ -421,17 +424,26 @@ class LeaseManager:
         return sorted(before - after)
 
     def _locked(self, gpus: list[int]) -> set[int]:
-        return {i for i in gpus if self.journal.get(self.backend.device_info(i).uuid) is not None}
+        return {i for i in gpus if self.journal.get(self._uuids[i]) is not None}
 
     def _end(self, lease: Lease, reason: str) -> None:
+        """Forget the lease; write the journal only where it was the last of its kind."""
         with self._cond:
             if self._leases.pop(lease.id, None) is None:
                 return  # ended by another thread meanwhile
+            if lease.conn is not None:
+                self._by_conn.get(lease.conn, {}).pop(lease.id, None)
+            locks, busy = self._table.detach(lease)
+            self._releases += 1
+        done: list[str] = []
         try:
-            if lease.lock is not None:
-                done = lease.lock.release()
-            else:
-                done = release_owner(self.backend, self.journal, lease.token)
+            for lk in locks:
+                done += lk.release()
+            if lease.standing:
+                if isinstance(lease.lock, Lock):
+                    done += lease.lock.release()
+                else:
+                    done += release_owner(self.backend, self.journal, lease.token)
         except GpuenvError as err:
             log.error(
                 "%s ended (%s) but restoring failed: %s; 'gpuenv restore' retries",
@@ -439,12 +451,10 @@ class LeaseManager:
                 reason,
                 err,
             )
-            done = []
         finally:
-            with self._cond:
-                self._releases += 1
-                self._changes += 1
-                self._cond.notify_all()
+            if busy:
+                with self._cond:
+                    self._table.settle(busy)
         log.info(
             "released %s: %s%s", lease.describe(), reason, f" ({'; '.join(done)})" if done else ""
         )
@@ -458,91 +468,18 @@ class LeaseManager:
             except Exception:
                 log.exception("lease event listener failed")
 
-    # -- start and stop ---------------------------------------------------------------------------
+    # -- start ----------------------------------------------------------------------------------
 
-    def recover(self) -> list[int]:
-        """At daemon start: find standing leases again, and put back every GPU whose
-        owners are all gone (connection leases of a daemon that died, processes whose
-        watchdog died too). Returns the GPUs restored."""
-        indices = {self.backend.device_info(i).uuid: i for i in range(self.backend.device_count())}
-        restored: list[int] = []
-        with self.journal.locked():
-            for entry in self.journal.entries():
-                index = indices.get(entry.uuid)
-                if index is None or entry.backend != self.backend.name:
-                    continue  # another machine's GPU, or a simulated GPU's journal
-                # a connection lease dies with the daemon that held it (its "watchdog")
-                gone = [
-                    o
-                    for o in entry.owners
-                    if not o.alive() or (o.kind == "lease" and not o.watchdog_alive())
-                ]
-                try:
-                    for owner in gone:
-                        log.warning(
-                            "recovery: GPU %d: owner %s is gone; releasing its lock",
-                            index,
-                            owner.describe(),
-                        )
-                        release_owner(self.backend, self.journal, owner.token)
-                    if not entry.owners:
-                        # nobody owns it (a rollback that failed): put it back as restore would
-                        clocks_restore([index], backend=self.backend, journal=self.journal)
-                except GpuenvError as err:  # serve anyway: the entry stays for 'gpuenv restore'
-                    log.error("recovery: GPU %d could not be restored: %s", index, err)
-                    continue
-                if (gone or not entry.owners) and self.journal.get(entry.uuid) is None:
-                    restored.append(index)
-            for entry in self.journal.entries():
-                index = indices.get(entry.uuid)
-                if index is None or entry.backend != self.backend.name:
-                    continue
-                for owner in entry.owners:
-                    if owner.kind == "standing" and owner.command.endswith("via gpuenvd"):
-                        self._adopt(owner, index)
-        return sorted(restored)
-
-    def _adopt(self, owner: Owner, index: int) -> None:
-        lease_id = owner.token[:12]
+    def adopt(self, lease: Lease, index: int, applied: Applied) -> None:
+        """A standing lease found again in the journal at start (recovery.py)."""
         with self._cond:
-            lease = self._leases.get(lease_id)
-            if lease is not None:
-                lease.gpus = tuple(sorted({*lease.gpus, index}))
-                return
-            self._leases[lease_id] = Lease(
-                id=lease_id,
-                token=owner.token,
-                uid=owner.uid,
-                user=owner.user,
-                pid=owner.pid,
-                gpus=(index,),
-                request=owner.request,
-                standing=True,
-                label=None,
-                granted_at=owner.started_at,
-                conn=None,
-            )
-        log.info(
-            "recovery: standing lease %s of %s on GPU %d is still held", lease_id, owner.user, index
-        )
+            known = self._leases.setdefault(lease.id, lease)
+            if index not in known.gpus:
+                known.gpus = tuple(sorted({*known.gpus, index}))
+            self._table.adopt(known, index, applied)
 
 
-def _command_of(pid: int) -> str | None:
-    """The client's command line, shortened, for the journal and for conflict messages."""
-    try:
-        import shlex
-
-        import psutil
-
-        argv = psutil.Process(pid).cmdline()
-    except Exception:
-        return None
-    if not argv:
-        return None
-    argv = [os.path.basename(argv[0]), *argv[1:]]
-    text = shlex.join(argv)
-    text = "".join(ch if ch.isprintable() else "?" for ch in text)
-    return text if len(text) <= 100 else text[:97] + "..."
+_WAIT_HINT = "wait for it to end (lock with a wait), or ask for the same state to share it"
 
 
 def _gpu_list(gpus: list[int]) -> str:

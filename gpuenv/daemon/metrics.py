@@ -1,28 +1,69 @@
 """gpuenvd's optional Prometheus endpoint (`pip install 'gpuenv[prometheus]'`).
 
-What DCGM exporter gives (clocks, power, temperature, energy, time under each
-clock-event reason) plus what it cannot: whether the clocks are locked, by
-whom, and the daemon's lease counts. A cluster's Prometheus/Grafana then sees
-which nodes benchmark under locked clocks.
+What DCGM exporter gives (clocks, power, temperatures, energy, time under each
+clock-event reason) plus what it cannot: whether the clocks are locked, whether
+the lock holds, by whom, and the daemon's lease counts. A cluster's
+Prometheus/Grafana then sees which nodes benchmark under locked clocks.
+
+Every per-GPU series carries dcgm-exporter's labels, spelled as it spells them
+(`gpu`, `UUID`, `pci_bus_id`, `modelName`, `Hostname`), so the two join:
+`gpuenv_lock_active * on(UUID) group_right DCGM_FI_DEV_SM_CLOCK`. Reasons are named
+in one vocabulary, NVML's (gpuenv.reasons: `SwPowerCap`, `SwThermalSlowdown`...),
+in both the active-reason gauge and the time-under-reason counter. No label names a
+process (holders are counted per user and kind), so series do not grow with jobs.
 
 Values come from the daemon's own sampler and journal at scrape time (a custom
 collector: no label set goes stale when a lock ends). prometheus-client is
-imported only when the endpoint starts. Bound to 127.0.0.1 unless the config
-says otherwise.
+imported only when the endpoint starts. Bound to 127.0.0.1 unless the config says
+otherwise; `--metrics ADDRESS` serves on DEFAULT_PORT, 19400 (the Prometheus wiki's
+exporter range 9100-9999 is fully allocated; 9400 is dcgm-exporter's).
 """
 
 from __future__ import annotations
 
+import contextlib
+import platform
+import socket
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from gpuenv.backend import REASON_NAMES
-from gpuenv.daemon.auth import parse_listen
-from gpuenv.errors import ConfigError
+from gpuenv.backend import Backend, DeviceInfo
+from gpuenv.daemon.auth import METRICS_PORT, parse_listen
+from gpuenv.daemon.leases import LeaseManager
+from gpuenv.errors import ConfigError, GpuenvError
+from gpuenv.reasons import COUNTERS, REASON_NAMES, info
+from gpuenv.telemetry import Sampler
+from gpuenv.timebase import Clock
 
-if TYPE_CHECKING:
-    from gpuenv.daemon.server import Server
+
+class Server(Protocol):
+    """What the endpoint reads of the daemon (gpuenv.daemon.server.Server is one)."""
+
+    backend: Backend
+    infos: list[DeviceInfo]
+    sampler: Sampler
+    clock: Clock
+    leases: LeaseManager
+    started_at: float
+    requests: int
+    protocol_errors: int
+
+    def connections(self) -> int: ...
+
+DEFAULT_PORT = METRICS_PORT
+# dcgm-exporter's per-GPU labels (its render_metrics.go): the join keys
+GPU_LABELS = ["gpu", "UUID", "pci_bus_id", "modelName", "Hostname"]
+THRESHOLDS = {"slowdown": "slowdown_c", "shutdown": "shutdown_c",
+              "gpu_max_operating": "gpu_max_c", "memory_max_operating": "mem_max_c"}
+
+
+def counter_reason(counter: str) -> str | None:
+    """The reason label of a time-under-reason counter, in NVML's names: the bits it counts
+    ("SwPowerCap"; the thermal counter counts two: "SwThermalSlowdown|HwThermalSlowdown").
+    None for the counters that are no reason (time below application or base clocks)."""
+    names = [name for bit, name in REASON_NAMES.items() if info(bit).counter == counter]
+    return "|".join(names) or None
 
 
 def _prometheus() -> Any:
@@ -41,98 +82,104 @@ class GpuenvCollector:
 
     def __init__(self, server: Server):
         self.server = server
+        self.hostname = socket.gethostname()
+        self._static: dict[int, dict[str, Any]] = {}
 
     def describe(self) -> list[Any]:
         return []  # nothing fixed: registering must not call collect() before the daemon runs
 
+    def static(self, index: int) -> dict[str, Any]:
+        """What never changes while the daemon runs: thresholds, driver (read once)."""
+        if index not in self._static:
+            backend = self.server.backend
+            out: dict[str, Any] = {"thresholds": {}, "driver": ""}
+            with contextlib.suppress(GpuenvError):
+                th = backend.thresholds(index)
+                out["thresholds"] = {k: getattr(th, a) for k, a in THRESHOLDS.items()
+                                     if getattr(th, a) is not None}
+            with contextlib.suppress(GpuenvError):
+                out["driver"] = str(backend.driver_version())
+            self._static[index] = out
+        return self._static[index]
+
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+        from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+
+        build = InfoMetricFamily("gpuenv_build", "gpuenv's version (1 while gpuenvd runs)",
+                                 labels=["version", "python_version"])
+        from gpuenv import __version__
+
+        build.add_metric([__version__, platform.python_version()], {})
+        yield build
+        fams = _gpu_families()
+        for dev in self.server.infos:
+            self._add_gpu(fams, dev)
+        yield from fams.values()
+        yield from self._daemon_families(GaugeMetricFamily)
+
+    def _add_gpu(self, fams: dict[str, Any], dev: Any) -> None:
+        server, index = self.server, dev.index
+        labels = [str(index), dev.uuid, dev.pci_bus_id, dev.name, self.hostname]
+        static = self.static(index)
+        fams["info"].add_metric([*labels, static["driver"]], {})
+        for kind, value in static["thresholds"].items():
+            fams["threshold"].add_metric([*labels, kind], value)
+        with contextlib.suppress(GpuenvError):
+            fams["power_limit"].add_metric(labels, server.backend.power_limits(index).limit_w)
+        sample = server.sampler.latest(index)
+        if sample is not None:
+            fams["sm"].add_metric(labels, sample.sm_mhz)
+            fams["mem"].add_metric(labels, sample.mem_mhz)
+            fams["power"].add_metric(labels, sample.power_w)
+            fams["temp"].add_metric(labels, sample.temp_c)
+            for bit, name in REASON_NAMES.items():
+                fams["reason"].add_metric([*labels, name], 1.0 if sample.reasons & bit else 0.0)
+        slow = server.sampler.slow_samples(t0=server.clock.now() - 10.0, gpu=index)
+        counted = [s for s in slow if s.reason_ns]
+        for counter in COUNTERS if counted else ():
+            if counter.name not in counted[-1].reason_ns:
+                continue
+            seconds = counted[-1].reason_ns[counter.name] / 1e9
+            reason = counter_reason(counter.name)
+            if reason is not None:
+                fams["reason_s"].add_metric([*labels, reason], seconds)
+            else:
+                fams["below_s"].add_metric([*labels, counter.name.split("_")[1]], seconds)
+        energies = [s.energy_mj for s in slow if s.energy_mj is not None]
+        if energies:
+            fams["energy"].add_metric(labels, energies[-1] / 1000.0)
+        temps = [s.mem_temp_c for s in slow if s.mem_temp_c is not None]
+        if temps:
+            fams["mem_temp"].add_metric(labels, temps[-1])
+        self._add_lock(fams, labels, index, sample)
+
+    def _add_lock(self, fams: dict[str, Any], labels: list[str], index: int, sample: Any) -> None:
+        status = self.server.leases.gpu_status(index)
+        fams["locked"].add_metric(labels, 1.0 if status["locked"] else 0.0)
+        live = [o for o in status["owners"] if o.get("alive", True)]
+        stale = bool(status["locked"]) and not live
+        fams["stale"].add_metric(labels, 1.0 if stale else 0.0)
+        rng = self.server.leases.lock_range(index)
+        if rng is not None:
+            fams["lock_sm"].add_metric([*labels, "min"], rng[0])
+            fams["lock_sm"].add_metric([*labels, "max"], rng[1])
+            if sample is not None:
+                from gpuenv.clocks.status import lock_holds
+
+                fams["holds"].add_metric(labels, 1.0 if lock_holds(sample.sm_mhz, rng) else 0.0)
+        holders: dict[tuple[str, str], int] = {}
+        for owner in live:
+            key = (str(owner["user"]), str(owner["kind"]))
+            holders[key] = holders.get(key, 0) + 1
+        for (user, kind), n in sorted(holders.items()):
+            fams["holders"].add_metric([*labels, user, kind], n)
+
+    def _daemon_families(self, gauge: Any) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
 
         server = self.server
-        gl = ["gpu", "uuid"]
-        info = InfoMetricFamily(
-            "gpuenv_gpu", "GPUs gpuenvd watches", labels=["gpu", "uuid", "name"]
-        )
-        sm = GaugeMetricFamily("gpuenv_sm_clock_mhz", "SM clock (nvidia-smi clocks.sm)", labels=gl)
-        mem = GaugeMetricFamily(
-            "gpuenv_mem_clock_mhz", "Memory clock (nvidia-smi clocks.mem)", labels=gl
-        )
-        power = GaugeMetricFamily(
-            "gpuenv_power_watts", "Power draw, the driver's 1 s average", labels=gl
-        )
-        temp = GaugeMetricFamily("gpuenv_temperature_celsius", "GPU temperature", labels=gl)
-        reasons = GaugeMetricFamily(
-            "gpuenv_clock_event_reason_active",
-            "1 while a clock-event (throttle) reason is active",
-            labels=[*gl, "reason"],
-        )
-        reason_s = CounterMetricFamily(
-            "gpuenv_clock_event_reason_seconds",
-            "Time under each clock-event reason since driver load (NVML violation counters)",
-            labels=[*gl, "reason"],
-        )
-        energy = CounterMetricFamily("gpuenv_energy_joules", "Energy since driver load", labels=gl)
-        locked = GaugeMetricFamily(
-            "gpuenv_lock_active", "1 while gpuenv holds a lock on the GPU", labels=gl
-        )
-        holds = GaugeMetricFamily(
-            "gpuenv_lock_holds",
-            "1 while the SM clock is inside the locked range (0: pulled below it)",
-            labels=gl,
-        )
-        lock_sm = GaugeMetricFamily(
-            "gpuenv_lock_sm_mhz", "Locked SM clock range", labels=[*gl, "bound"]
-        )
-        holder = GaugeMetricFamily(
-            "gpuenv_lock_holder", "1 for each owner of a lock", labels=[*gl, "user", "kind", "pid"]
-        )
-        for index, dev in enumerate(server.infos):
-            labels = [str(index), dev.uuid]
-            info.add_metric([str(index), dev.uuid, dev.name], {})
-            sample = server.sampler.latest(index)
-            if sample is not None:
-                sm.add_metric(labels, sample.sm_mhz)
-                mem.add_metric(labels, sample.mem_mhz)
-                power.add_metric(labels, sample.power_w)
-                temp.add_metric(labels, sample.temp_c)
-                for bit, name in REASON_NAMES.items():
-                    reasons.add_metric([*labels, name], 1.0 if sample.reasons & bit else 0.0)
-            slow = server.sampler.slow_samples(t0=server.clock.now() - 10.0, gpu=index)
-            if slow:
-                last = slow[-1]
-                for name, ns in sorted(last.reason_ns.items()):
-                    reason_s.add_metric([*labels, name], ns / 1e9)
-                if last.energy_mj is not None:
-                    energy.add_metric(labels, last.energy_mj / 1000.0)
-            status = server.leases.gpu_status(index)
-            locked.add_metric(labels, 1.0 if status["locked"] else 0.0)
-            rng = server.leases.lock_range(index)
-            if rng is not None:
-                lock_sm.add_metric([*labels, "min"], rng[0])
-                lock_sm.add_metric([*labels, "max"], rng[1])
-                if sample is not None:
-                    holds.add_metric(labels, 1.0 if rng[0] <= sample.sm_mhz <= rng[1] else 0.0)
-            for owner in status["owners"]:
-                holder.add_metric(
-                    [*labels, str(owner["user"]), str(owner["kind"]), str(owner["pid"])], 1.0
-                )
-        yield from (
-            info,
-            sm,
-            mem,
-            power,
-            temp,
-            reasons,
-            reason_s,
-            energy,
-            locked,
-            holds,
-            lock_sm,
-            holder,
-        )
-
         counts = server.leases.counters()
-        leases = GaugeMetricFamily("gpuenv_leases", "Leases held through gpuenvd", labels=["kind"])
+        leases = gauge("gpuenv_leases", "Leases held through gpuenvd", labels=["kind"])
         leases.add_metric(["connection"], counts["leases_connection"])
         leases.add_metric(["standing"], counts["leases_standing"])
         yield leases
@@ -142,17 +189,62 @@ class GpuenvCollector:
             )
             c.add_metric([], counts[name])
             yield c
-        conns = GaugeMetricFamily("gpuenv_daemon_connections", "Open client connections")
-        conns.add_metric([], len(server._conns))
+        conns = gauge("gpuenv_daemon_connections", "Open client connections")
+        conns.add_metric([], server.connections())
         yield conns
-        up = GaugeMetricFamily("gpuenv_daemon_start_time_seconds", "When gpuenvd started (epoch)")
+        up = gauge("gpuenv_daemon_start_time_seconds", "When gpuenvd started (epoch)")
         up.add_metric([], server.started_at)
         yield up
-        scraped = GaugeMetricFamily(
-            "gpuenv_scrape_time_seconds", "When this scrape was built (epoch)"
-        )
+        scraped = gauge("gpuenv_scrape_time_seconds", "When this scrape was built (epoch)")
         scraped.add_metric([], time.time())
         yield scraped
+
+
+def _gpu_families() -> dict[str, Any]:
+    """The per-GPU metric families, empty, each with dcgm-exporter's labels first."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+    gl = GPU_LABELS
+
+    def gauge(name: str, doc: str, *extra: str) -> Any:
+        return GaugeMetricFamily(name, doc, labels=[*gl, *extra])
+
+    return {
+        "info": InfoMetricFamily("gpuenv_gpu", "GPUs gpuenvd watches",
+                                 labels=[*gl, "driver_version"]),
+        "sm": gauge("gpuenv_sm_clock_mhz", "SM clock (nvidia-smi clocks.sm)"),
+        "mem": gauge("gpuenv_mem_clock_mhz", "Memory clock (nvidia-smi clocks.mem)"),
+        "power": gauge("gpuenv_power_watts", "Power draw, the driver's 1 s average"),
+        "power_limit": gauge("gpuenv_power_limit_watts",
+                             "Enforced power limit (nvidia-smi power.limit)"),
+        "temp": gauge("gpuenv_temperature_celsius", "GPU temperature"),
+        "mem_temp": gauge("gpuenv_memory_temperature_celsius",
+                          "HBM temperature (NVML field 82; absent without a sensor)"),
+        "threshold": gauge("gpuenv_temperature_threshold_celsius",
+                           "Temperature thresholds: slowdown, shutdown, GPU and memory max "
+                           "operating (nvidia-smi -q -d TEMPERATURE)", "threshold"),
+        "reason": gauge("gpuenv_clock_event_reason_active",
+                        "1 while a clock-event (throttle) reason is active (NVML's names)",
+                        "reason"),
+        "reason_s": CounterMetricFamily(
+            "gpuenv_clock_event_reason_seconds",
+            "Time under each clock-event reason since driver load (NVML violation counters; "
+            "NVML's names, '|' where one counter counts two reasons)", labels=[*gl, "reason"]),
+        "below_s": CounterMetricFamily(
+            "gpuenv_clocks_below_seconds",
+            "Time below the application or base clocks since driver load (NVML counters)",
+            labels=[*gl, "clocks"]),
+        "energy": CounterMetricFamily("gpuenv_energy_joules", "Energy since driver load",
+                                      labels=gl),
+        "locked": gauge("gpuenv_lock_active", "1 while gpuenv holds a lock on the GPU"),
+        "stale": gauge("gpuenv_lock_stale",
+                       "1 while a lock stays whose every owner has ended ('gpuenv restore')"),
+        "holds": gauge("gpuenv_lock_holds",
+                       "1 while the SM clock is inside the locked range (0: pulled out of it)"),
+        "lock_sm": gauge("gpuenv_lock_sm_mhz", "Locked SM clock range", "bound"),
+        "holders": gauge("gpuenv_lock_holders", "Live owners of the lock, per user and kind",
+                         "user", "kind"),
+    }
 
 
 def registry_for(server: Server) -> Any:
@@ -184,7 +276,7 @@ class MetricsEndpoint:
 
 
 def start_metrics(server: Server, listen: str) -> MetricsEndpoint:
-    """Serve /metrics on `listen` ("127.0.0.1:9400"; port 0 picks a free one)."""
+    """Serve /metrics on `listen` ("127.0.0.1:19400"; port 0 picks a free one)."""
     import logging
 
     host, port = parse_listen(listen)

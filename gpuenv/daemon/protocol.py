@@ -52,6 +52,7 @@ MAX_TEXT = 256  # characters in a free-text field (label)
 MAX_WAIT_S = 3600.0
 MIN_PERIOD_S = 0.05  # a stream faster than the sampler's own period repeats itself
 MAX_PERIOD_S = 60.0
+MAX_NUMBER = 10**15  # any integer field; far beyond every sane value, exact as a float
 
 
 class ProtocolError(GpuenvError):
@@ -63,7 +64,10 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+    """A JSON number a float can hold: an integer past 1e300 would raise OverflowError."""
+    if _is_int(value):
+        return abs(value) < MAX_NUMBER
+    return isinstance(value, float) and math.isfinite(value)
 
 
 # -- field validators: each returns the cleaned value or raises ProtocolError ------------------
@@ -187,7 +191,7 @@ def _lease_id(value: Any) -> str:
 
 
 def _window_id(value: Any) -> int:
-    if not _is_int(value) or value < 0:
+    if not _is_int(value) or not 0 <= value < MAX_NUMBER:
         raise ProtocolError("'window' must be a window id (from the window_start reply)")
     return int(value)
 
@@ -199,7 +203,7 @@ def _versions(value: Any) -> list[int]:
         not isinstance(value, list)
         or not value
         or len(value) > 16
-        or not all(_is_int(v) for v in value)
+        or not all(_is_int(v) and abs(v) < MAX_NUMBER for v in value)
     ):
         raise ProtocolError("'versions' must be a list of protocol version numbers")
     return list(value)

@@ -14,17 +14,14 @@ and the Prometheus endpoint (metrics.py) reads it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import grp
 import itertools
 import logging
 import os
 import queue
-import select
 import socket
 import stat
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -34,63 +31,27 @@ from gpuenv.backend import Backend
 from gpuenv.clocks.journal import Journal
 from gpuenv.daemon import protocol
 from gpuenv.daemon.auth import DEFAULT_SOCKET, Authorizer, Config, Peer, peer_from_socket
+from gpuenv.daemon.connection import (
+    SEND_TIMEOUT_S,
+    Conn,
+    ConnectionTable,
+    set_send_timeout,
+    socket_answers,
+)
 from gpuenv.daemon.leases import LeaseManager
+from gpuenv.daemon.ops import Operations, version
+from gpuenv.daemon.recovery import recover
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.telemetry import Sampler
 from gpuenv.timebase import Clock
 
 log = logging.getLogger("gpuenv.daemon")
 
-MAX_CONNECTIONS = 256
-MAX_WINDOWS = 1024  # open windows per connection; the oldest is dropped past this
-MAX_SUBSCRIPTIONS = 8  # per connection
-SEND_TIMEOUT_S = 5.0  # a client that reads nothing for this long is dropped
+MAX_CONNECTIONS = 256  # of users that are not admins, all together
+# connections the kernel queues before accept: a client's connect with a timeout fails at once
+# (EAGAIN) when the queue is full, and 200 clients starting together overflowed 128
+LISTEN_BACKLOG = 1024
 HANGUP_POLL_S = 0.1  # how often a waiting lock checks that its client is still there
-
-
-class _Conn:
-    """One client connection."""
-
-    def __init__(self, cid: int, sock: socket.socket, peer: Peer):
-        self.id = cid
-        self.sock = sock
-        self.peer = peer
-        self.send_lock = threading.Lock()
-        self.windows: dict[int, tuple[float, list[int]]] = {}
-        self.subs: dict[int, threading.Event] = {}
-        self.event_sub: int | None = None  # the subscription that asked for lease events
-        self.closed = threading.Event()
-
-    def send(self, message: dict[str, Any]) -> bool:
-        data = protocol.encode(message)
-        with self.send_lock:
-            if self.closed.is_set():
-                return False
-            try:
-                self.sock.sendall(data)
-                return True
-            except OSError:
-                self.hang_up()
-                return False
-
-    def hung_up(self) -> bool:
-        """True when the peer has closed its end (checked without consuming its data)."""
-        if self.closed.is_set():
-            return True
-        poller = select.poll()
-        poller.register(self.sock, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
-        try:
-            return any(
-                ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
-                for _, ev in poller.poll(0)
-            )
-        except OSError:
-            return True
-
-    def hang_up(self) -> None:
-        self.closed.set()
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
 
 
 class Server:
@@ -115,7 +76,6 @@ class Server:
         self.journal = journal or Journal()
         self.clock = clock or backend.clock
         self.peer_of = peer_of
-        self.max_connections = max_connections
         count = backend.device_count()
         if count == 0:
             raise ConfigError(
@@ -133,13 +93,22 @@ class Server:
             clock=self.clock,
             own_pids=[os.getpid()],
         )
-        self.started_at = time.time()
+        self.conns = ConnectionTable(max_connections, config.max_connections_per_user)
+        self.ops = Operations(
+            backend,
+            self.infos,
+            self.auth,
+            self.leases,
+            self.sampler,
+            self.clock,
+            self.conns.__len__,
+        )
+        self.started_at = self.ops.started_at
         self.requests = 0
         self.protocol_errors = 0
         self._listener: socket.socket | None = None
-        self._conns: dict[int, _Conn] = {}
-        self._conns_lock = threading.Lock()
         self._ids = itertools.count(1)
+        self._state_lock = threading.Lock()
         self._stop = threading.Event()
         self._stopped = False
         self._accept_thread: threading.Thread | None = None
@@ -147,6 +116,10 @@ class Server:
         # Lease events go out from their own thread: a slow subscriber must not hold up a grant.
         self._events: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(maxsize=10_000)
         self._event_thread: threading.Thread | None = None
+
+    def connections(self) -> int:
+        """How many clients are connected now."""
+        return len(self.conns)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -162,12 +135,12 @@ class Server:
         """
         sock = self._bind()
         try:
-            restored = self.leases.recover()
+            restored = recover(self.leases)
             if restored:
                 log.warning(
                     "recovery: restored GPUs %s left locked by owners that are gone", restored
                 )
-            sock.listen(128)
+            sock.listen(LISTEN_BACKLOG)
             self.sampler.start()
         except BaseException:
             sock.close()
@@ -189,7 +162,7 @@ class Server:
             self._metrics = start_metrics(self, self.config.metrics)
         log.info(
             "gpuenvd %s listening on %s (mode %04o) for %d GPU(s), backend %s",
-            _version(),
+            version(),
             self.address,
             self.config.socket_permissions(),
             len(self.gpus),
@@ -219,7 +192,7 @@ class Server:
     def stop(self) -> None:
         """Stop listening and close every connection (their leases end: GPUs restored);
         standing leases stay in the journal for the next start. Idempotent."""
-        with self._conns_lock:
+        with self._state_lock:
             if self._stopped:
                 return
             self._stopped = True
@@ -232,15 +205,10 @@ class Server:
             with contextlib.suppress(OSError):
                 if stat.S_ISSOCK(os.lstat(self.address).st_mode):
                     os.unlink(self.address)
-        with self._conns_lock:
-            conns = list(self._conns.values())
-        for conn in conns:
+        for conn in self.conns.all():
             conn.hang_up()
         deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
-            with self._conns_lock:
-                if not self._conns:
-                    break
+        while time.monotonic() < deadline and len(self.conns):
             time.sleep(0.01)
         if self._accept_thread is not None:
             self._accept_thread.join(timeout=2.0)
@@ -275,7 +243,7 @@ class Server:
                     f"{path} exists and is not a socket",
                     hint="remove it or choose another --socket",
                 )
-            if _socket_answers(path):
+            if socket_answers(path):
                 raise ConfigError(
                     f"another gpuenvd already listens on {path}",
                     hint="stop it first, or use another --socket",
@@ -325,51 +293,45 @@ class Server:
                 log.warning("refused a connection: cannot read its credentials (%s)", err)
                 sock.close()
                 continue
-            with self._conns_lock:
-                full = len(self._conns) >= self.max_connections
-                conn = _Conn(next(self._ids), sock, peer)
-                if not full:
-                    self._conns[conn.id] = conn
-            _set_send_timeout(sock, SEND_TIMEOUT_S)
-            if full:
-                log.warning(
-                    "refused %s: %d connections already", peer.describe(), self.max_connections
-                )
-                conn.send(
-                    protocol.error_reply(
-                        None, GpuenvError("gpuenvd has too many connections", hint="retry later")
-                    )
-                )
+            conn = Conn(next(self._ids), sock, peer, admin=self.auth.is_admin(peer))
+            set_send_timeout(sock, SEND_TIMEOUT_S)
+            refused = self.conns.admit(conn)
+            if refused is not None:
+                log.warning("refused a connection from %s: %s", peer.describe(), refused.message)
+                conn.send(protocol.error_reply(None, refused))
                 sock.close()
                 continue
             threading.Thread(
                 target=self._serve, args=(conn,), name=f"gpuenvd-conn-{conn.id}", daemon=True
             ).start()
 
-    def _serve(self, conn: _Conn) -> None:
+    def _serve(self, conn: Conn) -> None:
         reader = protocol.LineReader()
         try:
             while not conn.closed.is_set():
+                if not conn.wait_readable(self._idle_left(conn)):
+                    if self._idle_left(conn) <= 0:
+                        log.info(
+                            "closed an idle connection of %s (nothing held, silent for %g s)",
+                            conn.peer.describe(),
+                            self.config.idle_timeout,
+                        )
+                        break
+                    continue
                 try:
                     data = conn.sock.recv(65536)
                 except OSError:
                     break
                 if not data:
                     break
+                conn.last_active = time.monotonic()
                 for line in reader.feed(data):
                     if line is None:
                         self.protocol_errors += 1
-                        conn.send(
-                            protocol.error_reply(
-                                None,
-                                protocol.ProtocolError(
-                                    f"request longer than {protocol.MAX_LINE} bytes",
-                                    hint="send one short JSON object per line",
-                                ),
-                            )
-                        )
+                        conn.send(protocol.error_reply(None, _TOO_LONG))
                         continue
                     reply = self.handle(conn, line)
+                    conn.last_active = time.monotonic()
                     if not conn.send(reply):
                         break
         finally:
@@ -380,12 +342,17 @@ class Server:
                 self.leases.drop(conn.id, reason="connection closed")
             except Exception:
                 log.exception("ending the leases of connection %d failed", conn.id)
-            with self._conns_lock:
-                self._conns.pop(conn.id, None)
+            self.conns.remove(conn)
             with contextlib.suppress(OSError):
                 conn.sock.close()
 
-    def handle(self, conn: _Conn, line: bytes) -> dict[str, Any]:
+    def _idle_left(self, conn: Conn) -> float:
+        """Seconds until `conn` counts as idle; a connection holding something never does."""
+        if conn.subs or conn.windows or self.leases.held_by(conn.id):
+            conn.last_active = time.monotonic()
+        return conn.last_active + self.config.idle_timeout - time.monotonic()
+
+    def handle(self, conn: Conn, line: bytes) -> dict[str, Any]:
         """Answer one request line; never raises."""
         self.requests += 1
         try:
@@ -393,162 +360,21 @@ class Server:
         except protocol.ProtocolError as err:
             self.protocol_errors += 1
             return protocol.error_reply(protocol.request_id_of(line), err)
+        except Exception as err:  # a validator's bug: one error reply, the connection kept
+            self.protocol_errors += 1
+            log.exception("request from %s could not be parsed", conn.peer.describe())
+            return protocol.error_reply(
+                protocol.request_id_of(line),
+                protocol.ProtocolError(f"request could not be read ({type(err).__name__})"),
+            )
         try:
-            handler = getattr(self, f"_op_{req.op}")
+            handler = getattr(self.ops, f"op_{req.op}")
             return protocol.ok_reply(req.id, **handler(conn, **req.args))
         except GpuenvError as err:
             return protocol.error_reply(req.id, err)
         except Exception as err:  # a bug must cost one reply, not the daemon
             log.exception("request %s from %s failed", req.op, conn.peer.describe())
             return protocol.error_reply(req.id, err)
-
-    # -- operations ------------------------------------------------------------------------------
-
-    def _gpus(self, selector: list[int | str] | None) -> list[int]:
-        if selector is None:
-            return list(self.gpus)
-        for item in selector:
-            if isinstance(item, str) and item.lower().startswith(("cuda:", "local")):
-                raise ConfigError(
-                    f"gpuenvd cannot resolve {item!r}: CUDA numbering belongs to the client",
-                    hint="resolve it to an NVML index or a UUID before asking the daemon",
-                )
-        from gpuenv.devices import select_gpus
-
-        return select_gpus(self.backend, selector)
-
-    def _op_hello(self, conn: _Conn, versions: list[int], client: str | None) -> dict[str, Any]:
-        common = sorted(set(versions) & set(protocol.SUPPORTED_VERSIONS))
-        if not common:
-            raise protocol.ProtocolError(
-                f"no common protocol version (client {versions}, "
-                f"daemon {list(protocol.SUPPORTED_VERSIONS)})",
-                hint="upgrade gpuenv on the older side",
-            )
-        peer = conn.peer
-        return {
-            "protocol": common[-1],
-            "daemon": _version(),
-            "pid": os.getpid(),
-            "backend": self.backend.name,
-            "peer": {
-                "uid": peer.uid,
-                "user": peer.user,
-                "pid": peer.pid,
-                "admin": self.auth.is_admin(peer),
-            },
-            "may_lock": sorted(self.auth.lockable(peer)),
-            "gpus": [{"index": i.index, "uuid": i.uuid, "name": i.name} for i in self.infos],
-        }
-
-    def _op_status(self, conn: _Conn, gpus: list[int | str] | None) -> dict[str, Any]:
-        out = []
-        for index in self._gpus(gpus):
-            sample = self.sampler.latest(index)
-            out.append(
-                {
-                    "index": index,
-                    "uuid": self.infos[index].uuid,
-                    "name": self.infos[index].name,
-                    "sample": sample.to_dict() if sample is not None else None,
-                    **self.leases.gpu_status(index),
-                }
-            )
-        return {
-            "gpus": out,
-            "leases": [lease.to_dict() for lease in self.leases.leases()],
-            "daemon": {
-                "pid": os.getpid(),
-                "version": _version(),
-                "uptime_s": round(time.time() - self.started_at, 3),
-                "connections": len(self._conns),
-                **self.leases.counters(),
-            },
-        }
-
-    def _op_lock(self, conn: _Conn, gpus: list[int | str] | None, **spec: Any) -> dict[str, Any]:
-        indices = self._gpus(gpus)
-        lease = self.leases.grant(conn.peer, conn.id, indices, hangup=conn.hung_up, **spec)
-        return {"lease": lease.to_dict()}
-
-    def _op_release(self, conn: _Conn, lease: str) -> dict[str, Any]:
-        ended = self.leases.release(conn.peer, lease)
-        return {"lease": ended.to_dict()}
-
-    def _op_restore(self, conn: _Conn, gpus: list[int | str] | None, all: bool) -> dict[str, Any]:
-        restored = self.leases.restore(conn.peer, self._gpus(gpus), all_owners=all)
-        return {"restored": restored}
-
-    def _op_window_start(self, conn: _Conn, gpus: list[int | str] | None) -> dict[str, Any]:
-        indices = self._gpus(gpus)
-        t0 = self.sampler.mark()
-        wid = next(self._ids)
-        if len(conn.windows) >= MAX_WINDOWS:
-            conn.windows.pop(next(iter(conn.windows)))
-        conn.windows[wid] = (t0, indices)
-        return {"window": wid, "t0": t0}
-
-    def _op_window_end(self, conn: _Conn, window: int) -> dict[str, Any]:
-        if window not in conn.windows:
-            raise protocol.ProtocolError(
-                f"no open window {window} on this connection",
-                hint="call window_start first; each window ends once",
-            )
-        t0, indices = conn.windows.pop(window)
-        t1 = self.sampler.mark()
-        windows = []
-        for index in indices:
-            w = self.sampler.window(t0, t1, index, lock_range=self.leases.lock_range(index))
-            # the client's own process is expected on the GPU, not "another process"
-            w = dataclasses.replace(
-                w, other_pids=tuple(p for p in w.other_pids if p != conn.peer.pid)
-            )
-            windows.append(w.to_dict())
-        return {"t0": t0, "t1": t1, "windows": windows}
-
-    def _op_subscribe(
-        self, conn: _Conn, gpus: list[int | str] | None, period: float, events: bool
-    ) -> dict[str, Any]:
-        if len(conn.subs) >= MAX_SUBSCRIPTIONS:
-            raise protocol.ProtocolError(
-                f"at most {MAX_SUBSCRIPTIONS} subscriptions per connection",
-                hint="unsubscribe first",
-            )
-        indices = self._gpus(gpus)
-        sub = next(self._ids)
-        stop = threading.Event()
-        conn.subs[sub] = stop
-        if events and conn.event_sub is None:
-            conn.event_sub = sub
-        threading.Thread(
-            target=self._stream,
-            args=(conn, sub, indices, period, stop),
-            name=f"gpuenvd-sub-{sub}",
-            daemon=True,
-        ).start()
-        return {"sub": sub}
-
-    def _op_unsubscribe(self, conn: _Conn) -> dict[str, Any]:
-        subs = list(conn.subs)
-        for sub in subs:
-            conn.subs.pop(sub).set()
-        conn.event_sub = None
-        return {"stopped": subs}
-
-    def _stream(
-        self, conn: _Conn, sub: int, gpus: list[int], period: float, stop: threading.Event
-    ) -> None:
-        last = self.clock.now()
-        while not stop.wait(period) and not conn.closed.is_set():
-            now = self.clock.now()
-            samples = [
-                s.to_dict() for g in gpus for s in self.sampler.samples(last, now, g) if s.t > last
-            ]
-            last = now
-            if not conn.send(
-                protocol.event("samples", sub=sub, samples=samples, leases=self.leases.summary())
-            ):
-                return
 
     def _on_lease_event(self, kind: str, lease_info: dict[str, Any]) -> None:
         with contextlib.suppress(queue.Full):  # subscribers miss an event rather than stall a grant
@@ -560,37 +386,13 @@ class Server:
             if item is None:
                 return
             kind, lease_info = item
-            with self._conns_lock:
-                conns = [c for c in self._conns.values() if c.event_sub is not None]
+            conns = [c for c in self.conns.all() if c.event_sub is not None]
             for conn in conns:
                 conn.send(
                     protocol.event("lease", sub=conn.event_sub, action=kind, lease=lease_info)
                 )
 
 
-def _set_send_timeout(sock: socket.socket, seconds: float) -> None:
-    whole = int(seconds)
-    with contextlib.suppress(OSError):
-        sock.setsockopt(
-            socket.SOL_SOCKET,
-            socket.SO_SNDTIMEO,
-            struct.pack("ll", whole, int((seconds - whole) * 1e6)),
-        )
-
-
-def _socket_answers(path: str) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(0.5)
-    try:
-        probe.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
-
-
-def _version() -> str:
-    from gpuenv import __version__
-
-    return __version__
+_TOO_LONG = protocol.ProtocolError(
+    f"request longer than {protocol.MAX_LINE} bytes", hint="send one short JSON object per line"
+)

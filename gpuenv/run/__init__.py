@@ -4,6 +4,10 @@
     tracker.py   the parent's side: read and pair edges into regions, window them
     runner.py    spawn the command, forward signals, lock, sample, restore
     report.py    a Measurement per region (judged by gpuenv.judge), the summary table
+    autoregions.py  each do_bench / torch Timer / pytest-benchmark call a region, unmodified
+    childsite/   the sitecustomize on a Python command's path that installs that import hook
+    nvtx.py      --regions nvtx: NVTX ranges as regions (nvtx_inject.c, built with cc)
+    ranks.py     torchrun / Slurm: each rank's GPU and file, --summary rank0's one table
 
 Nothing is imported here: a program marking regions imports only region.py.
 """

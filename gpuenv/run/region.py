@@ -19,9 +19,11 @@ The wire format, for programs in other languages (one line per edge, ASCII):
 
     b <pid> <id> <t> <name>\\n     region <id> of process <pid> begins at <t> s
     e <pid> <id> <t>\\n            it ends
+    x <pid> <id> <t>\\n            it ended in an error: drop it (not a measurement)
 
-<t> is CLOCK_MONOTONIC in seconds; <id> is unique within <pid>; <name> has no
-newline. The fd is in GPUENV_REGION_FD; GPUENV_REGION_PIPE holds
+<t> is CLOCK_MONOTONIC in seconds; <id> is unique within <pid> (a library that
+writes edges beside others in one process takes its own range of ids); <name>
+has no newline. README.md has a C example. The fd is in GPUENV_REGION_FD; GPUENV_REGION_PIPE holds
 "<st_dev>:<st_ino>" of that pipe, so that a process which inherited the
 variable but not the fd (a grandchild started with close_fds) does not write
 into whatever file now has that number: it checks with fstat first.
@@ -47,7 +49,7 @@ MAX_NAME = 200  # keeps every line far below PIPE_BUF (4096), so each write is a
 class Edge:
     """One parsed line of the region protocol."""
 
-    kind: str  # "b" (begin) | "e" (end)
+    kind: str  # "b" (begin) | "e" (end) | "x" (end, discarded)
     pid: int
     id: int
     t: float  # CLOCK_MONOTONIC seconds
@@ -60,8 +62,8 @@ def parse_line(line: str) -> Edge | None:
     try:
         if parts[0] == "b" and len(parts) == 5:
             return Edge("b", int(parts[1]), int(parts[2]), float(parts[3]), parts[4])
-        if parts[0] == "e" and len(parts) == 4:
-            return Edge("e", int(parts[1]), int(parts[2]), float(parts[3]), None)
+        if parts[0] in ("e", "x") and len(parts) == 4:
+            return Edge(parts[0], int(parts[1]), int(parts[2]), float(parts[3]), None)
     except ValueError:
         return None
     return None
@@ -141,7 +143,7 @@ class region(contextlib.ContextDecorator):  # lower case: used like a function, 
     one `write()` per edge under `gpuenv run`, two clock reads otherwise.
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, *, discard_on_error: bool = False):
         name = str(name).replace("\n", " ").replace("\r", " ").strip()
         if not name:
             from gpuenv.errors import ConfigError
@@ -151,6 +153,7 @@ class region(contextlib.ContextDecorator):  # lower case: used like a function, 
         self.t0: float | None = None
         self.t1: float | None = None
         self._id = 0
+        self.discard_on_error = discard_on_error  # an exception ends it with "x", not "e"
 
     @property
     def elapsed_s(self) -> float | None:
@@ -173,11 +176,12 @@ class region(contextlib.ContextDecorator):  # lower case: used like a function, 
         tb: TracebackType | None,
     ) -> None:
         self.t1 = time.monotonic()
-        _CHANNEL.send(f"e {os.getpid()} {self._id} {self.t1:.9f}\n".encode())
+        kind = "x" if exc_type is not None and self.discard_on_error else "e"
+        _CHANNEL.send(f"{kind} {os.getpid()} {self._id} {self.t1:.9f}\n".encode())
 
     def _recreate_cm(self) -> region:
         # As a decorator, each call gets a fresh region (recursion and threads stay apart).
-        return region(self.name)
+        return region(self.name, discard_on_error=self.discard_on_error)
 
 
 __all__ = ["ENV_FD", "ENV_PIPE", "Edge", "active", "parse_line", "pipe_identity", "region"]

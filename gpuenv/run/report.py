@@ -121,10 +121,31 @@ def fmt_time(seconds: float | None) -> str:
     return fmt_s(seconds, "table")
 
 
-def summary_table(measurements: Sequence[Measurement], *, header: str) -> str:
-    """The table `gpuenv run` prints on stderr: a row per region and GPU, findings below."""
+def _window_cells(w: Window | None) -> list[str]:
+    """SM MHz, power, energy, temp C and time under, for one window (dashes without)."""
+    if w is None:
+        return ["-"] * 5
+    sm = "-" if w.sm_mhz_mean is None else f"{w.sm_mhz_mean:.0f}"
+    if w.sm_mhz_min is not None and w.sm_mhz_max is not None and w.sm_mhz_min != w.sm_mhz_max:
+        sm += f" ({w.sm_mhz_min:.0f}-{w.sm_mhz_max:.0f})"
+    power = "-" if w.power_w_mean is None else f"{w.power_w_mean:.0f} W"
+    temp = "-" if w.temp_c_start is None else f"{w.temp_c_start:.0f}-{w.temp_c_max:.0f}"
+    under = ", ".join(
+        f"{counter(k).short} {fmt_time(v)}"
+        for k, v in sorted(w.reason_s.items())
+        if k in _TABLE_COUNTERS and v >= 0.0005
+    )
+    return [sm, power, fmt_j(w.energy_j, approx=w.energy_interpolated), temp, under or "-"]
+
+
+def summary_table(
+    measurements: Sequence[Measurement], *, header: str, ranks: Sequence[int] | None = None
+) -> str:
+    """The table `gpuenv run` prints on stderr: a row per region and GPU, findings below.
+    `ranks` (one per measurement) adds a rank column: the table of all ranks of a job."""
     multi = len({g for m in measurements for g in m.gpus}) > 1
     cols = [
+        *(["rank"] if ranks is not None else []),
         "region",
         *(["gpu"] if multi else []),
         "reps",
@@ -138,9 +159,11 @@ def summary_table(measurements: Sequence[Measurement], *, header: str) -> str:
     ]
     rows: list[list[str]] = []
     notes: list[str] = []
-    for m in measurements:
+    for i, m in enumerate(measurements):
         if m.stats.n == 0 and not m.times_s:
             continue
+        rank = [] if ranks is None else [str(ranks[i])]
+        who = f"rank {ranks[i]}: {m.name}" if ranks is not None else m.name
         if len(m.times_s) == 1:
             when = fmt_time(m.times_s[0])
         else:  # the kept reps' median; all reps' when every one was rejected
@@ -150,32 +173,13 @@ def summary_table(measurements: Sequence[Measurement], *, header: str) -> str:
         for k, w in enumerate(windows):
             name = m.name if k == 0 else ""
             row = [
+                *(rank if k == 0 else [""] * len(rank)),
                 name,
                 *([str(w.gpu) if w else "-"] if multi else []),
                 str(len(m.times_s)) if k == 0 else "",
                 when if k == 0 else "",
             ]
-            if w is None:
-                row += ["-"] * 5
-            else:
-                sm = "-" if w.sm_mhz_mean is None else f"{w.sm_mhz_mean:.0f}"
-                if (
-                    w.sm_mhz_min is not None
-                    and w.sm_mhz_max is not None
-                    and w.sm_mhz_min != w.sm_mhz_max
-                ):
-                    sm += f" ({w.sm_mhz_min:.0f}-{w.sm_mhz_max:.0f})"
-                power = "-" if w.power_w_mean is None else f"{w.power_w_mean:.0f} W"
-                temp = "-" if w.temp_c_start is None else f"{w.temp_c_start:.0f}-{w.temp_c_max:.0f}"
-                under = (
-                    ", ".join(
-                        f"{counter(k2).short} {fmt_time(v)}"
-                        for k2, v in sorted(w.reason_s.items())
-                        if k2 in _TABLE_COUNTERS and v >= 0.0005
-                    )
-                    or "-"
-                )
-                row += [sm, power, fmt_j(w.energy_j, approx=w.energy_interpolated), temp, under]
+            row += _window_cells(w)
             row.append(
                 m.verdict
                 + (
@@ -189,8 +193,8 @@ def summary_table(measurements: Sequence[Measurement], *, header: str) -> str:
             rows.append(row)
         incomplete = m.extra.get("incomplete_reps")
         if incomplete:
-            notes.append(f"  {m.name}: the command ended inside {len(incomplete)} rep(s)")
-        notes.extend(f"  {m.name}: [{f.severity}] {f.kind}: {f.message}" for f in m.findings)
+            notes.append(f"  {who}: the command ended inside {len(incomplete)} rep(s)")
+        notes.extend(f"  {who}: [{f.severity}] {f.kind}: {f.message}" for f in m.findings)
     widths = [max(len(r[i]) for r in [cols, *rows]) for i in range(len(cols))]
     lines = [header]
     for r in [cols, *rows]:
@@ -200,4 +204,37 @@ def summary_table(measurements: Sequence[Measurement], *, header: str) -> str:
     return "\n".join(lines + notes)
 
 
-__all__ = ["RUN_NAME", "build_measurements", "fmt_time", "gpu_facts", "summary_table"]
+def run_text(record: Mapping[str, Any], measurements: Sequence[Measurement]) -> str:
+    """What `gpuenv run` prints at the end: the header, the table, then what was not measured,
+    where the results are, and what --policy reject rejected. `record`: runner._record."""
+    head = (
+        f"gpuenv run: '{record['command']}' {record['outcome']} after "
+        f"{fmt_time(record['duration_s'])} on {record['where']}; {record['state']}"
+    )
+    return summary_table(measurements, header=head) + "".join(tail_lines(record, measurements))
+
+
+def tail_lines(record: Mapping[str, Any], measurements: Sequence[Measurement]) -> list[str]:
+    """The lines under a run's table (each starting with a newline)."""
+    who = "" if record.get("rank") is None else f"rank {record['rank']}: "
+    lines = []
+    run_extra = measurements[0].extra if measurements else {}
+    for name, n in (run_extra.get("discarded_regions") or {}).items():
+        lines.append(f"\n  {who}{name}: {n} call(s) raised an error: not measured")
+    if record.get("output"):
+        lines.append(f"\n  {who}results: {record['output']}")
+    rejected = [m.name for m in measurements if m.verdict == "rejected"]
+    if record.get("policy") == "reject" and rejected:
+        lines.append(f"\n  {who}rejected: {', '.join(rejected)} (--policy reject)")
+    return lines
+
+
+__all__ = [
+    "RUN_NAME",
+    "build_measurements",
+    "fmt_time",
+    "gpu_facts",
+    "run_text",
+    "summary_table",
+    "tail_lines",
+]

@@ -9,7 +9,9 @@ sent to gpuenv alone; a signal the terminal sent to the whole foreground group
 (Ctrl-C, Ctrl-\\, hang-up) already reached the command, so it is not sent
 twice. gpuenv then exits with the command's exit status (see `exit_status`).
 
-Regions: the command marks them with `gpuenv.region("name")` (see run/region.py);
+Regions: a Python command's do_bench, torch Timer and pytest-benchmark calls are
+regions by themselves (autoregions.py); NVTX ranges with --regions nvtx (nvtx.py);
+others the command marks with `gpuenv.region("name")` (see run/region.py);
 their edges come back over an inherited pipe with the child's CLOCK_MONOTONIC
 times, which the sampler's clock shares. The whole run is always one more
 region, "(run)". At the end every region gets a `Measurement` (one rep per
@@ -31,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -39,8 +41,10 @@ from typing import IO, Any
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError
 from gpuenv.results import Measurement
+from gpuenv.run.autoregions import child_env
+from gpuenv.run.ranks import default_gpu_selector, rank_of, rank_output_path, selector_env
 from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
-from gpuenv.run.report import RUN_NAME, build_measurements, fmt_time, gpu_facts, summary_table
+from gpuenv.run.report import RUN_NAME, build_measurements, gpu_facts, run_text
 from gpuenv.run.tracker import (
     FLUSH_S,
     MAX_REGION_LIST,
@@ -52,6 +56,7 @@ from gpuenv.run.tracker import (
 from gpuenv.telemetry import Sampler
 
 RUN_POLICIES = ("annotate", "reject")  # retry cannot re-run a command's regions
+SUMMARIES = ("each", "rank0")  # each rank prints its table / rank 0 prints all ranks' in one
 FORWARDED = (
     signal.SIGINT,
     signal.SIGTERM,
@@ -73,49 +78,17 @@ class CommandNotFound(ConfigError):
         super().__init__(f"{why}: {command}", hint="check the command and your PATH")
 
 
-# -- where and what: defaults under torchrun / Slurm -------------------------------------
-
-
-def default_gpu_selector(env: Mapping[str, str]) -> str:
-    """The GPUs a wrapped command uses, when -i is not given.
-
-    Under torchrun (LOCAL_RANK) the rank's own GPU; under Slurm (SLURM_LOCALID)
-    the task's only visible GPU, or the one at its local id; otherwise the GPUs
-    CUDA_VISIBLE_DEVICES shows, or all.
-    """
-    if env.get("LOCAL_RANK", "").strip():
-        return "local"
-    visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    if env.get("SLURM_LOCALID", "").strip():
-        return "cuda:0" if len(visible) == 1 else "local"
-    if "CUDA_VISIBLE_DEVICES" in env:
-        return ",".join(f"cuda:{k}" for k in range(len(visible))) or "cuda:0"
-    return "all"
-
-
-def selector_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment for select_gpus: SLURM_LOCALID stands in for a missing LOCAL_RANK."""
-    out = dict(env)
-    if not out.get("LOCAL_RANK", "").strip() and out.get("SLURM_LOCALID", "").strip():
-        out["LOCAL_RANK"] = out["SLURM_LOCALID"]
-    return out
-
-
-def rank_of(env: Mapping[str, str]) -> int | None:
-    """This process's global rank when it is one of several (torchrun RANK, Slurm SLURM_PROCID)."""
-    for rank_key, size_key in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
-        rank, size = env.get(rank_key, "").strip(), env.get(size_key, "").strip()
-        if rank.isdigit() and (not size.isdigit() or int(size) > 1):
-            return int(rank)
-    return None
-
-
-def rank_output_path(path: str | os.PathLike[str], rank: int | None) -> Path:
-    """run.jsonl -> run.rank3.jsonl for rank 3, so ranks never write one file."""
-    p = Path(path)
-    if rank is None:
-        return p
-    return p.with_name(f"{p.stem}.rank{rank}{p.suffix or '.jsonl'}")
+def check_run_policy(policy: str) -> str:
+    """annotate or reject; retry is refused with the reason."""
+    if policy not in RUN_POLICIES:
+        raise ConfigError(
+            f"--policy {policy} does not apply to 'gpuenv run': gpuenv cannot re-run a call "
+            "it did not make (the command's do_bench, Timer and pytest-benchmark calls and "
+            "its regions are the command's own)",
+            hint="use --policy reject to fail the run on a rejected region, or "
+            "policy='retry' inside the program (gpuenv.bench, gpuenv.stable)",
+        )
+    return policy
 
 
 def resolve_command(argv: Sequence[str]) -> str:
@@ -213,12 +186,11 @@ class Runner:
         period: float | None = None,
         stderr: IO[str] | None = None,
         quiet: bool = False,
+        auto_regions: Sequence[str] = (),
+        summary: str = "each",
+        nvtx: bool = False,
     ):
-        if policy not in RUN_POLICIES:
-            raise ConfigError(
-                f"--policy {policy} does not apply to 'gpuenv run'",
-                hint="use annotate or reject (a command's regions cannot be re-run one by one)",
-            )
+        check_run_policy(policy)
         if backend.clock.virtual:
             raise ConfigError("gpuenv run needs real time: the command's regions carry its clock")
         self.argv = list(argv)
@@ -232,6 +204,16 @@ class Runner:
         self.period = period
         self.stderr = stderr if stderr is not None else sys.stderr
         self.quiet = quiet
+        self.auto_regions = tuple(auto_regions)
+        if summary not in SUMMARIES:
+            raise ConfigError(f"--summary {summary}: use one of {', '.join(SUMMARIES)}")
+        self.summary = summary
+        self.nvtx_lib = None
+        if nvtx:  # built and checked now, before anything is locked
+            from gpuenv.run import nvtx as nvtx_mod
+
+            self.nvtx_lib = nvtx_mod.build()
+            nvtx_mod.child_env(dict(os.environ), self.nvtx_lib)
 
     def run(self) -> RunResult:
         lock = None
@@ -270,9 +252,7 @@ class Runner:
         summariser = Summariser(sampler, self.gpus)
         r_fd, w_fd = os.pipe()
         os.set_inheritable(w_fd, True)
-        env = dict(os.environ)
-        env[ENV_FD] = str(w_fd)
-        env[ENV_PIPE] = pipe_identity(w_fd)
+        env = self._child_env(w_fd)
         forwarded: list[int] = []
         family = _Family()
         reader = RegionReader(r_fd, tracker, sampler)
@@ -334,10 +314,31 @@ class Runner:
                 for m in measurements:
                     store.append(m)
         result = RunResult(status, measurements, self.output, t_end - t_start, forwarded)
-        if not self.quiet:
-            print(self._table(result, lock), file=self.stderr)
+        self._report(result, lock, started_wall=wall0 + t_start)
         return result
 
+    def _report(self, result: RunResult, lock: Any, *, started_wall: float) -> None:
+        """Print the summary: this run's table, or under --summary rank0 all ranks' at rank 0."""
+        rank = rank_of(os.environ)
+        record = self._record(result, lock, rank)
+        if self.summary == "rank0" and rank is not None:
+            from gpuenv.run.ranks import report_ranks
+
+            text = report_ranks(record, result.measurements, os.environ, started_wall=started_wall)
+        else:
+            text = run_text(record, result.measurements)
+        if text and not self.quiet:
+            print(text, file=self.stderr)
+
+    def _child_env(self, w_fd: int) -> dict[str, str]:
+        """The command's environment: the region pipe, automatic regions, NVTX's injection."""
+        env = dict(os.environ)
+        env[ENV_FD] = str(w_fd)
+        env[ENV_PIPE] = pipe_identity(w_fd)
+        child_env(env, self.auto_regions)
+        if self.nvtx_lib is not None:
+            env["NVTX_INJECTION64_PATH"] = str(self.nvtx_lib)
+        return env
 
     def _store(self, lock: Any) -> Any:
         """The results file's store (None without -o), its metadata written first."""
@@ -354,6 +355,8 @@ class Runner:
                 "policy": self.policy,
                 "rank": rank_of(os.environ),
                 "lock": lock.plan.lines() if lock is not None else None,
+                "auto_regions": list(self.auto_regions),
+                "nvtx_regions": self.nvtx_lib is not None,
             },
         )
         return ResultStore(self.output, meta)
@@ -390,6 +393,8 @@ class Runner:
             extra_run["traces"] = {str(g): t for g, t in traces.items()}
         if tracker.ignored:
             extra_run["ignored_edges"] = tracker.ignored
+        if tracker.discarded:
+            extra_run["discarded_regions"] = dict(tracker.discarded)
         return extra_run
 
     def _wait(
@@ -432,32 +437,32 @@ class Runner:
                 os.kill(pid, sig)
                 forwarded.append(sig)
 
-    def _table(self, result: RunResult, lock: Any) -> str:
+    def _record(self, result: RunResult, lock: Any, rank: int | None) -> dict[str, Any]:
+        """What the summary says about this run besides its measurements (report.run_text)."""
         from gpuenv.devices import describe
 
         cmd = shlex.join(self.argv)
-        if len(cmd) > 60:
-            cmd = cmd[:57] + "..."
         if result.returncode < 0:
             how = f"was killed by {signal.Signals(-result.returncode).name}"
         else:
             how = f"exited with {result.returncode}"
-        gpus = ", ".join(describe(self.backend, g) for g in self.gpus)
         if lock is not None:
             from gpuenv.clocks import describe_target
 
             targets = sorted({describe_target(gp.applied) for gp in lock.plan.gpus})
-            state = "; locked " + "; ".join(targets)
+            state = "locked " + "; ".join(targets)
         else:
-            state = "; clocks not locked"
-        head = f"gpuenv run: '{cmd}' {how} after {fmt_time(result.duration_s)} on {gpus}{state}"
-        table = summary_table(result.measurements, header=head)
-        if result.output is not None:
-            table += f"\n  results: {result.output}"
-        if self.policy == "reject" and result.rejected:
-            names = [m.name for m in result.measurements if m.verdict == "rejected"]
-            table += f"\n  rejected: {', '.join(names)} (--policy reject)"
-        return table
+            state = "clocks not locked"
+        return {
+            "rank": rank,
+            "command": cmd if len(cmd) <= 60 else cmd[:57] + "...",
+            "outcome": how,
+            "duration_s": result.duration_s,
+            "where": ", ".join(describe(self.backend, g) for g in self.gpus),
+            "state": state,
+            "output": None if result.output is None else str(result.output),
+            "policy": self.policy,
+        }
 
 
 class _Family:
@@ -479,6 +484,7 @@ __all__ = [
     "CommandNotFound",
     "RunResult",
     "Runner",
+    "check_run_policy",
     "default_gpu_selector",
     "rank_of",
     "rank_output_path",

@@ -54,6 +54,7 @@ class RegionTracker:
         self.finished: list[Region] = []
         self.names: list[str] = []  # in order of first appearance
         self.ignored = 0  # ends without a begin, repeated begins
+        self.discarded: dict[str, int] = {}  # per name, regions that ended in an error ("x")
         self.lock = threading.Lock()
 
     def feed(self, edge: Edge) -> None:
@@ -70,6 +71,9 @@ class RegionTracker:
                 region = self.open.pop(key, None)
                 if region is None:
                     self.ignored += 1
+                    return
+                if edge.kind == "x":
+                    self.discarded[region.name] = self.discarded.get(region.name, 0) + 1
                     return
                 region.t1 = max(edge.t, region.t0)
                 self.finished.append(region)

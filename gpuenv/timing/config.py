@@ -48,6 +48,10 @@ class BenchConfig:
     holds on the GPU, else the session's mode, else "burst"), "burst", "sustained"
     (precondition to equilibrium, then reps of fn back to back) or "none" (measure
     in whatever state the GPU is in). `conditioning` holds their thresholds.
+    `burst_from_start`: the first burst starts with bench (its warmup included), so
+    the GPU is checked cool and uncapped on the samples taken since bench began
+    instead of one driver refresh after the warmup: for short, budgeted warmups (the
+    do_bench drop-in); a warmup longer than a burst could itself cap the GPU.
     `policy`: "annotate" | "reject" | "retry" (default: the session's, else annotate).
     """
 
@@ -66,6 +70,7 @@ class BenchConfig:
     calls_per_rep: int | str = "auto"
     condition: str | None = None  # None = "auto"
     conditioning: ConditionConfig = field(default_factory=ConditionConfig)
+    burst_from_start: bool = False
     policy: str | None = None
     verdict_config: VerdictConfig | None = None
     probe_clock: bool = True

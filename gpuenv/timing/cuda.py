@@ -41,6 +41,7 @@ PROFILER_BATCH = 10  # profiled reps per torch.profiler session
 PROFILER_MAX_REPS = 200
 PROBE_MAX_S = 2e-3  # past this much spin, fn is host-bound: its launch gaps are its time
 COVER_ATTEMPTS = 4  # a rep whose launch the spin did not cover is redone with 2x the spin
+SIZE_PROBE_S = 5e-4  # the clock probe that sizes the launch cover: 3 x 0.5 ms, not 3 x 5 ms
 
 
 def _torch() -> Any:
@@ -71,6 +72,7 @@ class CudaEvents:
         saturate: bool = True,
         rep_probe_cycles: int = REP_PROBE_CYCLES,
         clock: Clock | None = None,
+        flush_bytes: int | None = None,
         batch: int = 1,
     ):
         torch = _torch()
@@ -87,11 +89,14 @@ class CudaEvents:
         props = torch.cuda.get_device_properties(self.device)
         self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0)
         self.saturate = saturate
-        self.flush_l2 = flush_l2
+        self.flush_l2 = flush_l2 and flush_bytes != 0
+        self.flush_bytes_asked = flush_bytes
         self._flush_buf = None
-        if flush_l2:
-            # write twice the L2 so nothing of fn's data survives (50 MiB L2 on an H100)
+        if self.flush_l2:
+            # write twice the L2 so nothing of fn's data survives (50 MiB L2 on an H100);
+            # `flush_bytes` says otherwise (triton's do_bench writes 256 MiB)
             size = max(2 * self.l2_bytes, 8 << 20) if self.l2_bytes else 256 << 20
+            size = size if flush_bytes is None else max(int(flush_bytes), 4)
             self._flush_buf = torch.empty(size // 4, dtype=torch.int32, device=self.device)
         self.rep_probe_cycles = int(rep_probe_cycles) if saturate else 0
         self._cover_cycles = 60_000  # ~30 us at 2 GHz: covers enqueueing e0 and the probe
@@ -123,7 +128,7 @@ class CudaEvents:
             fn()
             samples.append(time.perf_counter() - t)
             self.torch.cuda.current_stream(self.device).synchronize()
-        mhz = self.probe_clock_mhz() or 2000.0
+        mhz = self._probe_clock_mhz(SIZE_PROBE_S) or 2000.0  # sizing needs no precision
         need = int(2 * stats.median(samples) * mhz * 1e6)
         # beyond ~2 ms of spin fn is host-bound: its launch gaps are part of its time
         self._probe_cap_cycles = int(PROBE_MAX_S * mhz * 1e6)
@@ -201,10 +206,10 @@ class CudaEvents:
         with self.torch.cuda.device(self.device):
             return self._probe_clock_mhz()
 
-    def _probe_clock_mhz(self) -> float | None:
+    def _probe_clock_mhz(self, seconds: float = CLOCK_PROBE_S) -> float | None:
         torch = self.torch
         guess = 2000e6
-        cycles = int(CLOCK_PROBE_S * guess)
+        cycles = int(seconds * guess)
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         out = []
         for _ in range(3):
@@ -237,7 +242,8 @@ def _tiny(dev: CudaEvents, fn: Callable[[], Any], calls: int) -> tuple[Device, s
     """A CUDA graph of `calls` calls a rep; calls back to back between the events when fn
     cannot be captured (host synchronisation, allocation outside the graph's pool...)."""
     kw: dict[str, Any] = {"flush_l2": dev.flush_l2, "saturate": dev.saturate,
-                          "device": dev.device, "clock": dev.clock}
+                          "device": dev.device, "clock": dev.clock,
+                          "flush_bytes": dev.flush_bytes_asked}
     try:
         graph = CudaGraph(calls=calls, **kw)
         graph.prepare(fn)
@@ -391,10 +397,11 @@ def _profiled_rep_times(events: list[dict[str, Any]], n: int) -> tuple[list[floa
 
 def cuda_device(mode: str, *, flush_l2: bool = True, saturate: bool = True,
                 calls_per_rep: int | str = "auto", device: Any = None,
-                clock: Clock | None = None) -> Device:
-    """The CUDA device for `mode` ("events", "graph", "profiler")."""
+                clock: Clock | None = None, flush_bytes: int | None = None) -> Device:
+    """The CUDA device for `mode` ("events", "graph", "profiler"); `flush_bytes`: the L2
+    flush's size (default twice the device's L2)."""
     kwargs: dict[str, Any] = {"flush_l2": flush_l2, "saturate": saturate, "device": device,
-                              "clock": clock}
+                              "clock": clock, "flush_bytes": flush_bytes}
     if mode == "events":
         return CudaEvents(**kwargs)
     if mode == "graph":

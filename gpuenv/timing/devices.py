@@ -15,6 +15,9 @@ MODES = ("events", "graph", "profiler")
 SUSTAINED_REP_S = 0.2  # one rep in sustained mode: this long of fn back to back
 CLOCK_PROBE_S = 0.005  # GPU time of the before/after effective-clock probe
 REP_PROBE_CYCLES = 100_000  # ~50 us at 2 GHz: the per-rep clock probe and launch cover
+# The simulated GPU's L2 flush: bytes written per memory cycle (an H100's ~3.35 TB/s at its
+# 2619 MHz memory clock), so a flush of B bytes takes B / 1280 memory cycles.
+SIM_FLUSH_BYTES_PER_MEM_CYCLE = 1280
 
 
 @dataclass(frozen=True)
@@ -118,15 +121,32 @@ class ClockDevice:
 
 class SimDevice(ClockDevice):
     """The simulated GPU: fn runs `backend.run_work(...)` (see `sim_kernel`); the
-    effective-clock probe times a light spin of known cycles, as `_sleep` does on CUDA."""
+    effective-clock probe times a light spin of known cycles, as `_sleep` does on CUDA.
+
+    What a CUDA rep costs besides fn can be modelled, outside the timed window as on
+    CUDA: `flush_bytes` of L2 flush (memory-bound work) and `rep_overhead_s` of host
+    time (launches, the synchronize) before each rep. `batch`: calls of fn a rep, timed
+    per call (a CUDA graph's replay)."""
 
     kind = "sim"
 
-    def __init__(self, backend: Any, gpu: int, *, rep_probe_cycles: float = REP_PROBE_CYCLES):
-        super().__init__(backend.clock)
+    def __init__(self, backend: Any, gpu: int, *, rep_probe_cycles: float = REP_PROBE_CYCLES,
+                 flush_bytes: int = 0, rep_overhead_s: float = 0.0,
+                 batch: int = 1):  # fmt: skip
+        super().__init__(backend.clock, batch=batch)
         self.backend = backend
         self.gpu = gpu
         self.rep_probe_cycles = rep_probe_cycles
+        self.flush_bytes = int(flush_bytes)
+        self.rep_overhead_s = float(rep_overhead_s)
+
+    def rep(self, fn: Callable[[], Any]) -> Rep:
+        if self.flush_bytes:
+            self.backend.run_work(self.gpu, 0, power_intensity=0.3,
+                                  mem_cycles=self.flush_bytes / SIM_FLUSH_BYTES_PER_MEM_CYCLE)
+        if self.rep_overhead_s:
+            self.clock.sleep(self.rep_overhead_s)
+        return super().rep(fn)
 
     def _spin_mhz(self, cycles: float) -> float | None:
         seconds = self.backend.run_work(self.gpu, cycles, power_intensity=0.05)
@@ -140,7 +160,8 @@ class SimDevice(ClockDevice):
         return self._spin_mhz(CLOCK_PROBE_S * max_mhz * 1e6)
 
     def settings(self) -> dict[str, Any]:
-        return {**super().settings(), "device": "sim"}
+        flush = {"flush_l2": True, "flush_bytes": self.flush_bytes} if self.flush_bytes else {}
+        return {**super().settings(), "device": "sim", **flush}
 
 
 class BackToBack:

@@ -17,6 +17,7 @@ from gpuenv.backend import Backend
 from gpuenv.clocks.status import lock_holds
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
+from gpuenv.telemetry import DRIVER_REFRESH_S
 from gpuenv.timebase import Clock
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, TINY_TARGET_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_BATCH, PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
@@ -89,6 +90,7 @@ class _Place:
     condition_why: str
     policy: str
     session: Any
+    opened: float  # clock time just before the sampler started: its samples come after
 
     @property
     def clock(self) -> Clock:
@@ -124,6 +126,7 @@ class _Place:
             )
         facts = _facts(session, backend, gpu)
         own = sampler is None and backend is not None
+        opened = device.clock.now()
         if sampler is None and backend is not None:
             from gpuenv.telemetry import Sampler
 
@@ -133,7 +136,8 @@ class _Place:
             sampler.start()
         condition, why = _choose_condition(cfg, session, backend, facts.get(gpu), gpu)
         policy = cfg.policy or getattr(session, "policy", None) or "annotate"
-        return cls(backend, gpu, sampler, own, device, facts, condition, why, policy, session)
+        return cls(backend, gpu, sampler, own, device, facts, condition, why, policy, session,
+                   opened)
 
     def close(self) -> None:
         if self.own_sampler:
@@ -226,6 +230,7 @@ class _Run:
         if place.condition == "sustained":
             self.device = BackToBack(self.device)
         reps, stop = self._measure()
+        self.mark()  # an edge read after the last rep: its window need not wait for one
         m = self._judge(reps, started_at)
         t_end = self.mark()
         clock_after = self.device.probe_clock_mhz() if cfg.probe_clock else None
@@ -272,13 +277,17 @@ class _Run:
                 place.session.wait_until_recovered()
                 waited, ready = self.clock.now() - t_wait, True
             else:
-                waited, ready = self._wait()
+                # burst_from_start: the warmup is part of the first burst, so the samples
+                # since bench began tell whether the GPU is cool (no driver refresh to wait)
+                since = place.opened - DRIVER_REFRESH_S if self.cfg.burst_from_start else None
+                waited, ready = self._wait(since=since)
             self.extra.update(burst_first_wait_s=waited, burst_first_ready=ready)
 
-    def _wait(self, min_rest_s: float = 0.0) -> tuple[float, bool]:
+    def _wait(self, min_rest_s: float = 0.0, since: float | None = None) -> tuple[float, bool]:
         place = self.place
+        since = self.clock.now() if since is None else since
         waited, ready, _ = conditioning.wait_until_ready(
-            place.sampler, [place.gpu], self.clock, since=self.clock.now(), facts=place.facts,
+            place.sampler, [place.gpu], self.clock, since=since, facts=place.facts,
             config=self.cfg.conditioning, min_rest_s=min_rest_s,
         )  # fmt: skip
         return waited, ready
@@ -303,12 +312,16 @@ class _Run:
         max_reps = PROFILER_MAX_REPS if profiler else None
         rule, clock = self._rule(), self.clock
         start = burst_start = clock.now()
+        if self.cfg.burst_from_start:  # the warmup was the first burst's beginning
+            burst_start -= self.extra.get("warmup_s", 0.0)
         out: list[Rep] = []
+        times: list[float] = []
         rests = 0
         while True:
-            out.extend(self.device.reps(self.fn, batch) if batch > 1
-                       else [self.device.rep(self.fn)])
-            reason = rule.check([r.time_s for r in out], clock.now() - start)
+            got = self.device.reps(self.fn, batch) if batch > 1 else [self.device.rep(self.fn)]
+            out.extend(got)
+            times.extend(r.time_s for r in got)
+            reason = rule.check(times, clock.now() - start)
             if reason is None and max_reps is not None and len(out) >= max_reps:
                 reason = "max_reps"
             if reason is not None:

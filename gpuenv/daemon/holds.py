@@ -1,0 +1,360 @@
+"""The daemon's side of a lock on one GPU: one state, the leases that share it, the queue.
+
+Sharing costs O(1) in the number of sharers. The journal does not name each
+connection lease: on each GPU, the daemon's connection leases of one state
+share one journal owner, the daemon itself (kind "lease", its pid as owner and
+as watchdog). Joining or leaving a held state changes only a dict here; the
+journal is written when the first lease takes the GPU and when the last one
+lets it go. Exact restore after a crash needs nothing more: the original state
+is in the journal entry, and every connection lease ends with the daemon
+(gpuenvd restores at its next start; 'gpuenv restore' does it by hand). The
+owner is judged by the daemon's pid, never by a pid a client can drop (a
+client that forks and exits keeps its lease for as long as its connection
+lives). Standing leases, which outlive the daemon, keep one journal owner each
+(the client's uid and name), so that a restarted daemon finds them again.
+
+Fair queuing: requests that cannot be granted now wait in arrival order. A
+request is granted when every GPU it asks for is free or held in the state it
+wants, and no earlier waiter wants another state on one of them. So a request
+for another clock gets its turn once the sharers ahead of it let go (newcomers
+for the held state queue behind it), and the sharers queued behind it get
+theirs as soon as it ends: neither side starves the other. Turns are taken in
+batches: when a state gets the GPU, every request already queued for it goes
+too, so each change of state serves all who waited for it. Requests that do not
+wait hold no place, so a refusal keeps a turn for its state for TURN_KEPT_S:
+requests of another state that come later queue behind it, and those of its
+state that come meanwhile go at its place. Without that, a steady trickle of
+waiting requests for one clock would keep the GPU from everyone who asks for
+the other without waiting. Standing leases neither keep turns nor wait behind
+them: they last until restored, so a turn kept against one would never come.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuenv.clocks import Lock, LockPlan, describe_target
+from gpuenv.clocks.journal import Applied, Owner
+
+if TYPE_CHECKING:
+    from gpuenv.daemon.auth import Peer
+
+DAEMON_MARK = "via gpuenvd"  # ends the command of every journal owner the daemon writes
+# how long a turn kept for requests that do not wait holds its place in the queue
+TURN_KEPT_S = 1.0
+
+
+@dataclass(eq=False)
+class Lease:
+    """One grant. `lock` is the standing lease's own Lock (None once found again at start)."""
+
+    id: str
+    token: str
+    uid: int
+    user: str
+    pid: int
+    gpus: tuple[int, ...]
+    request: str  # "SM 1350 MHz"
+    standing: bool
+    label: str | None
+    granted_at: float  # epoch seconds
+    conn: int | None  # the connection it is tied to; None for standing leases
+    command: str = ""
+    lock: Lock | None = None
+    shared: tuple[int, ...] = ()  # GPUs where it joined an identical lock already held
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "uid": self.uid,
+            "user": self.user,
+            "pid": self.pid,
+            "gpus": list(self.gpus),
+            "request": self.request,
+            "standing": self.standing,
+            "label": self.label,
+            "granted_at": self.granted_at,
+            "shared": list(self.shared),
+        }
+
+    def describe(self) -> str:
+        kind = "standing lease" if self.standing else "lease"
+        gpus = ",".join(map(str, self.gpus))
+        return f"{kind} {self.id} ({self.user}, pid {self.pid}: {self.request} on GPU {gpus})"
+
+    def holder(self) -> str:
+        """'alice (pid 42: nightly gemm (python bench.py), since 10:00:03) via gpuenvd'."""
+        since = time.strftime("%H:%M:%S", time.localtime(self.granted_at))
+        kind = "a standing lease of " if self.standing else ""
+        return f"{kind}{self.user} (pid {self.pid}: {self.command}, since {since}) {DAEMON_MARK}"
+
+
+@dataclass(eq=False)
+class Hold:
+    """The daemon's lock on one GPU: the state, its leases (oldest first), and the
+    journaled owner that stands for the connection leases among them."""
+
+    index: int
+    applied: Applied
+    leases: dict[str, Lease] = field(default_factory=dict)
+    connection_leases: int = 0
+    lock: Lock | None = None  # the daemon's own journal owner; None while no connection lease
+    busy: int = 0  # journal or GPU writes in flight on this GPU: wait for them
+    batch: int = 0  # waiters queued up to this number when the state got its turn join it
+
+    def add(self, lease: Lease) -> None:
+        self.leases[lease.id] = lease
+        self.connection_leases += not lease.standing
+
+    def remove(self, lease: Lease) -> None:
+        if self.leases.pop(lease.id, None) is not None:
+            self.connection_leases -= not lease.standing
+
+    def idle(self) -> bool:
+        return not self.leases and not self.busy and self.lock is None
+
+    def holders(self) -> str:
+        """The oldest lease, and how many share it."""
+        first = next(iter(self.leases.values()), None)
+        if first is None:
+            return "gpuenvd (writing this GPU's lock now)"
+        more = len(self.leases) - 1
+        return first.holder() + (
+            f" and {more} other lease{'s' if more > 1 else ''}" if more else ""
+        )
+
+    def describe(self) -> str:
+        """For a conflict message: who holds it, and what."""
+        return f"{self.holders()}, holding {describe_target(self.applied)}"
+
+
+@dataclass(eq=False)
+class Waiter:
+    """A lock request in the queue (arrival order)."""
+
+    peer: Peer
+    plan: LockPlan
+    patient: bool = True  # asked to wait: holds its place; one that did not is never "ahead"
+    since: float = field(default_factory=time.time)
+    seq: int = 0  # its place in the queue (HoldTable.enqueue)
+    rank: int = 0  # the place it is judged by: its own, or the turn its state was promised
+    until: float | None = None  # a turn kept for requests that do not wait, until then
+    standing: bool = False  # a standing lease's request (kept turns are for those that end)
+
+    def __post_init__(self) -> None:
+        self.applied: dict[int, Applied] = {gp.index: gp.applied for gp in self.plan.gpus}
+
+    def describe(self) -> str:
+        since = time.strftime("%H:%M:%S", time.localtime(self.since))
+        return (
+            f"{self.peer.user} (pid {self.peer.pid}), waiting since {since} for "
+            f"{self.plan.request.describe()} {DAEMON_MARK}"
+        )
+
+
+class HoldTable:
+    """The holds by GPU and the queue of waiting requests. Every method is called under
+    `cond` (the lease manager's), and none of them writes the journal or the GPU."""
+
+    def __init__(self, cond: threading.Condition):
+        self.cond = cond
+        self.holds: dict[int, Hold] = {}
+        self.queue: list[Waiter] = []
+        self._seq = 0
+
+    def enqueue(self, me: Waiter) -> None:
+        self._seq += 1
+        me.seq = me.rank = self._seq
+        if not me.patient:  # a turn kept for its state: it goes at that turn's place
+            kept = self._kept(me.applied)
+            if kept is not None:
+                me.rank = kept.seq
+        self.queue.append(me)
+
+    def waiting(self) -> list[Waiter]:
+        """The requests in the queue (not the turns kept for requests that do not wait)."""
+        return [w for w in self.queue if w.until is None]
+
+    def keep_turn(self, me: Waiter) -> None:
+        """`me` did not wait and was refused: keep a turn for its state, so that the
+        requests of another state that come later go after it (holds.py says why)."""
+        if self._kept(me.applied) is None:
+            kept = Waiter(me.peer, me.plan, until=time.monotonic() + TURN_KEPT_S)
+            self.enqueue(kept)
+
+    def _kept(self, applied: dict[int, Applied]) -> Waiter | None:
+        now = time.monotonic()
+        expired = [w for w in self.queue if w.until is not None and w.until <= now]
+        for w in expired:
+            self.queue.remove(w)
+        if expired:
+            self.cond.notify_all()
+        return next((w for w in self.queue if w.until is not None and w.applied == applied), None)
+
+    def settled(self, plan: LockPlan) -> bool:
+        """Is the state `plan` leads to held (and settled) on every GPU it names?"""
+        for gp in plan.gpus:
+            hold = self.holds.get(gp.index)
+            if hold is None or hold.busy or hold.applied != gp.applied:
+                return False
+        return True
+
+    def blocker(self, me: Waiter) -> tuple[int, str, bool] | None:
+        """What keeps `me` from its GPUs now (gpu, who, transient?), or None."""
+        for gpu, want in me.applied.items():
+            hold = self.holds.get(gpu)
+            if hold is not None:
+                if hold.busy and (hold.applied == want or not hold.leases):
+                    return gpu, hold.describe(), True  # being written: wait, even with no wait
+                if hold.applied != want:
+                    return gpu, hold.describe(), False
+                if me.rank <= hold.batch:
+                    continue  # it waited for this state's turn: it goes with the batch
+            now = time.monotonic()
+            for waiter in self.queue:
+                if waiter.seq >= me.rank:
+                    break
+                if not waiter.patient:
+                    continue
+                if waiter.until is not None and (waiter.until <= now or me.standing):
+                    continue  # over; or a standing request, which a kept turn never holds up
+                other = waiter.applied.get(gpu)
+                if other is not None and other != want:
+                    # first come, first served: joining the state held now must not starve
+                    # an earlier request that waits to change it
+                    return gpu, waiter.describe(), False
+        return None
+
+    def reserve(self, lease: Lease, me: Waiter) -> list[int]:
+        """Our turn: make the holds; return the GPUs whose journal must be written (marked
+        busy): where no connection lease holds the state yet, or all for a standing lease.
+        An empty list means sharing: nothing to write, the O(1) path."""
+        writes = []
+        for gp in me.plan.gpus:
+            hold = self.holds.get(gp.index)
+            if hold is None:
+                # a new turn: every request queued now for this state goes with it
+                hold = self.holds[gp.index] = Hold(gp.index, gp.applied, batch=self._seq)
+            if lease.standing or hold.lock is None:
+                hold.busy += 1
+                writes.append(gp.index)
+        return writes
+
+    def attach(self, lease: Lease, me: Waiter, made: dict[int, Lock]) -> None:
+        """The lease is granted: it joins its holds and leaves the queue."""
+        shared = []
+        for gpu in lease.gpus:
+            hold = self.holds[gpu]
+            if gpu in made:
+                hold.lock = made[gpu]
+            elif hold.leases:
+                shared.append(gpu)
+            hold.add(lease)
+        lease.shared = tuple(shared)
+        self.leave(me)
+
+    def leave(self, me: Waiter) -> None:
+        if me in self.queue:
+            self.queue.remove(me)
+            self.cond.notify_all()  # those queued behind it may go now
+
+    def detach(self, lease: Lease) -> tuple[list[Lock], list[int]]:
+        """The lease ends: the daemon owners to release (it was the last connection lease of
+        its state), and the GPUs marked busy until that and its own release are written."""
+        locks: list[Lock] = []
+        busy: list[int] = []
+        for gpu in lease.gpus:
+            hold = self.holds.get(gpu)
+            if hold is None:
+                continue
+            hold.remove(lease)
+            last = hold.connection_leases == 0 and hold.lock is not None
+            if last:
+                locks.append(hold.lock)  # type: ignore[arg-type]
+                hold.lock = None
+            if last or lease.standing:
+                hold.busy += 1
+                busy.append(gpu)
+            elif hold.idle():
+                del self.holds[gpu]
+        return locks, busy
+
+    def settle(self, gpus: Iterable[int]) -> None:
+        """Writes on `gpus` are done: forget holds left empty, wake the waiters."""
+        for gpu in gpus:
+            hold = self.holds.get(gpu)
+            if hold is None:
+                continue
+            hold.busy -= 1
+            if hold.idle():
+                del self.holds[gpu]
+        self.cond.notify_all()
+
+    def adopt(self, lease: Lease, index: int, applied: Applied) -> None:
+        hold = self.holds.get(index)
+        if hold is None:
+            hold = self.holds[index] = Hold(index, applied)
+        hold.add(lease)
+
+
+def daemon_owner(request: str, pid: int, start: float | None) -> Owner:
+    """The journal owner that stands for the daemon's connection leases on one GPU."""
+    return Owner(
+        token=uuid.uuid4().hex,
+        kind="lease",
+        pid=pid,
+        pid_start=start,
+        uid=os.geteuid(),
+        user="gpuenvd",
+        command=f"connection leases ('gpuenv daemon leases' lists them) {DAEMON_MARK}",
+        started_at=time.time(),
+        request=request,
+        watchdog_pid=pid,
+        watchdog_start=start,
+    )
+
+
+def standing_owner(
+    token: str, peer: Peer, pid_start: float | None, command: str, request: str
+) -> Owner:
+    """A standing lease's own journal owner: the client's identity; no watchdog."""
+    return Owner(
+        token=token,
+        kind="standing",
+        pid=peer.pid,
+        pid_start=pid_start,
+        uid=peer.uid,
+        user=peer.user,
+        command=f"{command} {DAEMON_MARK}",
+        started_at=time.time(),
+        request=request,
+    )
+
+
+def command_of(pid: int) -> str | None:
+    """The client's command line, shortened, for the journal and for conflict messages."""
+    try:
+        import shlex
+
+        import psutil
+
+        argv = psutil.Process(pid).cmdline()
+    except Exception:
+        return None
+    if not argv:
+        return None
+    argv = [os.path.basename(argv[0]), *argv[1:]]
+    text = shlex.join(argv)
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def owner_dict(o: Owner) -> dict[str, Any]:
+    return {"user": o.user, "uid": o.uid, "pid": o.pid, "kind": o.kind, "command": o.command,
+            "since": o.started_at, "request": o.request, "alive": o.alive()}  # fmt: skip

@@ -1,0 +1,198 @@
+"""gpuenvd's operations: one method per protocol op (`op_<name>`), each returning its reply's
+fields or raising a GpuenvError (the server turns it into an error reply)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpuenv.backend import Backend, DeviceInfo
+from gpuenv.daemon import protocol
+from gpuenv.daemon.auth import Authorizer
+from gpuenv.daemon.connection import MAX_SUBSCRIPTIONS, MAX_WINDOWS, Conn
+from gpuenv.daemon.leases import LeaseManager
+from gpuenv.errors import ConfigError
+from gpuenv.telemetry import Sampler
+from gpuenv.timebase import Clock
+
+
+class Operations:
+    """What each request does, on the daemon's parts (no socket handling here)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        infos: list[DeviceInfo],
+        auth: Authorizer,
+        leases: LeaseManager,
+        sampler: Sampler,
+        clock: Clock,
+        connections: Callable[[], int],
+    ):
+        self.backend = backend
+        self.infos = infos
+        self.gpus = [info.index for info in infos]
+        self.auth = auth
+        self.leases = leases
+        self.sampler = sampler
+        self.clock = clock
+        self.connections = connections
+        self.started_at = time.time()
+        self._ids = itertools.count(1)
+
+    def _gpus(self, selector: list[int | str] | None) -> list[int]:
+        if selector is None:
+            return list(self.gpus)
+        for item in selector:
+            if isinstance(item, str) and item.lower().startswith(("cuda:", "local")):
+                raise ConfigError(
+                    f"gpuenvd cannot resolve {item!r}: CUDA numbering belongs to the client",
+                    hint="resolve it to an NVML index or a UUID before asking the daemon",
+                )
+        from gpuenv.devices import select_gpus
+
+        return select_gpus(self.backend, selector)
+
+    def op_hello(self, conn: Conn, versions: list[int], client: str | None) -> dict[str, Any]:
+        common = sorted(set(versions) & set(protocol.SUPPORTED_VERSIONS))
+        if not common:
+            raise protocol.ProtocolError(
+                f"no common protocol version (client {versions}, "
+                f"daemon {list(protocol.SUPPORTED_VERSIONS)})",
+                hint="upgrade gpuenv on the older side",
+            )
+        peer = conn.peer
+        return {
+            "protocol": common[-1],
+            "daemon": version(),
+            "pid": os.getpid(),
+            "backend": self.backend.name,
+            "peer": {
+                "uid": peer.uid,
+                "user": peer.user,
+                "pid": peer.pid,
+                "admin": self.auth.is_admin(peer),
+            },
+            "may_lock": sorted(self.auth.lockable(peer)),
+            "gpus": [{"index": i.index, "uuid": i.uuid, "name": i.name} for i in self.infos],
+        }
+
+    def op_status(self, conn: Conn, gpus: list[int | str] | None) -> dict[str, Any]:
+        out = []
+        for index in self._gpus(gpus):
+            sample = self.sampler.latest(index)
+            out.append(
+                {
+                    "index": index,
+                    "uuid": self.infos[index].uuid,
+                    "name": self.infos[index].name,
+                    "sample": sample.to_dict() if sample is not None else None,
+                    **self.leases.gpu_status(index),
+                }
+            )
+        return {
+            "gpus": out,
+            "leases": [lease.to_dict() for lease in self.leases.leases()],
+            "daemon": {
+                "pid": os.getpid(),
+                "version": version(),
+                "uptime_s": round(time.time() - self.started_at, 3),
+                "connections": self.connections(),
+                **self.leases.counters(),
+            },
+        }
+
+    def op_lock(self, conn: Conn, gpus: list[int | str] | None, **spec: Any) -> dict[str, Any]:
+        indices = self._gpus(gpus)
+        lease = self.leases.grant(conn.peer, conn.id, indices, hangup=conn.hung_up, **spec)
+        return {"lease": lease.to_dict()}
+
+    def op_release(self, conn: Conn, lease: str) -> dict[str, Any]:
+        ended = self.leases.release(conn.peer, lease)
+        return {"lease": ended.to_dict()}
+
+    def op_restore(self, conn: Conn, gpus: list[int | str] | None, all: bool) -> dict[str, Any]:
+        restored = self.leases.restore(conn.peer, self._gpus(gpus), all_owners=all)
+        return {"restored": restored}
+
+    def op_window_start(self, conn: Conn, gpus: list[int | str] | None) -> dict[str, Any]:
+        indices = self._gpus(gpus)
+        t0 = self.sampler.mark()
+        wid = next(self._ids)
+        if len(conn.windows) >= MAX_WINDOWS:
+            conn.windows.pop(next(iter(conn.windows)))
+        conn.windows[wid] = (t0, indices)
+        return {"window": wid, "t0": t0}
+
+    def op_window_end(self, conn: Conn, window: int) -> dict[str, Any]:
+        if window not in conn.windows:
+            raise protocol.ProtocolError(
+                f"no open window {window} on this connection",
+                hint="call window_start first; each window ends once",
+            )
+        t0, indices = conn.windows.pop(window)
+        t1 = self.sampler.mark()
+        windows = []
+        for index in indices:
+            w = self.sampler.window(t0, t1, index, lock_range=self.leases.lock_range(index))
+            # the client's own process is expected on the GPU, not "another process"
+            w = dataclasses.replace(
+                w, other_pids=tuple(p for p in w.other_pids if p != conn.peer.pid)
+            )
+            windows.append(w.to_dict())
+        return {"t0": t0, "t1": t1, "windows": windows}
+
+    def op_subscribe(
+        self, conn: Conn, gpus: list[int | str] | None, period: float, events: bool
+    ) -> dict[str, Any]:
+        if len(conn.subs) >= MAX_SUBSCRIPTIONS:
+            raise protocol.ProtocolError(
+                f"at most {MAX_SUBSCRIPTIONS} subscriptions per connection",
+                hint="unsubscribe first",
+            )
+        indices = self._gpus(gpus)
+        sub = next(self._ids)
+        stop = threading.Event()
+        conn.subs[sub] = stop
+        if events and conn.event_sub is None:
+            conn.event_sub = sub
+        threading.Thread(
+            target=self._stream,
+            args=(conn, sub, indices, period, stop),
+            name=f"gpuenvd-sub-{sub}",
+            daemon=True,
+        ).start()
+        return {"sub": sub}
+
+    def op_unsubscribe(self, conn: Conn) -> dict[str, Any]:
+        subs = list(conn.subs)
+        for sub in subs:
+            conn.subs.pop(sub).set()
+        conn.event_sub = None
+        return {"stopped": subs}
+
+    def _stream(
+        self, conn: Conn, sub: int, gpus: list[int], period: float, stop: threading.Event
+    ) -> None:
+        last = self.clock.now()
+        while not stop.wait(period) and not conn.closed.is_set():
+            now = self.clock.now()
+            samples = [
+                s.to_dict() for g in gpus for s in self.sampler.samples(last, now, g) if s.t > last
+            ]
+            last = now
+            if not conn.send(
+                protocol.event("samples", sub=sub, samples=samples, leases=self.leases.summary())
+            ):
+                return
+
+
+def version() -> str:
+    from gpuenv import __version__
+
+    return __version__

@@ -1,0 +1,132 @@
+"""The torch adapter's records, torch-free: one timed call observed and judged (`observe`,
+`record`), replicates' records merged (`merge_records`), a Compare row note (`note`).
+
+Used by gpuenv.integrations.torch_benchmark (the functions) and torch_classes (the
+subclasses of torch's Timer, Measurement and Compare); imports neither, nor torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def observe(
+    run: Callable[[], T],
+    *,
+    session: Any = None,
+    backend: Any = None,
+    gpus: str | int | Sequence[str | int] | None = None,
+) -> tuple[T, dict[str, Any]]:
+    """Run `run()` under the sampler; return its result and the telemetry record
+    (JSON values): {"gpus", "telemetry": [Window dicts], "findings", "verdict", "summary"}.
+
+    Uses the session's sampler when given, else opens the backend (read-only) and
+    samples `gpus` (default: all) for the duration. If NVML cannot be opened, the
+    record says so in "error" and `run` still runs.
+    """
+    from gpuenv.judge import Evidence, read_facts
+
+    own = None
+    if session is not None:
+        sampler, be, gpu_list = session.sampler, session.backend, list(session.gpus)
+        facts = dict(getattr(session, "facts", {}))
+    else:
+        from gpuenv.backend import open_backend
+        from gpuenv.devices import select_gpus
+        from gpuenv.errors import BackendError
+        from gpuenv.telemetry import Sampler
+
+        try:
+            be = backend if backend is not None else open_backend(readonly=True)
+            gpu_list = select_gpus(be, gpus)
+        except BackendError as err:
+            return run(), {"error": str(err)}
+        facts = read_facts(be, gpu_list)
+        own = sampler = Sampler(be, gpu_list)
+        sampler.start()
+    try:
+        t0 = sampler.mark()
+        result = run()
+        t1 = sampler.mark()
+        evidence = Evidence.sampled(sampler, [(t0, t1)], gpu_list)
+    finally:
+        if own is not None:
+            own.stop()
+            if backend is None:
+                be.close()
+    return result, record(evidence, t1 - t0, facts=facts, session=session)
+
+
+def record(evidence: Any, seconds: float, *, facts: dict[int, Any], session: Any = None
+           ) -> dict[str, Any]:  # fmt: skip
+    """The judged telemetry record of one timed call (what `observe` attaches): the call is
+    one rep for gpuenv.judge, under the session's policy and verdict config."""
+    from gpuenv.judge import judge
+    from gpuenv.verdict import DEFAULT_CONFIG
+
+    policy = getattr(session, "policy", "annotate") if session is not None else "annotate"
+    if policy == "retry":
+        policy = "reject"  # torch's Timer ran the reps: they cannot be re-run from here
+    m = judge(
+        "torch.utils.benchmark", [seconds], evidence, facts=facts, policy=policy,
+        config=getattr(session, "config", None) or DEFAULT_CONFIG,
+    )  # fmt: skip
+    return {
+        "gpus": list(evidence.gpus),
+        "telemetry": [w.to_dict() for w in m.windows],
+        "findings": [f.to_dict() for f in m.findings],
+        "verdict": m.verdict,
+        "summary": " | ".join(w.summary() for w in m.windows),
+    }
+
+
+VERDICT_ORDER = ("ok", "annotated", "rejected")
+
+
+def merge_records(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One record from several replicates' (torch's `merge` of one task): per GPU the
+    telemetry merged (gpuenv.telemetry's one merge), every finding kept with the replicate
+    it came from, the worst verdict."""
+    from gpuenv.telemetry import Window
+    from gpuenv.telemetry.window import merge_windows
+
+    if len(records) == 1:
+        return dict(records[0])
+    errors = [r["error"] for r in records if "error" in r]
+    judged = [r for r in records if "error" not in r]
+    if not judged:
+        return {"error": errors[0], "replicates": len(records)}
+    by_gpu: dict[int, list[Any]] = {}
+    for r in judged:
+        for w in r.get("telemetry", []):
+            by_gpu.setdefault(int(w["gpu"]), []).append(Window.from_dict(w))
+    windows = [merge_windows(sorted(ws, key=lambda w: w.t0)) for _, ws in sorted(by_gpu.items())]
+    findings = [{**f, "replicate": i} for i, r in enumerate(judged) for f in r.get("findings", [])]
+    out: dict[str, Any] = {
+        "gpus": sorted({g for r in judged for g in r.get("gpus", [])}),
+        "telemetry": [w.to_dict() for w in windows],
+        "findings": findings,
+        "verdict": max((r.get("verdict", "ok") for r in judged), key=VERDICT_ORDER.index),
+        "summary": " | ".join(w.summary() for w in windows),
+        "replicates": len(records),
+    }
+    if errors:
+        out["errors"] = errors
+    return out
+
+
+def note(record: dict[str, Any] | None) -> str:
+    """A Compare row note: 'annotated (power_cap): GPU 0 1.2 s; SM 1380 MHz; ...'."""
+    if not record:
+        return "no gpuenv record"
+    if "error" in record:
+        return f"no telemetry: {record['error']}"
+    kinds = sorted({f["kind"] for f in record.get("findings", [])})
+    head = record.get("verdict", "?") + (f" ({', '.join(kinds)})" if kinds else "")
+    return f"{head}: {record.get('summary', '')}"
+
+
+__all__ = ["VERDICT_ORDER", "merge_records", "note", "observe", "record"]

@@ -1,0 +1,69 @@
+"""Drop-ins for `triton.testing`: do_bench, do_bench_cudagraph and set_gpu_clock, measured
+by gpuenv (telemetry on every rep, findings, a verdict) at triton's pace.
+
+    from gpuenv.integrations.triton import do_bench, last_measurement
+    ms = do_bench(lambda: a @ b)                       # same call, same return value
+    ms, lo, hi = do_bench(fn, quantiles=[0.5, 0.2, 0.8])
+    m = last_measurement()                             # the gpuenv Measurement behind it
+    print(m.telemetry, m.findings, m.verdict)
+
+    gpuenv.integrations.triton.patch_autotuner()       # @triton.autotune measures with it
+
+`warmup` and `rep` are time budgets in ms, as in triton, and everything a rep costs
+counts in them: the L2 flush, the synchronize, the launch-cover spin and the host's
+own time. After a first call (set-up, as triton's) a few reps are timed on the host
+clock; their median cost gives the counts: warmup reps until their times and clocks
+stop trending, at most `warmup` ms worth (triton's warmup calls skip the flush, so for
+a small kernel its warmup takes a fraction of `warmup` ms: a steady kernel stops here
+after 8 reps), and `rep` ms of measured reps (the budget is also a hard limit on
+measuring, so a slower GPU cannot overrun it). Each measured rep gets its telemetry
+window, and gpuenv.bench's judge turns them into the Measurement.
+
+The L2 flush writes twice the device's L2 before each rep (100 MiB on an H100; 50 us
+less per rep than triton's 256 MiB); `flush_bytes=256 * 2**20` flushes as triton does.
+
+The condition is gpuenv's safe default ("auto"): as it is when gpuenv's clock lock
+holds, else burst, for which the whole call is one burst started from a cool,
+uncapped GPU: the check reads the samples taken while the call warms up, so it costs
+nothing on a GPU that is not held down (at most one 25 ms sampler period), and waits
+until the power cap clears (about 0.5 s on an H100, at most WAIT_MAX_S) when it is.
+Back-to-back calls on heavy kernels (an autotuner's sweep of big GEMMs) pay that wait
+once the cap engages; a cap that engaged in the last 0.1 s before a call is not yet
+reported by the driver: then it shows in the reps' telemetry as a finding.
+`condition="none"` measures as triton does.
+
+The package: bench.py (do_bench, do_bench_cudagraph), clock.py (set_gpu_clock),
+autotuner.py (patch_autotuner).
+"""
+
+from __future__ import annotations
+
+from gpuenv.integrations.triton.autotuner import patch_autotuner, unpatch_autotuner
+from gpuenv.integrations.triton.bench import (
+    CUDAGRAPH_REPLAYS,
+    SIM_L2_BYTES,
+    SIM_REP_OVERHEAD_S,
+    TRITON_FLUSH_BYTES,
+    WAIT_MAX_S,
+    do_bench,
+    do_bench_cudagraph,
+    last_measurement,
+    measurements,
+)
+from gpuenv.integrations.triton.clock import ClockRef, set_gpu_clock
+
+__all__ = [
+    "CUDAGRAPH_REPLAYS",
+    "SIM_L2_BYTES",
+    "SIM_REP_OVERHEAD_S",
+    "TRITON_FLUSH_BYTES",
+    "WAIT_MAX_S",
+    "ClockRef",
+    "do_bench",
+    "do_bench_cudagraph",
+    "last_measurement",
+    "measurements",
+    "patch_autotuner",
+    "set_gpu_clock",
+    "unpatch_autotuner",
+]

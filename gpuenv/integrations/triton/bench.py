@@ -1,0 +1,300 @@
+"""do_bench and do_bench_cudagraph: triton's budgets and return values, measured by
+gpuenv.bench (see the package docstring)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpuenv import stats
+from gpuenv.conditioning import ConditionConfig
+from gpuenv.errors import ConfigError
+
+RETURN_MODES = ("min", "max", "mean", "median", "all")
+TRITON_FLUSH_BYTES = 256 * 2**20  # triton's flush buffer (get_empty_cache_for_benchmark)
+ESTIMATE_REPS = 5  # reps timed to estimate one rep's cost (triton times 5 calls)
+ESTIMATE_MAX_FRAC = 0.1  # ...or fewer, once they took this much of warmup + rep
+CUDAGRAPH_REPLAYS = 10  # triton's do_bench_cudagraph replays its graph 10 times
+WAIT_MAX_S = 2.0  # the longest a call waits for a held-down GPU, then measures anyway
+POLL_S = 0.005  # how often that wait looks (the sampler reads every 25 ms)
+SIM_L2_BYTES = 50 * 2**20  # the simulated H100's L2
+SIM_REP_OVERHEAD_S = 25e-6  # host time of a flushed, synchronized rep, on the simulated GPU
+
+_recent: deque[Any] = deque(maxlen=256)
+_default_backend: list[Any] = []  # opened once per process (NVML start-up is not free)
+
+
+
+def do_bench(
+    fn: Callable[[], Any],
+    warmup: float = 25,
+    rep: float = 100,
+    grad_to_none: Sequence[Any] | None = None,
+    quantiles: Sequence[float] | None = None,
+    return_mode: str = "mean",
+    *,
+    flush_bytes: int | None = None,
+    name: str | None = None,
+    session: Any = None,
+    backend: Any = None,
+    device: Any = None,
+    mode: str = "events",
+    condition: str | None = None,
+    policy: str | None = None,
+    output: Any = None,
+    fast_flush: bool = True,
+) -> float | list[float]:
+    """Time `fn` in milliseconds, as triton.testing.do_bench does (see the module docstring).
+
+    Returns the quantiles of the measured reps' times when `quantiles` is given (a
+    list, or a float for one quantile), else per `return_mode`: "min", "max", "mean",
+    "median" (a float) or "all" (every measured rep's time, a list). `grad_to_none`:
+    tensors whose `.grad` is set to None before each measured rep (not in warmup).
+    Keyword-only extras: `flush_bytes` (default 2x the L2; 0: no flush), `name`,
+    `session` (a gpuenv.stable() session: its sampler, policy and results), `backend`,
+    `device` (a gpuenv.timing Device), `mode` ("events": one call a rep, as triton;
+    "auto": gpuenv.bench's tiny-kernel switch; "graph", "profiler"),
+    `condition`, `policy` and `output` (a JSONL file), as for gpuenv.bench. `fast_flush`
+    (older triton's) is accepted and has no effect.
+    """
+    from gpuenv.timing import MODES
+
+    _check(return_mode, quantiles, warmup=warmup, rep=rep)
+    if flush_bytes is not None and flush_bytes < 0:
+        raise ConfigError(f"flush_bytes must be >= 0 (got {flush_bytes})", hint="0: no flush")
+    if mode not in ("auto", *MODES):
+        raise ConfigError(f"unknown timing mode {mode!r}",
+                          hint=f"use one of auto, {', '.join(MODES)}")  # fmt: skip
+    backend, gpu = _where(session, backend)
+    dev = device or _device(mode, backend, gpu, session, flush_bytes=flush_bytes)
+    call = _Call(fn, grad_to_none)
+    dev.rep(call)  # the first call pays set-up (cuBLAS handles, compiling), as triton's
+    per_rep_s, n_est = _estimate(dev, call, budget_s=(warmup + rep) / 1e3, gpu_time=False)
+    n_warmup = max(1, int(warmup / 1e3 / per_rep_s))
+    n_rep = max(1, int(rep / 1e3 / per_rep_s))
+    plan = {"warmup_ms": warmup, "rep_ms": rep, "rep_cost_s": per_rep_s,
+            "estimate_reps": n_est, "warmup_max_reps": n_warmup, "reps": n_rep}  # fmt: skip
+    m = _bench(call, _Phases(dev, call, plan), name or _name(fn, "do_bench"), session, backend,
+               output, mode=mode, reps=n_rep, budget_s=rep / 1e3 or None, warmup="auto",
+               warmup_max_s=warmup / 1e3, warmup_max_reps=n_warmup, condition=condition,
+               policy=policy)  # fmt: skip
+    return _summarize(_times_ms(m), quantiles, return_mode)
+
+
+def do_bench_cudagraph(
+    fn: Callable[[], Any],
+    rep: float = 20,
+    grad_to_none: Sequence[Any] | None = None,
+    quantiles: Sequence[float] | None = None,
+    return_mode: str = "mean",
+    *,
+    name: str | None = None,
+    session: Any = None,
+    backend: Any = None,
+    condition: str | None = None,
+    policy: str | None = None,
+    output: Any = None,
+) -> float | list[float]:
+    """Time `fn` in ms as triton.testing.do_bench_cudagraph does: about `rep` ms of calls
+    captured in one CUDA graph (no L2 flush, as triton), replayed 10 times; each replay
+    gives the time per call, and the result is over those 10. On the simulated GPU a
+    replay is the same number of calls back to back. Keywords as for `do_bench`."""
+    _check(return_mode, quantiles, rep=rep)
+    backend, gpu = _where(session, backend)
+    probe = _device("events", backend, gpu, session, flush_bytes=0)
+    call = _Call(fn, grad_to_none)
+    probe.rep(call)  # triton's warmup call
+    if grad_to_none:
+        for x in grad_to_none:  # as triton: fresh leaves, no gradient, before the capture
+            x.detach_()
+            x.requires_grad_(True)
+            x.grad = None
+    per_call_s, _ = _estimate(probe, call, budget_s=rep / 1e3, gpu_time=True)
+    calls = max(1, int(rep / 1e3 / per_call_s)) if per_call_s > 0 else 1000
+    dev = _device("graph", backend, gpu, session, flush_bytes=0, calls=calls)
+    plan = {"rep_ms": rep, "call_s": per_call_s, "calls_per_replay": calls,
+            "replays": CUDAGRAPH_REPLAYS}  # fmt: skip
+    m = _bench(call, _Phases(dev, call, plan, clear_in_capture=True),
+               name or _name(fn, "do_bench_cudagraph"), session, backend, output, mode="graph",
+               reps=CUDAGRAPH_REPLAYS, budget_s=None, warmup=0, condition=condition,
+               policy=policy)  # fmt: skip
+    return _summarize(_times_ms(m), quantiles, return_mode)
+
+
+def last_measurement() -> Any:
+    """The gpuenv Measurement of the latest do_bench call (None before the first)."""
+    return _recent[-1] if _recent else None
+
+
+def measurements() -> list[Any]:
+    """The Measurements of the recent do_bench calls (at most 256), oldest first."""
+    return list(_recent)
+
+
+# -- the measurement -------------------------------------------------------------------
+
+
+def _check(return_mode: str, quantiles: Sequence[float] | None, **budgets: float) -> None:
+    """Refuse what triton refuses (it asserts on return_mode; ValueError on a quantile)."""
+    if return_mode not in RETURN_MODES:
+        raise ConfigError(f"return_mode {return_mode!r} is not one of {', '.join(RETURN_MODES)}")
+    if quantiles is not None and not all(0.0 <= float(q) <= 1.0 for q in quantiles):
+        raise ConfigError(f"quantiles must be in the range [0, 1], got {list(quantiles)}")
+    for key, ms in budgets.items():
+        if not (isinstance(ms, (int, float)) and math.isfinite(ms) and ms >= 0):
+            raise ConfigError(f"{key} is a time in milliseconds >= 0, not {ms!r}")
+
+
+def _where(session: Any, backend: Any) -> tuple[Any, int]:
+    """The backend (the session's, the given one, else the default opened once) and GPU."""
+    if session is not None:
+        return session.backend, (getattr(session, "gpus", None) or session.sampler.gpus)[0]
+    if backend is None:
+        if not _default_backend:
+            from gpuenv.timing.harness import _open_backend_quietly
+
+            _default_backend.append(_open_backend_quietly())
+        backend = _default_backend[0]
+    return backend, 0
+
+
+def _device(mode: str, backend: Any, gpu: int, session: Any, *, flush_bytes: int | None,
+            calls: int | None = None) -> Any:  # fmt: skip
+    """What runs fn: the simulated GPU when the backend has one, else CUDA through torch."""
+    from gpuenv import timing
+
+    if backend is not None and backend.workload is not None:
+        flush = 2 * SIM_L2_BYTES if flush_bytes is None else flush_bytes
+        return timing.SimDevice(backend, gpu, flush_bytes=flush, batch=calls or 1,
+                                rep_overhead_s=SIM_REP_OVERHEAD_S)
+    clock = session.sampler.clock if session is not None else None
+    return timing.cuda_device("events" if mode == "auto" else mode, flush_l2=flush_bytes != 0,
+                              flush_bytes=flush_bytes, calls_per_rep=calls or "auto", clock=clock)
+
+
+def _estimate(dev: Any, call: _Call, *, budget_s: float, gpu_time: bool) -> tuple[float, int]:
+    """The cost of one rep: the median over up to ESTIMATE_REPS reps of the host time each
+    took (flush, sync and Python included), or with `gpu_time` of the device's time for
+    fn (what a call costs inside a CUDA graph)."""
+    clock = dev.clock
+    costs: list[float] = []
+    start = clock.now()
+    while len(costs) < ESTIMATE_REPS:
+        t0 = clock.now()
+        r = dev.rep(call)
+        costs.append(r.time_s if gpu_time else clock.now() - t0)
+        if clock.now() - start >= ESTIMATE_MAX_FRAC * budget_s:
+            break
+    per = stats.median(costs)
+    return (per if gpu_time else max(per, 1e-7)), len(costs)
+
+
+def _bench(call: _Call, dev: _Phases, name: str, session: Any, backend: Any, output: Any,
+           **settings: Any) -> Any:  # fmt: skip
+    """gpuenv.bench with the drop-in's settings: budgeted counts, the whole call one burst
+    (see the module docstring), no before/after clock probe (each rep probes its own)."""
+    from gpuenv import timing
+
+    cond = dataclasses.replace(ConditionConfig(), burst_s=math.inf,
+                               burst_timeout_s=WAIT_MAX_S, poll_s=POLL_S)
+    cfg = timing.BenchConfig(conditioning=cond, probe_clock=False, burst_from_start=True,
+                             **settings)  # fmt: skip
+    m = timing.bench(call, cfg, name=name, session=session, backend=backend, device=dev,
+                     output=output)  # fmt: skip
+    _recent.append(m)
+    return m
+
+
+def _times_ms(m: Any) -> list[float]:
+    """The measured reps in ms: all of them, less those a policy="reject" dropped (all of
+    them again when it dropped every one: the verdict says so)."""
+    return [t * 1e3 for t in (m.kept_times_s or m.times_s)]
+
+
+def _summarize(times_ms: list[float], quantiles: Sequence[float] | None,
+               return_mode: str) -> float | list[float]:  # fmt: skip
+    """triton's statistics: quantiles interpolate linearly between order statistics."""
+    if quantiles is not None:
+        out = [stats.quantile(times_ms, float(q)) for q in quantiles]
+        return out[0] if len(out) == 1 else out
+    if return_mode == "all":
+        return list(times_ms)
+    if return_mode == "min":
+        return min(times_ms)
+    if return_mode == "max":
+        return max(times_ms)
+    if return_mode == "median":
+        return stats.median(times_ms)
+    return math.fsum(times_ms) / len(times_ms)
+
+
+def _name(fn: Callable[[], Any], default: str) -> str:
+    name = getattr(fn, "__name__", None)
+    return default if not name or name == "<lambda>" else str(name)
+
+
+class _Call:
+    """fn, clearing `grad_to_none` before each call once `clear` is on (the measured reps)."""
+
+    def __init__(self, fn: Callable[[], Any], grad_to_none: Sequence[Any] | None):
+        self.fn = fn
+        self.grads = list(grad_to_none or ())
+        self.clear = False
+        self.__name__ = _name(fn, "do_bench")
+
+    def __call__(self) -> Any:
+        if self.clear:
+            for x in self.grads:
+                x.grad = None
+        return self.fn()
+
+
+class _Phases:
+    """The device bench runs on, telling `call` when the measured reps begin (after
+    `prepare`: warmup and set-up calls keep their gradients), and adding the drop-in's
+    plan to the Measurement's `extra["dropin"]`. A CUDA graph's capture is the measured
+    calls (`clear_in_capture`: triton clears inside its capture loop)."""
+
+    def __init__(self, inner: Any, call: _Call, plan: dict[str, Any],
+                 clear_in_capture: bool = False):  # fmt: skip
+        self.inner, self.call, self.plan = inner, call, plan
+        self.clear_in_capture = clear_in_capture
+        self.kind: str = inner.kind
+        self.clock: Any = inner.clock
+
+    def __getattr__(self, attr: str) -> Any:  # `device` (the torch device) and the like
+        return getattr(self.inner, attr)
+
+    def prepare(self, fn: Callable[[], Any]) -> None:
+        self.call.clear = self.clear_in_capture
+        self.inner.prepare(fn)
+        self.call.clear = True
+
+    def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Any, str]:
+        """mode="auto" on a tiny kernel: the device bench switches to (prepared here)."""
+        self.call.clear = self.clear_in_capture
+        tiny, how = self.inner.for_tiny(fn, calls)
+        self.call.clear = True
+        return _Phases(tiny, self.call, self.plan, self.clear_in_capture), how
+
+    def rep(self, fn: Callable[[], Any]) -> Any:
+        return self.inner.rep(fn)
+
+    def reps(self, fn: Callable[[], Any], n: int) -> list[Any]:
+        return list(self.inner.reps(fn, n))
+
+    def run_for(self, fn: Callable[[], Any], seconds: float) -> float:
+        return float(self.inner.run_for(fn, seconds))
+
+    def probe_clock_mhz(self) -> float | None:
+        out = self.inner.probe_clock_mhz()
+        return None if out is None else float(out)
+
+    def settings(self) -> dict[str, Any]:
+        return {**self.inner.settings(), "dropin": dict(self.plan)}
+
+
+__all__ = ["do_bench", "do_bench_cudagraph", "last_measurement", "measurements"]

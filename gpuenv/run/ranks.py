@@ -1,0 +1,231 @@
+"""`gpuenv run` under torchrun and Slurm: each rank's GPU and results file, and
+`--summary rank0`: one table for all ranks of a job.
+
+Each rank's `gpuenv run` wraps its own process and GPU, as without the option;
+at the end, instead of N tables interleaved on stderr, every rank but 0 writes
+its summary (the header facts and its measurements, without per-rep windows or
+traces) to a directory shared by the job, and rank 0 waits for them, at most
+`GPUENV_RANKS_WAIT_S` seconds (default 60) after its own command ended, then
+prints one table with a rank column and says which ranks did not report.
+
+The directory is `$GPUENV_RANKS_DIR` (default: the temp directory) /
+gpuenv-ranks-<job>, the job being Slurm's job and step ids, or torchrun's run id,
+master address and port and restart count. Ranks on other nodes reach rank 0's
+only through a shared filesystem: set GPUENV_RANKS_DIR to one there. A file a
+rank wrote before this job's rank 0 started (a killed job's) is not read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuenv.results import Measurement
+from gpuenv.run.report import fmt_time, summary_table, tail_lines
+
+ENV_DIR = "GPUENV_RANKS_DIR"
+ENV_WAIT = "GPUENV_RANKS_WAIT_S"
+WAIT_S = 60.0
+POLL_S = 0.1
+CLOCK_SKEW_S = 30.0  # a rank's end may be read this long before rank 0's start (other nodes)
+_DROP_EXTRA = ("trace", "traces", "regions")  # big, and not in the table
+
+
+# -- where and what: defaults under torchrun / Slurm ---------------------------------------
+
+
+def default_gpu_selector(env: Mapping[str, str]) -> str:
+    """The GPUs a wrapped command uses, when -i is not given.
+
+    Under torchrun (LOCAL_RANK) the rank's own GPU; under Slurm (SLURM_LOCALID)
+    the task's only visible GPU, or the one at its local id; otherwise the GPUs
+    CUDA_VISIBLE_DEVICES shows, or all.
+    """
+    if env.get("LOCAL_RANK", "").strip():
+        return "local"
+    visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if env.get("SLURM_LOCALID", "").strip():
+        return "cuda:0" if len(visible) == 1 else "local"
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return ",".join(f"cuda:{k}" for k in range(len(visible))) or "cuda:0"
+    return "all"
+
+
+def selector_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment for select_gpus: SLURM_LOCALID stands in for a missing LOCAL_RANK."""
+    out = dict(env)
+    if not out.get("LOCAL_RANK", "").strip() and out.get("SLURM_LOCALID", "").strip():
+        out["LOCAL_RANK"] = out["SLURM_LOCALID"]
+    return out
+
+
+def rank_of(env: Mapping[str, str]) -> int | None:
+    """This process's global rank when it is one of several (torchrun RANK, Slurm SLURM_PROCID)."""
+    for rank_key, size_key in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        rank, size = env.get(rank_key, "").strip(), env.get(size_key, "").strip()
+        if rank.isdigit() and (not size.isdigit() or int(size) > 1):
+            return int(rank)
+    return None
+
+
+def rank_output_path(path: str | os.PathLike[str], rank: int | None) -> Path:
+    """run.jsonl -> run.rank3.jsonl for rank 3, so ranks never write one file."""
+    p = Path(path)
+    if rank is None:
+        return p
+    return p.with_name(f"{p.stem}.rank{rank}{p.suffix or '.jsonl'}")
+
+
+# -- --summary rank0 --------------------------------------------------------------------------
+
+
+def job_key(env: Mapping[str, str]) -> str:
+    """What names this job's directory: the same for all its ranks, different across jobs."""
+    if env.get("SLURM_JOB_ID"):
+        parts = ["slurm", env["SLURM_JOB_ID"], env.get("SLURM_STEP_ID", "")]
+    else:
+        parts = ["torch", *(env.get(k, "") for k in (
+            "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT"))]
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(parts))
+
+
+def world_size(env: Mapping[str, str]) -> int | None:
+    for key in ("WORLD_SIZE", "SLURM_NTASKS"):
+        value = env.get(key, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def ranks_dir(env: Mapping[str, str]) -> Path:
+    return Path(env.get(ENV_DIR) or tempfile.gettempdir()) / f"gpuenv-ranks-{job_key(env)}"
+
+
+def publish(
+    directory: Path, record: Mapping[str, Any], measurements: Sequence[Measurement]
+) -> Path:
+    """Write one rank's summary, atomically (rank 0 never reads half a file)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    data = dict(record, host=socket.gethostname(), ended_at=time.time(),
+                measurements=[_slim(m) for m in measurements])  # fmt: skip
+    path = directory / f"rank{record['rank']}.json"
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".rank", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _slim(m: Measurement) -> dict[str, Any]:
+    data = m.to_dict()
+    data["windows"] = []
+    data["extra"] = {k: v for k, v in m.extra.items() if k not in _DROP_EXTRA}
+    return data
+
+
+def gather(
+    directory: Path, ranks: Sequence[int], *, since: float, wait_s: float
+) -> dict[int, dict[str, Any]]:
+    """The summaries of `ranks` found in `directory` within `wait_s` (written after `since`)."""
+    found: dict[int, dict[str, Any]] = {}
+    deadline = time.monotonic() + wait_s
+    while True:
+        for r in ranks:
+            if r in found:
+                continue
+            path = directory / f"rank{r}.json"
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if float(data.get("ended_at", 0)) >= since - CLOCK_SKEW_S:
+                found[r] = data
+        if len(found) == len(ranks) or time.monotonic() >= deadline:
+            return found
+        time.sleep(POLL_S)
+
+
+def report_ranks(
+    record: Mapping[str, Any],
+    measurements: Sequence[Measurement],
+    env: Mapping[str, str],
+    *,
+    started_wall: float,
+) -> str:
+    """Rank 0: wait for the others and return the combined table; others: publish, return ""."""
+    directory = ranks_dir(env)
+    rank = int(record["rank"])
+    if rank != 0:
+        publish(directory, record, measurements)
+        return ""
+    try:
+        wait_s = float(env.get(ENV_WAIT, "") or WAIT_S)
+    except ValueError:
+        wait_s = WAIT_S
+    others = list(range(1, world_size(env) or 1))
+    found = gather(directory, others, since=started_wall, wait_s=wait_s)
+    for r in found:
+        with contextlib.suppress(OSError):
+            (directory / f"rank{r}.json").unlink()
+    with contextlib.suppress(OSError):
+        directory.rmdir()  # only when empty: a straggler's file stays for no one
+    runs = [(0, dict(record, host=socket.gethostname()), list(measurements))]
+    runs += [(r, d, [Measurement.from_dict(m) for m in d["measurements"]])
+             for r, d in sorted(found.items())]  # fmt: skip
+    missing = [r for r in others if r not in found]
+    return combined_text(runs, missing, wait_s)
+
+
+def combined_text(
+    runs: Sequence[tuple[int, Mapping[str, Any], Sequence[Measurement]]],
+    missing: Sequence[int],
+    wait_s: float,
+) -> str:
+    """One header, a line per rank (how it ended, where), one table with a rank column."""
+    first = runs[0][1]
+    n = len(runs) + len(missing)
+    lines = [f"gpuenv run: '{first['command']}' on {n} ranks; {first['state']}"]
+    for r, rec, _ in runs:
+        host = f" ({rec['host']})" if rec.get("host") else ""
+        lines.append(f"  rank {r}{host}: {rec['outcome']} after {fmt_time(rec['duration_s'])} "
+                     f"on {rec['where']}")  # fmt: skip
+    if missing:
+        names = ", ".join(str(r) for r in missing)
+        lines.append(f"  rank {names}: no summary within {wait_s:g} s (still running, killed, or "
+                     f"on another node: set {ENV_DIR} to a shared directory)")  # fmt: skip
+    table = summary_table(
+        [m for _, _, ms in runs for m in ms],
+        header="\n".join(lines),
+        ranks=[r for r, _, ms in runs for _ in ms],
+    )
+    return table + "".join(line for _, rec, ms in runs for line in tail_lines(rec, ms))
+
+
+__all__ = [
+    "ENV_DIR",
+    "ENV_WAIT",
+    "combined_text",
+    "default_gpu_selector",
+    "gather",
+    "job_key",
+    "publish",
+    "rank_of",
+    "rank_output_path",
+    "ranks_dir",
+    "report_ranks",
+    "selector_env",
+    "world_size",
+]

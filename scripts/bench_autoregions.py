@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""What automatic regions cost (gpuenv/run/autoregions.py), and whether they change the numbers.
+
+CPU (default; fake `triton.testing` / `torch.utils.benchmark` modules, no GPU):
+  - host time per wrapped call: a do_bench / Timer.timeit that returns at once,
+    called N times unwrapped, wrapped outside `gpuenv run` (no pipe), and wrapped
+    with a pipe as `gpuenv run` gives (two edge writes per call);
+  - start-up of a Python child that imports nothing watched: `python -c pass`
+    bare and with the import hook on its path, interleaved.
+
+Device (--device; torch, triton and a GPU): scripts/do_bench_load.py (do_bench on
+an 8192 bf16 matmul, 10 s of load, do_bench again) run bare and under
+`gpuenv run`, alternately, with the printed do_bench numbers side by side and
+what gpuenv said about each do_bench region. Read-only (GPUENV_READONLY=1).
+
+    python3 scripts/bench_autoregions.py                       # CPU figures
+    GPUENV_READONLY=1 python3 scripts/bench_autoregions.py --device --pairs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import py_compile
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpuenv.run import autoregions  # noqa: E402
+from gpuenv.run import region as region_mod  # noqa: E402
+from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity  # noqa: E402
+
+RESULT = object()
+
+
+def fake_modules() -> tuple[types.ModuleType, type]:
+    testing = types.ModuleType("triton.testing")
+    testing.do_bench = lambda fn, warmup=25, rep=100: RESULT  # type: ignore[attr-defined]
+    timer_mod = types.ModuleType("torch.utils.benchmark.utils.timer")
+
+    class Timer:
+        def __init__(self, stmt: str, label: str | None = None):
+            self._task_spec = types.SimpleNamespace(stmt=stmt, label=label, sub_label=None,
+                                                    description=None)  # fmt: skip
+
+        def timeit(self, number: int = 1) -> object:
+            return RESULT
+
+    timer_mod.Timer = Timer  # type: ignore[attr-defined]
+    return testing, Timer
+
+
+def per_call_us(fn, n: int, repeats: int = 7) -> float:
+    best = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best.append((time.perf_counter() - t0) / n * 1e6)
+    return statistics.median(best)
+
+
+def call_overhead(n: int) -> list[tuple[str, float, float, float]]:
+    testing, Timer = fake_modules()
+    orig_bench, orig_timeit = testing.do_bench, Timer.timeit
+    timer_mod = types.ModuleType("torch.utils.benchmark.utils.timer")
+    timer_mod.Timer = Timer  # type: ignore[attr-defined]
+    autoregions.patch(testing)
+    autoregions.patch(timer_mod)
+    timer = Timer("a @ b", label="mm")
+    rows = []
+    cases = [("do_bench", lambda: orig_bench(None), lambda: testing.do_bench(None)),
+             ("Timer.timeit", lambda: orig_timeit(timer), lambda: timer.timeit())]  # fmt: skip
+    for name, bare, wrapped in cases:
+        region_mod._CHANNEL.reset()
+        os.environ.pop(ENV_FD, None)
+        t_bare = per_call_us(bare, n)
+        t_off = per_call_us(wrapped, n)  # wrapped, but no gpuenv run: no pipe
+        r, w = os.pipe()  # read by another process, as gpuenv run's parent reads it
+        reader = subprocess.Popen(["cat"], stdin=r, stdout=subprocess.DEVNULL)
+        os.close(r)
+        os.environ[ENV_FD], os.environ[ENV_PIPE] = str(w), pipe_identity(w)
+        region_mod._CHANNEL.reset()
+        assert region_mod.active()
+        t_on = per_call_us(wrapped, n)
+        os.environ.pop(ENV_FD)
+        os.environ.pop(ENV_PIPE)
+        region_mod._CHANNEL.reset()
+        os.close(w)
+        reader.wait(10)
+        rows.append((name, t_bare, t_off, t_on))
+    return rows
+
+
+def startup(runs: int) -> dict[str, tuple[float, float]]:
+    # as installed: pip compiles the hook's .pyc (PYTHONDONTWRITEBYTECODE would make every
+    # child compile it again, ~2 ms here)
+    py_compile.compile(os.path.join(autoregions.CHILD_SITE, "sitecustomize.py"))
+    bare_env = dict(os.environ)
+    bare_env.pop("PYTHONPATH", None)
+    bare_env.pop("PYTHONDONTWRITEBYTECODE", None)
+    hooked = dict(bare_env, GPUENV_REGION_FD="9")
+    autoregions.child_env(hooked, autoregions.KINDS)
+    argv = [sys.executable, "-c", "pass"]
+    times: dict[str, list[float]] = {"bare": [], "hooked": []}
+    for k in range(runs + 1):
+        for name, env in (("bare", bare_env), ("hooked", hooked)):
+            t0 = time.perf_counter()
+            subprocess.run(argv, env=env, check=True)
+            if k:  # the first pair warms the file cache
+                times[name].append(time.perf_counter() - t0)
+    out = {k: (statistics.median(v) * 1e3, min(v) * 1e3) for k, v in times.items()}
+    own = []  # the hook's own import time, as Python measures it (-X importtime, in us)
+    for _ in range(runs):
+        err = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], env=hooked,
+                             capture_output=True, text=True, check=True).stderr
+        line = next(ln for ln in err.splitlines() if ln.rstrip().endswith(" sitecustomize"))
+        own.append(float(line.split("|")[1]) / 1e3)
+    out["own"] = (statistics.median(own), min(own))
+    return out
+
+
+def cpu(args: argparse.Namespace) -> None:
+    print(f"# automatic regions on the CPU: {time.strftime('%Y-%m-%d')}, "
+          f"{os.cpu_count()}-core {platform.machine()} machine, Python {platform.python_version()}")
+    print(f"\nHost time per call, median of 7 x {args.calls} calls of a function that returns "
+          "at once:\n")
+    print("| call | unwrapped | wrapped, not under gpuenv run | wrapped, under gpuenv run |")
+    print("|---|---|---|---|")
+    for name, bare, off, on in call_overhead(args.calls):
+        print(f"| {name} | {bare:.2f} us | {off:.2f} us (+{off - bare:.2f}) | "
+              f"{on:.2f} us (+{on - bare:.2f}) |")
+    t = startup(args.runs)
+    print(f"\nStart-up of `python -c pass`, {args.runs} runs each, interleaved:\n")
+    print("| child | median | fastest |")
+    print("|---|---|---|")
+    for key, label in (("bare", "bare"),
+                       ("hooked", "with gpuenv's import hook (imports nothing watched)")):
+        d_med, d_min = (t[key][0] - t["bare"][0], t[key][1] - t["bare"][1])
+        extra = (f" ({d_med:+.1f})", f" ({d_min:+.1f})") if key != "bare" else ("", "")
+        print(f"| {label} | {t[key][0]:.1f} ms{extra[0]} | {t[key][1]:.1f} ms{extra[1]} |")
+    own_med, own_min = t["own"]
+    print(f"| the hook's own import (-X importtime) | {own_med:.2f} ms | {own_min:.2f} ms |")
+
+
+def device(args: argparse.Namespace) -> None:
+    env = dict(os.environ, GPUENV_READONLY="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    child = [sys.executable, str(ROOT / "scripts" / "do_bench_load.py"), "--load", str(args.load)]
+    gpuenv = [sys.executable, "-c", "from gpuenv.cli import main; main()", "run", "-i", "0"]
+    tmp = Path(tempfile.mkdtemp(prefix="gpuenv-autoregions-"))
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"# do_bench with and without gpuenv run: {when}")
+    print(f"\n`scripts/do_bench_load.py --load {args.load:g}`, {args.pairs} pairs, alternately:\n")
+    print("| pair | run | do_bench before load | after load | gpuenv's rows |")
+    print("|---|---|---|---|---|")
+    for k in range(args.pairs):
+        for wrapped in (False, True):
+            out = tmp / f"run{k}.jsonl"
+            argv = [*gpuenv, "-o", str(out), "--", *child] if wrapped else child
+            proc = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True,
+                                  timeout=120)  # fmt: skip
+            if proc.returncode != 0:
+                raise SystemExit(f"{' '.join(argv)} failed: {proc.stderr[-2000:]}")
+            told = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows = ""
+            if wrapped:
+                from gpuenv.results import load_run
+
+                rows = "; ".join(_row(m) for m in load_run(out).measurements[1:])
+                sys.stderr.write(proc.stderr)
+            print(f"| {k + 1} | {'gpuenv run' if wrapped else 'bare'} | "
+                  f"{told['first_ms']:.3f} ms | {told['second_ms']:.3f} ms | {rows} |")
+
+
+def _row(m) -> str:
+    w = m.telemetry
+    sm = f"{w.sm_mhz_mean:.0f} MHz" if w and w.sm_mhz_mean else "-"
+    cap = next((f for f in m.findings if f.kind == "power_cap"), None)
+    share = cap.details.get("fraction_under_cap") if cap else None
+    under = f", power cap {100 * share:.0f}%" if share is not None else ""
+    return f"{m.name}: {sm}{under}, {m.verdict}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", action="store_true", help="torch + triton on the GPU")
+    parser.add_argument("--calls", type=int, default=20_000, help="calls per timing (CPU)")
+    parser.add_argument("--runs", type=int, default=21, help="start-up runs per child (CPU)")
+    parser.add_argument("--pairs", type=int, default=3, help="bare/wrapped pairs (device)")
+    parser.add_argument("--load", type=float, default=10.0, help="seconds of load (device)")
+    args = parser.parse_args()
+    device(args) if args.device else cpu(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""The do_bench drop-ins on a real GPU against triton's own (read-only: GPUENV_READONLY=1
+is fine). The wall time of a call is compared on a rested GPU, where the burst check has
+nothing to wait for; scripts/bench_dropin.py measures more kernels and back-to-back calls.
+
+No `from __future__ import annotations` here: triton.jit reads `BLOCK: tl.constexpr`."""
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():  # pragma: no cover - NVML sees a GPU but torch does not
+    pytest.skip("torch sees no CUDA GPU", allow_module_level=True)
+triton = pytest.importorskip("triton")
+tt = pytest.importorskip("triton.testing")
+
+from gpuenv.integrations import triton as gtriton  # noqa: E402
+
+IDLE_S = 1.0  # the power cap of a previous test clears within ~0.5 s (GPU_FACTS.md)
+PACE = 1.5  # the drop-in's wall time may be at most this times triton's
+
+
+def wall_s(call: Callable[[], Any], n: int = 3) -> float:
+    """Median wall time of `call` over n calls, each after IDLE_S of idle (a warm call
+    first: library set-up and gpuenv's NVML start-up are not a call's cost)."""
+    call()
+    times = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        time.sleep(IDLE_S)
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def kernels() -> dict[str, Callable[[], Any]]:
+    x = torch.randn(1 << 20, device="cuda")
+    a2, b2 = (torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    a4, b4 = (torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    return {"relu_1m": lambda: torch.relu(x), "mm2048": lambda: a2 @ b2, "mm4096": lambda: a4 @ b4}
+
+
+@pytest.mark.parametrize("name", ["relu_1m", "mm2048", "mm4096"])
+def test_do_bench_keeps_triton_pace_and_agrees_with_it(name):
+    fn = kernels()[name]
+    ours, theirs = wall_s(lambda: gtriton.do_bench(fn)), wall_s(lambda: tt.do_bench(fn))
+    m = gtriton.last_measurement()
+    assert ours <= PACE * theirs, f"{name}: {ours:.3f} s a call against triton's {theirs:.3f} s"
+    assert m.extra.get("burst_first_wait_s", 0.0) < 0.05 and len(m.windows) == len(m.times_s)
+    # the same kernel, flushed the same way, measures the same within a few percent
+    same = gtriton.do_bench(fn, flush_bytes=gtriton.TRITON_FLUSH_BYTES, return_mode="median")
+    assert same == pytest.approx(tt.do_bench(fn, return_mode="median"), rel=0.15)
+
+
+def test_do_bench_cudagraph_keeps_triton_pace():
+    fn = kernels()["relu_1m"]
+
+    def theirs() -> Any:
+        with torch.cuda.stream(torch.cuda.Stream()):
+            return tt.do_bench_cudagraph(fn)
+
+    ours_s, theirs_s = wall_s(lambda: gtriton.do_bench_cudagraph(fn)), wall_s(theirs)
+    assert ours_s <= PACE * theirs_s
+    assert gtriton.last_measurement().timer == "cuda_graph"
+
+
+def test_patch_autotuner_makes_triton_autotune_measure_with_the_drop_in():
+    import triton.language as tl
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 256}), triton.Config({"BLOCK": 1024})],
+                     key=["n"])  # fmt: skip
+    @triton.jit
+    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask)
+        tl.store(out_ptr + offs, x + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+    n = 1 << 22
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    out = torch.empty_like(x)
+    before = len(gtriton.measurements())
+    gtriton.patch_autotuner()
+    try:
+        add[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, out, n)
+    finally:
+        gtriton.unpatch_autotuner()
+    torch.cuda.synchronize()
+    assert len(gtriton.measurements()) == before + 2  # one measurement per config
+    assert torch.equal(out, x + y)
+    assert tt.do_bench.__module__ == "triton.testing"

@@ -1,0 +1,82 @@
+"""gpuenvd in this process, for tests: the server on threads over a real Unix socket, on the
+simulated GPU with a state file. `peer_of` is injected so one test can play several users
+(the kernel's SO_PEERCRED would say every connection is us). Not a test module: helpers and
+the `h` fixture (import it into a test module to use it)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuenv.backend.sim import SimBackend
+from gpuenv.clocks.journal import Journal
+from gpuenv.daemon.auth import Peer, parse_config
+from gpuenv.daemon.client import Client
+from gpuenv.daemon.server import Server
+
+ME = os.getpid()
+ALICE = Peer(pid=ME, uid=50001, gid=50001, user="alice", groups=frozenset({"alice", "bench"}))
+BOB = Peer(pid=ME, uid=50002, gid=50002, user="bob", groups=frozenset({"bob", "bench"}))
+EVE = Peer(pid=ME, uid=50003, gid=50003, user="eve", groups=frozenset({"eve"}))
+OPS = Peer(pid=ME, uid=50004, gid=50004, user="ops", groups=frozenset({"ops"}))
+
+CONFIG = """
+[lock]
+user:alice = all
+group:bench = 1
+user:bob = 0
+[admin]
+users = ops
+"""
+
+
+class Harness:
+    def __init__(self, tmp: Path, config: str = CONFIG, n_gpus: int = 2):
+        self.tmp = tmp
+        self.sock = str(tmp / "gpuenvd.sock")
+        self.backend = SimBackend("h100", n_gpus=n_gpus, state_file=tmp / "sim.json")
+        self.journal = Journal(tmp / "journal")
+        self.queue: list[Peer] = []
+        cfg = parse_config(config).with_socket(self.sock)
+        self.server = Server(cfg, self.backend, journal=self.journal, peer_of=self._peer_of)
+        self.original = [self.truth(i) for i in range(n_gpus)]
+
+    def _peer_of(self, sock: socket.socket) -> Peer:
+        # a connection nobody queued an identity for (a liveness probe) is eve, who may only read
+        return self.queue.pop(0) if self.queue else EVE
+
+    def client(self, peer: Peer) -> Client:
+        self.queue.append(peer)
+        return Client(self.sock, timeout=10)
+
+    def truth(self, index: int) -> tuple:
+        t = self.backend.truth(index)
+        return (t.locked_sm, t.locked_mem, t.app_sm_mhz, t.app_mem_mhz, t.power_limit_w)
+
+    def locked_sm(self, index: int) -> tuple[int, int] | None:
+        return self.backend.truth(index).locked_sm
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[Harness]:
+    harness = Harness(tmp_path)
+    harness.server.start()
+    try:
+        yield harness
+    finally:
+        harness.server.stop()
+        harness.backend.close()
+
+
+def wait_for(cond, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()

@@ -1,0 +1,411 @@
+"""Automatic regions: `gpuenv run` marks each do_bench, torch Timer and pytest-benchmark call
+of an unmodified Python command (gpuenv/run/autoregions.py, gpuenv/run/childsite).
+
+triton and torch are not installed here: fake `triton.testing` and
+`torch.utils.benchmark` modules on the child's path stand in for them (the import
+hook watches module names, so it cannot tell). pytest-benchmark is the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpuenv.errors import ConfigError
+from gpuenv.results import load_run
+from gpuenv.run.autoregions import CHILD_SITE, ENV_MODULES, child_env, select_kinds, timer_name
+from gpuenv.run.report import RUN_NAME
+
+ROOT = Path(__file__).resolve().parent.parent
+GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
+
+FAKE_TRITON = """
+import time
+RESULT = [1.5, 1.0, 2.0]  # one object: the wrapper must hand back this very one
+def do_bench(fn, warmup=25, rep=100, quantiles=None, return_mode="mean"):
+    t = time.monotonic()
+    while time.monotonic() - t < 0.03:
+        fn()
+    if rep < 0:
+        raise ValueError("rep must not be negative")
+    return RESULT
+def do_bench_cudagraph(fn, rep=20):
+    fn()
+    return 0.25
+"""
+# an autotuner as triton's: it calls do_bench for each config when the kernel first runs
+FAKE_AUTOTUNER = """
+from triton import testing
+class Autotuner:
+    def __init__(self, fn, configs):
+        self.fn, self.configs, self.best = fn, configs, None
+    def run(self):
+        if self.best is None:
+            timings = {c: testing.do_bench(lambda: self.fn(c)) for c in self.configs}
+            self.best = min(timings, key=lambda c: c)
+        return self.fn(self.best)
+"""
+FAKE_TIMER = """
+import time
+from types import SimpleNamespace
+class Measurement:
+    def __init__(self, times):
+        self.times = times
+class Timer:
+    def __init__(self, stmt="pass", setup="pass", globals=None, label=None, sub_label=None,
+                 description=None):
+        self._task_spec = SimpleNamespace(stmt=stmt, label=label, sub_label=sub_label,
+                                          description=description)
+        self._globals = dict(globals or {})
+    def _run(self, number):
+        t = time.monotonic()
+        for _ in range(number):
+            exec(self._task_spec.stmt, self._globals)
+        return (time.monotonic() - t) / number
+    def timeit(self, number=1000000):
+        return Measurement([self._run(number)])
+    def blocked_autorange(self, callback=None, min_run_time=0.2):
+        return Measurement([self._run(10) for _ in range(3)])
+    def adaptive_autorange(self, threshold=0.1, *, min_run_time=0.01, max_run_time=10.0,
+                           callback=None):
+        return self.blocked_autorange()
+"""
+
+
+@pytest.fixture
+def fakes(tmp_path: Path) -> Path:
+    """A directory with fake triton and torch packages."""
+    root = tmp_path / "fake"
+    files = {
+        "triton/__init__.py": "",
+        "triton/testing.py": FAKE_TRITON,
+        "triton/runtime/__init__.py": "",
+        "triton/runtime/autotuner.py": FAKE_AUTOTUNER,
+        "torch/__init__.py": "",
+        "torch/utils/__init__.py": "",
+        "torch/utils/benchmark/__init__.py": "from .utils.timer import Timer\n",
+        "torch/utils/benchmark/utils/__init__.py": "",
+        "torch/utils/benchmark/utils/timer.py": FAKE_TIMER,
+    }
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def gpuenv_run(*args: str, pythonpath: str | None = None, env: dict | None = None,
+               cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    full = dict(os.environ)
+    full["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, str(ROOT)) if p)
+    full.update(env or {})
+    return subprocess.run([*GPUENV, "--sim", "run", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full, cwd=cwd)  # fmt: skip
+
+
+def write(tmp_path: Path, body: str, name: str = "bench.py") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+# -- do_bench ------------------------------------------------------------------------------
+
+DO_BENCH_CHILD = """
+import json, sys
+import triton.testing as tt
+from triton.testing import do_bench
+same = do_bench(lambda: None) is tt.RESULT            # line 5
+for _ in range(3):
+    tt.do_bench(lambda: None, rep=50)                  # line 7: one site, three reps
+graph = tt.do_bench_cudagraph(lambda: None)            # line 8
+try:
+    do_bench(lambda: None, rep=-1)                     # line 10: raises, as the original
+except ValueError as err:
+    raised = str(err)
+print(json.dumps({"same": same, "graph": graph, "raised": raised,
+                  "name": do_bench.__name__, "wrapped": hasattr(do_bench, "__wrapped__")}))
+"""
+
+
+def test_each_do_bench_call_is_a_region_named_by_its_line(tmp_path, fakes):
+    child = write(tmp_path, DO_BENCH_CHILD)
+    out = tmp_path / "run.jsonl"
+    result = gpuenv_run("-o", str(out), "--", sys.executable, child, pythonpath=str(fakes),
+                        cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    told = json.loads(result.stdout)
+    # what the command sees is what the originals give, errors included
+    assert told == {"same": True, "graph": 0.25, "raised": "rep must not be negative",
+                    "name": "do_bench", "wrapped": True}  # fmt: skip
+    by_name = {m.name: m for m in load_run(out).measurements}
+    assert list(by_name) == [RUN_NAME, "do_bench bench.py:5", "do_bench bench.py:7",
+                             "do_bench_cudagraph bench.py:8"]  # fmt: skip
+    assert len(by_name["do_bench bench.py:7"].times_s) == 3
+    assert all(t >= 0.03 for t in by_name["do_bench bench.py:7"].times_s)
+    assert len(by_name["do_bench bench.py:7"].windows) == 3  # a window per call
+    assert by_name[RUN_NAME].extra["discarded_regions"] == {"do_bench bench.py:10": 1}
+    assert "do_bench bench.py:10: 1 call(s) raised an error: not measured" in result.stderr
+    assert re.search(r"do_bench bench.py:7 +3 ", result.stderr)  # the row, with its reps
+
+
+def test_nested_calls_mark_the_outermost_only(tmp_path, fakes):
+    child = write(tmp_path, """
+        import torch.utils.benchmark as tb
+        from triton.runtime.autotuner import Autotuner
+        import gpuenv
+        kernel = Autotuner(lambda c: None, configs=[1, 2, 3])
+        kernel.run()                                              # line 6: autotunes
+        tuned = Autotuner(lambda c: None, configs=[1, 2])
+        timer = tb.Timer("kernel.run()", globals={"kernel": tuned}, label="mm", sub_label="bf16")
+        timer.blocked_autorange()                                 # line 9: autotunes inside
+        with gpuenv.region("mine"):
+            timer.timeit(5)                                       # line 11: in a user region
+    """)
+    out = tmp_path / "run.jsonl"
+    result = gpuenv_run("-o", str(out), "--", sys.executable, child, pythonpath=str(fakes),
+                        cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    by_name = {m.name: m for m in load_run(out).measurements}
+    # top-level autotuning: one region per config, named after the line that launched it;
+    # inside the Timer: the Timer's region only; a user's region still holds automatic ones
+    assert list(by_name) == [RUN_NAME, "do_bench (autotune) bench.py:6", "Timer mm / bf16",
+                             "mine"]  # fmt: skip
+    assert len(by_name["do_bench (autotune) bench.py:6"].times_s) == 3
+    assert len(by_name["Timer mm / bf16"].times_s) == 2  # blocked_autorange, then timeit
+
+
+def test_timer_regions_return_torchs_measurement_and_name_the_statement(tmp_path, fakes):
+    child = write(tmp_path, """
+        import json
+        from torch.utils.benchmark import Timer
+        from torch.utils.benchmark.utils.timer import Measurement
+        long = "x = 1\\n" + "y = " + " + ".join(["1"] * 40)
+        m1 = Timer(long).timeit(3)
+        m2 = Timer("pass", description="noop").adaptive_autorange(max_run_time=1.0)
+        print(json.dumps([type(m).__name__ for m in (m1, m2)] + [len(m2.times)]))
+    """)
+    out = tmp_path / "run.jsonl"
+    result = gpuenv_run("-o", str(out), "--", sys.executable, child, pythonpath=str(fakes))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == ["Measurement", "Measurement", 3]
+    names = [m.name for m in load_run(out).measurements]
+    assert names[1].startswith("Timer x = 1; y = 1 + 1") and names[1].endswith("...")
+    assert len(names[1]) == len("Timer ") + 60
+    assert names[2] == "Timer noop"
+
+
+# -- pytest-benchmark ----------------------------------------------------------------------
+
+PYTEST_CHILD = """
+import pytest
+
+@pytest.mark.parametrize("n", [100, 2000])
+def test_sum(benchmark, n):
+    assert benchmark(sum, range(n)) == n * (n - 1) // 2
+
+def test_pedantic(benchmark):
+    benchmark.pedantic(sorted, args=([3, 1, 2],), rounds=5, iterations=2)
+
+def test_plain():
+    assert True
+"""
+
+
+def test_each_pytest_benchmark_is_a_region_named_by_its_test_id(tmp_path):
+    pytest.importorskip("pytest_benchmark")
+    write(tmp_path, PYTEST_CHILD, "test_bench.py")
+    out = tmp_path / "run.jsonl"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_bench.py",
+           "--benchmark-max-time=0.05"]  # fmt: skip
+    result = gpuenv_run("-o", str(out), "--", *cmd, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    names = [m.name for m in load_run(out).measurements]
+    assert names == [RUN_NAME, "test_bench.py::test_sum[100]", "test_bench.py::test_sum[2000]",
+                     "test_bench.py::test_pedantic"]  # fmt: skip
+    # --benchmark-disable runs each function once, unmeasured: no region
+    off = gpuenv_run("-o", str(tmp_path / "off.jsonl"), "--", *cmd, "--benchmark-disable",
+                     cwd=tmp_path, timeout=120)  # fmt: skip
+    assert off.returncode == 0, off.stdout + off.stderr
+    assert [m.name for m in load_run(tmp_path / "off.jsonl").measurements] == [RUN_NAME]
+
+
+# -- choosing, turning off, policy -----------------------------------------------------------
+
+
+def test_no_auto_regions_and_picking_kinds(tmp_path, fakes):
+    child = write(tmp_path, """
+        import triton.testing as tt, torch.utils.benchmark as tb
+        tt.do_bench(lambda: None)
+        tb.Timer("pass", label="t").timeit(2)
+        print(hasattr(tt.do_bench, "__wrapped__"))
+    """)
+    off = gpuenv_run("--no-auto-regions", "--", sys.executable, child, pythonpath=str(fakes))
+    assert off.returncode == 0, off.stderr
+    assert off.stdout.strip() == "False" and "do_bench bench.py" not in off.stderr
+    timer_only = gpuenv_run("-o", str(tmp_path / "t.jsonl"), "--", sys.executable, child,
+                            pythonpath=str(fakes), env={"GPUENV_AUTO_REGIONS": "timer"})
+    assert timer_only.returncode == 0, timer_only.stderr
+    assert timer_only.stdout.strip() == "False"
+    run = load_run(tmp_path / "t.jsonl")
+    assert [m.name for m in run.measurements] == [RUN_NAME, "Timer t"]
+    assert run.metadata["auto_regions"] == ["timer"] and run.metadata["nvtx_regions"] is False
+    bad = gpuenv_run("--", sys.executable, child, env={"GPUENV_AUTO_REGIONS": "do_bench,tmier"})
+    assert bad.returncode == 2 and "tmier is not a kind of automatic region" in bad.stderr
+
+
+def test_policy_reject_names_a_rejected_auto_region_and_retry_is_refused(tmp_path, fakes):
+    # another tool moves the locked clock between do_bench calls: every call after it drifts
+    child = write(tmp_path, """
+        import os, time
+        import triton.testing as tt
+        from gpuenv.backend.sim import SimBackend
+        for k in range(6):
+            if k == 3:
+                SimBackend(state_file=os.environ["GPUENV_SIM_STATE"]).set_locked_sm_clocks(
+                    0, 1200, 1200)
+                time.sleep(0.3)
+            tt.do_bench(lambda: time.sleep(0.1))
+    """)
+    result = gpuenv_run("--sm", "1350", "--policy", "reject", "--", sys.executable, child,
+                        pythonpath=str(fakes), cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "rejected: do_bench bench.py:10 (--policy reject)" in result.stderr
+    retry = gpuenv_run("--policy", "retry", "--", sys.executable, child, pythonpath=str(fakes))
+    assert retry.returncode == 2
+    assert "gpuenv cannot re-run a call it did not make" in retry.stderr
+
+
+# -- what a command that imports none of them pays, and other Pythons ------------------------
+
+
+def test_a_command_importing_nothing_watched_imports_nothing_of_gpuenvs(tmp_path):
+    child = write(tmp_path, """
+        import json, sys
+        print(json.dumps({
+            "gpuenv": sorted(m for m in sys.modules if m.startswith("gpuenv")),
+            "finders": [type(f).__name__ for f in sys.meta_path],
+            "torch": "torch" in sys.modules,
+        }))
+    """)
+    result = gpuenv_run("--", sys.executable, child)
+    assert result.returncode == 0, result.stderr
+    told = json.loads(result.stdout)
+    assert told["gpuenv"] == [] and told["torch"] is False
+    assert told["finders"][0] == "GpuenvAutoRegionFinder"
+
+
+def test_an_existing_sitecustomize_still_runs(tmp_path, fakes):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("import os\nos.environ['THEIRS_RAN'] = 'yes'\n")
+    child = write(tmp_path, """
+        import os, triton.testing as tt
+        print(os.environ.get("THEIRS_RAN"), hasattr(tt.do_bench, "__wrapped__"))
+    """)
+    path = os.pathsep.join([str(theirs), str(fakes)])
+    result = gpuenv_run("--", sys.executable, child, pythonpath=path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["yes", "True"]
+
+
+def test_a_python_without_gpuenv_installed_gets_it_from_gpuenvs_tree(tmp_path, fakes):
+    python = shutil.which("python3")
+    if python is None or subprocess.run([python, "-c", "import gpuenv"], cwd=tmp_path,
+                                        capture_output=True).returncode == 0:
+        pytest.skip("needs a python3 on PATH without gpuenv installed")
+    child = write(tmp_path, """
+        import sys, triton.testing as tt
+        tt.do_bench(lambda: None)
+        print(hasattr(tt.do_bench, "__wrapped__"), sys.argv[1] in sys.path)  # borrowed, put back
+    """)
+    full = dict(os.environ, PYTHONPATH=str(fakes))  # gpuenv itself not on the child's path
+    out = tmp_path / "run.jsonl"
+    result = subprocess.run([*GPUENV, "--sim", "run", "-o", str(out), "--", python, child,
+                             str(ROOT)],
+                            capture_output=True, text=True, timeout=60, env=full, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "False"]
+    assert [m.name for m in load_run(out).measurements] == [RUN_NAME, "do_bench bench.py:3"]
+
+
+# -- the pieces ------------------------------------------------------------------------------
+
+
+def test_select_kinds():
+    assert select_kinds(None) == ("do_bench", "timer", "pytest")
+    assert select_kinds("pytest, do_bench") == ("do_bench", "pytest")
+    assert select_kinds("none") == () and select_kinds("timer", enabled=False) == ()
+    with pytest.raises(ConfigError, match="gpu is not a kind"):
+        select_kinds("gpu")
+
+
+def test_child_env_chains_pythonpath_and_names_only_the_picked_modules():
+    env = {"PYTHONPATH": "/a"}
+    child_env(env, ["timer"])
+    assert env["PYTHONPATH"] == CHILD_SITE + os.pathsep + "/a"
+    assert env[ENV_MODULES] == "torch.utils.benchmark.utils.timer"
+    empty: dict[str, str] = {}
+    child_env(empty, [])
+    assert empty == {}
+
+
+def test_timer_name_without_a_task_spec():
+    assert timer_name(object()) == "Timer ?"
+
+
+def test_a_name_that_cannot_be_made_never_breaks_the_call(monkeypatch):
+    from gpuenv.run import autoregions, region
+
+    monkeypatch.setattr(region, "active", lambda: True)
+
+    def broken(*_):
+        raise RuntimeError("no name")
+
+    wrapped = autoregions._wrap(lambda x: x * 2, broken)
+    assert wrapped(21) == 42
+
+
+# -- on the GPU ------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_do_bench_before_and_after_load_on_the_gpu(tmp_path):
+    """The issue's script: do_bench, 10 s of load, do_bench. Two do_bench rows; the second
+    ran under the power cap and says for how much of its time; the numbers the script
+    prints are the same with and without gpuenv run, within noise."""
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    child = [sys.executable, str(ROOT / "scripts" / "do_bench_load.py"), "--load", "10"]
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, GPUENV_READONLY="1")  # never write the GPU
+    out = tmp_path / "run.jsonl"
+    wrapped = subprocess.run([*GPUENV, "run", "-i", "0", "-o", str(out), "--", *child],
+                             capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert wrapped.returncode == 0, wrapped.stderr
+    bare = subprocess.run(child, capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert bare.returncode == 0, bare.stderr
+    ms_wrapped = json.loads(wrapped.stdout.splitlines()[-1])
+    ms_bare = json.loads(bare.stdout.splitlines()[-1])
+    measurements = load_run(out).measurements
+    rows = [m for m in measurements if m.name.startswith("do_bench ")]
+    assert [m.name for m in rows] == ["do_bench scripts/do_bench_load.py:26",
+                                      "do_bench scripts/do_bench_load.py:33"]  # fmt: skip
+    first, second = rows
+    assert second.verdict == "annotated"
+    cap = next(f for f in second.findings if f.kind == "power_cap")
+    share = cap.details["fraction_under_cap"]
+    assert share > 0 and f"({100 * share:.0f}%)" in cap.message
+    first_cap = next((f for f in first.findings if f.kind == "power_cap"), None)
+    assert first_cap is None or first_cap.details["fraction_under_cap"] < share
+    assert second.name in wrapped.stderr and "power_cap" in wrapped.stderr
+    for key in ("first_ms", "second_ms"):  # gpuenv's wrapper changes nothing it times
+        assert ms_wrapped[key] == pytest.approx(ms_bare[key], rel=0.1), (ms_wrapped, ms_bare)

@@ -1,0 +1,108 @@
+"""`gpuenv run --summary rank0`: the ranks of a job, one table (gpuenv/run/ranks.py).
+
+Each test starts one `gpuenv --sim run` per rank, as torchrun would with
+`--no-python gpuenv run ...`, with the rank variables torchrun sets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from gpuenv.run.ranks import job_key, publish, ranks_dir, world_size
+
+ROOT = Path(__file__).resolve().parent.parent
+GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
+CHILD = """
+import os, time
+import gpuenv
+with gpuenv.region("step"):
+    time.sleep(0.05 * (1 + int(os.environ["RANK"])))
+"""
+
+
+def start_rank(rank: int, world: int, tmp_path: Path, *args: str, **env: str) -> subprocess.Popen:
+    child = tmp_path / "child.py"
+    child.write_text(textwrap.dedent(CHILD))
+    full = dict(os.environ, PYTHONPATH=str(ROOT), RANK=str(rank), LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT="29517",
+                TORCHELASTIC_RUN_ID="t1", GPUENV_SIM_GPUS=str(world),
+                GPUENV_RANKS_DIR=str(tmp_path / "ranks"))  # fmt: skip
+    full.update(env)
+    return subprocess.Popen(
+        [*GPUENV, "--sim", "run", "--summary", "rank0", *args, "--", sys.executable, str(child)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full,
+    )  # fmt: skip
+
+
+def finish(proc: subprocess.Popen) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
+def test_rank0_prints_one_table_for_all_ranks_and_the_others_none(tmp_path):
+    procs = [start_rank(r, 3, tmp_path, "-o", str(tmp_path / "run.jsonl")) for r in (2, 1, 0)]
+    (c2, e2), (c1, e1), (c0, e0) = (finish(p) for p in procs)
+    assert (c0, c1, c2) == (0, 0, 0), e0 + e1 + e2
+    assert "gpuenv run" not in e1 and "gpuenv run" not in e2  # no interleaved tables
+    lines = e0.splitlines()
+    assert lines[0].startswith("gpuenv run: ") and "on 3 ranks" in lines[0]
+    for r in range(3):
+        assert any(ln.startswith(f"  rank {r} (") and "exited with 0" in ln and f"GPU {r}" in ln
+                   for ln in lines), e0  # fmt: skip
+        assert f"rank {r}: results: {tmp_path / f'run.rank{r}.jsonl'}" in e0
+    header = next(ln for ln in lines if "region" in ln and "verdict" in ln)
+    assert header.split()[:2] == ["rank", "region"]
+    rows = [ln.split() for ln in lines if ln.split()[1:2] == ["step"]]
+    assert sorted(r[0] for r in rows) == ["0", "1", "2"]
+    assert list((tmp_path / "ranks").iterdir()) == []  # rank 0 cleaned up
+
+
+def test_rank0_waits_a_bounded_time_and_names_the_ranks_that_did_not_report(tmp_path):
+    t0 = time.monotonic()
+    code, err = finish(start_rank(0, 3, tmp_path, GPUENV_RANKS_WAIT_S="1"))
+    assert code == 0, err
+    assert time.monotonic() - t0 < 30
+    assert "rank 1, 2: no summary within 1 s" in err and "GPUENV_RANKS_DIR" in err
+
+
+def test_a_stale_summary_of_an_earlier_job_is_not_read(tmp_path):
+    env = {"TORCHELASTIC_RUN_ID": "t1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517",
+           "GPUENV_RANKS_DIR": str(tmp_path / "ranks")}  # fmt: skip
+    old = publish(ranks_dir(env), {"rank": 1, "command": "x", "outcome": "exited with 0",
+                                   "duration_s": 1.0, "where": "GPU 1", "state": "-"}, [])
+    past = time.time() - 3600
+    data = json.loads(old.read_text())
+    data["ended_at"] = past
+    old.write_text(json.dumps(data))
+    code, err = finish(start_rank(0, 2, tmp_path, GPUENV_RANKS_WAIT_S="0.5"))
+    assert code == 0, err
+    assert "rank 1: no summary within 0.5 s" in err
+
+
+def test_without_a_job_the_option_changes_nothing(tmp_path):
+    child = tmp_path / "c.py"
+    child.write_text("pass\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    result = subprocess.run(
+        [*GPUENV, "--sim", "run", "--summary", "rank0", "--", sys.executable, str(child)],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0 and result.stderr.startswith("gpuenv run: "), result.stderr
+    assert "rank" not in result.stderr
+
+
+def test_job_keys_and_world_size():
+    torch_a = {"TORCHELASTIC_RUN_ID": "abc", "MASTER_ADDR": "n1", "MASTER_PORT": "29500"}
+    torch_b = dict(torch_a, MASTER_PORT="29501")
+    slurm = {"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "MASTER_PORT": "29500"}
+    keys = {job_key(e) for e in (torch_a, torch_b, slurm)}
+    assert len(keys) == 3 and job_key(slurm) == "slurm-77-0"
+    assert job_key({"MASTER_ADDR": "a/../b"}).count("/") == 0  # a file name, never a path
+    assert world_size({"WORLD_SIZE": "8"}) == 8 and world_size({"SLURM_NTASKS": "4"}) == 4
+    assert world_size({}) is None

@@ -8,7 +8,8 @@ the samples that cover it, including the ones just before and after it.
 
 The package:
     samples.py   Sample, SlowSample, Gap; the driver refresh and the sampling period
-    window.py    Window; summarize (samples -> Window); merge_windows (chunks -> Window)
+    window.py    Window; merge_windows (chunks -> Window)
+    summary.py   summarize (samples -> Window), summarize_many (a bench's reps at once)
     sampler.py   the Sampler thread: ring buffers, edge reads (mark), windows
 """
 
@@ -25,7 +26,8 @@ from gpuenv.telemetry.sampler import (
     Sampler,
 )
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
-from gpuenv.telemetry.window import ENERGY_EXACT_MIN_S, Window, merge_windows, summarize
+from gpuenv.telemetry.summary import ENERGY_EXACT_MIN_S, summarize, summarize_many
+from gpuenv.telemetry.window import Window, merge_windows
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -45,4 +47,5 @@ __all__ = [
     "Window",
     "merge_windows",
     "summarize",
+    "summarize_many",
 ]

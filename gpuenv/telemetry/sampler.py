@@ -16,7 +16,8 @@ from gpuenv.backend import Backend
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
 from gpuenv.errors import ConfigError, NotSupported
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, Gap, Sample, SlowSample
-from gpuenv.telemetry.window import Window, summarize
+from gpuenv.telemetry.summary import summarize_many
+from gpuenv.telemetry.window import Window
 from gpuenv.timebase import Clock, Timer
 
 log = logging.getLogger(__name__)
@@ -242,22 +243,11 @@ class Sampler:
             gaps = [x for x in self._gaps if x.gpu == g and x.t >= lo - 1.0]
             truncated = len(self._fast[g]) == self.capacity
         rng = lock_range if lock_range is not None else self.lock_ranges.get(g)
-        return [
-            summarize(
-                fast,
-                slow,
-                gaps,
-                t0,
-                t1,
-                gpu=g,
-                lock_range=rng,
-                lock_tolerance_mhz=self.lock_tolerance_mhz,
-                own_pids=self.own_pids,
-                period=self.period,
-                truncated=truncated,
-            )
-            for t0, t1 in intervals
-        ]
+        return summarize_many(
+            fast, slow, gaps, intervals, gpu=g, lock_range=rng,
+            lock_tolerance_mhz=self.lock_tolerance_mhz, own_pids=self.own_pids,
+            period=self.period, truncated=truncated,
+        )  # fmt: skip
 
     def _check_gpu(self, gpu: int) -> int:
         if gpu not in self._fast:

@@ -205,13 +205,14 @@ def _estimate(dev: Any, call: _Call, *, budget_s: float, gpu_time: bool) -> tupl
 def _bench(call: _Call, dev: _Phases, name: str, session: Any, backend: Any, output: Any,
            **settings: Any) -> Any:  # fmt: skip
     """gpuenv.bench with the drop-in's settings: budgeted counts, the whole call one burst
-    (see the module docstring), no before/after clock probe (each rep probes its own)."""
+    (see the module docstring), no before/after clock probe (each rep probes its own),
+    no telemetry trace in `m.extra` (for `gpuenv plot`: an autotuner's calls need none)."""
     from gpuenv import timing
 
     cond = dataclasses.replace(ConditionConfig(), burst_s=math.inf,
                                burst_timeout_s=WAIT_MAX_S, poll_s=POLL_S)
     cfg = timing.BenchConfig(conditioning=cond, probe_clock=False, burst_from_start=True,
-                             **settings)  # fmt: skip
+                             keep_trace=False, **settings)  # fmt: skip
     m = timing.bench(call, cfg, name=name, session=session, backend=backend, device=dev,
                      output=output)  # fmt: skip
     _recent.append(m)

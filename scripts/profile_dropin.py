@@ -9,7 +9,9 @@ launches and the spin of each sync).
     GPUENV_READONLY=1 python3 scripts/profile_dropin.py --gpu --calls 5 --profile 25
     python3 scripts/profile_dropin.py --graph         # do_bench_cudagraph instead
 
-Prints CPU seconds per call (time.process_time) and wall seconds per call.
+Prints CPU and wall seconds per call (time.process_time, perf_counter), the CPU time in
+Sampler.windows (the reps' telemetry summaries), and where the last call's time went
+(warmup, measuring, the burst check's wait, the drop-in's plan).
 """
 
 from __future__ import annotations
@@ -101,6 +103,10 @@ def main() -> None:
           f"wall per call {statistics.mean(wall) * 1e3:.1f} ms, of which summarising the "
           f"reps' windows {in_windows[0] / args.calls * 1e3:.1f} ms"
           f"{' (cProfile on: slower)' if prof else ''}")
+    x = m.extra
+    print("the last call's parts:", {k: x.get(k) for k in (
+        "warmup_reps", "warmup_s", "warmup_steady", "measure_s", "burst_first_wait_s",
+        "stop_reason", "dropin")})  # fmt: skip
     if prof is not None:
         pstats.Stats(prof).sort_stats("cumulative").print_stats(args.profile)
 

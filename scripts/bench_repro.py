@@ -44,16 +44,33 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from gpuenv import timing
 from gpuenv.conditioning import ConditionConfig
 
-KERNELS = ("mm8192", "mm2048", "copy1g", "add_tiny")
+KERNELS = ("mm8192", "mm4096h", "mm2048", "mm512h", "conv", "sdpa", "mlp", "softmax",
+           "copy1g", "relu1m", "add_tiny")
 DESCRIPTION = {
     "mm8192": "8192^3 bf16 matmul",
+    "mm4096h": "4096^3 fp16 matmul",
     "mm2048": "2048^3 bf16 matmul",
+    "mm512h": "512^3 fp16 matmul (~6 us)",
+    "conv": "3x3 conv 64x128x56x56 fp16 (cuDNN)",
+    "sdpa": "attention 8x16x2048x128 bf16",
+    "mlp": "MLP block: layernorm, 4096x16384 GEMM, GELU, GEMM (multi-kernel)",
+    "softmax": "softmax of 8192x8192 fp32 (reduction)",
     "copy1g": "1 GiB device copy",
+    "relu1m": "1M fp32 relu (~7 us)",
     "add_tiny": "1k-element add",
+}
+# simulated stand-ins: (seconds at the top clock, power intensity)
+SIM_KERNELS = {
+    "mm8192": (1.4e-3, 1.0), "mm4096h": (0.18e-3, 1.0), "mm2048": (27e-6, 0.9),
+    "mm512h": (6e-6, 0.5), "conv": (0.1e-3, 0.8), "sdpa": (0.45e-3, 0.9),
+    "mlp": (1.0e-3, 0.9), "softmax": (0.2e-3, 0.4), "copy1g": (0.65e-3, 0.5),
+    "relu1m": (7e-6, 0.2), "add_tiny": (4e-6, 0.1),
 }
 COLD_IDLE_S = 10.0
 HOT_LOAD_S = 20.0
 BETWEEN_TOOLS_S = 3.0  # idle between tools inside one cold phase (clocks recover in ~0.5 s)
+REHEAT_S = 2.0  # heavy load again before each further kernel of a hot phase: each is "right
+                # after load" (the power cap clears within ~0.5 s of the load stopping)
 
 
 class Env:
@@ -77,10 +94,35 @@ class Env:
         dst = torch.empty_like(src)
         x = torch.randn(1024, device="cuda")
         y = torch.randn(1024, device="cuda")
+        F = torch.nn.functional
+        h4a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+        h4b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+        h5a = torch.randn(512, 512, device="cuda", dtype=torch.float16)
+        h5b = torch.randn(512, 512, device="cuda", dtype=torch.float16)
+        img = torch.randn(64, 128, 56, 56, device="cuda", dtype=torch.float16)
+        wconv = torch.randn(128, 128, 3, 3, device="cuda", dtype=torch.float16)
+        q = torch.randn(8, 16, 2048, 128, device="cuda", dtype=torch.bfloat16)
+        tok = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16)
+        w1 = torch.randn(4096, 16384, device="cuda", dtype=torch.bfloat16)
+        w2 = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
+        sm = torch.randn(8192, 8192, device="cuda")
+        r1 = torch.randn(1 << 20, device="cuda")
+
+        def mlp() -> Any:
+            h = F.layer_norm(tok, (4096,))
+            return F.gelu(h @ w1) @ w2
+
         self.kernels: dict[str, Callable[[], Any]] = {
             "mm8192": lambda: torch.matmul(a8, b8),
+            "mm4096h": lambda: torch.matmul(h4a, h4b),
             "mm2048": lambda: torch.matmul(a2, b2),
+            "mm512h": lambda: torch.matmul(h5a, h5b),
+            "conv": lambda: F.conv2d(img, wconv, padding=1),
+            "sdpa": lambda: F.scaled_dot_product_attention(q, q, q),
+            "mlp": mlp,
+            "softmax": lambda: torch.softmax(sm, dim=-1),
             "copy1g": lambda: dst.copy_(src),
+            "relu1m": lambda: torch.relu(r1),
             "add_tiny": lambda: x + y,
         }
         self._heavy = self.kernels["mm8192"]
@@ -128,10 +170,8 @@ class SimEnv:
         self.backend.open_context(0)
         be = self.backend
         self.kernels = {
-            "mm8192": timing.sim_kernel(be, 0, seconds=1.4e-3, power_intensity=1.0),
-            "mm2048": timing.sim_kernel(be, 0, seconds=27e-6, power_intensity=0.9),
-            "copy1g": timing.sim_kernel(be, 0, seconds=0.65e-3, power_intensity=0.5),
-            "add_tiny": timing.sim_kernel(be, 0, seconds=4e-6, power_intensity=0.1),
+            name: timing.sim_kernel(be, 0, seconds=sec, power_intensity=power)
+            for name, (sec, power) in SIM_KERNELS.items()
         }
         self._heavy = timing.sim_kernel(be, 0, seconds=0.1, power_intensity=1.0)
 
@@ -205,6 +245,23 @@ def tool_burst(env: Any, fn: Callable[[], Any], args: argparse.Namespace) -> tup
     return _gpuenv(env, fn, "burst", args)
 
 
+def tool_default(env: Any, fn: Callable[[], Any], args: argparse.Namespace) -> tuple[float, dict]:
+    """gpuenv.bench(fn) with no condition or mode: what a user who passes nothing gets."""
+    return _gpuenv(env, fn, None, args)
+
+
+def tool_events(env: Any, fn: Callable[[], Any], args: argparse.Namespace) -> tuple[float, dict]:
+    """gpuenv.bench(fn, mode="events"): one call per event pair even for a tiny kernel."""
+    return _gpuenv(env, fn, None, args, mode="events")
+
+
+def tool_dropin(env: Any, fn: Callable[[], Any], args: argparse.Namespace) -> tuple[float, dict]:
+    """gpuenv's do_bench drop-in with its defaults (the mean, as triton's)."""
+    from gpuenv.integrations.triton import do_bench
+
+    return do_bench(fn, backend=env.backend) / 1e3, {}
+
+
 def tool_sustained(env: Any, fn: Callable[[], Any], args: argparse.Namespace,
                    max_s: float = 90.0) -> tuple[float, dict]:
     return _gpuenv(env, fn, "sustained", args, precondition_max_s=max_s,
@@ -262,18 +319,21 @@ def schedule(runner: Runner, short_tools: dict[str, Callable], kernels: list[str
                     env.idle(BETWEEN_TOOLS_S)
                 for k in kernels:
                     runner.measure(tool, run, k, "cold")
-        # hot: each tool right after its own 20 s of heavy load
+        # hot: each tool right after its own 20 s of heavy load, each further kernel after
+        # REHEAT_S more of it
         for tool, run in short_tools.items():
-            if runner.left() < HOT_LOAD_S + per_phase + args.reserve:
+            if runner.left() < HOT_LOAD_S + per_phase + len(kernels) * REHEAT_S + args.reserve:
                 runner.skipped.append(f"repeat {r + 1} hot {tool} (deadline)")
                 continue
             runner.log(f"repeat {r + 1}: hot (load {HOT_LOAD_S:.0f} s) for {tool}")
             env.load(HOT_LOAD_S)
-            for k in kernels:
+            for i, k in enumerate(kernels):
+                if i:
+                    env.load(REHEAT_S)
                 runner.measure(tool, run, k, "hot")
     # sustained: per kernel, from cold and from hot, in order of falling power: the two
     # matmuls share the 700 W equilibrium; the deadline cuts from the end of the list
-    order = [k for k in ("mm8192", "mm2048", "copy1g", "add_tiny") if k in kernels]
+    order = [k for k in KERNELS if k in kernels]
     if "sustained" not in args.parts:
         order = []
     for k in order:
@@ -375,11 +435,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=6.0,
                    help="sustained equilibrium window (s)")
     p.add_argument("--budget", type=float, default=2.0, help="gpuenv measuring budget (s)")
+    p.add_argument("--tools", default="dropin",
+                   help="extra gpuenv tools beside do_bench, Timer and gpuenv's default: "
+                   "dropin, burst (the default is burst unless gpuenv's lock holds), events "
+                   "(the default with one call per rep, tiny kernels too)")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats, args.precondition = 1, 45.0
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
     args.parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    args.tools = {x.strip() for x in args.tools.split(",") if x.strip()}
     if not args.parts or args.parts - {"short", "sustained"}:
         p.error("--parts takes short, sustained or both")
     bad = [k for k in kernels if k not in KERNELS]
@@ -400,7 +465,13 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             runner.skipped.append("triton do_bench (triton is not installed)")
         short["torch Timer"] = tool_timer
-    short["gpuenv burst"] = tool_burst
+    if "burst" in args.tools:
+        short["gpuenv burst"] = tool_burst
+    short["gpuenv default"] = tool_default
+    if "events" in args.tools:
+        short["gpuenv default, mode=events"] = tool_events
+    if "dropin" in args.tools:
+        short["gpuenv do_bench drop-in"] = tool_dropin
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     schedule(runner, short, kernels)
     rows = summarize(runner)

@@ -112,6 +112,7 @@ class _Streams:
         self.last_read_t = max((s.t for s in slow if s.energy_mj is not None), default=None)
         self.counters = _Counters(slow, lag_s)
         self._held: dict[tuple[int, int, bool], _Held] = {}
+        self._seen: dict[tuple[int, int], dict[str, Any]] = {}
 
     def gap_near(self, lo: float, hi: float) -> bool:
         k = bisect.bisect_left(self.gap_t, lo)
@@ -149,16 +150,10 @@ class _Streams:
         # Other processes: the read in force at t0 and every read up to one refresh after t1.
         k0 = max(0, bisect.bisect_right(self.slow_t, t0) - 1)
         k1 = bisect.bisect_right(self.slow_t, t1 + self.lag_s)
-        reads = slow[k0:k1]
-        pids = sorted({p for s in reads for p in s.other_pids if p not in own})
-        if pids:
-            out["other_pids"] = tuple(pids)
-        seen = [s.own_present for s in reads if s.own_present is not None]
-        if seen:
-            out["own_process"] = any(seen)
-        mem_temps = [s.mem_temp_c for s in reads if s.mem_temp_c is not None]
-        if mem_temps:
-            out["mem_temp_c_max"] = max(mem_temps)
+        seen = self._seen.get((k0, k1))
+        if seen is None:  # consecutive reps between two reads share them
+            seen = self._seen[(k0, k1)] = _seen(slow[k0:k1], own)
+        out.update(seen)
         return out
 
     def _energy_at(self, t: float) -> float | None:
@@ -246,6 +241,15 @@ class _Held:
         time under each reason bit, each sample holding until the next."""
         if not self.held:
             return dict(self.fixed)
+        if len(self.held) == 1:  # a rep between two ticks: the sample in force holds all along
+            w = 1.0 if t1 <= t0 else t1 - t0  # as _hold_weights and _weighted compute it
+            return {
+                **self.fixed,
+                "sm_mhz_mean": (self.sm[0] * w) / w,
+                "mem_mhz_mean": (self.mem[0] * w) / w,
+                "power_w_mean": (self.power[0] * w) / w,
+                "reason_sampled_s": {name: 0.0 + w for name in self.names[0]},
+            }
         weights = _hold_weights(self.held, t0, t1)
         bits_s: dict[str, float] = {}
         for names, w in zip(self.names, weights, strict=True):
@@ -331,6 +335,21 @@ def _interp(ts: list[float], vs: list[float], t: float) -> float | None:
         return vs[k]
     ta, va, tb, vb = ts[k - 1], vs[k - 1], ts[k], vs[k]
     return va + (vb - va) * (t - ta) / (tb - ta)
+
+
+def _seen(reads: Sequence[SlowSample], own: set[int]) -> dict[str, Any]:
+    """What a region's slow reads saw: other processes, this one, the memory temperature."""
+    out: dict[str, Any] = {}
+    pids = sorted({p for s in reads for p in s.other_pids if p not in own})
+    if pids:
+        out["other_pids"] = tuple(pids)
+    seen = [s.own_present for s in reads if s.own_present is not None]
+    if seen:
+        out["own_process"] = any(seen)
+    mem_temps = [s.mem_temp_c for s in reads if s.mem_temp_c is not None]
+    if mem_temps:
+        out["mem_temp_c_max"] = max(mem_temps)
+    return out
 
 
 def _energy_changes(slow: Sequence[SlowSample]) -> list[tuple[float, float]]:

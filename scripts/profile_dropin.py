@@ -9,9 +9,11 @@ launches and the spin of each sync).
     GPUENV_READONLY=1 python3 scripts/profile_dropin.py --gpu --calls 5 --profile 25
     python3 scripts/profile_dropin.py --graph         # do_bench_cudagraph instead
 
-Prints CPU and wall seconds per call (time.process_time, perf_counter), the CPU time in
-Sampler.windows (the reps' telemetry summaries), and where the last call's time went
-(warmup, measuring, the burst check's wait, the drop-in's plan).
+Prints CPU and wall seconds per call (time.process_time, perf_counter), the CPU time
+in Sampler.windows (the reps' telemetry summaries), and where the last call's time went
+(warmup, measuring, the burst check's wait, the drop-in's plan). On a GPU the CPU time
+includes the spin of each synchronize: read the wall time there, beside triton's
+(timed the same way, after gpuenv's calls).
 """
 
 from __future__ import annotations
@@ -51,6 +53,31 @@ def gpu_setup() -> tuple[Callable[[], Any], dict[str, Any]]:
     fn()
     torch.cuda.synchronize()
     return fn, {}
+
+
+def _triton_wall(fn: Callable[[], Any], graph: bool, calls: int) -> None:
+    """triton's own do_bench(_cudagraph) on the same kernel, wall per call, for comparison."""
+    try:
+        import torch
+        import triton.testing as tt
+    except ImportError as err:
+        print(f"triton: not importable ({err})")
+        return
+
+    def theirs() -> Any:
+        if not graph:
+            return tt.do_bench(fn)
+        with torch.cuda.stream(torch.cuda.Stream()):
+            return tt.do_bench_cudagraph(fn)
+
+    theirs()
+    wall = []
+    for _ in range(calls):
+        w0 = time.perf_counter()
+        theirs()
+        wall.append(time.perf_counter() - w0)
+    print(f"triton, same kernel: wall per call {statistics.mean(wall) * 1e3:.1f} ms "
+          f"(median {statistics.median(wall) * 1e3:.1f})")
 
 
 def _time_windows() -> list[float]:
@@ -107,6 +134,8 @@ def main() -> None:
     print("the last call's parts:", {k: x.get(k) for k in (
         "warmup_reps", "warmup_s", "warmup_steady", "measure_s", "burst_first_wait_s",
         "stop_reason", "dropin")})  # fmt: skip
+    if args.gpu:
+        _triton_wall(fn, args.graph, args.calls)
     if prof is not None:
         pstats.Stats(prof).sort_stats("cumulative").print_stats(args.profile)
 

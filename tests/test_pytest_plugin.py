@@ -48,6 +48,25 @@ class TestPytestPluginAnnotate:
         assert "power_cap" in {f["kind"] for f in info["findings"]}
         assert info["verdict"] == "annotated"
 
+    def test_many_rounds_are_judged_in_blocks(self, warm_sim):
+        """A benchmark of 10^5 tiny rounds must not cost a telemetry window per round: past
+        MAX_JUDGED_ROUNDS, consecutive rounds are judged together (and the cap still shows)."""
+        from gpuenv.integrations.pytest_plugin import MAX_JUDGED_ROUNDS, _annotate
+
+        st = self.state(warm_sim)
+        n = 2 * MAX_JUDGED_ROUNDS + 1
+        kernel = timing.sim_kernel(warm_sim, 0, seconds=0.002)
+        t0 = st.sampler.mark()
+        edges, data = [], []
+        for _ in range(n):
+            edges.append(warm_sim.clock.now())
+            data.append(kernel())
+            edges.append(warm_sim.clock.now())
+        info = _annotate(st, self.fixture(data), t0, st.sampler.mark(), edges)
+        assert info["rounds_sampled"] == n and info["rounds_per_block"] == 3
+        assert "power_cap" in {f["kind"] for f in info["findings"]}
+        assert max(r for f in info["findings"] for r in f["reps"]) < MAX_JUDGED_ROUNDS
+
     def test_reject_policy_rejects_rounds_shared_with_another_process(self, warm_sim):
         from gpuenv.integrations.pytest_plugin import _annotate
 

@@ -3,27 +3,35 @@
 The sampler reads the cheap values (clocks, power, temperature, reasons: ~2 us
 each on an H100) on every tick, and the slow cumulative counters (energy ~3 ms,
 time under each reason ~0.1-0.2 ms) at most every `slow_period` and at region
-edges, always on its own thread in real time. A region's `Window` summarises
-the samples that cover it, including the ones just before and after it.
+edges: in real time in a sampler process writing shared memory (a thread where
+no other process can open the GPU). A region's `Window` summarises the samples
+that cover it, including the ones just before and after it.
 
 The package:
     samples.py   Sample, SlowSample, Gap; the driver refresh and the sampling period
     window.py    Window; merge_windows (chunks -> Window)
     summary.py   summarize (samples -> Window), summarize_many (a bench's reps at once)
-    sampler.py   the Sampler thread: ring buffers, edge reads (mark), windows
+    reader.py    Reader: what is read when (ticks, slow grids, edge reads), and its loop
+    ring.py      the shared-memory rings between the sampler process and its parent
+    process.py   the parent's handle on the sampler process (start, wake, pull, stop)
+    child.py     the sampler process itself
+    sampler.py   Sampler: process or thread, buffers, edge reads (mark), windows
 """
 
 from __future__ import annotations
 
-from gpuenv.telemetry.sampler import (
-    DEFAULT_CAPACITY,
+from gpuenv.telemetry.reader import (
     DEFAULT_ENERGY_PERIOD_S,
     DEFAULT_PROCESS_PERIOD_S,
     DEFAULT_SLOW_PERIOD_S,
     EDGE_MIN_INTERVAL_S,
+)
+from gpuenv.telemetry.sampler import (
+    DEFAULT_CAPACITY,
     EDGE_WAIT_S,
     SLOW_LOOKBACK_S,
     Sampler,
+    choose_mode,
 )
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
 from gpuenv.telemetry.summary import ENERGY_EXACT_MIN_S, summarize, summarize_many
@@ -45,6 +53,7 @@ __all__ = [
     "Sampler",
     "SlowSample",
     "Window",
+    "choose_mode",
     "merge_windows",
     "summarize",
     "summarize_many",

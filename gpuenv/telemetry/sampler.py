@@ -1,9 +1,11 @@
-"""The `Sampler` thread: reads every GPU's cheap values on each tick and the slow
-counters at most every slow period and at region edges (`mark`), keeps them in ring
-buffers, and summarises any [t0, t1] into a `Window`."""
+"""The `Sampler`: reads every GPU's cheap values each period and the slow counters on
+their own grids and at region edges (`mark`), keeps them in ring buffers, and summarises
+any [t0, t1] into a `Window`. It reads in a separate process where it can (`process.py`),
+else on a thread; on virtual time, on the clock's timer."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -12,53 +14,114 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gpuenv.backend import Backend
+from gpuenv.backend import Backend, SlowReading
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
-from gpuenv.errors import ConfigError, NotSupported
+from gpuenv.errors import ConfigError
+from gpuenv.telemetry.process import Cursor, SamplerError, SamplerProcess, attach, detach
+from gpuenv.telemetry.reader import (
+    DEFAULT_ENERGY_PERIOD_S,
+    DEFAULT_PROCESS_PERIOD_S,
+    DEFAULT_SLOW_PERIOD_S,
+    Reader,
+    slow_sample,
+)
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, Gap, Sample, SlowSample
 from gpuenv.telemetry.summary import summarize_many
 from gpuenv.telemetry.window import Window
-from gpuenv.timebase import Clock, Timer
+from gpuenv.timebase import Clock, RealClock, Timer
 
 log = logging.getLogger(__name__)
 
-# The time under each reason (a 0.1-0.2 ms field batch) refreshes about every 100 ms:
-# read it that often, plus at region edges, so reason times are exact at the edges.
-DEFAULT_SLOW_PERIOD_S = 0.1
-# The energy counter costs ~3 ms of driver time and ~4 ms of CPU a read on the lent H100:
-# read every 100 ms it made a launch-bound loop 1-2% slower (docs/benchmarks.md). So it is
-# read once a second and never at edges: a region's energy is the counter's delta between
-# the first and last reads inside it, plus the stretches from its edges to those reads
-# from the power samples (see `_counter_energy_j`).
-DEFAULT_ENERGY_PERIOD_S = 1.0
-# Which processes use the GPU (10-100 us a read; milliseconds on some systems): twice per
-# driver period, so another process present for one period is always seen.
-DEFAULT_PROCESS_PERIOD_S = 0.05
 DEFAULT_CAPACITY = 32768  # samples per GPU in the ring buffer: 13.6 minutes at 25 ms
 # Counter reads a window looks at before its start: energy and reason counters interpolate
 # between reads, and the read in force at the start can be a few refreshes old.
 SLOW_LOOKBACK_S = 1.0
-# At most one edge read per this interval in real time: a loop of tiny regions marks
-# thousands of edges a second, and each edge read is a field batch of ~0.1-0.2 ms.
-EDGE_MIN_INTERVAL_S = 0.02
 # How long window() waits, in real time, for the sampler's read at the region's end edge.
 EDGE_WAIT_S = 0.5
+MODES = ("thread", "process")
+
+
+def choose_mode(backend: Backend, clock: Clock, asked: str | None = None) -> tuple[str, str]:
+    """("thread" | "process", why): how a Sampler of `backend` on `clock` reads.
+
+    A process when another process can open the backend (`spec()`) and time is real,
+    else a thread. A simulated GPU stays on a thread: its work lives in the process
+    that runs it, so another process would see it idle. `asked` (else GPUENV_SAMPLER)
+    overrides where it can.
+    """
+    env = os.environ.get("GPUENV_SAMPLER", "").strip().lower()
+    want = asked if asked is not None else (env or None)
+    if want is not None and want not in MODES:
+        source = "mode" if asked is not None else "GPUENV_SAMPLER"
+        raise ConfigError(f"{source}={want!r} is not a sampler mode", hint="use thread or process")
+    if clock.virtual:
+        return "thread", "virtual time: reads happen on the clock's timer"
+    if want == "thread":
+        return "thread", "asked for"
+    if not isinstance(clock, RealClock):
+        return "thread", "a custom clock: another process cannot share it"
+    if backend.spec() is None:
+        return "thread", "the backend cannot be opened by another process (no spec)"
+    if want == "process":
+        return "process", "asked for"
+    if backend.capabilities.simulated:
+        return "thread", "a simulated GPU's load is visible only in its own process"
+    return "process", "keeps NVML calls off this process's GIL"
+
+
+class _Buffers:
+    """The sampler's bounded buffers, where the reader's records end up (a `Sink`)."""
+
+    def __init__(self, gpus: Sequence[int], capacity: int, own_pids: set[int]):
+        self.fast_q: dict[int, deque[Sample]] = {g: deque(maxlen=capacity) for g in gpus}
+        self.slow_q: dict[int, deque[SlowSample]] = {g: deque(maxlen=capacity) for g in gpus}
+        self.gap_q: deque[Gap] = deque(maxlen=capacity)
+        self.own_pids = own_pids
+        self.lock = threading.Lock()
+        self.slow_cond = threading.Condition()
+
+    def fast(self, sample: Sample) -> None:
+        with self.lock:
+            self.fast_q[sample.gpu].append(sample)
+
+    def slow(
+        self, t: float, gpu: int, reading: SlowReading | None, pids: frozenset[int] | None,
+        edge: bool, value_t: float | None,
+    ) -> None:
+        s = slow_sample(t, gpu, reading, pids, edge, value_t, self.own_pids)
+        with self.lock:
+            self.slow_q[gpu].append(s)
+
+    def gap(self, gap: Gap) -> None:
+        with self.lock:
+            self.gap_q.append(gap)
+
+    def slow_done(self) -> None:
+        with self.slow_cond:
+            self.slow_cond.notify_all()
 
 
 class Sampler:
     """Samples NVML telemetry of `gpus` in the background, into a bounded ring buffer.
 
-    Real time: a small thread wakes every `period` (Event.wait: it never busy-polls)
-    and reads the cheap values of every GPU; it reads the reason counters every
-    `slow_period`, the energy counter every `energy_period`, the GPU's processes
-    every `process_period`, and the reason counters and processes when `mark()` asks
-    for an edge read. Virtual time (a clock with
-    `virtual = True`, as in tests): ticks are `clock.call_every` callbacks and edge reads
-    happen synchronously in `mark()`, so results are deterministic.
+    Real time, `mode` "process" (the default where the backend has a `spec()`): a
+    sampler process reads the GPUs and writes into shared memory, which this
+    process reads only when asked (samples, latest, window): NVML calls never
+    take this process's GIL. `mode` "thread" (the default for a simulated GPU, or
+    without a spec; also where the process cannot start): a small thread wakes
+    every `period` (Event.wait: it never busy-polls). Either reads the cheap values
+    of every GPU each period, the reason counters every `slow_period`, the energy
+    counter every `energy_period`, the GPU's processes every `process_period`, and
+    the reason counters and processes when `mark()` asks for an edge read.
+    GPUENV_SAMPLER=thread|process picks where `mode` is not given. Virtual time (a
+    clock with `virtual = True`, as in tests): ticks are `clock.call_every`
+    callbacks and edge reads happen synchronously in `mark()`, so results are
+    deterministic.
 
     A failed read never raises: it becomes a `Gap` (see `gaps`), and windows over it
-    carry `gap=True`. `own_pids` are the processes whose use of the GPU is expected
-    (default: this one); any other becomes a window's `other_pids`.
+    carry `gap=True`; so does a sampler process that died. `own_pids` are the
+    processes whose use of the GPU is expected (default: this one); any other
+    becomes a window's `other_pids`.
 
         with Sampler(backend, [0]) as sampler:
             t0 = sampler.mark(); work(); t1 = sampler.mark()
@@ -80,6 +143,7 @@ class Sampler:
         watch_processes: bool = True,
         lock_ranges: dict[int, tuple[int, int]] | None = None,
         lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
+        mode: str | None = None,
     ):
         if not gpus:
             raise ConfigError("the sampler needs at least one GPU", hint="pass gpus=[0] or more")
@@ -104,28 +168,42 @@ class Sampler:
         self.watch_processes = watch_processes
         self.lock_ranges = dict(lock_ranges or {})
         self.lock_tolerance_mhz = lock_tolerance_mhz
-        self.ticks = 0
-        self.cpu_time_s = 0.0  # CPU time of the sampler thread (real time only)
-        self._fast: dict[int, deque[Sample]] = {g: deque(maxlen=capacity) for g in self.gpus}
-        self._slow: dict[int, deque[SlowSample]] = {g: deque(maxlen=capacity) for g in self.gpus}
-        self._gaps: deque[Gap] = deque(maxlen=capacity)
-        self._unsupported: dict[int, set[str]] = {g: set() for g in self.gpus}
-        self._buf_lock = threading.Lock()
-        self._slow_cond = threading.Condition()
+        # "thread" | "process" (virtual time counts as "thread"), and why
+        self.mode, self.mode_reason = choose_mode(backend, self.clock, mode)
+        self._buf = _Buffers(self.gpus, capacity, self.own_pids)
+        self._reader = Reader(
+            backend, self.gpus, self._buf, clock=self.clock, period=period,
+            slow_period=self.slow_period, process_period=self.process_period,
+            energy_period=self.energy_period, watch_processes=watch_processes,
+        )  # fmt: skip
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._edge_requested = 0
         self._edge_done = 0
-        self._next_slow_t = float("-inf")
-        self._next_proc_t = float("-inf")
-        self._next_energy_t = float("-inf")
         self._thread: threading.Thread | None = None
         self._timer: Timer | None = None
+        self._proc: SamplerProcess | None = None
+        self._cursor: Cursor | None = None
+        self._died: tuple[float, str] | None = None  # the sampler process ended on its own
 
     # -- lifecycle ---------------------------------------------------------------------
     @property
     def running(self) -> bool:
-        return self._thread is not None or self._timer is not None
+        return self._thread is not None or self._timer is not None or self._proc is not None
+
+    @property
+    def ticks(self) -> int:
+        return self._proc.ticks if self._proc is not None else self._reader.ticks
+
+    @property
+    def cpu_time_s(self) -> float:
+        """CPU time of the sampler thread or process (real time only)."""
+        return self._proc.cpu_time_s if self._proc is not None else self._reader.cpu_time_s
+
+    @property
+    def child_pid(self) -> int | None:
+        """The sampler process's pid while there is one."""
+        return self._proc.pid if self._proc is not None else None
 
     def start(self) -> None:
         """Start sampling (a first reading is taken at once). Refuses a second start."""
@@ -133,18 +211,57 @@ class Sampler:
             raise RuntimeError("the sampler is already running")
         self._stop.clear()
         if self.clock.virtual:
-            self._tick(edge=True)
+            self._reader.tick(edge=True)
             call_every = self.clock.call_every  # type: ignore[attr-defined]
-            self._timer = call_every(self.period, self._tick)
+            self._timer = call_every(self.period, self._reader.tick)
+            return
+        if self.mode == "process" and self._start_process():
             return
         self._thread = threading.Thread(target=self._run, name="gpuenv-sampler", daemon=True)
         self._thread.start()
+
+    def _start_process(self) -> bool:
+        spec = self.backend.spec()
+        options = {
+            "period": self.period, "slow_period": self.slow_period,
+            "process_period": self.process_period, "energy_period": self.energy_period,
+            "watch_processes": self.watch_processes,
+        }  # fmt: skip
+        try:
+            assert spec is not None
+            proc = attach(spec, self.gpus, capacity=self.capacity, options=options)
+        except SamplerError as err:
+            log.warning("gpuenv: sampling on a thread instead of a process: %s", err)
+            self.mode, self.mode_reason = "thread", f"the sampler process failed: {err}"
+            return False
+        self._cursor = Cursor(proc, since_t=self.clock.now() - SLOW_LOOKBACK_S)
+        self._proc, self._died = proc, None
+        if proc.ticks > 1:  # a process already running: fresh counters for this start
+            proc.request_edge()
+        return True
+
+    def _run(self) -> None:
+        def wait(seconds: float) -> None:
+            self._wake.wait(seconds)
+            self._wake.clear()
+
+        self._reader.run(self._stop.is_set, wait, self)
+
+    def requested(self) -> int:  # the reader's Edges, thread mode
+        return self._edge_requested
+
+    def served(self, n: int) -> None:
+        self._edge_done = n
 
     def stop(self) -> None:
         """Stop sampling; the buffer stays readable. Safe to call twice."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._proc is not None:
+            self._pull()
+            proc, self._proc, self._cursor = self._proc, None, None
+            detach(proc)
         thread, self._thread = self._thread, None
         if thread is not None:
             self._stop.set()
@@ -162,14 +279,17 @@ class Sampler:
     def mark(self) -> float:
         """Timestamp a region edge (clock.now()) and ask for an edge read of the counters.
 
-        On the caller's thread this costs a clock read and at most an Event.set
-        (microseconds); the reads happen on the sampler's thread, at most one per
-        EDGE_MIN_INTERVAL_S (marks closer together share one). On virtual time
-        they happen here.
+        On the caller's thread this costs a clock read and a memory write, plus a
+        one-byte pipe write or an Event.set when no edge read was pending
+        (microseconds); the reads happen in the sampler process or thread, at most
+        one per EDGE_MIN_INTERVAL_S (marks closer together share one). On virtual
+        time they happen here.
         """
         t = self.clock.now()
-        if self._timer is not None:
-            self._tick(edge=True)
+        if self._proc is not None:
+            self._proc.request_edge()
+        elif self._timer is not None:
+            self._reader.tick(edge=True)
         elif self._thread is not None:
             pending = self._edge_requested > self._edge_done
             self._edge_requested += 1
@@ -177,10 +297,24 @@ class Sampler:
                 self._wake.set()
         return t
 
+    def _pull(self) -> None:
+        """Process mode: bring in what the sampler process wrote since the last look."""
+        proc, cursor = self._proc, self._cursor
+        if proc is None or cursor is None:
+            return
+        cursor.pull(self._buf)
+        if not proc.check() and self._died is None:
+            assert proc.died is not None and proc.died_at is not None
+            self._died = (proc.died_at, proc.died)
+            log.warning("gpuenv: %s; telemetry stops here (a telemetry gap)", proc.died)
+            for g in self.gpus:
+                self._buf.gap(Gap(proc.died_at, g, "sampler", proc.died))
+
     @property
     def gaps(self) -> list[Gap]:
-        with self._buf_lock:
-            return list(self._gaps)
+        self._pull()
+        with self._buf.lock:
+            return list(self._buf.gap_q)
 
     def samples(
         self, t0: float | None = None, t1: float | None = None, gpu: int | None = None
@@ -189,8 +323,9 @@ class Sampler:
         gpus = self.gpus if gpu is None else [self._check_gpu(gpu)]
         lo = float("-inf") if t0 is None else t0
         hi = float("inf") if t1 is None else t1
-        with self._buf_lock:
-            out = [s for g in gpus for s in self._fast[g] if lo <= s.t <= hi]
+        self._pull()
+        with self._buf.lock:
+            out = [s for g in gpus for s in self._buf.fast_q[g] if lo <= s.t <= hi]
         if gpu is None and len(gpus) > 1:
             out.sort(key=lambda s: (s.t, s.gpu))
         return out
@@ -201,13 +336,16 @@ class Sampler:
         gpus = self.gpus if gpu is None else [self._check_gpu(gpu)]
         lo = float("-inf") if t0 is None else t0
         hi = float("inf") if t1 is None else t1
-        with self._buf_lock:
-            return [s for g in gpus for s in self._slow[g] if lo <= s.t <= hi]
+        self._pull()
+        with self._buf.lock:
+            return [s for g in gpus for s in self._buf.slow_q[g] if lo <= s.t <= hi]
 
     def latest(self, gpu: int | None = None) -> Sample | None:
         g = self.gpus[0] if gpu is None else self._check_gpu(gpu)
-        with self._buf_lock:
-            return self._fast[g][-1] if self._fast[g] else None
+        self._pull()
+        with self._buf.lock:
+            fast = self._buf.fast_q[g]
+            return fast[-1] if fast else None
 
     def window(
         self,
@@ -234,23 +372,36 @@ class Sampler:
                 raise ConfigError(f"window end {t1} is before its start {t0}")
         if intervals:
             self._wait_for_slow_read(g, max(t1 for _, t1 in intervals))
+        self._pull()
         lo = min((t0 for t0, _ in intervals), default=0.0)
-        with self._buf_lock:
+        buf = self._buf
+        with buf.lock:
             # copy only what the windows can use: most windows are recent, so walk back
             # from the newest sample (a full buffer holds minutes of samples)
-            fast = _since(self._fast[g], lo, keep_before=1)
-            slow = _since(self._slow[g], lo - SLOW_LOOKBACK_S, keep_before=3)
-            gaps = [x for x in self._gaps if x.gpu == g and x.t >= lo - 1.0]
-            truncated = len(self._fast[g]) == self.capacity
+            fast = _since(buf.fast_q[g], lo, keep_before=1)
+            slow = _since(buf.slow_q[g], lo - SLOW_LOOKBACK_S, keep_before=3)
+            gaps = [x for x in buf.gap_q if x.gpu == g and x.t >= lo - 1.0]
+            truncated = len(buf.fast_q[g]) == self.capacity
         rng = lock_range if lock_range is not None else self.lock_ranges.get(g)
-        return summarize_many(
+        windows = summarize_many(
             fast, slow, gaps, intervals, gpu=g, lock_range=rng,
             lock_tolerance_mhz=self.lock_tolerance_mhz, own_pids=self.own_pids,
             period=self.period, truncated=truncated,
         )  # fmt: skip
+        if self._died is None:
+            return windows
+        # the death gap lies inside any region it concerns: the region is marked a gap
+        return [dataclasses.replace(w, gap=True) if self._death_gap(g, w.t0, w.t1) else w
+                for w in windows]  # fmt: skip
+
+    def _death_gap(self, gpu: int, t0: float, t1: float) -> list[Gap]:
+        """A region that ends after the sampler process died was not sampled to its end."""
+        if self._died is None or t1 < self._died[0]:
+            return []
+        return [Gap(max(t0, self._died[0]), gpu, "sampler", self._died[1])]
 
     def _check_gpu(self, gpu: int) -> int:
-        if gpu not in self._fast:
+        if gpu not in self._buf.fast_q:
             raise ConfigError(
                 f"GPU {gpu} is not sampled", hint=f"this sampler covers GPUs {self.gpus}"
             )
@@ -258,128 +409,34 @@ class Sampler:
 
     def _wait_for_slow_read(self, gpu: int, t1: float) -> None:
         """Real time: wait briefly for a counter read at or after t1 (the end edge)."""
-        if self._thread is None or "read_slow" in self._unsupported[gpu]:
-            return
         if t1 > self.clock.now():
             return
+        if self._proc is not None:
+            self._wait_for_process_read(gpu, t1)
+            return
+        if self._thread is None or "read_slow" in self._reader.unsupported[gpu]:
+            return
         deadline = time.monotonic() + EDGE_WAIT_S
-        with self._slow_cond:
+        buf = self._buf
+        with buf.slow_cond:
             while self._thread is not None:
-                slow = self._slow[gpu]
+                slow = buf.slow_q[gpu]
                 if slow and slow[-1].t >= t1:
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return
-                self._slow_cond.wait(remaining)
+                buf.slow_cond.wait(remaining)
 
-    # -- the sampler's side ------------------------------------------------------------
-    def _run(self) -> None:
-        cpu0 = time.thread_time()
-        next_due = self.clock.now()
-        last_edge = float("-inf")
-        while not self._stop.is_set():
-            try:
-                now = self.clock.now()
-                requested = self._edge_requested
-                edge = requested > self._edge_done and now - last_edge >= EDGE_MIN_INTERVAL_S
-                if edge or now >= next_due:
-                    self._tick(edge=edge)
-                    if edge:
-                        self._edge_done = requested
-                        last_edge = now
-                    if now >= next_due:
-                        next_due += self.period
-                        if next_due <= now:  # fell behind (a stalled read): skip, do not burst
-                            next_due = now + self.period
-            except Exception as err:  # never let the thread die
-                self._gap(self.clock.now(), self.gpus[0], "sampler", err)
-            self.cpu_time_s = time.thread_time() - cpu0
-            wake_at = next_due
-            if self._edge_requested > self._edge_done:  # an edge read waits its turn
-                wake_at = min(wake_at, last_edge + EDGE_MIN_INTERVAL_S)
-            self._wake.wait(max(0.0, wake_at - self.clock.now()))
-            self._wake.clear()
-
-    def _tick(self, edge: bool = False) -> None:
-        self.ticks += 1
-        backend = self.backend
-        for g in self.gpus:
-            t = self.clock.now()
-            try:
-                r = backend.read_fast(g)
-            except Exception as err:
-                self._gap(t, g, "read_fast", err)
-                continue
-            sample = Sample(
-                t, g, r.sm_mhz, r.mem_mhz, r.power_w, r.temp_c, r.reasons,
-                r.driver_ts_us, r.power_instant_w,
-            )  # fmt: skip
-            with self._buf_lock:
-                self._fast[g].append(sample)
-        # the slow reads keep a fixed grid that edge reads do not shift, so the gap
-        # between two periodic reads never exceeds their period
-        t = self.clock.now()
-        counters = t >= self._next_slow_t - 1e-9
-        if counters:
-            self._next_slow_t = _next_on_grid(self._next_slow_t, self.slow_period, t)
-        procs = self.watch_processes and t >= self._next_proc_t - 1e-9
-        if procs:
-            self._next_proc_t = _next_on_grid(self._next_proc_t, self.process_period, t)
-        energy = t >= self._next_energy_t - 1e-9
-        if energy:
-            self._next_energy_t = _next_on_grid(self._next_energy_t, self.energy_period, t)
-        if edge or counters or procs or energy:
-            self._read_slow(edge, counters=edge or counters or energy, energy=energy,
-                            procs=self.watch_processes and (edge or procs))
-
-    def _read_slow(self, edge: bool, *, counters: bool, energy: bool, procs: bool) -> None:
-        for g in self.gpus:
-            skip = self._unsupported[g]
-            t = self.clock.now()
-            r = None
-            if counters and "read_slow" not in skip:
-                try:
-                    r = self.backend.read_slow(g, energy=energy)
-                except NotSupported as err:
-                    skip.add("read_slow")
-                    log.info("GPU %s: slow counters unavailable (%s); no energy or reason times",
-                             g, err)
-                except Exception as err:
-                    self._gap(t, g, "read_slow", err)
-            others: tuple[int, ...] = ()
-            own: bool | None = None
-            read_procs = procs and "processes" not in skip
-            if read_procs:
-                try:
-                    pids = {p.pid for p in self.backend.processes(g)}
-                    others = tuple(sorted(pids - self.own_pids))
-                    own = bool(pids & self.own_pids)
-                except NotSupported:
-                    skip.add("processes")
-                    read_procs = False
-                except Exception as err:
-                    self._gap(t, g, "processes", err)
-                    read_procs = False
-            if r is None and not read_procs:
-                continue
-            if r is None:  # a process check alone
-                slow = SlowSample(t, g, None, {}, None, others, edge, own_present=own)
-            else:
-                value_t = _host_time(r.driver_ts_us, t, self.clock.wall() - t)
-                slow = SlowSample(
-                    t, g, r.energy_mj, dict(r.reason_ns), r.mem_temp_c, others, edge, value_t,
-                    own,
-                )
-            with self._buf_lock:
-                self._slow[g].append(slow)
-        with self._slow_cond:
-            self._slow_cond.notify_all()
-
-    def _gap(self, t: float, gpu: int, op: str, err: BaseException) -> None:
-        text = " ".join(str(err).split()) or type(err).__name__
-        with self._buf_lock:
-            self._gaps.append(Gap(t, gpu, op, text))
+    def _wait_for_process_read(self, gpu: int, t1: float) -> None:
+        """The same for the sampler process: look at the ring every millisecond."""
+        deadline = time.monotonic() + EDGE_WAIT_S
+        while (proc := self._proc) is not None and not proc.no_slow_counters(gpu):
+            self._pull()
+            slow = self._buf.slow_q[gpu]
+            if (slow and slow[-1].t >= t1) or self._died or time.monotonic() > deadline:
+                return
+            time.sleep(0.001)
 
 
 def _since(buf: deque[Any], t: float, keep_before: int) -> list[Any]:
@@ -394,21 +451,3 @@ def _since(buf: deque[Any], t: float, keep_before: int) -> list[Any]:
                 break
     out.reverse()
     return out
-
-
-def _next_on_grid(due: float, period: float, now: float) -> float:
-    """The first point of the grid due + k*period after now (the grid starts at now)."""
-    if due == float("-inf"):
-        return now + period
-    while due <= now + 1e-9:
-        due += period
-    return due
-
-
-def _host_time(driver_ts_us: int | None, t: float, wall_minus_host: float) -> float | None:
-    """A driver timestamp (us since the epoch) on the host clock; None if implausible."""
-    if not driver_ts_us:
-        return None
-    at = driver_ts_us * 1e-6 - wall_minus_host
-    # a refresh lies in the past, within a few driver periods (else a different time base)
-    return at if t - 2.0 <= at <= t + 0.01 else None

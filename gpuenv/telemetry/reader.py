@@ -1,0 +1,229 @@
+"""What the sampler reads and when: the cheap values of every GPU on each tick, the slow
+counters on their own grids and at region edges, and the loop that paces it. One `Reader`
+serves both samplers: the thread in this process (records go to the `Sampler`'s buffers)
+and the sampler process (records go to the shared-memory ring, `ring.py`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from gpuenv.backend import Backend, SlowReading
+from gpuenv.errors import NotSupported
+from gpuenv.telemetry.samples import Gap, Sample, SlowSample
+from gpuenv.timebase import Clock
+
+log = logging.getLogger(__name__)
+
+# The time under each reason (a 0.1-0.2 ms field batch) refreshes about every 100 ms:
+# read it that often, plus at region edges, so reason times are exact at the edges.
+DEFAULT_SLOW_PERIOD_S = 0.1
+# The energy counter costs ~3 ms of driver time and ~4 ms of CPU a read on the lent H100:
+# read every 100 ms it made a launch-bound loop 1-2% slower (docs/benchmarks.md). So it is
+# read once a second and never at edges: a region's energy is the counter's delta between
+# the first and last reads inside it, plus the stretches from its edges to those reads
+# from the power samples (see `_counter_energy_j`).
+DEFAULT_ENERGY_PERIOD_S = 1.0
+# Which processes use the GPU (10-100 us a read; milliseconds on some systems): twice per
+# driver period, so another process present for one period is always seen.
+DEFAULT_PROCESS_PERIOD_S = 0.05
+# At most one edge read per this interval in real time: a loop of tiny regions marks
+# thousands of edges a second, and each edge read is a field batch of ~0.1-0.2 ms.
+EDGE_MIN_INTERVAL_S = 0.02
+
+
+class Sink(Protocol):
+    """Where a `Reader` puts what it read."""
+
+    def fast(self, sample: Sample) -> None: ...
+
+    def slow(
+        self, t: float, gpu: int, reading: SlowReading | None, pids: frozenset[int] | None,
+        edge: bool, value_t: float | None,
+    ) -> None:
+        """A counter read (`reading`) and/or a process check (`pids`: every process on the
+        GPU; None when not read)."""
+        ...
+
+    def gap(self, gap: Gap) -> None: ...
+
+    def slow_done(self) -> None:
+        """A round of slow reads (all GPUs) is in: wake whoever waits for one."""
+        ...
+
+
+class Edges(Protocol):
+    """Edge reads asked for (`mark()`) and served, counted."""
+
+    def requested(self) -> int: ...
+    def served(self, n: int) -> None: ...
+
+
+def slow_sample(
+    t: float, gpu: int, reading: SlowReading | None, pids: Iterable[int] | None, edge: bool,
+    value_t: float | None, own_pids: set[int],
+) -> SlowSample:
+    """The `SlowSample` of one read: processes other than `own_pids` are `other_pids`."""
+    others: tuple[int, ...] = ()
+    own: bool | None = None
+    if pids is not None:
+        found = set(pids)
+        others = tuple(sorted(found - own_pids))
+        own = bool(found & own_pids)
+    if reading is None:  # a process check alone
+        return SlowSample(t, gpu, None, {}, None, others, edge, own_present=own)
+    return SlowSample(
+        t, gpu, reading.energy_mj, dict(reading.reason_ns), reading.mem_temp_c, others, edge,
+        value_t, own,
+    )
+
+
+class Reader:
+    """Reads `gpus` of `backend` into `sink`: `tick()` once, or `run()` paced on the clock.
+
+    A failed read never raises: it becomes a `Gap`. A read the GPU does not support
+    (NotSupported) is not tried again.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        gpus: Sequence[int],
+        sink: Sink,
+        *,
+        clock: Clock,
+        period: float,
+        slow_period: float = DEFAULT_SLOW_PERIOD_S,
+        process_period: float = DEFAULT_PROCESS_PERIOD_S,
+        energy_period: float = DEFAULT_ENERGY_PERIOD_S,
+        watch_processes: bool = True,
+    ):
+        self.backend = backend
+        self.gpus = list(gpus)
+        self.sink = sink
+        self.clock = clock
+        self.period = period
+        self.slow_period = slow_period
+        self.process_period = process_period
+        self.energy_period = energy_period
+        self.watch_processes = watch_processes
+        self.ticks = 0
+        self.cpu_time_s = 0.0  # CPU time of the thread that runs `run()`
+        self.unsupported: dict[int, set[str]] = {g: set() for g in self.gpus}
+        self._next_slow_t = float("-inf")
+        self._next_proc_t = float("-inf")
+        self._next_energy_t = float("-inf")
+
+    def run(
+        self, stopped: Callable[[], bool], wait: Callable[[float], None], edges: Edges
+    ) -> None:
+        """Tick every period and serve edge reads until `stopped()`; `wait(s)` sleeps up to
+        s seconds, returning early when woken (a new edge request, or a stop)."""
+        cpu0 = time.thread_time()
+        next_due = self.clock.now()
+        last_edge = float("-inf")
+        done = 0
+        while not stopped():
+            try:
+                now = self.clock.now()
+                requested = edges.requested()
+                edge = requested > done and now - last_edge >= EDGE_MIN_INTERVAL_S
+                if edge or now >= next_due:
+                    self.tick(edge=edge)
+                    if edge:
+                        done = requested
+                        edges.served(done)
+                        last_edge = now
+                    if now >= next_due:
+                        next_due += self.period
+                        if next_due <= now:  # fell behind (a stalled read): skip, do not burst
+                            next_due = now + self.period
+            except Exception as err:  # never let the loop die
+                self.gap(self.clock.now(), self.gpus[0], "sampler", err)
+            self.cpu_time_s = time.thread_time() - cpu0
+            wake_at = next_due
+            if edges.requested() > done:  # an edge read waits its turn
+                wake_at = min(wake_at, last_edge + EDGE_MIN_INTERVAL_S)
+            wait(max(0.0, wake_at - self.clock.now()))
+
+    def tick(self, edge: bool = False) -> None:
+        self.ticks += 1
+        backend = self.backend
+        for g in self.gpus:
+            t = self.clock.now()
+            try:
+                r = backend.read_fast(g)
+            except Exception as err:
+                self.gap(t, g, "read_fast", err)
+                continue
+            self.sink.fast(Sample(
+                t, g, r.sm_mhz, r.mem_mhz, r.power_w, r.temp_c, r.reasons,
+                r.driver_ts_us, r.power_instant_w,
+            ))  # fmt: skip
+        # the slow reads keep a fixed grid that edge reads do not shift, so the gap
+        # between two periodic reads never exceeds their period
+        t = self.clock.now()
+        counters = t >= self._next_slow_t - 1e-9
+        if counters:
+            self._next_slow_t = _next_on_grid(self._next_slow_t, self.slow_period, t)
+        procs = self.watch_processes and t >= self._next_proc_t - 1e-9
+        if procs:
+            self._next_proc_t = _next_on_grid(self._next_proc_t, self.process_period, t)
+        energy = t >= self._next_energy_t - 1e-9
+        if energy:
+            self._next_energy_t = _next_on_grid(self._next_energy_t, self.energy_period, t)
+        if edge or counters or procs or energy:
+            self._read_slow(edge, counters=edge or counters or energy, energy=energy,
+                            procs=self.watch_processes and (edge or procs))
+
+    def _read_slow(self, edge: bool, *, counters: bool, energy: bool, procs: bool) -> None:
+        for g in self.gpus:
+            skip = self.unsupported[g]
+            t = self.clock.now()
+            r = None
+            if counters and "read_slow" not in skip:
+                try:
+                    r = self.backend.read_slow(g, energy=energy)
+                except NotSupported as err:
+                    skip.add("read_slow")
+                    log.info("GPU %s: slow counters unavailable (%s); no energy or reason times",
+                             g, err)
+                except Exception as err:
+                    self.gap(t, g, "read_slow", err)
+            pids: frozenset[int] | None = None
+            if procs and "processes" not in skip:
+                try:
+                    pids = frozenset(p.pid for p in self.backend.processes(g))
+                except NotSupported:
+                    skip.add("processes")
+                except Exception as err:
+                    self.gap(t, g, "processes", err)
+            if r is None and pids is None:
+                continue
+            value_t = None if r is None else _host_time(r.driver_ts_us, t, self.clock.wall() - t)
+            self.sink.slow(t, g, r, pids, edge, value_t)
+        self.sink.slow_done()
+
+    def gap(self, t: float, gpu: int, op: str, err: BaseException) -> None:
+        text = " ".join(str(err).split()) or type(err).__name__
+        self.sink.gap(Gap(t, gpu, op, text))
+
+
+def _next_on_grid(due: float, period: float, now: float) -> float:
+    """The first point of the grid due + k*period after now (the grid starts at now)."""
+    if due == float("-inf"):
+        return now + period
+    while due <= now + 1e-9:
+        due += period
+    return due
+
+
+def _host_time(driver_ts_us: int | None, t: float, wall_minus_host: float) -> float | None:
+    """A driver timestamp (us since the epoch) on the host clock; None if implausible."""
+    if not driver_ts_us:
+        return None
+    at = driver_ts_us * 1e-6 - wall_minus_host
+    # a refresh lies in the past, within a few driver periods (else a different time base)
+    return at if t - 2.0 <= at <= t + 0.01 else None

@@ -9,7 +9,8 @@ that cover it, including the ones just before and after it.
 
 The package:
     samples.py   Sample, SlowSample, Gap; the driver refresh and the sampling period
-    window.py    Window; summarize (samples -> Window); merge_windows (chunks -> Window)
+    window.py    Window; merge_windows (chunks -> Window)
+    summary.py   summarize (samples -> Window), summarize_many (a bench's reps at once)
     reader.py    Reader: what is read when (ticks, slow grids, edge reads), and its loop
     ring.py      the shared-memory rings between the sampler process and its parent
     process.py   the parent's handle on the sampler process (start, wake, pull, stop)
@@ -33,7 +34,8 @@ from gpuenv.telemetry.sampler import (
     choose_mode,
 )
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
-from gpuenv.telemetry.window import ENERGY_EXACT_MIN_S, Window, merge_windows, summarize
+from gpuenv.telemetry.summary import ENERGY_EXACT_MIN_S, summarize, summarize_many
+from gpuenv.telemetry.window import Window, merge_windows
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -54,4 +56,5 @@ __all__ = [
     "choose_mode",
     "merge_windows",
     "summarize",
+    "summarize_many",
 ]

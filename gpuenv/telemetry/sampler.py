@@ -5,6 +5,7 @@ else on a thread; on virtual time, on the clock's timer."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -25,7 +26,8 @@ from gpuenv.telemetry.reader import (
     slow_sample,
 )
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, Gap, Sample, SlowSample
-from gpuenv.telemetry.window import Window, summarize
+from gpuenv.telemetry.summary import summarize_many
+from gpuenv.telemetry.window import Window
 from gpuenv.timebase import Clock, RealClock, Timer
 
 log = logging.getLogger(__name__)
@@ -381,22 +383,16 @@ class Sampler:
             gaps = [x for x in buf.gap_q if x.gpu == g and x.t >= lo - 1.0]
             truncated = len(buf.fast_q[g]) == self.capacity
         rng = lock_range if lock_range is not None else self.lock_ranges.get(g)
-        return [
-            summarize(
-                fast,
-                slow,
-                gaps + self._death_gap(g, t0, t1),
-                t0,
-                t1,
-                gpu=g,
-                lock_range=rng,
-                lock_tolerance_mhz=self.lock_tolerance_mhz,
-                own_pids=self.own_pids,
-                period=self.period,
-                truncated=truncated,
-            )
-            for t0, t1 in intervals
-        ]
+        windows = summarize_many(
+            fast, slow, gaps, intervals, gpu=g, lock_range=rng,
+            lock_tolerance_mhz=self.lock_tolerance_mhz, own_pids=self.own_pids,
+            period=self.period, truncated=truncated,
+        )  # fmt: skip
+        if self._died is None:
+            return windows
+        # the death gap lies inside any region it concerns: the region is marked a gap
+        return [dataclasses.replace(w, gap=True) if self._death_gap(g, w.t0, w.t1) else w
+                for w in windows]  # fmt: skip
 
     def _death_gap(self, gpu: int, t0: float, t1: float) -> list[Gap]:
         """A region that ends after the sampler process died was not sampled to its end."""

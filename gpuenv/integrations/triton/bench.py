@@ -101,10 +101,16 @@ def do_bench_cudagraph(
     """Time `fn` in ms as triton.testing.do_bench_cudagraph does: about `rep` ms of calls
     captured in one CUDA graph (no L2 flush, as triton), replayed 10 times; each replay
     gives the time per call, and the result is over those 10. On the simulated GPU a
-    replay is the same number of calls back to back. Keywords as for `do_bench`."""
+    replay is the same number of calls back to back. Keywords as for `do_bench`.
+
+    The calls per graph are sized as triton sizes them: `rep` ms over a call timed by
+    events with nothing queued before it, so its launch latency counts (median of up
+    to 5 such calls, where triton times one). A tiny kernel so gets as many calls as in
+    triton's graph (for a few-us kernel, several times fewer than its time alone
+    gives), and capturing them, host time per call, costs what triton's costs."""
     _check(return_mode, quantiles, rep=rep)
     backend, gpu = _where(session, backend)
-    probe = _device("events", backend, gpu, session, flush_bytes=0)
+    probe = _device("events", backend, gpu, session, flush_bytes=0, cover=False)
     call = _Call(fn, grad_to_none)
     probe.rep(call)  # triton's warmup call
     if grad_to_none:
@@ -162,23 +168,27 @@ def _where(session: Any, backend: Any) -> tuple[Any, int]:
 
 
 def _device(mode: str, backend: Any, gpu: int, session: Any, *, flush_bytes: int | None,
-            calls: int | None = None) -> Any:  # fmt: skip
-    """What runs fn: the simulated GPU when the backend has one, else CUDA through torch."""
+            calls: int | None = None, cover: bool = True) -> Any:  # fmt: skip
+    """What runs fn: the simulated GPU when the backend has one, else CUDA through torch.
+    `cover=False`: no spin before fn, so a rep's time includes fn's launch latency (the
+    simulated GPU has none)."""
     from gpuenv import timing
 
     if backend is not None and backend.workload is not None:
         flush = 2 * SIM_L2_BYTES if flush_bytes is None else flush_bytes
         return timing.SimDevice(backend, gpu, flush_bytes=flush, batch=calls or 1,
-                                rep_overhead_s=SIM_REP_OVERHEAD_S)
+                                rep_overhead_s=SIM_REP_OVERHEAD_S,
+                                **({} if cover else {"rep_probe_cycles": 0}))  # fmt: skip
     clock = session.sampler.clock if session is not None else None
     return timing.cuda_device("events" if mode == "auto" else mode, flush_l2=flush_bytes != 0,
-                              flush_bytes=flush_bytes, calls_per_rep=calls or "auto", clock=clock)
+                              flush_bytes=flush_bytes, calls_per_rep=calls or "auto", clock=clock,
+                              saturate=cover)  # fmt: skip
 
 
 def _estimate(dev: Any, call: _Call, *, budget_s: float, gpu_time: bool) -> tuple[float, int]:
     """The cost of one rep: the median over up to ESTIMATE_REPS reps of the host time each
     took (flush, sync and Python included), or with `gpu_time` of the device's time for
-    fn (what a call costs inside a CUDA graph)."""
+    fn (with an uncovered device, launch latency included: triton's estimate)."""
     clock = dev.clock
     costs: list[float] = []
     start = clock.now()
@@ -195,13 +205,14 @@ def _estimate(dev: Any, call: _Call, *, budget_s: float, gpu_time: bool) -> tupl
 def _bench(call: _Call, dev: _Phases, name: str, session: Any, backend: Any, output: Any,
            **settings: Any) -> Any:  # fmt: skip
     """gpuenv.bench with the drop-in's settings: budgeted counts, the whole call one burst
-    (see the module docstring), no before/after clock probe (each rep probes its own)."""
+    (see the module docstring), no before/after clock probe (each rep probes its own),
+    no telemetry trace in `m.extra` (for `gpuenv plot`: an autotuner's calls need none)."""
     from gpuenv import timing
 
     cond = dataclasses.replace(ConditionConfig(), burst_s=math.inf,
                                burst_timeout_s=WAIT_MAX_S, poll_s=POLL_S)
     cfg = timing.BenchConfig(conditioning=cond, probe_clock=False, burst_from_start=True,
-                             **settings)  # fmt: skip
+                             keep_trace=False, **settings)  # fmt: skip
     m = timing.bench(call, cfg, name=name, session=session, backend=backend, device=dev,
                      output=output)  # fmt: skip
     _recent.append(m)

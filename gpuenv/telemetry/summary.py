@@ -1,0 +1,393 @@
+"""Samples -> `Window`: `summarize` (one region) and `summarize_many` (many regions of
+one GPU from the same samples: a bench's reps). The samples are prepared once (time
+arrays, the energy counter's changes, each reason counter's points), so each region
+costs a few bisects and its arithmetic; a do_bench call summarises ~1,000 reps."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
+from gpuenv.reasons import Reason, reason_names
+from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
+from gpuenv.telemetry.window import Window
+
+# The energy counter moves in ~100 ms steps, so the delta over a region is exact only to
+# about one step at each edge: below 10 steps (10% or worse) the power samples give the
+# energy, and it is marked estimated. So is a region with fewer than two counter reads.
+ENERGY_EXACT_MIN_S = 1.0
+
+_NOT_IDLE = ~Reason.GPU_IDLE  # computed once: enum arithmetic costs microseconds
+_IDLE = int(Reason.GPU_IDLE)
+_NAMES: dict[int, tuple[str, ...]] = {}  # reasons bitmask -> its names (a handful of masks)
+
+
+def summarize(
+    fast: Sequence[Sample],
+    slow: Sequence[SlowSample],
+    gaps: Sequence[Gap],
+    t0: float,
+    t1: float,
+    *,
+    gpu: int,
+    lock_range: tuple[int, int] | None = None,
+    lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
+    own_pids: Iterable[int] = (),
+    period: float = DEFAULT_PERIOD_S,
+    lag_s: float = DRIVER_REFRESH_S,
+    truncated: bool = False,
+) -> Window:
+    """The `Window` of one GPU over [t0, t1] from its samples (each in time order).
+
+    Each cheap sample holds until the next one (the driver's values are step
+    functions). The sample in force at t0 and those inside the region give the
+    time-weighted means; the first sample after t1 (within `lag_s`, one driver
+    refresh: a reading just after may be the first to show what happened inside)
+    also counts for min/max, reasons and the end temperature.
+    """
+    return summarize_many(
+        fast, slow, gaps, [(t0, t1)], gpu=gpu, lock_range=lock_range,
+        lock_tolerance_mhz=lock_tolerance_mhz, own_pids=own_pids, period=period,
+        lag_s=lag_s, truncated=truncated,
+    )[0]  # fmt: skip
+
+
+def summarize_many(
+    fast: Sequence[Sample],
+    slow: Sequence[SlowSample],
+    gaps: Sequence[Gap],
+    spans: Sequence[tuple[float, float]],
+    *,
+    gpu: int,
+    lock_range: tuple[int, int] | None = None,
+    lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
+    own_pids: Iterable[int] = (),
+    period: float = DEFAULT_PERIOD_S,
+    lag_s: float = DRIVER_REFRESH_S,
+    truncated: bool = False,
+) -> list[Window]:
+    """`summarize` for each (t0, t1) of `spans` (any order, overlaps allowed), from
+    samples prepared once: the same Windows, at a fraction of the cost."""
+    streams = _Streams(fast, slow, gaps, lag_s)
+    own = set(own_pids)
+    rng = (int(lock_range[0]), int(lock_range[1])) if lock_range is not None else None
+    out = []
+    for t0, t1 in spans:
+        values = streams.from_samples(t0, t1, lock_range, lock_tolerance_mhz)
+        if rng is not None:
+            values["lock_range_mhz"] = rng
+        gap = streams.gap_near(t0 - period, t1 + period) or (
+            truncated and (not fast or fast[0].t > t0))
+        values.update(streams.from_counters(t0, t1, own))
+        counted = streams.counter_energy_j(t0, t1) if t1 - t0 >= ENERGY_EXACT_MIN_S else None
+        if counted is not None:
+            values["energy_j"] = counted
+        elif values.get("power_w_mean") is not None:
+            # within a few counter steps, or with fewer than two counter reads inside, the
+            # power samples (instantaneous where the GPU gives it) place the energy better
+            # than a counter that moves every ~100 ms and is read once a second
+            values["energy_j"] = values["power_w_mean"] * (t1 - t0)
+            values["energy_interpolated"] = True
+        elif "energy_j" in values:  # no power samples: the counter interpolated across reads
+            values["energy_interpolated"] = True
+        out.append(Window(gpu=gpu, t0=t0, t1=t1, gap=gap, **values))
+    return out
+
+
+class _Streams:
+    """One GPU's samples, prepared for summarising many regions: time arrays to bisect,
+    the energy counter's changes, and each reason counter's points and end rate."""
+
+    def __init__(self, fast: Sequence[Sample], slow: Sequence[SlowSample], gaps: Sequence[Gap],
+                 lag_s: float):  # fmt: skip
+        self.fast, self.slow, self.lag_s = fast, slow, lag_s
+        self.times = [s.t for s in fast]
+        self.slow_t = [s.t for s in slow]
+        self.gap_t = sorted(x.t for x in gaps)
+        self.changes = _energy_changes(slow)
+        self.change_t = [t for t, _ in self.changes]
+        self.change_e = [e for _, e in self.changes]
+        self.last_read_t = max((s.t for s in slow if s.energy_mj is not None), default=None)
+        self.counters = _Counters(slow, lag_s)
+        self._held: dict[tuple[int, int, bool], _Held] = {}
+        self._seen: dict[tuple[int, int], dict[str, Any]] = {}
+
+    def gap_near(self, lo: float, hi: float) -> bool:
+        k = bisect.bisect_left(self.gap_t, lo)
+        return k < len(self.gap_t) and self.gap_t[k] <= hi
+
+    def from_samples(self, t0: float, t1: float, lock_range: tuple[int, int] | None,
+                     lock_tolerance_mhz: float) -> dict[str, Any]:  # fmt: skip
+        """What the cheap samples say: the sample in force at t0 and those inside hold
+        over the region; the reading just after it (within lag_s) covers it too."""
+        fast, times = self.fast, self.times
+        i0 = bisect.bisect_right(times, t0)  # fast[:i0] have t <= t0
+        i1 = bisect.bisect_right(times, t1)  # fast[i0:i1] are inside (t0, t1]
+        has_after = i1 < len(fast) and fast[i1].t - t1 <= self.lag_s
+        key = (i0, i1, has_after)
+        held = self._held.get(key)
+        if held is None:  # consecutive reps between two ticks share their samples
+            held = self._held[key] = _Held(fast, i0, i1, has_after, lock_range,
+                                           lock_tolerance_mhz)  # fmt: skip
+        return held.values(t0, t1)
+
+    def from_counters(self, t0: float, t1: float, own: set[int]) -> dict[str, Any]:
+        """What the slow reads say: energy interpolated between the counter's changes (the
+        fallback without power samples), time under each reason, other processes."""
+        out: dict[str, Any] = {}
+        slow = self.slow
+        if not slow:
+            return out
+        if self.changes and self.last_read_t is not None:
+            e0, e1 = self._energy_at(t0), self._energy_at(t1)
+            if e0 is not None and e1 is not None:
+                out["energy_j"] = max(0.0, e1 - e0) / 1000.0
+        reason_s = self.counters.reason_s(t0, t1)
+        if reason_s:
+            out["reason_s"] = reason_s
+        # Other processes: the read in force at t0 and every read up to one refresh after t1.
+        k0 = max(0, bisect.bisect_right(self.slow_t, t0) - 1)
+        k1 = bisect.bisect_right(self.slow_t, t1 + self.lag_s)
+        seen = self._seen.get((k0, k1))
+        if seen is None:  # consecutive reps between two reads share them
+            seen = self._seen[(k0, k1)] = _seen(slow[k0:k1], own)
+        out.update(seen)
+        return out
+
+    def _energy_at(self, t: float) -> float | None:
+        """Energy (mJ) at t; past the last change (not yet refreshed), at the recent rate."""
+        changes = self.changes
+        value = _interp(self.change_t, self.change_e, t)
+        if value is not None:
+            return value
+        assert self.last_read_t is not None
+        if changes[-1][0] < t <= self.last_read_t + DRIVER_REFRESH_S and len(changes) >= 2:
+            (ta, va), (tb, vb) = changes[-2], changes[-1]
+            return vb + (vb - va) / (tb - ta) * (t - tb)
+        return None
+
+    def counter_energy_j(self, t0: float, t1: float) -> float | None:
+        """Energy (J) over [t0, t1]: the counter's delta between the first and the last read
+        inside the region that show a new value, plus the energy of the stretches from t0
+        to the first and from the last to t1, from the power samples (time-weighted). None
+        with fewer than two such reads, or without power samples for a stretch."""
+        lo = bisect.bisect_left(self.change_t, t0)
+        hi = bisect.bisect_right(self.change_t, t1)
+        if hi - lo < 2:
+            return None
+        (ta, ea), (tb, eb) = self.changes[lo], self.changes[hi - 1]
+        fill = 0.0
+        for a, b in ((t0, ta), (tb, t1)):
+            if b <= a:
+                continue
+            i0, i1 = bisect.bisect_right(self.times, a), bisect.bisect_right(self.times, b)
+            held = ([self.fast[i0 - 1]] if i0 > 0 else []) + list(self.fast[i0:i1])
+            if not held:
+                return None
+            fill += _weighted([_power(s) for s in held], _hold_weights(held, a, b)) * (b - a)
+        return max(0.0, eb - ea) / 1000.0 + fill
+
+
+class _Held:
+    """The cheap samples covering regions with the same samples inside and around them,
+    and what they say that does not depend on where a region starts and ends: the
+    sample in force at t0 and those inside hold over it (`held`); the reading just
+    `after` it, if any, covers it too (see `summarize`)."""
+
+    def __init__(self, fast: Sequence[Sample], i0: int, i1: int, has_after: bool,
+                 lock_range: tuple[int, int] | None, lock_tolerance_mhz: float):  # fmt: skip
+        inside = list(fast[i0:i1])
+        after = fast[i1] if has_after else None
+        held = ([fast[i0 - 1]] if i0 > 0 else []) + inside
+        if not held and after is not None:
+            held = [after]
+        self.held = held
+        self.fixed: dict[str, Any] = {"n_samples": len(inside)}
+        if not held:
+            return
+        covering = held + ([after] if after is not None and held[-1] is not after else [])
+        first, last = held[0], covering[-1]
+        self.names = [_names(s.reasons) for s in held]
+        self.sm = [s.sm_mhz for s in held]
+        self.mem = [s.mem_mhz for s in held]
+        self.power = [_power(s) for s in held]
+        union = 0
+        for s in covering:
+            union |= s.reasons & _NOT_IDLE if s is after and s not in held else s.reasons
+        self.fixed.update(
+            sm_mhz_min=float(min(s.sm_mhz for s in covering)),
+            sm_mhz_max=float(max(s.sm_mhz for s in covering)),
+            sm_mhz_start=float(first.sm_mhz),
+            sm_mhz_end=float(last.sm_mhz),
+            power_w_max=max(_power(s) for s in covering),
+            temp_c_start=first.temp_c,
+            temp_c_end=last.temp_c,
+            temp_c_max=max(s.temp_c for s in covering),
+            reasons=union,
+            reasons_start=first.reasons,
+            reasons_end=last.reasons,
+        )
+        if lock_range is not None:
+            busy = [s for s in held if not s.reasons & _IDLE]
+            if busy:
+                self.fixed["lock_held"] = all(
+                    lock_holds(s.sm_mhz, lock_range, lock_tolerance_mhz) for s in busy
+                )
+
+    def values(self, t0: float, t1: float) -> dict[str, Any]:
+        """The Window's values from the samples over [t0, t1]: time-weighted means and the
+        time under each reason bit, each sample holding until the next."""
+        if not self.held:
+            return dict(self.fixed)
+        if len(self.held) == 1:  # a rep between two ticks: the sample in force holds all along
+            w = 1.0 if t1 <= t0 else t1 - t0  # as _hold_weights and _weighted compute it
+            return {
+                **self.fixed,
+                "sm_mhz_mean": (self.sm[0] * w) / w,
+                "mem_mhz_mean": (self.mem[0] * w) / w,
+                "power_w_mean": (self.power[0] * w) / w,
+                "reason_sampled_s": {name: 0.0 + w for name in self.names[0]},
+            }
+        weights = _hold_weights(self.held, t0, t1)
+        bits_s: dict[str, float] = {}
+        for names, w in zip(self.names, weights, strict=True):
+            for name in names:
+                bits_s[name] = bits_s.get(name, 0.0) + w
+        return {
+            **self.fixed,
+            "sm_mhz_mean": _weighted(self.sm, weights),
+            "mem_mhz_mean": _weighted(self.mem, weights),
+            "power_w_mean": _weighted(self.power, weights),
+            "reason_sampled_s": bits_s,
+        }
+
+
+class _Counters:
+    """The cumulative reason counters (ns), each a list of points placed at the driver's
+    refresh time (value_t) where known: linear between points and, up to ~2 refreshes
+    past the last one, at the rate of the last interval (at most 1 ns per ns). Counters
+    read together share their points' times, so each region bisects once per group."""
+
+    def __init__(self, slow: Sequence[SlowSample], lag_s: float):
+        self.keys = sorted({k for s in slow for k in s.reason_ns})
+        groups: dict[tuple[float, ...], list[tuple[str, list[float], float]]] = {}
+        for key in self.keys:
+            ts: list[float] = []
+            vs: list[float] = []
+            for s in slow:
+                if key in s.reason_ns:
+                    at = s.value_t if s.value_t is not None else s.t
+                    if not ts or at > ts[-1]:
+                        ts.append(at)
+                        vs.append(float(s.reason_ns[key]))
+            rate = 0.0
+            if len(ts) >= 2:
+                rate = min(1e9, max(0.0, (vs[-1] - vs[-2]) / (ts[-1] - ts[-2])))
+            groups.setdefault(tuple(ts), []).append((key, vs, rate))
+        self.groups = [(list(ts), ts[-1] + 2 * lag_s, members) for ts, members in groups.items()]
+
+    def reason_s(self, t0: float, t1: float) -> dict[str, float]:
+        got: dict[str, float] = {}
+        span = t1 - t0
+        for ts, until, members in self.groups:
+            p0, p1 = _place(ts, until, t0), _place(ts, until, t1)
+            if p0 is None or p1 is None:
+                continue
+            for (key, _, _), a, b in zip(members, _at(ts, members, p0, t0),
+                                         _at(ts, members, p1, t1), strict=True):  # fmt: skip
+                got[key] = min(max(0.0, b - a) / 1e9, span)
+        return {k: got[k] for k in self.keys if k in got} if len(self.groups) > 1 else got
+
+
+def _place(ts: list[float], until: float, t: float) -> int | None:
+    """Where t falls among a counter's point times: k (ts[k] == t, or between k-1 and k),
+    -1 past the last point (extrapolated up to `until`), None outside."""
+    if t < ts[0]:
+        return None
+    if t <= ts[-1]:
+        return bisect.bisect_left(ts, t)
+    return -1 if t <= until else None
+
+
+def _at(ts: list[float], members: list[tuple[str, list[float], float]], k: int,
+        t: float) -> list[float]:  # fmt: skip
+    """The counters' values at t, placed at k by `_place`: interpolated, or past the last
+    point at the last interval's rate."""
+    if k < 0:
+        if len(ts) < 2:
+            return [vs[-1] for _, vs, _ in members]
+        dt = t - ts[-1]
+        return [vs[-1] + rate * dt for _, vs, rate in members]
+    if ts[k] == t:
+        return [vs[k] for _, vs, _ in members]
+    ta, tb = ts[k - 1], ts[k]
+    return [vs[k - 1] + (vs[k] - vs[k - 1]) * (t - ta) / (tb - ta) for _, vs, _ in members]
+
+
+def _interp(ts: list[float], vs: list[float], t: float) -> float | None:
+    """Piecewise-linear value at t; None outside the points' span."""
+    if not ts or t < ts[0] or t > ts[-1]:
+        return None
+    k = bisect.bisect_left(ts, t)
+    if ts[k] == t:
+        return vs[k]
+    ta, va, tb, vb = ts[k - 1], vs[k - 1], ts[k], vs[k]
+    return va + (vb - va) * (t - ta) / (tb - ta)
+
+
+def _seen(reads: Sequence[SlowSample], own: set[int]) -> dict[str, Any]:
+    """What a region's slow reads saw: other processes, this one, the memory temperature."""
+    out: dict[str, Any] = {}
+    pids = sorted({p for s in reads for p in s.other_pids if p not in own})
+    if pids:
+        out["other_pids"] = tuple(pids)
+    seen = [s.own_present for s in reads if s.own_present is not None]
+    if seen:
+        out["own_process"] = any(seen)
+    mem_temps = [s.mem_temp_c for s in reads if s.mem_temp_c is not None]
+    if mem_temps:
+        out["mem_temp_c_max"] = max(mem_temps)
+    return out
+
+
+def _energy_changes(slow: Sequence[SlowSample]) -> list[tuple[float, float]]:
+    """(read time, mJ) of each read that shows a new energy value: the counter steps
+    every ~100 ms, so the first read showing a value best places when it changed."""
+    changes: list[tuple[float, float]] = []
+    for s in slow:
+        if s.energy_mj is not None and (not changes or s.energy_mj != changes[-1][1]):
+            changes.append((s.t, float(s.energy_mj)))
+    return changes
+
+
+def _names(mask: int) -> tuple[str, ...]:
+    names = _NAMES.get(mask)
+    if names is None:
+        names = _NAMES[int(mask)] = tuple(reason_names(mask))
+    return names
+
+
+def _power(s: Sample) -> float:
+    # the instantaneous power where the GPU gives it: power_w is a 1 s average on Ampere+
+    return s.power_instant_w if s.power_instant_w is not None else s.power_w
+
+
+def _hold_weights(held: Sequence[Sample], t0: float, t1: float) -> list[float]:
+    """Seconds of [t0, t1] over which each held sample is the value in force."""
+    if t1 <= t0:
+        return [0.0] * (len(held) - 1) + [1.0]  # an instant: the value in force
+    weights = []
+    for k, s in enumerate(held):
+        start = t0 if k == 0 else max(t0, s.t)
+        end = held[k + 1].t if k + 1 < len(held) else t1
+        weights.append(max(0.0, min(end, t1) - start))
+    if not any(weights):
+        weights[-1] = 1.0
+    return weights
+
+
+def _weighted(values: Sequence[float], weights: Sequence[float]) -> float:
+    total = sum(weights)
+    return sum(v * w for v, w in zip(values, weights, strict=True)) / total

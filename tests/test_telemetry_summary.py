@@ -1,0 +1,114 @@
+"""summarize_many: the same Windows as the summary before it (tests/window_oracle.py), on
+random sample streams and spans (gaps, idle, missing counters, regions before, after and
+between the samples), and on what a Sampler recorded of a simulated bench."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import window_oracle
+
+from gpuenv.reasons import COUNTER_NAMES, Reason
+from gpuenv.telemetry import Gap, Sample, Sampler, SlowSample, summarize, summarize_many
+
+REASONS = [0, int(Reason.GPU_IDLE), int(Reason.SW_POWER_CAP), Reason.SW_POWER_CAP,
+           int(Reason.GPU_IDLE | Reason.APP_CLOCKS),
+           int(Reason.SW_THERMAL | Reason.HW_SLOWDOWN), 1 << 40]  # fmt: skip
+
+
+def _fast(rng: random.Random, t: float, n: int) -> list[Sample]:
+    out = []
+    for _ in range(n):
+        t += rng.choice([0.025, 0.025, 0.024, 0.0, 0.3, 1e-9, 0.001])  # ticks, gaps, ties
+        out.append(Sample(
+            t, 0, rng.choice([1980, 1755, 1410, 345]), rng.choice([2619, 1593]),
+            rng.uniform(60, 700), rng.uniform(30, 90), rng.choice(REASONS),
+            power_instant_w=rng.choice([None, rng.uniform(60, 700)]),
+        ))  # fmt: skip
+    return out
+
+
+def _slow(rng: random.Random, t: float, n: int) -> list[SlowSample]:
+    out = []
+    energy, ns = 1_000_000, dict.fromkeys(COUNTER_NAMES, 0)
+    for _ in range(n):
+        step = rng.choice([0.1, 0.02, 0.1, 0.5, 0.0, 1.2])
+        t += step
+        energy += rng.choice([0, 0, 30_000, 70_000]) if step else 0  # one instant, one value
+        for k in ns:
+            ns[k] += rng.choice([0, 0, 20_000_000, 100_000_000])
+        kind = rng.random()
+        if kind < 0.2:  # a process check alone
+            out.append(SlowSample(t, 0, None, {}, None, tuple(rng.sample([7, 8, 9], 1)),
+                                  own_present=rng.choice([None, True, False])))  # fmt: skip
+            continue
+        keys = list(ns) if kind < 0.7 else rng.sample(list(ns), rng.randint(0, len(ns)))
+        value_t = rng.choice([None, t - rng.uniform(0, 0.1), t - 0.5])
+        out.append(SlowSample(
+            t, 0, rng.choice([energy, energy, None]), {k: ns[k] for k in keys},
+            rng.choice([None, rng.uniform(40, 80)]), tuple(rng.sample([7, 8, 1234], 2)),
+            rng.random() < 0.3, value_t, rng.choice([None, True]),
+        ))  # fmt: skip
+    return out
+
+
+def _spans(rng: random.Random, lo: float, hi: float, n: int) -> list[tuple[float, float]]:
+    out = []
+    t = lo
+    for _ in range(n):
+        kind = rng.random()
+        if kind < 0.6:  # a train of reps, as a bench's
+            t += rng.uniform(0, 0.001)
+            d = rng.uniform(1e-6, 5e-4)
+            out.append((t, t + d))
+            t += d
+        elif kind < 0.7:
+            out.append((t, t))  # an instant
+        else:  # anywhere: before, after or across the samples; long ones use the counter
+            a = rng.uniform(lo - 1.0, hi + 1.0)
+            out.append((a, a + rng.choice([rng.uniform(0, 0.2), rng.uniform(1.0, 4.0)])))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_summarize_many_gives_the_windows_of_the_summary_before_it(seed: int) -> None:
+    rng = random.Random(seed)
+    t = 1000.0
+    fast = [] if seed % 13 == 5 else _fast(rng, t, rng.randint(1, 120))
+    slow = [] if seed % 11 == 3 else _slow(rng, t - 0.5, rng.randint(1, 40))
+    end = max([t + 1.0] + [s.t for s in fast] + [s.t for s in slow])
+    gaps = [Gap(rng.uniform(t, end), 0, "read_fast", "x") for _ in range(rng.randint(0, 3))]
+    spans = _spans(rng, t - 0.2, end + 0.2, 300)
+    kw = dict(gpu=0, lock_range=rng.choice([None, (1755, 1755), (1400, 1980)]),
+              own_pids=rng.choice([(), (8,), (7, 8)]), period=0.025,
+              truncated=rng.random() < 0.3)  # fmt: skip
+    new = summarize_many(fast, slow, gaps, spans, **kw)  # type: ignore[arg-type]
+    old = [window_oracle.summarize(fast, slow, gaps, a, b, **kw) for a, b in spans]  # type: ignore[arg-type]
+    assert len(new) == len(old)
+    for k, (n, o) in enumerate(zip(new, old, strict=True)):
+        # repr: every field, float bits and types (a Reason vs an int) included
+        assert repr(n) == repr(o), f"span {k} {spans[k]}"
+    a, b = spans[-1]
+    assert repr(summarize(fast, slow, gaps, a, b, **kw)) == repr(old[-1])  # type: ignore[arg-type]
+
+
+def test_a_samplers_windows_of_a_simulated_bench_are_those_of_the_summary_before(
+    warm_sim,
+) -> None:
+    from gpuenv import timing
+
+    kernel = timing.sim_kernel(warm_sim, 0, seconds=7e-6, power_intensity=0.9)
+    dev = timing.SimDevice(warm_sim, 0, flush_bytes=100 * 2**20)
+    with Sampler(warm_sim, [0], lock_ranges={0: (1400, 1980)}) as sampler:
+        sampler.mark()
+        reps = [dev.rep(kernel) for _ in range(3000)]  # ~1 s: power cap, counters, energy
+        sampler.mark()
+        spans = [(r.t0, r.t1) for r in reps] + [(reps[0].t0, reps[-1].t1)]
+        new = sampler.windows(spans, 0)
+        fast, slow, gaps = sampler.samples(), sampler.slow_samples(), sampler.gaps
+    old = [window_oracle.summarize(fast, slow, gaps, a, b, gpu=0, lock_range=(1400, 1980),
+                                   own_pids=sampler.own_pids, period=sampler.period)
+           for a, b in spans]  # fmt: skip
+    assert [repr(w) for w in new] == [repr(w) for w in old]
+    assert any(w.reason_s for w in new) and new[-1].energy_j is not None

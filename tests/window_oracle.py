@@ -1,0 +1,266 @@
+"""The summary of samples as gpuenv computed it before `summarize_many` (main at 5e0893c,
+gpuenv/telemetry/window.py): a frozen copy, the oracle that tests/test_telemetry_summary.py
+holds today's windows to. Do not edit: it is what "identical" means."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
+from gpuenv.reasons import Reason, reason_names
+from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
+from gpuenv.telemetry.window import Window
+
+ENERGY_EXACT_MIN_S = 1.0
+
+
+def summarize(
+    fast: Sequence[Sample],
+    slow: Sequence[SlowSample],
+    gaps: Sequence[Gap],
+    t0: float,
+    t1: float,
+    *,
+    gpu: int,
+    lock_range: tuple[int, int] | None = None,
+    lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
+    own_pids: Iterable[int] = (),
+    period: float = DEFAULT_PERIOD_S,
+    lag_s: float = DRIVER_REFRESH_S,
+    truncated: bool = False,
+) -> Window:
+    """The `Window` of one GPU over [t0, t1] from its samples (each in time order).
+
+    Each cheap sample holds until the next one (the driver's values are step
+    functions). The sample in force at t0 and those inside the region give the
+    time-weighted means; the first sample after t1 (within `lag_s`, one driver
+    refresh: a reading just after may be the first to show what happened inside)
+    also counts for min/max, reasons and the end temperature.
+    """
+    times = [s.t for s in fast]
+    i0 = bisect.bisect_right(times, t0)  # fast[:i0] have t <= t0
+    i1 = bisect.bisect_right(times, t1)  # fast[i0:i1] are inside (t0, t1]
+    before = fast[i0 - 1] if i0 > 0 else None
+    inside = list(fast[i0:i1])
+    after = fast[i1] if i1 < len(fast) and fast[i1].t - t1 <= lag_s else None
+    held = ([before] if before else []) + inside  # samples whose values hold over the region
+    if not held and after is not None:
+        held = [after]
+    covering = held + ([after] if after is not None and held[-1] is not after else [])
+
+    relevant_gaps = [x for x in gaps if t0 - period <= x.t <= t1 + period]
+    gap = bool(relevant_gaps) or (truncated and (not fast or fast[0].t > t0))
+    values = _from_samples(held, covering, after, t0, t1, lock_range, lock_tolerance_mhz)
+    if lock_range is not None:
+        values["lock_range_mhz"] = (int(lock_range[0]), int(lock_range[1]))
+
+    values.update(_from_counters(slow, t0, t1, own_pids, lag_s))
+    counted = _counter_energy_j(slow, fast, times, t0, t1)
+    if counted is not None and t1 - t0 >= ENERGY_EXACT_MIN_S:
+        values["energy_j"] = counted
+    elif values.get("power_w_mean") is not None:
+        # within a few counter steps, or with fewer than two counter reads inside, the
+        # power samples (instantaneous where the GPU gives it) place the energy better
+        # than a counter that moves every ~100 ms and is read once a second
+        values["energy_j"] = values["power_w_mean"] * (t1 - t0)
+        values["energy_interpolated"] = True
+    elif "energy_j" in values:  # no power samples: the counter interpolated across reads
+        values["energy_interpolated"] = True
+    return Window(gpu=gpu, t0=t0, t1=t1, n_samples=len(inside), gap=gap, **values)
+
+
+def _from_samples(
+    held: list[Sample],
+    covering: list[Sample],
+    after: Sample | None,
+    t0: float,
+    t1: float,
+    lock_range: tuple[int, int] | None,
+    lock_tolerance_mhz: float,
+) -> dict[str, Any]:
+    """What the cheap samples say: `held` hold over the region, `covering` adds the
+    reading just `after` it (see `summarize`)."""
+    values: dict[str, Any] = {}
+    if not held:
+        return values
+    weights = _hold_weights(held, t0, t1)
+    first, last = held[0], covering[-1]
+    sm = [s.sm_mhz for s in covering]
+    powers = [_power(s) for s in covering]
+    bits_s: dict[str, float] = {}
+    for s, w in zip(held, weights, strict=True):
+        for name in reason_names(s.reasons):
+            bits_s[name] = bits_s.get(name, 0.0) + w
+    union = 0
+    for s in covering:
+        union |= s.reasons & ~Reason.GPU_IDLE if s is after and s not in held else s.reasons
+    values.update(
+        sm_mhz_min=float(min(sm)),
+        sm_mhz_max=float(max(sm)),
+        sm_mhz_mean=_weighted([s.sm_mhz for s in held], weights),
+        sm_mhz_start=float(first.sm_mhz),
+        sm_mhz_end=float(last.sm_mhz),
+        mem_mhz_mean=_weighted([s.mem_mhz for s in held], weights),
+        power_w_mean=_weighted([_power(s) for s in held], weights),
+        power_w_max=max(powers),
+        temp_c_start=first.temp_c,
+        temp_c_end=last.temp_c,
+        temp_c_max=max(s.temp_c for s in covering),
+        reasons=union,
+        reasons_start=first.reasons,
+        reasons_end=last.reasons,
+        reason_sampled_s=bits_s,
+    )
+    if lock_range is not None:
+        busy = [s for s in held if not s.reasons & Reason.GPU_IDLE]
+        if busy:
+            values["lock_held"] = all(
+                lock_holds(s.sm_mhz, lock_range, lock_tolerance_mhz) for s in busy
+            )
+    return values
+
+
+def _energy_changes(slow: Sequence[SlowSample]) -> list[tuple[float, float]]:
+    """(read time, mJ) of each read that shows a new energy value: the counter steps
+    every ~100 ms, so the first read showing a value best places when it changed."""
+    changes: list[tuple[float, float]] = []
+    for s in slow:
+        if s.energy_mj is not None and (not changes or s.energy_mj != changes[-1][1]):
+            changes.append((s.t, float(s.energy_mj)))
+    return changes
+
+
+def _counter_energy_j(
+    slow: Sequence[SlowSample], fast: Sequence[Sample], times: Sequence[float], t0: float,
+    t1: float,
+) -> float | None:
+    """Energy (J) over [t0, t1]: the counter's delta between the first and the last read
+    inside the region that show a new value, plus the energy of the stretches from t0 to
+    the first and from the last to t1, from the power samples (time-weighted). None with
+    fewer than two such reads, or without power samples for a stretch."""
+    inside = [c for c in _energy_changes(slow) if t0 <= c[0] <= t1]
+    if len(inside) < 2:
+        return None
+    (ta, ea), (tb, eb) = inside[0], inside[-1]
+    fill = 0.0
+    for a, b in ((t0, ta), (tb, t1)):
+        if b <= a:
+            continue
+        i0, i1 = bisect.bisect_right(times, a), bisect.bisect_right(times, b)
+        held = ([fast[i0 - 1]] if i0 > 0 else []) + list(fast[i0:i1])
+        if not held:
+            return None
+        fill += _weighted([_power(s) for s in held], _hold_weights(held, a, b)) * (b - a)
+    return max(0.0, eb - ea) / 1000.0 + fill
+
+
+def _power(s: Sample) -> float:
+    # the instantaneous power where the GPU gives it: power_w is a 1 s average on Ampere+
+    return s.power_instant_w if s.power_instant_w is not None else s.power_w
+
+
+def _hold_weights(held: Sequence[Sample], t0: float, t1: float) -> list[float]:
+    """Seconds of [t0, t1] over which each held sample is the value in force."""
+    if t1 <= t0:
+        return [0.0] * (len(held) - 1) + [1.0]  # an instant: the value in force
+    weights = []
+    for k, s in enumerate(held):
+        start = t0 if k == 0 else max(t0, s.t)
+        end = held[k + 1].t if k + 1 < len(held) else t1
+        weights.append(max(0.0, min(end, t1) - start))
+    if not any(weights):
+        weights[-1] = 1.0
+    return weights
+
+
+def _weighted(values: Sequence[float], weights: Sequence[float]) -> float:
+    total = sum(weights)
+    return sum(v * w for v, w in zip(values, weights, strict=True)) / total
+
+
+def _from_counters(
+    slow: Sequence[SlowSample], t0: float, t1: float, own_pids: Iterable[int], lag_s: float
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if not slow:
+        return out
+    # Energy, interpolated between the reads where the counter changed (the fallback
+    # when there are no power samples: see summarize)
+    changes = _energy_changes(slow)
+    last_read_t = max((s.t for s in slow if s.energy_mj is not None), default=None)
+    if changes and last_read_t is not None:
+        e0 = _interp_energy(changes, last_read_t, t0)
+        e1 = _interp_energy(changes, last_read_t, t1)
+        if e0 is not None and e1 is not None:
+            out["energy_j"] = max(0.0, e1 - e0) / 1000.0
+    # Time under each reason: cumulative ns counters, placed at the driver's refresh time
+    # (value_t) where known, linear between refreshes and, past the last one, at the rate
+    # of the last refresh interval.
+    keys = sorted({k for s in slow for k in s.reason_ns})
+    reason_s = {}
+    for key in keys:
+        pts: list[tuple[float, float]] = []
+        for s in slow:
+            if key in s.reason_ns:
+                at = s.value_t if s.value_t is not None else s.t
+                if not pts or at > pts[-1][0]:
+                    pts.append((at, float(s.reason_ns[key])))
+        a, b = _counter_at(pts, t0, lag_s), _counter_at(pts, t1, lag_s)
+        if a is not None and b is not None:
+            reason_s[key] = min(max(0.0, b - a) / 1e9, t1 - t0)
+    if reason_s:
+        out["reason_s"] = reason_s
+    # Other processes: the read in force at t0 and every read up to one refresh after t1.
+    ts = [s.t for s in slow]
+    k0 = max(0, bisect.bisect_right(ts, t0) - 1)
+    k1 = bisect.bisect_right(ts, t1 + lag_s)
+    own = set(own_pids)
+    pids = sorted({p for s in slow[k0:k1] for p in s.other_pids if p not in own})
+    if pids:
+        out["other_pids"] = tuple(pids)
+    seen = [s.own_present for s in slow[k0:k1] if s.own_present is not None]
+    if seen:
+        out["own_process"] = any(seen)
+    mem_temps = [s.mem_temp_c for s in slow[k0:k1] if s.mem_temp_c is not None]
+    if mem_temps:
+        out["mem_temp_c_max"] = max(mem_temps)
+    return out
+
+
+def _interp(pts: Sequence[tuple[float, float]], t: float) -> float | None:
+    """Piecewise-linear value at t; None outside the points' span."""
+    if not pts or t < pts[0][0] or t > pts[-1][0]:
+        return None
+    k = bisect.bisect_left([p[0] for p in pts], t)
+    if pts[k][0] == t:
+        return pts[k][1]
+    (ta, va), (tb, vb) = pts[k - 1], pts[k]
+    return va + (vb - va) * (t - ta) / (tb - ta)
+
+
+def _counter_at(pts: Sequence[tuple[float, float]], t: float, lag_s: float) -> float | None:
+    """A cumulative ns counter at t: interpolated, or extrapolated up to ~2 refreshes past
+    the last point at the last interval's rate (at most 1 ns per ns)."""
+    value = _interp(pts, t)
+    if value is not None or not pts or t < pts[0][0] or t > pts[-1][0] + 2 * lag_s:
+        return value
+    if len(pts) < 2:
+        return pts[-1][1]
+    (ta, va), (tb, vb) = pts[-2], pts[-1]
+    rate = min(1e9, max(0.0, (vb - va) / (tb - ta)))
+    return vb + rate * (t - tb)
+
+
+def _interp_energy(
+    changes: Sequence[tuple[float, float]], last_read_t: float, t: float
+) -> float | None:
+    """Energy (mJ) at t; past the last change (not yet refreshed), at the recent rate."""
+    value = _interp(changes, t)
+    if value is not None:
+        return value
+    if changes and changes[-1][0] < t <= last_read_t + DRIVER_REFRESH_S and len(changes) >= 2:
+        (ta, va), (tb, vb) = changes[-2], changes[-1]
+        return vb + (vb - va) / (tb - ta) * (t - tb)
+    return None

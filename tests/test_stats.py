@@ -208,3 +208,18 @@ class TestStopRule:
     def test_answers_are_valid(self, times, elapsed):
         reason = stats.StopRule().check(times, elapsed)
         assert reason is None or reason in stats.STOP_REASONS
+
+
+def test_median_ci_ranks_match_the_binomial_sums_they_stand_for():
+    """The ranks come from P(X <= k), X ~ Binomial(n, 1/2), summed as k grows: the same
+    ranks and coverage as summing comb(n, i) anew for every k."""
+    import math
+
+    from gpuenv.stats.descriptive import _EXACT_BINOMIAL_MAX_N, median_ci_ranks
+
+    for n in range(1, _EXACT_BINOMIAL_MAX_N + 1, 7):
+        k, cdf = 0, 0.0
+        while (nxt := sum(math.comb(n, i) for i in range(k + 1)) / 2**n) <= 0.025:
+            cdf, k = nxt, k + 1
+        expected = (1, n, 1.0 - 2.0 * 0.5**n) if k == 0 else (k, n - k + 1, 1.0 - 2.0 * cdf)
+        assert median_ci_ranks(n, 0.95) == expected

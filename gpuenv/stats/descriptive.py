@@ -83,16 +83,6 @@ def _normal_ppf(p: float) -> float:
     return x - e * math.sqrt(2 * math.pi) * math.exp(x * x / 2)
 
 
-def _binom_half_cdf(k: int, n: int) -> float:
-    """P(X <= k) for X ~ Binomial(n, 1/2), exact."""
-    if k < 0:
-        return 0.0
-    if k >= n:
-        return 1.0
-    total = sum(math.comb(n, i) for i in range(k + 1))
-    return total / 2**n
-
-
 def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int, float]:
     """1-based ranks (lo, hi) of the order statistics that bound the median, and their coverage.
 
@@ -108,14 +98,17 @@ def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int, float]:
     alpha = 1.0 - confidence
     if n <= _EXACT_BINOMIAL_MAX_N:
         # largest k with P(X <= k - 1) <= alpha / 2: the interval is [x_(k), x_(n-k+1)]
-        k = 0
-        cdf = 0.0
+        # P(X <= k) summed as k grows (exact integers; one comb update a step: recomputing
+        # each CDF from scratch cost ~30,000 comb() calls, ~28 ms, for 300 reps on the H100)
+        k, cdf, total, term, denom = 0, 0.0, 0, 1, 2**n
         while True:
-            nxt = _binom_half_cdf(k, n)
+            total += term  # sum of C(n, i) for i <= k
+            nxt = total / denom
             if nxt > alpha / 2:
                 break
             cdf = nxt
             k += 1
+            term = term * (n - k + 1) // k
         if k == 0:
             return 1, n, 1.0 - 2.0 * 0.5**n
         return k, n - k + 1, 1.0 - 2.0 * cdf

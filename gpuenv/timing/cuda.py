@@ -105,10 +105,10 @@ class CudaEvents:
         self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
 
     # what each rep enqueues before fn; fn's own launch must finish before the probe does
-    def _lead_in(self) -> None:
+    def _lead_in(self, stream: Any = None) -> None:
         if self._flush_buf is not None:
             self._flush_buf.zero_()
-        self.torch.cuda.current_stream(self.device).synchronize()
+        (stream or self.torch.cuda.current_stream(self.device)).synchronize()
         if self.saturate:
             self.torch.cuda._sleep(self._cover_cycles)
 
@@ -153,18 +153,21 @@ class CudaEvents:
         # queued before the spin ended. A slower host (a profiler's callbacks, another
         # thread holding the GIL) makes the rep run again with twice the spin.
         e0, e1, e2 = self._events
+        # the stream fn runs on, looked up once a rep (torch's lookup costs ~10 us a call,
+        # and record() without a stream looks it up again)
+        stream = self.torch.cuda.current_stream(self.device)
         for _ in range(COVER_ATTEMPTS):
-            self._lead_in()
+            self._lead_in(stream)
             t0 = self.clock.now()
             h0 = time.perf_counter()
             if self.rep_probe_cycles:
-                e0.record()
+                e0.record(stream)
                 h0 = time.perf_counter()
                 self.torch.cuda._sleep(self.rep_probe_cycles)
-            e1.record()
+            e1.record(stream)
             self._call(fn)
             h1 = time.perf_counter()
-            e2.record()
+            e2.record(stream)
             e2.synchronize()
             t1 = self.clock.now()
             if not self.rep_probe_cycles:

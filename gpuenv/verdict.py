@@ -292,7 +292,15 @@ def _warmup(
 
 
 def _cap_time(w: Window) -> float:
-    """Seconds under the power cap: the cumulative counter where read, else the samples."""
+    """Seconds under the power cap: the cumulative counter where read, else the samples.
+
+    The counter refreshes every ~100 ms and is interpolated between reads, so a window
+    much shorter than that, just after the cap cleared, gets a share of the time under
+    the cap before it (found on the simulated RTX 4090 and H100: "held back 100% ... at
+    1980 MHz"). The counter counts only where a sample in or at the edges of the window
+    shows the cap bit."""
+    if not (w.reasons | w.reasons_start | w.reasons_end) & Reason.SW_POWER_CAP:
+        return 0.0
     if "power" in w.reason_s:
         return w.reason_s["power"]
     return w.reason_sampled_s.get("SwPowerCap", 0.0)

@@ -240,8 +240,9 @@ def _sim_ways(sim: Any, say: _Pacer, seconds: float, rest_s: float, lock_sm: int
     say("What gpuenv does about it:")
     say("  gpuenv calibrate             find the clock a sustained load holds on your GPU")
     say("  gpuenv lock --sm sustained   lock it; 'gpuenv restore' puts back what was there")
-    say("  gpuenv.bench(fn)             time with telemetry on every rep; condition='burst' or")
-    say("                               'sustained' picks the state when clocks cannot be locked")
+    say("  gpuenv.bench(fn)             time with telemetry on every rep: in bursts from the")
+    say("                               uncapped state by default (as is when your lock holds);")
+    say("                               condition='sustained' for the number a long job sees")
     say("  gpuenv status / doctor       see the state, and what in this machine skews numbers")
     return {"ways": rows, "restored": restored, "lock_sm": lock_sm}
 

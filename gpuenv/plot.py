@@ -67,29 +67,53 @@ def plot_run(run: Any, path: str | os.PathLike[str], *, title: str | None = None
     _check_gpu(measurements, gpu)
     fig = Figure(figsize=(11, 7.5), layout="constrained")
     Canvas(fig)
-    ax_clk, ax_pow, ax_tmp = fig.subplots(3, 1, sharex=True)
-    ax_clk.set_ylabel("SM clock (MHz)")
-    ax_pow.set_ylabel("power (W)")
-    ax_tmp.set_ylabel("temperature (C)")
-    ax_tmp.set_xlabel("time (s)")
-    labelled: set[str] = set()
+    panels = _Panels(*fig.subplots(3, 1, sharex=True))
+    for k, m in enumerate(measurements):
+        panels.draw(m, _SHADES[k % len(_SHADES)], gpu, t00)
+    if panels.labelled:
+        panels.clk.legend(loc="lower left", fontsize=8, framealpha=0.8)
+    meta = getattr(run, "metadata", {}) or {}
+    gpus = meta.get("gpus") or []
+    name = gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None
+    fig.suptitle(title or " - ".join(x for x in (name, meta.get("time_utc")) if x) or "gpuenv run",
+                 fontsize=10)
+    return _save(fig, os.fspath(path))
 
-    def label(text: str) -> str | None:
-        if text in labelled:
+
+class _Panels:
+    """The three axes sharing time, and the legend's labels, each given once."""
+
+    def __init__(self, clk: Any, pow_: Any, tmp: Any) -> None:
+        self.clk, self.pow, self.tmp = clk, pow_, tmp
+        clk.set_ylabel("SM clock (MHz)")
+        pow_.set_ylabel("power (W)")
+        tmp.set_ylabel("temperature (C)")
+        tmp.set_xlabel("time (s)")
+        self.labelled: set[str] = set()
+
+    def label(self, text: str) -> str | None:
+        if text in self.labelled:
             return None
-        labelled.add(text)
+        self.labelled.add(text)
         return text
 
-    for k, m in enumerate(measurements):
+    def draw(self, m: Any, color: str, gpu: int | None, t00: float) -> None:
         g = gpu if gpu is not None else (m.gpus[0] if m.gpus else None)
         windows = [w for w in m.windows if g is None or w.gpu == g]
-        color = _SHADES[k % len(_SHADES)]
+        self._telemetry(m, windows, t00)
+        self._region(m, windows, color, t00)
+        self._probed_clock(m, windows, color, t00)
+        self._marked_reps(m, windows, t00)
+
+    def _telemetry(self, m: Any, windows: list[Any], t00: float) -> None:
+        """The measurement's trace as a line, else each rep's window as a step."""
         trace = m.extra.get("trace") if isinstance(m.extra, dict) else None
         if trace and trace.get("t_s"):
             ts = [float(trace["t0"]) - t00 + t for t in trace["t_s"]]
-            ax_clk.plot(ts, trace["sm_mhz"], color="0.25", lw=0.9, label=label("NVML SM clock"))
-            ax_pow.plot(ts, trace["power_w"], color="0.25", lw=0.9)
-            ax_tmp.plot(ts, trace["temp_c"], color="0.25", lw=0.9)
+            self.clk.plot(ts, trace["sm_mhz"], color="0.25", lw=0.9,
+                          label=self.label("NVML SM clock"))
+            self.pow.plot(ts, trace["power_w"], color="0.25", lw=0.9)
+            self.tmp.plot(ts, trace["temp_c"], color="0.25", lw=0.9)
         elif windows:
             xs, clk, pw, tp = [], [], [], []
             for w in windows:
@@ -97,50 +121,50 @@ def plot_run(run: Any, path: str | os.PathLike[str], *, title: str | None = None
                 clk += [w.sm_mhz_mean, w.sm_mhz_mean]
                 pw += [w.power_w_mean, w.power_w_mean]
                 tp += [w.temp_c_start, w.temp_c_end]
-            ax_clk.plot(xs, clk, color="0.25", lw=0.9, label=label("NVML SM clock (per rep)"))
-            ax_pow.plot(xs, pw, color="0.25", lw=0.9)
-            ax_tmp.plot(xs, tp, color="0.25", lw=0.9)
-        # the measured region, shaded and named
+            self.clk.plot(xs, clk, color="0.25", lw=0.9,
+                          label=self.label("NVML SM clock (per rep)"))
+            self.pow.plot(xs, pw, color="0.25", lw=0.9)
+            self.tmp.plot(xs, tp, color="0.25", lw=0.9)
+
+    def _region(self, m: Any, windows: list[Any], color: str, t00: float) -> None:
+        """The measured region, shaded and named."""
         spans = [(w.t0, w.t1) for w in windows] or [(w.t0, w.t1) for w in m.summary_windows]
         if spans:
             lo, hi = min(a for a, _ in spans) - t00, max(b for _, b in spans) - t00
-            for ax in (ax_clk, ax_pow, ax_tmp):
+            for ax in (self.clk, self.pow, self.tmp):
                 ax.axvspan(lo, hi, color=color, alpha=0.15, lw=0)
             verdict = "" if m.verdict == "ok" else f" [{m.verdict}]"
-            ax_clk.annotate(f"{m.name}{verdict}", xy=((lo + hi) / 2, 1.0),
-                            xycoords=("data", "axes fraction"), ha="center", va="bottom",
-                            fontsize=8, color=color, annotation_clip=False)
-        # effective clock probed before each rep (gpuenv.bench)
+            self.clk.annotate(f"{m.name}{verdict}", xy=((lo + hi) / 2, 1.0),
+                              xycoords=("data", "axes fraction"), ha="center", va="bottom",
+                              fontsize=8, color=color, annotation_clip=False)
+
+    def _probed_clock(self, m: Any, windows: list[Any], color: str, t00: float) -> None:
+        """The effective clock probed before each rep (gpuenv.bench)."""
         eff = m.extra.get("rep_clock_mhz") if isinstance(m.extra, dict) else None
         if eff and len(eff) == len(windows):
             pts = [((w.t0 + w.t1) / 2 - t00, c) for w, c in zip(windows, eff, strict=True) if c]
             if pts:
-                ax_clk.plot([p[0] for p in pts], [p[1] for p in pts], ".", ms=2.5, color=color,
-                            label=label("effective clock (probe)"))
-        # rejected reps and reps touched by a warning
+                self.clk.plot([p[0] for p in pts], [p[1] for p in pts], ".", ms=2.5,
+                              color=color, label=self.label("effective clock (probe)"))
+
+    def _marked_reps(self, m: Any, windows: list[Any], t00: float) -> None:
+        """Rejected reps and reps touched by a warning."""
         per_rep = len(windows)
-        if per_rep:
-            warned = {r for f in m.findings if f.severity != "info" for r in f.reps
-                      if r < per_rep and r not in m.rejected_reps}
-            for reps, marker, colour, text in (
-                (sorted(warned), "o", "#dd8452", "rep with a warning"),
-                (sorted(r for r in m.rejected_reps if r < per_rep), "x", "#c44e52",
-                 "rejected rep"),
-            ):
-                pts = [((windows[r].t0 + windows[r].t1) / 2 - t00, windows[r].sm_mhz_mean)
-                       for r in reps if windows[r].sm_mhz_mean is not None]
-                if pts:
-                    ax_clk.plot([p[0] for p in pts], [p[1] for p in pts], marker, ms=6,
-                                color=colour, mfc="none" if marker == "o" else colour,
-                                label=label(text))
-    if labelled:
-        ax_clk.legend(loc="lower left", fontsize=8, framealpha=0.8)
-    meta = getattr(run, "metadata", {}) or {}
-    gpus = meta.get("gpus") or []
-    name = gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None
-    fig.suptitle(title or " - ".join(x for x in (name, meta.get("time_utc")) if x) or "gpuenv run",
-                 fontsize=10)
-    return _save(fig, os.fspath(path))
+        if not per_rep:
+            return
+        warned = {r for f in m.findings if f.severity != "info" for r in f.reps
+                  if r < per_rep and r not in m.rejected_reps}
+        for reps, marker, colour, text in (
+            (sorted(warned), "o", "#dd8452", "rep with a warning"),
+            (sorted(r for r in m.rejected_reps if r < per_rep), "x", "#c44e52",
+             "rejected rep"),
+        ):
+            pts = [((windows[r].t0 + windows[r].t1) / 2 - t00, windows[r].sm_mhz_mean)
+                   for r in reps if windows[r].sm_mhz_mean is not None]
+            if pts:
+                self.clk.plot([p[0] for p in pts], [p[1] for p in pts], marker, ms=6,
+                              color=colour, mfc="none" if marker == "o" else colour,
+                              label=self.label(text))
 
 
 def _check_output(path: str | os.PathLike[str], canvas: Any) -> None:

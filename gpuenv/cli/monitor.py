@@ -6,8 +6,6 @@ option, no GPU, standard output full); 9 no driver. The rest: gpuenv.errors.EXIT
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from gpuenv.cli._common import gpu_option, handle_errors, open_from_ctx
@@ -70,21 +68,12 @@ def monitor(
     Demo on the simulated GPU:  gpuenv --sim monitor --scenario bursts
     """
     from gpuenv.errors import ConfigError
+    from gpuenv.monitor.app import MonitorOptions, check_options, show
 
-    if interval <= 0:
-        raise ConfigError(
-            f"--interval {interval:g} is not a positive number of seconds", hint="try -d 1"
-        )
-    if count is not None and count < 1:
-        raise ConfigError(f"--count {count} must be at least 1")
-    if duration is not None and duration <= 0:
-        raise ConfigError(f"--duration {duration:g} must be positive")
-    if once and count is not None:
-        raise ConfigError("--once and --count disagree", hint="use one of them")
-    if as_json and as_csv:
-        raise ConfigError("--json and --csv disagree", hint="stream one format: pick one of them")
-    fmt = "json" if as_json else "csv" if as_csv else None
-
+    fmt = check_options(
+        interval=interval, count=count, duration=duration, once=once, as_json=as_json,
+        as_csv=as_csv,
+    )
     if scenario is not None and not _wants_sim(ctx):
         raise ConfigError(
             "--scenario drives the simulated GPU only",
@@ -92,61 +81,21 @@ def monitor(
         )
 
     from gpuenv.devices import select_gpus
-    from gpuenv.monitor import MonitorModel, SimScenario, stream
-    from gpuenv.monitor.tui import run_tui
-    from gpuenv.monitor.view import Frame, ansi, plain, render
 
+    opts = MonitorOptions(
+        interval_s=interval,
+        count=count,
+        duration_s=duration,
+        once=once,
+        fmt=fmt,
+        scenario=scenario,
+        processes=not no_processes,
+        color=color,
+    )
     backend = open_from_ctx(ctx, readonly=True)  # the monitor never writes
-    driver = None
     try:
-        gpus = select_gpus(backend, gpu)
-        simulated = backend.capabilities.simulated
-        source = _source(backend, simulated, scenario)
-        model = MonitorModel(backend, gpus, processes=not no_processes)
-        if scenario is not None:
-            driver = SimScenario(backend.workload, gpus, scenario)
-            driver.start()
-            if once or fmt:
-                model.clock.sleep(
-                    min(interval, 2.0)
-                )  # let the scenario start before the first line
-        if fmt:
-            if once:
-                count = 1
-            try:
-                stream(
-                    model,
-                    sys.stdout,
-                    fmt=fmt,
-                    interval_s=interval,
-                    count=count,
-                    duration_s=duration,
-                )
-            except (KeyboardInterrupt, BrokenPipeError):
-                _quiet_stdout()
-            return
-        frame = Frame(source=source, simulated=simulated, interval_s=interval)
-        if once or not sys.stdout.isatty():
-            if not once:
-                raise ConfigError(
-                    "the live view needs a terminal",
-                    hint="use --once for a snapshot, or --json / --csv to stream to a pipe or file",
-                )
-            import shutil
-
-            frame.keys = False
-            width = shutil.get_terminal_size((120, 24)).columns
-            lines = render(model.update(), frame, width, None)
-            use_color = sys.stdout.isatty() if color is None else color
-            sys.stdout.write(ansi(lines) if use_color else plain(lines))
-            return
-        stop_after = (
-            duration if duration is not None else (None if count is None else count * interval)
-        )
-        run_tui(model, frame, interval_s=interval, stop_after_s=stop_after)
+        show(backend, select_gpus(backend, gpu), opts)
     finally:
-        if driver is not None:
-            driver.stop()
         backend.close()
 
 
@@ -155,26 +104,3 @@ def _wants_sim(ctx: click.Context) -> bool:
 
     kind = (ctx.find_root().obj or {}).get("backend_kind")
     return (kind or os.environ.get("GPUENV_BACKEND", "").strip().lower()) == "sim"
-
-
-def _source(backend: object, simulated: bool, scenario: str | None) -> str:
-    if simulated:
-        text = "SIMULATED GPU"
-        if scenario:
-            text += f" - scenario {scenario}"
-        return text
-    try:
-        return f"NVML, driver {backend.driver_version()}"  # type: ignore[attr-defined]
-    except Exception:
-        return "NVML"
-
-
-def _quiet_stdout() -> None:
-    """After a closed pipe (`| head`), stop Python complaining when it flushes stdout at exit."""
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except OSError:
-        pass

@@ -11,14 +11,10 @@ lock held by another owner. The rest: gpuenv.errors.EXIT_CODES.
 from __future__ import annotations
 
 import os
-import signal
-import sys
 
 import click
 
 from gpuenv.cli._common import gpu_option, handle_errors, is_dry_run, open_from_ctx
-
-_RERAISE = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGKILL)
 
 
 @click.command(
@@ -113,105 +109,45 @@ def run(
     (SLURM_LOCALID), else the GPUs CUDA_VISIBLE_DEVICES shows, else all.
     """
     from gpuenv.devices import select_gpus
-    from gpuenv.errors import ConfigError
-    from gpuenv.run.autoregions import ENV_SELECT, select_kinds
-    from gpuenv.run.runner import (
-        Runner,
-        check_run_policy,
-        default_gpu_selector,
-        rank_of,
-        rank_output_path,
-        resolve_command,
-        selector_env,
-    )
-
-    argv = list(command)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    if not argv:
-        raise ConfigError("no command to run", hint="gpuenv run [options] -- python bench.py")
-    if period is not None and period <= 0:
-        raise ConfigError(f"--period {period:g} must be positive", hint="e.g. --period 0.05")
-    check_run_policy(policy)
-    resolve_command(argv)  # a typo fails here, before anything is locked
-    auto = select_kinds(os.environ.get(ENV_SELECT), enabled=not no_auto_regions)
-    lock_args = None
-    if sm is not None or mem is not None or power_limit is not None or sm_max is not None:
-        from gpuenv.clocks import make_request
-
-        make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit)  # validate now
-        lock_args = {"sm": sm, "sm_max": sm_max, "mem": mem, "power_limit_w": power_limit}
+    from gpuenv.run.plan import dry_run_lines, exit_like, plan_run
+    from gpuenv.run.runner import Runner, selector_env
 
     env = os.environ
-    selector = default_gpu_selector(env) if gpu == "auto" else gpu
-    out_path = rank_output_path(output, rank_of(env)) if output else None
-    if out_path is not None:
-        _check_output_dir(out_path)
+    plan = plan_run(
+        command,
+        sm=sm,
+        sm_max=sm_max,
+        mem=mem,
+        power_limit=power_limit,
+        period=period,
+        policy=policy,
+        no_auto_regions=no_auto_regions,
+        gpu=gpu,
+        output=output,
+        env=env,
+    )
     dry = is_dry_run(ctx)
     backend = open_from_ctx(ctx)
     try:
-        gpus = select_gpus(backend, selector, env=selector_env(env))
+        gpus = select_gpus(backend, plan.selector, env=selector_env(env))
         if dry:
-            _dry_run(backend, gpus, lock_args, argv, out_path)
+            for line in dry_run_lines(backend, gpus, plan):
+                click.echo(line)
             return
-        runner = Runner(
-            argv,
+        result = Runner(
+            plan.argv,
             backend=backend,
             gpus=gpus,
-            lock_args=lock_args,
+            lock_args=plan.lock_args,
             force=force,
             policy=policy,
-            output=out_path,
+            output=plan.output,
             period=period,
             quiet=quiet,
-            auto_regions=auto,
+            auto_regions=plan.auto_regions,
             summary=summary,
             nvtx=regions_from == "nvtx",
-        )
-        result = runner.run()
+        ).run()
     finally:
         backend.close()
-    code = result.exit_status(policy)
-    if result.returncode < 0 and -result.returncode in _RERAISE:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        sig = -result.returncode
-        if sig != signal.SIGKILL:  # SIGKILL's action cannot be set (nor caught)
-            signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)  # die of it, as the command did: shells see a signal death
-    sys.exit(code)
-
-
-def _check_output_dir(path: os.PathLike[str] | str) -> None:
-    """-o names a file in a directory that exists: a typo must not grow a tree from '/'."""
-    from pathlib import Path
-
-    from gpuenv.errors import ConfigError
-
-    parent = Path(path).parent
-    if not parent.is_dir():
-        raise ConfigError(
-            f"-o {path}: the directory {parent} does not exist",
-            hint=f"create it first (mkdir -p {parent}) or pick another path",
-        )
-
-
-def _dry_run(
-    backend: object, gpus: list[int], lock_args: dict | None, argv: list[str], out
-) -> None:
-    import shlex
-
-    from gpuenv.devices import describe
-
-    where = ", ".join(describe(backend, g) for g in gpus)  # type: ignore[arg-type]
-    click.echo(f"would run: {shlex.join(argv)}")
-    click.echo(f"sampling: {where}")
-    if lock_args:
-        from gpuenv.clocks import make_request, plan_lock
-
-        request = make_request(**lock_args)
-        for line in plan_lock(backend, request, gpus).lines():  # type: ignore[arg-type]
-            click.echo(f"would lock: {line}")
-    if out is not None:
-        click.echo(f"results: {out}")
-    click.echo("dry run: nothing was run or changed")
+    exit_like(result, policy)

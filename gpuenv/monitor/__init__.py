@@ -5,6 +5,7 @@
     tui.py        the curses loop and its key handling (Ui)
     streams.py    --json / --csv records, like `nvidia-smi dmon`
     scenarios.py  SimScenario: a moving simulated GPU, for demos
+    app.py        what `gpuenv monitor` shows: a stream, a snapshot or the live view
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
     region.py    the child's side: gpuenv.region("name") writes each edge to the pipe
     tracker.py   the parent's side: read and pair edges into regions, window them
+    plan.py      the options checked before anything runs, --dry-run, the exit
     runner.py    spawn the command, forward signals, lock, sample, restore
     report.py    a Measurement per region (judged by gpuenv.judge), the summary table
     autoregions.py  each do_bench / torch Timer / pytest-benchmark call a region, unmodified

@@ -1,0 +1,124 @@
+"""`gpuenv run`'s options checked before anything runs, its dry run, and its exit.
+
+    plan = plan_run(command, sm=..., period=..., policy=..., output=..., gpu="auto")
+    dry_run_lines(backend, gpus, plan)   # what --dry-run prints
+    exit_like(result, policy)            # exit (or die of a signal) as the command did
+
+Every check here fails before a GPU is opened or anything is locked.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from gpuenv.errors import ConfigError
+
+# The signals gpuenv dies of when they killed the command (others: exit 128+N).
+RERAISE = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What `gpuenv run` will do, its options checked."""
+
+    argv: list[str]
+    auto_regions: Any  # select_kinds()'s answer
+    lock_args: dict[str, Any] | None
+    selector: str
+    output: Path | str | None
+
+
+def plan_run(
+    command: Sequence[str],
+    *,
+    sm: str | None,
+    sm_max: int | None,
+    mem: str | None,
+    power_limit: float | None,
+    period: float | None,
+    policy: str,
+    no_auto_regions: bool,
+    gpu: str,
+    output: str | None,
+    env: Mapping[str, str],
+) -> RunPlan:
+    """Check the options in the order a user fixes them; a typo fails before any lock."""
+    from gpuenv.run.autoregions import ENV_SELECT, select_kinds
+    from gpuenv.run.runner import (
+        check_run_policy,
+        default_gpu_selector,
+        rank_of,
+        rank_output_path,
+        resolve_command,
+    )
+
+    argv = list(command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise ConfigError("no command to run", hint="gpuenv run [options] -- python bench.py")
+    if period is not None and period <= 0:
+        raise ConfigError(f"--period {period:g} must be positive", hint="e.g. --period 0.05")
+    check_run_policy(policy)
+    resolve_command(argv)  # a typo fails here, before anything is locked
+    auto = select_kinds(env.get(ENV_SELECT), enabled=not no_auto_regions)
+    lock_args = None
+    if sm is not None or mem is not None or power_limit is not None or sm_max is not None:
+        from gpuenv.clocks import make_request
+
+        make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit)  # validate now
+        lock_args = {"sm": sm, "sm_max": sm_max, "mem": mem, "power_limit_w": power_limit}
+    selector = default_gpu_selector(env) if gpu == "auto" else gpu
+    out_path = rank_output_path(output, rank_of(env)) if output else None
+    if out_path is not None:
+        check_output_dir(out_path)
+    return RunPlan(argv, auto, lock_args, selector, out_path)
+
+
+def check_output_dir(path: os.PathLike[str] | str) -> None:
+    """-o names a file in a directory that exists: a typo must not grow a tree from '/'."""
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise ConfigError(
+            f"-o {path}: the directory {parent} does not exist",
+            hint=f"create it first (mkdir -p {parent}) or pick another path",
+        )
+
+
+def dry_run_lines(backend: Any, gpus: list[int], plan: RunPlan) -> Iterator[str]:
+    """What --dry-run says it would do, line by line; nothing is run or changed."""
+    import shlex
+
+    from gpuenv.devices import describe
+
+    where = ", ".join(describe(backend, g) for g in gpus)
+    yield f"would run: {shlex.join(plan.argv)}"
+    yield f"sampling: {where}"
+    if plan.lock_args:
+        from gpuenv.clocks import make_request, plan_lock
+
+        request = make_request(**plan.lock_args)
+        for line in plan_lock(backend, request, gpus).lines():
+            yield f"would lock: {line}"
+    if plan.output is not None:
+        yield f"results: {plan.output}"
+    yield "dry run: nothing was run or changed"
+
+
+def exit_like(result: Any, policy: str) -> NoReturn:
+    """Exit with the command's status; die of the signal that killed it (shells see that)."""
+    code = result.exit_status(policy)
+    if result.returncode < 0 and -result.returncode in RERAISE:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sig = -result.returncode
+        if sig != signal.SIGKILL:  # SIGKILL's action cannot be set (nor caught)
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)  # die of it, as the command did: shells see a signal death
+    sys.exit(code)

@@ -124,7 +124,7 @@ class _Place:
                 f"GPU {gpu} is not sampled by this session (it covers {sampler.gpus})",
                 hint="open the session with gpus= including the GPU fn runs on",
             )
-        facts = _facts(session, backend, gpu)
+        facts, holds = _facts(session, backend, gpu)
         own = sampler is None and backend is not None
         opened = device.clock.now()
         if sampler is None and backend is not None:
@@ -134,7 +134,7 @@ class _Place:
             sampler = Sampler(backend, [gpu], clock=device.clock,
                               lock_ranges={gpu: rng} if rng else None)
             sampler.start()
-        condition, why = _choose_condition(cfg, session, backend, facts.get(gpu), gpu)
+        condition, why = _choose_condition(cfg, session, facts.get(gpu), holds)
         policy = cfg.policy or getattr(session, "policy", None) or "annotate"
         return cls(backend, gpu, sampler, own, device, facts, condition, why, policy, session,
                    opened)
@@ -144,14 +144,23 @@ class _Place:
             self.sampler.stop()
 
 
-def _facts(session: Any, backend: Backend | None, gpu: int) -> dict[int, GpuFacts]:
-    """The session's facts, else read now, with the lock gpuenv holds on the GPU if any."""
+def _facts(session: Any, backend: Backend | None,
+           gpu: int) -> tuple[dict[int, GpuFacts], bool | None]:  # fmt: skip
+    """The session's facts, else read now with the lock gpuenv holds on the GPU if any; and
+    whether that lock holds now (None: no lock). The lock is read once."""
+    holds = None
     if session is not None and gpu in getattr(session, "facts", {}):
-        return {gpu: session.facts[gpu]}
-    if backend is None:
-        return {}
-    lock_range, _ = _lock_now(backend, gpu)
-    return read_facts(backend, [gpu], {gpu: lock_range} if lock_range else None)
+        facts = {gpu: session.facts[gpu]}
+    elif backend is None:
+        return {}, None
+    else:
+        lock_range, holds = _lock_now(backend, gpu)
+        facts = read_facts(backend, [gpu], {gpu: lock_range} if lock_range else None)
+    rng = facts[gpu].lock_range_mhz
+    if session is not None and rng is not None:
+        latest = session.sampler.latest(gpu)
+        holds = latest is not None and lock_holds(latest.sm_mhz, rng)
+    return facts, (holds is True) if rng is not None else None
 
 
 def _lock_now(backend: Backend, gpu: int) -> tuple[tuple[int, int] | None, bool | None]:
@@ -168,15 +177,14 @@ def _lock_now(backend: Backend, gpu: int) -> tuple[tuple[int, int] | None, bool 
     return (int(st.range[0]), int(st.range[1])), st.holds
 
 
-def _choose_condition(cfg: BenchConfig, session: Any, backend: Backend | None,
-                      facts: GpuFacts | None, gpu: int) -> tuple[str, str]:  # fmt: skip
+def _choose_condition(cfg: BenchConfig, session: Any, facts: GpuFacts | None,
+                      holds: bool | None) -> tuple[str, str]:  # fmt: skip
     """The condition to measure in, and why: the safe default unless one was asked for."""
     if cfg.condition not in (None, "auto"):
         return str(cfg.condition), "asked for"
     rng = facts.lock_range_mhz if facts is not None else None
     if rng is not None:
         text = f"{rng[0]} MHz" if rng[0] == rng[1] else f"{rng[0]}-{rng[1]} MHz"
-        holds = _holds_now(session, backend, gpu, rng)
         if holds:
             return "none", f"clocks locked by gpuenv ({text}) and holding: measured as they are"
         if session is None or getattr(session, "mode", None) in (None, "burst"):
@@ -185,13 +193,6 @@ def _choose_condition(cfg: BenchConfig, session: Any, backend: Backend | None,
     if session is not None and getattr(session, "mode", None):
         return str(session.mode), "the session's mode"
     return "burst", "clocks not locked: each burst starts from the cool, uncapped state"
-
-
-def _holds_now(session: Any, backend: Backend | None, gpu: int, rng: tuple[int, int]) -> bool:
-    if session is not None:
-        latest = session.sampler.latest(gpu)
-        return latest is not None and lock_holds(latest.sm_mhz, rng)
-    return backend is not None and _lock_now(backend, gpu)[1] is True
 
 
 class _Run:

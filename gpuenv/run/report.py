@@ -10,8 +10,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuenv.backend import Backend
-from gpuenv.judge import Evidence, judge, read_facts
+from gpuenv.judge import Evidence, judge
 from gpuenv.reasons import counter
 from gpuenv.results import Measurement
 from gpuenv.run.tracker import Region
@@ -21,13 +20,6 @@ from gpuenv.verdict import Finding, GpuFacts, VerdictConfig
 
 RUN_NAME = "(run)"  # the region that is the whole command
 MAX_REP_WINDOWS = 1_000  # per-rep windows stored in the results file (findings use them all)
-
-
-def gpu_facts(
-    backend: Backend, gpus: Sequence[int], lock_ranges: Mapping[int, tuple[int, int]]
-) -> dict[int, GpuFacts]:
-    """What the findings compare each GPU's windows against (gpuenv.judge.read_facts)."""
-    return read_facts(backend, gpus, lock_ranges)
 
 
 def _demote_cold_start(findings: list[Finding]) -> list[Finding]:
@@ -233,7 +225,6 @@ __all__ = [
     "RUN_NAME",
     "build_measurements",
     "fmt_time",
-    "gpu_facts",
     "run_text",
     "summary_table",
     "tail_lines",

@@ -40,11 +40,12 @@ from typing import IO, Any
 
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError
+from gpuenv.judge import read_facts
 from gpuenv.results import Measurement
 from gpuenv.run.autoregions import child_env
 from gpuenv.run.ranks import default_gpu_selector, rank_of, rank_output_path, selector_env
 from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
-from gpuenv.run.report import RUN_NAME, build_measurements, gpu_facts, run_text
+from gpuenv.run.report import RUN_NAME, build_measurements, run_text
 from gpuenv.run.tracker import (
     FLUSH_S,
     MAX_REGION_LIST,
@@ -244,7 +245,7 @@ class Runner:
     def _run_locked(self, lock: Any) -> RunResult:
         ranges = self._lock_ranges(lock)
         store = self._store(lock)
-        facts = gpu_facts(self.backend, self.gpus, ranges)
+        facts = read_facts(self.backend, self.gpus, ranges)
         sampler = Sampler(
             self.backend, self.gpus, period=self.period, lock_ranges=ranges, own_pids=[os.getpid()]
         )

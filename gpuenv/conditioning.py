@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuenv import stats
-from gpuenv.clocks.status import lock_holds
+from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
 from gpuenv.reasons import HELD_DOWN, Reason
 from gpuenv.telemetry import DRIVER_REFRESH_S
 from gpuenv.timebase import Clock
@@ -97,7 +97,7 @@ def recovered(
     facts: GpuFacts | None = None,
     idle_temp_c: float | None = None,
     config: ConditionConfig = DEFAULT,
-    lock_tolerance_mhz: float = 1.0,
+    lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
 ) -> bool:
     """Is GPU `gpu` cool and uncapped, judged by samples taken after `since` (the end of
     the last work) plus one driver refresh? No telemetry: nothing to wait for."""
@@ -132,7 +132,7 @@ def wait_until_ready(
     idle_temp_c: Mapping[int, float] | None = None,
     config: ConditionConfig = DEFAULT,
     min_rest_s: float = 0.0,
-    lock_tolerance_mhz: float = 1.0,
+    lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
 ) -> tuple[float, bool, list[int]]:
     """Rest at least `min_rest_s`, then wait until every GPU is cool and uncapped, at most
     `config.burst_timeout_s`. Returns (seconds waited, ready, the GPUs still not ready).

@@ -169,6 +169,11 @@ class NvmlQueries(NvmlCore):
             )
         )
 
+    def performance_state(self, index: int) -> int:
+        """`nvidia-smi --query-gpu=pstate` (P0 even at the idle clock on an H100 kept
+        persistent: a P-state is not a clock)."""
+        return int(self._q("nvmlDeviceGetPerformanceState", self._handle(index), gpu=index))
+
     def persistence_mode(self, index: int) -> bool | None:
         """`nvidia-smi --query-gpu=persistence_mode`; None where there is no such mode (Windows)."""
         value = self._opt("nvmlDeviceGetPersistenceMode", self._handle(index), gpu=index)

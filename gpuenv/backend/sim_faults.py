@@ -28,6 +28,7 @@ BACKEND_OPS = (
     "power_limits",
     "thresholds",
     "supported_reasons",
+    "performance_state",
     "persistence_mode",
     "processes",
     "utilization",

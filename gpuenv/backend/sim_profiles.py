@@ -81,6 +81,9 @@ class SimProfile:
     power_filter_s: float = 0.15  # time constant of the power the cap controller acts on
     max_step_down: int = 8  # clock steps the cap may drop per update period
     hw_slowdown_factor: float = 0.5  # HW slowdown pulls the clock to this fraction of max
+    # P-state with no context (nvidia-smi's pstate): an H100 kept persistent says P0 even
+    # at its 345 MHz idle clock (nvidia-smi 590 on an H100 SXM); consumer cards drop to P8
+    idle_pstate: int = 8
 
     @property
     def max_sm_mhz(self) -> int:
@@ -135,6 +138,7 @@ H100 = SimProfile(
     supported_reasons=0x1FF,
     persistence_default=True,
     pci_bus_ids=tuple(f"00000000:{b}:00.0" for b in _SXM_BUSES),
+    idle_pstate=0,
 )
 
 RTX4090 = SimProfile(

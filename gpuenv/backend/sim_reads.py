@@ -120,6 +120,12 @@ class SimReads(SimCore):
             self._get(index, "supported_reasons")
             return self.profile.supported_reasons
 
+    def performance_state(self, index: int) -> int:
+        """P0 while a context or load is on the GPU, else the profile's idle P-state."""
+        with self._lock:
+            g = self._get(index, "performance_state")
+            return 0 if g.contexts or g.background else self.profile.idle_pstate
+
     def persistence_mode(self, index: int) -> bool | None:
         with self._lock:
             return self._get(index, "persistence_mode").settings.persistence

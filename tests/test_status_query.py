@@ -1,0 +1,191 @@
+"""`gpuenv status --query-gpu`: nvidia-smi's field names, aliases, units and CSV format."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from gpuenv.backend.sim import SimBackend
+from gpuenv.cli import cli
+from gpuenv.errors import ConfigError
+from gpuenv.status.query import (
+    FIELDS,
+    CsvFormat,
+    header_line,
+    help_text,
+    parse_fields,
+    parse_format,
+    query_rows,
+)
+from gpuenv.timebase import VirtualClock
+
+
+@pytest.fixture
+def sim() -> SimBackend:
+    backend = SimBackend("h100", n_gpus=2, clock=VirtualClock())
+    yield backend
+    backend.close()
+
+
+def rows(sim: SimBackend, fields: str, fmt: str = "csv", gpus=(0, 1)) -> list[str]:
+    lines, errors = query_rows(sim, list(gpus), parse_fields(fields), parse_format(fmt))
+    assert errors == []
+    return lines
+
+
+def test_header_names_each_field_canonically_with_its_unit() -> None:
+    fields = parse_fields("index,name,clocks.sm,power.draw,temperature.gpu,utilization.gpu")
+    assert header_line(fields, CsvFormat()) == (
+        "index, name, clocks.current.sm [MHz], power.draw [W], temperature.gpu, "
+        "utilization.gpu [%]"
+    )
+    assert header_line(fields, CsvFormat(units=False)) == (
+        "index, name, clocks.current.sm, power.draw, temperature.gpu, utilization.gpu"
+    )
+
+
+def test_values_carry_units_as_nvidia_smi_prints_them(sim: SimBackend) -> None:
+    line = rows(sim, "index,clocks.sm,clocks.mem,power.draw,power.limit,memory.total,pstate")[0]
+    index, sm, mem, power, limit, total, pstate = line.split(", ")
+    assert index == "0" and sm == "345 MHz" and mem == "2619 MHz"  # idle H100
+    assert re.fullmatch(r"\d+\.\d\d W", power) and limit == "700.00 W"
+    assert total == "81559 MiB" and pstate == "P0"
+    bare = rows(sim, "index,clocks.sm,power.limit", "csv,nounits")[1]
+    assert bare == "1, 345, 700.00"
+
+
+def test_aliases_read_the_same_value_as_their_canonical_name(sim: SimBackend) -> None:
+    pairs = [
+        ("clocks.sm", "clocks.current.sm"), ("clocks.gr", "clocks.current.graphics"),
+        ("clocks.mem", "clocks.current.memory"), ("gpu_name", "name"), ("gpu_uuid", "uuid"),
+        ("gpu_bus_id", "pci.bus_id"), ("clocks_throttle_reasons.active",
+                                       "clocks_event_reasons.active"),
+        ("gpu.power.current_limit", "enforced.power.limit"), ("clocks.max.gr",
+                                                             "clocks.max.graphics"),
+    ]  # fmt: skip
+    for alias, name in pairs:
+        assert rows(sim, alias) == rows(sim, name), alias
+        assert header_line(parse_fields(alias), CsvFormat()).split(" [")[0] == name
+
+
+def test_reasons_as_bitmask_and_as_active_words(sim: SimBackend) -> None:
+    sim.open_context(0)
+    sim.run_work(0, 1980e6 * 5)  # a sustained load meets the 700 W cap
+    fields = (
+        "clocks_event_reasons.active,clocks_event_reasons.sw_power_cap,"
+        "clocks_event_reasons.gpu_idle,clocks_event_reasons.supported,gpuenv.reasons"
+    )
+    loaded, idle = rows(sim, fields)
+    mask, cap, gpu_idle, supported, words = loaded.split(", ")
+    assert re.fullmatch(r"0x[0-9A-F]{16}", mask) and int(mask, 16) & 0x4
+    assert (cap, gpu_idle, supported) == ("Active", "Not Active", "0x00000000000001FF")
+    assert "SwPowerCap" in words.split("|")
+    assert idle.split(", ")[:3] == ["0x0000000000000001", "Not Active", "Active"]
+
+
+def test_gpuenv_lock_fields_follow_gpuenvs_own_lock(sim: SimBackend) -> None:
+    from gpuenv.clocks import lock
+
+    assert rows(sim, "gpuenv.lock,gpuenv.lock.sm", gpus=[0]) == ["none, None"]
+    with lock(sm=1350, gpus=[0], backend=sim, supervise=False):
+        sim.open_context(0)
+        sim.idle(1.0)
+        assert rows(sim, "gpuenv.lock,gpuenv.lock.sm,clocks.sm", gpus=[0]) == [
+            "held, 1350, 1350 MHz"
+        ]
+
+
+def test_a_value_the_gpu_does_not_offer_reads_na(sim: SimBackend) -> None:
+    sim.inject_fault(0, "not_supported", op="power_limits")
+    sim.inject_fault(1, "permission", op="persistence_mode")
+    assert rows(sim, "index,power.limit,persistence_mode") == [
+        "0, [N/A], Enabled",
+        "1, 700.00 W, [Insufficient Permissions]",
+    ]
+
+
+def test_a_lost_gpu_says_so_in_its_cells_and_in_the_errors(sim: SimBackend) -> None:
+    sim.inject_fault(1, "gpu_lost")
+    lines, errors = query_rows(sim, [0, 1], parse_fields("index,clocks.sm"), CsvFormat())
+    assert lines == ["0, 345 MHz", "1, [GPU is lost]"]
+    assert len(errors) == 1 and errors[0].startswith("GPU 1:")
+
+
+def test_an_unknown_field_is_refused_with_nvidia_smis_sentence() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_fields("index,clocks.nope")
+    assert str(err.value).startswith('Field "clocks.nope" is not a valid field to query.')
+    assert "--help-query-gpu" in str(err.value)
+    with pytest.raises(ConfigError, match="at least one field"):
+        parse_fields(" ")
+
+
+@pytest.mark.parametrize(
+    ("text", "header", "units"),
+    [("csv", True, True), ("csv,noheader", False, True), ("nounits,csv", True, False),
+     ("csv,noheader,nounits", False, False)],
+)  # fmt: skip
+def test_format_options_in_any_order(text: str, header: bool, units: bool) -> None:
+    assert parse_format(text) == CsvFormat(header=header, units=units)
+
+
+@pytest.mark.parametrize("text", ["noheader", "csv,json", "", "tsv"])
+def test_a_bad_format_is_refused_with_what_to_write(text: str) -> None:
+    with pytest.raises(ConfigError, match="--format=csv"):
+        parse_format(text)
+
+
+def test_help_lists_every_field_and_its_aliases() -> None:
+    text = help_text()
+    for f in FIELDS:
+        assert " or ".join(f'"{n}"' for n in f.names) in text
+    assert '"clocks.current.sm" or "clocks.sm" [MHz]' in text
+    assert all(f.help for f in FIELDS)
+
+
+# -- the command ----------------------------------------------------------------------
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), env={"GPUENV_SIM_GPUS": "2"})
+
+
+def test_cli_query_gpu_as_in_the_readme() -> None:
+    result = run("--sim", "status", "--query-gpu=index,clocks.sm,power.draw", "--format=csv")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "index, clocks.current.sm [MHz], power.draw [W]"
+    assert [line.split(", ")[0] for line in lines[1:]] == ["0", "1"]
+    quiet = run("--sim", "status", "--query-gpu=index,clocks.sm", "--format=csv,noheader,nounits",
+                "-i", "1")  # fmt: skip
+    assert quiet.output == "1, 345\n"
+
+
+def test_cli_query_gpu_defaults_to_csv_and_refuses_mixed_outputs() -> None:
+    assert run("--sim", "status", "--query-gpu=index", "-i", "0").output == "index\n0\n"
+    for args, text in [
+        (["--query-gpu=index", "--json"], "--json does not go with"),
+        (["--format=csv"], "--format needs a query"),
+        (["--query-gpu=index", "--supported-clocks"], "disagree"),
+        (["--query-gpu=index", "--format=xml"], "'xml' is not a format option"),
+    ]:
+        result = run("--sim", "status", *args)
+        assert result.exit_code == 2 and text in result.output, (args, result.output)
+
+
+def test_cli_unknown_field_exits_2_with_one_line() -> None:
+    result = run("--sim", "status", "--query-gpu=index,x")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "gpuenv: error: Field \"x\" is not a valid field to query. "
+        "'gpuenv status --help-query-gpu' lists the valid ones."
+    ]
+
+
+def test_cli_help_query_gpu_needs_no_gpu() -> None:
+    result = CliRunner().invoke(cli, ["status", "--help-query-gpu"], env={"GPUENV_BACKEND": "x"})
+    assert result.exit_code == 0
+    assert result.output.startswith('List of valid properties to query for the switch "--query')
+    assert '"gpuenv.lock"' in result.output

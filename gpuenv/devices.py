@@ -85,6 +85,40 @@ def select_gpus(
     return chosen
 
 
+def select_recorded(
+    gpus: Sequence[Mapping[str, object]], selector: str | int | Sequence[str | int] | None
+) -> list[int]:
+    """NVML indices among GPUs a run recorded (each a dict with "index" and, where known,
+    "uuid" and "pci_bus_id"), named as `select_gpus` names them: an index, a UUID or a
+    unique prefix, a PCI bus id, 'all'. CUDA's numbering ('cuda:N', 'local') belongs to
+    the machine that ran it, not to the file, so it is refused."""
+    count = len(gpus)
+    indices = [int(str(g.get("index"))) for g in gpus]
+    uuids = [str(g.get("uuid") or "") for g in gpus]
+    known = ", ".join(map(str, indices)) or "none"
+    chosen: list[int] = []
+    for token in _tokens(selector):
+        text = str(token).strip()
+        if text.lower() == "all":
+            found = list(indices)
+        elif text.lstrip("+").isdigit() and int(text) in indices:
+            found = [int(text)]
+        elif text.upper().startswith("GPU-") and (hit := _match_uuid(uuids, text)) is not None:
+            found = [indices[hit]]
+        elif _PCI.match(text) and (
+            hits := [i for i, g in zip(indices, gpus, strict=True)
+                     if _pci_key(str(g.get("pci_bus_id") or "")) == _pci_key(text)]
+        ):  # fmt: skip
+            found = hits[:1]
+        else:
+            raise DeviceNotFound(
+                text, count, hint=f"this run recorded GPU {known}: give one of those "
+                "indices, a UUID or a PCI bus id",
+            )  # fmt: skip
+        chosen += [i for i in found if i not in chosen]
+    return chosen
+
+
 def describe(backend: Backend, index: int) -> str:
     """'GPU 0 (NVIDIA H100 80GB HBM3)', or 'GPU 0' when the name cannot be read."""
     try:

@@ -40,6 +40,7 @@ COMMANDS = (
 # Values that bound how long a command runs: only these are drawn for these flags.
 BOUNDED = {
     "--count": ["0", "1", "2", "-1", "x", ""],
+    "-n": ["0", "1", "2", "-1", "x", ""],
     "-c": ["0", "1", "2", "-1", "x", ""],
     "--interval": ["0", "0.01", "-1", "nan", "x", ""],
     "-d": ["0", "0.01", "-1", "nan", "x", ""],
@@ -248,7 +249,7 @@ def _tail(command: str, rng: random.Random) -> list[str]:
     if command == "demo":
         return ["--fast"]
     if command == "monitor":
-        return rng.choice([["--once"], ["-c", "1"], ["--json", "-c", "1"], ["--csv", "-c", "1"]])
+        return rng.choice([["--once"], ["-n", "1"], ["--json", "-n", "1"], ["--csv", "-n", "1"]])
     if command == "calibrate":
         return ["--duration", "1", "--no-save"] if rng.random() < 0.8 else ["--duration", "x"]
     return []
@@ -278,8 +279,10 @@ def generate(rng: random.Random, *, process_faults: bool = False) -> Case:
             argv.append(_value(flag, rng))
     if rng.random() < 0.05:
         argv.append(rng.choice(["--no-such-flag", "-Z", "--sim", "--dry-run"]))
-    if command == "monitor" and any(a in ("--count", "-c", "--once") for a in argv):
+    if command == "monitor" and any(a in ("--count", "-n", "-1", "--once") for a in argv):
         tail: list[str] = []
+    elif command == "status" and set(argv) & {"-l", "--loop", "--interval", "-lms", "--loop-ms"}:
+        tail = ["-lms", "0"]  # a loop runs until Ctrl-C: keep every status case bounded
     else:
         tail = _tail(command, rng)
     # the run command's own words come last: click stops at '--'

@@ -40,7 +40,7 @@ def test_bad_input_in_process_ends_in_a_sentence(ws: Workspace, seed: int) -> No
 # The faults a process needs, each on commands that write (a journal, results, stdout).
 PROCESS_CASES = [
     Case(["status", "--json"], {}, "dev_full_stdout"),
-    Case(["monitor", "--json", "-c", "2", "-d", "0.01"], {}, "dev_full_stdout"),
+    Case(["monitor", "--json", "-n", "2", "-d", "0.01"], {}, "dev_full_stdout"),
     Case(["doctor"], {}, "dev_full_stdout"),
     Case(["compare", "@good", "@good"], {}, "dev_full_stdout"),
     Case(["lock", "--sm", "1350", "--power-limit", "500"], {}, "fsize_limit", 700),

@@ -170,14 +170,14 @@ def test_cli_once_prints_a_snapshot():
 
 
 def test_cli_json_stream_counts():
-    result = _invoke("--sim", "monitor", "--json", "-c", "3", "-d", "0.02")
+    result = _invoke("--sim", "monitor", "--json", "-n", "3", "-d", "0.02")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert len(lines) == 3 and all(json.loads(x)["gpu"] == 0 for x in lines)
 
 
 def test_cli_csv_with_a_scenario_shows_the_sim_moving():
-    result = _invoke("--sim", "monitor", "--csv", "-c", "2", "-d", "0.3", "--scenario", "load")
+    result = _invoke("--sim", "monitor", "--csv", "-n", "2", "-d", "0.3", "--scenario", "load")
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(result.output)))
     assert len(rows) == 2
@@ -190,7 +190,7 @@ def test_cli_csv_with_a_scenario_shows_the_sim_moving():
     [
         (["monitor", "--scenario", "load", "--once"], "--scenario drives the simulated GPU"),
         (["--sim", "monitor", "-d", "0"], "--interval 0 is not a positive"),
-        (["--sim", "monitor", "-c", "0", "--json"], "--count 0"),
+        (["--sim", "monitor", "-n", "0", "--json"], "--count 0"),
         (["--sim", "monitor"], "the live view needs a terminal"),
         (["--sim", "monitor", "-i", "5", "--once"], "no GPU matches '5'"),
     ],
@@ -232,7 +232,7 @@ def test_once_and_json_on_the_real_gpu(monkeypatch):
     once = CliRunner().invoke(cli, ["monitor", "--once", "-i", "0"], obj={})
     assert once.exit_code == 0, once.output
     assert name in once.output and "MHz" in once.output and "    error: " not in once.output
-    stream_out = CliRunner().invoke(cli, ["monitor", "--json", "-c", "2", "-d", "0.2"], obj={})
+    stream_out = CliRunner().invoke(cli, ["monitor", "--json", "-n", "2", "-d", "0.2"], obj={})
     assert stream_out.exit_code == 0, stream_out.output
     recs = [json.loads(x) for x in stream_out.output.splitlines()]
     assert recs and all(r["sm_mhz"] and r["sm_mhz"] > 0 and r["error"] is None for r in recs)

@@ -29,17 +29,63 @@ def is_dry_run(ctx: click.Context) -> bool:
     return bool((ctx.find_root().obj or {}).get("dry_run"))
 
 
-def gpu_option(default: str = "all") -> Callable[[F], F]:
-    """`-i/--gpu 0,1|all|UUID|PCI bus id`, as nvidia-smi's -i but with lists."""
+GPU_HELP = (
+    "GPUs: NVML indices, UUIDs or PCI bus ids, comma-separated; 'all'; "
+    "'cuda:N' for a CUDA index (honours CUDA_VISIBLE_DEVICES); 'local' for LOCAL_RANK."
+)
+
+
+def gpu_option(default: str | None = "all", help: str = GPU_HELP) -> Callable[[F], F]:
+    """`-i/--gpu 0,1|all|UUID|PCI bus id`, as nvidia-smi's -i but with lists: the one way
+    every command that takes a GPU is told which."""
     return click.option(
         "-i",
         "--gpu",
         "gpu",
         default=default,
-        show_default=True,
+        show_default=default is not None,
         metavar="SEL",
-        help="GPUs: NVML indices, UUIDs or PCI bus ids, comma-separated; 'all'; "
-        "'cuda:N' for a CUDA index (honours CUDA_VISIBLE_DEVICES); 'local' for LOCAL_RANK.",
+        help=help,
+    )
+
+
+class AliasedOption(click.Option):
+    """An option whose old spellings (`hidden_opts`) still work but are not shown in --help.
+
+    One option with every spelling (not a second hidden option writing the same value):
+    which of two options sets a value is up to the click version; one option has one value.
+    """
+
+    def __init__(self, *args: Any, hidden_opts: tuple[str, ...] = (), **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.hidden_opts = hidden_opts
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        saved = self.opts
+        self.opts = [o for o in saved if o not in self.hidden_opts]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = saved
+
+
+def interval_option(
+    what: str, *, default: float | None = None, old: tuple[str, ...] = (), short: str = ""
+) -> Callable[[F], F]:
+    """`--interval SEC`: the one name of a sampling period in every command (nvitop's name;
+    nvidia-smi's -l help says "second interval"). `what` ends "Seconds between ...";
+    `old`: earlier spellings, still accepted, not shown; `short`: a letter (monitor's -d)."""
+    names = ([short] if short else []) + ["--interval", *old]
+    return click.option(
+        *names,
+        "interval",
+        cls=AliasedOption,
+        hidden_opts=old,
+        type=float,
+        default=default,
+        show_default=default is not None,
+        metavar="SEC",
+        help=f"Seconds between {what}.",
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 import click
 
-from gpuenv.cli._common import handle_errors, open_from_ctx
+from gpuenv.cli._common import handle_errors, interval_option, open_from_ctx
 
 _LEVELS = ("debug", "info", "warning", "error")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -78,8 +78,8 @@ def _config_option(fn: F) -> F:
 @_config_option
 @click.option("--metrics", metavar="HOST:PORT", default=None,
               help="Serve Prometheus metrics here (an address alone: port 19400).")
-@click.option(
-    "--sample-period", type=float, default=None, metavar="S", help="Sampler period (default 0.1 s)."
+@interval_option(
+    "telemetry samples (default 0.1; config: [daemon] sample_period)", old=("--sample-period",)
 )
 @click.option("--log-level", type=click.Choice(_LEVELS), default="info", show_default=True)
 @click.pass_context
@@ -89,7 +89,7 @@ def daemon(
     socket_path: str | None,
     config_path: str | None,
     metrics: str | None,
-    sample_period: float | None,
+    interval: float | None,
     log_level: str,
 ) -> None:
     """gpuenvd: a root service that lends clock locks to unprivileged users.
@@ -113,7 +113,7 @@ def daemon(
     """
     if ctx.invoked_subcommand is not None:
         return
-    _serve(ctx, socket_path, config_path, metrics, sample_period, log_level)
+    _serve(ctx, socket_path, config_path, metrics, interval, log_level)
 
 
 def _serve(

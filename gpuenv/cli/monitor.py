@@ -8,26 +8,37 @@ from __future__ import annotations
 
 import click
 
-from gpuenv.cli._common import gpu_option, handle_errors, open_from_ctx
+from gpuenv.cli._common import gpu_option, handle_errors, interval_option, open_from_ctx
 
 _SCENARIO_NAMES = ("idle", "load", "bursts", "shared")  # gpuenv.monitor.SCENARIOS (checked there)
 
 
+def _refuse_c(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """`-c` was the count here once; in nvitop it means "compute processes only". Rather
+    than count where a nvitop user expects a filter (or the reverse), say which is which."""
+    if value is not None and not ctx.resilient_parsing:
+        raise click.UsageError(
+            "-c is not a gpuenv monitor option: nvitop's -c shows compute processes only, "
+            "which gpuenv's monitor does not filter; to stop after N updates use -n N (--count)",
+            ctx,
+        )
+
+
 @click.command("monitor")
 @gpu_option()
-@click.option("--once", is_flag=True, help="Print one snapshot and exit (like 'nvitop --once').")
+@click.option(
+    "-1", "--once", is_flag=True, help="Print one snapshot and exit (like 'nvitop -1/--once')."
+)
 @click.option("--json", "as_json", is_flag=True, help="Stream one JSON line per GPU per tick.")
 @click.option("--csv", "as_csv", is_flag=True, help="Stream CSV, one row per GPU per tick.")
+@interval_option("updates (-d as in 'nvidia-smi dmon -d')", default=1.0, short="-d")
 @click.option(
-    "-d",
-    "--interval",
-    type=float,
-    default=1.0,
-    show_default=True,
-    metavar="S",
-    help="Seconds between updates.",
+    "-n", "--count", type=int, default=None, metavar="N", help="Stop after N updates (top's -n)."
 )
-@click.option("-c", "--count", type=int, default=None, metavar="N", help="Stop after N updates.")
+@click.option(
+    "-c", "nvitop_c", hidden=True, default=None, expose_value=False, callback=_refuse_c,
+    help="Refused: nvitop's -c means compute processes only; the count is -n/--count.",
+)  # fmt: skip
 @click.option("--duration", type=float, default=None, metavar="S", help="Stop after S seconds.")
 @click.option(
     "--scenario",

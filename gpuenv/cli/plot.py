@@ -10,23 +10,48 @@ no matplotlib). The rest: gpuenv.errors.EXIT_CODES.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from gpuenv.cli._common import handle_errors
+from gpuenv.cli._common import gpu_option, handle_errors
 
 
 @click.command("plot")
 @click.argument("run_file", metavar="RUN.jsonl", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", default=None, metavar="FILE",
               help="Image to write (.png, .svg, .pdf). Default: RUN.png beside the input.")
-@click.option("--gpu", "gpu", type=int, default=None, help="NVML index of the GPU to draw.")
+@gpu_option(
+    default=None,
+    help="The GPU to draw, as the run recorded it: an NVML index, a UUID or a PCI bus id "
+    "(default: each measurement's first GPU).",
+)
 @click.option("--title", default=None, help="Figure title.")
 @handle_errors
-def plot(run_file: str, output: str | None, gpu: int | None, title: str | None) -> None:
+def plot(run_file: str, output: str | None, gpu: str | None, title: str | None) -> None:
     """Plot SM clock, power and temperature of the last run in RUN.jsonl."""
     from gpuenv.plot import plot_run
     from gpuenv.results import load_run
 
+    run = load_run(run_file)
     out = output or (run_file[: -len(".jsonl")] if run_file.endswith(".jsonl") else run_file) \
         + ".png"
-    click.echo(plot_run(load_run(run_file), out, title=title, gpu=gpu))
+    click.echo(plot_run(run, out, title=title, gpu=None if gpu is None else _one_gpu(run, gpu)))
+
+
+def _one_gpu(run: Any, selector: str) -> int:
+    """The one GPU `-i` names among those the run recorded (a plot draws one)."""
+    from gpuenv.devices import select_recorded
+    from gpuenv.errors import ConfigError
+
+    recorded = list(run.metadata.get("gpus") or [])
+    seen = {int(g["index"]) for g in recorded if isinstance(g, dict) and "index" in g}
+    windows = {w.gpu for m in run.measurements for w in m.windows if w.gpu not in seen}
+    recorded += [{"index": i} for i in sorted(windows)]  # telemetry of a GPU the meta lacks
+    chosen = select_recorded(recorded, selector)
+    if len(chosen) != 1:
+        raise ConfigError(
+            f"-i {selector} names {len(chosen)} GPUs and a plot draws one",
+            hint="name one: -i " + (str(chosen[0]) if chosen else "0"),
+        )
+    return chosen[0]

@@ -14,7 +14,13 @@ import os
 
 import click
 
-from gpuenv.cli._common import gpu_option, handle_errors, is_dry_run, open_from_ctx
+from gpuenv.cli._common import (
+    gpu_option,
+    handle_errors,
+    interval_option,
+    is_dry_run,
+    open_from_ctx,
+)
 
 
 @click.command(
@@ -60,9 +66,7 @@ from gpuenv.cli._common import gpu_option, handle_errors, is_dry_run, open_from_
     default=None,
     help="Append the run to this JSONL file (run.jsonl -> run.rankN.jsonl under torchrun/Slurm).",
 )
-@click.option(
-    "--period", type=float, default=None, metavar="S", help="Sampling period (default 0.025 s)."
-)
+@interval_option("telemetry samples (default 0.025)", old=("--period",))
 @click.option("-q", "--quiet", is_flag=True, help="No summary table on stderr.")
 @click.option(
     "--summary",
@@ -85,7 +89,7 @@ def run(
     gpu: str,
     policy: str,
     output: str | None,
-    period: float | None,
+    interval: float | None,
     quiet: bool,
     summary: str,
     regions_from: str | None,
@@ -119,7 +123,7 @@ def run(
         sm_max=sm_max,
         mem=mem,
         power_limit=power_limit,
-        period=period,
+        period=interval,
         policy=policy,
         no_auto_regions=no_auto_regions,
         gpu=gpu,
@@ -142,7 +146,7 @@ def run(
             force=force,
             policy=policy,
             output=plan.output,
-            period=period,
+            period=interval,
             quiet=quiet,
             auto_regions=plan.auto_regions,
             summary=summary,

@@ -64,7 +64,7 @@ def plan_run(
     if not argv:
         raise ConfigError("no command to run", hint="gpuenv run [options] -- python bench.py")
     if period is not None and period <= 0:
-        raise ConfigError(f"--period {period:g} must be positive", hint="e.g. --period 0.05")
+        raise ConfigError(f"--interval {period:g} must be positive", hint="e.g. --interval 0.05")
     check_run_policy(policy)
     resolve_command(argv)  # a typo fails here, before anything is locked
     auto = select_kinds(env.get(ENV_SELECT), enabled=not no_auto_regions)

@@ -34,3 +34,14 @@ def test_multi_gpu_distinct_ids():
     assert len({i.uuid for i in infos}) == 4 and len({i.pci_bus_id for i in infos}) == 4
     s.run_work(1, 1.98e10)  # ~13 s of heavy work on GPU 1 only
     assert s.truth(1).temp_c > s.truth(0).temp_c + 5
+
+
+def test_performance_state_is_p0_under_load_and_the_profiles_idle_state_otherwise(vclock):
+    with SimBackend("h100", clock=vclock) as h100, SimBackend("rtx4090", clock=vclock) as rtx:
+        assert h100.performance_state(0) == 0  # persistent H100 at 345 MHz: still P0
+        assert rtx.performance_state(0) == 8
+        rtx.open_context(0)
+        assert rtx.performance_state(0) == 0
+        rtx.close_context(0)
+        rtx.set_background_load(0, 0.5)
+        assert rtx.performance_state(0) == 0

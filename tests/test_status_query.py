@@ -189,3 +189,40 @@ def test_cli_help_query_gpu_needs_no_gpu() -> None:
     assert result.exit_code == 0
     assert result.output.startswith('List of valid properties to query for the switch "--query')
     assert '"gpuenv.lock"' in result.output
+
+
+# -- against nvidia-smi itself (the device machine: scripts/device-test) ------------------
+
+STATIC = (
+    "index,name,uuid,pci.bus_id,driver_version,count,clocks.max.sm,clocks.max.memory,"
+    "power.limit,power.default_limit,power.min_limit,power.max_limit,memory.total,compute_cap,"
+    "clocks_event_reasons.supported,persistence_mode,mig.mode.current"
+)
+
+
+@pytest.mark.gpu
+def test_gpu_query_matches_nvidia_smi_header_and_static_values() -> None:
+    import shutil
+    import subprocess
+
+    from gpuenv.backend.nvml import NvmlBackend
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        pytest.skip("nvidia-smi is not installed here")
+    dynamic = "clocks.sm,clocks.gr,clocks.mem,power.draw,temperature.gpu,utilization.gpu,pstate"
+    aliases = "clocks_throttle_reasons.active,gpu_name,gpu.power.current_limit"
+    for fields in (STATIC, dynamic, aliases):
+        theirs = subprocess.run(
+            [smi, f"--query-gpu={fields}", "--format=csv"], capture_output=True, text=True,
+            check=True,
+        ).stdout.splitlines()  # fmt: skip
+        backend = NvmlBackend()
+        try:
+            parsed = parse_fields(fields)
+            mine = query_rows(backend, range(backend.device_count()), parsed, CsvFormat())[0]
+        finally:
+            backend.close()
+        assert header_line(parsed, CsvFormat()) == theirs[0]
+        if fields == STATIC:
+            assert mine == theirs[1:]

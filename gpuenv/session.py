@@ -89,7 +89,8 @@ def stable(
       function given to `repeat`/`bench`).
     backend, clock: injected (default: open_backend(), the backend's clock).
     output: a JSONL path; each measurement is appended as it ends.
-    period: the sampler's period (default telemetry.DEFAULT_PERIOD_S).
+    period: seconds between telemetry samples, the CLI's `--interval` (default
+      telemetry.DEFAULT_PERIOD_S).
     config: verdict thresholds. stable_clocks: treat power capping and clock drift
       as problems (default: True when sm= is asked for).
     cuda_events: time `measure` regions with CUDA events too (needs torch already

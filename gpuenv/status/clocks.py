@@ -9,27 +9,29 @@ which (`Backend.clock_limits`), for the real GPU and the simulated one alike.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from gpuenv.backend import Backend
 from gpuenv.errors import GpuenvError
-from gpuenv.status.query import GpuReads, QueryField, present, timestamp_text
+from gpuenv.status.query import GpuReads, QueryField, field
 
 SCHEMA = 1
 
+
+def _named(name: str, *names: str) -> QueryField:
+    """A --query-gpu field under --query-supported-clocks' names (there gpu_name comes first)."""
+    return dataclasses.replace(field(name), names=names)
+
+
 # nvidia-smi --help-query-supported-clocks: its fields, in its order
 SUPPORTED_FIELDS: tuple[QueryField, ...] = (
-    QueryField(("timestamp",), 'When the query was made, as "YYYY/MM/DD HH:MM:SS.msec".',
-               timestamp_text),
-    QueryField(("gpu_name", "name"), "The official product name of the GPU.",
-               lambda r: r.get("device_info").name),
-    QueryField(("gpu_bus_id", "pci.bus_id"), 'PCI bus id as "domain:bus:device.function".',
-               lambda r: r.get("device_info").pci_bus_id),
-    QueryField(("gpu_serial", "serial"), "The serial number printed on the board.",
-               lambda r: present(r.get("device_info").serial)),
-    QueryField(("gpu_uuid", "uuid"), "The globally unique immutable identifier of the GPU.",
-               lambda r: r.get("device_info").uuid),
+    _named("timestamp", "timestamp"),
+    _named("name", "gpu_name", "name"),
+    _named("pci.bus_id", "gpu_bus_id", "pci.bus_id"),
+    _named("serial", "gpu_serial", "serial"),
+    _named("uuid", "gpu_uuid", "uuid"),
     QueryField(("memory", "mem"), "Memory clock of this supported pair.",
                lambda r: r.pair[0], unit="MHz"),
     QueryField(("graphics", "gr"), "Graphics (and SM) clock of this supported pair.",

@@ -306,6 +306,11 @@ FIELDS: tuple[QueryField, ...] = (
 )  # fmt: skip
 
 
+def field(name: str) -> QueryField:
+    """The --query-gpu field called `name` (or an alias of it)."""
+    return parse_fields(name)[0]
+
+
 @dataclass(frozen=True)
 class CsvFormat:
     """`--format=csv[,noheader][,nounits]`."""
@@ -406,6 +411,7 @@ __all__ = [
     "GpuReads",
     "QueryField",
     "csv_rows",
+    "field",
     "header_line",
     "help_text",
     "parse_fields",

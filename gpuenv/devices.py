@@ -92,7 +92,6 @@ def select_recorded(
     "uuid" and "pci_bus_id"), named as `select_gpus` names them: an index, a UUID or a
     unique prefix, a PCI bus id, 'all'. CUDA's numbering ('cuda:N', 'local') belongs to
     the machine that ran it, not to the file, so it is refused."""
-    count = len(gpus)
     indices = [int(str(g.get("index"))) for g in gpus]
     uuids = [str(g.get("uuid") or "") for g in gpus]
     known = ", ".join(map(str, indices)) or "none"
@@ -111,10 +110,11 @@ def select_recorded(
         ):  # fmt: skip
             found = hits[:1]
         else:
-            raise DeviceNotFound(
-                text, count, hint=f"this run recorded GPU {known}: give one of those "
-                "indices, a UUID or a PCI bus id",
-            )  # fmt: skip
+            raise ConfigError(
+                f"this run has no GPU {text}",
+                hint=f"it recorded GPU {known}: give one of those indices, a UUID or a PCI "
+                "bus id",
+            )
         chosen += [i for i in found if i not in chosen]
     return chosen
 

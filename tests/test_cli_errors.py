@@ -134,7 +134,7 @@ def test_sim_and_dry_run_are_accepted_after_the_command() -> None:
 
 
 def test_monitor_refuses_json_and_csv_together() -> None:
-    one_error(run("--sim", "monitor", "--json", "--csv", "-c", "1"), 2, "--json and --csv")
+    one_error(run("--sim", "monitor", "--json", "--csv", "-n", "1"), 2, "--json and --csv")
 
 
 def test_ctrl_c_during_calibrate_exits_130_not_the_unsettled_1(
@@ -155,7 +155,7 @@ def test_ctrl_c_during_calibrate_exits_130_not_the_unsettled_1(
 
 
 @pytest.mark.parametrize(
-    "args", [["status", "--json"], ["monitor", "--json", "-c", "1"]], ids=["status", "monitor"]
+    "args", [["status", "--json"], ["monitor", "--json", "-n", "1"]], ids=["status", "monitor"]
 )
 def test_a_full_standard_output_is_a_sentence(args: list[str], tmp_path: Path) -> None:
     with open("/dev/full", "wb") as full:

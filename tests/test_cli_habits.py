@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
 from gpuenv.devices import select_recorded
-from gpuenv.errors import ConfigError, DeviceNotFound
+from gpuenv.errors import ConfigError
 from gpuenv.results import Measurement, Results
 from gpuenv.status.clocks import format_supported, runs, supported_clocks, supported_reads
 from gpuenv.timebase import VirtualClock
@@ -103,9 +103,9 @@ def test_select_recorded_by_index_uuid_prefix_pci_and_all() -> None:
     assert select_recorded(gpus, str(gpus[1]["pci_bus_id"]).split(":", 1)[1]) == [1]
     assert select_recorded(gpus, "all") == [0, 1, 2]
     assert select_recorded(gpus, "2,0,2") == [2, 0]
-    with pytest.raises(DeviceNotFound, match="this run recorded GPU 0, 1, 2"):
+    with pytest.raises(ConfigError, match="this run has no GPU 5: it recorded GPU 0, 1, 2"):
         select_recorded(gpus, "5")
-    with pytest.raises(DeviceNotFound):
+    with pytest.raises(ConfigError, match="no GPU cuda:0"):
         select_recorded(gpus, "cuda:0")  # CUDA's numbering belongs to the machine that ran it
 
 

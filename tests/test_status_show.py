@@ -192,3 +192,17 @@ def test_cli_ctrl_c_ends_a_loop_with_exit_code_0() -> None:
     assert first.startswith(b"sim backend")
     assert proc.returncode == 0, err
     assert b"Traceback" not in err and b"interrupted" not in err
+
+
+def test_ctrl_c_during_a_single_report_is_an_interruption_not_a_clean_end(
+    sim: SimBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(index: int):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim, "read_fast", interrupted)
+    once = StatusOptions(query_gpu="clocks.sm")
+    with pytest.raises(KeyboardInterrupt):  # guarded() turns it into exit 130
+        show(sim, [0], once, io.StringIO(), io.StringIO())
+    looping = StatusOptions(query_gpu="clocks.sm", interval_s=1.0)
+    assert show(sim, [0], looping, io.StringIO(), io.StringIO()) == 0

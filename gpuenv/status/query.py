@@ -259,7 +259,8 @@ FIELDS: tuple[QueryField, ...] = (
     QueryField(("power.limit", "gpu.power.requested_limit"), "The software power limit, "
                "in watts (nvidia-smi -pl).", lambda r: _power(r).limit_w, **_WATT),
     QueryField(("enforced.power.limit", "gpu.power.current_limit"), "The power ceiling the "
-               "power management algorithm enforces, in watts.",
+               "power management algorithm enforces, in watts (gpuenv reads the limit set: "
+               "they differ only when another limiter is lower).",
                lambda r: _power(r).limit_w, **_WATT),
     QueryField(("power.default_limit", "gpu.power.default_limit"), "The default power limit, "
                "in watts.", lambda r: _power(r).default_w, **_WATT),

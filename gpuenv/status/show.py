@@ -174,8 +174,12 @@ def show(
                 break
             clock.sleep(max(0.0, start + ticks * opts.interval_s - clock.now()))
     except KeyboardInterrupt:  # Ctrl-C ends a loop: that is how nvidia-smi -l is stopped
+        if opts.interval_s is None:
+            raise  # a single report cut short is an interruption (exit 130), as elsewhere
         return EXIT_OK
     except BrokenPipeError:  # the reader left (| head): nothing more to say to anyone
+        if opts.interval_s is None:
+            raise
         _quiet(out)
         return EXIT_OK
     if opts.interval_s is not None:

@@ -226,3 +226,11 @@ def test_gpu_query_matches_nvidia_smi_header_and_static_values() -> None:
         assert header_line(parsed, CsvFormat()) == theirs[0]
         if fields == STATIC:
             assert mine == theirs[1:]
+
+
+def test_cli_a_bad_field_is_refused_before_any_gpu_is_read() -> None:
+    # no --sim: on this machine without a driver, opening NVML would fail first
+    env = {"GPUENV_BACKEND": "nvml"}
+    result = CliRunner().invoke(cli, ["status", "--query-gpu=bogus"], env=env)
+    assert result.exit_code == 2
+    assert 'Field "bogus" is not a valid field to query.' in result.output

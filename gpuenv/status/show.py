@@ -15,7 +15,7 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError
@@ -76,6 +76,20 @@ def check(opts: StatusOptions) -> None:
             hint="e.g. 'gpuenv status --query-gpu=index,clocks.sm --format=csv', or "
             "'gpuenv status --supported-clocks --format=csv'",
         )
+    _fields(opts)  # a field or format nvidia-smi would refuse is refused before any GPU is read
+
+
+def _fields(opts: StatusOptions) -> tuple[list[Any], Any]:
+    """The CSV fields and format a query asks for (none for the table or JSON)."""
+    from gpuenv.status import clocks, query
+
+    fmt = query.parse_format(opts.fmt or "csv")
+    if opts.query_gpu is not None:
+        return query.parse_fields(opts.query_gpu), fmt
+    if opts.query_supported_clocks is not None or (opts.supported_clocks and opts.fmt):
+        text = opts.query_supported_clocks or "gpu_uuid,memory,graphics"
+        return query.parse_fields(text, clocks.SUPPORTED_FIELDS, "--query-supported-clocks"), fmt
+    return [], fmt
 
 
 @dataclass(frozen=True)
@@ -91,20 +105,8 @@ def _renderer(
     """A function (first tick?) -> what to print this tick."""
     from gpuenv.status import clocks, query
 
-    fmt = query.parse_format(opts.fmt or "csv")
-    if (
-        opts.query_gpu is not None
-        or opts.query_supported_clocks is not None
-        or (opts.supported_clocks and opts.fmt is not None)
-    ):
-        if opts.query_gpu is not None:
-            fields = query.parse_fields(opts.query_gpu)
-        else:
-            fields = query.parse_fields(
-                opts.query_supported_clocks or "gpu_uuid,memory,graphics",
-                clocks.SUPPORTED_FIELDS,
-                "--query-supported-clocks",
-            )
+    fields, fmt = _fields(opts)
+    if fields:
 
         def render_csv(first: bool) -> _Tick:
             if opts.query_gpu is not None:

@@ -141,6 +141,19 @@ class GpuProcess:
     pid: int
     used_memory_mib: int | None
     kind: str  # "compute" | "graphics"
+    # What a model knows beyond NVML's process list (the simulator names the processes it
+    # stands for and shares out its SM time); None from NVML: ask the host (nvitop, psutil).
+    sm_pct: int | None = None
+    user: str | None = None
+    command: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryUsage:
+    """`nvidia-smi --query-gpu=memory.used,memory.total` (MiB)."""
+
+    used_mib: int
+    total_mib: int
 
 
 @dataclass(frozen=True)
@@ -222,6 +235,10 @@ class Backend(Protocol):
     def processes(self, index: int) -> list[GpuProcess]: ...
     def utilization(self, index: int) -> tuple[int, int] | None:
         """(gpu %, memory %) over the driver's last sample period, or None."""
+        ...
+
+    def memory(self, index: int) -> MemoryUsage | None:
+        """Device memory used and total, or None where the GPU does not say."""
         ...
 
     # -- telemetry ----------------------------------------------------------------
@@ -417,6 +434,7 @@ __all__ = [
     "DeviceInfo",
     "FastReading",
     "GpuProcess",
+    "MemoryUsage",
     "PowerLimits",
     "ReadOnlyBackend",
     "SlowReading",

@@ -12,6 +12,8 @@ import pytest
 from gpuenv.backend.sim import SimBackend
 from gpuenv.errors import BackendError
 from gpuenv.monitor import MonitorModel
+from gpuenv.monitor.blocks import Frame
+from gpuenv.monitor.draw import plain
 from gpuenv.monitor.processes import (
     NvitopProcesses,
     ProcView,
@@ -20,6 +22,7 @@ from gpuenv.monitor.processes import (
     shorten_command,
 )
 from gpuenv.monitor.streams import stream_record
+from gpuenv.monitor.view import render
 from gpuenv.timebase import VirtualClock
 
 MAX = 1980e6  # cycles a second at the H100's top clock
@@ -107,6 +110,14 @@ def test_nvitop_without_a_driver_is_a_backend_error_the_model_absorbs():
         pytest.skip("a real GPU is here: see test_nvitop_lists_the_real_gpus_processes")
     with pytest.raises(BackendError, match="nvitop could not list the processes"):
         NvitopProcesses()(0)
+
+
+def test_a_process_list_that_cannot_be_read_says_so(sim, clock):
+    sim.inject_fault(0, "permission", op="processes")
+    view = MonitorModel(sim, [0], clock=clock).update()[0]
+    assert view.error is None and view.processes == () and view.processes_error
+    text = plain(render([view], Frame(), 120, None))
+    assert "procs   unknown: " in text and "none" not in text
 
 
 def test_nvitop_is_not_imported_until_processes_are_read():

@@ -6,8 +6,10 @@ import pytest
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.monitor import MonitorModel
+from gpuenv.monitor.blocks import Frame
+from gpuenv.monitor.draw import Glyphs, clip, graph, plain, sparkline
 from gpuenv.monitor.tui import Ui
-from gpuenv.monitor.view import KEY_HELP, Frame, Glyphs, clip, graph, plain, render, sparkline
+from gpuenv.monitor.view import KEY_HELP, render
 from gpuenv.timebase import VirtualClock
 
 MAX = 1980e6  # cycles a second at the H100's top clock

@@ -90,16 +90,6 @@ def _lock_segments(v: GpuView, g: Glyphs) -> Line:
     return segs
 
 
-def _ago(seconds: float) -> str:
-    """A span in at most 6 cells: "45 s", "2m05s", "1h20m"."""
-    s = round(seconds)
-    if s < 100:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
 def _mib(mib: int) -> str:
     return f"{mib} MiB" if mib < 1000 else f"{mib / 1024:.1f} GiB"
 
@@ -158,18 +148,22 @@ def _history_lines(v: GpuView, rows: _Rows, graph_rows: int, style: str) -> list
         return []
     shown = v.history[-len(vals) :]
     lo, hi = min(vals), max(vals)
-    ago = _ago(shown[-1][0] - shown[0][0])
+    ago = fmt_elapsed(shown[-1][0] - shown[0][0], compact=True)
     span = f"  {lo}-{hi} MHz" if lo != hi else f"  {lo} MHz"
     if graph_rows < 2:
         # scaled to the range shown beside it: small moves (a cap creeping down) stay visible
         spark = sparkline(vals, cells, lo, hi, rows.g)
         return [rows.row("history", ago, "dim", [(spark, style), (span, "dim")])]
-    # scaled to the range shown beside it: small moves (a cap creeping down) stay visible
-    body = graph(vals, cells, graph_rows, lo, hi, rows.g)
+    # The graph's floor lies below the lowest clock by half the range shown (at least 2%
+    # of the top): a dip reads as a dip, not as the bottom, and small moves stay visible.
+    floor = lo if lo == hi else max(0, int(lo - max((hi - lo) / 2, 0.02 * hi)) // 50 * 50)
+    body = graph(vals, cells, graph_rows, floor, hi, rows.g)
     out: list[Line] = []
     for k, cells_text in enumerate(body):
         value = ago if k == 0 else ""
-        scale = {0: f"  {hi} MHz", len(body) - 1: f"  {lo} MHz"}.get(k, "")
+        scale = {0: f"  {hi} MHz", len(body) - 1: f"  {floor} MHz"}.get(k, "")
+        if k == len(body) - 2 and lo != hi:
+            scale = f"  min {lo} MHz"
         lead = rows.label("history" if k == 0 else "")
         out.append([lead, (f"{value:>{rows.value_w - 2}}  ", "dim"), (cells_text, style)])
         out[-1].append((scale, "dim"))
@@ -241,6 +235,8 @@ def proc_lines(v: GpuView, width: int, g: Glyphs, max_rows: int | None) -> list[
     Narrow terminals drop the USER column, then the SM one, rather than cut words.
     """
     lead = "    procs   "
+    if v.processes_error is not None:
+        return [[(lead, "dim"), (f"unknown: {v.processes_error}", "warn")]]
     if not v.processes:
         return [[(lead, "dim"), ("none", "dim")]]
     user_w = 10 if width >= 72 else 0

@@ -78,6 +78,7 @@ class GpuView:
     mem_total_mib: int | None = None
     lock: LockView | None = None
     processes: tuple[ProcView, ...] = ()
+    processes_error: str | None = None  # why the processes could not be read
     history: tuple[tuple[float, int], ...] = ()  # (t, SM MHz) over the last history_s
     interval_s: float | None = None  # between updates, as observed (the history's step)
     error: str | None = None
@@ -215,8 +216,10 @@ class MonitorModel:
             if mem is not None:
                 extras["mem_used_mib"], extras["mem_total_mib"] = mem.used_mib, mem.total_mib
         if self._procs is not None:
-            with contextlib.suppress(GpuenvError):
+            try:
                 extras["processes"] = self._procs(i)
+            except GpuenvError as err:
+                extras["processes_error"] = str(err)
         if self.lock_lookup is not None:
             extras["lock"] = self._lock(i, t, fast.sm_mhz)
         return _replace(view, **extras)

@@ -10,8 +10,10 @@ import contextlib
 import os
 from typing import Any
 
+from gpuenv.monitor.blocks import Frame
+from gpuenv.monitor.draw import Glyphs, Line
 from gpuenv.monitor.model import MonitorModel
-from gpuenv.monitor.view import Frame, Glyphs, Line, render
+from gpuenv.monitor.view import render
 
 KEYS_NEXT = ("KEY_RIGHT", "KEY_DOWN", "\t", "j", "l")
 KEYS_PREV = ("KEY_LEFT", "KEY_UP", "KEY_BTAB", "k")

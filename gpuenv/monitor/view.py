@@ -16,18 +16,7 @@ import time
 from collections.abc import Sequence
 
 from gpuenv.monitor.blocks import Frame, Part, fit, gpu_parts, gpu_row, proc_lines, title_line
-from gpuenv.monitor.draw import (
-    Glyphs,
-    Line,
-    Segment,
-    ansi,
-    bar,
-    clip,
-    graph,
-    plain,
-    sparkline,
-    width_of,
-)
+from gpuenv.monitor.draw import Glyphs, Line, Segment, clip, width_of
 from gpuenv.monitor.model import GpuView
 
 KEY_HELP = (  # (keys, what they do): the help overlay and the README say the same
@@ -177,21 +166,4 @@ def render(views: Sequence[GpuView], frame: Frame, width: int, height: int | Non
     return [clip(line, width, frame.glyphs.more) for line in lines]
 
 
-__all__ = [
-    "KEY_HELP",
-    "Frame",
-    "Glyphs",
-    "Line",
-    "Segment",
-    "ansi",
-    "bar",
-    "clip",
-    "gpu_block",
-    "gpu_row",
-    "graph",
-    "header",
-    "help_lines",
-    "plain",
-    "render",
-    "sparkline",
-]
+__all__ = ["KEY_HELP", "PART_HELP", "gpu_block", "header", "help_lines", "render"]

@@ -182,7 +182,7 @@ def _capture(args: argparse.Namespace, env: dict[str, str], gpuenv: list[str], t
     try:
         subprocess.run(
             [*tmux, "new-session", "-d", "-s", "shot", "-x", str(cols), "-y", str(rows),
-             f"cd {shlex.quote(str(ROOT))} && env {exports} {cmd}"],
+             f"cd {shlex.quote(str(ROOT))} && env {exports} {cmd}; sleep 60"],  # an error stays
             check=True, env=env,
         )  # fmt: skip
         time.sleep(args.seconds)

@@ -153,3 +153,14 @@ def test_narrow_terminals_drop_columns_and_keep_the_key_hints(sim, clock):
     assert rows[0].endswith("? help") and "q quit" in rows[0]
     assert "USER" not in text and "GPU MEM" in text and "400000" in text  # USER dropped
     assert "memory" in text and "SM" in text
+
+
+def test_many_processes_take_the_spare_rows_and_say_how_many_more(sim, clock):
+    for pid in range(1000, 1040):
+        sim.open_context(0, pid=pid)
+    views = MonitorModel(sim, [0], clock=clock).update()[:1]
+    lines = plain(render(views, Frame(), 100, 32)).splitlines()
+    assert len(lines) == 32 and lines[-1].strip().startswith("… ")
+    shown = [x for x in lines if x.strip()[:4].isdigit()]
+    more = int(lines[-1].split()[1])
+    assert len(shown) + more == 40 and len(shown) >= 15

@@ -13,7 +13,8 @@ and lock clocks) and whether the answers agree. `--source DIR` runs the gpuenv f
 in DIR (a checkout of another commit, for a before/after figure); default: this one.
 
     python3 scripts/bench_calibrate_sim.py --fresh 5 --heated 1
-    python3 scripts/bench_calibrate_sim.py --source /tmp/gpuenv-before --fresh 2 --heated 1
+    mkdir /tmp/gpuenv-before && git archive COMMIT gpuenv | tar -x -C /tmp/gpuenv-before
+    python3 scripts/bench_calibrate_sim.py --source /tmp/gpuenv-before --fresh 3 --heated 1
 """
 
 from __future__ import annotations

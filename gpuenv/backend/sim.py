@@ -129,7 +129,8 @@ class SimBackend(SimReads, SimWrites, SimWorkload):
         application clocks, power limit, persistence) and the air each GPU's cooler sees,
         but each GPU fresh, with no context and no load, at its idle temperature. Work on
         it takes no wall time and reaches no other process, and what it does depends only
-        on those settings, not on what ran before (`gpuenv calibrate` runs on one).
+        on those settings, not on what ran before (`gpuenv calibrate` runs on one). Faults
+        injected here are not copied.
         """
         from gpuenv.timebase import VirtualClock
 

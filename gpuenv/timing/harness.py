@@ -65,7 +65,7 @@ def bench(
     if session is not None:
         if hasattr(session, "work_ended"):
             session.work_ended(session.sampler.mark())  # burst mode waits from here
-        session.results.add(m)  # also appended to the session's `output`, if it has one
+        m = session.keep(m)  # with the session's trace; appended to its `output`, if any
     elif output is not None:
         from gpuenv.results import ResultStore, environment_metadata
 

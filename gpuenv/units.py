@@ -30,6 +30,8 @@ def fmt_s(seconds: float | None, style: str = "precise") -> str:
         return f"{seconds:.{s}f} s"
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.{ms}f} ms"
+    if 0 < seconds * 1e6 < 0.5 * 10.0**-us:  # a positive time never reads "0 us"
+        return f"{seconds * 1e6:.2g} us"
     return f"{seconds * 1e6:.{us}f} us"
 
 

@@ -16,7 +16,7 @@ from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.reasons import THERMAL, Reason, reason_names
 from gpuenv.telemetry import Window
-from gpuenv.units import fmt_s
+from gpuenv.units import fmt_pct, fmt_s
 
 SEVERITIES = ("info", "warning", "error")
 KINDS = (
@@ -291,37 +291,42 @@ def _warmup(
     ]
 
 
-def _cap_time(w: Window) -> float:
+def cap_time_s(w: Window) -> float:
     """Seconds under the power cap: the cumulative counter where read, else the samples.
 
     The counter refreshes every ~100 ms and is interpolated between reads, so a window
     much shorter than that, just after the cap cleared, gets a share of the time under
     the cap before it (found on the simulated RTX 4090 and H100: "held back 100% ... at
     1980 MHz"). The counter counts only where a sample in or at the edges of the window
-    shows the cap bit."""
+    shows the cap bit. Where the counter did not move over a window whose samples show
+    the bit (it had not refreshed yet), the samples' time under the bit counts (a
+    finding once read "held GPU 0 back for 0 us ... (0%)")."""
     if not (w.reasons | w.reasons_start | w.reasons_end) & Reason.SW_POWER_CAP:
         return 0.0
-    if "power" in w.reason_s:
-        return w.reason_s["power"]
-    return w.reason_sampled_s.get("SwPowerCap", 0.0)
+    counted = w.reason_s.get("power", 0.0)
+    return counted if counted > 0 else w.reason_sampled_s.get("SwPowerCap", 0.0)
 
 
 def _power_cap(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Finding]:
     reps = []
     for i, w in enumerate(ws):
         dur = w.duration_s
-        frac = _cap_time(w) / dur if dur > 0 else 0.0
-        if frac >= c.power_cap_min_fraction or (w.reasons & Reason.SW_POWER_CAP):
+        under = cap_time_s(w)
+        frac = under / dur if dur > 0 else 0.0
+        # a rep the samples saw capped counts however short its time under the cap, but
+        # only with some time under it: a finding never says "0 us"
+        if frac >= c.power_cap_min_fraction or (w.reasons & Reason.SW_POWER_CAP and under > 0):
             reps.append(i)
     if not reps:
         return []
-    under = sum(_cap_time(ws[i]) for i in reps)
+    under = sum(cap_time_s(ws[i]) for i in reps)
     total = sum(w.duration_s for w in ws)
     details: dict[str, Any] = {"time_under_cap_s": under}
     if total > 0:
         details["fraction_under_cap"] = under / total
+        share = under / total
         text = (f"the SW power cap held GPU {g} back for {fmt_s(under, 'short')} of "
-                f"{fmt_s(total, 'short')} ({100 * under / total:.0f}%)")
+                f"{fmt_s(total, 'short')} ({'<1%' if share < 0.01 else fmt_pct(share, 0)})")
     else:
         text = f"the SW power cap was active on GPU {g}"
     text += f" in {_reps_text(reps, len(ws))}"

@@ -43,7 +43,7 @@ def test_same_code_same_state_is_no_change(tmp_path):
     assert not c.significant
     assert abs(c.change) < 0.01
     assert not c.state_changes
-    assert c.note.startswith("no significant change")
+    assert c.outcome == "no change" and c.note.startswith("no change (")
 
 
 def test_faster_code_in_the_same_state_is_a_clean_speedup(tmp_path):
@@ -127,3 +127,138 @@ class TestCli:
         out = CliRunner().invoke(cli, ["compare", str(tmp_path / "x.jsonl"), "y.jsonl"], obj={})
         assert out.exit_code == 2
         assert "no results file matches" in out.output
+
+
+# --- "no change", lock claims, like with like (issue 14 item 8) ---------------------------
+
+
+def region(t_s: float, *, sm: float = 1980.0, lock=None, held=None, name="step", temp=40.0):
+    """A hand-made record in the shape gpuenv writes: one region with its window."""
+    from gpuenv.results import Measurement
+    from gpuenv.telemetry import Window
+
+    w = Window(gpu=0, t0=0.0, t1=t_s, n_samples=10, sm_mhz_min=sm, sm_mhz_mean=sm,
+               sm_mhz_max=sm, temp_c_start=temp, temp_c_end=temp, temp_c_max=temp,
+               lock_range_mhz=lock, lock_held=held)  # fmt: skip
+    return Measurement.build(name, [t_s], windows=(w,), summary_windows=(w,))
+
+
+def save(path, *ms):
+    with ResultStore(path, {"backend": "sim"}) as store:
+        for m in ms:
+            store.append(m)
+    return str(path)
+
+
+def test_the_same_time_in_another_gpu_state_is_no_change_not_slower(tmp_path):
+    # the user's case: one region per side, equal times, the clock moved
+    a = save(tmp_path / "a.jsonl", region(1.0, sm=1980))
+    b = save(tmp_path / "b.jsonl", region(1.0, sm=1350))
+    report = compare_files(a, b)
+    (c,) = report.comparisons
+    assert "the GPU, not the code" not in c.note
+    assert "slower" not in c.note and "faster" not in c.note
+    assert c.note.startswith("no change")
+    assert c.outcome == "no change" and not c.significant
+    assert any("SM clock" in s for s in c.state_changes)  # the facts are still there
+    assert "state: mean SM clock 1980 -> 1350" in format_report(report)
+
+
+def test_a_change_below_min_change_is_no_change_one_region_or_many(tmp_path):
+    a = save(tmp_path / "a.jsonl", region(1.0))
+    b = save(tmp_path / "b.jsonl", region(1.004))  # +0.4%, under the 1% default
+    (c,) = compare_files(a, b).comparisons
+    assert "slower" not in c.note and c.outcome == "no change"
+    # above it, one region per side is a change, but an untested one
+    (c,) = compare_files(a, b, min_change=0.001).comparisons
+    assert c.outcome == "slower" and not c.significant
+    assert c.note.startswith("slower 0.4%") and "no significance test" in c.note
+    # many reps: +0.4% with tiny noise is a significant p-value, and still no change
+    rng = random.Random(1)
+    ta = [1e-3 * (1 + rng.gauss(0, 1e-4)) for _ in range(30)]
+    a = save(tmp_path / "ma.jsonl", *[region(t) for t in ta])
+    b = save(tmp_path / "mb.jsonl", *[region(t * 1.004) for t in ta])
+    (c,) = compare_files(a, b).comparisons
+    assert c.p_value < 1e-6 and c.outcome == "no change" and not c.significant
+    assert c.note.startswith("no change (+0.4%") and "1.0%" in c.note
+    assert c.to_dict()["outcome"] == "no change"
+    # the gate never fails on a change it calls "no change"
+    out = CliRunner().invoke(cli, ["compare", a, b, "--fail-above", "0"], obj={})
+    assert out.exit_code == 0, out.output
+    out = CliRunner().invoke(cli, ["compare", a, b, "--fail-above", "0", "--min-change",
+                                   "0.001"], obj={})  # fmt: skip
+    assert out.exit_code == 1 and "+0.4%" in out.output
+
+
+def test_the_ci_has_the_level_of_alpha_and_a_starred_change_excludes_no_change(tmp_path):
+    rng = random.Random(2)
+    a = save(tmp_path / "a.jsonl", *[region(1e-3 * rng.lognormvariate(0, 0.05))
+                                     for _ in range(20)])  # fmt: skip
+    b = save(tmp_path / "b.jsonl", *[region(1.04e-3 * rng.lognormvariate(0, 0.05))
+                                     for _ in range(20)])  # fmt: skip
+    wide = compare_files(a, b, alpha=0.01)
+    narrow = compare_files(a, b, alpha=0.2)
+    (cw,), (cn,) = wide.comparisons, narrow.comparisons
+    assert cw.ratio_ci[0] < cn.ratio_ci[0] and cw.ratio_ci[1] > cn.ratio_ci[1]
+    assert "| 99% CI |" in format_report(wide) and "| 80% CI |" in format_report(narrow)
+    for c in (cw, cn):
+        excludes = c.ratio_ci[0] > 1 or c.ratio_ci[1] < 1
+        assert not c.significant or excludes
+
+
+def test_pooled_locked_and_unlocked_files_do_not_claim_the_lock_held(tmp_path):
+    locked = save(tmp_path / "locked.jsonl",
+                  *[region(1.0, sm=1350, lock=(1350, 1350), held=True) for _ in range(2)])
+    free = save(tmp_path / "free.jsonl", *[region(0.7, sm=1980) for _ in range(3)])
+    b = save(tmp_path / "b.jsonl",
+             *[region(1.0, sm=1350, lock=(1350, 1350), held=True) for _ in range(5)])
+    report = compare_files(f"{locked},{free}", b)
+    (c,) = report.comparisons
+    assert c.state_a.lock == "2 of 5 measurements under 1350 MHz"
+    assert c.state_a.lock_mixed and not c.state_b.lock_mixed
+    assert c.state_b.lock == "1350 MHz held"
+    text = format_report(report)
+    assert "lock: 2 of 5 measurements under 1350 MHz" in text
+    assert "1350-1350 MHz held" not in text
+    # pooled: a's median and clock mix two GPU states; no attribution from them, but the
+    # measurements under the same lock on both sides are compared with each other
+    assert c.change > 0.3  # the pooled median is the unlocked files'
+    assert "the GPU, not the code" not in c.note
+    assert "a pools measurements in different lock states" in c.note
+    assert "like with like, under 1350 MHz (n=2 vs 5): no change (+0.0%" in c.note
+
+
+def test_a_lock_that_held_for_some_measurements_only_says_in_how_many(tmp_path):
+    a = save(tmp_path / "a.jsonl",
+             *[region(1.0, sm=1350 if i else 1100, lock=(1350, 1350), held=bool(i))
+               for i in range(4)])  # fmt: skip
+    b = save(tmp_path / "b.jsonl", region(1.0, sm=1350, lock=(1350, 1350), held=False))
+    (c,) = compare_files(a, b).comparisons
+    assert "NOT held" in c.state_a.lock  # today: "1350-1350 MHz NOT held", as if in all
+    assert c.state_a.lock == "1350 MHz NOT held in 1 of 4 measurements"
+    assert c.state_b.lock == "1350 MHz NOT held"
+    assert not c.state_a.lock_mixed  # one lock state asked for: like with like
+
+
+def test_locked_and_unlocked_sides_attribute_a_real_change_to_the_gpu(tmp_path):
+    a = save(tmp_path / "a.jsonl", region(1.0, sm=1350, lock=(1350, 1350), held=True))
+    b = save(tmp_path / "b.jsonl", region(0.7, sm=1980))
+    (c,) = compare_files(a, b).comparisons
+    assert c.outcome == "faster" and "the GPU, not the code, may explain it" in c.note
+    assert "clock lock 1350 MHz held -> none" in c.state_changes
+
+
+def test_like_with_like_puts_a_change_down_to_the_gpu_within_one_lock_state(tmp_path):
+    a = save(tmp_path / "a.jsonl",
+             *[region(1.0, sm=1350, lock=(1350, 1350), held=True) for _ in range(2)],
+             *[region(0.7, sm=1980) for _ in range(5)])
+    b = save(tmp_path / "b.jsonl",
+             *[region(1.0, sm=1350, lock=(1350, 1350), held=True) for _ in range(3)],
+             *[region(1.0, sm=1386) for _ in range(5)])  # unlocked, on a hot GPU
+    (c,) = compare_files(a, b).comparisons
+    assert c.state_a.lock_mixed and c.state_b.lock_mixed
+    assert "a and b pool measurements in different lock states" in c.note
+    assert "under 1350 MHz (n=2 vs 3): no change" in c.note
+    without = c.note.split("like with like, without a lock (n=5 vs 5): ")[1]
+    assert without.startswith("slower 42.9%")
+    assert "mean SM clock 1980 -> 1386 MHz" in without and "the GPU, not the code" in without

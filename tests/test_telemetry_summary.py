@@ -112,3 +112,14 @@ def test_a_samplers_windows_of_a_simulated_bench_are_those_of_the_summary_before
            for a, b in spans]  # fmt: skip
     assert [repr(w) for w in new] == [repr(w) for w in old]
     assert any(w.reason_s for w in new) and new[-1].energy_j is not None
+
+
+def test_two_energy_values_read_at_one_instant_do_not_divide_by_zero() -> None:
+    """A coarse clock can stamp two counter reads with one time: the later value stands
+    (the extrapolation past the last change had a zero-length slope)."""
+    fast = [Sample(10.0 + 0.025 * i, 0, 1980, 2619, 300.0, 50.0, 0) for i in range(8)]
+    slow = [SlowSample(10.0, 0, 1_000_000, {}, None, ()),
+            SlowSample(10.1, 0, 1_030_000, {}, None, ()),
+            SlowSample(10.1, 0, 1_031_000, {}, None, ())]  # fmt: skip
+    (w,) = summarize_many(fast, slow, [], [(10.05, 10.15)], gpu=0)
+    assert w.energy_j is not None and w.energy_j > 0

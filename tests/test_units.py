@@ -27,6 +27,13 @@ def test_durations_by_style() -> None:
     assert fmt_s(math.nan, "table") == "-"
 
 
+def test_a_positive_duration_never_reads_zero() -> None:
+    assert fmt_s(3e-7, "short") == "0.3 us"
+    assert fmt_s(4e-9, "table") == "0.004 us"
+    assert fmt_s(6e-7, "short") == "1 us"  # rounds up, not to zero
+    assert fmt_s(0.0, "short") == "0 us"
+
+
 def test_energy_and_clocks() -> None:
     assert fmt_j(1234.0) == "1.23 kJ"
     assert fmt_j(123.4) == "123 J"

@@ -109,6 +109,24 @@ def test_a_counter_tick_of_power_cap_noise_is_not_reported():
     assert assess(ws, facts=H100) == []
 
 
+def test_a_power_cap_finding_never_says_zero_time_or_zero_share():
+    # the cap bit in a sample, the counter not refreshed over the window: the user saw
+    # "the SW power cap held GPU 0 back for 0 us of ... (0%)"
+    ws = [win(i, reasons=REASON_SW_POWER_CAP, reason_s={"power": 0.0}) for i in range(3)]
+    assert "power_cap" not in kinds(assess(ws, facts=H100))
+    # the samples saw it for 20 ms of each rep: that is the time under the cap
+    ws = [win(i, reasons=REASON_SW_POWER_CAP, reason_s={"power": 0.0},
+              reason_sampled_s={"SwPowerCap": 0.02}) for i in range(3)]
+    f = kinds(assess(ws, facts=H100))["power_cap"]
+    assert "back for 60.0 ms of 300.0 ms (20%)" in f.message
+    assert f.details["time_under_cap_s"] == pytest.approx(0.06)
+    # one capped rep among many: a share under 1% reads "<1%", never "0%"
+    ws = [win(i) for i in range(200)]
+    ws[7] = win(7, reasons=REASON_SW_POWER_CAP, reason_s={"power": 0.05})
+    f = kinds(assess(ws, facts=H100))["power_cap"]
+    assert f.reps == (7,) and "back for 50.0 ms of 20.00 s (<1%)" in f.message
+
+
 def test_thermal_slowdown_and_closeness_to_the_limit():
     sw = kinds(assess([win(0, reasons=REASON_SW_THERMAL, temp_c_max=84.0)], facts=H100))
     assert sw["thermal"].severity == "warning"

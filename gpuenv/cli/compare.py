@@ -4,9 +4,14 @@ Each side is a results file written by gpuenv (`env.results.save`, `gpuenv.bench
 output=)`, `gpuenv run`), or several: a comma-separated list, a glob or a directory
 (per-rank files of one distributed run are pooled).
 
+A change smaller than --min-change is "no change", whatever its p-value; a change is
+"faster"/"slower" when it is at least that, p < --alpha and the (1 - alpha) CI excludes
+no change. A lock is claimed only for the measurements taken under it.
+
 Exit codes: 0 compared; 1 --fail-above was given and a measurement got significantly
-slower by more than it; 2 an error (a file missing or unreadable, or --fail-above with
-no measurement present on both sides: a gate that checked nothing does not pass).
+slower by more than it ("no change" rows and one region per side never fail it); 2 an
+error (a file missing or unreadable, or --fail-above with no measurement present on
+both sides: a gate that checked nothing does not pass).
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ from gpuenv.errors import ConfigError
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
 @click.option("--alpha", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
-              default=0.05, show_default=True, help="Significance level (Mann-Whitney U).")
+              default=0.05, show_default=True,
+              help="Significance level (Mann-Whitney U); the CI is at the 1 - alpha level.")
 @click.option("--min-change", type=click.FloatRange(0.0), default=0.01, show_default=True,
-              help="Smallest relative change worth reporting as a change (0.01 = 1%).")
+              help="Smallest relative change called faster or slower (0.01 = 1%); a "
+              "smaller one reads 'no change', whatever its p-value.")
 @click.option("--fail-above", type=click.FloatRange(0.0), default=None, metavar="FRACTION",
               help="Exit 1 if a measurement is significantly slower by more than this "
-              "(0.05 = 5%): a CI gate.")
+              "(0.05 = 5%) and by at least --min-change: a CI gate.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @handle_errors
 def compare(a: str, b: str, alpha: float, min_change: float, fail_above: float | None,
@@ -37,7 +44,9 @@ def compare(a: str, b: str, alpha: float, min_change: float, fail_above: float |
     """Per measurement: the change in median time with its CI and p-value, and beside
     it what changed in the GPU state (SM clock, time under the power cap,
     temperature, lock) and in the environment (GPU model, driver, power limit).
-    A change that coincides with a GPU state change says so.
+    A change below --min-change is "no change"; a real change that coincides with a
+    GPU state change says so. A side pooling locked and unlocked files says how
+    many measurements each lock covered, and compares like with like.
     """
     from gpuenv.compare import compare_files, format_report
 

@@ -357,7 +357,11 @@ def _energy_changes(slow: Sequence[SlowSample]) -> list[tuple[float, float]]:
     every ~100 ms, so the first read showing a value best places when it changed."""
     changes: list[tuple[float, float]] = []
     for s in slow:
-        if s.energy_mj is not None and (not changes or s.energy_mj != changes[-1][1]):
+        if s.energy_mj is None or (changes and s.energy_mj == changes[-1][1]):
+            continue
+        if changes and s.t <= changes[-1][0]:  # two values read at one instant: the later
+            changes[-1] = (changes[-1][0], float(s.energy_mj))  # one stands (no 0-s slope)
+        else:
             changes.append((s.t, float(s.energy_mj)))
     return changes
 

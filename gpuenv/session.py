@@ -106,7 +106,8 @@ def stable(
 
 
 class Session:
-    """What `stable()` returns. Attributes: backend, gpus, sampler, results, lock, locked."""
+    """What `stable()` returns. Attributes: backend, gpus, sampler, results, lock, locked,
+    trace (the telemetry trace's pieces: gpuenv.telemetry.TracePieces)."""
 
     def __init__(
         self,

@@ -234,3 +234,29 @@ def test_the_docs_script_makes_a_session_file_and_its_figure_on_the_sim(tmp_path
     assert max(heavy) - min(heavy) > 300
     assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "plot: " in capsys.readouterr().out
+
+
+def test_a_session_of_two_gpus_plots_the_one_asked_for(tmp_path, vclock):
+    """Each GPU's pieces are kept (extra["traces"]); --gpu 1 draws GPU 1's, loaded as GPU 0
+    idles, and says so in the title."""
+    pytest.importorskip("matplotlib")
+    from gpuenv.plot import run_figure
+    from gpuenv.session import stable
+
+    sim = SimBackend(n_gpus=2, clock=vclock)
+    sim.open_context(1)
+    sim.idle(5)
+    path = tmp_path / "two.jsonl"
+    with stable(backend=sim, output=path) as env, env.measure("load on 1"):
+        t0 = vclock.now()
+        while vclock.now() - t0 < 8.0:
+            sim.run_work(1, 0.1 * 1980e6, power_intensity=1.0)
+    run = load_run(path)
+    assert set(run.measurements[0].extra["traces"]) == {"0", "1"}
+    drawn = {}
+    for g in (0, 1):
+        fig = run_figure(run, gpu=g)
+        assert f"· GPU {g} ·" in texts(fig)[0]
+        line = next(ln for ln in fig.axes[0].get_lines() if ln.get_gid() == "trace")
+        drawn[g] = [y for y in line.get_ydata() if y == y]
+    assert max(drawn[0]) < 1000 and min(drawn[1]) <= 1600 < 1900 <= max(drawn[1])

@@ -193,6 +193,11 @@ class Workload(Protocol):
         self, index: int, utilization: float, *, pid: int | None = None
     ) -> None: ...
     def idle(self, seconds: float) -> None: ...
+    def virtual_copy(self) -> Backend:
+        """The same GPUs in memory on a virtual clock of their own, with the settings in
+        force now but fresh (no context, no load, at idle temperature): work on the copy
+        takes no wall time, reaches no other process and does not depend on what ran before."""
+        ...
 
 
 @runtime_checkable

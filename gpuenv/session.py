@@ -10,7 +10,9 @@ A session owns a `Sampler` over its GPUs and, when `sm=`/`mem=` are given and
 the process may set clocks, a clock lock (gpuenv.clocks) that it releases in
 `finally`. Without permission it observes and says so once. Each measurement
 gets per-rep `Window`s, findings (gpuenv.verdict) and a verdict under the
-session's policy, and is appended to `output` (JSONL) as soon as it ends.
+session's policy, and is appended to `output` (JSONL) as soon as it ends, carrying
+the telemetry trace since the previous one (gpuenv.telemetry.trace: bounded), so
+`gpuenv plot` draws the whole session's clock, power and temperature.
 
 Two modes make a GPU that cannot be locked still give the same number twice:
   - "burst" (default): before each measurement, wait until the GPU is back in
@@ -40,7 +42,7 @@ from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, check_policy, judge, read_facts
 from gpuenv.measure import MeasureContext
 from gpuenv.results import Measurement, Results, ResultStore, environment_metadata
-from gpuenv.telemetry import Sampler
+from gpuenv.telemetry import Sampler, TracePieces
 from gpuenv.timebase import Clock
 from gpuenv.verdict import DEFAULT_CONFIG, Finding, GpuFacts, VerdictConfig
 
@@ -105,7 +107,8 @@ def stable(
 
 
 class Session:
-    """What `stable()` returns. Attributes: backend, gpus, sampler, results, lock, locked."""
+    """What `stable()` returns. Attributes: backend, gpus, sampler, results, lock, locked,
+    trace (the telemetry trace's pieces: gpuenv.telemetry.TracePieces)."""
 
     def __init__(
         self,
@@ -200,6 +203,7 @@ class Session:
             self.backend, self.gpus, period=self.period, clock=self.clock, lock_ranges=ranges,
             lock_tolerance_mhz=self.config.lock_tolerance_mhz,
         )  # fmt: skip
+        self.trace = TracePieces(self.sampler, self.gpus, self.clock.now())
         self.sampler.start()
         for g in self.gpus:
             latest = self.sampler.latest(g)
@@ -358,11 +362,17 @@ class Session:
             timer=timer, started_at=started_at, extra=extra,
         )  # fmt: skip
         self._last_end = max(self._last_end, max(b for _, b in spans))
-        self._keep(m)
-        return m
+        return self.keep(m)
 
-    def _keep(self, m: Measurement) -> None:
+    def keep(self, m: Measurement) -> Measurement:
+        """Keep a measurement (and append it to `output`): the hook for harnesses. It gets the
+        session's telemetry trace since the previous one kept (extra["trace"], "traces")."""
+        self._check_open()
+        piece = self.trace.piece()
+        if piece:
+            m = replace(m, extra={**m.extra, **piece})
         self.results.add(m)  # also appended to `output` (results.store), if given
+        return m
 
     def _check_open(self) -> None:
         if not self._entered or self._closed:

@@ -35,14 +35,16 @@ def fmt_s(seconds: float | None, style: str = "precise") -> str:
     return f"{seconds * 1e6:.{us}f} us"
 
 
-def fmt_elapsed(seconds: float) -> str:
-    """Wall time elapsed, to the second: "42 s", "3 min 05 s", "2 h 07 min"."""
+def fmt_elapsed(seconds: float, *, compact: bool = False) -> str:
+    """Wall time elapsed, to the second: "42 s", "3 min 05 s", "2 h 07 min"; `compact`
+    fits 6 cells: "42 s", "3m05s", "2h07m"."""
     s = int(seconds)
-    if s < 60:
+    h, m = s // 3600, (s % 3600) // 60
+    if s < (100 if compact else 60):
         return f"{s} s"
     if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
+        return f"{m}m{s % 60:02d}s" if compact else f"{m} min {s % 60:02d} s"
+    return f"{h}h{m:02d}m" if compact else f"{h} h {m:02d} min"
 
 
 def fmt_j(joules: float | None, *, approx: bool = False, kj_from: float = 1000.0) -> str:

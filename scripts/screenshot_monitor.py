@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""Make docs/monitor.png: `gpuenv monitor` on the simulated GPU, captured from tmux.
+"""Make docs/monitor.png: `gpuenv monitor` at 200x50, captured from tmux.
 
-Runs `gpuenv --sim monitor --scenario load` in a detached tmux session of a
+Runs `gpuenv --sim monitor --scenario bursts` in a detached tmux session of a
 fixed size (with a standing lock taken first, so the view shows one), waits so
-the minute of history fills, captures the pane with its colours
+the clock history fills and the screen shows `--until` (the lock broken by
+the power cap, in a burst), captures the pane with its colours
 (`tmux capture-pane -e -p`) and draws that text into a PNG with a monospace
 font (Pillow; DejaVu Sans Mono). Everything runs on a private sim state file
 and journal directory, and the lock is restored at the end.
 
-    python3 scripts/screenshot_monitor.py [--seconds 45] [--out docs/monitor.png]
+    python3 scripts/screenshot_monitor.py [--seconds 85] [--size 200x50] [--out docs/monitor.png]
+
+On a real GPU (`--real`: no --sim, no scenario, no lock; nothing is written to
+the GPU), `--workload` runs a command beside the monitor so its process shows:
+
+    python3 scripts/screenshot_monitor.py --real --out docs/monitor-h100.png \
+        --workload "python3 scripts/do_bench_load.py --load 60"
 """
 
 from __future__ import annotations
@@ -131,8 +138,8 @@ def render(lines: list[list[tuple[str, dict]]], width: int, out: Path, size: int
                 draw.rectangle([x0, y0, x0 + cw - 1, y0 + ch - 1], fill=bg)
             if c in "█▁▂▃▄▅▆▇":  # block elements: draw exactly, fonts leave gaps between cells
                 level = 8 if c == "█" else "▁▂▃▄▅▆▇".index(c) + 1
-                top = y0 + ch - 2 - round((ch - 4) * level / 8)
-                draw.rectangle([x0, top, x0 + cw - 1, y0 + ch - 3], fill=fg)
+                top = y0 + ch - 1 - round((ch - 2) * level / 8)
+                draw.rectangle([x0, top, x0 + cw - 1, y0 + ch - 2], fill=fg)
             elif c == "░":  # the empty part of a bar: a quiet tint, not a dot pattern
                 tint = tuple(int(v * 0.22 + b * 0.78) for v, b in zip(fg, BG, strict=True))
                 draw.rectangle([x0, y0 + 2, x0 + cw - 1, y0 + ch - 3], fill=tint)
@@ -143,47 +150,83 @@ def render(lines: list[list[tuple[str, dict]]], width: int, out: Path, size: int
     img.save(out)
 
 
-def main() -> int:
+def _options() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=45.0, help="history before the capture")
-    parser.add_argument("--scenario", default="load")
+    parser.add_argument("--seconds", type=float, default=85.0, help="history before the capture")
+    parser.add_argument("--interval", default="0.5", help="the monitor's -d (seconds)")
+    parser.add_argument("--scenario", default="bursts")
     parser.add_argument("--lock", default="1500", help="standing lock first ('' for none)")
-    parser.add_argument("--size", default="100x30", help="terminal COLSxROWS")
+    parser.add_argument("--size", default="200x50", help="terminal COLSxROWS")
+    parser.add_argument("--real", action="store_true", help="the real GPU (read-only)")
+    parser.add_argument("--workload", default="", help="a command to run beside the monitor")
+    parser.add_argument(
+        "--until",
+        default="NOT holding",
+        help="after --seconds, wait (up to 30 s) for this text on the screen ('' for none)",
+    )
     parser.add_argument("--out", default=str(ROOT / "docs" / "monitor.png"))
-    args = parser.parse_args()
-    cols, rows = (int(v) for v in args.size.split("x"))
+    return parser.parse_args()
 
-    tmp = tempfile.mkdtemp(prefix="gpuenv-shot-")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color", LANG="C.UTF-8")
-    env.update(GPUENV_SIM_STATE=f"{tmp}/sim.json", GPUENV_STATE_DIR=f"{tmp}/journal")
-    env.pop("COLUMNS", None)
-    env.pop("LINES", None)
-    gpuenv = [sys.executable, "-c", ENTRY, "--sim"]
-    sock = f"{tmp}/tmux.sock"
-    tmux = ["tmux", "-S", sock]
-    if args.lock:
-        subprocess.run([*gpuenv, "lock", "--sm", args.lock], env=env, check=True)
+
+def _capture(args: argparse.Namespace, env: dict[str, str], gpuenv: list[str], tmp: str) -> str:
+    """Run the monitor in tmux (and the workload beside it); the pane's text with colours."""
+    cols, rows = (int(v) for v in args.size.split("x"))
+    tmux = ["tmux", "-S", f"{tmp}/tmux.sock"]
+    keep = [k for k in env if k.startswith(("GPUENV_", "PYTHONPATH", "TERM", "LANG"))]
+    exports = " ".join(f"{k}={shlex.quote(env[k])}" for k in keep)
+    monitor = [*gpuenv, "monitor", "-d", args.interval]
+    if not args.real:
+        monitor += ["--scenario", args.scenario]
+    cmd = " ".join(shlex.quote(c) for c in monitor)
+    work = subprocess.Popen(shlex.split(args.workload), cwd=ROOT) if args.workload else None
     try:
-        keep = [k for k in env if k.startswith(("GPUENV_", "PYTHONPATH", "TERM", "LANG"))]
-        exports = " ".join(f"{k}={shlex.quote(env[k])}" for k in keep)
-        cmd = " ".join(shlex.quote(c) for c in [*gpuenv, "monitor", "--scenario", args.scenario])
         subprocess.run(
             [*tmux, "new-session", "-d", "-s", "shot", "-x", str(cols), "-y", str(rows),
-             f"cd {shlex.quote(str(ROOT))} && env {exports} {cmd}"],
+             f"cd {shlex.quote(str(ROOT))} && env {exports} {cmd}; sleep 60"],  # an error stays
             check=True, env=env,
         )  # fmt: skip
         time.sleep(args.seconds)
-        text = subprocess.run(
-            [*tmux, "capture-pane", "-e", "-p", "-t", "shot"],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+        until = "" if args.real else args.until
+        deadline = time.monotonic() + 30
+        while True:
+            text = subprocess.run(
+                [*tmux, "capture-pane", "-e", "-p", "-t", "shot"],
+                capture_output=True, text=True, check=True,
+            ).stdout  # fmt: skip
+            if until in SGR.sub("", text) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         subprocess.run([*tmux, "send-keys", "-t", "shot", "q"], check=False)
         time.sleep(0.5)
+        return text
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True, check=False)
-        if args.lock:
+        if work is not None:
+            work.terminate()
+            work.wait(timeout=30)
+
+
+def main() -> int:
+    args = _options()
+    tmp = tempfile.mkdtemp(prefix="gpuenv-shot-")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color", LANG="C.UTF-8")
+    env.pop("COLUMNS", None)
+    env.pop("LINES", None)
+    gpuenv = [sys.executable, "-c", ENTRY]
+    lock = args.lock and not args.real
+    if args.real:
+        env["GPUENV_READONLY"] = "1"  # a screenshot never changes a real GPU
+    else:
+        env.update(GPUENV_SIM_STATE=f"{tmp}/sim.json", GPUENV_STATE_DIR=f"{tmp}/journal")
+        gpuenv.append("--sim")
+    if lock:
+        subprocess.run([*gpuenv, "lock", "--sm", args.lock], env=env, check=True)
+    try:
+        text = _capture(args, env, gpuenv, tmp)
+    finally:
+        if lock:
             subprocess.run([*gpuenv, "restore"], env=env, check=False, capture_output=True)
-    render(parse(text), cols, Path(args.out))
+    render(parse(text), int(args.size.split("x")[0]), Path(args.out))
     print(f"wrote {args.out}")
     return 0
 

@@ -15,7 +15,9 @@ from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
 from gpuenv.clocks.journal import Journal
 from gpuenv.monitor import STREAM_FIELDS, MonitorModel, stream, stream_record
-from gpuenv.monitor.view import Frame, plain, render
+from gpuenv.monitor.blocks import Frame
+from gpuenv.monitor.draw import plain
+from gpuenv.monitor.view import render
 from gpuenv.timebase import VirtualClock
 
 MAX = 1980e6  # cycles a second at the H100's top clock

@@ -8,6 +8,7 @@ Skipped where tmux is not installed.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -94,19 +95,63 @@ def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
+def _fits(text: str, width: int, height: int) -> None:
+    rows = text.splitlines()
+    assert len(rows) <= height
+    assert all(len(line) <= width for line in rows), [r for r in rows if len(r) > width]
+
+
+@pytest.mark.parametrize(("width", "height"), [(60, 15), (100, 32), (200, 50)])
+def test_memory_processes_and_help_at_each_size(term, width, height):
+    t = term("--sim monitor -d 0.25 --scenario shared", width=width, height=height)
+    text = t.wait_for(
+        lambda s: "400000" in s and "--scenario shared" in s and "60%" in s and " history " in s
+    )
+    _fits(text, width, height)
+    rows = text.splitlines()
+    assert rows[0].startswith("gpuenv monitor") and rows[0].rstrip().endswith("? help")
+    assert "q quit" in rows[0]  # the key hints stay, shortened where narrow
+    assert re.search(r"memory +[0-9.]+ (MiB|GiB) .*of 79\.6 GiB", text)
+    assert re.search(r"PID .*GPU MEM +SM +COMMAND", text)
+    # the simulated other process, and ours: its command cut from the left keeps its end
+    assert re.search(r"400000 .*2\.0 GiB +60% ", text)
+    assert re.search(r"^ +[0-9]+ .*512 MiB .*--scenario shared$", text, re.M)
+    if width >= 200:
+        assert "USER" in text and re.search(r"[█░]{100,}", text)  # bars grow with the width
+        first = next(k for k, r in enumerate(rows) if r.startswith("    history"))
+        end = next(k for k, r in enumerate(rows) if r.startswith("    lock"))
+        assert end - first >= 8  # the clock history: a graph as tall as the spare rows allow
+        last = max(k for k, r in enumerate(rows) if "--scenario shared" in r)
+        assert last >= 30  # the layout spans the screen, not a third of it
+    else:
+        assert "USER" not in text or width >= 72
+    t.tmux("send-keys", "-t", t.name, "?")
+    shown = t.wait_for(lambda s: "Keys" in s and "this help" in s)
+    _fits(shown, width, height)
+    assert "q  Esc" in shown and "any key" in shown.splitlines()[0]
+    t.tmux("send-keys", "-t", t.name, "x")  # any key closes it
+    t.wait_for(lambda s: "Keys" not in s and "COMMAND" in s)
+    t.tmux("send-keys", "-t", t.name, "h")
+    t.wait_for(lambda s: "Keys" in s)
+    t.tmux("send-keys", "-t", t.name, "Escape")
+    t.wait_for(lambda s: "Keys" not in s and "COMMAND" in s)
+    t.tmux("send-keys", "-t", t.name, "q")
+    assert t.exit_code() == 0
+
+
 def test_shows_the_gpu_adapts_to_a_resize_and_quits_on_q(term):
     t = term("--sim monitor -d 0.5 --scenario load", width=100, height=30)
     text = t.wait_for(lambda s: "power cap for" in s and "SIMULATED GPU" in s)
     assert "gpuenv monitor" in text and "GPU 0" in text and "q quit" in text
-    assert max(len(line) for line in text.splitlines()) <= 100
+    _fits(text, 100, 30)
     # narrower and shorter: the view re-lays itself out within the new size
     t.tmux("resize-window", "-t", t.name, "-x", "60", "-y", "12")
-    small = t.wait_for(lambda s: len(s.splitlines()) <= 12 and "q quit" not in s)
-    assert "GPU 0" in small and "SM" in small
-    assert all(len(line) <= 60 for line in small.splitlines())
-    # wider again: the key help comes back
+    small = t.wait_for(lambda s: "SIMULATED GPU" not in s and "? help" in s and "GPU 0" in s)
+    assert "SM" in small
+    _fits(small, 60, 12)
+    # wider again: the source comes back in full
     t.tmux("resize-window", "-t", t.name, "-x", "120", "-y", "30")
-    t.wait_for(lambda s: "q quit" in s and "procs" in s)
+    t.wait_for(lambda s: "SIMULATED GPU" in s and "procs" in s)
     t.tmux("send-keys", "-t", t.name, "q")
     assert t.exit_code() == 0
     assert "gpuenv monitor" not in t.screen()  # curses gave the screen back

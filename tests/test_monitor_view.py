@@ -6,8 +6,10 @@ import pytest
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.monitor import MonitorModel
+from gpuenv.monitor.blocks import Frame
+from gpuenv.monitor.draw import Glyphs, clip, graph, plain, sparkline
 from gpuenv.monitor.tui import Ui
-from gpuenv.monitor.view import Frame, Glyphs, plain, render, sparkline
+from gpuenv.monitor.view import KEY_HELP, render
 from gpuenv.timebase import VirtualClock
 
 MAX = 1980e6  # cycles a second at the H100's top clock
@@ -84,3 +86,81 @@ def test_sparkline_and_durations():
     assert sparkline([], 10, 0, 1, g) == ""
     ascii_g = Glyphs.for_encoding("ANSI_X3.4-1968")
     assert sparkline([0, 3], 2, 0, 3, ascii_g).isascii()
+
+
+def test_help_opens_on_question_mark_or_h_and_any_key_closes_it():
+    ui = Ui(2)
+    for opener, closer in (("?", "x"), ("h", "\x1b"), ("?", "q")):
+        assert ui.key(opener) and ui.help
+        assert not ui.key("") and ui.help  # a timeout is no key
+        assert ui.key(closer) and not ui.help
+        assert not ui.quit and not ui.paused and ui.selected == 0  # the key did nothing else
+    assert ui.key("q") and ui.quit
+
+
+@pytest.mark.parametrize(("width", "height"), [(60, 15), (100, 32), (200, 50), (40, 8)])
+def test_the_help_overlay_lists_the_keys_in_any_terminal(sim, clock, width, height):
+    views = MonitorModel(sim, [0, 1], clock=clock).update()
+    lines = render(views, Frame(help=True), width, height)
+    text = plain(lines)
+    assert len(lines) <= height and all(sum(len(t) for t, _ in x) <= width for x in lines)
+    assert "any key" in text.splitlines()[0]
+    if height >= 15:
+        assert all(keys.split()[0] in text for keys, _ in KEY_HELP)
+    if height >= 32:
+        assert "What a GPU's block shows" in text and "procs" in text
+
+
+def test_clip_ends_at_a_word_boundary_and_never_wraps():
+    line = [("    why     ", "dim"), ("power cap for 12 s", "warn"), ("  · clock lowered", "dim")]
+    assert plain([clip(line, 30)]) == "    why     power cap for 12…\n"
+    assert plain([clip(line, 36)]) == "    why     power cap for 12 s…\n"  # no dangling "·"
+    assert clip(line, 200) == line
+    assert plain([clip([("averyveryverylongword", "")], 8)]) == "averyve…\n"
+
+
+def test_graph_fills_columns_to_the_value_scaled_between_lo_and_hi():
+    g = Glyphs()
+    assert graph([0, 4, 8], 3, 1, 0, 8, g) == ["▁▄█"]  # the lowest value still shows
+    two = graph([0, 8, 16], 4, 2, 0, 16, g)
+    assert two == ["   █", " ▁██"]  # right-aligned, top row first
+    assert graph([5, 5], 2, 3, 5, 5, g) == ["  ", "  ", "▄▄"]  # flat: low in the bottom row
+
+
+def test_wide_terminals_get_wider_bars_a_taller_graph_and_the_spare_rows(sim, clock):
+    model = MonitorModel(sim, [0], clock=clock)
+    sim.open_context(0)
+    for _ in range(30):
+        views = _tick(model, sim, work=True)
+    narrow = plain(render(views, Frame(), 100, 32)).splitlines()
+    wide = plain(render(views, Frame(), 200, 50)).splitlines()
+
+    def longest_bar(rows):
+        return max(len(max(r.split(), key=lambda w: w.count("█"))) for r in rows if "█" in r)
+
+    assert longest_bar(wide) >= 2 * longest_bar(narrow) - 10
+    graph_rows = [r for r in wide[wide.index(next(r for r in wide if "history" in r)) :]]
+    assert next(k for k, r in enumerate(graph_rows) if r.startswith("    lock")) >= 10
+    assert len(wide) >= 35 and max(len(r) for r in wide) <= 200
+
+
+def test_narrow_terminals_drop_columns_and_keep_the_key_hints(sim, clock):
+    model = MonitorModel(sim, [0], clock=clock)
+    sim.set_background_load(0, 0.5)
+    views = _tick(model, sim, work=True)
+    text = plain(render(views, Frame(simulated=True, source="SIMULATED GPU"), 60, 15))
+    rows = text.splitlines()
+    assert rows[0].endswith("? help") and "q quit" in rows[0]
+    assert "USER" not in text and "GPU MEM" in text and "400000" in text  # USER dropped
+    assert "memory" in text and "SM" in text
+
+
+def test_many_processes_take_the_spare_rows_and_say_how_many_more(sim, clock):
+    for pid in range(1000, 1040):
+        sim.open_context(0, pid=pid)
+    views = MonitorModel(sim, [0], clock=clock).update()[:1]
+    lines = plain(render(views, Frame(), 100, 32)).splitlines()
+    assert len(lines) == 32 and lines[-1].strip().startswith("… ")
+    shown = [x for x in lines if x.strip()[:4].isdigit()]
+    more = int(lines[-1].split()[1])
+    assert len(shown) + more == 40 and len(shown) >= 15

@@ -325,3 +325,69 @@ def test_sustained_measure_without_a_load_says_it_cannot_precondition():
             with env.measure("y") as m:
                 sim.run_work(0, 0.05 * H100_HZ, power_intensity=0.3)
     assert m.verdict == "ok"
+
+
+# -- the telemetry trace a session keeps ---------------------------------------------------
+
+
+def test_a_long_region_keeps_the_trace_of_its_clock_under_the_power_cap(tmp_path, sim):
+    """The 12 s region that the H100's power cap pulls down: its trace shows the fall (a
+    single window would say one mean), and the file carries it for gpuenv plot."""
+    warm(sim)
+    path = tmp_path / "session.jsonl"
+    with stable(backend=sim, output=path) as env:
+        with env.measure("burst") as cold:
+            sim.run_work(0, 0.05 * H100_HZ)
+        with env.measure("heavy") as heavy:
+            t0 = sim.clock.now()
+            while sim.clock.now() - t0 < 12.0:
+                sim.run_work(0, 0.1 * H100_HZ, power_intensity=1.0)
+    trace = heavy.extra["trace"]
+    start = trace["t0"]
+    inside = [c for t, c in zip(trace["t_s"], trace["sm_mhz"], strict=True)
+              if heavy.telemetry.t0 <= start + t <= heavy.telemetry.t1]
+    assert len(inside) >= 12.0 / env.sampler.period * 0.9  # every sample: nothing thinned yet
+    assert max(inside) >= 1900 and min(inside) <= 1600  # from boost down under the cap
+    assert heavy.telemetry.sm_mhz_mean == pytest.approx(sum(inside) / len(inside), rel=0.03)
+    # the pieces join: the heavy one starts where the burst one ended, from the same origin
+    assert cold.extra["trace"]["t0"] == start
+    assert cold.extra["trace"]["t_s"][-1] < trace["t_s"][0] <= cold.extra["trace"]["t_s"][-1] + 0.05
+    saved = {m.name: m for m in load_run(path).measurements}
+    assert saved["heavy"].extra["trace"] == trace
+
+
+@pytest.mark.filterwarnings("ignore::gpuenv.session.NotRecoveredWarning")  # hot: it is
+def test_a_long_session_writes_no_more_trace_than_the_bound(tmp_path, sim, monkeypatch):
+    """With the log shrunk to 200 samples (5 s at 25 ms), a 150 s session thins its trace and
+    writes no more than written_bound; the clock still shows the cap's fall."""
+    from gpuenv.telemetry import trace as trace_mod
+
+    monkeypatch.setattr(trace_mod, "MAX_POINTS", 200)
+    warm(sim)
+    path = tmp_path / "long.jsonl"
+    with stable(backend=sim, output=path) as env:
+        t_start = env.trace.t_ref
+        for k in range(5):
+            with env.measure(f"load {k}"):
+                t0 = sim.clock.now()
+                while sim.clock.now() - t0 < 20.0:
+                    sim.run_work(0, 0.1 * H100_HZ, power_intensity=1.0)
+        length = sim.clock.now() - t_start
+    pieces = [m.extra["trace"] for m in load_run(path).measurements]
+    written = sum(len(p["t_s"]) for p in pieces)
+    assert 200 < written <= trace_mod.written_bound(length, env.sampler.period, 200)
+    assert written < length / env.sampler.period / 2  # thinned: far fewer than were taken
+    times = [p["t0"] + t for p in pieces for t in p["t_s"]]
+    assert times == sorted(times) and times[-1] - times[0] > 0.95 * length  # all of it, in order
+    clocks = [c for p in pieces for c in p["sm_mhz"]]
+    assert max(clocks) >= 1900 and min(clocks) <= 1600
+
+
+def test_bench_in_a_session_carries_the_sessions_trace(sim):
+    from gpuenv import timing
+
+    warm(sim)
+    with stable(backend=sim) as env:
+        m = env.bench(timing.sim_kernel(sim, 0, seconds=1.4e-3), name="k", budget_s=0.5)
+    assert env.results[-1] is m and m.extra["trace"]["t0"] == env.trace.t_ref
+    assert m.extra["trace"]["t_s"][0] < m.telemetry.t0 - m.extra["trace"]["t0"]  # from the start

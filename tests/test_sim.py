@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from gpuenv.backend import (
     REASON_COUNTERS,
+    REASON_GPU_IDLE,
     Backend,
     Capabilities,
     ReadOnlyBackend,
@@ -109,6 +110,50 @@ def test_readonly_wrapper_refuses_before_the_sim(sim):
         ro.set_locked_sm_clocks(0, 1350, 1350)
     assert sim.truth(0).locked_sm is None
     assert ro.read_fast(0).sm_mhz == 345
+
+
+def _idled_long(**settings: float) -> float:
+    """The temperature of a GPU 1 left idle for an hour with these settings and air."""
+    sim = SimBackend(n_gpus=2, clock=VirtualClock(), seed=4)
+    sim.set_locked_sm_clocks(1, 1200, 1200)
+    sim.set_power_limit(1, 500)
+    sim.set_ambient(1, settings.get("ambient_c", H100.ambient_c))
+    sim.idle(3600.0)
+    temp = sim.truth(1).temp_c
+    sim.close()
+    return temp
+
+
+def test_virtual_copy_is_fresh_with_the_settings_in_force(tmp_path):
+    """A copy of a hot, busy, locked GPU: the lock and power limit, none of the heat or work."""
+    state = tmp_path / "sim.json"
+    hot = SimBackend(n_gpus=2, clock=VirtualClock(), seed=4, state_file=state)
+    hot.set_locked_sm_clocks(1, 1200, 1200)
+    hot.set_power_limit(1, 500)
+    hot.run_work(1, 60.0 * 1980e6)  # a minute of heavy load: the chip is hot
+    hot.set_background_load(1, 0.5)
+    hot_temp = hot.truth(1).temp_c
+    other = SimBackend(n_gpus=2, seed=4, state_file=state)  # another process, real time
+    assert other.truth(1).temp_c > hot_temp - 1  # it sees the heat
+    copy = other.virtual_copy()
+    assert copy.clock.virtual and copy.clock is not other.clock and copy.spec() is None
+    assert copy.device_info(1).uuid == other.device_info(1).uuid
+    truth = copy.truth(1)
+    assert (truth.locked_sm, truth.power_limit_w) == ((1200, 1200), 500.0)
+    assert truth.contexts == () and copy.read_fast(1).reasons & REASON_GPU_IDLE
+    assert truth.temp_c == pytest.approx(_idled_long(), abs=0.05)  # idle, not hot
+    assert hot_temp > truth.temp_c + 20
+    copy.run_work(1, 60.0 * 1980e6)  # heats the copy, and nothing another process sees
+    assert copy.truth(1).temp_c > truth.temp_c + 20
+    again = other.virtual_copy()
+    assert again.truth(1).temp_c == pytest.approx(truth.temp_c, abs=1e-9)
+    assert json.loads(state.read_text())["gpus"][1]["temp_c"] == pytest.approx(hot_temp, abs=1)
+    hot.set_ambient(1, 45.0)  # the air the copy's cooler sees is this machine's
+    warm = hot.virtual_copy()
+    assert warm.truth(1).temp_c == pytest.approx(_idled_long(ambient_c=45.0), abs=0.05)
+    assert warm.truth(1).temp_c > truth.temp_c + 5
+    for backend in (copy, again, warm, other, hot):
+        backend.close()
 
 
 def test_faults(sim):

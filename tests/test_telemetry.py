@@ -307,6 +307,19 @@ def test_ring_buffer_is_bounded_and_an_overwritten_region_is_a_gap():
     assert sampler.window(t_old, t_old + 0.05).gap
 
 
+def test_samples_from_a_time_on_are_those_of_the_whole_ring_from_then():
+    """samples(t0) walks back from the newest sample (a trace's pull): the same answer as
+    filtering the whole ring, for a t0 inside it, before it and after it."""
+    sim = make_sim()
+    with Sampler(sim, [0], capacity=64) as sampler:
+        sim.idle(5.0)  # the ring wrapped
+        ring = sampler.samples()
+        for t0 in (ring[0].t - 1, ring[0].t, ring[20].t, ring[20].t + 0.001, ring[-1].t,
+                   ring[-1].t + 1):
+            assert sampler.samples(t0) == [s for s in ring if s.t >= t0]
+            assert sampler.samples(t0, ring[40].t) == [s for s in ring if t0 <= s.t <= ring[40].t]
+
+
 def test_a_failing_read_becomes_a_gap_never_an_exception():
     sim = make_sim()
     with Sampler(sim, [0]) as sampler:

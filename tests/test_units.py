@@ -12,6 +12,13 @@ def test_elapsed_reads_as_wall_time() -> None:
     assert fmt_elapsed(42.7) == "42 s"
     assert fmt_elapsed(192) == "3 min 12 s"
     assert fmt_elapsed(3720) == "1 h 02 min"
+    # compact, for the monitor's 8-cell value column
+    assert [fmt_elapsed(x, compact=True) for x in (42.7, 99, 125, 3720)] == [
+        "42 s",
+        "99 s",
+        "2m05s",
+        "1h02m",
+    ]
 
 
 def test_durations_by_style() -> None:

@@ -141,6 +141,19 @@ class GpuProcess:
     pid: int
     used_memory_mib: int | None
     kind: str  # "compute" | "graphics"
+    # What a model knows beyond NVML's process list (the simulator names the processes it
+    # stands for and shares out its SM time); None from NVML: ask the host (nvitop, psutil).
+    sm_pct: int | None = None
+    user: str | None = None
+    command: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryUsage:
+    """`nvidia-smi --query-gpu=memory.used,memory.total` (MiB)."""
+
+    used_mib: int
+    total_mib: int
 
 
 @dataclass(frozen=True)
@@ -180,6 +193,11 @@ class Workload(Protocol):
         self, index: int, utilization: float, *, pid: int | None = None
     ) -> None: ...
     def idle(self, seconds: float) -> None: ...
+    def virtual_copy(self) -> Backend:
+        """The same GPUs in memory on a virtual clock of their own, with the settings in
+        force now but fresh (no context, no load, at idle temperature): work on the copy
+        takes no wall time, reaches no other process and does not depend on what ran before."""
+        ...
 
 
 @runtime_checkable
@@ -226,6 +244,10 @@ class Backend(Protocol):
     def processes(self, index: int) -> list[GpuProcess]: ...
     def utilization(self, index: int) -> tuple[int, int] | None:
         """(gpu %, memory %) over the driver's last sample period, or None."""
+        ...
+
+    def memory(self, index: int) -> MemoryUsage | None:
+        """Device memory used and total, or None where the GPU does not say."""
         ...
 
     # -- telemetry ----------------------------------------------------------------
@@ -421,6 +443,7 @@ __all__ = [
     "DeviceInfo",
     "FastReading",
     "GpuProcess",
+    "MemoryUsage",
     "PowerLimits",
     "ReadOnlyBackend",
     "SlowReading",

@@ -13,6 +13,7 @@ from gpuenv.backend import (
     ClockLimits,
     DeviceInfo,
     GpuProcess,
+    MemoryUsage,
     PowerLimits,
     Thresholds,
 )
@@ -225,6 +226,13 @@ class NvmlQueries(NvmlCore):
         """`nvidia-smi --query-gpu=utilization.gpu,utilization.memory` (percent)."""
         util = self._opt("nvmlDeviceGetUtilizationRates", self._handle(index), gpu=index)
         return None if util is None else (int(util.gpu), int(util.memory))
+
+    def memory(self, index: int) -> MemoryUsage | None:
+        """`nvidia-smi --query-gpu=memory.used,memory.total` (MiB); None where not supported."""
+        mem = self._opt("nvmlDeviceGetMemoryInfo", self._handle(index), gpu=index)
+        if mem is None:
+            return None
+        return MemoryUsage(int(mem.used) // (1024 * 1024), int(mem.total) // (1024 * 1024))
 
     def mig_parent_index(self, mig_uuid: str) -> int | None:
         """NVML index of the GPU that holds MIG device `mig_uuid` ("MIG-..."), or None."""

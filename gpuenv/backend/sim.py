@@ -46,6 +46,7 @@ limit revert to defaults, as a real driver's do when it de-initialises the GPU.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -120,6 +121,29 @@ class SimBackend(SimReads, SimWrites, SimWorkload):
             "root": self.root,
             "state_file": str(self._state.path),
         }
+
+    def virtual_copy(self) -> SimBackend:
+        """These GPUs as a fresh machine has them, on a virtual clock of their own.
+
+        In memory (no state file): the driver settings in force now (locked clocks,
+        application clocks, power limit, persistence) and the air each GPU's cooler sees,
+        but each GPU fresh, with no context and no load, at its idle temperature. Work on
+        it takes no wall time and reaches no other process, and what it does depends only
+        on those settings, not on what ran before (`gpuenv calibrate` runs on one). Faults
+        injected here are not copied.
+        """
+        from gpuenv.timebase import VirtualClock
+
+        copy = SimBackend(self.profile, n_gpus=len(self._gpus), root=self.root, seed=self.seed,
+                          clock=VirtualClock(epoch=self.clock.wall()))  # fmt: skip
+        with self._lock:
+            self._sync()
+            for mine, fresh in zip(self._gpus, copy._gpus, strict=True):
+                fresh.settings = dataclasses.replace(mine.settings)
+                fresh.ambient_c = mine.ambient_c
+                fresh.relatch_clock()
+                fresh.settle()
+        return copy
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> SimBackend:

@@ -32,6 +32,7 @@ BACKEND_OPS = (
     "persistence_mode",
     "processes",
     "utilization",
+    "memory",
     "read_fast",
     "read_slow",
     "power_samples",

@@ -119,23 +119,28 @@ class GpuModel:
         self.energy_mj = 0.0
         self.load = 0.0
         self._refresh_caches()
-        self.temp_c = self.idle_temp_c()
-        self.power_w = self._power(self.temp_c)
-        self.p_filt = self.power_w
         self.period_j = 0.0
         self.period_busy = 0.0
         self.period_start_ns = t_ns
-        self.power_ring: collections.deque[float] = collections.deque(
-            [self.power_w] * 10, maxlen=10
-        )
         self.busy_ring: collections.deque[float] = collections.deque([0.0] * 10, maxlen=10)
         self._decay: dict[int, tuple[float, float]] = {}
         self.power_samples: collections.deque[tuple[int, float]] = collections.deque(
             maxlen=POWER_SAMPLES_KEPT
         )
         self.next_sample_ns = (t_ns // POWER_SAMPLE_NS + 1) * POWER_SAMPLE_NS
-        self._latch(t_ns)
-        self._latch_temp(t_ns)
+        self.settle()
+
+    def settle(self) -> None:
+        """Temperature and power at equilibrium with the present clock, load and air, as
+        after a long time so (a fresh GPU at idle; a copy of one in the same room)."""
+        self.temp_c = self.idle_temp_c()
+        self.power_w = self._power(self.temp_c)
+        self.p_filt = self.power_w
+        self.power_ring: collections.deque[float] = collections.deque(
+            [self.power_w] * 10, maxlen=10
+        )
+        self._latch(self.t_ns)
+        self._latch_temp(self.t_ns)
 
     # -- helpers -------------------------------------------------------------------
     def _floor_idx(self, mhz: float) -> int:

@@ -16,6 +16,7 @@ from gpuenv.backend import (
     DeviceInfo,
     FastReading,
     GpuProcess,
+    MemoryUsage,
     PowerLimits,
     SlowReading,
     Thresholds,
@@ -131,15 +132,39 @@ class SimReads(SimCore):
             return self._get(index, "persistence_mode").settings.persistence
 
     def processes(self, index: int) -> list[GpuProcess]:
-        """Compute processes: this backend's contexts and background loads (one entry per pid)."""
+        """Compute processes: this backend's contexts and background loads (one entry per pid).
+
+        SM shares are the model's: a background load's own utilization, the rest of
+        the last second's busy time to this process's context (its work); a
+        background load is named, as it stands for no process of this host.
+        """
         with self._lock:
             g = self._get(index, "processes")
+            bg_busy = sum(g.background.values())
+            mine = max(0, round(100 * (g.r_util - min(bg_busy, 1.0))))
             procs = {
-                pid: GpuProcess(pid, self.profile.context_mib, "compute") for pid in g.contexts
+                pid: GpuProcess(
+                    pid, self.profile.context_mib, "compute", sm_pct=mine if pid == self._pid else 0
+                )
+                for pid in g.contexts
             }
-            for pid in g.background:
-                procs[pid] = GpuProcess(pid, BACKGROUND_MIB, "compute")
+            for pid, util in g.background.items():
+                procs[pid] = GpuProcess(
+                    pid,
+                    BACKGROUND_MIB,
+                    "compute",
+                    sm_pct=round(100 * util),
+                    user="sim",
+                    command=f"(simulated) another process, {util:.0%} busy",
+                )
             return list(procs.values())
+
+    def memory(self, index: int) -> MemoryUsage | None:
+        """`nvidia-smi --query-gpu=memory.used,memory.total`: what the processes hold."""
+        used = sum(p.used_memory_mib or 0 for p in self.processes(index))
+        with self._lock:
+            self._get(index, "memory")
+            return MemoryUsage(used_mib=used, total_mib=self.profile.memory_total_mib)
 
     def utilization(self, index: int) -> tuple[int, int] | None:
         """(GPU %, memory %) over the last second of busy time."""

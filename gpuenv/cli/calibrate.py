@@ -4,7 +4,9 @@ Runs a heavy reference load (bf16 matmuls through torch; the simulated GPU's hea
 work with --sim) until clock and temperature reach equilibrium, with progress on
 stderr, and reports the sustained clock under the power cap and the highest
 supported clock that held: 'gpuenv lock --sm sustained' then locks that one.
-Read-only on the GPU: it only runs work and reads telemetry.
+Read-only on the GPU: it only runs work and reads telemetry. With --sim it runs on
+a fresh copy of the simulated GPU on virtual time (seconds, the same answer every run;
+gpuenv.clocks.calibration says how).
 
 Exit codes: 0 calibrated (and saved); 1 a GPU did not reach equilibrium within
 --duration (nothing saved for it); 2 an error (no torch, bad input); 9 no driver;
@@ -24,7 +26,7 @@ from gpuenv.cli._common import gpu_option, handle_errors, open_from_ctx
 @click.command("calibrate")
 @gpu_option()
 @click.option("--duration", type=click.FloatRange(1.0), default=180.0, show_default=True,
-              metavar="S", help="Longest load per GPU, in seconds.")
+              metavar="S", help="Longest load per GPU, in seconds (virtual ones with --sim).")
 @click.option("--no-save", is_flag=True, help="Report only; do not store the calibration.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_context
@@ -33,7 +35,7 @@ def calibrate(ctx: click.Context, gpu: str, duration: float, no_save: bool,
               as_json: bool) -> None:
     """Load each selected GPU until it reaches equilibrium and report the sustained
     clock and the highest supported clock that held (saved for 'gpuenv lock --sm
-    sustained')."""
+    sustained'). With --sim: a fresh simulated GPU at idle, on virtual time."""
     from gpuenv.clocks.calibration import calibrate as run
     from gpuenv.devices import select_gpus
 

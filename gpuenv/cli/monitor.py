@@ -71,7 +71,7 @@ def monitor(
     against the limit, temperature against slowdown, active clock-event reasons
     and how long, the lock owner, and the processes on each GPU.
 
-    Keys: q quit, p pause, arrows or 0-9 pick a GPU. '--json'/'--csv' stream one
+    Keys: q quit, p pause, arrows or 0-9 pick a GPU, ? or h help. '--json'/'--csv' stream one
     line per GPU per tick, flushed (like 'nvidia-smi dmon'); '--once' prints one
     snapshot (like 'nvidia-smi' / 'nvitop --once').
 

@@ -14,6 +14,13 @@ reading, after dropping the 5% lowest), less one supported step when the cap
 was holding the clock down (margin for the creep left after equilibrium).
 Locked there, the GPU draws less than the cap at its hottest and keeps the clock.
 
+A simulated GPU on real time (`gpuenv --sim calibrate`) is calibrated on a copy of
+its model (`Workload.virtual_copy`): the driver settings in force now, but a fresh
+GPU at its idle temperature, on virtual time. It takes seconds instead of minutes,
+and gives the same answer every time, whatever earlier commands did to the
+simulated GPU's temperature (which the copy leaves as it was). A simulated GPU
+already on virtual time is calibrated as it stands: its caller set its state up.
+
 Read-only on the GPU: it only runs work and reads telemetry. The result is saved
 on the host with `gpuenv.clocks.calibration_store.save_calibration` (per GPU UUID).
 """
@@ -26,7 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import IO, Any
 
 from gpuenv import conditioning, stats, timing
-from gpuenv.backend import Backend
+from gpuenv.backend import Backend, ReadOnlyBackend
 from gpuenv.conditioning import ConditionConfig
 from gpuenv.errors import ConfigError
 from gpuenv.reasons import HELD_DOWN
@@ -36,6 +43,7 @@ MATMUL_SIZE = 8192
 HOLD_QUANTILE = 0.05  # the clock that held: this quantile of the final window's readings
 CALIBRATE_TOL = 0.002  # equilibrium: predicted drift still to come (gpuenv.conditioning)
 MARGIN_STEPS = 1  # under the power cap, lock this many supported steps below what held
+FRESH_NOTE = " (virtual time, from a fresh GPU at idle)"  # the simulator's calibrations
 
 
 @dataclass(frozen=True)
@@ -120,34 +128,59 @@ def calibrate(
     progress: IO[str] | None = None,
 ) -> list[CalibrationResult]:
     """Calibrate each GPU in turn (see the module docstring). `load(gpu)` overrides the
-    reference load; results are saved only for GPUs that reached equilibrium."""
-    from gpuenv.telemetry import Sampler
-
+    reference load (and runs on `backend` as given); results are saved only for GPUs that
+    reached equilibrium."""
     if duration_s <= 0:
         raise ConfigError(f"duration must be positive (got {duration_s} s)")
-    out = []
-    for g in gpus:
-        fn, what, ordinal = (load or (lambda gpu: reference_load(backend, gpu)))(g)
-        device: timing.Device
-        if backend.workload is not None:
-            device = timing.SimDevice(backend, g, rep_probe_cycles=0)
-        else:
-            device = timing.CudaEvents(flush_l2=False, saturate=False, device=ordinal)
-        sampler = Sampler(backend, [g], clock=device.clock)
-        sampler.start()
-        try:
-            cc = ConditionConfig(sustained_timeout_s=duration_s, sustained_tol=CALIBRATE_TOL)
-            cond = conditioning.precondition(
-                _runner(device, fn), sampler, [g], device.clock, config=cc,
-                progress=_progress(progress, g),
-            )  # fmt: skip
-            end = device.clock.now()
-            final = sampler.samples(end - cc.sustained_window_s, end, g)
-        finally:
-            sampler.stop()
-        _finish_progress(progress)
-        out.append(_result(backend, g, final, cond, what, save=save, state_dir=state_dir))
-    return out
+    model = _virtual_model(backend) if load is None else None
+    try:
+        return [_calibrate_one(model or backend, g, duration_s=duration_s, load=load,
+                               fresh=model is not None, save=save, state_dir=state_dir,
+                               progress=progress)
+                for g in gpus]  # fmt: skip
+    finally:
+        if model is not None:
+            model.close()
+
+
+def _virtual_model(backend: Backend) -> Backend | None:
+    """A simulated GPU on real time is calibrated on a fresh copy of its model on virtual
+    time (`Workload.virtual_copy`): seconds instead of minutes, and the same answer
+    whatever earlier commands did to its temperature. None: calibrate `backend` itself (a
+    real GPU; a simulated one already on virtual time, in the state its caller set up)."""
+    if backend.workload is None or backend.clock.virtual:
+        return None
+    model = backend.workload.virtual_copy()
+    return ReadOnlyBackend(model, reason="calibrate only reads") if backend.readonly else model
+
+
+def _calibrate_one(backend: Backend, g: int, *, duration_s: float,
+                   load: Callable[[int], Load] | None, fresh: bool, save: bool,
+                   state_dir: str | None, progress: IO[str] | None) -> CalibrationResult:
+    from gpuenv.telemetry import Sampler
+
+    fn, what, ordinal = (load or (lambda gpu: reference_load(backend, gpu)))(g)
+    if fresh:
+        what += FRESH_NOTE
+    device: timing.Device
+    if backend.workload is not None:
+        device = timing.SimDevice(backend, g, rep_probe_cycles=0)
+    else:
+        device = timing.CudaEvents(flush_l2=False, saturate=False, device=ordinal)
+    sampler = Sampler(backend, [g], clock=device.clock)
+    sampler.start()
+    try:
+        cc = ConditionConfig(sustained_timeout_s=duration_s, sustained_tol=CALIBRATE_TOL)
+        cond = conditioning.precondition(
+            _runner(device, fn), sampler, [g], device.clock, config=cc,
+            progress=_progress(progress, g),
+        )  # fmt: skip
+        end = device.clock.now()
+        final = sampler.samples(end - cc.sustained_window_s, end, g)
+    finally:
+        sampler.stop()
+    _finish_progress(progress)
+    return _result(backend, g, final, cond, what, save=save, state_dir=state_dir)
 
 
 def _result(backend: Backend, g: int, final: list[Any], cond: conditioning.Conditioning, what: str,

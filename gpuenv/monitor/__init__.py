@@ -1,7 +1,10 @@
 """`gpuenv monitor`: what makes a GPU's numbers lie, read live.
 
     model.py      MonitorModel.update() -> one immutable GpuView per GPU
-    view.py       GpuViews laid out for a terminal (render, plain, ansi)
+    processes.py  the processes on a GPU (nvitop's process API on a real GPU)
+    view.py       GpuViews laid out for a terminal of any size, the help overlay
+    blocks.py     one GPU's detail block (parts that give way by priority) and row
+    draw.py       styled lines: glyphs, bars, sparklines, graphs, clipping, plain/ANSI
     tui.py        the curses loop and its key handling (Ui)
     streams.py    --json / --csv records, like `nvidia-smi dmon`
     scenarios.py  SimScenario: a moving simulated GPU, for demos

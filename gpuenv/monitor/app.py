@@ -95,8 +95,10 @@ def _stream(model: Any, fmt: str, opts: MonitorOptions, out: IO[str]) -> None:
 
 
 def _view(model: Any, opts: MonitorOptions, source: str, simulated: bool, out: IO[str]) -> None:
+    from gpuenv.monitor.blocks import Frame
+    from gpuenv.monitor.draw import ansi, plain
     from gpuenv.monitor.tui import run_tui
-    from gpuenv.monitor.view import Frame, ansi, plain, render
+    from gpuenv.monitor.view import render
 
     frame = Frame(source=source, simulated=simulated, interval_s=opts.interval_s)
     if opts.once or not out.isatty():

@@ -1,13 +1,14 @@
 """`gpuenv monitor`'s model: what makes a GPU's numbers lie, read live.
 
 nvitop and nvidia-smi show processes and memory well; none of them shows why a
-clock is where it is. This module reads it: per GPU the SM clock against its
-maximum and the locked range with a minute of history, power against the
-limit, temperature against the slowdown threshold, the active clock-event
-reasons in words with how long each has been active, who holds the lock, and
-the processes on the GPU. `MonitorModel.update()` reads the backend and returns
-one immutable `GpuView` per GPU (a failed read becomes `GpuView.error`, never an
-exception).
+clock is where it is. This module reads both: per GPU the SM clock against its
+maximum and the locked range with its history (up to ten minutes), device
+memory used and total, power against the limit, temperature against the
+slowdown threshold, the active clock-event reasons in words with how long each
+has been active, who holds the lock, and the processes on the GPU (pid, user,
+memory, SM share, command: processes.py). `MonitorModel.update()` reads the
+backend and returns one immutable `GpuView` per GPU (a failed read becomes
+`GpuView.error`, never an exception).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from gpuenv import reasons
 from gpuenv.backend import Backend
 from gpuenv.errors import GpuenvError
+from gpuenv.monitor.processes import ProcessReader, ProcView, process_reader
 from gpuenv.timebase import REAL_CLOCK, Clock
 
 # the one vocabulary (gpuenv.reasons): short forms and masks as the view uses them
@@ -31,21 +33,13 @@ WARN_REASONS = int(reasons.WARN)
 
 
 @dataclass(frozen=True)
-class ProcView:
-    pid: int
-    user: str
-    command: str
-    used_memory_mib: int | None
-
-
-@dataclass(frozen=True)
 class ReasonView:
     bit: int
     name: str  # NVML's name, e.g. "SwPowerCap"
     words: str
     active_s: float | None  # how long it has been active without a break, as observed
     at_least: bool  # active since the monitor started: it may have been active longer
-    share: float | None  # fraction of the last `history_s` under it, from the cumulative counter
+    share: float | None  # fraction of the last `counter_s` under it, from the cumulative counter
 
 
 @dataclass(frozen=True)
@@ -77,46 +71,17 @@ class GpuView:
     reasons: int = 0
     active: tuple[ReasonView, ...] = ()
     below_max_share: float | None = None  # share of counter_span_s below app/max clocks (counter)
-    counter_span_s: float | None = None  # the span the counter shares cover (up to history_s)
+    counter_span_s: float | None = None  # the span the counter shares cover (up to counter_s)
     util_gpu: int | None = None
     util_mem: int | None = None
+    mem_used_mib: int | None = None
+    mem_total_mib: int | None = None
     lock: LockView | None = None
     processes: tuple[ProcView, ...] = ()
+    processes_error: str | None = None  # why the processes could not be read
     history: tuple[tuple[float, int], ...] = ()  # (t, SM MHz) over the last history_s
+    interval_s: float | None = None  # between updates, as observed (the history's step)
     error: str | None = None
-
-
-class _ProcessNames:
-    """pid -> (user, command) through psutil, cached: a process's name does not change."""
-
-    def __init__(self) -> None:
-        self._cache: dict[int, tuple[float, str, str]] = {}
-
-    def lookup(self, pid: int) -> tuple[str, str]:
-        import psutil
-
-        try:
-            proc = psutil.Process(pid)
-            start = proc.create_time()
-            hit = self._cache.get(pid)
-            if hit and hit[0] == start:
-                return hit[1], hit[2]
-            with proc.oneshot():
-                try:
-                    user = proc.username()
-                except (psutil.AccessDenied, KeyError):
-                    user = "?"
-                try:
-                    cmd = " ".join(proc.cmdline()) or proc.name()
-                except psutil.AccessDenied:
-                    cmd = proc.name()
-            self._cache[pid] = (start, user, cmd)
-            return user, cmd
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            self._cache.pop(pid, None)
-            return "-", "(exited)"
-        except psutil.AccessDenied:
-            return "?", "?"  # another PID namespace or a hidepid /proc
 
 
 LockLookup = Callable[[Backend, int], "LockView | None"]
@@ -141,7 +106,7 @@ def clocks_lock_view(backend: Backend, index: int) -> LockView:
 class MonitorModel:
     """Reads the GPUs and keeps a short history; `update()` returns one GpuView per GPU.
 
-    Reads: the cheap values, power limit, utilization and processes every update;
+    Reads: the cheap values, power limit, utilization, memory and processes every update;
     the cumulative reason counters (with the energy counter, ~3 ms on an H100) at
     most every `slow_period`; the lock from the journal at most every
     `lock_period` (whether it holds is checked against every update's clock).
@@ -153,22 +118,25 @@ class MonitorModel:
         gpus: Sequence[int],
         *,
         clock: Clock | None = None,
-        history_s: float = 60.0,
+        history_s: float = 600.0,
+        counter_s: float = 60.0,
         slow_period: float = 2.0,
         lock_period: float = 2.0,
-        processes: bool = True,
+        processes: bool | ProcessReader = True,
         lock_lookup: LockLookup | None = clocks_lock_view,
     ):
         self.backend = backend
         self.gpus = list(gpus)
         self.clock = clock or REAL_CLOCK
         self.history_s = history_s
+        self.counter_s = min(counter_s, history_s)
         self.slow_period = slow_period
-        self.want_processes = processes
+        self._procs: ProcessReader | None = (
+            (process_reader(backend) if processes is True else processes) if processes else None
+        )
         self.lock_lookup = lock_lookup
         self.lock_period = lock_period
         self._locks: dict[int, tuple[float, LockView | None]] = {}
-        self._names = _ProcessNames()
         self._static: dict[int, dict[str, Any]] = {}
         self._history: dict[int, collections.deque[tuple[float, int]]] = {
             i: collections.deque() for i in self.gpus
@@ -243,13 +211,15 @@ class MonitorModel:
             util = self.backend.utilization(i)
             if util is not None:
                 extras["util_gpu"], extras["util_mem"] = util
-        if self.want_processes:
-            with contextlib.suppress(GpuenvError):
-                procs = []
-                for p in sorted(self.backend.processes(i), key=lambda p: p.pid):
-                    user, cmd = self._names.lookup(p.pid)
-                    procs.append(ProcView(p.pid, user, cmd, p.used_memory_mib))
-                extras["processes"] = tuple(procs)
+        with contextlib.suppress(GpuenvError):
+            mem = self.backend.memory(i)
+            if mem is not None:
+                extras["mem_used_mib"], extras["mem_total_mib"] = mem.used_mib, mem.total_mib
+        if self._procs is not None:
+            try:
+                extras["processes"] = self._procs(i)
+            except GpuenvError as err:
+                extras["processes_error"] = str(err)
         if self.lock_lookup is not None:
             extras["lock"] = self._lock(i, t, fast.sm_mhz)
         return _replace(view, **extras)
@@ -275,7 +245,7 @@ class MonitorModel:
     def _counter_shares(
         self, i: int, t: float
     ) -> tuple[dict[str, float], float | None, float | None]:
-        """Share of the last history_s under each cumulative counter."""
+        """Share of the last counter_s under each cumulative counter."""
         ring = self._counters[i]
         if t - self._last_slow.get(i, -1e18) >= self.slow_period:
             try:
@@ -285,7 +255,7 @@ class MonitorModel:
             if slow is not None and slow.reason_ns:
                 ring.append((t, dict(slow.reason_ns)))
                 self._last_slow[i] = t
-        while len(ring) > 2 and ring[1][0] <= t - self.history_s:
+        while len(ring) > 2 and ring[1][0] <= t - self.counter_s:
             ring.popleft()
         if len(ring) < 2 or ring[-1][0] - ring[0][0] <= 0:
             return {}, None, None

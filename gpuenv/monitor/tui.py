@@ -1,6 +1,7 @@
 """`gpuenv monitor`'s interactive view: the curses loop (erase, noutrefresh, doupdate:
-no flicker) until `q`, with `p` to pause and arrows or digits to pick a GPU. `Ui`
-holds the key handling apart from curses, so it is tested directly.
+no flicker) until `q`, with `p` to pause, arrows or digits to pick a GPU and `?` or
+`h` for the help overlay (view.KEY_HELP). `Ui` holds the key handling apart from
+curses, so it is tested directly.
 """
 
 from __future__ import annotations
@@ -9,11 +10,14 @@ import contextlib
 import os
 from typing import Any
 
+from gpuenv.monitor.blocks import Frame
+from gpuenv.monitor.draw import Glyphs, Line
 from gpuenv.monitor.model import MonitorModel
-from gpuenv.monitor.view import Frame, Glyphs, Line, render
+from gpuenv.monitor.view import render
 
 KEYS_NEXT = ("KEY_RIGHT", "KEY_DOWN", "\t", "j", "l")
-KEYS_PREV = ("KEY_LEFT", "KEY_UP", "KEY_BTAB", "k", "h")
+KEYS_PREV = ("KEY_LEFT", "KEY_UP", "KEY_BTAB", "k")
+KEYS_HELP = ("?", "h", "H", "KEY_F(1)")
 
 
 class Ui:
@@ -24,10 +28,18 @@ class Ui:
         self.selected = 0
         self.paused = False
         self.quit = False
+        self.help = False
 
     def key(self, key: str) -> bool:
-        """Handle one key; True when the screen needs a redraw."""
-        if key in ("q", "Q", "\x1b"):
+        """Handle one key; True when the screen needs a redraw. With the help open, any
+        key (Esc included) closes it and does nothing else."""
+        if self.help:
+            if key in ("", "KEY_RESIZE"):
+                return key == "KEY_RESIZE"
+            self.help = False
+        elif key in KEYS_HELP:
+            self.help = True
+        elif key in ("q", "Q", "\x1b"):
             self.quit = True
         elif key in ("p", "P", " "):
             self.paused = not self.paused
@@ -59,6 +71,8 @@ def run_tui(
 
     def main(scr: Any) -> None:
         curses.curs_set(0)
+        with contextlib.suppress(AttributeError, curses.error):
+            curses.set_escdelay(25)  # Esc closes the help at once, not after a second
         styles = _curses_styles(curses)
         ui = Ui(len(model.gpus))
         views = model.update()
@@ -69,7 +83,7 @@ def run_tui(
             if stop_after_s is not None and model.clock.now() - started >= stop_after_s:
                 return
             if dirty:
-                frame.paused, frame.selected = ui.paused, ui.selected
+                frame.paused, frame.selected, frame.help = ui.paused, ui.selected, ui.help
                 h, w = scr.getmaxyx()
                 _draw(scr, render(views, frame, w, h), styles, curses)
                 dirty = False

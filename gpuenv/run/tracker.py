@@ -4,8 +4,8 @@
 pipe and `RegionTracker` pairs them into `Region`s. `Summariser` turns each
 region into one `Window` per GPU as the run goes: the sampler keeps a bounded
 buffer, so long regions are summarised in chunks and the chunks merged
-(`gpuenv.telemetry.merge_windows`). `SampleLog` keeps the samples `gpuenv plot`
-draws. Measurements and the table are in report.py.
+(`gpuenv.telemetry.merge_windows`). Its `SampleLog` (gpuenv.telemetry.trace) keeps
+the samples `gpuenv plot` draws. Measurements and the table are in report.py.
 """
 
 from __future__ import annotations
@@ -17,14 +17,19 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpuenv.run.region import Edge, parse_line
-from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, Sampler, Window, merge_windows, summarize
+from gpuenv.telemetry import (
+    DRIVER_REFRESH_S,
+    SampleLog,
+    Sampler,
+    Window,
+    merge_windows,
+    summarize,
+)
 
 FLUSH_S = 30.0  # summarise finished regions and chunks of open ones this often
 MARK_MIN_S = 0.05  # at most one edge read of the slow counters per 50 ms of region edges
-MAX_POINTS = 20_000  # samples per GPU kept for plotting (thinned beyond)
 MAX_REGION_LIST = 10_000  # region spans listed for plotting
 COUNTER_MARGIN_S = 0.3  # counter reads around an interval that its interpolation may use
 
@@ -143,45 +148,6 @@ class RegionReader:
             self.sampler.mark()
 
 
-class SampleLog:
-    """The samples kept for plotting: at most MAX_POINTS per GPU, thinned evenly beyond."""
-
-    def __init__(self, gpus: Sequence[int], max_points: int = MAX_POINTS, min_dt: float = 0.0):
-        self.max_points = max_points
-        self.min_dt = min_dt
-        self.points: dict[int, list[Sample]] = {g: [] for g in gpus}
-        self.upto: float = float("-inf")
-
-    def add(self, samples: Sequence[Sample]) -> None:
-        for s in samples:
-            pts = self.points.setdefault(s.gpu, [])
-            if pts and s.t - pts[-1].t < self.min_dt:
-                continue
-            pts.append(s)
-            if len(pts) > self.max_points:
-                self.points[s.gpu] = pts[::2]
-                self.min_dt = max(self.min_dt * 2, (pts[-1].t - pts[0].t) / self.max_points)
-
-    def traces(self, t_ref: float) -> dict[int, dict[str, Any]]:
-        """Per GPU, the trace `gpuenv plot` draws (timing.py's format): times in seconds
-        from t_ref (host monotonic, kept as "t0"), power instantaneous where the GPU gives it."""
-        out: dict[int, dict[str, Any]] = {}
-        for g, pts in self.points.items():
-            out[g] = {
-                "t0": t_ref,
-                "t_s": [round(s.t - t_ref, 4) for s in pts],
-                "sm_mhz": [s.sm_mhz for s in pts],
-                "mem_mhz": [s.mem_mhz for s in pts],
-                "power_w": [
-                    round(s.power_instant_w if s.power_instant_w is not None else s.power_w, 1)
-                    for s in pts
-                ],
-                "temp_c": [s.temp_c for s in pts],
-                "reasons": [s.reasons for s in pts],
-            }
-        return out
-
-
 class Summariser:
     """Turns regions into per-GPU Windows as the run goes (chunked: see the module doc).
 
@@ -253,10 +219,7 @@ class Summariser:
                 r.covered_to = b
                 if done:
                     r.windows = {g: merge_windows(r.chunks.pop(g)) for g in self.gpus}
-        new = self.sampler.samples(None if self.log.upto == float("-inf") else self.log.upto, None)
-        self.log.add([s for s in new if s.t > self.log.upto])
-        if new:
-            self.log.upto = max(s.t for s in new)
+        self.log.pull(self.sampler)
 
 
 __all__ = [
@@ -265,6 +228,5 @@ __all__ = [
     "Region",
     "RegionReader",
     "RegionTracker",
-    "SampleLog",
     "Summariser",
 ]

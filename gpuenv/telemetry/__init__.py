@@ -16,6 +16,7 @@ The package:
     process.py   the parent's handle on the sampler process (start, wake, pull, stop)
     child.py     the sampler process itself
     sampler.py   Sampler: process or thread, buffers, edge reads (mark), windows
+    trace.py     the trace `gpuenv plot` draws: SampleLog (bounded), TracePieces (a session's)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from gpuenv.telemetry.sampler import (
 )
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
 from gpuenv.telemetry.summary import ENERGY_EXACT_MIN_S, summarize, summarize_many
+from gpuenv.telemetry.trace import MAX_POINTS, SampleLog, TracePieces, trace_record
 from gpuenv.telemetry.window import Window, merge_windows
 
 __all__ = [
@@ -47,14 +49,18 @@ __all__ = [
     "EDGE_MIN_INTERVAL_S",
     "EDGE_WAIT_S",
     "ENERGY_EXACT_MIN_S",
+    "MAX_POINTS",
     "SLOW_LOOKBACK_S",
     "Gap",
     "Sample",
+    "SampleLog",
     "Sampler",
     "SlowSample",
+    "TracePieces",
     "Window",
     "choose_mode",
     "merge_windows",
     "summarize",
     "summarize_many",
+    "trace_record",
 ]

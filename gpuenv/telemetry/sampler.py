@@ -325,7 +325,11 @@ class Sampler:
         hi = float("inf") if t1 is None else t1
         self._pull()
         with self._buf.lock:
-            out = [s for g in gpus for s in self._buf.fast_q[g] if lo <= s.t <= hi]
+            # from t0 on: walk back from the newest (a trace's pull asks for the last second
+            # of a ring that holds minutes)
+            out = [s for g in gpus for s in (self._buf.fast_q[g] if t0 is None else
+                                             _since(self._buf.fast_q[g], lo, keep_before=1))
+                   if lo <= s.t <= hi]
         if gpu is None and len(gpus) > 1:
             out.sort(key=lambda s: (s.t, s.gpu))
         return out

@@ -17,7 +17,7 @@ from gpuenv.backend import Backend
 from gpuenv.clocks.status import lock_holds
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
-from gpuenv.telemetry import DRIVER_REFRESH_S
+from gpuenv.telemetry import DRIVER_REFRESH_S, trace_record
 from gpuenv.timebase import Clock
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, TINY_TARGET_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_BATCH, PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
@@ -65,7 +65,7 @@ def bench(
     if session is not None:
         if hasattr(session, "work_ended"):
             session.work_ended(session.sampler.mark())  # burst mode waits from here
-        session.results.add(m)  # also appended to the session's `output`, if it has one
+        m = session.keep(m)  # with the session's trace; appended to its `output`, if any
     elif output is not None:
         from gpuenv.results import ResultStore, environment_metadata
 
@@ -404,16 +404,7 @@ def _trace(sampler: Any, gpu: int, t0: float, t1: float, max_points: int = 1000)
     for `gpuenv plot`: times are seconds from t0."""
     samples = sampler.samples(t0, t1, gpu)
     step = max(1, math.ceil(len(samples) / max_points))
-    kept = samples[::step]
-    return {
-        "t0": t0,
-        "t_s": [round(s.t - t0, 4) for s in kept],
-        "sm_mhz": [s.sm_mhz for s in kept],
-        "power_w": [round(s.power_instant_w if s.power_instant_w is not None else s.power_w, 1)
-                    for s in kept],
-        "temp_c": [s.temp_c for s in kept],
-        "reasons": [s.reasons for s in kept],
-    }
+    return trace_record(samples[::step], t0)
 
 
 def _open_backend_quietly() -> Backend | None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from gpuenv import clocks
+from gpuenv import clocks, timing
 from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
 from gpuenv.clocks.calibration import calibrate
@@ -67,3 +69,58 @@ def test_cli_reports_and_exits_1_when_too_short(monkeypatch):
     data = json.loads(out.output[: out.output.rindex("]") + 1])
     assert data[0]["steady"] is False and data[0]["saved_to"] is None
     assert "did not reach equilibrium" in out.output
+
+
+# -- gpuenv --sim calibrate: a fresh copy of the model, on virtual time ----------------------
+
+
+def _cli_calibrate(monkeypatch: pytest.MonkeyPatch, state: Path) -> tuple[dict, list[float]]:
+    """`gpuenv --sim calibrate --no-save --json` on the simulator state file `state`: its
+    result, and every real sleep it asked for."""
+    slept: list[float] = []
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setenv("GPUENV_SIM_STATE", str(state))
+    with monkeypatch.context() as m:
+        m.setattr(time, "sleep", sleep)
+        out = CliRunner().invoke(cli, ["--sim", "calibrate", "--no-save", "--json"], obj={})
+    assert out.exit_code == 0, out.output
+    assert "gpuenv calibrate GPU 0: load" in out.output  # the progress lines, on stderr
+    (result,) = json.loads(out.output[out.output.index("[") : out.output.rindex("]") + 1])
+    return result, slept
+
+
+def test_cli_on_the_simulator_runs_on_virtual_time_and_repeats_exactly(monkeypatch, tmp_path):
+    first, slept = _cli_calibrate(monkeypatch, tmp_path / "a.json")
+    second, _ = _cli_calibrate(monkeypatch, tmp_path / "b.json")
+    assert first == second  # two fresh simulated GPUs: the same answer, to the last digit
+    assert first["steady"] and first["capped"] and first["saved_to"] is None
+    assert first["lock_mhz"] % 15 == 0 and first["lock_mhz"] < first["sustained_mhz"]
+    assert "virtual time, from a fresh GPU at idle" in first["load"]
+    # a minute and more of load, and hardly a real second slept for it: virtual time
+    assert first["seconds"] > 60 and sum(slept) < 1.0
+
+
+def test_cli_on_the_simulator_forgets_what_heated_it(monkeypatch, tmp_path):
+    fresh, _ = _cli_calibrate(monkeypatch, tmp_path / "fresh.json")
+    state = tmp_path / "heated.json"
+    heater = SimBackend(clock=VirtualClock(), state_file=state)  # an earlier benchmark
+    timing.sim_kernel(heater, 0, seconds=120.0)()
+    heater.close()
+    seen = SimBackend(state_file=state)  # what the next command finds: a hot GPU
+    assert seen.read_fast(0).temp_c > fresh["temp_c"] - 5
+    hot = SimBackend(clock=VirtualClock(), state_file=state)
+    (as_it_stands,) = calibrate(hot, [0], save=False)  # calibrated hot, the answer differs
+    assert (as_it_stands.sustained_mhz, as_it_stands.seconds) != (
+        fresh["sustained_mhz"], fresh["seconds"])  # fmt: skip
+    hot.close()
+    seen.close()
+    heated, _ = _cli_calibrate(monkeypatch, state)
+    assert heated == fresh
+    after = SimBackend(state_file=state)  # and calibrating left the simulated GPU as it was
+    assert after.read_fast(0).temp_c > fresh["temp_c"] - 5 and after.truth(0).contexts == ()
+    after.close()

@@ -70,6 +70,14 @@ def test_aliases_read_the_same_value_as_their_canonical_name(sim: SimBackend) ->
         assert header_line(parse_fields(alias), CsvFormat()).split(" [")[0] == name
 
 
+def test_memory_used_and_total_follow_the_processes_on_the_gpu(sim: SimBackend) -> None:
+    assert rows(sim, "memory.used,memory.total", gpus=[0]) == ["0 MiB, 81559 MiB"]
+    sim.open_context(0)
+    used = sim.memory(0)
+    assert used is not None and used.used_mib > 0
+    assert rows(sim, "memory.used", "csv,nounits", gpus=[0]) == [str(used.used_mib)]
+
+
 def test_reasons_as_bitmask_and_as_active_words(sim: SimBackend) -> None:
     sim.open_context(0)
     sim.run_work(0, 1980e6 * 5)  # a sustained load meets the 700 W cap
@@ -210,7 +218,10 @@ def test_gpu_query_matches_nvidia_smi_header_and_static_values() -> None:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         pytest.skip("nvidia-smi is not installed here")
-    dynamic = "clocks.sm,clocks.gr,clocks.mem,power.draw,temperature.gpu,utilization.gpu,pstate"
+    dynamic = (
+        "clocks.sm,clocks.gr,clocks.mem,power.draw,temperature.gpu,utilization.gpu,pstate,"
+        "memory.used"
+    )
     aliases = "clocks_throttle_reasons.active,gpu_name,gpu.power.current_limit"
     for fields in (STATIC, dynamic, aliases):
         theirs = subprocess.run(

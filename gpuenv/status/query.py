@@ -238,7 +238,9 @@ FIELDS: tuple[QueryField, ...] = (
                lambda r: r.get("performance_state"), show=lambda v: f"P{v}"),
     *_reason_fields(),
     QueryField(("memory.total",), "Total installed GPU memory.",
-               lambda r: present(r.get("device_info").memory_total_mib), unit="MiB"),
+               lambda r: r.get("memory").total_mib, unit="MiB"),
+    QueryField(("memory.used",), "Total memory allocated by active contexts.",
+               lambda r: r.get("memory").used_mib, unit="MiB"),
     QueryField(("compute_cap",), "The CUDA Compute Capability, as major.minor.",
                lambda r: ".".join(map(str, present(r.get("device_info").compute_capability)))),
     QueryField(("utilization.gpu",), "Percent of time over the past sample period during "

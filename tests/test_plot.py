@@ -260,3 +260,23 @@ def test_a_session_of_two_gpus_plots_the_one_asked_for(tmp_path, vclock):
         line = next(ln for ln in fig.axes[0].get_lines() if ln.get_gid() == "trace")
         drawn[g] = [y for y in line.get_ydata() if y == y]
     assert max(drawn[0]) < 1000 and min(drawn[1]) <= 1600 < 1900 <= max(drawn[1])
+
+
+def test_the_h100_session_in_docs_plots_its_dynamics() -> None:
+    """A real file, from the lent H100 (docs/stable_session_h100.jsonl, read-only): the
+    cap's fall shows in the clock line, the three measurements are shaded and named."""
+    pytest.importorskip("matplotlib")
+    from pathlib import Path
+
+    from gpuenv.plot import run_figure
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "stable_session_h100.jsonl"
+    fig = run_figure(load_run(path))
+    clk = fig.axes[0]
+    line = next(ln for ln in clk.get_lines() if ln.get_gid() == "trace")
+    ys = [y for y in line.get_ydata() if y == y]
+    assert max(ys) == 1980 and min(ys) <= 1200  # 1980 -> 1125 MHz under the 700 W cap
+    assert set(shaded(clk)) == {"matmul (cold)", "heavy load (12 s)", "matmul (after)"}
+    title = texts(fig)[0]
+    assert TITLE.match(title) and "NVIDIA H100 80GB HBM3" in title, title
+    assert_apart(names(fig).values())

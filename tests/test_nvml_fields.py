@@ -51,3 +51,46 @@ def test_reason_counter_fields_are_the_stable_ids_74_to_81() -> None:
     assert pynvml.NVML_FI_DEV_MEMORY_TEMP == nvml_fields.FI_MEMORY_TEMP
     assert pynvml.NVML_FI_DEV_POWER_INSTANT == nvml_fields.FI_POWER_INSTANT
     assert len(REASON_COUNTERS) == len(nvml_fields.FI_PERF_POLICY)
+
+
+# -- memory (CPU, NVML's calls faked) ---------------------------------------------------
+
+
+def _queries(monkeypatch: pytest.MonkeyPatch, get_memory_info) -> object:
+    from gpuenv.backend import nvml_queries
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", get_memory_info)
+    q = object.__new__(nvml_queries.NvmlQueries)
+    q._handles, q._count, q._chosen = {0: "handle-0"}, 1, {}  # type: ignore[attr-defined]
+    return q
+
+
+def test_memory_used_leaves_out_the_reserved_memory_as_nvidia_smi_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mib = 1024 * 1024
+    calls = []
+
+    def info(handle, version=None):
+        calls.append((handle, version))
+        m = pynvml.c_nvmlMemory_v2_t() if version else pynvml.c_nvmlMemory_t()
+        m.total, m.used = 81_559 * mib, (1_000 + (0 if version else 530)) * mib
+        return m
+
+    usage = _queries(monkeypatch, info).memory(0)  # type: ignore[attr-defined]
+    assert calls == [("handle-0", pynvml.nvmlMemory_v2)]
+    assert (usage.used_mib, usage.total_mib) == (1_000, 81_559)
+
+
+def test_memory_falls_back_to_v1_on_a_driver_without_v2(monkeypatch: pytest.MonkeyPatch) -> None:
+    mib = 1024 * 1024
+
+    def info(handle, version=None):
+        if version:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        m = pynvml.c_nvmlMemory_t()
+        m.total, m.used = 16_384 * mib, 1_530 * mib
+        return m
+
+    usage = _queries(monkeypatch, info).memory(0)  # type: ignore[attr-defined]
+    assert (usage.used_mib, usage.total_mib) == (1_530, 16_384)

@@ -228,8 +228,17 @@ class NvmlQueries(NvmlCore):
         return None if util is None else (int(util.gpu), int(util.memory))
 
     def memory(self, index: int) -> MemoryUsage | None:
-        """`nvidia-smi --query-gpu=memory.used,memory.total` (MiB); None where not supported."""
-        mem = self._opt("nvmlDeviceGetMemoryInfo", self._handle(index), gpu=index)
+        """`nvidia-smi --query-gpu=memory.used,memory.total` (MiB); None where not supported.
+
+        Through nvmlDeviceGetMemoryInfo_v2 where the driver has it: its `used` leaves out the
+        memory the driver reserves, as nvidia-smi's and nvitop's do (v1's counts it in)."""
+        handle = self._handle(index)
+        v2 = getattr(nv, "nvmlMemory_v2", None)
+        mem = None
+        if v2 is not None:
+            mem = self._opt("nvmlDeviceGetMemoryInfo", handle, v2, gpu=index)
+        if mem is None:
+            mem = self._opt("nvmlDeviceGetMemoryInfo", handle, gpu=index)
         if mem is None:
             return None
         return MemoryUsage(int(mem.used) // (1024 * 1024), int(mem.total) // (1024 * 1024))

@@ -8,6 +8,7 @@ import struct
 import subprocess
 import sys
 import time
+from dataclasses import astuple
 
 import pytest
 
@@ -37,10 +38,10 @@ def shared():
 def test_records_round_trip_through_the_rings(shared):
     full = Sample(1.5, 1, 1980, 2619, 512.25, 61.0, 0x4, 1_790_000_000_123_456, 699.5)
     bare = Sample(2.5, 1, 345, 1593, 70.0, 30.0, 0x1)
-    shared.fast[1].put(*pack_fast(full))
-    shared.fast[1].put(*pack_fast(bare))
+    shared.fast[1].put(*pack_fast(astuple(full)))
+    shared.fast[1].put(*pack_fast(astuple(bare)))
     recs, nxt = shared.fast[1].since(0)
-    assert [unpack_fast(r, 1) for r in recs] == [full, bare] and nxt == 2
+    assert [Sample(*unpack_fast(r, 1)) for r in recs] == [full, bare] and nxt == 2
 
     reading = SlowReading(123_456_789, {"power": 5_000_000, "thermal": 0}, 71.0)
     shared.slow[0].put(*pack_slow(3.0, reading, frozenset({42, 7}), True, 2.95))
@@ -66,17 +67,17 @@ def test_a_process_check_keeps_the_lowest_pids_when_there_are_too_many(shared):
 def test_the_ring_keeps_the_newest_records_and_resumes_where_it_stopped(shared):
     ring = shared.fast[0]
     for n in range(40):
-        ring.put(*pack_fast(Sample(float(n), 0, n, 0, 0.0, 0.0, 0)))
+        ring.put(*pack_fast(astuple(Sample(float(n), 0, n, 0, 0.0, 0.0, 0))))
     recs, nxt = ring.since(0)
     assert [r[0] for r in recs] == [float(n) for n in range(24, 40)]  # the last 16
-    ring.put(*pack_fast(Sample(40.0, 0, 40, 0, 0.0, 0.0, 0)))
+    ring.put(*pack_fast(astuple(Sample(40.0, 0, 40, 0, 0.0, 0.0, 0))))
     assert [r[0] for r in ring.since(nxt)[0]] == [40.0]
 
 
 def test_a_record_being_written_is_not_returned(shared):
     ring = shared.fast[0]
-    ring.put(*pack_fast(Sample(1.0, 0, 1, 0, 0.0, 0.0, 0)))
-    ring.put(*pack_fast(Sample(2.0, 0, 2, 0, 0.0, 0.0, 0)))
+    ring.put(*pack_fast(astuple(Sample(1.0, 0, 1, 0, 0.0, 0.0, 0))))
+    ring.put(*pack_fast(astuple(Sample(2.0, 0, 2, 0, 0.0, 0.0, 0))))
     # the writer has begun record 1 again (counter odd) and not finished
     struct.pack_into("<Q", shared.buf, ring.base + ring.slot, 2 * 1 + 1)
     assert [r[0] for r in ring.since(0)[0]] == [1.0]
@@ -85,7 +86,7 @@ def test_a_record_being_written_is_not_returned(shared):
 
 def test_a_record_whose_bytes_do_not_match_its_crc_is_not_returned(shared):
     ring = shared.fast[0]
-    ring.put(*pack_fast(Sample(1.0, 0, 1, 0, 0.0, 0.0, 0)))
+    ring.put(*pack_fast(astuple(Sample(1.0, 0, 1, 0, 0.0, 0.0, 0))))
     # a weakly ordered CPU could show the counter before the bytes it covers
     shared.buf[ring.base + 20] ^= 0xFF
     assert ring.get(0) is None
@@ -108,7 +109,7 @@ def test_a_record_overwritten_during_the_copy_is_not_returned(shared):
     fmt = shared.fast[0].fmt
     buf = _LappedWhileCopied(64 + Ring(None, 64, 1, fmt, 0).nbytes)
     ring = Ring(buf, 64, 1, fmt, 0)  # one slot at 64; the count at 0
-    ring.put(*pack_fast(Sample(1.0, 0, 1, 0, 0.0, 0.0, 0)))
+    ring.put(*pack_fast(astuple(Sample(1.0, 0, 1, 0, 0.0, 0.0, 0))))
     assert ring.get(0) is not None
     buf.slot_off, buf.lap_counter = 64, 2 * 1 + 1  # record 1 begins in the same slot
     assert ring.get(0) is None  # the counter moved between the two looks

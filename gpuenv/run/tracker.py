@@ -168,10 +168,9 @@ class Summariser:
             return []
         # waits (briefly) for the counter read at the last edge, as sampler.window does
         sampler.window(max(b for _, b in intervals), max(b for _, b in intervals), g)
-        fast = sampler.samples(gpu=g)
-        slow = sampler.slow_samples(gpu=g)
-        gaps = [x for x in sampler.gaps if x.gpu == g]
-        truncated = len(fast) >= sampler.capacity
+        # from the first interval on (the ring holds minutes): the sample in force at its
+        # start and the counter reads SLOW_LOOKBACK_S (> COUNTER_MARGIN_S) before it included
+        fast, slow, gaps, truncated = sampler.window_inputs(min(a for a, _ in intervals), g)
         f_t = [x.t for x in fast]
         s_t = [x.t for x in slow]
         rng = sampler.lock_ranges.get(g)

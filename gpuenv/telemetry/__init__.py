@@ -15,7 +15,8 @@ The package:
     ring.py      the shared-memory rings between the sampler process and its parent
     process.py   the parent's handle on the sampler process (start, wake, pull, stop)
     child.py     the sampler process itself
-    sampler.py   Sampler: process or thread, buffers, edge reads (mark), windows
+    buffers.py   the Sampler's rings in this process: records as plain tuples (no GC cost)
+    sampler.py   Sampler: process or thread, edge reads (mark), windows
     trace.py     the trace `gpuenv plot` draws: SampleLog (bounded), TracePieces (a session's)
 """
 

@@ -25,7 +25,7 @@ from gpuenv.telemetry.ring import (
     pack_gap,
     pack_slow,
 )
-from gpuenv.telemetry.samples import Gap, Sample
+from gpuenv.telemetry.samples import FastRecord, Gap
 from gpuenv.timebase import RealClock
 
 _PR_SET_PDEATHSIG = 1
@@ -36,8 +36,8 @@ class _RingSink:
         self.shared = shared
         self.slot = {g: k for k, g in enumerate(gpus)}
 
-    def fast(self, sample: Sample) -> None:
-        self.shared.fast[self.slot[sample.gpu]].put(*pack_fast(sample))
+    def fast(self, rec: FastRecord) -> None:
+        self.shared.fast[self.slot[rec[1]]].put(*pack_fast(rec))
 
     def slow(self, t: float, gpu: int, reading: SlowReading | None, pids: frozenset[int] | None,
              edge: bool, value_t: float | None) -> None:

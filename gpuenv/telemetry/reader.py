@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from gpuenv.backend import Backend, SlowReading
 from gpuenv.errors import NotSupported
-from gpuenv.telemetry.samples import Gap, Sample, SlowSample
+from gpuenv.telemetry.samples import FastRecord, Gap
 from gpuenv.timebase import Clock
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,9 @@ EDGE_MIN_INTERVAL_S = 0.02
 class Sink(Protocol):
     """Where a `Reader` puts what it read."""
 
-    def fast(self, sample: Sample) -> None: ...
+    def fast(self, rec: FastRecord) -> None:
+        """One cheap reading: a Sample's fields in order (`Sample(*rec)`)."""
+        ...
 
     def slow(
         self, t: float, gpu: int, reading: SlowReading | None, pids: frozenset[int] | None,
@@ -59,25 +61,6 @@ class Edges(Protocol):
 
     def requested(self) -> int: ...
     def served(self, n: int) -> None: ...
-
-
-def slow_sample(
-    t: float, gpu: int, reading: SlowReading | None, pids: Iterable[int] | None, edge: bool,
-    value_t: float | None, own_pids: set[int],
-) -> SlowSample:
-    """The `SlowSample` of one read: processes other than `own_pids` are `other_pids`."""
-    others: tuple[int, ...] = ()
-    own: bool | None = None
-    if pids is not None:
-        found = set(pids)
-        others = tuple(sorted(found - own_pids))
-        own = bool(found & own_pids)
-    if reading is None:  # a process check alone
-        return SlowSample(t, gpu, None, {}, None, others, edge, own_present=own)
-    return SlowSample(
-        t, gpu, reading.energy_mj, dict(reading.reason_ns), reading.mem_temp_c, others, edge,
-        value_t, own,
-    )
 
 
 class Reader:
@@ -158,7 +141,7 @@ class Reader:
             except Exception as err:
                 self.gap(t, g, "read_fast", err)
                 continue
-            self.sink.fast(Sample(
+            self.sink.fast((
                 t, g, r.sm_mhz, r.mem_mhz, r.power_w, r.temp_c, r.reasons,
                 r.driver_ts_us, r.power_instant_w,
             ))  # fmt: skip

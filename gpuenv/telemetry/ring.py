@@ -28,7 +28,7 @@ from typing import Any
 
 from gpuenv.backend import SlowReading
 from gpuenv.reasons import COUNTER_NAMES
-from gpuenv.telemetry.samples import Gap, Sample
+from gpuenv.telemetry.samples import FastRecord, Gap
 
 MAGIC = b"GPUENVR1"
 MAX_GPUS = 64
@@ -259,20 +259,22 @@ def _reserve(size: int) -> int:
 # -- records <-> ring tuples -----------------------------------------------------------
 
 
-def pack_fast(s: Sample) -> tuple[Any, ...]:
+def pack_fast(rec: FastRecord) -> tuple[Any, ...]:
+    """A cheap reading (a Sample's fields) as a ring record (the GPU is the ring's)."""
+    t, _, sm, mem, power, temp, reasons, ts, inst = rec
     return (
-        s.t, s.sm_mhz, s.mem_mhz, s.power_w, s.temp_c, s.reasons,
-        -1 if s.driver_ts_us is None else s.driver_ts_us,
-        math.nan if s.power_instant_w is None else s.power_instant_w,
+        t, sm, mem, power, temp, reasons, -1 if ts is None else ts,
+        math.nan if inst is None else inst,
     )  # fmt: skip
 
 
-def unpack_fast(rec: tuple[Any, ...], gpu: int) -> Sample:
+def unpack_fast(rec: tuple[Any, ...], gpu: int) -> FastRecord:
+    """`pack_fast` undone: `Sample(*unpack_fast(rec, gpu))` is the Sample."""
     t, sm, mem, power, temp, reasons, ts, inst = rec
-    return Sample(
+    return (
         t, gpu, sm, mem, power, temp, reasons, None if ts < 0 else ts,
         None if math.isnan(inst) else inst,
-    )
+    )  # fmt: skip
 
 
 def pack_slow(

@@ -10,20 +10,18 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any
 
-from gpuenv.backend import Backend, SlowReading
+from gpuenv.backend import Backend
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
 from gpuenv.errors import ConfigError
+from gpuenv.telemetry.buffers import Buffers, WindowInputs
 from gpuenv.telemetry.process import Cursor, SamplerError, SamplerProcess, attach, detach
 from gpuenv.telemetry.reader import (
     DEFAULT_ENERGY_PERIOD_S,
     DEFAULT_PROCESS_PERIOD_S,
     DEFAULT_SLOW_PERIOD_S,
     Reader,
-    slow_sample,
 )
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, Gap, Sample, SlowSample
 from gpuenv.telemetry.summary import summarize_many
@@ -67,38 +65,6 @@ def choose_mode(backend: Backend, clock: Clock, asked: str | None = None) -> tup
     if backend.capabilities.simulated:
         return "thread", "a simulated GPU's load is visible only in its own process"
     return "process", "keeps NVML calls off this process's GIL"
-
-
-class _Buffers:
-    """The sampler's bounded buffers, where the reader's records end up (a `Sink`)."""
-
-    def __init__(self, gpus: Sequence[int], capacity: int, own_pids: set[int]):
-        self.fast_q: dict[int, deque[Sample]] = {g: deque(maxlen=capacity) for g in gpus}
-        self.slow_q: dict[int, deque[SlowSample]] = {g: deque(maxlen=capacity) for g in gpus}
-        self.gap_q: deque[Gap] = deque(maxlen=capacity)
-        self.own_pids = own_pids
-        self.lock = threading.Lock()
-        self.slow_cond = threading.Condition()
-
-    def fast(self, sample: Sample) -> None:
-        with self.lock:
-            self.fast_q[sample.gpu].append(sample)
-
-    def slow(
-        self, t: float, gpu: int, reading: SlowReading | None, pids: frozenset[int] | None,
-        edge: bool, value_t: float | None,
-    ) -> None:
-        s = slow_sample(t, gpu, reading, pids, edge, value_t, self.own_pids)
-        with self.lock:
-            self.slow_q[gpu].append(s)
-
-    def gap(self, gap: Gap) -> None:
-        with self.lock:
-            self.gap_q.append(gap)
-
-    def slow_done(self) -> None:
-        with self.slow_cond:
-            self.slow_cond.notify_all()
 
 
 class Sampler:
@@ -170,7 +136,7 @@ class Sampler:
         self.lock_tolerance_mhz = lock_tolerance_mhz
         # "thread" | "process" (virtual time counts as "thread"), and why
         self.mode, self.mode_reason = choose_mode(backend, self.clock, mode)
-        self._buf = _Buffers(self.gpus, capacity, self.own_pids)
+        self._buf = Buffers(self.gpus, capacity, self.own_pids)
         self._reader = Reader(
             backend, self.gpus, self._buf, clock=self.clock, period=period,
             slow_period=self.slow_period, process_period=self.process_period,
@@ -313,8 +279,7 @@ class Sampler:
     @property
     def gaps(self) -> list[Gap]:
         self._pull()
-        with self._buf.lock:
-            return list(self._buf.gap_q)
+        return self._buf.gaps()
 
     def samples(
         self, t0: float | None = None, t1: float | None = None, gpu: int | None = None
@@ -324,12 +289,7 @@ class Sampler:
         lo = float("-inf") if t0 is None else t0
         hi = float("inf") if t1 is None else t1
         self._pull()
-        with self._buf.lock:
-            # from t0 on: walk back from the newest (a trace's pull asks for the last second
-            # of a ring that holds minutes)
-            out = [s for g in gpus for s in (self._buf.fast_q[g] if t0 is None else
-                                             _since(self._buf.fast_q[g], lo, keep_before=1))
-                   if lo <= s.t <= hi]
+        out = self._buf.samples(gpus, lo, hi, recent=t0 is not None)
         if gpu is None and len(gpus) > 1:
             out.sort(key=lambda s: (s.t, s.gpu))
         return out
@@ -341,15 +301,24 @@ class Sampler:
         lo = float("-inf") if t0 is None else t0
         hi = float("inf") if t1 is None else t1
         self._pull()
-        with self._buf.lock:
-            return [s for g in gpus for s in self._buf.slow_q[g] if lo <= s.t <= hi]
+        return self._buf.slow_samples(gpus, lo, hi)
 
     def latest(self, gpu: int | None = None) -> Sample | None:
         g = self.gpus[0] if gpu is None else self._check_gpu(gpu)
         self._pull()
-        with self._buf.lock:
-            fast = self._buf.fast_q[g]
-            return fast[-1] if fast else None
+        return self._buf.latest(g)
+
+    def window_inputs(self, t0: float, gpu: int | None = None) -> WindowInputs:
+        """What windows of one GPU (default: the first) from `t0` on are summarised from,
+        copied at once: the cheap samples from t0 and the one in force at t0, the counter
+        reads from SLOW_LOOKBACK_S before t0 and three more, the gaps near, and whether
+        the ring is full (older samples are gone). Each list in time order.
+
+        Only these are copied out of the ring (a full one holds minutes of samples,
+        which cost about a microsecond each to hand out)."""
+        g = self.gpus[0] if gpu is None else self._check_gpu(gpu)
+        self._pull()
+        return self._buf.window_inputs(g, t0, SLOW_LOOKBACK_S, max(1.0, self.period))
 
     def window(
         self,
@@ -376,16 +345,8 @@ class Sampler:
                 raise ConfigError(f"window end {t1} is before its start {t0}")
         if intervals:
             self._wait_for_slow_read(g, max(t1 for _, t1 in intervals))
-        self._pull()
         lo = min((t0 for t0, _ in intervals), default=0.0)
-        buf = self._buf
-        with buf.lock:
-            # copy only what the windows can use: most windows are recent, so walk back
-            # from the newest sample (a full buffer holds minutes of samples)
-            fast = _since(buf.fast_q[g], lo, keep_before=1)
-            slow = _since(buf.slow_q[g], lo - SLOW_LOOKBACK_S, keep_before=3)
-            gaps = [x for x in buf.gap_q if x.gpu == g and x.t >= lo - 1.0]
-            truncated = len(buf.fast_q[g]) == self.capacity
+        fast, slow, gaps, truncated = self.window_inputs(lo, g)
         rng = lock_range if lock_range is not None else self.lock_ranges.get(g)
         windows = summarize_many(
             fast, slow, gaps, intervals, gpu=g, lock_range=rng,
@@ -424,8 +385,8 @@ class Sampler:
         buf = self._buf
         with buf.slow_cond:
             while self._thread is not None:
-                slow = buf.slow_q[gpu]
-                if slow and slow[-1].t >= t1:
+                last = buf.last_slow_t(gpu)
+                if last is not None and last >= t1:
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -437,21 +398,8 @@ class Sampler:
         deadline = time.monotonic() + EDGE_WAIT_S
         while (proc := self._proc) is not None and not proc.no_slow_counters(gpu):
             self._pull()
-            slow = self._buf.slow_q[gpu]
-            if (slow and slow[-1].t >= t1) or self._died or time.monotonic() > deadline:
+            last = self._buf.last_slow_t(gpu)
+            if (last is not None and last >= t1) or self._died or time.monotonic() > deadline:
                 return
             time.sleep(0.001)
 
-
-def _since(buf: deque[Any], t: float, keep_before: int) -> list[Any]:
-    """The items of a time-ordered buffer from time t on, plus `keep_before` older ones."""
-    out = []
-    older = 0
-    for item in reversed(buf):
-        out.append(item)
-        if item.t < t:
-            older += 1
-            if older >= keep_before:
-                break
-    out.reverse()
-    return out

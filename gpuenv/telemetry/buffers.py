@@ -1,0 +1,165 @@
+"""The `Sampler`'s buffers in this process: bounded rings of records kept as plain tuples.
+
+A full ring holds `capacity` records per GPU and kind (32,768 by default). Kept as
+`Sample` and `SlowSample` objects, each record was an object the cyclic garbage
+collector tracks: on 2 GPUs a full collection walked some 130,000 of them (~30 ms,
+stalling whatever ran then, a lease in gpuenvd). A tuple that holds only numbers,
+strings, None and such tuples is untracked by CPython's collector once a young
+collection has looked at it, so here a record is its fields in order, and a full ring
+costs a full collection only the walk over its deque (~1 ms on 2 GPUs). Readers get
+`Sample`, `SlowSample` and `Gap` objects, made when asked for: equal to the ones
+kept before, in the same order.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from gpuenv.backend import SlowReading
+from gpuenv.telemetry.samples import FastRecord, Gap, Sample, SlowSample
+
+# t, gpu, energy_mj, counter names, counter values, mem_temp_c, other_pids, edge, value_t,
+# own_present: a SlowSample whose reason_ns dict is two tuples (a dict stays tracked)
+SlowRecord = tuple[
+    float, int, int | None, tuple[str, ...], tuple[int, ...], float | None, tuple[int, ...], bool,
+    float | None, bool | None,
+]  # fmt: skip
+GapRecord = tuple[float, int, str, str]  # a Gap's fields
+
+
+def slow_sample(rec: SlowRecord) -> SlowSample:
+    t, gpu, energy, names, values, mem_temp, others, edge, value_t, own = rec
+    reasons = dict(zip(names, values, strict=False))  # made together: checking costs a third
+    return SlowSample(t, gpu, energy, reasons, mem_temp, others, edge, value_t, own)
+
+
+class WindowInputs(NamedTuple):
+    """What `summarize_many` takes for windows of one GPU (`Sampler.window_inputs`)."""
+
+    fast: list[Sample]
+    slow: list[SlowSample]
+    gaps: list[Gap]
+    truncated: bool  # the cheap ring is full: samples older than its first are gone
+
+
+class Buffers:
+    """Where a `Reader`'s records end up in this process (a `Sink`), and what readers get.
+
+    Every ring is a deque with `maxlen`: the newest `capacity` records, oldest first.
+    """
+
+    def __init__(self, gpus: Sequence[int], capacity: int, own_pids: set[int]):
+        self.capacity = capacity
+        self.fast_q: dict[int, deque[FastRecord]] = {g: deque(maxlen=capacity) for g in gpus}
+        self.slow_q: dict[int, deque[SlowRecord]] = {g: deque(maxlen=capacity) for g in gpus}
+        self.gap_q: deque[GapRecord] = deque(maxlen=capacity)
+        self.own_pids = own_pids
+        self.lock = threading.Lock()
+        self.slow_cond = threading.Condition()
+        self._names: tuple[str, ...] = ()  # the last counter names: one tuple shared by all
+
+    # -- the Sink side (the reader's thread, or the pull from the sampler process) ----------
+    def fast(self, rec: FastRecord) -> None:
+        with self.lock:
+            self.fast_q[rec[1]].append(rec)
+
+    def slow(
+        self, t: float, gpu: int, reading: SlowReading | None, pids: Iterable[int] | None,
+        edge: bool, value_t: float | None,
+    ) -> None:
+        """One read: processes other than `own_pids` are the sample's `other_pids`."""
+        others: tuple[int, ...] = ()
+        own: bool | None = None
+        if pids is not None:
+            found = set(pids)
+            others = tuple(sorted(found - self.own_pids))
+            own = bool(found & self.own_pids)
+        if reading is None:  # a process check alone
+            rec: SlowRecord = (t, gpu, None, (), (), None, others, edge, None, own)
+        else:
+            names = tuple(reading.reason_ns)
+            if names != self._names:
+                self._names = names
+            rec = (
+                t, gpu, reading.energy_mj, self._names, tuple(reading.reason_ns.values()),
+                reading.mem_temp_c, others, edge, value_t, own,
+            )  # fmt: skip
+        with self.lock:
+            self.slow_q[gpu].append(rec)
+
+    def gap(self, gap: Gap) -> None:
+        with self.lock:
+            self.gap_q.append((gap.t, gap.gpu, gap.op, gap.error))
+
+    def slow_done(self) -> None:
+        with self.slow_cond:
+            self.slow_cond.notify_all()
+
+    # -- the readers' side -----------------------------------------------------------------
+    def samples(self, gpus: Sequence[int], lo: float, hi: float, *, recent: bool) -> list[Sample]:
+        """The cheap samples of `gpus` in [lo, hi], GPU after GPU. `recent`: walk back from
+        the newest (a trace's pull asks for the last second of a ring that holds minutes)."""
+        with self.lock:
+            recs = [r for g in gpus
+                    for r in (_since(self.fast_q[g], lo, keep_before=1) if recent
+                              else self.fast_q[g])
+                    if lo <= r[0] <= hi]  # fmt: skip
+        return [Sample(*r) for r in recs]
+
+    def slow_samples(self, gpus: Sequence[int], lo: float, hi: float) -> list[SlowSample]:
+        with self.lock:
+            recs = [r for g in gpus for r in self.slow_q[g] if lo <= r[0] <= hi]
+        return [slow_sample(r) for r in recs]
+
+    def latest(self, gpu: int) -> Sample | None:
+        with self.lock:
+            fast = self.fast_q[gpu]
+            rec = fast[-1] if fast else None
+        return Sample(*rec) if rec is not None else None
+
+    def last_slow_t(self, gpu: int) -> float | None:
+        """The time of the newest counter read of `gpu`, if any."""
+        slow = self.slow_q[gpu]
+        try:
+            return slow[-1][0]
+        except IndexError:
+            return None
+
+    def gaps(self, gpu: int | None = None, since: float = float("-inf")) -> list[Gap]:
+        with self.lock:
+            recs = [r for r in self.gap_q if (gpu is None or r[1] == gpu) and r[0] >= since]
+        return [Gap(*r) for r in recs]
+
+    def window_inputs(
+        self, gpu: int, lo: float, slow_lookback: float, gap_margin: float
+    ) -> WindowInputs:
+        """What windows from `lo` on can use: the cheap samples from lo (and one before),
+        the counter reads from lo - slow_lookback (and three before), the gaps from
+        gap_margin before lo, and whether the cheap ring is full (older samples are gone)."""
+        with self.lock:
+            # most windows are recent: walk back from the newest record
+            fast = _since(self.fast_q[gpu], lo, keep_before=1)
+            slow = _since(self.slow_q[gpu], lo - slow_lookback, keep_before=3)
+            gaps = [r for r in self.gap_q if r[1] == gpu and r[0] >= lo - gap_margin]
+            truncated = len(self.fast_q[gpu]) == self.capacity
+        return WindowInputs(
+            [Sample(*r) for r in fast], [slow_sample(r) for r in slow], [Gap(*r) for r in gaps],
+            truncated,
+        )  # fmt: skip
+
+
+def _since(buf: deque[Any], t: float, keep_before: int) -> list[Any]:
+    """The records of a time-ordered ring from time t on, plus `keep_before` older ones."""
+    out = []
+    older = 0
+    for rec in reversed(buf):
+        out.append(rec)
+        if rec[0] < t:
+            older += 1
+            if older >= keep_before:
+                break
+    out.reverse()
+    return out

@@ -1,9 +1,10 @@
 """Take a lock: the `Lock` class and `lock()` / `standing_lock()`.
 
 Under the journal's file lock, `decide` refuses or shares an existing lock (or
-replaces a stale one); then each GPU's original state and owner are journaled,
-and only then applied, GPU by GPU; a failure rolls back the GPUs already changed
-(all or nothing). A lock owned by a process first starts a watchdog
+replaces a stale one), once per lock; then each GPU's original state (the plan's
+read of it, when still current) and owner are journaled, and only then applied,
+GPU by GPU; a failure rolls back the GPUs already changed (all or nothing). A
+lock owned by a process, once granted, first starts a watchdog
 (`supervisor.Watchdog`) that restores if the process dies.
 """
 
@@ -17,14 +18,21 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuenv.backend import Backend
-from gpuenv.clocks.journal import Applied, Journal, JournalEntry, Owner, process_start_time
+from gpuenv.clocks.journal import (
+    Applied,
+    ClockState,
+    Journal,
+    JournalEntry,
+    Owner,
+    process_start_time,
+)
 from gpuenv.clocks.plan import (
     GpuPlan,
     LockPlan,
     describe_applied,
     describe_target,
     plan_lock,
-    read_state,
+    state_with,
 )
 from gpuenv.clocks.request import make_request
 from gpuenv.clocks.restoring import (
@@ -43,6 +51,9 @@ from gpuenv.clocks.supervisor import Watchdog, backend_spec
 from gpuenv.errors import ConfigError, GpuenvError, LockConflict, ReadOnlyError
 
 DYING_WAIT_S = 3.0  # how long to wait for a dead owner's watchdog before cleaning up ourselves
+# How old a plan's read of an unlocked GPU may be to be journaled as its original state (one
+# read per lock): a lock planned and taken at once (the daemon's, a process's) is well inside.
+STATE_FRESH_S = 1.0
 
 
 @dataclass
@@ -105,6 +116,23 @@ def decide(
         else:
             decisions.append(Decision(gp, "replace", entry))
     return None if pending else decisions
+
+
+def _original(backend: Backend, d: Decision) -> ClockState:
+    """Under the journal's lock, for a GPU that no gpuenv lock holds now (a stale one was
+    just restored): the state to journal and put back on release.
+
+    The plan's own read, when it found no gpuenv lock either and is under STATE_FRESH_S
+    old: any gpuenv lock that came and went since restored exactly what it found, so
+    only a change made outside gpuenv (nvidia-smi) in that moment could differ, as it
+    could between a read here and the journal write. Else (a plan that saw a lock, one
+    the daemon kept, a replaced lock) the state is read now.
+    """
+    gp = d.plan
+    read_at = gp.unlocked_at
+    if d.action == "fresh" and read_at is not None and time.monotonic() - read_at <= STATE_FRESH_S:
+        return gp.current
+    return state_with(backend, gp.index, gp.uuid, None)
 
 
 def _conflict_hint(owner: Owner) -> str:
@@ -184,18 +212,19 @@ class Lock:
                     "; ".join(gp.describe() for gp in self.plan.gpus),
                     reason=getattr(self.backend, "reason", "read-only"),
                 )
-            decide(self.plan, self.journal, force=force)  # refuse before starting a watchdog
-            if supervise:
-                self._start_watchdog()
             deadline = time.monotonic() + DYING_WAIT_S
             while True:
                 with self.journal.locked():
                     self.journal.clean_tmp()
-                    # past the deadline a dead owner's watchdog is stuck: clean up ourselves
+                    # The one conflict check, under the journal's lock: another owner may have
+                    # locked since the plan was made, and nobody can until this lock is taken.
+                    # Past the deadline a dead owner's watchdog is stuck: clean up ourselves.
                     decisions = decide(
                         self.plan, self.journal, force=force, wait_dying=time.monotonic() < deadline
                     )
                     if decisions is not None:
+                        if supervise:  # only once granted: a refused lock starts no process
+                            self._start_watchdog()
                         self._take(decisions)
                         return
                 time.sleep(0.02)
@@ -247,7 +276,7 @@ class Lock:
                         index=d.plan.index,
                         name=d.plan.name,
                         backend=self.backend.name,
-                        original=read_state(self.backend, d.plan.index, journal=self.journal),
+                        original=_original(self.backend, d),
                         applied=d.plan.applied,
                         owners=(self.owner,),
                     )

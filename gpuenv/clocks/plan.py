@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gpuenv.backend import Backend, ClockLimits
 from gpuenv.clocks.calibration_store import load_calibration
-from gpuenv.clocks.journal import Applied, ClockState, Journal
+from gpuenv.clocks.journal import Applied, ClockState, Journal, JournalEntry
 from gpuenv.clocks.request import TDP_LOCK, LockRequest, fmt_clock
 from gpuenv.errors import ConfigError, NotSupported
 
@@ -28,6 +29,13 @@ def read_state(backend: Backend, index: int, *, journal: Journal | None = None) 
     """
     journal = journal if journal is not None else Journal()
     uuid = backend.device_info(index).uuid
+    return state_with(backend, index, uuid, journal.get(uuid))
+
+
+def state_with(
+    backend: Backend, index: int, uuid: str, entry: JournalEntry | None
+) -> ClockState:
+    """`read_state` with the GPU's journal entry (None: no gpuenv lock) already read."""
     try:
         app = backend.app_clocks(index)
         app_sm, app_mem = app.sm_mhz, app.mem_mhz
@@ -35,7 +43,6 @@ def read_state(backend: Backend, index: int, *, journal: Journal | None = None) 
         app_sm = app_mem = None
     locked_sm = locked_mem = None
     known = False
-    entry = journal.get(uuid)
     if entry is not None:
         locked_sm = entry.applied.locked_sm or entry.original.locked_sm
         locked_mem = entry.applied.locked_mem or entry.original.locked_mem
@@ -62,6 +69,10 @@ class GpuPlan:
     current: ClockState  # as read while planning
     applied: Applied
     notes: tuple[str, ...] = ()
+    # when `current` was read (time.monotonic()), if no gpuenv lock held the GPU then: a lock
+    # taken soon after journals it as the original state instead of reading it again
+    # (`Lock`, `STATE_FRESH_S`); None: it shows a lock's settings, or is of unknown age
+    unlocked_at: float | None = None
 
     def describe(self) -> str:
         return f"{self.name}: {describe_applied(self.applied, self.current)}"
@@ -156,7 +167,10 @@ def plan_lock(
     for index in select_gpus(backend, gpus):
         name = describe(backend, index)
         limits = backend.clock_limits(index)
-        current = read_state(backend, index, journal=journal)
+        uuid = backend.device_info(index).uuid
+        entry = journal.get(uuid)
+        current = state_with(backend, index, uuid, entry)
+        read_at = time.monotonic() if entry is None else None
         notes: list[str] = []
         applied = Applied(power_limit_w=_plan_power(backend, index, name, request.power_limit_w))
         if limits.locked_clocks_supported:
@@ -178,7 +192,7 @@ def plan_lock(
                 "persistence mode is off: the driver may drop these settings when the last "
                 "process using the GPU exits (enable it with 'nvidia-smi -pm 1')"
             )
-        plans.append(GpuPlan(index, current.uuid, name, current, applied, tuple(notes)))
+        plans.append(GpuPlan(index, uuid, name, current, applied, tuple(notes), read_at))
     return LockPlan(request, tuple(plans))
 
 

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from gpuenv.backend import ReadOnlyBackend
 from gpuenv.backend.sim import SimBackend
 from gpuenv.clocks import (
+    Lock,
+    LockPlan,
     lock,
     lock_status,
+    make_request,
+    plan_lock,
     restore,
     standing_lock,
 )
 from gpuenv.clocks.journal import Journal
+from gpuenv.clocks.locks import STATE_FRESH_S
+from gpuenv.clocks.supervisor import Watchdog
 from gpuenv.errors import (
     ConfigError,
     GpuenvError,
@@ -88,6 +98,87 @@ def test_force_takes_over_a_live_lock(sim: SimBackend, journal: Journal) -> None
     assert sim.truth(0).locked_sm == (1350, 1350)
     b.release()
     assert all_settings(sim) == before
+
+
+# -- one read of the GPU's state and one conflict check per lock ---------------------------------
+
+
+def test_a_lock_taken_between_planning_and_applying_is_refused(
+    sim: SimBackend, journal: Journal
+) -> None:
+    plan = plan_lock(sim, make_request(1500), journal=journal)  # both GPUs free now
+    with lock(1350, gpus=1, backend=sim, journal=journal, command="python other.py") as other:
+        with pytest.raises(LockConflict) as err:
+            Lock(sim, plan, journal, supervise=False)
+        assert f"pid {other.owner.pid}" in str(err.value) and "python other.py" in str(err.value)
+        assert sim.truth(0).locked_sm is None and sim.truth(1).locked_sm == (1350, 1350)
+        assert journal.get(sim.device_info(0).uuid) is None  # all or nothing
+        entry = journal.get(sim.device_info(1).uuid)
+        assert entry is not None and [o.token for o in entry.owners] == [other.token]
+
+
+def test_the_same_lock_taken_meanwhile_is_shared_and_its_original_kept(
+    sim: SimBackend, journal: Journal
+) -> None:
+    before = all_settings(sim)
+    plan = plan_lock(sim, make_request(1350, power_limit_w=500), journal=journal)
+    with lock(1350, power_limit_w=500, backend=sim, journal=journal):
+        late = Lock(sim, plan, journal, supervise=False)
+        assert late.shared == [0, 1]
+        late.release()
+        assert sim.truth(0).power_limit_w == 500.0  # the first still holds it
+    assert all_settings(sim) == before
+
+
+def test_a_refused_lock_starts_no_watchdog(
+    tmp_path: Path, journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sim = SimBackend(n_gpus=1, clock=VirtualClock(), state_file=tmp_path / "sim.json")
+    started: list[int] = []
+    real_start = Watchdog.start.__func__  # type: ignore[attr-defined]
+
+    def start(cls: type[Watchdog], *args: object, **kw: object) -> Watchdog:
+        dog = real_start(cls, *args, **kw)
+        started.append(dog.pid)
+        return dog
+
+    monkeypatch.setattr(Watchdog, "start", classmethod(start))
+    with lock(1350, backend=sim, journal=journal) as held:  # a process lock: watched
+        assert started == [held.owner.watchdog_pid]
+        with pytest.raises(LockConflict):
+            lock(1500, backend=sim, journal=journal)
+        assert len(started) == 1
+    sim.close()
+
+
+def test_a_lock_journals_the_state_its_plan_read(
+    sim: SimBackend, journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[int] = []
+    persistence = sim.persistence_mode
+    monkeypatch.setattr(sim, "persistence_mode", lambda i: reads.append(i) or persistence(i))
+    looks: list[str] = []
+    get = journal.get
+    monkeypatch.setattr(journal, "get", lambda uuid: looks.append(uuid) or get(uuid))
+    held = lock(1350, power_limit_w=500, backend=sim, journal=journal, supervise=False)
+    assert sorted(reads) == [0, 1]  # once per GPU: the plan's read is the one journaled
+    uuids = [sim.device_info(i).uuid for i in (0, 1)]
+    assert looks == uuids * 2  # the plan's read, then the one check, under the journal's lock
+    assert [r.original for r in held.records] == [gp.current for gp in held.plan.gpus]
+    held.release()
+
+
+def test_an_old_plan_reads_the_state_again_under_the_journal_lock(
+    sim: SimBackend, journal: Journal
+) -> None:
+    plan = plan_lock(sim, make_request(1350, power_limit_w=500), gpus=0, journal=journal)
+    sim.set_power_limit(0, 650)  # changed outside gpuenv (nvidia-smi -pl) after planning
+    old = time.monotonic() - STATE_FRESH_S - 1
+    plan = LockPlan(plan.request, tuple(replace(gp, unlocked_at=old) for gp in plan.gpus))
+    held = Lock(sim, plan, journal, supervise=False)
+    assert held.records[0].original.power_limit_w == 650.0
+    held.release()
+    assert sim.truth(0).power_limit_w == 650.0  # what was there when the lock was taken
 
 
 # -- all or nothing ----------------------------------------------------------------------------

@@ -81,14 +81,16 @@ class SimWrites(SimCore):
             hint=hint,
         )
 
-    def reset_locked_sm_clocks(self, index: int) -> None:
-        """`nvidia-smi -rgc`."""
+    def _reset_locked(self, index: int, op: str, field: str, what: str) -> None:
         with self._lock:
-            op = "reset_locked_sm_clocks"
             self._get(index, op)
             self._need_locked(index, op)
-            self._need_root(index, op, "reset locked SM clocks")
-            self._commit(index, lambda s: setattr(s, "locked_sm", None))
+            self._need_root(index, op, what)
+            self._commit(index, lambda s: setattr(s, field, None))
+
+    def reset_locked_sm_clocks(self, index: int) -> None:
+        """`nvidia-smi -rgc`."""
+        self._reset_locked(index, "reset_locked_sm_clocks", "locked_sm", "reset locked SM clocks")
 
     def set_locked_mem_clocks(self, index: int, min_mhz: int, max_mhz: int) -> None:
         """`nvidia-smi -lmc min,max`. NotSupported on Hopper (only the deferred -lmcd works)."""
@@ -103,25 +105,16 @@ class SimWrites(SimCore):
                     if p.locked_clocks_supported
                     else "use application clocks (nvidia-smi -ac) to set the memory clock"
                 )
-                raise NotSupported(
-                    f"locking memory clocks is not supported on {p.gpu_name}",
-                    op=op,
-                    gpu=index,
-                    code=NOT_SUPPORTED,
-                    hint=hint,
-                )
+                raise self._unsupported("locking memory clocks is not supported", index, op, hint)
             self._need_root(index, op, "lock memory clocks")
             rng = _snap_range(p.mem_clocks_mhz, min_mhz, max_mhz, "memory", op, index)
             self._commit(index, lambda s: setattr(s, "locked_mem", rng))
 
     def reset_locked_mem_clocks(self, index: int) -> None:
         """`nvidia-smi -rmc`. Succeeds (nothing to reset) where only SM clocks can be locked."""
-        with self._lock:
-            op = "reset_locked_mem_clocks"
-            self._get(index, op)
-            self._need_locked(index, op)
-            self._need_root(index, op, "reset locked memory clocks")
-            self._commit(index, lambda s: setattr(s, "locked_mem", None))
+        self._reset_locked(
+            index, "reset_locked_mem_clocks", "locked_mem", "reset locked memory clocks"
+        )
 
     def set_app_clocks(self, index: int, mem_mhz: int, sm_mhz: int) -> None:
         """`nvidia-smi -ac mem,sm`: a supported pair; applies at the next context creation."""

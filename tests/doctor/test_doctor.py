@@ -13,6 +13,8 @@ from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
 from gpuenv.doctor import Check, Host, diagnose, exit_code, format_checks
 
+pytestmark = pytest.mark.sim_gpus(2)
+
 
 def test_a_clean_simulated_machine_has_nothing_to_fix(sim: SimBackend, quiet_host: Host) -> None:
     checks = diagnose(sim, host=quiet_host)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 
 import pytest
 from click.testing import CliRunner
+from driver_harness import without_driver
 
 from doctor.helpers import by_name, severities
 from gpuenv.backend.sim import SimBackend
@@ -55,15 +55,7 @@ def test_cli_json_exit_code_matches(monkeypatch: pytest.MonkeyPatch) -> None:
     assert {c["name"] for c in out["checks"]} >= {"driver", "persistence", "cpu_governor"}
 
 
-def _nvml_loadable() -> bool:
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(_nvml_loadable(), reason="this machine has an NVIDIA driver")
+@without_driver
 def test_cli_without_a_driver_reports_it_and_exits_2() -> None:
     result = CliRunner().invoke(cli, ["doctor"])
     assert result.exit_code == 2

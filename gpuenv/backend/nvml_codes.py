@@ -9,15 +9,8 @@ the code of an exception pynvml raised.
 
 from __future__ import annotations
 
-from gpuenv.errors import (
-    BackendError,
-    DriverTimeout,
-    GpuLost,
-    InvalidValue,
-    NotSupported,
-    NvmlUnavailable,
-    PermissionDenied,
-)
+from gpuenv import errors
+from gpuenv.errors import BackendError
 
 UNINITIALIZED = 1
 INVALID_ARGUMENT = 2
@@ -37,26 +30,26 @@ _HW_HINT_LOST = "the GPU needs a reset or a reboot; 'dmesg | grep -i xid' says w
 # code -> (error, what happened: {op} is the call, {said} NVML's own words, what to do);
 # None: the error's own hint
 _ON_A_GPU: dict[int, tuple[type[BackendError], str, str | None]] = {
-    NO_PERMISSION: (PermissionDenied, "permission denied for {op}{said}", None),
+    NO_PERMISSION: (errors.PermissionDenied, "permission denied for {op}{said}", None),
     NOT_SUPPORTED: (
-        NotSupported,
+        errors.NotSupported,
         "{op} is not supported by this GPU or driver{said}",
         "this GPU cannot do it; 'gpuenv doctor' and 'gpuenv status' show what it offers",
     ),
     FUNCTION_NOT_FOUND: (
-        NotSupported,
+        errors.NotSupported,
         "{op} is not in this driver's NVML{said}",
         "a newer NVIDIA driver has it; gpuenv works without it where it can",
     ),
-    GPU_IS_LOST: (GpuLost, "the GPU stopped answering {op}{said}", _HW_HINT_LOST),
-    RESET_REQUIRED: (GpuLost, "the GPU stopped answering {op}{said}", _HW_HINT_LOST),
+    GPU_IS_LOST: (errors.GpuLost, "the GPU stopped answering {op}{said}", _HW_HINT_LOST),
+    RESET_REQUIRED: (errors.GpuLost, "the GPU stopped answering {op}{said}", _HW_HINT_LOST),
     TIMEOUT: (
-        DriverTimeout,
+        errors.DriverTimeout,
         "the driver timed out answering {op}{said}",
         "retry; if it keeps happening, check the driver ('dmesg', 'nvidia-smi')",
     ),
     INVALID_ARGUMENT: (
-        InvalidValue,
+        errors.InvalidValue,
         "the driver rejected the arguments of {op}{said}",
         "see 'gpuenv status' and 'nvidia-smi -q -d SUPPORTED_CLOCKS,POWER' for valid values",
     ),
@@ -87,7 +80,7 @@ def error_for_code(
         return cls(what.format(op=op, said=said), op=op, gpu=gpu, code=code, hint=hint)
     if code in _NO_NVML:
         words, hint = _NO_NVML[code]
-        return NvmlUnavailable(words, code=code, hint=hint)
+        return errors.NvmlUnavailable(words, code=code, hint=hint)
     return BackendError(f"{op} failed{said} (NVML error {code})", op=op, gpu=gpu, code=code)
 
 

@@ -12,8 +12,7 @@ torch or pynvml.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from gpuenv._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -38,15 +37,6 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gpuenv' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = sorted(_EXPORTS)

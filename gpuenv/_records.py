@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R", bound="JsonRecord")
 
 
 def to_dict(record: Any) -> dict[str, Any]:
@@ -65,3 +66,17 @@ def _revive(hint: Any, value: Any) -> Any:
         inner = args[1] if len(args) == 2 else Any
         return {k: _revive(inner, v) for k, v in value.items()}
     return value
+
+
+class JsonRecord:
+    """The base of a frozen record dataclass: `record.to_dict()` and `Cls.from_dict(data)`,
+    as the functions above."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
+        return from_dict(cls, data)

@@ -48,14 +48,16 @@ EXIT_CODES: dict[int, str] = {
 
 
 class GpuenvError(Exception):
-    """Base class. `hint` says what to do; the CLI prints `str(err)` on one line."""
+    """Base class. `hint` says what to do (`default_hint` where none is given); the CLI
+    prints `str(err)` on one line."""
 
     exit_code = 2
+    default_hint: str | None = None
 
     def __init__(self, message: str, *, gpu: int | str | None = None, hint: str | None = None):
         self.message = message
         self.gpu = gpu
-        self.hint = hint
+        self.hint = hint or self.default_hint
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
@@ -115,21 +117,16 @@ class NvmlUnavailable(BackendError):
     """NVML could not be loaded or initialised (no driver, no GPU, container without it)."""
 
     exit_code = 9
+    default_hint = (
+        "install the NVIDIA driver (nvidia-smi must work), or try gpuenv on the simulated "
+        "GPU with --sim or GPUENV_BACKEND=sim"
+    )
 
     def __init__(
-        self,
-        message: str = "NVML is not available",
-        *,
-        hint: str | None = None,
+        self, message: str = "NVML is not available", *, hint: str | None = None,
         code: int | None = None,
-    ):
-        super().__init__(
-            message,
-            code=code,
-            hint=hint
-            or "install the NVIDIA driver (nvidia-smi must work), or try gpuenv on the "
-            "simulated GPU with --sim or GPUENV_BACKEND=sim",
-        )
+    ):  # fmt: skip
+        super().__init__(message, code=code, hint=hint)
 
 
 class NotSupported(BackendError):
@@ -142,23 +139,7 @@ class PermissionDenied(BackendError):
     """The operation needs privileges this process does not have."""
 
     exit_code = 4
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        op: str | None = None,
-        gpu: int | str | None = None,
-        hint: str | None = None,
-        code: int | None = None,
-    ):
-        super().__init__(
-            message,
-            op=op,
-            gpu=gpu,
-            code=code,
-            hint=hint or "run as root, or start 'gpuenv daemon' as root and retry",
-        )
+    default_hint = "run as root, or start 'gpuenv daemon' as root and retry"
 
 
 class GpuLost(BackendError):
@@ -193,14 +174,11 @@ class LockConflict(GpuenvError):
 
     exit_code = 5
 
+    default_hint = "wait for it to finish, ask for the same state to share it, or use --force"
+
     def __init__(self, gpu: int | str, owner: str, *, hint: str | None = None):
         self.owner = owner
-        super().__init__(
-            f"clocks are locked by {owner}",
-            gpu=gpu,
-            hint=hint
-            or "wait for it to finish, ask for the same state to share it, or use --force",
-        )
+        super().__init__(f"clocks are locked by {owner}", gpu=gpu, hint=hint)
 
 
 # errno -> (what happened to the path, what to do)

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuenv._files import replaced
 from gpuenv.errors import ConfigError
 from gpuenv.run.report import RUN_NAME  # gpuenv run's whole command: holds the trace
 
@@ -387,21 +388,8 @@ def _check_gpu(measurements: Sequence[Any], gpu: int | None) -> None:
 
 def _save(fig: Any, out: str) -> str:
     """Write through a temporary file beside `out`: a full disk leaves no half image."""
-    import tempfile
-
-    folder, name = os.path.split(out)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder or ".")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, dpi=110, format=os.path.splitext(out)[1][1:].lower())
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with replaced(out, binary=True, umask_mode=True) as fh:
+        fig.savefig(fh, dpi=110, format=os.path.splitext(out)[1][1:].lower())
     return out
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar, overload
 
-from gpuenv._records import from_dict, to_dict
+from gpuenv._records import JsonRecord
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError, FileError
 from gpuenv.telemetry import Window
@@ -77,7 +77,7 @@ class Stats:
 
 
 @dataclass(frozen=True)
-class Measurement:
+class Measurement(JsonRecord):
     """One named measurement: per-rep times and telemetry, findings, and a verdict.
 
     `times_s` and `windows` hold every repetition measured (windows: one per rep
@@ -154,27 +154,15 @@ class Measurement:
     def __str__(self) -> str:
         return self.summary()
 
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        return from_dict(cls, data)
 
 
 @dataclass(frozen=True)
-class Run:
+class Run(JsonRecord):
     """Environment metadata and the measurements taken in it."""
 
     metadata: dict[str, Any]
     measurements: tuple[Measurement, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Run:
-        return from_dict(cls, data)
 
 
 

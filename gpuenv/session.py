@@ -26,6 +26,7 @@ Two modes make a GPU that cannot be locked still give the same number twice:
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -33,7 +34,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import IO, Any
+from typing import IO, Any, ParamSpec
 
 from gpuenv import conditioning
 from gpuenv.backend import Backend
@@ -59,65 +60,19 @@ class NotRecoveredWarning(UserWarning):
     """burst mode timed out waiting for the GPU to cool down and uncap."""
 
 
-def stable(
-    sm: int | tuple[int, int] | str | None = None,
-    mem: int | tuple[int, int] | None = None,
-    gpus: str | int | Sequence[str | int] | None = None,
-    policy: str = "annotate",
-    mode: str = "burst",
-    *,
-    backend: Backend | None = None,
-    clock: Clock | None = None,
-    output: str | os.PathLike[str] | None = None,
-    period: float | None = None,
-    config: VerdictConfig | None = None,
-    mode_config: ConditionConfig | None = None,
-    stable_clocks: bool | None = None,
-    load: Callable[[], object] | None = None,
-    cuda_events: bool = False,
-    supervise: bool = True,
-    progress: IO[str] | None = None,
-) -> Session:
-    """A measuring session; use it as a context manager.
-
-    sm, mem: clocks to lock (gpuenv.clocks.lock: 1350, (1200, 1500), "max",
-      "base", "sustained"); locked only when permitted, else observed (one warning).
-    gpus: which GPUs to sample (and lock): None = all; see gpuenv.devices.select_gpus.
-    policy: "annotate" (keep everything, attach findings), "reject" (drop affected
-      reps), "retry" (re-run affected reps after a recovery delay; with a single
-      `measure` region, which cannot be re-run, it acts as reject).
-    mode: "burst" or "sustained" (module docstring). `load` is the work sustained
-      mode preconditions with (default: the simulated GPU's own heavy load, or the
-      function given to `repeat`/`bench`).
-    backend, clock: injected (default: open_backend(), the backend's clock).
-    output: a JSONL path; each measurement is appended as it ends.
-    period: seconds between telemetry samples, the CLI's `--interval` (default
-      telemetry.DEFAULT_PERIOD_S).
-    config: verdict thresholds. stable_clocks: treat power capping and clock drift
-      as problems (default: True when sm= is asked for).
-    cuda_events: time `measure` regions with CUDA events too (needs torch already
-      imported; the region then synchronizes at its end).
-    """
-    return Session(
-        sm=sm, mem=mem, gpus=gpus, policy=policy, mode=mode, backend=backend, clock=clock,
-        output=output, period=period, config=config, mode_config=mode_config,
-        stable_clocks=stable_clocks, load=load, cuda_events=cuda_events, supervise=supervise,
-        progress=progress,
-    )  # fmt: skip
-
-
 class Session:
-    """What `stable()` returns. Attributes: backend, gpus, sampler, results, lock, locked,
-    trace (the telemetry trace's pieces: gpuenv.telemetry.TracePieces)."""
+    """What `stable()` returns; its parameters are `stable()`'s. Attributes: backend, gpus,
+    sampler, results, lock, locked, trace (the telemetry trace's pieces:
+    gpuenv.telemetry.TracePieces)."""
 
     def __init__(
         self,
-        *,
         sm: int | tuple[int, int] | str | None = None,
         mem: int | tuple[int, int] | None = None,
         gpus: str | int | Sequence[str | int] | None = None,
         policy: str = "annotate",
         mode: str = "burst",
+        *,
         backend: Backend | None = None,
         clock: Clock | None = None,
         output: str | os.PathLike[str] | None = None,
@@ -477,3 +432,46 @@ class Session:
         self._preconditioned = True
         self._last_end = self.clock.now()
         return self.clock.now() - start
+
+
+_P = ParamSpec("_P")
+
+
+def _parameters_of(
+    cls: Callable[_P, Session],
+) -> Callable[[Callable[..., Session]], Callable[_P, Session]]:
+    """Give a factory `cls`'s parameter list, for type checkers and help() alike: the
+    parameters are written once, on `Session.__init__`."""
+
+    def give(factory: Callable[..., Session]) -> Callable[_P, Session]:
+        factory.__signature__ = inspect.signature(cls).replace(  # type: ignore[attr-defined]
+            return_annotation="Session"
+        )
+        return factory
+
+    return give
+
+
+@_parameters_of(Session)
+def stable(*args: Any, **kwargs: Any) -> Session:
+    """A measuring session; use it as a context manager.
+
+    sm, mem: clocks to lock (gpuenv.clocks.lock: 1350, (1200, 1500), "max",
+      "base", "sustained"); locked only when permitted, else observed (one warning).
+    gpus: which GPUs to sample (and lock): None = all; see gpuenv.devices.select_gpus.
+    policy: "annotate" (keep everything, attach findings), "reject" (drop affected
+      reps), "retry" (re-run affected reps after a recovery delay; with a single
+      `measure` region, which cannot be re-run, it acts as reject).
+    mode: "burst" or "sustained" (module docstring). `load` is the work sustained
+      mode preconditions with (default: the simulated GPU's own heavy load, or the
+      function given to `repeat`/`bench`).
+    backend, clock: injected (default: open_backend(), the backend's clock).
+    output: a JSONL path; each measurement is appended as it ends.
+    period: seconds between telemetry samples, the CLI's `--interval` (default
+      telemetry.DEFAULT_PERIOD_S).
+    config: verdict thresholds. stable_clocks: treat power capping and clock drift
+      as problems (default: True when sm= is asked for).
+    cuda_events: time `measure` regions with CUDA events too (needs torch already
+      imported; the region then synchronizes at its end).
+    """
+    return Session(*args, **kwargs)

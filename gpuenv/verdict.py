@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuenv._records import from_dict, to_dict
+from gpuenv._records import JsonRecord
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.reasons import THERMAL, Reason, reason_names
@@ -33,7 +33,7 @@ KINDS = (
 
 
 @dataclass(frozen=True)
-class Finding:
+class Finding(JsonRecord):
     """One thing the telemetry says about a measurement.
 
     `reps` are the indices of the repetitions it touched (all of them for a
@@ -51,12 +51,6 @@ class Finding:
     def __str__(self) -> str:
         return f"[{self.severity}] {self.kind}: {self.message}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Finding:
-        return from_dict(cls, data)
 
 
 class MeasurementRejected(GpuenvError):

@@ -32,12 +32,13 @@ import time
 import types
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from checkout import ROOT, checkout_env
+
 sys.path.insert(0, str(ROOT))
 
-from gpuenv.run import autoregions  # noqa: E402
-from gpuenv.run import region as region_mod  # noqa: E402
-from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity  # noqa: E402
+from gpuenv.run import autoregions
+from gpuenv.run import region as region_mod
+from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
 
 RESULT = object()
 
@@ -153,8 +154,7 @@ def cpu(args: argparse.Namespace) -> None:
 
 
 def device(args: argparse.Namespace) -> None:
-    env = dict(os.environ, GPUENV_READONLY="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = checkout_env(GPUENV_READONLY="1")
     child = [sys.executable, str(ROOT / "scripts" / "do_bench_load.py"), "--load", str(args.load)]
     gpuenv = [sys.executable, "-c", "from gpuenv.cli import main; main()", "run", "-i", "0"]
     tmp = Path(tempfile.mkdtemp(prefix="gpuenv-autoregions-"))

@@ -37,10 +37,9 @@ import tempfile
 import termios
 import threading
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-ENTRY = "import sys; sys.argv[0] = 'gpuenv'; from gpuenv.cli import main; main()"
+from checkout import GPUENV, ROOT, checkout_env
+
 ROWS, COLS = 40, 160
 QUIET_S = 0.1  # a frame is done when the output pauses this long
 FIRST_FRAME_MAX_S = 30.0
@@ -153,12 +152,11 @@ def main() -> int:
     parser.add_argument("--sim", action="store_true", help="simulated GPU (gpuenv only)")
     args = parser.parse_args()
 
-    env = dict(os.environ, TERM="xterm-256color", LANG="C.UTF-8", LC_ALL="C.UTF-8")
+    env = checkout_env(TERM="xterm-256color", LANG="C.UTF-8", LC_ALL="C.UTF-8")
     env.pop("COLUMNS", None)
     env.pop("LINES", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     tmp = tempfile.mkdtemp(prefix="gpuenv-bench-monitor-")
-    gpuenv = [sys.executable, "-c", ENTRY]
+    gpuenv = list(GPUENV)
     if args.sim:
         env["GPUENV_SIM_STATE"] = os.path.join(tmp, "sim.json")
         gpuenv.append("--sim")

@@ -24,10 +24,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-ENTRY = "import sys; sys.argv[0] = 'gpuenv'; from gpuenv.cli import main; main()"
+from checkout import GPUENV, ROOT, checkout_env
+
 REGIONS = 20_000
 REGION_SCRIPT = f"""
 import gpuenv
@@ -54,10 +53,9 @@ def main() -> int:
     parser.add_argument("--sim", action="store_true", help="the simulated GPU (no GPU needed)")
     args = parser.parse_args()
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = checkout_env()
     tmp = tempfile.mkdtemp(prefix="gpuenv-bench-run-")
-    gpuenv = [sys.executable, "-c", ENTRY]
+    gpuenv = list(GPUENV)
     if args.sim:
         gpuenv.append("--sim")
         env["GPUENV_SIM_STATE"] = os.path.join(tmp, "sim.json")

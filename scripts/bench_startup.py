@@ -22,10 +22,9 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-ENTRY = "import sys; sys.argv[0] = 'gpuenv'; from gpuenv.cli import main; main()"
+from checkout import GPUENV, ROOT, checkout_env
+
 GOALS = {"gpuenv --help": 0.25, "gpuenv status": 0.35, "gpuenv --sim status": 0.35}
 
 
@@ -48,9 +47,8 @@ def main() -> int:
     parser.add_argument("--sim", action="store_true", help="time gpuenv on the simulated GPU")
     args = parser.parse_args()
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    gpuenv = [sys.executable, "-c", ENTRY]
+    env = checkout_env()
+    gpuenv = list(GPUENV)
     commands: list[tuple[str, list[str]]] = [("gpuenv --help", [*gpuenv, "--help"])]
     if args.sim:
         env["GPUENV_SIM_STATE"] = "none"

@@ -30,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-ENTRY = "import sys; sys.argv[0] = 'gpuenv'; from gpuenv.cli import main; main()"
+from checkout import GPUENV, ROOT
+
 FONT_DIRS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/dejavu", "/Library/Fonts")
 BG = (24, 26, 33)
 FG = (212, 215, 221)
@@ -212,7 +212,7 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color", LANG="C.UTF-8")
     env.pop("COLUMNS", None)
     env.pop("LINES", None)
-    gpuenv = [sys.executable, "-c", ENTRY]
+    gpuenv = list(GPUENV)
     lock = args.lock and not args.real
     if args.real:
         env["GPUENV_READONLY"] = "1"  # a screenshot never changes a real GPU

@@ -53,11 +53,13 @@ def vclock():
 
 
 @pytest.fixture
-def sim(vclock):
-    """A simulated H100 (in memory, root, virtual time): `sim.clock is vclock`."""
+def sim(vclock, request):
+    """A simulated H100 (in memory, root, virtual time): `sim.clock is vclock`. More GPUs:
+    `pytestmark = pytest.mark.sim_gpus(2)` on a module (or the mark on one test)."""
     from gpuenv.backend.sim import SimBackend
 
-    backend = SimBackend(clock=vclock)
+    marker = request.node.get_closest_marker("sim_gpus")
+    backend = SimBackend(n_gpus=marker.args[0] if marker else 1, clock=vclock)
     yield backend
     backend.close()
 

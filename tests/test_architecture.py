@@ -55,7 +55,8 @@ LAYERS = (
     # the GPU
     ("gpuenv.backend", "gpuenv.devices"),
     # vocabulary
-    ("gpuenv.reasons", "gpuenv.units", "gpuenv.errors", "gpuenv.timebase", "gpuenv._records"),
+    ("gpuenv.reasons", "gpuenv.units", "gpuenv.errors", "gpuenv.timebase", "gpuenv._records",
+     "gpuenv._lazy", "gpuenv._files"),
 )  # fmt: skip
 TORCH_IMPORTERS = ("timing/cuda.py", "integrations/*.py")
 PYNVML_IMPORTERS = ("backend/nvml*.py",)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from driver_harness import without_driver
 
 from gpuenv.backend import REASON_SW_POWER_CAP, ReadOnlyBackend
 from gpuenv.backend.sim import SimBackend
@@ -199,15 +199,7 @@ def test_cli_unknown_profile_is_one_line() -> None:
     assert len(result.output.strip().splitlines()) == 1
 
 
-def _nvml_loadable() -> bool:
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(_nvml_loadable(), reason="this machine has an NVIDIA driver")
+@without_driver
 def test_cli_demo_without_a_gpu_tours_the_sim() -> None:
     result = CliRunner().invoke(cli, ["demo", "--fast"])
     assert result.exit_code == 0, result.output

@@ -12,12 +12,7 @@ from gpuenv.devices import cuda_visible, describe, select_gpus
 from gpuenv.errors import ConfigError, DeviceNotFound
 from gpuenv.timebase import VirtualClock
 
-
-@pytest.fixture
-def sim() -> SimBackend:
-    backend = SimBackend("h100", n_gpus=4, clock=VirtualClock())
-    yield backend
-    backend.close()
+pytestmark = pytest.mark.sim_gpus(4)
 
 
 @pytest.fixture

@@ -17,13 +17,13 @@ import site
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from daemon_harness import DaemonProcess
+from server_harness import wait_for
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.locking import daemon_client, lock_ranges
@@ -164,15 +164,6 @@ def start_as_user(d: DaemonProcess, account: pwd.struct_passwd, argv: list[str])
     )
 
 
-def wait_for(pred, timeout_s: float = 20.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def locked(d: DaemonProcess) -> object:
     return d.truth(0)[0]
 
@@ -183,7 +174,7 @@ def assert_released_on_sigkill(
     """Start `argv` as the account, wait for its lock, SIGKILL it: the GPU comes back."""
     proc = start_as_user(d, account, argv)
     try:
-        assert wait_for(lambda: locked(d) == (1350, 1350)), proc.stderr
+        assert wait_for(lambda: locked(d) == (1350, 1350), timeout=20.0), proc.stderr
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the client and anything it started
         proc.wait(timeout=10)

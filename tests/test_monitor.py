@@ -9,61 +9,40 @@ import os
 
 import pytest
 from click.testing import CliRunner
+from monitor_harness import tick
 
 from gpuenv.backend import REASON_GPU_IDLE, REASON_SW_POWER_CAP
-from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
 from gpuenv.clocks.journal import Journal
 from gpuenv.monitor import STREAM_FIELDS, MonitorModel, stream, stream_record
 from gpuenv.monitor.blocks import Frame
 from gpuenv.monitor.draw import plain
 from gpuenv.monitor.view import render
-from gpuenv.timebase import VirtualClock
 
-MAX = 1980e6  # cycles a second at the H100's top clock
-
-
-@pytest.fixture
-def clock() -> VirtualClock:
-    return VirtualClock()
+pytestmark = pytest.mark.sim_gpus(2)
 
 
-@pytest.fixture
-def sim(clock: VirtualClock) -> SimBackend:
-    backend = SimBackend(n_gpus=2, clock=clock)
-    yield backend
-    backend.close()
-
-
-def _tick(model: MonitorModel, sim: SimBackend, seconds: float = 1.0, *, work: bool = False):
-    if work:
-        sim.run_work(0, seconds * MAX * 0.7, power_intensity=1.0)
-    else:
-        sim.idle(seconds)
-    return model.update()
-
-
-def test_idle_gpu_says_idle_and_for_how_long(sim, clock):
-    model = MonitorModel(sim, [0, 1], clock=clock)
+def test_idle_gpu_says_idle_and_for_how_long(sim, vclock):
+    model = MonitorModel(sim, [0, 1], clock=vclock)
     views = model.update()
     assert views[0].reasons & REASON_GPU_IDLE
     first = views[0].active[0]
     assert first.name == "GpuIdle" and first.at_least  # active before the monitor started
     for _ in range(10):
-        views = _tick(model, sim)
+        views = tick(model, sim)
     idle = views[0].active[0]
     assert idle.active_s == pytest.approx(10.0)
     assert idle.share == pytest.approx(1.0, abs=0.02)  # from the low-utilisation counter
     assert views[0].sm_mhz == 345
 
 
-def test_power_cap_appears_with_duration_and_counter_share(sim, clock):
-    model = MonitorModel(sim, [0], clock=clock)
+def test_power_cap_appears_with_duration_and_counter_share(sim, vclock):
+    model = MonitorModel(sim, [0], clock=vclock)
     model.update()
     sim.open_context(0)
     views = None
     for _ in range(30):
-        views = _tick(model, sim, work=True)
+        views = tick(model, sim, work=True)
     v = views[0]
     assert v.reasons & REASON_SW_POWER_CAP
     cap = next(r for r in v.active if r.bit == REASON_SW_POWER_CAP)
@@ -76,39 +55,39 @@ def test_power_cap_appears_with_duration_and_counter_share(sim, clock):
     assert "power cap for" in text and "power limit" in text
 
 
-def test_history_keeps_the_last_minute(sim, clock):
-    model = MonitorModel(sim, [0], clock=clock, history_s=60.0)
+def test_history_keeps_the_last_minute(sim, vclock):
+    model = MonitorModel(sim, [0], clock=vclock, history_s=60.0)
     for _ in range(100):
-        views = _tick(model, sim)
+        views = tick(model, sim)
     hist = views[0].history
     assert hist[-1][0] - hist[0][0] <= 60.0
     assert len(hist) == 61
 
 
-def test_lock_and_owner_are_shown(sim, clock):
+def test_lock_and_owner_are_shown(sim, vclock):
     from gpuenv import clocks
 
-    model = MonitorModel(sim, [0], clock=clock)
+    model = MonitorModel(sim, [0], clock=vclock)
     sim.open_context(0)
     sim.idle(1.0)
     with clocks.lock(sm=1350, gpus=[0], backend=sim, supervise=False):
-        views = _tick(model, sim)
+        views = tick(model, sim)
         lk = views[0].lock
         assert lk.locked_sm == (1350, 1350)
         assert lk.holds is True
         assert f"pid {os.getpid()}" in lk.owner
         text = plain(render(views, Frame(), 120, None))
         assert "locked 1350 MHz" in text and "holds" in text
-    views = _tick(model, sim, 2.0)  # the journal is read again every 2 s
+    views = tick(model, sim, 2.0)  # the journal is read again every 2 s
     assert views[0].lock.locked_sm is None
     assert "not locked by gpuenv" in plain(render(views, Frame(), 120, None))
     assert Journal().entries() == []
 
 
-def test_processes_named_through_psutil(sim, clock):
-    model = MonitorModel(sim, [0], clock=clock)
+def test_processes_named_through_psutil(sim, vclock):
+    model = MonitorModel(sim, [0], clock=vclock)
     sim.open_context(0, pid=os.getpid())
-    views = _tick(model, sim)
+    views = tick(model, sim)
     (proc,) = views[0].processes
     assert proc.pid == os.getpid()
     assert "python" in proc.command or "pytest" in proc.command
@@ -116,19 +95,19 @@ def test_processes_named_through_psutil(sim, clock):
     assert str(os.getpid()) in plain(render(views, Frame(), 120, None))
 
 
-def test_a_lost_gpu_is_shown_not_raised(sim, clock):
-    model = MonitorModel(sim, [0, 1], clock=clock)
+def test_a_lost_gpu_is_shown_not_raised(sim, vclock):
+    model = MonitorModel(sim, [0, 1], clock=vclock)
     model.update()
     sim.inject_fault(1, "gpu_lost")
-    views = _tick(model, sim)
+    views = tick(model, sim)
     assert views[0].error is None
     assert views[1].error and "lost" in views[1].error
     text = plain(render(views, Frame(), 100, None))
     assert "error:" in text and "GPU 0" in text
 
 
-def test_stream_json_one_line_per_gpu_per_tick(sim, clock):
-    model = MonitorModel(sim, [0, 1], clock=clock)
+def test_stream_json_one_line_per_gpu_per_tick(sim, vclock):
+    model = MonitorModel(sim, [0, 1], clock=vclock)
     out = io.StringIO()
     ticks = stream(model, out, fmt="json", interval_s=0.5, count=4)
     assert ticks == 4
@@ -137,11 +116,11 @@ def test_stream_json_one_line_per_gpu_per_tick(sim, clock):
     assert [r["gpu"] for r in recs[:2]] == [0, 1]
     assert set(recs[0]) == set(STREAM_FIELDS)
     assert recs[0]["reason_names"] == ["GpuIdle"] and recs[0]["reasons"] == "0x1"
-    assert clock.now() == pytest.approx(1000.0 + 1.5)  # 4 ticks 0.5 s apart: no drift
+    assert vclock.now() == pytest.approx(1000.0 + 1.5)  # 4 ticks 0.5 s apart: no drift
 
 
-def test_stream_csv_duration(sim, clock):
-    model = MonitorModel(sim, [0], clock=clock, processes=False)
+def test_stream_csv_duration(sim, vclock):
+    model = MonitorModel(sim, [0], clock=vclock, processes=False)
     out = io.StringIO()
     ticks = stream(model, out, fmt="csv", interval_s=1.0, duration_s=3.0)
     assert ticks == 4  # t = 0, 1, 2, 3
@@ -149,9 +128,9 @@ def test_stream_csv_duration(sim, clock):
     assert len(rows) == 4 and rows[0]["sm_mhz"] == "345" and rows[0]["reason_names"] == "GpuIdle"
 
 
-def test_stream_record_of_an_error_view(sim, clock):
+def test_stream_record_of_an_error_view(sim, vclock):
     sim.inject_fault(0, "timeout", op="read_fast")
-    (v,) = MonitorModel(sim, [0], clock=clock).update()
+    (v,) = MonitorModel(sim, [0], clock=vclock).update()
     rec = stream_record(v)
     assert rec["error"] and rec["sm_mhz"] is None and rec["gpu"] == 0
 
@@ -204,13 +183,13 @@ def test_cli_bad_input_is_one_clear_line(args, message):
     assert "Traceback" not in result.output
 
 
-def test_a_lock_the_power_cap_breaks_is_shown_as_not_holding_and_why(sim, clock):
+def test_a_lock_the_power_cap_breaks_is_shown_as_not_holding_and_why(sim, vclock):
     from gpuenv import clocks
 
-    model = MonitorModel(sim, [0], clock=clock)
+    model = MonitorModel(sim, [0], clock=vclock)
     with clocks.lock(sm=1800, gpus=[0], backend=sim, supervise=False):
         for _ in range(20):
-            views = _tick(model, sim, work=True)
+            views = tick(model, sim, work=True)
         v = views[0]
         assert v.lock.holds is False and v.sm_mhz < 1800
         text = plain(render(views, Frame(), 140, None))

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from monitor_harness import MAX
 
-from gpuenv.backend.sim import SimBackend
 from gpuenv.errors import BackendError
 from gpuenv.monitor import MonitorModel
 from gpuenv.monitor.blocks import Frame
@@ -23,21 +23,6 @@ from gpuenv.monitor.processes import (
 )
 from gpuenv.monitor.streams import stream_record
 from gpuenv.monitor.view import render
-from gpuenv.timebase import VirtualClock
-
-MAX = 1980e6  # cycles a second at the H100's top clock
-
-
-@pytest.fixture
-def clock() -> VirtualClock:
-    return VirtualClock()
-
-
-@pytest.fixture
-def sim(clock: VirtualClock):
-    backend = SimBackend(n_gpus=1, clock=clock)
-    yield backend
-    backend.close()
 
 
 @pytest.mark.parametrize(
@@ -73,18 +58,18 @@ def test_the_simulated_gpu_names_its_processes_shares_the_sm_and_counts_memory(s
     assert mem is not None and (mem.used_mib, mem.total_mib) == (512 + 2048, 81559)
 
 
-def test_memory_reaches_the_view_and_the_stream(sim, clock):
+def test_memory_reaches_the_view_and_the_stream(sim, vclock):
     sim.open_context(0)
-    model = MonitorModel(sim, [0], clock=clock)
+    model = MonitorModel(sim, [0], clock=vclock)
     view = model.update()[0]
     assert (view.mem_used_mib, view.mem_total_mib) == (512, 81559)
     rec = stream_record(view)
     assert (rec["mem_used_mib"], rec["mem_total_mib"]) == (512, 81559)
 
 
-def test_a_failing_memory_read_hides_nothing_else(sim, clock):
+def test_a_failing_memory_read_hides_nothing_else(sim, vclock):
     sim.inject_fault(0, "not_supported", op="memory")
-    view = MonitorModel(sim, [0], clock=clock).update()[0]
+    view = MonitorModel(sim, [0], clock=vclock).update()[0]
     assert view.error is None and view.sm_mhz and view.mem_used_mib is None
 
 
@@ -112,9 +97,9 @@ def test_nvitop_without_a_driver_is_a_backend_error_the_model_absorbs():
         NvitopProcesses()(0)
 
 
-def test_a_process_list_that_cannot_be_read_says_so(sim, clock):
+def test_a_process_list_that_cannot_be_read_says_so(sim, vclock):
     sim.inject_fault(0, "permission", op="processes")
-    view = MonitorModel(sim, [0], clock=clock).update()[0]
+    view = MonitorModel(sim, [0], clock=vclock).update()[0]
     assert view.error is None and view.processes == () and view.processes_error
     text = plain(render([view], Frame(), 120, None))
     assert "procs   unknown: " in text and "none" not in text

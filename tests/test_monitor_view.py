@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from monitor_harness import tick
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.monitor import MonitorModel
@@ -10,48 +11,27 @@ from gpuenv.monitor.blocks import Frame
 from gpuenv.monitor.draw import Glyphs, clip, graph, plain, sparkline
 from gpuenv.monitor.tui import Ui
 from gpuenv.monitor.view import KEY_HELP, render
-from gpuenv.timebase import VirtualClock
 
-MAX = 1980e6  # cycles a second at the H100's top clock
-
-
-@pytest.fixture
-def clock() -> VirtualClock:
-    return VirtualClock()
-
-
-@pytest.fixture
-def sim(clock: VirtualClock) -> SimBackend:
-    backend = SimBackend(n_gpus=2, clock=clock)
-    yield backend
-    backend.close()
-
-
-def _tick(model: MonitorModel, sim: SimBackend, seconds: float = 1.0, *, work: bool = False):
-    if work:
-        sim.run_work(0, seconds * MAX * 0.7, power_intensity=1.0)
-    else:
-        sim.idle(seconds)
-    return model.update()
+pytestmark = pytest.mark.sim_gpus(2)
 
 
 @pytest.mark.parametrize("width", [40, 60, 80, 100, 160, 240])
 @pytest.mark.parametrize("height", [8, 16, 24, 50])
-def test_render_fits_any_terminal(sim, clock, width, height):
-    model = MonitorModel(sim, [0, 1], clock=clock)
+def test_render_fits_any_terminal(sim, vclock, width, height):
+    model = MonitorModel(sim, [0, 1], clock=vclock)
     sim.open_context(0)
     for _ in range(5):
-        views = _tick(model, sim, work=True)
+        views = tick(model, sim, work=True)
     lines = render(views, Frame(simulated=True, source="SIMULATED GPU"), width, height)
     assert len(lines) <= height
     assert all(sum(len(t) for t, _ in line) <= width for line in lines)
     assert "GPU 0" in plain(lines)
 
 
-def test_many_gpus_in_a_small_terminal_get_one_row_each_and_the_selected_in_full(clock):
-    sim = SimBackend(n_gpus=8, clock=clock)
+def test_many_gpus_in_a_small_terminal_get_one_row_each_and_the_selected_in_full(vclock):
+    sim = SimBackend(n_gpus=8, clock=vclock)
     try:
-        model = MonitorModel(sim, list(range(8)), clock=clock)
+        model = MonitorModel(sim, list(range(8)), clock=vclock)
         views = model.update()
         lines = render(views, Frame(selected=5), 100, 30)
         text = plain(lines)
@@ -99,8 +79,8 @@ def test_help_opens_on_question_mark_or_h_and_any_key_closes_it():
 
 
 @pytest.mark.parametrize(("width", "height"), [(60, 15), (100, 32), (200, 50), (40, 8)])
-def test_the_help_overlay_lists_the_keys_in_any_terminal(sim, clock, width, height):
-    views = MonitorModel(sim, [0, 1], clock=clock).update()
+def test_the_help_overlay_lists_the_keys_in_any_terminal(sim, vclock, width, height):
+    views = MonitorModel(sim, [0, 1], clock=vclock).update()
     lines = render(views, Frame(help=True), width, height)
     text = plain(lines)
     assert len(lines) <= height and all(sum(len(t) for t, _ in x) <= width for x in lines)
@@ -127,11 +107,11 @@ def test_graph_fills_columns_to_the_value_scaled_between_lo_and_hi():
     assert graph([5, 5], 2, 3, 5, 5, g) == ["  ", "  ", "▄▄"]  # flat: low in the bottom row
 
 
-def test_wide_terminals_get_wider_bars_a_taller_graph_and_the_spare_rows(sim, clock):
-    model = MonitorModel(sim, [0], clock=clock)
+def test_wide_terminals_get_wider_bars_a_taller_graph_and_the_spare_rows(sim, vclock):
+    model = MonitorModel(sim, [0], clock=vclock)
     sim.open_context(0)
     for _ in range(30):
-        views = _tick(model, sim, work=True)
+        views = tick(model, sim, work=True)
     narrow = plain(render(views, Frame(), 100, 32)).splitlines()
     wide = plain(render(views, Frame(), 200, 50)).splitlines()
 
@@ -144,10 +124,10 @@ def test_wide_terminals_get_wider_bars_a_taller_graph_and_the_spare_rows(sim, cl
     assert len(wide) >= 35 and max(len(r) for r in wide) <= 200
 
 
-def test_narrow_terminals_drop_columns_and_keep_the_key_hints(sim, clock):
-    model = MonitorModel(sim, [0], clock=clock)
+def test_narrow_terminals_drop_columns_and_keep_the_key_hints(sim, vclock):
+    model = MonitorModel(sim, [0], clock=vclock)
     sim.set_background_load(0, 0.5)
-    views = _tick(model, sim, work=True)
+    views = tick(model, sim, work=True)
     text = plain(render(views, Frame(simulated=True, source="SIMULATED GPU"), 60, 15))
     rows = text.splitlines()
     assert rows[0].endswith("? help") and "q quit" in rows[0]
@@ -155,10 +135,10 @@ def test_narrow_terminals_drop_columns_and_keep_the_key_hints(sim, clock):
     assert "memory" in text and "SM" in text
 
 
-def test_many_processes_take_the_spare_rows_and_say_how_many_more(sim, clock):
+def test_many_processes_take_the_spare_rows_and_say_how_many_more(sim, vclock):
     for pid in range(1000, 1040):
         sim.open_context(0, pid=pid)
-    views = MonitorModel(sim, [0], clock=clock).update()[:1]
+    views = MonitorModel(sim, [0], clock=vclock).update()[:1]
     lines = plain(render(views, Frame(), 100, 32)).splitlines()
     assert len(lines) == 32 and lines[-1].strip().startswith("… ")
     shown = [x for x in lines if x.strip()[:4].isdigit()]

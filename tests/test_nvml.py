@@ -10,7 +10,6 @@ read; no test here ever calls a write on the real backend.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
@@ -20,6 +19,7 @@ import time
 
 import pynvml
 import pytest
+from driver_harness import without_driver
 
 from gpuenv.backend import (
     REASON_COUNTERS,
@@ -45,14 +45,6 @@ from gpuenv.errors import (
 from gpuenv.timebase import REAL_CLOCK
 
 
-def _nvml_loadable() -> bool:
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return False
-    return True
-
-
 def test_the_real_backend_says_what_it_is_without_a_name_test() -> None:
     # No nvmlInit needed: what code above the seam asks of a real GPU
     bare = nvml.NvmlBackend.__new__(nvml.NvmlBackend)
@@ -63,7 +55,7 @@ def test_the_real_backend_says_what_it_is_without_a_name_test() -> None:
     assert json.loads(json.dumps(bare.spec())) == bare.spec()
 
 
-@pytest.mark.skipif(_nvml_loadable(), reason="this machine has an NVIDIA driver")
+@without_driver
 def test_no_driver_is_one_clear_line() -> None:
     with pytest.raises(NvmlUnavailable) as info:
         open_backend("nvml")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from gpuenv.backend import nvml_errors
+from gpuenv.backend import nvml_codes, nvml_errors
 from gpuenv.errors import (
     BackendError,
     DriverTimeout,
@@ -31,6 +31,13 @@ MAPPING = [
     (pynvml.NVML_ERROR_UNINITIALIZED, NvmlUnavailable),
     (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, NvmlUnavailable),
 ]
+
+
+def test_the_codes_are_the_ones_pynvml_defines() -> None:
+    names = [n for n in nvml_codes.__all__ if n.isupper()]
+    assert len(names) == 12
+    for name in names:
+        assert getattr(nvml_codes, name) == getattr(pynvml, f"NVML_ERROR_{name}"), name
 
 
 @pytest.mark.parametrize(("code", "cls"), MAPPING)

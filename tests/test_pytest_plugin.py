@@ -31,18 +31,22 @@ class TestPytestPluginAnnotate:
         return SimpleNamespace(extra_info={},
                                stats=SimpleNamespace(stats=SimpleNamespace(data=data)))
 
-    def test_rounds_get_windows_and_findings(self, warm_sim):
+    def annotate(self, st, sim, kernel, rounds):
+        """`rounds` calls of `kernel` with their edges, as the plugin times them, annotated."""
         from gpuenv.integrations.pytest_plugin import _annotate
 
-        st = self.state(warm_sim)
-        kernel = timing.sim_kernel(warm_sim, 0, seconds=0.05)
         t0 = st.sampler.mark()
         edges, data = [], []
-        for _ in range(20):
-            edges.append(warm_sim.clock.now())
+        for _ in range(rounds):
+            edges.append(sim.clock.now())
             data.append(kernel())
-            edges.append(warm_sim.clock.now())
-        info = _annotate(st, self.fixture(data), t0, st.sampler.mark(), edges)
+            edges.append(sim.clock.now())
+        return _annotate(st, self.fixture(data), t0, st.sampler.mark(), edges)
+
+    def test_rounds_get_windows_and_findings(self, warm_sim):
+        st = self.state(warm_sim)
+        kernel = timing.sim_kernel(warm_sim, 0, seconds=0.05)
+        info = self.annotate(st, warm_sim, kernel, 20)
         assert info["rounds_sampled"] == 20
         assert info["telemetry"][0]["sm_mhz_min"] < 1980  # capped during the second
         assert "power_cap" in {f["kind"] for f in info["findings"]}
@@ -51,35 +55,21 @@ class TestPytestPluginAnnotate:
     def test_many_rounds_are_judged_in_blocks(self, warm_sim):
         """A benchmark of 10^5 tiny rounds must not cost a telemetry window per round: past
         MAX_JUDGED_ROUNDS, consecutive rounds are judged together (and the cap still shows)."""
-        from gpuenv.integrations.pytest_plugin import MAX_JUDGED_ROUNDS, _annotate
+        from gpuenv.integrations.pytest_plugin import MAX_JUDGED_ROUNDS
 
         st = self.state(warm_sim)
         n = 2 * MAX_JUDGED_ROUNDS + 1
         kernel = timing.sim_kernel(warm_sim, 0, seconds=0.002)
-        t0 = st.sampler.mark()
-        edges, data = [], []
-        for _ in range(n):
-            edges.append(warm_sim.clock.now())
-            data.append(kernel())
-            edges.append(warm_sim.clock.now())
-        info = _annotate(st, self.fixture(data), t0, st.sampler.mark(), edges)
+        info = self.annotate(st, warm_sim, kernel, n)
         assert info["rounds_sampled"] == n and info["rounds_per_block"] == 3
         assert "power_cap" in {f["kind"] for f in info["findings"]}
         assert max(r for f in info["findings"] for r in f["reps"]) < MAX_JUDGED_ROUNDS
 
     def test_reject_policy_rejects_rounds_shared_with_another_process(self, warm_sim):
-        from gpuenv.integrations.pytest_plugin import _annotate
-
         st = self.state(warm_sim, policy="reject")
         warm_sim.set_background_load(0, 0.5, pid=777)
         kernel = timing.sim_kernel(warm_sim, 0, seconds=0.05, power_intensity=0.2)
-        t0 = st.sampler.mark()
-        edges, data = [], []
-        for _ in range(5):
-            edges.append(warm_sim.clock.now())
-            data.append(kernel())
-            edges.append(warm_sim.clock.now())
-        info = _annotate(st, self.fixture(data), t0, st.sampler.mark(), edges)
+        info = self.annotate(st, warm_sim, kernel, 5)
         assert "other_process" in {f["kind"] for f in info["findings"]}
         assert info["verdict"] == "rejected"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pynvml
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,9 +19,12 @@ from gpuenv.backend import (
     backend_from_spec,
     open_backend,
 )
+from gpuenv.backend.nvml_codes import error_for_code
 from gpuenv.backend.sim import SimBackend
+from gpuenv.backend.sim_faults import FAULT_CODES, FAULT_KINDS
 from gpuenv.backend.sim_profiles import H100, PROFILES
 from gpuenv.errors import (
+    BackendError,
     ConfigError,
     DeviceNotFound,
     DriverTimeout,
@@ -183,6 +187,19 @@ def test_faults(sim):
         sim.inject_fault(0, "meteor")
     with pytest.raises(ConfigError):
         sim.inject_fault(0, "timeout", op="read_fats")
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_an_injected_fault_is_what_the_real_backend_raises_for_its_code(sim, kind):
+    sim.inject_fault(0, kind, op="read_fast")
+    with pytest.raises(BackendError) as caught:
+        sim.read_fast(0)
+    code, words = FAULT_CODES[kind]
+    assert words == str(pynvml.NVMLError(code))  # as nvml_errors.translate passes them
+    real = error_for_code(code, op="read_fast", gpu=0, text=f"{words}, injected fault")
+    assert type(caught.value) is type(real)
+    assert (caught.value.code, str(caught.value)) == (real.code, str(real))
+    assert "injected fault" in str(caught.value)
 
 
 def test_bad_index(sim):

@@ -10,14 +10,8 @@ from click.testing import CliRunner
 from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
 from gpuenv.status import GPU_KEYS, SCHEMA, format_table, snapshot
-from gpuenv.timebase import VirtualClock
 
-
-@pytest.fixture
-def sim() -> SimBackend:
-    backend = SimBackend("h100", n_gpus=2, clock=VirtualClock())
-    yield backend
-    backend.close()
+pytestmark = pytest.mark.sim_gpus(2)
 
 
 def test_idle_gpu_shows_idle_clock_and_reason(sim: SimBackend) -> None:

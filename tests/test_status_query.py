@@ -19,14 +19,8 @@ from gpuenv.status.query import (
     parse_format,
     query_rows,
 )
-from gpuenv.timebase import VirtualClock
 
-
-@pytest.fixture
-def sim() -> SimBackend:
-    backend = SimBackend("h100", n_gpus=2, clock=VirtualClock())
-    yield backend
-    backend.close()
+pytestmark = pytest.mark.sim_gpus(2)
 
 
 def rows(sim: SimBackend, fields: str, fmt: str = "csv", gpus=(0, 1)) -> list[str]:

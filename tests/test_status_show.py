@@ -19,14 +19,9 @@ from gpuenv.errors import ConfigError
 from gpuenv.status.show import StatusOptions, check, interval, show
 from gpuenv.timebase import VirtualClock
 
+pytestmark = pytest.mark.sim_gpus(2)
+
 GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
-
-
-@pytest.fixture
-def sim() -> SimBackend:
-    backend = SimBackend("h100", n_gpus=2, clock=VirtualClock())
-    yield backend
-    backend.close()
 
 
 def _stamp(text: str) -> datetime.datetime:

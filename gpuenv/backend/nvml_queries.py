@@ -82,8 +82,8 @@ class NvmlQueries(NvmlCore):
         limits = ClockLimits(
             max_sm_mhz=int(self._q("nvmlDeviceGetMaxClockInfo", h, nv.NVML_CLOCK_SM, gpu=index)),
             max_mem_mhz=int(self._q("nvmlDeviceGetMaxClockInfo", h, nv.NVML_CLOCK_MEM, gpu=index)),
-            default_app_sm_mhz=self._default_app_clock(index, nv.NVML_CLOCK_GRAPHICS),
-            default_app_mem_mhz=self._default_app_clock(index, nv.NVML_CLOCK_MEM),
+            default_app_sm_mhz=self._app_clock(index, nv.NVML_CLOCK_GRAPHICS, default=True),
+            default_app_mem_mhz=self._app_clock(index, nv.NVML_CLOCK_MEM, default=True),
             base_sm_mhz=None,
             supported_mem_mhz=supported_mem,
             supported_sm_mhz=supported_sm,
@@ -96,17 +96,6 @@ class NvmlQueries(NvmlCore):
         self._limits[index] = limits
         return limits
 
-    def _default_app_clock(self, index: int, clock_type: int) -> int | None:
-        h = self._handle(index)
-        try:
-            return int(self._q("nvmlDeviceGetDefaultApplicationsClock", h, clock_type, gpu=index))
-        except NotSupported:
-            pass
-        value = self._opt(
-            "nvmlDeviceGetClock", h, clock_type, nv.NVML_CLOCK_ID_APP_CLOCK_DEFAULT, gpu=index
-        )
-        return int(value) if value is not None else None
-
     def app_clocks(self, index: int) -> AppClocks:
         """`nvidia-smi -q -d CLOCK`, 'Applications Clocks' (graphics and memory)."""
         return AppClocks(
@@ -114,15 +103,20 @@ class NvmlQueries(NvmlCore):
             mem_mhz=self._app_clock(index, nv.NVML_CLOCK_MEM),
         )
 
-    def _app_clock(self, index: int, clock_type: int) -> int | None:
+    def _app_clock(self, index: int, clock_type: int, *, default: bool = False) -> int | None:
+        """The application clock (the default one with `default`): its own NVML getter, else
+        nvmlDeviceGetClock, which newer drivers keep when they drop the getter."""
+        getter, clock_id = (
+            ("nvmlDeviceGetDefaultApplicationsClock", nv.NVML_CLOCK_ID_APP_CLOCK_DEFAULT)
+            if default
+            else ("nvmlDeviceGetApplicationsClock", nv.NVML_CLOCK_ID_APP_CLOCK_TARGET)
+        )
         h = self._handle(index)
         try:
-            return int(self._q("nvmlDeviceGetApplicationsClock", h, clock_type, gpu=index))
+            return int(self._q(getter, h, clock_type, gpu=index))
         except NotSupported:
             pass
-        value = self._opt(
-            "nvmlDeviceGetClock", h, clock_type, nv.NVML_CLOCK_ID_APP_CLOCK_TARGET, gpu=index
-        )
+        value = self._opt("nvmlDeviceGetClock", h, clock_type, clock_id, gpu=index)
         return int(value) if value is not None else None
 
     def power_limits(self, index: int) -> PowerLimits:

@@ -20,12 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpuenv.backend.sim_faults import (
-    NVML_ERROR_GPU_IS_LOST,
-    NVML_ERROR_NO_PERMISSION,
-    Fault,
-    raise_if_faulted,
-)
+from gpuenv.backend.nvml_codes import GPU_IS_LOST, NO_PERMISSION
+from gpuenv.backend.sim_faults import Fault, raise_if_faulted
 from gpuenv.backend.sim_gpu import GpuModel, Settings
 from gpuenv.backend.sim_profiles import SimProfile, get_profile
 from gpuenv.backend.sim_state import StateFile
@@ -97,7 +93,7 @@ class SimCore:
                 f"GPU is lost: {g.lost}",
                 op=op,
                 gpu=index,
-                code=NVML_ERROR_GPU_IS_LOST,
+                code=GPU_IS_LOST,
                 hint="the simulated GPU needs a reset: clear_faults() or a new SimBackend",
             )
         return g
@@ -111,7 +107,7 @@ class SimCore:
                 f"permission denied: cannot {what} (NVML_ERROR_NO_PERMISSION)",
                 op=op,
                 gpu=index,
-                code=NVML_ERROR_NO_PERMISSION,
+                code=NO_PERMISSION,
                 hint="run as root, or start 'gpuenv daemon' as root and retry "
                 "(simulated GPU: this process acts unprivileged, GPUENV_SIM_ROOT=0)",
             )

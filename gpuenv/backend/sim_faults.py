@@ -11,16 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuenv.backend import WRITES
-from gpuenv.errors import DriverTimeout, GpuLost, NotSupported, PermissionDenied
+from gpuenv.backend.nvml_codes import (
+    GPU_IS_LOST,
+    NO_PERMISSION,
+    NOT_SUPPORTED,
+    TIMEOUT,
+    error_for_code,
+)
 
-# NVML return codes, carried on the errors for people who know them.
-NVML_ERROR_INVALID_ARGUMENT = 2
-NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_NO_PERMISSION = 4
-NVML_ERROR_TIMEOUT = 10
-NVML_ERROR_GPU_IS_LOST = 15
-
-FAULT_KINDS = ("gpu_lost", "timeout", "not_supported", "permission")
+# each kind of fault: the NVML return code a real driver fails with, and NVML's words
+FAULT_CODES = {
+    "gpu_lost": (GPU_IS_LOST, "GPU is lost"),
+    "timeout": (TIMEOUT, "Timeout"),
+    "not_supported": (NOT_SUPPORTED, "Not Supported"),
+    "permission": (NO_PERMISSION, "Insufficient Permissions"),
+}
+FAULT_KINDS = tuple(FAULT_CODES)
 BACKEND_OPS = (
     "device_info",
     "clock_limits",
@@ -63,51 +69,16 @@ def raise_if_faulted(faults: list[Fault] | None, index: int, op: str) -> None:
             fault.count -= 1
             if fault.count <= 0:
                 faults.remove(fault)
-        raise fault_error(fault.kind, op, index)
-
-
-def fault_error(kind: str, op: str, index: int) -> Exception:
-    if kind == "gpu_lost":
-        return GpuLost(
-            "GPU is lost (injected fault)",
-            op=op,
-            gpu=index,
-            code=NVML_ERROR_GPU_IS_LOST,
-            hint="the GPU needs a reset (nvidia-smi -r) or a reboot",
-        )
-    if kind == "timeout":
-        return DriverTimeout(
-            f"the driver timed out in {op} (injected fault)",
-            op=op,
-            gpu=index,
-            code=NVML_ERROR_TIMEOUT,
-            hint="retry; if it persists, check dmesg for Xid errors",
-        )
-    if kind == "not_supported":
-        return NotSupported(
-            f"{op} is not supported (injected fault)",
-            op=op,
-            gpu=index,
-            code=NVML_ERROR_NOT_SUPPORTED,
-        )
-    return PermissionDenied(
-        f"permission denied in {op} (injected fault)",
-        op=op,
-        gpu=index,
-        code=NVML_ERROR_NO_PERMISSION,
-    )
+        # what the real backend raises for the same NVML code (nvml_errors.translate)
+        code, words = FAULT_CODES[fault.kind]
+        raise error_for_code(code, op=op, gpu=index, text=f"{words}, injected fault")
 
 
 __all__ = [
     "BACKEND_OPS",
+    "FAULT_CODES",
     "FAULT_KINDS",
-    "NVML_ERROR_GPU_IS_LOST",
-    "NVML_ERROR_INVALID_ARGUMENT",
-    "NVML_ERROR_NOT_SUPPORTED",
-    "NVML_ERROR_NO_PERMISSION",
-    "NVML_ERROR_TIMEOUT",
     "WORKLOAD_OPS",
     "Fault",
-    "fault_error",
     "raise_if_faulted",
 ]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
+from gpuenv.backend.nvml_codes import GPU_IS_LOST
 from gpuenv.backend.sim_core import SimCore
-from gpuenv.backend.sim_faults import NVML_ERROR_GPU_IS_LOST
 from gpuenv.backend.sim_gpu import GpuModel, Job
 from gpuenv.errors import ConfigError, GpuLost
 
@@ -108,7 +108,7 @@ class SimWorkload(SimCore):
                         f"GPU is lost: {g.lost}",
                         op="run_work",
                         gpu=index,
-                        code=NVML_ERROR_GPU_IS_LOST,
+                        code=GPU_IS_LOST,
                     )
                 wait_ns = min(g.job_ns_left(), g.ns_to_update())
             self.clock.sleep(wait_ns * 1e-9)

@@ -9,8 +9,8 @@ sees the change at its next call.
 from __future__ import annotations
 
 from gpuenv.backend import CLOCK_LIMIT_TDP, CLOCK_LIMIT_UNLIMITED
+from gpuenv.backend.nvml_codes import INVALID_ARGUMENT, NOT_SUPPORTED
 from gpuenv.backend.sim_core import SimCore
-from gpuenv.backend.sim_faults import NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED
 from gpuenv.backend.sim_gpu import Settings
 from gpuenv.errors import InvalidValue, NotSupported
 
@@ -26,7 +26,7 @@ class SimWrites(SimCore):
                 "cannot mix a clock in MHz with a symbolic limit (TDP/UNLIMITED)",
                 op="set_locked_sm_clocks",
                 gpu=index,
-                code=NVML_ERROR_INVALID_ARGUMENT,
+                code=INVALID_ARGUMENT,
                 hint="pass two clocks in MHz, or CLOCK_LIMIT_TDP / CLOCK_LIMIT_UNLIMITED for both",
             )
         if min_mhz in symbolic:
@@ -35,7 +35,7 @@ class SimWrites(SimCore):
                     "this GPU reports no base (TDP) clock",
                     op="set_locked_sm_clocks",
                     gpu=index,
-                    code=NVML_ERROR_NOT_SUPPORTED,
+                    code=NOT_SUPPORTED,
                     hint="lock to a clock in MHz",
                 )
             lo = p.base_sm_mhz if min_mhz == CLOCK_LIMIT_TDP else p.sm_clocks_mhz[-1]
@@ -77,18 +77,20 @@ class SimWrites(SimCore):
             f"{what} on {self.profile.gpu_name}",
             op=op,
             gpu=index,
-            code=NVML_ERROR_NOT_SUPPORTED,
+            code=NOT_SUPPORTED,
             hint=hint,
         )
 
-    def reset_locked_sm_clocks(self, index: int) -> None:
-        """`nvidia-smi -rgc`."""
+    def _reset_locked(self, index: int, op: str, field: str, what: str) -> None:
         with self._lock:
-            op = "reset_locked_sm_clocks"
             self._get(index, op)
             self._need_locked(index, op)
-            self._need_root(index, op, "reset locked SM clocks")
-            self._commit(index, lambda s: setattr(s, "locked_sm", None))
+            self._need_root(index, op, what)
+            self._commit(index, lambda s: setattr(s, field, None))
+
+    def reset_locked_sm_clocks(self, index: int) -> None:
+        """`nvidia-smi -rgc`."""
+        self._reset_locked(index, "reset_locked_sm_clocks", "locked_sm", "reset locked SM clocks")
 
     def set_locked_mem_clocks(self, index: int, min_mhz: int, max_mhz: int) -> None:
         """`nvidia-smi -lmc min,max`. NotSupported on Hopper (only the deferred -lmcd works)."""
@@ -103,25 +105,16 @@ class SimWrites(SimCore):
                     if p.locked_clocks_supported
                     else "use application clocks (nvidia-smi -ac) to set the memory clock"
                 )
-                raise NotSupported(
-                    f"locking memory clocks is not supported on {p.gpu_name}",
-                    op=op,
-                    gpu=index,
-                    code=NVML_ERROR_NOT_SUPPORTED,
-                    hint=hint,
-                )
+                raise self._unsupported("locking memory clocks is not supported", index, op, hint)
             self._need_root(index, op, "lock memory clocks")
             rng = _snap_range(p.mem_clocks_mhz, min_mhz, max_mhz, "memory", op, index)
             self._commit(index, lambda s: setattr(s, "locked_mem", rng))
 
     def reset_locked_mem_clocks(self, index: int) -> None:
         """`nvidia-smi -rmc`. Succeeds (nothing to reset) where only SM clocks can be locked."""
-        with self._lock:
-            op = "reset_locked_mem_clocks"
-            self._get(index, op)
-            self._need_locked(index, op)
-            self._need_root(index, op, "reset locked memory clocks")
-            self._commit(index, lambda s: setattr(s, "locked_mem", None))
+        self._reset_locked(
+            index, "reset_locked_mem_clocks", "locked_mem", "reset locked memory clocks"
+        )
 
     def set_app_clocks(self, index: int, mem_mhz: int, sm_mhz: int) -> None:
         """`nvidia-smi -ac mem,sm`: a supported pair; applies at the next context creation."""
@@ -136,7 +129,7 @@ class SimWrites(SimCore):
                     f"application clocks mem {mem_mhz} / SM {sm_mhz} MHz are not a supported pair",
                     op=op,
                     gpu=index,
-                    code=NVML_ERROR_INVALID_ARGUMENT,
+                    code=INVALID_ARGUMENT,
                     hint=f"memory {'/'.join(map(str, p.mem_clocks_mhz))} MHz; SM a supported clock "
                     f"{p.sm_clocks_mhz[-1]}-{p.max_sm_mhz} MHz (nvidia-smi -q -d SUPPORTED_CLOCKS)",
                 )
@@ -168,7 +161,7 @@ class SimWrites(SimCore):
                     f"power limit {watts!r} W is out of range",
                     op=op,
                     gpu=index,
-                    code=NVML_ERROR_INVALID_ARGUMENT,
+                    code=INVALID_ARGUMENT,
                     hint=f"use {p.power_min_w:g} to {p.power_max_w:g} W",
                 )
             value = int(watts * 1000) / 1000.0  # NVML takes milliwatts
@@ -197,7 +190,7 @@ def _snap_range(
                 f"{what} clock {v!r} is not a number",
                 op=op,
                 gpu=index,
-                code=NVML_ERROR_INVALID_ARGUMENT,
+                code=INVALID_ARGUMENT,
             )
     low, high = clocks_desc[-1], clocks_desc[0]
     if lo > hi:
@@ -205,7 +198,7 @@ def _snap_range(
             f"{what} clock range {lo}-{hi} MHz has min above max",
             op=op,
             gpu=index,
-            code=NVML_ERROR_INVALID_ARGUMENT,
+            code=INVALID_ARGUMENT,
             hint="pass min <= max",
         )
     if lo < low or hi > high:
@@ -213,7 +206,7 @@ def _snap_range(
             f"{what} clock range {lo}-{hi} MHz is outside the supported {low}-{high} MHz",
             op=op,
             gpu=index,
-            code=NVML_ERROR_INVALID_ARGUMENT,
+            code=INVALID_ARGUMENT,
             hint="pick clocks from 'gpuenv status' / nvidia-smi -q -d SUPPORTED_CLOCKS",
         )
     up = min(c for c in clocks_desc if c >= lo)

@@ -146,20 +146,26 @@ def _describe_pid(pid: int) -> str:
         return f"pid {pid}"
 
 
+def _warning(name: str, gpu: int, problem: str, fix: str) -> Check:
+    return Check(name, "warning", problem, fix, gpu=gpu)
+
+
+def _warning_or_ok(name: str, gpu: int, problem: str | None, fix: str, ok: str) -> Check:
+    """One GPU's check: a warning saying `problem` and its `fix`, or, with no problem, `ok`."""
+    return Check(name, "ok", ok, gpu=gpu) if problem is None else _warning(name, gpu, problem, fix)
+
+
 def check_reasons(ctx: Context) -> Iterable[Check]:
     """A clock-event reason other than GpuIdle, already now, means clocks are held down."""
     for b, i in _each_gpu(ctx):
         reasons = b.read_fast(i).reasons & ~REASON_GPU_IDLE
-        if reasons:
-            yield Check(
-                "reasons",
-                "warning",
-                f"GPU {i} clocks are already held down by: {', '.join(reason_names(reasons))}",
-                "find the cause before measuring (other load, power limit, cooling, app clocks)",
-                gpu=i,
-            )
-        else:
-            yield Check("reasons", "ok", f"GPU {i}: no clock-event reason besides idle", gpu=i)
+        yield _warning_or_ok(
+            "reasons", i,
+            f"GPU {i} clocks are already held down by: {', '.join(reason_names(reasons))}"
+            if reasons else None,
+            "find the cause before measuring (other load, power limit, cooling, app clocks)",
+            ok=f"GPU {i}: no clock-event reason besides idle",
+        )  # fmt: skip
 
 
 def check_power_limit(ctx: Context) -> Iterable[Check]:
@@ -167,18 +173,13 @@ def check_power_limit(ctx: Context) -> Iterable[Check]:
         p = _optional(b.power_limits, i)
         if p is None:
             continue
-        if p.limit_w < p.default_w - 0.5:
-            yield Check(
-                "power_limit",
-                "warning",
-                f"GPU {i} power limit is {p.limit_w:g} W, below its default {p.default_w:g} W: "
-                "the power cap will pull clocks down sooner",
-                f"sudo nvidia-smi -i {i} -pl {p.default_w:g} "
-                "(or 'gpuenv restore' if gpuenv set it)",
-                gpu=i,
-            )
-        else:
-            yield Check("power_limit", "ok", f"GPU {i} power limit {p.limit_w:g} W", gpu=i)
+        yield _warning_or_ok(
+            "power_limit", i,
+            f"GPU {i} power limit is {p.limit_w:g} W, below its default {p.default_w:g} W: "
+            "the power cap will pull clocks down sooner" if p.limit_w < p.default_w - 0.5 else None,
+            f"sudo nvidia-smi -i {i} -pl {p.default_w:g} (or 'gpuenv restore' if gpuenv set it)",
+            ok=f"GPU {i} power limit {p.limit_w:g} W",
+        )  # fmt: skip
 
 
 def check_persistence(ctx: Context) -> Iterable[Check]:
@@ -186,30 +187,25 @@ def check_persistence(ctx: Context) -> Iterable[Check]:
         mode = _optional(b.persistence_mode, i)
         if mode is None:
             yield Check("persistence", "info", f"GPU {i} has no persistence mode", gpu=i)
-        elif not mode:
-            yield Check(
-                "persistence",
-                "warning",
-                f"GPU {i} persistence mode is off: the driver re-initialises the GPU when its "
-                "last client exits (slow first calls, settings revert)",
-                f"sudo nvidia-smi -i {i} -pm 1 (or run nvidia-persistenced)",
-                gpu=i,
-            )
-        else:
-            yield Check("persistence", "ok", f"GPU {i} persistence mode is on", gpu=i)
+            continue
+        yield _warning_or_ok(
+            "persistence", i,
+            None if mode else f"GPU {i} persistence mode is off: the driver re-initialises the "
+            "GPU when its last client exits (slow first calls, settings revert)",
+            f"sudo nvidia-smi -i {i} -pm 1 (or run nvidia-persistenced)",
+            ok=f"GPU {i} persistence mode is on",
+        )  # fmt: skip
 
 
 def check_mig(ctx: Context) -> Iterable[Check]:
     for b, i in _each_gpu(ctx):
         if b.device_info(i).mig_mode:
-            yield Check(
-                "mig",
-                "warning",
+            yield _warning(
+                "mig", i,
                 f"GPU {i} is in MIG mode: slices share its clocks and power, so work on another "
                 "slice changes your numbers, and clocks lock only for the whole GPU",
                 "benchmark on a GPU without MIG, or hold every slice",
-                gpu=i,
-            )
+            )  # fmt: skip
 
 
 def check_app_clocks(ctx: Context) -> Iterable[Check]:
@@ -223,14 +219,12 @@ def check_app_clocks(ctx: Context) -> Iterable[Check]:
             limits.default_app_mem_mhz,
         )
         if changed and None not in (app.sm_mhz, app.mem_mhz):
-            yield Check(
-                "app_clocks",
-                "warning",
+            yield _warning(
+                "app_clocks", i,
                 f"GPU {i} application clocks are {app.mem_mhz}/{app.sm_mhz} MHz (mem/SM), not the "
                 f"default {limits.default_app_mem_mhz}/{limits.default_app_sm_mhz}",
                 f"sudo nvidia-smi -i {i} -rac (or 'gpuenv restore' if gpuenv set them)",
-                gpu=i,
-            )
+            )  # fmt: skip
 
 
 def check_temperature(ctx: Context) -> Iterable[Check]:
@@ -240,14 +234,12 @@ def check_temperature(ctx: Context) -> Iterable[Check]:
         t = _optional(b.thresholds, i)
         limit = (t.gpu_max_c or t.slowdown_c) if t is not None else None
         if limit is not None and temp >= limit - 15:
-            yield Check(
-                "temperature",
-                "warning",
+            yield _warning(
+                "temperature", i,
                 f"GPU {i} is at {temp:.0f} C, within 15 C of its {limit:.0f} C limit: "
                 "it will slow down thermally under load",
                 "let it cool, check its airflow, or look for other load",
-                gpu=i,
-            )
+            )  # fmt: skip
 
 
 def check_journal(ctx: Context) -> Iterable[Check]:

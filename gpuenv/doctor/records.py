@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from gpuenv._records import JsonRecord
 from gpuenv.backend import Backend
 from gpuenv.errors import GpuenvError
 
@@ -15,23 +15,14 @@ DEFAULT_SOCKET = "/run/gpuenv/gpuenv.sock"
 
 
 @dataclass(frozen=True)
-class Check:
-    """One finding of `gpuenv doctor`."""
+class Check(JsonRecord):
+    """One finding of `gpuenv doctor` (`to_dict()`: its fields, for --json)."""
 
     name: str  # short id: "persistence", "cpu_governor", ...
     severity: str  # "ok" | "info" | "warning" | "error"
     message: str  # what is the case, in a sentence
     fix: str | None = None  # what to do about it
     gpu: int | None = None  # NVML index, where the finding is about one GPU
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "severity": self.severity,
-            "message": self.message,
-            "fix": self.fix,
-            "gpu": self.gpu,
-        }
 
 
 @dataclass

@@ -29,6 +29,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from gpuenv._lazy import lazy_exports
 from gpuenv.integrations.torch_record import merge_records, note, observe, record
 
 
@@ -71,14 +72,12 @@ def timeit(timer: Any, number: int = 1_000_000, **kwargs: Any) -> Any:
     return _annotated(lambda: timer.timeit(number), **kwargs)
 
 
-def __getattr__(name: str) -> Any:
-    # Timer, Measurement and Compare subclass torch's: defined on first use, so importing
-    # this module (and gpuenv) never imports torch
-    if name in ("Compare", "Measurement", "Timer"):
-        from gpuenv.integrations import torch_classes
-
-        return getattr(torch_classes, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Timer, Measurement and Compare subclass torch's: defined on first use, so importing
+# this module (and gpuenv) never imports torch
+_TORCH_CLASSES = dict.fromkeys(
+    ("Compare", "Measurement", "Timer"), "gpuenv.integrations.torch_classes"
+)
+__getattr__, __dir__ = lazy_exports(__name__, _TORCH_CLASSES, globals())
 
 
 # Compare, Measurement and Timer (module __getattr__) are left out: `import *` must not

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuenv._files import replaced
 from gpuenv.results import Measurement
 from gpuenv.run.report import fmt_time, summary_table, tail_lines
 
@@ -117,15 +118,8 @@ def publish(
     data = dict(record, host=socket.gethostname(), ended_at=time.time(),
                 measurements=[_slim(m) for m in measurements])  # fmt: skip
     path = directory / f"rank{record['rank']}.json"
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".rank", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with replaced(path) as f:
+        json.dump(data, f)
     return path
 
 

@@ -7,16 +7,7 @@ from pathlib import Path
 import pytest
 
 from doctor.helpers import make_sysfs
-from gpuenv.backend.sim import SimBackend
 from gpuenv.doctor import Host
-from gpuenv.timebase import VirtualClock
-
-
-@pytest.fixture
-def sim() -> SimBackend:
-    backend = SimBackend("h100", n_gpus=2, clock=VirtualClock())
-    yield backend
-    backend.close()
 
 
 @pytest.fixture

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 
 import pytest
 from click.testing import CliRunner
+from driver_harness import without_driver
 
 from doctor.helpers import by_name, severities
 from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
 from gpuenv.doctor import Check, Host, diagnose, exit_code, format_checks
+
+pytestmark = pytest.mark.sim_gpus(2)
 
 
 def test_a_clean_simulated_machine_has_nothing_to_fix(sim: SimBackend, quiet_host: Host) -> None:
@@ -53,15 +55,7 @@ def test_cli_json_exit_code_matches(monkeypatch: pytest.MonkeyPatch) -> None:
     assert {c["name"] for c in out["checks"]} >= {"driver", "persistence", "cpu_governor"}
 
 
-def _nvml_loadable() -> bool:
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(_nvml_loadable(), reason="this machine has an NVIDIA driver")
+@without_driver
 def test_cli_without_a_driver_reports_it_and_exits_2() -> None:
     result = CliRunner().invoke(cli, ["doctor"])
     assert result.exit_code == 2

@@ -5,11 +5,15 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
 from doctor.helpers import by_name, severities
 from gpuenv.backend.sim import SimBackend
 from gpuenv.doctor import Host, diagnose, exit_code
 from gpuenv.errors import NvmlUnavailable
 from gpuenv.timebase import VirtualClock
+
+pytestmark = pytest.mark.sim_gpus(2)
 
 
 def test_no_driver_is_an_error_and_host_checks_still_run(quiet_host: Host) -> None:

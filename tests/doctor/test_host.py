@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from doctor.helpers import by_name, make_sysfs, severities
 from gpuenv.backend.sim import SimBackend
 from gpuenv.doctor import Host, diagnose
+
+pytestmark = pytest.mark.sim_gpus(2)
 
 
 def test_cpu_governor_not_performance(sim: SimBackend, quiet_host: Host, tmp_path: Path) -> None:

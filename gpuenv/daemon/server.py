@@ -176,7 +176,9 @@ class Server:
         # What exists now (modules, classes, functions, config, backend: some 20,000 objects)
         # lives as long as the daemon. Left in the collector, every full collection walks all
         # of it, stalling whatever request runs then by 6-14 ms on a 2-core machine; frozen,
-        # such a collection took about 1 ms. Objects made later are collected as before.
+        # such a collection took about 1 ms. Objects made later are collected as before; the
+        # sampler's rings, which fill over the next hour, hold records the collector does not
+        # track (telemetry/buffers.py), so they do not bring the stalls back.
         gc.collect()
         gc.freeze()
         try:

@@ -72,6 +72,20 @@ def test_several_gpus_give_every_gpus_piece_under_traces():
     assert piece["traces"]["3"]["sm_mhz"] == [1500] * 5
 
 
+def test_a_piece_without_the_first_gpu_loses_no_other_gpus_samples():
+    """GPU 0 unread for a while (a gap) while GPU 3 goes on: GPU 3's samples of that time
+    come with the next piece instead of being skipped."""
+    ring = Ring()
+    pieces = TracePieces(ring, [0, 3], t_ref=0.0)
+    ring.put(sample(1.0, gpu=3))
+    assert pieces.piece() == {}  # nothing of the first GPU: no piece
+    ring.put(sample(2.0, gpu=0))
+    ring.put(sample(2.0, gpu=3))
+    piece = pieces.piece()
+    assert piece["traces"]["3"]["t_s"] == [1.0, 2.0]
+    assert piece["trace"]["t_s"] == [2.0]
+
+
 @pytest.mark.parametrize("every", [1, 37, 400])
 def test_what_a_long_session_writes_stays_under_the_stated_bound(every):
     """Pieces taken every `every` samples for 2**10 times the log's fill: the samples written

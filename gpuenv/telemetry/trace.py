@@ -113,14 +113,13 @@ class TracePieces:
         """{"trace": first GPU's piece, "traces": {"0": ..., "1": ...} with several GPUs};
         {} when nothing was sampled since the last piece."""
         self.pull()
+        new = {g: pts for g in self.gpus if (pts := self.log.after(g, self.given[g]))}
+        if self.gpus[0] not in new:
+            return {}  # the other GPUs' samples wait for the next piece: none is skipped
         out: dict[int, dict[str, Any]] = {}
-        for g in self.gpus:
-            pts = self.log.after(g, self.given[g])
-            if pts:
-                self.given[g] = pts[-1].t
-                out[g] = trace_record(pts, self.t_ref)
-        if self.gpus[0] not in out:
-            return {}
+        for g, pts in new.items():
+            self.given[g] = pts[-1].t
+            out[g] = trace_record(pts, self.t_ref)
         if len(self.gpus) == 1:
             return {"trace": out[self.gpus[0]]}
         return {"trace": out[self.gpus[0]], "traces": {str(g): t for g, t in out.items()}}

@@ -81,15 +81,16 @@ def check(opts: StatusOptions) -> None:
 
 def _fields(opts: StatusOptions) -> tuple[list[Any], Any]:
     """The CSV fields and format a query asks for (none for the table or JSON)."""
+    csv_clocks = opts.query_supported_clocks is not None or (opts.supported_clocks and opts.fmt)
+    if opts.query_gpu is None and not csv_clocks:
+        return [], None  # the table or JSON: the query modules are not imported
     from gpuenv.status import clocks, query
 
     fmt = query.parse_format(opts.fmt or "csv")
     if opts.query_gpu is not None:
         return query.parse_fields(opts.query_gpu), fmt
-    if opts.query_supported_clocks is not None or (opts.supported_clocks and opts.fmt):
-        text = opts.query_supported_clocks or "gpu_uuid,memory,graphics"
-        return query.parse_fields(text, clocks.SUPPORTED_FIELDS, "--query-supported-clocks"), fmt
-    return [], fmt
+    text = opts.query_supported_clocks or "gpu_uuid,memory,graphics"
+    return query.parse_fields(text, clocks.SUPPORTED_FIELDS, "--query-supported-clocks"), fmt
 
 
 @dataclass(frozen=True)
@@ -103,10 +104,9 @@ def _renderer(
     backend: Backend, gpus: Sequence[int], opts: StatusOptions
 ) -> Callable[[bool], _Tick]:
     """A function (first tick?) -> what to print this tick."""
-    from gpuenv.status import clocks, query
-
     fields, fmt = _fields(opts)
     if fields:
+        from gpuenv.status import clocks, query
 
         def render_csv(first: bool) -> _Tick:
             if opts.query_gpu is not None:
@@ -120,6 +120,7 @@ def _renderer(
 
         return render_csv
     if opts.supported_clocks:
+        from gpuenv.status import clocks
 
         def render_clocks(first: bool) -> _Tick:
             doc = clocks.supported_clocks(backend, gpus)

@@ -80,7 +80,6 @@ class GpuView:
     processes: tuple[ProcView, ...] = ()
     processes_error: str | None = None  # why the processes could not be read
     history: tuple[tuple[float, int], ...] = ()  # (t, SM MHz) over the last history_s
-    interval_s: float | None = None  # between updates, as observed (the history's step)
     error: str | None = None
 
 

@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from gpuenv.monitor.draw import Glyphs, Line, Segment, bar, graph, sparkline
 from gpuenv.monitor.model import BAD_REASONS, REASON_SHORT, WARN_REASONS, GpuView
 from gpuenv.monitor.processes import shorten_command
+from gpuenv.reasons import HARDWARE, THERMAL, Reason
 from gpuenv.units import fmt_elapsed
+
+SYMBOLIC_CLOCKS = 0xFFFFFF00  # NVML's CLOCK_LIMIT_* ids (TDP, unlimited) lie above this
 
 
 @dataclass
@@ -54,22 +57,30 @@ def _not_held_why(v: GpuView) -> str:
     lk = v.lock
     if lk is not None and lk.locked_sm and v.sm_mhz is not None and v.sm_mhz > lk.locked_sm[1]:
         return "clock above the lock: not in force (reset by the driver or another tool?)"
-    if v.reasons & 0x4:
+    if v.reasons & Reason.SW_POWER_CAP:
         return "the power cap pulls the clock below the lock"
-    if v.reasons & (0x20 | 0x40):
+    if v.reasons & THERMAL:
         return "thermal slowdown pulls the clock below the lock"
-    if v.reasons & (0x8 | 0x80):
+    if v.reasons & HARDWARE:  # HW slowdown or power brake: HW thermal is the line above
         return "a hardware slowdown pulls the clock below the lock"
-    if v.reasons & 0x1:
+    if v.reasons & Reason.GPU_IDLE:
         return "the GPU is idle"
     return (lk.why if lk and lk.why else "") or "below the locked range"
+
+
+def _range_text(locked_sm: tuple[int, int], base: str, unit: str) -> str:
+    """A locked SM range: "1350<unit>", "1200-1350<unit>", or `base` for NVML's symbolic
+    limits (CLOCK_LIMIT_TDP: the base clock)."""
+    lo, hi = locked_sm
+    if lo >= SYMBOLIC_CLOCKS:
+        return base
+    return f"{lo}{unit}" if lo == hi else f"{lo}-{hi}{unit}"
 
 
 def _lock_range(v: GpuView, g: Glyphs) -> tuple[str, str]:
     """The locked range in short ("1350", "base") and whether it holds (a glyph or "")."""
     assert v.lock is not None and v.lock.locked_sm is not None
-    lo, hi = v.lock.locked_sm
-    rng = "base" if lo >= 0xFFFFFF00 else (f"{lo}" if lo == hi else f"{lo}-{hi}")
+    rng = _range_text(v.lock.locked_sm, "base", "")
     held = "" if v.lock.holds is None else (f" {g.yes}" if v.lock.holds else f" {g.no}")
     return rng, held
 
@@ -80,8 +91,7 @@ def _lock_segments(v: GpuView, g: Glyphs) -> Line:
         return [("lock: unknown", "dim")]
     if lk.locked_sm is None:
         return [("lock: journaled, SM not locked" if lk.known else "not locked by gpuenv", "dim")]
-    lo, hi = lk.locked_sm
-    rng = "base clock" if lo >= 0xFFFFFF00 else (f"{lo} MHz" if lo == hi else f"{lo}-{hi} MHz")
+    rng = _range_text(lk.locked_sm, "base clock", " MHz")
     segs: Line = [("locked ", "bold"), (rng, "bold")]
     if lk.holds is True:
         segs.append((f" {g.yes} holds", "ok"))

@@ -239,7 +239,9 @@ class _Run:
                           clock_mhz_before=clock_before, clock_mhz_after=clock_after,
                           **self.device.settings())
         self.extra.update(_rep_stats(m, reps, cfg, stop, self._rule(), place, self.name))
-        if cfg.keep_trace and place.sampler is not None:
+        # a session's keep() gives the measurement its trace (the samples since the last
+        # one kept), which would replace this one
+        if cfg.keep_trace and place.sampler is not None and place.session is None:
             self.extra["trace"] = _trace(place.sampler, place.gpu, t_begin, t_end)
         return dataclasses.replace(m, extra={**m.extra, **self.extra})
 

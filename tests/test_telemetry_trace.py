@@ -46,6 +46,20 @@ def test_the_log_holds_at_most_max_points_and_thins_evenly():
     assert pts[0].t == 0.0 and pts[-1].t >= 1000 * 0.025 - 2 * max(gaps)
 
 
+def test_each_gpus_log_thins_evenly_on_its_own():
+    """Two GPUs sampled at the same times, added GPU after GPU as pull() does: one GPU's
+    thinning must not make the other's newer samples sparser than its older ones."""
+    log = SampleLog([0, 1], max_points=100)
+    for chunk in range(200):
+        times = [(chunk * 40 + k) * 0.025 for k in range(40)]
+        log.add([sample(t, gpu=0) for t in times])
+        log.add([sample(t, gpu=1) for t in times])
+    for g in (0, 1):
+        gaps = {round(b.t - a.t, 6) for a, b in itertools.pairwise(log.points[g])}
+        assert max(gaps) <= 2 * min(gaps), g
+        assert len(log.points[g]) > 50, g
+
+
 def test_pieces_join_into_every_sample_without_repeating_one():
     ring, t = Ring(), 100.0
     pieces = TracePieces(ring, [0], t_ref=t)

@@ -55,19 +55,23 @@ class SampleLog:
 
     def __init__(self, gpus: Sequence[int], max_points: int = MAX_POINTS, min_dt: float = 0.0):
         self.max_points = max_points
-        self.min_dt = min_dt
+        self.first_dt = min_dt
         self.points: dict[int, list[Sample]] = {g: [] for g in gpus}
         self.upto: dict[int, float] = {g: -math.inf for g in gpus}  # pulled up to, per GPU
+        # per GPU: the spacing below which a new sample is not taken (each GPU's own
+        # thinnings double its own, so every GPU's kept samples stay evenly spaced)
+        self.min_dt: dict[int, float] = {g: min_dt for g in gpus}
 
     def add(self, samples: Sequence[Sample]) -> None:
         for s in samples:
             pts = self.points.setdefault(s.gpu, [])
-            if pts and s.t - pts[-1].t < self.min_dt:
+            min_dt = self.min_dt.setdefault(s.gpu, self.first_dt)
+            if pts and s.t - pts[-1].t < min_dt:
                 continue
             pts.append(s)
             if len(pts) > self.max_points:
                 self.points[s.gpu] = pts[::2]
-                self.min_dt = max(self.min_dt * 2, (pts[-1].t - pts[0].t) / self.max_points)
+                self.min_dt[s.gpu] = max(min_dt * 2, (pts[-1].t - pts[0].t) / self.max_points)
 
     def pull(self, sampler: Any) -> None:
         """Add the samples `sampler` (a telemetry.Sampler) took since the last pull. Its ring

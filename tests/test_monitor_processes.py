@@ -3,6 +3,7 @@ GPU's through the backend, a real GPU's through nvitop's process API."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -131,3 +132,35 @@ def test_nvitop_lists_the_real_gpus_processes_and_memory_matches_nvidia_smi():
     )
     assert mem is not None and abs(mem.total_mib - int(smi.stdout.strip())) <= 1
     assert all(p.pid > 0 and p.command for p in rows)
+
+
+def test_the_host_names_remembered_stay_bounded(monkeypatch):
+    """A monitor left running meets a new pid with every process on the GPU: the names it
+    keeps stay at MAX_NAMES, the newest kept."""
+    import psutil
+
+    from gpuenv.monitor import processes
+
+    class FakeProcess:
+        def __init__(self, pid: int):
+            self.pid = pid
+
+        def create_time(self) -> float:
+            return 1.0
+
+        def oneshot(self):
+            return contextlib.nullcontext()
+
+        def username(self) -> str:
+            return "u"
+
+        def cmdline(self) -> list[str]:
+            return [f"job{self.pid}"]
+
+    monkeypatch.setattr(psutil, "Process", FakeProcess)
+    monkeypatch.setattr(processes, "MAX_NAMES", 8)
+    names = processes._HostNames()
+    for pid in range(100, 130):
+        assert names.lookup(pid) == ("u", f"job{pid}")
+    assert len(names._cache) == 8
+    assert set(names._cache) == set(range(122, 130))

@@ -21,6 +21,7 @@ from gpuenv.backend import Backend
 from gpuenv.errors import BackendError
 
 MIB = 1024 * 1024
+MAX_NAMES = 4096  # processes whose names are remembered (the oldest forgotten first)
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,10 @@ def _from_snapshot(s: Any) -> ProcView:
 
 
 class _HostNames:
-    """pid -> (user, command) through psutil, cached: a process's name does not change."""
+    """pid -> (user, command) through psutil, cached: a process's name does not change.
+
+    At most MAX_NAMES processes are remembered: a monitor left running sees every
+    process that ever ran on the GPU, most of them gone and never asked about again."""
 
     def __init__(self) -> None:
         self._cache: dict[int, tuple[float, str, str]] = {}
@@ -112,6 +116,9 @@ class _HostNames:
                     cmd = " ".join(proc.cmdline()) or proc.name()
                 except psutil.AccessDenied:
                     cmd = proc.name()
+            self._cache.pop(pid, None)  # a reused pid: its entry becomes the newest
+            while len(self._cache) >= MAX_NAMES:
+                del self._cache[next(iter(self._cache))]
             self._cache[pid] = (start, user, cmd)
             return user, cmd
         except (psutil.NoSuchProcess, psutil.ZombieProcess):

@@ -386,6 +386,23 @@ def _check_gpu(measurements: Sequence[Any], gpu: int | None) -> None:
         )
 
 
+def recorded_gpu(run: Any, selector: str) -> int:
+    """The one GPU `-i` names among those the run recorded (a plot draws one)."""
+    from gpuenv.devices import select_recorded
+
+    recorded = list(run.metadata.get("gpus") or [])
+    seen = {int(g["index"]) for g in recorded if isinstance(g, dict) and "index" in g}
+    windows = {w.gpu for m in run.measurements for w in m.windows if w.gpu not in seen}
+    recorded += [{"index": i} for i in sorted(windows)]  # telemetry of a GPU the meta lacks
+    chosen = select_recorded(recorded, selector)
+    if len(chosen) != 1:
+        raise ConfigError(
+            f"-i {selector} names {len(chosen)} GPUs and a plot draws one",
+            hint="name one: -i " + (str(chosen[0]) if chosen else "0"),
+        )
+    return chosen[0]
+
+
 def _save(fig: Any, out: str) -> str:
     """Write through a temporary file beside `out`: a full disk leaves no half image."""
     with replaced(out, binary=True, umask_mode=True) as fh:
@@ -393,4 +410,4 @@ def _save(fig: Any, out: str) -> str:
     return out
 
 
-__all__ = ["plot_run", "run_figure"]
+__all__ = ["plot_run", "recorded_gpu", "run_figure"]

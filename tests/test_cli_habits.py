@@ -116,15 +116,15 @@ def _run_file(tmp_path, sim: SimBackend):
 
 
 def test_plot_i_names_one_gpu_of_the_run(tmp_path) -> None:
-    from gpuenv.cli.plot import _one_gpu
+    from gpuenv.plot import recorded_gpu
     from gpuenv.results import load_run
 
     sim = SimBackend(n_gpus=2, clock=VirtualClock())
     loaded = load_run(_run_file(tmp_path, sim))
-    assert _one_gpu(loaded, sim.device_info(1).uuid) == 1
-    assert _one_gpu(loaded, "0") == 0
+    assert recorded_gpu(loaded, sim.device_info(1).uuid) == 1
+    assert recorded_gpu(loaded, "0") == 0
     with pytest.raises(ConfigError, match="names 2 GPUs and a plot draws one"):
-        _one_gpu(loaded, "all")
+        recorded_gpu(loaded, "all")
 
 
 def test_plot_cli_refuses_several_gpus_in_one_line(tmp_path) -> None:

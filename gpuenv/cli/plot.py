@@ -10,8 +10,6 @@ no matplotlib). The rest: gpuenv.errors.EXIT_CODES.
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from gpuenv.cli._common import gpu_option, handle_errors
@@ -30,28 +28,10 @@ from gpuenv.cli._common import gpu_option, handle_errors
 @handle_errors
 def plot(run_file: str, output: str | None, gpu: str | None, title: str | None) -> None:
     """Plot SM clock, power and temperature of the last run in RUN.jsonl."""
-    from gpuenv.plot import plot_run
+    from gpuenv.plot import plot_run, recorded_gpu
     from gpuenv.results import load_run
 
     run = load_run(run_file)
     out = output or (run_file[: -len(".jsonl")] if run_file.endswith(".jsonl") else run_file) \
         + ".png"
-    click.echo(plot_run(run, out, title=title, gpu=None if gpu is None else _one_gpu(run, gpu)))
-
-
-def _one_gpu(run: Any, selector: str) -> int:
-    """The one GPU `-i` names among those the run recorded (a plot draws one)."""
-    from gpuenv.devices import select_recorded
-    from gpuenv.errors import ConfigError
-
-    recorded = list(run.metadata.get("gpus") or [])
-    seen = {int(g["index"]) for g in recorded if isinstance(g, dict) and "index" in g}
-    windows = {w.gpu for m in run.measurements for w in m.windows if w.gpu not in seen}
-    recorded += [{"index": i} for i in sorted(windows)]  # telemetry of a GPU the meta lacks
-    chosen = select_recorded(recorded, selector)
-    if len(chosen) != 1:
-        raise ConfigError(
-            f"-i {selector} names {len(chosen)} GPUs and a plot draws one",
-            hint="name one: -i " + (str(chosen[0]) if chosen else "0"),
-        )
-    return chosen[0]
+    click.echo(plot_run(run, out, title=title, gpu=None if gpu is None else recorded_gpu(run, gpu)))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuenv._files import replaced
 from gpuenv.clocks.journal import default_state_dir
 from gpuenv.errors import ConfigError
 
@@ -46,9 +47,8 @@ def save_calibration(
     record = Calibration(
         uuid, int(sustained_mhz), time.time(), power_limit_w, gpu_name, details or {}
     )
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record.__dict__, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    with replaced(path, umask_mode=True) as fh:  # a failed write leaves the old file, no tmp
+        fh.write(json.dumps(record.__dict__, indent=1, sort_keys=True))
     return path
 
 

@@ -124,3 +124,29 @@ def test_cli_on_the_simulator_forgets_what_heated_it(monkeypatch, tmp_path):
     after = SimBackend(state_file=state)  # and calibrating left the simulated GPU as it was
     assert after.read_fast(0).temp_c > fresh["temp_c"] - 5 and after.truth(0).contexts == ()
     after.close()
+
+
+def test_a_calibration_cut_by_a_file_size_limit_keeps_the_old_one_and_no_tmp(tmp_path) -> None:
+    """A real fault: RLIMIT_FSIZE cuts the write; the stored clock stays the earlier one."""
+    import subprocess
+    import sys
+
+    from gpuenv.clocks.calibration_store import load_calibration, save_calibration
+
+    save_calibration("GPU-x", 1320, state_dir=tmp_path)
+    code = (
+        "import resource, signal, sys\n"
+        "from gpuenv.clocks.calibration_store import save_calibration\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))\n"
+        "try:\n"
+        "    save_calibration('GPU-x', 1500, details={'pad': 'x' * 4096}, state_dir=sys.argv[1])\n"
+        "except OSError as err:\n"
+        "    print('refused', err.errno)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.stdout.startswith("refused"), out.stdout + out.stderr
+    stored = load_calibration("GPU-x", state_dir=tmp_path)
+    assert stored is not None and stored.sustained_mhz == 1320
+    assert not [p.name for p in tmp_path.rglob("*.tmp")]

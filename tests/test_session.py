@@ -391,3 +391,22 @@ def test_bench_in_a_session_carries_the_sessions_trace(sim):
         m = env.bench(timing.sim_kernel(sim, 0, seconds=1.4e-3), name="k", budget_s=0.5)
     assert env.results[-1] is m and m.extra["trace"]["t0"] == env.trace.t_ref
     assert m.extra["trace"]["t_s"][0] < m.telemetry.t0 - m.extra["trace"]["t0"]  # from the start
+
+
+def test_a_region_longer_than_the_sampler_ring_says_its_telemetry_is_incomplete(sim, monkeypatch):
+    """What the README promises: a `measure` region that outlasts the ring keeps only the
+    ring's last stretch, and its verdict says so instead of judging half a region."""
+    import functools
+
+    import gpuenv.session
+
+    small = functools.partial(gpuenv.session.Sampler, capacity=64)  # 1.6 s at 25 ms
+    monkeypatch.setattr(gpuenv.session, "Sampler", small)
+    warm(sim)
+    with stable(backend=sim) as env:
+        assert env.sampler.capacity == 64
+        with env.measure("long") as m:
+            t0 = sim.clock.now()
+            while sim.clock.now() - t0 < 5.0:
+                sim.run_work(0, 0.05 * H100_HZ, power_intensity=0.3)
+    assert "telemetry_gap" in [f.kind for f in m.findings]

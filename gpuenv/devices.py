@@ -92,7 +92,13 @@ def select_recorded(
     "uuid" and "pci_bus_id"), named as `select_gpus` names them: an index, a UUID or a
     unique prefix, a PCI bus id, 'all'. CUDA's numbering ('cuda:N', 'local') belongs to
     the machine that ran it, not to the file, so it is refused."""
-    indices = [int(str(g.get("index"))) for g in gpus]
+    try:
+        indices = [int(str(g.get("index"))) for g in gpus]
+    except (AttributeError, TypeError, ValueError):
+        raise ConfigError(
+            "this run's list of GPUs is damaged (an entry without an NVML index)",
+            hint="plot it without -i (each measurement's first GPU), or write it again",
+        ) from None
     uuids = [str(g.get("uuid") or "") for g in gpus]
     known = ", ".join(map(str, indices)) or "none"
     chosen: list[int] = []

@@ -109,6 +109,12 @@ def test_select_recorded_by_index_uuid_prefix_pci_and_all() -> None:
         select_recorded(gpus, "cuda:0")  # CUDA's numbering belongs to the machine that ran it
 
 
+
+@pytest.mark.parametrize("damaged", [[{"uuid": "GPU-x"}], [{"index": "zero"}], ["0"]])
+def test_a_damaged_list_of_recorded_gpus_is_a_sentence(damaged) -> None:
+    with pytest.raises(ConfigError, match="list of GPUs is damaged"):
+        select_recorded(damaged, "0")
+
 def _run_file(tmp_path, sim: SimBackend):
     results = Results({"gpus": _recorded(sim)})
     results.add(Measurement.build("x", [1.0]))

@@ -229,8 +229,10 @@ class NvmlQueries(NvmlCore):
         handle = self._handle(index)
         v2 = getattr(nv, "nvmlMemory_v2", None)
         mem = None
-        if v2 is not None:
+        if v2 is not None and self._chosen.get("memory") != "v1":
             mem = self._opt("nvmlDeviceGetMemoryInfo", handle, v2, gpu=index)
+            if mem is None:  # this driver has no v2: ask v1 alone from now on (the monitor's
+                self._chosen["memory"] = "v1"  # every tick would otherwise ask twice)
         if mem is None:
             mem = self._opt("nvmlDeviceGetMemoryInfo", handle, gpu=index)
         if mem is None:

@@ -43,7 +43,7 @@ def _gone(pid: int) -> bool:
     """The process has exited (a zombie waiting to be reaped counts as gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped before, or between open and read
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 

@@ -93,9 +93,10 @@ def test_a_launch_slower_than_the_spin_never_lands_in_the_rep(backend):
                 pass
         return x.add_(1.0)
 
-    quick = timing.bench(lambda: add(10**9), backend=backend, warmup=5, reps=50)
+    # events mode: a kernel this small is profiled by default, where launches do not count
+    quick = timing.bench(lambda: add(10**9), backend=backend, warmup=5, reps=50, mode="events")
     calls[0] = 0
-    slow = timing.bench(lambda: add(10), backend=backend, warmup=5, reps=50)
+    slow = timing.bench(lambda: add(10), backend=backend, warmup=5, reps=50, mode="events")
     assert slow.extra["uncovered_reps"] >= 1
     assert slow.stats.median_s < 1.2 * quick.stats.median_s + 5e-6
 
@@ -134,3 +135,20 @@ def test_torch_benchmark_metadata(backend):
     rec = m.metadata["gpuenv"]
     assert rec["telemetry"][0]["sm_mhz_mean"] > 300
     assert rec["verdict"] in ("ok", "annotated")
+
+
+@pytest.mark.parametrize("kernel", ["mm512", "relu1m", "add1k"])
+def test_a_tiny_kernels_default_number_is_its_cupti_device_time(backend, kernel):
+    # issue 18 item 5: within 5% of CUPTI's device time (docs/benchmarks.md); 10% here,
+    # a bound for a broken method (one call per event pair reads 2-4x), not the figure
+    a = torch.randn(512, 512, device="cuda", dtype=torch.float16)
+    x = torch.randn(1 << 20, device="cuda")
+    y = torch.randn(1024, device="cuda")
+    fn = {"mm512": lambda: a @ a, "relu1m": lambda: torch.relu(x),
+          "add1k": lambda: y + y}[kernel]
+    timing.CudaGraph(calls=10).prepare(fn)  # a capture before: the number must not care
+    m = timing.bench(fn, backend=backend)
+    assert m.extra["tiny_kernel"]["timer"] == "cuda_profiler"
+    assert "CUPTI" in m.extra["tiny_kernel"]["note"]
+    ref = timing.cupti_median_s(fn)
+    assert m.stats.median_s == pytest.approx(ref, rel=0.10)

@@ -40,6 +40,7 @@ from gpuenv.timing.cuda import (
     _profiled_rep_times,
     _torch,
     cuda_device,
+    cupti_median_s,
     nvml_index_of_cuda,
 )
 from gpuenv.timing.devices import (
@@ -86,6 +87,7 @@ __all__ = [
     "_torch",
     "bench",
     "cuda_device",
+    "cupti_median_s",
     "nvml_index_of_cuda",
     "precondition",
     "sim_kernel",

@@ -38,6 +38,9 @@ from gpuenv.timing.devices import CLOCK_PROBE_S, MODES, REP_PROBE_CYCLES, Device
 log = logging.getLogger(__name__)
 
 PROFILER_BATCH = 10  # profiled reps per torch.profiler session
+PROFILED_HOW = ("back to back, each call's time the device time of its kernels, copies and "
+                "memsets from CUPTI (torch.profiler: launch gaps left out)")
+GRAPH_HOW = "in a CUDA graph (the gaps between its kernels, ~0.3 us each on an H100, counted)"
 PROFILER_MAX_REPS = 200
 PROBE_MAX_S = 2e-3  # past this much spin, fn is host-bound: its launch gaps are its time
 COVER_ATTEMPTS = 4  # a rep whose launch the spin did not cover is redone with 2x the spin
@@ -63,6 +66,7 @@ class CudaEvents:
     """CUDA events around each rep on the current stream (see the module docstring)."""
 
     kind = "cuda_events"
+    rep_batch = 1  # reps the harness asks for at a time
 
     def __init__(
         self,
@@ -242,20 +246,36 @@ class CudaEvents:
 
 
 def _tiny(dev: CudaEvents, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
-    """A CUDA graph of `calls` calls a rep; calls back to back between the events when fn
-    cannot be captured (host synchronisation, allocation outside the graph's pool...)."""
+    """The device a tiny kernel is timed on: `calls` calls a rep, back to back, their device
+    time from CUPTI (torch.profiler); where the profiler cannot be had (another profiler or
+    tool holds CUPTI), a CUDA graph of the calls; where fn cannot be captured (host
+    synchronisation, allocation outside the graph's pool...), the calls back to back
+    between the events.
+
+    Why the profiler first (H100, 2026-11-24, GPU_FACTS.md "Tiny kernels"): a graph adds
+    the gaps between its kernels (0.3-0.4 us: 26% of a 1 us add) and its time depends on
+    the process's capture history (a 512^3 matmul: 3.16-3.20 us in the first graph a
+    process captured, 3.53-3.57 us in later ones); one call per event pair adds 3-5 us of
+    launch and event overhead. CUPTI's kernel durations are the device time itself."""
     kw: dict[str, Any] = {"flush_l2": dev.flush_l2, "saturate": dev.saturate,
                           "device": dev.device, "clock": dev.clock,
                           "flush_bytes": dev.flush_bytes_asked}
     try:
+        profiled = CudaProfiler(batch=calls, **kw)
+        profiled.prepare(fn)
+        profiled.reps(fn, 1)  # CUPTI may be held by another profiler: find out now
+        return profiled, PROFILED_HOW
+    except Exception as err:
+        log.info("cannot profile fn (%s): timing a CUDA graph of its calls", err)
+    try:
         graph = CudaGraph(calls=calls, **kw)
         graph.prepare(fn)
-        return graph, "a CUDA graph of"
+        return graph, GRAPH_HOW
     except Exception as err:
         log.info("cannot capture fn in a CUDA graph (%s): timing calls back to back", err)
         batched = CudaEvents(batch=calls, **kw)
         batched.prepare(fn)
-        return batched, "back to back:"
+        return batched, "back to back between one pair of CUDA events (launch gaps counted)"
 
 
 class CudaGraph(CudaEvents):
@@ -305,7 +325,7 @@ class CudaGraph(CudaEvents):
         self.rep_probe_cycles = REP_PROBE_CYCLES if self.saturate else 0
 
     def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
-        return self, "a CUDA graph of"  # already many calls a rep
+        return self, GRAPH_HOW  # already many calls a rep
 
     def _call(self, fn: Callable[[], Any]) -> None:
         if self.graph is None:
@@ -327,6 +347,7 @@ class CudaProfiler(CudaEvents):
     so flush kernels are never counted and each rep's activity is found exactly."""
 
     kind = "cuda_profiler"
+    rep_batch = PROFILER_BATCH  # a profiler session costs milliseconds: reps in batches
     _ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
 
     # rep() stays CudaEvents': warmup and set-up need no profiler session each
@@ -348,13 +369,13 @@ class CudaProfiler(CudaEvents):
                 torch.cuda.current_stream(self.device).synchronize()
                 t0 = self.clock.now()
                 torch.cuda._sleep(self.rep_probe_cycles or 1000)  # marker: fn follows
-                fn()
+                self._call(fn)
                 torch.cuda.current_stream(self.device).synchronize()
                 edges.append((t0, self.clock.now()))
         times, spins = _profiled_rep_times(_trace_events(prof), n)
-        cycles = self.rep_probe_cycles or 1000
+        cycles, per_call = self.rep_probe_cycles or 1000, self._per_call()
         return [
-            Rep(t0, t1, t, cycles / s / 1e6 if s and self.rep_probe_cycles else None)
+            Rep(t0, t1, t / per_call, cycles / s / 1e6 if s and self.rep_probe_cycles else None)
             for (t0, t1), t, s in zip(edges, times, spins, strict=True)
         ]
 
@@ -396,6 +417,31 @@ def _profiled_rep_times(events: list[dict[str, Any]], n: int) -> tuple[list[floa
         times.append(total_us / 1e6)
         spin_s.append(float(events[start].get("dur", 0.0)) / 1e6)
     return times, spin_s
+
+
+def cupti_median_s(fn: Callable[[], Any], calls: int = 300, warmup: int = 30) -> float:
+    """The reference a tiny kernel's number is checked against: the median device time of
+    one call of fn (its kernels, copies and memsets summed) over `calls` back-to-back calls
+    under torch.profiler (CUPTI), L2 warm, nothing between the calls (a marker kernel
+    between them made each call read ~10% longer on the H100)."""
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    events = sorted(_trace_events(prof), key=lambda e: float(e["ts"]))
+    per_call, extra = divmod(len(events), calls)
+    if per_call == 0 or extra:
+        raise GpuenvError(f"{len(events)} GPU activities in {calls} calls: fn does not launch "
+                          "the same work each call")  # fmt: skip
+    durations = [float(e.get("dur", 0.0)) for e in events]
+    return stats.median([sum(durations[i:i + per_call])
+                         for i in range(0, len(durations), per_call)]) / 1e6
 
 
 def cuda_device(mode: str, *, flush_l2: bool = True, saturate: bool = True,

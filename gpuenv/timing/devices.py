@@ -34,6 +34,7 @@ class Device(Protocol):
     """What the harness needs from the thing that runs and times `fn`."""
 
     kind: str  # Measurement.timer: "cuda_events" | "cuda_graph" | "cuda_profiler" | "sim" | "host"
+    rep_batch: int  # reps to ask for at once (`reps`); above 1 where each ask has a fixed cost
     clock: Clock  # host clock of Rep.t0/t1: the sampler's
 
     def prepare(self, fn: Callable[[], Any]) -> None:
@@ -72,6 +73,7 @@ class ClockDevice:
     `run_work` advances the clock). No flush, no events: there is no asynchrony."""
 
     kind = "host"
+    rep_batch = 1
 
     def __init__(self, clock: Clock | None = None, *, batch: int = 1):
         self.clock: Clock = clock or REAL_CLOCK
@@ -116,7 +118,7 @@ class ClockDevice:
     def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
         tiny = copy.copy(self)
         tiny.batch = calls
-        return tiny, "back to back:"
+        return tiny, "back to back (launch gaps counted)"
 
 
 class SimDevice(ClockDevice):
@@ -177,6 +179,7 @@ class BackToBack:
         self.inner = inner
         self.seconds = seconds
         self.kind = inner.kind
+        self.rep_batch = 1  # each rep is its own chunk of calls
         self.clock = inner.clock
 
     def prepare(self, fn: Callable[[], Any]) -> None:
@@ -204,7 +207,7 @@ class BackToBack:
         return {**self.inner.settings(), "flush_l2": False, "sustained_rep_s": self.seconds}
 
     def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
-        return self, "back to back:"  # a sustained rep is already many calls
+        return self, "back to back (launch gaps counted)"  # a sustained rep is many calls
 
 
 def sim_kernel(

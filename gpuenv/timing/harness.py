@@ -20,7 +20,7 @@ from gpuenv.judge import Evidence, Retry, judge, read_facts
 from gpuenv.telemetry import DRIVER_REFRESH_S, trace_record
 from gpuenv.timebase import Clock
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, TINY_TARGET_S, BenchConfig
-from gpuenv.timing.cuda import PROFILER_BATCH, PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
+from gpuenv.timing.cuda import PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
 from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
 from gpuenv.timing.warmup import _warmup
 from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts
@@ -255,9 +255,9 @@ class _Run:
         self.device, how = self.device.for_tiny(self.fn, calls)
         self.extra["tiny_kernel"] = {
             "call_s": call_s, "threshold_s": TINY_REP_S, "calls_per_rep": calls,
-            "timer": self.device.kind,
+            "timer": self.device.kind, "method": how,
             "note": f"one call took {call_s * 1e6:.1f} us, under {TINY_REP_S * 1e6:.0f} us: "
-                    f"each rep is {how} {calls} calls, the time per call is their mean "
+                    f"each rep is {calls} calls {how}; the time per call is their mean "
                     "(calls after the first find fn's data in L2)",
         }  # fmt: skip
         return True
@@ -310,9 +310,8 @@ class _Run:
 
     def _measure(self) -> tuple[list[Rep], str]:
         """Reps until the stopping rule says stop; in burst mode, rests between bursts."""
-        profiler = self.cfg.mode == "profiler"
-        batch = PROFILER_BATCH if profiler else 1
-        max_reps = PROFILER_MAX_REPS if profiler else None
+        batch = self.device.rep_batch  # the profiler's reps come in batches, one session each
+        max_reps = PROFILER_MAX_REPS if batch > 1 else None
         rule, clock = self._rule(), self.clock
         start = burst_start = clock.now()
         if self.cfg.burst_from_start:  # the warmup was the first burst's beginning

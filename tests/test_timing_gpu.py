@@ -152,3 +152,15 @@ def test_a_tiny_kernels_default_number_is_its_cupti_device_time(backend, kernel)
     assert "CUPTI" in m.extra["tiny_kernel"]["note"]
     ref = timing.cupti_median_s(fn)
     assert m.stats.median_s == pytest.approx(ref, rel=0.10)
+
+
+def test_a_profiled_tiny_kernel_survives_warnings_as_errors(backend):
+    import warnings
+
+    y = torch.randn(1024, device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # pytest -W error, filterwarnings = error
+        m = timing.bench(lambda: y + y, backend=backend, budget_s=0.3)
+        m2 = timing.bench(lambda: y + y, backend=backend, mode="profiler", budget_s=0.3)
+    assert m.extra["tiny_kernel"]["timer"] == "cuda_profiler"
+    assert m2.timer == "cuda_profiler"

@@ -20,13 +20,15 @@ kernels.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import tempfile
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpuenv import stats
@@ -358,10 +360,8 @@ class CudaProfiler(CudaEvents):
 
     def _profiled(self, fn: Callable[[], Any], n: int) -> list[Rep]:
         torch = self.torch
-        from torch.profiler import ProfilerActivity, profile
-
         edges = []
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with _profiling() as prof:
             for _ in range(n):
                 torch.cuda._sleep(1000)  # marker: the flush follows
                 if self._flush_buf is not None:
@@ -381,6 +381,26 @@ class CudaProfiler(CudaEvents):
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "profiled": "kernels+memcpy+memset device time"}
+
+
+@contextlib.contextmanager
+def _profiling() -> Iterator[Any]:
+    """A torch.profiler session of CUDA activity. Warnings torch raises while the session
+    starts and stops concern gpuenv's use of the profiler, not the user's code (torch 2.11
+    notes that a session clears its events at its end): under `-W error` they would end the
+    measurement, so they are silenced there alone; fn's own warnings go through."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CUDA])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prof.start()
+    try:
+        yield prof
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prof.stop()
 
 
 def _trace_events(prof: Any) -> list[dict[str, Any]]:
@@ -425,12 +445,10 @@ def cupti_median_s(fn: Callable[[], Any], calls: int = 300, warmup: int = 30) ->
     under torch.profiler (CUPTI), L2 warm, nothing between the calls (a marker kernel
     between them made each call read ~10% longer on the H100)."""
     torch = _torch()
-    from torch.profiler import ProfilerActivity, profile
-
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with _profiling() as prof:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()

@@ -48,8 +48,8 @@ LAYERS = (
     # the GPU
     ("gpuenv.backend", "gpuenv.devices"),
     # vocabulary
-    ("gpuenv.reasons", "gpuenv.units", "gpuenv.errors", "gpuenv.timebase", "gpuenv._records",
-     "gpuenv._lazy", "gpuenv._files"),
+    ("gpuenv.reasons", "gpuenv.units", "gpuenv.table", "gpuenv.errors", "gpuenv.timebase",
+     "gpuenv._records", "gpuenv._lazy", "gpuenv._files"),
 )  # fmt: skip
 TORCH_IMPORTERS = ("timing/cuda.py", "integrations/*.py")
 PYNVML_IMPORTERS = ("backend/nvml*.py",)

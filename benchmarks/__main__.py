@@ -14,12 +14,13 @@ A benchmark itself runs as `python -m benchmarks.<name> [--quick] [--sim] [--out
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import sys
 from pathlib import Path
 
 from benchmarks import regress, report
-from benchmarks.runner import RESULTS, ROOT
+from benchmarks.runner import RESULTS, ROOT, title
 
 # Exit statuses: 0 fine, 1 stale page or regression, 2 input that could not be judged.
 
@@ -30,7 +31,7 @@ def _list() -> int:
         name = path.stem
         if name.startswith("_") or name in ("runner", "report", "regress", "checkout"):
             continue
-        doc = path.read_text().split('"""')[1].strip().splitlines()[0]
+        doc = title(ast.get_docstring(ast.parse(path.read_text())), name)
         have = sorted(k for k in kept if k == name or k.startswith(name + "-"))
         print(f"{name:<18} {doc}" + (f"  [results: {', '.join(have)}]" if have else ""))
     return 0

@@ -170,6 +170,11 @@ def _cells(line: str) -> list[str]:
     return cells
 
 
+def title(doc: str | None, name: str) -> str:
+    """A benchmark's title: its docstring's first paragraph, on one line."""
+    return " ".join((doc or name).strip().split("\n\n")[0].split())
+
+
 def _plain(value: object) -> object:
     """An argument as JSON holds it (paths and sets as text)."""
     return value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
@@ -236,7 +241,7 @@ def main(
     record = {
         "schema": SCHEMA,
         "name": name,
-        "title": (doc or name).strip().splitlines()[0],
+        "title": title(doc, name),
         "command": " ".join(["python -m", f"benchmarks.{name}", *argv]).strip(),
         "date": started.isoformat(timespec="seconds"),
         "wall_s": round(time.perf_counter() - t0, 1),

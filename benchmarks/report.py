@@ -57,6 +57,8 @@ def where(result: Mapping[str, Any]) -> str:
     parts = [result["date"].replace("T", " ").replace("+00:00", " UTC"),
              f"{m['cores']}-core CPU ({m['cpu']})", f"GPU: {result['gpu']}", f"commit {sha}",
              f"{result['wall_s']:g} s"]  # fmt: skip
+    if m.get("load_1_5_15"):
+        parts.insert(2, "load average {} / {} / {}".format(*m["load_1_5_15"]))
     if result.get("quick"):
         parts.append("--quick sizes")
     if result.get("exit_code"):

@@ -117,6 +117,9 @@ def machine() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
+        # a machine shared with others times slower and noisier: what else ran, at the end
+        "load_1_5_15": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg")
+        else None,
     }
 
 

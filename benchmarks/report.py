@@ -77,9 +77,9 @@ def section(result: Mapping[str, Any]) -> list[str]:
     metrics = result.get("metrics") or {}
     if metrics:
         lines += ["Checked for regressions (`python -m benchmarks check`):", ""]
-        rows = [[k, f"{v['value']:.6g} {v['unit']}".strip(), f"{v['better']} is better"]
+        rows = [[k, f"{v['value']:.6g} {v['unit']}".strip(), v["better"]]
                 for k, v in sorted(metrics.items())]  # fmt: skip
-        lines += [*table_lines(["metric", "value", ""], rows), ""]
+        lines += [*table_lines(["metric", "value", "better"], rows), ""]
     return lines
 
 

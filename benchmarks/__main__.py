@@ -6,7 +6,8 @@
     python -m benchmarks check NEW.json [KEPT.json] [--tolerance 0.10] [--any-gpu]
                                               exit 1 on a regression of a metric against
                                               the kept results (default: benchmarks/
-                                              results/<NEW's name>.json)
+                                              results/<NEW's key>.json: its name, part
+                                              and -sim)
 
 A benchmark itself runs as `python -m benchmarks.<name> [--quick] [--sim] [--out PATH]`.
 """
@@ -54,7 +55,7 @@ def _report(check: bool) -> int:
 def _check(new_path: Path, kept_path: Path | None, tolerance: float, any_gpu: bool) -> int:
     try:
         new = json.loads(new_path.read_text())
-        kept_path = kept_path or RESULTS / f"{new['name']}.json"
+        kept_path = kept_path or RESULTS / f"{new.get('key') or new['name']}.json"
         kept = json.loads(kept_path.read_text())
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"cannot read the results to compare: {e}", file=sys.stderr)

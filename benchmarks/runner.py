@@ -244,6 +244,7 @@ def main(
     record = {
         "schema": SCHEMA,
         "name": name,
+        "key": f"{name}{suffix}",  # its kept file: benchmarks/results/<key>.json
         "title": title(doc, name),
         "command": " ".join(["python -m", f"benchmarks.{name}", *argv]).strip(),
         "date": started.isoformat(timespec="seconds"),

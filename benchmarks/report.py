@@ -42,10 +42,15 @@ def _escape(cell: object) -> str:
     return text if "\\|" in text else text.replace("|", "\\|")
 
 
-def table_lines(columns: list[str], rows: Iterable[list[str]]) -> list[str]:
-    """A markdown table."""
-    out = ["| " + " | ".join(_escape(c) for c in columns) + " |",
-           "| " + " | ".join("---" for _ in columns) + " |"]  # fmt: skip
+_SEPARATOR = {"left": "---", "right": "---:", "center": ":---:"}
+
+
+def table_lines(
+    columns: list[str], rows: Iterable[list[str]], align: list[str] | None = None
+) -> list[str]:
+    """A markdown table (`align`: each column's "left", "right" or "center")."""
+    seps = [_SEPARATOR.get(a, "---") for a in align or ["left"] * len(columns)]
+    out = ["| " + " | ".join(_escape(c) for c in columns) + " |", "| " + " | ".join(seps) + " |"]
     out += ["| " + " | ".join(_escape(c) for c in row) + " |" for row in rows]
     return out
 
@@ -71,7 +76,8 @@ def section(result: Mapping[str, Any]) -> list[str]:
     lines = [f"### {result['title']}", "", f"`{result['command']}`: {where(result)}.", ""]
     for block in result["blocks"]:
         if "table" in block:
-            lines += [*table_lines(block["table"]["columns"], block["table"]["rows"]), ""]
+            t = block["table"]
+            lines += [*table_lines(t["columns"], t["rows"], t.get("align")), ""]
         else:  # a report's own lines, as printed (a '#' in them is no heading)
             lines += ["```text", block["text"], "```", ""]
     metrics = result.get("metrics") or {}

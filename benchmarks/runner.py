@@ -142,19 +142,26 @@ def parse_blocks(text: str) -> list[dict[str, Any]]:
             if "\n".join(prose).strip():
                 blocks.append({"text": "\n".join(prose).strip("\n")})
             prose = []
-            columns = _cells(lines[i])
+            columns, align = _cells(lines[i]), [_align(c) for c in _cells(lines[i + 1])]
             i += 2
             rows = []
             while i < len(lines) and lines[i].lstrip().startswith("|"):
                 rows.append(_cells(lines[i]))
                 i += 1
-            blocks.append({"table": {"columns": columns, "rows": rows}})
+            blocks.append({"table": {"columns": columns, "rows": rows, "align": align}})
             continue
         prose.append(lines[i])
         i += 1
     if "\n".join(prose).strip():
         blocks.append({"text": "\n".join(prose).strip("\n")})
     return blocks
+
+
+def _align(separator: str) -> str:
+    """A markdown separator cell's alignment: "right" (---:), "center" (:-:) or "left"."""
+    if separator.endswith(":"):
+        return "center" if separator.startswith(":") else "right"
+    return "left"
 
 
 def _cells(line: str) -> list[str]:

@@ -44,7 +44,7 @@ def test_the_report_rewrites_only_its_section(tmp_path: Path):
     report.check(doc, results)
     assert page.count(report.BEGIN) == 1
     assert page.endswith("# typed by hand\n<!-- /section:old -->\n")
-    assert "| a | b \\| c |" in page  # a cell's pipe stays escaped
+    assert "| a | b \\| c |\n| --- | ---: |" in page  # a cell's pipe stays escaped
     assert "```text\n# not a heading\n```" in page  # printed lines are no markdown
 
 
@@ -60,7 +60,8 @@ def _result(name: str, metrics: dict, gpu: str = "NVIDIA H100 80GB HBM3") -> dic
         "commit": {"sha": "0" * 40, "dirty": False}, "gpu": gpu, "quick": False, "sim": False,
         "exit_code": 0, "args": {}, "metrics": metrics,
         "blocks": [{"text": "# not a heading"},
-                   {"table": {"columns": ["a", "b \\| c"], "rows": [["1", "2"]]}}],
+                   {"table": {"columns": ["a", "b \\| c"], "rows": [["1", "2"]],
+                              "align": ["left", "right"]}}],
     }  # fmt: skip
 
 
@@ -122,7 +123,7 @@ def test_the_runner_writes_the_record_tables_and_metrics(tmp_path: Path, capsys)
                                          "slack": 0.0}}  # fmt: skip
     assert record["blocks"] == [
         {"text": "n = 3"},
-        {"table": {"columns": ["what", "value"], "rows": [["x", "3"]]}},
+        {"table": {"columns": ["what", "value"], "rows": [["x", "3"]], "align": ["left", "right"]}},
         {"text": "after"},
     ]
 

@@ -1,24 +1,13 @@
-"""gpuenv from this checkout, in a fresh process: for the scripts that time or show it.
-
-`GPUENV` runs what the `gpuenv` console script runs, so the figures hold whether or
-not the package is installed; `checkout_env` puts this checkout first on PYTHONPATH.
-"""
+"""Moved to benchmarks/checkout.py; this name stays for the scripts still here that
+import it as `from checkout import ...` (run as files, with scripts/ on sys.path)."""
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-ENTRY = "import sys; sys.argv[0] = 'gpuenv'; from gpuenv.cli import main; main()"
-GPUENV = (sys.executable, "-c", ENTRY)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.checkout import ENTRY, GPUENV, ROOT, checkout_env
 
-def checkout_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
-    """`base` (default: this process's environment) and `extra`, with ROOT first on
-    PYTHONPATH."""
-    env = {**(os.environ if base is None else base), **extra}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
+__all__ = ["ENTRY", "GPUENV", "ROOT", "checkout_env"]

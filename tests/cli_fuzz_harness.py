@@ -1,6 +1,6 @@
 """Bad CLI input, generated: every command, every flag, the environment variables,
 and faults of the file system around them (shared by tests/test_cli_fuzz.py and
-scripts/bench_cli_fuzz.py).
+benchmarks/cli_fuzz.py).
 
 A `Case` is an argv, extra environment and a fault; `run_case` runs it in process
 (click's CliRunner: fast) or in a fresh interpreter (for the faults a process needs:

@@ -1,4 +1,4 @@
-"""Run gpuenvd as a subprocess on the simulated GPU (shared by tests and scripts/bench_daemon.py).
+"""Run gpuenvd as a subprocess on the simulated GPU (shared by tests and benchmarks/daemon.py).
 
 Not a test module: helpers only. The daemon and this process open the same
 simulated-GPU state file, so `truth()` here sees what the daemon wrote.

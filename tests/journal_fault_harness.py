@@ -1,5 +1,5 @@
 """Faults injected into the journal, and whether each GPU's original state survives
-(shared by tests/clocks/test_journal_faults.py and scripts/bench_journal_faults.py).
+(shared by tests/clocks/test_journal_faults.py and benchmarks/journal_faults.py).
 
 Each trial starts a simulated 2-GPU machine in a state that is not the driver's
 default (application clocks on GPU 0, a 650 W power limit on GPU 1), locks both

@@ -1,7 +1,7 @@
 """Fuzzing the command line: every command, flag and environment variable, with the
 file system failing around it (tests/cli_fuzz_harness.py). Each bad input must end in
 a sentence and a documented exit code: no traceback, no GPU setting left changed, no
-file left behind. scripts/bench_cli_fuzz.py runs the same cases by the thousand."""
+file left behind. benchmarks/cli_fuzz.py runs the same cases by the thousand."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """gpuenvd as a subprocess: clients and the daemon SIGKILLed mid-lease, a light load with
 conflicts, and the live daemon fuzzed with malformed, oversized, truncated and
-out-of-order messages. The figures at full size come from scripts/bench_daemon.py."""
+out-of-order messages. The figures at full size come from benchmarks/daemon.py."""
 
 from __future__ import annotations
 

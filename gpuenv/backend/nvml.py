@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gpuenv.backend import Capabilities, Workload
+from gpuenv.backend.base import Capabilities, Workload
 from gpuenv.backend.nvml_telemetry import NvmlTelemetry
 from gpuenv.backend.nvml_writes import NvmlWrites
 from gpuenv.timebase import REAL_CLOCK, Clock

@@ -15,7 +15,7 @@ from typing import Any
 
 import pynvml as nv
 
-from gpuenv.backend import ClockLimits, DeviceInfo, Thresholds
+from gpuenv.backend.base import ClockLimits, DeviceInfo, Thresholds
 from gpuenv.backend.nvml_errors import FUNCTION_NOT_FOUND, MISMATCH, error_for_code, translate
 from gpuenv.errors import BackendError, DeviceNotFound, NotSupported
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pynvml as nv
 
-from gpuenv.backend import REASON_COUNTERS
+from gpuenv.backend.base import REASON_COUNTERS
 
 # Field ids (nvml.h). 74-81: cumulative ns under each perf policy, in REASON_COUNTERS order.
 FI_PERF_POLICY = tuple(range(74, 82))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pynvml as nv
 
-from gpuenv.backend import (
+from gpuenv.backend.base import (
     AppClocks,
     ClockLimits,
     DeviceInfo,

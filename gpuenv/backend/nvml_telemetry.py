@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pynvml as nv
 
-from gpuenv.backend import REASON_COUNTERS, FastReading, SlowReading
+from gpuenv.backend.base import REASON_COUNTERS, FastReading, SlowReading
 from gpuenv.backend.nvml_base import NvmlCore
 from gpuenv.backend.nvml_errors import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED
 from gpuenv.backend.nvml_fields import (

@@ -52,7 +52,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuenv.backend import Capabilities, Workload
+from gpuenv.backend.base import Capabilities, Workload
 from gpuenv.backend.sim_faults import BACKEND_OPS, FAULT_KINDS, WORKLOAD_OPS, Fault
 from gpuenv.backend.sim_profiles import PROFILES, SimProfile
 from gpuenv.backend.sim_reads import SimReads

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuenv.backend import WRITES
+from gpuenv.backend.base import WRITES
 from gpuenv.backend.nvml_codes import (
     GPU_IS_LOST,
     NO_PERMISSION,

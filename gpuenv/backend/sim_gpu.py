@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gpuenv.backend import (
+from gpuenv.backend.base import (
     REASON_APP_CLOCKS,
     REASON_COUNTERS,
     REASON_GPU_IDLE,

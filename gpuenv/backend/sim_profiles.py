@@ -13,7 +13,7 @@ times R above 1), which real GPUs with working cooling do not do.
 
 The "h100" numbers are fitted to GPU_FACTS.md (idle 72 W at 36 C, 120 W with a
 context, 700 W cap reached at ~1515 MHz when cool and ~1380 MHz at 63 C,
-36 -> 63 C over 45 s of sustained load); `scripts/bench_sim_fidelity.py`
+36 -> 63 C over 45 s of sustained load); `benchmarks/sim_fidelity.py`
 checks them. The other two are plausible, not measured: a consumer card with
 weak cooling that reaches thermal slowdown, and a pre-Volta data-centre card
 that has application clocks but no locked clocks.

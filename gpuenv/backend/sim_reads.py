@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from gpuenv.backend import (
+from gpuenv.backend.base import (
     AppClocks,
     ClockLimits,
     DeviceInfo,

@@ -4,7 +4,7 @@ There is no CUDA behind a simulated GPU, so what runs on it is described by its
 effect: `run_work` runs cycles at the simulated, time-varying clocks (advancing
 a virtual clock, or sleeping on the real one) and heats the chip;
 `set_background_load` stands for another process; `set_ambient` for a hot aisle.
-This is the backend's `workload` (the `Workload` protocol of `gpuenv.backend`).
+This is the backend's `workload` (the `Workload` protocol of `gpuenv.backend.base`).
 """
 
 from __future__ import annotations

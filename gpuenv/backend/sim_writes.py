@@ -8,7 +8,7 @@ sees the change at its next call.
 
 from __future__ import annotations
 
-from gpuenv.backend import CLOCK_LIMIT_TDP, CLOCK_LIMIT_UNLIMITED
+from gpuenv.backend.base import CLOCK_LIMIT_TDP, CLOCK_LIMIT_UNLIMITED
 from gpuenv.backend.nvml_codes import INVALID_ARGUMENT, NOT_SUPPORTED
 from gpuenv.backend.sim_core import SimCore
 from gpuenv.backend.sim_gpu import Settings

@@ -28,6 +28,7 @@ from gpuenv import timing
 from gpuenv.backend import Backend
 from gpuenv.judge import Evidence, judge, read_facts
 from gpuenv.reasons import reason_names
+from gpuenv.table import render
 from gpuenv.telemetry import Sampler, Window
 from gpuenv.timebase import REAL_CLOCK, Clock
 from gpuenv.units import fmt_mhz
@@ -443,17 +444,7 @@ def format_table(rows: Sequence[Row]) -> list[str]:
         )
         for r in rows
     ]
-    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
-    right = {1, 2, 3, 4}  # numbers align right
-
-    def fmt(line: Sequence[str]) -> str:
-        cells = [
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(line, widths, strict=True))
-        ]
-        return "  ".join(cells).rstrip()
-
-    return [fmt(head), *(fmt(line) for line in body)]
+    return render(body, header=head, right={1, 2, 3, 4})  # numbers align right
 
 
 def cause(taken: Taken) -> str | None:

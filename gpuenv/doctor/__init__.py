@@ -20,6 +20,7 @@ from gpuenv.doctor.gpu import ACCESS_CHECKS, GPU_CHECKS
 from gpuenv.doctor.host import HOST_CHECKS
 from gpuenv.doctor.records import DEFAULT_SOCKET, SEVERITIES, Check, CheckFn, Context, Host
 from gpuenv.errors import GpuenvError
+from gpuenv.table import render
 
 CHECKS: tuple[CheckFn, ...] = (*ACCESS_CHECKS, *GPU_CHECKS, *HOST_CHECKS)
 
@@ -64,14 +65,14 @@ def format_checks(checks: Sequence[Check]) -> str:
         else f"{counts['error']} error{'s' if counts['error'] != 1 else ''}, "
         f"{counts['warning']} warning{'s' if counts['warning'] != 1 else ''}"
     )
-    width = max((len(c.name) for c in checks), default=0)
-    lines = [f"gpuenv doctor: {summary}"]
+    rows: list[tuple[str, str, str]] = []
     for c in checks:
         label = c.severity.upper() if c.severity in ("warning", "error") else c.severity
-        lines.append(f"  {label:<7}  {c.name:<{width}}  {c.message}")
+        # the severity column as wide as WARNING always, so reports line up with each other
+        rows.append((label.ljust(7), c.name, c.message))
         if c.fix and c.severity != "ok":
-            lines.append(f"  {'':<7}  {'':<{width}}  fix: {c.fix}")
-    return "\n".join(lines)
+            rows.append(("", "", f"fix: {c.fix}"))
+    return "\n".join([f"gpuenv doctor: {summary}", *render(rows, indent="  ")])
 
 
 __all__ = [

@@ -14,6 +14,7 @@ from gpuenv.judge import Evidence, judge
 from gpuenv.reasons import counter
 from gpuenv.results import Measurement
 from gpuenv.run.tracker import Region
+from gpuenv.table import render as render_table
 from gpuenv.telemetry import Window, merge_windows
 from gpuenv.units import fmt_j, fmt_s
 from gpuenv.verdict import Finding, GpuFacts, VerdictConfig
@@ -187,12 +188,7 @@ def summary_table(
         if incomplete:
             notes.append(f"  {who}: the command ended inside {len(incomplete)} rep(s)")
         notes.extend(f"  {who}: [{f.severity}] {f.kind}: {f.message}" for f in m.findings)
-    widths = [max(len(r[i]) for r in [cols, *rows]) for i in range(len(cols))]
-    lines = [header]
-    for r in [cols, *rows]:
-        lines.append(
-            "  " + "  ".join(c.ljust(wd) for c, wd in zip(r, widths, strict=True)).rstrip()
-        )
+    lines = [header, *render_table(rows, header=cols, indent="  ")]
     return "\n".join(lines + notes)
 
 

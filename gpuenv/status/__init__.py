@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from gpuenv.backend import Backend, reason_names
 from gpuenv.errors import GpuenvError, NotSupported, PermissionDenied
+from gpuenv.table import render
 
 SCHEMA = 1
 T = TypeVar("T")
@@ -287,22 +288,13 @@ def format_table(snap: dict[str, Any]) -> str:
                 g["uuid"],
             )
         )
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    right = {0, 8}  # numbers that line up on the right
-
-    def line(cells: tuple[str, ...]) -> str:
-        out = [
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(out).rstrip()
-
     n = len(snap["gpus"])
     plural = "s" if n != 1 else ""
     title = f"{snap['backend']} backend, driver {snap['driver_version'] or '?'}, {n} GPU{plural}"
     if snap.get("readonly"):
         title += " (read-only)"
-    lines = [title, line(header), *(line(r) for r in rows)]
+    # numbers that line up on the right: the index, the process count
+    lines = [title, *render(rows, header=header, right={0, 8})]
     lines += [
         f"GPU {g['index']}: {g['lock']['text']}"
         for g in snap["gpus"]

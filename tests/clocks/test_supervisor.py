@@ -2,12 +2,12 @@
 
 Owners are killed for real (SIGKILL, SIGTERM, os._exit); the tests wait until the
 GPUs equal their state before the lock, never asserting wall-clock timings
-(scripts/bench_chaos.py measures those).
+(`python -m benchmarks.chaos` measures those).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import signal
 import subprocess
@@ -28,14 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_bench() -> object:
-    spec = importlib.util.spec_from_file_location(
-        "bench_chaos", ROOT / "scripts" / "bench_chaos.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_chaos"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.chaos")
 
 
 bench = _load_bench()

@@ -9,7 +9,7 @@
    from the sampler, cut the piece), with the sampler's ring full (32,768 samples), on the
    simulated H100 in virtual time; the median of --reps calls.
 
-    python3 scripts/bench_session_trace.py [--every 10] [--reps 200]
+    python -m benchmarks.session_trace [--every 10] [--reps 200]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import runner
 from gpuenv.telemetry import DEFAULT_PERIOD_S, Sample, TracePieces
 from gpuenv.telemetry.trace import written_bound
 
@@ -80,11 +81,12 @@ def piece_cost(reps: int) -> float:
     return statistics.median(times)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--every", type=float, default=10.0, help="seconds between measurements")
     p.add_argument("--reps", type=int, default=200)
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     print("| session length | samples taken | samples written | written_bound | JSON |")
     print("| ---: | ---: | ---: | ---: | ---: |")
     for length in LENGTHS_S:
@@ -95,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{written_bound(length):,} | {nbytes / 1e6:.2f} MB |")
     cost = piece_cost(args.reps)
     print(f"\npiece() with a full ring: median {cost * 1e3:.2f} ms over {args.reps} calls")
+    runner.metric("piece_ms", cost * 1e3, "ms", slack=0.05)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("session_trace", __doc__, add_arguments, run, sim_only=True,
+                         quick={"reps": 50}))

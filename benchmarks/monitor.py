@@ -12,8 +12,8 @@ processes), and gpuenv also at nvitop's 2 s.
   - CPU use: both tools running side by side for --seconds (after 5 s of
     settling); CPU seconds (user + system, all threads) per wall second.
 
-    GPUENV_READONLY=1 python3 scripts/bench_monitor.py          # on a GPU machine
-    python3 scripts/bench_monitor.py --sim                      # gpuenv only, simulated GPU
+    GPUENV_READONLY=1 python -m benchmarks.monitor          # on a GPU machine
+    python -m benchmarks.monitor --sim                      # gpuenv only, simulated GPU
 
 Prints a markdown table. Needs nvitop (a gpuenv dependency) and psutil.
 """
@@ -38,7 +38,8 @@ import termios
 import threading
 import time
 
-from checkout import GPUENV, ROOT, checkout_env
+from benchmarks import runner
+from benchmarks.checkout import GPUENV, ROOT, checkout_env
 
 ROWS, COLS = 40, 160
 QUIET_S = 0.1  # a frame is done when the output pauses this long
@@ -132,7 +133,6 @@ class Pty:
 
 def gpu_marker(sim: bool) -> bytes:
     """A token of GPU 0's model name that every monitor prints ("H100")."""
-    sys.path.insert(0, str(ROOT))
     from gpuenv.backend import open_backend
 
     backend = open_backend("sim" if sim else None, readonly=True)
@@ -145,12 +145,12 @@ def gpu_marker(sim: bool) -> bytes:
     return (with_digit or tokens or [name])[0].encode()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--runs", type=int, default=5, help="start-up runs per tool")
     parser.add_argument("--seconds", type=float, default=30.0, help="CPU measurement length")
-    parser.add_argument("--sim", action="store_true", help="simulated GPU (gpuenv only)")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
 
     env = checkout_env(TERM="xterm-256color", LANG="C.UTF-8", LC_ALL="C.UTF-8")
     env.pop("COLUMNS", None)
@@ -207,6 +207,8 @@ def main() -> int:
         else:
             first = "failed | -"
         cpu = (c1[k] - c0[k]) / wall * 100
+        key = name.split(" (")[0].replace("gpuenv monitor", "monitor").replace(" ", "_")
+        runner.metric(f"{key.replace('-', '')}_cpu_pct", cpu, "% of a core", slack=0.5)
         print(f"| {name} | {first} | {cpu:.2f} |")
     for name, tail in failures.items():
         print(f"\n{name}: no first frame naming {marker.decode()!r}; its last output:\n{tail!r}")
@@ -226,4 +228,5 @@ def gpu_name_line() -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("monitor", __doc__, add_arguments, run,
+                         quick={"runs": 2, "seconds": 10.0}))

@@ -16,7 +16,7 @@ Outcomes: exact (every GPU back in its original state), defaults (gpuenv said wh
 record was lost and --defaults reset that GPU; the others exact), lost (a GPU left
 changed, or put back wrong without a word).
 
-    python scripts/bench_journal_faults.py --garble 600 --each 100
+    python -m benchmarks.journal_faults --garble 600 --each 100
 """
 
 from __future__ import annotations
@@ -34,13 +34,16 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from journal_fault_harness import KINDS, record_size, run_trial  # noqa: E402
 
+from benchmarks import runner  # noqa: E402
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--garble", type=int, default=600, help="garbling trials")
     parser.add_argument("--each", type=int, default=100, help="trials of each other fault")
     parser.add_argument("--seed", type=int, default=13)
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     table: dict[str, collections.Counter[str]] = {k: collections.Counter() for k in KINDS}
     t0 = time.monotonic()
@@ -62,8 +65,10 @@ def main() -> int:
     print(f"| all | {sum(all_.values())} | {all_['exact']} | {all_['defaults']} | "
           f"{all_['lost']} |")
     print(f"\nthe lock of 2 GPUs writes {total} bytes (2 copies per GPU); wall {wall:.0f} s")
+    runner.metric("lost", all_["lost"], "states", slack=0.0)
     return 1 if all_["lost"] else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("journal_faults", __doc__, add_arguments, run, sim_only=True,
+                         quick={"garble": 100, "each": 20}))

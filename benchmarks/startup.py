@@ -4,8 +4,8 @@
 Each command runs as a fresh process (what a user waits for), once to warm the
 file cache, then N times; the table gives the median and the fastest run.
 
-    python3 scripts/bench_startup.py            # real GPU: gpuenv, nvidia-smi, nvitop
-    python3 scripts/bench_startup.py --sim      # no GPU: gpuenv on the simulated H100
+    python -m benchmarks.startup            # real GPU: gpuenv, nvidia-smi, nvitop
+    python -m benchmarks.startup --sim      # no GPU: gpuenv on the simulated H100
 
 gpuenv runs through `python -c "from gpuenv.cli import main; main()"`, which is
 what the `gpuenv` console script does, so the figures hold whether or not the
@@ -23,7 +23,8 @@ import subprocess
 import sys
 import time
 
-from checkout import GPUENV, ROOT, checkout_env
+from benchmarks import runner
+from benchmarks.checkout import GPUENV, ROOT, checkout_env
 
 GOALS = {"gpuenv --help": 0.25, "gpuenv status": 0.35, "gpuenv --sim status": 0.35}
 
@@ -41,12 +42,11 @@ def time_command(argv: list[str], runs: int, env: dict[str, str]) -> tuple[list[
     return times, rc
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--runs", type=int, default=15, help="timed runs per command")
-    parser.add_argument("--sim", action="store_true", help="time gpuenv on the simulated GPU")
-    args = parser.parse_args()
 
+
+def run(args: argparse.Namespace) -> int:
     env = checkout_env()
     gpuenv = list(GPUENV)
     commands: list[tuple[str, list[str]]] = [("gpuenv --help", [*gpuenv, "--help"])]
@@ -73,6 +73,8 @@ def main() -> int:
         goal = GOALS.get(name)
         median = statistics.median(times)
         verdict = "-" if goal is None else ("yes" if median <= goal else "NO")
+        runner.metric(name.replace("gpuenv ", "").replace(" ", "_").strip("-_"), median, "s",
+                      slack=0.02)  # fmt: skip
         note = "" if rc == 0 else f" (exit {rc})"
         rows.append(
             f"| `{name}`{note} | {median:.3f} | {min(times):.3f} | "
@@ -98,4 +100,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("startup", __doc__, add_arguments, run, quick={"runs": 5}))

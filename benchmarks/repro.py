@@ -20,17 +20,17 @@ Read-only: it runs kernels and reads telemetry; no GPU setting is touched. One
 call must finish in < 9 minutes: the schedule shares idle and load phases,
 checks a deadline (--deadline) before every step and marks what it skipped.
 
-    python scripts/bench_repro.py            # the H100 run (about 8 minutes)
-    python scripts/bench_repro.py --quick    # one repeat, shorter preconditioning
-    python scripts/bench_repro.py --sim      # the same schedule on the simulated H100
+    python -m benchmarks.repro            # the H100 run (about 8 minutes)
+    python -m benchmarks.repro --quick    # one repeat, shorter preconditioning
+    python -m benchmarks.repro --sim      # the same schedule on the simulated H100
 
-Prints a markdown table; writes JSON to $OUT/bench_repro.json when OUT is set.
+Prints a markdown table; the results (benchmarks/runner.py) keep each row's wall time
+and gap as metrics for the regression check.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -41,6 +41,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from benchmarks.runner import main as run_benchmark
+from benchmarks.runner import metric
 from gpuenv import timing
 from gpuenv.conditioning import ConditionConfig
 
@@ -417,11 +419,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sim", action="store_true", help="run on the simulated H100")
-    p.add_argument("--quick", action="store_true",
-                   help="one repeat, at most 45 s of preconditioning")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=2, help="repeats of the short tools")
     p.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated subset")
     p.add_argument("--parts", default="short,sustained",
@@ -439,17 +437,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="extra gpuenv tools beside do_bench, Timer and gpuenv's default: "
                    "dropin, burst (the default is burst unless gpuenv's lock holds), events "
                    "(the default with one call per rep, tiny kernels too)")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.repeats, args.precondition = 1, 45.0
+
+
+def run(args: argparse.Namespace) -> int:
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
     args.parts = {x.strip() for x in args.parts.split(",") if x.strip()}
     args.tools = {x.strip() for x in args.tools.split(",") if x.strip()}
     if not args.parts or args.parts - {"short", "sustained"}:
-        p.error("--parts takes short, sustained or both")
+        raise SystemExit("--parts takes short, sustained or both")
     bad = [k for k in kernels if k not in KERNELS]
     if bad:
-        p.error(f"unknown kernels {bad}; choose from {', '.join(KERNELS)}")
+        raise SystemExit(f"unknown kernels {bad}; choose from {', '.join(KERNELS)}")
     if args.sim:
         args.deadline = 1e9  # virtual time: the deadline is about real GPU minutes
     env: Any = SimEnv() if args.sim else Env()
@@ -486,13 +484,14 @@ def main(argv: list[str] | None = None) -> int:
     if runner.skipped:
         print()
         print("Skipped: " + "; ".join(runner.skipped))
-    out_dir = os.environ.get("OUT")
-    if out_dir:
-        with open(os.path.join(out_dir, "bench_repro.json"), "w") as f:
-            json.dump({"env": info, "started": started, "args": vars(args), "rows": rows,
-                       "skipped": runner.skipped}, f, indent=1, default=str)
+    for r in rows:
+        key = f"{r['tool']}/{r['kernel']}"
+        metric(f"{key}/wall_s", r["wall_s"], "s", slack=0.02)
+        if r["gap"] is not None:
+            metric(f"{key}/gap_pct", 100 * r["gap"], "%", slack=0.5)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_benchmark("repro", __doc__, add_arguments, run,
+                           quick={"repeats": 1, "precondition": 45.0}))

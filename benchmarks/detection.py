@@ -13,7 +13,7 @@ nothing wrong: any finding on them is a false alarm.
 Prints a markdown table. Goal: 100% of episodes lasting at least one driver
 update period (100 ms) detected, and 0 false alarms.
 
-    python scripts/bench_detection.py [--episodes 20] [--steady 1000] [--seed 1]
+    python -m benchmarks.detection [--episodes 20] [--steady 1000] [--seed 1]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import runner
 from gpuenv.backend.sim import SimBackend
 from gpuenv.conditioning import ConditionConfig
 from gpuenv.session import Session, stable
@@ -214,12 +215,13 @@ def steady_reps(n_measurements, rng):
     return alarms
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--episodes", type=int, default=20, help="episodes per kind and length")
     ap.add_argument("--steady", type=int, default=1000, help="steady regions (false alarms)")
     ap.add_argument("--seed", type=int, default=1)
-    args = ap.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     warnings.simplefilter("ignore")  # burst-mode timeouts on the hot consumer card
     started = time.perf_counter()
@@ -276,4 +278,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("detection", __doc__, add_arguments, run, sim_only=True,
+                         quick={"episodes": 5, "steady": 200}))

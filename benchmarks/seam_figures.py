@@ -1,6 +1,6 @@
 """Figures for the backend seam (issue "One measurement core", item 5), at two git revisions.
 
-    python scripts/seam_figures.py [--before REV] [--after REV]
+    python -m benchmarks.seam_figures [--before REV] [--after REV]
 
 Counts, in the modules above gpuenv/backend/, the tests of a backend's name and
 the getattr() reach-arounds (the same AST check as tests/test_backend.py), and
@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from test_backend import seam_violations  # noqa: E402  (the one definition of a leak)
+
+from benchmarks import runner  # noqa: E402
 
 
 def git(*args: str) -> str:
@@ -65,11 +67,12 @@ def figures(rev: str) -> dict[str, object]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--before", default="ee581ef", help="revision before the seam work")
     parser.add_argument("--after", default="HEAD")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> None:
     before, after = figures(args.before), figures(args.after)
     print(f"| above gpuenv/backend/ | before ({args.before}) | after ({args.after}) |")
     print("| --- | ---: | ---: |")
@@ -94,4 +97,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(runner.main("seam_figures", __doc__, add_arguments, run, gpu=False))

@@ -25,7 +25,7 @@ CPU), and what `mark()` costs on the caller's thread.
 Read-only: run with GPUENV_READONLY=1 on a shared GPU; nothing is written.
 Needs torch with CUDA. Prints markdown tables. Goal: < 1% slower at the defaults.
 
-    GPUENV_READONLY=1 python scripts/bench_sampler_overhead.py [--rounds 200] [--launches 20000]
+    GPUENV_READONLY=1 python -m benchmarks.sampler_overhead [--rounds 200] [--launches 20000]
 
 The rounds stop early once --max-seconds (210) have gone, so that one call stays under
 5 minutes with the start-up of the sampler process in every round; the table says how
@@ -55,6 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import runner
 from gpuenv.backend import Backend, open_backend
 from gpuenv.devices import select_gpus
 from gpuenv.telemetry import (
@@ -210,19 +211,18 @@ def mark_cost_us(backend: Backend, gpus: list[int], mode: str, n: int = 100_000)
     return cost
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rounds", type=int, default=200, help="rounds of every variant")
     ap.add_argument("--launches", type=int, default=20_000)
-    ap.add_argument("--sim", action="store_true",
-                    help="the simulated GPU and a Python loop: a smoke check without a GPU")
     ap.add_argument("--variants", choices=("main", "all"), default="main")
     ap.add_argument("--settle", type=float, default=0.05,
                     help="seconds between a sampler's start and its loop (every variant waits "
                     "as long; default 0.05)")
     ap.add_argument("--max-seconds", type=float, default=210.0,
                     help="stop after the round that passes this many seconds (default 210)")
-    args = ap.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
 
     workload = sim_workload if args.sim else cuda_workload
     backend, gpus, loop, what = workload(args.launches)
@@ -270,6 +270,10 @@ def report(
             print(f"| {name} | - | {statistics.median(t):.4f} | - | - | - | - | - |")
             continue
         ran = "/".join(sorted(set(rec["mode"])))
+        ratios = [a / b for a, b in zip(t, base["times"], strict=True)]
+        slug = "_".join("".join(c if c.isalnum() else " " for c in name).split())
+        runner.metric(f"{slug}_slowdown_pct", 100 * (statistics.median(ratios) - 1), "%",
+                      slack=0.5)  # fmt: skip
         print(f"| {name} | {ran} | {statistics.median(t):.4f} | "
               f"{_slowdown(t, base['times'], ' | ')} | "
               f"{_slowdown(rec['first'], base['first'], ' (')}) | "
@@ -286,4 +290,5 @@ def report(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("sampler_overhead", __doc__, add_arguments, run,
+                         quick={"rounds": 30, "launches": 5000, "max_seconds": 60.0}))

@@ -7,8 +7,8 @@ the first pair warms the file cache. Also the cost of a region: a Python
 command entering 20,000 regions, bare (regions only time themselves) and
 under `gpuenv run` (each edge is a pipe write the parent reads).
 
-    python3 scripts/bench_run_overhead.py --sim    # no GPU: the simulated H100 (+ a locked run)
-    GPUENV_READONLY=1 python3 scripts/bench_run_overhead.py   # a real GPU, read-only
+    python -m benchmarks.run_overhead --sim    # no GPU: the simulated H100 (+ a locked run)
+    GPUENV_READONLY=1 python -m benchmarks.run_overhead   # a real GPU, read-only
 
 Prints a markdown table (median and fastest of N runs, and the median overhead).
 """
@@ -25,7 +25,8 @@ import sys
 import tempfile
 import time
 
-from checkout import GPUENV, ROOT, checkout_env
+from benchmarks import runner
+from benchmarks.checkout import GPUENV, ROOT, checkout_env
 
 REGIONS = 20_000
 REGION_SCRIPT = f"""
@@ -47,12 +48,11 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--runs", type=int, default=15, help="timed runs per command")
-    parser.add_argument("--sim", action="store_true", help="the simulated GPU (no GPU needed)")
-    args = parser.parse_args()
 
+
+def run(args: argparse.Namespace) -> int:
     env = checkout_env()
     tmp = tempfile.mkdtemp(prefix="gpuenv-bench-run-")
     gpuenv = list(GPUENV)
@@ -89,6 +89,10 @@ def main() -> int:
         for label, _ in variants:
             med = statistics.median(times[label])
             over = "-" if label == "bare" else f"+{(med - base) * 1e3:.0f} ms"
+            if label != "bare":
+                key = "".join(ch if ch.isalnum() else "_" for ch in f"{name} {label}")
+                runner.metric("_".join(filter(None, key.split("_"))) + "_overhead_ms",
+                              (med - base) * 1e3, "ms", slack=10.0)  # fmt: skip
             if label != "bare" and "regions" in name:
                 over += f" ({(med - base) / REGIONS * 1e6:.1f} us a region)"
             rows.append(
@@ -109,4 +113,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("run_overhead", __doc__, add_arguments, run, quick={"runs": 5}))

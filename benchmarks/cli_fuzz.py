@@ -8,7 +8,7 @@ fresh interpreter, and counts what went wrong (tests/cli_fuzz_harness.py judges:
 a traceback, an undocumented exit code, a GPU setting left changed, a file left
 behind). Prints a markdown table; each problem case is listed below it.
 
-    python scripts/bench_cli_fuzz.py --cases 600 --seed 13
+    python -m benchmarks.cli_fuzz --cases 600 --seed 13
 """
 
 from __future__ import annotations
@@ -25,14 +25,17 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from cli_fuzz_harness import Workspace, check, sample  # noqa: E402
 
+from benchmarks import runner  # noqa: E402
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cases", type=int, default=600)
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--process-share", type=float, default=0.4,
                         help="share of cases run in a fresh interpreter (the process faults)")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpuenv-fuzz-") as tmp:
         ws = Workspace(Path(tmp))
@@ -66,8 +69,10 @@ def main() -> int:
     print("exit codes: " + ", ".join(f"{c}: {n}" for c, n in sorted(codes.items())))
     for line in bad:
         print(line)
+    runner.metric("tracebacks", counts["traceback"], "cases", slack=0.0)
     return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("cli_fuzz", __doc__, add_arguments, run, sim_only=True,
+                         quick={"cases": 120}))

@@ -13,7 +13,7 @@ to 1.37 ms at 1980 MHz and 1.57 ms in the first 5 s (so "after 25 s" is a
 prediction). The rows marked "pure SM cycles" run the same load as if all of
 the 1.37 ms scaled with the SM clock, to show why that model cannot fit.
 
-    python scripts/bench_sim_fidelity.py            # exit 1 if a checked row fails
+    python -m benchmarks.sim_fidelity               # exit 1 if a checked row fails
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import runner
 from gpuenv.backend import REASON_GPU_IDLE, REASON_SW_POWER_CAP
 from gpuenv.backend.sim import SimBackend
 from gpuenv.timebase import VirtualClock
@@ -287,9 +288,7 @@ def cost() -> str:
     )
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args()
+def run(args: argparse.Namespace) -> int:
     rows, wall_s = measure()
     stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     print(f"Simulator fidelity, profile h100, {stamp}\n")
@@ -300,4 +299,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("sim_fidelity", __doc__, None, run, sim_only=True))

@@ -16,8 +16,8 @@ anything still different after that is counted as left changed.
 Also measured: lock + release latency on the simulator, with and without the
 watchdog. Prints markdown tables.
 
-    python scripts/bench_chaos.py --trials 1000
-    python scripts/bench_chaos.py --child ...   (internal: the process that gets killed)
+    python -m benchmarks.chaos --trials 1000
+    python benchmarks/chaos.py --child ...   (internal: the process that gets killed)
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks import runner  # noqa: E402
 
 PAUSE_POINTS = ("after_journal", "mid_apply", "after_apply", "mid_release")
 N_GPUS = 2
@@ -214,18 +216,23 @@ def bench_latency(workdir: Path, reps: int) -> list[tuple[str, list[float]]]:
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--latency-reps", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--child", nargs=2, metavar=("STATE_FILE", "STATE_DIR"))
-    parser.add_argument("--release", action="store_true")
-    args = parser.parse_args()
-    if args.child:
-        child_main(args.child[0], args.child[1], args.release)
-        return 0
 
+
+def child(argv: list[str]) -> int:
+    """The process that gets killed: not a benchmark run, no results."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child", nargs=2, metavar=("STATE_FILE", "STATE_DIR"), required=True)
+    parser.add_argument("--release", action="store_true")
+    args = parser.parse_args(argv)
+    child_main(args.child[0], args.child[1], args.release)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     kinds = [*PAUSE_POINTS, "locked", "random", "random", "random"]
     trials: list[Trial] = []
@@ -262,8 +269,12 @@ def main() -> int:
     for label, times in latency:
         ms = [t * 1e3 for t in times]
         print(f"| {label} | {len(ms)} | {statistics.median(ms):.1f} | {_pct(ms, 0.99):.1f} |")
+    runner.metric("gpus_left_changed", sum(t.left_changed for t in trials), "GPUs", slack=0.0)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    if "--child" in sys.argv:
+        sys.exit(child(sys.argv[1:]))
+    sys.exit(runner.main("chaos", __doc__, add_arguments, run, sim_only=True,
+                         quick={"trials": 100, "latency_reps": 30}))

@@ -12,9 +12,9 @@ Prints a Markdown table (start, wall seconds, the result's seconds of load, sust
 and lock clocks) and whether the answers agree. `--source DIR` runs the gpuenv found
 in DIR (a checkout of another commit, for a before/after figure); default: this one.
 
-    python3 scripts/bench_calibrate_sim.py --fresh 5 --heated 1
+    python -m benchmarks.calibrate_sim --fresh 5 --heated 1
     mkdir /tmp/gpuenv-before && git archive COMMIT gpuenv | tar -x -C /tmp/gpuenv-before
-    python3 scripts/bench_calibrate_sim.py --source /tmp/gpuenv-before --fresh 3 --heated 1
+    python -m benchmarks.calibrate_sim --source /tmp/gpuenv-before --fresh 3 --heated 1
 """
 
 from __future__ import annotations
@@ -23,13 +23,15 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import runner
+from benchmarks.runner import ROOT
 
 HEAT = """
 import sys
@@ -85,15 +87,16 @@ def _which(source: Path) -> str:
                               cwd=tmp, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--source", type=Path, default=ROOT, help="the gpuenv checkout to run")
     ap.add_argument("--fresh", type=int, default=5, help="runs from a fresh state file")
     ap.add_argument("--heated", type=int, default=1, help="runs after the GPU was heated")
     ap.add_argument("--heat", type=float, default=120.0, help="seconds of heavy load first")
     ap.add_argument("--duration", type=float, default=180.0, help="calibrate --duration")
     ap.add_argument("--json", action="store_true", help="print the runs as JSON too")
-    args = ap.parse_args()
+
+
+def run(args: argparse.Namespace) -> None:
     runs = [one_run(args.source, heat_s=0.0, duration=args.duration) for _ in range(args.fresh)]
     runs += [one_run(args.source, heat_s=args.heat, duration=args.duration)
              for _ in range(args.heated)]  # fmt: skip
@@ -106,9 +109,13 @@ def main() -> None:
               f"{r['sustained_mhz']:.0f} | {r['lock_mhz']} | {r['exit']} |")
     answers = {(r["sustained_mhz"], r["lock_mhz"], r["temp_c"], r["seconds"]) for r in runs}
     print(f"\n{len(answers)} distinct answer(s) over {len(runs)} runs")
+    fresh = [r["wall_s"] for r in runs if r["start"] == "fresh"]
+    if fresh:
+        runner.metric("fresh_wall_s", statistics.median(fresh), "s", slack=0.5)
     if args.json:
         print(json.dumps(runs, indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(runner.main("calibrate_sim", __doc__, add_arguments, run, sim_only=True,
+                         quick={"fresh": 2, "heated": 1}))

@@ -3,11 +3,11 @@
 recovery, a 10,000-input fuzz, sharing at scale and fair queuing. Prints markdown
 tables for docs/benchmarks.md.
 
-    .venv/bin/python scripts/bench_daemon.py            # full size (a few minutes)
-    .venv/bin/python scripts/bench_daemon.py --quick    # smaller, for a smoke run
-    .venv/bin/python scripts/bench_daemon.py --latency-only   # the latency rows alone (~30 s)
-    .venv/bin/python scripts/bench_daemon.py --sharing  # 10/50/100/200 clients sharing a lock,
-                                                        # then 5% of requests for another clock
+    python -m benchmarks.daemon                  # full size (a few minutes)
+    python -m benchmarks.daemon --quick          # smaller, for a smoke run
+    python -m benchmarks.daemon --latency-only   # the latency rows alone (~30 s)
+    python -m benchmarks.daemon --sharing        # 10/50/100/200 clients sharing a lock,
+                                                 # then 5% of requests for another clock
 
 The daemon runs as a subprocess on a socket in a temp dir (GPUENV_BACKEND=sim),
 exactly as in tests/test_daemon_faults.py, whose harness this script uses.
@@ -32,6 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from daemon_harness import DaemonProcess, check_exchange, client_process, fuzz_messages  # noqa: E402
 
+from benchmarks import runner  # noqa: E402
 from gpuenv.daemon.client import Client  # noqa: E402
 from gpuenv.errors import LockConflict  # noqa: E402
 
@@ -226,7 +227,7 @@ def run_sharing(sizes: list[int], seconds: float, fair: bool, nice: int = 0) -> 
     when = time.strftime("%Y-%m-%d")
     cpu = f"{os.cpu_count()}-core CPU machine ({platform.machine()}), no GPU, simulated H100"
     print(
-        f"\nSharing one lock ({when}, {cpu}; `scripts/bench_daemon.py --sharing`, gpuenvd at "
+        f"\nSharing one lock ({when}, {cpu}; `python -m benchmarks.daemon --sharing`, gpuenvd at "
         f"nice {nice}): each client "
         f"locks, holds 0-{2 * HOLD_S * 1e3:.0f} ms, releases, pauses 0-{2 * THINK_S * 1e3:.0f} "
         f"ms, for {seconds:.0f} s:\n"
@@ -247,6 +248,7 @@ def run_sharing(sizes: list[int], seconds: float, fair: bool, nice: int = 0) -> 
                 if kind == "other"
                 else f"SM 1350 MHz, {share}({r['wait']:.0f} s)"
             )
+            runner.metric(f"sharing_{r['clients']}_{kind}_p99_ms", k["p99"] * 1e3, "ms", slack=5.0)
             print(
                 f"| {r['clients']} | {what} | {k['grants']} | {ms(k['p50'])} / {ms(k['p99'])} / "
                 f"{ms(k['max'])} | {k['refused']} | {r['record_bytes']:,} B | {r['lost']} |"
@@ -339,7 +341,7 @@ def print_latency(lat_by_fs: dict[str, dict[str, list[float]]]) -> None:
     """The table's heading and its latency rows."""
     when = time.strftime("%Y-%m-%d")
     cpu = f"{os.cpu_count()}-core CPU machine ({platform.machine()}), no GPU, simulated H100"
-    print(f"gpuenvd on the simulated GPU ({when}, {cpu}; `scripts/bench_daemon.py`):\n")
+    print(f"gpuenvd on the simulated GPU ({when}, {cpu}; `python -m benchmarks.daemon`):\n")
     print("| figure | result | goal |")
     print("| --- | --- | --- |")
     for fs, lat in lat_by_fs.items():
@@ -350,6 +352,7 @@ def print_latency(lat_by_fs: dict[str, dict[str, list[float]]]) -> None:
             ("release", "release alone"),
             ("hello", "protocol round trip (hello)"),
         ):
+            runner.metric(f"{key}_{fs}_p99_ms", pct(lat[key], 99) * 1e3, "ms", slack=2.0)
             print(
                 f"| {what}, state on {fs}, p50 / p99 | {ms(pct(lat[key], 50))} / "
                 f"{ms(pct(lat[key], 99))} | {goal if key == 'lease' else ''} |"
@@ -413,9 +416,7 @@ def print_rest(
         print(f"\nfirst wrong reply: {fz['first_bad']}", file=sys.stderr)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smaller sizes for a smoke run")
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--latency-only",
         action="store_true",
@@ -435,7 +436,9 @@ def main() -> None:
     ap.add_argument(
         "--nice", type=int, default=0, help="run gpuenvd at this niceness (the unit: -10)"
     )
-    args = ap.parse_args()
+
+
+def run(args: argparse.Namespace) -> None:
     if args.sharing:
         sizes = [int(n) for n in args.sizes.split(",") if n.strip()]
         run_sharing(
@@ -471,5 +474,10 @@ def main() -> None:
     print_rest(load, kill_times, kill_failed, (drestored, dtrials), fz)
 
 
+def variant(args: argparse.Namespace) -> str:
+    """Each part's results in a file of its own."""
+    return "sharing" if args.sharing else "latency" if args.latency_only else ""
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(runner.main("daemon", __doc__, add_arguments, run, sim_only=True, variant=variant))

@@ -15,7 +15,7 @@ what exists then, fills the rings, and measures:
   - what readers pay: latest(), a 1 s window, the last second of samples, and the whole
     ring (samples(), slow_samples()).
 
-    .venv/bin/python scripts/bench_sampler_gc.py [--repeat 9] [--capacity 32768]
+    python -m benchmarks.sampler_gc [--repeat 9] [--capacity 32768]
 
 It uses the public Sampler API only, so the same file run from a checkout of an older
 commit (copied there) measures that commit's code.
@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gpuenv.daemon.server  # noqa: F401  (the daemon's start-up objects, as it has them)
+from benchmarks import runner
 from gpuenv.backend.sim import SimBackend
 from gpuenv.telemetry import Sampler
 from gpuenv.timebase import VirtualClock
@@ -68,11 +69,12 @@ class _Pauses:
             self.by_gen[info["generation"]].append(time.perf_counter() - self._t0)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--repeat", type=int, default=9, help="full collections timed")
     ap.add_argument("--capacity", type=int, default=32768, help="samples per GPU (default)")
-    args = ap.parse_args()
+
+
+def run(args: argparse.Namespace) -> None:
 
     clock = VirtualClock()
     backend = SimBackend("h100", n_gpus=2, clock=clock)
@@ -140,7 +142,9 @@ def main() -> None:
     for what, us in reads.items():
         print(f"| read: {what} | {us / 1e3:.3f} ms |" if us >= 1000 else
               f"| read: {what} | {us:.1f} us |")
+    runner.metric("full_collection_ms", statistics.median(full) * 1e3, "ms", slack=1.0)
+    runner.metric("sampler_cpu_per_tick_us", fill_cpu / ticks * 1e6, "us", slack=5.0)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(runner.main("sampler_gc", __doc__, add_arguments, run, sim_only=True))

@@ -1,0 +1,66 @@
+"""The one table renderer: rows of text cells in columns, aligned by display width.
+
+Every table gpuenv prints (`gpuenv status`, `gpuenv demo`, `gpuenv run`'s summary,
+`gpuenv doctor`'s findings) goes through `render`, so they line up the same way. A
+column's width is what a terminal shows, not `len()`: a wide character (CJK, most
+emoji; Unicode East Asian Width W or F) takes two columns, a combining mark, a
+variation selector or a zero-width joiner none (a GPU or region name may hold any).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Collection, Sequence
+
+# General categories that take no column of their own: nonspacing and enclosing marks
+# (combining accents, variation selectors) and format characters (zero-width joiner).
+_ZERO_WIDTH_CATEGORIES = frozenset({"Mn", "Me", "Cf"})
+
+
+def char_width(ch: str) -> int:
+    """Columns one character takes on a terminal: 0, 1 or 2."""
+    if unicodedata.combining(ch) or unicodedata.category(ch) in _ZERO_WIDTH_CATEGORIES:
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def display_width(text: str) -> int:
+    """Columns `text` takes on a terminal (`len()` counts characters, not columns)."""
+    if text.isascii():  # the common case, without a look-up a character
+        return len(text)
+    return sum(char_width(ch) for ch in text)
+
+
+def pad(text: str, width: int, *, right: bool = False) -> str:
+    """`text` padded with spaces to `width` display columns (aligned right if `right`)."""
+    fill = " " * max(0, width - display_width(text))
+    return fill + text if right else text + fill
+
+
+def render(
+    rows: Sequence[Sequence[str]],
+    *,
+    header: Sequence[str] | None = None,
+    right: Collection[int] = (),
+    sep: str = "  ",
+    indent: str = "",
+) -> list[str]:
+    """The table's lines: `header` (if any) then `rows`, each column as wide as its widest
+    cell, cells of the columns in `right` aligned right (numbers), the others left;
+    `indent` before and nothing trailing after each line."""
+    lines = [list(header), *map(list, rows)] if header is not None else [list(r) for r in rows]
+    if not lines:
+        return []
+    n = len(lines[0])
+    if any(len(cells) != n for cells in lines):
+        raise ValueError(f"every row of a table has {n} cells: {lines}")
+    widths = [max(display_width(cells[i]) for cells in lines) for i in range(n)]
+
+    def line(cells: list[str]) -> str:
+        padded = (pad(c, widths[i], right=i in right) for i, c in enumerate(cells))
+        return (indent + sep.join(padded)).rstrip()
+
+    return [line(cells) for cells in lines]
+
+
+__all__ = ["char_width", "display_width", "pad", "render"]

@@ -1,0 +1,143 @@
+"""The benchmark suite (benchmarks/): docs/benchmarks.md is what its results say, the
+regression check fails on what it should, and the runner writes what it promises.
+
+No benchmark is timed here: the runner runs a tiny one in-process, the check compares
+results made up in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import regress, report, runner
+from benchmarks.__main__ import main as suite_main
+
+
+def test_docs_benchmarks_md_is_generated_from_the_kept_results():
+    # fails when a results file changed (or was added) without `python -m benchmarks report`
+    report.check()
+    page = report.DOC.read_text()
+    for result in report.load_results():
+        assert f"`{result['command']}`" in page
+
+
+def test_the_report_rewrites_only_its_section(tmp_path: Path):
+    results = tmp_path / "results"
+    results.mkdir()
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nintro\n\n<!-- section:old -->\n# typed by hand\n"
+                   "<!-- /section:old -->\n")  # fmt: skip
+    assert report.write(doc, results)  # the section goes in before the first old one
+    first = doc.read_text()
+    assert first.index(report.BEGIN) < first.index("<!-- section:old -->")
+    assert not report.write(doc, results)  # nothing changed: nothing written
+    (results / "x.json").write_text(json.dumps(_result("x", {"t": _m(1.0)})))
+    with pytest.raises(report.StaleError):
+        report.check(doc, results)
+    assert report.write(doc, results)
+    page = doc.read_text()
+    report.check(doc, results)
+    assert page.count(report.BEGIN) == 1
+    assert page.endswith("# typed by hand\n<!-- /section:old -->\n")
+    assert "| a | b \\| c |\n| --- | ---: |" in page  # a cell's pipe stays escaped
+    assert "```text\n# not a heading\n```" in page  # printed lines are no markdown
+
+
+def _m(value: float, better: str = "lower", slack: float = 0.0) -> dict:
+    return {"value": value, "unit": "s", "better": better, "slack": slack}
+
+
+def _result(name: str, metrics: dict, gpu: str = "NVIDIA H100 80GB HBM3") -> dict:
+    return {
+        "schema": 1, "name": name, "title": f"{name}: a benchmark", "command": f"python -m "
+        f"benchmarks.{name}", "date": "2026-11-24T19:00:00+00:00", "wall_s": 1.0,
+        "machine": {"host": "h", "cpu": "cpu", "cores": 2, "os": "Linux", "python": "3.11"},
+        "commit": {"sha": "0" * 40, "dirty": False}, "gpu": gpu, "quick": False, "sim": False,
+        "exit_code": 0, "args": {}, "metrics": metrics,
+        "blocks": [{"text": "# not a heading"},
+                   {"table": {"columns": ["a", "b \\| c"], "rows": [["1", "2"]],
+                              "align": ["left", "right"]}}],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kept", "new", "status"),
+    [
+        (_m(1.0), _m(1.09), "ok"),  # 9% slower: within 10%
+        (_m(1.0), _m(1.11), "regression"),  # 11% slower
+        (_m(1.0), _m(0.85), "better"),
+        (_m(100.0, "higher"), _m(89.0, "higher"), "regression"),  # a rate 11% down
+        (_m(100.0, "higher"), _m(120.0, "higher"), "better"),
+        (_m(0.2, slack=0.5), _m(0.6, slack=0.5), "ok"),  # 3x, but within the slack
+        (_m(0.2, slack=0.5), _m(0.8, slack=0.5), "regression"),
+    ],
+)
+def test_a_metric_regresses_past_ten_percent_and_its_slack(kept, new, status):
+    assert regress.compare_metric("t", kept, new, regress.TOLERANCE).status == status
+
+
+def test_the_check_command_fails_on_a_regression_and_on_what_it_cannot_judge(tmp_path, capsys):
+    def write(name: str, result: dict) -> str:
+        path = tmp_path / name
+        path.write_text(json.dumps(result))
+        return str(path)
+
+    kept = write("kept.json", _result("b", {"t": _m(1.0), "u": _m(2.0)}))
+    same = write("same.json", _result("b", {"t": _m(1.05), "u": _m(1.9)}))
+    slower = write("slower.json", _result("b", {"t": _m(1.2), "u": _m(2.0)}))
+    lacking = write("lacking.json", _result("b", {"t": _m(1.0)}))
+    other_gpu = write("sim.json", _result("b", {"t": _m(1.0), "u": _m(2.0)}, gpu="simulated"))
+    assert suite_main(["check", same, kept]) == 0
+    assert suite_main(["check", slower, kept]) == 1
+    assert "t: 1 -> 1.2 (+20.0%): regression" in capsys.readouterr().out
+    assert suite_main(["check", lacking, kept]) == 1  # a kept metric is missing
+    assert suite_main(["check", other_gpu, kept]) == 2  # another GPU: not comparable
+    assert suite_main(["check", other_gpu, kept, "--any-gpu"]) == 0
+    assert suite_main(["check", str(tmp_path / "absent.json"), kept]) == 2
+
+
+def test_the_runner_writes_the_record_tables_and_metrics(tmp_path: Path, capsys):
+    def add(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--n", type=int, default=10)
+
+    def run(args: argparse.Namespace) -> int:
+        print(f"n = {args.n}\n\n| what | value |\n| --- | ---: |\n| x | {args.n} |\n\nafter")
+        runner.metric("x_s", args.n / 10, "s")
+        return 0
+
+    out = tmp_path / "r.json"
+    rc = runner.main("tiny", "tiny: a test\n\nmore", add, run, quick={"n": 3}, sim_only=True,
+                     argv=["--quick", "--out", str(out)])  # fmt: skip
+    assert rc == 0 and "| x | 3 |" in capsys.readouterr().out  # still printed
+    record = json.loads(out.read_text())
+    assert record["quick"] and record["args"]["n"] == 3
+    assert record["gpu"].startswith("simulated ")
+    assert record["commit"]["sha"] and len(record["commit"]["sha"]) == 40
+    assert record["machine"]["cores"] >= 1 and record["date"].endswith("+00:00")
+    assert record["metrics"] == {"x_s": {"value": 0.3, "unit": "s", "better": "lower",
+                                         "slack": 0.0}}  # fmt: skip
+    assert record["blocks"] == [
+        {"text": "n = 3"},
+        {"table": {"columns": ["what", "value"], "rows": [["x", "3"]], "align": ["left", "right"]}},
+        {"text": "after"},
+    ]
+
+
+def test_every_benchmark_module_parses_the_shared_arguments():
+    root = Path(runner.__file__).parent
+    modules = sorted(p.stem for p in root.glob("*.py")
+                     if not p.stem.startswith("_") and p.stem not in
+                     ("runner", "report", "regress", "checkout"))  # fmt: skip
+    assert len(modules) >= 15
+    for name in modules:
+        module = importlib.import_module(f"benchmarks.{name}")
+        assert callable(module.run), f"benchmarks/{name}.py has no run(args)"
+        text = (root / f"{name}.py").read_text()
+        # the runner's main, under the module's own name (its results file)
+        assert f'("{name}", __doc__' in text, f"benchmarks/{name}.py skips the runner"
+        assert "scripts/bench_" not in text, f"benchmarks/{name}.py names its old path"

@@ -267,3 +267,31 @@ def test_an_idle_connection_is_closed_and_one_holding_a_lease_is_not(tmp_path: P
     finally:
         harness.server.stop()
         harness.backend.close()
+
+
+def test_two_clocks_asked_for_in_turn_without_waiting_do_not_refuse_each_other_for_ever(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refusal by a kept turn alone keeps no turn: before, each refused request kept a
+    turn that refused the next request of the other clock, asked for after its own clock's
+    turn had run out, with the GPU free throughout (found by benchmarks/daemon.py: 14 of 20
+    client-kill trials refused after its load phase)."""
+    monkeypatch.setattr(holds, "TURN_KEPT_S", 0.5)
+    a, b = h.client(ALICE), h.client(BOB)
+    held = b.lock(sm=1350, gpus=[0])
+    with pytest.raises(LockConflict):
+        a.lock(sm=1500, gpus=[0])  # refused by bob's lock: keeps a turn for 1500
+    held.release()
+    outcomes = []
+    for k in range(6):  # 1350, 1500, ... each 0.3 s after the last: inside the other's turn
+        time.sleep(0.3)
+        sm = 1350 if k % 2 == 0 else 1500
+        try:
+            (b if sm == 1350 else a).lock(sm=sm, gpus=[0]).release()
+            outcomes.append("granted")
+        except LockConflict:
+            outcomes.append("refused")
+    assert "granted" in outcomes, f"the free GPU was refused to both clocks in turn: {outcomes}"
+    for client in (a, b):
+        client.close()
+    assert wait_for(lambda: h.truth(0) == h.original[0])

@@ -205,18 +205,23 @@ class HoldTable:
                 return False
         return True
 
-    def blocker(self, me: Waiter) -> tuple[int, str, bool] | None:
-        """What keeps `me` from its GPUs now (gpu, who, transient?), or None."""
+    def blocker(self, me: Waiter) -> tuple[int, str, bool, bool] | None:
+        """What keeps `me` from its GPUs now (gpu, who, transient?, only a kept turn?), or
+        None. A holder or a waiting request is named before a kept turn: a request refused
+        by kept turns alone keeps none of its own (leases.py), else two clocks asked for in
+        turn without waiting refuse each other for ever, each refusal keeping a turn that
+        refuses the next, with the GPU free."""
+        kept: tuple[int, str, bool, bool] | None = None
+        now = time.monotonic()
         for gpu, want in me.applied.items():
             hold = self.holds.get(gpu)
             if hold is not None:
                 if hold.busy and (hold.applied == want or not hold.leases):
-                    return gpu, hold.describe(), True  # being written: wait, even with no wait
+                    return gpu, hold.describe(), True, False  # being written: wait anyway
                 if hold.applied != want:
-                    return gpu, hold.describe(), False
+                    return gpu, hold.describe(), False, False
                 if me.rank <= hold.batch:
                     continue  # it waited for this state's turn: it goes with the batch
-            now = time.monotonic()
             for waiter in self.queue:
                 if waiter.seq >= me.rank:
                     break
@@ -228,8 +233,10 @@ class HoldTable:
                 if other is not None and other != want:
                     # first come, first served: joining the state held now must not starve
                     # an earlier request that waits to change it
-                    return gpu, waiter.describe(), False
-        return None
+                    if waiter.until is None:
+                        return gpu, waiter.describe(), False, False
+                    kept = kept or (gpu, waiter.describe(), False, True)
+        return kept
 
     def reserve(self, lease: Lease, me: Waiter) -> list[int]:
         """Our turn: make the holds; return the GPUs whose journal must be written (marked

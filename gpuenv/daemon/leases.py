@@ -285,10 +285,10 @@ class LeaseManager:
                         blocker = self._table.blocker(me)
                         if blocker is None:
                             break
-                        gpu, who, busy = blocker
+                        gpu, who, busy, kept_turn = blocker
                         now = time.monotonic()
                         if now >= (busy_deadline if busy else deadline):
-                            if not me.patient and not busy and not lease.standing:
+                            if not (me.patient or busy or lease.standing or kept_turn):
                                 self._table.keep_turn(me)  # a standing lease never drains
                             raise LockConflict(gpu, who, hint=_WAIT_HINT)
                         if hangup():

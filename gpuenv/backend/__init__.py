@@ -31,11 +31,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gpuenv.errors import ConfigError, ReadOnlyError
 from gpuenv.reasons import COUNTER_NAMES, REASON_NAMES, Reason, reason_names
 from gpuenv.timebase import Clock
+
+if TYPE_CHECKING:
+    from gpuenv.backend.details import GpuDetails
 
 # Symbolic clock values accepted by set_locked_sm_clocks (NVML_CLOCK_LIMIT_ID_*).
 CLOCK_LIMIT_TDP = 0xFFFFFF01  # (TDP, TDP) locks to the base clock: 1590 MHz on an H100
@@ -248,6 +251,10 @@ class Backend(Protocol):
 
     def memory(self, index: int) -> MemoryUsage | None:
         """Device memory used and total, or None where the GPU does not say."""
+        ...
+
+    def details(self, index: int) -> GpuDetails:
+        """`nvidia-smi -q`'s board, PCIe, fan, ECC and engines (backend/details.py)."""
         ...
 
     # -- telemetry ----------------------------------------------------------------

@@ -39,6 +39,7 @@ class GpuDetails:
     memory_free_mib: int | None = None
     memory_reserved_mib: int | None = None
     # -- board
+    minor_number: int | None = None  # /dev/nvidiaN: dcgm-exporter's `device` label
     vbios_version: str | None = None
     fan_pct: int | None = None  # intended fan speed, % of the maximum
     compute_mode: int | None = None  # COMPUTE_MODES

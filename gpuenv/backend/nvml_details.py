@@ -52,6 +52,7 @@ class NvmlDetails(NvmlCore):
             return text(value) if value else None
 
         out: dict[str, Any] = {
+            "minor_number": _int(self._opt("nvmlDeviceGetMinorNumber", h, gpu=index)),
             "vbios_version": text(vbios) if vbios else None,
             "inforom_image": text(img) if img else None,
             "inforom_oem": inforom(nv.NVML_INFOROM_OEM),

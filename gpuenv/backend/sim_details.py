@@ -39,6 +39,7 @@ class SimDetails(SimReads):
             return GpuDetails(
                 memory_free_mib=max(0, p.memory_total_mib - p.reserved_mib - used),
                 memory_reserved_mib=p.reserved_mib,
+                minor_number=index,
                 vbios_version=p.vbios_version,
                 fan_pct=fan,
                 compute_mode=0,

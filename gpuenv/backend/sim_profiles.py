@@ -87,13 +87,13 @@ class SimProfile:
     # -- the board, as nvidia-smi -q shows it (GpuDetails); the h100's from an H100 SXM5 --
     pci_device_id: int = 0x233010DE  # device << 16 | NVIDIA's vendor id
     pci_sub_device_id: int = 0x16C110DE
-    vbios_version: str = "96.00.99.00.01"
+    vbios_version: str = "96.00.DA.00.0C"
     pcie_gen: int = 5  # current = max once busy; an idle link drops to gen 1
     pcie_width: int = 16
     fan_pct: int | None = None  # None: cooled by the chassis (SXM), nvidia-smi says [N/A]
     ecc: bool = True
     row_remapping: bool = True  # Ampere+ data-centre parts remap rows instead of retiring pages
-    reserved_mib: int = 547  # held by driver and firmware (memory.reserved)
+    reserved_mib: int = 480  # held by driver and firmware (memory.reserved; an H100 SXM's)
     display: bool = False
     video_mhz: tuple[int, int] = (765, 1755)  # video clock idle, busy
     inforom: tuple[str | None, ...] = ("G520.0200.00.05", "2.1", "7.16", None)  # img, oem, ecc, pwr

@@ -63,7 +63,7 @@ def _help_callback(table: str) -> Callable[[click.Context, click.Parameter, bool
     help="One row per supported clock pair, as nvidia-smi's (e.g. mem,gr).",
 )  # fmt: skip
 @click.option(
-    "-l", "--loop", "--interval", "loop_s", type=float, metavar="[SEC]", is_flag=False,
+    "-l", "--loop", "--interval", "loop_s", type=float, metavar="SEC", is_flag=False,
     flag_value=5.0, help="Repeat every SEC seconds (5 when -l comes alone) until Ctrl-C "
     "(nvidia-smi -l).",
 )  # fmt: skip

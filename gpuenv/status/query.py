@@ -1,12 +1,12 @@
 """`gpuenv status --query-gpu=FIELDS --format=csv[,noheader][,nounits]`: nvidia-smi's own query.
 
-Field names, aliases, units and value formats are nvidia-smi's (driver 580/590 on an
-H100): the header names each field by its canonical name with its unit in brackets
-(`clocks.sm` -> `clocks.current.sm [MHz]`), values carry the unit ("1980 MHz",
-"72.45 W", "0 %") unless `nounits`, cells are joined by ", ", a value the GPU does
-not offer reads "[N/A]", one this user may not read "[Insufficient Permissions]", and
-a field nvidia-smi does not know is refused with its own sentence. Fields of gpuenv's
-own are named `gpuenv.*`. `help_text()` is `--help-query-gpu`.
+Field names, aliases, units and value formats are nvidia-smi's (driver 580 on an H100,
+tests/data/nvidia_smi): the header names each field by its canonical name with its unit
+in brackets (`clocks.sm` -> `clocks.current.sm [MHz]`, with `nounits` too), values carry
+the unit ("1980 MHz", "72.45 W", "0 %") unless `nounits`, cells are joined by ", ", a
+value the GPU does not offer reads "[N/A]", one this user may not read "[Insufficient
+Permissions]", and a field nvidia-smi does not know is refused with its own sentence.
+Fields of gpuenv's own are named `gpuenv.*`. `help_text()` is `--help-query-gpu`.
 
 Each GPU is read lazily: a query asks the backend only for what its fields need.
 """
@@ -306,9 +306,11 @@ _OWN_FIELDS: tuple[QueryField, ...] = (
 )  # fmt: skip
 
 
-def _unanswered(names: str, unit: str | None) -> QueryField:
+def _unanswered(line: str) -> QueryField:
+    """"names [unit]" of a field gpuenv does not read: [N/A] on every GPU."""
+    names, _, unit = line.partition(" [")
     return QueryField(tuple(names.split()), "Not read by gpuenv: always [N/A].",
-                      lambda r: None, unit=unit)  # fmt: skip
+                      lambda r: None, unit=unit.rstrip("]") or None)  # fmt: skip
 
 
 # Every field, in --help-query-gpu's order (nvidia-smi's), gpuenv's own last.
@@ -318,7 +320,7 @@ FIELDS: tuple[QueryField, ...] = tuple(
             *_OWN_FIELDS,
             *(QueryField(names, help_, read, unit, show)
               for names, help_, read, unit, show in DETAIL_SPECS),
-            *(_unanswered(names, unit) for names, unit in UNANSWERED),
+            *(_unanswered(line) for line in UNANSWERED),
         ),
         key=lambda f: order_key(f.name),
     )
@@ -373,8 +375,11 @@ def parse_fields(
 
 
 def header_line(fields: Sequence[QueryField], fmt: CsvFormat) -> str:
-    """`index, name, clocks.current.sm [MHz]`: canonical names, units unless nounits."""
-    return ", ".join(f"{f.name} [{f.unit}]" if f.unit and fmt.units else f.name for f in fields)
+    """`index, name, clocks.current.sm [MHz]`: canonical names with their units. nvidia-smi
+    580 keeps the units in the header under `nounits` too (recorded on an H100): only the
+    values lose them."""
+    del fmt  # the header is the same for every format: nvidia-smi's
+    return ", ".join(f"{f.name} [{f.unit}]" if f.unit else f.name for f in fields)
 
 
 def query_rows(

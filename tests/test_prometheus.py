@@ -213,7 +213,7 @@ def _fake_dcgm_exporter(gpus: list[dict[str, str]]) -> tuple[object, int]:
             + "\n".join(sorted(lines)) + "\n").encode()  # fmt: skip
 
     class Handler(http.server.BaseHTTPRequestHandler):
-
+        def do_GET(self) -> None:  # the name http.server calls
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.end_headers()

@@ -148,3 +148,37 @@ def test_help_is_in_nvidia_smis_layout() -> None:
         ["clocks.current.sm", "clocks.sm"]
     ]
     assert len(entries) == len(FIELDS)
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_gpuenv_and_nvidia_smi_agree_field_by_field() -> None:
+    """The device machine (scripts/device-test): for every field nvidia-smi 580 lists,
+    the same header and the same form of value from both tools, read-only."""
+    import shutil
+    import subprocess
+
+    from gpuenv.backend.nvml import NvmlBackend
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        pytest.skip("nvidia-smi is not installed here")
+    names = [names[0] for names in _help_entries(help_text())
+             if not names[0].startswith("gpuenv.")]  # fmt: skip
+    backend = NvmlBackend()
+    differ = []
+    try:
+        for name in names:
+            done = subprocess.run([smi, f"--query-gpu={name}", "--format=csv", "-i", "0"],
+                                  capture_output=True, text=True, timeout=30)  # fmt: skip
+            if done.returncode != 0:  # a name this driver does not know
+                continue
+            head, value = done.stdout.splitlines()[:2]
+            fields = parse_fields(name)
+            mine = query_rows(backend, [0], fields, CsvFormat())[0][0]
+            if header_line(fields, CsvFormat()) != head or (
+                fields[0].name not in NOT_READ and form(mine) != form(value)
+            ):
+                differ.append((name, head, value, mine))
+    finally:
+        backend.close()
+    assert differ == [], differ

@@ -78,8 +78,8 @@ NOT_READ = {
     "platform.chassis_serial_number", "platform.slot_number", "platform.tray_index",
     "platform.host_id", "platform.peer_type", "platform.module_id", "platform.gpu_fabric_guid",
     # NVML's field ids for these counters changed between headers and answer unrelated
-    # values on driver 580 (GPU_FACTS.md): gpuenv reads time under reasons from ids 74-81
-    *(f"clocks_event_reasons_counters.{k}" for k in ("sw_power_cap", "sync_boost",
+    # values on driver 580 (GPU_FACTS.md); sw_power_cap and sync_boost (ids 74, 76) are read
+    *(f"clocks_event_reasons_counters.{k}" for k in (
       "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")),
     # nvidia-smi writes a bare N/A when the GPU has no fabric; gpuenv does not ask
     "fabric.state", "fabric.status", "fabric.cliqueId", "fabric.clusterUuid",

@@ -300,3 +300,15 @@ def test_json_documents_carry_their_time(sim: SimBackend) -> None:
     doc = snapshot(sim, [0])
     assert doc["time"] == round(sim.clock.wall(), 3)
     assert doc["timestamp"].endswith("+00:00") and "T" in doc["timestamp"]
+
+
+def test_the_power_cap_counter_is_nvidia_smis_in_us(sim: SimBackend) -> None:
+    """clocks_event_reasons_counters.sw_power_cap is NVML field 74 (gpuenv's "power"
+    counter) in microseconds; it grows while the cap holds the clock down."""
+    fields = "clocks_event_reasons_counters.sw_power_cap,clocks_event_reasons.sw_power_cap"
+    assert rows(sim, fields, gpus=[0]) == ["0 us, Not Active"]
+    sim.set_background_load(0, 1.0)
+    sim.clock.sleep(10.0)
+    counter, active = rows(sim, fields, "csv,nounits", gpus=[0])[0].split(", ")
+    ns = sim.read_slow(0, energy=False).reason_ns["power"]
+    assert active == "Active" and int(counter) == ns // 1000 > 1_000_000

@@ -51,6 +51,16 @@ def _spec(names: str, help_: str, attr: str, unit: str | None = None,
     return (tuple(names.split()), help_, _detail(attr), unit, show)
 
 
+def _counter(name: str) -> Callable[[Any], Any]:
+    """A cumulative time-under-reason counter (ns) in us, as nvidia-smi prints it."""
+
+    def read(r: Any) -> Any:
+        ns = r.get("read_slow_cheap").reason_ns.get(name)
+        return None if ns is None else ns // 1000
+
+    return read
+
+
 def _ecc_read(key: str) -> Callable[[Any], Any]:
     return lambda r: r.get("details").ecc_errors.get(key)
 
@@ -155,6 +165,12 @@ DETAIL_SPECS: list[Spec] = [
           "over the last second, in watts.", "power_average_w", unit="W", show=_watts),
     _spec("clocks.current.video clocks.video", "Current frequency of the video encoder/"
           "decoder clock.", "video_mhz", unit="MHz", show=_num),
+    # field ids 74 and 76 (gpuenv's read_slow counters "power" and "sync_boost"); nvidia-smi's
+    # thermal ones (269-271) answer unrelated values on driver 580 (GPU_FACTS.md): not read
+    (("clocks_event_reasons_counters.sw_power_cap",), "Time the SW power cap has held the "
+     "clocks down since the driver loaded, in us.", _counter("power"), "us", _num),
+    (("clocks_event_reasons_counters.sync_boost",), "Time sync boost has held the clocks "
+     "down since the driver loaded, in us.", _counter("sync_boost"), "us", _num),
     _spec("mig.mode.pending", "The MIG mode after the next GPU reset: Enabled or Disabled.",
           "mig_pending", show=enabled),
 ]  # fmt: skip
@@ -178,8 +194,6 @@ inforom.checksum_validation
 gpu_recovery_action
 gom.current gpu_operation_mode.current
 gom.pending gpu_operation_mode.pending
-clocks_event_reasons_counters.sw_power_cap [us]
-clocks_event_reasons_counters.sync_boost [us]
 clocks_event_reasons_counters.sw_thermal_slowdown [us]
 clocks_event_reasons_counters.hw_thermal_slowdown [us]
 clocks_event_reasons_counters.hw_power_brake_slowdown [us]

@@ -38,7 +38,10 @@ EXIT_CODES: dict[int, str] = {
     4: "no permission (as nvidia-smi): run as root or through 'gpuenv daemon', or fix the "
     "file's permissions",
     5: "the clocks are locked by another owner",
-    9: "no NVIDIA driver / NVML (as nvidia-smi)",
+    6: "no GPU matches the selector (-i/--id/--gpu), as nvidia-smi's 'not found'",
+    9: "the NVIDIA driver is not loaded, or NVML cannot talk to it (as nvidia-smi)",
+    12: "the NVML library (libnvidia-ml.so.1 or the nvidia-ml-py module) was not found "
+    "(as nvidia-smi)",
     15: "the GPU fell off the bus or stopped answering (as nvidia-smi)",
     126: "gpuenv run: the command is not executable",
     127: "gpuenv run: the command was not found",
@@ -77,6 +80,8 @@ class ConfigError(GpuenvError, ValueError):
 
 class DeviceNotFound(ConfigError):
     """A selector (index, UUID, PCI bus id) that matches no GPU."""
+
+    exit_code = 6  # nvidia-smi's "the requested GPU was not found"
 
     def __init__(self, selector: str, count: int, *, hint: str | None = None):
         self.selector = selector
@@ -127,6 +132,8 @@ class NvmlUnavailable(BackendError):
         code: int | None = None,
     ):  # fmt: skip
         super().__init__(message, code=code, hint=hint)
+        if code == 12:  # NVML_ERROR_LIBRARY_NOT_FOUND: nvidia-smi's 12, not 9 (no driver)
+            self.exit_code = 12
 
 
 class NotSupported(BackendError):

@@ -46,8 +46,6 @@ def test_unknown_command_is_a_usage_error() -> None:
 @pytest.mark.parametrize(
     ("args", "env", "needle"),
     [
-        (("--sim", "status", "-i", "7"), {}, "no GPU matches '7'"),
-        (("--sim", "doctor", "-i", "GPU-nope"), {}, "no GPU matches 'GPU-nope'"),
         (("status",), {"GPUENV_BACKEND": "tpu"}, "unknown backend 'tpu'"),
         (("--sim", "status"), {"GPUENV_SIM_GPUS": "many"}, "GPUENV_SIM_GPUS='many'"),
         (("--sim", "status", "-i", "local"), {}, "LOCAL_RANK"),
@@ -62,6 +60,21 @@ def test_bad_input_is_one_line_with_exit_code_2(
     assert len(lines) == 1, result.output
     assert lines[0].startswith("gpuenv: error: ") and needle in lines[0]
     assert ": " in lines[0][len("gpuenv: error: ") :]  # ...and says what to do
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--sim", "status", "-i", "7"), "no GPU matches '7'"),
+        (("--sim", "status", "--id=7"), "no GPU matches '7'"),
+        (("--sim", "doctor", "-i", "GPU-nope"), "no GPU matches 'GPU-nope'"),
+    ],
+)
+def test_a_gpu_that_is_not_there_exits_6_as_nvidia_smi(args: tuple[str, ...], needle: str) -> None:
+    result = run_cli(*args)
+    assert result.exit_code == 6, result.output  # nvidia-smi: "GPU not found"
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], result.output
 
 
 # -- start-up imports, in a fresh interpreter --------------------------------------------

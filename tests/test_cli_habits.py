@@ -4,7 +4,6 @@ and `gpuenv status --supported-clocks`."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 from click.testing import CliRunner
@@ -71,12 +70,34 @@ def test_monitor_n_counts_and_1_is_once() -> None:
     assert len(result.output.splitlines()) == 2 * 2  # 2 ticks x 2 GPUs
 
 
-def test_monitor_c_is_refused_saying_what_it_means_in_nvitop() -> None:
-    result = run("--sim", "monitor", "--json", "-c", "2")
-    assert result.exit_code == 2
-    assert "nvitop's -c shows compute processes only" in result.output
-    assert "-n N (--count)" in result.output
-    assert not re.search(r"(^|\s)-c[\s,]", run("monitor", "--help").output)  # hidden
+def test_monitor_speaks_nvitops_letters_o_c_g_u_and_U() -> None:
+    cmd = command("monitor")
+    params = cmd.make_context("monitor", ["-o", "1", "-o", "0", "-c", "-u", "ann", "-U"]).params
+    assert params["only"] == ("1", "0") and params["only_compute"] is True
+    assert params["users"] == ("ann",) and params["ascii_only"] is True
+    assert cmd.make_context("monitor", ["-g", "--pid", "7"]).params["pids"] == (7,)
+    shown = run("--sim", "monitor", "--once", "-o", "1", "--no-color")
+    assert shown.exit_code == 0, shown.output
+    assert "GPU 1" in shown.output and "GPU 0" not in shown.output
+    both = run("--sim", "monitor", "--once", "-o", "1", "-i", "0")
+    assert both.exit_code == 2 and "-i and -o both choose GPUs" in both.output
+    assert run("--sim", "monitor", "--once", "-c", "-g").exit_code == 2
+
+
+def test_monitor_ascii_is_asked_or_automatic_never_a_traceback(tmp_path) -> None:
+    """-U writes ASCII; so does an output that is not UTF-8 (PYTHONIOENCODING=ascii), which
+    died of a UnicodeEncodeError before."""
+    import os
+    import subprocess
+    import sys
+
+    asked = run("--sim", "monitor", "--once", "-U", "--no-color")
+    assert asked.exit_code == 0 and asked.output.isascii() and "#" in asked.output
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "GPUENV_BACKEND": "sim"}
+    out = subprocess.run([sys.executable, "-m", "gpuenv", "monitor", "--once"], env=env,
+                         capture_output=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    assert b"Traceback" not in out.stderr and out.stdout.isascii() and b"board" in out.stdout
 
 
 # -- -i on every command that takes a GPU ----------------------------------------------------

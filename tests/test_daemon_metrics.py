@@ -103,13 +103,16 @@ def test_series_join_dcgm_exporter_and_speak_one_reason_vocabulary(tmp_path: Pat
     series = [ln for ln in text.splitlines() if ln.startswith("gpuenv_") and "{" in ln]
     per_gpu = [ln for ln in series if 'gpu="' in ln]
     assert per_gpu and all(
-        {"gpu", "UUID", "pci_bus_id", "modelName", "Hostname"} <= set(_labels(ln))
+        {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname"}
+        <= set(_labels(ln))
         for ln in per_gpu)
     assert all("pid" not in _labels(ln) for ln in series)
     one = _labels(next(ln for ln in per_gpu if ln.startswith("gpuenv_sm_clock_mhz") and
                        'gpu="1"' in ln))
+    host = socket.gethostname()  # as dcgm-exporter 4.x (Hostname) and its main branch (hostname)
     assert one == {"gpu": "1", "UUID": info.uuid, "pci_bus_id": info.pci_bus_id,
-                   "modelName": info.name, "Hostname": socket.gethostname()}
+                   "device": "nvidia1", "modelName": info.name, "Hostname": host,
+                   "hostname": host}
     names = set(REASON_NAMES.values())
     for metric in ("gpuenv_clock_event_reason_active{", "gpuenv_clock_event_reason_seconds_total{"):
         reasons = {_labels(ln)["reason"] for ln in series if ln.startswith(metric)}

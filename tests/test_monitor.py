@@ -178,7 +178,8 @@ def test_cli_csv_with_a_scenario_shows_the_sim_moving():
 )
 def test_cli_bad_input_is_one_clear_line(args, message):
     result = CliRunner().invoke(cli, args, obj={})
-    assert result.exit_code == 2, result.output
+    not_found = "no GPU matches" in message  # nvidia-smi's exit code 6
+    assert result.exit_code == (6 if not_found else 2), result.output
     assert message in result.output
     assert "Traceback" not in result.output
 
@@ -217,3 +218,17 @@ def test_once_and_json_on_the_real_gpu(monkeypatch):
     assert stream_out.exit_code == 0, stream_out.output
     recs = [json.loads(x) for x in stream_out.output.splitlines()]
     assert recs and all(r["sm_mhz"] and r["sm_mhz"] > 0 and r["error"] is None for r in recs)
+
+
+def test_the_board_and_the_host_are_read_as_nvitop_shows_them(sim, vclock):
+    """P-state, fan (none on an SXM board), ECC, persistence, compute and MIG mode, bus id;
+    and the host (psutil) once per update."""
+    model = MonitorModel(sim, [0], clock=vclock, processes=False, lock_lookup=None)
+    (v,) = model.update()
+    assert (v.pstate, v.fan_pct, v.ecc_errors, v.persistence) == (0, None, 0, True)
+    assert (v.compute_mode, v.mig_mode, v.bus_id) == ("Default", False, "00000000:18:00.0")
+    assert model.host is not None and model.host.cpus and model.host.mem_total_gib
+    sim.inject_fault(0, "not_supported", op="details")  # the board's extras go, nothing else
+    vclock.advance(5.0)
+    (v,) = model.update()
+    assert v.error is None and v.pstate == 0 and v.fan_pct is None and v.ecc_errors is None

@@ -16,9 +16,12 @@ from gpuenv.monitor import MonitorModel
 from gpuenv.monitor.blocks import Frame
 from gpuenv.monitor.draw import plain
 from gpuenv.monitor.processes import (
+    SORT_KEYS,
     NvitopProcesses,
     ProcView,
     _from_snapshot,
+    arrange,
+    clean_command,
     process_reader,
     shorten_command,
 )
@@ -30,18 +33,50 @@ from gpuenv.monitor.view import render
     ("width", "expected"),
     [
         (80, "/tmp/t1/venv/bin/python3 /tmp/t1/work/bench.py --size 4096"),
-        (24, "…/bench.py --size 4096"),
-        (30, "…/t1/work/bench.py --size 4096"),
-        (14, "…--size 4096"),
-        (6, "…4096"),
+        (40, "/tmp/t1/venv/bin/python3…"),
+        (52, "/tmp/t1/venv/bin/python3 /tmp/t1/work/bench.py…"),
+        (6, "/tmp/…"),
         (1, "…"),
         (0, ""),
     ],
 )
-def test_commands_are_cut_from_the_left_at_a_boundary(width, expected):
+def test_commands_are_shown_from_their_start_cut_at_a_word(width, expected):
     cmd = "/tmp/t1/venv/bin/python3 /tmp/t1/work/bench.py --size 4096"
     assert shorten_command(cmd, width) == expected
     assert len(shorten_command(cmd, width)) <= width
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "shown"),
+    [
+        # the H100 case: a `python3 -c` script showed as its tail, with \n escapes
+        (["/usr/bin/python3", "-c", "import torch\nx = torch.ones(8)\nprint(x)"], "python3 -c ..."),
+        (["/usr/bin/python3", "-c", "print(1)"], "python3 -c print(1)"),
+        (["/opt/venv/bin/python", "/tmp/bench.py", "--size", "4096"],
+         "python /tmp/bench.py --size 4096"),
+        ([], ""),
+    ],
+)  # fmt: skip
+def test_a_command_line_reads_from_its_start_as_nvitop_shows_it(cmdline, shown):
+    assert clean_command(cmdline) == shown
+    assert "\n" not in clean_command(cmdline)
+
+
+def test_processes_sort_and_filter_by_nvitops_keys():
+    a = ProcView(30, "ann", "a", 100, 5, "C", 1.0, 2.0, 10.0)
+    b = ProcView(10, "bob", "b", 300, 50, "G", 9.0, 0.5, 99.0)
+    c = ProcView(20, "ann", "c", 200, None, "C+G", None, None, None)
+    procs = (a, b, c)
+    assert [p.pid for p in arrange(procs)] == [10, 20, 30]
+    assert [p.pid for p in arrange(procs, "gpu_memory", reverse=True)] == [10, 20, 30]
+    assert [p.pid for p in arrange(procs, "cpu_percent", reverse=True)] == [10, 30, 20]
+    assert [p.pid for p in arrange(procs, "sm_utilization")] == [20, 30, 10]  # unknown first
+    assert [p.pid for p in arrange(procs, kind="C")] == [20, 30]  # C+G counts as both
+    assert [p.pid for p in arrange(procs, kind="G")] == [10, 20]
+    assert [p.pid for p in arrange(procs, users=("ann",))] == [20, 30]
+    assert [p.pid for p in arrange(procs, pids=(10,))] == [10]
+    assert set(SORT_KEYS) >= {"pid", "user", "gpu_memory", "cpu_percent", "memory_percent",
+                              "time"}  # fmt: skip
 
 
 def test_the_simulated_gpu_names_its_processes_shares_the_sm_and_counts_memory(sim):
@@ -53,6 +88,8 @@ def test_the_simulated_gpu_names_its_processes_shares_the_sm_and_counts_memory(s
     assert [p.pid for p in rows] == sorted([os.getpid(), 400_000])
     mine, other = (rows[0], rows[1]) if rows[0].pid == os.getpid() else (rows[1], rows[0])
     assert other == ProcView(400_000, "sim", "(simulated) another process, 60% busy", 2048, 60)
+    assert mine.kind == "C" and mine.cpu_pct is not None and mine.mem_pct is not None
+    assert mine.time_s is not None and mine.time_s > 0  # this process, as psutil sees it
     assert mine.used_memory_mib == 512 and mine.sm_pct == 40
     assert "pytest" in mine.command or "python" in mine.command  # named by the host (psutil)
     mem = sim.memory(0)
@@ -157,10 +194,17 @@ def test_the_host_names_remembered_stay_bounded(monkeypatch):
         def cmdline(self) -> list[str]:
             return [f"job{self.pid}"]
 
+        def cpu_percent(self) -> float:
+            return 0.0
+
+        def memory_percent(self) -> float:
+            return 0.0
+
     monkeypatch.setattr(psutil, "Process", FakeProcess)
     monkeypatch.setattr(processes, "MAX_NAMES", 8)
     names = processes._HostNames()
     for pid in range(100, 130):
-        assert names.lookup(pid) == ("u", f"job{pid}")
+        found = names.lookup(pid)
+        assert (found.user, found.command) == ("u", f"job{pid}")
     assert len(names._cache) == 8
     assert set(names._cache) == set(range(122, 130))

@@ -27,12 +27,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class Term:
     """One tmux session running one command; its own server socket, so nothing leaks."""
 
-    def __init__(self, tmp: str, command: str, width: int, height: int):
+    def __init__(self, tmp: str, command: str, width: int, height: int, lang: str = "C.UTF-8"):
         self.socket = os.path.join(tmp, "tmux.sock")
         self.name = f"gpuenv-{uuid.uuid4().hex[:8]}"
         self.done = os.path.join(tmp, "exit-code")
         env = {k: v for k, v in os.environ.items() if k.startswith("GPUENV_")}
-        env.update(TERM="xterm-256color", LANG="C.UTF-8", LC_ALL="C.UTF-8", PYTHONPATH=ROOT)
+        env.update(TERM="xterm-256color", LANG=lang, LC_ALL=lang, PYTHONPATH=ROOT)
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         # A stale COLUMNS/LINES pair must not pin the view's size. The exit code goes to
         # a file, then the pane stays open so it can be read.
@@ -80,9 +80,9 @@ class Term:
 def term(tmp_path) -> Iterator[Callable[..., Term]]:
     made: list[Term] = []
 
-    def start(args: str, width: int = 100, height: int = 30) -> Term:
+    def start(args: str, width: int = 100, height: int = 30, lang: str = "C.UTF-8") -> Term:
         cmd = f"{shlex.quote(sys.executable)} -c 'from gpuenv.cli import main; main()' {args}"
-        t = Term(str(tmp_path), cmd, width, height)
+        t = Term(str(tmp_path), cmd, width, height, lang)
         made.append(t)
         return t
 
@@ -101,30 +101,39 @@ def _fits(text: str, width: int, height: int) -> None:
     assert all(len(line) <= width for line in rows), [r for r in rows if len(r) > width]
 
 
-@pytest.mark.parametrize(("width", "height"), [(60, 15), (100, 32), (200, 50)])
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (120, 40), (200, 50)])
 def test_memory_processes_and_help_at_each_size(term, width, height):
     t = term("--sim monitor -d 0.25 --scenario shared", width=width, height=height)
     text = t.wait_for(
-        lambda s: "400000" in s and "--scenario shared" in s and "60%" in s and " history " in s
+        lambda s: "400000" in s and "512 MiB" in s and "60%" in s and " history " in s
+        and "board" in s and "host" in s
     )
     _fits(text, width, height)
     rows = text.splitlines()
     assert rows[0].startswith("gpuenv monitor") and rows[0].rstrip().endswith("? help")
     assert "q quit" in rows[0]  # the key hints stay, shortened where narrow
+    assert re.match(r"  host  CPU \d+% of \d+  mem [0-9.]+/[0-9.]+ GiB", rows[1])  # psutil's
     assert re.search(r"memory +[0-9.]+ (MiB|GiB) .*of 79\.6 GiB", text)
-    assert re.search(r"PID .*GPU MEM +SM +COMMAND", text)
-    # the simulated other process, and ours: its command cut from the left keeps its end
-    assert re.search(r"400000 .*2\.0 GiB +60% ", text)
-    assert re.search(r"^ +[0-9]+ .*512 MiB .*--scenario shared$", text, re.M)
+    # nvitop's device columns: P-state, fan (an SXM board has none), ECC, persistence
+    assert re.search(r"board +P0  fan N/A  ECC 0  persist On  compute Default", text)
+    # nvitop's process columns: type, %CPU and %MEM of the host, sorted by PID (marked)
+    assert re.search(r"PID. T +.*GPU MEM +SM +%CPU +%MEM .*COMMAND", text)
+    assert re.search(r"400000 C .*2\.0 GiB +60% +N/A +N/A", text)
+    # ours: the command from its start, as nvitop shows it (python -c ... --scenario)
+    ours = next(r for r in rows if "512 MiB" in r)
+    assert re.search(r"C .*512 MiB .* [0-9.]+ +[0-9.]+ .*python[0-9.]* -c from gpuenv", ours)
     if width >= 200:
-        assert "USER" in text and re.search(r"[█░]{100,}", text)  # bars grow with the width
+        assert ours.endswith("--scenario shared")
+        assert "USER" in text and "TIME" in text and re.search(r"[█░]{100,}", text)
         first = next(k for k, r in enumerate(rows) if r.startswith("    history"))
         end = next(k for k, r in enumerate(rows) if r.startswith("    lock"))
         assert end - first >= 8  # the clock history: a graph as tall as the spare rows allow
-        last = max(k for k, r in enumerate(rows) if "--scenario shared" in r)
+        last = max(k for k, r in enumerate(rows) if "--scenario" in r)
         assert last >= 30  # the layout spans the screen, not a third of it
-    else:
-        assert "USER" not in text or width >= 72
+    elif width < 100:
+        assert "USER" not in text and "TIME" not in text  # dropped before the command is
+    t.tmux("send-keys", "-t", t.name, ".")  # nvitop's key: the next sort column
+    t.wait_for(lambda s: "USER" in s or "T▲" not in s)
     t.tmux("send-keys", "-t", t.name, "?")
     shown = t.wait_for(lambda s: "Keys" in s and "this help" in s)
     _fits(shown, width, height)
@@ -136,6 +145,36 @@ def test_memory_processes_and_help_at_each_size(term, width, height):
     t.tmux("send-keys", "-t", t.name, "Escape")
     t.wait_for(lambda s: "Keys" not in s and "COMMAND" in s)
     t.tmux("send-keys", "-t", t.name, "q")
+    assert t.exit_code() == 0
+
+
+def test_sort_reverse_and_filter_keys_reorder_the_processes(term):
+    t = term("--sim monitor -d 0.25 --scenario shared", width=120, height=40)
+    text = t.wait_for(lambda s: "400000" in s and "512 MiB" in s)
+    pids = [int(r.split()[0]) for r in text.splitlines() if re.match(r" +\d+ C ", r)]
+    assert pids == sorted(pids) and "PID▲" in text
+    t.tmux("send-keys", "-t", t.name, "/")  # reverse: the largest pid first
+    rev = t.wait_for(lambda s: "PID▼" in s)
+    assert [int(r.split()[0]) for r in rev.splitlines() if re.match(r" +\d+ C ", r)] == pids[::-1]
+    for _ in range(2):  # PID -> USER -> GPU MEM
+        t.tmux("send-keys", "-t", t.name, ".")
+    t.wait_for(lambda s: "GPU MEM▼" in s)
+    t.tmux("send-keys", "-t", t.name, "f", "f")  # all -> compute -> graphics: none here
+    t.wait_for(lambda s: "none (filtered)" in s)
+    t.tmux("send-keys", "-t", t.name, "q")
+    assert t.exit_code() == 0
+
+
+@pytest.mark.parametrize("mode", ["live", "once"])
+def test_with_lang_c_the_view_is_ascii_and_never_a_traceback(term, mode):
+    """LANG=C: no UTF-8 anywhere, so every glyph, arrow and ellipsis falls back to ASCII."""
+    args = "--sim monitor -d 0.25 --scenario shared" + (" --once" if mode == "once" else "")
+    t = term(args, width=80, height=24, lang="C")
+    text = t.wait_for(lambda s: "400000" in s and "board" in s)
+    assert "Traceback" not in text and all(ord(ch) < 128 for ch in text)
+    assert re.search(r"SM +\d+ MHz +#+\.*", text) and "PID^" in text
+    if mode == "live":
+        t.tmux("send-keys", "-t", t.name, "q")
     assert t.exit_code() == 0
 
 

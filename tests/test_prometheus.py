@@ -186,3 +186,148 @@ def test_a_real_prometheus_scrapes_gpuenvd(gpuenvd: int, tmp_path: Path) -> None
         assert "GpuenvLockNotHolding" in names
     finally:
         _stop(proc)
+
+
+# -- beside dcgm-exporter: contrib/prometheus/dcgm-scrape.yml and the README's joins --------
+
+SCRAPE = ROOT / "contrib" / "prometheus" / "dcgm-scrape.yml"
+
+
+def _labels_of(line: str) -> dict[str, str]:
+    return dict(re.findall(r'(\w+)="([^"]*)"', line))
+
+
+def _fake_dcgm_exporter(gpus: list[dict[str, str]]) -> tuple[object, int]:
+    """An HTTP endpoint speaking dcgm-exporter's exposition for the same GPUs (same UUIDs),
+    SM clock with its release's `Hostname`, temperature with its main branch's `hostname`."""
+    import http.server
+    import threading
+
+    lines = []
+    for g in gpus:
+        common = (f'gpu="{g["gpu"]}",UUID="{g["UUID"]}",pci_bus_id="{g["pci_bus_id"]}",'
+                  f'device="nvidia{g["gpu"]}",modelName="{g["modelName"]}"')  # fmt: skip
+        lines.append(f'DCGM_FI_DEV_SM_CLOCK{{{common},Hostname="{g["Hostname"]}"}} 1980')
+        lines.append(f'DCGM_FI_DEV_GPU_TEMP{{{common},hostname="{g["Hostname"]}"}} 36')
+    body = ("# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
+            + "\n".join(sorted(lines)) + "\n").encode()  # fmt: skip
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # the name http.server calls
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, int(httpd.server_address[1])
+
+
+@pytest.fixture
+def two_gpus_one_locked(tmp_path: Path) -> Iterator[int]:
+    """gpuenvd on two simulated GPUs, GPU 0 locked by `gpuenv lock` (GPU 1 not)."""
+    env = {**os.environ, "GPUENV_BACKEND": "sim", "GPUENV_SIM_GPUS": "2",
+           "GPUENV_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
+    lock = subprocess.run([sys.executable, "-m", "gpuenv", "lock", "--sm", "1350", "-i", "0"],
+                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert lock.returncode == 0, lock.stdout + lock.stderr
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuenv", "daemon", "--socket", str(tmp_path / "gpuenvd.sock"),
+         "--metrics", f"127.0.0.1:{port}", "--log-level", "warning"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        _wait(lambda: _get(f"http://127.0.0.1:{port}/metrics"), 30, proc)
+        yield port
+    finally:
+        _stop(proc)
+        subprocess.run([sys.executable, "-m", "gpuenv", "restore"], env=env,
+                       capture_output=True, timeout=60)  # fmt: skip
+
+
+def _dashboard_exprs() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+
+
+def _readme_promql() -> list[tuple[str, str]]:
+    """(query, its comment) of each line of the README's PromQL block under Metrics."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("```promql\n", readme.index("**Metrics.**")) + len("```promql\n")
+    block = readme[start:readme.index("```", start)]
+    pairs = [line.partition("#") for line in block.splitlines() if line.strip()]
+    return [(q.strip(), comment.strip()) for q, _, comment in pairs]
+
+
+def test_beside_dcgm_exporter_the_scrape_snippet_and_the_readme_joins_work(
+        two_gpus_one_locked: int, tmp_path: Path) -> None:
+    """With contrib/prometheus/dcgm-scrape.yml both jobs name the node the same (instance
+    without the port), so NVIDIA's dashboard filter and `on(instance, UUID)` joins match;
+    both of dcgm-exporter's host label spellings join; each README query answers as its
+    comment says (the locked-GPUs-only join keeps GPU 0 alone)."""
+    prometheus = _tool("prometheus")
+    served = _get(f"http://127.0.0.1:{two_gpus_one_locked}/metrics") or ""
+    gpus = [_labels_of(ln) for ln in served.splitlines() if ln.startswith("gpuenv_gpu_info{")]
+    assert len(gpus) == 2 and all(g["hostname"] == g["Hostname"] for g in gpus)
+    assert {g["device"] for g in gpus} == {"nvidia0", "nvidia1"}
+    httpd, dcgm = _fake_dcgm_exporter(gpus)
+    snippet = SCRAPE.read_text()  # as written: only the example targets are replaced
+    for example, real in (('["gpu-node-1:9400", "gpu-node-2:9400"]', f'["127.0.0.1:{dcgm}"]'),
+                          ('["gpu-node-1:19400", "gpu-node-2:19400"]',
+                           f'["127.0.0.1:{two_gpus_one_locked}"]')):  # fmt: skip
+        assert example in snippet
+        snippet = snippet.replace(example, real)
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1s\n" + snippet)
+    web = _free_port()
+    proc = subprocess.Popen(
+        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{web}", "--log.level=warn"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+    def query(q: str) -> list[dict] | None:  # type: ignore[type-arg]
+        text = _get(f"http://127.0.0.1:{web}/api/v1/query?query=" + urllib.parse.quote(q))
+        body = json.loads(text) if text else {}
+        assert body.get("status", "success") == "success", (q, body)
+        return body.get("data", {}).get("result") or None
+
+    try:
+        # NVIDIA's dashboard: instance from DCGM_FI_DEV_GPU_TEMP, then every panel filters on it
+        nodes = _wait(lambda: query("count by (instance) (DCGM_FI_DEV_GPU_TEMP)"), 60, proc)
+        assert [n["metric"]["instance"] for n in nodes] == ["127.0.0.1"]  # type: ignore[union-attr]
+        mine = _wait(lambda: query('gpuenv_sm_clock_mhz{instance="127.0.0.1"}'), 30, proc)
+        assert len(mine) == 2  # type: ignore[arg-type]
+        joined = query("gpuenv_lock_active * on(instance, UUID) group_right DCGM_FI_DEV_SM_CLOCK")
+        assert joined is not None and len(joined) == 2
+        for host in ("Hostname", "hostname"):  # dcgm-exporter 4.x and its main branch
+            metric = "DCGM_FI_DEV_SM_CLOCK" if host == "Hostname" else "DCGM_FI_DEV_GPU_TEMP"
+            both = query(f"{metric} * on({host}, gpu) group_left gpuenv_lock_active")
+            assert both is not None and len(both) == 2, host
+        _wait(lambda: query("count_over_time(gpuenv_power_watts[5m]) >= 2"), 30, proc)
+        locked = [g["UUID"] for g in gpus if g["gpu"] == "0"]
+        # gpuenv's dashboard: its node variable drops the port (the regex Grafana applies),
+        # so the same node name picks gpuenvd's series with or without the relabeling
+        var = next(v for v in json.loads(DASHBOARD.read_text())["templating"]["list"]
+                   if v["name"] == "instance")  # fmt: skip
+        node = re.fullmatch(var["regex"].strip("/"), f"127.0.0.1:{two_gpus_one_locked}")
+        assert node is not None and node.group(1) == "127.0.0.1"
+        host = gpus[0]["Hostname"]
+        for expr in _dashboard_exprs():
+            q = (expr.replace("$instance", "127.0.0.1").replace("$Hostname", host)
+                 .replace("$gpu", ".*").replace("$__rate_interval", "1m"))  # fmt: skip
+            if "gpuenv_lock_holders" not in q:  # counted live owners: none after `gpuenv lock`
+                assert query(q), f"dashboard query answers nothing: {q}"
+        for q, comment in _readme_promql():
+            result = query(q)
+            assert result, f"README query answers nothing: {q}"
+            if "locked GPUs only" in comment:
+                assert [r["metric"]["UUID"] for r in result] == locked, q
+    finally:
+        _stop(proc)
+        httpd.shutdown()  # type: ignore[attr-defined]

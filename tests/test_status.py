@@ -121,9 +121,9 @@ def test_cli_selects_gpus_with_i() -> None:
     assert [g["index"] for g in json.loads(result.output)["gpus"]] == [1]
 
 
-def test_cli_bad_selector_is_one_line_and_exit_2() -> None:
+def test_cli_bad_selector_is_one_line_and_exit_6() -> None:
     result = run("--sim", "status", "-i", "7")
-    assert result.exit_code == 2
+    assert result.exit_code == 6  # nvidia-smi's "not found"
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1
     assert lines[0].startswith("gpuenv: error: no GPU matches '7'") and "0-1" in lines[0]

@@ -35,9 +35,8 @@ def test_header_names_each_field_canonically_with_its_unit() -> None:
         "index, name, clocks.current.sm [MHz], power.draw [W], temperature.gpu, "
         "utilization.gpu [%]"
     )
-    assert header_line(fields, CsvFormat(units=False)) == (
-        "index, name, clocks.current.sm, power.draw, temperature.gpu, utilization.gpu"
-    )
+    # nvidia-smi 580 keeps the header's units under nounits (tests/data/nvidia_smi)
+    assert header_line(fields, CsvFormat(units=False)) == header_line(fields, CsvFormat())
 
 
 def test_values_carry_units_as_nvidia_smi_prints_them(sim: SimBackend) -> None:
@@ -90,7 +89,7 @@ def test_reasons_as_bitmask_and_as_active_words(sim: SimBackend) -> None:
 def test_gpuenv_lock_fields_follow_gpuenvs_own_lock(sim: SimBackend) -> None:
     from gpuenv.clocks import lock
 
-    assert rows(sim, "gpuenv.lock,gpuenv.lock.sm", gpus=[0]) == ["none, None"]
+    assert rows(sim, "gpuenv.lock,gpuenv.lock.sm", gpus=[0]) == ["none, [N/A]"]
     with lock(sm=1350, gpus=[0], backend=sim, supervise=False):
         sim.open_context(0)
         sim.idle(1.0)
@@ -143,7 +142,9 @@ def test_help_lists_every_field_and_its_aliases() -> None:
     text = help_text()
     for f in FIELDS:
         assert " or ".join(f'"{n}"' for n in f.names) in text
-    assert '"clocks.current.sm" or "clocks.sm" [MHz]' in text
+    # nvidia-smi's layout: names alone on their line (no unit), then the help, then a blank
+    assert '\n"clocks.current.sm" or "clocks.sm"\nCurrent frequency of the SM' in text
+    assert "[MHz]" not in text
     assert all(f.help for f in FIELDS)
 
 
@@ -239,3 +240,75 @@ def test_cli_a_bad_field_is_refused_before_any_gpu_is_read() -> None:
     result = CliRunner().invoke(cli, ["status", "--query-gpu=bogus"], env=env)
     assert result.exit_code == 2
     assert 'Field "bogus" is not a valid field to query.' in result.output
+
+
+# -- nvidia-smi's whole field list, -l alone, --id, -f --------------------------------------
+
+
+def test_the_freest_gpu_one_liner_runs_and_free_is_what_is_left(sim: SimBackend) -> None:
+    sim.workload.open_context(1)  # a CUDA context holds memory on GPU 1
+    fields = "index,memory.total,memory.reserved,memory.used,memory.free"
+    for line in rows(sim, fields, "csv,noheader,nounits"):
+        index, total, reserved, used, free = map(int, line.split(", "))
+        assert free == total - reserved - used and reserved > 0
+        assert (used > 0) == (index == 1)
+
+
+def test_fields_gpuenv_does_not_read_print_na_on_every_gpu_never_fail(sim: SimBackend) -> None:
+    fields = "index,fan.speed,fabric.state,gom.current,retired_pages.sbe,protected_memory.total"
+    assert rows(sim, fields) == ["0, [N/A], [N/A], [N/A], [N/A], [N/A]",
+                                 "1, [N/A], [N/A], [N/A], [N/A], [N/A]"]  # fmt: skip
+
+
+def test_board_link_and_ecc_fields_read_as_nvidia_smi_writes_them(sim: SimBackend) -> None:
+    fields = ("pci.domain,pci.bus,pci.device_id,pcie.link.gen.max,pcie.link.width.current,"
+              "compute_mode,ecc.mode.current,ecc.errors.uncorrected.volatile.total,"
+              "remapped_rows.pending,power.management,mig.mode.pending,clocks.video")  # fmt: skip
+    assert rows(sim, fields, gpus=[0]) == [
+        "0x0000, 0x18, 0x233010DE, 5, 16, Default, Enabled, 0, No, Enabled, Disabled, 765 MHz"
+    ]
+
+
+def test_an_unreadable_detail_costs_its_cells_not_the_query(sim: SimBackend) -> None:
+    sim.inject_fault(1, "gpu_lost", op="details")
+    lines, errors = query_rows(sim, [0, 1], parse_fields("index,fan.speed,pcie.link.gen.max"),
+                               CsvFormat())  # fmt: skip
+    assert lines == ["0, [N/A], 5", "1, [GPU is lost], [GPU is lost]"]
+    assert len(errors) == 1 and errors[0].startswith("GPU 1:")
+
+
+def test_cli_l_alone_repeats_every_5_s_and_id_is_i() -> None:
+    from gpuenv.cli.status import status
+
+    ctx = status.make_context("status", ["--query-gpu=index", "-l", "--id=1"])
+    assert ctx.params["loop_s"] == 5.0 and ctx.params["gpu"] == "1"
+    ctx = status.make_context("status", ["-l", "2", "--query-gpu=index"])
+    assert ctx.params["loop_s"] == 2.0
+
+
+def test_cli_filename_writes_the_output_to_a_file(tmp_path) -> None:
+    out = tmp_path / "q.csv"
+    result = run("--sim", "status", "--query-gpu=index,memory.free", "--format=csv,noheader",
+                 "-f", str(out))  # fmt: skip
+    assert result.exit_code == 0 and result.output == ""
+    assert out.read_text() == "0, 81079 MiB\n1, 81079 MiB\n"
+
+
+def test_json_documents_carry_their_time(sim: SimBackend) -> None:
+    from gpuenv.status import snapshot
+
+    doc = snapshot(sim, [0])
+    assert doc["time"] == round(sim.clock.wall(), 3)
+    assert doc["timestamp"].endswith("+00:00") and "T" in doc["timestamp"]
+
+
+def test_the_power_cap_counter_is_nvidia_smis_in_us(sim: SimBackend) -> None:
+    """clocks_event_reasons_counters.sw_power_cap is NVML field 74 (gpuenv's "power"
+    counter) in microseconds; it grows while the cap holds the clock down."""
+    fields = "clocks_event_reasons_counters.sw_power_cap,clocks_event_reasons.sw_power_cap"
+    assert rows(sim, fields, gpus=[0]) == ["0 us, Not Active"]
+    sim.set_background_load(0, 1.0)
+    sim.clock.sleep(10.0)
+    counter, active = rows(sim, fields, "csv,nounits", gpus=[0])[0].split(", ")
+    ns = sim.read_slow(0, energy=False).reason_ns["power"]
+    assert active == "Active" and int(counter) == ns // 1000 > 1_000_000

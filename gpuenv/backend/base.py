@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from gpuenv.backend.details import GpuDetails
 from gpuenv.reasons import COUNTER_NAMES, Reason
 from gpuenv.timebase import Clock
 
@@ -245,6 +246,10 @@ class Backend(Protocol):
 
     def memory(self, index: int) -> MemoryUsage | None:
         """Device memory used and total, or None where the GPU does not say."""
+        ...
+
+    def details(self, index: int) -> GpuDetails:
+        """`nvidia-smi -q`'s board, PCIe, fan, ECC and engines (backend/details.py)."""
         ...
 
     # -- telemetry ----------------------------------------------------------------

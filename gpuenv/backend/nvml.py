@@ -2,7 +2,8 @@
 
 `NvmlBackend` is assembled from one module per concept: `nvml_base` (init,
 handles, the chokepoint), `nvml_queries` (identity, limits, processes),
-`nvml_telemetry` (the sampler's reads), `nvml_writes`, with `nvml_errors`
+`nvml_telemetry` (the sampler's reads), `nvml_details` (nvidia-smi -q's
+board, link, fan and ECC), `nvml_writes`, with `nvml_errors`
 (return codes as gpuenv errors) and `nvml_fields` (field ids and values).
 
 Every NVML call goes through one chokepoint, `NvmlBackend._q`, which turns an
@@ -34,12 +35,13 @@ import os
 from typing import Any
 
 from gpuenv.backend.base import Capabilities, Workload
+from gpuenv.backend.nvml_details import NvmlDetails
 from gpuenv.backend.nvml_telemetry import NvmlTelemetry
 from gpuenv.backend.nvml_writes import NvmlWrites
 from gpuenv.timebase import REAL_CLOCK, Clock
 
 
-class NvmlBackend(NvmlTelemetry, NvmlWrites):
+class NvmlBackend(NvmlTelemetry, NvmlWrites, NvmlDetails):
     """The real GPUs. One `nvmlInit` per instance; `close()` (or `with`) shuts NVML down.
 
     Thread-safe: NVML is, and the caches here are filled idempotently.

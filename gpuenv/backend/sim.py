@@ -53,9 +53,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuenv.backend.base import Capabilities, Workload
+from gpuenv.backend.sim_details import SimDetails
 from gpuenv.backend.sim_faults import BACKEND_OPS, FAULT_KINDS, WORKLOAD_OPS, Fault
 from gpuenv.backend.sim_profiles import PROFILES, SimProfile
-from gpuenv.backend.sim_reads import SimReads
 from gpuenv.backend.sim_state import default_state_path
 from gpuenv.backend.sim_workload import SimWorkload
 from gpuenv.backend.sim_writes import SimWrites
@@ -83,7 +83,7 @@ class SimTruth:
     t: float  # the simulated time these values belong to (clock seconds)
 
 
-class SimBackend(SimReads, SimWrites, SimWorkload):
+class SimBackend(SimDetails, SimWrites, SimWorkload):
     """A simulated machine of `n_gpus` identical GPUs (see the module docstring).
 
     `profile`: "h100" (default, GPU_FACTS.md), "rtx4090", "legacy", or a `SimProfile`.

@@ -39,6 +39,7 @@ BACKEND_OPS = (
     "processes",
     "utilization",
     "memory",
+    "details",
     "read_fast",
     "read_slow",
     "power_samples",

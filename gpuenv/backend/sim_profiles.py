@@ -84,6 +84,19 @@ class SimProfile:
     # P-state with no context (nvidia-smi's pstate): an H100 kept persistent says P0 even
     # at its 345 MHz idle clock (nvidia-smi 590 on an H100 SXM); consumer cards drop to P8
     idle_pstate: int = 8
+    # -- the board, as nvidia-smi -q shows it (GpuDetails); the h100's from an H100 SXM5 --
+    pci_device_id: int = 0x233010DE  # device << 16 | NVIDIA's vendor id
+    pci_sub_device_id: int = 0x16C110DE
+    vbios_version: str = "96.00.DA.00.0C"
+    pcie_gen: int = 5  # current = max once busy; an idle link drops to gen 1
+    pcie_width: int = 16
+    fan_pct: int | None = None  # None: cooled by the chassis (SXM), nvidia-smi says [N/A]
+    ecc: bool = True
+    row_remapping: bool = True  # Ampere+ data-centre parts remap rows instead of retiring pages
+    reserved_mib: int = 480  # held by driver and firmware (memory.reserved; an H100 SXM's)
+    display: bool = False
+    video_mhz: tuple[int, int] = (765, 1755)  # video clock idle, busy
+    inforom: tuple[str | None, ...] = ("G520.0200.00.05", "2.1", "7.16", None)  # img, oem, ecc, pwr
 
     @property
     def max_sm_mhz(self) -> int:
@@ -181,6 +194,16 @@ RTX4090 = SimProfile(
     persistence_default=False,
     pci_bus_ids=("00000000:01:00.0", "00000000:02:00.0", "00000000:41:00.0", "00000000:42:00.0"),
     context_mib=400,
+    pci_device_id=0x268410DE,
+    pci_sub_device_id=0x167010DE,
+    vbios_version="95.02.18.80.5F",
+    pcie_gen=4,
+    fan_pct=30,
+    ecc=False,
+    row_remapping=False,
+    reserved_mib=353,
+    display=True,
+    video_mhz=(1185, 2415),
 )
 
 LEGACY = SimProfile(
@@ -221,6 +244,13 @@ LEGACY = SimProfile(
     persistence_default=True,
     pci_bus_ids=("00000000:04:00.0", "00000000:06:00.0", "00000000:07:00.0", "00000000:08:00.0"),
     context_mib=300,
+    pci_device_id=0x15F810DE,
+    pci_sub_device_id=0x118F10DE,
+    vbios_version="86.00.26.00.02",
+    pcie_gen=3,
+    row_remapping=False,
+    reserved_mib=0,
+    video_mhz=(544, 1328),
 )
 
 PROFILES: dict[str, SimProfile] = {p.key: p for p in (H100, RTX4090, LEGACY)}

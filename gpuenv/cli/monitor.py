@@ -13,15 +13,19 @@ from gpuenv.cli._common import gpu_option, handle_errors, interval_option, open_
 _SCENARIO_NAMES = ("idle", "load", "bursts", "shared")  # gpuenv.monitor.SCENARIOS (checked there)
 
 
-def _refuse_c(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    """`-c` was the count here once; in nvitop it means "compute processes only". Rather
-    than count where a nvitop user expects a filter (or the reverse), say which is which."""
-    if value is not None and not ctx.resilient_parsing:
-        raise click.UsageError(
-            "-c is not a gpuenv monitor option: nvitop's -c shows compute processes only, "
-            "which gpuenv's monitor does not filter; to stop after N updates use -n N (--count)",
-            ctx,
-        )
+_SORT_KEYS = ("pid", "user", "gpu_memory", "sm_utilization", "cpu_percent", "memory_percent",
+              "time")  # gpuenv.monitor.processes.SORT_KEYS (checked there)
+
+
+def _only_gpus(gpu: str, only: tuple[str, ...]) -> str:
+    """nvitop's `-o/--only 0 -o 1` (or `-o 0,1`) as the GPU selector; not both with -i."""
+    if not only:
+        return gpu
+    if gpu != "all":
+        from gpuenv.errors import ConfigError
+
+        raise ConfigError("-i and -o both choose GPUs", hint="use one: -i 0,1 or -o 0 -o 1")
+    return ",".join(only)
 
 
 @click.command("monitor")
@@ -35,10 +39,20 @@ def _refuse_c(ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @click.option(
     "-n", "--count", type=int, default=None, metavar="N", help="Stop after N updates (top's -n)."
 )
-@click.option(
-    "-c", "nvitop_c", hidden=True, default=None, expose_value=False, callback=_refuse_c,
-    help="Refused: nvitop's -c means compute processes only; the count is -n/--count.",
-)  # fmt: skip
+@click.option("-o", "--only", "only", multiple=True, metavar="IDX",
+              help="nvitop's spelling of -i: the GPUs to show (-o 0 -o 1, or -o 0,1).")
+@click.option("-c", "--only-compute", is_flag=True, help="Only compute processes (nvitop -c).")
+@click.option("-g", "--only-graphics", is_flag=True,
+              help="Only graphics processes (nvitop -g).")
+@click.option("-u", "--user", "users", multiple=True, metavar="USER",
+              help="Only the processes of USER (repeatable; nvitop -u).")
+@click.option("--pid", "pids", multiple=True, type=int, metavar="PID",
+              help="Only process PID (repeatable; nvitop --pid).")
+@click.option("--sort", type=click.Choice(_SORT_KEYS), default="pid", show_default=True,
+              help="Sort the processes by this column (keys , and . in the live view).")
+@click.option("--reverse", is_flag=True, help="Reverse the sort (key / in the live view).")
+@click.option("-U", "--ascii", "--no-unicode", "ascii_only", is_flag=True,
+              help="ASCII characters only (nvitop -U); automatic when the output is not UTF-8.")
 @click.option("--duration", type=float, default=None, metavar="S", help="Stop after S seconds.")
 @click.option(
     "--scenario",
@@ -66,12 +80,21 @@ def monitor(
     scenario: str | None,
     no_processes: bool,
     color: bool | None,
+    only: tuple[str, ...],
+    only_compute: bool,
+    only_graphics: bool,
+    users: tuple[str, ...],
+    pids: tuple[int, ...],
+    sort: str,
+    reverse: bool,
+    ascii_only: bool,
 ) -> None:
     """Live view of what makes numbers lie: clocks against max and the lock, power
     against the limit, temperature against slowdown, active clock-event reasons
     and how long, the lock owner, and the processes on each GPU.
 
-    Keys: q quit, p pause, arrows or 0-9 pick a GPU, ? or h help. '--json'/'--csv' stream one
+    Keys: q quit, p pause, arrows or 0-9 pick a GPU, , and . sort the processes,
+    / reverse, f filter (all, compute, graphics), ? or h help. '--json'/'--csv' stream one
     line per GPU per tick, flushed (like 'nvidia-smi dmon'); '--once' prints one
     snapshot (like 'nvidia-smi' / 'nvitop --once').
 
@@ -91,6 +114,10 @@ def monitor(
             hint="add --sim: 'gpuenv --sim monitor --scenario load'",
         )
 
+    if only_compute and only_graphics:
+        raise ConfigError("-c and -g disagree", hint="one of them, or neither for every process")
+    gpu = _only_gpus(gpu, only)
+
     from gpuenv.devices import select_gpus
 
     opts = MonitorOptions(
@@ -102,6 +129,12 @@ def monitor(
         scenario=scenario,
         processes=not no_processes,
         color=color,
+        ascii_only=ascii_only,
+        sort=sort,
+        reverse=reverse,
+        kind="C" if only_compute else "G" if only_graphics else "all",
+        users=users,
+        pids=pids,
     )
     backend = open_from_ctx(ctx, readonly=True)  # the monitor never writes
     try:

@@ -4,9 +4,10 @@ nvidia-smi's habits work: `--query-gpu=FIELDS --format=csv[,noheader][,nounits]`
 (`--help-query-gpu` lists the fields), `-l SEC` / `-lms MS` to repeat until Ctrl-C,
 `--supported-clocks` (or `--query-supported-clocks=mem,gr`), `-i` to pick GPUs.
 
-Exit codes: 0 every selected GPU answered (and always after a loop ends with Ctrl-C
-or a closed pipe); 2 an error (bad option or field, bad -i, or a GPU that failed to
-answer: its row says why); 9 no driver. The rest: gpuenv.errors.EXIT_CODES.
+Exit codes, nvidia-smi's where gpuenv means the same: 0 every selected GPU answered
+(and always after a loop ends with Ctrl-C or a closed pipe); 2 an error (bad option or
+field, or a GPU that failed to answer: its row says why); 6 no GPU matches -i/--id;
+9 no driver; 12 no NVML library. The rest: gpuenv.errors.EXIT_CODES.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 import click
 
 from gpuenv.backend import env_readonly
-from gpuenv.cli._common import gpu_option, handle_errors, is_dry_run, open_from_ctx
+from gpuenv.cli._common import GPU_HELP, AliasedOption, handle_errors, is_dry_run, open_from_ctx
 
 
 def _print_help(table: str) -> None:
@@ -39,7 +40,9 @@ def _help_callback(table: str) -> Callable[[click.Context, click.Parameter, bool
 
 
 @click.command("status")
-@gpu_option()
+@click.option("-i", "--gpu", "--id", "gpu", cls=AliasedOption, hidden_opts=("--id",),
+              default="all", show_default=True, metavar="SEL",
+              help=GPU_HELP + " (--id=SEL: nvidia-smi's spelling)")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema in gpuenv/status/).")
 @click.option(
     "--query-gpu", "query_gpu", metavar="FIELDS",
@@ -60,8 +63,13 @@ def _help_callback(table: str) -> Callable[[click.Context, click.Parameter, bool
     help="One row per supported clock pair, as nvidia-smi's (e.g. mem,gr).",
 )  # fmt: skip
 @click.option(
-    "-l", "--loop", "--interval", "loop_s", type=float, metavar="SEC",
-    help="Repeat every SEC seconds until Ctrl-C (nvidia-smi -l).",
+    "-l", "--loop", "--interval", "loop_s", type=float, metavar="SEC", is_flag=False,
+    flag_value=5.0, help="Repeat every SEC seconds (5 when -l comes alone) until Ctrl-C "
+    "(nvidia-smi -l).",
+)  # fmt: skip
+@click.option(
+    "-f", "--filename", "filename", type=click.Path(dir_okay=False, writable=True),
+    help="Write the output to this file instead of standard output (nvidia-smi -f).",
 )  # fmt: skip
 @click.option(
     "-lms", "--loop-ms", "loop_ms", type=int, metavar="MS",
@@ -87,6 +95,7 @@ def status(
     query_supported_clocks: str | None,
     loop_s: float | None,
     loop_ms: int | None,
+    filename: str | None,
 ) -> None:
     """Clocks now/max, lock state, power draw/limit, temperature/slowdown threshold,
     active clock-event reasons, persistence mode and process count, per GPU.
@@ -97,6 +106,7 @@ def status(
     gpuenv status --query-gpu=index,clocks.sm,power.draw --format=csv,noheader
     gpuenv status --query-gpu=timestamp,clocks.sm,clocks_event_reasons.active -lms 200
     gpuenv status --supported-clocks -i 0
+    gpuenv status --query-gpu=timestamp,power.draw --format=csv -l -f power.csv
     """
     from gpuenv.devices import select_gpus
     from gpuenv.status.show import StatusOptions, check, interval, show
@@ -113,7 +123,12 @@ def status(
     check(opts)
     backend = open_from_ctx(ctx, readonly=True)  # status itself never writes
     try:
-        code = show(backend, select_gpus(backend, gpu), opts, sys.stdout, sys.stderr)
+        gpus = select_gpus(backend, gpu)
+        if filename is None:
+            code = show(backend, gpus, opts, sys.stdout, sys.stderr)
+        else:
+            with open(filename, "w", encoding="utf-8") as out:  # nvidia-smi -f replaces it
+                code = show(backend, gpus, opts, out, sys.stderr)
     finally:
         backend.close()
     if code:

@@ -6,8 +6,13 @@ the lock holds, by whom, and the daemon's lease counts. A cluster's
 Prometheus/Grafana then sees which nodes benchmark under locked clocks.
 
 Every per-GPU series carries dcgm-exporter's labels, spelled as it spells them
-(`gpu`, `UUID`, `pci_bus_id`, `modelName`, `Hostname`), so the two join:
-`gpuenv_lock_active * on(UUID) group_right DCGM_FI_DEV_SM_CLOCK`. Reasons are named
+(`gpu`, `UUID`, `pci_bus_id`, `device` = "nvidia<minor>", `modelName`, and the host
+both as `Hostname`, its last release's spelling, and `hostname`, its main branch's), so
+the two join: `DCGM_FI_DEV_SM_CLOCK and on(UUID) gpuenv_lock_active == 1` keeps DCGM's
+clock of the locked GPUs. The two exporters listen on different ports, so their
+`instance` labels differ: contrib/prometheus/dcgm-scrape.yml relabels both to the
+host, which makes NVIDIA's dcgm-exporter dashboard (it filters on `instance`) and
+gpuenv's dashboard pick the same nodes and `on(instance, UUID)` joins match. Reasons are named
 in one vocabulary, NVML's (gpuenv.reasons: `SwPowerCap`, `SwThermalSlowdown`...),
 in both the active-reason gauge and the time-under-reason counter. No label names a
 process (holders are counted per user and kind), so series do not grow with jobs.
@@ -52,8 +57,9 @@ class Server(Protocol):
     def connections(self) -> int: ...
 
 DEFAULT_PORT = METRICS_PORT
-# dcgm-exporter's per-GPU labels (its render_metrics.go): the join keys
-GPU_LABELS = ["gpu", "UUID", "pci_bus_id", "modelName", "Hostname"]
+# dcgm-exporter's per-GPU labels (its render_metrics.go): the join keys. The host twice:
+# `Hostname` in its releases up to 4.x, `hostname` on its main branch (renamed May 2026).
+GPU_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname"]
 THRESHOLDS = {"slowdown": "slowdown_c", "shutdown": "shutdown_c",
               "gpu_max_operating": "gpu_max_c", "memory_max_operating": "mem_max_c"}
 
@@ -89,10 +95,15 @@ class GpuenvCollector:
         return []  # nothing fixed: registering must not call collect() before the daemon runs
 
     def static(self, index: int) -> dict[str, Any]:
-        """What never changes while the daemon runs: thresholds, driver (read once)."""
+        """What never changes while the daemon runs: thresholds, driver, device (read once)."""
         if index not in self._static:
             backend = self.server.backend
-            out: dict[str, Any] = {"thresholds": {}, "driver": ""}
+            # dcgm-exporter's `device`: the /dev/nvidiaN node, N the minor number (not the index)
+            out: dict[str, Any] = {"thresholds": {}, "driver": "", "device": f"nvidia{index}"}
+            with contextlib.suppress(GpuenvError):
+                minor = backend.details(index).minor_number
+                if minor is not None:
+                    out["device"] = f"nvidia{minor}"
             with contextlib.suppress(GpuenvError):
                 th = backend.thresholds(index)
                 out["thresholds"] = {k: getattr(th, a) for k, a in THRESHOLDS.items()
@@ -119,8 +130,9 @@ class GpuenvCollector:
 
     def _add_gpu(self, fams: dict[str, Any], dev: Any) -> None:
         server, index = self.server, dev.index
-        labels = [str(index), dev.uuid, dev.pci_bus_id, dev.name, self.hostname]
         static = self.static(index)
+        labels = [str(index), dev.uuid, dev.pci_bus_id, static["device"], dev.name,
+                  self.hostname, self.hostname]  # fmt: skip
         fams["info"].add_metric([*labels, static["driver"]], {})
         for kind, value in static["thresholds"].items():
             fams["threshold"].add_metric([*labels, kind], value)

@@ -26,6 +26,12 @@ class MonitorOptions:
     scenario: str | None = None
     processes: bool = True
     color: bool | None = None  # None: when standard output is a terminal
+    ascii_only: bool = False  # --ascii / -U (also when the output is not UTF-8)
+    sort: str = "pid"  # processes.SORT_KEYS
+    reverse: bool = False
+    kind: str = "all"  # "all", "C" (--only-compute) or "G" (--only-graphics)
+    users: tuple[str, ...] = ()
+    pids: tuple[int, ...] = ()
 
 
 def check_options(
@@ -96,11 +102,13 @@ def _stream(model: Any, fmt: str, opts: MonitorOptions, out: IO[str]) -> None:
 
 def _view(model: Any, opts: MonitorOptions, source: str, simulated: bool, out: IO[str]) -> None:
     from gpuenv.monitor.blocks import Frame
-    from gpuenv.monitor.draw import ansi, plain
+    from gpuenv.monitor.draw import Glyphs, ansi, plain
     from gpuenv.monitor.tui import run_tui
     from gpuenv.monitor.view import render
 
-    frame = Frame(source=source, simulated=simulated, interval_s=opts.interval_s)
+    frame = Frame(source=source, simulated=simulated, interval_s=opts.interval_s,
+                  sort=opts.sort, reverse=opts.reverse, kind=opts.kind, users=opts.users,
+                  pids=opts.pids)  # fmt: skip
     if opts.once or not out.isatty():
         if not opts.once:
             raise ConfigError(
@@ -110,8 +118,13 @@ def _view(model: Any, opts: MonitorOptions, source: str, simulated: bool, out: I
         import shutil
 
         frame.keys = False
+        # what `out` can write: ASCII unless it is UTF-8 (PYTHONIOENCODING=ascii, LANG=C)
+        frame.glyphs = Glyphs.for_output(getattr(out, "encoding", None),
+                                         ascii_only=opts.ascii_only)  # fmt: skip
         width = shutil.get_terminal_size((120, 24)).columns
-        lines = render(model.update(), frame, width, None)
+        views = model.update()
+        frame.host = model.host
+        lines = render(views, frame, width, None)
         use_color = out.isatty() if opts.color is None else opts.color
         out.write(ansi(lines) if use_color else plain(lines))
         return
@@ -120,7 +133,8 @@ def _view(model: Any, opts: MonitorOptions, source: str, simulated: bool, out: I
         stop_after = opts.duration_s
     else:
         stop_after = None if opts.count is None else opts.count * opts.interval_s
-    run_tui(model, frame, interval_s=opts.interval_s, stop_after_s=stop_after)
+    run_tui(model, frame, interval_s=opts.interval_s, stop_after_s=stop_after,
+            ascii_only=opts.ascii_only)
 
 
 def _source(backend: Any, simulated: bool, scenario: str | None) -> str:

@@ -4,11 +4,13 @@ rows) and its one-line row for many GPUs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuenv.monitor.draw import Glyphs, Line, Segment, bar, graph, sparkline
-from gpuenv.monitor.model import BAD_REASONS, REASON_SHORT, WARN_REASONS, GpuView
-from gpuenv.monitor.processes import shorten_command
+from gpuenv.monitor.host import HostView
+from gpuenv.monitor.model import BAD_REASONS, REASON_SHORT, WARN_REASONS, GpuView, ProcView
+from gpuenv.monitor.processes import SORT_KEYS, arrange, shorten_command
 from gpuenv.reasons import HARDWARE, THERMAL, Reason
 from gpuenv.units import fmt_elapsed
 
@@ -27,6 +29,13 @@ class Frame:
     keys: bool = True  # show the key hints
     help: bool = False  # the help overlay is open
     glyphs: Glyphs = field(default_factory=Glyphs)
+    host: HostView | None = None  # the host line under the header (None: not shown)
+    # the process tables: nvitop's sort keys (processes.SORT_KEYS) and filters
+    sort: str = "pid"
+    reverse: bool = False
+    kind: str = "all"  # "all", "C" (compute) or "G" (graphics)
+    users: tuple[str, ...] = ()
+    pids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -211,6 +220,26 @@ def _gauge_parts(v: GpuView, rows: _Rows) -> list[Part]:
     return parts
 
 
+def _board_part(v: GpuView, rows: _Rows) -> Part:
+    """nvitop's device columns: P-state, fan, ECC errors, bus id, persistence, compute and
+    MIG mode; what the GPU does not say reads N/A, as in nvitop."""
+
+    def on(value: bool | None) -> str:
+        return "N/A" if value is None else ("On" if value else "Off")
+
+    na = "N/A"
+    ecc_style = "bad" if v.ecc_errors else ""
+    line: Line = [rows.label("board"),
+                  (f"{'P' + str(v.pstate) if v.pstate is not None else na:>{rows.value_w - 2}}  ",
+                   ""),
+                  (f"fan {na if v.fan_pct is None else str(v.fan_pct) + '%'}  ", ""),
+                  (f"ECC {na if v.ecc_errors is None else v.ecc_errors}", ecc_style),
+                  (f"  persist {on(v.persistence)}  compute {v.compute_mode or na}  "
+                   f"MIG {on(v.mig_mode)}", "dim"),
+                  (f"  bus {v.bus_id or na}", "dim")]  # fmt: skip
+    return Part(45, [line])
+
+
 def _why_parts(v: GpuView, rows: _Rows) -> list[Part]:
     """The active clock-event reasons: for how long, and their share of the counter span."""
     g = rows.g
@@ -239,38 +268,69 @@ def _why_parts(v: GpuView, rows: _Rows) -> list[Part]:
     return parts
 
 
-def proc_lines(v: GpuView, width: int, g: Glyphs, max_rows: int | None) -> list[Line]:
-    """The process table: PID, USER, GPU MEM, SM, COMMAND cut from the left to fit.
+def _time(seconds: float | None) -> str:
+    """ps's TIME as nvitop shows it: m:ss, h:mm:ss, or d-hh:mm:ss."""
+    if seconds is None:
+        return "N/A"
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    mins, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{mins:02d}:{secs:02d}"
+    return f"{hours}:{mins:02d}:{secs:02d}" if hours else f"{mins}:{secs:02d}"
 
-    Narrow terminals drop the USER column, then the SM one, rather than cut words.
-    """
+
+def _pct(value: float | None) -> str:
+    return "N/A" if value is None else f"{value:.1f}"
+
+
+# (header, width, the narrowest terminal that shows it, the cell of a process)
+_COLUMNS: tuple[tuple[str, int, int, Callable[[ProcView], str]], ...] = (
+    ("PID", 7, 0, lambda p: str(p.pid)),
+    ("T", 4, 0, lambda p: p.kind),
+    ("USER", 11, 110, lambda p: p.user),
+    ("GPU MEM", 9, 0, lambda p: _mib(p.used_memory_mib) if p.used_memory_mib is not None else "-"),
+    ("SM", 5, 50, lambda p: f"{p.sm_pct}%" if p.sm_pct is not None else "-"),
+    ("%CPU", 6, 72, lambda p: _pct(p.cpu_pct)),
+    ("%MEM", 6, 72, lambda p: _pct(p.mem_pct)),
+    ("TIME", 11, 100, lambda p: _time(p.time_s)),
+)
+
+
+def proc_lines(v: GpuView, width: int, g: Glyphs, max_rows: int | None,
+               frame: Frame | None = None) -> list[Line]:  # fmt: skip
+    """The process table as nvitop's: PID, TYPE, USER, GPU MEM, SM, %CPU, %MEM, TIME and
+    the COMMAND from its start, sorted and filtered as `frame` says (its sort column's
+    header marked). Narrow terminals drop USER, TIME, then %CPU/%MEM, then SM."""
+    frame = frame or Frame()
     lead = "    procs   "
     if v.processes_error is not None:
         return [[(lead, "dim"), (f"unknown: {v.processes_error}", "warn")]]
-    if not v.processes:
-        return [[(lead, "dim"), ("none", "dim")]]
-    user_w = 10 if width >= 72 else 0
-    sm_w = 5 if width >= 50 else 0
-    head = f"{'PID':>7}  " + (f"{'USER':<{user_w}} " if user_w else "") + f"{'GPU MEM':>9}"
-    head += f"{'SM':>{sm_w}}" if sm_w else ""
-    cmd_w = max(0, width - len(lead) - len(head) - 2)
-    lines: list[Line] = [[(lead, "dim"), (head + "  COMMAND", "dim")]]
-    shown = list(v.processes) if max_rows is None else list(v.processes[: max(0, max_rows)])
-    if max_rows is not None and len(shown) < len(v.processes) and shown:
+    procs = arrange(v.processes, frame.sort, frame.reverse, frame.kind, frame.users, frame.pids)
+    filtered = len(procs) < len(v.processes)
+    if not procs:
+        return [[(lead, "dim"), ("none" + (" (filtered)" if filtered else ""), "dim")]]
+    cols = [c for c in _COLUMNS if width >= c[2]]
+    marked = SORT_KEYS[frame.sort][0]
+    arrow = ("v" if frame.reverse else "^") if g.more == "~" else ("▼" if frame.reverse else "▲")
+
+    def cell(text: str, w: int, left: bool) -> str:
+        text = text if len(text) <= w - 1 else text[: w - 2] + g.more
+        return f"{text:<{w}}" if left else f"{text:>{w - 1}} "
+
+    head = "".join(cell(h + (arrow if h == marked else ""), w, h in ("USER", "T"))
+                   for h, w, _, _ in cols)  # fmt: skip
+    cmd_w = max(0, width - len(lead) - len(head) - 1)
+    lines: list[Line] = [[(lead, "dim"), (head + " COMMAND", "dim")]]
+    shown = list(procs) if max_rows is None else list(procs[: max(0, max_rows)])
+    if max_rows is not None and len(shown) < len(procs) and shown:
         shown = shown[:-1]  # room for the "more" line
     for p in shown:
-        mem = _mib(p.used_memory_mib) if p.used_memory_mib is not None else "-"
-        text = f"{p.pid:>7}  "
-        if user_w:
-            user = p.user if len(p.user) <= user_w else p.user[: user_w - 1] + g.more
-            text += f"{user:<{user_w}} "
-        text += f"{mem:>9}"
-        if sm_w:
-            text += f"{(str(p.sm_pct) + '%') if p.sm_pct is not None else '-':>{sm_w}}"
+        text = "".join(cell(fn(p), w, h in ("USER", "T")) for h, w, _, fn in cols)
         cmd = shorten_command(p.command, cmd_w, g.more)
-        lines.append([(" " * len(lead), ""), (text + "  ", ""), (cmd, "bold")])
-    if len(shown) < len(v.processes):
-        more = f"{g.more} {len(v.processes) - len(shown)} more"
+        lines.append([(" " * len(lead), ""), (text + " ", ""), (cmd, "bold")])
+    if len(shown) < len(procs):
+        more = f"{g.more} {len(procs) - len(shown)} more"
         lines.append([(" " * len(lead), ""), (more, "dim")])
     return lines
 
@@ -293,7 +353,8 @@ def gpu_parts(v: GpuView, width: int, frame: Frame, *, graph_rows: int = 1) -> l
     if v.error is not None:
         return [Part(100, [[("    error: ", "bad"), (v.error, "bad")]])]
     rows = _Rows(width, frame.glyphs)
-    return [*_clock_parts(v, rows, graph_rows), *_gauge_parts(v, rows), *_why_parts(v, rows)]
+    return [*_clock_parts(v, rows, graph_rows), *_gauge_parts(v, rows), _board_part(v, rows),
+            *_why_parts(v, rows)]  # fmt: skip
 
 
 def fit(parts: list[Part], budget: int) -> list[Part]:

@@ -22,10 +22,22 @@ class Glyphs:
     no: str = "✗"
     more: str = "…"
     arrows: str = "←→"
+    ascii: bool = False  # the ASCII set: the view then writes nothing but ASCII
 
     @classmethod
-    def for_encoding(cls, encoding: str | None) -> Glyphs:
-        if encoding and encoding.lower().replace("-", "") in ("utf8", "utf16", "utf32"):
+    def for_output(cls, encoding: str | None, *, ascii_only: bool = False) -> Glyphs:
+        """The glyphs for an output written in `encoding` under this process's locale:
+        ASCII when asked, when the encoding is not UTF-8, or when the locale is not
+        (LANG=C: Python's UTF-8 mode then writes UTF-8 that a C terminal cannot show)."""
+        if ascii_only or not _locale_is_utf8():
+            return cls.for_encoding("ascii")
+        return cls.for_encoding(encoding)
+
+    @classmethod
+    def for_encoding(cls, encoding: str | None, *, ascii_only: bool = False) -> Glyphs:
+        """Unicode glyphs for a UTF encoding, ASCII for any other (or `ascii_only`)."""
+        utf = (encoding or "").lower().replace("-", "") in ("utf8", "utf16", "utf32")
+        if utf and not ascii_only:
             return cls()
         return cls(
             bar_full="#",
@@ -38,7 +50,20 @@ class Glyphs:
             no="NO",
             more="~",
             arrows="<>",
+            ascii=True,
         )
+
+
+def _locale_is_utf8() -> bool:
+    """Whether the C library's character set (LC_CTYPE from the environment) is UTF-8."""
+    import locale
+
+    try:
+        locale.setlocale(locale.LC_CTYPE, "")
+        codeset = locale.nl_langinfo(locale.CODESET)
+    except (locale.Error, AttributeError, ValueError):
+        return True  # no way to tell (not POSIX): the encoding alone decides
+    return codeset.lower().replace("-", "") == "utf8"
 
 
 def width_of(line: Line) -> int:

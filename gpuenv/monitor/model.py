@@ -22,7 +22,9 @@ from typing import Any
 
 from gpuenv import reasons
 from gpuenv.backend import Backend
+from gpuenv.backend.details import COMPUTE_MODES
 from gpuenv.errors import GpuenvError
+from gpuenv.monitor.host import HostView, read_host
 from gpuenv.monitor.processes import ProcessReader, ProcView, process_reader
 from gpuenv.timebase import REAL_CLOCK, Clock
 
@@ -80,6 +82,14 @@ class GpuView:
     processes: tuple[ProcView, ...] = ()
     processes_error: str | None = None  # why the processes could not be read
     history: tuple[tuple[float, int], ...] = ()  # (t, SM MHz) over the last history_s
+    # the board, as nvitop's device panel shows it (None: the GPU does not say)
+    bus_id: str | None = None
+    pstate: int | None = None
+    fan_pct: int | None = None
+    ecc_errors: int | None = None  # uncorrected, volatile (since the driver loaded)
+    persistence: bool | None = None
+    compute_mode: str | None = None  # Default, Exclusive_Process, Prohibited
+    mig_mode: bool | None = None
     error: str | None = None
 
 
@@ -108,7 +118,9 @@ class MonitorModel:
     Reads: the cheap values, power limit, utilization, memory and processes every update;
     the cumulative reason counters (with the energy counter, ~3 ms on an H100) at
     most every `slow_period`; the lock from the journal at most every
-    `lock_period` (whether it holds is checked against every update's clock).
+    `lock_period` (whether it holds is checked against every update's clock); the board
+    (fan, ECC, compute mode: Backend.details, a few dozen NVML calls) with the slow
+    counters; the host (CPU, memory, load: host.py) once per update, into `host`.
     """
 
     def __init__(
@@ -146,6 +158,8 @@ class MonitorModel:
         self._last_slow: dict[int, float] = {}
         self._since: dict[int, dict[int, tuple[float, bool]]] = {i: {} for i in self.gpus}
         self._updates = 0
+        self._board: dict[int, tuple[float, dict[str, Any]]] = {}
+        self.host: HostView | None = None  # the host at the last update
 
     def _static_of(self, i: int) -> dict[str, Any]:
         st = self._static.get(i)
@@ -156,6 +170,8 @@ class MonitorModel:
             st = {
                 "name": info.name,
                 "uuid": info.uuid,
+                "bus_id": info.pci_bus_id,
+                "mig_mode": info.mig_mode,
                 "max_sm": limits.max_sm_mhz,
                 "max_mem": limits.max_mem_mhz,
                 "slowdown": thresholds.slowdown_c,
@@ -165,8 +181,29 @@ class MonitorModel:
 
     def update(self) -> list[GpuView]:
         views = [self._read(i) for i in self.gpus]
+        self.host = read_host()
         self._updates += 1
         return views
+
+    def _board_of(self, i: int, t: float) -> dict[str, Any]:
+        """P-state and persistence each update; fan, ECC and compute mode (Backend.details)
+        at most every slow_period. Each read on its own: one missing costs only itself."""
+        out: dict[str, Any] = {}
+        with contextlib.suppress(GpuenvError):
+            out["pstate"] = self.backend.performance_state(i)
+        with contextlib.suppress(GpuenvError):
+            out["persistence"] = self.backend.persistence_mode(i)
+        cached = self._board.get(i)
+        if cached is None or t - cached[0] >= self.slow_period:
+            slow: dict[str, Any] = {}
+            with contextlib.suppress(GpuenvError):
+                d = self.backend.details(i)
+                mode = d.compute_mode
+                slow = {"fan_pct": d.fan_pct, "ecc_errors": d.ecc_total(),
+                        "compute_mode": None if mode is None
+                        else COMPUTE_MODES.get(mode, "?")}  # fmt: skip
+            self._board[i] = cached = (t, slow)
+        return {**out, **cached[1]}
 
     def _read(self, i: int) -> GpuView:
         t = self.clock.now()
@@ -200,8 +237,10 @@ class MonitorModel:
             below_max_share=below,
             counter_span_s=span,
             history=tuple(hist),
+            bus_id=st["bus_id"],
+            mig_mode=st["mig_mode"],
         )
-        extras: dict[str, Any] = {}
+        extras: dict[str, Any] = self._board_of(i, t)
         # Each optional read on its own: one failing (not supported, no permission)
         # must not hide the others.
         with contextlib.suppress(GpuenvError):

@@ -31,6 +31,9 @@ STREAM_FIELDS = (
     "locked_sm_mhz",
     "lock_holds",
     "n_processes",
+    "pstate",
+    "fan_pct",
+    "ecc_errors",
     "error",
 )
 
@@ -62,6 +65,9 @@ def stream_record(v: GpuView) -> dict[str, Any]:
         "locked_sm_mhz": locked,
         "lock_holds": lock.holds if lock else None,
         "n_processes": len(v.processes),
+        "pstate": v.pstate,
+        "fan_pct": v.fan_pct,
+        "ecc_errors": v.ecc_errors,
         "error": v.error,
     }
 

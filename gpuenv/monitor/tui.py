@@ -13,6 +13,7 @@ from typing import Any
 from gpuenv.monitor.blocks import Frame
 from gpuenv.monitor.draw import Glyphs, Line
 from gpuenv.monitor.model import MonitorModel
+from gpuenv.monitor.processes import KINDS, SORT_KEYS
 from gpuenv.monitor.view import render
 
 KEYS_NEXT = ("KEY_RIGHT", "KEY_DOWN", "\t", "j", "l")
@@ -23,12 +24,14 @@ KEYS_HELP = ("?", "h", "H", "KEY_F(1)")
 class Ui:
     """Key handling and state of the interactive view, apart from curses (tested directly)."""
 
-    def __init__(self, n_gpus: int):
+    def __init__(self, n_gpus: int, *, sort: str = "pid", reverse: bool = False,
+                 kind: str = "all"):  # fmt: skip
         self.n = n_gpus
         self.selected = 0
         self.paused = False
         self.quit = False
         self.help = False
+        self.sort, self.reverse, self.kind = sort, reverse, kind
 
     def key(self, key: str) -> bool:
         """Handle one key; True when the screen needs a redraw. With the help open, any
@@ -49,13 +52,21 @@ class Ui:
             self.selected = (self.selected - 1) % max(self.n, 1)
         elif len(key) == 1 and key.isdigit() and int(key) < self.n:
             self.selected = int(key)
+        elif key in (",", "."):  # nvitop's keys: the previous / next sort column
+            keys = list(SORT_KEYS)
+            self.sort = keys[(keys.index(self.sort) + (1 if key == "." else -1)) % len(keys)]
+        elif key == "/":
+            self.reverse = not self.reverse
+        elif key in ("f", "F"):
+            self.kind = KINDS[(KINDS.index(self.kind) + 1) % len(KINDS)]
         elif key != "KEY_RESIZE":
             return False
         return True
 
 
 def run_tui(
-    model: MonitorModel, frame: Frame, *, interval_s: float, stop_after_s: float | None = None
+    model: MonitorModel, frame: Frame, *, interval_s: float, stop_after_s: float | None = None,
+    ascii_only: bool = False,
 ) -> None:
     """The interactive view until `q` (or `stop_after_s`): erase + noutrefresh + doupdate
     each frame, so no flicker."""
@@ -67,14 +78,14 @@ def run_tui(
     # and a stale exported pair would pin the view to it, resizes included.
     os.environ.pop("LINES", None)
     os.environ.pop("COLUMNS", None)
-    frame.glyphs = Glyphs.for_encoding(locale.getpreferredencoding(False))
+    frame.glyphs = Glyphs.for_output(locale.getpreferredencoding(False), ascii_only=ascii_only)
 
     def main(scr: Any) -> None:
         curses.curs_set(0)
         with contextlib.suppress(AttributeError, curses.error):
             curses.set_escdelay(25)  # Esc closes the help at once, not after a second
         styles = _curses_styles(curses)
-        ui = Ui(len(model.gpus))
+        ui = Ui(len(model.gpus), sort=frame.sort, reverse=frame.reverse, kind=frame.kind)
         views = model.update()
         started = model.clock.now()
         next_due = started + interval_s
@@ -84,6 +95,8 @@ def run_tui(
                 return
             if dirty:
                 frame.paused, frame.selected, frame.help = ui.paused, ui.selected, ui.help
+                frame.sort, frame.reverse, frame.kind = ui.sort, ui.reverse, ui.kind
+                frame.host = model.host
                 h, w = scr.getmaxyx()
                 _draw(scr, render(views, frame, w, h), styles, curses)
                 dirty = False

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from gpuenv.monitor.blocks import Frame, Part, fit, gpu_parts, gpu_row, proc_lines, title_line
 from gpuenv.monitor.draw import Glyphs, Line, Segment, clip, width_of
+from gpuenv.monitor.host import host_segments
 from gpuenv.monitor.model import GpuView
 
 KEY_HELP = (  # (keys, what they do): the help overlay and the README say the same
@@ -25,6 +26,9 @@ KEY_HELP = (  # (keys, what they do): the help overlay and the README say the sa
     ("→ ↓ Tab j l", "select the next GPU"),
     ("← ↑ k", "select the previous GPU"),
     ("0-9", "select GPU N"),
+    (",  .", "sort the processes by the previous / next column (PID, USER, GPU MEM, SM, ...)"),
+    ("/", "reverse the sort order"),
+    ("f", "filter the processes: all, compute (C) only, graphics (G) only"),
     ("?  h", "this help (any key closes it)"),
 )
 PART_HELP = (
@@ -34,7 +38,9 @@ PART_HELP = (
     ("power", "power against the enforced limit"),
     ("temp", "temperature against the slowdown threshold"),
     ("why", "active clock-event reasons, how long, their share of the last minute"),
-    ("procs", "PID, user, GPU memory, SM share, command (its end, when cut)"),
+    ("board", "P-state, fan, uncorrected ECC errors, persistence, compute and MIG mode, bus id"),
+    ("procs", "PID, type (C/G), user, GPU memory, SM share, %CPU, %MEM, TIME, command"),
+    ("host", "the line under the title: CPU, memory, swap, load average, uptime"),
 )
 
 
@@ -110,14 +116,14 @@ def gpu_block(
     g = frame.glyphs
     parts = gpu_parts(v, width, frame, graph_rows=graph_rows)
     if v.error is not None or budget is None:
-        procs = [] if v.error is not None else proc_lines(v, width, g, None)
+        procs = [] if v.error is not None else proc_lines(v, width, g, None, frame)
         return [title, *(line for p in parts for line in p.lines), *procs]
-    procs_part = Part(65, proc_lines(v, width, g, 1))
+    procs_part = Part(65, proc_lines(v, width, g, 1, frame))
     kept = fit([*parts, procs_part], budget - 1)
     used = sum(len(p.lines) for p in kept)
     if procs_part in kept:
         room = budget - 1 - used + len(procs_part.lines) - 1  # rows for the process rows
-        procs_part.lines = proc_lines(v, width, g, max(1, room))
+        procs_part.lines = proc_lines(v, width, g, max(1, room), frame)
     return [title, *(line for p in kept for line in p.lines)]
 
 
@@ -133,14 +139,17 @@ def render(views: Sequence[GpuView], frame: Frame, width: int, height: int | Non
     one compact row per GPU and the selected GPU in full below, in the rows left.
     """
     lines: list[Line] = [header(views, frame, width)]
+    if frame.host is not None and (height is None or height >= 12):
+        lines.append(host_segments(frame.host))
+    top = len(lines)
     if frame.help:
-        lines += help_lines(frame, width, None if height is None else height - 1)
-        return [clip(line, width, frame.glyphs.more) for line in lines]
+        lines += help_lines(frame, width, None if height is None else height - top)
+        return _finish(lines, frame, width)
     sel = min(max(frame.selected, 0), max(len(views) - 1, 0))
     many = len(views) > 1
     natural = sum(_natural_rows(v, width, frame) for v in views)
-    if height is None or 1 + natural <= height:
-        spare = 0 if height is None else (height - 1 - natural) // max(1, len(views))
+    if height is None or top + natural <= height:
+        spare = 0 if height is None else (height - top - natural) // max(1, len(views))
         # the clock graph takes the spare rows, up to half the screen
         tall = min(spare + 1, max(8, height // 2)) if height is not None else 1
         graph_rows = tall if spare >= 2 and width >= 80 else 1
@@ -149,9 +158,9 @@ def render(views: Sequence[GpuView], frame: Frame, width: int, height: int | Non
             block = gpu_block(v, width, frame, selected=(k == sel and many), graph_rows=graph_rows)
             lines.extend(block)
     elif not many:
-        lines.extend(gpu_block(views[0], width, frame, budget=height - 1))
+        lines.extend(gpu_block(views[0], width, frame, budget=height - top))
     else:
-        room = height - 1
+        room = height - top
         rows = [gpu_row(v, frame, selected=(k == sel)) for k, v in enumerate(views)]
         n_rows = min(len(rows), max(1, room - 5))  # keep room for the detail block
         first = min(max(0, sel - n_rows // 2), len(rows) - n_rows)
@@ -163,7 +172,25 @@ def render(views: Sequence[GpuView], frame: Frame, width: int, height: int | Non
             lines.extend(gpu_block(views[sel], width, frame, budget=budget))
     if height is not None:
         lines = lines[:height]
-    return [clip(line, width, frame.glyphs.more) for line in lines]
+    return _finish(lines, frame, width)
+
+
+# What the ASCII glyph set writes for the other characters the view uses
+_ASCII = str.maketrans({"→": ">", "←": "<", "↑": "^", "↓": "v", "…": "~", "·": "|",
+                        "▲": "^", "▼": "v", "—": "-", "–": "-", "≥": ">", "°": " "})  # fmt: skip
+
+
+def _finish(lines: list[Line], frame: Frame, width: int) -> list[Line]:
+    """Clip each line to the width; with the ASCII glyphs, nothing but ASCII leaves (a
+    terminal or pipe that is not UTF-8: LANG=C, PYTHONIOENCODING=ascii)."""
+    out = [clip(line, width, frame.glyphs.more) for line in lines]
+    if not frame.glyphs.ascii:
+        return out
+    return [[(_ascii(text), style) for text, style in line] for line in out]
+
+
+def _ascii(text: str) -> str:
+    return text.translate(_ASCII).encode("ascii", "replace").decode("ascii")
 
 
 __all__ = ["KEY_HELP", "PART_HELP", "gpu_block", "header", "help_lines", "render"]

@@ -8,6 +8,8 @@ calls per GPU.
 Schema 1 (`gpuenv status --json`):
 
     {"schema": 1, "backend": "nvml" | "sim", "driver_version": str,
+     "time": float,        # when it was read: seconds since the epoch (UTC)
+     "timestamp": str,     # the same as ISO 8601 with the zone ("2026-11-24T18:30:00.123+00:00")
      "readonly": bool,     # GPUENV_READONLY=1 or --dry-run: gpuenv refuses every write
 
      "gpus": [{
@@ -32,6 +34,7 @@ timed out) keeps "index" and says why in "error"; its other keys are null.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -76,10 +79,15 @@ def snapshot(
     None takes the backend's own flag.
     """
     driver = _optional(backend.driver_version)
+    wall = backend.clock.wall()
     return {
         "schema": SCHEMA,
         "backend": backend.name,
         "driver_version": driver,
+        "time": round(wall, 3),
+        "timestamp": datetime.datetime.fromtimestamp(wall, datetime.timezone.utc).isoformat(
+            timespec="milliseconds"
+        ),
         "readonly": bool(getattr(backend, "readonly", False)) if readonly is None else readonly,
         "gpus": [gpu_status(backend, index) for index in gpus],
     }

@@ -1,12 +1,12 @@
 """`gpuenv status --query-gpu=FIELDS --format=csv[,noheader][,nounits]`: nvidia-smi's own query.
 
-Field names, aliases, units and value formats are nvidia-smi's (driver 580/590 on an
-H100): the header names each field by its canonical name with its unit in brackets
-(`clocks.sm` -> `clocks.current.sm [MHz]`), values carry the unit ("1980 MHz",
-"72.45 W", "0 %") unless `nounits`, cells are joined by ", ", a value the GPU does
-not offer reads "[N/A]", one this user may not read "[Insufficient Permissions]", and
-a field nvidia-smi does not know is refused with its own sentence. Fields of gpuenv's
-own are named `gpuenv.*`. `help_text()` is `--help-query-gpu`.
+Field names, aliases, units and value formats are nvidia-smi's (driver 580 on an H100,
+tests/data/nvidia_smi): the header names each field by its canonical name with its unit
+in brackets (`clocks.sm` -> `clocks.current.sm [MHz]`, with `nounits` too), values carry
+the unit ("1980 MHz", "72.45 W", "0 %") unless `nounits`, cells are joined by ", ", a
+value the GPU does not offer reads "[N/A]", one this user may not read "[Insufficient
+Permissions]", and a field nvidia-smi does not know is refused with its own sentence.
+Fields of gpuenv's own are named `gpuenv.*`. `help_text()` is `--help-query-gpu`.
 
 Each GPU is read lazily: a query asks the backend only for what its fields need.
 """
@@ -21,6 +21,7 @@ from typing import Any
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError, GpuenvError, GpuLost, NotSupported, PermissionDenied
 from gpuenv.reasons import Reason, reason_names
+from gpuenv.status.nvsmi_fields import DETAIL_SPECS, UNANSWERED, enabled, order_key
 
 NA = "[N/A]"
 NO_PERMISSION = "[Insufficient Permissions]"
@@ -113,10 +114,6 @@ def _int(v: Any) -> str:
     return f"{float(v):.0f}"
 
 
-def _enabled(v: Any) -> str:
-    return "Enabled" if v else "Disabled"
-
-
 def _mask(v: Any) -> str:
     return f"0x{int(v):016X}"
 
@@ -138,7 +135,7 @@ def _lock_range(r: GpuReads) -> str:
     if lock["state"] == "unknown":
         raise Unavailable(UNKNOWN_ERROR)
     if lock["state"] != "locked" or not lock["sm_mhz"]:
-        return "None"
+        raise Unavailable(NA)  # nvidia-smi's word for "no value", as a script expects
     lo, hi = lock["sm_mhz"]
     return f"{lo}" if lo == hi else f"{lo}-{hi}"
 
@@ -214,8 +211,8 @@ def _app(r: GpuReads) -> Any:
     return r.get("app_clocks")
 
 
-# nvidia-smi's fields that gpuenv can read, in --help-query-gpu's order, then gpuenv's own.
-FIELDS: tuple[QueryField, ...] = (
+# nvidia-smi's fields that gpuenv reads itself, then gpuenv's own; FIELDS adds nvsmi_fields'.
+_OWN_FIELDS: tuple[QueryField, ...] = (
     QueryField(("timestamp",), 'When the query was made, as "YYYY/MM/DD HH:MM:SS.msec".',
                timestamp_text),
     QueryField(("driver_version",), "The version of the installed NVIDIA display driver.",
@@ -233,7 +230,7 @@ FIELDS: tuple[QueryField, ...] = (
     QueryField(("index",), "Zero based NVML index of the GPU (nvidia-smi's order).",
                lambda r: r.index),
     QueryField(("persistence_mode",), 'Whether persistence mode is on: "Enabled" or '
-               '"Disabled".', lambda r: r.get("persistence_mode"), show=_enabled),
+               '"Disabled".', lambda r: r.get("persistence_mode"), show=enabled),
     QueryField(("pstate",), "The performance state, P0 (maximum performance) to P12.",
                lambda r: r.get("performance_state"), show=lambda v: f"P{v}"),
     *_reason_fields(),
@@ -293,19 +290,40 @@ FIELDS: tuple[QueryField, ...] = (
     QueryField(("clocks.max.memory", "clocks.max.mem"), "Maximum frequency of the memory "
                "clock.", lambda r: _lim(r).max_mem_mhz, **_CLOCK),
     QueryField(("mig.mode.current",), 'Whether MIG mode is on: "Enabled" or "Disabled".',
-               lambda r: present(r.get("device_info").mig_mode), show=_enabled),
+               lambda r: present(r.get("device_info").mig_mode), show=enabled),
     # gpuenv's own: what nvidia-smi cannot say (NVML has no getter for locked clocks)
     QueryField(("gpuenv.lock",), "gpuenv's clock lock on the GPU: none, held, not held "
                "(the SM clock is outside the locked range now), stale or unknown.",
                _lock_state),
     QueryField(("gpuenv.lock.sm",), "The SM clock range gpuenv locked, in MHz (\"1350\" or "
-               "\"1200-1350\"), or None.", _lock_range),
+               "\"1200-1350\"), or [N/A] when gpuenv holds no lock.", _lock_range),
     QueryField(("gpuenv.reasons",), "The active clock event reasons in words, joined by "
                "'|' (GpuIdle, SwPowerCap, ...), or None.",
                lambda r: "|".join(reason_names(r.get("read_fast").reasons)) or "None"),
     QueryField(("gpuenv.slowdown_temp",), "The temperature at which the GPU slows down (HW "
                "slowdown threshold), in degrees C.",
                lambda r: present(r.get("thresholds").slowdown_c), show=_int),
+)  # fmt: skip
+
+
+def _unanswered(line: str) -> QueryField:
+    """"names [unit]" of a field gpuenv does not read: [N/A] on every GPU."""
+    names, _, unit = line.partition(" [")
+    return QueryField(tuple(names.split()), "Not read by gpuenv: always [N/A].",
+                      lambda r: None, unit=unit.rstrip("]") or None)  # fmt: skip
+
+
+# Every field, in --help-query-gpu's order (nvidia-smi's), gpuenv's own last.
+FIELDS: tuple[QueryField, ...] = tuple(
+    sorted(
+        (
+            *_OWN_FIELDS,
+            *(QueryField(names, help_, read, unit, show)
+              for names, help_, read, unit, show in DETAIL_SPECS),
+            *(_unanswered(line) for line in UNANSWERED),
+        ),
+        key=lambda f: order_key(f.name),
+    )
 )  # fmt: skip
 
 
@@ -357,8 +375,11 @@ def parse_fields(
 
 
 def header_line(fields: Sequence[QueryField], fmt: CsvFormat) -> str:
-    """`index, name, clocks.current.sm [MHz]`: canonical names, units unless nounits."""
-    return ", ".join(f"{f.name} [{f.unit}]" if f.unit and fmt.units else f.name for f in fields)
+    """`index, name, clocks.current.sm [MHz]`: canonical names with their units. nvidia-smi
+    580 keeps the units in the header under `nounits` too (recorded on an H100): only the
+    values lose them."""
+    del fmt  # the header is the same for every format: nvidia-smi's
+    return ", ".join(f"{f.name} [{f.unit}]" if f.unit else f.name for f in fields)
 
 
 def query_rows(
@@ -396,15 +417,13 @@ def csv_rows(
 
 
 def help_text(table: Sequence[QueryField] = FIELDS, switch: str = "--query-gpu") -> str:
-    """`gpuenv status --help-query-gpu`: every field, its aliases and one line about it."""
+    """`gpuenv status --help-query-gpu`, in nvidia-smi's layout: each field's names
+    (canonical first, then aliases, joined by " or "), one line about it, a blank line."""
     out = [f'List of valid properties to query for the switch "{switch}":', ""]
     for f in table:
-        out.append(" or ".join(f'"{n}"' for n in f.names) + (f" [{f.unit}]" if f.unit else ""))
+        out.append(" or ".join(f'"{n}"' for n in f.names))
         out.append(f.help)
         out.append("")
-    out.append(
-        "Values the GPU does not offer read [N/A]. Format: --format=csv[,noheader][,nounits]."
-    )
     return "\n".join(out)
 
 

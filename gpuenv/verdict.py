@@ -15,6 +15,7 @@ from gpuenv._records import JsonRecord
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.reasons import THERMAL, Reason, reason_names
+from gpuenv.stats.levels import levels, slow_head
 from gpuenv.telemetry import Window
 from gpuenv.units import fmt_pct, fmt_s
 
@@ -28,6 +29,8 @@ KINDS = (
     "lock_not_held",
     "other_process",
     "clock_drift",
+    "drift",  # the rep times moved (trend, step) or split in two ("bimodal")
+    "bimodal",
     "telemetry_gap",
 )
 
@@ -89,6 +92,10 @@ class VerdictConfig:
     clock_drift
       clock_drift_rel: reps whose mean SM clock differs from the median rep's by
         more than this fraction have drifted.
+    drift, bimodal
+      level_rel: rep times that drift, step or split into two modes further apart than
+        this fraction (`gpuenv.stats.levels`, judged on ranks against plain noise) get a
+        warning naming the two levels; the warmup ramp's slow first reps are left out.
     policies
       reject_severity: findings at or above this severity make their reps
         "affected": dropped by reject, re-run by retry.
@@ -110,6 +117,7 @@ class VerdictConfig:
     thermal_margin_c: float = 5.0
     lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ
     clock_drift_rel: float = 0.02
+    level_rel: float = 0.02
     reject_severity: str = "warning"
     min_reps: int = 3
     retry_delay_s: float = 1.0
@@ -123,7 +131,8 @@ class VerdictConfig:
                 f"reject_severity {self.reject_severity!r} is not a severity",
                 hint=f"use one of {', '.join(SEVERITIES)}",
             )
-        for name in ("ramp_rel", "clock_drift_rel", "power_cap_min_fraction", "retry_delay_s"):
+        for name in ("ramp_rel", "clock_drift_rel", "level_rel", "power_cap_min_fraction",
+                     "retry_delay_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative (got {getattr(self, name)})")
         if self.min_reps < 1 or self.max_retries < 0:
@@ -164,8 +173,8 @@ def assess(
     """
     facts = facts or {}
     gpus = list(dict.fromkeys(w.gpu for w in windows))
-    if not gpus:
-        return []
+    if not gpus:  # no telemetry: what the rep times alone say
+        return _levels(None, times_s, config) if times_s is not None else []
     if len(windows) % len(gpus):
         raise ConfigError(
             f"{len(windows)} windows do not split evenly over GPUs {gpus}",
@@ -186,6 +195,8 @@ def assess(
         findings += _lock(g, per_rep, f, config)
         findings += _other(g, per_rep)
         findings += _drift(g, per_rep, config)
+    if times_s is not None:
+        findings += _levels(gpus[0], times_s, config)
     return findings
 
 
@@ -243,17 +254,7 @@ def _warmup(
         )
         if (idle or low) and rose:
             cold.append(i)
-    slow_head: list[int] = []
-    settled = None
-    if times is not None and len(times) >= c.ramp_min_reps:
-        tail = sorted(times[len(times) // 2 :])
-        settled = _median(tail)
-        mad = _median(sorted(abs(t - settled) for t in tail))
-        limit = settled + max(c.ramp_rel * settled, c.ramp_mad_k * mad)
-        for i, t in enumerate(times):
-            if t <= limit or i >= len(times) // 2:
-                break
-            slow_head.append(i)
+    slow_head, settled = _slow_head(times, c) if times is not None else ([], None)
     reps = sorted(set(cold) | set(slow_head))
     if not reps:
         return []
@@ -283,6 +284,21 @@ def _warmup(
             {"cold_start_reps": len(cold), "slow_head_reps": len(slow_head)},
         )
     ]
+
+
+def _slow_head(times: Sequence[float], c: VerdictConfig) -> tuple[list[int], float | None]:
+    return slow_head(times, rel=c.ramp_rel, mad_k=c.ramp_mad_k, min_reps=c.ramp_min_reps)
+
+
+def _levels(g: int | None, times: Sequence[float], c: VerdictConfig) -> list[Finding]:
+    """Reps that drift, step or split into two modes (the warmup ramp's head left out)."""
+    skip = len(_slow_head(times, c)[0])
+    found = levels(times[skip:], min_rel=c.level_rel)
+    if found is None:
+        return []
+    kind = "bimodal" if found.shape == "split" else "drift"
+    return [Finding(kind, "warning", tuple(skip + i for i in found.reps),
+                    found.describe(times[skip:], skip), g, found.details(times[skip:], skip))]
 
 
 def cap_time_s(w: Window) -> float:

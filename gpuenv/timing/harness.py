@@ -309,32 +309,42 @@ class _Run:
         )  # fmt: skip
 
     def _measure(self) -> tuple[list[Rep], str]:
-        """Reps until the stopping rule says stop; in burst mode, rests between bursts."""
+        """Reps until the stopping rule says stop; in burst mode, in bursts with rests
+        between (conditioning.Bursts: the one schedule), the budget counted in them when
+        `budget_in_bursts`."""
         profiler = self.cfg.mode == "profiler"
         batch = PROFILER_BATCH if profiler else 1
         max_reps = PROFILER_MAX_REPS if profiler else None
-        rule, clock = self._rule(), self.clock
-        start = burst_start = clock.now()
-        if self.cfg.burst_from_start:  # the warmup was the first burst's beginning
-            burst_start -= self.extra.get("warmup_s", 0.0)
+        rule, clock, place = self._rule(), self.clock, self.place
+        start = clock.now()
+        bursts = None
+        if place.condition == "burst":
+            # burst_from_start: the warmup was the first burst's beginning
+            lead = self.extra.get("warmup_s", 0.0) + self.cfg.burst_lead_s \
+                if self.cfg.burst_from_start else 0.0
+            bursts = conditioning.Bursts(place.sampler, place.gpu, clock,
+                                         facts=place.facts.get(place.gpu),
+                                         config=self.cfg.conditioning, start=start,
+                                         burst_start=start - lead,
+                                         rested_s=self.extra.get("burst_first_wait_s", 0.0))
         out: list[Rep] = []
         times: list[float] = []
-        rests = 0
         while True:
             got = self.device.reps(self.fn, batch) if batch > 1 else [self.device.rep(self.fn)]
+            if bursts is not None:  # a rep the clock fell under is measured again
+                got = [r for r in got if not bursts.clock_fell(r.clock_mhz)]
             out.extend(got)
             times.extend(r.time_s for r in got)
-            reason = rule.check(times, clock.now() - start)
+            counted = bursts.in_bursts_s() if bursts is not None and self.cfg.budget_in_bursts \
+                else clock.now() - start
+            reason = rule.check(times, counted) if times else None
             if reason is None and max_reps is not None and len(out) >= max_reps:
                 reason = "max_reps"
             if reason is not None:
-                self.extra["burst_rests"] = rests
+                self.extra.update(bursts.summary() if bursts is not None else {"burst_rests": 0})
                 return out, reason
-            burst = clock.now() - burst_start
-            if self.place.condition == "burst" and burst >= self.cfg.conditioning.burst_s:
-                self._wait(min_rest_s=conditioning.burst_rest_s(burst, self.cfg.conditioning))
-                rests += 1
-                burst_start = clock.now()
+            if bursts is not None and bursts.due():
+                bursts.rest()
 
     def _judge(self, reps: list[Rep], started_at: float) -> Any:
         place, cfg = self.place, self.cfg

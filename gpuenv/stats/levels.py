@@ -39,6 +39,7 @@ STEP_SIGMAS = 1.0  # ...and its levels this many noise sigmas apart
 TREND_ALPHA = 1e-4
 TREND_BLOCKS = 64
 SPLIT_GAP_IQR = 3.0
+SPLIT_STRAY = 0.005
 SEGREGATED_Z = 3.0  # two modes apart in time (Mann-Whitney z of their indices): a step
 
 
@@ -187,9 +188,12 @@ def _split(xs: list[float], m: int, min_rel: float) -> Levels | None:
     n = len(xs)
     order = sorted(range(n), key=lambda i: xs[i])
     s = [xs[i] for i in order]
+    # the band's width with a few stragglers in it ignored (SPLIT_STRAY of the reps each
+    # side): among 1000 reps of two modes, one rep between them must not hide the band
+    t = int(SPLIT_STRAY * n)
     best, cut = 0.0, None
-    for i in range(m, n - m + 1):
-        gap = s[i] - s[i - 1]
+    for i in range(max(m, t + 1), min(n - m, n - 1 - t) + 1):
+        gap = s[i + t] - s[i - 1 - t]
         if gap > best:
             best, cut = gap, i
     if cut is None:

@@ -15,6 +15,7 @@ from gpuenv._records import JsonRecord
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.reasons import THERMAL, Reason, reason_names
+from gpuenv.stats.descriptive import median as stats_median
 from gpuenv.stats.levels import levels, slow_head
 from gpuenv.telemetry import Window
 from gpuenv.units import fmt_pct, fmt_s
@@ -31,6 +32,7 @@ KINDS = (
     "clock_drift",
     "drift",  # the rep times moved (trend, step) or split in two ("bimodal")
     "bimodal",
+    "tiny_kernel",
     "telemetry_gap",
 )
 
@@ -93,9 +95,8 @@ class VerdictConfig:
       clock_drift_rel: reps whose mean SM clock differs from the median rep's by
         more than this fraction have drifted.
     drift, bimodal
-      level_rel: rep times that drift, step or split into two modes further apart than
-        this fraction (`gpuenv.stats.levels`, judged on ranks against plain noise) get a
-        warning naming the two levels; the warmup ramp's slow first reps are left out.
+      level_rel: rep times that drift, step or split in two modes further apart than this
+        (`gpuenv.stats.levels`) get a warning naming both levels (warmup's head left out).
     policies
       reject_severity: findings at or above this severity make their reps
         "affected": dropped by reject, re-run by retry.
@@ -254,8 +255,9 @@ def _warmup(
         )
         if (idle or low) and rose:
             cold.append(i)
-    slow_head, settled = _slow_head(times, c) if times is not None else ([], None)
-    reps = sorted(set(cold) | set(slow_head))
+    head, settled = slow_head(times, rel=c.ramp_rel, mad_k=c.ramp_mad_k,
+                              min_reps=c.ramp_min_reps) if times is not None else ([], None)
+    reps = sorted(set(cold) | set(head))
     if not reps:
         return []
     why = []
@@ -267,10 +269,10 @@ def _warmup(
         else:
             why.append(f"{_reps_text(cold, len(ws))} started at an idle clock of "
                        f"{w0.sm_mhz_start:.0f} MHz")
-    if slow_head and settled is not None and times is not None:
-        worst = max(times[i] for i in slow_head)
+    if head and settled is not None and times is not None:
+        worst = max(times[i] for i in head)
         why.append(
-            f"the first {len(slow_head)} rep{'s were' if len(slow_head) > 1 else ' was'} "
+            f"the first {len(head)} rep{'s were' if len(head) > 1 else ' was'} "
             f"up to {worst / settled:.2f}x slower than the settled median"
         )
     return [
@@ -281,24 +283,33 @@ def _warmup(
             f"GPU {g} was still warming up: " + "; ".join(why)
             + "; warm up longer, or let gpuenv.bench discard warmup reps",
             g,
-            {"cold_start_reps": len(cold), "slow_head_reps": len(slow_head)},
+            {"cold_start_reps": len(cold), "slow_head_reps": len(head)},
         )
     ]
 
 
-def _slow_head(times: Sequence[float], c: VerdictConfig) -> tuple[list[int], float | None]:
-    return slow_head(times, rel=c.ramp_rel, mad_k=c.ramp_mad_k, min_reps=c.ramp_min_reps)
-
-
 def _levels(g: int | None, times: Sequence[float], c: VerdictConfig) -> list[Finding]:
     """Reps that drift, step or split into two modes (the warmup ramp's head left out)."""
-    skip = len(_slow_head(times, c)[0])
+    skip = len(slow_head(times, rel=c.ramp_rel, mad_k=c.ramp_mad_k, min_reps=c.ramp_min_reps)[0])
     found = levels(times[skip:], min_rel=c.level_rel)
     if found is None:
         return []
     kind = "bimodal" if found.shape == "split" else "drift"
     return [Finding(kind, "warning", tuple(skip + i for i in found.reps),
                     found.describe(times[skip:], skip), g, found.details(times[skip:], skip))]
+
+
+def tiny_call(call_s: float, threshold_s: float, n_reps: int, gpu: int | None) -> Finding:
+    """A call under `threshold_s` timed alone between CUDA events (mode "events", the
+    do_bench drop-in): what its number holds besides the kernel, and why it moves."""
+    return Finding(
+        "tiny_kernel", "info", tuple(range(n_reps)),
+        f"one call took {fmt_s(call_s)}, under {fmt_s(threshold_s, 'short')}, timed alone "
+        "between CUDA events: the time holds ~3-5 us of launch and event overhead besides "
+        "the kernel, and on an H100 such times moved 7-14% between runs at the same SM clock; "
+        "for the kernel's own time use gpuenv.bench's default (mode='auto': a graph of calls)",
+        gpu, {"call_s": call_s, "threshold_s": threshold_s},
+    )  # fmt: skip
 
 
 def cap_time_s(w: Window) -> float:
@@ -471,7 +482,7 @@ def _drift(g: int, ws: list[Window], c: VerdictConfig) -> list[Finding]:
     means = [(i, w.sm_mhz_mean) for i, w in enumerate(ws) if w.sm_mhz_mean is not None]
     if len(means) < 2:
         return []
-    median = _median(sorted(m for _, m in means))
+    median = stats_median([m for _, m in means])
     if median <= 0:
         return []
     reps = [i for i, m in means if abs(m - median) > c.clock_drift_rel * median]
@@ -486,9 +497,3 @@ def _drift(g: int, ws: list[Window], c: VerdictConfig) -> list[Finding]:
         f"{100 * c.clock_drift_rel:.0f}%",
         g, {"sm_mhz_median": median, "sm_mhz_min": lo, "sm_mhz_max": hi},
     )]
-
-
-def _median(xs: Sequence[float]) -> float:
-    n = len(xs)
-    mid = n // 2
-    return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2

@@ -23,7 +23,7 @@ from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, TINY_TARGET_S, Be
 from gpuenv.timing.cuda import PROFILER_BATCH, PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
 from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
 from gpuenv.timing.warmup import _warmup
-from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts
+from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, tiny_call
 
 log = logging.getLogger(__name__)
 
@@ -364,10 +364,15 @@ class _Run:
         recover = self._wait if place.condition == "burst" else None
         evidence = Evidence.sampled(place.sampler, [(r.t0, r.t1) for r in reps], [place.gpu]) \
             if place.sampler is not None else Evidence.given([], [place.gpu])
+        times = [r.time_s for r in reps]
+        # one tiny call per event pair (mode "events", the drop-in): say what the number holds
+        tiny = [tiny_call(stats.median(times), TINY_REP_S, len(times), place.gpu)] \
+            if self.device.kind == "cuda_events" and getattr(self.device, "batch", 1) == 1 \
+            and stats.median(times) < TINY_REP_S else []  # fmt: skip
         return judge(
-            self.name, [r.time_s for r in reps], evidence, facts=place.facts, config=config,
+            self.name, times, evidence, facts=place.facts, config=config,
             policy=place.policy, retry=Retry(rerun, self.clock, recover),
-            timer=self.device.kind, started_at=started_at,
+            timer=self.device.kind, started_at=started_at, extra_findings=tiny,
         )  # fmt: skip
 
 

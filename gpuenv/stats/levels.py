@@ -203,7 +203,8 @@ def _split(xs: list[float], m: int, min_rel: float) -> Levels | None:
     # two modes leave an empty band between them, several times wider than either's IQR;
     # noise cut at its widest gap does not. A timer's resolution (values in steps) must not
     # pass for a narrow mode.
-    quantum = min((b - a for a, b in itertools.pairwise(s) if b > a), default=0.0)
+    quantum = min((b - a for side in (lo, hi) for a, b in itertools.pairwise(side) if b > a),
+                  default=0.0)  # fmt: skip
     spread = max(_iqr_sorted(lo), _iqr_sorted(hi), 2 * quantum)
     if hi_med - lo_med <= min_rel * lo_med or best <= SPLIT_GAP_IQR * spread:
         return None

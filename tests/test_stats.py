@@ -223,3 +223,16 @@ def test_median_ci_ranks_match_the_binomial_sums_they_stand_for():
             cdf, k = nxt, k + 1
         expected = (1, n, 1.0 - 2.0 * 0.5**n) if k == 0 else (k, n - k + 1, 1.0 - 2.0 * cdf)
         assert median_ci_ranks(n, 0.95) == expected
+
+
+def test_levels_names_the_shape_of_many_reps() -> None:
+    from gpuenv.stats import levels
+
+    rng = random.Random(5)
+    flat = [1.0 + rng.gauss(0, 0.01) for _ in range(10_000)]  # a tiny kernel's call, or more
+    assert levels(flat) is None
+    step = flat[:6000] + [x * 1.05 for x in flat[6000:]]
+    found = levels(step)
+    assert found is not None and found.shape == "step" and found.at == 6000
+    assert levels([1.0] * 9 + [2.0]) is None  # too few reps to say
+    assert levels([1.0] * 40) is None  # constant

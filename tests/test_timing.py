@@ -280,3 +280,41 @@ class TestSession:
         with session_mod.stable(backend=sim, mode="burst", policy="reject") as env:
             m = env.bench(intruder_kernel(sim, 20, 30), name="k", reps=40, warmup=10)
         assert m.policy == "reject" and m.rejected_reps
+
+
+class _OneCallEvents(timing.SimDevice):
+    """The simulated GPU timed as CUDA events time one call a rep (mode "events")."""
+
+    kind = "cuda_events"
+
+
+def test_a_tiny_call_timed_alone_between_events_says_what_its_number_holds(sim) -> None:
+    k = timing.sim_kernel(sim, 0, seconds=6e-6, power_intensity=0.3)
+    m = timing.bench(k, device=_OneCallEvents(sim, 0), backend=sim, mode="events", reps=40,
+                     probe_clock=False)  # fmt: skip
+    f = [x for x in m.findings if x.kind == "tiny_kernel"]
+    assert len(f) == 1 and f[0].severity == "info" and "launch and event overhead" in f[0].message
+    assert m.verdict == "annotated"
+    # the default times it as many calls a rep: nothing to say; nor for a call over 20 us
+    m = timing.bench(k, device=_OneCallEvents(sim, 0), backend=sim, reps=40, probe_clock=False)
+    assert "tiny_kernel" not in {x.kind for x in m.findings}
+    big = timing.sim_kernel(sim, 0, seconds=30e-6, power_intensity=0.3)
+    m = timing.bench(big, device=_OneCallEvents(sim, 0), backend=sim, mode="events", reps=40,
+                     probe_clock=False)  # fmt: skip
+    assert m.verdict == "ok", m.findings
+
+
+def test_a_burst_measurement_whose_reps_split_in_two_says_so(sim) -> None:
+    """condition="burst" and the default must agree, or say why: reps in two modes (a
+    kernel that alternates between two code paths) get a bimodal warning naming both."""
+    rng = random.Random(5)
+
+    def two_modes() -> float:
+        seconds = 35.5e-6 if rng.random() < 0.3 else 32e-6
+        return float(sim.run_work(0, seconds * 1980e6, power_intensity=0.3))
+
+    m = timing.bench(two_modes, backend=sim, condition="burst", mode="events", reps=60,
+                     probe_clock=False)  # fmt: skip
+    f = [x for x in m.findings if x.kind == "bimodal"]
+    assert len(f) == 1 and "32.00 us" in f[0].message and "35.50 us" in f[0].message
+    assert m.verdict == "annotated"

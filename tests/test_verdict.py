@@ -196,3 +196,70 @@ def test_finding_round_trips_through_json():
     f = Finding("power_cap", "info", (0, 2), "msg", 1, {"time_under_cap_s": 0.5, "pids": [1]})
     assert Finding.from_dict(json.loads(json.dumps(f.to_dict()))) == f
     assert str(f) == "[info] power_cap: msg"
+
+
+# -- drift and two modes: reps that did not hold one level ------------------------------
+
+
+def steady(n: int, level: float, rng: random.Random, noise: float = 0.005) -> list[float]:
+    return [level * (1 + rng.gauss(0, noise)) for _ in range(n)]
+
+
+def only(found: list[Finding], kind: str) -> Finding:
+    hits = [f for f in found if f.kind in ("drift", "bimodal")]
+    assert [f.kind for f in hits] == [kind], found
+    return hits[0]
+
+
+@pytest.mark.parametrize("noise", [0.003, 0.01, 0.02, 0.04])
+def test_noisy_but_steady_reps_hold_one_level(noise: float) -> None:
+    """Plain noise (normal, a slow tail, rare outliers, a timer's steps) is one level."""
+    rng = random.Random(7)
+    for n in (12, 33, 100, 400):
+        for _ in range(40):
+            times = steady(n, 2.9e-3, rng, noise)
+            if rng.random() < 0.5:  # a preempted rep now and then, 10-50% slower
+                times = [t * (1 + rng.uniform(0.1, 0.5)) if rng.random() < 0.03 else t
+                         for t in times]  # fmt: skip
+            times = [round(t, 7) for t in times]  # 0.1 us steps, as a timer reads
+            found = assess([win(i) for i in range(n)], times, facts=H100)
+            assert not [f for f in found if f.kind in ("drift", "bimodal")], found
+
+
+def test_a_four_percent_step_is_drift_naming_both_levels_and_where() -> None:
+    rng = random.Random(1)
+    times = steady(20, 2.90e-3, rng) + steady(13, 3.016e-3, rng)
+    f = only(assess([win(i) for i in range(33)], times, facts=H100), "drift")
+    assert f.severity == "warning" and f.details["shape"] == "step"
+    assert f.details["at_rep"] == 20 and f.reps == tuple(range(20, 33))
+    assert "from 2.90" in f.message and "to 3.0" in f.message and "at rep 20 of 33" in f.message
+    assert f.details["rel"] == pytest.approx(0.04, abs=0.01)
+
+
+def test_a_three_percent_linear_trend_is_drift() -> None:
+    rng = random.Random(2)
+    times = [t * (1 + 0.03 * i / 59) for i, t in enumerate(steady(60, 2.90e-3, rng, 0.003))]
+    f = only(assess([win(i) for i in range(60)], times, facts=H100), "drift")
+    assert f.details["shape"] == "trend"
+    assert f.details["rel"] == pytest.approx(0.03, abs=0.01)
+    assert "drifted from 2.89" in f.message and "over 60 reps" in f.message
+
+
+def test_two_modes_are_bimodal_naming_the_two_levels_and_their_reps() -> None:
+    rng = random.Random(3)
+    high = {i for i in range(1, 60) if rng.random() < 0.3}  # rep 0 high: a warmup ramp
+    times = [(3.55e-6 if i in high else 3.20e-6) * (1 + rng.gauss(0, 0.005)) for i in range(60)]
+    f = only(assess([win(i) for i in range(60)], times, facts=H100), "bimodal")
+    assert f.severity == "warning" and set(f.reps) == high
+    assert "3.20 us (48 reps) and 3.5" in f.message and "(12 reps)" in f.message
+    assert f.details["low_reps"] == 60 - len(high) and f.details["high_reps"] == len(high)
+
+
+def test_a_warmup_ramp_is_not_also_a_drift_and_times_alone_are_judged() -> None:
+    rng = random.Random(4)
+    times = [0.150, 0.020, 0.011, *steady(30, 0.010, rng)]
+    found = assess([win(i) for i in range(33)], times, facts=H100)
+    assert {f.kind for f in found} == {"warmup_ramp"}
+    # no telemetry at all: the reps' times still get their finding
+    stepped = steady(20, 1e-3, rng) + steady(20, 1.05e-3, rng)
+    assert only(assess([], stepped), "drift").gpu is None

@@ -8,6 +8,7 @@
   continuity correction (scipy's `mannwhitneyu(method="asymptotic")`).
 - `mann_kendall` and `theil_sen_slope`: is a series trending, and by how much.
   `is_steady` combines them: warmup ends when rep times and clocks stop trending.
+- `levels`: did the reps hold one level, or drift, step or split into two modes.
 - `StopRule`: stop when the median's confidence interval is within a relative
   target, or a time budget or rep cap runs out, whichever first.
 - `summarize`: median, IQR, mean, min, max, CI, count and a high-spread flag.
@@ -16,7 +17,7 @@ Benchmark times are skewed and carry outliers (a preempted rep, a clock step),
 so every decision here rests on medians and ranks, never on means and stdevs.
 
 The package: descriptive.py (quantiles, the median's CI), trends.py (rank tests,
-trends, is_steady), summary.py (summarize, StopRule).
+trends, is_steady), levels.py (levels), summary.py (summarize, StopRule).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from gpuenv.stats.descriptive import (
     median_ci_ranks,
     quantile,
 )
+from gpuenv.stats.levels import Levels, levels
 from gpuenv.stats.summary import HIGH_SPREAD_REL_IQR, STOP_REASONS, StopRule, Summary, summarize
 from gpuenv.stats.trends import (
     MannWhitney,
@@ -45,6 +47,7 @@ from gpuenv.stats.trends import (
 __all__ = [
     "HIGH_SPREAD_REL_IQR",
     "STOP_REASONS",
+    "Levels",
     "MannWhitney",
     "StopRule",
     "Summary",
@@ -53,6 +56,7 @@ __all__ = [
     "bootstrap_ratio_ci",
     "iqr",
     "is_steady",
+    "levels",
     "mann_kendall",
     "mann_whitney",
     "median",

@@ -52,6 +52,10 @@ class BenchConfig:
     the GPU is checked cool and uncapped on the samples taken since bench began
     instead of one driver refresh after the warmup: for short, budgeted warmups (the
     do_bench drop-in); a warmup longer than a burst could itself cap the GPU.
+    `budget_in_bursts`: `budget_s` counts the time measured inside bursts, not the
+    rests between them (the drop-in: triton's `rep` ms are ms of reps). `burst_lead_s`:
+    work fn did just before bench (the drop-in's first call and estimate): the first
+    burst began that much earlier.
     `policy`: "annotate" | "reject" | "retry" (default: the session's, else annotate).
     """
 
@@ -71,6 +75,8 @@ class BenchConfig:
     condition: str | None = None  # None = "auto"
     conditioning: ConditionConfig = field(default_factory=ConditionConfig)
     burst_from_start: bool = False
+    budget_in_bursts: bool = False
+    burst_lead_s: float = 0.0
     policy: str | None = None
     verdict_config: VerdictConfig | None = None
     probe_clock: bool = True

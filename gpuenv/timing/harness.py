@@ -23,7 +23,7 @@ from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, TINY_TARGET_S, Be
 from gpuenv.timing.cuda import PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
 from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
 from gpuenv.timing.warmup import _warmup
-from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts
+from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, tiny_call
 
 log = logging.getLogger(__name__)
 
@@ -309,31 +309,41 @@ class _Run:
         )  # fmt: skip
 
     def _measure(self) -> tuple[list[Rep], str]:
-        """Reps until the stopping rule says stop; in burst mode, rests between bursts."""
+        """Reps until the stopping rule says stop; in burst mode, in bursts with rests
+        between (conditioning.Bursts: the one schedule), the budget counted in them when
+        `budget_in_bursts`."""
         batch = self.device.rep_batch  # the profiler's reps come in batches, one session each
         max_reps = PROFILER_MAX_REPS if batch > 1 else None
-        rule, clock = self._rule(), self.clock
-        start = burst_start = clock.now()
-        if self.cfg.burst_from_start:  # the warmup was the first burst's beginning
-            burst_start -= self.extra.get("warmup_s", 0.0)
+        rule, clock, place = self._rule(), self.clock, self.place
+        start = clock.now()
+        bursts = None
+        if place.condition == "burst":
+            # burst_from_start: the warmup was the first burst's beginning
+            lead = self.extra.get("warmup_s", 0.0) + self.cfg.burst_lead_s \
+                if self.cfg.burst_from_start else 0.0
+            bursts = conditioning.Bursts(place.sampler, place.gpu, clock,
+                                         facts=place.facts.get(place.gpu),
+                                         config=self.cfg.conditioning, start=start,
+                                         burst_start=start - lead,
+                                         rested_s=self.extra.get("burst_first_wait_s", 0.0))
         out: list[Rep] = []
         times: list[float] = []
-        rests = 0
         while True:
             got = self.device.reps(self.fn, batch) if batch > 1 else [self.device.rep(self.fn)]
+            if bursts is not None:  # a rep the clock fell under is measured again
+                got = [r for r in got if not bursts.clock_fell(r.clock_mhz)]
             out.extend(got)
             times.extend(r.time_s for r in got)
-            reason = rule.check(times, clock.now() - start)
+            counted = bursts.in_bursts_s() if bursts is not None and self.cfg.budget_in_bursts \
+                else clock.now() - start
+            reason = rule.check(times, counted) if times else None
             if reason is None and max_reps is not None and len(out) >= max_reps:
                 reason = "max_reps"
             if reason is not None:
-                self.extra["burst_rests"] = rests
+                self.extra.update(bursts.summary() if bursts is not None else {"burst_rests": 0})
                 return out, reason
-            burst = clock.now() - burst_start
-            if self.place.condition == "burst" and burst >= self.cfg.conditioning.burst_s:
-                self._wait(min_rest_s=conditioning.burst_rest_s(burst, self.cfg.conditioning))
-                rests += 1
-                burst_start = clock.now()
+            if bursts is not None and bursts.due():
+                bursts.rest()
 
     def _judge(self, reps: list[Rep], started_at: float) -> Any:
         place, cfg = self.place, self.cfg
@@ -353,10 +363,15 @@ class _Run:
         recover = self._wait if place.condition == "burst" else None
         evidence = Evidence.sampled(place.sampler, [(r.t0, r.t1) for r in reps], [place.gpu]) \
             if place.sampler is not None else Evidence.given([], [place.gpu])
+        times = [r.time_s for r in reps]
+        # one tiny call per event pair (mode "events", the drop-in): say what the number holds
+        tiny = [tiny_call(stats.median(times), TINY_REP_S, len(times), place.gpu)] \
+            if self.device.kind == "cuda_events" and getattr(self.device, "batch", 1) == 1 \
+            and stats.median(times) < TINY_REP_S else []  # fmt: skip
         return judge(
-            self.name, [r.time_s for r in reps], evidence, facts=place.facts, config=config,
+            self.name, times, evidence, facts=place.facts, config=config,
             policy=place.policy, retry=Retry(rerun, self.clock, recover),
-            timer=self.device.kind, started_at=started_at,
+            timer=self.device.kind, started_at=started_at, extra_findings=tiny,
         )  # fmt: skip
 
 

@@ -23,14 +23,17 @@ The L2 flush writes twice the device's L2 before each rep (100 MiB on an H100; 5
 less per rep than triton's 256 MiB); `flush_bytes=256 * 2**20` flushes as triton does.
 
 The condition is gpuenv's safe default ("auto"): as it is when gpuenv's clock lock
-holds, else burst, for which the whole call is one burst started from a cool,
-uncapped GPU: the check reads the samples taken while the call warms up, so it costs
-nothing on a GPU that is not held down (at most one 25 ms sampler period), and waits
-until the power cap clears (about 0.5 s on an H100, at most WAIT_MAX_S) when it is.
-Back-to-back calls on heavy kernels (an autotuner's sweep of big GEMMs) pay that wait
-once the cap engages; a cap that engaged in the last 0.1 s before a call is not yet
-reported by the driver: then it shows in the reps' telemetry as a finding.
-`condition="none"` measures as triton does.
+holds, else burst, with gpuenv.bench's schedule (`gpuenv.conditioning.Bursts`): the
+call starts on a cool, uncapped GPU (the check reads the samples taken while it warms
+up: nothing to wait for on a GPU that is not held down; when it is, it waits until the
+power cap clears, ~0.5 s on an H100, at most WAIT_MAX_S), then measures in bursts of
+DROPIN_BURST_S, shorter than the 100-300 ms in which the cap engages under heavy load,
+with rests that keep a model of the power the cap acts on (a DROPIN_POWER_TAU_S filter
+of the instant power) under DROPIN_POWER_TARGET of the limit: a light kernel never
+rests, a heavy one just enough to stay off the cap whatever the budget. A rep whose
+probed clock fell ends its burst and is measured again once the GPU recovered. The
+`rep` budget counts the reps' time inside bursts (triton's reps, none capped), the
+rests come on top. `condition="none"` measures as triton does.
 
 The package: bench.py (do_bench, do_bench_cudagraph), clock.py (set_gpu_clock),
 autotuner.py (patch_autotuner).
@@ -41,6 +44,10 @@ from __future__ import annotations
 from gpuenv.integrations.triton.autotuner import patch_autotuner, unpatch_autotuner
 from gpuenv.integrations.triton.bench import (
     CUDAGRAPH_REPLAYS,
+    DROPIN_BURST_S,
+    DROPIN_DUTY,
+    DROPIN_POWER_TARGET,
+    DROPIN_POWER_TAU_S,
     SIM_L2_BYTES,
     SIM_REP_OVERHEAD_S,
     TRITON_FLUSH_BYTES,
@@ -54,6 +61,10 @@ from gpuenv.integrations.triton.clock import ClockRef, set_gpu_clock
 
 __all__ = [
     "CUDAGRAPH_REPLAYS",
+    "DROPIN_BURST_S",
+    "DROPIN_DUTY",
+    "DROPIN_POWER_TARGET",
+    "DROPIN_POWER_TAU_S",
     "SIM_L2_BYTES",
     "SIM_REP_OVERHEAD_S",
     "TRITON_FLUSH_BYTES",

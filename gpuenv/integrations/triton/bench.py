@@ -20,6 +20,14 @@ ESTIMATE_MAX_FRAC = 0.1  # ...or fewer, once they took this much of warmup + rep
 CUDAGRAPH_REPLAYS = 10  # triton's do_bench_cudagraph replays its graph 10 times
 WAIT_MAX_S = 2.0  # the longest a call waits for a held-down GPU, then measures anyway
 POLL_S = 0.005  # how often that wait looks (the sampler reads every 25 ms)
+# The schedule (conditioning.Bursts, as gpuenv.bench's; the package docstring says why):
+# bursts of DROPIN_BURST_S, rests that keep the power the cap controller acts on (a filter
+# of DROPIN_POWER_TAU_S) under DROPIN_POWER_TARGET x the limit; without a power reading,
+# a rest of (1 / DROPIN_DUTY - 1) x the burst.
+DROPIN_BURST_S = 0.03  # the H100's cap engages 100-300 ms into a heavy load
+DROPIN_POWER_TAU_S = 0.15
+DROPIN_POWER_TARGET = 0.9
+DROPIN_DUTY = 0.5
 SIM_L2_BYTES = 50 * 2**20  # the simulated H100's L2
 SIM_REP_OVERHEAD_S = 25e-6  # host time of a flushed, synchronized rep, on the simulated GPU
 
@@ -71,8 +79,10 @@ def do_bench(
     backend, gpu = _where(session, backend)
     dev = device or _device(mode, backend, gpu, session, flush_bytes=flush_bytes)
     call = _Call(fn, grad_to_none)
+    t_setup = dev.clock.now()
     dev.rep(call)  # the first call pays set-up (cuBLAS handles, compiling), as triton's
     per_rep_s, n_est = _estimate(dev, call, budget_s=(warmup + rep) / 1e3, gpu_time=False)
+    setup_s = dev.clock.now() - t_setup  # work the first burst began with
     n_warmup = max(1, int(warmup / 1e3 / per_rep_s))
     n_rep = max(1, int(rep / 1e3 / per_rep_s))
     plan = {"warmup_ms": warmup, "rep_ms": rep, "rep_cost_s": per_rep_s,
@@ -80,7 +90,7 @@ def do_bench(
     m = _bench(call, _Phases(dev, call, plan), name or _name(fn, "do_bench"), session, backend,
                output, mode=mode, reps=n_rep, budget_s=rep / 1e3 or None, warmup="auto",
                warmup_max_s=warmup / 1e3, warmup_max_reps=n_warmup, condition=condition,
-               policy=policy)  # fmt: skip
+               policy=policy, burst_lead_s=setup_s)  # fmt: skip
     return _summarize(_times_ms(m), quantiles, return_mode)
 
 
@@ -204,15 +214,18 @@ def _estimate(dev: Any, call: _Call, *, budget_s: float, gpu_time: bool) -> tupl
 
 def _bench(call: _Call, dev: _Phases, name: str, session: Any, backend: Any, output: Any,
            **settings: Any) -> Any:  # fmt: skip
-    """gpuenv.bench with the drop-in's settings: budgeted counts, the whole call one burst
-    (see the module docstring), no before/after clock probe (each rep probes its own),
+    """gpuenv.bench with the drop-in's settings: budgeted counts, the budget counted in
+    bursts (see the package docstring), no before/after clock probe (each rep probes its own),
     no telemetry trace in `m.extra` (for `gpuenv plot`: an autotuner's calls need none)."""
     from gpuenv import timing
 
-    cond = dataclasses.replace(ConditionConfig(), burst_s=math.inf,
-                               burst_timeout_s=WAIT_MAX_S, poll_s=POLL_S)
+    cond = dataclasses.replace(ConditionConfig(), burst_s=DROPIN_BURST_S,
+                               burst_duty=DROPIN_DUTY, burst_wait="seen",
+                               burst_power_tau_s=DROPIN_POWER_TAU_S,
+                               burst_power_target=DROPIN_POWER_TARGET,
+                               burst_timeout_s=WAIT_MAX_S, poll_s=POLL_S)  # fmt: skip
     cfg = timing.BenchConfig(conditioning=cond, probe_clock=False, burst_from_start=True,
-                             keep_trace=False, **settings)  # fmt: skip
+                             budget_in_bursts=True, keep_trace=False, **settings)  # fmt: skip
     m = timing.bench(call, cfg, name=name, session=session, backend=backend, device=dev,
                      output=output)  # fmt: skip
     _recent.append(m)

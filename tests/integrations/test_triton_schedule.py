@@ -1,0 +1,84 @@
+"""The do_bench drop-in's schedule on the simulated H100 (virtual time): a heavy kernel is
+measured in bursts shorter than the power cap's onset, with rests that keep the cap off
+whatever the budget, cold or right after a heavy load, and the budget is counted in
+bursts. A light kernel never rests."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuenv import timing
+from gpuenv.backend.sim import SimBackend
+from gpuenv.integrations import triton as gtriton
+from gpuenv.reasons import Reason
+from gpuenv.timebase import VirtualClock
+
+MLP_S = 2.9e-3  # the MLP block of GPU_FACTS.md: gelu(X @ W1) @ W2, 2.9 ms a call
+
+
+def onset_s(seconds: float = MLP_S) -> float:
+    """How long the kernel runs back to back on a rested simulated H100 before the SW power
+    cap engages (the sim reproduces the H100's 100-300 ms)."""
+    sim = SimBackend("h100", clock=VirtualClock())
+    sim.open_context(0)
+    sim.idle(10.0)
+    k = timing.sim_kernel(sim, 0, seconds=seconds, power_intensity=1.0)
+    t0 = sim.clock.now()
+    while not sim.truth(0).reasons & Reason.SW_POWER_CAP:
+        k()
+    return sim.clock.now() - t0
+
+
+def capped_reps(m) -> list[int]:
+    cap = Reason.SW_POWER_CAP
+    return [i for i, w in enumerate(m.windows)
+            if (w.reasons | w.reasons_start | w.reasons_end) & cap]  # fmt: skip
+
+
+@pytest.mark.parametrize("hot", [False, True])
+@pytest.mark.parametrize("rep_ms", [100, 300, 1000])
+def test_a_heavy_kernel_never_meets_the_cap(gpu, hot: bool, rep_ms: int) -> None:
+    onset = onset_s()
+    assert 0.1 <= onset <= 0.3  # the H100's onset: what the schedule must stay under
+    if hot:
+        timing.sim_kernel(gpu, 0, seconds=8.0)()  # 8 s of heavy load: capped and hot
+    t0 = gpu.clock.now()
+    gtriton.do_bench(timing.sim_kernel(gpu, 0, seconds=MLP_S), backend=gpu, rep=rep_ms)
+    wall = gpu.clock.now() - t0
+    m = gtriton.last_measurement()
+    x = m.extra
+    assert x["condition"] == "burst" and x["bursts"] >= 2
+    assert x["burst_max_s"] < onset / 3  # every burst, the warmup's included
+    assert capped_reps(m) == [] and x["burst_clock_redos"] == 0
+    assert m.verdict == "ok", m.findings  # no power cap, no drift
+    assert max(m.times_s) == pytest.approx(min(m.times_s), rel=1e-3)
+    # the budget is the reps' time inside bursts; the rests come on top
+    assert x["in_bursts_s"] <= rep_ms / 1e3 + 2 * MLP_S
+    assert wall > x["in_bursts_s"] + x["burst_rest_s"]
+
+
+def test_back_to_back_calls_stay_off_the_cap_too(gpu) -> None:
+    """An autotuner's sweep: calls one after the other, no idle between them."""
+    k = timing.sim_kernel(gpu, 0, seconds=MLP_S)
+    for _ in range(8):
+        gtriton.do_bench(k, backend=gpu)
+        m = gtriton.last_measurement()
+        assert capped_reps(m) == [] and m.verdict == "ok", m.findings
+
+
+def test_a_light_kernel_never_rests(gpu) -> None:
+    k = timing.sim_kernel(gpu, 0, seconds=50e-6, power_intensity=0.2)
+    gtriton.do_bench(k, backend=gpu, rep=300)
+    x = gtriton.last_measurement().extra
+    assert x["bursts"] > 5 and x["burst_rests"] == 0 and x["burst_rest_s"] == 0.0
+
+
+def test_a_clock_that_falls_under_a_rep_ends_the_burst_and_the_rep_is_redone(
+        gpu, monkeypatch) -> None:  # fmt: skip
+    """Where the power model is wrong (here: told the limit is half again as high), the cap
+    comes on inside a burst; each rep's clock probe sees it before NVML reports it: the
+    burst ends, the GPU recovers, and the rep is measured again."""
+    monkeypatch.setattr(gtriton.bench, "DROPIN_POWER_TARGET", 1.5)
+    gtriton.do_bench(timing.sim_kernel(gpu, 0, seconds=MLP_S), backend=gpu, rep=1000)
+    x = gtriton.last_measurement().extra
+    assert x["burst_clock_redos"] >= 1 and x["burst_waits"] >= x["burst_clock_redos"]

@@ -75,6 +75,8 @@ NOT_READ = {
       for k in ("parity", "secded")),
     *(f"ecc.errors.uncorrected.aggregate.sram.{k}"
       for k in ("thresholdExceeded", "l2", "sm", "mcu", "pcie", "other")),
+    # PCI class codes (nvmlDeviceGetPciInfoExt; on the H100 0x3 / 0x2): not read yet
+    "pci.baseClass", "pci.subClass",
     "platform.chassis_serial_number", "platform.slot_number", "platform.tray_index",
     "platform.host_id", "platform.peer_type", "platform.module_id", "platform.gpu_fabric_guid",
     # NVML's field ids for these counters changed between headers and answer unrelated

@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from autoregions_harness import AUTOTUNER, PERF_REPORT
 
 from gpuenv.errors import ConfigError
 from gpuenv.results import load_run
@@ -28,10 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
 
 FAKE_TRITON = """
+import os
 import time
 RESULT = [1.5, 1.0, 2.0]  # one object: the wrapper must hand back this very one
-def do_bench(fn, warmup=25, rep=100, quantiles=None, return_mode="mean"):
+def do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_mode="mean"):
     t = time.monotonic()
+    fn()
     while time.monotonic() - t < 0.03:
         fn()
     if rep < 0:
@@ -40,19 +43,7 @@ def do_bench(fn, warmup=25, rep=100, quantiles=None, return_mode="mean"):
 def do_bench_cudagraph(fn, rep=20):
     fn()
     return 0.25
-"""
-# an autotuner as triton's: it calls do_bench for each config when the kernel first runs
-FAKE_AUTOTUNER = """
-from triton import testing
-class Autotuner:
-    def __init__(self, fn, configs):
-        self.fn, self.configs, self.best = fn, configs, None
-    def run(self):
-        if self.best is None:
-            timings = {c: testing.do_bench(lambda: self.fn(c)) for c in self.configs}
-            self.best = min(timings, key=lambda c: c)
-        return self.fn(self.best)
-"""
+""" + PERF_REPORT
 FAKE_TIMER = """
 import time
 from types import SimpleNamespace
@@ -88,7 +79,7 @@ def fakes(tmp_path: Path) -> Path:
         "triton/__init__.py": "",
         "triton/testing.py": FAKE_TRITON,
         "triton/runtime/__init__.py": "",
-        "triton/runtime/autotuner.py": FAKE_AUTOTUNER,
+        "triton/runtime/autotuner.py": AUTOTUNER,
         "torch/__init__.py": "",
         "torch/utils/__init__.py": "",
         "torch/utils/benchmark/__init__.py": "from .utils.timer import Timer\n",

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (triton's lines, as triton writes them)
 """Fake triton pieces for tests/test_run_autoregions.py, written as triton writes them.
 
 triton is not installed here. `PERF_REPORT` is triton.testing's Benchmark, Mark and

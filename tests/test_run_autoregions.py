@@ -351,9 +351,13 @@ def test_each_pytest_benchmark_is_a_region_named_by_its_test_id(tmp_path):
            "--benchmark-max-time=0.05"]  # fmt: skip
     result = gpuenv_run("-o", str(out), "--", *cmd, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    names = [m.name for m in load_run(out).measurements]
-    assert names == [RUN_NAME, "test_bench.py::test_sum[100]", "test_bench.py::test_sum[2000]",
-                     "test_bench.py::test_pedantic"]  # fmt: skip
+    ms = load_run(out).measurements
+    assert [m.name for m in ms] == [RUN_NAME, "test_bench.py::test_sum[100]",
+                                    "test_bench.py::test_sum[2000]",
+                                    "test_bench.py::test_pedantic"]  # fmt: skip
+    assert [m.extra["site"] for m in ms[1:3]] == ["test_bench.py::test_sum"] * 2
+    assert [m.extra.get("labels") for m in ms[1:]] == [{"n": 100}, {"n": 2000}, None]
+    assert re.search(r"test_bench.py::test_sum +2 calls ", result.stderr), result.stderr
     # --benchmark-disable runs each function once, unmeasured: no region
     off = gpuenv_run("-o", str(tmp_path / "off.jsonl"), "--", *cmd, "--benchmark-disable",
                      cwd=tmp_path, timeout=120)  # fmt: skip

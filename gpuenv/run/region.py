@@ -56,6 +56,8 @@ ENV_FD = "GPUENV_REGION_FD"
 ENV_PIPE = "GPUENV_REGION_PIPE"
 MAX_NAME = 200  # keeps every line far below PIPE_BUF (4096), so each write is atomic
 MAX_META = 2048  # a begin edge and its facts, written at once, stay below PIPE_BUF too
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)  # made once: json.dumps
+# with options builds an encoder per call, a third of a call's cost
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def meta_line(pid: int, rid: int, meta: Mapping[str, Any]) -> str:
     would not fit in MAX_META (a call stays a call), "" when not even those do."""
     for facts in (meta, {k: meta[k] for k in ("site", "kind") if k in meta}):
         try:
-            text = json.dumps(facts, separators=(",", ":"), default=str)
+            text = _ENCODER.encode(facts)
         except (TypeError, ValueError):
             continue
         if len(text) <= MAX_META:

@@ -195,3 +195,12 @@ def test_facts_too_long_for_one_atomic_write_keep_the_site():
     assert parse_line(line).meta == {"site": "do_bench b.py:3", "kind": "do_bench"}
     assert parse_line("l 1 2 [1, 2]") is None and parse_line("l 1 2 {not json") is None
     assert parse_line('l 1 2 {"a b": "c d"}').meta == {"a b": "c d"}  # spaces inside are fine
+
+
+def test_the_cheap_paths_of_facts_send_what_the_encoder_would():
+    plain = {"kind": "do_bench", "site": "do_bench b.py:3"}
+    first, again = region_mod.meta_line(1, 2, plain), region_mod.meta_line(1, 3, dict(plain))
+    assert parse_line(first).meta == parse_line(again).meta == plain
+    for value in (1.5e-3, 2.0, float("inf")):
+        assert parse_line(region_mod.meta_line(1, 2, {"returned_s": value})).meta == {
+            "returned_s": value}

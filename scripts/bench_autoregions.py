@@ -31,6 +31,7 @@ import tempfile
 import time
 import types
 from pathlib import Path
+from typing import Any
 
 from checkout import ROOT, checkout_env
 
@@ -41,11 +42,28 @@ from gpuenv.run import region as region_mod
 from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
 
 RESULT = object()
+PER_RUN = 32  # do_bench calls per perf_report run (16 sizes x 2 providers, as the tutorial)
+
+
+# perf_report's Mark._run, cut to its loop: each point calls the user's function, which calls
+# do_bench (defined in the fake triton.testing, so its frames are triton's)
+MARK = """
+class Mark:
+    def __init__(self, fn):
+        self.fn = fn
+    def _run(self, bench, save_path, show_plots, print_data, n=1):
+        for _ in range(n):
+            for x in bench.x_vals:
+                x_args = {x_name: x for x_name in bench.x_names}
+                for y in bench.line_vals:
+                    self.fn(**x_args, **{bench.line_arg: y}, **bench.args)
+"""
 
 
 def fake_modules() -> tuple[types.ModuleType, type]:
     testing = types.ModuleType("triton.testing")
     testing.do_bench = lambda fn, warmup=25, rep=100: RESULT  # type: ignore[attr-defined]
+    exec(MARK, testing.__dict__)
     timer_mod = types.ModuleType("torch.utils.benchmark.utils.timer")
 
     class Timer:
@@ -60,19 +78,35 @@ def fake_modules() -> tuple[types.ModuleType, type]:
     return testing, Timer
 
 
-def per_call_us(fn, n: int, repeats: int = 7) -> float:
+def perf_report_calls(testing: types.ModuleType, orig: Any, orig_run: Any) -> tuple[Any, Any]:
+    """A call of do_bench from a user's function that perf_report's Mark._run called: bare,
+    and wrapped (naming it by its point walks to Mark._run's frame). Each lambda makes
+    PER_RUN calls in one benchmark run, as a sweep does."""
+    bench = types.SimpleNamespace(x_names=["size"], x_vals=[4096], line_arg="provider",
+                                  line_vals=["triton"], line_names=["Triton"], args={},
+                                  plot_name="vadd")  # fmt: skip
+    bare_mark = testing.Mark(lambda size, provider: orig(None))  # type: ignore[attr-defined]
+    mark = testing.Mark(lambda size, provider: testing.do_bench(None))  # type: ignore[attr-defined]
+    return (lambda: orig_run(bare_mark, bench, "", False, False, n=PER_RUN),
+            lambda: mark._run(bench, "", False, False, n=PER_RUN))  # fmt: skip
+
+
+def per_call_us(fn, n: int, repeats: int = 7, clock=time.perf_counter) -> float:
     best = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(n):
             fn()
-        best.append((time.perf_counter() - t0) / n * 1e6)
+        best.append((clock() - t0) / n * 1e6)
     return statistics.median(best)
 
 
-def call_overhead(n: int) -> list[tuple[str, float, float, float]]:
+def call_overhead(n: int) -> list[tuple[str, float, float, float, float]]:
+    """Per call: (name, unwrapped, wrapped, wrapped under gpuenv run, the same in this
+    thread's CPU time: what the call costs whatever else the machine runs), in us."""
     testing, Timer = fake_modules()
     orig_bench, orig_timeit = testing.do_bench, Timer.timeit
+    orig_run = testing.Mark._run  # type: ignore[attr-defined]
     timer_mod = types.ModuleType("torch.utils.benchmark.utils.timer")
     timer_mod.Timer = Timer  # type: ignore[attr-defined]
     autoregions.patch(testing)
@@ -80,25 +114,30 @@ def call_overhead(n: int) -> list[tuple[str, float, float, float]]:
     timer = Timer("a @ b", label="mm")
     rows = []
     cases = [("do_bench", lambda: orig_bench(None), lambda: testing.do_bench(None)),
-             ("Timer.timeit", lambda: orig_timeit(timer), lambda: timer.timeit())]  # fmt: skip
+             ("Timer.timeit", lambda: orig_timeit(timer), lambda: timer.timeit()),
+             ("do_bench in a perf_report point",
+              *perf_report_calls(testing, orig_bench, orig_run))]  # fmt: skip
     for name, bare, wrapped in cases:
+        per = PER_RUN if "perf_report" in name else 1
+        n_calls = max(1, n // per)
         region_mod._CHANNEL.reset()
         os.environ.pop(ENV_FD, None)
-        t_bare = per_call_us(bare, n)
-        t_off = per_call_us(wrapped, n)  # wrapped, but no gpuenv run: no pipe
+        t_bare = per_call_us(bare, n_calls) / per
+        t_off = per_call_us(wrapped, n_calls) / per  # wrapped, but no gpuenv run: no pipe
         r, w = os.pipe()  # read by another process, as gpuenv run's parent reads it
         reader = subprocess.Popen(["cat"], stdin=r, stdout=subprocess.DEVNULL)
         os.close(r)
         os.environ[ENV_FD], os.environ[ENV_PIPE] = str(w), pipe_identity(w)
         region_mod._CHANNEL.reset()
         assert region_mod.active()
-        t_on = per_call_us(wrapped, n)
+        t_on = per_call_us(wrapped, n_calls) / per
+        cpu_on = per_call_us(wrapped, n_calls, clock=time.thread_time) / per
         os.environ.pop(ENV_FD)
         os.environ.pop(ENV_PIPE)
         region_mod._CHANNEL.reset()
         os.close(w)
         reader.wait(10)
-        rows.append((name, t_bare, t_off, t_on))
+        rows.append((name, t_bare, t_off, t_on, cpu_on))
     return rows
 
 
@@ -135,11 +174,12 @@ def cpu(args: argparse.Namespace) -> None:
           f"{os.cpu_count()}-core {platform.machine()} machine, Python {platform.python_version()}")
     print(f"\nHost time per call, median of 7 x {args.calls} calls of a function that returns "
           "at once:\n")
-    print("| call | unwrapped | wrapped, not under gpuenv run | wrapped, under gpuenv run |")
-    print("|---|---|---|---|")
-    for name, bare, off, on in call_overhead(args.calls):
+    print("| call | unwrapped | wrapped, not under gpuenv run | wrapped, under gpuenv run "
+          "| the same, CPU time |")
+    print("|---|---|---|---|---|")
+    for name, bare, off, on, cpu_on in call_overhead(args.calls):
         print(f"| {name} | {bare:.2f} us | {off:.2f} us (+{off - bare:.2f}) | "
-              f"{on:.2f} us (+{on - bare:.2f}) |")
+              f"{on:.2f} us (+{on - bare:.2f}) | {cpu_on:.2f} us |")
     t = startup(args.runs)
     print(f"\nStart-up of `python -c pass`, {args.runs} runs each, interleaved:\n")
     print("| child | median | fastest |")

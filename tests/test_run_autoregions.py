@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from autoregions_harness import AUTOTUNER, PERF_REPORT
 
 from gpuenv.errors import ConfigError
 from gpuenv.results import load_run
@@ -28,10 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
 
 FAKE_TRITON = """
+import os
 import time
 RESULT = [1.5, 1.0, 2.0]  # one object: the wrapper must hand back this very one
-def do_bench(fn, warmup=25, rep=100, quantiles=None, return_mode="mean"):
+def do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_mode="mean"):
     t = time.monotonic()
+    fn()
     while time.monotonic() - t < 0.03:
         fn()
     if rep < 0:
@@ -40,19 +43,7 @@ def do_bench(fn, warmup=25, rep=100, quantiles=None, return_mode="mean"):
 def do_bench_cudagraph(fn, rep=20):
     fn()
     return 0.25
-"""
-# an autotuner as triton's: it calls do_bench for each config when the kernel first runs
-FAKE_AUTOTUNER = """
-from triton import testing
-class Autotuner:
-    def __init__(self, fn, configs):
-        self.fn, self.configs, self.best = fn, configs, None
-    def run(self):
-        if self.best is None:
-            timings = {c: testing.do_bench(lambda: self.fn(c)) for c in self.configs}
-            self.best = min(timings, key=lambda c: c)
-        return self.fn(self.best)
-"""
+""" + PERF_REPORT
 FAKE_TIMER = """
 import time
 from types import SimpleNamespace
@@ -88,7 +79,7 @@ def fakes(tmp_path: Path) -> Path:
         "triton/__init__.py": "",
         "triton/testing.py": FAKE_TRITON,
         "triton/runtime/__init__.py": "",
-        "triton/runtime/autotuner.py": FAKE_AUTOTUNER,
+        "triton/runtime/autotuner.py": AUTOTUNER,
         "torch/__init__.py": "",
         "torch/utils/__init__.py": "",
         "torch/utils/benchmark/__init__.py": "from .utils.timer import Timer\n",
@@ -136,7 +127,7 @@ print(json.dumps({"same": same, "graph": graph, "raised": raised,
 """
 
 
-def test_each_do_bench_call_is_a_region_named_by_its_line(tmp_path, fakes):
+def test_each_do_bench_call_is_a_measurement_named_by_its_line(tmp_path, fakes):
     child = write(tmp_path, DO_BENCH_CHILD)
     out = tmp_path / "run.jsonl"
     result = gpuenv_run("-o", str(out), "--", sys.executable, child, pythonpath=str(fakes),
@@ -147,40 +138,68 @@ def test_each_do_bench_call_is_a_region_named_by_its_line(tmp_path, fakes):
     assert told == {"same": True, "graph": 0.25, "raised": "rep must not be negative",
                     "name": "do_bench", "wrapped": True}  # fmt: skip
     by_name = {m.name: m for m in load_run(out).measurements}
-    assert list(by_name) == [RUN_NAME, "do_bench bench.py:5", "do_bench bench.py:7",
+    # three calls from one line are three measurements, numbered, never three reps of one
+    assert list(by_name) == [RUN_NAME, "do_bench bench.py:5", "do_bench bench.py:7 #1",
+                             "do_bench bench.py:7 #2", "do_bench bench.py:7 #3",
                              "do_bench_cudagraph bench.py:8"]  # fmt: skip
-    assert len(by_name["do_bench bench.py:7"].times_s) == 3
-    assert all(t >= 0.03 for t in by_name["do_bench bench.py:7"].times_s)
-    assert len(by_name["do_bench bench.py:7"].windows) == 3  # a window per call
+    for k in (1, 2, 3):
+        m = by_name[f"do_bench bench.py:7 #{k}"]
+        assert len(m.times_s) == 1 and m.times_s[0] >= 0.03 and len(m.windows) == 1
+        assert m.extra["site"] == "do_bench bench.py:7" and m.extra["call"] == k
+        assert m.extra["returned_s"] == pytest.approx(1.5e-3)  # do_bench's ms, in seconds
+    assert by_name["do_bench_cudagraph bench.py:8"].extra["returned_s"] == pytest.approx(2.5e-4)
     assert by_name[RUN_NAME].extra["discarded_regions"] == {"do_bench bench.py:10": 1}
     assert "do_bench bench.py:10: 1 call(s) raised an error: not measured" in result.stderr
-    assert re.search(r"do_bench bench.py:7 +3 ", result.stderr)  # the row, with its reps
+    # the summary: one row for the site, with its calls, their verdicts and median
+    assert re.search(r"do_bench bench.py:7 +3 calls +med 1.50 ms returned .* 3 ok\n",
+                     result.stderr)  # fmt: skip
+    assert "do_bench bench.py:7 #1" not in result.stderr
+    verbose = gpuenv_run("-v", "--", sys.executable, child, pythonpath=str(fakes), cwd=tmp_path)
+    assert verbose.returncode == 0, verbose.stderr
+    for k in (1, 2, 3):
+        assert re.search(rf"\n +do_bench bench.py:7 #{k} +1 ", verbose.stderr), verbose.stderr
 
 
-def test_nested_calls_mark_the_outermost_only(tmp_path, fakes):
+def test_nested_calls_mark_the_outermost_only_and_autotuning_is_named_by_config(
+    tmp_path, fakes
+):
     child = write(tmp_path, """
         import torch.utils.benchmark as tb
-        from triton.runtime.autotuner import Autotuner
+        from triton.runtime.autotuner import Autotuner, Config
         import gpuenv
-        kernel = Autotuner(lambda c: None, configs=[1, 2, 3])
-        kernel.run()                                              # line 6: autotunes
-        tuned = Autotuner(lambda c: None, configs=[1, 2])
-        timer = tb.Timer("kernel.run()", globals={"kernel": tuned}, label="mm", sub_label="bf16")
-        timer.blocked_autorange()                                 # line 9: autotunes inside
+        def add_kernel(n, **meta):
+            pass
+        configs = [Config({"BLOCK_M": 64}), Config({"BLOCK_M": 128}, num_warps=8),
+                   Config({"BLOCK_M": 128}, num_warps=8, num_stages=4, num_ctas=2)]
+        kernel = Autotuner(add_kernel, ["n"], configs, key=["n"])
+        for n in (1024, 2048):
+            kernel.run(n)                                         # line 11: autotunes twice
+        tuned = Autotuner(add_kernel, ["n"], configs[:2], key=["n"])
+        timer = tb.Timer("kernel.run(1)", globals={"kernel": tuned}, label="mm", sub_label="bf16")
+        timer.blocked_autorange()                                 # line 14: autotunes inside
         with gpuenv.region("mine"):
-            timer.timeit(5)                                       # line 11: in a user region
+            timer.timeit(5)                                       # line 16: in a user region
     """)
     out = tmp_path / "run.jsonl"
     result = gpuenv_run("-o", str(out), "--", sys.executable, child, pythonpath=str(fakes),
                         cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr
-    by_name = {m.name: m for m in load_run(out).measurements}
-    # top-level autotuning: one region per config, named after the line that launched it;
-    # inside the Timer: the Timer's region only; a user's region still holds automatic ones
-    assert list(by_name) == [RUN_NAME, "do_bench (autotune) bench.py:6", "Timer mm / bf16",
-                             "mine"]  # fmt: skip
-    assert len(by_name["do_bench (autotune) bench.py:6"].times_s) == 3
-    assert len(by_name["Timer mm / bf16"].times_s) == 2  # blocked_autorange, then timeit
+    ms = load_run(out).measurements
+    # top-level autotuning: one measurement per config and key, named by the config; inside
+    # the Timer: the Timer's region only; a user's region still holds automatic ones
+    configs = ["add_kernel BLOCK_M=64 num_warps=4 num_stages=3",
+               "add_kernel BLOCK_M=128 num_warps=8 num_stages=3",
+               "add_kernel BLOCK_M=128 num_warps=8 num_stages=4 num_ctas=2"]  # fmt: skip
+    assert [m.name for m in ms] == [
+        RUN_NAME, *(f"{c} #1" for c in configs), *(f"{c} #2" for c in configs),
+        "Timer mm / bf16 (Timer bench.py:14)", "mine", "Timer mm / bf16 (Timer bench.py:16)",
+    ]  # fmt: skip  (one name at two sites: the site tells them apart)
+    tuned = ms[1:7]
+    assert {m.extra["site"] for m in tuned} == {"do_bench (autotune) bench.py:11"}
+    assert tuned[2].extra["config"] == {"BLOCK_M": 128, "num_warps": 8, "num_stages": 4,
+                                        "num_ctas": 2}  # fmt: skip
+    assert all(len(m.times_s) == 1 for m in ms)
+    assert re.search(r"do_bench \(autotune\) bench.py:11 +6 calls ", result.stderr)
 
 
 def test_timer_regions_return_torchs_measurement_and_name_the_statement(tmp_path, fakes):
@@ -201,6 +220,110 @@ def test_timer_regions_return_torchs_measurement_and_name_the_statement(tmp_path
     assert names[1].startswith("Timer x = 1; y = 1 + 1") and names[1].endswith("...")
     assert len(names[1]) == len("Timer ") + 60
     assert names[2] == "Timer noop"
+
+
+# -- perf_report ----------------------------------------------------------------------------
+
+# triton's tutorial 01-vector-add, its sweep cut to 8 sizes, its kernel a function whose first
+# launch compiles (10 times a call's time), the two providers' do_bench on one line
+PERF_CHILD = """
+import sys, time
+import triton
+import triton.testing
+
+COMPILED = []
+
+def add(size):
+    if not COMPILED:
+        COMPILED.append(1)
+        time.sleep(0.3)
+    return size
+
+@triton.testing.perf_report(
+    triton.testing.Benchmark(
+        x_names=['size'],
+        x_vals=[2**i for i in range(12, 20, 1)],
+        x_log=True,
+        line_arg='provider',
+        line_vals=['triton', 'torch'],
+        line_names=['Triton', 'Torch'],
+        styles=[('blue', '-'), ('green', '-')],
+        ylabel='GB/s',
+        plot_name='vector-add-performance',
+        args={},
+    ))
+def benchmark(size, provider):
+    quantiles = [0.5, 0.2, 0.8]
+    fn = (lambda: add(size)) if provider == 'triton' else (lambda: size + 1)
+    ms, min_ms, max_ms = triton.testing.do_bench(fn, quantiles=quantiles)  # line 30
+    gbps = lambda ms: 12 * size * 1e-9 / (ms * 1e-3)
+    return gbps(ms), gbps(max_ms), gbps(min_ms)
+
+df = benchmark.run(print_data=True, save_path=sys.argv[1], return_df=True)
+print(df.to_dict())
+"""
+
+
+def test_a_perf_report_sweep_is_a_measurement_per_point_with_its_grid(tmp_path, fakes):
+    pytest.importorskip("pandas")
+    pytest.importorskip("matplotlib")
+    child = write(tmp_path, PERF_CHILD)
+    env = {"MPLBACKEND": "Agg"}
+    bare_dir, run_dir = tmp_path / "bare", tmp_path / "run"
+    bare_dir.mkdir()
+    run_dir.mkdir()
+    full = dict(os.environ, PYTHONPATH=str(fakes), **env)
+    bare = subprocess.run([sys.executable, child, str(bare_dir)], capture_output=True, env=full,
+                          cwd=tmp_path, timeout=60)  # fmt: skip
+    assert bare.returncode == 0, bare.stderr
+    out = tmp_path / "run.jsonl"
+    result = gpuenv_run("-o", str(out), "--", sys.executable, child, str(run_dir),
+                        pythonpath=str(fakes), env=env, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    # the child's own output, return values and files are what they are without gpuenv
+    assert result.stdout.encode() == bare.stdout and b"vector-add-performance:" in bare.stdout
+    for name in ("vector-add-performance.csv", "results.html"):
+        assert (run_dir / name).read_bytes() == (bare_dir / name).read_bytes()
+    calls = load_run(out).measurements[1:]
+    names = [f"vector-add-performance size={2**i} provider={p}" for i in range(12, 20)
+             for p in ("triton", "torch")]  # fmt: skip
+    assert [m.name for m in calls] == names  # 16 measurements, each named by its point
+    assert all(len(m.times_s) == 1 and m.extra["site"] == "do_bench bench.py:30" for m in calls)
+    assert calls[0].times_s[0] > 5 * calls[1].times_s[0]  # the compiling call, by itself:
+    assert [f.kind for m in calls for f in m.findings] == []  # no warmup_ramp from it
+    assert calls[0].extra["labels"] == {"size": 4096, "provider": "triton"}
+    assert re.search(r"do_bench bench.py:30 +16 calls .* 16 ok\n", result.stderr)
+    # the table's verdicts: on stderr (one line when all are ok) and beside the user's CSV
+    assert "gpuenv: vector-add-performance (perf_report): all 16 points ok" in result.stderr
+    grid = run_dir / "vector-add-performance.gpuenv.csv"
+    rows = grid.read_text().splitlines()
+    assert rows == ["size,Triton,Torch", *(f"{2**i},ok,ok" for i in range(12, 20))]
+    assert not (bare_dir / grid.name).exists()
+    verbose = gpuenv_run("-v", "--", sys.executable, child, str(run_dir), pythonpath=str(fakes),
+                         env=env, cwd=tmp_path)  # fmt: skip
+    assert verbose.returncode == 0, verbose.stderr
+    assert "vector-add-performance (perf_report): each point's verdict" in verbose.stderr
+    assert re.search(r"\n +7 +524288 +ok +ok\n", verbose.stderr), verbose.stderr
+
+
+def test_a_thousand_calls_keep_the_summary_short(tmp_path, fakes):
+    child = write(tmp_path, """
+        import triton.testing as tt
+        for _ in range(1000):
+            tt.do_bench_cudagraph(lambda: None)
+        tt.do_bench_cudagraph(lambda: None)
+    """)
+    out = tmp_path / "run.jsonl"
+    result = gpuenv_run("-o", str(out), "--", sys.executable, child, pythonpath=str(fakes),
+                        cwd=tmp_path, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(result.stderr.splitlines()) <= 6, result.stderr
+    assert re.search(r"do_bench_cudagraph bench.py:4 +1000 calls +med 250.0 us returned",
+                     result.stderr)  # fmt: skip
+    ms = load_run(out).measurements
+    assert len(ms) == 1002 and len({m.name for m in ms}) == 1002
+    assert ms[1000].name == "do_bench_cudagraph bench.py:4 #1000"
+    assert ms[1001].name == "do_bench_cudagraph bench.py:5"
 
 
 # -- pytest-benchmark ----------------------------------------------------------------------
@@ -228,9 +351,13 @@ def test_each_pytest_benchmark_is_a_region_named_by_its_test_id(tmp_path):
            "--benchmark-max-time=0.05"]  # fmt: skip
     result = gpuenv_run("-o", str(out), "--", *cmd, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    names = [m.name for m in load_run(out).measurements]
-    assert names == [RUN_NAME, "test_bench.py::test_sum[100]", "test_bench.py::test_sum[2000]",
-                     "test_bench.py::test_pedantic"]  # fmt: skip
+    ms = load_run(out).measurements
+    assert [m.name for m in ms] == [RUN_NAME, "test_bench.py::test_sum[100]",
+                                    "test_bench.py::test_sum[2000]",
+                                    "test_bench.py::test_pedantic"]  # fmt: skip
+    assert [m.extra["site"] for m in ms[1:3]] == ["test_bench.py::test_sum"] * 2
+    assert [m.extra.get("labels") for m in ms[1:]] == [{"n": 100}, {"n": 2000}, None]
+    assert re.search(r"test_bench.py::test_sum +2 calls ", result.stderr), result.stderr
     # --benchmark-disable runs each function once, unmeasured: no region
     off = gpuenv_run("-o", str(tmp_path / "off.jsonl"), "--", *cmd, "--benchmark-disable",
                      cwd=tmp_path, timeout=120)  # fmt: skip
@@ -262,8 +389,10 @@ def test_no_auto_regions_and_picking_kinds(tmp_path, fakes):
     assert bad.returncode == 2 and "tmier is not a kind of automatic region" in bad.stderr
 
 
-def test_policy_reject_names_a_rejected_auto_region_and_retry_is_refused(tmp_path, fakes):
-    # another tool moves the locked clock between do_bench calls: every call after it drifts
+def test_no_call_is_judged_by_another_and_retry_is_refused(tmp_path, fakes):
+    # another tool moves the locked clock between do_bench calls: before, the calls were reps
+    # of one measurement and a clock_drift between them rejected the site; each call is its
+    # own measurement now, and the simulated GPU, idle in every call, held each call's clock
     child = write(tmp_path, """
         import os, time
         import triton.testing as tt
@@ -275,10 +404,14 @@ def test_policy_reject_names_a_rejected_auto_region_and_retry_is_refused(tmp_pat
                 time.sleep(0.3)
             tt.do_bench(lambda: time.sleep(0.1))
     """)
-    result = gpuenv_run("--sm", "1350", "--policy", "reject", "--", sys.executable, child,
-                        pythonpath=str(fakes), cwd=tmp_path)  # fmt: skip
-    assert result.returncode == 1, result.stderr
-    assert "rejected: do_bench bench.py:10 (--policy reject)" in result.stderr
+    out = tmp_path / "run.jsonl"
+    result = gpuenv_run("--sm", "1350", "--policy", "reject", "-o", str(out), "--",
+                        sys.executable, child, pythonpath=str(fakes), cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    calls = load_run(out).measurements[1:]
+    assert len(calls) == 6 and all(len(m.times_s) == 1 for m in calls)
+    assert [f.kind for m in calls for f in m.findings] == []
+    assert re.search(r"do_bench bench.py:10 +6 calls .* 6 ok\n", result.stderr), result.stderr
     retry = gpuenv_run("--policy", "retry", "--", sys.executable, child, pythonpath=str(fakes))
     assert retry.returncode == 2
     assert "gpuenv cannot re-run a call it did not make" in retry.stderr
@@ -409,3 +542,34 @@ def test_do_bench_before_and_after_load_on_the_gpu(tmp_path):
     assert second.name in wrapped.stderr and "power_cap" in wrapped.stderr
     for key in ("first_ms", "second_ms"):  # gpuenv's wrapper changes nothing it times
         assert ms_wrapped[key] == pytest.approx(ms_bare[key], rel=0.1), (ms_wrapped, ms_bare)
+
+
+@pytest.mark.gpu
+def test_the_vector_add_tutorial_gets_a_verdict_per_point_on_the_gpu(tmp_path):
+    """triton's tutorial 01-vector-add, unmodified (scripts/perf_report_vadd.py), under gpuenv
+    run: 32 measurements named by their points, no warm-up ramp from the call that compiled
+    the kernel, the grid of verdicts beside triton's CSV."""
+    for module in ("torch", "triton", "pandas", "matplotlib"):
+        pytest.importorskip(module)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, GPUENV_READONLY="1", MPLBACKEND="Agg")
+    out, saved = tmp_path / "run.jsonl", tmp_path / "plots"
+    saved.mkdir()
+    child = [sys.executable, str(ROOT / "scripts" / "perf_report_vadd.py"), str(saved)]
+    result = subprocess.run([*GPUENV, "run", "-i", "0", "-o", str(out), "--", *child],
+                            capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "vector-add-performance:" in result.stdout
+    calls = load_run(out).measurements[1:]
+    sizes = [2**i for i in range(12, 28)]
+    assert [m.name for m in calls] == [f"vector-add-performance size={s} provider={p}"
+                                       for s in sizes for p in ("triton", "torch")]  # fmt: skip
+    assert all(len(m.times_s) == 1 for m in calls)
+    assert [m.name for m in calls if any(f.kind == "warmup_ramp" for f in m.findings)] == []
+    sites = {m.extra["site"] for m in calls}
+    assert sites == {"do_bench scripts/perf_report_vadd.py:75",
+                     "do_bench scripts/perf_report_vadd.py:77"}  # fmt: skip
+    grid = (saved / "vector-add-performance.gpuenv.csv").read_text().splitlines()
+    assert grid[0] == "size,Triton,Torch" and len(grid) == 17
+    assert (saved / "vector-add-performance.csv").exists()
+    sys.stderr.write(result.stderr)  # the summary and the grid, for the device log

@@ -176,3 +176,31 @@ def test_a_region_that_discards_on_error_ends_with_x(channel):
         raise ValueError("kept: a user's region that raised is still measured")
     kinds = [(e.kind, e.name) for e in map(parse_line, channel())]
     assert kinds == [("b", "f"), ("x", None), ("b", "g"), ("e", None), ("b", "h"), ("e", None)]
+
+
+def test_facts_ride_with_the_begin_and_end_edges_in_one_write_each(channel):
+    with region("vadd size=4096", meta={"site": "do_bench b.py:3", "labels": {"size": 4096}}) as r:
+        r.end_meta = {"returned_s": 1.5e-3}
+    lines = channel()
+    assert [line.split(" ", 1)[0] for line in lines] == ["b", "l", "l", "e"]
+    edges = [parse_line(line) for line in lines]
+    assert edges[1].meta == {"site": "do_bench b.py:3", "labels": {"size": 4096}}
+    assert edges[2].meta == {"returned_s": 1.5e-3}
+    assert {e.id for e in edges} == {edges[0].id} and edges[0].name == "vadd size=4096"
+
+
+def test_facts_too_long_for_one_atomic_write_keep_the_site():
+    meta = {"site": "do_bench b.py:3", "kind": "do_bench", "labels": {"x": "y" * 5000}}
+    line = region_mod.meta_line(1, 2, meta)
+    assert parse_line(line).meta == {"site": "do_bench b.py:3", "kind": "do_bench"}
+    assert parse_line("l 1 2 [1, 2]") is None and parse_line("l 1 2 {not json") is None
+    assert parse_line('l 1 2 {"a b": "c d"}').meta == {"a b": "c d"}  # spaces inside are fine
+
+
+def test_the_cheap_paths_of_facts_send_what_the_encoder_would():
+    plain = {"kind": "do_bench", "site": "do_bench b.py:3"}
+    first, again = region_mod.meta_line(1, 2, plain), region_mod.meta_line(1, 3, dict(plain))
+    assert parse_line(first).meta == parse_line(again).meta == plain
+    for value in (1.5e-3, 2.0, float("inf")):
+        assert parse_line(region_mod.meta_line(1, 2, {"returned_s": value})).meta == {
+            "returned_s": value}

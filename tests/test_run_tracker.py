@@ -71,3 +71,14 @@ def test_summariser_windows_are_those_of_the_whole_ring(monkeypatch):
         want += [Summariser(sampler, [0]).windows([one], 0) for one in intervals]
         assert got == want
         assert got[0][0].gap and not any(w.gap for w in got[0][1:])  # began before the ring
+
+
+def test_facts_merge_into_their_open_region_and_stray_ones_are_ignored():
+    tr = RegionTracker()
+    tr.feed(Edge("b", 10, 1, 1.0, "vadd size=4096"))
+    tr.feed(Edge("l", 10, 1, 0.0, None, {"site": "do_bench b.py:3"}))
+    tr.feed(Edge("l", 10, 1, 0.0, None, {"returned_s": 0.001}))
+    tr.feed(Edge("e", 10, 1, 2.0, None))
+    tr.feed(Edge("l", 10, 1, 0.0, None, {"late": True}))  # after its end: no region to take it
+    assert tr.finished[0].meta == {"site": "do_bench b.py:3", "returned_s": 0.001}
+    assert tr.ignored == 1

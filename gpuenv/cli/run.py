@@ -69,6 +69,13 @@ from gpuenv.cli._common import (
 @interval_option("telemetry samples (default 0.025)", old=("--period",))
 @click.option("-q", "--quiet", is_flag=True, help="No summary table on stderr.")
 @click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="A row for every call of each do_bench / Timer / pytest-benchmark site (without: a "
+    "row per site, its flagged calls named), and every perf_report grid in full.",
+)
+@click.option(
     "--summary",
     type=click.Choice(["each", "rank0"]),
     default="each",
@@ -91,6 +98,7 @@ def run(
     output: str | None,
     interval: float | None,
     quiet: bool,
+    verbose: bool,
     summary: str,
     regions_from: str | None,
     no_auto_regions: bool,
@@ -148,6 +156,7 @@ def run(
             output=plan.output,
             period=interval,
             quiet=quiet,
+            verbose=verbose,
             auto_regions=plan.auto_regions,
             summary=summary,
             nvtx=regions_from == "nvtx",

@@ -1,26 +1,40 @@
 """Automatic regions: each measurement an unmodified Python benchmark makes is a region.
 
-Under `gpuenv run`, a Python command gets a region for each call of
+Under `gpuenv run`, each call a Python command makes to
 
-    do_bench  triton.testing.do_bench, do_bench_cudagraph: "do_bench bench.py:12"
+    do_bench  triton.testing.do_bench, do_bench_cudagraph
     timer     torch.utils.benchmark.Timer's timeit, blocked_autorange and
-              adaptive_autorange: "Timer <label / sub_label / description>", or
-              "Timer <stmt>" (truncated)
-    pytest    each pytest-benchmark benchmark (`benchmark(fn)`, `benchmark.pedantic`):
-              its test id, "test_mm.py::test_mm[64]"
+              adaptive_autorange
+    pytest    each pytest-benchmark benchmark (`benchmark(fn)`, `benchmark.pedantic`)
 
-with no change to its code. The runner puts gpuenv/run/childsite on the child's
-PYTHONPATH; its sitecustomize installs an import hook that, when the command
-itself imports one of `MODULES`, calls `patch()` here to wrap those functions.
-A command that imports none of them imports nothing of gpuenv's.
+is a region, with no change to its code, and each call is its own measurement
+(window, findings, verdict): a sweep's 32 calls from one line are 32
+measurements, never 32 reps of one, so no finding compares one call with
+another. A call is named by what distinguishes it:
+
+    perf_report   "<plot_name> size=4096 provider=triton": the point of a
+                  triton.testing.perf_report benchmark that called the function
+                  which called do_bench (x_names' values and the line_arg's)
+    autotune      "<kernel> BLOCK_M=128 num_warps=8 num_stages=3": the config the
+                  triton autotuner benchmarks
+    Timer         "Timer <label / sub_label / description>", else "Timer <stmt>"
+    pytest        the test id, "test_mm.py::test_mm[64]"
+    otherwise     "do_bench bench.py:12", the line the user wrote
+
+and carries its site (`do_bench bench.py:12`: the kind and the first calling
+frame outside triton, torch, gpuenv and pytest's machinery; "(autotune)" when the
+autotuner made it), its labels and the time it returned, as facts on its begin
+and end edges (gpuenv/run/region.py). The parent numbers calls whose names repeat
+(`#2`) and groups calls by site for display only (report.py). The runner puts
+gpuenv/run/childsite on the child's PYTHONPATH; its sitecustomize installs an
+import hook that, when the command itself imports one of `MODULES`, calls
+`patch()` here to wrap those functions (and triton's Mark._run, to know which
+perf_report run a call belongs to). A command that imports none of them imports
+nothing of gpuenv's.
 
 The wrappers return exactly what the originals return and raise what they
 raise (a call that raises ends its region with "x": discarded, not a
-measurement). do_bench regions are named after the first calling frame outside
-triton, torch, gpuenv and pytest's machinery: the line the user wrote; a
-do_bench the triton autotuner makes is "do_bench (autotune) bench.py:30", the
-line that launched the kernel. Repeated calls from one site share a name, so
-they are one row with a rep per call.
+measurement); a name that cannot be made leaves the call unmarked.
 
 Nesting: only the outermost automatic region of a thread is marked. A Timer
 whose statement launches an autotuned kernel is one region (the Timer's): the
@@ -40,6 +54,9 @@ and warmup rounds from measured ones.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import itertools
 import os
 import sys
 import threading
@@ -59,10 +76,12 @@ MODULES = {
 }
 CHILD_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "childsite")
 MAX_STMT = 60  # characters of a Timer's statement in a region name
+MAX_LABEL = 40  # characters of a label's value (a shape, a dtype) in a call's name
 # frames of these top-level packages are machinery, not the line the user wrote
 _MACHINERY = frozenset({"triton", "torch", "gpuenv", "pytest_benchmark", "_pytest", "pluggy",
                         "functools", "contextlib", "sitecustomize"})  # fmt: skip
 _AUTOTUNER = "triton.runtime.autotuner"
+_PERF_MODULE = "triton.testing"  # Mark._run: calls the benchmark function at each point
 
 
 # -- the parent's side: which kinds, and the child's environment ----------------------
@@ -100,34 +119,85 @@ def child_env(env: dict[str, str], kinds: Iterable[str]) -> None:
 # -- the child's side: wrapping ------------------------------------------------------------
 
 _depth = threading.local()
+_perf = threading.local()  # .stack: the perf_report benchmarks this thread is running
+_perf_serial = itertools.count(1)
+Facts = tuple[str, dict[str, Any]]  # a call's name and its facts (region.py's "l" line)
 
 
-def _wrap(orig: Callable[..., Any], name_of: Callable[..., str | None]) -> Callable[..., Any]:
-    """`orig`, marked as a region named `name_of(*args)` when it is the thread's outermost."""
-    import functools
-
+def _wrap(
+    orig: Callable[..., Any],
+    facts_of: Callable[..., Facts | None],
+    returned: Callable[[Any], float | None] | None = None,
+) -> Callable[..., Any]:
+    """`orig`, marked as a region `facts_of(*args)` names, when it is the thread's outermost;
+    `returned(result)`: the time in seconds the call returned, sent with its end."""
     from gpuenv.run.region import active, region
 
     @functools.wraps(orig)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         depth = getattr(_depth, "n", 0)
-        name = None
+        facts = None
         if depth == 0 and active():
             try:
-                name = name_of(*args)
+                facts = facts_of(*args)
             except Exception:  # naming must never break the command's own call
-                name = None
-        if not name:
+                facts = None
+        if not facts:
             return orig(*args, **kwargs)
         _depth.n = depth + 1
         try:
-            with region(name, discard_on_error=True):
-                return orig(*args, **kwargs)
+            with region(facts[0], discard_on_error=True, meta=facts[1]) as r:
+                result = orig(*args, **kwargs)
+                if returned is not None:
+                    with contextlib.suppress(Exception):
+                        value = returned(result)
+                        if value is not None:
+                            r.end_meta = {"returned_s": value}
+                return result
         finally:
             _depth.n = depth
 
     wrapper.__gpuenv_auto__ = True  # type: ignore[attr-defined]
     return wrapper
+
+
+def _wrap_perf_run(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """triton's Mark._run, telling the do_bench calls inside which benchmark run they are in
+    (the grid of its table: gpuenv/run/perfgrid.py); everything else is the original's."""
+
+    @functools.wraps(orig)
+    def _run(self: Any, bench: Any, *args: Any, **kwargs: Any) -> Any:
+        stack = _perf.__dict__.setdefault("stack", [])
+        stack.append(_perf_info(orig, self, bench, args, kwargs))
+        try:
+            return orig(self, bench, *args, **kwargs)
+        finally:
+            stack.pop()
+
+    _run.__gpuenv_auto__ = True  # type: ignore[attr-defined]
+    return _run
+
+
+def _perf_info(orig: Any, mark: Any, bench: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {"serial": next(_perf_serial)}
+    try:
+        import inspect
+
+        bound = inspect.signature(orig).bind(mark, bench, *args, **kwargs).arguments
+        save_path = bound.get("save_path") or ""
+        fn = getattr(mark, "fn", None)
+        info.update(
+            name=str(getattr(bench, "plot_name", "") or getattr(fn, "__name__", "perf_report")),
+            x_names=[str(x) for x in getattr(bench, "x_names", [])],
+            line_vals=list(getattr(bench, "line_vals", [])),
+            line_names=[str(n) for n in getattr(bench, "line_names", [])],
+            line_arg=str(getattr(bench, "line_arg", "")),
+            save_path=os.path.abspath(save_path) if save_path else "",
+            print=bool(bound.get("print_data")),
+        )
+    except Exception:  # a triton whose Mark._run we do not know: name calls by their line
+        info["name"] = None
+    return info
 
 
 _SHORT: dict[str, str] = {}  # file name -> as shown (relpath costs ~10 us a call)
@@ -145,29 +215,118 @@ def _short_path(path: str) -> str:
     return short
 
 
+def _scan(frame: Any, perf: bool) -> tuple[Any, Any, Any]:
+    """From `frame` outwards: the first frame outside the machinery (the line the user
+    wrote), the triton autotuner's frame holding the `config` it benchmarks (or True when
+    only its module is seen), and, when `perf`, perf_report's Mark._run frame."""
+    first, site, tune, run = frame, None, None, None
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if site is None:
+            if module.partition(".")[0] not in _MACHINERY:
+                site = frame
+                if not perf:
+                    break
+            elif module.startswith(_AUTOTUNER) and tune in (None, True):
+                tune = frame if hasattr(frame.f_locals.get("config"), "kwargs") else True
+        elif frame.f_code.co_name == "_run" and module == _PERF_MODULE:
+            run = frame
+            break
+        frame = frame.f_back
+    return site or first, tune, run
+
+
 def call_site(skip: int = 2) -> tuple[str, bool]:
     """'file:line' of the first frame outside the machinery, and whether the triton
     autotuner is on the way there."""
-    frame: Any = sys._getframe(skip)
-    first, autotune = frame, False
-    while frame is not None:
-        module = str(frame.f_globals.get("__name__", ""))
-        if module.startswith(_AUTOTUNER):
-            autotune = True
-        if module.partition(".")[0] not in _MACHINERY:
-            break
-        frame = frame.f_back
-    if frame is None:
-        frame = first
-    return f"{_short_path(frame.f_code.co_filename)}:{frame.f_lineno}", autotune
+    site, tune, _ = _scan(sys._getframe(skip), False)
+    return f"{_short_path(site.f_code.co_filename)}:{site.f_lineno}", tune is not None
 
 
-def _do_bench_name(label: str) -> Callable[..., str]:
-    def name(*_: Any) -> str:
-        site, autotune = call_site(3)
-        return f"{label} (autotune) {site}" if autotune else f"{label} {site}"
+def _value(v: Any) -> Any:
+    """A label's value as JSON carries it and a name shows it (long ones cut)."""
+    if isinstance(v, (bool, int, float)) or v is None:
+        return v
+    text = str(v)
+    return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 3] + "..."
 
-    return name
+
+def _words(labels: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in labels.items())
+
+
+def config_labels(config: Any) -> dict[str, Any]:
+    """A triton Config as labels: its kwargs, num_warps, num_stages, and num_ctas / maxnreg
+    when not their defaults (`BLOCK_M=128 num_warps=8 num_stages=3`)."""
+    out = {str(k): _value(v) for k, v in (getattr(config, "kwargs", None) or {}).items()}
+    for attr, default in (("num_warps", None), ("num_stages", None), ("num_ctas", 1),
+                          ("maxnreg", None)):  # fmt: skip
+        v = getattr(config, attr, None)
+        if v is not None and v != default:
+            out[attr] = _value(v)
+    return out
+
+
+def _context(frame: Any, kind: str, label: str) -> tuple[list[str], dict[str, Any]]:
+    """What names a call made under `frame`: the words of its name and its facts."""
+    stack = getattr(_perf, "stack", None)
+    site, tune, run = _scan(frame, bool(stack))
+    where = f"{_short_path(site.f_code.co_filename)}:{site.f_lineno}"
+    meta: dict[str, Any] = {"kind": kind,
+                            "site": f"{label} (autotune) {where}" if tune else f"{label} {where}"}
+    words: list[str] = []
+    labels: dict[str, Any] = {}
+    info = stack[-1] if stack else None
+    if run is not None and info is not None and info.get("name"):
+        point = _perf_point(run.f_locals, info)
+        if point is not None:
+            labels.update(point["labels"])
+            meta["plot"] = point["plot"]
+            words += [info["name"], _words(point["labels"])]
+    if tune is not None:
+        if tune is not True:
+            loc = tune.f_locals
+            tuner = loc.get("self")
+            fn = getattr(tuner, "base_fn", None) or getattr(tuner, "fn", None)
+            config = config_labels(loc["config"])
+            words += [str(getattr(fn, "__name__", "kernel")), _words(config)]
+            meta["config"] = config
+        meta["autotune"] = True
+    if labels:
+        meta["labels"] = labels
+    return words, meta
+
+
+def _perf_point(local: dict[str, Any], info: dict[str, Any]) -> dict[str, Any] | None:
+    """The point of a perf_report benchmark that Mark._run's locals are at (x_args, y)."""
+    x_args, y = local.get("x_args"), local.get("y")
+    if not isinstance(x_args, dict) or "y" not in local:
+        return None
+    labels = {str(k): _value(v) for k, v in x_args.items()}
+    labels[info["line_arg"] or "line"] = _value(y)
+    try:
+        line = info["line_names"][info["line_vals"].index(y)]
+    except (ValueError, IndexError, KeyError):
+        line = str(y)
+    plot = {k: info[k] for k in ("serial", "name", "x_names", "line_names", "save_path",
+                                 "print")}  # fmt: skip
+    plot["x"] = [labels.get(n) for n in info["x_names"]]
+    plot["line"] = line
+    return {"labels": labels, "plot": plot}
+
+
+def _do_bench_facts(label: str) -> Callable[..., Facts]:
+    def facts(*_: Any) -> Facts:
+        words, meta = _context(sys._getframe(2), "do_bench", label)
+        return " ".join(words) if words else meta["site"], meta
+
+    return facts
+
+
+def _ms_returned(result: Any) -> float | None:
+    """do_bench's answer in seconds: its number, or the first of its quantiles (in ms)."""
+    first = result[0] if isinstance(result, (list, tuple)) and result else result
+    return float(first) / 1e3 if isinstance(first, (int, float)) else None
 
 
 def timer_name(timer: Any, *_: Any) -> str:
@@ -183,31 +342,50 @@ def timer_name(timer: Any, *_: Any) -> str:
     return f"Timer {text}"
 
 
-def _pytest_name(fixture: Any, *_: Any) -> str | None:
+def _timer_facts(timer: Any, *_: Any) -> Facts:
+    words, meta = _context(sys._getframe(2), "timer", "Timer")
+    return " ".join([*words, timer_name(timer)]), meta
+
+
+def _timer_returned(result: Any) -> float | None:
+    median = getattr(result, "median", None)  # torch's Measurement: seconds
+    return float(median) if isinstance(median, (int, float)) else None
+
+
+def _pytest_facts(fixture: Any, *_: Any) -> Facts | None:
     if getattr(fixture, "disabled", False):  # --benchmark-disable: a plain call, not measured
         return None
-    return str(getattr(fixture, "fullname", None) or getattr(fixture, "name", "benchmark"))
+    name = str(getattr(fixture, "fullname", None) or getattr(fixture, "name", "benchmark"))
+    meta: dict[str, Any] = {"kind": "pytest", "site": name.partition("[")[0]}
+    params = getattr(fixture, "params", None)
+    if isinstance(params, dict) and params:
+        meta["labels"] = {str(k): _value(v) for k, v in params.items()}
+    return name, meta
 
 
-def _patch_functions(owner: Any, names: Iterable[str], name_of: Callable[[str], Any]) -> None:
+def _patch_functions(owner: Any, names: Iterable[str], wrap: Callable[[Any], Any]) -> None:
     for attr in names:
         orig = getattr(owner, attr, None)
         if orig is None or getattr(orig, "__gpuenv_auto__", False):
             continue
-        setattr(owner, attr, _wrap(orig, name_of(attr)))
+        setattr(owner, attr, wrap(orig))
 
 
 def patch(module: Any) -> None:
     """Wrap the measuring functions of `module` (one of MODULES), once."""
     kind = MODULES.get(getattr(module, "__name__", ""))
     if kind == "do_bench":
-        _patch_functions(module, ("do_bench", "do_bench_cudagraph"), _do_bench_name)
+        for attr in ("do_bench", "do_bench_cudagraph"):
+            _patch_functions(module, (attr,), functools.partial(
+                _wrap, facts_of=_do_bench_facts(attr), returned=_ms_returned))  # fmt: skip
+        if isinstance(getattr(module, "Mark", None), type):
+            _patch_functions(module.Mark, ("_run",), _wrap_perf_run)
     elif kind == "timer" and hasattr(module, "Timer"):
         _patch_functions(module.Timer, ("timeit", "blocked_autorange", "adaptive_autorange"),
-                         lambda _: timer_name)  # fmt: skip
+                         lambda f: _wrap(f, _timer_facts, _timer_returned))  # fmt: skip
     elif kind == "pytest" and hasattr(module, "BenchmarkFixture"):
         _patch_functions(module.BenchmarkFixture, ("__call__", "pedantic"),
-                         lambda _: _pytest_name)  # fmt: skip
+                         lambda f: _wrap(f, _pytest_facts))  # fmt: skip
 
 
 __all__ = [
@@ -218,6 +396,7 @@ __all__ = [
     "MODULES",
     "call_site",
     "child_env",
+    "config_labels",
     "patch",
     "select_kinds",
     "timer_name",

@@ -158,6 +158,7 @@ def report_ranks(
     env: Mapping[str, str],
     *,
     started_wall: float,
+    verbose: bool = False,
 ) -> str:
     """Rank 0: wait for the others and return the combined table; others: publish, return ""."""
     directory = ranks_dir(env)
@@ -180,15 +181,18 @@ def report_ranks(
     runs += [(r, d, [Measurement.from_dict(m) for m in d["measurements"]])
              for r, d in sorted(found.items())]  # fmt: skip
     missing = [r for r in others if r not in found]
-    return combined_text(runs, missing, wait_s)
+    return combined_text(runs, missing, wait_s, verbose=verbose)
 
 
 def combined_text(
     runs: Sequence[tuple[int, Mapping[str, Any], Sequence[Measurement]]],
     missing: Sequence[int],
     wait_s: float,
+    *,
+    verbose: bool = False,
 ) -> str:
-    """One header, a line per rank (how it ended, where), one table with a rank column."""
+    """One header, a line per rank (how it ended, where), one table with a rank column
+    (the calls of a site grouped per rank)."""
     first = runs[0][1]
     n = len(runs) + len(missing)
     lines = [f"gpuenv run: '{first['command']}' on {n} ranks; {first['state']}"]
@@ -204,6 +208,7 @@ def combined_text(
         [m for _, _, ms in runs for m in ms],
         header="\n".join(lines),
         ranks=[r for r, _, ms in runs for _ in ms],
+        verbose=verbose,
     )
     return table + "".join(line for _, rec, ms in runs for line in tail_lines(rec, ms))
 

@@ -20,10 +20,19 @@ The wire format, for programs in other languages (one line per edge, ASCII):
     b <pid> <id> <t> <name>\\n     region <id> of process <pid> begins at <t> s
     e <pid> <id> <t>\\n            it ends
     x <pid> <id> <t>\\n            it ended in an error: drop it (not a measurement)
+    l <pid> <id> <json>\\n         optional: facts about the open region <id>, a JSON object
+                                  on one line; may come any time before its end, keys merge
 
 <t> is CLOCK_MONOTONIC in seconds; <id> is unique within <pid> (a library that
 writes edges beside others in one process takes its own range of ids); <name>
-has no newline. README.md has a C example. The fd is in GPUENV_REGION_FD; GPUENV_REGION_PIPE holds
+has no newline. A reader ignores lines it does not know, so an older `gpuenv run`
+reads a newer child's edges (without their "l" facts). Regions of one name are reps
+of one measurement, except those whose facts carry a "site": each of those is one
+call of a measuring function (do_bench, a Timer, a pytest-benchmark benchmark),
+its own measurement, grouped with the other calls of its site for display only.
+Other keys: "kind", "labels" (what distinguishes the call: {"size": 4096}),
+"returned_s" (the time the function returned), "plot" (its perf_report point).
+README.md has a C example. The fd is in GPUENV_REGION_FD; GPUENV_REGION_PIPE holds
 "<st_dev>:<st_ino>" of that pipe, so that a process which inherited the
 variable but not the fd (a grandchild started with close_fds) does not write
 into whatever file now has that number: it checks with fstat first.
@@ -33,27 +42,36 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
+import math
 import os
 import stat
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 ENV_FD = "GPUENV_REGION_FD"
 ENV_PIPE = "GPUENV_REGION_PIPE"
 MAX_NAME = 200  # keeps every line far below PIPE_BUF (4096), so each write is atomic
+MAX_META = 2048  # a begin edge and its facts, written at once, stay below PIPE_BUF too
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)  # made once: json.dumps
+# with options builds an encoder per call, a third of a call's cost
+_PLAIN: dict[tuple[Any, Any], str] = {}  # (kind, site) -> the facts of a call with no others
 
 
 @dataclass(frozen=True)
 class Edge:
     """One parsed line of the region protocol."""
 
-    kind: str  # "b" (begin) | "e" (end) | "x" (end, discarded)
+    kind: str  # "b" (begin) | "e" (end) | "x" (end, discarded) | "l" (facts)
     pid: int
     id: int
-    t: float  # CLOCK_MONOTONIC seconds
+    t: float  # CLOCK_MONOTONIC seconds (0.0 on "l")
     name: str | None  # only on "b"
+    meta: dict[str, Any] | None = None  # only on "l"
 
 
 def parse_line(line: str) -> Edge | None:
@@ -64,9 +82,36 @@ def parse_line(line: str) -> Edge | None:
             return Edge("b", int(parts[1]), int(parts[2]), float(parts[3]), parts[4])
         if parts[0] in ("e", "x") and len(parts) == 4:
             return Edge(parts[0], int(parts[1]), int(parts[2]), float(parts[3]), None)
-    except ValueError:
+        if parts[0] == "l" and len(parts) >= 4:
+            meta = json.loads(line.rstrip("\n").split(" ", 3)[3])
+            if isinstance(meta, dict):
+                return Edge("l", int(parts[1]), int(parts[2]), 0.0, None, meta)
+    except ValueError:  # json.JSONDecodeError is one
         return None
     return None
+
+
+def meta_line(pid: int, rid: int, meta: Mapping[str, Any]) -> str:
+    """The "l" line of `meta` for region `rid`: only its "site" and "kind" when the whole
+    would not fit in MAX_META (a call stays a call), "" when not even those do."""
+    if len(meta) == 1 and type(meta.get("returned_s")) is float and math.isfinite(
+        meta["returned_s"]
+    ):  # the usual end facts: repr is JSON for a finite float, and 10x cheaper
+        return f'l {pid} {rid} {{"returned_s":{meta["returned_s"]!r}}}\n'
+    key = (meta.get("kind"), meta.get("site")) if len(meta) == 2 else None
+    text = _PLAIN.get(key) if key is not None else None  # a plain call: the same every time
+    if text is not None:
+        return f"l {pid} {rid} {text}\n"
+    for facts in (meta, {k: meta[k] for k in ("site", "kind") if k in meta}):
+        try:
+            text = _ENCODER.encode(facts)
+        except (TypeError, ValueError):
+            continue
+        if len(text) <= MAX_META:
+            if key is not None and facts is meta and len(_PLAIN) < 1024:
+                _PLAIN[key] = text
+            return f"l {pid} {rid} {text}\n"
+    return ""
 
 
 def pipe_identity(fd: int) -> str:
@@ -143,7 +188,13 @@ class region(contextlib.ContextDecorator):  # lower case: used like a function, 
     one `write()` per edge under `gpuenv run`, two clock reads otherwise.
     """
 
-    def __init__(self, name: str, *, discard_on_error: bool = False):
+    def __init__(
+        self,
+        name: str,
+        *,
+        discard_on_error: bool = False,
+        meta: Mapping[str, Any] | None = None,
+    ):
         name = str(name).replace("\n", " ").replace("\r", " ").strip()
         if not name:
             from gpuenv.errors import ConfigError
@@ -154,6 +205,10 @@ class region(contextlib.ContextDecorator):  # lower case: used like a function, 
         self.t1: float | None = None
         self._id = 0
         self.discard_on_error = discard_on_error  # an exception ends it with "x", not "e"
+        # facts sent with the begin edge ("l" line: see the module doc); `end_meta`, set
+        # while the region runs, goes with the end edge
+        self.meta = meta
+        self.end_meta: dict[str, Any] | None = None
 
     @property
     def elapsed_s(self) -> float | None:
@@ -165,8 +220,11 @@ class region(contextlib.ContextDecorator):  # lower case: used like a function, 
     def __enter__(self) -> region:
         self._id = _CHANNEL.next_id()
         self.t1 = None
+        pid = os.getpid()
+        facts = meta_line(pid, self._id, self.meta) if self.meta else ""
         self.t0 = time.monotonic()
-        _CHANNEL.send(f"b {os.getpid()} {self._id} {self.t0:.9f} {self.name}\n".encode())
+        # one write: the begin edge and its facts arrive together (atomic below PIPE_BUF)
+        _CHANNEL.send(f"b {pid} {self._id} {self.t0:.9f} {self.name}\n{facts}".encode())
         return self
 
     def __exit__(
@@ -177,11 +235,22 @@ class region(contextlib.ContextDecorator):  # lower case: used like a function, 
     ) -> None:
         self.t1 = time.monotonic()
         kind = "x" if exc_type is not None and self.discard_on_error else "e"
-        _CHANNEL.send(f"{kind} {os.getpid()} {self._id} {self.t1:.9f}\n".encode())
+        pid = os.getpid()
+        facts = meta_line(pid, self._id, self.end_meta) if self.end_meta else ""
+        _CHANNEL.send(f"{facts}{kind} {pid} {self._id} {self.t1:.9f}\n".encode())
 
     def _recreate_cm(self) -> region:
         # As a decorator, each call gets a fresh region (recursion and threads stay apart).
-        return region(self.name, discard_on_error=self.discard_on_error)
+        return region(self.name, discard_on_error=self.discard_on_error, meta=self.meta)
 
 
-__all__ = ["ENV_FD", "ENV_PIPE", "Edge", "active", "parse_line", "pipe_identity", "region"]
+__all__ = [
+    "ENV_FD",
+    "ENV_PIPE",
+    "Edge",
+    "active",
+    "meta_line",
+    "parse_line",
+    "pipe_identity",
+    "region",
+]

@@ -1,12 +1,15 @@
 """What `gpuenv run` reports: `build_measurements` makes one `Measurement` per region
-name (a rep per time it was entered) plus the whole run, "(run)", judged by
-gpuenv.judge; `summary_table` is what `gpuenv run` prints.
+name (a rep per time it was entered), one per call of a measuring function (do_bench,
+Timer, pytest-benchmark: never reps of one), plus the whole run, "(run)", all judged by
+gpuenv.judge; `summary_table` is what `gpuenv run` prints: a row per region, and a row per
+site of calls (how many, their verdicts, the flagged ones by name; -v: every call).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,7 +20,7 @@ from gpuenv.run.tracker import Region
 from gpuenv.table import render as render_table
 from gpuenv.telemetry import Window, merge_windows
 from gpuenv.units import fmt_j, fmt_s
-from gpuenv.verdict import Finding, GpuFacts, VerdictConfig
+from gpuenv.verdict import Finding, GpuFacts, VerdictConfig, severity_rank
 
 RUN_NAME = "(run)"  # the region that is the whole command
 MAX_REP_WINDOWS = 1_000  # per-rep windows stored in the results file (findings use them all)
@@ -48,34 +51,69 @@ def build_measurements(
     wall_at: Any,
     extra_run: dict[str, Any] | None = None,
 ) -> list[Measurement]:
-    """One Measurement for the whole run, then one per region name (reps in time order).
+    """One Measurement for the whole run, then, in time order, one per region name (reps in
+    time order) and one per call of a measuring function (a region with a "site": see
+    region.py), named by `call_names`: calls are never reps of one measurement.
 
     With regions, the policy applies to them and the whole run is only annotated;
     without, it applies to the whole run (whose idle start is not held against it).
     """
     config = VerdictConfig(stable_clocks=stable_clocks)
-    by_name: dict[str, list[Region]] = {}
+    groups: dict[Any, list[Region]] = {}  # a name's reps, or one call (keyed by itself)
     for r in sorted(regions, key=lambda r: r.t0):
-        by_name.setdefault(r.name, []).append(r)
+        groups.setdefault(id(r) if is_call(r) else r.name, []).append(r)
     out = [
         _measurement(
             RUN_NAME,
             [run],
             gpus,
             facts,
-            policy if not by_name else "annotate",
+            policy if not groups else "annotate",
             config,
             wall_at,
             run_level=True,
             extra=extra_run or {},
         )
     ]
-    for name, reps in by_name.items():
+    calls = [reps[0] for reps in groups.values() if is_call(reps[0])]
+    names = dict(zip(map(id, calls), call_names(calls), strict=True))
+    per_site: dict[str, int] = {}
+    for key, reps in groups.items():
         extra: dict[str, Any] = {"pids": sorted({r.pid for r in reps})}
+        name = key
+        if isinstance(key, int):  # one call
+            meta = reps[0].meta or {}
+            name = names[key]
+            per_site[meta["site"]] = per_site.get(meta["site"], 0) + 1
+            extra.update(meta, call=per_site[meta["site"]])
         incomplete = [k for k, r in enumerate(reps) if not r.complete]
         if incomplete:
             extra["incomplete_reps"] = incomplete
         out.append(_measurement(name, reps, gpus, facts, policy, config, wall_at, extra=extra))
+    return out
+
+
+def is_call(r: Region) -> bool:
+    """A call of a measuring function (its own measurement), not a named region's rep."""
+    return bool(r.meta and isinstance(r.meta.get("site"), str))
+
+
+def call_names(calls: Sequence[Region]) -> list[str]:
+    """Each call's measurement name: its own, then "(<site>)" where calls of several sites
+    share it and "#k" where calls of one site do (k in time order): names a later run of
+    the same command gives the same calls, so `gpuenv compare` pairs them."""
+    sites: dict[str, set[str]] = {}
+    for c in calls:
+        sites.setdefault(c.name, set()).add(str((c.meta or {})["site"]))
+    names = [
+        c.name if len(sites[c.name]) == 1 else f"{c.name} ({(c.meta or {})['site']})" for c in calls
+    ]
+    count = Counter(names)
+    seen: Counter[str] = Counter()
+    out = []
+    for n in names:
+        seen[n] += 1
+        out.append(f"{n} #{seen[n]}" if count[n] > 1 else n)
     return out
 
 
@@ -131,75 +169,160 @@ def _window_cells(w: Window | None) -> list[str]:
     return [sm, power, fmt_j(w.energy_j, approx=w.energy_interpolated), temp, under or "-"]
 
 
+MAX_FLAGGED = 10  # flagged calls named per site without -v; the rest are counted
+
+
 def summary_table(
-    measurements: Sequence[Measurement], *, header: str, ranks: Sequence[int] | None = None
+    measurements: Sequence[Measurement],
+    *,
+    header: str,
+    ranks: Sequence[int] | None = None,
+    verbose: bool = False,
 ) -> str:
     """The table `gpuenv run` prints on stderr: a row per region and GPU, findings below.
+    Calls of one site (a do_bench line, a Timer, a pytest test) share one row (their count,
+    verdicts and median), their flagged ones named below; `verbose` adds a row per call.
     `ranks` (one per measurement) adds a rank column: the table of all ranks of a job."""
     multi = len({g for m in measurements for g in m.gpus}) > 1
-    cols = [
-        *(["rank"] if ranks is not None else []),
-        "region",
-        *(["gpu"] if multi else []),
-        "reps",
-        "time",
-        "SM MHz",
-        "power",
-        "energy",
-        "temp C",
-        "time under",
-        "verdict",
-    ]
+    cols = [*(["rank"] if ranks is not None else []), "region", *(["gpu"] if multi else []),
+            "reps", "time", "SM MHz", "power", "energy", "temp C", "time under",
+            "verdict"]  # fmt: skip
+    sites: dict[tuple[int | None, str], list[Measurement]] = {}
+    for i, m in enumerate(measurements):
+        site = _site(m)
+        if site is not None:
+            sites.setdefault((None if ranks is None else ranks[i], site), []).append(m)
     rows: list[list[str]] = []
     notes: list[str] = []
     for i, m in enumerate(measurements):
-        if m.stats.n == 0 and not m.times_s:
+        rank = None if ranks is None else ranks[i]
+        who = "" if rank is None else f"rank {rank}: "
+        site = _site(m)
+        if site is None:
+            rows += _rows(m, m.name, rank, multi)
+            notes += _notes(m, who)
             continue
-        rank = [] if ranks is None else [str(ranks[i])]
-        who = f"rank {ranks[i]}: {m.name}" if ranks is not None else m.name
-        if len(m.times_s) == 1:
-            when = fmt_time(m.times_s[0])
-        else:  # the kept reps' median; all reps' when every one was rejected
-            med = m.stats.median_s if m.stats.n else statistics.median(m.times_s)
-            when = f"med {fmt_time(med)}"
-        windows: Sequence[Window | None] = m.summary_windows or (None,)
-        for k, w in enumerate(windows):
-            name = m.name if k == 0 else ""
-            row = [
-                *(rank if k == 0 else [""] * len(rank)),
-                name,
-                *([str(w.gpu) if w else "-"] if multi else []),
-                str(len(m.times_s)) if k == 0 else "",
-                when if k == 0 else "",
-            ]
-            row += _window_cells(w)
-            row.append(
-                m.verdict
-                + (
-                    f" ({len(m.rejected_reps)} reps)"
-                    if m.rejected_reps and len(m.times_s) > 1
-                    else ""
-                )
-                if k == 0
-                else ""
-            )
-            rows.append(row)
-        incomplete = m.extra.get("incomplete_reps")
-        if incomplete:
-            notes.append(f"  {who}: the command ended inside {len(incomplete)} rep(s)")
-        notes.extend(f"  {who}: [{f.severity}] {f.kind}: {f.message}" for f in m.findings)
+        calls = sites.pop((rank, site), None)
+        if calls is None:
+            continue  # its site's row is already in
+        if len(calls) == 1:  # a site of one call: the call's own row
+            rows += _rows(m, m.name, rank, multi)
+            notes += _notes(m, who)
+            continue
+        rows += _site_rows(site, calls, rank, multi)
+        if verbose:
+            for c in calls:
+                rows += _rows(c, "  " + c.name, rank, multi)
+                notes += _notes(c, who)
+        else:
+            notes += _flagged(site, calls, who)
     lines = [header, *render_table(rows, header=cols, indent="  ")]
     return "\n".join(lines + notes)
 
 
-def run_text(record: Mapping[str, Any], measurements: Sequence[Measurement]) -> str:
+def _site(m: Measurement) -> str | None:
+    site = m.extra.get("site")
+    return site if isinstance(site, str) else None
+
+
+def _rows(m: Measurement, name: str, rank: int | None, multi: bool) -> list[list[str]]:
+    """A measurement's rows: one per GPU (nothing for one that has no reps)."""
+    if m.stats.n == 0 and not m.times_s:
+        return []
+    if len(m.times_s) == 1:
+        when = fmt_time(m.times_s[0])
+    else:  # the kept reps' median; all reps' when every one was rejected
+        med = m.stats.median_s if m.stats.n else statistics.median(m.times_s)
+        when = f"med {fmt_time(med)}"
+    returned = m.extra.get("returned_s")
+    if isinstance(returned, (int, float)):
+        when += f" (returned {fmt_time(returned)})"
+    verdict = m.verdict
+    if m.rejected_reps and len(m.times_s) > 1:
+        verdict += f" ({len(m.rejected_reps)} reps)"
+    return _per_gpu(m.summary_windows, name, rank, multi, [str(len(m.times_s)), when], verdict)
+
+
+def _per_gpu(
+    windows: Sequence[Window],
+    name: str,
+    rank: int | None,
+    multi: bool,
+    lead: list[str],
+    verdict: str,
+) -> list[list[str]]:
+    rows = []
+    for k, w in enumerate(windows or (None,)):
+        top = k == 0
+        row = [*([] if rank is None else [str(rank) if top else ""]), name if top else ""]
+        row += [str(w.gpu) if w else "-"] if multi else []
+        row += lead if top else [""] * len(lead)
+        row += [*_window_cells(w), verdict if top else ""]
+        rows.append(row)
+    return rows
+
+
+def _site_rows(
+    site: str, calls: Sequence[Measurement], rank: int | None, multi: bool
+) -> list[list[str]]:
+    """One site's row: its calls, the median of what they returned (do_bench's time, a
+    Timer's median) or else of their durations, their telemetry merged (display only)."""
+    returned = [c.extra["returned_s"] for c in calls
+                if isinstance(c.extra.get("returned_s"), (int, float))]  # fmt: skip
+    if returned:
+        when = f"med {fmt_time(statistics.median(returned))} returned"
+    else:
+        when = f"med {fmt_time(statistics.median(t for c in calls for t in c.times_s[:1]))}"
+    gpus = sorted({w.gpu for c in calls for w in c.summary_windows})
+    windows = [merge_windows([w for c in calls for w in c.summary_windows if w.gpu == g])
+               for g in gpus]  # fmt: skip
+    count = Counter(c.verdict for c in calls)
+    verdict = ", ".join(f"{count[v]} {v}" for v in ("ok", "annotated", "rejected") if count[v])
+    return _per_gpu(windows, site, rank, multi, [f"{len(calls)} calls", when], verdict)
+
+
+def _notes(m: Measurement, who: str) -> list[str]:
+    lines = []
+    incomplete = m.extra.get("incomplete_reps")
+    if incomplete:
+        lines.append(f"  {who}{m.name}: the command ended inside {len(incomplete)} rep(s)")
+    lines.extend(f"  {who}{m.name}: [{f.severity}] {f.kind}: {f.message}" for f in m.findings)
+    return lines
+
+
+def _flagged(site: str, calls: Sequence[Measurement], who: str) -> list[str]:
+    """The calls of a site that were not ok, each named with its gravest finding (at most
+    MAX_FLAGGED; the rest counted by finding)."""
+    order = {"rejected": 0, "annotated": 1}
+    flagged = sorted((c for c in calls if c.verdict != "ok"), key=lambda c: order[c.verdict])
+    if not flagged:
+        return []
+    lines = [f"  {who}{site}: {len(flagged)} of {len(calls)} calls flagged"]
+    for c in flagged[:MAX_FLAGGED]:
+        f = max(c.findings, key=lambda f: severity_rank(f.severity), default=None)
+        what = "no finding" if f is None else f"[{f.severity}] {f.kind}: {f.message}"
+        more = f" (+{len(c.findings) - 1} more)" if len(c.findings) > 1 else ""
+        lines.append(f"    {c.name}: {c.verdict}: {what}{more}")
+    rest = flagged[MAX_FLAGGED:]
+    if rest:
+        kinds = Counter(f.kind for c in rest for f in c.findings)
+        lines.append(f"    ... and {len(rest)} more ("
+                     + ", ".join(f"{k} {n}" for k, n in kinds.most_common())
+                     + "): gpuenv run -v names every call")  # fmt: skip
+    return lines
+
+
+def run_text(
+    record: Mapping[str, Any], measurements: Sequence[Measurement], *, verbose: bool = False
+) -> str:
     """What `gpuenv run` prints at the end: the header, the table, then what was not measured,
     where the results are, and what --policy reject rejected. `record`: runner._record."""
     head = (
         f"gpuenv run: '{record['command']}' {record['outcome']} after "
         f"{fmt_time(record['duration_s'])} on {record['where']}; {record['state']}"
     )
-    return summary_table(measurements, header=head) + "".join(tail_lines(record, measurements))
+    table = summary_table(measurements, header=head, verbose=verbose)
+    return table + "".join(tail_lines(record, measurements))
 
 
 def tail_lines(record: Mapping[str, Any], measurements: Sequence[Measurement]) -> list[str]:
@@ -213,14 +336,20 @@ def tail_lines(record: Mapping[str, Any], measurements: Sequence[Measurement]) -
         lines.append(f"\n  {who}results: {record['output']}")
     rejected = [m.name for m in measurements if m.verdict == "rejected"]
     if record.get("policy") == "reject" and rejected:
-        lines.append(f"\n  {who}rejected: {', '.join(rejected)} (--policy reject)")
+        names = ", ".join(rejected[:MAX_FLAGGED])
+        if len(rejected) > MAX_FLAGGED:
+            names += f" and {len(rejected) - MAX_FLAGGED} more"
+        lines.append(f"\n  {who}rejected: {names} (--policy reject)")
     return lines
 
 
 __all__ = [
+    "MAX_FLAGGED",
     "RUN_NAME",
     "build_measurements",
+    "call_names",
     "fmt_time",
+    "is_call",
     "run_text",
     "summary_table",
     "tail_lines",

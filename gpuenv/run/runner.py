@@ -14,9 +14,9 @@ regions by themselves (autoregions.py); NVTX ranges with --regions nvtx (nvtx.py
 others the command marks with `gpuenv.region("name")` (see run/region.py);
 their edges come back over an inherited pipe with the child's CLOCK_MONOTONIC
 times, which the sampler's clock shares. The whole run is always one more
-region, "(run)". At the end every region gets a `Measurement` (one rep per
-time it was entered, a `Window` per rep and GPU, findings and a verdict) and
-the run goes to the JSONL results file with the telemetry trace for `gpuenv plot`.
+region, "(run)". At the end every region name (one rep per time it was entered)
+and every automatic call gets a `Measurement` (report.py), and the run goes to the
+JSONL results file with the trace for `gpuenv plot`; perf_report grids: perfgrid.py.
 
 The parent's side of regions is in tracker.py (pairing edges, windows) and
 report.py (measurements, the table).
@@ -43,6 +43,7 @@ from gpuenv.errors import ConfigError
 from gpuenv.judge import read_facts
 from gpuenv.results import Measurement
 from gpuenv.run.autoregions import child_env
+from gpuenv.run.perfgrid import grids, write_grids
 from gpuenv.run.ranks import default_gpu_selector, rank_of, rank_output_path, selector_env
 from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
 from gpuenv.run.report import RUN_NAME, build_measurements, run_text
@@ -190,6 +191,7 @@ class Runner:
         auto_regions: Sequence[str] = (),
         summary: str = "each",
         nvtx: bool = False,
+        verbose: bool = False,
     ):
         check_run_policy(policy)
         if backend.clock.virtual:
@@ -205,6 +207,7 @@ class Runner:
         self.period = period
         self.stderr = stderr if stderr is not None else sys.stderr
         self.quiet = quiet
+        self.verbose = verbose  # a row per call, every perf_report grid in full
         self.auto_regions = tuple(auto_regions)
         if summary not in SUMMARIES:
             raise ConfigError(f"--summary {summary}: use one of {', '.join(SUMMARIES)}")
@@ -325,11 +328,14 @@ class Runner:
         if self.summary == "rank0" and rank is not None:
             from gpuenv.run.ranks import report_ranks
 
-            text = report_ranks(record, result.measurements, os.environ, started_wall=started_wall)
+            text = report_ranks(record, result.measurements, os.environ, started_wall=started_wall,
+                                verbose=self.verbose)  # fmt: skip
         else:
-            text = run_text(record, result.measurements)
+            text = run_text(record, result.measurements, verbose=self.verbose)
+        # perf_report tables' verdicts: the CSVs always, the grids with the table
+        grid_lines = write_grids(grids(result.measurements), rank=rank, verbose=self.verbose)
         if text and not self.quiet:
-            print(text, file=self.stderr)
+            print("\n".join([text, *grid_lines]), file=self.stderr)
 
     def _child_env(self, w_fd: int) -> dict[str, str]:
         """The command's environment: the region pipe, automatic regions, NVTX's injection."""

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuenv.run.region import Edge, parse_line
 from gpuenv.telemetry import (
@@ -46,6 +47,7 @@ class Region:
     covered_to: float = 0.0  # windows exist up to here
     chunks: dict[int, list[Window]] = field(default_factory=dict)
     windows: dict[int, Window] | None = None  # per GPU, once summarised
+    meta: dict[str, Any] | None = None  # its "l" facts (region.py); with "site": one call
 
     def __post_init__(self) -> None:
         self.covered_to = self.t0
@@ -65,6 +67,15 @@ class RegionTracker:
     def feed(self, edge: Edge) -> None:
         key = (edge.pid, edge.id)
         with self.lock:
+            if edge.kind == "l":
+                open_region = self.open.get(key)
+                if open_region is None or edge.meta is None:
+                    self.ignored += 1
+                elif open_region.meta is None:
+                    open_region.meta = dict(edge.meta)
+                else:
+                    open_region.meta.update(edge.meta)
+                return
             if edge.kind == "b":
                 if key in self.open or edge.name is None:
                     self.ignored += 1

@@ -405,25 +405,27 @@ WARMUP_ADVICE = (
 
 
 def _in_pytest_words(found: list[Any], gpu_work: bool, per: int) -> list[Any]:
-    """The judge's findings as a pytest-benchmark user reads them: a benchmark that gave
-    the GPU no work has no GPU warm-up (its slow first rounds are the CPU's: not gpuenv's
-    to judge); a warm-up finding counts rounds, says whose warm-up it was (slow first
+    """The judge's findings as a pytest-benchmark user reads them: rounds, not reps; a
+    benchmark that gave the GPU no work has no GPU warm-up (its slow first rounds are the
+    CPU's: not gpuenv's to judge); a warm-up finding says whose warm-up it was (slow first
     rounds with no round starting cold: the code's, not the GPU's clock) and points to
     pytest-benchmark's options."""
+    one, many = ("round", "rounds") if per == 1 else (
+        f"block of {per} rounds", f"blocks of {per} rounds")
     out = []
     for f in found:
-        if f.kind != "warmup_ramp":
-            out.append(f)
-        elif gpu_work:
-            text = f.message.split("; warm up longer")[0]
+        if f.kind == "warmup_ramp" and not gpu_work:
+            continue
+        text = f.message
+        if f.kind == "warmup_ramp":
+            text = text.split("; warm up longer")[0]
             if not f.details.get("cold_start_reps", 1):
                 text = text.split(": ", 1)[-1] + (
                     f" (no round started with GPU {f.gpu} idle or at a low clock: the code, "
                     "its caches or the CPU warming up, not the GPU's clock)")
-            one, many = ("round", "rounds") if per == 1 else (
-                f"block of {per} rounds", f"blocks of {per} rounds")
-            text = re.sub(r"\breps\b", many, re.sub(r"\brep\b", one, text))
-            out.append(dataclasses.replace(f, message=f"{text}; {WARMUP_ADVICE}"))
+            text = f"{text}; {WARMUP_ADVICE}"
+        text = re.sub(r"\breps\b", many, re.sub(r"\brep\b", one, text))
+        out.append(dataclasses.replace(f, message=text))
     return out
 
 
@@ -457,8 +459,9 @@ def summary_lines(judged: list[tuple[str, str, dict[str, Any]]], notes: list[str
     if counts["no GPU work"]:
         parts.append(f"{counts['no GPU work']} with no GPU work (every sampled GPU idle "
                      "throughout: nothing for gpuenv to judge)")
-    tail = "gpuenv: " + (", ".join(parts) or "no benchmark judged") + (
-        f"; {len(flagged)} flagged" if flagged else "")
+    if flagged:
+        parts.append(f"{len(flagged)} flagged")
+    tail = "gpuenv: " + (", ".join(parts) or "no benchmark judged")
     if not flagged and not notes:
         return [tail] if judged else []
     head = ["-" * 20 + " gpuenv: GPU verdicts of the benchmarks " + "-" * 20]

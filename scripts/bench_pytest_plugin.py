@@ -48,7 +48,9 @@ def run_once(where: Path, checkout: Path, gpuenv: bool, env: dict[str, str]) -> 
             f"--benchmark-json={out}", "test_noop.py"]
     if gpuenv:
         argv.insert(3, "--gpuenv")
-    run_env = {**env, "PYTHONPATH": str(checkout)}
+    # the checkout first; what else is on PYTHONPATH (the device's wheels) stays
+    run_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(checkout),
+                                                                  env.get("PYTHONPATH")]))}
     proc = subprocess.run(argv, cwd=where, env=run_env, capture_output=True, text=True,
                           check=False)
     if proc.returncode != 0:

@@ -8,7 +8,7 @@ sampler; its reps (times and spans) are then handed to each door's own entry poi
   - the do_bench drop-in rides on gpuenv.bench (tests/test_integrations.py)
   - gpuenv run regions:  gpuenv.run.report.build_measurements(regions with their windows)
   - torch.utils.benchmark adapter: integrations.torch_benchmark.record(evidence, ...)
-  - pytest-benchmark plugin: integrations.pytest_plugin._annotate(state, fixture, ...)
+  - pytest-benchmark plugin: integrations.pytest_plugin._annotate(state, fixture, t0, t1, ...)
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ def play(profile: str, work: Callable[[SimBackend], list[tuple[float, float]]], 
                 name="x", extra_info={},
                 stats=SimpleNamespace(stats=SimpleNamespace(data=times)),
             )
-            edges = [t for span in spans for t in span]
-            info = pytest_plugin._annotate(state, fixture, spans[0][0], spans[-1][1], edges)
+            info = pytest_plugin._annotate(state, fixture, spans[0][0], spans[-1][1],
+                                           list(spans), list(times))
             out["pytest"] = _key(info["findings"], info["verdict"])
     return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from types import SimpleNamespace
 
@@ -138,3 +139,66 @@ def test_functions_wrap_a_plain_torch_timer(tb):
     assert isinstance(m, Measurement) and seen and "gpuenv" in m.metadata
     m = torch_benchmark.adaptive_autorange(t, 0.5, min_run_time=0.02, max_run_time=0.3)
     assert m.metadata["gpuenv"]["gpus"] == [0]
+
+
+def test_each_call_is_its_own_measurement_named_by_its_task(tb):
+    """One Timer, three calls: three records, each judged over its own call and named by the
+    Timer's label / sub_label / description."""
+    from gpuenv.integrations.torch_benchmark import Timer
+
+    t = Timer("sum(range(100))", label="sum", sub_label="100", description="py")
+    ms = [t.timeit(100), t.blocked_autorange(min_run_time=0.02),
+          t.adaptive_autorange(threshold=0.5, min_run_time=0.02, max_run_time=0.3)]
+    recs = [m.metadata["gpuenv"] for m in ms]
+    assert [r["name"] for r in recs] == ["sum / 100 / py"] * 3
+    spans = [(r["telemetry"][0]["t0"], r["telemetry"][0]["t1"]) for r in recs]
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))  # a window per call
+    assert all(isinstance(r["note"], str) and r["note"].startswith(r["verdict"]) for r in recs)
+    assert torch_benchmark.task_name(tb.Timer("x = 1\ny = 2")._task_spec) == "x = 1"
+
+
+UNPICKLE_WITHOUT_GPUENV = """
+import pickle, sys
+sys.modules["gpuenv"] = None  # gpuenv not importable in this process
+try:
+    import gpuenv  # noqa: F401
+    raise SystemExit("gpuenv is importable")
+except ImportError:
+    pass
+import torch.utils.benchmark as tb
+with open(sys.argv[1], "rb") as f:
+    ms = pickle.load(f)
+assert all(type(m) is tb.Measurement for m in ms), [type(m) for m in ms]
+print(tb.Compare(ms))
+for m in ms:
+    print("NOTE", m.description, "=", m.metadata["gpuenv"]["note"])
+"""
+
+
+def test_the_verdict_survives_pickling_and_torchs_compare_without_gpuenv(tb, warm_sim, tmp_path):
+    """A flagged call's verdict is in its description (torch's Compare shows it) and its note a
+    plain string in its metadata: both load and print in a process without gpuenv."""
+    import pickle
+    import subprocess
+    import sys
+
+    def timer(seconds: float, sub_label: str) -> object:
+        kernel = timing.sim_kernel(warm_sim, 0, seconds=seconds)
+        return tb.Timer("k()", globals={"k": kernel}, label="mm", sub_label=sub_label,
+                        description="bf16")
+
+    cool = torch_benchmark.timeit(timer(0.01, "cool"), 1, backend=warm_sim)
+    capped = torch_benchmark.timeit(timer(0.5, "capped"), 1, backend=warm_sim)
+    assert cool.description == "bf16" and cool.metadata["gpuenv"]["verdict"] == "ok"
+    assert capped.description == "bf16 [gpuenv: annotated, power_cap]"
+    assert capped.metadata["gpuenv"]["name"] == "mm / capped / bf16"
+    path = tmp_path / "ms.pkl"
+    path.write_bytes(pickle.dumps([cool, capped]))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", UNPICKLE_WITHOUT_GPUENV, str(path)],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    header = next(x for x in out.stdout.splitlines() if "|" in x)
+    assert "bf16 [gpuenv: annotated, power_cap]" in header  # torch's table, its column
+    assert "NOTE bf16 [gpuenv: annotated, power_cap] = annotated (power_cap): GPU 0" in out.stdout
+    assert "NOTE bf16 = ok: GPU 0" in out.stdout

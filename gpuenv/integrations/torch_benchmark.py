@@ -16,11 +16,16 @@ merges that way and adds a note under each table: each cell's verdict and
 telemetry. The functions `timeit(timer, ...)`, `blocked_autorange(timer, ...)` and
 `adaptive_autorange(timer, ...)` do the same for a plain torch Timer.
 
-The telemetry covers the whole call (torch's Measurement has no per-block
-timestamps): SM clock, power, temperature, reasons and time under each, one
-summary per sampled GPU; gpuenv.judge judges that region. torch is imported only
-when `Timer`, `Measurement` or `Compare` is first used (gpuenv.integrations.torch_classes);
-the records are gpuenv.integrations.torch_record's.
+Each call is one measurement: its own telemetry window over the whole call (torch's
+Measurement has no per-block timestamps), judged by gpuenv.judge, named by the
+Timer's label / sub_label / description (`metadata["gpuenv"]["name"]`), with a
+one-line `note`. All of it is plain values, and a flagged call's description
+carries its verdict (`bf16 [gpuenv: annotated, power_cap]`): torch's own Compare
+keys its columns on the description and drops metadata, so its table shows which
+cells to distrust, and a pickled Measurement is torch's own class: it loads and
+compares where gpuenv is not installed. An ok call keeps its description. torch is
+imported only when `Timer`, `Measurement` or `Compare` is first used
+(gpuenv.integrations.torch_classes); the records are gpuenv.integrations.torch_record's.
 """
 
 from __future__ import annotations
@@ -30,7 +35,14 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuenv._lazy import lazy_exports
-from gpuenv.integrations.torch_record import merge_records, note, observe, record
+from gpuenv.integrations.torch_record import (
+    marked_description,
+    merge_records,
+    note,
+    observe,
+    record,
+    task_name,
+)
 
 
 def _annotated(run: Callable[[], Any], **kwargs: Any) -> Any:
@@ -42,6 +54,7 @@ def _annotated(run: Callable[[], Any], **kwargs: Any) -> Any:
         from gpuenv.integrations.torch_classes import Measurement
 
         return Measurement.wrap(measurement, rec)
+    rec["name"] = task_name(getattr(measurement, "task_spec", None))
     measurement.metadata = {**(getattr(measurement, "metadata", None) or {}), "gpuenv": rec}
     return measurement  # not torch's (a stand-in in tests): annotated in place
 
@@ -85,9 +98,11 @@ __getattr__, __dir__ = lazy_exports(__name__, _TORCH_CLASSES, globals())
 __all__ = [
     "adaptive_autorange",
     "blocked_autorange",
+    "marked_description",
     "merge_records",
     "note",
     "observe",
     "record",
+    "task_name",
     "timeit",
 ]

@@ -12,29 +12,49 @@ from typing import Any
 
 import torch.utils.benchmark as tb
 
-from gpuenv.integrations.torch_record import merge_records, note, observe
+from gpuenv.integrations.torch_record import (
+    marked_description,
+    merge_records,
+    note,
+    observe,
+    task_name,
+)
 
 
 def _measured(run: Callable[[], Any], **kwargs: Any) -> Measurement:
-    """torch's timing call observed and judged; its Measurement as gpuenv's."""
+    """torch's timing call observed and judged (one call, one measurement); its Measurement
+    as gpuenv's, named by its label, sub_label and description (`Measurement.wrap`)."""
     measurement, rec = observe(run, **kwargs)
     return Measurement.wrap(measurement, rec)
 
 
 @dataclasses.dataclass(init=True, repr=False)
 class Measurement(tb.Measurement):
-    """torch's Measurement whose `merge` keeps gpuenv's record (`metadata["gpuenv"]`)."""
+    """torch's Measurement whose `merge` keeps gpuenv's record (`metadata["gpuenv"]`, plain
+    values, with its one-line "note"). A flagged call's description carries the verdict
+    (`marked_description`), which torch's own Compare shows; pickled, it is torch's own
+    Measurement, so it loads where gpuenv is not installed."""
 
     @classmethod
     def wrap(cls, measurement: Any, record: dict[str, Any] | None) -> Measurement:
-        """`measurement` as this class, with `record` as its `metadata["gpuenv"]`."""
+        """`measurement` as this class, with `record` as its `metadata["gpuenv"]`, named by
+        its task and, flagged, marked in its description."""
         meta = dict(measurement.metadata or {})
+        task = measurement.task_spec
         if record is not None:
+            record = {**record, "name": task_name(task)}
             meta["gpuenv"] = record
+            task = dataclasses.replace(
+                task, description=marked_description(task.description, record))
         return cls(
             number_per_run=measurement.number_per_run, raw_times=list(measurement.raw_times),
-            task_spec=measurement.task_spec, metadata=meta or None,
+            task_spec=task, metadata=meta or None,
         )  # fmt: skip
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # torch's class: the pickle needs torch alone, and the record is plain values
+        return (tb.Measurement,
+                (self.number_per_run, list(self.raw_times), self.task_spec, self.metadata))
 
     @staticmethod
     def merge(measurements: Iterable[tb.Measurement]) -> list[tb.Measurement]:

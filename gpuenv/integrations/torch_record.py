@@ -1,5 +1,7 @@
 """The torch adapter's records, torch-free: one timed call observed and judged (`observe`,
-`record`), replicates' records merged (`merge_records`), a Compare row note (`note`).
+`record`), replicates' records merged (`merge_records`), a Compare row note (`note`), a
+task's name (`task_name`) and the mark a flagged measurement's description carries
+(`marked_description`), which torch's own Compare shows without gpuenv installed.
 
 Used by gpuenv.integrations.torch_benchmark (the functions) and torch_classes (the
 subclasses of torch's Timer, Measurement and Compare); imports neither, nor torch.
@@ -19,6 +21,7 @@ def observe(
     session: Any = None,
     backend: Any = None,
     gpus: str | int | Sequence[str | int] | None = None,
+    name: str = "torch.utils.benchmark",
 ) -> tuple[T, dict[str, Any]]:
     """Run `run()` under the sampler; return its result and the telemetry record
     (JSON values): {"gpus", "telemetry": [Window dicts], "findings", "verdict", "summary"}.
@@ -43,7 +46,7 @@ def observe(
             be = backend if backend is not None else open_backend(readonly=True)
             gpu_list = select_gpus(be, gpus)
         except BackendError as err:
-            return run(), {"error": str(err)}
+            return run(), {"name": name, "error": str(err), "note": f"no telemetry: {err}"}
         facts = read_facts(be, gpu_list)
         own = sampler = Sampler(be, gpu_list)
         sampler.start()
@@ -57,13 +60,14 @@ def observe(
             own.stop()
             if backend is None:
                 be.close()
-    return result, record(evidence, t1 - t0, facts=facts, session=session)
+    return result, record(evidence, t1 - t0, facts=facts, session=session, name=name)
 
 
-def record(evidence: Any, seconds: float, *, facts: dict[int, Any], session: Any = None
-           ) -> dict[str, Any]:  # fmt: skip
+def record(evidence: Any, seconds: float, *, facts: dict[int, Any], session: Any = None,
+           name: str = "torch.utils.benchmark") -> dict[str, Any]:  # fmt: skip
     """The judged telemetry record of one timed call (what `observe` attaches): the call is
-    one rep for gpuenv.judge, under the session's policy and verdict config."""
+    one rep for gpuenv.judge, under the session's policy and verdict config. Plain values
+    only (and "note", one string): it unpickles and prints where gpuenv is not installed."""
     from gpuenv.judge import judge
     from gpuenv.verdict import DEFAULT_CONFIG
 
@@ -71,16 +75,45 @@ def record(evidence: Any, seconds: float, *, facts: dict[int, Any], session: Any
     if policy == "retry":
         policy = "reject"  # torch's Timer ran the reps: they cannot be re-run from here
     m = judge(
-        "torch.utils.benchmark", [seconds], evidence, facts=facts, policy=policy,
+        name, [seconds], evidence, facts=facts, policy=policy,
         config=getattr(session, "config", None) or DEFAULT_CONFIG,
     )  # fmt: skip
-    return {
+    rec = {
+        "name": name,
         "gpus": list(evidence.gpus),
         "telemetry": [w.to_dict() for w in m.windows],
         "findings": [f.to_dict() for f in m.findings],
         "verdict": m.verdict,
         "summary": " | ".join(w.summary() for w in m.windows),
     }
+    rec["note"] = note(rec)
+    return rec
+
+
+def task_name(task_spec: Any) -> str:
+    """What names one Timer call: its label / sub_label / description, else its stmt."""
+    parts = [getattr(task_spec, k, None) for k in ("label", "sub_label", "description")]
+    named = [str(p) for p in parts if p]
+    if named:
+        return " / ".join(named)
+    stmt = str(getattr(task_spec, "stmt", "") or "").strip().splitlines()
+    return stmt[0] if stmt else "torch.utils.benchmark"
+
+
+MARK = "[gpuenv: "
+
+
+def marked_description(description: str | None, rec: dict[str, Any] | None) -> str | None:
+    """The description a flagged call's Measurement carries, e.g. 'bf16 [gpuenv: annotated,
+    power_cap]': torch's Compare keys its columns on the description and drops metadata, so
+    this is how its table shows which cells to distrust (gpuenv or not in the process that
+    prints it). An ok call, or one without telemetry, keeps its description."""
+    if not rec or rec.get("verdict", "ok") == "ok" or "error" in rec:
+        return description
+    kinds = sorted({f["kind"] for f in rec.get("findings", [])})
+    mark = MARK + ", ".join([str(rec["verdict"]), *kinds]) + "]"
+    base = (description or "").split(MARK)[0].rstrip()
+    return f"{base} {mark}" if base else mark
 
 
 VERDICT_ORDER = ("ok", "annotated", "rejected")
@@ -97,8 +130,10 @@ def merge_records(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return dict(records[0])
     errors = [r["error"] for r in records if "error" in r]
     judged = [r for r in records if "error" not in r]
+    name = records[0].get("name", "torch.utils.benchmark")
     if not judged:
-        return {"error": errors[0], "replicates": len(records)}
+        return {"name": name, "error": errors[0], "note": f"no telemetry: {errors[0]}",
+                "replicates": len(records)}
     by_gpu: dict[int, list[Any]] = {}
     for r in judged:
         for w in r.get("telemetry", []):
@@ -106,6 +141,7 @@ def merge_records(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     windows = [merge_windows(sorted(ws, key=lambda w: w.t0)) for _, ws in sorted(by_gpu.items())]
     findings = [{**f, "replicate": i} for i, r in enumerate(judged) for f in r.get("findings", [])]
     out: dict[str, Any] = {
+        "name": name,
         "gpus": sorted({g for r in judged for g in r.get("gpus", [])}),
         "telemetry": [w.to_dict() for w in windows],
         "findings": findings,
@@ -115,6 +151,7 @@ def merge_records(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
     if errors:
         out["errors"] = errors
+    out["note"] = note(out)
     return out
 
 
@@ -129,4 +166,5 @@ def note(record: dict[str, Any] | None) -> str:
     return f"{head}: {record.get('summary', '')}"
 
 
-__all__ = ["VERDICT_ORDER", "merge_records", "note", "observe", "record"]
+__all__ = ["MARK", "VERDICT_ORDER", "marked_description", "merge_records", "note", "observe",
+           "record", "task_name"]

@@ -93,8 +93,9 @@ class Levels:
                    f"{offset + (self.at or 0)} of {offset + n}")
         else:
             how = f"drifted from {a} to {b} ({self.rel:+.1%}) over {n} reps"
-        return (f"the reps {how}: the GPU's state changed while they ran (the power cap, "
-                "heat, another process); the median mixes both levels")
+        return (f"the reps {how}: something changed while they ran (the GPU's clock under "
+                "the power cap or heat, another process, the host); the median mixes both "
+                "levels")
 
 
 def levels(values: Sequence[float], *, min_rel: float = 0.02) -> Levels | None:

@@ -16,8 +16,9 @@
 # lease owned by root, which the epilog's 'gpuenv restore' ends): one authority.
 #
 # A lock that fails never fails the job (that would DOWN the node and requeue
-# it): it is logged (syslog tag gpuenv-slurm) and the job runs unlocked; set
-# GPUENV_SLURM_STRICT=1 to fail the prolog instead.
+# it): it is logged (syslog tag gpuenv-slurm, and $STATE/gpuenv-slurm.log) and the
+# job runs unlocked; set GPUENV_SLURM_STRICT=1 to drain the node with the reason and
+# fail the prolog instead (Slurm requeues the job, held).
 #
 # Note: SLURM_JOB_GPUS holds the GPU numbers from gres.conf, which match NVML
 # indices when gres.conf uses AutoDetect=nvml or lists /dev/nvidiaN in order.
@@ -28,8 +29,22 @@ GPUENV=${GPUENV:-gpuenv}
 STATE=${GPUENV_SLURM_STATE:-/run/gpuenv/slurm}
 JOB=${SLURM_JOB_ID:?prolog.sh runs under slurmd, which sets SLURM_JOB_ID}
 
-log() { logger -t gpuenv-slurm -- "job $JOB: $*" 2>/dev/null || true; echo "gpuenv-slurm: job $JOB: $*" >&2; }
-fail() { log "$*"; if [ "${GPUENV_SLURM_STRICT:-0}" = 1 ]; then exit 1; fi; exit 0; }
+log() {
+    logger -t gpuenv-slurm -- "job $JOB: $*" 2>/dev/null || true
+    echo "gpuenv-slurm: job $JOB: $*" >&2
+    # slurmd drops a prolog's output: the node's own log is where an admin finds it
+    { mkdir -p "$STATE" && echo "$(date -u +%FT%TZ) job $JOB: $*" >> "$STATE/gpuenv-slurm.log"; } 2>/dev/null || true
+}
+# Not locked: the job runs unlocked (logged), or, strict, the node drains with the reason and
+# the prolog fails (Slurm requeues the job, held): a job that must be locked never runs unlocked.
+fail() {
+    log "$*"
+    [ "${GPUENV_SLURM_STRICT:-0}" = 1 ] || exit 0
+    scontrol update nodename="${SLURMD_NODENAME:-$(hostname -s)}" state=drain \
+        reason="gpuenv: job $JOB could not lock its GPUs (see $STATE/gpuenv-slurm.log)" \
+        >/dev/null 2>&1 || log "could not drain the node"
+    exit 1
+}
 
 # What the job asked for: "gpuenv:..." in its comment, or the node feature.
 comment=${SLURM_JOB_COMMENT-}

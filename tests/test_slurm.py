@@ -1,0 +1,147 @@
+"""scripts/slurm/prolog.sh and epilog.sh under a real slurmctld + slurmd (tests/slurm_harness.py):
+a job that asks is locked through gpuenvd and sees it, and whatever ends the job (its end,
+scancel, its time limit, slurmd killed and restarted) leaves every GPU as it was.
+
+One cluster for the module (start-up ~1.5 s, the first job waits ~3 s for a scheduling pass).
+A job past its time limit is killed only on slurmctld's 30 s check, ~60-90 s after it
+started: that job runs on one GPU beside the other tests and is judged last.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+
+import pytest
+from slurm_harness import NODE, SlurmCluster, unavailable
+
+from gpuenv.daemon.client import Client
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+
+# the job prints its GPUs and what `gpuenv status` says, then marks that it is running
+SHOW = 'echo "GPUS=$SLURM_JOB_GPUS"; gpuenv status -i "$SLURM_JOB_GPUS"; echo READY; '
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except (RuntimeError, OSError) as err:
+        cluster.close()
+        pytest.skip(f"a one-node Slurm could not start here: {str(err)[:300]}")
+    yield cluster
+    cluster.close()
+
+
+def job_gpus(slurm: SlurmCluster, jobid: str) -> list[int]:
+    found = re.search(r"GPUS=([0-9,]+)", slurm.wait_output(jobid, "GPUS="))
+    assert found, slurm.output(jobid)
+    return [int(g) for g in found.group(1).split(",")]
+
+
+def assert_locked_in_job(slurm: SlurmCluster, jobid: str, sm: int) -> list[int]:
+    """The job saw its GPUs locked at `sm` by the prolog (through gpuenvd), and they are now."""
+    out = slurm.wait_output(jobid, "READY")
+    gpus = job_gpus(slurm, jobid)
+    for g in gpus:
+        assert f"GPU {g}: locked (SM {sm} MHz)" in out and "via gpuenvd" in out, out
+        assert slurm.gpuenvd.truth(g)[0] == (sm, sm)
+    return gpus
+
+
+def assert_as_before(slurm: SlurmCluster, gpus: list[int]) -> None:
+    for g in gpus:
+        assert slurm.gpuenvd.truth(g) == slurm.gpuenvd.original[g], (g, slurm.logs())
+    with Client(slurm.gpuenvd.socket) as c:
+        held = [lease for lease in c.status()["leases"] if set(lease["gpus"]) & set(gpus)]
+    assert held == []
+
+
+def test_a_job_that_asks_is_locked_sees_it_and_is_restored_exactly(slurm: SlurmCluster) -> None:
+    jobid = slurm.sbatch(SHOW + "sleep 1", "--gres=gpu:2", "--comment", "gpuenv:sm=1350")
+    assert assert_locked_in_job(slurm, jobid, 1350) == [0, 1]
+    assert slurm.wait_done(jobid) == "COMPLETED"
+    assert_as_before(slurm, [0, 1])
+
+
+@pytest.fixture(scope="module")
+def timed_out(slurm: SlurmCluster) -> dict[str, object]:
+    """A job on one GPU that outlives its 1-minute limit; started early, judged last."""
+    jobid = slurm.sbatch(SHOW + "sleep 300", "--gres=gpu:1", "--time=1",
+                         "--comment", "gpuenv:sm=1410")  # fmt: skip
+    gpus = assert_locked_in_job(slurm, jobid, 1410)
+    return {"job": jobid, "gpus": gpus, "t0": time.monotonic()}
+
+
+def test_a_job_past_its_time_limit_starts_locked(timed_out: dict[str, object]) -> None:
+    assert timed_out["gpus"] in ([0], [1])
+
+
+def test_scancel_mid_job_restores(slurm: SlurmCluster, timed_out: dict[str, object]) -> None:
+    jobid = slurm.sbatch(SHOW + "sleep 300", "--gres=gpu:1", "--comment", "gpuenv:sm=1350")
+    gpus = assert_locked_in_job(slurm, jobid, 1350)
+    assert gpus != timed_out["gpus"]
+    slurm.cmd("scancel", jobid)
+    assert slurm.wait_done(jobid) == "CANCELLED"
+    assert_as_before(slurm, gpus)
+
+
+def test_slurmd_killed_mid_job_and_restarted_after_it_ended(slurm: SlurmCluster) -> None:
+    """The job ends while slurmd is dead: the new slurmd runs the epilog, which restores."""
+    jobid = slurm.sbatch(SHOW + "sleep 2", "--gres=gpu:1", "--comment", "gpuenv:sm=1350")
+    gpus = assert_locked_in_job(slurm, jobid, 1350)
+    slurm.kill_slurmd()
+    time.sleep(3)  # the job ends meanwhile: COMPLETING until a slurmd runs its epilog
+    assert slurm.gpuenvd.truth(gpus[0])[0] == (1350, 1350)
+    slurm.start_slurmd()
+    assert slurm.wait_done(jobid, timeout=60) == "COMPLETED"
+    assert_as_before(slurm, gpus)
+
+
+def test_a_prolog_that_cannot_lock_runs_the_job_unlocked_and_logs_it(
+    slurm: SlurmCluster, timed_out: dict[str, object]
+) -> None:
+    free = [g for g in (0, 1) if [g] != timed_out["gpus"]]
+    with Client(slurm.gpuenvd.socket) as other, other.lock(sm=1200, gpus=free):
+        held = slurm.gpuenvd.truth(free[0])
+        jobid = slurm.sbatch(SHOW + "true", "--gres=gpu:1", "--comment", "gpuenv:sm=1350")
+        assert slurm.wait_done(jobid) == "COMPLETED"
+        out = slurm.output(jobid)
+        assert f"GPU {free[0]}: locked (SM 1200 MHz)" in out, out  # the other owner's lock
+        assert slurm.gpuenvd.truth(free[0]) == held
+    log = (slurm.records / "gpuenv-slurm.log").read_text()
+    assert f"job {jobid}: could not lock GPUs {free[0]} (sm=1350)" in log, log
+    assert_as_before(slurm, free)
+
+
+def test_strict_mode_drains_the_node_and_never_runs_the_job_unlocked(
+    slurm: SlurmCluster, timed_out: dict[str, object]
+) -> None:
+    free = [g for g in (0, 1) if [g] != timed_out["gpus"]]
+    from slurm_harness import EPILOG, PROLOG
+
+    slurm.set_scripts(PROLOG, EPILOG, GPUENV_SLURM_STRICT="1")
+    try:
+        with Client(slurm.gpuenvd.socket) as other, other.lock(sm=1200, gpus=free):
+            jobid = slurm.sbatch(SHOW + "true", "--gres=gpu:1", "--comment", "gpuenv:sm=1350")
+            slurm._wait(lambda: "DRAIN" in slurm.node_state(), 30, "the node to drain")
+            reason = slurm.node().get("Reason", "")
+            slurm.cmd("scancel", jobid)
+        assert reason.startswith(f"gpuenv: job {jobid} could not lock"), slurm.node()
+        assert "READY" not in slurm.output(jobid)
+    finally:
+        slurm.set_scripts(PROLOG, EPILOG)
+        slurm.resume()
+    assert_as_before(slurm, free)
+
+
+def test_the_job_past_its_time_limit_is_restored(
+    slurm: SlurmCluster, timed_out: dict[str, object]
+) -> None:
+    jobid = str(timed_out["job"])
+    assert slurm.wait_done(jobid, timeout=120) == "TIMEOUT"
+    assert_as_before(slurm, list(timed_out["gpus"]))  # type: ignore[call-overload]
+    assert NODE in slurm.job(jobid).get("NodeList", "")

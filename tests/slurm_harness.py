@@ -107,7 +107,9 @@ class SlurmCluster:
         gpuenv.chmod(0o755)
         # what a site puts in the prolog's environment (slurmd gives prologs only SLURM_*)
         self.node_env = {
-            k: v for k, v in self.gpuenvd.env.items() if k.startswith("GPUENV_") or k == "PYTHONPATH"
+            k: v
+            for k, v in self.gpuenvd.env.items()
+            if k.startswith("GPUENV_") or k == "PYTHONPATH"
         }
         self.node_env.update(GPUENV=str(gpuenv), GPUENV_SLURM_STATE=str(self.records))
         self.node_env.pop("GPUENV_STATE_DIR", None)  # the daemon's journal is the daemon's
@@ -144,11 +146,10 @@ class SlurmCluster:
             tmp.replace(path)  # slurmd may be running one right now
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
-        log = open(self.dir / f"{name}.out", "ab")
-        self.procs[name] = subprocess.Popen(
-            cmd, env=self.env, stdout=log, stderr=log, start_new_session=True
-        )
-        log.close()
+        with open(self.dir / f"{name}.out", "ab") as log:
+            self.procs[name] = subprocess.Popen(
+                cmd, env=self.env, stdout=log, stderr=log, start_new_session=True
+            )
 
     def start(self, timeout: float = 30.0) -> None:
         self._write()

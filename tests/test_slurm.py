@@ -9,6 +9,7 @@ started: that job runs on one GPU beside the other tests and is judged last.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from gpuenv.daemon.client import Client
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
 # the job prints its GPUs and what `gpuenv status` says, then marks that it is running
-SHOW = 'echo "GPUS=$SLURM_JOB_GPUS"; gpuenv status -i "$SLURM_JOB_GPUS"; echo READY; '
+SHOW = 'echo "GPUS=$SLURM_JOB_GPUS"; "$GPUENV" status -i "$SLURM_JOB_GPUS"; echo READY; '
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +66,33 @@ def test_a_job_that_asks_is_locked_sees_it_and_is_restored_exactly(slurm: SlurmC
     assert assert_locked_in_job(slurm, jobid, 1350) == [0, 1]
     assert slurm.wait_done(jobid) == "COMPLETED"
     assert_as_before(slurm, [0, 1])
+    # gpuenvd kept the job's report; the epilog appended its verdict to the job's output
+    report = job_report(slurm, jobid)
+    assert report["lock"] == "locked sm=1350" and report["ended"] is not None
+    for entry in report["gpus_report"]:
+        # an idle GPU's lock is not judged (tests/test_daemon_jobs.py judges a busy one)
+        assert entry["window"]["lock_held"] is not False
+        assert entry["window"]["lock_range_mhz"] == [1350, 1350]
+        assert entry["sm_quantiles"]["p50"] == 1350
+    last = slurm.output(jobid).splitlines()[-1]
+    assert last == report["verdict"] and last.startswith(f"gpuenv: job {jobid} GPUs 0,1: locked")
+    shown = slurm.cmd(str(slurm.dir / "gpuenv"), "job", jobid)
+    assert f"job {jobid} of root (ended" in shown and "SM clock p5/p50/p95: 1350/1350/1350" in shown
+
+
+def job_report(slurm: SlurmCluster, jobid: str) -> dict:
+    """What `gpuenv job JOBID --json` prints on the node."""
+    return dict(json.loads(slurm.cmd(str(slurm.dir / "gpuenv"), "job", jobid, "--json")))
+
+
+def test_a_job_that_did_not_ask_changes_nothing_and_is_reported(slurm: SlurmCluster) -> None:
+    jobid = slurm.sbatch(SHOW + "true", "--gres=gpu:2", "--comment", "a job gpuenv: not asked")
+    assert slurm.wait_done(jobid) == "COMPLETED"
+    assert "locked (SM" not in slurm.output(jobid)
+    assert_as_before(slurm, [0, 1])
+    report = job_report(slurm, jobid)  # the prolog and epilog ran: the job is on record
+    assert report["lock"] == "not asked" and report["gpus"] == [0, 1]
+    assert all(e["window"]["lock_held"] is None for e in report["gpus_report"])
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +142,9 @@ def test_a_prolog_that_cannot_lock_runs_the_job_unlocked_and_logs_it(
         assert slurm.gpuenvd.truth(free[0]) == held
     log = (slurm.records / "gpuenv-slurm.log").read_text()
     assert f"job {jobid}: could not lock GPUs {free[0]} (sm=1350)" in log, log
+    report = job_report(slurm, jobid)
+    assert report["lock"].startswith(f"not locked: could not lock GPUs {free[0]}"), report
+    assert slurm.output(jobid).splitlines()[-1].endswith(report["verdict"].split(": ", 1)[1])
     assert_as_before(slurm, free)
 
 

@@ -385,11 +385,36 @@ def environment_metadata(
         meta["torch_version"] = getattr(torch, "__version__", None)
         meta["cuda_version"] = getattr(getattr(torch, "version", None), "cuda", None)
     meta["gpus"] = [_gpu_metadata(backend, g) for g in gpus]
+    job = job_metadata(os.environ)
+    if job:
+        meta["job"] = job
     if errors:
         meta["errors"] = errors
     if extra:
         meta.update(extra)
     return meta
+
+
+# the batch job a result came from: Slurm's ids (the job's report is `gpuenv job JOB_ID` on
+# its node) and its rank; torchrun's where no Slurm
+_JOB_ENV = (
+    ("slurm", "SLURM_JOB_ID", {"job_id": "SLURM_JOB_ID", "step_id": "SLURM_STEP_ID",
+     "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID",
+     "rank": "SLURM_PROCID", "local_id": "SLURM_LOCALID", "node": "SLURMD_NODENAME",
+     "ntasks": "SLURM_NTASKS"}),
+    ("torchrun", "TORCHELASTIC_RUN_ID", {"run_id": "TORCHELASTIC_RUN_ID", "rank": "RANK",
+     "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE"}),
+)  # fmt: skip
+
+
+def job_metadata(env: Any) -> dict[str, str]:
+    """The scheduler's job this process runs in ({} outside one): ids, rank, node."""
+    for scheduler, marker, fields in _JOB_ENV:
+        if env.get(marker):
+            out = {"scheduler": scheduler}
+            out.update({k: str(env[v])[:64] for k, v in fields.items() if env.get(v)})
+            return out
+    return {}
 
 
 def _gpu_metadata(backend: Backend, g: int) -> dict[str, Any]:

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from slurm_harness import NODE, SlurmCluster, unavailable
@@ -93,6 +96,57 @@ def test_a_job_that_did_not_ask_changes_nothing_and_is_reported(slurm: SlurmClus
     report = job_report(slurm, jobid)  # the prolog and epilog ran: the job is on record
     assert report["lock"] == "not asked" and report["gpus"] == [0, 1]
     assert all(e["window"]["lock_held"] is None for e in report["gpus_report"])
+
+
+BENCH = """\
+import os, sys, time
+import gpuenv
+with gpuenv.region("step"):
+    time.sleep(0.3)
+if "die" in sys.argv and os.environ["SLURM_PROCID"] == "1":
+    os.kill(os.getppid(), 9)  # rank 1's gpuenv run itself dies: it never reports
+"""
+
+
+def srun_bench(slurm: SlurmCluster, tmp_path: Path, *args: str) -> tuple[str, list[dict]]:
+    """`srun --ntasks-per-node=2 gpuenv run --summary rank0 -o run.jsonl -- python bench.py`:
+    what the ranks printed, and each rank's run record."""
+    (tmp_path / "bench.py").write_text(BENCH)
+    tmp_path.chmod(0o755)
+    done = subprocess.run(
+        ["srun", "--ntasks-per-node=2", "--gres=gpu:2", f"--chdir={tmp_path}",
+         str(slurm.dir / "gpuenv"), "run", "--summary", "rank0", "-o", "run.jsonl", "--",
+         sys.executable, "bench.py", *args],
+        env={**slurm.env, "GPUENV_RANKS_WAIT_S": "3", "GPUENV_RANKS_DIR": str(tmp_path)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    runs = []
+    for rank in (0, 1):
+        path = tmp_path / f"run.rank{rank}.jsonl"
+        if path.exists():
+            runs.append(json.loads(path.read_text().splitlines()[0]))
+    return done.stdout + done.stderr, runs
+
+
+def test_srun_ranks_each_on_its_gpu_one_table_with_the_job_id(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    out, runs = srun_bench(slurm, tmp_path)
+    assert "on 2 ranks" in out and out.count("gpuenv run: ") == 1, out  # one table, rank 0's
+    assert "rank 0" in out and "rank 1" in out, out
+    assert [[g["index"] for g in r["metadata"]["gpus"]] for r in runs] == [[0], [1]]
+    jobs = [r["metadata"]["job"] for r in runs]
+    assert jobs[0]["scheduler"] == "slurm" and jobs[0]["job_id"] == jobs[1]["job_id"]
+    assert [j["rank"] for j in jobs] == ["0", "1"]
+    assert_as_before(slurm, [0, 1])
+
+
+def test_a_rank_that_dies_does_not_hang_the_summary(slurm: SlurmCluster, tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    out, runs = srun_bench(slurm, tmp_path, "die")
+    assert time.monotonic() - t0 < 30
+    assert "rank 1: no summary within 3 s" in out, out
+    assert len(runs) >= 1 and runs[0]["metadata"]["job"]["rank"] == "0"
 
 
 @pytest.fixture(scope="module")

@@ -141,7 +141,12 @@ class SlurmCluster:
         for name, script in (("prolog", prolog), ("epilog", epilog)):
             path = self.dir / name
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(f"#!/bin/bash\n{exports}exec bash {script}\n")
+            # each run's start, end and exit status: scripts/bench_slurm.py's prolog/epilog times
+            tmp.write_text(
+                f"#!/bin/bash\n{exports}t0=$(date +%s.%N)\nbash {script}\nrc=$?\n"
+                f'echo "{name} $SLURM_JOB_ID $t0 $(date +%s.%N) $rc" >> {self.dir}/timings.log\n'
+                "exit $rc\n"
+            )
             tmp.chmod(0o755)
             tmp.replace(path)  # slurmd may be running one right now
 

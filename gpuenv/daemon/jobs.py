@@ -175,9 +175,8 @@ class JobBook:
         for g in record.gpus:
             w = self.sampler.window(t0, t1, g, lock_range=self.lock_range(g))
             if w.other_pids:  # the job's own processes are no "other process"
-                w = dataclasses.replace(
-                    w, other_pids=tuple(p for p in w.other_pids if not _of_job(p, record.job))
-                )
+                others = [p for p in w.other_pids if not _of_job(p, record.job, record.user)]
+                w = dataclasses.replace(w, other_pids=tuple(others))
             hist = Counter(
                 int(round(s.sm_mhz / HIST_MHZ) * HIST_MHZ)
                 for s in self.sampler.samples(t0, t1, g)
@@ -233,15 +232,21 @@ class JobBook:
                 os.unlink(entry.path)
 
 
-def _of_job(pid: int, job: str) -> bool:
-    """Whether process `pid` runs in Slurm job `job` (its environment says so; gpuenvd, as
-    root, may read it). Unknown (gone, not readable): False, so it stays reported."""
+def _of_job(pid: int, job: str, user: str) -> bool:
+    """Whether process `pid` runs in Slurm job `job`: its environment says so where gpuenvd
+    may read it (root with CAP_SYS_PTRACE); else (the shipped unit drops that capability)
+    whether the job's user owns it. Gone or unknown: False, so it stays reported."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
-            env = fh.read(1 << 20)
+            return f"SLURM_JOB_ID={job}".encode() in fh.read(1 << 20).split(b"\0")
     except OSError:
+        pass
+    try:
+        import pwd
+
+        return os.stat(f"/proc/{pid}").st_uid == pwd.getpwnam(user).pw_uid
+    except (OSError, KeyError):
         return False
-    return f"SLURM_JOB_ID={job}".encode() in env.split(b"\0")
 
 
 def job_ops() -> tuple[Any, Any, Any]:

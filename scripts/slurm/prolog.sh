@@ -27,6 +27,10 @@
 
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# the site's settings (slurmd gives prologs and epilogs only SLURM_*): root's file only
+site=/etc/default/gpuenv-slurm
+# shellcheck disable=SC1090
+if [ -f "$site" ] && [ -O "$site" ]; then . "$site"; fi
 GPUENV=${GPUENV:-gpuenv}
 STATE=${GPUENV_SLURM_STATE:-/run/gpuenv/slurm}
 JOB=${SLURM_JOB_ID:?prolog.sh runs under slurmd, which sets SLURM_JOB_ID}

@@ -26,7 +26,7 @@ from typing import IO, Any, TypeVar, overload
 
 from gpuenv._records import JsonRecord
 from gpuenv.backend import Backend
-from gpuenv.errors import ConfigError, FileError
+from gpuenv.errors import ConfigError, FileError, GpuenvError
 from gpuenv.telemetry import Window
 from gpuenv.timebase import Clock
 from gpuenv.units import fmt_s
@@ -439,6 +439,13 @@ def _gpu_metadata(backend: Backend, g: int) -> dict[str, Any]:
     if th is not None:
         out.update(slowdown_c=th.slowdown_c, shutdown_c=th.shutdown_c)
     out["persistence"] = _try(lambda: backend.persistence_mode(g), errors, "persistence_mode")
+    if info is not None:  # the fleet view: this card's own sustained clock, if calibrated
+        with contextlib.suppress(GpuenvError, OSError):
+            from gpuenv.clocks.calibration_store import load_calibration
+
+            cal = load_calibration(info.uuid)
+            if cal is not None:
+                out["sustained_sm_mhz"] = cal.sustained_mhz
     now = _try(lambda: backend.read_fast(g), errors, "read_fast")
     if now is not None:
         out.update(sm_mhz=now.sm_mhz, mem_mhz=now.mem_mhz, temp_c=now.temp_c,

@@ -128,6 +128,9 @@ class GpuenvCollector:
         from gpuenv.daemon.jobs import job_metrics
 
         yield from job_metrics(self.server)
+        from gpuenv.daemon.fleet import fleet_metrics
+
+        yield from fleet_metrics(self.server, self.hostname)
 
     def _add_gpu(self, fams: dict[str, Any], dev: Any) -> None:
         server, index = self.server, dev.index

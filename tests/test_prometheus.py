@@ -58,6 +58,7 @@ def _served_text(tmp_path: Path) -> str:
     server.start()
     try:
         time.sleep(1.2)  # the energy and violation counters are read once a second
+        server.ops.jobs.begin("7", "alice", [0], None, "not asked")  # a Slurm prolog's record
         with Client(server.address) as c, c.lock(sm=1350, gpus=[0]):
             return render(server).decode()
     finally:

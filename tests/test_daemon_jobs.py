@@ -36,12 +36,25 @@ def daemon(tmp_path: Path) -> Iterator[tuple[Server, list[Peer]]]:
     backend.close()
 
 
+def settle(server: Server, mhz: int, gpus: list[int]) -> None:
+    """Until the daemon's sampler reads the locked clock (the driver applies it at its next
+    update): a prolog's lock is in force before the job starts."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if all((s := server.sampler.latest(g)) is not None and s.sm_mhz == mhz
+               for g in gpus):  # fmt: skip
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the clocks did not reach {mhz} MHz")
+
+
 def test_a_job_is_recorded_from_begin_to_end_and_kept(daemon: tuple[Server, list[Peer]]) -> None:
     server, _ = daemon
     for g in (0, 1):  # the job's work: a lock is judged while the GPU is busy
         server.backend.set_background_load(g, 0.5, pid=os.getpid())
     with Client(server.address) as c:
         lease = c.lock(sm=1350, gpus=[0, 1], standing=True)
+        settle(server, 1350, [0, 1])
         c.call("job_begin", job="77", user="alice", gpus=[0, 1], asked="sm=1350",
                lock="locked sm=1350")  # fmt: skip
         time.sleep(0.6)
@@ -69,6 +82,7 @@ def test_a_lock_lost_mid_job_is_in_its_verdict(daemon: tuple[Server, list[Peer]]
     server.backend.set_background_load(0, 0.5, pid=os.getpid())
     with Client(server.address) as c:
         lease = c.lock(sm=1350, gpus=[0], standing=True)
+        settle(server, 1350, [0])
         c.call("job_begin", job="78", user="bob", gpus=[0], lock="locked sm=1350")
         time.sleep(0.3)
         server.backend.set_locked_sm_clocks(0, 1800, 1800)  # someone else rewrote the clocks
@@ -129,3 +143,24 @@ def test_long_jobs_are_chunked_and_reports_on_disk_are_bounded(
 def test_quantiles_of_a_histogram() -> None:
     assert quantiles({}) is None
     assert quantiles({1350: 90, 1200: 10}) == {"p5": 1200.0, "p50": 1350.0, "p95": 1350.0}
+
+
+def test_gpuenv_job_prints_the_report_and_names_a_job_it_does_not_know(
+    daemon: tuple[Server, list[Peer]],
+) -> None:
+    from click.testing import CliRunner
+
+    from gpuenv.cli import cli
+
+    server, _ = daemon
+    env = {"GPUENV_SOCKET": server.address, "GPUENV_SIM_GPUS": "2"}
+    run = CliRunner().invoke
+    begun = run(cli, ["--sim", "job", "81", "--begin", "-i", "0,1", "--user", "alice",
+                      "--lock", "not asked"], env=env)  # fmt: skip
+    assert begun.exit_code == 0, begun.output
+    shown = run(cli, ["--sim", "job", "81"], env=env)
+    assert shown.exit_code == 0 and "job 81 of alice (running): not asked" in shown.output
+    ended = run(cli, ["--sim", "job", "81", "--end"], env=env)
+    assert ended.output.startswith("gpuenv: job 81 GPUs 0,1: not asked")
+    unknown = run(cli, ["--sim", "job", "82"], env=env)
+    assert unknown.exit_code == 2 and "gpuenvd has no report of job 82" in unknown.output

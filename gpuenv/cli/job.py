@@ -5,8 +5,9 @@ temperature, other processes, whether the lock held), running or finished.
 The Slurm prolog and epilog (scripts/slurm/) record the job: `--begin -i GPUS --user U
 --lock TEXT` and `--end`, which prints the one-line verdict. Both need an admin of gpuenvd.
 
-Exit codes: 0 printed; 3 no such job on this node's gpuenvd, or no gpuenvd answers; the
-rest: gpuenv.errors.EXIT_CODES.
+Exit codes: 0 printed; 2 no such job on this node's gpuenvd, a bad job id, or no gpuenvd
+answers; 4 --begin/--end by a user who is not gpuenvd's admin; the rest:
+gpuenv.errors.EXIT_CODES.
 """
 
 from __future__ import annotations

@@ -98,6 +98,31 @@ def test_a_job_that_did_not_ask_changes_nothing_and_is_reported(slurm: SlurmClus
     assert all(e["window"]["lock_held"] is None for e in report["gpus_report"])
 
 
+def test_a_lock_whose_epilog_never_ran_is_put_back_by_the_next_job(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """slurmd killed while a job ends can lose its epilog for good (Slurm does not run it
+    again: scripts/bench_slurm.py met it). The next job on those GPUs puts them back."""
+    from slurm_harness import EPILOG, PROLOG
+
+    lost = tmp_path / "lost-epilog.sh"
+    lost.write_text("exit 0\n")
+    slurm.set_scripts(PROLOG, lost)
+    try:
+        first = slurm.sbatch(SHOW + "true", "--gres=gpu:2", "--comment", "gpuenv:sm=1410")
+        assert slurm.wait_done(first) == "COMPLETED"
+    finally:
+        slurm.set_scripts(PROLOG, EPILOG)
+    assert slurm.gpuenvd.truth(0)[0] == (1410, 1410)  # left locked: no epilog put it back
+    second = slurm.sbatch(SHOW + "true", "--gres=gpu:2", "--comment", "gpuenv:sm=1350")
+    assert assert_locked_in_job(slurm, second, 1350) == [0, 1]
+    assert slurm.wait_done(second) == "COMPLETED"
+    assert_as_before(slurm, [0, 1])
+    log = (slurm.records / "gpuenv-slurm.log").read_text()
+    assert f"job {second}: job {first}'s epilog never ran: restored GPUs 0,1" in log, log
+    assert job_report(slurm, first)["ended_by"].startswith(f"job {second}'s prolog")
+
+
 BENCH = """\
 import os, sys, time
 import gpuenv

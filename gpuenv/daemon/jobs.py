@@ -101,6 +101,11 @@ class JobBook:
         job = check_job_id(job)
         t0 = self.sampler.mark()
         with self._lock:
+            # Slurm gives a job its GPUs alone: a job still open on them lost its epilog
+            # (slurmd killed while the job ended: Slurm does not run it again)
+            stale = [j for j in self._open.values() if j.job != job and set(j.gpus) & set(gpus)]
+            for old in stale:
+                del self._open[old.job]
             if job not in self._open and len(self._open) >= MAX_OPEN:
                 oldest = min(self._open.values(), key=lambda j: j.started)
                 log.warning("job %s: more than %d jobs open, dropping %s", job, MAX_OPEN,
@@ -112,6 +117,12 @@ class JobBook:
                 self._thread = threading.Thread(target=self._run, name="gpuenvd-jobs", daemon=True)
                 self._thread.start()
         log.info("job %s of %s began on GPUs %s (%s)", job, user, gpus, lock)
+        for old in stale:
+            self._chunk(old)
+            report = self._report(old, ended=time.time())
+            report["ended_by"] = f"job {job}'s prolog on its GPUs: its epilog never came"
+            self._save(report)
+            log.warning("job %s: closed at job %s's start on its GPUs (no epilog)", old.job, job)
 
     def end(self, job: str) -> dict[str, Any]:
         """Close the job: its report, kept on disk. A job never begun: ConfigError."""

@@ -80,6 +80,23 @@ if [ -z "$gpus" ]; then
 fi
 case "$gpus" in *[!0-9,]*) fail "unexpected SLURM_JOB_GPUS=$gpus";; esac
 
+# A job whose epilog never ran (slurmd killed while the job ended: Slurm does not run it
+# again) left its lock. Slurm gives a job its GPUs alone, so another job's record on ours
+# is stale: put those GPUs back before this job starts (its own lock, or none, then holds).
+for rec in "$STATE"/job-*.gpus; do
+    [ -f "$rec" ] || continue
+    old=${rec##*/job-}; old=${old%.gpus}
+    [ "$old" != "$JOB" ] || continue
+    overlap=$(tr ',' '\n' < "$rec" | grep -Fx -f <(printf '%s\n' "$gpus" | tr ',' '\n') | paste -sd, -)
+    [ -n "$overlap" ] || continue
+    if out=$("$GPUENV" restore -i "$overlap" 2>&1); then
+        rm -f "$rec"
+        log "job $old's epilog never ran: restored GPUs $overlap it left locked"
+    else
+        log "could not restore GPUs $overlap left locked by job $old: $(printf '%s' "$out" | tr '\n' ' ')"
+    fi
+done
+
 args=()
 IFS=',' read -r -a items <<< "$spec"
 for item in "${items[@]}"; do

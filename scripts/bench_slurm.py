@@ -75,6 +75,19 @@ def one_job(slurm: SlurmCluster, fate: str, rng: random.Random) -> dict:
     return {"job": jobid, "fate": fate, "state": state, "gpus": job_gpus(slurm, jobid)}
 
 
+def lost_epilogs(slurm: SlurmCluster) -> tuple[list[str], list[str]]:
+    """Jobs whose epilog never ran (the next job's prolog put their GPUs back), and jobs that
+    asked for a lock and did not get it (gpuenvd's reports): a stale lock would show there."""
+    log = slurm.records / "gpuenv-slurm.log"
+    lost = re.findall(r"job (\S+)'s epilog never ran", log.read_text() if log.exists() else "")
+    unlocked = []
+    for path in (slurm.gpuenvd.workdir / "journal" / "jobs").glob("*.json"):
+        report = json.loads(path.read_text())
+        if report["lock"] != "not asked" and not report["lock"].startswith("locked"):
+            unlocked.append(report["job"])
+    return lost, sorted(unlocked, key=int)
+
+
 def timings(slurm: SlurmCluster) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"prolog": [], "epilog": []}
     path = slurm.dir / "timings.log"
@@ -130,6 +143,7 @@ def run(n_jobs: int, n_timeouts: int, seed: int) -> dict:
         slurm.wait_done(jid)
         example = slurm.cmd(str(slurm.dir / "gpuenv"), "job", jid)
         journal = sorted(p.name for p in (slurm.gpuenvd.workdir / "journal").glob("*.json"))
+        lost, unlocked = lost_epilogs(slurm)
     finally:
         slurm.close()
     return {
@@ -140,6 +154,8 @@ def run(n_jobs: int, n_timeouts: int, seed: int) -> dict:
         "left_changed_after_job": left,
         "changed_at_end": end_changed,
         "journal_at_end": journal,
+        "epilogs_lost": lost,
+        "asked_but_not_locked": unlocked,
         "timings_s": timings(slurm),
         "example_report": example,
     }
@@ -169,6 +185,8 @@ def table(data: dict) -> str:
         f"GPUs left changed after a job: {len(data['left_changed_after_job'])} "
         f"(goal 0); at the end: {len(data['changed_at_end'])}; journal entries left: "
         f"{len(data['journal_at_end'])}",
+        f"Epilogs Slurm never ran (put back at the next job's start): {len(data['epilogs_lost'])}; "
+        f"jobs that asked and were not locked: {len(data['asked_but_not_locked'])}",
         "",
         "```",
         data.get("example_report", ""),

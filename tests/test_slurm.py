@@ -187,13 +187,20 @@ def test_a_job_past_its_time_limit_starts_locked(timed_out: dict[str, object]) -
     assert timed_out["gpus"] in ([0], [1])
 
 
-def test_scancel_mid_job_restores(slurm: SlurmCluster, timed_out: dict[str, object]) -> None:
-    jobid = slurm.sbatch(SHOW + "sleep 300", "--gres=gpu:1", "--comment", "gpuenv:sm=1350")
+def test_scancel_mid_job_restores(
+    slurm: SlurmCluster, timed_out: dict[str, object], tmp_path: Path
+) -> None:
+    verdicts = tmp_path / "verdicts.txt"  # the job names where its verdict goes
+    tmp_path.chmod(0o755)
+    jobid = slurm.sbatch(SHOW + "sleep 300", "--gres=gpu:1",
+                         "--comment", f"gpuenv:sm=1350,report={verdicts}")  # fmt: skip
     gpus = assert_locked_in_job(slurm, jobid, 1350)
     assert gpus != timed_out["gpus"]
     slurm.cmd("scancel", jobid)
     assert slurm.wait_done(jobid) == "CANCELLED"
     assert_as_before(slurm, gpus)
+    assert verdicts.read_text() == job_report(slurm, jobid)["verdict"] + "\n"
+    assert "gpuenv: job" not in slurm.output(jobid)  # there, not in the job's output
 
 
 def test_slurmd_killed_mid_job_and_restarted_after_it_ended(slurm: SlurmCluster) -> None:

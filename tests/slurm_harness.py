@@ -9,6 +9,7 @@ shared/SLURM_FACTS.md; the reasons for each setting below come from there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -200,6 +201,12 @@ class SlurmCluster:
         return "\n".join(out)
 
     def close(self) -> None:
+        # jobs first: a job's slurmstepd outlives slurmd (that is how a job survives a slurmd
+        # restart), so a job still running would outlive the cluster
+        if "slurmctld" in self.procs and "slurmd" in self.procs:
+            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+                self.cmd("scancel", "--partition=gpu", check=False)
+                self._wait(lambda: not self.cmd("squeue", "-h", check=False), 20, "jobs to end")
         # slurmd before slurmctld: the other order can hang slurmd on an epilog message
         for name in ("slurmd", "slurmctld", "munged"):
             proc = self.procs.pop(name, None)

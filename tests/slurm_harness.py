@@ -242,7 +242,13 @@ class SlurmCluster:
         body = self.dir / "out" / f"job-{time.monotonic_ns()}.sh"
         body.write_text("#!/bin/bash\n" + script + "\n")
         return self.cmd(
-            "sbatch", "--parsable", "-o", f"{self.dir}/out/%j.out", *opts, str(body)
+            "sbatch",
+            "--parsable",
+            "-o",
+            f"{self.dir}/out/%j.out",
+            f"--chdir={self.dir}/out",
+            *opts,
+            str(body),
         ).split(";")[0]
 
     def job(self, jobid: str) -> dict[str, str]:

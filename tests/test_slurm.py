@@ -10,9 +10,12 @@ started: that job runs on one GPU beside the other tests and is judged last.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +32,9 @@ SHOW = 'echo "GPUS=$SLURM_JOB_GPUS"; "$GPUENV" status -i "$SLURM_JOB_GPUS"; echo
 
 
 @pytest.fixture(scope="module")
-def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+def slurm() -> Iterator[SlurmCluster]:
+    # not under pytest's 0700 temp root: jobs of another account write their output here
+    cluster = SlurmCluster(Path(tempfile.mkdtemp(prefix="gpuenv-slurm-")))
     try:
         cluster.start()
     except (RuntimeError, OSError) as err:
@@ -38,6 +42,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
         pytest.skip(f"a one-node Slurm could not start here: {str(err)[:300]}")
     yield cluster
     cluster.close()
+    shutil.rmtree(cluster.dir, ignore_errors=True)
 
 
 def job_gpus(slurm: SlurmCluster, jobid: str) -> list[int]:
@@ -201,6 +206,29 @@ def test_scancel_mid_job_restores(
     assert_as_before(slurm, gpus)
     assert verdicts.read_text() == job_report(slurm, jobid)["verdict"] + "\n"
     assert "gpuenv: job" not in slurm.output(jobid)  # there, not in the job's output
+
+
+def test_a_users_job_is_theirs_in_the_report_and_its_verdict_written_as_them(
+    slurm: SlurmCluster,
+) -> None:
+    """The epilog runs as root but appends to a path the job names as the job's user: a
+    path the user could not write stays unwritten (no root write through a user's name)."""
+    from daemon_harness import local_users
+
+    (user,) = local_users(1)
+    mine = slurm.dir / "out" / f"{user.pw_name}-{time.monotonic_ns()}"
+    mine.mkdir()
+    os.chown(mine, user.pw_uid, user.pw_gid)
+    for target, allowed in ((mine / "verdict.txt", True), (slurm.dir / "root-only.txt", False)):
+        jobid = slurm.sbatch("true", "--gres=gpu:1", f"--uid={user.pw_name}",
+                             "--comment", f"gpuenv:sm=1350,report={target}")  # fmt: skip
+        assert slurm.wait_done(jobid) == "COMPLETED"
+        report = job_report(slurm, jobid)
+        assert report["user"] == user.pw_name and report["lock"].startswith("locked sm=1350")
+        assert target.exists() == allowed
+        if allowed:
+            assert target.stat().st_uid == user.pw_uid
+            assert target.read_text() == report["verdict"] + "\n"
 
 
 def test_slurmd_killed_mid_job_and_restarted_after_it_ended(slurm: SlurmCluster) -> None:

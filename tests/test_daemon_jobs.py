@@ -164,3 +164,24 @@ def test_gpuenv_job_prints_the_report_and_names_a_job_it_does_not_know(
     assert ended.output.startswith("gpuenv: job 81 GPUs 0,1: not asked")
     unknown = run(cli, ["--sim", "job", "82"], env=env)
     assert unknown.exit_code == 2 and "gpuenvd has no report of job 82" in unknown.output
+
+
+def test_other_processes_are_named_and_the_jobs_own_are_not(
+    daemon: tuple[Server, list[Peer]],
+) -> None:
+    import subprocess
+
+    server, _ = daemon
+    own = subprocess.Popen(["sleep", "30"], env={**os.environ, "SLURM_JOB_ID": "83"})
+    try:
+        server.backend.set_background_load(0, 0.4, pid=own.pid)  # the job's work
+        server.backend.set_background_load(0, 0.2, pid=424242)  # someone else's
+        with Client(server.address) as c:
+            c.call("job_begin", job="83", user="nobody-here", gpus=[0])
+            time.sleep(1.5)  # processes are read on their own grid
+            report = judge_job(server.backend, c.call("job_end", job="83")["report"])
+    finally:
+        own.kill()
+        own.wait()
+    assert report["gpus_report"][0]["window"]["other_pids"] == [424242]
+    assert "GPU 0 other_process" in report["verdict"]

@@ -26,7 +26,7 @@ from typing import IO, Any, TypeVar, overload
 
 from gpuenv._records import JsonRecord
 from gpuenv.backend import Backend
-from gpuenv.errors import ConfigError, FileError
+from gpuenv.errors import ConfigError, FileError, GpuenvError
 from gpuenv.telemetry import Window
 from gpuenv.timebase import Clock
 from gpuenv.units import fmt_s
@@ -385,11 +385,36 @@ def environment_metadata(
         meta["torch_version"] = getattr(torch, "__version__", None)
         meta["cuda_version"] = getattr(getattr(torch, "version", None), "cuda", None)
     meta["gpus"] = [_gpu_metadata(backend, g) for g in gpus]
+    job = job_metadata(os.environ)
+    if job:
+        meta["job"] = job
     if errors:
         meta["errors"] = errors
     if extra:
         meta.update(extra)
     return meta
+
+
+# the batch job a result came from: Slurm's ids (the job's report is `gpuenv job JOB_ID` on
+# its node) and its rank; torchrun's where no Slurm
+_JOB_ENV = (
+    ("slurm", "SLURM_JOB_ID", {"job_id": "SLURM_JOB_ID", "step_id": "SLURM_STEP_ID",
+     "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID",
+     "rank": "SLURM_PROCID", "local_id": "SLURM_LOCALID", "node": "SLURMD_NODENAME",
+     "ntasks": "SLURM_NTASKS"}),
+    ("torchrun", "TORCHELASTIC_RUN_ID", {"run_id": "TORCHELASTIC_RUN_ID", "rank": "RANK",
+     "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE"}),
+)  # fmt: skip
+
+
+def job_metadata(env: Any) -> dict[str, str]:
+    """The scheduler's job this process runs in ({} outside one): ids, rank, node."""
+    for scheduler, marker, fields in _JOB_ENV:
+        if env.get(marker):
+            out = {"scheduler": scheduler}
+            out.update({k: str(env[v])[:64] for k, v in fields.items() if env.get(v)})
+            return out
+    return {}
 
 
 def _gpu_metadata(backend: Backend, g: int) -> dict[str, Any]:
@@ -414,6 +439,13 @@ def _gpu_metadata(backend: Backend, g: int) -> dict[str, Any]:
     if th is not None:
         out.update(slowdown_c=th.slowdown_c, shutdown_c=th.shutdown_c)
     out["persistence"] = _try(lambda: backend.persistence_mode(g), errors, "persistence_mode")
+    if info is not None:  # the fleet view: this card's own sustained clock, if calibrated
+        with contextlib.suppress(GpuenvError, OSError):
+            from gpuenv.clocks.calibration_store import load_calibration
+
+            cal = load_calibration(info.uuid)
+            if cal is not None:
+                out["sustained_sm_mhz"] = cal.sustained_mhz
     now = _try(lambda: backend.read_fast(g), errors, "read_fast")
     if now is not None:
         out.update(sm_mhz=now.sm_mhz, mem_mhz=now.mem_mhz, temp_c=now.temp_c,

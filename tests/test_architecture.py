@@ -40,7 +40,7 @@ LAYERS = (
     # the doors to a measurement; calibration measures a sustained load, so it sits
     # here although it lives in clocks/
     ("gpuenv.timing", "gpuenv.session", "gpuenv.measure", "gpuenv.run",
-     "gpuenv.clocks.calibration"),
+     "gpuenv.clocks.calibration", "gpuenv.daemon.jobreport"),
     # the measurement core
     ("gpuenv.judge", "gpuenv.conditioning", "gpuenv.verdict", "gpuenv.stats", "gpuenv.results"),
     # telemetry and locks

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "calibrate": ("calibrate", "calibrate", "Find the clock a sustained load holds (to lock)."),
     "compare": ("compare", "compare", "Compare two runs, and whether the GPU was in one state."),
     "plot": ("plot", "plot", "Plot clocks, power and temperature of a run, with its regions."),
+    "job": ("job", "job", "What a batch job's GPUs did, prolog to epilog (gpuenvd's record)."),
     "daemon": ("daemon", "daemon", "Privileged service: unprivileged users get clock-lock leases."),
 }
 

@@ -176,9 +176,13 @@ def compare_runs(
             _compare_one(name, by_a[name], by_b[name], alpha=alpha, min_change=min_change,
                          n_boot=n_boot)
         )
+    from gpuenv.daemon.fleet import sustained_note
+
+    largest = max((abs(c.change) for c in comparisons if math.isfinite(c.change)), default=0.0)
+    fleet = sustained_note(runs_a, runs_b, largest)
     return CompareReport(
         comparisons=tuple(comparisons),
-        env_changes=tuple(env_changes(runs_a, runs_b)),
+        env_changes=tuple(env_changes(runs_a, runs_b)) + ((fleet,) if fleet else ()),
         only_a=tuple(n for n in by_a if n not in by_b),
         only_b=tuple(n for n in by_b if n not in by_a),
         alpha=alpha,

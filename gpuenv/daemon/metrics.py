@@ -56,6 +56,7 @@ class Server(Protocol):
 
     def connections(self) -> int: ...
 
+
 DEFAULT_PORT = METRICS_PORT
 # dcgm-exporter's per-GPU labels (its render_metrics.go): the join keys. The host twice:
 # `Hostname` in its releases up to 4.x, `hostname` on its main branch (renamed May 2026).
@@ -106,8 +107,9 @@ class GpuenvCollector:
                     out["device"] = f"nvidia{minor}"
             with contextlib.suppress(GpuenvError):
                 th = backend.thresholds(index)
-                out["thresholds"] = {k: getattr(th, a) for k, a in THRESHOLDS.items()
-                                     if getattr(th, a) is not None}
+                out["thresholds"] = {
+                    k: getattr(th, a) for k, a in THRESHOLDS.items() if getattr(th, a) is not None
+                }
             with contextlib.suppress(GpuenvError):
                 out["driver"] = str(backend.driver_version())
             self._static[index] = out
@@ -116,8 +118,11 @@ class GpuenvCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 
-        build = InfoMetricFamily("gpuenv_build", "gpuenv's version (1 while gpuenvd runs)",
-                                 labels=["version", "python_version"])
+        build = InfoMetricFamily(
+            "gpuenv_build",
+            "gpuenv's version (1 while gpuenvd runs)",
+            labels=["version", "python_version"],
+        )
         from gpuenv import __version__
 
         build.add_metric([__version__, platform.python_version()], {})
@@ -127,6 +132,12 @@ class GpuenvCollector:
             self._add_gpu(fams, dev)
         yield from fams.values()
         yield from self._daemon_families(GaugeMetricFamily)
+        from gpuenv.daemon.jobs import job_metrics
+
+        yield from job_metrics(self.server)
+        from gpuenv.daemon.fleet import fleet_metrics
+
+        yield from fleet_metrics(self.server, self.hostname)
 
     def _add_gpu(self, fams: dict[str, Any], dev: Any) -> None:
         server, index = self.server, dev.index
@@ -222,40 +233,58 @@ def _gpu_families() -> dict[str, Any]:
         return GaugeMetricFamily(name, doc, labels=[*gl, *extra])
 
     return {
-        "info": InfoMetricFamily("gpuenv_gpu", "GPUs gpuenvd watches",
-                                 labels=[*gl, "driver_version"]),
+        "info": InfoMetricFamily(
+            "gpuenv_gpu", "GPUs gpuenvd watches", labels=[*gl, "driver_version"]
+        ),
         "sm": gauge("gpuenv_sm_clock_mhz", "SM clock (nvidia-smi clocks.sm)"),
         "mem": gauge("gpuenv_mem_clock_mhz", "Memory clock (nvidia-smi clocks.mem)"),
         "power": gauge("gpuenv_power_watts", "Power draw, the driver's 1 s average"),
-        "power_limit": gauge("gpuenv_power_limit_watts",
-                             "Enforced power limit (nvidia-smi power.limit)"),
+        "power_limit": gauge(
+            "gpuenv_power_limit_watts", "Enforced power limit (nvidia-smi power.limit)"
+        ),
         "temp": gauge("gpuenv_temperature_celsius", "GPU temperature"),
-        "mem_temp": gauge("gpuenv_memory_temperature_celsius",
-                          "HBM temperature (NVML field 82; absent without a sensor)"),
-        "threshold": gauge("gpuenv_temperature_threshold_celsius",
-                           "Temperature thresholds: slowdown, shutdown, GPU and memory max "
-                           "operating (nvidia-smi -q -d TEMPERATURE)", "threshold"),
-        "reason": gauge("gpuenv_clock_event_reason_active",
-                        "1 while a clock-event (throttle) reason is active (NVML's names)",
-                        "reason"),
+        "mem_temp": gauge(
+            "gpuenv_memory_temperature_celsius",
+            "HBM temperature (NVML field 82; absent without a sensor)",
+        ),
+        "threshold": gauge(
+            "gpuenv_temperature_threshold_celsius",
+            "Temperature thresholds: slowdown, shutdown, GPU and memory max "
+            "operating (nvidia-smi -q -d TEMPERATURE)",
+            "threshold",
+        ),
+        "reason": gauge(
+            "gpuenv_clock_event_reason_active",
+            "1 while a clock-event (throttle) reason is active (NVML's names)",
+            "reason",
+        ),
         "reason_s": CounterMetricFamily(
             "gpuenv_clock_event_reason_seconds",
             "Time under each clock-event reason since driver load (NVML violation counters; "
-            "NVML's names, '|' where one counter counts two reasons)", labels=[*gl, "reason"]),
+            "NVML's names, '|' where one counter counts two reasons)",
+            labels=[*gl, "reason"],
+        ),
         "below_s": CounterMetricFamily(
             "gpuenv_clocks_below_seconds",
             "Time below the application or base clocks since driver load (NVML counters)",
-            labels=[*gl, "clocks"]),
-        "energy": CounterMetricFamily("gpuenv_energy_joules", "Energy since driver load",
-                                      labels=gl),
+            labels=[*gl, "clocks"],
+        ),
+        "energy": CounterMetricFamily(
+            "gpuenv_energy_joules", "Energy since driver load", labels=gl
+        ),
         "locked": gauge("gpuenv_lock_active", "1 while gpuenv holds a lock on the GPU"),
-        "stale": gauge("gpuenv_lock_stale",
-                       "1 while a lock stays whose every owner has ended ('gpuenv restore')"),
-        "holds": gauge("gpuenv_lock_holds",
-                       "1 while the SM clock is inside the locked range (0: pulled out of it)"),
+        "stale": gauge(
+            "gpuenv_lock_stale",
+            "1 while a lock stays whose every owner has ended ('gpuenv restore')",
+        ),
+        "holds": gauge(
+            "gpuenv_lock_holds",
+            "1 while the SM clock is inside the locked range (0: pulled out of it)",
+        ),
         "lock_sm": gauge("gpuenv_lock_sm_mhz", "Locked SM clock range", "bound"),
-        "holders": gauge("gpuenv_lock_holders", "Live owners of the lock, per user and kind",
-                         "user", "kind"),
+        "holders": gauge(
+            "gpuenv_lock_holders", "Live owners of the lock, per user and kind", "user", "kind"
+        ),
     }
 
 

@@ -15,6 +15,7 @@ from gpuenv.backend import Backend, DeviceInfo
 from gpuenv.daemon import protocol
 from gpuenv.daemon.auth import Authorizer
 from gpuenv.daemon.connection import MAX_SUBSCRIPTIONS, MAX_WINDOWS, Conn
+from gpuenv.daemon.jobs import JobBook, job_ops
 from gpuenv.daemon.leases import LeaseManager
 from gpuenv.errors import ConfigError
 from gpuenv.telemetry import Sampler
@@ -44,6 +45,8 @@ class Operations:
         self.connections = connections
         self.started_at = time.time()
         self._ids = itertools.count(1)
+        jobs_dir = leases.journal.path / "jobs"  # beside the journal: the daemon's own
+        self.jobs = JobBook(backend, infos, sampler, leases.lock_range, jobs_dir)
 
     def _gpus(self, selector: list[int | str] | None) -> list[int]:
         if selector is None:
@@ -175,6 +178,8 @@ class Operations:
             conn.subs.pop(sub).set()
         conn.event_sub = None
         return {"stopped": subs}
+
+    op_job_begin, op_job_end, op_job_report = job_ops()
 
     def _stream(
         self, conn: Conn, sub: int, gpus: list[int], period: float, stop: threading.Event

@@ -29,6 +29,9 @@ Operations (the fields each takes are in `OPS`):
                   daemon's continuous sampler
     subscribe     stream samples (and lease events) every `period` seconds
     unsubscribe   stop the stream
+    job_begin     (admin: the Slurm prolog) a job's GPUs are its from now: record them
+    job_end       (admin: the epilog) close the job's record; returns its report
+    job_report    a job's report, running or finished (daemon/jobs.py)
 
 Anything malformed gets an error reply (type "ProtocolError") and the daemon
 carries on; a line longer than MAX_LINE is discarded up to its newline.
@@ -196,6 +199,16 @@ def _window_id(value: Any) -> int:
     return int(value)
 
 
+def _job(value: Any) -> str:
+    from gpuenv.daemon.jobs import check_job_id
+    from gpuenv.errors import ConfigError
+
+    try:
+        return check_job_id(value)
+    except ConfigError as err:
+        raise ProtocolError(f"'job': {err.message}") from None
+
+
 def _versions(value: Any) -> list[int]:
     if value is None:
         return [PROTOCOL_VERSION]
@@ -231,6 +244,9 @@ OPS: dict[str, dict[str, Validator]] = {
     "window_end": {"window": _window_id},
     "subscribe": {"gpus": _gpus, "period": _period, "events": _bool},
     "unsubscribe": {},
+    "job_begin": {"job": _job, "user": _text, "gpus": _gpus, "asked": _text, "lock": _text},
+    "job_end": {"job": _job},
+    "job_report": {"job": _job},
 }
 
 

@@ -219,6 +219,7 @@ class Server:
             self._event_thread.join(timeout=2.0)
         if self._metrics is not None:
             self._metrics.stop()
+        self.ops.jobs.stop()
         self.sampler.stop()
         log.info("gpuenvd stopped")
 

@@ -7,19 +7,44 @@
 # exactly the state journaled before the prolog's lock. If that fails the
 # epilog exits 1, which makes Slurm take the node out of service: a node whose
 # clocks are in an unknown state should not run the next job (an admin runs
-# 'gpuenv restore --all' and resumes it). Jobs that did not ask cost nothing.
+# 'gpuenv restore --all' and resumes it). Jobs that did not ask are not touched; their
+# report (gpuenvd's record of every GPU job) is closed like any other.
 
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# the site's settings (slurmd gives prologs and epilogs only SLURM_*): root's file only
+site=/etc/default/gpuenv-slurm
+# shellcheck disable=SC1090
+if [ -f "$site" ] && [ -O "$site" ]; then . "$site"; fi
 GPUENV=${GPUENV:-gpuenv}
 STATE=${GPUENV_SLURM_STATE:-/run/gpuenv/slurm}
 JOB=${SLURM_JOB_ID:?epilog.sh runs under slurmd, which sets SLURM_JOB_ID}
 record="$STATE/job-$JOB.gpus"
+log() {
+    logger -t gpuenv-slurm -- "job $JOB: $*" 2>/dev/null || true
+    echo "gpuenv-slurm: job $JOB: $*" >&2
+    { mkdir -p "$STATE" && echo "$(date -u +%FT%TZ) job $JOB: $*" >> "$STATE/gpuenv-slurm.log"; } 2>/dev/null || true
+}
+
+# The job's report first (its telemetry ends with the job, before the restore), then its
+# one-line verdict appended to report=PATH from its comment, else to its output file,
+# written as the job's user (never as root into a path a user names).
+if [ -n "${SLURM_JOB_GPUS-}" ] && [ "${GPUENV_SLURM_REPORT:-1}" = 1 ] &&
+    verdict=$("$GPUENV" job "$JOB" --end 2>/dev/null); then
+    log "$verdict"
+    info=$(scontrol show job -o "$JOB" 2>/dev/null)
+    comment=${SLURM_JOB_COMMENT-$(printf '%s' "$info" | sed -n 's/.* Comment=//p')}
+    target=$(printf '%s' "$comment" | sed -n 's/.*gpuenv:[^ ]*report=\([A-Za-z0-9.\/_~+-]*\).*/\1/p')
+    [ -n "$target" ] || target=$(printf '%s' "$info" | sed -n 's/.* StdOut=\([^ ]*\).*/\1/p')
+    if [ -n "$target" ] && [ -n "${SLURM_JOB_UID-}" ]; then
+        setpriv --reuid="$SLURM_JOB_UID" --regid="${SLURM_JOB_GID:-$SLURM_JOB_UID}" --clear-groups \
+            -- sh -c 'printf "%s\n" "$1" >> "$2"' sh "$verdict" "$target" 2>/dev/null ||
+            log "could not append the verdict to $target"
+    fi
+fi
 
 [ -f "$record" ] || exit 0  # the prolog locked nothing for this job
 gpus=$(cat "$record")
-log() { logger -t gpuenv-slurm -- "job $JOB: $*" 2>/dev/null || true; echo "gpuenv-slurm: job $JOB: $*" >&2; }
-
 if out=$("$GPUENV" restore -i "$gpus" 2>&1); then
     rm -f "$record"
     log "restored GPUs $gpus: $(printf '%s' "$out" | tr '\n' ' ')"

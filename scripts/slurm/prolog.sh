@@ -5,6 +5,8 @@
 #   a job asks:  sbatch --gres=gpu:2 --comment "gpuenv:sm=1350" job.sh
 #                (also sm=1200-1500, sm=max|base|sustained, power=500, mem=MHZ;
 #                 comma-separated, e.g. "gpuenv:sm=1350,power=600")
+#                report=PATH: the epilog appends the job's one-line verdict there (else
+#                to the job's output), as the job's user
 #   or by a node feature: set GPUENV_SLURM_FEATURE=gpuenv-lock (and GPUENV_SLURM_SM, the
 #                clock to lock, default "sustained") and submit with -C gpuenv-lock.
 #
@@ -16,38 +18,84 @@
 # lease owned by root, which the epilog's 'gpuenv restore' ends): one authority.
 #
 # A lock that fails never fails the job (that would DOWN the node and requeue
-# it): it is logged (syslog tag gpuenv-slurm) and the job runs unlocked; set
-# GPUENV_SLURM_STRICT=1 to fail the prolog instead.
+# it): it is logged (syslog tag gpuenv-slurm, and $STATE/gpuenv-slurm.log) and the
+# job runs unlocked; set GPUENV_SLURM_STRICT=1 to drain the node with the reason and
+# fail the prolog instead (Slurm requeues the job, held).
 #
 # Note: SLURM_JOB_GPUS holds the GPU numbers from gres.conf, which match NVML
 # indices when gres.conf uses AutoDetect=nvml or lists /dev/nvidiaN in order.
 
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# the site's settings (slurmd gives prologs and epilogs only SLURM_*): root's file only
+site=/etc/default/gpuenv-slurm
+# shellcheck disable=SC1090
+if [ -f "$site" ] && [ -O "$site" ]; then . "$site"; fi
 GPUENV=${GPUENV:-gpuenv}
 STATE=${GPUENV_SLURM_STATE:-/run/gpuenv/slurm}
 JOB=${SLURM_JOB_ID:?prolog.sh runs under slurmd, which sets SLURM_JOB_ID}
+gpus=${SLURM_JOB_GPUS-}
+spec=
 
-log() { logger -t gpuenv-slurm -- "job $JOB: $*" 2>/dev/null || true; echo "gpuenv-slurm: job $JOB: $*" >&2; }
-fail() { log "$*"; if [ "${GPUENV_SLURM_STRICT:-0}" = 1 ]; then exit 1; fi; exit 0; }
+log() {
+    logger -t gpuenv-slurm -- "job $JOB: $*" 2>/dev/null || true
+    echo "gpuenv-slurm: job $JOB: $*" >&2
+    # slurmd drops a prolog's output: the node's own log is where an admin finds it
+    { mkdir -p "$STATE" && echo "$(date -u +%FT%TZ) job $JOB: $*" >> "$STATE/gpuenv-slurm.log"; } 2>/dev/null || true
+}
+# gpuenvd records the job's GPUs until the epilog (`gpuenv job JOBID`): every GPU job, asked
+# or not, unless GPUENV_SLURM_REPORT=0. No daemon: logged, and the job runs as it would.
+record() {
+    [ "${GPUENV_SLURM_REPORT:-1}" = 1 ] || return 0
+    "$GPUENV" job "$JOB" --begin -i "$gpus" --user "${SLURM_JOB_USER:-?}" \
+        --asked "${spec:--}" --lock "$1" >/dev/null 2>&1 && return 0
+    # a job that did not ask, on a node without gpuenvd: nothing worth a line per job
+    [ "$1" = "not asked" ] || log "not recorded: no gpuenvd answers ('gpuenv job $JOB' will not know it)"
+}
+fail() {
+    log "$*"
+    if [ "${GPUENV_SLURM_STRICT:-0}" != 1 ]; then record "not locked: $*"; exit 0; fi
+    scontrol update nodename="${SLURMD_NODENAME:-$(hostname -s)}" state=drain \
+        reason="gpuenv: job $JOB could not lock its GPUs (see $STATE/gpuenv-slurm.log)" \
+        >/dev/null 2>&1 || log "could not drain the node"
+    exit 1
+}
 
 # What the job asked for: "gpuenv:..." in its comment, or the node feature.
 comment=${SLURM_JOB_COMMENT-}
 if [ -z "$comment" ] && command -v scontrol >/dev/null 2>&1; then
     comment=$(scontrol show job -o "$JOB" 2>/dev/null | sed -n 's/.* Comment=//p')
 fi
-spec=$(printf '%s' "$comment" | sed -n 's/.*gpuenv:\([A-Za-z0-9=,.-]*\).*/\1/p')
+spec=$(printf '%s' "$comment" | sed -n 's/.*gpuenv:\([A-Za-z0-9=,.\/_~+-]*\).*/\1/p')
 if [ -z "$spec" ] && [ -n "${GPUENV_SLURM_FEATURE-}" ]; then
     case ",${SLURM_JOB_CONSTRAINTS-}," in
         *",$GPUENV_SLURM_FEATURE,"*|*"&$GPUENV_SLURM_FEATURE"*|*"$GPUENV_SLURM_FEATURE&"*)
             spec="sm=${GPUENV_SLURM_SM:-sustained}" ;;
     esac
 fi
-[ -n "$spec" ] || exit 0  # the job did not ask
 
-gpus=${SLURM_JOB_GPUS-}
-[ -n "$gpus" ] || fail "asked for locked clocks ($spec) but has no GPUs (SLURM_JOB_GPUS is empty)"
+if [ -z "$gpus" ]; then
+    [ -z "$spec" ] || fail "asked for locked clocks ($spec) but has no GPUs (SLURM_JOB_GPUS is empty)"
+    exit 0  # no GPUs: nothing to lock or report
+fi
 case "$gpus" in *[!0-9,]*) fail "unexpected SLURM_JOB_GPUS=$gpus";; esac
+
+# A job whose epilog never ran (slurmd killed while the job ended: Slurm does not run it
+# again) left its lock. Slurm gives a job its GPUs alone, so another job's record on ours
+# is stale: put those GPUs back before this job starts (its own lock, or none, then holds).
+for rec in "$STATE"/job-*.gpus; do
+    [ -f "$rec" ] || continue
+    old=${rec##*/job-}; old=${old%.gpus}
+    [ "$old" != "$JOB" ] || continue
+    overlap=$(tr ',' '\n' < "$rec" | grep -Fx -f <(printf '%s\n' "$gpus" | tr ',' '\n') | paste -sd, -)
+    [ -n "$overlap" ] || continue
+    if out=$("$GPUENV" restore -i "$overlap" 2>&1); then
+        rm -f "$rec"
+        log "job $old's epilog never ran: restored GPUs $overlap it left locked"
+    else
+        log "could not restore GPUs $overlap left locked by job $old: $(printf '%s' "$out" | tr '\n' ' ')"
+    fi
+done
 
 args=()
 IFS=',' read -r -a items <<< "$spec"
@@ -61,14 +109,17 @@ for item in "${items[@]}"; do
             esac ;;
         mem) args+=(--mem "$value") ;;
         power) args+=(--power-limit "$value") ;;
-        *) fail "unknown setting '$key' in 'gpuenv:$spec' (use sm=, mem=, power=)" ;;
+        report) ;;  # the epilog's: where the job's one-line verdict goes
+        *) fail "unknown setting '$key' in 'gpuenv:$spec' (use sm=, mem=, power=, report=)" ;;
     esac
 done
+if [ "${#args[@]}" -eq 0 ]; then record "not asked"; exit 0; fi
 
 mkdir -p "$STATE" && chmod 0755 "$STATE"
 if out=$("$GPUENV" lock "${args[@]}" -i "$gpus" 2>&1); then
     printf '%s\n' "$gpus" > "$STATE/job-$JOB.gpus"
     log "locked GPUs $gpus ($spec) for ${SLURM_JOB_USER:-?}: $(printf '%s' "$out" | tr '\n' ' ')"
+    record "locked $spec"
 else
     fail "could not lock GPUs $gpus ($spec): $(printf '%s' "$out" | tr '\n' ' ')"
 fi

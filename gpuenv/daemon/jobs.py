@@ -1,0 +1,307 @@
+"""Each batch job's GPUs from its prolog to its epilog: what gpuenvd saw while the job ran.
+
+The Slurm prolog calls `job_begin` (job id, user, GPUs, what the job asked and whether the
+lock was taken); the epilog calls `job_end`, which returns the report and keeps it on disk
+(`<state dir>/jobs/JOBID.json`, the newest KEEP_JOBS kept). `gpuenv job JOBID` asks for it
+with `job_report`, while the job runs or after.
+
+A job outlives the sampler's rings (13 minutes at 25 ms), so its telemetry is taken in
+chunks of CHUNK_S: each chunk's Window per GPU and SM-clock histogram are folded in as it
+closes, and `merge_windows` joins them at the end. The daemon keeps the record; whoever reads
+it judges it (daemon/jobreport.py, with the one judge's `verdict.assess`: a job is one region
+of its GPUs), so the daemon stays below the measurement core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuenv.backend import Backend, DeviceInfo
+from gpuenv.errors import ConfigError, GpuenvError
+from gpuenv.telemetry import Sampler
+from gpuenv.telemetry.window import Window, merge_windows
+
+log = logging.getLogger("gpuenv.daemon")
+
+CHUNK_S = 60.0  # well inside the sampler's rings at any sample period the daemon allows
+KEEP_JOBS = 2000  # finished reports kept on disk (~3 KB each)
+MAX_OPEN = 256  # jobs open at once: more than a node's GPUs can hold
+HIST_MHZ = 15  # SM-clock histogram bins: the H100's clock step
+JOB_ID = re.compile(r"^[0-9][0-9_.A-Za-z-]{0,63}$")  # Slurm: 123, 123_4 (array), 123+1 (het)
+
+
+def check_job_id(value: Any) -> str:
+    if not isinstance(value, str) or not JOB_ID.match(value):
+        raise ConfigError(
+            f"{value!r:.40} is not a job id", hint="pass Slurm's SLURM_JOB_ID, e.g. 1234"
+        )
+    return value
+
+
+@dataclass
+class _Gpu:
+    """One GPU of an open job: its chunks so far."""
+
+    windows: list[Window] = field(default_factory=list)
+    hist: Counter[int] = field(default_factory=Counter)
+
+
+@dataclass
+class _Job:
+    job: str
+    user: str
+    gpus: list[int]
+    asked: str | None
+    lock: str  # "locked" | "not asked" | "not locked: <why>"
+    started: float  # wall time
+    t0: float  # sampler time of the current chunk's start
+    per_gpu: dict[int, _Gpu] = field(default_factory=dict)
+
+
+class JobBook:
+    """Open jobs in memory, finished ones on disk; a thread closes chunks every `chunk_s`."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        infos: list[DeviceInfo],
+        sampler: Sampler,
+        lock_range: Any,
+        directory: Path | None,
+        *,
+        chunk_s: float = CHUNK_S,
+        keep: int = KEEP_JOBS,
+    ):
+        self.backend = backend
+        self.infos = infos
+        self.sampler = sampler
+        self.lock_range = lock_range  # LeaseManager.lock_range: GPU -> locked SM range
+        self.dir = directory
+        self.chunk_s = chunk_s
+        self.keep = keep
+        self._open: dict[str, _Job] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- what the prolog and epilog call --------------------------------------------------
+
+    def begin(self, job: str, user: str, gpus: list[int], asked: str | None, lock: str) -> None:
+        job = check_job_id(job)
+        t0 = self.sampler.mark()
+        with self._lock:
+            # Slurm gives a job its GPUs alone: a job still open on them lost its epilog
+            # (slurmd killed while the job ended: Slurm does not run it again)
+            stale = [j for j in self._open.values() if j.job != job and set(j.gpus) & set(gpus)]
+            for old in stale:
+                del self._open[old.job]
+            if job not in self._open and len(self._open) >= MAX_OPEN:
+                oldest = min(self._open.values(), key=lambda j: j.started)
+                log.warning("job %s: more than %d jobs open, dropping %s", job, MAX_OPEN,
+                            oldest.job)  # fmt: skip
+                del self._open[oldest.job]
+            self._open[job] = _Job(job, user, list(gpus), asked, lock, time.time(), t0,
+                                   {g: _Gpu() for g in gpus})  # fmt: skip
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="gpuenvd-jobs", daemon=True)
+                self._thread.start()
+        log.info("job %s of %s began on GPUs %s (%s)", job, user, gpus, lock)
+        for old in stale:
+            self._chunk(old)
+            report = self._report(old, ended=time.time())
+            report["ended_by"] = f"job {job}'s prolog on its GPUs: its epilog never came"
+            self._save(report)
+            log.warning("job %s: closed at job %s's start on its GPUs (no epilog)", old.job, job)
+
+    def end(self, job: str) -> dict[str, Any]:
+        """Close the job: its report, kept on disk. A job never begun: ConfigError."""
+        job = check_job_id(job)
+        with self._lock:
+            record = self._open.pop(job, None)
+        if record is None:
+            raise ConfigError(
+                f"no job {job} is open on this node",
+                hint="its prolog did not run, or its report was already closed",
+            )
+        self._chunk(record)
+        report = self._report(record, ended=time.time())
+        self._save(report)
+        log.info("job %s of %s ended (%s)", job, record.user, record.lock)
+        return report
+
+    def report(self, job: str) -> dict[str, Any]:
+        """A running job's report so far, or a finished job's from disk."""
+        job = check_job_id(job)
+        with self._lock:
+            record = self._open.get(job)
+        if record is not None:
+            self._chunk(record)
+            return self._report(record, ended=None)
+        path = self._path(job)
+        if path is not None:
+            with contextlib.suppress(OSError, ValueError):
+                data: dict[str, Any] = json.loads(path.read_text())
+                return data
+        raise ConfigError(f"gpuenvd has no report of job {job}",
+                          hint="it ran on another node, did not use GPUs, or is older than the "
+                          f"last {self.keep} jobs kept")  # fmt: skip
+
+    def running(self) -> list[tuple[int, str, str]]:
+        """(GPU, job, user) of every open job: the metrics' job info series."""
+        with self._lock:
+            return [(g, j.job, j.user) for j in self._open.values() for g in j.gpus]
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- chunks ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.chunk_s):
+            with self._lock:
+                jobs = list(self._open.values())
+            for record in jobs:
+                try:
+                    self._chunk(record)
+                except GpuenvError as err:  # a GPU lost mid-job: the next chunk may read
+                    log.warning("job %s: telemetry chunk failed: %s", record.job, err)
+
+    def _chunk(self, record: _Job) -> None:
+        t1 = self.sampler.mark()
+        with self._lock:
+            t0, record.t0 = record.t0, t1
+        if t1 <= t0:
+            return
+        for g in record.gpus:
+            w = self.sampler.window(t0, t1, g, lock_range=self.lock_range(g))
+            if w.other_pids:  # the job's own processes are no "other process"
+                others = [p for p in w.other_pids if not _of_job(p, record.job, record.user)]
+                w = dataclasses.replace(w, other_pids=tuple(others))
+            hist = Counter(
+                int(round(s.sm_mhz / HIST_MHZ) * HIST_MHZ)
+                for s in self.sampler.samples(t0, t1, g)
+                if s.sm_mhz is not None
+            )
+            with self._lock:
+                record.per_gpu[g].windows.append(w)
+                record.per_gpu[g].hist.update(hist)
+
+    # -- the report -----------------------------------------------------------------------
+
+    def _report(self, record: _Job, ended: float | None) -> dict[str, Any]:
+        """The record as JSON; judging it is the reader's (daemon/jobreport.py, a door)."""
+        with self._lock:
+            merged = {g: merge_windows(p.windows) for g, p in record.per_gpu.items() if p.windows}
+            hists = {g: dict(p.hist) for g, p in record.per_gpu.items()}
+        gpus = []
+        for g in record.gpus:
+            info, w = self.infos[g], merged.get(g)
+            hist = {str(k): n for k, n in sorted(hists.get(g, {}).items())}
+            window = w.to_dict() if w is not None else None
+            gpus.append({"gpu": g, "uuid": info.uuid, "name": info.name, "window": window,
+                         "sm_hist": hist})  # fmt: skip
+        return {"job": record.job, "user": record.user, "gpus": record.gpus,
+                "asked": record.asked, "lock": record.lock, "started": record.started,
+                "ended": ended, "gpus_report": gpus}  # fmt: skip
+
+    def _path(self, job: str) -> Path | None:
+        return None if self.dir is None else self.dir / f"{job}.json"
+
+    def _save(self, report: dict[str, Any]) -> None:
+        if self.dir is None:
+            return
+        from gpuenv._files import replaced
+
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with replaced(self.dir / f"{report['job']}.json") as fh:
+                json.dump(report, fh, separators=(",", ":"))
+            self._prune()
+        except OSError as err:  # a full disk loses a report, never the epilog
+            log.warning("job %s: could not keep its report in %s: %s", report["job"], self.dir,
+                        err)  # fmt: skip
+
+    def _prune(self) -> None:
+        assert self.dir is not None
+        files = [e for e in os.scandir(self.dir) if e.name.endswith(".json") and e.is_file()]
+        if len(files) <= self.keep:
+            return
+        files.sort(key=lambda e: e.stat().st_mtime)
+        for entry in files[: len(files) - self.keep]:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+
+
+def _of_job(pid: int, job: str, user: str) -> bool:
+    """Whether process `pid` runs in Slurm job `job`: its environment says so where gpuenvd
+    may read it (root with CAP_SYS_PTRACE); else (the shipped unit drops that capability)
+    whether the job's user owns it. Gone or unknown: False, so it stays reported."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return f"SLURM_JOB_ID={job}".encode() in fh.read(1 << 20).split(b"\0")
+    except OSError:
+        pass
+    try:
+        import pwd
+
+        return os.stat(f"/proc/{pid}").st_uid == pwd.getpwnam(user).pw_uid
+    except (OSError, KeyError):
+        return False
+
+
+def job_ops() -> tuple[Any, Any, Any]:
+    """The protocol's job ops, as methods of daemon.ops.Operations (`self.jobs` a JobBook)."""
+    from gpuenv.errors import PermissionDenied
+
+    def admin(self: Any, conn: Any, what: str) -> None:
+        if not self.auth.is_admin(conn.peer):
+            raise PermissionDenied(
+                f"{conn.peer.describe()} may not {what}: only an admin (the Slurm prolog and "
+                "epilog run as root) records jobs",
+                hint="run it from the prolog/epilog as root; 'gpuenv job JOBID' reads a report",
+            )
+
+    def op_job_begin(self: Any, conn: Any, job: str, user: str | None, gpus: Any,
+                     asked: str | None, lock: str | None) -> dict[str, Any]:  # fmt: skip
+        admin(self, conn, "begin a job")
+        indices = self._gpus(gpus)
+        self.jobs.begin(job, user or "?", indices, asked, lock or "not asked")
+        return {"job": job, "gpus": indices}
+
+    def op_job_end(self: Any, conn: Any, job: str) -> dict[str, Any]:
+        admin(self, conn, "end a job")
+        return {"report": self.jobs.end(job)}
+
+    def op_job_report(self: Any, conn: Any, job: str) -> dict[str, Any]:
+        return {"report": self.jobs.report(job)}
+
+    return op_job_begin, op_job_end, op_job_report
+
+
+def job_metrics(server: Any) -> Any:
+    """`gpuenv_gpu_job{UUID, jobid, user} 1` per GPU of a running job: one info series to join
+    on UUID (`* on(UUID) group_left(jobid, user)`), so no other series carries a job label."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    ops = getattr(server, "ops", None)
+    if ops is None:
+        return
+    fam = GaugeMetricFamily(
+        "gpuenv_gpu_job", "1 for each GPU and the batch job that holds it (Slurm prolog to "
+        "epilog); join on UUID", labels=["UUID", "jobid", "user"],
+    )  # fmt: skip
+    uuids = {info.index: info.uuid for info in server.infos}
+    for gpu, job, user in ops.jobs.running():
+        fam.add_metric([uuids.get(gpu, str(gpu)), job, user], 1.0)
+    yield fam

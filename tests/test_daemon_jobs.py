@@ -1,0 +1,187 @@
+"""gpuenv/daemon/jobs.py and jobreport.py: gpuenvd's record of each batch job's GPUs, from
+the prolog's job_begin to the epilog's job_end, kept on disk (bounded), on the metrics as one
+info series per GPU, and judged by the one judge. In-process daemon on the simulated GPU."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuenv.backend.sim import SimBackend
+from gpuenv.clocks.journal import Journal
+from gpuenv.daemon.auth import Peer, parse_config
+from gpuenv.daemon.client import Client
+from gpuenv.daemon.jobreport import judge_job, quantiles, render
+from gpuenv.daemon.server import Server
+from gpuenv.errors import ConfigError, PermissionDenied
+
+ROOT = Peer(pid=os.getpid(), uid=0, gid=0, user="root", groups=frozenset())
+ALICE = Peer(pid=os.getpid(), uid=50001, gid=50001, user="alice", groups=frozenset())
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[tuple[Server, list[Peer]]]:
+    who = [ROOT]  # the peer the next connection is: tests switch it
+    backend = SimBackend("h100", n_gpus=2, state_file=tmp_path / "sim.json")
+    config = parse_config("[lock]\nuser:alice = all\n").with_socket(str(tmp_path / "s"))
+    server = Server(config, backend, journal=Journal(tmp_path / "journal"),
+                    peer_of=lambda sock: who[0])  # fmt: skip
+    server.start()
+    yield server, who
+    server.stop()
+    backend.close()
+
+
+def settle(server: Server, mhz: int, gpus: list[int]) -> None:
+    """Until the daemon's sampler reads the locked clock (the driver applies it at its next
+    update): a prolog's lock is in force before the job starts."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if all((s := server.sampler.latest(g)) is not None and s.sm_mhz == mhz
+               for g in gpus):  # fmt: skip
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the clocks did not reach {mhz} MHz")
+
+
+def test_a_job_is_recorded_from_begin_to_end_and_kept(daemon: tuple[Server, list[Peer]]) -> None:
+    server, _ = daemon
+    for g in (0, 1):  # the job's work: a lock is judged while the GPU is busy
+        server.backend.set_background_load(g, 0.5, pid=os.getpid())
+    with Client(server.address) as c:
+        lease = c.lock(sm=1350, gpus=[0, 1], standing=True)
+        settle(server, 1350, [0, 1])
+        c.call("job_begin", job="77", user="alice", gpus=[0, 1], asked="sm=1350",
+               lock="locked sm=1350")  # fmt: skip
+        time.sleep(0.6)
+        running = c.call("job_report", job="77")["report"]
+        assert running["ended"] is None
+        report = judge_job(server.backend, c.call("job_end", job="77")["report"])
+        c.release(lease.id)
+        kept = judge_job(server.backend, c.call("job_report", job="77")["report"])
+    assert kept == report
+    assert report["user"] == "alice" and report["lock"] == "locked sm=1350"
+    for e in report["gpus_report"]:
+        w = e["window"]
+        assert w["lock_held"] is True and w["lock_range_mhz"] == [1350, 1350]
+        assert w["n_samples"] > 0 and w["energy_j"] > 0
+        assert e["sm_quantiles"] == {"p5": 1350.0, "p50": 1350.0, "p95": 1350.0}
+    assert report["verdict"].startswith("gpuenv: job 77 GPUs 0,1: locked sm=1350; lock held")
+    assert (Path(server.journal.path) / "jobs" / "77.json").exists()
+    text = render(report)
+    assert "job 77 of alice (ended" in text and "SM clock p5/p50/p95: 1350/1350/1350 MHz" in text
+
+
+def test_a_lock_lost_mid_job_is_in_its_verdict(daemon: tuple[Server, list[Peer]]) -> None:
+    """Fails on a report that trusts the prolog's word: the lock is checked on the samples."""
+    server, _ = daemon
+    server.backend.set_background_load(0, 0.5, pid=os.getpid())
+    with Client(server.address) as c:
+        lease = c.lock(sm=1350, gpus=[0], standing=True)
+        settle(server, 1350, [0])
+        c.call("job_begin", job="78", user="bob", gpus=[0], lock="locked sm=1350")
+        time.sleep(0.3)
+        server.backend.set_locked_sm_clocks(0, 1800, 1800)  # someone else rewrote the clocks
+        time.sleep(0.6)
+        report = judge_job(server.backend, c.call("job_end", job="78")["report"])
+        c.release(lease.id)
+    assert report["gpus_report"][0]["window"]["lock_held"] is False
+    assert "lock NOT held" in report["verdict"] and "GPU 0 lock_not_held" in report["verdict"]
+
+
+def test_only_an_admin_begins_or_ends_a_job(daemon: tuple[Server, list[Peer]]) -> None:
+    server, who = daemon
+    who[0] = ALICE
+    with Client(server.address) as c:
+        with pytest.raises(PermissionDenied, match="only an admin"):
+            c.call("job_begin", job="79", user="alice", gpus=[0])
+        with pytest.raises(ConfigError, match="no report of job 79"):
+            c.call("job_report", job="79")
+        with pytest.raises(Exception, match="not a job id"):
+            c.call("job_report", job="../etc/passwd")
+
+
+def test_running_jobs_are_one_info_series_per_gpu(daemon: tuple[Server, list[Peer]]) -> None:
+    pytest.importorskip("prometheus_client")
+    from gpuenv.daemon.metrics import render as render_metrics
+
+    server, _ = daemon
+    uuid = server.infos[1].uuid
+    with Client(server.address) as c:
+        c.call("job_begin", job="80", user="alice", gpus=[1])
+        text = render_metrics(server).decode()
+        assert f'gpuenv_gpu_job{{UUID="{uuid}",jobid="80",user="alice"}} 1.0' in text
+        assert text.count("jobid=") == 1  # no other series carries the job
+        c.call("job_end", job="80")
+    assert "jobid=" not in render_metrics(server).decode()
+
+
+def test_long_jobs_are_chunked_and_reports_on_disk_are_bounded(
+    daemon: tuple[Server, list[Peer]],
+) -> None:
+    server, _ = daemon
+    book = server.ops.jobs
+    book.chunk_s, book.keep = 0.2, 3
+    with Client(server.address) as c:
+        for n in range(5):
+            c.call("job_begin", job=f"9{n}", user="alice", gpus=[0])
+            if n == 0:
+                time.sleep(0.7)
+                assert len(book._open["90"].per_gpu[0].windows) >= 2  # chunks closed meanwhile
+            c.call("job_end", job=f"9{n}")
+            time.sleep(0.02)  # distinct modification times
+        kept = sorted(p.name for p in (Path(server.journal.path) / "jobs").iterdir())
+        assert kept == ["92.json", "93.json", "94.json"]
+        with pytest.raises(ConfigError, match="no report of job 90"):
+            c.call("job_report", job="90")
+
+
+def test_quantiles_of_a_histogram() -> None:
+    assert quantiles({}) is None
+    assert quantiles({1350: 90, 1200: 10}) == {"p5": 1200.0, "p50": 1350.0, "p95": 1350.0}
+
+
+def test_gpuenv_job_prints_the_report_and_names_a_job_it_does_not_know(
+    daemon: tuple[Server, list[Peer]],
+) -> None:
+    from click.testing import CliRunner
+
+    from gpuenv.cli import cli
+
+    server, _ = daemon
+    env = {"GPUENV_SOCKET": server.address, "GPUENV_SIM_GPUS": "2"}
+    run = CliRunner().invoke
+    begun = run(cli, ["--sim", "job", "81", "--begin", "-i", "0,1", "--user", "alice",
+                      "--lock", "not asked"], env=env)  # fmt: skip
+    assert begun.exit_code == 0, begun.output
+    shown = run(cli, ["--sim", "job", "81"], env=env)
+    assert shown.exit_code == 0 and "job 81 of alice (running): not asked" in shown.output
+    ended = run(cli, ["--sim", "job", "81", "--end"], env=env)
+    assert ended.output.startswith("gpuenv: job 81 GPUs 0,1: not asked")
+    unknown = run(cli, ["--sim", "job", "82"], env=env)
+    assert unknown.exit_code == 2 and "gpuenvd has no report of job 82" in unknown.output
+
+
+def test_other_processes_are_named_and_the_jobs_own_are_not(
+    daemon: tuple[Server, list[Peer]],
+) -> None:
+    import subprocess
+
+    server, _ = daemon
+    own = subprocess.Popen(["sleep", "30"], env={**os.environ, "SLURM_JOB_ID": "83"})
+    try:
+        server.backend.set_background_load(0, 0.4, pid=own.pid)  # the job's work
+        server.backend.set_background_load(0, 0.2, pid=424242)  # someone else's
+        with Client(server.address) as c:
+            c.call("job_begin", job="83", user="nobody-here", gpus=[0])
+            time.sleep(1.5)  # processes are read on their own grid
+            report = judge_job(server.backend, c.call("job_end", job="83")["report"])
+    finally:
+        own.kill()
+        own.wait()
+    assert report["gpus_report"][0]["window"]["other_pids"] == [424242]
+    assert "GPU 0 other_process" in report["verdict"]

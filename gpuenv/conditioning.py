@@ -195,12 +195,20 @@ REST_POWER_FRAC = 0.25  # the power at rest is at most this of the limit (H100: 
 _FILTER_LEFT: dict[int, tuple[float, float, float]] = {}
 
 
+# How far a rep's probed clock must fall under the highest one seen to end a burst. The
+# probe (a timed spin) scatters by ~2% at a steady clock, and the highest of many noisy
+# probes sits above the rest: at 2% (burst_clock_rel, meant for NVML's sampled clock) a
+# 512^3 matmul far from the cap was redone 1-2 times a call on the H100, each redo a
+# ~0.15 s rest. The cap pulls the clock 20-30% down (1980 -> 1400-1590 MHz).
+CLOCK_FALL_REL = 0.05
+
+
 class Bursts:
     """The burst rule for a measurement's reps (condition "burst"): the one schedule of
     gpuenv.bench and the do_bench drop-in, which differ only in their ConditionConfig.
 
     Reps run in bursts of at most `burst_s`. A burst also ends at once when a rep's
-    probed clock falls more than `burst_clock_rel` below the highest this measurement
+    probed clock falls more than CLOCK_FALL_REL below the highest this measurement
     saw (the cap coming on: NVML reports it up to a driver refresh later); that rep
     is measured again after a rest that waits for the GPU to recover (at most
     MAX_CLOCK_REDOS times a measurement). Between bursts: with `burst_power_tau_s`,
@@ -240,7 +248,7 @@ class Bursts:
         if mhz > self.peak_mhz:
             self.peak_mhz = mhz
             return False
-        fell = mhz < (1 - self.config.burst_clock_rel) * self.peak_mhz
+        fell = mhz < (1 - CLOCK_FALL_REL) * self.peak_mhz
         if fell and self.redos < MAX_CLOCK_REDOS:
             self.redos += 1
             self.fell = True

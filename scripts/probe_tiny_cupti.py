@@ -4,8 +4,8 @@ after earlier CUDA graph captures (issue 18 item 5). Read-only: nothing is writt
 the GPU's settings.
 
 For each kernel under 20 us:
-  cupti        the reference, gpuenv.timing.cupti_median_s: torch.profiler (CUPTI), 300
-               back-to-back calls after 30 warm-up calls, L2 warm, nothing between them;
+  cupti        the reference, gpuenv.timing.cupti_median_s: torch.profiler (CUPTI), 200
+               calls queued back to back behind a spin after 30 warm-up calls, L2 warm;
                the median device time of one call (its kernels summed)
   default      gpuenv.bench(fn) with no options (condition="auto")
   burst        gpuenv.bench(fn, condition="burst")

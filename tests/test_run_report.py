@@ -194,3 +194,30 @@ def test_the_grid_never_writes_over_a_users_csv(tmp_path):
     lines = write_grids([*mine, *theirs])
     assert any("not writing" in line and "vadd.gpuenv.csv" in line for line in lines)
     assert (tmp_path / "vadd.gpuenv.csv").read_text() == "the user's\n"
+
+
+def test_a_tool_that_warms_up_itself_is_not_blamed_for_starting_on_an_idle_gpu():
+    """The first do_bench of a perf_report sweep starts on an idle GPU (it compiles, then
+    do_bench warms up before its reps): on the H100 it read 'warmup_ramp: GPU 0 was still
+    warming up' although the number it returned came after the warm-up. A pytest-benchmark
+    call, which does not warm up by default, keeps the warning."""
+    from gpuenv.verdict import GpuFacts
+
+    facts = {0: GpuFacts(max_sm_mhz=1980.0)}
+    run = Region(RUN_NAME, 1, 0.0, 10.0)
+    run.windows = {0: _idle_start_window(0.0, 10.0)}
+    calls = []
+    for kind, site in (("do_bench", "do_bench bench.py:7"), ("timer", "Timer t.py:3"),
+                       ("pytest", "test_x.py::test_y")):  # fmt: skip
+        r = Region(f"{kind} call", 1, 0.0, 1.0, meta={"kind": kind, "site": site})
+        r.windows = {0: _idle_start_window(0.0, 1.0)}
+        calls.append(r)
+    _, bench, timer, test = build_measurements(
+        calls, run, gpus=[0], facts=facts, policy="reject", stable_clocks=False, wall_at=float
+    )
+    for m, tool in ((bench, "do_bench warms up"), (timer, "the Timer warms up")):
+        warm = next(f for f in m.findings if f.kind == "warmup_ramp")
+        assert warm.severity == "info" and f"expected: {tool}" in warm.message
+        assert m.verdict != "rejected"
+    assert next(f for f in test.findings if f.kind == "warmup_ramp").severity == "warning"
+    assert test.verdict == "rejected"

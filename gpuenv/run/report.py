@@ -8,6 +8,7 @@ site of calls (how many, their verdicts, the flagged ones by name; -v: every cal
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -26,16 +27,22 @@ RUN_NAME = "(run)"  # the region that is the whole command
 MAX_REP_WINDOWS = 1_000  # per-rep windows stored in the results file (findings use them all)
 
 
-def _demote_cold_start(findings: list[Finding]) -> list[Finding]:
-    """A command starts with the GPU idle: for the whole run that is no finding to reject on."""
+# tools that warm up before they measure: a call that starts on an idle GPU is no warm-up
+# problem of the number it returns (triton's do_bench runs ~25 ms of calls first, a torch
+# Timer a hundredth of its calls or its block-size estimate); pytest-benchmark does not
+WARMED_BY_TOOL = {"do_bench": "do_bench warms up before the reps it returns",
+                  "timer": "the Timer warms up before it measures"}
+COLD_RUN = "a command starts with the GPU idle"
+
+
+def _demote_cold_start(findings: list[Finding], why: str = COLD_RUN) -> list[Finding]:
+    """A warm-up the region's own start explains, not its number: for the whole run (a
+    command starts with the GPU idle) and for a call of a tool that warms up itself, it is
+    no finding to reject on."""
     out = []
     for f in findings:
         if f.kind == "warmup_ramp" and f.severity != "info":
-            f = dataclasses.replace(
-                f,
-                severity="info",
-                message=f.message + " (expected: a command starts with the GPU idle)",
-            )
+            f = dataclasses.replace(f, severity="info", message=f"{f.message} (expected: {why})")
         out.append(f)
     return out
 
@@ -89,7 +96,10 @@ def build_measurements(
         incomplete = [k for k, r in enumerate(reps) if not r.complete]
         if incomplete:
             extra["incomplete_reps"] = incomplete
-        out.append(_measurement(name, reps, gpus, facts, policy, config, wall_at, extra=extra))
+        why = WARMED_BY_TOOL.get(str(extra.get("kind"))) if isinstance(key, int) else None
+        out.append(_measurement(name, reps, gpus, facts, policy, config, wall_at, extra=extra,
+                                amend=functools.partial(_demote_cold_start, why=why)
+                                if why else None))  # fmt: skip
     return out
 
 
@@ -128,6 +138,7 @@ def _measurement(
     *,
     run_level: bool = False,
     extra: dict[str, Any],
+    amend: Any = None,
 ) -> Measurement:
     times = [float((r.t1 or r.t0) - r.t0) for r in reps]
     windows = [r.windows[g] for r in reps for g in gpus if r.windows is not None]
@@ -137,7 +148,7 @@ def _measurement(
         extra = {**extra, "rep_windows_omitted": len(reps)}
     return judge(
         name, times, Evidence.given(windows, gpus), facts=facts, config=config, policy=policy,
-        amend=_demote_cold_start if run_level else None, raise_if_too_few=False,
+        amend=_demote_cold_start if run_level else amend, raise_if_too_few=False,
         summary_windows=summary, keep_rep_windows=keep, timer="host",
         started_at=wall_at(reps[0].t0), extra=extra,
     )  # fmt: skip

@@ -439,20 +439,25 @@ def _profiled_rep_times(events: list[dict[str, Any]], n: int) -> tuple[list[floa
     return times, spin_s
 
 
-def cupti_median_s(fn: Callable[[], Any], calls: int = 300, warmup: int = 30) -> float:
+def cupti_median_s(fn: Callable[[], Any], calls: int = 200, warmup: int = 30) -> float:
     """The reference a tiny kernel's number is checked against: the median device time of
-    one call of fn (its kernels, copies and memsets summed) over `calls` back-to-back calls
-    under torch.profiler (CUPTI), L2 warm, nothing between the calls (a marker kernel
-    between them made each call read ~10% longer on the H100)."""
+    one call of fn (its kernels, copies and memsets summed) over `calls` calls under
+    torch.profiler (CUPTI), L2 warm, queued back to back behind a spin so the GPU never
+    idles between them. Launched one by one from a launch-bound loop instead, where the GPU
+    idles between calls, the same kernels read 7-14% longer each on the H100 (a 512^3
+    matmul 3.67 us against 3.22 us): the two are different numbers, and this is the one
+    gpuenv's tiny-kernel path and GPU_FACTS.md's CUPTI figures give."""
     torch = _torch()
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     with _profiling() as prof:
+        torch.cuda._sleep(int(20e-3 * 2e9))  # ~10-20 ms: every call is queued before it ends
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    events = sorted(_trace_events(prof), key=lambda e: float(e["ts"]))
+    events = sorted((e for e in _trace_events(prof) if "spin_kernel" not in str(e.get("name"))),
+                    key=lambda e: float(e["ts"]))  # fmt: skip
     per_call, extra = divmod(len(events), calls)
     if per_call == 0 or extra:
         raise GpuenvError(f"{len(events)} GPU activities in {calls} calls: fn does not launch "

@@ -72,16 +72,18 @@ def open_dir(
     *,
     create: bool = False,
     mode: int = 0o700,
-    own: bool = True,
+    own: bool | None = True,
     what: str = "the directory",
 ) -> int:
     """An O_DIRECTORY descriptor of `path`, reached safely (see the module docstring).
 
     `create`: make the missing components (`mode` for the last; 0755 on the way).
-    `own`: the place itself must belong to this user, and its mode becomes `mode` when it
-    grants more (a private place, a state directory); else it may be root's and is left as
-    it is. Raises UnsafePath (a ConfigError) naming the component and why; the caller
-    closes the descriptor.
+    `own`: True, the place itself must belong to this user, and its mode becomes `mode`
+    when it grants more (a private place, a state directory); False, it may be root's too,
+    writable by no one else, and is left as it is; None, it may be anyone's (the caller
+    only makes private things inside it, through the descriptor: a socket's directory).
+    Raises UnsafePath (a ConfigError) naming the component and why; the caller closes the
+    descriptor.
     """
     shown = os.path.abspath(os.fspath(path))
     todo = [p for p in shown.split("/") if p]
@@ -132,7 +134,7 @@ def open_dir(
     return fd
 
 
-def _check_place(fd: int, shown: str, *, mode: int, own: bool, what: str) -> None:
+def _check_place(fd: int, shown: str, *, mode: int, own: bool | None, what: str) -> None:
     st = os.fstat(fd)
     me = os.geteuid()
     if own:
@@ -141,7 +143,7 @@ def _check_place(fd: int, shown: str, *, mode: int, own: bool, what: str) -> Non
                           what)  # fmt: skip
         if stat.S_IMODE(st.st_mode) & ~mode & 0o7777:
             os.fchmod(fd, mode)  # the descriptor: never a name someone could have swapped
-    else:
+    elif own is False:
         _trust(st, shown, what)
 
 

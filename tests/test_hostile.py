@@ -1,0 +1,276 @@
+"""A hostile local user gets nothing (issue 21): each attack as a real second account.
+
+The attacker is an account made with `useradd --system` (skipped when the suite does not
+run as root, as CI does); root runs gpuenv and gpuenvd on the simulated GPU. Every attack
+works through places every account may write (a 0777 or a sticky 1777 directory) and does
+not rely on the kernel's fs.protected_symlinks: the 0777 places are not sticky, where that
+setting protects nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemon_harness import ROOT, local_users, run_as, shared_workdir, start_as
+from hostile_harness import (
+    FAKE_DAEMON,
+    FORGE_RANKS,
+    HOLD_LOCK,
+    LINK,
+    PLANT_PIDS,
+    SWAPPER,
+)
+
+GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    path = shared_workdir()
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _public(work: Path, name: str = "pub", mode: int = 0o777) -> Path:
+    """A directory every account may write (0777: not sticky; 01777: as /tmp)."""
+    pub = work / name
+    pub.mkdir()
+    pub.chmod(mode)
+    return pub
+
+
+def _env(work: Path, **extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "GPUENV_BACKEND": "sim",
+        "GPUENV_SIM_GPUS": "1",
+        "GPUENV_SIM_STATE": str(work / "sim.json"),
+        "GPUENV_STATE_DIR": str(work / "journal"),
+        "GPUENV_SOCKET": str(work / "none.sock"),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        **extra,
+    }
+    env.pop("GPUENV_READONLY", None)
+    return env
+
+
+def _gpuenv(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*GPUENV, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+def _line(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        raise AssertionError(f"no output; stderr: {proc.stderr.read() if proc.stderr else ''}")
+    return line.strip()
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+
+
+def _truth(env: dict[str, str]) -> tuple:
+    from gpuenv.backend.sim import SimBackend
+
+    backend = SimBackend("h100", n_gpus=1, state_file=env["GPUENV_SIM_STATE"])
+    try:
+        t = backend.truth(0)
+        return (t.locked_sm, t.power_limit_w)
+    finally:
+        backend.close()
+
+
+# -- 1. a fake gpuenvd -----------------------------------------------------------------------
+
+
+def test_a_fake_gpuenvd_of_another_account_is_refused_and_named(work: Path) -> None:
+    (mallory,) = local_users(1)
+    from gpuenv.backend.sim import SimBackend
+
+    uuid = SimBackend("h100", n_gpus=1).device_info(0).uuid
+    pub = _public(work)
+    env = _env(work, GPUENV_SOCKET=str(pub / "gpuenvd.sock"))
+    fake = start_as(mallory, FAKE_DAEMON, env["GPUENV_SOCKET"], uuid, env=env)
+    try:
+        assert _line(fake) == "listening"
+        before = _truth(env)
+        for args in (("lock", "--sm", "1350"), ("restore",)):
+            out = _gpuenv(env, *args)
+            text = out.stdout + out.stderr
+            assert out.returncode != 0, text  # never "locked ... through gpuenvd", exit 0
+            assert "through gpuenvd" not in text and "(gpuenvd)" not in text, text
+            assert f"served by {mallory.pw_name}" in text, text
+            assert f"belongs to {mallory.pw_name}" in text, text
+        assert _truth(env) == before
+    finally:
+        _kill(fake)
+
+
+# -- 2. the socket's bind race ---------------------------------------------------------------
+
+
+def test_no_swap_of_the_socket_path_makes_gpuenvd_chmod_or_chown_another_file(work: Path) -> None:
+    (mallory,) = local_users(1)
+    import grp
+
+    from gpuenv.backend.sim import SimBackend
+    from gpuenv.clocks.journal import Journal
+    from gpuenv.daemon.auth import Config
+    from gpuenv.daemon.server import Server
+
+    secret = work / "secret"  # root's 0600 file: what the attacker wants re-moded
+    secret.write_text("root only\n")
+    secret.chmod(0o600)
+    before = secret.stat()
+    pub = _public(work)
+    path = pub / "gpuenvd.sock"
+    group = grp.getgrgid(mallory.pw_gid).gr_name
+    config = Config(socket=str(path), socket_group=group, socket_mode=0o666)
+    backend = SimBackend("h100", n_gpus=1)
+    server = Server(config, backend, journal=Journal(work / "journal"))
+    swapper = start_as(mallory, SWAPPER, str(path), str(secret), "30", env=_env(work))
+    bound = refused = 0
+    try:
+        assert _line(swapper) == "swapping"
+        deadline = time.monotonic() + 8.0
+        for _ in range(3000):
+            if time.monotonic() > deadline:
+                break
+            try:
+                sock = server._bind()
+            except Exception:  # refused: something not a socket is in the way
+                refused += 1
+                continue
+            bound += 1
+            sock.close()
+            place = getattr(server, "_place", None)
+            if place is not None:
+                place.remove()
+            else:  # (the code before issue 21 kept no handle)
+                try:
+                    if stat.S_ISSOCK(os.lstat(path).st_mode):
+                        os.unlink(path)
+                except OSError:
+                    pass
+    finally:
+        _kill(swapper)
+        backend.close()
+    after = secret.stat()
+    assert bound + refused >= 500, (bound, refused)
+    assert (stat.S_IMODE(after.st_mode), after.st_gid, after.st_uid) == (
+        stat.S_IMODE(before.st_mode), before.st_gid, before.st_uid
+    ), f"changed after {bound} binds, {refused} refused"
+    assert bound > 0
+
+
+# -- 3. the state directory by symlink -------------------------------------------------------
+
+
+def test_a_state_directory_linked_elsewhere_is_refused_not_chmoded(work: Path) -> None:
+    (mallory,) = local_users(1)
+    target = work / "roots-dir"  # a root-owned 0755 directory the attacker chose
+    target.mkdir()
+    target.chmod(0o755)
+    pub = _public(work, "pub", 0o1777)  # as /tmp
+    link = pub / "state"
+    made = run_as(mallory, LINK, str(link), str(target), env=_env(work))
+    assert made.stdout.strip() == "linked", made.stderr
+    env = _env(work, GPUENV_STATE_DIR=str(link))
+    out = _gpuenv(env, "lock", "--sm", "1350")
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "symbolic link" in text, text
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755
+    assert list(target.iterdir()) == []
+    assert _truth(env)[0] is None  # nothing locked without a journal to put it back from
+
+
+# -- 4. a ranks directory made first ---------------------------------------------------------
+
+
+def test_a_ranks_directory_another_account_made_first_is_not_read(work: Path) -> None:
+    (mallory,) = local_users(1)
+    from gpuenv.run.ranks import job_key
+
+    pub = _public(work, "pub", 0o1777)  # as /tmp
+    job = {"TORCHELASTIC_RUN_ID": "t21", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29521",
+           "TORCHELASTIC_RESTART_COUNT": ""}  # fmt: skip
+    key = job_key(job)
+    # the name the code before issue 21 used, and the one with root's uid in it
+    names = [str(pub / f"gpuenv-ranks-{key}"), str(pub / f"gpuenv-ranks-0-{key}")]
+    made = run_as(mallory, FORGE_RANKS, *names, env=_env(work))
+    assert made.stdout.strip() == "forged", made.stderr
+    child = work / "child.py"
+    child.write_text("pass\n")
+    env = _env(work, RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", GPUENV_RANKS_DIR=str(pub),
+               GPUENV_RANKS_WAIT_S="1", GPUENV_SIM_GPUS="2", **job)  # fmt: skip
+    out = _gpuenv(env, "run", "--summary", "rank0", "--", sys.executable, str(child))
+    assert out.returncode == 0, out.stderr
+    assert "FORGED" not in out.stderr, out.stderr
+    assert "rank 1: no summary" in out.stderr, out.stderr
+
+
+# -- 8. the simulated GPU's state file -------------------------------------------------------
+
+WRITE_SIM = (
+    "import sys\n"
+    "from gpuenv.backend.sim import SimBackend\n"
+    "b = SimBackend('h100', n_gpus=1, state_file=sys.argv[1])\n"
+    "b.set_power_limit(0, 500.0)\n"
+    "b.close()\n"
+    "print('wrote', flush=True)\n"
+)
+
+
+def test_no_guessed_temp_name_makes_root_overwrite_a_file(work: Path) -> None:
+    (mallory,) = local_users(1)
+    victim = work / "victim"  # root's file the attacker wants overwritten
+    victim.write_text("root's data\n")
+    for mode in (0o777, 0o1777):
+        pub = _public(work, f"pub{mode:o}", mode)
+        planted = run_as(mallory, PLANT_PIDS, str(pub), "sim.json", str(victim), "2000",
+                         env=_env(work))  # fmt: skip
+        assert planted.stdout.strip() == "planted 2000", planted.stderr
+        subprocess.run([sys.executable, "-c", WRITE_SIM, str(pub / "sim.json")], env=_env(work),
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert victim.read_text() == "root's data\n", f"overwritten through {pub}"
+
+
+def test_a_sim_lock_held_by_another_account_cannot_hang_root_or_anyone(work: Path) -> None:
+    mallory, bob = local_users(2)
+    pub = _public(work, "pub", 0o1777)  # as /tmp
+    state, state2 = pub / "sim.json", pub / "sim2.json"
+    holder = start_as(mallory, HOLD_LOCK, str(state) + ".lock", env=_env(work))
+    holder2 = start_as(mallory, HOLD_LOCK, str(state2) + ".lock", env=_env(work))
+    try:
+        assert _line(holder) == "held" and _line(holder2) == "held"
+        t0 = time.monotonic()
+        try:  # root: a lock file of another account is not ours to wait for
+            out = subprocess.run([sys.executable, "-c", WRITE_SIM, str(state)], env=_env(work),
+                                 capture_output=True, text=True, timeout=20)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            pytest.fail("root's write of the simulated GPU hung on another account's lock")
+        assert out.returncode == 0 and "wrote" in out.stdout, out.stderr
+        assert time.monotonic() - t0 < 15
+        # another user, who may not replace it in a sticky directory: a bounded wait, a sentence
+        t0 = time.monotonic()
+        out = run_as(bob, WRITE_SIM, str(state2), env=_env(work), timeout=30)
+        assert time.monotonic() - t0 < 25
+        assert out.returncode != 0, out.stdout + out.stderr
+        assert f"held by pid {holder2.pid} ({mallory.pw_name})" in out.stderr, out.stderr
+    finally:
+        _kill(holder)
+        _kill(holder2)

@@ -119,6 +119,10 @@ class Server:
         """How many clients are connected now."""
         return len(self.conns)
 
+    def subscribers_dropped(self) -> int:
+        """How many subscribers were dropped for not reading (connection.Conn.push)."""
+        return self.conns.dropped
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     @property
@@ -158,13 +162,16 @@ class Server:
             from gpuenv.daemon.metrics import start_metrics
 
             self._metrics = start_metrics(self, self.config.metrics)
+        import resource
+
         log.info(
-            "gpuenvd %s listening on %s (mode %04o) for %d GPU(s), backend %s",
+            "gpuenvd %s listening on %s (mode %04o) for %d GPU(s), backend %s, %d descriptors",
             version(),
             self.address,
             self.config.socket_permissions(),
             len(self.gpus),
             self.backend.name,
+            resource.getrlimit(resource.RLIMIT_NOFILE)[0],
         )
 
     def serve_forever(self) -> None:
@@ -254,7 +261,13 @@ class Server:
                 log.warning("refused a connection: cannot read its credentials (%s)", err)
                 sock.close()
                 continue
-            conn = Conn(next(self._ids), sock, peer, admin=self.auth.is_admin(peer))
+            conn = Conn(
+                next(self._ids),
+                sock,
+                peer,
+                admin=self.auth.is_admin(peer),
+                on_drop=self.conns.count_drop,
+            )
             set_send_timeout(sock, SEND_TIMEOUT_S)
             refused = self.conns.admit(conn)
             if refused is not None:
@@ -348,8 +361,8 @@ class Server:
                 return
             kind, lease_info = item
             conns = [c for c in self.conns.all() if c.event_sub is not None]
-            for conn in conns:
-                conn.send(
+            for conn in conns:  # queued, never waited for: a stalled reader is dropped alone
+                conn.push(
                     protocol.event("lease", sub=conn.event_sub, action=kind, lease=lease_info)
                 )
 

@@ -104,3 +104,53 @@ import os, sys
 os.symlink(sys.argv[2], sys.argv[1])
 print("linked", flush=True)
 """
+
+# Subscribe 8 times (samples every 0.05 s, lease events) and then stop reading: SIGSTOP.
+STOPPED_SUBSCRIBER = r"""
+import json, os, signal, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+f = s.makefile("rb")
+s.sendall(b'{"v":1,"id":1,"op":"hello","versions":[1]}\n')
+f.readline()
+for i in range(8):
+    s.sendall(json.dumps({"v": 1, "id": 2 + i, "op": "subscribe", "period": 0.05,
+                          "events": True}).encode() + b"\n")
+print("subscribed", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+# Open N TCP connections to the metrics port and keep them open, saying nothing.
+IDLE_TCP = r"""
+import socket, sys, time
+held = []
+for _ in range(int(sys.argv[2])):
+    try:
+        held.append(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2))
+    except OSError:
+        pass
+print("open", len(held), flush=True)
+time.sleep(300)
+"""
+
+# Scrape /metrics as fast as it answers, for `seconds`; print how many answered.
+SCRAPER = r"""
+import socket, sys, time
+port, seconds = int(sys.argv[1]), float(sys.argv[2])
+print("scraping", flush=True)
+ok = 0
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    try:
+        c = socket.create_connection(("127.0.0.1", port), timeout=2)
+        c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        data = b""
+        while chunk := c.recv(65536):
+            data += chunk
+        c.close()
+        ok += data.startswith(b"HTTP/1.1 200") or data.startswith(b"HTTP/1.0 200")
+    except OSError:
+        pass
+print("scrapes", ok, flush=True)
+"""

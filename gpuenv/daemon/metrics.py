@@ -206,7 +206,7 @@ class GpuenvCollector:
         if endpoint is not None:
             refused = CounterMetricFamily(
                 "gpuenv_metrics_connections_refused",
-                "Metrics connections closed at once: the endpoint's limit was open",
+                "Metrics connections closed early: the endpoint's limit was open",
             )
             refused.add_metric([], endpoint.http.refused)
             yield refused

@@ -6,8 +6,9 @@ connections and the daemon ran out of descriptors (root's `gpuenv lock` refused,
 open files"), and a flood of 256 scrapes a second rebuilt the exposition 256 times a second
 under the GIL (lease p99 17 -> 194 ms). Here:
   - one thread multiplexes every connection (selectors): no thread per client;
-  - at most MAX_CONNECTIONS are open at once; one more is accepted and closed at once (the
-    kernel's queue must not fill with them either), so the endpoint holds at most
+  - at most MAX_CONNECTIONS are open at once; one more takes the place of the oldest that
+    has not yet sent its request (an idle hog loses its place to a scraper that talks), or,
+    when every one is being answered, is closed at once: the endpoint holds at most
     MAX_CONNECTIONS + 1 descriptors whatever anyone does;
   - a connection has DEADLINE_S to send its request and take the answer, then is closed;
   - the exposition is rebuilt at most once per SNAPSHOT_S; every scrape in between is
@@ -58,7 +59,7 @@ class MetricsHTTP:
         self.port = int(self.listener.getsockname()[1])
         self.render = render
         self.served = 0
-        self.refused = 0  # connections closed at once: MAX_CONNECTIONS were open
+        self.refused = 0  # connections closed early: MAX_CONNECTIONS were open
         self.renders = 0
         self._body = b""
         self._body_at = -1e9
@@ -101,8 +102,11 @@ class MetricsHTTP:
                 return
             if len(self._clients) >= MAX_CONNECTIONS:
                 self.refused += 1
-                sock.close()
-                continue
+                waiting = [c for c in self._clients.values() if not c.out]
+                if not waiting:
+                    sock.close()
+                    continue
+                self._close(min(waiting, key=lambda c: c.deadline))
             sock.setblocking(False)
             client = _Client(sock, time.monotonic())
             self._clients[sock.fileno()] = client

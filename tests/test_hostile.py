@@ -374,3 +374,57 @@ def test_idle_metrics_connections_and_a_scrape_flood_do_not_stop_locking(work: P
         _kill(idle)
         _kill(flood)
         d.close()
+
+
+# -- 9. both copies of a record gone ---------------------------------------------------------
+
+OWNER = (
+    "import time, gpuenv\n"
+    "lk = gpuenv.lock(sm=1350, power_limit_w=500)\n"
+    "print('locked', flush=True)\n"
+    "time.sleep(300)\n"
+)
+
+
+def _two_gpus(work: Path) -> tuple[dict[str, str], list[str]]:
+    """Two simulated GPUs and their UUIDs."""
+    from gpuenv.backend.sim import SimBackend
+
+    env = _env(work, GPUENV_SIM_GPUS="2")
+    b = SimBackend("h100", n_gpus=2)
+    return env, [b.device_info(i).uuid for i in range(2)]
+
+
+def test_restore_names_a_gpu_whose_both_records_were_deleted(work: Path) -> None:
+    env, uuids = _two_gpus(work)
+    out = _gpuenv(env, "lock", "--sm", "1350", "--power-limit", "500")
+    assert out.returncode == 0, out.stderr
+    for p in (work / "journal").glob(f"{uuids[1]}*"):
+        p.unlink()  # an admin or a disk tool: both copies
+    out = _gpuenv(env, "restore")
+    text = out.stdout + out.stderr
+    assert out.returncode != 0, text  # it said "restored GPU 0" and exited 0
+    assert "restored GPU 0" in text
+    assert "not restored: GPU 1" in text and "no journal record" in text, text
+    assert "power limit 500 W (default 700 W)" in text and "looks locked" in text, text
+    assert "'gpuenv restore --defaults -i 1' would:" in text, text
+
+
+def test_the_watchdog_names_a_gpu_it_could_not_put_back(work: Path) -> None:
+    env, uuids = _two_gpus(work)
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert _line(owner) == "locked"
+        for p in (work / "journal").glob(f"{uuids[1]}*"):
+            p.write_text('{"version": 2, "uuid": "' + uuids[1] + '", "orig')  # both damaged
+        owner.kill()
+        owner.wait(timeout=10)
+        assert owner.stderr is not None
+        said = owner.stderr.read()  # until the watchdog, which shares it, has exited
+    finally:
+        _kill(owner)
+    assert "GPU 0" in said and "restored" in said, said
+    assert "not restored: GPU 1" in said and "damaged" in said, said
+    assert "power limit 500 W (default 700 W)" in said, said
+    assert "'gpuenv restore --defaults -i 1' would:" in said and "(now 500 W)" in said, said

@@ -114,11 +114,15 @@ class StateFile:
     def locked(self, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
         """Exclusive lock for a read-modify-write; ConfigError naming its holder when it is
         not free within `timeout` seconds (no other account can hang this process)."""
-        dfd = self._dir()
         try:
-            fd = self._open_lock(dfd)
-        finally:
-            os.close(dfd)
+            dfd = self._dir()
+            try:
+                fd = self._open_lock(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as err:  # named in full: the CLI says which setting moves it
+            where = self.lock_path if err.filename == self.lock_path.name else err.filename
+            raise OSError(err.errno, err.strerror, str(where or self.lock_path)) from err
         try:
             deadline = time.monotonic() + timeout
             while True:

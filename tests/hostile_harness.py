@@ -41,23 +41,26 @@ while True:
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 """
 
-# Swap a name between a symlink to `target` and nothing, as fast as it can, for `seconds`.
+# Swap a name for a symlink to `target` as fast as it can (unlink whatever is there, link,
+# unlink: what root just bound there is replaced by the link), leaving the name free for
+# `gap` seconds each round so that root's binds go through; for `seconds`.
 SWAPPER = r"""
 import os, sys, time
 name, target, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+gap = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
 print("swapping", flush=True)
 swaps = 0
 end = time.monotonic() + seconds
 while time.monotonic() < end:
-    try:
-        os.unlink(name)
-    except OSError:
-        pass
-    try:
-        os.symlink(target, name)
-        swaps += 1
-    except OSError:
-        pass
+    for step in (lambda: os.unlink(name), lambda: os.symlink(target, name),
+                 lambda: os.unlink(name)):
+        try:
+            step()
+        except OSError:
+            pass
+    swaps += 1
+    if gap:
+        time.sleep(gap)
 print("swaps", swaps, flush=True)
 """
 
@@ -121,15 +124,16 @@ print("subscribed", flush=True)
 os.kill(os.getpid(), signal.SIGSTOP)
 """
 
-# Open N TCP connections to the metrics port and keep them open, saying nothing.
+# Open N TCP connections to the metrics port (all at once: non-blocking) and keep them open,
+# saying nothing.
 IDLE_TCP = r"""
 import socket, sys, time
 held = []
 for _ in range(int(sys.argv[2])):
-    try:
-        held.append(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2))
-    except OSError:
-        pass
+    s = socket.socket()
+    s.setblocking(False)
+    s.connect_ex(("127.0.0.1", int(sys.argv[1])))
+    held.append(s)
 print("open", len(held), flush=True)
 time.sleep(300)
 """

@@ -142,7 +142,7 @@ def test_no_swap_of_the_socket_path_makes_gpuenvd_chmod_or_chown_another_file(wo
     config = Config(socket=str(path), socket_group=group, socket_mode=0o666)
     backend = SimBackend("h100", n_gpus=1)
     server = Server(config, backend, journal=Journal(work / "journal"))
-    swapper = start_as(mallory, SWAPPER, str(path), str(secret), "30", env=_env(work))
+    swapper = start_as(mallory, SWAPPER, str(path), str(secret), "30", "0.0002", env=_env(work))
     bound = refused = 0
     try:
         assert _line(swapper) == "swapping"

@@ -11,6 +11,8 @@ under the GIL (lease p99 17 -> 194 ms). Here:
     when every one is being answered, is closed at once: the endpoint holds at most
     MAX_CONNECTIONS + 1 descriptors whatever anyone does;
   - a connection has DEADLINE_S to send its request and take the answer, then is closed;
+  - at most ACCEPTS_PER_S connections are taken a second (a bucket of as many): a scrape
+    flood waits in the kernel's queue instead of taking the GIL from the lease threads;
   - the exposition is rebuilt at most once per SNAPSHOT_S; every scrape in between is
     served the same bytes (Prometheus scrapes every 15-60 s: a second-old value is fresh).
 """
@@ -28,6 +30,7 @@ from collections.abc import Callable
 log = logging.getLogger("gpuenv.daemon")
 
 MAX_CONNECTIONS = 32
+ACCEPTS_PER_S = 50.0
 DEADLINE_S = 5.0
 SNAPSHOT_S = 1.0
 MAX_REQUEST = 8192
@@ -51,7 +54,7 @@ class MetricsHTTP:
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self.listener.bind((host, port))
-            self.listener.listen(128)
+            self.listener.listen(32)  # a short queue: taken in under a second
         except OSError:
             self.listener.close()
             raise
@@ -67,6 +70,9 @@ class MetricsHTTP:
         self._stop = threading.Event()
         self._sel = selectors.DefaultSelector()
         self._sel.register(self.listener, selectors.EVENT_READ)
+        self._listening = True
+        self._tokens = ACCEPTS_PER_S
+        self._tokens_at = time.monotonic()
         self.thread = threading.Thread(target=self._loop, name="gpuenvd-metrics", daemon=True)
         self.thread.start()
 
@@ -77,12 +83,13 @@ class MetricsHTTP:
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
-                for key, events in self._sel.select(timeout=0.2):
+                for key, events in self._sel.select(timeout=0.05 if not self._listening else 0.2):
                     if key.fileobj is self.listener:
                         self._accept()
                     else:
                         self._io(self._clients.get(key.fd), events)
                 self._expire()
+                self._pace()
         except Exception:  # the endpoint must not take the daemon with it
             log.exception("the metrics endpoint stopped")
         finally:
@@ -91,8 +98,21 @@ class MetricsHTTP:
             self._sel.close()
             self.listener.close()
 
+    def _pace(self) -> None:
+        """Refill the accept bucket; stop watching the listener while it is empty."""
+        now = time.monotonic()
+        self._tokens = min(ACCEPTS_PER_S, self._tokens + (now - self._tokens_at) * ACCEPTS_PER_S)
+        self._tokens_at = now
+        want = self._tokens >= 1.0
+        if want != self._listening:
+            if want:
+                self._sel.register(self.listener, selectors.EVENT_READ)
+            else:
+                self._sel.unregister(self.listener)
+            self._listening = want
+
     def _accept(self) -> None:
-        for _ in range(64):  # a burst, then back to the others
+        while self._tokens >= 1.0:
             try:
                 sock, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -100,6 +120,7 @@ class MetricsHTTP:
             except OSError as err:  # EMFILE and friends: the others go on
                 log.warning("metrics endpoint: accept failed (%s)", err)
                 return
+            self._tokens -= 1.0
             if len(self._clients) >= MAX_CONNECTIONS:
                 self.refused += 1
                 waiting = [c for c in self._clients.values() if not c.out]

@@ -116,6 +116,15 @@ def test_a_fake_gpuenvd_of_another_account_is_refused_and_named(work: Path) -> N
             assert f"served by {mallory.pw_name}" in text, text
             assert f"belongs to {mallory.pw_name}" in text, text
         assert _truth(env) == before
+        # the account gpuenvd runs as, when named, is trusted (and only then)
+        from gpuenv.daemon.client import Client
+
+        os.environ["GPUENV_DAEMON_USER"] = mallory.pw_name
+        try:
+            with Client(env["GPUENV_SOCKET"], timeout=10) as c:
+                assert c.info["backend"] == "sim"
+        finally:
+            del os.environ["GPUENV_DAEMON_USER"]
     finally:
         _kill(fake)
 

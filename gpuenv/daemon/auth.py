@@ -283,15 +283,11 @@ def trusted_daemon_uids() -> dict[int, str]:
         with contextlib.suppress(ConfigError, OSError):
             wanted = load_config(None).user or ""
     if wanted:
-        try:
+        try:  # an account that does not exist adds no one (root is trusted still)
             uid = int(wanted) if wanted.isdigit() else pwd.getpwnam(wanted).pw_uid
+            names[uid] = _user_name(uid)
         except KeyError:
-            raise ConfigError(
-                f"gpuenvd's account {wanted!r} (GPUENV_DAEMON_USER or [daemon] user) does not "
-                "exist",
-                hint="name the account gpuenvd runs as, or leave it out when it runs as root",
-            ) from None
-        names[uid] = _user_name(uid)
+            pass
     return names
 
 

@@ -8,12 +8,16 @@ lock: they `stat` the file on every call (about a microsecond) and re-load
 only when it changed.
 
 People run the daemon's examples on the simulated GPU as root, with the state file in
-/tmp, so it gets the journal's care against other accounts (`gpuenv._files`): the
-directory is reached without trusting a name, the temporary file's name is random and
-made with O_EXCL | O_NOFOLLOW (a link planted under a guessed name is never followed),
-the file and its lock are opened with O_NOFOLLOW, a state file of another account (not
-root) is not believed, a lock file another account owns is replaced by one of ours, and
-the lock is waited for at most LOCK_TIMEOUT_S: then an error names who holds it.
+/tmp, so it gets care against other accounts (`gpuenv._files`): the directory is
+reached without following a link planted on the way, the temporary file's name is random
+and made with O_EXCL | O_NOFOLLOW (a link planted under a guessed name is never
+followed: root used to overwrite whatever it pointed to), the file and its lock are opened
+with O_NOFOLLOW, a lock file another account (not root) owns is replaced by one of ours
+where the directory allows, and the lock is waited for at most LOCK_TIMEOUT_S: then an
+error names who holds it. A state file may be shared on purpose by several accounts (root's
+gpuenvd and a user on one simulated machine, in a directory both may write): so the
+directory may be anyone's, and what is in the file is believed whoever wrote it (it is a
+simulation; nothing real is set from it).
 """
 
 from __future__ import annotations
@@ -86,7 +90,7 @@ class StateFile:
 
     def _dir(self) -> int:
         """The state file's directory, reached safely (made when missing)."""
-        return open_dir(self.path.parent, create=True, mode=0o755, own=False,
+        return open_dir(self.path.parent, create=True, mode=0o755, own=None,
                         what="the simulated GPU's state directory")  # fmt: skip
 
     def _open_lock(self, dfd: int) -> int:
@@ -96,7 +100,7 @@ class StateFile:
         name = self.lock_path.name
         fd = os.open(name, flags, 0o600, dir_fd=dfd)
         st = os.fstat(fd)
-        if st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022:
+        if st.st_uid in (0, os.geteuid()):  # (root's 0666 one: shared on purpose)
             return fd
         with contextlib.suppress(OSError):
             tfd, tmp = create_temp(dfd, name)
@@ -150,12 +154,12 @@ class StateFile:
         )
 
     def read(self) -> dict[str, Any] | None:
-        """The document, or None when there is none (or it is not ours / not JSON): a file
-        another account (not root) wrote, or a link, is not believed."""
+        """The document, or None when there is none (or it is not ours / not JSON, or a
+        link)."""
         stat = self._stat()
         self._seen = stat
         try:
-            dfd = open_dir(self.path.parent, own=False)
+            dfd = open_dir(self.path.parent, own=None)
         except (FileNotFoundError, ConfigError):
             return None
         try:
@@ -165,8 +169,6 @@ class StateFile:
         finally:
             os.close(dfd)
         try:
-            if os.fstat(fd).st_uid not in (0, os.geteuid()):
-                return None
             with os.fdopen(fd, "rb", closefd=False) as f:
                 data = json.loads(f.read())
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):

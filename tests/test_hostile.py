@@ -437,3 +437,36 @@ def test_the_watchdog_names_a_gpu_it_could_not_put_back(work: Path) -> None:
     assert "not restored: GPU 1" in said and "damaged" in said, said
     assert "power limit 500 W (default 700 W)" in said, said
     assert "'gpuenv restore --defaults -i 1' would:" in said and "(now 500 W)" in said, said
+
+
+# -- 7. memory that keeps growing ------------------------------------------------------------
+
+
+def test_the_daemon_keeps_nothing_per_connection_once_it_is_gone(tmp_path: Path) -> None:
+    """What tracemalloc found growing with requests (issue 21, item 7): an empty lease table
+    per connection that ever held a lease, kept after it closed."""
+    from gpuenv.backend.sim import SimBackend
+    from gpuenv.clocks.journal import Journal
+    from gpuenv.daemon.auth import Config
+    from gpuenv.daemon.client import Client
+    from gpuenv.daemon.server import Server
+
+    backend = SimBackend("h100", n_gpus=1, state_file=tmp_path / "sim.json")
+    server = Server(Config(socket=str(tmp_path / "s.sock"), sample_period=5.0), backend,
+                    journal=Journal(tmp_path / "journal"))  # fmt: skip
+    server.start()
+    try:
+        for _ in range(100):
+            with Client(str(tmp_path / "s.sock"), timeout=30) as c:
+                with c.lock(sm=1350, gpus=[0]):
+                    pass
+                w = c.window_start()
+                c.window_end(w)
+        deadline = time.monotonic() + 10
+        while server.connections() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        leases = server.leases
+        assert (len(leases._by_conn), len(leases._peers), server.connections()) == (0, 0, 0)
+    finally:
+        server.stop()
+        backend.close()

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpuenv._files import create_temp, open_dir, write_all
+from gpuenv._files import create_temp, open_dir, read_at, write_all
 from gpuenv.errors import ConfigError
 
 FORMAT = "gpuenv-sim-state/1"
@@ -163,18 +163,11 @@ class StateFile:
         except (FileNotFoundError, ConfigError):
             return None
         try:
-            fd = os.open(self.path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-        except OSError:
-            return None
-        finally:
-            os.close(dfd)
-        try:
-            with os.fdopen(fd, "rb", closefd=False) as f:
-                data = json.loads(f.read())
+            data = json.loads(read_at(dfd, self.path.name))
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             return None
         finally:
-            os.close(fd)
+            os.close(dfd)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             return None
         return data

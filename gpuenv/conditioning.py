@@ -186,6 +186,7 @@ def burst_rest_s(burst_s: float, config: ConditionConfig = DEFAULT) -> float:
 
 
 MAX_CLOCK_REDOS = 3  # reps measured again after the clock fell under them, per measurement
+CLOCK_FALL_REL = 0.05  # probes scatter ~2% (2% redid a far-from-cap mm512 on the H100)
 
 
 REST_POWER_FRAC = 0.25  # the power at rest is at most this of the limit (H100: 120 of 700 W)
@@ -193,14 +194,6 @@ REST_POWER_FRAC = 0.25  # the power at rest is at most this of the limit (H100: 
 # GPU's state outlives a measurement, so the next one (an autotuner's next config, a
 # moment later) starts from it, not from the 1 s average that lags it.
 _FILTER_LEFT: dict[int, tuple[float, float, float]] = {}
-
-
-# How far a rep's probed clock must fall under the highest one seen to end a burst. The
-# probe (a timed spin) scatters by ~2% at a steady clock, and the highest of many noisy
-# probes sits above the rest: at 2% (burst_clock_rel, meant for NVML's sampled clock) a
-# 512^3 matmul far from the cap was redone 1-2 times a call on the H100, each redo a
-# ~0.15 s rest. The cap pulls the clock 20-30% down (1980 -> 1400-1590 MHz).
-CLOCK_FALL_REL = 0.05
 
 
 class Bursts:

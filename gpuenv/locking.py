@@ -48,13 +48,15 @@ def daemon_client(backend: Backend, *, socket: str | os.PathLike[str] | None = N
 
 
 def _connect(backend: Backend, socket: str | os.PathLike[str] | None) -> Any:
-    from gpuenv.daemon.client import Client, default_socket
+    from gpuenv.daemon.client import Client, DaemonNotTrusted, default_socket
 
     path = os.fspath(socket) if socket is not None else default_socket()
     try:
         if not stat.S_ISSOCK(os.stat(path).st_mode):
             return None
         client = Client(path, client="gpuenv")
+    except DaemonNotTrusted:
+        raise  # a fake gpuenvd: said, never answered by a local lock as if none were there
     except (OSError, GpuenvError):
         return None
     mine = {backend.device_info(i).uuid for i in range(backend.device_count())}

@@ -373,3 +373,4 @@ def test_the_systemd_unit_drops_what_it_does_not_need() -> None:
     assert settings["PrivateTmp"] == "yes" and settings["NoNewPrivileges"] == "yes"
     assert settings["StateDirectoryMode"] == "0700"
     assert "PrivateDevices" not in settings  # NVML needs /dev/nvidia*
+    assert int(settings["LimitNOFILE"]) >= 4096  # not systemd's 1,024 (issue 21)

@@ -102,16 +102,22 @@ def daemon(account: pwd.struct_passwd) -> Iterator[DaemonProcess]:
         path.touch()
         path.chmod(0o666)
     shared.chmod(0o777)
+    # root's journal never lives in a directory every account may write: gpuenv refuses one
+    # (another account could swap in records of its choosing)
+    private = Path(tempfile.mkdtemp(prefix="gpuenvd-journal-"))
+    private.chmod(0o755)  # the account's home is made in it too (_env)
+    d.env["GPUENV_STATE_DIR"] = str(private / "journal")
     try:
         d.start()
         yield d
     finally:
         d.close()
         shutil.rmtree(shared, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _env(d: DaemonProcess, account: pwd.struct_passwd) -> dict[str, str]:
-    home = d.workdir / "home"
+    home = Path(d.env["GPUENV_STATE_DIR"]).parent / "home"  # not in the 0777 directory
     home.mkdir(exist_ok=True)
     os.chown(home, account.pw_uid, account.pw_gid)
     return {

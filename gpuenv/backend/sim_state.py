@@ -6,6 +6,18 @@ file atomically (write a temporary file, `os.replace`), so two processes never
 lose each other's changes and a reader never sees half a file. Readers do not
 lock: they `stat` the file on every call (about a microsecond) and re-load
 only when it changed.
+
+People run the daemon's examples on the simulated GPU as root, with the state file in
+/tmp, so it gets care against other accounts (`gpuenv._files`): the directory is
+reached without following a link planted on the way, the temporary file's name is random
+and made with O_EXCL | O_NOFOLLOW (a link planted under a guessed name is never
+followed: root used to overwrite whatever it pointed to), the file and its lock are opened
+with O_NOFOLLOW, a lock file another account (not root) owns is replaced by one of ours
+where the directory allows, and the lock is waited for at most LOCK_TIMEOUT_S: then an
+error names who holds it. A state file may be shared on purpose by several accounts (root's
+gpuenvd and a user on one simulated machine, in a directory both may write): so the
+directory may be anyone's, and what is in the file is believed whoever wrote it (it is a
+simulation; nothing real is set from it).
 """
 
 from __future__ import annotations
@@ -14,11 +26,17 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpuenv._files import create_temp, open_dir, read_at, write_all
+from gpuenv.errors import ConfigError
+
 FORMAT = "gpuenv-sim-state/1"
+LOCK_TIMEOUT_S = 5.0  # a read-modify-write holds it for milliseconds
+_LOCK_POLL_S = 0.005
 
 
 def default_state_path() -> Path:
@@ -29,15 +47,39 @@ def default_state_path() -> Path:
     return Path("/tmp") / f"gpuenv-sim-{os.getuid()}.json"
 
 
+def lock_holders(fd: int) -> list[str]:
+    """Who holds a lock on the file open as `fd` ("pid 123 (user)"), from /proc/locks."""
+    st = os.fstat(fd)
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    out = []
+    with contextlib.suppress(OSError), open("/proc/locks", encoding="ascii",
+                                            errors="replace") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) > 5 and fields[5] == key and fields[4].isdigit():
+                out.append(_describe_pid(int(fields[4])))
+    return out
+
+
+def _describe_pid(pid: int) -> str:
+    import pwd
+
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+        return f"pid {pid} ({pwd.getpwuid(uid).pw_name})"
+    except (OSError, KeyError):
+        return f"pid {pid}"
+
+
 class StateFile:
     def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
+        self.path = Path(os.path.abspath(path))
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self._seen: tuple[int, int, int] | None = None
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:
-            st = os.stat(self.path)
+            st = os.lstat(self.path)
         except FileNotFoundError:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -46,28 +88,86 @@ class StateFile:
         """True when the file differs from what this process last read or wrote."""
         return self._stat() != self._seen
 
+    def _dir(self) -> int:
+        """The state file's directory, reached safely (made when missing)."""
+        return open_dir(self.path.parent, create=True, mode=0o755, own=None,
+                        what="the simulated GPU's state directory")  # fmt: skip
+
+    def _open_lock(self, dfd: int) -> int:
+        """The lock file, ours (a lock file of another account could be held by it forever:
+        a new one of ours replaces it where the directory lets us)."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        name = self.lock_path.name
+        fd = os.open(name, flags, 0o600, dir_fd=dfd)
+        st = os.fstat(fd)
+        if st.st_uid in (0, os.geteuid()):  # (root's 0666 one: shared on purpose)
+            return fd
+        with contextlib.suppress(OSError):
+            tfd, tmp = create_temp(dfd, name)
+            os.close(tfd)
+            try:
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except OSError:
+                os.unlink(tmp, dir_fd=dfd)
+                raise
+            os.close(fd)
+            fd = os.open(name, flags, 0o600, dir_fd=dfd)
+        return fd
+
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Exclusive lock for a read-modify-write (blocks while another process holds it)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    def locked(self, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+        """Exclusive lock for a read-modify-write; ConfigError naming its holder when it is
+        not free within `timeout` seconds (no other account can hang this process)."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            dfd = self._dir()
+            try:
+                fd = self._open_lock(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as err:  # named in full: the CLI says which setting moves it
+            where = self.lock_path if err.filename == self.lock_path.name else err.filename
+            raise OSError(err.errno, err.strerror, str(where or self.lock_path)) from err
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise self._held(fd, timeout) from None
+                    time.sleep(_LOCK_POLL_S)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
+    def _held(self, fd: int, timeout: float) -> ConfigError:
+        holders = ", ".join(lock_holders(fd)) or "another process"
+        return ConfigError(
+            f"the simulated GPU's state lock {self.lock_path} is held by {holders}: "
+            f"not free within {timeout:g} s, so nothing was changed",
+            hint="stop that process, or give this simulated machine its own state file "
+            "(GPUENV_SIM_STATE=PATH in a directory of your own)",
+        )
+
     def read(self) -> dict[str, Any] | None:
-        """The document, or None when there is none (or it is not ours / not JSON)."""
+        """The document, or None when there is none (or it is not ours / not JSON, or a
+        link)."""
         stat = self._stat()
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
-            self._seen = stat
-            return None
         self._seen = stat
+        try:
+            dfd = open_dir(self.path.parent, own=None)
+        except (FileNotFoundError, ConfigError):
+            return None
+        try:
+            data = json.loads(read_at(dfd, self.path.name))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        finally:
+            os.close(dfd)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             return None
         return data
@@ -75,19 +175,26 @@ class StateFile:
     def write(self, data: dict[str, Any]) -> None:
         """Replace the document atomically. Call under `locked()`."""
         data = {"format": FORMAT, **data}
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         # Compact, in one write: json's C encoder does not indent, and the pure-Python one that
         # indent= falls back to cost 2-3x as much on every simulated setting change.
         text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        dfd = self._dir()
+        tmp = None
         try:
-            with open(tmp, "wb") as f:
-                f.write(text.encode("utf-8"))
-            os.replace(tmp, self.path)
+            fd, tmp = create_temp(dfd, self.path.name, 0o644)
+            try:
+                write_all(fd, text.encode("utf-8"))
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except OSError as err:  # a full disk or a size limit: no half file left, and say where
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dfd)
             raise OSError(err.errno, err.strerror, str(self.path)) from err
+        finally:
+            os.close(dfd)
         self._seen = self._stat()
 
 
-__all__ = ["FORMAT", "StateFile", "default_state_path"]
+__all__ = ["FORMAT", "LOCK_TIMEOUT_S", "StateFile", "default_state_path", "lock_holders"]

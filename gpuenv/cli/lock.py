@@ -8,7 +8,7 @@ permission; 5 a lock held by another owner. The rest: gpuenv.errors.EXIT_CODES.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -154,7 +154,7 @@ def restore(
     necessarily what was there before the lock.
     """
     from gpuenv.clocks.journal import Journal
-    from gpuenv.clocks.restoring import damaged_records, plan_restore
+    from gpuenv.clocks.restoring import NotRestored, damaged_records, plan_restore
     from gpuenv.devices import select_gpus
     from gpuenv.locking import daemon_client
 
@@ -174,15 +174,17 @@ def restore(
         reset = [i for i in select_gpus(backend, gpu) if i not in journaled] if defaults else []
         if not items and not damaged and not reset:
             click.echo("nothing to restore: no gpuenv lock is journaled on these GPUs")
-            _echo_pinned(backend, select_gpus(backend, gpu))
         _restore_items(backend, journal, items, reset, dry=dry, all_owners=all_owners)
-        for index, err in damaged if not defaults else ():
-            click.echo(f"not restored: GPU {index}: {err.message}")
+        lost = [] if defaults else _not_put_back(backend, journal, gpu, journaled, damaged)
+        for line in lost:
+            click.echo(line)
         blocked = [it for it in items if it.blocked_by is not None]
         for it in blocked:
             click.echo(f"left alone: {it.entry.name} is held by {it.blocked_by}")
         if damaged and not defaults:
             raise damaged[0][1]
+        if lost and not dry:
+            raise NotRestored(lost)
         if blocked:
             raise LockConflict(
                 blocked[0].index,
@@ -231,13 +233,23 @@ def _restore_items(
             click.echo(line)
 
 
-def _echo_pinned(backend: Backend, gpus: Sequence[int]) -> None:
-    from gpuenv.clocks.status import looks_pinned
+def _not_put_back(
+    backend: Backend, journal: Journal, gpu: str, journaled: set[int], damaged: Sequence[Any]
+) -> list[str]:
+    """Every selected GPU restore could not put back, each with what it shows and what
+    --defaults would do: a damaged record, or none at all but a state that is not the
+    driver's default (both copies deleted: it used to exit 0 and say nothing of them)."""
+    from gpuenv.clocks.restoring import not_put_back, unrecorded_changes, unrecorded_report
+    from gpuenv.devices import select_gpus
 
-    for index in gpus:
-        why = looks_pinned(backend, index)
-        if why:
-            click.echo(f"note: GPU {index}: {why}")
+    lines = [
+        not_put_back(backend, index, f"its journal record is damaged ({err.why})",
+                     unrecorded_changes(backend, index))
+        for index, err in damaged
+    ]
+    bad = {index for index, _ in damaged}
+    rest = [i for i in select_gpus(backend, gpu) if i not in journaled and i not in bad]
+    return lines + unrecorded_report(backend, rest, journal)
 
 
 def _restore_via_daemon(backend: object, gpu: str, all_owners: bool) -> None:

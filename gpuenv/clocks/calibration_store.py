@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuenv._files import replaced
+from gpuenv._files import open_dir, replace_at
 from gpuenv.clocks.journal import default_state_dir
 from gpuenv.errors import ConfigError
 
@@ -43,12 +43,16 @@ def save_calibration(
 ) -> Path:
     """Store the calibrated clock of GPU `uuid` (atomically); returns the file written."""
     path = _calibration_file(uuid, state_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
     record = Calibration(
         uuid, int(sustained_mhz), time.time(), power_limit_w, gpu_name, details or {}
     )
-    with replaced(path, umask_mode=True) as fh:  # a failed write leaves the old file, no tmp
-        fh.write(json.dumps(record.__dict__, indent=1, sort_keys=True))
+    # reached without trusting a name (no link, ours): root's calibrate writes only there
+    dfd = open_dir(path.parent, create=True, mode=0o755, what="the calibration directory")
+    try:  # a failed write leaves the old file, no tmp
+        replace_at(dfd, path.name, json.dumps(record.__dict__, indent=1, sort_keys=True).encode(),
+                   mode=0o644)  # fmt: skip
+    finally:
+        os.close(dfd)
     return path
 
 

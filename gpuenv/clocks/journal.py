@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpuenv._files import UnsafePath, create_temp, open_dir, read_at
 from gpuenv.clocks.records import (
     Applied,
     ClockState,
@@ -153,27 +154,27 @@ class _DirLock:
     def _open(self) -> int | None:
         try:
             return _open_private_lock(self.path)
-        except OSError as err:  # (a directory of another user is refused: ConfigError)
+        except OSError as err:  # (a directory of another user is refused: UnsafePath)
             if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
                 raise
         try:
-            return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            dfd = open_dir(self.path.parent, own=False)
         except OSError:
             return None
+        try:
+            return os.open(self.path.name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dfd)
+        except OSError:
+            return None
+        finally:
+            os.close(dfd)
 
 
-def _private_dir(path: Path) -> None:
-    """Make the state directory 0700, ours: anyone who can open the lock file can
-    flock it and stall every gpuenv lock, release and restore (the daemon's too)."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    st = os.stat(path)
-    if st.st_uid != os.geteuid():
-        raise ConfigError(
-            f"the state directory {path} belongs to uid {st.st_uid}, not to this user",
-            hint="use your own (GPUENV_STATE_DIR), or chown it to the user that runs gpuenv",
-        )
-    if st.st_mode & 0o077:
-        os.chmod(path, 0o700)
+def _private_dir(path: Path) -> int:
+    """The state directory, made 0700 and ours, as a descriptor (the caller closes it):
+    anyone who can open the lock file can flock it and stall every gpuenv lock, release and
+    restore (the daemon's too); a directory reached through a link, or another account's,
+    is refused (UnsafePath), never chmod'ed or written (gpuenv._files.open_dir)."""
+    return open_dir(path, create=True, mode=0o700, what="the state directory")
 
 
 def _open_private_lock(path: Path) -> int:
@@ -181,17 +182,28 @@ def _open_private_lock(path: Path) -> int:
     the `.lock` of older versions was 0644 in a 0755 directory, so anyone may hold it
     open (and flock it) still; nobody but this user could open this one. One that is
     not ours or not 0600 anyway is not trusted: a new file replaces it."""
-    _private_dir(path.parent)
-    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-    fd = os.open(path, flags, 0o600)
-    st = os.fstat(fd)
-    if st.st_uid == os.geteuid() and not st.st_mode & 0o077:
-        return fd
-    os.close(fd)
-    fresh = path.with_name(f"{path.name}.{os.getpid()}.new")
-    os.close(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600))
-    os.replace(fresh, path)
-    return os.open(path, flags, 0o600)
+    dfd = _private_dir(path.parent)
+    try:
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        fd = os.open(path.name, flags, 0o600, dir_fd=dfd)
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and not st.st_mode & 0o077:
+            return fd
+        os.close(fd)
+        fresh_fd, fresh = create_temp(dfd, path.name)
+        os.close(fresh_fd)
+        os.replace(fresh, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        return os.open(path.name, flags, 0o600, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
+def _writer_pid(tmp: str) -> int:
+    """The writer's pid in a temporary name: `.NAME.PID.RANDOM.tmp` (older: `.NAME.PID.tmp`)."""
+    for field in tmp.rsplit(".", 3)[-3:-1]:
+        if field.isdigit():
+            return int(field)
+    return -1
 
 
 _DIR_LOCKS: dict[str, _DirLock] = {}
@@ -199,7 +211,7 @@ _DIR_LOCKS_GUARD = threading.Lock()
 
 
 def _dir_lock(state_dir: Path) -> _DirLock:
-    key = str(state_dir.resolve())
+    key = os.path.abspath(state_dir)  # never resolved: a link there is refused, not followed
     with _DIR_LOCKS_GUARD:
         lock = _DIR_LOCKS.get(key)
         if lock is None:
@@ -244,36 +256,57 @@ class Journal:
         """
         path = self._file(uuid)
         damage: JournalDamaged | None = None
-        for candidate in (path, path.with_name(path.name + BACKUP)):
-            data = self._read(candidate)
-            if data is None:
-                continue
-            try:
-                return decode(candidate, data, uuid)
-            except JournalDamaged as err:
-                damage = damage or err
+        dfd = self._dir()
+        if dfd is None:
+            return None
+        try:
+            for candidate in (path, path.with_name(path.name + BACKUP)):
+                data = self._read(dfd, candidate)
+                if data is None:
+                    continue
+                try:
+                    return decode(candidate, data, uuid)
+                except JournalDamaged as err:
+                    damage = damage or err
+        finally:
+            os.close(dfd)
         if damage is not None:
             raise damage
         return None
 
-    def _read(self, path: Path) -> bytes | None:
+    def _dir(self) -> int | None:
+        """The state directory to read, checked (no link, root's or ours, writable by no one
+        else: a record planted elsewhere is never put on a GPU); None when there is none."""
         try:
-            return path.read_bytes()
+            return open_dir(self.path, own=False, what="the state directory")
         except FileNotFoundError:
             return None
-        except IsADirectoryError:
-            return b""  # judged as damage, for this GPU only
+        except UnsafePath:
+            raise
         except OSError as err:
+            raise self._file_error(err, self.path) from err
+
+    def _read(self, dfd: int, path: Path) -> bytes | None:
+        try:
+            return read_at(dfd, path.name)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            if err.errno in (errno.EINVAL, errno.ELOOP, errno.EISDIR):
+                return b""  # not a regular file (a directory, a link): damage, this GPU only
             raise self._file_error(err, path) from err
 
     def uuids(self) -> list[str]:
         """Every GPU with a record (either copy), good or damaged."""
-        try:
-            names = os.listdir(self.path)
-        except FileNotFoundError:
+        dfd = self._dir()
+        if dfd is None:
             return []
+        try:
+            names = os.listdir(dfd)
         except OSError as err:
             raise self._file_error(err, self.path) from err
+        finally:
+            os.close(dfd)
         found = set()
         for name in names:
             if name.startswith("."):
@@ -314,27 +347,32 @@ class Journal:
         with self.locked():
             final = self._file(entry.uuid)
             try:
-                _private_dir(self.path)
+                dfd = _private_dir(self.path)
+            except UnsafePath:
+                raise
             except OSError as err:
                 raise self._file_error(err, self.path) from err
             # Both copies are written in full before either is renamed into place: a write
             # that fails (full disk, size limit) leaves the previous record untouched.
-            copies = (final, final.with_name(final.name + BACKUP))
-            tmps = [p.with_name(f".{p.name}.{os.getpid()}.tmp") for p in copies]
+            names = (final.name, final.name + BACKUP)
+            tmps: list[str] = []
             try:
-                for tmp in tmps:
-                    self._write_tmp(tmp, data)
-                for tmp, path in zip(tmps, copies, strict=True):
-                    os.replace(tmp, path)
-                self._fsync_dir()
+                for name in names:
+                    fd, tmp = create_temp(dfd, name, tag=str(os.getpid()))
+                    tmps.append(tmp)
+                    self._write_tmp(fd, data)
+                for tmp, name in zip(tmps, names, strict=True):
+                    os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                os.fsync(dfd)
             except OSError as err:
                 for tmp in tmps:
                     with contextlib.suppress(OSError):
-                        tmp.unlink()
+                        os.unlink(tmp, dir_fd=dfd)
                 raise self._file_error(err, final) from err
+            finally:
+                os.close(dfd)
 
-    def _write_tmp(self, tmp: Path, data: bytes) -> None:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    def _write_tmp(self, fd: int, data: bytes) -> None:
         try:
             self._write_all(fd, data)
             os.fsync(fd)
@@ -360,39 +398,42 @@ class Journal:
         """
         final = self._file(uuid)
         with self.locked():
-            for path in (final.with_name(final.name + BACKUP), final):
-                try:
-                    path.unlink()
-                except FileNotFoundError:
-                    continue
-                except OSError as err:
-                    raise self._file_error(err, path) from err
-            with contextlib.suppress(OSError):
-                self._fsync_dir()
+            dfd = self._dir()
+            if dfd is None:
+                return
+            try:
+                for path in (final.with_name(final.name + BACKUP), final):
+                    try:
+                        os.unlink(path.name, dir_fd=dfd)
+                    except FileNotFoundError:
+                        continue
+                    except OSError as err:
+                        raise self._file_error(err, path) from err
+                with contextlib.suppress(OSError):
+                    os.fsync(dfd)
+            finally:
+                os.close(dfd)
 
     def clean_tmp(self) -> int:
         """Delete temporary files left by writers that died mid-write; returns how many."""
         removed = 0
         with self.locked():
-            if not self.path.is_dir():
+            dfd = self._dir()
+            if dfd is None:
                 return 0
-            for tmp in self.path.glob(".*.json*.tmp"):
-                try:
-                    pid = int(tmp.name.rsplit(".", 2)[-2])
-                except ValueError:
-                    pid = -1
-                if pid != os.getpid() and not process_alive(pid, None):
-                    with contextlib.suppress(OSError):
-                        tmp.unlink()
-                        removed += 1
+            try:
+                for name in os.listdir(dfd):
+                    if not (name.startswith(".") and ".json" in name and name.endswith(".tmp")):
+                        continue
+                    if _writer_pid(name) != os.getpid() and not process_alive(
+                        _writer_pid(name), None
+                    ):
+                        with contextlib.suppress(OSError):
+                            os.unlink(name, dir_fd=dfd)
+                            removed += 1
+            finally:
+                os.close(dfd)
         return removed
-
-    def _fsync_dir(self) -> None:
-        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def _file_error(self, err: OSError, path: Path) -> FileError:
         return FileError(

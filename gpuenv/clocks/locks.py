@@ -243,6 +243,7 @@ class Lock:
             token=self.owner.token,
             state_dir=self.journal.path,
             owner_start=self.owner.pid_start,
+            uuids=[gp.uuid for gp in self.plan.gpus],
         )
         self.owner = replace(
             self.owner,

@@ -201,6 +201,83 @@ def reset_to_defaults(backend: Backend, index: int) -> list[str]:
     return steps
 
 
+def unrecorded_changes(backend: Backend, index: int) -> list[str]:
+    """What differs from the driver's defaults on a GPU no journal record covers: a power
+    limit other than the default, application clocks other than the default, a clock that
+    looks locked. Empty when it looks untouched (NVML cannot read a lock back)."""
+    from gpuenv.clocks.status import looks_pinned
+
+    seen = []
+    try:
+        power = backend.power_limits(index)
+        if abs(power.limit_w - power.default_w) > 0.5:
+            seen.append(f"power limit {power.limit_w:g} W (default {power.default_w:g} W)")
+    except GpuenvError:
+        pass
+    try:
+        limits, app = backend.clock_limits(index), backend.app_clocks(index)
+        default = (limits.default_app_sm_mhz, limits.default_app_mem_mhz)
+        if None not in default and None not in (app.sm_mhz, app.mem_mhz) and (
+            app.sm_mhz, app.mem_mhz) != default:  # fmt: skip
+            seen.append(f"application clocks SM {app.sm_mhz}, memory {app.mem_mhz} MHz "
+                        f"(default {default[0]}, {default[1]} MHz)")  # fmt: skip
+    except GpuenvError:
+        pass
+    try:
+        pinned = looks_pinned(backend, index)
+    except GpuenvError:
+        pinned = None
+    if pinned is not None:
+        seen.append(f"the SM clock reads {backend.read_fast(index).sm_mhz} MHz where an "
+                    "unlocked GPU would not: it looks locked")  # fmt: skip
+    return seen
+
+
+def defaults_would(backend: Backend, index: int) -> str:
+    """What 'gpuenv restore --defaults -i N' would write on GPU `index`, in words."""
+    parts = ["reset locked clocks", "application clocks to the default"]
+    try:
+        power = backend.power_limits(index)
+        parts.append(f"power limit {power.default_w:g} W (now {power.limit_w:g} W)")
+    except GpuenvError:
+        parts.append("power limit to the default")
+    return (f"'gpuenv restore --defaults -i {index}' would: {', '.join(parts)}; the driver's "
+            "defaults, not necessarily what was there before")  # fmt: skip
+
+
+def not_put_back(backend: Backend, index: int, why: str, seen: Sequence[str]) -> str:
+    """One line on a GPU that could not be put back: why, what was seen, what can be done."""
+    name = backend.device_info(index).name
+    saw = f"; it shows {', '.join(seen)}" if seen else ""
+    return f"not restored: GPU {index} ({name}): {why}{saw}; {defaults_would(backend, index)}"
+
+
+class NotRestored(GpuenvError):
+    """GPUs gpuenv could not put back: no trustworthy record of what was there before."""
+
+    def __init__(self, lines: Sequence[str]):
+        self.lines = list(lines)
+        super().__init__(
+            f"{len(self.lines)} GPU(s) could not be put back: " + "; ".join(self.lines),
+            hint="check 'gpuenv status'; if the state shown is wanted (set on purpose), there "
+            "is nothing to do; else reset with the 'gpuenv restore --defaults -i N' named above",
+        )
+
+
+def unrecorded_report(backend: Backend, indices: Sequence[int], journal: Journal) -> list[str]:
+    """One line per GPU among `indices` that has no journal record (none, not damaged) but a
+    state that differs from the driver's defaults (both copies deleted, a tool's lock)."""
+    recorded = set(journal.uuids())
+    lines = []
+    for index in indices:
+        if backend.device_info(index).uuid in recorded:
+            continue
+        seen = unrecorded_changes(backend, index)
+        if seen:
+            lines.append(not_put_back(backend, index, "gpuenv has no journal record of it", seen))
+    return lines
+
+
 def restore_defaults(
     backend: Backend, indices: Sequence[int], journal: Journal
 ) -> list[str]:

@@ -73,6 +73,7 @@ class Watchdog:
         owner_pid: int | None = None,
         owner_start: float | None = None,
         ready_timeout_s: float = 20.0,
+        uuids: list[str] | None = None,
     ) -> Watchdog:
         """Spawn the watchdog and wait until it watches (its imports and backend are ready)."""
         import gpuenv
@@ -98,6 +99,8 @@ class Watchdog:
         ]
         if owner_start is not None:
             cmd += ["--owner-start", repr(owner_start)]
+        if uuids:
+            cmd += ["--gpus", ",".join(uuids)]
         try:
             proc = subprocess.Popen(
                 cmd,
@@ -209,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token", required=True)
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--backend", required=True, help="JSON from backend_spec()")
+    parser.add_argument("--gpus", default="", help="UUIDs the owner locked, comma-separated")
     args = parser.parse_args(argv)
 
     for sig in (signal.SIGINT, signal.SIGHUP):
@@ -229,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not _wait_for_owner_death(args.owner_pid, args.owner_start):
             return 0
+        recorded = _recorded(journal, args.token)
         try:
             done = release_owner(backend, journal, args.token)
         except JournalNotUpdated as err:  # restored; only the record could not be cleared
@@ -241,15 +246,52 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             return 1
-        for line in done:
+        lost = _not_put_back(backend, journal, [u for u in args.gpus.split(",") if u], recorded)
+        for line in [*done, *lost]:
             print(
                 f"gpuenv watchdog: owner pid {args.owner_pid} ended; {line}",
                 file=sys.stderr,
                 flush=True,
             )
-        return 0
+        return 1 if lost else 0
     finally:
         backend.close()
+
+
+def _recorded(journal: Any, token: str) -> set[str]:
+    """The GPUs whose good record names the owner (release_owner puts those back)."""
+    try:
+        good, _ = journal.scan()
+    except GpuenvError:
+        return set()
+    return {e.uuid for e in good if e.owner(token) is not None}
+
+
+def _not_put_back(
+    backend: Backend, journal: Any, uuids: list[str], recorded: set[str]
+) -> list[str]:
+    """The owner's GPUs the release could not put back (a damaged record, or none left but a
+    changed state), each with what it shows and what 'restore --defaults' would do: the
+    watchdog used to restore the others and say nothing of these."""
+    from gpuenv.clocks.restoring import indices_by_uuid, not_put_back, unrecorded_changes
+
+    try:
+        good, damaged = journal.scan()
+        indices = indices_by_uuid(backend)
+    except GpuenvError:
+        return []
+    why = {d.uuid: f"its journal record is damaged ({d.why})" for d in damaged}
+    kept = {e.uuid for e in good}  # shared with an owner still alive: not the owner's to undo
+    lines = []
+    for uuid in uuids:
+        index = indices.get(uuid)
+        if index is None or uuid in kept or (uuid in recorded and uuid not in why):
+            continue
+        seen = unrecorded_changes(backend, index)
+        if uuid in why or seen:
+            lines.append(not_put_back(backend, index, why.get(uuid, "no journal record is left"),
+                                      seen))  # fmt: skip
+    return lines
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ configparser (no new dependency on Python 3.10, comments allowed):
 
     [daemon]
     socket = /run/gpuenv/gpuenv.sock
+    user = gpuenvd               ; the account gpuenvd runs as, when not root (User= in
+                                 ; the unit): clients trust a socket served by root or it
     socket_group = gpubench      ; the socket is chown'ed to this group ...
     socket_mode = 0660           ; ... with this mode: who may connect at all
     sample_period = 0.1          ; the daemon's own sampler, seconds
@@ -105,6 +107,7 @@ class Config:
     # connections a user who is not an admin may hold open at once (root and admins: no limit)
     max_connections_per_user: int = 32
     idle_timeout: float = 300.0  # seconds; a connection holding nothing is closed after this
+    user: str | None = None  # the account gpuenvd runs as when not root: clients trust it
     source: str | None = None  # the file it came from
 
     def socket_permissions(self) -> int:
@@ -131,6 +134,7 @@ class Config:
 
 _DAEMON_KEYS = (
     "socket",
+    "user",
     "socket_group",
     "socket_mode",
     "sample_period",
@@ -167,6 +171,8 @@ def _daemon_settings(d: configparser.SectionProxy, source: str) -> dict:
         kwargs["socket"] = d["socket"]
     if d.get("socket_group"):
         kwargs["socket_group"] = d["socket_group"]
+    if d.get("user"):
+        kwargs["user"] = d["user"]
     if "socket_mode" in d:
         try:
             mode = int(d["socket_mode"], 8)
@@ -263,6 +269,33 @@ def load_config(path: str | os.PathLike | None) -> Config:
             hint="pass --config PATH",
         ) from None
     return parse_config(text, source=os.fspath(path))
+
+
+def trusted_daemon_uids() -> dict[int, str]:
+    """The accounts a client believes to be gpuenvd (uid -> name): root; this user (a daemon
+    you started yourself is no stranger); the account GPUENV_DAEMON_USER or the config's
+    `[daemon] user` names. A socket served by anyone else is a fake (client.py refuses it)."""
+    names = {0: "root"}
+    me = os.geteuid()
+    names[me] = _user_name(me)
+    wanted = os.environ.get("GPUENV_DAEMON_USER", "").strip()
+    if not wanted:
+        with contextlib.suppress(ConfigError, OSError):
+            wanted = load_config(None).user or ""
+    if wanted:
+        try:  # an account that does not exist adds no one (root is trusted still)
+            uid = int(wanted) if wanted.isdigit() else pwd.getpwnam(wanted).pw_uid
+            names[uid] = _user_name(uid)
+        except KeyError:
+            pass
+    return names
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 # gpuenvd's metrics port when only a host is given: outside the Prometheus wiki's exporter

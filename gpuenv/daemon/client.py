@@ -40,6 +40,47 @@ class DaemonUnavailable(GpuenvError):
     """No gpuenvd answers on the socket."""
 
 
+class DaemonNotTrusted(GpuenvError):
+    """The process serving the socket is not gpuenvd's account: a fake, never believed."""
+
+    exit_code = 4
+
+
+def authenticate(sock: _socket.socket, path: str) -> None:
+    """Refuse a daemon the kernel says runs as an account no one named (SO_PEERCRED).
+
+    Anyone who can write the socket's directory (or GPUENV_SOCKET's) can listen there and
+    answer "locked" while nothing is locked: a reply is believed only from root, this user,
+    or gpuenvd's configured account (auth.trusted_daemon_uids)."""
+    from gpuenv.daemon.auth import peer_from_socket, trusted_daemon_uids
+
+    peer = peer_from_socket(sock)
+    trusted = trusted_daemon_uids()
+    if peer.uid in trusted:
+        return
+    try:
+        owner = _user_of(os.lstat(path).st_uid)
+    except OSError:
+        owner = "an account that removed it since"
+    raise DaemonNotTrusted(
+        f"refusing the gpuenvd at {path}: it is served by {peer.user} (uid {peer.uid}, pid "
+        f"{peer.pid}) and the socket belongs to {owner}, not to gpuenvd's account "
+        f"({', '.join(sorted(set(trusted.values())))}); nothing was asked of it",
+        hint=f"someone may have put a fake gpuenvd there: check 'ls -l {path}' and remove it "
+        "if it is not yours; a gpuenvd running as another account is named by '[daemon] "
+        "user = NAME' in /etc/gpuenv/gpuenvd.conf or GPUENV_DAEMON_USER",
+    )
+
+
+def _user_of(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
 def default_socket() -> str:
     """GPUENV_SOCKET, else /run/gpuenv/gpuenv.sock."""
     return os.environ.get("GPUENV_SOCKET", "").strip() or DEFAULT_SOCKET
@@ -48,7 +89,8 @@ def default_socket() -> str:
 def daemon_available(socket: str | os.PathLike | None = None, *, timeout: float = 1.0) -> bool:
     """True when a gpuenvd that speaks this protocol answers on `socket` (default_socket()).
 
-    Cheap when there is no daemon (a stat); otherwise one connect and a hello.
+    Cheap when there is no daemon (a stat); otherwise one connect and a hello. Raises
+    DaemonNotTrusted when the socket is served by an account that is not gpuenvd's.
     """
     path = os.fspath(socket) if socket is not None else default_socket()
     try:
@@ -59,6 +101,8 @@ def daemon_available(socket: str | os.PathLike | None = None, *, timeout: float 
     try:
         with Client(path, timeout=timeout):
             return True
+    except DaemonNotTrusted:
+        raise  # a fake daemon is said, never taken for "no daemon"
     except GpuenvError:
         return False
 
@@ -127,6 +171,11 @@ class Client:
                 hint="start it as root ('sudo gpuenv daemon' or 'systemctl start gpuenvd'), "
                 "or point GPUENV_SOCKET at its socket",
             ) from None
+        try:
+            authenticate(sock, self.path)  # before a byte is sent or believed
+        except BaseException:
+            sock.close()
+            raise
         self._sock: _socket.socket | None = sock
         try:
             self.info = self.call(

@@ -5,17 +5,27 @@ at most `max_connections_per_user` at once, and all such users together at
 most `max_connections`; root and admins are never refused. A connection that
 holds nothing (no lease, no subscription, no open window) and says nothing for
 `idle_timeout` seconds is closed.
+
+What a connection is streamed (lease events, sample batches) goes through its own bounded
+outbox, drained by a writer thread of its own: the thread that fans an event out never
+waits on a client. A subscriber that does not read (stopped, or just slow) fills its outbox
+or its socket and is dropped (`ConnectionTable.dropped` counts them; the metrics endpoint
+shows it): four SIGSTOPped subscribers used to hold every other subscriber's lease events
+back by 5 s each, one after the other.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import logging
 import select
 import socket
 import struct
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from gpuenv.daemon import protocol
@@ -25,12 +35,24 @@ from gpuenv.errors import GpuenvError
 SEND_TIMEOUT_S = 5.0  # a client that reads nothing for this long is dropped
 MAX_WINDOWS = 1024  # open windows per connection; the oldest is dropped past this
 MAX_SUBSCRIPTIONS = 8  # per connection
+OUTBOX_MESSAGES = 256  # streamed messages a connection may have waiting; more: it is dropped
+OUTBOX_BYTES = 8 << 20
+
+log = logging.getLogger("gpuenv.daemon")
 
 
 class Conn:
     """One client connection."""
 
-    def __init__(self, cid: int, sock: socket.socket, peer: Peer, *, admin: bool = False):
+    def __init__(
+        self,
+        cid: int,
+        sock: socket.socket,
+        peer: Peer,
+        *,
+        admin: bool = False,
+        on_drop: Callable[[Conn, str], None] | None = None,
+    ):
         self.id = cid
         self.sock = sock
         self.peer = peer
@@ -41,6 +63,63 @@ class Conn:
         self.event_sub: int | None = None  # the subscription that asked for lease events
         self.closed = threading.Event()
         self.last_active = time.monotonic()
+        self.on_drop = on_drop
+        self._outbox: collections.deque[bytes] = collections.deque()
+        self._outbox_bytes = 0
+        self._outbox_cv = threading.Condition()
+        self._writer: threading.Thread | None = None
+
+    def push(self, message: dict[str, Any]) -> bool:
+        """Queue a streamed message (an event, a batch of samples) without waiting for the
+        client; one whose outbox is full is dropped. False when the connection is gone."""
+        if self.closed.is_set():
+            return False
+        data = protocol.encode(message)
+        with self._outbox_cv:
+            full = (
+                len(self._outbox) >= OUTBOX_MESSAGES
+                or self._outbox_bytes + len(data) > OUTBOX_BYTES
+            )
+            if not full:
+                self._outbox.append(data)
+                self._outbox_bytes += len(data)
+                if self._writer is None:
+                    self._writer = threading.Thread(
+                        target=self._drain, name=f"gpuenvd-out-{self.id}", daemon=True
+                    )
+                    self._writer.start()
+                self._outbox_cv.notify()
+        if full:
+            self.drop(f"{OUTBOX_MESSAGES} streamed messages waited for it")
+            return False
+        return True
+
+    def _drain(self) -> None:
+        while True:
+            with self._outbox_cv:
+                while not self._outbox and not self.closed.is_set():
+                    self._outbox_cv.wait(1.0)
+                if self.closed.is_set():
+                    self._outbox.clear()
+                    return
+                data = self._outbox.popleft()
+                self._outbox_bytes -= len(data)
+            with self.send_lock:
+                if self.closed.is_set():
+                    continue
+                try:
+                    self.sock.sendall(data)
+                except OSError:
+                    self.drop(f"it read nothing for {SEND_TIMEOUT_S:g} s")
+
+    def drop(self, why: str) -> None:
+        """End a connection that does not read what it is streamed (counted once)."""
+        if self.closed.is_set():
+            return
+        self.hang_up()
+        log.warning("dropped the subscriber %s: %s", self.peer.describe(), why)
+        if self.on_drop is not None:
+            self.on_drop(self, why)
 
     def send(self, message: dict[str, Any]) -> bool:
         data = protocol.encode(message)
@@ -81,6 +160,8 @@ class Conn:
         self.closed.set()
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
+        with self._outbox_cv:
+            self._outbox_cv.notify_all()
 
 
 class ConnectionTable:
@@ -93,6 +174,11 @@ class ConnectionTable:
         self.conns: dict[int, Conn] = {}
         self._per_uid: Counter[int] = Counter()
         self._users = 0  # connections of non-admins
+        self.dropped = 0  # subscribers dropped for not reading
+
+    def count_drop(self, conn: Conn, why: str) -> None:
+        with self.lock:
+            self.dropped += 1
 
     def __len__(self) -> int:
         return len(self.conns)

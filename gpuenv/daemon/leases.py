@@ -432,7 +432,10 @@ class LeaseManager:
             if self._leases.pop(lease.id, None) is None:
                 return  # ended by another thread meanwhile
             if lease.conn is not None:
-                self._by_conn.get(lease.conn, {}).pop(lease.id, None)
+                mine = self._by_conn.get(lease.conn, {})
+                mine.pop(lease.id, None)
+                if not mine:  # else one empty dict stayed per connection that ever held one
+                    self._by_conn.pop(lease.conn, None)
             locks, busy = self._table.detach(lease)
             self._releases += 1
         done: list[str] = []

@@ -17,9 +17,11 @@ in one vocabulary, NVML's (gpuenv.reasons: `SwPowerCap`, `SwThermalSlowdown`...)
 in both the active-reason gauge and the time-under-reason counter. No label names a
 process (holders are counted per user and kind), so series do not grow with jobs.
 
-Values come from the daemon's own sampler and journal at scrape time (a custom
-collector: no label set goes stale when a lock ends). prometheus-client is
-imported only when the endpoint starts. Bound to 127.0.0.1 unless the config says
+Values come from the daemon's own sampler and journal (a custom collector: no label set
+goes stale when a lock ends), rendered at most once a second into a snapshot that every
+scrape in between is served; the HTTP side is metrics_http.py (one thread, a bounded
+number of connections, each with a deadline). prometheus-client is imported only when
+the endpoint starts. Bound to 127.0.0.1 unless the config says
 otherwise; `--metrics ADDRESS` serves on DEFAULT_PORT, 19400 (the Prometheus wiki's
 exporter range 9100-9999 is fully allocated; 9400 is dcgm-exporter's).
 """
@@ -55,6 +57,8 @@ class Server(Protocol):
     protocol_errors: int
 
     def connections(self) -> int: ...
+
+    def subscribers_dropped(self) -> int: ...
 
 
 DEFAULT_PORT = METRICS_PORT
@@ -215,6 +219,20 @@ class GpuenvCollector:
         conns = gauge("gpuenv_daemon_connections", "Open client connections")
         conns.add_metric([], server.connections())
         yield conns
+        dropped = CounterMetricFamily(
+            "gpuenv_daemon_subscribers_dropped",
+            "Subscribers dropped for not reading what they were streamed",
+        )
+        dropped.add_metric([], server.subscribers_dropped())
+        yield dropped
+        endpoint = getattr(server, "_metrics", None)
+        if endpoint is not None:
+            refused = CounterMetricFamily(
+                "gpuenv_metrics_connections_refused",
+                "Metrics connections closed early: the endpoint's limit was open",
+            )
+            refused.add_metric([], endpoint.http.refused)
+            yield refused
         up = gauge("gpuenv_daemon_start_time_seconds", "When gpuenvd started (epoch)")
         up.add_metric([], server.started_at)
         yield up
@@ -304,33 +322,32 @@ def render(server: Server) -> bytes:
 class MetricsEndpoint:
     """The HTTP endpoint's handle: `stop()` shuts it down."""
 
-    def __init__(self, httpd: Any, thread: Any, host: str, port: int):
-        self.httpd = httpd
-        self.thread = thread
+    def __init__(self, http: Any, host: str, port: int):
+        self.http = http
         self.host = host
         self.port = port
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=2.0)
+        self.http.stop()
 
 
 def start_metrics(server: Server, listen: str) -> MetricsEndpoint:
     """Serve /metrics on `listen` ("127.0.0.1:19400"; port 0 picks a free one)."""
     import logging
 
+    from gpuenv.daemon.metrics_http import MetricsHTTP
+
     host, port = parse_listen(listen)
     prom = _prometheus()
+    registry = registry_for(server)
     try:
-        httpd, thread = prom.start_http_server(port, addr=host, registry=registry_for(server))
+        http = MetricsHTTP(host, port, lambda: bytes(prom.generate_latest(registry)))
     except OSError as err:
         raise ConfigError(
             f"cannot serve metrics on {host}:{port}: {err.strerror or err}",
             hint="choose another port",
         ) from None
-    bound = httpd.server_address[1]
     logging.getLogger("gpuenv.daemon").info(
-        "Prometheus metrics on http://%s:%d/metrics", host, bound
+        "Prometheus metrics on http://%s:%d/metrics", host, http.port
     )
-    return MetricsEndpoint(httpd, thread, host, bound)
+    return MetricsEndpoint(http, host, http.port)

@@ -191,7 +191,7 @@ class Operations:
                 s.to_dict() for g in gpus for s in self.sampler.samples(last, now, g) if s.t > last
             ]
             last = now
-            if not conn.send(
+            if not conn.push(
                 protocol.event("samples", sub=sub, samples=samples, leases=self.leases.summary())
             ):
                 return

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import grp
 import itertools
 import logging
 import os
 import queue
 import socket
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -30,13 +28,12 @@ from typing import Any
 from gpuenv.backend import Backend
 from gpuenv.clocks.journal import Journal
 from gpuenv.daemon import protocol
-from gpuenv.daemon.auth import DEFAULT_SOCKET, Authorizer, Config, Peer, peer_from_socket
+from gpuenv.daemon.auth import Authorizer, Config, Peer, peer_from_socket
 from gpuenv.daemon.connection import (
     SEND_TIMEOUT_S,
     Conn,
     ConnectionTable,
     set_send_timeout,
-    socket_answers,
 )
 from gpuenv.daemon.leases import LeaseManager
 from gpuenv.daemon.ops import Operations, version
@@ -107,6 +104,7 @@ class Server:
         self.requests = 0
         self.protocol_errors = 0
         self._listener: socket.socket | None = None
+        self._place: Any = None  # listener.SocketPlace, once bound
         self._ids = itertools.count(1)
         self._state_lock = threading.Lock()
         self._stop = threading.Event()
@@ -120,6 +118,10 @@ class Server:
     def connections(self) -> int:
         """How many clients are connected now."""
         return len(self.conns)
+
+    def subscribers_dropped(self) -> int:
+        """How many subscribers were dropped for not reading (connection.Conn.push)."""
+        return self.conns.dropped
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -144,8 +146,8 @@ class Server:
             self.sampler.start()
         except BaseException:
             sock.close()
-            with contextlib.suppress(OSError):
-                os.unlink(self.address)
+            if self._place is not None:
+                self._place.remove()
             raise
         self._listener = sock
         self._accept_thread = threading.Thread(
@@ -160,13 +162,16 @@ class Server:
             from gpuenv.daemon.metrics import start_metrics
 
             self._metrics = start_metrics(self, self.config.metrics)
+        import resource
+
         log.info(
-            "gpuenvd %s listening on %s (mode %04o) for %d GPU(s), backend %s",
+            "gpuenvd %s listening on %s (mode %04o) for %d GPU(s), backend %s, %d descriptors",
             version(),
             self.address,
             self.config.socket_permissions(),
             len(self.gpus),
             self.backend.name,
+            resource.getrlimit(resource.RLIMIT_NOFILE)[0],
         )
 
     def serve_forever(self) -> None:
@@ -204,9 +209,8 @@ class Server:
             with contextlib.suppress(OSError):
                 listener.shutdown(socket.SHUT_RDWR)
             listener.close()
-            with contextlib.suppress(OSError):
-                if stat.S_ISSOCK(os.lstat(self.address).st_mode):
-                    os.unlink(self.address)
+        if self._place is not None:
+            self._place.remove()
         for conn in self.conns.all():
             conn.hang_up()
         deadline = time.monotonic() + 5.0
@@ -231,50 +235,12 @@ class Server:
         self.stop()
 
     def _bind(self) -> socket.socket:
-        path = self.address
-        directory = os.path.dirname(path) or "."
-        if os.path.abspath(path) == DEFAULT_SOCKET:  # /run/gpuenv is the daemon's own to make
-            os.makedirs(directory, mode=0o755, exist_ok=True)
-        elif not os.path.isdir(directory):  # a typo in --socket must not grow a tree from '/'
-            raise ConfigError(
-                f"the socket's directory {directory} does not exist",
-                hint=f"create it first (mkdir -p {directory}) or choose another --socket",
-            )
-        with contextlib.suppress(FileNotFoundError):
-            if not stat.S_ISSOCK(os.lstat(path).st_mode):
-                raise ConfigError(
-                    f"{path} exists and is not a socket",
-                    hint="remove it or choose another --socket",
-                )
-            if socket_answers(path):
-                raise ConfigError(
-                    f"another gpuenvd already listens on {path}",
-                    hint="stop it first, or use another --socket",
-                )
-            os.unlink(path)  # left by a daemon that died
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o177)  # never world-writable, not even for an instant
-        try:
-            sock.bind(path)
-        finally:
-            os.umask(old_umask)
-        try:
-            if self.config.socket_group:
-                try:
-                    gid = grp.getgrnam(self.config.socket_group).gr_gid
-                except KeyError:
-                    raise ConfigError(
-                        f"socket_group {self.config.socket_group!r} does not exist",
-                        hint="create it or fix the config",
-                    ) from None
-                os.chown(path, -1, gid)
-            os.chmod(path, self.config.socket_permissions())
-        except BaseException:
-            sock.close()
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            raise
-        return sock
+        from gpuenv.daemon.listener import SocketPlace
+
+        self._place = SocketPlace(
+            self.address, group=self.config.socket_group, mode=self.config.socket_permissions()
+        )
+        return self._place.bind()
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -296,7 +262,13 @@ class Server:
                 log.warning("refused a connection: cannot read its credentials (%s)", err)
                 sock.close()
                 continue
-            conn = Conn(next(self._ids), sock, peer, admin=self.auth.is_admin(peer))
+            conn = Conn(
+                next(self._ids),
+                sock,
+                peer,
+                admin=self.auth.is_admin(peer),
+                on_drop=self.conns.count_drop,
+            )
             set_send_timeout(sock, SEND_TIMEOUT_S)
             refused = self.conns.admit(conn)
             if refused is not None:
@@ -390,8 +362,8 @@ class Server:
                 return
             kind, lease_info = item
             conns = [c for c in self.conns.all() if c.event_sub is not None]
-            for conn in conns:
-                conn.send(
+            for conn in conns:  # queued, never waited for: a stalled reader is dropped alone
+                conn.push(
                     protocol.event("lease", sub=conn.event_sub, action=kind, lease=lease_info)
                 )
 

@@ -9,10 +9,16 @@ traces) to a directory shared by the job, and rank 0 waits for them, at most
 prints one table with a rank column and says which ranks did not report.
 
 The directory is `$GPUENV_RANKS_DIR` (default: the temp directory) /
-gpuenv-ranks-<job>, the job being Slurm's job and step ids, or torchrun's run id,
+gpuenv-ranks-<uid>-<job>, the job being Slurm's job and step ids, or torchrun's run id,
 master address and port and restart count. Ranks on other nodes reach rank 0's
 only through a shared filesystem: set GPUENV_RANKS_DIR to one there. A file a
 rank wrote before this job's rank 0 started (a killed job's) is not read.
+
+The name is predictable, so the directory is trusted only when it is this user's and
+private: made 0700 through `gpuenv._files.open_dir` (every component checked, no link
+followed), every file read and written relative to it. One another account made first is
+refused (rank 0 says so and prints its own table): no other account's summary is ever
+printed as a rank's.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuenv._files import replaced
+from gpuenv._files import UnsafePath, open_dir, read_at, replace_at
 from gpuenv.results import Measurement
 from gpuenv.run.report import fmt_time, summary_table, tail_lines
 
@@ -107,20 +113,28 @@ def world_size(env: Mapping[str, str]) -> int | None:
 
 
 def ranks_dir(env: Mapping[str, str]) -> Path:
-    return Path(env.get(ENV_DIR) or tempfile.gettempdir()) / f"gpuenv-ranks-{job_key(env)}"
+    base = Path(env.get(ENV_DIR) or tempfile.gettempdir())
+    return base / f"gpuenv-ranks-{os.geteuid()}-{job_key(env)}"
+
+
+def _open_ranks_dir(directory: Path) -> int:
+    """The job's directory, this user's and 0700 (UnsafePath when another account's)."""
+    return open_dir(directory, create=True, mode=0o700, what="the ranks' directory")
 
 
 def publish(
     directory: Path, record: Mapping[str, Any], measurements: Sequence[Measurement]
 ) -> Path:
     """Write one rank's summary, atomically (rank 0 never reads half a file)."""
-    directory.mkdir(parents=True, exist_ok=True)
     data = dict(record, host=socket.gethostname(), ended_at=time.time(),
                 measurements=[_slim(m) for m in measurements])  # fmt: skip
-    path = directory / f"rank{record['rank']}.json"
-    with replaced(path) as f:
-        json.dump(data, f)
-    return path
+    name = f"rank{record['rank']}.json"
+    dfd = _open_ranks_dir(directory)
+    try:
+        replace_at(dfd, name, json.dumps(data).encode())
+    finally:
+        os.close(dfd)
+    return directory / name
 
 
 def _slim(m: Measurement) -> dict[str, Any]:
@@ -136,20 +150,23 @@ def gather(
     """The summaries of `ranks` found in `directory` within `wait_s` (written after `since`)."""
     found: dict[int, dict[str, Any]] = {}
     deadline = time.monotonic() + wait_s
-    while True:
-        for r in ranks:
-            if r in found:
-                continue
-            path = directory / f"rank{r}.json"
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if float(data.get("ended_at", 0)) >= since - CLOCK_SKEW_S:
-                found[r] = data
-        if len(found) == len(ranks) or time.monotonic() >= deadline:
-            return found
-        time.sleep(POLL_S)
+    dfd = _open_ranks_dir(directory)
+    try:
+        while True:
+            for r in ranks:
+                if r in found:
+                    continue
+                try:
+                    data = json.loads(read_at(dfd, f"rank{r}.json"))
+                except (OSError, ValueError):
+                    continue
+                if float(data.get("ended_at", 0)) >= since - CLOCK_SKEW_S:
+                    found[r] = data
+            if len(found) == len(ranks) or time.monotonic() >= deadline:
+                return found
+            time.sleep(POLL_S)
+    finally:
+        os.close(dfd)
 
 
 def report_ranks(
@@ -171,17 +188,22 @@ def report_ranks(
     except ValueError:
         wait_s = WAIT_S
     others = list(range(1, world_size(env) or 1))
-    found = gather(directory, others, since=started_wall, wait_s=wait_s)
-    for r in found:
+    refused = ""
+    try:
+        found = gather(directory, others, since=started_wall, wait_s=wait_s)
+    except UnsafePath as err:  # made by another account first: read nothing from it
+        found, refused = {}, f"\n  ranks' summaries not read: {err}"
+    else:
+        for r in found:
+            with contextlib.suppress(OSError):
+                (directory / f"rank{r}.json").unlink()
         with contextlib.suppress(OSError):
-            (directory / f"rank{r}.json").unlink()
-    with contextlib.suppress(OSError):
-        directory.rmdir()  # only when empty: a straggler's file stays for no one
+            directory.rmdir()  # only when empty: a straggler's file stays for no one
     runs = [(0, dict(record, host=socket.gethostname()), list(measurements))]
     runs += [(r, d, [Measurement.from_dict(m) for m in d["measurements"]])
              for r, d in sorted(found.items())]  # fmt: skip
     missing = [r for r in others if r not in found]
-    return combined_text(runs, missing, wait_s, verbose=verbose)
+    return combined_text(runs, missing, wait_s, verbose=verbose) + refused
 
 
 def combined_text(

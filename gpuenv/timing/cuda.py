@@ -385,10 +385,9 @@ class CudaProfiler(CudaEvents):
 
 @contextlib.contextmanager
 def _profiling() -> Iterator[Any]:
-    """A torch.profiler session of CUDA activity. Warnings torch raises while the session
-    starts and stops concern gpuenv's use of the profiler, not the user's code (torch 2.11
-    notes that a session clears its events at its end): under `-W error` they would end the
-    measurement, so they are silenced there alone; fn's own warnings go through."""
+    """A torch.profiler session of CUDA activity. Warnings torch raises as it starts and
+    stops concern gpuenv's use of the profiler (torch 2.11: events cleared at its end), and
+    under `-W error` would end the measurement: silenced there alone, not fn's own."""
     from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CUDA])

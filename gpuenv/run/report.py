@@ -32,17 +32,17 @@ MAX_REP_WINDOWS = 1_000  # per-rep windows stored in the results file (findings 
 # Timer a hundredth of its calls or its block-size estimate); pytest-benchmark does not
 WARMED_BY_TOOL = {"do_bench": "do_bench warms up before the reps it returns",
                   "timer": "the Timer warms up before it measures"}
-COLD_RUN = "a command starts with the GPU idle"
 
 
-def _demote_cold_start(findings: list[Finding], why: str = COLD_RUN) -> list[Finding]:
-    """A warm-up the region's own start explains, not its number: for the whole run (a
-    command starts with the GPU idle) and for a call of a tool that warms up itself, it is
-    no finding to reject on."""
+def _demote_cold_start(findings: list[Finding]) -> list[Finding]:
+    """A command starts with the GPU idle: for the whole run that is no finding to reject on."""
     out = []
     for f in findings:
         if f.kind == "warmup_ramp" and f.severity != "info":
-            f = dataclasses.replace(f, severity="info", message=f"{f.message} (expected: {why})")
+            f = dataclasses.replace(
+                f, severity="info",
+                message=f"{f.message} (expected: a command starts with the GPU idle)",
+            )  # fmt: skip
         out.append(f)
     return out
 
@@ -98,9 +98,18 @@ def build_measurements(
             extra["incomplete_reps"] = incomplete
         why = WARMED_BY_TOOL.get(str(extra.get("kind"))) if isinstance(key, int) else None
         out.append(_measurement(name, reps, gpus, facts, policy, config, wall_at, extra=extra,
-                                amend=functools.partial(_demote_cold_start, why=why)
+                                amend=functools.partial(_warmed_by_tool, why=why, extra=extra)
                                 if why else None))  # fmt: skip
     return out
+
+
+def _warmed_by_tool(findings: list[Finding], why: str, extra: dict[str, Any]) -> list[Finding]:
+    """A call of a tool that warms up before it measures: its idle start is no finding
+    (the number it returned came after the warm-up), only a note in `extra`."""
+    kept = [f for f in findings if f.kind != "warmup_ramp"]
+    if len(kept) < len(findings):
+        extra["cold_start"] = f"the call began on an idle GPU: {why}"
+    return kept
 
 
 def is_call(r: Region) -> bool:

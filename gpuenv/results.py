@@ -178,16 +178,20 @@ class ResultStore:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], metadata: dict[str, Any], *, fsync: bool = True
-    ):
-        self.path = Path(path)
+        self, path: str | os.PathLike[str], metadata: dict[str, Any], *, fsync: bool = True,
+        mkdir: bool = False,
+    ):  # fmt: skip
+        """`mkdir`: create a missing directory (else a missing one is an error: gpuenv
+        creates no directory it was not asked for)."""
+        from gpuenv import validate
+
+        self.path = validate.output_path(path, "output", mkdir=mkdir,
+                                                 where="cannot write results") or Path(path)
         self.run_id = uuid.uuid4().hex
         self.fsync = fsync
         created = not self.path.exists()
         self._fh: IO[bytes] | None = None
         try:
-            if self.path.parent != Path(""):
-                self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "ab")  # noqa: SIM115
             self._write({"type": "run", "run_id": self.run_id, "metadata": metadata})
         except OSError as err:
@@ -334,9 +338,10 @@ class Results(Sequence[Measurement]):
     def run(self) -> Run:
         return Run(dict(self.metadata), tuple(self._items))
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Append this run (metadata and every measurement) to a JSONL file."""
-        with ResultStore(path, self.metadata) as store:
+    def save(self, path: str | os.PathLike[str], *, mkdir: bool = False) -> Path:
+        """Append this run (metadata and every measurement) to a JSONL file (`mkdir`: create
+        its directory when missing)."""
+        with ResultStore(path, self.metadata, mkdir=mkdir) as store:
             for m in self._items:
                 store.append(m)
         return store.path

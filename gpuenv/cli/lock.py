@@ -60,14 +60,16 @@ def lock(
     """
     from gpuenv.clocks import decide, describe_target, make_request, plan_lock
     from gpuenv.clocks.journal import Journal
+    from gpuenv.clocks.request import CLI_NAMES
     from gpuenv.locking import acquire
 
+    # judged first, in the flags' names (the Python API's own check names its parameters)
+    request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit, names=CLI_NAMES)
     dry = dry_run_here or is_dry_run(ctx)
     backend = open_from_ctx(ctx, readonly=True if dry else None)
     try:
         if backend.readonly:
             journal = Journal()
-            request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit)
             plan = plan_lock(backend, request, gpu, journal=journal)
             decisions = decide(plan, journal, force=force, wait_dying=False) or []
             for d in decisions:

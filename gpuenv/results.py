@@ -245,40 +245,46 @@ def _reopen_truncated(fh: IO[bytes], path: Path, size: int) -> IO[bytes]:
 
 
 def load_runs(path: str | os.PathLike[str]) -> list[Run]:
-    """Every run in a gpuenv JSONL file, in file order.
+    """Every run in a gpuenv JSONL file, in file order, read through gpuenv.reader.
 
-    A line that does not parse (the end of a file whose writer crashed mid-line)
-    is skipped with a warning; everything before and after it still loads.
+    A line that is not JSON (the end of a file whose writer crashed mid-line) or of a
+    record type this gpuenv does not know is skipped with a warning naming its line;
+    everything before and after it still loads. A record that parses but is not what
+    gpuenv writes (a NaN or string time, `windows: null`, a trace value "x") is refused:
+    a ConfigError naming the file, line and field, since a number drawn or compared
+    from it could not be trusted.
     """
+    from gpuenv import reader
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(
-            f"cannot read results file {p}: {err.strerror or err}",
-            hint="pass the path of a .jsonl file written by gpuenv",
-        ) from err
-    except UnicodeDecodeError as err:
-        raise ConfigError(
-            f"{p} is not a results file (not text: byte {err.start} is not UTF-8)",
-            hint="pass the .jsonl file gpuenv wrote, not an image or archive",
-        ) from err
+    what = "cannot read results file"
+    text = reader.read_text(p, what=what, max_bytes=reader.RESULTS_MAX_BYTES,
+                            noun="a results file")  # fmt: skip
     runs: dict[str, tuple[dict[str, Any], list[Measurement]]] = {}
     bad: list[int] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):  # type: ignore[union-attr]
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            kind = record.get("type")
-            run_id = str(record.get("run_id", ""))
-            if kind == "run":
-                runs.setdefault(run_id, ({}, []))[0].update(record.get("metadata") or {})
-            elif kind == "measurement":
-                runs.setdefault(run_id, ({}, []))[1].append(Measurement.from_dict(record))
-            else:
-                bad.append(lineno)
-        except (ValueError, TypeError, AttributeError, KeyError):
+            record = reader.parse_json(line, what=what, path=p, line=lineno)
+        except reader.BadRecord as err:
+            if "not JSON" not in err.message:
+                raise
+            bad.append(lineno)  # a torn line: skipped, as the docstring says
+            continue
+        if not isinstance(record, dict):
+            raise reader.BadRecord(what, p, "not a JSON object", line=lineno)
+        kind = record.get("type")
+        run_id = str(record.get("run_id", ""))
+        if kind == "run":
+            meta = record.get("metadata") or {}
+            if not isinstance(meta, dict):
+                raise reader.BadRecord(what, p, "not a JSON object", line=lineno,
+                                       field="metadata")  # fmt: skip
+            runs.setdefault(run_id, ({}, []))[0].update(meta)
+        elif kind == "measurement":
+            runs.setdefault(run_id, ({}, []))[1].append(_measurement(record, p, lineno))
+        else:
             bad.append(lineno)
     if bad:
         shown = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
@@ -286,6 +292,34 @@ def load_runs(path: str | os.PathLike[str]) -> list[Run]:
     if not runs:
         raise ConfigError(f"{p} holds no gpuenv run", hint="pass a .jsonl file written by gpuenv")
     return [Run(dict(meta, run_id=rid), tuple(ms)) for rid, (meta, ms) in runs.items()]
+
+
+TRACE_SERIES = ("t_s", "sm_mhz", "mem_mhz", "power_w", "temp_c", "reasons")
+
+
+def _measurement(record: dict[str, Any], path: Path, lineno: int) -> Measurement:
+    """A measurement line, its schema checked first (gpuenv.reader) and its traces too."""
+    from gpuenv import reader
+
+    what = "cannot read results file"
+    reader.check_record(Measurement, record, what=what, path=path, line=lineno)
+    extra = record.get("extra") or {}
+    traces = {"trace": extra.get("trace")}
+    if isinstance(extra.get("traces"), dict):
+        traces.update({f"traces.{k}": v for k, v in extra["traces"].items()})
+    for name, trace in traces.items():
+        if trace is None:
+            continue
+        problem = reader.check_series(trace, TRACE_SERIES, f"extra.{name}")
+        if problem is not None:
+            raise reader.BadRecord(what, path, problem[1], line=lineno, field=problem[0])
+    rejected = record.get("rejected_reps") or []
+    n = len(record.get("times_s") or [])
+    for i, rep in enumerate(rejected):
+        if not 0 <= rep < n:
+            raise reader.BadRecord(what, path, f"rep {rep} is not one of the {n} reps",
+                                   line=lineno, field=f"rejected_reps[{i}]")  # fmt: skip
+    return Measurement.from_dict(record)
 
 
 def load_run(path: str | os.PathLike[str]) -> Run:

@@ -56,7 +56,7 @@ LAYERS = (
     ("gpuenv.backend", "gpuenv.devices"),
     # vocabulary
     ("gpuenv.reasons", "gpuenv.units", "gpuenv.errors", "gpuenv.timebase", "gpuenv._records",
-     "gpuenv._lazy", "gpuenv._files"),
+     "gpuenv._lazy", "gpuenv._files", "gpuenv.validate", "gpuenv.reader"),
 )  # fmt: skip
 TORCH_IMPORTERS = ("timing/cuda.py", "integrations/*.py")
 PYNVML_IMPORTERS = ("backend/nvml*.py",)

@@ -11,6 +11,7 @@ only when it changed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -18,7 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpuenv.errors import FileError
+
 FORMAT = "gpuenv-sim-state/1"
+_MAX_BYTES = 16 << 20  # a few GPUs' settings and counters: a few kB
 
 
 def default_state_path() -> Path:
@@ -34,6 +38,21 @@ class StateFile:
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self._seen: tuple[int, int, int] | None = None
+        self._check_place()
+
+    def _check_place(self) -> None:
+        """A regular file (or none yet) in a directory that exists: GPUENV_SIM_STATE=/dev/full
+        would put a lock file beside a device and replace it (as root); a missing directory
+        is not created (gpuenv creates none it was not asked for)."""
+        from gpuenv import reader
+
+        where, setting = "the simulated GPU's state", "GPUENV_SIM_STATE"
+        if not self.path.name or not self.path.parent.is_dir():
+            folder = self.path.parent if self.path.name else self.path
+            raise FileError(folder, errno.ENOTDIR if folder.exists() else errno.ENOENT,
+                            where=where, setting=setting)  # fmt: skip
+        if os.path.lexists(self.path):
+            reader.read_bytes(self.path, what=where, setting=setting, max_bytes=_MAX_BYTES)
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:
@@ -49,7 +68,6 @@ class StateFile:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Exclusive lock for a read-modify-write (blocks while another process holds it)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -60,11 +78,18 @@ class StateFile:
 
     def read(self) -> dict[str, Any] | None:
         """The document, or None when there is none (or it is not ours / not JSON)."""
+        from gpuenv import reader
+
         stat = self._stat()
         try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+            raw = reader.read_bytes(self.path, what="the simulated GPU's state",
+                                    setting="GPUENV_SIM_STATE", max_bytes=_MAX_BYTES,
+                                    missing_ok=True)  # fmt: skip
+            data = None if raw is None else json.loads(raw)
+        except (ValueError, RecursionError):  # not JSON (nor UTF-8): not ours, start afresh
+            self._seen = stat
+            return None
+        if data is None:
             self._seen = stat
             return None
         self._seen = stat

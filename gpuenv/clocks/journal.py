@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpuenv import reader
 from gpuenv.clocks.records import (
     Applied,
     ClockState,
@@ -245,26 +246,28 @@ class Journal:
         path = self._file(uuid)
         damage: JournalDamaged | None = None
         for candidate in (path, path.with_name(path.name + BACKUP)):
-            data = self._read(candidate)
-            if data is None:
-                continue
             try:
+                data = self._read(candidate)
+                if data is None:
+                    continue
                 return decode(candidate, data, uuid)
             except JournalDamaged as err:
                 damage = damage or err
+            except ConfigError as err:  # not a regular file (a FIFO would hang), too big
+                damage = damage or JournalDamaged(uuid, candidate, err.message)
         if damage is not None:
             raise damage
         return None
 
     def _read(self, path: Path) -> bytes | None:
+        """The record's bytes through gpuenv.reader (a regular file, bounded); a file that
+        is not one is a ConfigError, judged as damage for this GPU only."""
         try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError:
-            return b""  # judged as damage, for this GPU only
-        except OSError as err:
-            raise self._file_error(err, path) from err
+            return reader.read_bytes(path, what="the journal record", missing_ok=True)
+        except FileError as err:
+            if isinstance(err.__cause__, OSError):
+                raise self._file_error(err.__cause__, path) from err.__cause__
+            raise
 
     def uuids(self) -> list[str]:
         """Every GPU with a record (either copy), good or damaged."""

@@ -8,6 +8,7 @@ one put back on a GPU).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import uuid as uuid_mod
@@ -40,8 +41,9 @@ def _opt_int(value: Any) -> int | None:
 
 
 def _num(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected a number, got {value!r}")
+    # finite too: a NaN power limit in a record would be written back to the GPU on restore
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"expected a finite number, got {value!r}")
     return float(value)
 
 

@@ -35,12 +35,16 @@ def shown(value: Any) -> str:
     return text if len(text) <= _SHOW else text[: _SHOW - 3] + "..."
 
 
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
 def _bounds(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
     parts = []
     if lo is not None:
-        parts.append(f"{'>' if lo_open else '>='} {lo:g}")
+        parts.append(f"{'>' if lo_open else '>='} {_num(lo)}")
     if hi is not None:
-        parts.append(f"{'<' if hi_open else '<='} {hi:g}")
+        parts.append(f"{'<' if hi_open else '<='} {_num(hi)}")
     return " and ".join(parts)
 
 
@@ -199,7 +203,10 @@ def output_path(
         except OSError as err:
             raise FileError.from_os_error(err, path=folder, where=where) from err
     elif not folder.is_dir():
-        raise FileError(folder, 2 if not folder.exists() else 20, where=where)
+        err = FileError(folder, 2 if not folder.exists() else 20, where=where)
+        if not folder.exists():
+            err.hint = f"create it first (mkdir -p {folder}) or pick another path"
+        raise err
     return p
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import click
 
-from gpuenv.cli._common import gpu_option, handle_errors, interval_option, open_from_ctx
+from gpuenv import validate
+from gpuenv.cli._common import checked, gpu_option, handle_errors, interval_option, open_from_ctx
 
 _SCENARIO_NAMES = ("idle", "load", "bursts", "shared")  # gpuenv.monitor.SCENARIOS (checked there)
 
@@ -33,13 +34,15 @@ def _refuse_c(ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @click.option("--csv", "as_csv", is_flag=True, help="Stream CSV, one row per GPU per tick.")
 @interval_option("updates (-d as in 'nvidia-smi dmon -d')", default=1.0, short="-d")
 @click.option(
-    "-n", "--count", type=int, default=None, metavar="N", help="Stop after N updates (top's -n)."
+    "-n", "--count", type=int, default=None, metavar="N", help="Stop after N updates (top's -n).",
+    callback=checked("--count", validate.integer, lo=1),
 )
 @click.option(
     "-c", "nvitop_c", hidden=True, default=None, expose_value=False, callback=_refuse_c,
     help="Refused: nvitop's -c means compute processes only; the count is -n/--count.",
 )  # fmt: skip
-@click.option("--duration", type=float, default=None, metavar="S", help="Stop after S seconds.")
+@click.option("--duration", type=float, default=None, metavar="S", help="Stop after S seconds.",
+              callback=checked("--duration", lo=0, lo_open=True))  # fmt: skip
 @click.option(
     "--scenario",
     type=click.Choice(_SCENARIO_NAMES),

@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 import click
 
+from gpuenv import validate
 from gpuenv.backend import env_readonly
-from gpuenv.cli._common import gpu_option, handle_errors, is_dry_run, open_from_ctx
+from gpuenv.cli._common import checked, gpu_option, handle_errors, is_dry_run, open_from_ctx
 
 
 def _print_help(table: str) -> None:
@@ -61,10 +62,13 @@ def _help_callback(table: str) -> Callable[[click.Context, click.Parameter, bool
 )  # fmt: skip
 @click.option(
     "-l", "--loop", "--interval", "loop_s", type=float, metavar="SEC",
+    callback=checked("-l", validate.display_interval),
     help="Repeat every SEC seconds until Ctrl-C (nvidia-smi -l).",
 )  # fmt: skip
 @click.option(
     "-lms", "--loop-ms", "loop_ms", type=int, metavar="MS",
+    callback=checked("-lms", validate.integer, lo=1,
+                     hi=int(validate.MAX_DISPLAY_INTERVAL_S * 1e3)),
     help="Repeat every MS milliseconds until Ctrl-C (nvidia-smi -lms).",
 )  # fmt: skip
 @click.option(

@@ -67,6 +67,9 @@ def plan_run(
     if period is not None:
         validate.sample_period(period, "--interval")
     check_run_policy(policy)
+    from gpuenv.run.ranks import wait_time
+
+    wait_time(env)  # GPUENV_RANKS_WAIT_S=abc fails now, not after the command ran
     resolve_command(argv)  # a typo fails here, before anything is locked
     auto = select_kinds(env.get(ENV_SELECT), enabled=not no_auto_regions)
     lock_args = None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import socket
@@ -38,6 +39,13 @@ WAIT_S = 60.0
 POLL_S = 0.1
 CLOCK_SKEW_S = 30.0  # a rank's end may be read this long before rank 0's start (other nodes)
 _DROP_EXTRA = ("trace", "traces", "regions")  # big, and not in the table
+
+
+def wait_time(env: Mapping[str, str]) -> float:
+    """GPUENV_RANKS_WAIT_S, judged (gpuenv.validate): 'abc' is refused, not read as 60 s."""
+    from gpuenv import validate
+
+    return validate.env_number(ENV_WAIT, WAIT_S, lo=0, hi=86400, environ=env)
 
 
 # -- where and what: defaults under torchrun / Slurm ---------------------------------------
@@ -140,16 +148,34 @@ def gather(
         for r in ranks:
             if r in found:
                 continue
-            path = directory / f"rank{r}.json"
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if float(data.get("ended_at", 0)) >= since - CLOCK_SKEW_S:
+            data = _rank_summary(directory / f"rank{r}.json")
+            if data is not None and data["ended_at"] >= since - CLOCK_SKEW_S:
                 found[r] = data
         if len(found) == len(ranks) or time.monotonic() >= deadline:
             return found
         time.sleep(POLL_S)
+
+
+def _rank_summary(path: Path) -> dict[str, Any] | None:
+    """A rank's summary through gpuenv.reader (a regular file, bounded, its measurements'
+    schema checked), or None while it is absent, partial or not one (it is waited for, and
+    named missing at the end)."""
+    from gpuenv import reader
+    from gpuenv.errors import ConfigError
+
+    what = "a rank's summary"
+    try:
+        data = reader.parse_json(reader.read_text(path, what=what) or "", what=what, path=path)
+        ended = data.get("ended_at") if isinstance(data, dict) else None
+        if not isinstance(ended, (int, float)) or not math.isfinite(ended):
+            return None
+        if not isinstance(data.get("measurements", []), list):
+            return None
+        for i, m in enumerate(data.get("measurements", [])):
+            reader.check_record(Measurement, m, what=what, path=path, prefix=f"measurements[{i}]")
+    except ConfigError:
+        return None
+    return data
 
 
 def report_ranks(
@@ -165,10 +191,7 @@ def report_ranks(
     if rank != 0:
         publish(directory, record, measurements)
         return ""
-    try:
-        wait_s = float(env.get(ENV_WAIT, "") or WAIT_S)
-    except ValueError:
-        wait_s = WAIT_S
+    wait_s = wait_time(env)
     others = list(range(1, world_size(env) or 1))
     found = gather(directory, others, since=started_wall, wait_s=wait_s)
     for r in found:
@@ -221,5 +244,6 @@ __all__ = [
     "ranks_dir",
     "report_ranks",
     "selector_env",
+    "wait_time",
     "world_size",
 ]

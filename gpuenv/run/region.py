@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import stat
 import threading
@@ -60,10 +61,13 @@ def parse_line(line: str) -> Edge | None:
     """Parse one protocol line; None for a line that is not one (ignored, never fatal)."""
     parts = line.rstrip("\n").split(" ", 4)
     try:
+        t = float(parts[3]) if len(parts) >= 4 else math.nan
+        if not (math.isfinite(t) and t >= 0):  # a nan time cost the run its summary
+            return None
         if parts[0] == "b" and len(parts) == 5:
-            return Edge("b", int(parts[1]), int(parts[2]), float(parts[3]), parts[4])
+            return Edge("b", int(parts[1]), int(parts[2]), t, parts[4])
         if parts[0] in ("e", "x") and len(parts) == 4:
-            return Edge(parts[0], int(parts[1]), int(parts[2]), float(parts[3]), None)
+            return Edge(parts[0], int(parts[1]), int(parts[2]), t, None)
     except ValueError:
         return None
     return None

@@ -168,14 +168,15 @@ def _too_deep(doc: Any) -> str | None:
 
 
 def check_record(cls: type, data: Any, *, what: str, path: str | os.PathLike[str],
-                 line: int | None = None, prefix: str = "") -> None:  # fmt: skip
+                 line: int | None = None, prefix: str = "",
+                 hint: str | None = None) -> None:  # fmt: skip
     """`data` can become a `cls` (a record dataclass): every field it has is of the field's
     type, numbers finite, nested records checked too; a missing field without a default is
     named. Unknown keys are ignored (a newer gpuenv's file still loads)."""
     problem = _check(cls, data, prefix)
     if problem is not None:
         field, why = problem
-        raise BadRecord(what, path, why, line=line, field=field or None)
+        raise BadRecord(what, path, why, line=line, field=field or None, hint=hint)
 
 
 def _check(cls: type, data: Any, prefix: str) -> tuple[str, str] | None:
@@ -218,8 +219,7 @@ def _check_value(hint: Any, value: Any, name: str) -> tuple[str, str] | None:
         return name, f"{_show(value)} is not a whole number"
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            ok = math.isfinite(value)
-            return None if ok else (name, f"{_show(value)} is not a finite number")
+            return None if _finite(value) else (name, f"{_show(value)} is not a finite number")
         return name, f"{_show(value)} is not a number"
     if hint is str:
         return None if isinstance(value, str) else (name, f"{_show(value)} is not a string")
@@ -255,7 +255,7 @@ def check_series(data: Any, keys: tuple[str, ...], name: str) -> tuple[str, str]
     if not isinstance(data, dict):
         return name, f"{_show(data)} is not a JSON object"
     t0 = data.get("t0")
-    if not isinstance(t0, (int, float)) or isinstance(t0, bool) or not math.isfinite(t0):
+    if not isinstance(t0, (int, float)) or isinstance(t0, bool) or not _finite(t0):
         return f"{name}.t0", f"{_show(t0)} is not a finite number"
     length = None
     for key in keys:
@@ -270,10 +270,18 @@ def check_series(data: Any, keys: tuple[str, ...], name: str) -> tuple[str, str]
         for i, x in enumerate(series):
             if x is None and key != "t_s":
                 continue
-            ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            ok = isinstance(x, (int, float)) and not isinstance(x, bool) and _finite(x)
             if not ok:
                 return f"{name}.{key}[{i}]", f"{_show(x)} is not a finite number"
     return None
+
+
+def _finite(x: float) -> bool:
+    """A JSON number a float can hold: 10**400 (an int JSON allows) is not one."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def _show(value: Any) -> str:

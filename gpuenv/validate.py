@@ -16,6 +16,7 @@ int), so a caller can write `reps = integer(reps, "reps", lo=1)`.
 
 from __future__ import annotations
 
+import errno
 import inspect
 import math
 import numbers
@@ -196,17 +197,18 @@ def output_path(
     p = Path(text_path)
     folder = p.parent
     if os.path.isdir(text_path):
-        raise FileError(p, 21, where=where)  # EISDIR
+        raise FileError(p, errno.EISDIR, where=where)
     if mkdir:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise FileError.from_os_error(err, path=folder, where=where) from err
     elif not folder.is_dir():
-        err = FileError(folder, 2 if not folder.exists() else 20, where=where)
+        missing = FileError(folder, errno.ENOENT if not folder.exists() else errno.ENOTDIR,
+                            where=where)  # fmt: skip
         if not folder.exists():
-            err.hint = f"create it first (mkdir -p {folder}) or pick another path"
-        raise err
+            missing.hint = f"create it first (mkdir -p {folder}) or pick another path"
+        raise missing
     return p
 
 

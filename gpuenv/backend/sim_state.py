@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,32 @@ def default_state_path() -> Path:
     if runtime and os.path.isdir(runtime):
         return Path(runtime) / "gpuenv-sim.json"
     return Path("/tmp") / f"gpuenv-sim-{os.getuid()}.json"
+
+
+@dataclass(frozen=True)
+class _GpuEntry:
+    """One simulated GPU's entry, as `sim_core` writes it: the schema `read` checks."""
+
+    uuid: str = ""
+    locked_sm: tuple[int, int] | None = None
+    locked_mem: tuple[int, int] | None = None
+    app_sm: int | None = None
+    app_mem: int | None = None
+    power_limit_w: float | None = None
+    persistence: bool | None = None
+    temp_c: float | None = None
+    temp_t: float | None = None
+    clock: str | None = None
+
+
+@dataclass(frozen=True)
+class _Document:
+    format: str
+    profile: str = ""
+    n_gpus: int = 0
+    seed: int = 0
+    clients: tuple[int, ...] = ()
+    gpus: tuple[_GpuEntry, ...] = ()
 
 
 class StateFile:
@@ -95,6 +122,9 @@ class StateFile:
         self._seen = stat
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             return None
+        # ours, but a value the model cannot take (NaN temperature, clients: 5): one sentence
+        reader.check_record(_Document, data, what="the simulated GPU's state", path=self.path,
+                            hint="delete it: the simulated GPU starts afresh")  # fmt: skip
         return data
 
     def write(self, data: dict[str, Any]) -> None:

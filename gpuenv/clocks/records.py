@@ -42,9 +42,15 @@ def _opt_int(value: Any) -> int | None:
 
 def _num(value: Any) -> float:
     # finite too: a NaN power limit in a record would be written back to the GPU on restore
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"expected a finite number, got {value!r}")
-    return float(value)
+    try:
+        x = float(value)  # 10**400, an int JSON allows, overflows here
+    except OverflowError:
+        x = math.inf
+    if not math.isfinite(x):
+        raise TypeError(f"expected a finite number, got {value!r:.40}")
+    return x
 
 
 def _dict(value: Any, what: str) -> dict[str, Any]:

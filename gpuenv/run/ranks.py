@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import socket
@@ -167,7 +166,9 @@ def _rank_summary(path: Path) -> dict[str, Any] | None:
     try:
         data = reader.parse_json(reader.read_text(path, what=what) or "", what=what, path=path)
         ended = data.get("ended_at") if isinstance(data, dict) else None
-        if not isinstance(ended, (int, float)) or not math.isfinite(ended):
+        if isinstance(ended, bool) or not isinstance(ended, (int, float)) or abs(ended) > 1e300:
+            return None  # also NaN and inf (a NaN compares False: abs(nan) > x is False)
+        if ended != ended:
             return None
         if not isinstance(data.get("measurements", []), list):
             return None

@@ -295,6 +295,8 @@ def load_runs(path: str | os.PathLike[str]) -> list[Run]:
 
 
 TRACE_SERIES = ("t_s", "sm_mhz", "mem_mhz", "power_w", "temp_c", "reasons")
+_TOGETHER = (("sm_mhz_mean", "sm_mhz_min", "sm_mhz_max"), ("power_w_mean", "power_w_max"),
+             ("temp_c_start", "temp_c_end"))  # fmt: skip
 
 
 def _measurement(record: dict[str, Any], path: Path, lineno: int) -> Measurement:
@@ -313,8 +315,18 @@ def _measurement(record: dict[str, Any], path: Path, lineno: int) -> Measurement
         problem = reader.check_series(trace, TRACE_SERIES, f"extra.{name}")
         if problem is not None:
             raise reader.BadRecord(what, path, problem[1], line=lineno, field=problem[0])
+    for key in ("windows", "summary_windows"):  # values a window computes together
+        for i, w in enumerate(record.get(key) or []):
+            for group in _TOGETHER:
+                if any(w.get(k) is not None for k in group) and None in map(w.get, group):
+                    missing = next(k for k in group if w.get(k) is None)
+                    raise reader.BadRecord(what, path, f"null beside {group[0]}", line=lineno,
+                                           field=f"{key}[{i}].{missing}")  # fmt: skip
     rejected = record.get("rejected_reps") or []
     n = len(record.get("times_s") or [])
+    if n == 0:
+        raise reader.BadRecord(what, path, "no times (a measurement has one rep at least)",
+                               line=lineno, field="times_s")  # fmt: skip
     for i, rep in enumerate(rejected):
         if not 0 <= rep < n:
             raise reader.BadRecord(what, path, f"rep {rep} is not one of the {n} reps",

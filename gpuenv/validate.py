@@ -92,8 +92,11 @@ def integer(
     if rng:
         what += f" {rng}"
     ok = not isinstance(value, bool) and isinstance(value, numbers.Real)
-    if ok and not isinstance(value, numbers.Integral):
-        x = float(value)
+    if ok:
+        try:  # 10**400 is an int, but no count gpuenv could ever reach: refused as inf is
+            x = float(value)
+        except OverflowError:
+            x = math.inf
         ok = math.isfinite(x) and x.is_integer()
     if not ok:
         raise ConfigError(f"{name} must be {what}, not {shown(value)}", hint=hint)

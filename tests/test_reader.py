@@ -73,6 +73,10 @@ CASES: dict[str, tuple[Callable[[dict], None], str, str]] = {
     "no times": (lambda r: r.pop("times_s"), "times_s", "missing"),
     "rejected rep out of range": (lambda r: r.__setitem__("rejected_reps", [99]),
                                   "rejected_reps[0]", "rep 99"),
+    # compare said "every rep was rejected there"; summary() raised TypeError on a None
+    "no times at all": (lambda r: r.__setitem__("times_s", []), "times_s", "no times"),
+    "min null beside mean": (lambda r: r["summary_windows"][0].__setitem__("sm_mhz_min", None),
+                             "summary_windows[0].sm_mhz_min", "null beside sm_mhz_mean"),
 }
 
 

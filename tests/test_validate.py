@@ -71,6 +71,7 @@ ACCEPTED = {
     "confidence=1": ({"confidence": 1}, "confidence"),
     "max_reps=0": ({"max_reps": 0}, "max_reps"),
     "warmup_max_s=nan": ({"warmup_max_s": math.nan}, "warmup_max_s"),
+    "reps=10**400": ({"reps": 10**400}, "reps"),  # an int no float holds: ran for ever
 }
 
 

@@ -28,7 +28,8 @@ import os
 
 # code -> meaning: the README's table is this one. 126/127 and 128+N belong to `gpuenv run`.
 EXIT_CODES: dict[int, str] = {
-    0: "success (also: nothing to do, a dry run)",
+    0: "success (also: nothing to do, a dry run, a lock or restore done whose report could "
+    "not be written to standard output: stderr says so)",
     1: "a judgement the command was asked for failed: doctor found warnings, a region was "
     "rejected (run --policy reject), a slowdown above compare --fail-above, a GPU did not "
     "settle (calibrate)",

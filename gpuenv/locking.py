@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -35,6 +36,10 @@ from gpuenv.errors import ConfigError, GpuenvError, LockConflict, PermissionDeni
 GpuSelector = str | int | Sequence[str | int] | None
 
 _HELD: list[Any] = []  # locks this process took through acquire() (released ones pruned)
+
+
+class DaemonNotUsed(UserWarning):
+    """A socket is where gpuenvd's would be, but no working gpuenvd answers on it."""
 
 
 def daemon_client(backend: Backend, *, socket: str | os.PathLike[str] | None = None) -> Any:
@@ -54,10 +59,14 @@ def _connect(backend: Backend, socket: str | os.PathLike[str] | None) -> Any:
     try:
         if not stat.S_ISSOCK(os.stat(path).st_mode):
             return None
+    except OSError:
+        return None
+    try:
         client = Client(path, client="gpuenv")
     except DaemonNotTrusted:
         raise  # a fake gpuenvd: said, never answered by a local lock as if none were there
-    except (OSError, GpuenvError):
+    except (OSError, GpuenvError) as err:  # a socket is there: say why it is not used
+        warnings.warn(f"{err}; going on without gpuenvd", DaemonNotUsed, stacklevel=3)
         return None
     mine = {backend.device_info(i).uuid for i in range(backend.device_count())}
     if not mine & {g.get("uuid") for g in client.info.get("gpus", [])}:

@@ -1,4 +1,4 @@
-"""Measurement and Run records, the JSONL store, and environment metadata.
+"""Measurement and Run records and the JSONL store (environment metadata: gpuenv/environment.py).
 
 Records are immutable with units in field names and round-trip through JSON.
 A run file is JSON lines: a first line {"type": "run", "metadata": {...}},
@@ -9,26 +9,20 @@ and fsynced as each measurement ends, so a crash loses nothing already measured.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import math
 import os
-import platform
-import socket
 import statistics
-import sys
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar, overload
 
 from gpuenv._records import JsonRecord
-from gpuenv.backend import Backend
-from gpuenv.errors import ConfigError, FileError, GpuenvError
+from gpuenv.errors import ConfigError, FileError
 from gpuenv.telemetry import Window
-from gpuenv.timebase import Clock
 from gpuenv.units import fmt_s
 from gpuenv.verdict import Finding
 
@@ -178,16 +172,20 @@ class ResultStore:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], metadata: dict[str, Any], *, fsync: bool = True
-    ):
-        self.path = Path(path)
+        self, path: str | os.PathLike[str], metadata: dict[str, Any], *, fsync: bool = True,
+        mkdir: bool = False,
+    ):  # fmt: skip
+        """`mkdir`: create a missing directory (else a missing one is an error: gpuenv
+        creates no directory it was not asked for)."""
+        from gpuenv import validate
+
+        self.path = validate.output_path(path, "output", mkdir=mkdir,
+                                                 where="cannot write results") or Path(path)
         self.run_id = uuid.uuid4().hex
         self.fsync = fsync
         created = not self.path.exists()
         self._fh: IO[bytes] | None = None
         try:
-            if self.path.parent != Path(""):
-                self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "ab")  # noqa: SIM115
             self._write({"type": "run", "run_id": self.run_id, "metadata": metadata})
         except OSError as err:
@@ -241,40 +239,46 @@ def _reopen_truncated(fh: IO[bytes], path: Path, size: int) -> IO[bytes]:
 
 
 def load_runs(path: str | os.PathLike[str]) -> list[Run]:
-    """Every run in a gpuenv JSONL file, in file order.
+    """Every run in a gpuenv JSONL file, in file order, read through gpuenv.reader.
 
-    A line that does not parse (the end of a file whose writer crashed mid-line)
-    is skipped with a warning; everything before and after it still loads.
+    A line that is not JSON (the end of a file whose writer crashed mid-line) or of a
+    record type this gpuenv does not know is skipped with a warning naming its line;
+    everything before and after it still loads. A record that parses but is not what
+    gpuenv writes (a NaN or string time, `windows: null`, a trace value "x") is refused:
+    a ConfigError naming the file, line and field, since a number drawn or compared
+    from it could not be trusted.
     """
+    from gpuenv import reader
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(
-            f"cannot read results file {p}: {err.strerror or err}",
-            hint="pass the path of a .jsonl file written by gpuenv",
-        ) from err
-    except UnicodeDecodeError as err:
-        raise ConfigError(
-            f"{p} is not a results file (not text: byte {err.start} is not UTF-8)",
-            hint="pass the .jsonl file gpuenv wrote, not an image or archive",
-        ) from err
+    what = "cannot read results file"
+    text = reader.read_text(p, what=what, max_bytes=reader.RESULTS_MAX_BYTES,
+                            noun="a results file")  # fmt: skip
     runs: dict[str, tuple[dict[str, Any], list[Measurement]]] = {}
     bad: list[int] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):  # type: ignore[union-attr]
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            kind = record.get("type")
-            run_id = str(record.get("run_id", ""))
-            if kind == "run":
-                runs.setdefault(run_id, ({}, []))[0].update(record.get("metadata") or {})
-            elif kind == "measurement":
-                runs.setdefault(run_id, ({}, []))[1].append(Measurement.from_dict(record))
-            else:
-                bad.append(lineno)
-        except (ValueError, TypeError, AttributeError, KeyError):
+            record = reader.parse_json(line, what=what, path=p, line=lineno)
+        except reader.BadRecord as err:
+            if "not JSON" not in err.message:
+                raise
+            bad.append(lineno)  # a torn line: skipped, as the docstring says
+            continue
+        if not isinstance(record, dict):
+            raise reader.BadRecord(what, p, "not a JSON object", line=lineno)
+        kind = record.get("type")
+        run_id = str(record.get("run_id", ""))
+        if kind == "run":
+            meta = record.get("metadata") or {}
+            if not isinstance(meta, dict):
+                raise reader.BadRecord(what, p, "not a JSON object", line=lineno,
+                                       field="metadata")  # fmt: skip
+            runs.setdefault(run_id, ({}, []))[0].update(meta)
+        elif kind == "measurement":
+            runs.setdefault(run_id, ({}, []))[1].append(_measurement(record, p, lineno))
+        else:
             bad.append(lineno)
     if bad:
         shown = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
@@ -282,6 +286,46 @@ def load_runs(path: str | os.PathLike[str]) -> list[Run]:
     if not runs:
         raise ConfigError(f"{p} holds no gpuenv run", hint="pass a .jsonl file written by gpuenv")
     return [Run(dict(meta, run_id=rid), tuple(ms)) for rid, (meta, ms) in runs.items()]
+
+
+TRACE_SERIES = ("t_s", "sm_mhz", "mem_mhz", "power_w", "temp_c", "reasons")
+_TOGETHER = (("sm_mhz_mean", "sm_mhz_min", "sm_mhz_max"), ("power_w_mean", "power_w_max"),
+             ("temp_c_start", "temp_c_end"))  # fmt: skip
+
+
+def _measurement(record: dict[str, Any], path: Path, lineno: int) -> Measurement:
+    """A measurement line, its schema checked first (gpuenv.reader) and its traces too."""
+    from gpuenv import reader
+
+    what = "cannot read results file"
+    reader.check_record(Measurement, record, what=what, path=path, line=lineno)
+    extra = record.get("extra") or {}
+    traces = {"trace": extra.get("trace")}
+    if isinstance(extra.get("traces"), dict):
+        traces.update({f"traces.{k}": v for k, v in extra["traces"].items()})
+    for name, trace in traces.items():
+        if trace is None:
+            continue
+        problem = reader.check_series(trace, TRACE_SERIES, f"extra.{name}")
+        if problem is not None:
+            raise reader.BadRecord(what, path, problem[1], line=lineno, field=problem[0])
+    for key in ("windows", "summary_windows"):  # values a window computes together
+        for i, w in enumerate(record.get(key) or []):
+            for group in _TOGETHER:
+                if any(w.get(k) is not None for k in group) and None in map(w.get, group):
+                    missing = next(k for k in group if w.get(k) is None)
+                    raise reader.BadRecord(what, path, f"null beside {group[0]}", line=lineno,
+                                           field=f"{key}[{i}].{missing}")  # fmt: skip
+    rejected = record.get("rejected_reps") or []
+    n = len(record.get("times_s") or [])
+    if n == 0:
+        raise reader.BadRecord(what, path, "no times (a measurement has one rep at least)",
+                               line=lineno, field="times_s")  # fmt: skip
+    for i, rep in enumerate(rejected):
+        if not 0 <= rep < n:
+            raise reader.BadRecord(what, path, f"rep {rep} is not one of the {n} reps",
+                                   line=lineno, field=f"rejected_reps[{i}]")  # fmt: skip
+    return Measurement.from_dict(record)
 
 
 def load_run(path: str | os.PathLike[str]) -> Run:
@@ -334,9 +378,10 @@ class Results(Sequence[Measurement]):
     def run(self) -> Run:
         return Run(dict(self.metadata), tuple(self._items))
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Append this run (metadata and every measurement) to a JSONL file."""
-        with ResultStore(path, self.metadata) as store:
+    def save(self, path: str | os.PathLike[str], *, mkdir: bool = False) -> Path:
+        """Append this run (metadata and every measurement) to a JSONL file (`mkdir`: create
+        its directory when missing)."""
+        with ResultStore(path, self.metadata, mkdir=mkdir) as store:
             for m in self._items:
                 store.append(m)
         return store.path
@@ -344,136 +389,3 @@ class Results(Sequence[Measurement]):
     def __str__(self) -> str:
         return "\n".join(m.summary() for m in self._items) or "(no measurements)"
 
-
-# -- environment metadata ----------------------------------------------------------------
-
-
-def environment_metadata(
-    backend: Backend,
-    gpus: Sequence[int],
-    *,
-    clock: Clock | None = None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """What state produced the numbers: GPUs, driver, clocks, power, host, versions.
-
-    Never raises for a value it cannot read (it records the error instead), and
-    never imports torch: CUDA and torch versions are recorded only when the
-    program has imported torch already.
-    """
-    from gpuenv import __version__
-
-    clock = clock or backend.clock
-    wall = clock.wall()
-    meta: dict[str, Any] = {
-        "gpuenv_version": __version__,
-        "time_unix": wall,
-        "time_utc": datetime.datetime.fromtimestamp(wall, datetime.timezone.utc).isoformat(),
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "backend": getattr(backend, "name", None),
-        "readonly": bool(getattr(backend, "readonly", False)),
-        "cpu_model": _cpu_model(),
-        "cpu_governor": _read_text("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
-        "cpu_count": os.cpu_count(),
-    }
-    errors: dict[str, str] = {}
-    meta["driver_version"] = _try(backend.driver_version, errors, "driver_version")
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        meta["torch_version"] = getattr(torch, "__version__", None)
-        meta["cuda_version"] = getattr(getattr(torch, "version", None), "cuda", None)
-    meta["gpus"] = [_gpu_metadata(backend, g) for g in gpus]
-    job = job_metadata(os.environ)
-    if job:
-        meta["job"] = job
-    if errors:
-        meta["errors"] = errors
-    if extra:
-        meta.update(extra)
-    return meta
-
-
-# the batch job a result came from: Slurm's ids (the job's report is `gpuenv job JOB_ID` on
-# its node) and its rank; torchrun's where no Slurm
-_JOB_ENV = (
-    ("slurm", "SLURM_JOB_ID", {"job_id": "SLURM_JOB_ID", "step_id": "SLURM_STEP_ID",
-     "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID",
-     "rank": "SLURM_PROCID", "local_id": "SLURM_LOCALID", "node": "SLURMD_NODENAME",
-     "ntasks": "SLURM_NTASKS"}),
-    ("torchrun", "TORCHELASTIC_RUN_ID", {"run_id": "TORCHELASTIC_RUN_ID", "rank": "RANK",
-     "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE"}),
-)  # fmt: skip
-
-
-def job_metadata(env: Any) -> dict[str, str]:
-    """The scheduler's job this process runs in ({} outside one): ids, rank, node."""
-    for scheduler, marker, fields in _JOB_ENV:
-        if env.get(marker):
-            out = {"scheduler": scheduler}
-            out.update({k: str(env[v])[:64] for k, v in fields.items() if env.get(v)})
-            return out
-    return {}
-
-
-def _gpu_metadata(backend: Backend, g: int) -> dict[str, Any]:
-    errors: dict[str, str] = {}
-    out: dict[str, Any] = {"index": g}
-    info = _try(lambda: backend.device_info(g), errors, "device_info")
-    if info is not None:
-        out.update(uuid=info.uuid, name=info.name, pci_bus_id=info.pci_bus_id,
-                   compute_capability=list(info.compute_capability or ()) or None,
-                   mig_mode=info.mig_mode, memory_total_mib=info.memory_total_mib)
-    limits = _try(lambda: backend.clock_limits(g), errors, "clock_limits")
-    if limits is not None:
-        out.update(max_sm_mhz=limits.max_sm_mhz, max_mem_mhz=limits.max_mem_mhz,
-                   base_sm_mhz=limits.base_sm_mhz, default_app_sm_mhz=limits.default_app_sm_mhz)
-    app = _try(lambda: backend.app_clocks(g), errors, "app_clocks")
-    if app is not None:
-        out.update(app_sm_mhz=app.sm_mhz, app_mem_mhz=app.mem_mhz)
-    power = _try(lambda: backend.power_limits(g), errors, "power_limits")
-    if power is not None:
-        out.update(power_limit_w=power.limit_w, default_power_limit_w=power.default_w)
-    th = _try(lambda: backend.thresholds(g), errors, "thresholds")
-    if th is not None:
-        out.update(slowdown_c=th.slowdown_c, shutdown_c=th.shutdown_c)
-    out["persistence"] = _try(lambda: backend.persistence_mode(g), errors, "persistence_mode")
-    if info is not None:  # the fleet view: this card's own sustained clock, if calibrated
-        with contextlib.suppress(GpuenvError, OSError):
-            from gpuenv.clocks.calibration_store import load_calibration
-
-            cal = load_calibration(info.uuid)
-            if cal is not None:
-                out["sustained_sm_mhz"] = cal.sustained_mhz
-    now = _try(lambda: backend.read_fast(g), errors, "read_fast")
-    if now is not None:
-        out.update(sm_mhz=now.sm_mhz, mem_mhz=now.mem_mhz, temp_c=now.temp_c,
-                   power_w=now.power_w, reasons=now.reasons)
-    if errors:
-        out["errors"] = errors
-    return out
-
-
-def _try(fn: Callable[[], T], errors: dict[str, str], what: str) -> T | None:
-    try:
-        return fn()
-    except Exception as err:  # metadata must never stop a measurement
-        errors[what] = " ".join(str(err).split()) or type(err).__name__
-        return None
-
-
-def _read_text(path: str) -> str | None:
-    try:
-        return Path(path).read_text(encoding="utf-8").strip() or None
-    except OSError:
-        return None
-
-
-def _cpu_model() -> str | None:
-    text = _read_text("/proc/cpuinfo")
-    if text:
-        for line in text.splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or None

@@ -37,12 +37,14 @@ from dataclasses import replace
 from typing import IO, Any, ParamSpec
 
 from gpuenv import conditioning
+from gpuenv import validate as v
 from gpuenv.backend import Backend
 from gpuenv.conditioning import ConditionConfig
+from gpuenv.environment import environment_metadata
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, check_policy, judge, read_facts
 from gpuenv.measure import MeasureContext
-from gpuenv.results import Measurement, Results, ResultStore, environment_metadata
+from gpuenv.results import Measurement, Results, ResultStore
 from gpuenv.telemetry import Sampler, TracePieces
 from gpuenv.timebase import Clock
 from gpuenv.verdict import DEFAULT_CONFIG, Finding, GpuFacts, VerdictConfig
@@ -86,6 +88,7 @@ class Session:
         progress: IO[str] | None = None,
     ):
         self.policy = check_policy(policy)
+        _check_args(period, config, mode_config, load, output, stable_clocks)
         if mode not in MODES:
             raise ConfigError(f"unknown mode {mode!r}", hint="use mode='burst' or 'sustained'")
         self.mode = mode
@@ -240,7 +243,7 @@ class Session:
     def measure(self, name: str) -> MeasureContext:
         """Time one region: `with env.measure("step") as m: ...`; `m` becomes its Measurement."""
         self._check_open()
-        return MeasureContext(self, name)
+        return MeasureContext(self, v.text(name, "name"))
 
     def repeat(
         self, fn: Callable[[], object], reps: int = 10, *, name: str | None = None,
@@ -252,9 +255,9 @@ class Session:
         For GPU work that returns before the GPU finishes, use `bench` (CUDA events).
         """
         self._check_open()
-        if reps < 1:
-            raise ConfigError(f"reps must be at least 1 (got {reps})")
-        label = name or str(getattr(fn, "__name__", "repeat"))
+        v.no_arg_callable(fn, "fn")
+        reps, warmup = v.integer(reps, "reps", lo=1), v.integer(warmup, "warmup", lo=0)
+        label = v.text(name, "name") if name is not None else str(getattr(fn, "__name__", "repeat"))
         if self.mode == "sustained" and not self._preconditioned:
             self.precondition(self.load or fn)
         elif self.mode == "burst":
@@ -450,6 +453,22 @@ def _parameters_of(
         return factory
 
     return give
+
+
+def _check_args(period: Any, config: Any, mode_config: Any, load: Any, output: Any,
+                stable_clocks: Any) -> None:  # fmt: skip
+    """stable()'s arguments, judged before anything opens (gpuenv.validate)."""
+    if period is not None:
+        v.sample_period(period, "period")
+    if config is not None:
+        v.instance(config, "config", VerdictConfig, "a gpuenv.VerdictConfig (or None)")
+    if mode_config is not None:
+        v.instance(mode_config, "mode_config", ConditionConfig, "a ConditionConfig (or None)")
+    if load is not None:
+        v.no_arg_callable(load, "load")
+    if stable_clocks is not None:
+        v.boolean(stable_clocks, "stable_clocks")
+    v.output_path(output, "output")
 
 
 @_parameters_of(Session)

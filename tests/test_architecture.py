@@ -42,14 +42,15 @@ LAYERS = (
     ("gpuenv.timing", "gpuenv.session", "gpuenv.measure", "gpuenv.run",
      "gpuenv.clocks.calibration", "gpuenv.daemon.jobreport"),
     # the measurement core
-    ("gpuenv.judge", "gpuenv.conditioning", "gpuenv.verdict", "gpuenv.stats", "gpuenv.results"),
+    ("gpuenv.judge", "gpuenv.conditioning", "gpuenv.verdict", "gpuenv.stats", "gpuenv.results",
+     "gpuenv.environment"),
     # telemetry and locks
     ("gpuenv.telemetry", "gpuenv.locking", "gpuenv.clocks", "gpuenv.daemon"),
     # the GPU
     ("gpuenv.backend", "gpuenv.devices"),
     # vocabulary
     ("gpuenv.reasons", "gpuenv.units", "gpuenv.table", "gpuenv.errors", "gpuenv.timebase",
-     "gpuenv._records", "gpuenv._lazy", "gpuenv._files"),
+     "gpuenv._records", "gpuenv._lazy", "gpuenv._files", "gpuenv.validate", "gpuenv.reader"),
 )  # fmt: skip
 TORCH_IMPORTERS = ("timing/cuda.py", "integrations/*.py")
 PYNVML_IMPORTERS = ("backend/nvml*.py",)

@@ -12,8 +12,9 @@ from gpuenv import timing
 from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
 from gpuenv.compare import compare_files, compare_runs, expand_paths, format_report
+from gpuenv.environment import environment_metadata
 from gpuenv.errors import ConfigError
-from gpuenv.results import ResultStore, Run, environment_metadata, load_run
+from gpuenv.results import ResultStore, Run, load_run
 from gpuenv.timebase import VirtualClock
 
 

@@ -308,9 +308,17 @@ def test_the_readme_daemon_config_passes_check_config_on_the_default_machine(
 
     text = (ROOT / "README.md").read_text()
     block = text.split("```ini\n# /etc/gpuenv/gpuenvd.conf\n", 1)[1].split("```", 1)[0]
+    import grp
+
     config = tmp_path / "gpuenvd.conf"
     config.write_text(block)
-    res = CliRunner().invoke(main_cli, ["--sim", "daemon", "check-config", "--config", str(config)])
+    args = ["--sim", "daemon", "check-config", "--config", str(config)]
+    if "gpubench" not in {g.gr_name for g in grp.getgrall()}:
+        # what the daemon would refuse at start, check-config refuses too (it approved it)
+        res = CliRunner().invoke(main_cli, args)
+        assert res.exit_code == 2 and "socket_group 'gpubench' does not exist" in res.output
+        config.write_text(block.replace("socket_group = gpubench", "socket_group = root"))
+    res = CliRunner().invoke(main_cli, args)
     assert res.exit_code == 0, res.output
     assert "lock: group:gpubench -> 0" in res.output and "lock: user:alice -> 0" in res.output
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from gpuenv.backend.sim import SimBackend
+from gpuenv.environment import environment_metadata
 from gpuenv.errors import ConfigError, GpuLost
 from gpuenv.results import (
     Measurement,
@@ -15,7 +16,6 @@ from gpuenv.results import (
     ResultStore,
     Run,
     Stats,
-    environment_metadata,
     load_run,
     load_runs,
 )
@@ -72,7 +72,7 @@ def test_measurement_summary_shows_time_verdict_telemetry_and_findings():
 
 def test_store_appends_each_measurement_durably_and_load_run_reads_them(tmp_path):
     path = tmp_path / "out" / "run.jsonl"
-    store = ResultStore(path, {"gpus": [{"name": "sim"}]})
+    store = ResultStore(path, {"gpus": [{"name": "sim"}]}, mkdir=True)  # asked for
     store.append(measurement("a"))
     # readable before the store is closed: a crash now loses nothing already measured
     assert [m.name for m in load_run(path).measurements] == ["a"]

@@ -18,8 +18,8 @@ OK = dict(sm=None, sm_max=None, mem=None, power_limit=None, period=None, policy=
     [
         (("--",), {}, "no command to run"),
         ((), {}, "no command to run"),
-        ((sys.executable,), {"period": 0.0}, "--interval 0 must be positive"),
-        ((sys.executable,), {"period": -1.0}, "--interval -1 must be positive"),
+        ((sys.executable,), {"period": 0.0}, "--interval must be a finite number.*not 0.0"),
+        ((sys.executable,), {"period": -1.0}, "--interval must be a finite number.*not -1.0"),
         ((sys.executable,), {"output": "/no/such/dir/run.jsonl"}, "does not exist"),
     ],
 )

@@ -23,20 +23,23 @@ simulation; nothing real is set from it).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuenv._files import create_temp, open_dir, read_at, write_all
-from gpuenv.errors import ConfigError
+from gpuenv.errors import ConfigError, FileError
 
 FORMAT = "gpuenv-sim-state/1"
 LOCK_TIMEOUT_S = 5.0  # a read-modify-write holds it for milliseconds
 _LOCK_POLL_S = 0.005
+_MAX_BYTES = 16 << 20  # a few GPUs' settings and counters: a few kB
 
 
 def default_state_path() -> Path:
@@ -71,11 +74,52 @@ def _describe_pid(pid: int) -> str:
         return f"pid {pid}"
 
 
+@dataclass(frozen=True)
+class _GpuEntry:
+    """One simulated GPU's entry, as `sim_core` writes it: the schema `read` checks."""
+
+    uuid: str = ""
+    locked_sm: tuple[int, int] | None = None
+    locked_mem: tuple[int, int] | None = None
+    app_sm: int | None = None
+    app_mem: int | None = None
+    power_limit_w: float | None = None
+    persistence: bool | None = None
+    temp_c: float | None = None
+    temp_t: float | None = None
+    clock: str | None = None
+
+
+@dataclass(frozen=True)
+class _Document:
+    format: str
+    profile: str = ""
+    n_gpus: int = 0
+    seed: int = 0
+    clients: tuple[int, ...] = ()
+    gpus: tuple[_GpuEntry, ...] = ()
+
+
 class StateFile:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(os.path.abspath(path))
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self._seen: tuple[int, int, int] | None = None
+        self._check_place()
+
+    def _check_place(self) -> None:
+        """A regular file (or none yet) in a directory that exists: GPUENV_SIM_STATE=/dev/full
+        would put a lock file beside a device and replace it (as root); a missing directory
+        is not created (gpuenv creates none it was not asked for)."""
+        from gpuenv import reader
+
+        where, setting = "the simulated GPU's state", "GPUENV_SIM_STATE"
+        if not self.path.name or not self.path.parent.is_dir():
+            folder = self.path.parent if self.path.name else self.path
+            raise FileError(folder, errno.ENOTDIR if folder.exists() else errno.ENOENT,
+                            where=where, setting=setting)  # fmt: skip
+        if os.path.lexists(self.path):
+            reader.read_bytes(self.path, what=where, setting=setting, max_bytes=_MAX_BYTES)
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:
@@ -156,6 +200,8 @@ class StateFile:
     def read(self) -> dict[str, Any] | None:
         """The document, or None when there is none (or it is not ours / not JSON, or a
         link)."""
+        from gpuenv import reader
+
         stat = self._stat()
         self._seen = stat
         try:
@@ -163,13 +209,16 @@ class StateFile:
         except (FileNotFoundError, ConfigError):
             return None
         try:
-            data = json.loads(read_at(dfd, self.path.name))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            data = json.loads(read_at(dfd, self.path.name, limit=_MAX_BYTES))
+        except (OSError, ValueError, RecursionError):  # not JSON (nor UTF-8): not ours
             return None
         finally:
             os.close(dfd)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             return None
+        # ours, but a value the model cannot take (NaN temperature, clients: 5): one sentence
+        reader.check_record(_Document, data, what="the simulated GPU's state", path=self.path,
+                            hint="delete it: the simulated GPU starts afresh")  # fmt: skip
         return data
 
     def write(self, data: dict[str, Any]) -> None:

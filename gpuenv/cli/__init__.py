@@ -126,5 +126,29 @@ def cli(ctx: click.Context, sim: bool, dry_run: bool) -> None:
     ctx.obj["dry_run"] = dry_run
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    """A Python warning on the command line: one line, as the errors are."""
+    import contextlib
+    import sys
+
+    with contextlib.suppress(OSError, ValueError):
+        print(f"gpuenv: warning: {message}", file=sys.stderr)
+
+
 def main() -> None:
-    cli(obj={})
+    """The console script: the group runs under `guarded()` too, so what click prints
+    before any command runs (--help, --version, a usage error) into a full disk or a
+    closed pipe is one sentence and an exit code, not a traceback."""
+    import sys
+    import warnings
+
+    from gpuenv.cli._common import guarded
+
+    warnings.showwarning = _show_warning
+    code: Any = 0
+    with guarded():
+        try:
+            cli(obj={})
+        except SystemExit as done:  # click's own exit: flush inside guarded first
+            code = done.code
+    sys.exit(code)

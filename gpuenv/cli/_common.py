@@ -69,12 +69,31 @@ class AliasedOption(click.Option):
             self.opts = saved
 
 
+def checked(
+    name: str, check: Callable[..., Any] | None = None, **bounds: Any
+) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback that judges an option's value with gpuenv.validate (default: a
+    finite number within `bounds`), in the flag's `name`: the rule the Python API uses, so
+    the two cannot disagree. click's own FloatRange lets NaN through (every comparison
+    with NaN is false) and inf past an open top."""
+    from gpuenv import validate
+
+    rule = check or validate.number
+
+    def callback(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        return None if value is None else rule(value, name, **bounds)
+
+    return callback
+
+
 def interval_option(
     what: str, *, default: float | None = None, old: tuple[str, ...] = (), short: str = ""
 ) -> Callable[[F], F]:
     """`--interval SEC`: the one name of a sampling period in every command (nvitop's name;
     nvidia-smi's -l help says "second interval"). `what` ends "Seconds between ...";
     `old`: earlier spellings, still accepted, not shown; `short`: a letter (monitor's -d)."""
+    from gpuenv import validate
+
     names = ([short] if short else []) + ["--interval", *old]
     return click.option(
         *names,
@@ -86,6 +105,7 @@ def interval_option(
         show_default=default is not None,
         metavar="SEC",
         help=f"Seconds between {what}.",
+        callback=checked(short or "--interval", validate.display_interval),
     )
 
 
@@ -98,6 +118,16 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+_DONE: list[str] = []  # what a command did to the machine, once it is done (effect_done)
+
+
+def effect_done(what: str) -> None:
+    """Say that the command's effect happened (`what`: "the lock is taken ..."): should its
+    report then fail to reach standard output (a full disk, a closed pipe), it still exits
+    0, as what it was asked to do was done, and says so on stderr."""
+    _DONE[:] = [what]
 
 
 EXIT_INTERRUPTED = 130
@@ -115,6 +145,8 @@ def guarded() -> Iterator[None]:
     """
     out = sys.stdout if isinstance(sys.stdout, _Stdout) else _Stdout(sys.stdout)
     saved, sys.stdout = sys.stdout, out
+    if saved is not out:
+        _DONE.clear()
     try:
         yield
         sys.stdout.flush()
@@ -127,6 +159,10 @@ def guarded() -> Iterator[None]:
         if out.error is None:
             fail(FileError.from_os_error(err, setting=_setting_for(err.filename)))
         _silence_stdout(out._stream)
+        if _DONE:  # the effect happened: the exit code says so, stderr says what was lost
+            _echo_err(f"gpuenv: {_DONE[0]}; its report could not be written to standard "
+                      f"output ({out.error.strerror or out.error})")  # fmt: skip
+            sys.exit(0)
         if isinstance(out.error, BrokenPipeError):
             sys.exit(EXIT_PIPE_CLOSED)  # the reader left (| head): nothing to say
         fail(

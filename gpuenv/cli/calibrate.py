@@ -20,12 +20,13 @@ import sys
 
 import click
 
-from gpuenv.cli._common import gpu_option, handle_errors, open_from_ctx
+from gpuenv.cli._common import checked, gpu_option, handle_errors, open_from_ctx
 
 
 @click.command("calibrate")
 @gpu_option()
 @click.option("--duration", type=click.FloatRange(1.0), default=180.0, show_default=True,
+              callback=checked("--duration", lo=1, hi=86400),
               metavar="S", help="Longest load per GPU, in seconds (virtual ones with --sim).")
 @click.option("--no-save", is_flag=True, help="Report only; do not store the calibration.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")

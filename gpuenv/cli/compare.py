@@ -21,7 +21,7 @@ import sys
 
 import click
 
-from gpuenv.cli._common import handle_errors
+from gpuenv.cli._common import checked, handle_errors
 from gpuenv.errors import ConfigError
 
 
@@ -30,11 +30,14 @@ from gpuenv.errors import ConfigError
 @click.argument("b", metavar="B")
 @click.option("--alpha", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
               default=0.05, show_default=True,
+              callback=checked("--alpha", lo=0, hi=1, lo_open=True, hi_open=True),
               help="Significance level (Mann-Whitney U); the CI is at the 1 - alpha level.")
 @click.option("--min-change", type=click.FloatRange(0.0), default=0.01, show_default=True,
+              callback=checked("--min-change", lo=0),
               help="Smallest relative change called faster or slower (0.01 = 1%); a "
               "smaller one reads 'no change', whatever its p-value.")
 @click.option("--fail-above", type=click.FloatRange(0.0), default=None, metavar="FRACTION",
+              callback=checked("--fail-above", lo=0),  # a gate never passes on NaN
               help="Exit 1 if a measurement is significantly slower by more than this "
               "(0.05 = 5%) and by at least --min-change: a CI gate.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 import click
 
+from gpuenv import validate
 from gpuenv.cli._common import handle_errors, interval_option, open_from_ctx
 
 _LEVELS = ("debug", "info", "warning", "error")
@@ -129,6 +130,8 @@ def _serve(
     from gpuenv.daemon.auth import load_config, parse_listen
     from gpuenv.daemon.server import Server
 
+    if socket_path is not None:  # '' is a bad path, not "the default" (it started there)
+        validate.text(socket_path, "--socket")
     _setup_logging(log_level)
     log = logging.getLogger("gpuenv.daemon")
     config = load_config(config_path)
@@ -193,6 +196,7 @@ def check_config(ctx: click.Context, config_path: str | None) -> None:
     from gpuenv.daemon.auth import Authorizer, load_config
 
     config = load_config(config_path)
+    _check_socket_group(config.socket_group)
     backend = open_from_ctx(ctx, readonly=True)
     try:
         uuids = [backend.device_info(i).uuid for i in range(backend.device_count())]
@@ -209,3 +213,19 @@ def check_config(ctx: click.Context, config_path: str | None) -> None:
         click.echo(f"lock: {key} -> {', '.join(map(str, sorted(gpus))) or 'none'}")
     admins = sorted(config.admin_users) + [f"group:{g}" for g in sorted(config.admin_groups)]
     click.echo(f"admins: root{', ' + ', '.join(admins) if admins else ''}")
+
+
+def _check_socket_group(group: str | None) -> None:
+    """What `gpuenv daemon` refuses at start, check-config refuses too (it approved a
+    socket_group that does not exist; the daemon then would not start)."""
+    import grp
+
+    from gpuenv.errors import ConfigError
+
+    if group:
+        try:
+            grp.getgrnam(group)
+        except KeyError:
+            raise ConfigError(
+                f"socket_group {group!r} does not exist", hint="create it or fix the config"
+            ) from None

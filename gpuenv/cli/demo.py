@@ -17,7 +17,7 @@ import os
 
 import click
 
-from gpuenv.cli._common import gpu_option, handle_errors, open_from_ctx
+from gpuenv.cli._common import checked, gpu_option, handle_errors, open_from_ctx
 from gpuenv.errors import NvmlUnavailable
 
 
@@ -34,6 +34,7 @@ from gpuenv.errors import NvmlUnavailable
     "--load-seconds",
     type=click.FloatRange(1, 300),
     default=None,
+    callback=checked("--load-seconds", lo=1, hi=300),
     metavar="S",
     help="Seconds of back-to-back kernels before the hot measurements "
     "[default: 15 on a real GPU (it runs them), 30 simulated].",
@@ -77,4 +78,19 @@ def demo(
             finally:
                 backend.close()
     name = profile or os.environ.get("GPUENV_SIM_PROFILE", "").strip() or "h100"
+    _check_sim_selector(gpu)
     sim_tour(click.echo, pace=pace, profile=name, seconds=load_seconds or SIM_LOAD_S)
+
+
+def _check_sim_selector(gpu: str) -> None:
+    """The sim tour runs on one simulated GPU: a selector that names another is refused
+    as on a real machine (`demo -i 9` ignored it)."""
+    from gpuenv.backend.sim import SimBackend
+    from gpuenv.devices import select_gpus
+    from gpuenv.timebase import VirtualClock
+
+    sim = SimBackend(clock=VirtualClock())  # in memory: no state file is touched
+    try:
+        select_gpus(sim, gpu)
+    finally:
+        sim.close()

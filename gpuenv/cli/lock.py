@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuenv.cli._common import gpu_option, handle_errors, is_dry_run, open_from_ctx
+from gpuenv import validate
+from gpuenv.cli._common import (
+    checked,
+    effect_done,
+    gpu_option,
+    handle_errors,
+    is_dry_run,
+    open_from_ctx,
+)
 from gpuenv.errors import LockConflict, ReadOnlyError
 
 if TYPE_CHECKING:
@@ -29,9 +37,13 @@ if TYPE_CHECKING:
     help="SM clock: MHz, a range, 'max', 'base' (the TDP clock) or 'sustained' "
     "(the clock 'gpuenv calibrate' measured). Snapped to a supported clock.",
 )
-@click.option("--sm-max", type=int, metavar="MHZ", help="Top of the SM range (with --sm MIN).")
+@click.option("--sm-max", type=int, metavar="MHZ",
+              callback=checked("--sm-max", validate.integer, lo=1),
+              help="Top of the SM range (with --sm MIN).")
 @click.option("--mem", metavar="MHZ", help="Memory clock (not on Hopper: it cannot apply one now).")
-@click.option("--power-limit", type=float, metavar="W", help="Power limit in watts.")
+@click.option("--power-limit", type=float, metavar="W",
+              callback=checked("--power-limit", lo=0, lo_open=True),
+              help="Power limit in watts.")
 @gpu_option()
 @click.option("--force", is_flag=True, help="Take over a lock another owner holds.")
 @click.option(
@@ -60,14 +72,16 @@ def lock(
     """
     from gpuenv.clocks import decide, describe_target, make_request, plan_lock
     from gpuenv.clocks.journal import Journal
+    from gpuenv.clocks.request import CLI_NAMES
     from gpuenv.locking import acquire
 
+    # judged first, in the flags' names (the Python API's own check names its parameters)
+    request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit, names=CLI_NAMES)
     dry = dry_run_here or is_dry_run(ctx)
     backend = open_from_ctx(ctx, readonly=True if dry else None)
     try:
         if backend.readonly:
             journal = Journal()
-            request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit)
             plan = plan_lock(backend, request, gpu, journal=journal)
             decisions = decide(plan, journal, force=force, wait_dying=False) or []
             for d in decisions:
@@ -84,6 +98,7 @@ def lock(
             sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit, gpus=gpu, backend=backend,
             standing=True, force=force,
         )  # fmt: skip
+        effect_done("the lock is taken and stays until 'gpuenv restore'")
         for gp in held.plan.gpus:
             if gp.index in held.shared:
                 click.echo(
@@ -226,11 +241,13 @@ def _restore_items(
         do_restore(
             [it.index for it in todo], backend=backend, journal=journal, all_owners=all_owners
         )
-        for it in todo:
-            click.echo(f"restored {it.describe()}")
-    if reset:
-        for line in restore_defaults(backend, reset, journal):
-            click.echo(line)
+    lines = list(restore_defaults(backend, reset, journal)) if reset else []
+    if todo or reset:  # done before a word is printed (click.echo flushes each line)
+        effect_done("the restore was done ('gpuenv status' shows the clocks now)")
+    for it in todo:
+        click.echo(f"restored {it.describe()}")
+    for line in lines:
+        click.echo(line)
 
 
 def _not_put_back(
@@ -257,6 +274,8 @@ def _restore_via_daemon(backend: object, gpu: str, all_owners: bool) -> None:
     from gpuenv.locking import restore as locking_restore
 
     restored = locking_restore(gpu, backend=backend, all_owners=all_owners)  # type: ignore[arg-type]
+    if restored:
+        effect_done("the restore was done ('gpuenv status' shows the clocks now)")
     for index in restored:
         click.echo(f"restored {describe(backend, index)} (gpuenvd)")  # type: ignore[arg-type]
     if not restored:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import click
 
-from gpuenv.cli._common import gpu_option, handle_errors, interval_option, open_from_ctx
+from gpuenv import validate
+from gpuenv.cli._common import checked, gpu_option, handle_errors, interval_option, open_from_ctx
 
 _SCENARIO_NAMES = ("idle", "load", "bursts", "shared")  # gpuenv.monitor.SCENARIOS (checked there)
 
@@ -37,7 +38,8 @@ def _only_gpus(gpu: str, only: tuple[str, ...]) -> str:
 @click.option("--csv", "as_csv", is_flag=True, help="Stream CSV, one row per GPU per tick.")
 @interval_option("updates (-d as in 'nvidia-smi dmon -d')", default=1.0, short="-d")
 @click.option(
-    "-n", "--count", type=int, default=None, metavar="N", help="Stop after N updates (top's -n)."
+    "-n", "--count", type=int, default=None, metavar="N", help="Stop after N updates (top's -n).",
+    callback=checked("--count", validate.integer, lo=1),
 )
 @click.option("-o", "--only", "only", multiple=True, metavar="IDX",
               help="nvitop's spelling of -i: the GPUs to show (-o 0 -o 1, or -o 0,1).")
@@ -53,7 +55,8 @@ def _only_gpus(gpu: str, only: tuple[str, ...]) -> str:
 @click.option("--reverse", is_flag=True, help="Reverse the sort (key / in the live view).")
 @click.option("-U", "--ascii", "--no-unicode", "ascii_only", is_flag=True,
               help="ASCII characters only (nvitop -U); automatic when the output is not UTF-8.")
-@click.option("--duration", type=float, default=None, metavar="S", help="Stop after S seconds.")
+@click.option("--duration", type=float, default=None, metavar="S", help="Stop after S seconds.",
+              callback=checked("--duration", lo=0, lo_open=True))  # fmt: skip
 @click.option(
     "--scenario",
     type=click.Choice(_SCENARIO_NAMES),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import click
 
+from gpuenv import validate
 from gpuenv.cli._common import gpu_option, handle_errors
 
 
@@ -31,7 +32,9 @@ def plot(run_file: str, output: str | None, gpu: str | None, title: str | None) 
     from gpuenv.plot import plot_run, recorded_gpu
     from gpuenv.results import load_run
 
+    if output is not None:  # '' is a bad name, not "the default" (it wrote somewhere else)
+        validate.output_path(output, "-o")
     run = load_run(run_file)
-    out = output or (run_file[: -len(".jsonl")] if run_file.endswith(".jsonl") else run_file) \
-        + ".png"
+    out = output if output is not None else \
+        (run_file[: -len(".jsonl")] if run_file.endswith(".jsonl") else run_file) + ".png"
     click.echo(plot_run(run, out, title=title, gpu=None if gpu is None else recorded_gpu(run, gpu)))

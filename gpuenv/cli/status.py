@@ -17,8 +17,16 @@ from collections.abc import Callable
 
 import click
 
+from gpuenv import validate
 from gpuenv.backend import env_readonly
-from gpuenv.cli._common import GPU_HELP, AliasedOption, handle_errors, is_dry_run, open_from_ctx
+from gpuenv.cli._common import (
+    GPU_HELP,
+    AliasedOption,
+    checked,
+    handle_errors,
+    is_dry_run,
+    open_from_ctx,
+)
 
 
 def _print_help(table: str) -> None:
@@ -64,8 +72,8 @@ def _help_callback(table: str) -> Callable[[click.Context, click.Parameter, bool
 )  # fmt: skip
 @click.option(
     "-l", "--loop", "--interval", "loop_s", type=float, metavar="SEC", is_flag=False,
-    flag_value=5.0, help="Repeat every SEC seconds (5 when -l comes alone) until Ctrl-C "
-    "(nvidia-smi -l).",
+    flag_value=5.0, callback=checked("-l", validate.display_interval),
+    help="Repeat every SEC seconds (5 when -l comes alone) until Ctrl-C (nvidia-smi -l).",
 )  # fmt: skip
 @click.option(
     "-f", "--filename", "filename", type=click.Path(dir_okay=False, writable=True),
@@ -73,6 +81,8 @@ def _help_callback(table: str) -> Callable[[click.Context, click.Parameter, bool
 )  # fmt: skip
 @click.option(
     "-lms", "--loop-ms", "loop_ms", type=int, metavar="MS",
+    callback=checked("-lms", validate.integer, lo=1,
+                     hi=int(validate.MAX_DISPLAY_INTERVAL_S * 1e3)),
     help="Repeat every MS milliseconds until Ctrl-C (nvidia-smi -lms).",
 )  # fmt: skip
 @click.option(

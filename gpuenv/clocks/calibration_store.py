@@ -60,13 +60,18 @@ def load_calibration(
     uuid: str, *, state_dir: str | os.PathLike[str] | None = None
 ) -> Calibration | None:
     """The stored calibration of GPU `uuid`, or None if 'gpuenv calibrate' never ran for it."""
+    from gpuenv import reader
+
     path = _calibration_file(uuid, state_dir)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+    what = "the calibration file"
+    text = reader.read_text(path, what=what, missing_ok=True, setting="GPUENV_STATE_DIR")
+    if text is None:
         return None
-    except ValueError as err:
+    try:
+        data = reader.parse_json(text, what=what, path=path)
+        reader.check_record(Calibration, data, what=what, path=path)
+    except reader.BadRecord as err:
         raise ConfigError(
-            f"the calibration file {path} is damaged ({err})", hint="run 'gpuenv calibrate' again"
+            f"{err.message} (the file is damaged)", hint="run 'gpuenv calibrate' again"
         ) from err
     return Calibration(**{k: data[k] for k in Calibration.__dataclass_fields__ if k in data})

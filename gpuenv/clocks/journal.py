@@ -33,11 +33,13 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpuenv import reader
 from gpuenv._files import UnsafePath, create_temp, open_dir, read_at
 from gpuenv.clocks.records import (
     Applied,
@@ -261,10 +263,10 @@ class Journal:
             return None
         try:
             for candidate in (path, path.with_name(path.name + BACKUP)):
-                data = self._read(dfd, candidate)
-                if data is None:
-                    continue
                 try:
+                    data = self._read(dfd, candidate, uuid)
+                    if data is None:
+                        continue
                     return decode(candidate, data, uuid)
                 except JournalDamaged as err:
                     damage = damage or err
@@ -286,14 +288,21 @@ class Journal:
         except OSError as err:
             raise self._file_error(err, self.path) from err
 
-    def _read(self, dfd: int, path: Path) -> bytes | None:
+    def _read(self, dfd: int, path: Path, uuid: str) -> bytes | None:
         try:
             return read_at(dfd, path.name)
         except FileNotFoundError:
             return None
         except OSError as err:
             if err.errno in (errno.EINVAL, errno.ELOOP, errno.EISDIR):
-                return b""  # not a regular file (a directory, a link): damage, this GPU only
+                # not a regular file (a FIFO, a directory, a link): damage, this GPU only
+                try:
+                    mode = os.stat(path.name, dir_fd=dfd, follow_symlinks=False).st_mode
+                    kind = "a symbolic link" if stat.S_ISLNK(mode) else reader.kind_of(mode)
+                except OSError:
+                    kind = None
+                raise JournalDamaged(uuid, path, f"it is {kind or 'not a regular file'}, "
+                                     "not a record") from None  # fmt: skip
             raise self._file_error(err, path) from err
 
     def uuids(self) -> list[str]:

@@ -8,6 +8,7 @@ one put back on a GPU).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import uuid as uuid_mod
@@ -40,9 +41,16 @@ def _opt_int(value: Any) -> int | None:
 
 
 def _num(value: Any) -> float:
+    # finite too: a NaN power limit in a record would be written back to the GPU on restore
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected a number, got {value!r}")
-    return float(value)
+        raise TypeError(f"expected a finite number, got {value!r}")
+    try:
+        x = float(value)  # 10**400, an int JSON allows, overflows here
+    except OverflowError:
+        x = math.inf
+    if not math.isfinite(x):
+        raise TypeError(f"expected a finite number, got {value!r:.40}")
+    return x
 
 
 def _dict(value: Any, what: str) -> dict[str, Any]:

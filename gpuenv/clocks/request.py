@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuenv import validate
 from gpuenv.backend import CLOCK_LIMIT_TDP
 from gpuenv.errors import ConfigError
 
@@ -38,40 +39,68 @@ class LockRequest:
         return ", ".join(parts) or "nothing"
 
 
+# what each parameter is called where the caller wrote it: Python names by default; the
+# CLI passes CLI_NAMES, so one rule speaks each door's language (gpuenv.validate)
+PY_NAMES = {"sm": "sm", "sm_max": "sm_max", "mem": "mem", "power_limit_w": "power_limit_w"}
+CLI_NAMES = {"sm": "--sm", "sm_max": "--sm-max", "mem": "--mem", "power_limit_w": "--power-limit"}
+
+
 def make_request(
     sm: int | str | tuple[int, int] | None = None,
     *,
     sm_max: int | None = None,
     mem: int | str | tuple[int, int] | None = None,
     power_limit_w: float | None = None,
+    names: dict[str, str] | None = None,
 ) -> LockRequest:
-    """Normalise user input ('1350', '1200,1500', 'base', sm_max=...) into a LockRequest."""
-    sm_value = _parse_clock(sm, "--sm", named=True)
+    """Normalise user input ('1350', '1200,1500', 'base', sm_max=...) into a LockRequest.
+    `names`: what to call each parameter in an error (CLI_NAMES from the CLI)."""
+    n = names or PY_NAMES
+    sm_value = _parse_clock(sm, n["sm"], named=True)
     if sm_max is not None:
         if not isinstance(sm_value, int):
             raise ConfigError(
-                "--sm-max needs --sm as one number", hint="e.g. --sm 1200 --sm-max 1500"
+                f"{n['sm_max']} needs {n['sm']} as one number",
+                hint=f"e.g. {n['sm']} 1200 {n['sm_max']} 1500"
+                if n is CLI_NAMES else "e.g. sm=1200, sm_max=1500",
             )
-        sm_value = (sm_value, int(sm_max))
-    mem_value = _parse_clock(mem, "--mem", named=False)
+        sm_value = (sm_value, validate.integer(sm_max, n["sm_max"], lo=1))
+        _parse_clock(sm_value, n["sm"], named=True)
+    mem_value = _parse_clock(mem, n["mem"], named=False)
     if isinstance(mem_value, str):  # unreachable: named=False
-        raise ConfigError(f"--mem {mem_value!r} is not a clock")
-    if power_limit_w is not None and power_limit_w <= 0:
-        raise ConfigError(f"power limit {power_limit_w} W must be positive")
+        raise ConfigError(f"{n['mem']} {mem_value!r} is not a clock")
+    if power_limit_w is not None:
+        power_limit_w = validate.number(power_limit_w, n["power_limit_w"], lo=0, lo_open=True,
+                                        unit="watts")  # fmt: skip
     if sm_value is None and mem_value is None and power_limit_w is None:
-        raise ConfigError("nothing to lock", hint="give an SM clock (--sm), --mem or --power-limit")
+        raise ConfigError(
+            "nothing to lock",
+            hint=f"give an SM clock ({n['sm']}), {n['mem']} or {n['power_limit_w']}",
+        )
     return LockRequest(sm=sm_value, mem=mem_value, power_limit_w=power_limit_w)
 
 
 def _parse_clock(value: Any, flag: str, *, named: bool) -> int | tuple[int, int] | str | None:
-    if value is None or isinstance(value, tuple):
-        if isinstance(value, tuple) and value[0] > value[1]:
-            raise ConfigError(f"{flag} range {value[0]},{value[1]} has min above max")
-        return None if value is None else (int(value[0]), int(value[1]))
-    if isinstance(value, bool):
-        raise ConfigError(f"{flag} {value!r} is not a clock")
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ConfigError(
+                f"{flag} range must be (min, max) in MHz, not {validate.shown(value)}"
+            )
+        lo = validate.integer(value[0], f"{flag} min", lo=1)
+        hi = validate.integer(value[1], f"{flag} max", lo=1)
+        if lo > hi:
+            raise ConfigError(f"{flag} range {lo},{hi} has min above max")
+        return (lo, hi)
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConfigError(
+            f"{flag} {validate.shown(value)} is not a clock",
+            hint="give MHz (1350), a range (1200, 1500)" + (", 'max', 'base' or 'sustained'"
+                                                            if named else ""),
+        )
     if isinstance(value, int):
-        return value
+        return validate.integer(value, flag, lo=1)
     text = str(value).strip().lower()
     if named and text in NAMED_SM:
         return text
@@ -79,7 +108,7 @@ def _parse_clock(value: Any, flag: str, *, named: bool) -> int | tuple[int, int]
         if "," in text:
             lo, hi = (int(p) for p in text.split(","))
             return _parse_clock((lo, hi), flag, named=named)
-        return int(text)
+        return validate.integer(int(text), flag, lo=1)
     except ValueError:
         names = ", or one of " + ", ".join(NAMED_SM) if named else ""
         raise ConfigError(

@@ -260,15 +260,10 @@ def load_config(path: str | os.PathLike | None) -> Config:
         if not os.path.exists(DEFAULT_CONFIG):
             return Config()
         path = DEFAULT_CONFIG
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as err:
-        raise ConfigError(
-            f"cannot read the daemon config {os.fspath(path)}: {err.strerror}",
-            hint="pass --config PATH",
-        ) from None
-    return parse_config(text, source=os.fspath(path))
+    from gpuenv import reader  # a regular text file, bounded: a FIFO or /dev/zero is refused
+
+    text = reader.read_text(path, what="cannot read the daemon config", setting="--config")
+    return parse_config(text or "", source=os.fspath(path))
 
 
 def trusted_daemon_uids() -> dict[int, str]:

@@ -26,7 +26,7 @@ import os
 import socket as _socket
 import stat
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from gpuenv import errors as _errors
 from gpuenv.daemon import protocol
@@ -79,6 +79,10 @@ def _user_of(uid: int) -> str:
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except KeyError:
         return f"uid {uid}"
+
+
+HELLO_TIMEOUT_S = 3.0  # a socket silent this long after connecting is not a working gpuenvd
+MAX_REPLY_BYTES = 16 << 20  # a reply line longer than this is not gpuenvd's
 
 
 def default_socket() -> str:
@@ -179,7 +183,8 @@ class Client:
         self._sock: _socket.socket | None = sock
         try:
             self.info = self.call(
-                "hello", versions=list(protocol.SUPPORTED_VERSIONS), client=client
+                "hello", versions=list(protocol.SUPPORTED_VERSIONS), client=client,
+                timeout=HELLO_TIMEOUT_S if timeout is None else min(timeout, HELLO_TIMEOUT_S),
             )
         except BaseException:
             self.close()
@@ -224,9 +229,11 @@ class Client:
                 try:
                     chunk = sock.recv(65536)
                 except TimeoutError:
+                    waited = sock.gettimeout()
                     raise DaemonUnavailable(
-                        f"gpuenvd at {self.path} did not answer in time",
-                        hint="check 'systemctl status gpuenvd'",
+                        f"gpuenvd at {self.path} did not answer in "
+                        + (f"{waited:g} s" if waited else "time"),
+                        hint="check 'systemctl status gpuenvd', or point GPUENV_SOCKET elsewhere",
                     ) from None
                 if not chunk:
                     self.close()
@@ -235,11 +242,27 @@ class Client:
                         hint="see its log (journalctl -u gpuenvd)",
                     )
                 self._buf += chunk
+                if len(self._buf) > MAX_REPLY_BYTES:
+                    self._not_gpuenvd(self._buf)
         finally:
             if timeout is not None and self._sock is not None:
                 self._sock.settimeout(self.timeout)
         line, _, self._buf = self._buf.partition(b"\n")
-        return json.loads(line)
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError):
+            msg = None
+        if not isinstance(msg, dict):
+            self._not_gpuenvd(line)
+        return msg
+
+    def _not_gpuenvd(self, data: bytes) -> NoReturn:
+        """Whatever answers is not gpuenvd (another service, a stale socket's new owner)."""
+        self.close()
+        raise DaemonUnavailable(
+            f"{self.path} is not gpuenvd: it answered {data[:40]!r}",
+            hint="point GPUENV_SOCKET at gpuenvd's socket, or unset it",
+        )
 
     def close(self) -> None:
         """Close the connection: the daemon ends every non-standing lease taken through it."""

@@ -156,7 +156,7 @@ class _State:
 
 
 def _steady_metadata(backend: Any, gpus: list[int]) -> dict[str, Any]:
-    from gpuenv.results import environment_metadata
+    from gpuenv.environment import environment_metadata
     from gpuenv.status import lock_info
 
     meta = steady(environment_metadata(backend, gpus))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from gpuenv import validate
 from gpuenv.errors import ConfigError
 
 # The signals gpuenv dies of when they killed the command (others: exit 128+N).
@@ -63,19 +64,26 @@ def plan_run(
         argv = argv[1:]
     if not argv:
         raise ConfigError("no command to run", hint="gpuenv run [options] -- python bench.py")
-    if period is not None and period <= 0:
-        raise ConfigError(f"--interval {period:g} must be positive", hint="e.g. --interval 0.05")
+    if period is not None:
+        validate.sample_period(period, "--interval")
     check_run_policy(policy)
+    from gpuenv.run.ranks import wait_time
+
+    wait_time(env)  # GPUENV_RANKS_WAIT_S=abc fails now, not after the command ran
     resolve_command(argv)  # a typo fails here, before anything is locked
     auto = select_kinds(env.get(ENV_SELECT), enabled=not no_auto_regions)
     lock_args = None
     if sm is not None or mem is not None or power_limit is not None or sm_max is not None:
         from gpuenv.clocks import make_request
+        from gpuenv.clocks.request import CLI_NAMES
 
-        make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit)  # validate now
+        make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit,
+                     names=CLI_NAMES)  # validate now
         lock_args = {"sm": sm, "sm_max": sm_max, "mem": mem, "power_limit_w": power_limit}
     selector = default_gpu_selector(env) if gpu == "auto" else gpu
-    out_path = rank_output_path(output, rank_of(env)) if output else None
+    if output is not None:  # '' is a bad path, not "no output" (it wrote nothing, silently)
+        validate.output_path(output, "-o")
+    out_path = rank_output_path(output, rank_of(env)) if output is not None else None
     if out_path is not None:
         check_output_dir(out_path)
     return RunPlan(argv, auto, lock_args, selector, out_path)

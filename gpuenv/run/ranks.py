@@ -46,6 +46,13 @@ CLOCK_SKEW_S = 30.0  # a rank's end may be read this long before rank 0's start 
 _DROP_EXTRA = ("trace", "traces", "regions")  # big, and not in the table
 
 
+def wait_time(env: Mapping[str, str]) -> float:
+    """GPUENV_RANKS_WAIT_S, judged (gpuenv.validate): 'abc' is refused, not read as 60 s."""
+    from gpuenv import validate
+
+    return validate.env_number(ENV_WAIT, WAIT_S, lo=0, hi=86400, environ=env)
+
+
 # -- where and what: defaults under torchrun / Slurm ---------------------------------------
 
 
@@ -157,16 +164,41 @@ def gather(
                 if r in found:
                     continue
                 try:
-                    data = json.loads(read_at(dfd, f"rank{r}.json"))
-                except (OSError, ValueError):
+                    text = read_at(dfd, f"rank{r}.json")
+                except OSError:
                     continue
-                if float(data.get("ended_at", 0)) >= since - CLOCK_SKEW_S:
+                data = _rank_summary(text, directory / f"rank{r}.json")
+                if data is not None and data["ended_at"] >= since - CLOCK_SKEW_S:
                     found[r] = data
             if len(found) == len(ranks) or time.monotonic() >= deadline:
                 return found
             time.sleep(POLL_S)
     finally:
         os.close(dfd)
+
+
+def _rank_summary(text: bytes, path: Path) -> dict[str, Any] | None:
+    """A rank's summary (read through the checked directory) parsed by gpuenv.reader (bounded
+    depth, its measurements' schema checked), or None while it is partial or not one (it is
+    waited for, and named missing at the end)."""
+    from gpuenv import reader
+    from gpuenv.errors import ConfigError
+
+    what = "a rank's summary"
+    try:
+        data = reader.parse_json(text, what=what, path=path)
+        ended = data.get("ended_at") if isinstance(data, dict) else None
+        if isinstance(ended, bool) or not isinstance(ended, (int, float)) or abs(ended) > 1e300:
+            return None  # also NaN and inf (a NaN compares False: abs(nan) > x is False)
+        if ended != ended:
+            return None
+        if not isinstance(data.get("measurements", []), list):
+            return None
+        for i, m in enumerate(data.get("measurements", [])):
+            reader.check_record(Measurement, m, what=what, path=path, prefix=f"measurements[{i}]")
+    except ConfigError:
+        return None
+    return data
 
 
 def report_ranks(
@@ -183,10 +215,7 @@ def report_ranks(
     if rank != 0:
         publish(directory, record, measurements)
         return ""
-    try:
-        wait_s = float(env.get(ENV_WAIT, "") or WAIT_S)
-    except ValueError:
-        wait_s = WAIT_S
+    wait_s = wait_time(env)
     others = list(range(1, world_size(env) or 1))
     refused = ""
     try:
@@ -248,5 +277,6 @@ __all__ = [
     "ranks_dir",
     "report_ranks",
     "selector_env",
+    "wait_time",
     "world_size",
 ]

@@ -78,14 +78,17 @@ def parse_line(line: str) -> Edge | None:
     """Parse one protocol line; None for a line that is not one (ignored, never fatal)."""
     parts = line.rstrip("\n").split(" ", 4)
     try:
-        if parts[0] == "b" and len(parts) == 5:
-            return Edge("b", int(parts[1]), int(parts[2]), float(parts[3]), parts[4])
-        if parts[0] in ("e", "x") and len(parts) == 4:
-            return Edge(parts[0], int(parts[1]), int(parts[2]), float(parts[3]), None)
-        if parts[0] == "l" and len(parts) >= 4:
+        if parts[0] == "l" and len(parts) >= 4:  # its 4th field is JSON, not a time
             meta = json.loads(line.rstrip("\n").split(" ", 3)[3])
-            if isinstance(meta, dict):
-                return Edge("l", int(parts[1]), int(parts[2]), 0.0, None, meta)
+            return Edge("l", int(parts[1]), int(parts[2]), 0.0, None, meta) \
+                if isinstance(meta, dict) else None
+        t = float(parts[3]) if len(parts) >= 4 else math.nan
+        if not (math.isfinite(t) and t >= 0):  # a nan time cost the run its summary
+            return None
+        if parts[0] == "b" and len(parts) == 5:
+            return Edge("b", int(parts[1]), int(parts[2]), t, parts[4])
+        if parts[0] in ("e", "x") and len(parts) == 4:
+            return Edge(parts[0], int(parts[1]), int(parts[2]), t, None)
     except ValueError:  # json.JSONDecodeError is one
         return None
     return None

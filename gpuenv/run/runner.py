@@ -349,13 +349,13 @@ class Runner:
 
     def _store(self, lock: Any) -> Any:
         """The results file's store (None without -o), its metadata written first."""
-        from gpuenv.results import ResultStore, environment_metadata
+        from gpuenv.environment import environment_metadata
+        from gpuenv.results import ResultStore
 
         if self.output is None:
             return None
         meta = environment_metadata(
-            self.backend,
-            self.gpus,
+            self.backend, self.gpus,
             extra={
                 "tool": "gpuenv run",
                 "command": self.argv,

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuenv import validate as v
 from gpuenv.conditioning import ConditionConfig
 from gpuenv.errors import ConfigError
 from gpuenv.judge import check_policy
@@ -83,19 +84,48 @@ class BenchConfig:
     keep_trace: bool = True
 
     def __post_init__(self) -> None:
+        """Every field judged here (gpuenv.validate), with its name: a bad value is refused
+        before anything runs, never taken as a strange setting (budget_s=nan, rel_ci=2)."""
         if self.mode not in ("auto", *MODES):
             raise ConfigError(
                 f"unknown timing mode {self.mode!r}", hint=f"use one of auto, {', '.join(MODES)}"
             )
-        if self.reps is not None and self.reps < 1:
-            raise ConfigError(f"reps must be at least 1 (got {self.reps})")
+        if self.reps is not None:
+            self._set("reps", v.integer(self.reps, "reps", lo=1))
+        if self.budget_s is not None:
+            v.number(self.budget_s, "budget_s", lo=0, lo_open=True, unit="seconds",
+                     hint="None (the default) measures for 10 s, or until reps= is done")
+        v.number(self.rel_ci, "rel_ci", lo=0, hi=1, lo_open=True, hi_open=True,
+                 hint="a fraction of the median: 0.01 stops at +-1%")  # fmt: skip
+        self._set("min_reps", v.integer(self.min_reps, "min_reps", lo=1))
+        self._set("max_reps", v.integer(self.max_reps, "max_reps", lo=1))
+        v.ordered("min_reps", self.min_reps, "max_reps", self.max_reps)
+        v.number(self.confidence, "confidence", lo=0, hi=1, lo_open=True, hi_open=True)
+        if self.warmup != "auto":
+            self._set("warmup", v.integer(self.warmup, "warmup", lo=0,
+                                          hint="'auto' (the default) or a number of reps"))
+        v.number(self.warmup_max_s, "warmup_max_s", lo=0, unit="seconds")
+        self._set("warmup_max_reps", v.integer(self.warmup_max_reps, "warmup_max_reps", lo=0))
+        for flag in ("flush_l2", "saturate", "burst_from_start", "probe_clock", "keep_trace"):
+            v.boolean(getattr(self, flag), flag)
+        if self.calls_per_rep != "auto":
+            self._set("calls_per_rep", v.integer(self.calls_per_rep, "calls_per_rep", lo=1,
+                                                 hint="'auto' (the default) or a count >= 1"))
         if self.condition is not None and self.condition not in CONDITIONS:
             raise ConfigError(
                 f"unknown condition {self.condition!r}",
                 hint="use 'auto' (the default), 'burst', 'sustained' or 'none'",
             )
+        v.instance(self.conditioning, "conditioning", ConditionConfig,
+                   "a gpuenv.conditioning.ConditionConfig")  # fmt: skip
+        if self.verdict_config is not None:
+            v.instance(self.verdict_config, "verdict_config", VerdictConfig,
+                       "a gpuenv.VerdictConfig (or None)")  # fmt: skip
         if self.policy is not None:
             check_policy(self.policy)
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)  # frozen: the normalised value (2.0 -> 2)
 
     @classmethod
     def of(cls, config: BenchConfig | None, settings: dict[str, Any]) -> BenchConfig:
@@ -104,13 +134,17 @@ class BenchConfig:
         Two short forms reach into `conditioning`: `burst_s` (GPU time per burst) and
         `precondition_max_s` (the longest sustained precondition).
         """
+        if config is not None:
+            v.instance(config, "config", cls, "a gpuenv.timing.BenchConfig (or None)")
         base = config or cls()
         cond = settings.get("conditioning", base.conditioning)
         if "burst_s" in settings:
-            cond = dataclasses.replace(cond, burst_s=float(settings.pop("burst_s")))
+            burst_s = v.number(settings.pop("burst_s"), "burst_s", lo=0, lo_open=True)
+            cond = dataclasses.replace(cond, burst_s=burst_s)
         if "precondition_max_s" in settings:
             cond = dataclasses.replace(
-                cond, sustained_timeout_s=float(settings.pop("precondition_max_s"))
+                cond, sustained_timeout_s=v.number(settings.pop("precondition_max_s"),
+                                                   "precondition_max_s", lo=0)
             )
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(settings) - known)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuenv import conditioning, stats
+from gpuenv import validate as v
 from gpuenv.backend import Backend
 from gpuenv.clocks.status import lock_holds
 from gpuenv.errors import ConfigError, GpuenvError
@@ -52,7 +53,13 @@ def bench(
     of the kept reps are in `m.stats`; CI, warmup, conditioning, effective clocks and
     settings in `m.extra`.
     """
+    v.no_arg_callable(fn, "fn")
     cfg = BenchConfig.of(config, dict(settings))
+    if name is not None:
+        v.text(name, "name")
+    if gpu is not None:
+        v.integer(gpu, "gpu", lo=0)
+    v.output_path(output, "output")  # before measuring: a missing directory is refused now
     name = name or getattr(fn, "__name__", None) or "bench"
     if name == "<lambda>":
         name = "bench"
@@ -67,7 +74,8 @@ def bench(
             session.work_ended(session.sampler.mark())  # burst mode waits from here
         m = session.keep(m)  # with the session's trace; appended to its `output`, if any
     elif output is not None:
-        from gpuenv.results import ResultStore, environment_metadata
+        from gpuenv.environment import environment_metadata
+        from gpuenv.results import ResultStore
 
         be = place.backend
         meta = environment_metadata(be, [place.gpu], clock=place.clock) if be is not None else {}

@@ -124,7 +124,7 @@ def test_power_limit_validated(sim: SimBackend, journal: Journal) -> None:
         lock(power_limit_w=900, backend=sim, journal=journal)
     with pytest.raises(ConfigError, match="nothing to lock"):
         lock(backend=sim, journal=journal)
-    with pytest.raises(ConfigError, match="--sm-max needs --sm"):
+    with pytest.raises(ConfigError, match="sm_max needs sm"):
         lock("max", sm_max=1500, backend=sim, journal=journal)
     with pytest.raises(ConfigError, match="not understood"):
         lock("fast", backend=sim, journal=journal)

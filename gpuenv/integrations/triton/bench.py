@@ -70,7 +70,7 @@ def do_bench(
     """
     from gpuenv.timing import MODES
 
-    _check(return_mode, quantiles, warmup=warmup, rep=rep)
+    _check(return_mode, quantiles, fn, warmup=warmup, rep=rep)
     if flush_bytes is not None and flush_bytes < 0:
         raise ConfigError(f"flush_bytes must be >= 0 (got {flush_bytes})", hint="0: no flush")
     if mode not in ("auto", *MODES):
@@ -118,7 +118,7 @@ def do_bench_cudagraph(
     to 5 such calls, where triton times one). A tiny kernel so gets as many calls as in
     triton's graph (for a few-us kernel, several times fewer than its time alone
     gives), and capturing them, host time per call, costs what triton's costs."""
-    _check(return_mode, quantiles, rep=rep)
+    _check(return_mode, quantiles, fn, rep=rep)
     backend, gpu = _where(session, backend)
     probe = _device("events", backend, gpu, session, flush_bytes=0, cover=False)
     call = _Call(fn, grad_to_none)
@@ -153,15 +153,18 @@ def measurements() -> list[Any]:
 # -- the measurement -------------------------------------------------------------------
 
 
-def _check(return_mode: str, quantiles: Sequence[float] | None, **budgets: float) -> None:
-    """Refuse what triton refuses (it asserts on return_mode; ValueError on a quantile)."""
+def _check(return_mode: str, quantiles: Sequence[float] | None, fn: Any,
+           **budgets: float) -> None:  # fmt: skip
+    """Refuse what triton refuses (it asserts on return_mode; ValueError on a quantile), and
+    what it would fail on later (fn None or needing arguments): gpuenv.validate's words."""
+    from gpuenv import validate
+
+    validate.no_arg_callable(fn, "fn")
     if return_mode not in RETURN_MODES:
         raise ConfigError(f"return_mode {return_mode!r} is not one of {', '.join(RETURN_MODES)}")
-    if quantiles is not None and not all(0.0 <= float(q) <= 1.0 for q in quantiles):
-        raise ConfigError(f"quantiles must be in the range [0, 1], got {list(quantiles)}")
+    validate.quantiles(quantiles)
     for key, ms in budgets.items():
-        if not (isinstance(ms, (int, float)) and math.isfinite(ms) and ms >= 0):
-            raise ConfigError(f"{key} is a time in milliseconds >= 0, not {ms!r}")
+        validate.number(ms, key, lo=0, unit="milliseconds")
 
 
 def _where(session: Any, backend: Any) -> tuple[Any, int]:

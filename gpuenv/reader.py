@@ -1,0 +1,310 @@
+"""The one reader for every file gpuenv reads: results JSONL, journal records, the
+calibration store, the daemon's config, the simulated GPU's state.
+
+Before anything is parsed a file is judged: it must be a regular file (a FIFO would
+wait forever, /dev/zero or /dev/urandom would fill memory), no larger than a limit for
+its kind, and text; after parsing, no deeper than MAX_DEPTH, and its records match
+their dataclass (`check_record`: the field types, finite numbers). A file that fails
+gets one sentence naming the file, the line and the field of the first bad value:
+
+    results run.jsonl, line 7, field times_s[2]: nan is not a finite number
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import math
+import os
+import stat
+import types
+import typing
+from typing import Any
+
+from gpuenv.errors import ConfigError, FileError
+
+MiB = 1 << 20
+RESULTS_MAX_BYTES = 1024 * MiB  # results JSONL: a day of traces; 30 MB for 12,000 measurements
+SMALL_MAX_BYTES = 16 * MiB  # a journal record, the calibration store, a config, sim state
+MAX_DEPTH = 32  # gpuenv writes records 5 deep; 200,000 nested '[' stop here with a sentence
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def kind_of(mode: int) -> str | None:
+    """What a file that is not a regular file is ("a FIFO (named pipe)"), or None."""
+    return next((kind for test, kind in _KINDS if test(mode)), None)
+
+
+class BadRecord(ConfigError):
+    """A file's content is not what gpuenv writes: `path`, `line` (1-based, None for a
+    whole-file document) and `field` (a dotted path, e.g. windows[3].sm_mhz_mean)."""
+
+    def __init__(
+        self, what: str, path: str | os.PathLike[str], problem: str, *,
+        line: int | None = None, field: str | None = None, hint: str | None = None,
+    ):  # fmt: skip
+        self.path = os.fspath(path)
+        self.line = line
+        self.field = field
+        where = f"{what} {self.path}"
+        if line is not None:
+            where += f", line {line}"
+        if field:
+            where += f", field {field}"
+        super().__init__(
+            f"{where}: {problem}",
+            hint=hint or "pass a file gpuenv wrote, or remove the damaged record",
+        )
+
+
+def read_bytes(
+    path: str | os.PathLike[str], *, what: str, max_bytes: int = SMALL_MAX_BYTES,
+    setting: str | None = None, missing_ok: bool = False,
+) -> bytes | None:  # fmt: skip
+    """The bytes of regular file `path`, at most `max_bytes`; None when it does not exist
+    and `missing_ok`. `what` names the file for a person ("results", "the journal
+    record"); `setting` the variable or option that moves it."""
+    try:
+        # O_NONBLOCK: opening a FIFO does not wait for a writer; fstat then refuses it
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise FileError(path, errno.ENOENT, where=what, setting=setting) from None
+    except OSError as err:
+        raise FileError.from_os_error(err, path=path, where=what, setting=setting) from err
+    try:
+        st = os.fstat(fd)
+        kind = kind_of(st.st_mode)
+        if kind is not None:
+            raise ConfigError(
+                f"{what}: {os.fspath(path)} is {kind}, not a file",
+                hint="pass a regular file" + (f" ({setting} says which)" if setting else ""),
+            )
+        if st.st_size > max_bytes:
+            raise _too_big(what, path, st.st_size, max_bytes)
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_bytes:  # it grew while read
+                raise _too_big(what, path, size, max_bytes)
+        return b"".join(chunks)
+    except OSError as err:
+        raise FileError.from_os_error(err, path=path, where=what, setting=setting) from err
+    finally:
+        os.close(fd)
+
+
+def _too_big(what: str, path: str | os.PathLike[str], size: int, limit: int) -> ConfigError:
+    return ConfigError(
+        f"{what}: {os.fspath(path)} is {size / MiB:.1f} MiB, over the {limit / MiB:.0f} MiB "
+        f"gpuenv reads for it",
+        hint="pass the file gpuenv wrote (split a results file with several runs by run_id)",
+    )
+
+
+def read_text(
+    path: str | os.PathLike[str], *, what: str, max_bytes: int = SMALL_MAX_BYTES,
+    setting: str | None = None, missing_ok: bool = False, noun: str = "text",
+) -> str | None:  # fmt: skip
+    """`read_bytes`, decoded as UTF-8; a file that is not text is named with the offset
+    (`noun`: what it is not, e.g. "a results file")."""
+    data = read_bytes(path, what=what, max_bytes=max_bytes, setting=setting,
+                      missing_ok=missing_ok)  # fmt: skip
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{what}: {os.fspath(path)} is not {noun} "
+            f"({'' if noun == 'text' else 'not text: '}byte {err.start} is not UTF-8)",
+            hint="pass the text file itself, not an image or archive",
+        ) from None
+
+
+def parse_json(
+    text: str | bytes, *, what: str, path: str | os.PathLike[str], line: int | None = None
+) -> Any:
+    """One JSON document (a file, or a line of JSONL), no deeper than MAX_DEPTH."""
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise BadRecord(what, path, f"nested deeper than {MAX_DEPTH} levels", line=line) from None
+    except ValueError as err:  # JSONDecodeError, and bytes that are not UTF-8
+        raise BadRecord(what, path, f"not JSON ({err})", line=line) from None
+    field = _too_deep(doc)
+    if field is not None:
+        raise BadRecord(what, path, f"nested deeper than {MAX_DEPTH} levels", line=line,
+                        field=field)  # fmt: skip
+    return doc
+
+
+def _too_deep(doc: Any) -> str | None:
+    """The path of a value deeper than MAX_DEPTH, or None (iterative: no recursion; only
+    containers are visited, so a long list of numbers costs one isinstance each)."""
+    stack: list[tuple[Any, int, str]] = [(doc, 0, "")]
+    while stack:
+        value, depth, where = stack.pop()
+        if depth > MAX_DEPTH:
+            return where or "(top)"
+        if isinstance(value, dict):
+            stack += [(v, depth + 1, f"{where}.{k}" if where else str(k))
+                      for k, v in value.items() if isinstance(v, (dict, list))]  # fmt: skip
+        elif isinstance(value, list):
+            stack += [(v, depth + 1, f"{where}[{i}]")
+                      for i, v in enumerate(value) if isinstance(v, (dict, list))]  # fmt: skip
+    return None
+
+
+# -- record schema ------------------------------------------------------------------------
+
+
+def check_record(cls: type, data: Any, *, what: str, path: str | os.PathLike[str],
+                 line: int | None = None, prefix: str = "",
+                 hint: str | None = None) -> None:  # fmt: skip
+    """`data` can become a `cls` (a record dataclass): every field it has is of the field's
+    type, numbers finite, nested records checked too; a missing field without a default is
+    named. Unknown keys are ignored (a newer gpuenv's file still loads)."""
+    problem = _check(cls, data, prefix)
+    if problem is not None:
+        field, why = problem
+        raise BadRecord(what, path, why, line=line, field=field or None, hint=hint)
+
+
+def _check(cls: type, data: Any, prefix: str) -> tuple[str, str] | None:
+    if not isinstance(data, dict):
+        return prefix, f"{_show(data)} is not a JSON object"
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}.{f.name}" if prefix else f.name
+        if f.name not in data:
+            required = (f.default is dataclasses.MISSING
+                        and f.default_factory is dataclasses.MISSING)  # fmt: skip
+            if required:
+                return name, "missing"
+            continue
+        problem = _check_value(hints.get(f.name, Any), data[f.name], name)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _check_value(hint: Any, value: Any, name: str) -> tuple[str, str] | None:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any or hint is object:
+        return None
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        problems = [_check_value(a, value, name) for a in options]
+        return None if any(p is None for p in problems) else problems[0]
+    if value is None:
+        return name, "null where a value is needed"
+    if dataclasses.is_dataclass(hint):
+        return _check(hint, value, name)  # type: ignore[arg-type]
+    if hint is bool:
+        return None if isinstance(value, bool) else (name, f"{_show(value)} is not true/false")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return None
+        return name, f"{_show(value)} is not a whole number"
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return None if _finite(value) else (name, f"{_show(value)} is not a finite number")
+        return name, f"{_show(value)} is not a number"
+    if hint is str:
+        return None if isinstance(value, str) else (name, f"{_show(value)} is not a string")
+    if origin is tuple:
+        if not isinstance(value, list):
+            return name, f"{_show(value)} is not a list"
+        if len(args) == 2 and args[1] is Ellipsis:
+            inner = [args[0]] * len(value)
+        elif len(args) != len(value):
+            return name, f"{_show(value)} does not have {len(args)} items"
+        else:
+            inner = list(args)
+        for i, (h, v) in enumerate(zip(inner, value, strict=True)):
+            problem = _check_value(h, v, f"{name}[{i}]")
+            if problem is not None:
+                return problem
+        return None
+    if origin is dict:
+        if not isinstance(value, dict):
+            return name, f"{_show(value)} is not a JSON object"
+        inner_hint = args[1] if len(args) == 2 else Any
+        for k, v in value.items():
+            problem = _check_value(inner_hint, v, f"{name}.{k}")
+            if problem is not None:
+                return problem
+        return None
+    return None  # a type this checker does not know: the record's own constructor judges it
+
+
+def check_series(data: Any, keys: tuple[str, ...], name: str) -> tuple[str, str] | None:
+    """A telemetry trace ({"t0": s, "t_s": [...], "sm_mhz": [...], ...}): t0 and every
+    listed series finite numbers (None allowed in a series: a gap), of equal length."""
+    if not isinstance(data, dict):
+        return name, f"{_show(data)} is not a JSON object"
+    t0 = data.get("t0")
+    if not isinstance(t0, (int, float)) or isinstance(t0, bool) or not _finite(t0):
+        return f"{name}.t0", f"{_show(t0)} is not a finite number"
+    length = None
+    for key in keys:
+        series = data.get(key)
+        if series is None:
+            continue
+        if not isinstance(series, list):
+            return f"{name}.{key}", f"{_show(series)} is not a list"
+        if length is not None and len(series) != length:
+            return f"{name}.{key}", f"has {len(series)} values, not {length} as t_s"
+        length = len(series) if length is None else length
+        for i, x in enumerate(series):
+            if x is None and key != "t_s":
+                continue
+            ok = isinstance(x, (int, float)) and not isinstance(x, bool) and _finite(x)
+            if not ok:
+                return f"{name}.{key}[{i}]", f"{_show(x)} is not a finite number"
+    return None
+
+
+def _finite(x: float) -> bool:
+    """A JSON number a float can hold: 10**400 (an int JSON allows) is not one."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, (str, float, int, bool)) or value is None:
+        text = json.dumps(value)
+    else:
+        text = "a list" if isinstance(value, list) else "an object"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+__all__ = [
+    "MAX_DEPTH",
+    "RESULTS_MAX_BYTES",
+    "SMALL_MAX_BYTES",
+    "BadRecord",
+    "check_record",
+    "check_series",
+    "parse_json",
+    "read_bytes",
+    "read_text",
+]

@@ -21,7 +21,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from gpuenv.errors import ConfigError
@@ -161,11 +161,12 @@ def create_temp(dir_fd: int, name: str, mode: int = 0o600, *, tag: str = "") -> 
     raise FileExistsError(errno.EEXIST, "no unused temporary name", name)
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """Every byte, or OSError (os.write may write less: a size limit, a full disk)."""
+def write_all(fd: int, data: bytes, write: Callable[[int, Any], int] = os.write) -> None:
+    """Every byte, or OSError (os.write may write less: a size limit, a full disk).
+    `write`: the writer (tests inject one that stops short)."""
     view = memoryview(data)
     while view:
-        n = os.write(fd, view)
+        n = write(fd, view)
         if n <= 0:
             raise OSError(errno.ENOSPC, "the write stopped short")
         view = view[n:]

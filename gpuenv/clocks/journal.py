@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuenv import reader
-from gpuenv._files import UnsafePath, create_temp, open_dir, read_at
+from gpuenv._files import UnsafePath, create_temp, open_dir, read_at, write_all
 from gpuenv.clocks.records import (
     Applied,
     ClockState,
@@ -383,19 +383,10 @@ class Journal:
 
     def _write_tmp(self, fd: int, data: bytes) -> None:
         try:
-            self._write_all(fd, data)
+            write_all(fd, data, self._os_write)
             os.fsync(fd)
         finally:
             os.close(fd)
-
-    def _write_all(self, fd: int, data: bytes) -> None:
-        """Every byte, or OSError: os.write may write less (a size limit, a full disk)."""
-        view = memoryview(data)
-        while view:
-            n = self._os_write(fd, view)
-            if n <= 0:
-                raise OSError(errno.ENOSPC, "the write stopped short")
-            view = view[n:]
 
     _os_write = staticmethod(os.write)  # tests inject a writer that stops short
 

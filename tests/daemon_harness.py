@@ -261,6 +261,22 @@ def start_as(user: pwd.struct_passwd, code: str, *args: str, env: dict) -> subpr
     )
 
 
+def first_line(proc: subprocess.Popen[str]) -> str:
+    """The process's first line of output (stripped); its stderr in the error when none."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        raise AssertionError(f"no output; stderr: {proc.stderr.read() if proc.stderr else ''}")
+    return line.strip()
+
+
+def kill(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the process if it still runs, and reap it."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+
+
 def shared_workdir() -> Path:
     """A temp dir other accounts may traverse (the socket lives there), removed by the caller."""
     path = Path(tempfile.mkdtemp(prefix="gpuenvd-"))

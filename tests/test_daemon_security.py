@@ -22,6 +22,8 @@ import pytest
 from daemon_harness import (
     DaemonProcess,
     client_process,
+    first_line,
+    kill,
     local_users,
     run_as,
     shared_workdir,
@@ -59,18 +61,8 @@ def alice_daemon(work: Path) -> Iterator[tuple[pwd.struct_passwd, DaemonProcess]
         d.close()
 
 
-def _first_line(proc: subprocess.Popen[str]) -> str:
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        raise AssertionError(f"no output; stderr: {proc.stderr.read() if proc.stderr else ''}")
-    return line.strip()
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(timeout=10)
 
 
 # -- 1. the journal's lock file --------------------------------------------------------------------
@@ -100,14 +92,14 @@ def test_no_local_user_can_stall_the_daemon_through_the_journal_lock(work: Path)
     lock.chmod(0o644)
     attacker = start_as(mallory, FLOCK, str(lock), env=d.env)
     try:
-        assert _first_line(attacker) == "held"  # it could open it, and flock it forever
+        assert first_line(attacker) == "held"  # it could open it, and flock it forever
         d.start(timeout=15)  # recovery takes the journal lock before the socket answers
         client = client_process(d.socket, 1350, gpus="0", env=d.env)
         try:
-            assert _first_line(client).startswith("locked")
+            assert first_line(client).startswith("locked")
             assert d.truth(0)[0] == (1350, 1350)
         finally:
-            _stop(client)  # SIGKILL: the daemon must restore the GPU at once
+            kill(client)  # SIGKILL: the daemon must restore the GPU at once
         assert d.wait_pristine(timeout=5.0) is not None
         out = subprocess.run(  # root's own restore does not hang either
             [sys.executable, "-m", "gpuenv", "restore"],
@@ -124,7 +116,7 @@ def test_no_local_user_can_stall_the_daemon_through_the_journal_lock(work: Path)
             again = run_as(mallory, FLOCK, str(path), env=d.env, timeout=30)
             assert again.stdout.startswith("refused"), again.stdout + again.stderr
     finally:
-        _stop(attacker)
+        kill(attacker)
         d.close()
 
 
@@ -185,7 +177,7 @@ def test_one_user_cannot_take_every_connection(work: Path) -> None:
     d = _daemon(work, bob)
     hog = start_as(mallory, HOG, d.socket, "300", env=d.env)  # mallory may not even lock
     try:
-        kept = int(_first_line(hog).split()[1])
+        kept = int(first_line(hog).split()[1])
         assert kept == 32  # the default per-user cap
         with Client(d.socket) as root:  # root is never refused
             assert root.info["peer"]["admin"] is True
@@ -193,7 +185,7 @@ def test_one_user_cannot_take_every_connection(work: Path) -> None:
         assert other.stdout.strip() == bob.pw_name, other.stderr
         assert f"{mallory.pw_name} already has 32 connections" in d.log.read_text()
     finally:
-        _stop(hog)
+        kill(hog)
         d.close()
 
 
@@ -229,7 +221,7 @@ def test_a_live_lease_cannot_be_taken_over_when_its_first_process_exits(work: Pa
     forker = start_as(alice, FORK_AND_EXIT, d.socket, env=d.env)
     child = 0
     try:
-        _, lease_id, pid = _first_line(forker).split()
+        _, lease_id, pid = first_line(forker).split()
         child = int(pid)
         forker.wait(timeout=10)  # the process that asked for the lease is gone
         out = run_as(bob, TAKE, d.socket, env=d.env)
@@ -244,7 +236,7 @@ def test_a_live_lease_cannot_be_taken_over_when_its_first_process_exits(work: Pa
     finally:
         if child:
             os.kill(child, signal.SIGKILL)
-        _stop(forker)
+        kill(forker)
         d.close()
 
 
@@ -306,7 +298,7 @@ def test_status_shows_a_lease_whose_daemon_is_gone_as_such(
     alice, d = alice_daemon
     holder = start_as(alice, HOLD, d.socket, env=d.env)
     try:
-        assert _first_line(holder).startswith("locked")
+        assert first_line(holder).startswith("locked")
         d.kill()  # SIGKILL: nothing restores the GPU until gpuenvd starts again
         assert holder.poll() is None  # the client itself still runs
         out = subprocess.run(
@@ -332,7 +324,7 @@ def test_status_shows_a_lease_whose_daemon_is_gone_as_such(
         d.start()  # recovery puts it back before the socket answers
         assert d.pristine()
     finally:
-        _stop(holder)
+        kill(holder)
 
 
 # -- the systemd unit --------------------------------------------------------------------------

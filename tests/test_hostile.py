@@ -19,7 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_harness import ROOT, local_users, run_as, shared_workdir, start_as
+from daemon_harness import (
+    ROOT,
+    first_line,
+    kill,
+    local_users,
+    run_as,
+    shared_workdir,
+    start_as,
+)
 from hostile_harness import (
     FAKE_DAEMON,
     FORGE_RANKS,
@@ -69,18 +77,8 @@ def _gpuenv(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.
                           timeout=timeout)  # fmt: skip
 
 
-def _line(proc: subprocess.Popen[str]) -> str:
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        raise AssertionError(f"no output; stderr: {proc.stderr.read() if proc.stderr else ''}")
-    return line.strip()
 
 
-def _kill(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(timeout=10)
 
 
 def _truth(env: dict[str, str]) -> tuple:
@@ -106,7 +104,7 @@ def test_a_fake_gpuenvd_of_another_account_is_refused_and_named(work: Path) -> N
     env = _env(work, GPUENV_SOCKET=str(pub / "gpuenvd.sock"))
     fake = start_as(mallory, FAKE_DAEMON, env["GPUENV_SOCKET"], uuid, env=env)
     try:
-        assert _line(fake) == "listening"
+        assert first_line(fake) == "listening"
         before = _truth(env)
         for args in (("lock", "--sm", "1350"), ("restore",)):
             out = _gpuenv(env, *args)
@@ -126,7 +124,7 @@ def test_a_fake_gpuenvd_of_another_account_is_refused_and_named(work: Path) -> N
         finally:
             del os.environ["GPUENV_DAEMON_USER"]
     finally:
-        _kill(fake)
+        kill(fake)
 
 
 # -- 2. the socket's bind race ---------------------------------------------------------------
@@ -154,7 +152,7 @@ def test_no_swap_of_the_socket_path_makes_gpuenvd_chmod_or_chown_another_file(wo
     swapper = start_as(mallory, SWAPPER, str(path), str(secret), "30", "0.0002", env=_env(work))
     bound = refused = 0
     try:
-        assert _line(swapper) == "swapping"
+        assert first_line(swapper) == "swapping"
         deadline = time.monotonic() + 8.0
         for _ in range(3000):
             if time.monotonic() > deadline:
@@ -176,7 +174,7 @@ def test_no_swap_of_the_socket_path_makes_gpuenvd_chmod_or_chown_another_file(wo
                 except OSError:
                     pass
     finally:
-        _kill(swapper)
+        kill(swapper)
         backend.close()
     after = secret.stat()
     assert bound + refused >= 500, (bound, refused)
@@ -265,7 +263,7 @@ def test_a_sim_lock_held_by_another_account_cannot_hang_root_or_anyone(work: Pat
     holder = start_as(mallory, HOLD_LOCK, str(state) + ".lock", env=_env(work))
     holder2 = start_as(mallory, HOLD_LOCK, str(state2) + ".lock", env=_env(work))
     try:
-        assert _line(holder) == "held" and _line(holder2) == "held"
+        assert first_line(holder) == "held" and first_line(holder2) == "held"
         t0 = time.monotonic()
         try:  # root: a lock file of another account is not ours to wait for
             out = subprocess.run([sys.executable, "-c", WRITE_SIM, str(state)], env=_env(work),
@@ -281,8 +279,8 @@ def test_a_sim_lock_held_by_another_account_cannot_hang_root_or_anyone(work: Pat
         assert out.returncode != 0, out.stdout + out.stderr
         assert f"held by pid {holder2.pid} ({mallory.pw_name})" in out.stderr, out.stderr
     finally:
-        _kill(holder)
-        _kill(holder2)
+        kill(holder)
+        kill(holder2)
 
 
 # -- 5. stopped subscribers ------------------------------------------------------------------
@@ -332,7 +330,7 @@ def test_stopped_subscribers_do_not_delay_another_subscribers_events(work: Path)
     stopped = [start_as(mallory, STOPPED_SUBSCRIBER, d.socket, env=d.env) for _ in range(4)]
     try:
         for proc in stopped:
-            assert _line(proc) == "subscribed"
+            assert first_line(proc) == "subscribed"
         time.sleep(3.0)  # their socket buffers fill: every further send to them would block
         delays = _lease_event_delays(d.socket, 10, wait_s=3.0)
         # (the goal is 100 ms; 1 s here leaves a loaded 2-core machine room, and before
@@ -340,7 +338,7 @@ def test_stopped_subscribers_do_not_delay_another_subscribers_events(work: Path)
         assert max(delays) < 1.0, [round(x, 3) for x in delays]
     finally:
         for proc in stopped:
-            _kill(proc)
+            kill(proc)
         d.close()
     assert "dropped the subscriber gpuenv-test-a" in d.log.read_text()
 
@@ -370,7 +368,7 @@ def test_idle_metrics_connections_and_a_scrape_flood_do_not_stop_locking(work: P
     idle = start_as(mallory, IDLE_TCP, port.group(1), "1100", env=d.env)
     flood = start_as(mallory, SCRAPER, port.group(1), "30", env=d.env)
     try:
-        assert _line(idle).startswith("open") and _line(flood) == "scraping"
+        assert first_line(idle).startswith("open") and first_line(flood) == "scraping"
         for _ in range(10):
             with Client(d.socket, timeout=10) as c, c.lock(sm=1350, gpus=[0]):
                 pass
@@ -380,8 +378,8 @@ def test_idle_metrics_connections_and_a_scrape_flood_do_not_stop_locking(work: P
         assert "gpuenv_metrics_connections_refused_total" in text
         assert len(os.listdir(f"/proc/{d.proc.pid}/fd")) < 200
     finally:
-        _kill(idle)
-        _kill(flood)
+        kill(idle)
+        kill(flood)
         d.close()
 
 
@@ -424,7 +422,7 @@ def test_the_watchdog_names_a_gpu_it_could_not_put_back(work: Path) -> None:
     owner = subprocess.Popen([sys.executable, "-c", OWNER], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        assert _line(owner) == "locked"
+        assert first_line(owner) == "locked"
         for p in (work / "journal").glob(f"{uuids[1]}*"):
             p.write_text('{"version": 2, "uuid": "' + uuids[1] + '", "orig')  # both damaged
         owner.kill()
@@ -432,7 +430,7 @@ def test_the_watchdog_names_a_gpu_it_could_not_put_back(work: Path) -> None:
         assert owner.stderr is not None
         said = owner.stderr.read()  # until the watchdog, which shares it, has exited
     finally:
-        _kill(owner)
+        kill(owner)
     assert "GPU 0" in said and "restored" in said, said
     assert "not restored: GPU 1" in said and "damaged" in said, said
     assert "power limit 500 W (default 700 W)" in said, said

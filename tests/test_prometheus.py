@@ -3,6 +3,7 @@ scraped by a real Prometheus server (Debian's `prometheus` package; .ci/run inst
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -107,8 +108,15 @@ def test_dashboard_and_rules_ask_only_for_series_the_daemon_serves(tmp_path: Pat
 @pytest.fixture
 def gpuenvd(tmp_path: Path) -> Iterator[int]:
     """`gpuenv daemon` on the simulated GPU with metrics on 127.0.0.1 (a free port)."""
-    port = _free_port()
     env = {**os.environ, "GPUENV_BACKEND": "sim", "GPUENV_STATE_DIR": str(tmp_path / "state")}
+    with _serving(tmp_path, env) as port:
+        yield port
+
+
+@contextlib.contextmanager
+def _serving(tmp_path: Path, env: dict[str, str]) -> Iterator[int]:
+    """`gpuenv daemon` with metrics on a free port of 127.0.0.1, once it answers a scrape."""
+    port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuenv", "daemon", "--socket", str(tmp_path / "gpuenvd.sock"),
          "--metrics", f"127.0.0.1:{port}", "--log-level", "warning"],
@@ -239,17 +247,10 @@ def two_gpus_one_locked(tmp_path: Path) -> Iterator[int]:
     lock = subprocess.run([sys.executable, "-m", "gpuenv", "lock", "--sm", "1350", "-i", "0"],
                           env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert lock.returncode == 0, lock.stdout + lock.stderr
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuenv", "daemon", "--socket", str(tmp_path / "gpuenvd.sock"),
-         "--metrics", f"127.0.0.1:{port}", "--log-level", "warning"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
     try:
-        _wait(lambda: _get(f"http://127.0.0.1:{port}/metrics"), 30, proc)
-        yield port
+        with _serving(tmp_path, env) as port:
+            yield port
     finally:
-        _stop(proc)
         subprocess.run([sys.executable, "-m", "gpuenv", "restore"], env=env,
                        capture_output=True, timeout=60)  # fmt: skip
 

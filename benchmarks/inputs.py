@@ -17,7 +17,7 @@ are not gpuenvd. Each case has an oracle that does not ask gpuenv.validate:
 
 Read-only: the simulated GPU only, in memory or in a temporary directory.
 
-    python scripts/bench_inputs.py [--json out.json]
+    python -m benchmarks.inputs [--json counts.json] [--source DIR] [--skip CLASS]
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCE = sys.argv[sys.argv.index("--source") + 1] if "--source" in sys.argv else str(ROOT)
 sys.path.insert(0, SOURCE)
 
+from benchmarks import runner  # noqa: E402
 from gpuenv.errors import EXIT_CODES, ConfigError  # noqa: E402
 
 NAN, INF = math.nan, math.inf
@@ -475,8 +476,7 @@ def sockets(t: Tally, tmp: Path) -> None:
         server.close()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the counts as JSON")
     parser.add_argument("--source", metavar="DIR", help="the gpuenv tree to count (default: "
                         "this one); /dev/zero and /dev/urandom are skipped there, as an old "
@@ -484,7 +484,9 @@ def main() -> int:
     parser.add_argument("--skip", action="append", default=[], choices=("api", "files", "cli",
                         "sockets"), help="leave a class out (the old CLI's `run` with a bad "
                         "value runs its command in this process)")  # fmt: skip
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     tally = Tally()
     with tempfile.TemporaryDirectory(prefix="gpuenv-inputs-") as tmp_s:
@@ -508,6 +510,8 @@ def main() -> int:
         print(f"| {cls} | " + " | ".join(str(row[c]) for c in cols) + " |")
     print("| **all** | " + " | ".join(f"**{total[c]}**" for c in cols) + " |")
     print(f"\n{wall:.0f} s wall")
+    for c in ("traceback", "internal error", "silently accepted"):
+        runner.metric(c.replace(" ", "_"), total[c], "cases")
     for line in tally.problems:
         print(line)
     if args.json:
@@ -517,4 +521,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("inputs", __doc__, add_arguments, run, sim_only=True))

@@ -11,12 +11,12 @@ the median and the minimum of its rounds; per configuration, the median of the r
 medians, the fastest minimum, and the median over repeats of (this - plain) in the same
 repeat.
 
-    python3 scripts/bench_pytest_plugin.py --sim                  # no GPU: the simulated H100
-    python3 scripts/bench_pytest_plugin.py --sim --old /work/main # beside another checkout
-    GPUENV_READONLY=1 python3 scripts/bench_pytest_plugin.py      # a real GPU, read-only
+    python -m benchmarks.pytest_plugin --sim                   # no GPU: the simulated H100
+    python -m benchmarks.pytest_plugin --sim --old /work/main  # beside another checkout
+    GPUENV_READONLY=1 python -m benchmarks.pytest_plugin       # a real GPU, read-only
 
 Read-only: the plugin opens the backend read-only and never writes a GPU setting.
-Prints a markdown table; --json keeps the runs' numbers.
+Prints a markdown table (kept in benchmarks/results/pytest_plugin[-sim].json).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from checkout import ROOT
+from benchmarks import runner
+from benchmarks.checkout import ROOT
 
 TEST = """
 def noop():
@@ -62,14 +63,13 @@ def run_once(where: Path, checkout: Path, gpuenv: bool, env: dict[str, str]) -> 
             "rounds": stats["rounds"], "verdict": info.get("verdict", info.get("error", "-"))}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sim", action="store_true", help="the simulated H100 (GPUENV_BACKEND=sim)")
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--rounds", type=int, default=20_000)
-    ap.add_argument("--old", type=Path, help="another checkout's plugin, beside this one")
-    ap.add_argument("--json", type=Path, help="write the runs' numbers here")
-    args = ap.parse_args()
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repeats", type=int, default=15, help="runs of each configuration")
+    parser.add_argument("--rounds", type=int, default=20_000, help="rounds a run")
+    parser.add_argument("--old", type=Path, help="another checkout's plugin, beside this one")
+
+
+def run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.sim:
         env["GPUENV_BACKEND"] = "sim"
@@ -98,14 +98,16 @@ def main() -> int:
         rs = runs[name]
         diffs = [r["median_ns"] - p["median_ns"] for r, p in zip(rs, plain, strict=True)]
         verdicts = sorted({str(r["verdict"]) for r in rs})
+        if name == "--gpuenv":
+            runner.metric("gpuenv_minus_plain_round_ns", statistics.median(diffs), "ns",
+                          slack=20.0)  # fmt: skip
         print(f"| {name} | {statistics.median(r['median_ns'] for r in rs):.1f} | "
               f"{min(r['min_ns'] for r in rs):.1f} | "
               f"{'-' if name == 'plain' else f'{statistics.median(diffs):+.1f}'} | "
               f"{', '.join(verdicts)} |")
-    if args.json:
-        args.json.write_text(json.dumps({"rounds": args.rounds, "runs": runs}, indent=1))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("pytest_plugin", __doc__, add_arguments, run,
+                         quick={"repeats": 3, "rounds": 2000}))  # fmt: skip

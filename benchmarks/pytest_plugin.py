@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from benchmarks import runner
 from benchmarks.checkout import ROOT
@@ -43,7 +44,7 @@ def test_noop(benchmark):
 """
 
 
-def run_once(where: Path, checkout: Path, gpuenv: bool, env: dict[str, str]) -> dict[str, float]:
+def run_once(where: Path, checkout: Path, gpuenv: bool, env: dict[str, str]) -> dict[str, Any]:
     out = where / "bench.json"
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error",
             f"--benchmark-json={out}", "test_noop.py"]
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     configs = [("plain", ROOT, False), ("--gpuenv", ROOT, True)]
     if args.old:
         configs.append((f"--gpuenv ({args.old})", args.old.resolve(), True))
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in configs}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in configs}
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
         (where / "test_noop.py").write_text(TEST.format(rounds=args.rounds))
@@ -90,22 +91,26 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.repeats} runs each of {args.rounds:,} rounds of a no-op "
           f"(pedantic, iterations=1); {platform.node()}, "
           f"{'simulated H100' if args.sim else 'NVML'}\n")
-    print("| configuration | median round (ns) | fastest round (ns) | vs plain, median of "
-          "paired diffs (ns) | verdict |")
-    print("| --- | ---: | ---: | ---: | --- |")
+    print("\n".join(table(runs)))
+    return 0
+
+
+def table(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The markdown table of the runs of each configuration ("plain" first), by name."""
+    lines = ["| configuration | median round (ns) | fastest round (ns) | vs plain, median of "
+             "paired diffs (ns) | verdict |", "| --- | ---: | ---: | ---: | --- |"]  # fmt: skip
     plain = runs["plain"]
-    for name, _, _ in configs:
-        rs = runs[name]
+    for name, rs in runs.items():
         diffs = [r["median_ns"] - p["median_ns"] for r, p in zip(rs, plain, strict=True)]
         verdicts = sorted({str(r["verdict"]) for r in rs})
         if name == "--gpuenv":
             runner.metric("gpuenv_minus_plain_round_ns", statistics.median(diffs), "ns",
                           slack=20.0)  # fmt: skip
-        print(f"| {name} | {statistics.median(r['median_ns'] for r in rs):.1f} | "
-              f"{min(r['min_ns'] for r in rs):.1f} | "
-              f"{'-' if name == 'plain' else f'{statistics.median(diffs):+.1f}'} | "
-              f"{', '.join(verdicts)} |")
-    return 0
+        lines.append(f"| {name} | {statistics.median(r['median_ns'] for r in rs):.1f} | "
+                     f"{min(r['min_ns'] for r in rs):.1f} | "
+                     f"{'-' if name == 'plain' else f'{statistics.median(diffs):+.1f}'} | "
+                     f"{', '.join(verdicts)} |")  # fmt: skip
+    return lines
 
 
 if __name__ == "__main__":

@@ -56,7 +56,12 @@ def table_lines(
 
 
 def where(result: Mapping[str, Any]) -> str:
-    """One line: when, on what, from which commit."""
+    """One line: when, on what, from which commit (or, for figures measured before the
+    runner and kept from the hand-typed page, what they were transcribed from)."""
+    if result.get("transcribed"):
+        return "; ".join([result["date"].replace("T", " ").replace("+00:00", " UTC"),
+                          result["machine"]["text"], f"GPU: {result['gpu']}",
+                          f"kept from {result['transcribed']}"])  # fmt: skip
     m, c = result["machine"], result["commit"]
     sha = (c.get("sha") or "?")[:7] + (" + changes" if c.get("dirty") else "")
     parts = [result["date"].replace("T", " ").replace("+00:00", " UTC"),

@@ -255,7 +255,7 @@ def memory(requests: int) -> None:
         assert d.proc is not None
 
         def rss() -> float:
-            text = Path(f"/proc/{d.proc.pid}/status").read_text()  # type: ignore[union-attr]
+            text = Path(f"/proc/{d.proc.pid}/status").read_text()
             return int(re.search(r"VmRSS:\s+(\d+)", text).group(1)) / 1024  # type: ignore[union-attr]
 
         marks = [rss()]

@@ -60,7 +60,7 @@ class Mark:
 """
 
 
-def fake_modules() -> tuple[types.ModuleType, type]:
+def fake_modules() -> tuple[types.ModuleType, Any]:
     testing = types.ModuleType("triton.testing")
     testing.do_bench = lambda fn, warmup=25, rep=100: RESULT  # type: ignore[attr-defined]
     exec(MARK, testing.__dict__)
@@ -85,8 +85,8 @@ def perf_report_calls(testing: types.ModuleType, orig: Any, orig_run: Any) -> tu
     bench = types.SimpleNamespace(x_names=["size"], x_vals=[4096], line_arg="provider",
                                   line_vals=["triton"], line_names=["Triton"], args={},
                                   plot_name="vadd")  # fmt: skip
-    bare_mark = testing.Mark(lambda size, provider: orig(None))  # type: ignore[attr-defined]
-    mark = testing.Mark(lambda size, provider: testing.do_bench(None))  # type: ignore[attr-defined]
+    bare_mark = testing.Mark(lambda size, provider: orig(None))
+    mark = testing.Mark(lambda size, provider: testing.do_bench(None))
     return (lambda: orig_run(bare_mark, bench, "", False, False, n=PER_RUN),
             lambda: mark._run(bench, "", False, False, n=PER_RUN))  # fmt: skip
 
@@ -107,7 +107,7 @@ def call_overhead(n: int) -> list[tuple[str, float, float, float, float]]:
     thread's CPU time: what the call costs whatever else the machine runs), in us."""
     testing, Timer = fake_modules()
     orig_bench, orig_timeit = testing.do_bench, Timer.timeit
-    orig_run = testing.Mark._run  # type: ignore[attr-defined]
+    orig_run = testing.Mark._run
     timer_mod = types.ModuleType("torch.utils.benchmark.utils.timer")
     timer_mod.Timer = Timer  # type: ignore[attr-defined]
     autoregions.patch(testing)

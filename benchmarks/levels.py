@@ -85,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"| {name} | " + " | ".join(f"{row[n]:.1%}" for n in SIZES) + " |")
     print("\nCaught (share of series), by the noise on top:\n\n" + head + "\n" + rule)
     for shape, by_sd in caught.items():
-        for sd, row in by_sd.items():
-            print(f"| {shape}, {sd} noise | " + " | ".join(f"{row[n]:.0%}" for n in SIZES) + " |")
+        for noise_sd, row in by_sd.items():
+            cells = " | ".join(f"{row[n]:.0%}" for n in SIZES)
+            print(f"| {shape}, {noise_sd} noise | {cells} |")
     runner.metric("fired_on_normal_1pct_n100", noise["normal 1%"][100], "share", slack=0.01)
     runner.metric("caught_step_4pct_0.5pct_n50", caught["step 4%"]["0.5%"][50], "share",
                   better="higher", slack=0.02)  # fmt: skip

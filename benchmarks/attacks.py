@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Issue 21's attacks, counted: a second local account against root's gpuenv and gpuenvd on
-the simulated GPU. Prints the markdown table of docs/benchmarks.md (attack, attempts,
+"""Issue 21's attacks, counted: a second local account against root's gpuenv and gpuenvd.
+
+On the simulated GPU. Prints the markdown table of docs/benchmarks.md (attack, attempts,
 successes: the goal is 0 in every row).
 
     sudo .venv/bin/python -m benchmarks.attacks            # full size (some minutes)

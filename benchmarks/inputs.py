@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Bad inputs of issue 23, judged at the door: cases tried per class, tracebacks,
-internal errors and silently accepted bad values (goal: 0, 0, 0).
+"""Bad inputs of issue 23, judged at the door (goal: 0 tracebacks, internal errors, silent).
+
+Cases tried per class, tracebacks, internal errors and silently accepted bad values.
 
 Classes: the Python API's parameters (bench/BenchConfig, stable, lock, measure/repeat,
 the do_bench drop-in), the records of each file format gpuenv reads (results JSONL,

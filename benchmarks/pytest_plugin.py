@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""What `pytest --gpuenv` adds inside a pytest-benchmark round: a trivial function's rounds,
-with and without --gpuenv, side by side.
+"""What `pytest --gpuenv` adds inside a pytest-benchmark round, side by side.
+
+A trivial function's rounds, with and without --gpuenv.
 
 One benchmark, `benchmark.pedantic(noop, rounds=ROUNDS, iterations=1)`, so a round is one
 call between two timer reads and anything the plugin did inside a round would show whole

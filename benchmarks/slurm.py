@@ -191,9 +191,8 @@ def table(data: dict) -> str:
         f"Epilogs Slurm never ran (put back at the next job's start): {len(data['epilogs_lost'])}; "
         f"jobs that asked and were not locked: {len(data['asked_but_not_locked'])}",
         "",
-        "```",
+        "One job's report, as `gpuenv job JOBID` prints it on the node:",
         data.get("example_report", ""),
-        "```",
     ]
     return "\n".join(lines)
 

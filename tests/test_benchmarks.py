@@ -170,3 +170,12 @@ def test_perf_report_reads_the_tutorials_table_and_compares_it_side_by_side():
     rows = perf_report.table(bare, faster, {(4096, "triton"): "ok"})
     assert len(rows) == 2 + 16 and "| 4096 | 11.2 | 11.7 | +5.0% |" in rows[2]
     assert rows[2].endswith("| ok / - |")
+
+
+def test_a_report_that_prints_a_fence_stays_inside_its_own():
+    result = {"title": "t", "command": "python -m benchmarks.t", "date": "2026-11-24",
+              "machine": {"text": "a machine"}, "gpu": "none", "transcribed": "a test",
+              "blocks": [{"text": "before\n```\ninner\n```\nafter"}]}  # fmt: skip
+    lines = report.section(result)
+    start = lines.index("````text")
+    assert lines[start + 1] == "before\n```\ninner\n```\nafter" and lines[start + 2] == "````"

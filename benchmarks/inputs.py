@@ -46,7 +46,7 @@ SOURCE = sys.argv[sys.argv.index("--source") + 1] if "--source" in sys.argv else
 sys.path.insert(0, SOURCE)
 
 from benchmarks import runner  # noqa: E402
-from gpuenv.errors import EXIT_CODES, ConfigError  # noqa: E402
+from gpuenv.errors import EXIT_CODES, ConfigError, DeviceNotFound  # noqa: E402
 
 NAN, INF = math.nan, math.inf
 # (value, what it is) a confused caller passes
@@ -378,10 +378,10 @@ def cli(t: Tally, tmp: Path) -> None:
     good = tmp / "good.jsonl"
     for_good = {"--alpha": lambda v: 0 < float(v) < 1, "--fail-above": lambda v: float(v) >= 0,
                 "--min-change": lambda v: float(v) >= 0}  # fmt: skip
-    cases: list[tuple[list[str], bool]] = []
+    cases: list[tuple[list[str], bool, tuple[int, ...]]] = []
     for flag, ok in for_good.items():
         for v in CLI_VALUES:
-            cases.append((["compare", flag, v, str(good), str(good)], _ok(ok, v)))
+            cases.append((["compare", flag, v, str(good), str(good)], _ok(ok, v), (2,)))
     def num(lo: float, hi: float = math.inf, lo_open: bool = True, whole: bool = False
             ) -> Callable[[str], bool]:  # fmt: skip
         def ok(v: str) -> bool:
@@ -417,9 +417,11 @@ def cli(t: Tally, tmp: Path) -> None:
             if good_value and not runnable:
                 continue  # a good value that would loop, wait or lock: not what is counted
             args = [*prefix, v, "--", "true"] if prefix[0] == "run" else [*prefix, v]
-            cases.append((args, good_value))
+            # a GPU selector that matches no GPU is nvidia-smi's "not found" (6) or usage (2)
+            refusal: tuple[int, ...] = (2, DeviceNotFound.exit_code) if prefix[-1] == "-i" else (2,)
+            cases.append((args, good_value, refusal))
     os.chdir(tmp)
-    for args, good_value in cases:
+    for args, good_value, refusal in cases:
         with _alarm(30):
             try:
                 result = CliRunner().invoke(main, ["--sim", *args])
@@ -433,10 +435,10 @@ def cli(t: Tally, tmp: Path) -> None:
             t.add("CLI options", "wrong exit code", f"{case}: {result.exit_code}")
         elif not good_value and result.exit_code == 0:
             t.add("CLI options", "silently accepted", case)
-        elif not good_value and result.exit_code != 2:
+        elif not good_value and result.exit_code not in refusal:
             t.add("CLI options", "wrong exit code", f"{case}: {result.exit_code}")
         else:
-            t.add("CLI options", "refused" if result.exit_code == 2 else "accepted", case)
+            t.add("CLI options", "refused" if result.exit_code in refusal else "accepted", case)
 
 
 def _ok(rule: Callable[[str], bool], v: str) -> bool:

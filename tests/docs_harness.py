@@ -6,7 +6,8 @@ The conventions the docs follow (one per block, read from its fence and the line
 - The fence names what the block is: ```` ```text ```` is output (sample output, a table, a
   picture in characters) and never runs; ```` ```console ```` is a transcript: each line that
   starts with `$ ` is a command (a trailing `\\` continues it), the lines under it its output
-  (not compared; a shown `gpuenv: error:` line means the command must fail, any other must
+  (not compared; a shown `gpuenv: error:` line means the command must fail, a shown
+  `exit N` under a command ending `echo "exit $?"` must be what it prints, any other must
   exit 0); ```` ```bash ```` (or `sh`) is commands only, each line one (`#` comments skipped,
   `\\` continues), each must exit 0; ```` ```python ```` runs as a script; ```` ```pycon ````
   runs its `>>> `/`... ` lines as one script.
@@ -48,6 +49,7 @@ RUNS = (*SHELL, "python", "pycon")
 OUTPUT = ("text",)
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+_EXIT = re.compile(r"^exit \d+\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*(?P<key>not[ -]?run|file)\b(?P<rest>.*?)-->\s*$", re.I)
 
 
@@ -130,6 +132,7 @@ def blocks(path: Path, root: Path = ROOT) -> list[Block]:
 class Command:
     text: str
     fails: bool = False  # the transcript shows it failing (`gpuenv: error:`)
+    exit_line: str = ""  # `exit N`, shown under a command that ends `echo "exit $?"`
 
 
 def commands(block: Block) -> list[Command]:
@@ -141,7 +144,9 @@ def commands(block: Block) -> list[Command]:
         line = lines[i]
         if block.lang == "console" and not line.startswith("$ "):
             if line.startswith("gpuenv: error:") and out:
-                out[-1] = Command(out[-1].text, fails=True)
+                out[-1] = Command(out[-1].text, True, out[-1].exit_line)
+            if _EXIT.match(line) and out and out[-1].text.rstrip().endswith('echo "exit $?"'):
+                out[-1] = Command(out[-1].text, out[-1].fails, line.strip())
             i += 1
             continue
         text = line[2:] if block.lang == "console" else line
@@ -263,6 +268,9 @@ def run_block(block: Block, work: Workdir) -> list[Failure]:
         rc, out, left = _run(["bash", "-c", cmd.text], work, COMMAND_TIMEOUT_S)
         if "Traceback (most recent call last)" in out:
             failures.append(Failure(block.where, f"`{cmd.text}` printed a traceback:\n{out}"))
+        elif cmd.exit_line and cmd.exit_line not in out.split("\n"):
+            failures.append(Failure(block.where, f"`{cmd.text}` should print "
+                                    f"`{cmd.exit_line}` as shown:\n{out}"))  # fmt: skip
         elif cmd.fails and rc == 0:
             failures.append(Failure(block.where, f"`{cmd.text}` should fail as shown, "
                                     f"but exited 0:\n{out}"))  # fmt: skip

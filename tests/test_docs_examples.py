@@ -65,6 +65,9 @@ def test_console_commands_their_continuations_and_the_failures_they_show() -> No
     block = dx.Block("p.md", 1, "console", "$ a \\\n  --b\nout\n$ c\ngpuenv: error: no\n$ d\n")
     assert dx.commands(block) == [dx.Command("a \n  --b"), dx.Command("c", fails=True),
                                   dx.Command("d")]  # fmt: skip
+    shown = dx.Block("p.md", 1, "console", '$ x; echo "exit $?"\nexit 1\n$ y\nexit 2\n')
+    assert dx.commands(shown) == [dx.Command('x; echo "exit $?"', exit_line="exit 1"),
+                                  dx.Command("y")]  # fmt: skip
     bash = dx.Block("p.md", 1, "bash", "# a comment\nx && y   # why\n\nz\n")
     assert [c.text for c in dx.commands(bash)] == ["x && y   # why", "z"]
     pycon = dx.Block("p.md", 1, "pycon", ">>> def f():\n...     return 1\n...\n>>> f()\n1\n")
@@ -81,14 +84,18 @@ def test_each_failure_names_its_line_and_a_file_block_is_there_for_the_next(
         "```console\n$ true\ngpuenv: error: shown failing\n```\n"  # 12: should fail
         "```python\nraise ValueError('boom')\n```\n"  # 16: traceback
         "```console\n$ sleep 30 > /dev/null 2>&1 &\n```\n"  # 19: leaves a process
+        "```console\n$ (exit 2); echo \"exit $?\"\nexit 1\n```\n"  # 22: not the exit shown
     ))  # fmt: skip
     result = dx.run_file(page, tmp_path)
     where = [f.where for f in result.failures]
-    assert where == ["page.md:9", "page.md:12", "page.md:16", "page.md:19"], result.failures
+    assert where == ["page.md:9", "page.md:12", "page.md:16", "page.md:19", "page.md:22"], (
+        result.failures
+    )
     assert "exited 3" in result.failures[0].what
     assert "should fail" in result.failures[1].what
     assert "ValueError: boom" in result.failures[2].what
     assert "left running: " in result.failures[3].what and "sleep 30" in result.failures[3].what
+    assert "should print `exit 1` as shown" in result.failures[4].what
 
 
 def test_a_lock_an_example_leaves_fails_its_file_and_each_file_starts_fresh(

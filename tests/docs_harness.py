@@ -128,6 +128,18 @@ def blocks(path: Path, root: Path = ROOT) -> list[Block]:
     return out
 
 
+def find_block(lang: str, contains: str = "") -> Block:
+    """The one ```lang block of the docs whose text has `contains`, in whichever file it is:
+    a test that checks a documented config or query reads it so, and survives the docs moving.
+    """
+    found = [b for path in markdown_files() for b in blocks(path)
+             if b.lang == lang and contains in b.text]  # fmt: skip
+    if len(found) != 1:
+        where = ", ".join(b.where for b in found) or "none"
+        raise LookupError(f"{len(found)} ```{lang} blocks with {contains!r} in the docs ({where})")
+    return found[0]
+
+
 @dataclass(frozen=True)
 class Command:
     text: str

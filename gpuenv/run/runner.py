@@ -44,6 +44,7 @@ from gpuenv.judge import read_facts
 from gpuenv.results import Measurement
 from gpuenv.run.autoregions import child_env
 from gpuenv.run.perfgrid import grids, write_grids
+from gpuenv.run.plan import sampler_mode
 from gpuenv.run.ranks import default_gpu_selector, rank_of, rank_output_path, selector_env
 from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
 from gpuenv.run.report import RUN_NAME, build_measurements, run_text
@@ -248,10 +249,8 @@ class Runner:
     def _run_locked(self, lock: Any) -> RunResult:
         ranges = self._lock_ranges(lock)
         store = self._store(lock)
-        facts = read_facts(self.backend, self.gpus, ranges)
-        sampler = Sampler(
-            self.backend, self.gpus, period=self.period, lock_ranges=ranges, own_pids=[os.getpid()]
-        )
+        sampler = Sampler(self.backend, self.gpus, period=self.period, lock_ranges=ranges,
+                          own_pids=[os.getpid()], mode=sampler_mode(os.environ))  # fmt: skip
         tracker = RegionTracker()
         summariser = Summariser(sampler, self.gpus)
         r_fd, w_fd = os.pipe()
@@ -284,6 +283,7 @@ class Runner:
                     os.close(w_fd)  # the command holds the write end now; EOF once it is done
                     w_open = False
                 sampler.own_pids.add(pid)
+                facts = read_facts(self.backend, self.gpus, ranges)  # while the command starts
                 run = Region(RUN_NAME, pid, t_start)
                 status = self._wait(pid, forwarded, family, sampler, summariser, tracker, run)
                 t_end = sampler.mark()

@@ -64,21 +64,22 @@ def run(args: argparse.Namespace) -> int:
     wrap = [*gpuenv, "run", "-q", "--"]
     py = sys.executable
     true = shutil.which("true") or "/bin/true"
-    cases: list[tuple[str, list[str], list[list[str]]]] = [
-        ("`true`", [true], [wrap]),
-        ("`python -c pass`", [py, "-c", "pass"], [wrap]),
-        ("`sleep 1`", ["sleep", "1"], [wrap]),
-        (f"python, {REGIONS:,} regions", [py, "-c", REGION_SCRIPT], [wrap]),
+    # the sampler process (GPUENV_SAMPLER=process: gpuenv run's sampler until 2026-11-24),
+    # beside the default thread: what it added to the start
+    proc = ["env", "GPUENV_SAMPLER=process", *wrap]
+    cases: list[tuple[str, list[str], list[tuple[str, list[str]]]]] = [
+        ("`true`", [true], [("gpuenv run", wrap), ("gpuenv run, sampler process", proc)]),
+        ("`python -c pass`", [py, "-c", "pass"], [("gpuenv run", wrap)]),
+        ("`sleep 1`", ["sleep", "1"], [("gpuenv run", wrap)]),
+        (f"python, {REGIONS:,} regions", [py, "-c", REGION_SCRIPT], [("gpuenv run", wrap)]),
     ]
     if args.sim and not readonly:  # locking writes: never on a shared real GPU
         locked = [*gpuenv, "run", "-q", "--sm", "1350", "--"]
-        cases[1][2].append(locked)
+        cases[1][2].append(("gpuenv run --sm 1350", locked))
 
     rows = []
     for name, bare, wrappers in cases:
-        variants = [("bare", bare)] + [
-            ("gpuenv run" + (" --sm 1350" if "--sm" in w else ""), [*w, *bare]) for w in wrappers
-        ]
+        variants = [("bare", bare)] + [(label, [*w, *bare]) for label, w in wrappers]
         times: dict[str, list[float]] = {label: [] for label, _ in variants}
         for i in range(args.runs + 1):
             for label, argv in variants:

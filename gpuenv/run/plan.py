@@ -89,16 +89,6 @@ def plan_run(
     return RunPlan(argv, auto, lock_args, selector, out_path)
 
 
-def sampler_mode(env: Mapping[str, str]) -> str | None:
-    """How `gpuenv run` samples: on a thread of its own process, unless GPUENV_SAMPLER says.
-
-    The sampler process exists to keep NVML calls off the benchmark's GIL; under `gpuenv
-    run` the benchmark is the command, another process already, and this one only waits
-    for it. A sampler process here cost a second interpreter, its imports and a second
-    nvmlInit before the command could start: about 340 ms on the lent H100."""
-    return None if env.get("GPUENV_SAMPLER", "").strip() else "thread"
-
-
 def check_output_dir(path: os.PathLike[str] | str) -> None:
     """-o names a file in a directory that exists: a typo must not grow a tree from '/'."""
     parent = Path(path).parent

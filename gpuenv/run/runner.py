@@ -17,9 +17,8 @@ times, which the sampler's clock shares. The whole run is always one more
 region, "(run)". At the end every region name (one rep per time it was entered)
 and every automatic call gets a `Measurement` (report.py), and the run goes to the
 JSONL results file with the trace for `gpuenv plot`; perf_report grids: perfgrid.py.
-
-The parent's side of regions is in tracker.py (pairing edges, windows) and
-report.py (measurements, the table).
+The parent's side of regions: tracker.py (pairing edges, windows), report.py (the table).
+The sampler is a thread here: the command is the benchmark, in a process of its own.
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ from gpuenv.judge import read_facts
 from gpuenv.results import Measurement
 from gpuenv.run.autoregions import child_env
 from gpuenv.run.perfgrid import grids, write_grids
-from gpuenv.run.plan import sampler_mode
 from gpuenv.run.ranks import default_gpu_selector, rank_of, rank_output_path, selector_env
 from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
 from gpuenv.run.report import RUN_NAME, build_measurements, run_text
@@ -249,8 +247,10 @@ class Runner:
     def _run_locked(self, lock: Any) -> RunResult:
         ranges = self._lock_ranges(lock)
         store = self._store(lock)
+        # a thread unless GPUENV_SAMPLER says: the command is another process already
+        mode = None if os.environ.get("GPUENV_SAMPLER", "").strip() else "thread"
         sampler = Sampler(self.backend, self.gpus, period=self.period, lock_ranges=ranges,
-                          own_pids=[os.getpid()], mode=sampler_mode(os.environ))  # fmt: skip
+                          own_pids=[os.getpid()], mode=mode)  # fmt: skip
         tracker = RegionTracker()
         summariser = Summariser(sampler, self.gpus)
         r_fd, w_fd = os.pipe()

@@ -100,3 +100,55 @@ def test_memory_falls_back_to_v1_on_a_driver_without_v2(monkeypatch: pytest.Monk
                         lambda h, version=None: tries.append(version) or info(h, version))
     assert q.memory(0).used_mib == 1_530  # type: ignore[attr-defined]
     assert tries == [None]  # v2 is not asked again on this driver
+
+
+def _telemetry(monkeypatch: pytest.MonkeyPatch, energy_answered: bool) -> tuple[object, list]:
+    """An NvmlTelemetry on a fake handle whose field batch answers 74-82 (and 83 or not)."""
+    from gpuenv.backend import nvml_telemetry
+
+    calls: list = []
+    ull = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+
+    def fields(handle, ids):
+        calls.append(("fields", tuple(ids)))
+        out = []
+        for fid in ids:
+            ret = 0 if fid != 83 or energy_answered else pynvml.NVML_ERROR_NOT_SUPPORTED
+            out.append(_entry(fid, ull, "ullVal", 5_000_000 + fid, ret))
+        return out
+
+    def energy(handle):
+        calls.append(("energy",))
+        return 7_000
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetFieldValues", fields)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", energy)
+    t = object.__new__(nvml_telemetry.NvmlTelemetry)
+    t._handles, t._count, t._chosen = {0: "handle-0"}, 1, {}  # type: ignore[attr-defined]
+    t._energy_field_ok = {}  # type: ignore[attr-defined]
+    return t, calls
+
+
+def test_energy_comes_in_the_counters_batch_not_a_call_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # nvmlDeviceGetTotalEnergyConsumption costs ~3 ms of driver time: field 83 rides along
+    t, calls = _telemetry(monkeypatch, energy_answered=True)
+    r = t.read_slow(0, energy=True)  # type: ignore[attr-defined]
+    assert r.energy_mj == 5_000_083
+    assert r.reason_ns[REASON_COUNTERS[0]] == 5_000_074
+    assert calls == [("fields", (*range(74, 83), 83))]
+    calls.clear()
+    assert t.read_slow(0, energy=False).energy_mj is None  # type: ignore[attr-defined]
+    assert calls == [("fields", tuple(range(74, 83)))]
+
+
+def test_energy_falls_back_to_its_own_call_where_field_83_goes_unanswered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    t, calls = _telemetry(monkeypatch, energy_answered=False)
+    assert t.read_slow(0).energy_mj == 7_000  # type: ignore[attr-defined]
+    assert calls == [("fields", (*range(74, 83), 83)), ("energy",)]
+    calls.clear()
+    assert t.read_slow(0).energy_mj == 7_000  # type: ignore[attr-defined]
+    assert calls == [("fields", tuple(range(74, 83))), ("energy",)]  # 83 is not asked again

@@ -39,7 +39,6 @@ class NvmlCore:
         self._limits: dict[int, ClockLimits] = {}
         self._thresholds: dict[int, Thresholds] = {}
         self._instant_ok: dict[int, bool] = {}  # False once field 186 proved unsupported
-        self._energy_field_ok: dict[int, bool] = {}  # False once field 83 went unanswered
         self._chosen: dict[str, str] = {}  # role -> the NVML name that worked on this driver
         try:
             self._count = int(self._q("nvmlDeviceGetCount"))

@@ -17,7 +17,6 @@ from gpuenv.backend.base import REASON_COUNTERS
 # Field ids (nvml.h). 74-81: cumulative ns under each perf policy, in REASON_COUNTERS order.
 FI_PERF_POLICY = tuple(range(74, 82))
 FI_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP
-FI_TOTAL_ENERGY = 83  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ (the energy counter)
 FI_POWER_INSTANT = 186  # NVML_FI_DEV_POWER_INSTANT, mW
 SLOW_FIELDS = (*FI_PERF_POLICY, FI_MEMORY_TEMP)
 assert len(FI_PERF_POLICY) == len(REASON_COUNTERS)
@@ -50,7 +49,6 @@ __all__ = [
     "FI_MEMORY_TEMP",
     "FI_PERF_POLICY",
     "FI_POWER_INSTANT",
-    "FI_TOTAL_ENERGY",
     "SLOW_FIELDS",
     "VALUE_ATTR",
     "field_value",

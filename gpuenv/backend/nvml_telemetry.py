@@ -1,7 +1,7 @@
 """NVML telemetry: the cheap values for every sampler tick, the counters for region edges.
 
 `nvmlDeviceGetPowerUsage` is a 1 s average, the instantaneous power is field
-186; the energy counter is field 83 of `read_slow`'s batch (its own call costs ~3 ms);
+186; the energy counter costs ~3 ms and is read only by `read_slow`;
 `nvmlDeviceGetSamples` returns two items in nvidia-ml-py 13.
 """
 
@@ -16,7 +16,6 @@ from gpuenv.backend.nvml_fields import (
     FI_MEMORY_TEMP,
     FI_PERF_POLICY,
     FI_POWER_INSTANT,
-    FI_TOTAL_ENERGY,
     SLOW_FIELDS,
     VALUE_ATTR,
     field_value,
@@ -76,43 +75,34 @@ class NvmlTelemetry(NvmlCore):
         )
 
     def read_slow(self, index: int, *, energy: bool = True) -> SlowReading:
-        """Time under each clock-event reason (fields 74-81), memory temperature (field 82)
-        and, with energy=True, the energy counter (field 83), in one field-value batch.
-        Where field 83 goes unanswered, `nvmlDeviceGetTotalEnergyConsumption` (~3 ms on the
-        H100) is called instead, from then on. Never on a hot path."""
+        """Energy counter (~3 ms; skipped with energy=False), time under each clock-event
+        reason (fields 74-81) and memory temperature (field 82), in one field-value batch
+        (0.1-0.2 ms). Never on a hot path."""
         h = self._handle(index)
-        by_field = energy and self._energy_field_ok.get(index, True)
-        fields = [*SLOW_FIELDS, FI_TOTAL_ENERGY] if by_field else list(SLOW_FIELDS)
-        energy_mj: int | None = None
+        energy_mj = (
+            self._opt("nvmlDeviceGetTotalEnergyConsumption", h, gpu=index) if energy else None
+        )
         reason_ns: dict[str, int] = {}
         mem_temp: float | None = None
         ts_us: int | None = None
         try:
-            entries = self._q("nvmlDeviceGetFieldValues", h, fields, gpu=index)
+            entries = self._q("nvmlDeviceGetFieldValues", h, list(SLOW_FIELDS), gpu=index)
         except NotSupported:
             entries = []
         for entry in entries:
             value = field_value(entry)
             if value is None:
                 continue
-            fid = int(entry.fieldId)
-            if fid == FI_TOTAL_ENERGY:
-                energy_mj = int(value)
-                continue  # its timestamp is the counter's, not the reason counters'
             ts = int(entry.timestamp)
             if ts and (ts_us is None or ts > ts_us):
                 ts_us = ts
+            fid = int(entry.fieldId)
             if fid == FI_MEMORY_TEMP:
                 mem_temp = float(value) if value else None  # 0: no sensor
             elif fid in FI_PERF_POLICY:
                 reason_ns[REASON_COUNTERS[fid - FI_PERF_POLICY[0]]] = int(value)
-        if energy and energy_mj is None:
-            if by_field and entries:
-                self._energy_field_ok[index] = False  # answered the rest, not this: stop asking
-            found = self._opt("nvmlDeviceGetTotalEnergyConsumption", h, gpu=index)
-            energy_mj = int(found) if found is not None else None
         return SlowReading(
-            energy_mj=energy_mj,
+            energy_mj=int(energy_mj) if energy_mj is not None else None,
             reason_ns=reason_ns,
             mem_temp_c=mem_temp,
             driver_ts_us=ts_us,

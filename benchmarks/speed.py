@@ -172,7 +172,9 @@ def _gpuenv(m: Any) -> tuple[float, dict[str, Any]]:
     info = {k: x.get(k) for k in PARTS}
     info.update(reps=len(m.times_s), stop=x.get("stop_reason"), verdict=m.verdict,
                 rests_s=x.get("burst_rest_s"), tiny=(x.get("tiny_kernel") or {}).get("method"),
-                rel_ci=x.get("rel_ci"), warmup_reps=x.get("warmup_reps"))
+                rel_ci=x.get("rel_ci"), warmup_reps=x.get("warmup_reps"),
+                clock_mhz=x.get("rep_clock_mhz_median"), first_s=m.times_s[0],
+                last_s=m.times_s[-1], from_start=x.get("burst_from_start"))
     return float(m.median_s), info
 
 
@@ -242,6 +244,53 @@ def profile(env: Any, args: argparse.Namespace, path: str) -> None:
             buf = io.StringIO()
             pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(args.profile)
             f.write(f"## {state}: wall {env.now() - t0:.3f} s\n{buf.getvalue()}\n")
+
+
+def recovery(env: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """After `--load` s of heavy matmuls, every ~10 ms for 1 s: the effective SM clock of a
+    0.2 ms spin (events) beside NVML's newest sample. When does the clock come back, and
+    when does NVML's power-cap reason clear? (The hot call's wait follows the second.)"""
+    from gpuenv.backend import open_backend
+    from gpuenv.reasons import HELD_DOWN
+    from gpuenv.telemetry import Sampler
+
+    torch = env.torch
+    backend = open_backend(readonly=True)
+    sampler = Sampler(backend, [0])
+    sampler.start()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def probe(cycles: int = 400_000) -> float:
+        torch.cuda._sleep(60_000)
+        e0.record()
+        torch.cuda._sleep(cycles)
+        e1.record()
+        e1.synchronize()
+        return cycles / (e0.elapsed_time(e1) / 1e3) / 1e6
+
+    out = []
+    try:
+        env.idle(args.idle)
+        probe(10_000_000)
+        ref = max(probe() for _ in range(5))  # the cool GPU's clock, as the spin sees it
+        for _ in range(args.recovery):
+            env.load(args.load)
+            t0, points = time.monotonic(), []
+            while time.monotonic() - t0 < 1.0:
+                mhz = probe()
+                s = sampler.latest(0)
+                points.append((time.monotonic() - t0, mhz, s.sm_mhz if s else None,
+                               bool(s.reasons & HELD_DOWN) if s else None))
+                time.sleep(0.01)
+            clock_back = next((p[0] for p in points if p[1] >= 0.98 * ref), None)
+            flag_clear = next((p[0] for i, p in enumerate(points)
+                               if all(q[3] is False for q in points[i:i + 3])), None)
+            out.append({"ref_mhz": ref, "clock_back_s": clock_back, "flag_clear_s": flag_clear,
+                        "points": points})
+    finally:
+        sampler.stop()
+        backend.close()
+    return out
 
 
 def children(args: argparse.Namespace, kernels: list[str]) -> list[dict[str, float]]:
@@ -384,6 +433,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-tiny", action="store_true", help="skip the tiny-kernel part")
     p.add_argument("--profile", type=int, default=0,
                    help="write cProfile's top N of a cold and a hot call to $OUT/speed_profile.txt")
+    p.add_argument("--recovery", type=int, default=0,
+                   help="times to follow the clock's and NVML's recovery after load")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -403,12 +454,21 @@ def run(args: argparse.Namespace) -> int:
     procs = [] if args.sim else children(args, kernels)
     if args.profile:
         profile(env, args, os.path.join(os.environ.get("OUT", "."), "speed_profile.txt"))
+    rec = recovery(env, args) if args.recovery and not args.sim else []
     rows = summarize(got["runs"], procs)
     head = (f"{env.describe()}; {started}; {args.repeats} repeats in one process and "
             f"{len(procs)} more processes; cold after {args.idle} s idle, hot after "
             f"{args.load} s of 8192^3 matmuls; wall {'virtual ' if args.sim else ''}seconds; "
             f"total {time.monotonic() - t0:.0f} s (real)")
     report(rows, tiny, head, got["skipped"])
+    if rec:
+        print()
+        print("After the load stops (a 0.2 ms spin's clock every ~10 ms beside NVML): the clock "
+              "within 2% of the cool GPU's at " + ", ".join(
+                  f"{r['clock_back_s']:.2f} s" if r["clock_back_s"] is not None else "never"
+                  for r in rec) + "; NVML's held-down reasons clear (3 samples) at " + ", ".join(
+                  f"{r['flag_clear_s']:.2f} s" if r["flag_clear_s"] is not None else "never"
+                  for r in rec) + ".")
     for r in rows:
         k = r["kernel"]
         metric(f"{k}/ratio_cold", r["ratio_cold"], "x", slack=0.2)
@@ -417,7 +477,8 @@ def run(args: argparse.Namespace) -> int:
     path = os.environ.get("SPEED_RAW")
     if path:
         with open(path, "w") as f:
-            json.dump({"runs": got["runs"], "procs": procs, "tiny": tiny, "rows": rows}, f)
+            json.dump({"runs": got["runs"], "procs": procs, "tiny": tiny, "rows": rows,
+                       "recovery": rec}, f)
     return 0
 
 

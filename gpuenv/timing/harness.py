@@ -336,6 +336,7 @@ class _Run:
         between (conditioning.Bursts: the one schedule), the budget counted in them when
         `budget_in_bursts`."""
         batch = self.device.rep_batch  # the profiler's reps come in batches, one session each
+        # (10, then 20, then 40: the stopping rule sees the first 10 as before)
         max_reps = PROFILER_MAX_REPS if batch > 1 else None
         rule, clock, place = self._rule(), self.clock, self.place
         start = clock.now()
@@ -367,6 +368,8 @@ class _Run:
                 return out, reason
             if bursts is not None and bursts.due():
                 bursts.rest()
+            if batch > 1:  # a profiler session costs ~0.2 s: the later ones hold more reps
+                batch = min(2 * batch, 4 * self.device.rep_batch, max_reps or batch)
 
     def _judge(self, reps: list[Rep], started_at: float) -> Any:
         place, cfg = self.place, self.cfg

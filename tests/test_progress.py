@@ -106,3 +106,27 @@ def test_gpuenv_plot_says_what_it_is_doing_on_a_terminal(tmp_path: Path) -> None
     assert code == 0 and out.strip() == str(tmp_path / "r.png")
     assert b"\rgpuenv plot: reading " + str(tmp_path).encode()[:20] in seen  # cut at 80 columns
     assert seen.endswith(b"\r\x1b[K")
+
+
+def test_a_wait_for_the_gpu_says_which_clock_it_waits_for() -> None:
+    from gpuenv.conditioning import _waiting
+    from gpuenv.reasons import Reason
+    from gpuenv.telemetry import Sample
+    from gpuenv.verdict import GpuFacts
+
+    class Latest:
+        def __init__(self, sample: Sample | None) -> None:
+            self.sample = sample
+
+        def latest(self, gpu: int) -> Sample | None:
+            return self.sample
+
+    capped = Sample(t=1.0, gpu=0, sm_mhz=1420, mem_mhz=2619, power_w=699.0, temp_c=61.0,
+                    reasons=int(Reason.SW_POWER_CAP))  # fmt: skip
+    line = _waiting(Latest(capped), 0, {0: GpuFacts(max_sm_mhz=1980)}, 30.0)
+    assert line.startswith("gpuenv: waiting for GPU 0 to recover (at most 30 s)")
+    assert "clock 1420 -> 1980 MHz, 61 C, power cap" in line, line
+    locked = _waiting(Latest(capped), 0, {0: GpuFacts(lock_range_mhz=(1350, 1350))}, 30.0)
+    assert "clock 1420 -> 1350 MHz" in locked
+    no_sample = _waiting(Latest(None), 2, None, 5.0)
+    assert no_sample == "gpuenv: waiting for GPU 2 to recover (at most 5 s)"

@@ -130,3 +130,12 @@ def test_a_wait_for_the_gpu_says_which_clock_it_waits_for() -> None:
     assert "clock 1420 -> 1350 MHz" in locked
     no_sample = _waiting(Latest(None), 2, None, 5.0)
     assert no_sample == "gpuenv: waiting for GPU 2 to recover (at most 5 s)"
+
+
+def test_gpuenv_calibrate_redraws_one_line_on_a_terminal(tmp_path: Path) -> None:
+    code, out, seen = on_a_terminal(
+        [sys.executable, "-m", "gpuenv", "--sim", "calibrate", "--no-save"],
+        GPUENV_SIM_STATE="none", GPUENV_STATE_DIR=str(tmp_path / "state"))  # fmt: skip
+    assert code == 0, (out, seen[-300:])
+    assert b"\rgpuenv calibrate GPU 0: load" in seen and seen.endswith(b"\r\x1b[K")
+    assert b"\n" not in seen  # the lines every 5 s are for a log, not a terminal

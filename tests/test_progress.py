@@ -106,6 +106,11 @@ def test_gpuenv_plot_says_what_it_is_doing_on_a_terminal(tmp_path: Path) -> None
     assert code == 0 and out.strip() == str(tmp_path / "r.png")
     assert b"\rgpuenv plot: reading " + str(tmp_path).encode()[:20] in seen  # cut at 80 columns
     assert seen.endswith(b"\r\x1b[K")
+    for quiet in (["--quiet", "plot"], ["plot", "--quiet"]):  # the group's flag, either side
+        code, _, seen = on_a_terminal(
+            [sys.executable, "-m", "gpuenv", *quiet, str(tmp_path / "r.jsonl"), "-o",
+             str(tmp_path / "q.png")], GPUENV_PROGRESS_DELAY_S="0")  # fmt: skip
+        assert code == 0 and seen == b""
 
 
 def test_a_wait_for_the_gpu_says_which_clock_it_waits_for() -> None:

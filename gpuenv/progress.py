@@ -138,7 +138,7 @@ class Progress:
 
     def __enter__(self) -> Progress:
         self.tick()  # drawn at once where no delay is asked for
-        if self.on and self._ticker is None:
+        if self.on and self.text and self._ticker is None:
             self._ticker = threading.Thread(target=self._tick_loop, name="gpuenv-progress",
                                             daemon=True)  # fmt: skip
             self._ticker.start()

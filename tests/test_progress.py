@@ -144,3 +144,22 @@ def test_gpuenv_calibrate_redraws_one_line_on_a_terminal(tmp_path: Path) -> None
     assert code == 0, (out, seen[-300:])
     assert b"\rgpuenv calibrate GPU 0: load" in seen and seen.endswith(b"\r\x1b[K")
     assert b"\n" not in seen  # the lines every 5 s are for a log, not a terminal
+
+
+def test_a_silent_daemon_socket_is_waited_for_with_a_word(tmp_path: Path) -> None:
+    """A socket that accepts and never answers: `gpuenv status` waits its 3 s saying so."""
+    import socket
+
+    path = tmp_path / "silent.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(8)  # the kernel accepts; nobody ever answers
+    try:
+        code, _, seen = on_a_terminal(
+            [sys.executable, "-m", "gpuenv", "--sim", "status"], GPUENV_SOCKET=str(path),
+            GPUENV_SIM_STATE="none", GPUENV_PROGRESS_DELAY_S="0")  # fmt: skip
+    finally:
+        server.close()
+    assert code == 0, seen[-400:]
+    assert b"\rgpuenv: waiting for gpuenvd at " in seen, seen[-400:]
+    assert b"(at most 3 s)" in seen or b"\xe2\x80\xa6" in seen  # whole, or cut at 80 columns

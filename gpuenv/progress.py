@@ -33,6 +33,11 @@ DELAY_ENV = "GPUENV_PROGRESS_DELAY_S"  # DELAY_S otherwise (tests set 0: no timi
 DELAY_S = 1.0  # work that ends sooner shows nothing
 INTERVAL_S = 0.1  # the line is redrawn at most this often
 
+# The lines inside one another (a bench's, then the wait for the GPU inside it): only the
+# innermost is drawn; when it ends, the one around it is drawn again at its next update.
+_nested: list[Progress] = []
+_nested_lock = threading.Lock()
+
 
 def quiet() -> bool:
     """GPUENV_QUIET is set to anything but "" or "0"."""
@@ -93,6 +98,9 @@ class Progress:
         self.text = text
         if not self.on or not text:
             return
+        with _nested_lock:
+            if self in _nested and _nested[-1] is not self:
+                return  # a line inside this one is showing
         with self._lock:
             now = time.monotonic()
             if now - self._start < self.delay_s or now - self._drawn_at < INTERVAL_S:
@@ -128,6 +136,12 @@ class Progress:
             if self._drawn:
                 self._drawn = False
                 self._write("\r\x1b[K")
+        with _nested_lock:
+            if self in _nested:
+                _nested.remove(self)
+                if _nested:  # the line around this one: drawn again at its next update
+                    outer = _nested[-1]
+                    outer._drawn, outer._drawn_at = False, -math.inf
 
     def _write(self, data: str) -> None:
         try:
@@ -137,6 +151,9 @@ class Progress:
             self.on = self._drawn = False
 
     def __enter__(self) -> Progress:
+        if self.on:
+            with _nested_lock:
+                _nested.append(self)
         self.tick()  # drawn at once where no delay is asked for
         if self.on and self.text and self._ticker is None:
             self._ticker = threading.Thread(target=self._tick_loop, name="gpuenv-progress",

@@ -163,3 +163,20 @@ def test_a_silent_daemon_socket_is_waited_for_with_a_word(tmp_path: Path) -> Non
     assert code == 0, seen[-400:]
     assert b"\rgpuenv: waiting for gpuenvd at " in seen, seen[-400:]
     assert b"(at most 3 s)" in seen or b"\xe2\x80\xa6" in seen  # whole, or cut at 80 columns
+
+
+def test_a_bench_says_how_far_it_is_on_a_terminal() -> None:
+    """gpuenv.bench of a slow function used to run 18 s without a word."""
+    script = """
+from gpuenv import timing
+from gpuenv.backend.sim import SimBackend
+from gpuenv.timebase import VirtualClock
+sim = SimBackend(clock=VirtualClock())
+m = timing.bench(timing.sim_kernel(sim, 0, seconds=2e-3), name="gemm", backend=sim, budget_s=1)
+print(m.stats.n > 0)
+"""
+    code, out, seen = on_a_terminal([sys.executable, "-c", script], GPUENV_PROGRESS_DELAY_S="0")
+    assert code == 0 and out == "True\n", seen[-300:]
+    assert b"\rgpuenv.bench gemm: warming up" in seen
+    assert re.search(rb"\rgpuenv\.bench gemm: \d+ reps, [\d.]+ s of 1 s", seen), seen[-300:]
+    assert seen.endswith(b"\r\x1b[K")

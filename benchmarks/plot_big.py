@@ -5,9 +5,10 @@ The file: a `gpuenv.stable()` session of `--base` measurements on the simulated 
 (virtual time), repeated with its times shifted until it holds `--measurements` (what a
 long session writes: each measurement with its windows and its piece of the trace).
 Each tree plots it as a fresh process (`gpuenv plot FILE -o FILE.png`: what a user
-waits for); this checkout's time is then split into its phases in this process (read,
-figure: matplotlib's import included, about 1 s of it; render and save). The earlier tree is `git archive`d from `--before` (default: the commit
-before issue 23's plot work). Goal (issue 23): under 10 s for the 30 MB file.
+waits for); this checkout's time is then split into its phases in this process (read;
+figure, matplotlib's import included, about 1 s of it; render and save). The earlier
+tree is `git archive`d from `--before` (default: the commit before issue 23's plot work).
+Goal (issue 23): under 10 s for the 30 MB file.
 
     python -m benchmarks.plot_big                  # 9,000 measurements, beside 2187591
     python -m benchmarks.plot_big --quick          # 1,500, the earlier tree too

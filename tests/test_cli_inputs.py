@@ -239,3 +239,35 @@ def test_a_results_line_cut_by_a_full_disk_names_the_file(full_disk: Path) -> No
         store.append(big)
     store.close()
     assert err.value.filename == str(full_disk / "r.jsonl")
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """An empty tmpfs of its own, mounted read-only (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(mnt)],
+                             capture_output=True, text=True, check=False)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_a_read_only_place_is_named_by_its_path_not_a_temporary_or_relative_name(
+    good_run: Path, read_only_dir: Path
+) -> None:
+    """These said ".x.png.2dbdd67b3e55e4db.tmp is on a read-only file system" and "j is on
+    a read-only file system" (names relative to a directory descriptor)."""
+    from gpuenv._files import open_dir
+
+    pytest.importorskip("matplotlib")
+    refused(run("plot", str(good_run), "-o", str(read_only_dir / "x.png")),
+            f"{read_only_dir / 'x.png'} is on a read-only file system")  # fmt: skip
+    with pytest.raises(OSError) as err:
+        open_dir(read_only_dir / "state" / "j", create=True)
+    assert err.value.filename == str(read_only_dir / "state")

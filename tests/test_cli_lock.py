@@ -184,27 +184,36 @@ def test_real_gpu_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Journal().entries() == []
 
 
-@pytest.fixture
-def read_only_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """GPUENV_STATE_DIR on a tmpfs of its own, mounted; `make_read_only()` remounts it
-    read-only (as a read-only bind or an immutable directory behaves: every write EROFS/EPERM)."""
+@pytest.fixture(params=["read-only tmpfs", "chattr +i"])
+def read_only_journal(request: pytest.FixtureRequest, tmp_path: Path,
+                      monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """GPUENV_STATE_DIR on a tmpfs of its own remounted read-only, or an immutable
+    directory (chattr +i): `make_read_only()` turns it so (every write EROFS / EPERM)."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a read-only tmpfs needs root")
+        pytest.skip("a read-only mount or an immutable directory needs root")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mnt)],
-                             capture_output=True, text=True, check=False)  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    monkeypatch.setenv("GPUENV_STATE_DIR", str(mnt / "journal"))
+    journal = mnt / "journal"
+    if request.param == "read-only tmpfs":
+        argv = ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mnt)]
+        mounted = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if mounted.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        turn = ["mount", "-o", "remount,ro", str(mnt)]
+        undo = ["umount", str(mnt)]
+    else:
+        turn, undo = ["chattr", "+i", str(journal)], ["chattr", "-i", str(journal)]
+    monkeypatch.setenv("GPUENV_STATE_DIR", str(journal))
 
     def make_read_only() -> None:
-        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        done = subprocess.run(turn, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"{' '.join(turn)}: {done.stderr.strip()}")
 
     try:
         yield make_read_only
     finally:
-        subprocess.run(["umount", str(mnt)], check=False)
+        subprocess.run(undo, capture_output=True, check=False)
 
 
 def test_restore_on_a_read_only_journal_puts_the_gpu_back_and_says_the_record_stays(
@@ -219,7 +228,8 @@ def test_restore_on_a_read_only_journal_puts_the_gpu_back_and_says_the_record_st
     assert state() == before  # ... but both GPUs are back (it used to stop after the first)
     assert "restored GPU 0" in res.output and "restored GPU 1" in res.output
     assert "the GPUs were restored, but the journal could not be updated" in res.output
-    assert os.environ["GPUENV_STATE_DIR"] in res.output and "read-only file system" in res.output
+    assert os.environ["GPUENV_STATE_DIR"] in res.output
+    assert "read-only file system" in res.output or "not permitted" in res.output
     assert "Traceback" not in res.output
     assert sorted(p.name for p in Path(os.environ["GPUENV_STATE_DIR"]).iterdir()) == records
     assert len(Journal().entries()) == 2  # the journal is kept whole, not half-removed

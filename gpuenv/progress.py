@@ -72,6 +72,19 @@ def sized(path: str | os.PathLike[str]) -> str:
     return f"{os.fspath(path)} ({size / 1e6:.0f} MB)" if size >= 1e6 else os.fspath(path)
 
 
+def make_room() -> None:
+    """Take the line off the terminal before something else is written to it (a warning):
+    it is drawn again, below what was written, at its next update."""
+    with _nested_lock:
+        shown = [p for p in _nested if p._drawn]
+    for p in shown:
+        with p._lock:
+            if p._drawn:
+                p._write("\r\x1b[K")
+                # not at once: the ticking thread must not draw it back before the warning
+                p._drawn, p._drawn_at = False, time.monotonic()
+
+
 class Progress:
     """The line; `update(text)` redraws it, `clear()` (or leaving the `with`) removes it.
 
@@ -177,6 +190,7 @@ __all__ = [
     "Progress",
     "default_delay",
     "enabled",
+    "make_room",
     "quiet",
     "sized",
 ]

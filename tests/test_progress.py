@@ -180,3 +180,22 @@ print(m.stats.n > 0)
     assert b"\rgpuenv.bench gemm: warming up" in seen
     assert re.search(rb"\rgpuenv\.bench gemm: \d+ reps, [\d.]+ s of 1 s", seen), seen[-300:]
     assert seen.endswith(b"\r\x1b[K")
+
+
+def test_a_warning_while_the_line_shows_gets_a_line_of_its_own() -> None:
+    script = """
+import time, warnings
+from gpuenv.cli import _show_warning
+from gpuenv.progress import Progress
+warnings.showwarning = _show_warning
+with Progress("busy", delay_s=0) as p:
+    warnings.warn("the clock fell")
+    time.sleep(0.15)
+    p.update("still busy")
+"""
+    code, _, seen = on_a_terminal([sys.executable, "-c", script])
+    assert code == 0, seen
+    before, after = seen.split(b"gpuenv: warning: the clock fell")
+    assert before.endswith(b"\r\x1b[K")  # the line was taken off first
+    assert after.startswith(b"\r\n") or after.startswith(b"\n")
+    assert b"\rstill busy" in after  # and drawn again below it

@@ -137,6 +137,9 @@ def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__
     import contextlib
     import sys
 
+    from gpuenv.progress import make_room
+
+    make_room()  # a progress line on the terminal: the warning goes on a line of its own
     with contextlib.suppress(OSError, ValueError):
         print(f"gpuenv: warning: {message}", file=sys.stderr)
 

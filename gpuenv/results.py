@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar, overload
 
+from gpuenv._files import naming
 from gpuenv._records import JsonRecord
 from gpuenv.errors import ConfigError, FileError
 from gpuenv.telemetry import Window
@@ -212,9 +213,11 @@ class ResultStore:
             self._fh.flush()
             if self.fsync:
                 os.fsync(fd)
-        except OSError:
+        except OSError as err:
             with contextlib.suppress(OSError):
                 self._fh = _reopen_truncated(self._fh, self.path, size)
+            if err.filename is None:  # a full disk's write names no file: this one it was
+                raise naming(err, self.path) from err
             raise
 
     def close(self) -> None:

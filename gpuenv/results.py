@@ -15,7 +15,7 @@ import os
 import statistics
 import uuid
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar, overload
@@ -167,8 +167,10 @@ class ResultStore:
     """Appends a run to a JSONL file: a header line now, one line per measurement.
 
     Each line is written, flushed and fsynced before `append` returns, so a crash
-    loses nothing already measured. Several runs may share a file (each has a
-    `run_id`); `load_runs` reads them all, `load_run` the last.
+    loses nothing already measured; `extend` writes measurements that are all ready at
+    once (a `gpuenv run` ends with 10,000 of them) as one write and one fsync. Several
+    runs may share a file (each has a `run_id`); `load_runs` reads them all, `load_run`
+    the last.
     """
 
     def __init__(
@@ -200,11 +202,20 @@ class ResultStore:
     def append(self, measurement: Measurement) -> None:
         self._write({"type": "measurement", "run_id": self.run_id, **measurement.to_dict()})
 
-    def _write(self, record: dict[str, Any]) -> None:
-        """One whole line or nothing: a write cut short (disk full) is cut back off."""
+    def extend(self, measurements: Iterable[Measurement]) -> None:
+        """Append measurements that are all ready now: one write and one fsync for all
+        (an fsync per line cost 5 ms each, 50 s for 10,000), all of them or none."""
+        self._write(*({"type": "measurement", "run_id": self.run_id, **m.to_dict()}
+                      for m in measurements))  # fmt: skip
+
+    def _write(self, *records: dict[str, Any]) -> None:
+        """Whole lines or nothing: a write cut short (disk full) is cut back off."""
         if self._fh is None:
             raise ConfigError(f"the result store for {self.path} is closed")
-        data = (json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
+        if not records:
+            return
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+        data = data.encode("utf-8")
         fd = self._fh.fileno()
         size = os.fstat(fd).st_size
         try:
@@ -382,8 +393,7 @@ class Results(Sequence[Measurement]):
         """Append this run (metadata and every measurement) to a JSONL file (`mkdir`: create
         its directory when missing)."""
         with ResultStore(path, self.metadata, mkdir=mkdir) as store:
-            for m in self._items:
-                store.append(m)
+            store.extend(self._items)
         return store.path
 
     def __str__(self) -> str:

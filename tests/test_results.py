@@ -84,6 +84,29 @@ def test_store_appends_each_measurement_durably_and_load_run_reads_them(tmp_path
     assert run.measurements[0] == measurement("a")
 
 
+def test_a_batch_of_measurements_is_written_with_one_fsync(tmp_path, monkeypatch):
+    # `gpuenv run` ends with every call's measurement at once: 10,000 fsyncs of one line
+    # each took 50 s of the summary; the batch is one write and one fsync
+    import gpuenv.results as results_module
+
+    synced: list[int] = []
+    real_fsync = results_module.os.fsync
+    monkeypatch.setattr(results_module.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    path = tmp_path / "run.jsonl"
+    with ResultStore(path, {}) as store:
+        store.extend(measurement(f"call {k}") for k in range(50))
+        store.extend([])  # nothing to write: no fsync either
+    assert len(synced) == 2  # the run's header line, then the 50 measurements
+    assert [m.name for m in load_run(path).measurements] == [f"call {k}" for k in range(50)]
+    results = Results({})
+    for k in range(20):
+        results.add(measurement(f"m {k}"))
+    synced.clear()
+    results.save(tmp_path / "saved.jsonl")
+    assert len(synced) == 2
+    assert len(load_run(tmp_path / "saved.jsonl").measurements) == 20
+
+
 def test_a_line_cut_short_by_a_crash_is_skipped_with_a_warning(tmp_path):
     path = tmp_path / "run.jsonl"
     with ResultStore(path, {}) as store:

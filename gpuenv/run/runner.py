@@ -315,8 +315,7 @@ class Runner:
         )
         if store is not None:
             with store:
-                for m in measurements:
-                    store.append(m)
+                store.extend(measurements)
         result = RunResult(status, measurements, self.output, t_end - t_start, forwarded)
         self._report(result, lock, started_wall=wall0 + t_start)
         return result

@@ -18,12 +18,29 @@ T = TypeVar("T")
 R = TypeVar("R", bound="JsonRecord")
 
 
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+_FIELDS: dict[type, tuple[str, ...]] = {}  # a record class's field names, looked up once
+
+
 def to_dict(record: Any) -> dict[str, Any]:
     """A plain dict of a record's fields, nested records and tuples included."""
-    return {f.name: _plain(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    cls = type(record)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(record))
+    return {n: _plain(getattr(record, n)) for n in names}
 
 
 def _plain(value: Any) -> Any:
+    # scalars first, by exact type: `gpuenv run` writes 10,000 measurements at its end,
+    # and the generic checks below on each of their ~100 values cost seconds
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is tuple or kind is list:
+        return [v if type(v) in _SCALARS else _plain(v) for v in value]
+    if kind is dict:
+        return {str(k): v if type(v) in _SCALARS else _plain(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return to_dict(value)
     if isinstance(value, (tuple, list)):

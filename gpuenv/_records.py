@@ -22,13 +22,17 @@ _SCALARS = frozenset({int, float, str, bool, type(None)})
 _FIELDS: dict[type, tuple[str, ...]] = {}  # a record class's field names, looked up once
 
 
-def to_dict(record: Any) -> dict[str, Any]:
-    """A plain dict of a record's fields, nested records and tuples included."""
+def to_dict(record: Any, omit: str | None = None) -> dict[str, Any]:
+    """A plain dict of a record's fields (but `omit`), nested records and tuples included."""
     cls = type(record)
     names = _FIELDS.get(cls)
     if names is None:
         names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(record))
-    return {n: _plain(getattr(record, n)) for n in names}
+    values = getattr(record, "__dict__", None)
+    if values is None:  # a record with __slots__
+        return {n: _plain(getattr(record, n)) for n in names if n != omit}
+    return {n: v if type(v := values[n]) in _SCALARS else _plain(v)
+            for n in names if n != omit}  # fmt: skip
 
 
 def _plain(value: Any) -> Any:

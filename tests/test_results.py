@@ -107,6 +107,22 @@ def test_a_batch_of_measurements_is_written_with_one_fsync(tmp_path, monkeypatch
     assert len(load_run(tmp_path / "saved.jsonl").measurements) == 20
 
 
+def test_a_one_rep_measurement_writes_its_window_once_and_reads_back_whole(tmp_path):
+    # each of a `gpuenv run`'s 10,000 do_bench calls is a one-rep measurement: its summary
+    # window is its one window, and writing both made half of every line
+    path = tmp_path / "run.jsonl"
+    one = measurement("call", times=(0.002,))
+    many = measurement("gemm")
+    with ResultStore(path, {}) as store:
+        store.extend([one, many])
+    lines = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    assert "summary_windows" not in lines[0] and len(lines[0]["windows"]) == 1
+    assert len(lines[1]["summary_windows"]) == 1  # many reps: the summary is its own
+    back = load_run(path).measurements
+    assert back == (one, many)
+    assert back[0].telemetry == one.windows[0]
+
+
 def test_a_line_cut_short_by_a_crash_is_skipped_with_a_warning(tmp_path):
     path = tmp_path / "run.jsonl"
     with ResultStore(path, {}) as store:

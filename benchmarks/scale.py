@@ -363,7 +363,8 @@ def part_day(args: argparse.Namespace, tmp: str) -> None:
     print(f"A `stable()` session on the simulated H100 on virtual time: {args.hours:.0f} "
           f"simulated hours, sampling every {args.period * 1e3:.0f} ms, a 1 s `measure()` region "
           f"every {every_s:.0f} s, results appended to a JSONL file; "
-          f"{time.perf_counter() - wall0:.0f} s of real time. `env.results` keeps every measurement (its documented job), so "
+          f"{time.perf_counter() - wall0:.0f} s of real time. `env.results` keeps every "
+          "measurement (its documented job), so "
           "what it holds is shown apart:\n")  # fmt: skip
     print("| simulated hour | measurements | held by env.results | RSS | RSS less env.results "
           "| Python's allocated blocks |")  # fmt: skip

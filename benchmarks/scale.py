@@ -19,7 +19,7 @@ its own (benchmarks/results/scale-<part>.json):
            Python's allocated blocks, RSS and what env.results holds, each simulated hour
            (goal: flat once the sampler's ring is full, but for the measurements kept)
 
-    python -m benchmarks.scale --part run [--quick]
+    python -m benchmarks.scale --part run [--quick] [--before 2187591]
     python -m benchmarks.scale --part daemon --seconds 20
 """
 
@@ -246,8 +246,9 @@ print(f"loop {loop!r} end {time.monotonic()!r}", file=sys.stderr)
 def _child_run(argv: list[str], env: dict[str, str]) -> dict[str, float]:
     """Run `argv`; its child's loop time and end time (CLOCK_MONOTONIC), our exit time,
     and the peak RSS of the process we started (wait4's rusage)."""
+    # not in the checkout: `python -c` puts the working directory first on sys.path
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            text=True)  # fmt: skip
+                            text=True, cwd=tempfile.gettempdir())  # fmt: skip
     assert proc.stderr is not None
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -261,6 +262,16 @@ def _child_run(argv: list[str], env: dict[str, str]) -> dict[str, float]:
             "maxrss_mb": usage.ru_maxrss / 1024}  # fmt: skip
 
 
+def _gpuenv_at(commit: str, tmp: str) -> str:
+    """A directory holding the gpuenv package of `commit` (git archive)."""
+    where = Path(tmp) / f"gpuenv-{commit[:12]}"
+    where.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "gpuenv"],
+                             capture_output=True, check=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
+    return str(where)
+
+
 def part_run(args: argparse.Namespace, tmp: str) -> None:
     n = args.calls
     fake = Path(tmp) / "fake" / "triton"
@@ -271,40 +282,51 @@ def part_run(args: argparse.Namespace, tmp: str) -> None:
     child.write_text(CHILD)
     env = checkout_env(GPUENV_SIM_STATE=os.path.join(tmp, "sim.json"))
     env["PYTHONPATH"] = os.pathsep.join([str(fake.parent), env.get("PYTHONPATH", "")])
-    rows = []
+    versions = {"this commit": env}
+    if args.before:
+        old = _gpuenv_at(args.before, tmp)
+        versions[f"before ({args.before[:9]})"] = {
+            **env, "PYTHONPATH": os.pathsep.join([old, str(fake.parent)])}
+    rows: dict[str, list[dict[str, float]]] = {v: [] for v in versions}
     for k in range(args.repeat):
         plain = _child_run([sys.executable, str(child), str(n)], env)
-        out = Path(tmp) / f"run{k}.jsonl"
-        under = _child_run([*GPUENV, "--sim", "run", "-q", "-o", str(out), "--",
-                            sys.executable, str(child), str(n)], env)  # fmt: skip
-        rows.append({
-            "added_us": (under["loop"] - plain["loop"]) / n * 1e6,
-            "plain_us": plain["loop"] / n * 1e6,
-            "summary_s": under["exited"] - under["end"],
-            "rss_mb": under["maxrss_mb"],
-            "jsonl_b": out.stat().st_size,
-        })  # fmt: skip
-        print(rows[-1], file=sys.stderr)
-    best = min(rows, key=lambda r: r["summary_s"])
-    med = sorted(rows, key=lambda r: r["summary_s"])[len(rows) // 2]
+        for version, venv in versions.items():
+            out = Path(tmp) / f"run{k}-{len(rows[version])}-{version[:4]}.jsonl"
+            under = _child_run([*GPUENV, "--sim", "run", "-q", "-o", str(out), "--",
+                                sys.executable, str(child), str(n)], venv)  # fmt: skip
+            rows[version].append({
+                "added_us": (under["loop"] - plain["loop"]) / n * 1e6,
+                "plain_us": plain["loop"] / n * 1e6,
+                "summary_s": under["exited"] - under["end"],
+                "rss_mb": under["maxrss_mb"],
+                "jsonl_b": out.stat().st_size,
+            })  # fmt: skip
+            print(version, rows[version][-1], file=sys.stderr)
+
+    def med(version: str, key: str) -> float:
+        values = sorted(r[key] for r in rows[version])
+        return values[len(values) // 2]
+
     print(f"`gpuenv --sim run -q -o run.jsonl -- python child.py`, the child calling do_bench "
-          f"{n:,} times (each spins 20 us; each call is an automatic region); {len(rows)} "
-          f"runs, alternating with the child alone; load average {_load()}:\n")  # fmt: skip
-    print("| figure | median run | best run | goal |")
-    print("| --- | ---: | ---: | --- |")
-    added = sorted(r["added_us"] for r in rows)[len(rows) // 2]
-    print(f"| added time per call (under gpuenv run minus alone; alone {med['plain_us']:.1f} us) "
-          f"| {added:.1f} us | {min(r['added_us'] for r in rows):.1f} us | |")  # fmt: skip
-    print(f"| summary time: the child's end to gpuenv's exit | {med['summary_s']:.2f} s | "
-          f"{best['summary_s']:.2f} s | <= 1 s |")  # fmt: skip
-    print(f"| peak RSS of gpuenv run (its child is a few MB) | {med['rss_mb']:.0f} MB | "
-          f"{min(r['rss_mb'] for r in rows):.0f} MB | |")  # fmt: skip
-    print(f"| JSONL written | {med['jsonl_b'] / 1e6:.1f} MB ({med['jsonl_b'] / n:,.0f} B a call) "
-          f"| | |")  # fmt: skip
-    runner.metric("run_summary_s", med["summary_s"], "s", slack=0.2)
-    runner.metric("run_added_us", added, "us", slack=10.0)
-    runner.metric("run_rss_mb", med["rss_mb"], "MB", slack=10.0)
-    runner.metric("run_jsonl_bytes_per_call", med["jsonl_b"] / n, "B", slack=50.0)
+          f"{n:,} times (each spins 20 us; each call is an automatic region); the median of "
+          f"{args.repeat} runs of each, alternating with the child alone (a do_bench call alone: "
+          f"{med('this commit', 'plain_us'):.1f} us); load average {_load()}:\n")  # fmt: skip
+    names = list(versions)
+    print("| figure | " + " | ".join(names) + " | goal |")
+    print("| --- | " + " | ".join("---:" for _ in names) + " | --- |")
+    figures = (
+        ("added time per do_bench call", "added_us", lambda v: f"{v:.1f} us", ""),
+        ("summary time: the child's end to gpuenv's exit", "summary_s", lambda v: f"{v:.2f} s",
+         "<= 1 s"),
+        ("peak RSS of gpuenv run", "rss_mb", lambda v: f"{v:.0f} MB", ""),
+        ("JSONL written per call", "jsonl_b", lambda v: f"{v / n:,.0f} B", ""),
+    )  # fmt: skip
+    for what, key, fmt, goal in figures:
+        print(f"| {what} | " + " | ".join(fmt(med(v, key)) for v in names) + f" | {goal} |")
+    runner.metric("run_summary_s", med("this commit", "summary_s"), "s", slack=0.2)
+    runner.metric("run_added_us", med("this commit", "added_us"), "us", slack=10.0)
+    runner.metric("run_rss_mb", med("this commit", "rss_mb"), "MB", slack=10.0)
+    runner.metric("run_jsonl_bytes_per_call", med("this commit", "jsonl_b") / n, "B", slack=50.0)
 
 
 # -- a day of stable() ------------------------------------------------------------------------
@@ -374,9 +396,9 @@ def part_day(args: argparse.Namespace, tmp: str) -> None:
               f"{r['rss_mb']:.1f} MB | {r['rss_mb'] - r['results_mb']:.1f} MB | "
               f"{r['blocks']:,} |")  # fmt: skip
     if len(rows) >= 4:
-        # from hour 2 on: the sampler's ring (32,768 samples a GPU) is full after 13.6 min
-        # at the default period
-        first, last = rows[2], rows[-1]
+        # the second half: the sampler's ring (32,768 samples a GPU, 13.6 min at the
+        # default period) and the trace log (thinned beyond 20,000 points) are long full
+        first, last = rows[len(rows) // 2], rows[-1]
         hours = last["hour"] - first["hour"]
         other = ((last["rss_mb"] - last["results_mb"]) - (first["rss_mb"] - first["results_mb"]))
         per_m = (last["results_mb"] - first["results_mb"]) * 1e6 / max(
@@ -395,6 +417,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=200, help="daemon: client processes")
     parser.add_argument("--calls", type=int, default=10_000, help="run: do_bench calls")
     parser.add_argument("--repeat", type=int, default=3, help="run: runs")
+    parser.add_argument("--before", metavar="COMMIT",
+                        help="run: also run the gpuenv of COMMIT, side by side")  # fmt: skip
     parser.add_argument("--hours", type=float, default=24.0, help="day: simulated hours")
     parser.add_argument("--period", type=float, default=0.025,
                         help="day: seconds between samples (default: gpuenv's)")  # fmt: skip

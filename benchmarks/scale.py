@@ -435,7 +435,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(runner.main(
-        "scale", __doc__, add_arguments, run, sim_only=True, variant=lambda a: a.part,
-        quick={"seconds": 5.0, "clients": 50, "calls": 2000, "repeat": 1, "hours": 2.0},
-    ))  # fmt: skip
+    QUICK = {"seconds": 5.0, "clients": 50, "calls": 2000, "repeat": 1, "hours": 2.0}
+    sys.exit(runner.main("scale", __doc__, add_arguments, run, sim_only=True,
+                         variant=lambda a: a.part, quick=QUICK))  # fmt: skip

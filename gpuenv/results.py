@@ -177,6 +177,9 @@ class Run(JsonRecord):
 # -- the JSONL store ---------------------------------------------------------------------
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # made once: json.dumps makes one a call
+
+
 class ResultStore:
     """Appends a run to a JSONL file: a header line now, one line per measurement.
 
@@ -232,7 +235,7 @@ class ResultStore:
         wrote = False
         try:
             for record in records:
-                self._fh.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
+                self._fh.write((_ENCODER.encode(record) + "\n").encode())
                 wrote = True
             if not wrote:
                 return

@@ -35,6 +35,31 @@ def to_dict(record: Any, omit: str | None = None) -> dict[str, Any]:
             for n in names if n != omit}  # fmt: skip
 
 
+def fields(record: Any, omit: str | None = None) -> dict[str, Any]:
+    """A record's fields (but `omit`) as a dict, values as they are: with `json_default`,
+    a JSON encoder writes what `to_dict` gives without building it first."""
+    cls = type(record)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(record))
+    values = getattr(record, "__dict__", None)
+    if values is None:
+        return {n: getattr(record, n) for n in names if n != omit}
+    return {n: values[n] for n in names if n != omit}
+
+
+def json_default(value: Any) -> Any:
+    """`json.JSONEncoder(default=json_default)`: a record as its `fields` (but the one its
+    `json_omit()` names), nested records in turn, any other Mapping as a dict; tuples and
+    dicts the encoder writes itself, in C."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        omit = getattr(value, "json_omit", None)
+        return fields(value, omit() if omit is not None else None)
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
 def _plain(value: Any) -> Any:
     # scalars first, by exact type: `gpuenv run` writes 10,000 measurements at its end,
     # and the generic checks below on each of their ~100 values cost seconds

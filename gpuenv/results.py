@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar, overload
 
-from gpuenv._records import JsonRecord, from_dict, to_dict
+from gpuenv._records import JsonRecord, fields, from_dict, json_default, to_dict
 from gpuenv.errors import ConfigError, FileError
 from gpuenv.telemetry import Window
 from gpuenv.units import fmt_s
@@ -148,13 +148,16 @@ class Measurement(JsonRecord):
     def __str__(self) -> str:
         return self.summary()
 
-    def to_dict(self) -> dict[str, Any]:
-        """As every record, but a one-rep measurement whose `summary_windows` are its
-        `windows` (each GPU's one window is its summary) writes them once: half of each
+    def json_omit(self) -> str | None:
+        """The field its JSON leaves out: a one-rep measurement whose `summary_windows` are
+        its `windows` (each GPU's one window is its summary) writes them once, half of each
         line of a `gpuenv run` of 10,000 do_bench calls. `from_dict` puts them back."""
         one = len(self.times_s) == 1 and len(self.windows) == len(self.summary_windows) and all(
             a is b or a == b for a, b in zip(self.windows, self.summary_windows, strict=True))
-        return to_dict(self, omit="summary_windows" if one else None)
+        return "summary_windows" if one else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self, omit=self.json_omit())
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
@@ -177,7 +180,8 @@ class Run(JsonRecord):
 # -- the JSONL store ---------------------------------------------------------------------
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"))  # made once: json.dumps makes one a call
+# made once (json.dumps makes one a call); records are written from their fields, in C
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=json_default)
 
 
 class ResultStore:
@@ -217,12 +221,12 @@ class ResultStore:
             ) from err
 
     def append(self, measurement: Measurement) -> None:
-        self._write([{"type": "measurement", "run_id": self.run_id, **measurement.to_dict()}])
+        self.extend([measurement])
 
     def extend(self, measurements: Iterable[Measurement]) -> None:
         """Append measurements that are all ready now, with one fsync for all (an fsync per
         line cost 0.5-5 ms each: up to 50 s for 10,000), all of them or none."""
-        self._write({"type": "measurement", "run_id": self.run_id, **m.to_dict()}
+        self._write({"type": "measurement", "run_id": self.run_id, **fields(m, m.json_omit())}
                     for m in measurements)  # fmt: skip
 
     def _write(self, records: Iterable[dict[str, Any]]) -> None:

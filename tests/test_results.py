@@ -123,6 +123,17 @@ def test_a_one_rep_measurement_writes_its_window_once_and_reads_back_whole(tmp_p
     assert back[0].telemetry == one.windows[0]
 
 
+def test_the_store_writes_what_to_dict_gives(tmp_path):
+    # the store encodes records from their fields (json_default), without a to_dict copy
+    m = measurement("gemm", extra={"labels": {"size": 4096}, "ci_s": (0.0014, None),
+                                   7: {"nested": [1, 2.5]}})  # fmt: skip
+    path = tmp_path / "run.jsonl"
+    with ResultStore(path, {}) as store:
+        store.append(m)
+    line = json.loads(path.read_text().splitlines()[1])
+    assert line == {"type": "measurement", "run_id": store.run_id, **m.to_dict()}
+
+
 def test_a_line_cut_short_by_a_crash_is_skipped_with_a_warning(tmp_path):
     path = tmp_path / "run.jsonl"
     with ResultStore(path, {}) as store:

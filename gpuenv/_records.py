@@ -19,12 +19,58 @@ T = TypeVar("T")
 R = TypeVar("R", bound="JsonRecord")
 
 
-def to_dict(record: Any) -> dict[str, Any]:
-    """A plain dict of a record's fields, nested records and tuples included."""
-    return {f.name: _plain(getattr(record, f.name)) for f in dataclasses.fields(record)}
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+_FIELDS: dict[type, tuple[str, ...]] = {}  # a record class's field names, looked up once
+
+
+def to_dict(record: Any, omit: str | None = None) -> dict[str, Any]:
+    """A plain dict of a record's fields (but `omit`), nested records and tuples included."""
+    cls = type(record)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(record))
+    values = getattr(record, "__dict__", None)
+    if values is None:  # a record with __slots__
+        return {n: _plain(getattr(record, n)) for n in names if n != omit}
+    return {n: v if type(v := values[n]) in _SCALARS else _plain(v)
+            for n in names if n != omit}  # fmt: skip
+
+
+def fields(record: Any, omit: str | None = None) -> dict[str, Any]:
+    """A record's fields (but `omit`) as a dict, values as they are: with `json_default`,
+    a JSON encoder writes what `to_dict` gives without building it first."""
+    cls = type(record)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(record))
+    values = getattr(record, "__dict__", None)
+    if values is None:
+        return {n: getattr(record, n) for n in names if n != omit}
+    return {n: values[n] for n in names if n != omit}
+
+
+def json_default(value: Any) -> Any:
+    """`json.JSONEncoder(default=json_default)`: a record as its `fields` (but the one its
+    `json_omit()` names), nested records in turn, any other Mapping as a dict; tuples and
+    dicts the encoder writes itself, in C."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        omit = getattr(value, "json_omit", None)
+        return fields(value, omit() if omit is not None else None)
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
 def _plain(value: Any) -> Any:
+    # scalars first, by exact type: `gpuenv run` writes 10,000 measurements at its end,
+    # and the generic checks below on each of their ~100 values cost seconds
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is tuple or kind is list:
+        return [v if type(v) in _SCALARS else _plain(v) for v in value]
+    if kind is dict:
+        return {str(k): v if type(v) in _SCALARS else _plain(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return to_dict(value)
     if isinstance(value, (tuple, list)):

@@ -312,8 +312,7 @@ class Runner:
                 stable_clocks=lock is not None, wall_at=lambda t: wall0 + t, extra_run=extra_run)
             if store is not None:
                 with store:
-                    for m in measurements:
-                        store.append(m)
+                    store.extend(measurements)
         result = RunResult(status, measurements, self.output, t_end - t_start, forwarded)
         self._report(result, lock, started_wall=wall0 + t_start)
         return result

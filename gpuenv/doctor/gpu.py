@@ -81,7 +81,7 @@ def _daemon(ctx: Context) -> tuple[str, str, str | None]:
     asked once per run (the permission and daemon checks both want it)."""
     if "daemon" not in ctx.seen:
         ctx.seen["daemon"] = _ask_daemon(ctx.host.socket_path)
-    return ctx.seen["daemon"]  # type: ignore[no-any-return]
+    return ctx.seen["daemon"]
 
 
 def _ask_daemon(path: str) -> tuple[str, str, str | None]:

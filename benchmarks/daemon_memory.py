@@ -3,8 +3,8 @@
 
     python -m benchmarks.daemon_memory                 # 100,000 requests (some minutes)
     python -m benchmarks.daemon_memory --quick         # 20,000
-    python -m benchmarks.daemon_memory --tree DIR      # the daemon from another checkout
-                                                       # (the code before a fix, side by side)
+    python -m benchmarks.daemon_memory --tree DIR      # also the daemon of another checkout
+                                                       # (the code before a fix), side by side
 
 The load is tests/daemon_harness.mixed_load (one long connection asking status and taking
 and releasing leases, a new connection every 10 requests, a subscriber every 100), from a
@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,13 +85,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     trees: list[tuple[str, Path | None]] = [("this tree", None)]
     trees += [(f"{t}", t.resolve()) for t in args.tree]
-    rows = []
-    for name, tree in trees:
-        marks = measure(args.requests, args.sample_period, tree)
-        rows.append((name, marks))
-        if tree is None:
-            after = next(mb for n, mb, _ in marks if n == args.requests // 10)
-            runner.metric("rss_growth_after_warmup_mb", marks[-1][1] - after, "MB", slack=0.5)
+    # side by side: every tree's daemon at once, under the same load on the machine (how
+    # much a daemon grows depends on how many of its threads overlap, so on that load)
+    with ThreadPoolExecutor(len(trees)) as pool:
+        runs = [pool.submit(measure, args.requests, args.sample_period, t) for _, t in trees]
+        rows = [(name, run.result()) for (name, _), run in zip(trees, runs, strict=True)]
+    marks = rows[0][1]
+    after = next(mb for n, mb, _ in marks if n == args.requests // 10)
+    runner.metric("rss_growth_after_warmup_mb", marks[-1][1] - after, "MB", slack=0.5)
     heads = " / ".join(f"{n:,}" for n, _, _ in rows[0][1])
     print(f"| daemon | RSS (MB) at {heads} requests | growth after {args.requests // 10:,} | "
           "wall (s) |")  # fmt: skip
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
               f"{marks[-1][1] - warm:+.1f} MB | {marks[-1][2]:.0f} |")  # fmt: skip
     print(
         f"\nmixed load (tests/daemon_harness.mixed_load), 1 simulated GPU, sampler at "
-        f"{args.sample_period} s"
+        f"{args.sample_period} s; the daemons ran side by side, at once"
     )
     return 0
 

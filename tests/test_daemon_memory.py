@@ -2,7 +2,7 @@
 temp dir, driven by a client process with the mixed load of daemon_harness.mixed_load (new
 connections, a long one, leases taken and released, status, subscribers).
 
-This test drives 8,000 requests (about 20 s on 2 cores); the figure at 100,000, before and
+This test drives 8,000 requests (15 s on 2 quiet cores); the figure at 100,000, before and
 after the fix side by side, is `python -m benchmarks.daemon_memory`'s (docs/benchmarks.md).
 """
 

@@ -124,7 +124,7 @@ def test_a_fake_gpuenvd_of_another_account_is_refused_and_named(work: Path) -> N
         assert daemon["severity"] == "error" and out.returncode == 2, out.stdout
         assert f"served by {mallory.pw_name}" in daemon["message"], daemon
         assert f"belongs to {mallory.pw_name}" in daemon["message"], daemon
-        assert names.index("daemon") < names.index("power_limit") < names.index("cpu_load")
+        assert names.index("daemon") < names.index("power_limit") < names.index("persistence")
         # the account gpuenvd runs as, when named, is trusted (and only then)
         from gpuenv.daemon.client import Client
 

@@ -226,7 +226,7 @@ def _one(env: Any, fn: Callable[[], Any]) -> float:
     return env.now() - t0
 
 
-def _gpuenv(env: Any, fn: Callable[[], Any], condition: str, args: argparse.Namespace,
+def _gpuenv(env: Any, fn: Callable[[], Any], condition: str | None, args: argparse.Namespace,
             **kw: Any) -> tuple[float, dict]:
     m = timing.bench(fn, backend=env.backend, condition=condition, budget_s=args.budget,
                      keep_trace=False, **kw)
@@ -261,7 +261,9 @@ def tool_dropin(env: Any, fn: Callable[[], Any], args: argparse.Namespace) -> tu
     """gpuenv's do_bench drop-in with its defaults (the mean, as triton's)."""
     from gpuenv.integrations.triton import do_bench
 
-    return do_bench(fn, backend=env.backend) / 1e3, {}
+    ms = do_bench(fn, backend=env.backend)
+    assert isinstance(ms, float)  # one figure: no quantiles asked for
+    return ms / 1e3, {}
 
 
 def tool_sustained(env: Any, fn: Callable[[], Any], args: argparse.Namespace,

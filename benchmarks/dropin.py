@@ -21,26 +21,25 @@ Read-only: it runs kernels and reads telemetry; nothing is written to the GPU (r
 GPUENV_READONLY=1). It checks a deadline (--deadline) before each kernel and says what it
 skipped (the kernels that matter most come first). ~5 minutes on an H100.
 
-    GPUENV_READONLY=1 python3 scripts/bench_dropin.py             # the H100
-    python3 scripts/bench_dropin.py --sim --repeats 1             # the simulated H100
-                                                                  # (triton: a model of it)
+    GPUENV_READONLY=1 python -m benchmarks.dropin           # the H100: results dropin.json
+    python -m benchmarks.dropin --sim --repeats 1           # the simulated H100 (triton: a
+                                                            # model of it): dropin-sim.json
 
-Prints a markdown table; writes JSON to $OUT/bench_dropin.json when OUT is set (or --json).
+Prints a markdown table; --data PATH keeps every call's raw figures as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import math
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
+from benchmarks import runner
 from gpuenv import timing
 from gpuenv.integrations import triton as gt
 
@@ -201,7 +200,7 @@ def one_call(env: Any, tool: str, fn: Callable[[], Any],
     return out
 
 
-def run(env: Any, args: argparse.Namespace) -> dict[str, Any]:
+def run_kernels(env: Any, args: argparse.Namespace) -> dict[str, Any]:
     start = env.now()
     rows: dict[str, Any] = {"kernels": {}, "skipped": []}
     tools = env.tools()
@@ -257,7 +256,7 @@ def table(rows: dict[str, Any], summary: dict[str, Any], title: str) -> str:
     def us(ms: float) -> str:
         return f"{ms:.3f} ms" if ms >= 1 else f"{ms * 1e3:.2f} us"
 
-    lines = [f"### {title}", "",
+    lines = [f"{title}:", "",
              "| kernel | triton cold / hot (gap) | gpuenv cold / hot (gap) | gpuenv first -> "
              "last reps, hot | wall triton cold / hot | wall gpuenv cold / hot (ratio) | "
              "gpuenv schedule, hot: bursts, rests, waits | verdicts, findings | met |",
@@ -282,22 +281,22 @@ def table(rows: dict[str, Any], summary: dict[str, Any], title: str) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sim", action="store_true", help="the simulated H100 (virtual time)")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="cold/hot pairs per tool")
     parser.add_argument("--idle", type=float, default=IDLE_S, help="seconds idle before cold")
     parser.add_argument("--load", type=float, default=LOAD_S, help="seconds of load before hot")
     parser.add_argument("--deadline", type=float, default=320.0,
                         help="seconds after which remaining kernels are skipped")
     parser.add_argument("--kernels", default="", help="comma-separated names (default: all)")
-    parser.add_argument("--json", default=None, help="where to write the JSON results")
+    parser.add_argument("--data", default=None, help="where to keep every call's figures (JSON)")
     parser.add_argument("--burst-s", type=float, default=None, help="the drop-in's burst (s)")
     parser.add_argument("--power-target", type=float, default=None,
                         help="the drop-in's filtered-power target (fraction of the limit)")
     parser.add_argument("--power-tau", type=float, default=None,
                         help="the drop-in's model of the cap's power filter (s)")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
     # what the lead may tune on the device without a code change (gpuenv's module constants)
     for flag, const in (("burst_s", "DROPIN_BURST_S"), ("power_target", "DROPIN_POWER_TARGET"),
                         ("power_tau", "DROPIN_POWER_TAU_S")):
@@ -309,20 +308,27 @@ def main() -> None:
         env.kernels = [k for k in env.kernels if k[0] in keep]
     info = env.describe()
     t0 = time.time()
-    rows = run(env, args)
+    rows = run_kernels(env, args)
     summary = summarize(rows)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))
     print(table(rows, summary, f"do_bench drop-in vs triton, cold vs hot, {info['gpu']}, {when}"))
     print(f"\n{json.dumps(info)}; {args.repeats} repeats; cold after {args.idle} s idle, hot "
           f"after {args.load} s of 8192^3 matmuls; wall seconds{' (simulated)' if args.sim else ''}"
           f"; total {time.time() - t0:.0f} s")
-    path = args.json or (os.path.join(os.environ["OUT"], "bench_dropin.json")
-                         if os.environ.get("OUT") else None)  # fmt: skip
-    if path:
-        with open(path, "w") as f:
+    if summary:
+        g = [s["gpuenv"] for s in summary.values()]
+        big = [x["gap"] for x in g if x["cold_ms"] >= TINY_S * 1e3] or [math.nan]
+        runner.metric("worst_gap_from_20us_pct", 100 * max(big), "%", slack=0.5)
+        runner.metric("worst_wall_ratio_cold", max(x["wall_ratio_cold"] for x in g), "x",
+                      slack=0.2)  # fmt: skip
+        runner.metric("worst_wall_ratio_hot", max(x["wall_ratio_hot"] for x in g), "x",
+                      slack=0.5)  # fmt: skip
+    if args.data:
+        with open(args.data, "w") as f:
             json.dump({"info": info, "when": when, "args": vars(args), "summary": summary,
-                       **rows}, f, indent=1)  # fmt: skip
+                       **rows}, f, indent=1, default=str)  # fmt: skip
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(runner.main("dropin", __doc__, add_arguments, run, quick={"repeats": 1}))

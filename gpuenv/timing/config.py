@@ -25,9 +25,10 @@ from gpuenv.verdict import VerdictConfig
 CONDITIONS = ("auto", "burst", "sustained", "none")
 DEFAULT_BUDGET_S = 10.0  # measuring time when no rep count is given
 # Below this a call is timed as many calls a rep (mode "auto"). On the lent H100
-# (scripts/probe_tiny.py, 2026-11-22) a 6.4 us matmul timed one call per event pair
-# read +13% slower in one of three hot runs with the SM clock at its maximum, while a
-# CUDA graph of calls agreed within 0.6% cold vs hot for kernels of 1.4 to 7 us.
+# (benchmarks/tiny.py --part ways, then scripts/probe_tiny.py, 2026-11-22) a 6.4 us
+# matmul timed one call per event pair read +13% slower in one of three hot runs with
+# the SM clock at its maximum, while a CUDA graph of calls agreed within 0.6% cold vs
+# hot for kernels of 1.4 to 7 us.
 TINY_REP_S = 20e-6
 TINY_TARGET_S = 1e-3  # a tiny kernel's rep: about this much GPU time of calls
 # bench()'s burst schedule (issue 22: time to the answer). Between bursts a rest as long as

@@ -1,26 +1,25 @@
 #!/usr/bin/env python3
-"""Host (CPU) time per do_bench drop-in call: what gpuenv spends on top of running the
-kernel. On the simulated H100 (virtual time: every CPU second is host overhead) by
-default; on a real GPU with --gpu (a ~7 us relu; then the CPU time includes torch's
-launches and the spin of each sync).
+"""Host (CPU) time per do_bench drop-in call: what gpuenv spends on top of running the kernel.
 
-    python3 scripts/profile_dropin.py                 # 20 calls, CPU seconds per call
-    python3 scripts/profile_dropin.py --profile 25    # + cProfile's top 25 (cumulative)
-    GPUENV_READONLY=1 python3 scripts/profile_dropin.py --gpu --calls 5 --profile 25
-    python3 scripts/profile_dropin.py --graph         # do_bench_cudagraph instead
+On a real GPU a ~7 us relu (the CPU time then includes torch's launches and the spin of
+each sync: read the wall time there, beside triton's, timed the same way after gpuenv's
+calls); with --sim the simulated H100 on virtual time, where every CPU second is host
+overhead.
 
-Prints CPU and wall seconds per call (time.process_time, perf_counter), the CPU time
-in Sampler.windows (the reps' telemetry summaries), and where the last call's time went
-(warmup, measuring, the burst check's wait, the drop-in's plan). On a GPU the CPU time
-includes the spin of each synchronize: read the wall time there, beside triton's
-(timed the same way, after gpuenv's calls).
+    python -m benchmarks.dropin_host --sim                  # 20 calls: dropin_host-sim.json
+    python -m benchmarks.dropin_host --sim --profile 25     # + cProfile's top 25 (cumulative)
+    GPUENV_READONLY=1 python -m benchmarks.dropin_host --calls 5 --profile 25   # the GPU
+    python -m benchmarks.dropin_host --sim --graph          # do_bench_cudagraph instead
+
+Prints CPU and wall seconds per call (time.process_time, perf_counter), the CPU time in
+Sampler.windows (the reps' telemetry summaries), and where the last call's time went
+(warmup, measuring, the burst check's wait, the drop-in's plan).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import statistics
 import sys
@@ -28,8 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
+from benchmarks import runner
 from gpuenv.integrations import triton as gt
 
 
@@ -61,7 +59,7 @@ def _triton_wall(fn: Callable[[], Any], graph: bool, calls: int) -> None:
         import torch
         import triton.testing as tt
     except ImportError as err:
-        print(f"triton: not importable ({err})")
+        print(f"| triton | not importable ({err}) | | | |")
         return
 
     def theirs() -> Any:
@@ -76,8 +74,9 @@ def _triton_wall(fn: Callable[[], Any], graph: bool, calls: int) -> None:
         w0 = time.perf_counter()
         theirs()
         wall.append(time.perf_counter() - w0)
-    print(f"triton, same kernel: wall per call {statistics.mean(wall) * 1e3:.1f} ms "
-          f"(median {statistics.median(wall) * 1e3:.1f})")
+    print(f"| triton {'do_bench_cudagraph' if graph else 'do_bench'} | | | "
+          f"{statistics.mean(wall) * 1e3:.1f} ms | |")
+    runner.metric("triton_wall_per_call_ms", statistics.mean(wall) * 1e3, "ms", slack=5.0)
 
 
 def _time_windows() -> list[float]:
@@ -98,15 +97,16 @@ def _time_windows() -> list[float]:
     return spent
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gpu", action="store_true", help="a real GPU (torch) instead of the sim")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graph", action="store_true", help="do_bench_cudagraph")
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--kernel-us", type=float, default=7.0, help="the sim kernel's time")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="print cProfile's top N entries by cumulative time")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
+    args.gpu = not args.sim
     fn, kw = gpu_setup() if args.gpu else sim_setup(args.kernel_us * 1e-6)
     bench = gt.do_bench_cudagraph if args.graph else gt.do_bench
     bench(fn, **kw)  # start-up (NVML, the flush buffer, imports): not counted
@@ -123,22 +123,25 @@ def main() -> None:
         cpu.append(time.process_time() - c0)
         wall.append(time.perf_counter() - w0)
     m = gt.last_measurement()
-    print(f"{'do_bench_cudagraph' if args.graph else 'do_bench'}, "
-          f"{'GPU' if args.gpu else f'simulated H100, {args.kernel_us:g} us kernel'}: "
-          f"{args.calls} calls, {len(m.times_s)} reps in the last; CPU per call "
-          f"{statistics.mean(cpu) * 1e3:.1f} ms (median {statistics.median(cpu) * 1e3:.1f}), "
-          f"wall per call {statistics.mean(wall) * 1e3:.1f} ms, of which summarising the "
-          f"reps' windows {in_windows[0] / args.calls * 1e3:.1f} ms"
-          f"{' (cProfile on: slower)' if prof else ''}")
-    x = m.extra
-    print("the last call's parts:", {k: x.get(k) for k in (
-        "warmup_reps", "warmup_s", "warmup_steady", "measure_s", "burst_first_wait_s",
-        "stop_reason", "dropin")})  # fmt: skip
+    where = "the GPU" if args.gpu else f"simulated H100, {args.kernel_us:g} us kernel"
+    print(f"{args.calls} calls on {where}{' (cProfile on: slower)' if prof else ''}:\n")
+    print("| call | reps in the last | CPU per call (median) | wall per call | of which the reps' "
+          "windows (CPU) |\n| --- | ---: | ---: | ---: | ---: |")  # fmt: skip
+    print(f"| gpuenv {'do_bench_cudagraph' if args.graph else 'do_bench'} | {len(m.times_s)} "
+          f"| {statistics.mean(cpu) * 1e3:.1f} ms ({statistics.median(cpu) * 1e3:.1f}) "
+          f"| {statistics.mean(wall) * 1e3:.1f} ms | {in_windows[0] / args.calls * 1e3:.1f} ms |")
     if args.gpu:
         _triton_wall(fn, args.graph, args.calls)
-    if prof is not None:
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(args.profile)
+    x = m.extra
+    print("\nthe last call's parts:", {k: x.get(k) for k in (
+        "warmup_reps", "warmup_s", "warmup_steady", "measure_s", "burst_first_wait_s",
+        "stop_reason", "dropin")})  # fmt: skip
+    runner.metric("cpu_per_call_ms", statistics.mean(cpu) * 1e3, "ms", slack=5.0)
+    runner.metric("wall_per_call_ms", statistics.mean(wall) * 1e3, "ms", slack=5.0)
+    if prof is not None:  # its lines as printed, in the report's text
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(args.profile)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(runner.main("dropin_host", __doc__, add_arguments, run, quick={"calls": 5}))

@@ -8,8 +8,8 @@ CPU (default; fake `triton.testing` / `torch.utils.benchmark` modules, no GPU):
   - start-up of a Python child that imports nothing watched: `python -c pass`
     bare and with the import hook on its path, interleaved.
 
-Device (--device; torch, triton and a GPU): scripts/do_bench_load.py (do_bench on
-an 8192 bf16 matmul, 10 s of load, do_bench again) run bare and under
+Device (--device; torch, triton and a GPU): benchmarks/workloads/do_bench_load.py
+(do_bench on an 8192 bf16 matmul, 10 s of load, do_bench again) run bare and under
 `gpuenv run`, alternately, with the printed do_bench numbers side by side and
 what gpuenv said about each do_bench region. Read-only (GPUENV_READONLY=1).
 
@@ -198,12 +198,14 @@ def cpu(args: argparse.Namespace) -> None:
 
 def device(args: argparse.Namespace) -> None:
     env = checkout_env(GPUENV_READONLY="1")
-    child = [sys.executable, str(ROOT / "scripts" / "do_bench_load.py"), "--load", str(args.load)]
+    script = ROOT / "benchmarks" / "workloads" / "do_bench_load.py"
+    child = [sys.executable, str(script), "--load", str(args.load)]
     gpuenv = [sys.executable, "-c", "from gpuenv.cli import main; main()", "run", "-i", "0"]
     tmp = Path(tempfile.mkdtemp(prefix="gpuenv-autoregions-"))
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"# do_bench with and without gpuenv run: {when}")
-    print(f"\n`scripts/do_bench_load.py --load {args.load:g}`, {args.pairs} pairs, alternately:\n")
+    print(f"\n`{script.relative_to(ROOT)} --load {args.load:g}`, {args.pairs} pairs, "
+          "alternately:\n")
     print("| pair | run | do_bench before load | after load | gpuenv's rows |")
     print("|---|---|---|---|---|")
     for k in range(args.pairs):

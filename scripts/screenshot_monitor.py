@@ -15,7 +15,7 @@ On a real GPU (`--real`: no --sim, no scenario, no lock; nothing is written to
 the GPU), `--workload` runs a command beside the monitor so its process shows:
 
     python3 scripts/screenshot_monitor.py --real --out docs/monitor-h100.png \
-        --workload "python3 scripts/do_bench_load.py --load 60"
+        --workload "python3 benchmarks/workloads/do_bench_load.py --load 60"
 """
 
 from __future__ import annotations

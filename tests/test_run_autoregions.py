@@ -517,7 +517,8 @@ def test_do_bench_before_and_after_load_on_the_gpu(tmp_path):
     prints are the same with and without gpuenv run, within noise."""
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    child = [sys.executable, str(ROOT / "scripts" / "do_bench_load.py"), "--load", "10"]
+    script = ROOT / "benchmarks" / "workloads" / "do_bench_load.py"
+    child = [sys.executable, str(script), "--load", "10"]
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=path, GPUENV_READONLY="1")  # never write the GPU
     out = tmp_path / "run.jsonl"
@@ -530,8 +531,8 @@ def test_do_bench_before_and_after_load_on_the_gpu(tmp_path):
     ms_bare = json.loads(bare.stdout.splitlines()[-1])
     measurements = load_run(out).measurements
     rows = [m for m in measurements if m.name.startswith("do_bench ")]
-    assert [m.name for m in rows] == ["do_bench scripts/do_bench_load.py:26",
-                                      "do_bench scripts/do_bench_load.py:33"]  # fmt: skip
+    site = "do_bench benchmarks/workloads/do_bench_load.py"
+    assert [m.name for m in rows] == [f"{site}:26", f"{site}:33"]
     first, second = rows
     assert second.verdict == "annotated"
     cap = next(f for f in second.findings if f.kind == "power_cap")

@@ -6,7 +6,7 @@ matmul back to back, then do_bench again: on an H100 the second number comes out
 ~16% slower (the power cap). The last line is JSON for scripts and tests.
 Nothing here knows about gpuenv.
 
-    python3 scripts/do_bench_load.py [--load 10] [--n 8192]
+    python3 benchmarks/workloads/do_bench_load.py [--load 10] [--n 8192]
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """The do_bench drop-ins on a real GPU against triton's own (read-only: GPUENV_READONLY=1
 is fine). The wall time of a call is compared on a rested GPU, where the burst check has
-nothing to wait for; scripts/bench_dropin.py measures more kernels and back-to-back calls.
+nothing to wait for; benchmarks/dropin.py measures more kernels, cold and hot.
 
 No `from __future__ import annotations` here: triton.jit reads `BLOCK: tl.constexpr`."""
 
@@ -48,7 +48,7 @@ def kernels() -> dict[str, Callable[[], Any]]:
 @pytest.mark.parametrize("name", ["relu_1m", "mm2048", "mm4096"])
 def test_do_bench_starts_at_once_when_cold_and_agrees_with_triton(name):
     # The wall time against triton's (issue 18's 1.5x cold, 3x hot) is a figure, measured
-    # side by side by scripts/bench_dropin.py (docs/benchmarks.md), not a test's bound.
+    # side by side by benchmarks/dropin.py (docs/benchmarks.md), not a test's bound.
     fn = kernels()[name]
     wall_s(lambda: gtriton.do_bench(fn))
     m = gtriton.last_measurement()
@@ -65,7 +65,7 @@ def test_do_bench_starts_at_once_when_cold_and_agrees_with_triton(name):
 
 
 def test_do_bench_cudagraph_times_a_graph_and_agrees_with_triton():
-    # its wall time against triton's is a figure (scripts/bench_dropin.py), not a bound here:
+    # its wall time against triton's is a figure (benchmarks/dropin.py), not a bound here:
     # on the H100 it read 1.0-1.5x in one run of this test and 1.99x in the next
     fn = kernels()["relu_1m"]
     with torch.cuda.stream(torch.cuda.Stream()):

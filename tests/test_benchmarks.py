@@ -179,3 +179,49 @@ def test_a_report_that_prints_a_fence_stays_inside_its_own():
     lines = report.section(result)
     start = lines.index("````text")
     assert lines[start + 1] == "before\n```\ninner\n```\nafter" and lines[start + 2] == "````"
+
+
+@pytest.mark.parametrize(
+    ("key", "data", "tabled"),
+    [
+        ("dropin", "bench_dropin-2026-11-24b.json", "dropin"),
+        ("tiny-cupti", "probe_tiny_cupti-2026-11-24.json", "tiny"),
+        ("hot_wait", "hot_wait-2026-11-24.json", "hot_wait"),
+    ],
+)
+def test_a_result_tabled_from_kept_data_is_what_its_benchmark_tables_from_it(key, data, tabled):
+    # the H100 runs of the moved scripts are kept as raw data in docs/h100/; the results
+    # say "tabled by benchmarks.<name>": the benchmark's own table of that data, cell for cell
+    module = importlib.import_module(f"benchmarks.{tabled}")
+    raw = json.loads((runner.ROOT / "docs" / "h100" / data).read_text())
+    if key == "dropin":
+        rows = {"kernels": raw["kernels"], "skipped": raw["skipped"]}
+        text = module.table(rows, raw["summary"], "t")
+    elif key == "tiny-cupti":
+        rows = [{**r, "way": r["method"], "per_call_s": r["median_us"] / 1e6} for r in raw["rows"]]
+        text = "\n".join(module.cupti_table(rows))
+    else:
+        text = "\n".join(module.table(raw["rows"]))
+    kept = json.loads((runner.RESULTS / f"{key}.json").read_text())
+    assert f"tabled by benchmarks.{tabled}" in kept["transcribed"]
+    tables = [b["table"] for b in runner.parse_blocks(text) if "table" in b]
+    assert tables and tables[0] == next(b["table"] for b in kept["blocks"] if "table" in b)
+
+
+def test_tiny_and_dropin_judge_what_they_measured():
+    from benchmarks import dropin, tiny
+
+    rows = [{"kernel": "k", "way": w, "state": s, "per_call_s": v, "wall_s": 0.5}
+            for w, base in (("cupti", 2e-6), ("default", 2.2e-6), ("burst", 2.2e-6),
+                            ("graph", 2.4e-6))
+            for s, v in (("cold", base), ("hot", base * 1.02))]  # fmt: skip
+    line = tiny.cupti_table(rows)[2]
+    assert line.startswith("| k | 2.02 | 2.22 (+10.0%) | 2.22 (+0.0%) | 2.42 | +2.00% | 0.50 |")
+    calls = {"cold": [{"ms": 1.0, "wall_s": 0.1, "verdict": "ok", "findings": []}],
+             "hot": [{"ms": 1.05, "wall_s": 0.4, "verdict": "ok", "findings": []}]}
+    triton = {"cold": [{"ms": 1.0, "wall_s": 0.1}], "hot": [{"ms": 1.2, "wall_s": 0.1}]}
+    summary = dropin.summarize({"kernels": {"k": {"what": "", "gpuenv": calls,
+                                                  "triton": triton}}})  # fmt: skip
+    g = summary["k"]["gpuenv"]
+    assert g["gap"] == pytest.approx(0.05 / 1.025) and not g["gap_met"]  # 4.9% > 1%
+    assert g["wall_ratio_hot"] == pytest.approx(4.0) and not g["wall_met"]  # over 3x

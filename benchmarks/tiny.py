@@ -286,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
     args.rounds = args.rounds or (2 if args.part == "cupti" else 3)
     kit = Kit()
     rows = measure_all(kit, args, ways)
-    print(f"{args.part}: {args.rounds} rounds; cold after {args.idle:g} s idle, hot right after "
+    print(f"{args.part}, rounds: {args.rounds}; cold after {args.idle:g} s idle, hot right after "
           f"{args.heat:g} s of 8192^3 bf16 matmuls; medians per call:\n")  # fmt: skip
     print("\n".join(cupti_table(rows) if args.part == "cupti" else ways_table(rows)))
     if args.part == "cupti":

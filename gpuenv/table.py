@@ -9,6 +9,7 @@ variation selector or a zero-width joiner none (a GPU or region name may hold an
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from collections.abc import Collection, Sequence
 
@@ -17,6 +18,7 @@ from collections.abc import Collection, Sequence
 _ZERO_WIDTH_CATEGORIES = frozenset({"Mn", "Me", "Cf"})
 
 
+@functools.lru_cache(maxsize=4096)  # the monitor measures its glyphs hundreds of times a frame
 def char_width(ch: str) -> int:
     """Columns one character takes on a terminal: 0, 1 or 2."""
     if unicodedata.combining(ch) or unicodedata.category(ch) in _ZERO_WIDTH_CATEGORIES:
@@ -28,7 +30,7 @@ def display_width(text: str) -> int:
     """Columns `text` takes on a terminal (`len()` counts characters, not columns)."""
     if text.isascii():  # the common case, without a look-up a character
         return len(text)
-    return sum(char_width(ch) for ch in text)
+    return sum(map(char_width, text))
 
 
 def cut(text: str, width: int) -> str:

@@ -28,11 +28,13 @@ class HostView:
 
 
 _primed = False
+_fixed: dict[str, float | int | None] = {}  # what does not change while the host runs
 
 
 def read_host() -> HostView:
     """The host now. The CPU share is since the previous read; the first one measures 0.1 s
-    (a share since psutil's import would read 0 % in a snapshot)."""
+    (a share since psutil's import would read 0 % in a snapshot). The CPU count and the
+    boot time are read once."""
     global _primed
     try:
         import psutil
@@ -42,7 +44,9 @@ def read_host() -> HostView:
     with contextlib.suppress(Exception):
         out["cpu_pct"] = float(psutil.cpu_percent(interval=None if _primed else 0.1))
         _primed = True
-        out["cpus"] = psutil.cpu_count()
+        if "cpus" not in _fixed:
+            _fixed["cpus"] = psutil.cpu_count()
+        out["cpus"] = _fixed["cpus"]
     with contextlib.suppress(Exception):
         vm = psutil.virtual_memory()
         out["mem_used_gib"], out["mem_total_gib"] = (vm.total - vm.available) / GIB, vm.total / GIB
@@ -53,7 +57,9 @@ def read_host() -> HostView:
         one, five, fifteen = psutil.getloadavg()
         out["load"] = (float(one), float(five), float(fifteen))
     with contextlib.suppress(Exception):
-        out["uptime_s"] = max(0.0, time.time() - psutil.boot_time())
+        if "boot" not in _fixed:
+            _fixed["boot"] = psutil.boot_time()
+        out["uptime_s"] = max(0.0, time.time() - float(_fixed["boot"] or 0.0))
     return HostView(**out)  # type: ignore[arg-type]
 
 

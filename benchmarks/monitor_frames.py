@@ -139,9 +139,9 @@ def measure_ref(ref: str, n_gpus: int, frames: int) -> dict[str, Any]:
             raise SystemExit(f"git archive {ref}: {archive.stderr.decode().strip()}")
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, str(ROOT)])}
-        code = ("import json; import gpuenv; assert gpuenv.__file__.startswith(%r); "
+        code = (f"import json, gpuenv; assert gpuenv.__file__.startswith({tmp!r}); "
                 "from benchmarks.monitor_frames import measure_sim; "
-                f"print(json.dumps(measure_sim({n_gpus}, {frames})))" % tmp)  # fmt: skip
+                f"print(json.dumps(measure_sim({n_gpus}, {frames})))")  # fmt: skip
         out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp,
                              capture_output=True, text=True, check=False)  # fmt: skip
         if out.returncode != 0:

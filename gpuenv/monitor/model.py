@@ -96,11 +96,12 @@ class GpuView:
 LockLookup = Callable[[Backend, int], "LockView | None"]
 
 
-def clocks_lock_view(backend: Backend, index: int) -> LockView:
-    """The lock on one GPU as gpuenv's journal knows it (NVML has no getter for locked clocks)."""
+def clocks_lock_view(backend: Backend, index: int, journal: Any = None) -> LockView:
+    """The lock on one GPU as gpuenv's journal knows it (NVML has no getter for locked clocks).
+    `journal`: a `Journal` to read (default: a new one on the default state directory)."""
     from gpuenv.clocks import lock_status
 
-    st = lock_status(backend, index)
+    st = lock_status(backend, index, journal)
     return LockView(
         locked_sm=st.range if st.locked else None,
         known=st.locked is not None,
@@ -157,6 +158,7 @@ class MonitorModel:
         self.lock_lookup = lock_lookup
         self.lock_period = lock_period
         self._locks: dict[int, tuple[float, LockView | None]] = {}
+        self._journal: Any = None  # the Journal clocks_lock_view reads, made on first use
         self._static: dict[int, dict[str, Any]] = {}
         self._history: dict[int, collections.deque[tuple[float, int]]] = {
             i: collections.deque() for i in self.gpus
@@ -306,7 +308,14 @@ class MonitorModel:
         if cached is None or t - cached[0] >= self.lock_period:
             assert self.lock_lookup is not None
             try:
-                lk = self.lock_lookup(self.backend, i)
+                if self.lock_lookup is clocks_lock_view:  # one Journal for the monitor's life
+                    if self._journal is None:
+                        from gpuenv.clocks.journal import Journal
+
+                        self._journal = Journal()
+                    lk = clocks_lock_view(self.backend, i, self._journal)
+                else:
+                    lk = self.lock_lookup(self.backend, i)
             except GpuenvError:
                 lk = None
             self._locks[i] = cached = (t, lk)

@@ -213,7 +213,24 @@ def run(args: argparse.Namespace) -> int:
     for name, tail in failures.items():
         print(f"\n{name}: no first frame naming {marker.decode()!r}; its last output:\n{tail!r}")
     shutil.rmtree(tmp, ignore_errors=True)
+    frames_table(args)
     return 0
+
+
+def frames_table(args: argparse.Namespace) -> None:
+    """What one frame of the live view reads and costs, in this process (monitor_frames)."""
+    from benchmarks import monitor_frames
+
+    frames = 60 if args.quick else 300
+    if args.sim:
+        rows = [("this checkout", monitor_frames.measure_sim(n, frames)) for n in (1, 8)]
+    else:
+        rows = [("this checkout", monitor_frames.measure_real(frames))]
+    print(f"\nPer frame, in process ({frames} frames of 1 s on a virtual clock: "
+          "benchmarks/monitor_frames.py):\n")  # fmt: skip
+    monitor_frames.table(rows)
+    for _, r in rows:
+        runner.metric(f"frame_cpu_ms_{r['gpus']}gpu", r["cpu_ms_per_frame"], "ms", slack=0.2)
 
 
 def gpu_name_line() -> str:

@@ -19,7 +19,7 @@ curses calls themselves are left out). The model runs on a virtual clock that ad
                                     # the same, and the code of git ref `main`, side by side
     GPUENV_READONLY=1 python -m benchmarks.monitor_frames    # the GPUs here
 
-`benchmarks.monitor` prints the same table for the GPUs it measures.
+`benchmarks.monitor` prints the same table (this checkout) after its own.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def measure(backend: Any, gpus: list[int], frames: int, interval_s: float = 1.0)
         _count_into(inner, "_q", nvml, lambda fn_name, *a: fn_name)
     nvitop: collections.Counter[str] = collections.Counter()
     if not backend.capabilities.simulated:
-        from nvitop.api import libnvml
+        from nvitop.api import libnvml  # the process rows' reader on a real GPU
 
         _count_into(libnvml, "nvmlQuery", nvitop,
                     lambda fn, *a: fn if isinstance(fn, str) else fn.__name__)  # fmt: skip

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 GIB = 1024**3
+SWAP_PERIOD_S = 5.0  # swap is read this often (it moves slowly; its read costs the most)
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ _fixed: dict[str, float | int | None] = {}  # what does not change while the hos
 def read_host() -> HostView:
     """The host now. The CPU share is since the previous read; the first one measures 0.1 s
     (a share since psutil's import would read 0 % in a snapshot). The CPU count and the
-    boot time are read once."""
+    boot time are read once, swap at most every SWAP_PERIOD_S."""
     global _primed
     try:
         import psutil
@@ -51,8 +52,11 @@ def read_host() -> HostView:
         vm = psutil.virtual_memory()
         out["mem_used_gib"], out["mem_total_gib"] = (vm.total - vm.available) / GIB, vm.total / GIB
     with contextlib.suppress(Exception):
-        sw = psutil.swap_memory()
-        out["swap_used_gib"], out["swap_total_gib"] = sw.used / GIB, sw.total / GIB
+        now = time.monotonic()
+        if now - float(_fixed.get("swap_at") or -1e18) >= SWAP_PERIOD_S:
+            sw = psutil.swap_memory()  # /proc/meminfo and all of /proc/vmstat: not each frame
+            _fixed.update(swap_at=now, swap_used=sw.used / GIB, swap_total=sw.total / GIB)
+        out["swap_used_gib"], out["swap_total_gib"] = _fixed["swap_used"], _fixed["swap_total"]
     with contextlib.suppress(Exception):
         one, five, fifteen = psutil.getloadavg()
         out["load"] = (float(one), float(five), float(fifteen))

@@ -307,6 +307,7 @@ class MonitorModel:
         cached = self._locks.get(i)
         if cached is None or t - cached[0] >= self.lock_period:
             assert self.lock_lookup is not None
+            lk: LockView | None
             try:
                 if self.lock_lookup is clocks_lock_view:  # one Journal for the monitor's life
                     if self._journal is None:

@@ -26,11 +26,23 @@ def char_width(ch: str) -> int:
     return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
 
 
+# Characters of one column each that views draw hundreds of a frame (printable ASCII, arrows,
+# box drawing, blocks, shapes): str.translate drops them in C, the rest is looked up. Made on
+# the first text that is not ASCII (a command that prints none does not pay for it).
+_ONE_COLUMN: dict[int, None] = {}
+_ONE_COLUMN_RANGES = ((0x20, 0x7F), (0xA0, 0x100), (0x2010, 0x2070), (0x2190, 0x2200),
+                      (0x2260, 0x2270), (0x2500, 0x2600), (0x2700, 0x2780))  # fmt: skip
+
+
 def display_width(text: str) -> int:
     """Columns `text` takes on a terminal (`len()` counts characters, not columns)."""
     if text.isascii():  # the common case, without a look-up a character
         return len(text)
-    return sum(map(char_width, text))
+    if not _ONE_COLUMN:
+        _ONE_COLUMN.update((cp, None) for lo, hi in _ONE_COLUMN_RANGES for cp in range(lo, hi)
+                           if char_width(chr(cp)) == 1)  # fmt: skip
+    rest = text.translate(_ONE_COLUMN)
+    return len(text) - len(rest) + sum(map(char_width, rest))
 
 
 def cut(text: str, width: int) -> str:

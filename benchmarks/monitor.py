@@ -210,6 +210,13 @@ def run(args: argparse.Namespace) -> int:
         key = name.split(" (")[0].replace("gpuenv monitor", "monitor").replace(" ", "_")
         runner.metric(f"{key.replace('-', '')}_cpu_pct", cpu, "% of a core", slack=0.5)
         print(f"| {name} | {first} | {cpu:.2f} |")
+    cpus = {name: (c1[k] - c0[k]) / wall * 100 for k, (name, _) in enumerate(tools)}
+    if "nvitop (2 s)" in cpus and cpus["nvitop (2 s)"] > 0:
+        ratio = cpus["gpuenv monitor (1 s)"] / cpus["nvitop (2 s)"]
+        runner.metric("monitor_over_nvitop_cpu", ratio, "x", slack=0.2)
+        print(f"\ngpuenv monitor at 1 s uses {ratio:.2f}x nvitop's CPU (goal, issue 22: <= 0.5x); "
+              f"CPU seconds tick at 10 ms: +-{1 / args.seconds:.2f}% of a core at --seconds "
+              f"{args.seconds:g}")  # fmt: skip
     for name, tail in failures.items():
         print(f"\n{name}: no first frame naming {marker.decode()!r}; its last output:\n{tail!r}")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 from benchmarks import runner
 from benchmarks.runner import ROOT
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> None:
               f"{r['sustained_mhz']:.0f} | {r['lock_mhz']} | {r['exit']} |")
     answers = {(r["sustained_mhz"], r["lock_mhz"], r["temp_c"], r["seconds"]) for r in runs}
     print(f"\n{len(answers)} distinct answer(s) over {len(runs)} runs")
-    fresh = [r["wall_s"] for r in runs if r["start"] == "fresh"]
+    fresh = [cast(float, r["wall_s"]) for r in runs if r["start"] == "fresh"]
     if fresh:
         runner.metric("fresh_wall_s", statistics.median(fresh), "s", slack=0.5)
     if args.json:

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -300,7 +301,7 @@ def bench_daemon_kill(d: DaemonProcess, trials: int) -> tuple[int, int]:
 def bench_fuzz(d: DaemonProcess, n: int) -> dict:
     from hypothesis import HealthCheck, given, settings
 
-    stats = {"inputs": 0, "bad": 0, "crashes": 0}
+    stats: dict[str, Any] = {"inputs": 0, "bad": 0, "crashes": 0}
     first_bad: list[str] = []
 
     @settings(

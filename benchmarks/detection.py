@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import random
 import sys
 import time
@@ -83,7 +84,7 @@ def power_cap(durations, n, rng):
     for d in durations:
         for _ in range(n):
             before = sim.truth(0).reason_ns["power"]
-            m = region(env, rng, sim, lambda d=d: work_for(sim, d, 1.0))
+            m = region(env, rng, sim, functools.partial(work_for, sim, d, 1.0))
             true_s = (sim.truth(0).reason_ns["power"] - before) / 1e9
             yield d, true_s, "power_cap" in kinds_of(m)
             sim.idle(2.0)
@@ -102,7 +103,7 @@ def thermal(durations, n, rng):
             while sim.truth(0).temp_c > limit - 0.05:  # just below the slowdown
                 sim.idle(0.05)
             before = sim.truth(0).reason_ns["thermal"]
-            m = region(env, rng, sim, lambda d=d: work_for(sim, d, 1.0))
+            m = region(env, rng, sim, functools.partial(work_for, sim, d, 1.0))
             true_s = (sim.truth(0).reason_ns["thermal"] - before) / 1e9
             yield d, true_s, "thermal" in kinds_of(m)
     env.__exit__(None, None, None)
@@ -119,7 +120,7 @@ def lock_below(durations, n, rng):
                 if sim.truth(0).sm_mhz < lock_mhz - 1:
                     below[0] += dt
 
-            m = region(env, rng, sim, lambda d=d, watch=watch: work_for(sim, d, 1.0, watch))
+            m = region(env, rng, sim, functools.partial(work_for, sim, d, 1.0, watch))
             yield d, below[0], "lock_not_held" in kinds_of(m)
             sim.idle(2.0)
     env.__exit__(None, None, None)
@@ -209,7 +210,7 @@ def steady_reps(n_measurements, rng):
     alarms: list[str] = []
     for _ in range(n_measurements):
         cycles = rng.uniform(0.002, 0.05) * 1980e6
-        m = env.repeat(lambda c=cycles: sim.run_work(0, c, power_intensity=LIGHT), reps=20)
+        m = env.repeat(functools.partial(sim.run_work, 0, cycles, power_intensity=LIGHT), reps=20)
         alarms += [f.kind for f in m.findings]
     env.__exit__(None, None, None)
     return alarms

@@ -9,6 +9,7 @@ is: it cannot be measured again here, and nothing in it is regenerated.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,12 @@ def table_lines(
 
 
 def where(result: Mapping[str, Any]) -> str:
-    """One line: when, on what, from which commit."""
+    """One line: when, on what, from which commit (or, for figures measured before the
+    runner and kept from the hand-typed page, what they were transcribed from)."""
+    if result.get("transcribed"):
+        return "; ".join([result["date"].replace("T", " ").replace("+00:00", " UTC"),
+                          result["machine"]["text"], f"GPU: {result['gpu']}",
+                          f"kept from {result['transcribed']}"])  # fmt: skip
     m, c = result["machine"], result["commit"]
     sha = (c.get("sha") or "?")[:7] + (" + changes" if c.get("dirty") else "")
     parts = [result["date"].replace("T", " ").replace("+00:00", " UTC"),
@@ -71,6 +77,11 @@ def where(result: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _longest_backticks(text: str) -> int:
+    """The longest run of backticks in `text` (a fence around it must be longer)."""
+    return max((len(run) for run in re.findall(r"`+", text)), default=0)
+
+
 def section(result: Mapping[str, Any]) -> list[str]:
     """The markdown of one results file."""
     lines = [f"### {result['title']}", "", f"`{result['command']}`: {where(result)}.", ""]
@@ -79,7 +90,8 @@ def section(result: Mapping[str, Any]) -> list[str]:
             t = block["table"]
             lines += [*table_lines(t["columns"], t["rows"], t.get("align")), ""]
         else:  # a report's own lines, as printed (a '#' in them is no heading)
-            lines += ["```text", block["text"], "```", ""]
+            fence = "`" * max(3, _longest_backticks(block["text"]) + 1)
+            lines += [fence + "text", block["text"], fence, ""]
     metrics = result.get("metrics") or {}
     if metrics:
         lines += ["Checked for regressions (`python -m benchmarks check`):", ""]

@@ -15,6 +15,10 @@ benchmark then takes:
 What `run` prints stays its report: the runner keeps a copy, and the markdown tables in it
 become the results' tables (columns and rows), the lines between them its text. A figure
 that a later run must not regress on is recorded with `metric()`.
+
+A results file with a "transcribed" key holds figures measured before this runner, kept
+from the hand-typed page (its value says from where); "machine" then has only "text"
+and "commit" is unknown. A run of the benchmark replaces it.
 """
 
 from __future__ import annotations

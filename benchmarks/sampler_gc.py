@@ -30,6 +30,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -48,7 +49,7 @@ def _rss_mib() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _us(f, n: int) -> float:  # type: ignore[no-untyped-def]
+def _us(f: Callable[[], object], n: int) -> float:
     t0 = time.perf_counter()
     for _ in range(n):
         f()

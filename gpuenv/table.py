@@ -31,6 +31,19 @@ def display_width(text: str) -> int:
     return sum(char_width(ch) for ch in text)
 
 
+def cut(text: str, width: int) -> str:
+    """The longest start of `text` that takes at most `width` display columns (a wide
+    character that would straddle the edge is left out whole)."""
+    if text.isascii():
+        return text[: max(0, width)]
+    used = 0
+    for k, ch in enumerate(text):
+        used += char_width(ch)
+        if used > width:
+            return text[:k]
+    return text
+
+
 def pad(text: str, width: int, *, right: bool = False) -> str:
     """`text` padded with spaces to `width` display columns (aligned right if `right`)."""
     fill = " " * max(0, width - display_width(text))
@@ -63,4 +76,4 @@ def render(
     return [line(cells) for cells in lines]
 
 
-__all__ = ["char_width", "display_width", "pad", "render"]
+__all__ = ["char_width", "cut", "display_width", "pad", "render"]

@@ -1,4 +1,4 @@
-"""What a hostile second local account runs (tests/test_hostile.py, scripts/bench_attacks.py).
+"""What a hostile second local account runs (tests/test_hostile.py, benchmarks/attacks.py).
 
 Not a test module. Each attack is Python source run as that account (daemon_harness.run_as /
 start_as), so the kernel, not the test, decides what it may do.

@@ -1,4 +1,4 @@
-"""A real one-node Slurm for tests and scripts/bench_slurm.py: munged, slurmctld and slurmd
+"""A real one-node Slurm for tests and benchmarks/slurm.py: munged, slurmctld and slurmd
 on 127.0.0.1, everything in a temp dir (no systemd), two simulated GPUs declared in gres.conf
 (character devices the harness makes), gpuenvd serving them (sim backend, its socket in the
 temp dir), and scripts/slurm/prolog.sh and epilog.sh as the node's Prolog and Epilog.
@@ -142,7 +142,7 @@ class SlurmCluster:
         for name, script in (("prolog", prolog), ("epilog", epilog)):
             path = self.dir / name
             tmp = path.with_suffix(".tmp")
-            # each run's start, end and exit status: scripts/bench_slurm.py's prolog/epilog times
+            # each run's start, end and exit status: benchmarks/slurm.py's prolog/epilog times
             tmp.write_text(
                 f"#!/bin/bash\n{exports}t0=$(date +%s.%N)\nbash {script}\nrc=$?\n"
                 f'echo "{name} $SLURM_JOB_ID $t0 $(date +%s.%N) $rc" >> {self.dir}/timings.log\n'

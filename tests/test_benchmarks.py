@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,40 @@ def test_every_benchmark_module_parses_the_shared_arguments():
         # the runner's main, under the module's own name (its results file)
         assert f'("{name}", __doc__' in text, f"benchmarks/{name}.py skips the runner"
         assert "scripts/bench_" not in text, f"benchmarks/{name}.py names its old path"
+
+
+def test_a_transcribed_result_says_when_where_and_from_what():
+    # figures measured before the runner, kept from the hand-typed page or docs/'s raw data
+    kept = [r for r in report.load_results() if r.get("transcribed")]
+    assert kept, "the moved scripts' earlier figures are kept as results"
+    page = report.DOC.read_text()
+    for result in kept:
+        line = report.where(result)
+        assert line.startswith(result["date"][:10]) and result["machine"]["text"] in line
+        assert f"kept from {result['transcribed']}" in line and line in page
+        assert any("table" in b for b in result["blocks"]), result["key"]
+
+
+def test_perf_report_reads_the_tutorials_table_and_compares_it_side_by_side():
+    from benchmarks import perf_report
+
+    bare = perf_report.parse_table((runner.ROOT / "docs/h100/vadd_bare.txt").read_text())
+    assert sorted(bare) == [2**i for i in range(12, 28)]
+    assert bare[4096] == (11.170909, 10.893617)
+    assert perf_report.largest_change(bare, bare) == 0.0
+    faster = {s: (t * 1.05, o) for s, (t, o) in bare.items()}
+    assert perf_report.largest_change(bare, faster) == pytest.approx(5.0)
+    # sizes under 2M elements are left out (do_bench itself moves by more there)
+    assert math.isnan(perf_report.largest_change(bare, {4096: (1.0, 1.0)}))
+    rows = perf_report.table(bare, faster, {(4096, "triton"): "ok"})
+    assert len(rows) == 2 + 16 and "| 4096 | 11.2 | 11.7 | +5.0% |" in rows[2]
+    assert rows[2].endswith("| ok / - |")
+
+
+def test_a_report_that_prints_a_fence_stays_inside_its_own():
+    result = {"title": "t", "command": "python -m benchmarks.t", "date": "2026-11-24",
+              "machine": {"text": "a machine"}, "gpu": "none", "transcribed": "a test",
+              "blocks": [{"text": "before\n```\ninner\n```\nafter"}]}  # fmt: skip
+    lines = report.section(result)
+    start = lines.index("````text")
+    assert lines[start + 1] == "before\n```\ninner\n```\nafter" and lines[start + 2] == "````"

@@ -303,11 +303,11 @@ def test_the_readme_daemon_config_passes_check_config_on_the_default_machine(
     tmp_path: Path,
 ) -> None:
     from click.testing import CliRunner
+    from docs_harness import find_block
 
     from gpuenv.cli import cli as main_cli
 
-    text = (ROOT / "README.md").read_text()
-    block = text.split("```ini\n# /etc/gpuenv/gpuenvd.conf\n", 1)[1].split("```", 1)[0]
+    block = find_block("ini", "# /etc/gpuenv/gpuenvd.conf\n").text
     import grp
 
     config = tmp_path / "gpuenvd.conf"

@@ -208,3 +208,27 @@ def test_the_host_names_remembered_stay_bounded(monkeypatch):
         assert (found.user, found.command) == ("u", f"job{pid}")
     assert len(names._cache) == 8
     assert set(names._cache) == set(range(122, 130))
+
+
+def test_a_wide_user_or_command_keeps_the_process_table_aligned(sim, vclock):
+    """Columns are measured in display columns (gpuenv.table): a CJK user name or an emoji
+    in a command takes two columns a character, and the columns after it stay in place."""
+    from gpuenv.table import display_width
+
+    procs = [ProcView(101, "ann", "python3 bench.py --size 4096", 100, 5),
+             ProcView(102, "山田太郎", "python3 训练脚本.py 🚀 --size 4096 --steps 100", 200, 50),
+             ProcView(103, "データサイエンティスト", "python3 評価.py", 300, 7)]  # fmt: skip
+    model = MonitorModel(sim, [0], clock=vclock, processes=lambda i: procs)
+    for width in (120, 90, 70):
+        lines = plain(render(model.update(), Frame(), width, 30)).splitlines()
+        assert all(display_width(line) <= width for line in lines), (width, lines)
+        head = next(line for line in lines if "COMMAND" in line)
+        rows = [next(line for line in lines if line.lstrip().startswith(str(p.pid)))
+                for p in procs]  # fmt: skip
+        # the command starts in the header's COMMAND column on every row
+        at = display_width(head[: head.index("COMMAND")])
+        for row, p in zip(rows, procs, strict=True):
+            start = next(k for k in range(len(row)) if p.command.startswith(row[k : k + 7]))
+            assert display_width(row[:start]) == at, (width, row)
+        if width >= 110:  # USER shown: the too-wide name cut to its column with "…"
+            assert "山田太郎" in rows[1] and "…" in rows[2]

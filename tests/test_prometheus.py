@@ -261,10 +261,10 @@ def _dashboard_exprs() -> list[str]:
 
 
 def _readme_promql() -> list[tuple[str, str]]:
-    """(query, its comment) of each line of the README's PromQL block under Metrics."""
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("```promql\n", readme.index("**Metrics.**")) + len("```promql\n")
-    block = readme[start:readme.index("```", start)]
+    """(query, its comment) of each line of the docs' PromQL block beside dcgm-exporter."""
+    from docs_harness import find_block
+
+    block = find_block("promql", "DCGM_FI_DEV_SM_CLOCK").text
     pairs = [line.partition("#") for line in block.splitlines() if line.strip()]
     return [(q.strip(), comment.strip()) for q, _, comment in pairs]
 

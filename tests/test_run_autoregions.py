@@ -546,16 +546,17 @@ def test_do_bench_before_and_after_load_on_the_gpu(tmp_path):
 
 @pytest.mark.gpu
 def test_the_vector_add_tutorial_gets_a_verdict_per_point_on_the_gpu(tmp_path):
-    """triton's tutorial 01-vector-add, unmodified (scripts/perf_report_vadd.py), under gpuenv
-    run: 32 measurements named by their points, no warm-up ramp from the call that compiled
-    the kernel, the grid of verdicts beside triton's CSV."""
+    """triton's tutorial 01-vector-add, unmodified (benchmarks/workloads/perf_report_vadd.py),
+    under gpuenv run: 32 measurements named by their points, no warm-up ramp from the call that
+    compiled the kernel, the grid of verdicts beside triton's CSV."""
     for module in ("torch", "triton", "pandas", "matplotlib"):
         pytest.importorskip(module)
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=path, GPUENV_READONLY="1", MPLBACKEND="Agg")
     out, saved = tmp_path / "run.jsonl", tmp_path / "plots"
     saved.mkdir()
-    child = [sys.executable, str(ROOT / "scripts" / "perf_report_vadd.py"), str(saved)]
+    child = [sys.executable, str(ROOT / "benchmarks" / "workloads" / "perf_report_vadd.py"),
+             str(saved)]
     result = subprocess.run([*GPUENV, "run", "-i", "0", "-o", str(out), "--", *child],
                             capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stderr
@@ -567,8 +568,8 @@ def test_the_vector_add_tutorial_gets_a_verdict_per_point_on_the_gpu(tmp_path):
     assert all(len(m.times_s) == 1 for m in calls)
     assert [m.name for m in calls if any(f.kind == "warmup_ramp" for f in m.findings)] == []
     sites = {m.extra["site"] for m in calls}
-    assert sites == {"do_bench scripts/perf_report_vadd.py:75",
-                     "do_bench scripts/perf_report_vadd.py:77"}  # fmt: skip
+    assert sites == {"do_bench benchmarks/workloads/perf_report_vadd.py:75",
+                     "do_bench benchmarks/workloads/perf_report_vadd.py:77"}  # fmt: skip
     grid = (saved / "vector-add-performance.gpuenv.csv").read_text().splitlines()
     assert grid[0] == "size,Triton,Torch" and len(grid) == 17
     assert (saved / "vector-add-performance.csv").exists()

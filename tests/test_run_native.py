@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from docs_harness import find_block
 
 from gpuenv.results import load_run
 from gpuenv.run.report import RUN_NAME
@@ -44,10 +44,7 @@ def compile_c(tmp_path: Path, source: str, *flags: str) -> str:
 
 
 def readme_c_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```c\n(.*?)```", text, re.S)
-    assert len(blocks) == 1, "the README has one C example"
-    return blocks[0]
+    return find_block("c").text  # the docs have one C example
 
 
 @needs_cc

@@ -107,7 +107,7 @@ def test_a_lock_whose_epilog_never_ran_is_put_back_by_the_next_job(
     slurm: SlurmCluster, tmp_path: Path
 ) -> None:
     """slurmd killed while a job ends can lose its epilog for good (Slurm does not run it
-    again: scripts/bench_slurm.py met it). The next job on those GPUs puts them back."""
+    again: benchmarks/slurm.py met it). The next job on those GPUs puts them back."""
     from slurm_harness import EPILOG, PROLOG
 
     lost = tmp_path / "lost-epilog.sh"

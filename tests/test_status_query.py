@@ -286,6 +286,19 @@ def test_cli_l_alone_repeats_every_5_s_and_id_is_i() -> None:
     assert ctx.params["loop_s"] == 2.0
 
 
+@pytest.mark.parametrize("value", ["-inf", "-5", "-1e9"])
+def test_cli_a_negative_number_after_l_is_ls_bad_value_not_options(value: str) -> None:
+    """click reads `-l -inf` as -l alone then `-i nf`: the number is -l's, judged as one."""
+    result = run("--sim", "status", "-l", value)
+    assert result.exit_code == 2
+    assert "-l must be a finite number of seconds > 0" in result.output
+    assert "no GPU matches" not in result.output
+    from gpuenv.cli.status import status
+
+    ctx = status.make_context("status", ["-l", "--", "-i"], resilient_parsing=True)
+    assert ctx.params["loop_s"] == 5.0 and ctx.params["gpu"] == "all"
+
+
 def test_cli_filename_writes_the_output_to_a_file(tmp_path) -> None:
     out = tmp_path / "q.csv"
     result = run("--sim", "status", "--query-gpu=index,memory.free", "--format=csv,noheader",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuenv.table import display_width, render
+from gpuenv.table import cut, display_width, render
 
 WIDE = "显卡测试"  # four CJK characters: eight columns
 EMOJI = "🚀 rocket"  # an emoji (two columns), a space and six letters: nine columns
@@ -38,6 +38,16 @@ def test_display_width_counts_columns_not_characters():
     assert display_width("ｇｐｕ") == 6  # fullwidth letters (F)
     assert display_width("e\u0301") == 1  # e + combining acute accent
     assert display_width("👩\u200d🔬") == 4  # two emoji joined by a zero-width joiner
+
+
+@pytest.mark.parametrize(
+    ("text", "width", "kept"),
+    [("abcdef", 3, "abc"), ("山田太郎", 4, "山田"), ("山田太郎", 5, "山田"), ("a山b", 2, "a"),
+     ("🚀 go", 3, "🚀 "), ("e\u0301x", 1, "e\u0301"), ("abc", 0, ""), ("abc", -1, "")],
+)  # fmt: skip
+def test_cut_keeps_the_start_that_fits_in_display_columns(text, width, kept):
+    assert cut(text, width) == kept
+    assert display_width(cut(text, width)) <= max(0, width)
 
 
 def test_columns_align_by_display_width_with_wide_and_emoji_names():

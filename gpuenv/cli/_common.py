@@ -69,6 +69,46 @@ class AliasedOption(click.Option):
             self.opts = saved
 
 
+class NumbersAfterOptionalValues(click.Command):
+    """A command whose options that may come alone (`-l` = every 5 s) still take a value
+    that starts with a minus: click reads `-l -inf` as `-l` alone then `-i nf` (a GPU
+    called "nf"), so a bad interval would be judged as a GPU name. A number right after
+    such an option is its value, and is judged as one."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        alone = {
+            name
+            for param in self.params
+            if isinstance(param, click.Option) and param._flag_needs_value
+            for name in param.opts
+        }
+        joined: list[str] = []
+        rest = iter(args)
+        for arg in rest:
+            if arg == "--":
+                joined += [arg, *rest]
+                break
+            value = next(rest, None) if arg in alone else None
+            if value is None or not (value.startswith("-") and _is_number(value)):
+                joined += [arg] if value is None else [arg, value]
+                if value == "--":
+                    joined += list(rest)
+                    break
+                continue
+            # click hands back a value that starts with "-" even as `--loop=-inf` (it is
+            # re-read as options): a leading space keeps it a value, and float() allows it
+            joined += [arg, f" {value}"]
+        return super().parse_args(ctx, joined)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def checked(
     name: str, check: Callable[..., Any] | None = None, **bounds: Any
 ) -> Callable[[click.Context, click.Parameter, Any], Any]:

@@ -22,6 +22,7 @@ from gpuenv.backend import env_readonly
 from gpuenv.cli._common import (
     GPU_HELP,
     AliasedOption,
+    NumbersAfterOptionalValues,
     checked,
     handle_errors,
     is_dry_run,
@@ -47,7 +48,7 @@ def _help_callback(table: str) -> Callable[[click.Context, click.Parameter, bool
     return callback
 
 
-@click.command("status")
+@click.command("status", cls=NumbersAfterOptionalValues)
 @click.option("-i", "--gpu", "--id", "gpu", cls=AliasedOption, hidden_opts=("--id",),
               default="all", show_default=True, metavar="SEL",
               help=GPU_HELP + " (--id=SEL: nvidia-smi's spelling)")  # fmt: skip

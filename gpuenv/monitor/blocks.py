@@ -12,6 +12,7 @@ from gpuenv.monitor.host import HostView
 from gpuenv.monitor.model import BAD_REASONS, REASON_SHORT, WARN_REASONS, GpuView, ProcView
 from gpuenv.monitor.processes import SORT_KEYS, arrange, shorten_command
 from gpuenv.reasons import HARDWARE, THERMAL, Reason
+from gpuenv.table import cut, display_width, pad
 from gpuenv.units import fmt_elapsed
 
 SYMBOLIC_CLOCKS = 0xFFFFFF00  # NVML's CLOCK_LIMIT_* ids (TDP, unlimited) lie above this
@@ -314,13 +315,13 @@ def proc_lines(v: GpuView, width: int, g: Glyphs, max_rows: int | None,
     marked = SORT_KEYS[frame.sort][0]
     arrow = ("v" if frame.reverse else "^") if g.more == "~" else ("▼" if frame.reverse else "▲")
 
-    def cell(text: str, w: int, left: bool) -> str:
-        text = text if len(text) <= w - 1 else text[: w - 2] + g.more
-        return f"{text:<{w}}" if left else f"{text:>{w - 1}} "
+    def cell(text: str, w: int, left: bool) -> str:  # w display columns (a wide name: 2 each)
+        text = text if display_width(text) <= w - 1 else cut(text, w - 2) + g.more
+        return pad(text, w) if left else pad(text, w - 1, right=True) + " "
 
     head = "".join(cell(h + (arrow if h == marked else ""), w, h in ("USER", "T"))
                    for h, w, _, _ in cols)  # fmt: skip
-    cmd_w = max(0, width - len(lead) - len(head) - 1)
+    cmd_w = max(0, width - len(lead) - display_width(head) - 1)
     lines: list[Line] = [[(lead, "dim"), (head + " COMMAND", "dim")]]
     shown = list(procs) if max_rows is None else list(procs[: max(0, max_rows)])
     if max_rows is not None and len(shown) < len(procs) and shown:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gpuenv.table import cut, display_width
+
 Segment = tuple[str, str]  # (text, style); styles: "" bold dim title ok warn bad sel bar
 Line = list[Segment]
 
@@ -67,7 +69,8 @@ def _locale_is_utf8() -> bool:
 
 
 def width_of(line: Line) -> int:
-    return sum(len(t) for t, _ in line)
+    """Display columns the line takes (a wide character two, gpuenv.table)."""
+    return sum(display_width(t) for t, _ in line)
 
 
 def bar(frac: float | None, width: int, g: Glyphs) -> str:
@@ -129,17 +132,17 @@ def graph(
 
 
 def clip(line: Line, width: int, more: str = "…") -> Line:
-    """`line` in `width` cells. A longer one ends at a word boundary with `more` (a word is
-    cut only when it alone is wider than the line)."""
+    """`line` in `width` display columns. A longer one ends at a word boundary with `more`
+    (a word is cut only when it alone is wider than the line)."""
     if width_of(line) <= width:
         return line
-    if width <= len(more):
-        return [(more[:width], "dim")] if width > 0 else []
+    if width <= display_width(more):
+        return [(cut(more, width), "dim")] if width > 0 else []
     full = "".join(t for t, _ in line)
-    limit = width - len(more)
-    cut = full.rfind(" ", 0, limit + 1)
+    limit = len(cut(full, width - display_width(more)))  # characters that fit
+    at = full.rfind(" ", 0, limit + 1)
     # no dangling separator ("power cap ·…") before the ellipsis
-    keep = len(full[:cut].rstrip(" ·|:,")) if cut > 0 and full[:cut].strip(" ·|:,") else limit
+    keep = len(full[:at].rstrip(" ·|:,")) if at > 0 and full[:at].strip(" ·|:,") else limit
     out: Line = []
     used = 0
     for text, style in line:

@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuenv.backend import Backend
 from gpuenv.errors import BackendError
+from gpuenv.table import cut, display_width
 
 MIB = 1024 * 1024
 MAX_NAMES = 4096  # processes whose names are remembered (the oldest forgotten first)
@@ -216,18 +217,18 @@ class _HostNames:
 
 
 def shorten_command(command: str, width: int, ellipsis: str = "…") -> str:
-    """`command` in `width` cells, from its start (as nvitop and ps show it): the program
+    """`command` in `width` display columns, from its start (as nvitop and ps show it): the program
     and its first arguments, cut at a word boundary where there is one, then `ellipsis`."""
     if width <= 0:
         return ""
-    if len(command) <= width:
+    if display_width(command) <= width:
         return command
-    if width <= len(ellipsis):
-        return ellipsis[:width]
-    head = command[: width - len(ellipsis)]
-    cut = head.rfind(" ")
-    if cut >= max(1, len(head) // 2):
-        head = head[:cut]
+    if width <= display_width(ellipsis):
+        return cut(ellipsis, width)
+    head = cut(command, width - display_width(ellipsis))
+    at = head.rfind(" ")
+    if at >= max(1, len(head) // 2):
+        head = head[:at]
     return head + ellipsis
 
 

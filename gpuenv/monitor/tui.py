@@ -15,6 +15,7 @@ from gpuenv.monitor.draw import Glyphs, Line
 from gpuenv.monitor.model import MonitorModel
 from gpuenv.monitor.processes import KINDS, SORT_KEYS
 from gpuenv.monitor.view import render
+from gpuenv.table import cut, display_width
 
 KEYS_NEXT = ("KEY_RIGHT", "KEY_DOWN", "\t", "j", "l")
 KEYS_PREV = ("KEY_LEFT", "KEY_UP", "KEY_BTAB", "k")
@@ -158,10 +159,10 @@ def _draw(scr: Any, lines: list[Line], styles: dict[str, int], curses: Any) -> N
         for text, style in line:
             if x >= w:
                 break
-            text = text[: w - x]
+            text = cut(text, w - x)  # display columns: a wide character takes two
             with contextlib.suppress(curses.error):  # the bottom-right cell raises after writing
                 scr.addstr(y, x, text, styles.get(style, 0))
-            x += len(text)
+            x += display_width(text)
     scr.noutrefresh()
     curses.doupdate()
 

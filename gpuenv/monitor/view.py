@@ -19,6 +19,7 @@ from gpuenv.monitor.blocks import Frame, Part, fit, gpu_parts, gpu_row, proc_lin
 from gpuenv.monitor.draw import Glyphs, Line, Segment, clip, width_of
 from gpuenv.monitor.host import host_segments
 from gpuenv.monitor.model import GpuView
+from gpuenv.table import display_width
 
 KEY_HELP = (  # (keys, what they do): the help overlay and the README say the same
     ("q  Esc", "quit"),
@@ -81,7 +82,7 @@ def header(views: Sequence[GpuView], frame: Frame, width: int) -> Line:
         return lefts[0]
     for keys in _key_hints(len(views), frame.glyphs, frame.help):
         for left in lefts:
-            pad = width - width_of(left) - len(keys)
+            pad = width - width_of(left) - display_width(keys)
             if pad >= 2:
                 return [*left, (" " * pad + keys, "dim")]
     return lefts[-1]

@@ -13,8 +13,9 @@ an 8192 bf16 matmul, 10 s of load, do_bench again) run bare and under
 `gpuenv run`, alternately, with the printed do_bench numbers side by side and
 what gpuenv said about each do_bench region. Read-only (GPUENV_READONLY=1).
 
-    python3 scripts/bench_autoregions.py                       # CPU figures
-    GPUENV_READONLY=1 python3 scripts/bench_autoregions.py --device --pairs 3
+    python -m benchmarks.autoregions                    # CPU figures: results autoregions.json
+    GPUENV_READONLY=1 python -m benchmarks.autoregions --device --pairs 3
+                                                        # the GPU: autoregions-device.json
 """
 
 from __future__ import annotations
@@ -30,13 +31,12 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from checkout import ROOT, checkout_env
-
-sys.path.insert(0, str(ROOT))
-
+from benchmarks import runner
+from benchmarks.checkout import ROOT, checkout_env
 from gpuenv.run import autoregions
 from gpuenv.run import region as region_mod
 from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
@@ -60,7 +60,7 @@ class Mark:
 """
 
 
-def fake_modules() -> tuple[types.ModuleType, type]:
+def fake_modules() -> tuple[types.ModuleType, Any]:
     testing = types.ModuleType("triton.testing")
     testing.do_bench = lambda fn, warmup=25, rep=100: RESULT  # type: ignore[attr-defined]
     exec(MARK, testing.__dict__)
@@ -85,13 +85,14 @@ def perf_report_calls(testing: types.ModuleType, orig: Any, orig_run: Any) -> tu
     bench = types.SimpleNamespace(x_names=["size"], x_vals=[4096], line_arg="provider",
                                   line_vals=["triton"], line_names=["Triton"], args={},
                                   plot_name="vadd")  # fmt: skip
-    bare_mark = testing.Mark(lambda size, provider: orig(None))  # type: ignore[attr-defined]
-    mark = testing.Mark(lambda size, provider: testing.do_bench(None))  # type: ignore[attr-defined]
+    bare_mark = testing.Mark(lambda size, provider: orig(None))
+    mark = testing.Mark(lambda size, provider: testing.do_bench(None))
     return (lambda: orig_run(bare_mark, bench, "", False, False, n=PER_RUN),
             lambda: mark._run(bench, "", False, False, n=PER_RUN))  # fmt: skip
 
 
-def per_call_us(fn, n: int, repeats: int = 7, clock=time.perf_counter) -> float:
+def per_call_us(fn: Callable[[], object], n: int, repeats: int = 7,
+                clock: Callable[[], float] = time.perf_counter) -> float:
     best = []
     for _ in range(repeats):
         t0 = clock()
@@ -106,7 +107,7 @@ def call_overhead(n: int) -> list[tuple[str, float, float, float, float]]:
     thread's CPU time: what the call costs whatever else the machine runs), in us."""
     testing, Timer = fake_modules()
     orig_bench, orig_timeit = testing.do_bench, Timer.timeit
-    orig_run = testing.Mark._run  # type: ignore[attr-defined]
+    orig_run = testing.Mark._run
     timer_mod = types.ModuleType("torch.utils.benchmark.utils.timer")
     timer_mod.Timer = Timer  # type: ignore[attr-defined]
     autoregions.patch(testing)
@@ -178,6 +179,8 @@ def cpu(args: argparse.Namespace) -> None:
           "| the same, CPU time |")
     print("|---|---|---|---|---|")
     for name, bare, off, on, cpu_on in call_overhead(args.calls):
+        key = name.split(" ")[0].replace(".", "_") + ("_perf_report" * ("perf_report" in name))
+        runner.metric(f"{key}_cpu_us", cpu_on, "us", slack=2.0)
         print(f"| {name} | {bare:.2f} us | {off:.2f} us (+{off - bare:.2f}) | "
               f"{on:.2f} us (+{on - bare:.2f}) | {cpu_on:.2f} us |")
     t = startup(args.runs)
@@ -222,7 +225,7 @@ def device(args: argparse.Namespace) -> None:
                   f"{told['first_ms']:.3f} ms | {told['second_ms']:.3f} ms | {rows} |")
 
 
-def _row(m) -> str:
+def _row(m: Any) -> str:
     w = m.telemetry
     sm = f"{w.sm_mhz_mean:.0f} MHz" if w and w.sm_mhz_mean else "-"
     cap = next((f for f in m.findings if f.kind == "power_cap"), None)
@@ -231,17 +234,20 @@ def _row(m) -> str:
     return f"{m.name}: {sm}{under}, {m.verdict}"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", action="store_true", help="torch + triton on the GPU")
     parser.add_argument("--calls", type=int, default=20_000, help="calls per timing (CPU)")
     parser.add_argument("--runs", type=int, default=21, help="start-up runs per child (CPU)")
     parser.add_argument("--pairs", type=int, default=3, help="bare/wrapped pairs (device)")
     parser.add_argument("--load", type=float, default=10.0, help="seconds of load (device)")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
     device(args) if args.device else cpu(args)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(runner.main("autoregions", __doc__, add_arguments, run,
+                         quick={"calls": 2000, "runs": 5, "pairs": 1},
+                         variant=lambda args: "device" if args.device else ""))  # fmt: skip

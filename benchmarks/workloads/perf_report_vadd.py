@@ -10,7 +10,7 @@ provider=triton`), the grid of verdicts on stderr, and
 `<save_path>/vector-add-performance.gpuenv.csv` beside triton's CSV:
 
     GPUENV_READONLY=1 MPLBACKEND=Agg gpuenv run -i 0 -o vadd.jsonl -- \\
-        python3 scripts/perf_report_vadd.py /tmp/vadd
+        python3 benchmarks/workloads/perf_report_vadd.py /tmp/vadd
 
 Reads the GPU only (gpuenv run without --sm locks nothing); needs torch, triton,
 pandas and matplotlib.

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Issue 21's attacks, counted: a second local account against root's gpuenv and gpuenvd on
-the simulated GPU. Prints the markdown table of docs/benchmarks.md (attack, attempts,
+"""Issue 21's attacks, counted: a second local account against root's gpuenv and gpuenvd.
+
+On the simulated GPU. Prints the markdown table of docs/benchmarks.md (attack, attempts,
 successes: the goal is 0 in every row).
 
-    sudo .venv/bin/python scripts/bench_attacks.py            # full size (some minutes)
-    sudo .venv/bin/python scripts/bench_attacks.py --quick    # smaller counts
+    sudo .venv/bin/python -m benchmarks.attacks            # full size (some minutes)
+    sudo .venv/bin/python -m benchmarks.attacks --quick    # smaller counts
 
 Needs root (it makes the accounts gpuenv-test-a/-b with useradd, as the tests do); the
 attacks are those of tests/test_hostile.py, whose harness this script uses. Nothing
@@ -17,7 +18,6 @@ import argparse
 import contextlib
 import grp
 import itertools
-import json
 import os
 import platform
 import re
@@ -35,6 +35,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import hostile_harness as H  # noqa: E402
 from daemon_harness import DaemonProcess, local_users, run_as, shared_workdir, start_as  # noqa: E402
+
+from benchmarks import runner  # noqa: E402
 
 GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
 ROWS: list[tuple[str, int, int, str]] = []
@@ -254,7 +256,7 @@ def memory(requests: int) -> None:
         assert d.proc is not None
 
         def rss() -> float:
-            text = Path(f"/proc/{d.proc.pid}/status").read_text()  # type: ignore[union-attr]
+            text = Path(f"/proc/{d.proc.pid}/status").read_text()
             return int(re.search(r"VmRSS:\s+(\d+)", text).group(1)) / 1024  # type: ignore[union-attr]
 
         marks = [rss()]
@@ -335,11 +337,9 @@ def lost_records(n: int) -> None:
         silent)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
+def run(args: argparse.Namespace) -> int:
     q = args.quick
+    ROWS.clear()
     mallory, bob = local_users(2)
     steps: list[Callable[[], None]] = [
         lambda: fake_daemon(mallory, 10 if q else 50),
@@ -359,10 +359,10 @@ def main() -> None:
     print("\n| attack | attempts | successes (goal 0) | notes |\n|---|---:|---:|---|")
     for attack, attempts, successes, note in ROWS:
         print(f"| {attack} | {attempts:,} | {successes} | {note} |")
-    print("\nreproduce: sudo .venv/bin/python scripts/bench_attacks.py"
-          + (" --quick" if q else ""))
-    json.dump(ROWS, sys.stderr)
+    print("\nreproduce: sudo .venv/bin/python -m benchmarks.attacks" + (" --quick" if q else ""))
+    runner.metric("successes", sum(r[2] for r in ROWS), "attacks")
+    return 1 if any(r[2] for r in ROWS) else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(runner.main("attacks", __doc__, None, run, sim_only=True))

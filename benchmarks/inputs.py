@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Bad inputs of issue 23, judged at the door: cases tried per class, tracebacks,
-internal errors and silently accepted bad values (goal: 0, 0, 0).
+"""Bad inputs of issue 23, judged at the door (goal: 0 tracebacks, internal errors, silent).
+
+Cases tried per class, tracebacks, internal errors and silently accepted bad values.
 
 Classes: the Python API's parameters (bench/BenchConfig, stable, lock, measure/repeat,
 the do_bench drop-in), the records of each file format gpuenv reads (results JSONL,
@@ -17,7 +18,7 @@ are not gpuenvd. Each case has an oracle that does not ask gpuenv.validate:
 
 Read-only: the simulated GPU only, in memory or in a temporary directory.
 
-    python scripts/bench_inputs.py [--json out.json]
+    python -m benchmarks.inputs [--json counts.json] [--source DIR] [--skip CLASS]
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCE = sys.argv[sys.argv.index("--source") + 1] if "--source" in sys.argv else str(ROOT)
 sys.path.insert(0, SOURCE)
 
-from gpuenv.errors import EXIT_CODES, ConfigError  # noqa: E402
+from benchmarks import runner  # noqa: E402
+from gpuenv.errors import EXIT_CODES, ConfigError, DeviceNotFound  # noqa: E402
 
 NAN, INF = math.nan, math.inf
 # (value, what it is) a confused caller passes
@@ -98,7 +100,7 @@ class Tally:
             self.problems.append(f"- {cls}: `{case}`: {outcome}")
 
 
-def python_case(t: Tally, cls: str, case: str, call: Callable[[], Any], good: bool,
+def python_case(t: Tally, cls: str, case: str, call: Callable[..., Any], good: bool,
                 name: str) -> None:  # fmt: skip
     try:
         with warnings.catch_warnings(), _alarm(10):
@@ -142,9 +144,11 @@ def python_api(t: Tally) -> None:
 
     takes_fn = "fn" in inspect.signature(_check).parameters  # before: do_bench checked no fn
 
+    old_check: Callable[..., Any] = _check  # a tree before issue 23 took no fn
+
     def check(q: Any, fn: Any) -> Any:
         return _check("mean", q, fn) if takes_fn else (
-            _check("mean", q), do_bench(fn, warmup=1, rep=1, backend=sim))
+            old_check("mean", q), do_bench(fn, warmup=1, rep=1, backend=sim))
 
     for label, fn in fns.items():
         good = label in ("lambda: None", "time.time")
@@ -155,7 +159,7 @@ def python_api(t: Tally) -> None:
     for v in ("abc", 1, 2, -0.1, [0.5, 2], [0.2, 0.5], 0.5, [NAN], None, [INF]):
         good = v is None or v in (0.5, 1) or v == [0.2, 0.5]
         python_case(t, "Python: bench/do_bench fn", f"do_bench(quantiles={v!r})",
-                    lambda v=v: _check("mean", v) if not takes_fn else check(v, lambda: None),
+                    lambda v=v: old_check("mean", v) if not takes_fn else check(v, lambda: None),
                     good, "quantiles")  # fmt: skip
     for v in ("abc", 5, None):
         python_case(t, "Python: bench/do_bench fn", f"bench(config={v!r})",
@@ -215,7 +219,7 @@ def _set(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
     return doc
 
 
-def file_case(t: Tally, cls: str, case: str, load: Callable[[], Any],
+def file_case(t: Tally, cls: str, case: str, load: Callable[..., Any],
               use: Callable[[Any], Any]) -> None:  # fmt: skip
     try:
         with warnings.catch_warnings():
@@ -332,7 +336,12 @@ def files(t: Tally, tmp: Path) -> None:
         for v in ("nan", "inf", "-1", "0", "1e309", "", "abc", "9" * 30):
             file_case(t, "files: daemon config", f"{key} = {v}",
                       lambda k=key, v=v: parse_config(f"[daemon]\n{k} = {v}\n"),
-                      lambda c: [_assert_finite(getattr(c, f)) for f in vars(c)])
+                      _assert_fields_finite)
+
+
+def _assert_fields_finite(config: Any) -> None:
+    for name in vars(config):
+        _assert_finite(getattr(config, name))
 
 
 def _assert_finite(x: Any) -> None:
@@ -369,10 +378,10 @@ def cli(t: Tally, tmp: Path) -> None:
     good = tmp / "good.jsonl"
     for_good = {"--alpha": lambda v: 0 < float(v) < 1, "--fail-above": lambda v: float(v) >= 0,
                 "--min-change": lambda v: float(v) >= 0}  # fmt: skip
-    cases: list[tuple[list[str], bool]] = []
+    cases: list[tuple[list[str], bool, tuple[int, ...]]] = []
     for flag, ok in for_good.items():
         for v in CLI_VALUES:
-            cases.append((["compare", flag, v, str(good), str(good)], _ok(ok, v)))
+            cases.append((["compare", flag, v, str(good), str(good)], _ok(ok, v), (2,)))
     def num(lo: float, hi: float = math.inf, lo_open: bool = True, whole: bool = False
             ) -> Callable[[str], bool]:  # fmt: skip
         def ok(v: str) -> bool:
@@ -408,9 +417,11 @@ def cli(t: Tally, tmp: Path) -> None:
             if good_value and not runnable:
                 continue  # a good value that would loop, wait or lock: not what is counted
             args = [*prefix, v, "--", "true"] if prefix[0] == "run" else [*prefix, v]
-            cases.append((args, good_value))
+            # a GPU selector that matches no GPU is nvidia-smi's "not found" (6) or usage (2)
+            refusal: tuple[int, ...] = (2, DeviceNotFound.exit_code) if prefix[-1] == "-i" else (2,)
+            cases.append((args, good_value, refusal))
     os.chdir(tmp)
-    for args, good_value in cases:
+    for args, good_value, refusal in cases:
         with _alarm(30):
             try:
                 result = CliRunner().invoke(main, ["--sim", *args])
@@ -424,10 +435,10 @@ def cli(t: Tally, tmp: Path) -> None:
             t.add("CLI options", "wrong exit code", f"{case}: {result.exit_code}")
         elif not good_value and result.exit_code == 0:
             t.add("CLI options", "silently accepted", case)
-        elif not good_value and result.exit_code != 2:
+        elif not good_value and result.exit_code not in refusal:
             t.add("CLI options", "wrong exit code", f"{case}: {result.exit_code}")
         else:
-            t.add("CLI options", "refused" if result.exit_code == 2 else "accepted", case)
+            t.add("CLI options", "refused" if result.exit_code in refusal else "accepted", case)
 
 
 def _ok(rule: Callable[[str], bool], v: str) -> bool:
@@ -475,8 +486,7 @@ def sockets(t: Tally, tmp: Path) -> None:
         server.close()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the counts as JSON")
     parser.add_argument("--source", metavar="DIR", help="the gpuenv tree to count (default: "
                         "this one); /dev/zero and /dev/urandom are skipped there, as an old "
@@ -484,7 +494,9 @@ def main() -> int:
     parser.add_argument("--skip", action="append", default=[], choices=("api", "files", "cli",
                         "sockets"), help="leave a class out (the old CLI's `run` with a bad "
                         "value runs its command in this process)")  # fmt: skip
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     tally = Tally()
     with tempfile.TemporaryDirectory(prefix="gpuenv-inputs-") as tmp_s:
@@ -492,10 +504,12 @@ def main() -> int:
         os.environ.update(GPUENV_STATE_DIR=str(tmp / "state"), GPUENV_SIM_STATE=str(tmp / "s.json"),
                           GPUENV_SOCKET=str(tmp / "no.sock"), GPUENV_BACKEND="sim")  # fmt: skip
         with contextlib.redirect_stderr(io.StringIO()):
-            for name, part in (("api", python_api), ("files", files), ("cli", cli),
-                               ("sockets", sockets)):  # fmt: skip
+            parts: dict[str, Callable[[], None]] = {
+                "api": lambda: python_api(tally), "files": lambda: files(tally, tmp),
+                "cli": lambda: cli(tally, tmp), "sockets": lambda: sockets(tally, tmp)}  # fmt: skip
+            for name, part in parts.items():
                 if name not in args.skip:
-                    part(tally) if name == "api" else part(tally, tmp)  # type: ignore[operator]
+                    part()
         os.chdir(ROOT)
     wall = time.monotonic() - t0
     cols = ("tried", "refused", "accepted", "traceback", "internal error", "silently accepted",
@@ -508,6 +522,8 @@ def main() -> int:
         print(f"| {cls} | " + " | ".join(str(row[c]) for c in cols) + " |")
     print("| **all** | " + " | ".join(f"**{total[c]}**" for c in cols) + " |")
     print(f"\n{wall:.0f} s wall")
+    for c in ("traceback", "internal error", "silently accepted"):
+        runner.metric(c.replace(" ", "_"), total[c], "cases")
     for line in tally.problems:
         print(line)
     if args.json:
@@ -517,4 +533,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("inputs", __doc__, add_arguments, run, sim_only=True))

@@ -7,22 +7,20 @@ Noise families (relative to a steady level): normal at 1%, 3% and 5%; lognormal 
 1% normal read in 1% steps (a coarse timer); AR(1) wander (phi 0.5, 1%). Shapes: the
 step at a random rep in the middle half, the trend end to end, 35% of reps in the upper
 mode; each with 0.2%, 0.5% or 1% normal noise. Pure Python, seeded: the same table every
-run. Prints markdown; writes JSON to $OUT/bench_levels.json when OUT is set.
+run. Prints markdown; the shares are kept in the results (`series`).
 
-    python3 scripts/bench_levels.py
+    python -m benchmarks.levels
 """
 
 from __future__ import annotations
 
-import json
+import argparse
 import math
-import os
 import random
 import sys
 from collections.abc import Callable
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
+from benchmarks import runner
 from gpuenv.stats import levels
 
 SIZES = (10, 20, 33, 50, 100, 300, 1000)
@@ -58,13 +56,19 @@ def shapes(rng: random.Random, n: int, sd: float) -> dict[str, list[float]]:
             "split 3.20/3.55": [x * (3.55 if rng.random() < 0.35 else 3.2) for x in base]}
 
 
-def main() -> None:
-    rng = random.Random(18)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=18, help="the random seed (18: the kept table)")
+    parser.add_argument("--trials", type=int, default=400,
+                        help="noise series per size up to n=100 (a quarter above)")  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    rng = random.Random(args.seed)
     noise: dict[str, dict[int, float]] = {}
     for name, make in families(rng).items():
         noise[name] = {}
         for n in SIZES:
-            trials = 400 if n <= 100 else 100
+            trials = args.trials if n <= 100 else max(1, args.trials // 4)
             noise[name][n] = sum(levels(make(n)) is not None for _ in range(trials)) / trials
     caught: dict[str, dict[str, dict[int, float]]] = {}
     for sd in (0.002, 0.005, 0.01):
@@ -81,13 +85,14 @@ def main() -> None:
         print(f"| {name} | " + " | ".join(f"{row[n]:.1%}" for n in SIZES) + " |")
     print("\nCaught (share of series), by the noise on top:\n\n" + head + "\n" + rule)
     for shape, by_sd in caught.items():
-        for sd, row in by_sd.items():
-            print(f"| {shape}, {sd} noise | " + " | ".join(f"{row[n]:.0%}" for n in SIZES) + " |")
-    out = os.environ.get("OUT")
-    if out:
-        with open(os.path.join(out, "bench_levels.json"), "w") as f:
-            json.dump({"noise": noise, "caught": caught}, f, indent=1)
+        for noise_sd, row in by_sd.items():
+            cells = " | ".join(f"{row[n]:.0%}" for n in SIZES)
+            print(f"| {shape}, {noise_sd} noise | {cells} |")
+    runner.metric("fired_on_normal_1pct_n100", noise["normal 1%"][100], "share", slack=0.01)
+    runner.metric("caught_step_4pct_0.5pct_n50", caught["step 4%"]["0.5%"][50], "share",
+                  better="higher", slack=0.02)  # fmt: skip
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(runner.main("levels", __doc__, add_arguments, run, quick={"trials": 40}, gpu=False))

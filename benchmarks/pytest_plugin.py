@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""What `pytest --gpuenv` adds inside a pytest-benchmark round: a trivial function's rounds,
-with and without --gpuenv, side by side.
+"""What `pytest --gpuenv` adds inside a pytest-benchmark round, side by side.
+
+A trivial function's rounds, with and without --gpuenv.
 
 One benchmark, `benchmark.pedantic(noop, rounds=ROUNDS, iterations=1)`, so a round is one
 call between two timer reads and anything the plugin did inside a round would show whole
@@ -11,12 +12,12 @@ the median and the minimum of its rounds; per configuration, the median of the r
 medians, the fastest minimum, and the median over repeats of (this - plain) in the same
 repeat.
 
-    python3 scripts/bench_pytest_plugin.py --sim                  # no GPU: the simulated H100
-    python3 scripts/bench_pytest_plugin.py --sim --old /work/main # beside another checkout
-    GPUENV_READONLY=1 python3 scripts/bench_pytest_plugin.py      # a real GPU, read-only
+    python -m benchmarks.pytest_plugin --sim                   # no GPU: the simulated H100
+    python -m benchmarks.pytest_plugin --sim --old /work/main  # beside another checkout
+    GPUENV_READONLY=1 python -m benchmarks.pytest_plugin       # a real GPU, read-only
 
 Read-only: the plugin opens the backend read-only and never writes a GPU setting.
-Prints a markdown table; --json keeps the runs' numbers.
+Prints a markdown table (kept in benchmarks/results/pytest_plugin[-sim].json).
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from checkout import ROOT
+from benchmarks import runner
+from benchmarks.checkout import ROOT
 
 TEST = """
 def noop():
@@ -42,7 +45,7 @@ def test_noop(benchmark):
 """
 
 
-def run_once(where: Path, checkout: Path, gpuenv: bool, env: dict[str, str]) -> dict[str, float]:
+def run_once(where: Path, checkout: Path, gpuenv: bool, env: dict[str, str]) -> dict[str, Any]:
     out = where / "bench.json"
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error",
             f"--benchmark-json={out}", "test_noop.py"]
@@ -62,14 +65,13 @@ def run_once(where: Path, checkout: Path, gpuenv: bool, env: dict[str, str]) -> 
             "rounds": stats["rounds"], "verdict": info.get("verdict", info.get("error", "-"))}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sim", action="store_true", help="the simulated H100 (GPUENV_BACKEND=sim)")
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--rounds", type=int, default=20_000)
-    ap.add_argument("--old", type=Path, help="another checkout's plugin, beside this one")
-    ap.add_argument("--json", type=Path, help="write the runs' numbers here")
-    args = ap.parse_args()
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repeats", type=int, default=15, help="runs of each configuration")
+    parser.add_argument("--rounds", type=int, default=20_000, help="rounds a run")
+    parser.add_argument("--old", type=Path, help="another checkout's plugin, beside this one")
+
+
+def run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.sim:
         env["GPUENV_BACKEND"] = "sim"
@@ -77,7 +79,7 @@ def main() -> int:
     configs = [("plain", ROOT, False), ("--gpuenv", ROOT, True)]
     if args.old:
         configs.append((f"--gpuenv ({args.old})", args.old.resolve(), True))
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in configs}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in configs}
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
         (where / "test_noop.py").write_text(TEST.format(rounds=args.rounds))
@@ -90,22 +92,28 @@ def main() -> int:
     print(f"{args.repeats} runs each of {args.rounds:,} rounds of a no-op "
           f"(pedantic, iterations=1); {platform.node()}, "
           f"{'simulated H100' if args.sim else 'NVML'}\n")
-    print("| configuration | median round (ns) | fastest round (ns) | vs plain, median of "
-          "paired diffs (ns) | verdict |")
-    print("| --- | ---: | ---: | ---: | --- |")
-    plain = runs["plain"]
-    for name, _, _ in configs:
-        rs = runs[name]
-        diffs = [r["median_ns"] - p["median_ns"] for r, p in zip(rs, plain, strict=True)]
-        verdicts = sorted({str(r["verdict"]) for r in rs})
-        print(f"| {name} | {statistics.median(r['median_ns'] for r in rs):.1f} | "
-              f"{min(r['min_ns'] for r in rs):.1f} | "
-              f"{'-' if name == 'plain' else f'{statistics.median(diffs):+.1f}'} | "
-              f"{', '.join(verdicts)} |")
-    if args.json:
-        args.json.write_text(json.dumps({"rounds": args.rounds, "runs": runs}, indent=1))
+    print("\n".join(table(runs)))
     return 0
 
 
+def table(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The markdown table of the runs of each configuration ("plain" first), by name."""
+    lines = ["| configuration | median round (ns) | fastest round (ns) | vs plain, median of "
+             "paired diffs (ns) | verdict |", "| --- | ---: | ---: | ---: | --- |"]  # fmt: skip
+    plain = runs["plain"]
+    for name, rs in runs.items():
+        diffs = [r["median_ns"] - p["median_ns"] for r, p in zip(rs, plain, strict=True)]
+        verdicts = sorted({str(r["verdict"]) for r in rs})
+        if name == "--gpuenv":
+            runner.metric("gpuenv_minus_plain_round_ns", statistics.median(diffs), "ns",
+                          slack=20.0)  # fmt: skip
+        lines.append(f"| {name} | {statistics.median(r['median_ns'] for r in rs):.1f} | "
+                     f"{min(r['min_ns'] for r in rs):.1f} | "
+                     f"{'-' if name == 'plain' else f'{statistics.median(diffs):+.1f}'} | "
+                     f"{', '.join(verdicts)} |")  # fmt: skip
+    return lines
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("pytest_plugin", __doc__, add_arguments, run,
+                         quick={"repeats": 3, "rounds": 2000}))  # fmt: skip

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""scripts/slurm/prolog.sh and epilog.sh under a real one-node Slurm (tests/slurm_harness.py:
+"""Slurm's prolog and epilog: time per job, and GPUs any job left changed (goal 0).
+
+scripts/slurm/prolog.sh and epilog.sh under a real one-node Slurm (tests/slurm_harness.py:
 munged, slurmctld, slurmd, two simulated GPUs, gpuenvd): many locked jobs, each ended at
 random by completing, scancel, slurmd SIGKILLed and restarted, or its time limit. Prints
 the prolog and epilog time per job (p50/p99) and how many GPUs any job left changed
-(goal 0), and writes the raw data as JSON. Root, with slurm-wlm and munge installed.
+(goal 0); --data keeps the raw data as JSON. Root, with slurm-wlm and munge installed.
 
-    python3 scripts/bench_slurm.py --jobs 100 --out slurm_jobs.json     # ~4 minutes
-    python3 scripts/bench_slurm.py --jobs 10 --time-limit-jobs 0       # a smoke run (~30 s)
+    python -m benchmarks.slurm --jobs 100 --data slurm_jobs.json   # ~4 minutes
+    python -m benchmarks.slurm --quick                             # 10 jobs, no time limit (~30 s)
 
 Jobs take one GPU each (`--gres=gpu:1 --comment gpuenv:sm=1350`), one at a time beside the
 time-limit jobs (a job is killed at its limit only on slurmctld's 30 s check, ~60-90 s after
@@ -33,6 +35,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from slurm_harness import SlurmCluster, unavailable  # noqa: E402
 
+from benchmarks import runner  # noqa: E402
 from gpuenv.daemon.client import Client  # noqa: E402
 
 FATES = (("complete", 0.6), ("scancel", 0.25), ("slurmd_kill", 0.15))
@@ -97,7 +100,7 @@ def timings(slurm: SlurmCluster) -> dict[str, list[float]]:
     return out
 
 
-def run(n_jobs: int, n_timeouts: int, seed: int) -> dict:
+def run_jobs(n_jobs: int, n_timeouts: int, seed: int) -> dict:
     rng = random.Random(seed)
     slurm = SlurmCluster(Path(tempfile.mkdtemp(prefix="gpuenv-bench-slurm-")))
     slurm.start()
@@ -188,30 +191,36 @@ def table(data: dict) -> str:
         f"Epilogs Slurm never ran (put back at the next job's start): {len(data['epilogs_lost'])}; "
         f"jobs that asked and were not locked: {len(data['asked_but_not_locked'])}",
         "",
-        "```",
+        "One job's report, as `gpuenv job JOBID` prints it on the node:",
         data.get("example_report", ""),
-        "```",
     ]
     return "\n".join(lines)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=100)
-    parser.add_argument("--time-limit-jobs", type=int, default=2)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, default=100, help="jobs with a random end")
+    parser.add_argument("--time-limit-jobs", type=int, default=2, help="jobs ended at their limit")
     parser.add_argument("--seed", type=int, default=19)
-    parser.add_argument("--out", type=Path, help="write the raw data here (JSON)")
-    args = parser.parse_args()
+    parser.add_argument("--data", type=Path, help="write the raw data here (JSON)")
+
+
+def run(args: argparse.Namespace) -> int:
     why = unavailable()
     if why:
-        print(f"bench_slurm: cannot start a Slurm here: {why}", file=sys.stderr)
+        print(f"benchmarks.slurm: cannot start a Slurm here: {why}", file=sys.stderr)
         return 2
-    data = run(args.jobs, args.time_limit_jobs, args.seed)
-    if args.out:
-        args.out.write_text(json.dumps(data, indent=1))
+    data = run_jobs(args.jobs, args.time_limit_jobs, args.seed)
+    if args.data:
+        args.data.write_text(json.dumps(data, indent=1))
     print(table(data))
+    t = data["timings_s"]
+    for name in ("prolog", "epilog"):
+        if t[name]:
+            runner.metric(f"{name}_p50_s", statistics.median(t[name]), "s", slack=0.05)
+    runner.metric("gpus_left_changed", len(data["left_changed_after_job"]), "GPUs")
     return 0 if not data["left_changed_after_job"] and not data["changed_at_end"] else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main("slurm", __doc__, add_arguments, run, sim_only=True,
+                         quick={"jobs": 10, "time_limit_jobs": 0}))  # fmt: skip

@@ -1,0 +1,365 @@
+"""Find the fenced code blocks of README.md and docs/**/*.md and run them as a user would, on
+the simulated GPU (tests/test_docs_examples.py; `python tests/docs_harness.py` prints the counts).
+
+The conventions the docs follow (one per block, read from its fence and the line before it):
+
+- The fence names what the block is: ```` ```text ```` is output (sample output, a table, a
+  picture in characters) and never runs; ```` ```console ```` is a transcript: each line that
+  starts with `$ ` is a command (a trailing `\\` continues it), the lines under it its output
+  (not compared; a shown `gpuenv: error:` line means the command must fail, a shown
+  `exit N` under a command ending `echo "exit $?"` must be what it prints, any other must
+  exit 0); ```` ```bash ```` (or `sh`) is commands only, each line one (`#` comments skipped,
+  `\\` continues), each must exit 0; ```` ```python ```` runs as a script; ```` ```pycon ````
+  runs its `>>> `/`... ` lines as one script.
+- `<!-- not run: REASON -->` on the line before the fence: the block needs what the
+  simulated GPU cannot give (a real GPU, root, systemd, Slurm, Prometheus); it is counted by
+  its REASON, which must say something. Every block in another language (ini, c, promql,
+  yaml) needs this or the next marker.
+- `<!-- file: NAME -->` on the line before the fence: the block is a file a later block uses
+  (`python bench.py`): it is written to NAME in the working directory, not run itself.
+
+Each markdown file's blocks run in order in one fresh directory that is their working
+directory, HOME, gpuenv's state dir and the simulated GPU's state file, with
+GPUENV_BACKEND=sim (as `export GPUENV_BACKEND=sim` would do) and no gpuenvd. Files that one
+block writes (run.jsonl) are there for the next; Python names are not: each python block
+stands alone (it imports and defines what it uses), as a reader who copies one block needs.
+After the last block no clock lock may be left (the journal is empty) and no command may have
+left a process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND_TIMEOUT_S = 60.0
+
+SHELL = ("bash", "sh", "shell", "console")
+RUNS = (*SHELL, "python", "pycon")
+OUTPUT = ("text",)
+
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+_EXIT = re.compile(r"^exit \d+\s*$")
+_MARKER = re.compile(r"^\s*<!--\s*(?P<key>not[ -]?run|file)\b(?P<rest>.*?)-->\s*$", re.I)
+
+
+class ConventionError(ValueError):
+    """A block that follows none of the conventions: what to write says the message."""
+
+
+@dataclass(frozen=True)
+class Block:
+    path: str  # relative to the repository root
+    line: int  # the opening fence's line, 1-based
+    lang: str  # the fence's first word ('' for none)
+    text: str  # the content, its fence's indentation removed
+    marker: str = ""  # the HTML comment on the line before the fence, if any
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+    def kind(self) -> str:
+        """'output', 'not run', 'file' or the language it runs in; ConventionError if none."""
+        if self.marker:
+            m = _MARKER.match(self.marker)
+            assert m is not None
+            key = "file" if m["key"].lower() == "file" else "not run"
+            if not self.reason():
+                what = "NAME" if key == "file" else "REASON"
+                raise ConventionError(f"{self.where}: `{self.marker.strip()}` says nothing: "
+                                      f"write `<!-- {key}: {what} -->`")  # fmt: skip
+            return key
+        if self.lang in OUTPUT:
+            return "output"
+        if self.lang in RUNS:
+            return self.lang
+        raise ConventionError(
+            f"{self.where}: a ```{self.lang} block is neither run nor marked: use ```text for "
+            "output, ```console/```bash/```python for what runs on the simulated GPU, or put "
+            "`<!-- not run: REASON -->` (or `<!-- file: NAME -->`) on the line before it"
+        )
+
+    def reason(self) -> str:
+        """A not-run block's REASON, a file block's NAME."""
+        m = _MARKER.match(self.marker)
+        return m["rest"].strip()[1:].strip() if m else ""
+
+
+def markdown_files(root: Path = ROOT) -> list[Path]:
+    """README.md, then docs/**/*.md in path order: wherever the docs put a block, it is found."""
+    files = [root / "README.md"] if (root / "README.md").exists() else []
+    return files + sorted((root / "docs").rglob("*.md"))
+
+
+def blocks(path: Path, root: Path = ROOT) -> list[Block]:
+    """The fenced blocks of one markdown file, in order; an unclosed fence is an error."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    rel = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+    out: list[Block] = []
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        indent, fence, info = m["indent"], m["fence"], m["info"].strip()
+        close = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}\s*$")
+        end = next((j for j in range(i + 1, len(lines)) if close.match(lines[j])), None)
+        if end is None:
+            raise ConventionError(f"{rel}:{i + 1}: the fence opened here is never closed")
+        body = [ln[len(indent):] if ln.startswith(indent) else ln.lstrip()
+                for ln in lines[i + 1:end]]  # fmt: skip
+        prev = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+        marker = prev if _MARKER.match(prev) else ""
+        lang = info.split()[0].lstrip("{.").rstrip("}").lower() if info else ""
+        out.append(Block(rel, i + 1, lang, "\n".join(body) + "\n", marker))
+        i = end + 1
+    return out
+
+
+def find_block(lang: str, contains: str = "") -> Block:
+    """The one ```lang block of the docs whose text has `contains`, in whichever file it is:
+    a test that checks a documented config or query reads it so, and survives the docs moving.
+    """
+    found = [b for path in markdown_files() for b in blocks(path)
+             if b.lang == lang and contains in b.text]  # fmt: skip
+    if len(found) != 1:
+        where = ", ".join(b.where for b in found) or "none"
+        raise LookupError(f"{len(found)} ```{lang} blocks with {contains!r} in the docs ({where})")
+    return found[0]
+
+
+@dataclass(frozen=True)
+class Command:
+    text: str
+    fails: bool = False  # the transcript shows it failing (`gpuenv: error:`)
+    exit_line: str = ""  # `exit N`, shown under a command that ends `echo "exit $?"`
+
+
+def commands(block: Block) -> list[Command]:
+    """The shell commands of a console or bash block, continuations joined."""
+    out: list[Command] = []
+    lines = block.text.rstrip("\n").split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if block.lang == "console" and not line.startswith("$ "):
+            if line.startswith("gpuenv: error:") and out:
+                out[-1] = Command(out[-1].text, True, out[-1].exit_line)
+            if _EXIT.match(line) and out and out[-1].text.rstrip().endswith('echo "exit $?"'):
+                out[-1] = Command(out[-1].text, out[-1].fails, line.strip())
+            i += 1
+            continue
+        text = line[2:] if block.lang == "console" else line
+        if not text.strip() or text.lstrip().startswith("#"):
+            i += 1
+            continue
+        while text.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            text = text[:-1] + "\n" + lines[i]
+        out.append(Command(text))
+        i += 1
+    return out
+
+
+def python_source(block: Block) -> str:
+    """A python block as it is; a pycon block's `>>> `/`... ` lines."""
+    if block.lang != "pycon":
+        return block.text
+    return "".join(ln[4:] + "\n" for ln in block.text.split("\n")
+                   if ln.startswith((">>> ", "... ")) or ln in (">>>", "..."))  # fmt: skip
+
+
+@dataclass
+class Workdir:
+    """One markdown file's fresh directory and the environment its blocks run in."""
+
+    path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, base: Path) -> Workdir:
+        work = base / "work"
+        for d in (work, base / "home", base / "state", base / "run", base / "cache"):
+            d.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUENV_")}
+        bindir = str(Path(sys.executable).parent)
+        env.update(
+            GPUENV_BACKEND="sim",
+            GPUENV_STATE_DIR=str(base / "state" / "journal"),
+            GPUENV_SIM_STATE=str(base / "state" / "sim.json"),
+            GPUENV_SOCKET=str(base / "run" / "no-daemon.sock"),
+            GPUENV_CACHE_DIR=str(base / "cache" / "gpuenv"),
+            HOME=str(base / "home"),
+            XDG_RUNTIME_DIR=str(base / "run"),
+            XDG_STATE_HOME=str(base / "state"),
+            XDG_CACHE_HOME=str(base / "cache"),
+            PATH=bindir + os.pathsep + env.get("PATH", ""),
+            PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+            MPLBACKEND="Agg",
+            COLUMNS="120",
+        )
+        return cls(work, env)
+
+
+@dataclass(frozen=True)
+class Failure:
+    where: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+
+def _run(argv: list[str], work: Workdir, timeout: float) -> tuple[int, str, list[str]]:
+    """(exit code, stdout+stderr tail, what it left running) of one command."""
+    proc = subprocess.Popen(argv, cwd=work.path, env=work.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return -1, out.decode(errors="replace")[-2000:] + f"\n(killed after {timeout:.0f} s)", []
+    left = _leftovers(proc.pid)
+    return proc.returncode, out.decode(errors="replace")[-2000:], left
+
+
+def _leftovers(pgid: int) -> list[str]:
+    """Processes of the command's group still alive (a daemon it started and did not stop)."""
+    left = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            left.append(cmdline.strip())
+    if left:
+        os.killpg(pgid, signal.SIGKILL)
+    return left
+
+
+def run_block(block: Block, work: Workdir) -> list[Failure]:
+    """Run one block in `work`; what went wrong, each with its file:line."""
+    try:
+        kind = block.kind()
+    except ConventionError as err:
+        return [Failure(block.where, str(err).split(": ", 1)[1])]
+    if kind in ("output", "not run"):
+        return []
+    if kind == "file":
+        target = work.path / block.reason()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(block.text)
+        return []
+    if kind in ("python", "pycon"):
+        script = work.path / f".doc-block-{block.line}.py"
+        script.write_text(python_source(block))
+        try:
+            rc, out, left = _run([sys.executable, script.name], work, COMMAND_TIMEOUT_S)
+        finally:
+            script.unlink()
+        bad = [Failure(block.where, f"the python block exited {rc}:\n{out}")] if rc else []
+        return bad + [Failure(block.where, f"left running: {p}") for p in left]
+    failures = []
+    for cmd in commands(block):
+        rc, out, left = _run(["bash", "-c", cmd.text], work, COMMAND_TIMEOUT_S)
+        if "Traceback (most recent call last)" in out:
+            failures.append(Failure(block.where, f"`{cmd.text}` printed a traceback:\n{out}"))
+        elif cmd.exit_line and cmd.exit_line not in out.split("\n"):
+            failures.append(Failure(block.where, f"`{cmd.text}` should print "
+                                    f"`{cmd.exit_line}` as shown:\n{out}"))  # fmt: skip
+        elif cmd.fails and rc == 0:
+            failures.append(Failure(block.where, f"`{cmd.text}` should fail as shown, "
+                                    f"but exited 0:\n{out}"))  # fmt: skip
+        elif not cmd.fails and rc != 0:
+            failures.append(Failure(block.where, f"`{cmd.text}` exited {rc}:\n{out}"))
+        failures += [Failure(block.where, f"`{cmd.text}` left running: {p}") for p in left]
+    return failures
+
+
+def left_locks(work: Workdir) -> list[str]:
+    """The GPUs whose lock the file's examples left in the journal."""
+    journal = Path(work.env["GPUENV_STATE_DIR"])
+    return sorted(p.stem for p in journal.glob("*.json")) if journal.is_dir() else []
+
+
+@dataclass
+class FileResult:
+    path: str
+    blocks: list[Block]
+    failures: list[Failure]
+    seconds: float
+    block_seconds: dict[int, float] = field(default_factory=dict)  # by the block's line
+
+
+def run_file(path: Path, root: Path = ROOT) -> FileResult:
+    """Every block of one markdown file, in order, in a fresh directory removed afterwards."""
+    found = blocks(path, root)
+    base = Path(tempfile.mkdtemp(prefix="gpuenv-docs-"))
+    start = time.monotonic()
+    failures: list[Failure] = []
+    took: dict[int, float] = {}
+    try:
+        work = Workdir.create(base)
+        for block in found:
+            t0 = time.monotonic()
+            failures += run_block(block, work)
+            took[block.line] = time.monotonic() - t0
+        rel = str(path.relative_to(root))
+        failures += [Failure(rel, f"the examples left a lock on {uuid} (a journal entry)")
+                     for uuid in left_locks(work)]  # fmt: skip
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return FileResult(str(path.relative_to(root)), found, failures, time.monotonic() - start,
+                      took)
+
+
+def tally(found: list[Block]) -> Counter[str]:
+    """Blocks by kind: 'run' for those that run, 'not run: REASON' for marked ones."""
+    out: Counter[str] = Counter()
+    for b in found:
+        kind = b.kind()
+        out["not run: " + b.reason() if kind == "not run" else
+            "run" if kind in RUNS else kind] += 1  # fmt: skip
+    return out
+
+
+def main() -> int:
+    """Run every file; print the figures docs/benchmarks.md keeps."""
+    total: Counter[str] = Counter()
+    failed = 0
+    start = time.monotonic()
+    for path in markdown_files():
+        res = run_file(path)
+        counts = tally(res.blocks)
+        total += counts
+        failed += len(res.failures)
+        print(f"{res.path}: {len(res.blocks)} blocks, {dict(counts)}, "
+              f"{len(res.failures)} failures, {res.seconds:.1f} s")  # fmt: skip
+        slow = [f"{line} ({s:.1f} s)" for line, s in res.block_seconds.items() if s >= 1.0]
+        if slow:
+            print(f"  blocks over 1 s: {', '.join(slow)}")
+        for f in res.failures:
+            print("  " + str(f).replace("\n", "\n    "))
+    print(f"total: {sum(total.values())} blocks, {dict(total)}, {failed} failures, "
+          f"{time.monotonic() - start:.1f} s")  # fmt: skip
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Every fenced code block of README.md and docs/**/*.md runs on the simulated GPU as a user
+would run it, in order, file by file, or is marked with why not (issue 23 item 6, issue 20's
+"every code block that can run is run by a test"). The conventions are in
+tests/docs_harness.py's docstring; the README keeps them under "Examples in these docs".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import docs_harness as dx
+import pytest
+
+FILES = dx.markdown_files()
+
+
+def _ids(path: Path) -> str:
+    return str(path.relative_to(dx.ROOT))
+
+
+def test_every_block_is_run_output_a_file_or_marked_with_a_reason() -> None:
+    errors, counts = [], dx.tally([])
+    for path in FILES:
+        for block in dx.blocks(path):
+            try:
+                counts += dx.tally([block])
+            except dx.ConventionError as err:
+                errors.append(str(err))
+    assert not errors, "\n".join(errors)
+    assert counts["run"] > 0  # the docs have examples, and they are found
+
+
+@pytest.mark.parametrize("path", FILES, ids=_ids)
+def test_the_examples_run_on_the_simulated_gpu(path: Path) -> None:
+    result = dx.run_file(path)
+    assert not result.failures, "\n".join(str(f) for f in result.failures)
+
+
+# -- the harness itself, on markdown written here ---------------------------------------------
+
+
+def _md(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "page.md"
+    path.write_text(text)
+    return path
+
+
+def test_a_block_in_no_convention_or_with_an_empty_reason_is_refused(tmp_path: Path) -> None:
+    page = _md(tmp_path, "```\nbare\n```\n\n```yaml\na: 1\n```\n\n<!-- not run: -->\n```bash\n"
+                         "x\n```\n<!-- not run: needs Slurm -->\n```yaml\nb: 2\n```\n"
+                         "    ```text\n    indented output\n    ```\n")  # fmt: skip
+    found = dx.blocks(page, tmp_path)
+    assert [(b.line, b.lang) for b in found] == [(1, ""), (5, "yaml"), (10, "bash"), (14, "yaml"),
+                                                 (17, "text")]  # fmt: skip
+    for bad in found[:3]:
+        with pytest.raises(dx.ConventionError, match=rf"^page.md:{bad.line}: "):
+            bad.kind()
+    assert dx.tally(found[3:]) == {"not run: needs Slurm": 1, "output": 1}
+    assert found[4].text == "indented output\n"
+    with pytest.raises(dx.ConventionError, match="never closed"):
+        dx.blocks(_md(tmp_path, "```python\nprint(1)\n"), tmp_path)
+
+
+def test_console_commands_their_continuations_and_the_failures_they_show() -> None:
+    block = dx.Block("p.md", 1, "console", "$ a \\\n  --b\nout\n$ c\ngpuenv: error: no\n$ d\n")
+    assert dx.commands(block) == [dx.Command("a \n  --b"), dx.Command("c", fails=True),
+                                  dx.Command("d")]  # fmt: skip
+    shown = dx.Block("p.md", 1, "console", '$ x; echo "exit $?"\nexit 1\n$ y\nexit 2\n')
+    assert dx.commands(shown) == [dx.Command('x; echo "exit $?"', exit_line="exit 1"),
+                                  dx.Command("y")]  # fmt: skip
+    bash = dx.Block("p.md", 1, "bash", "# a comment\nx && y   # why\n\nz\n")
+    assert [c.text for c in dx.commands(bash)] == ["x && y   # why", "z"]
+    pycon = dx.Block("p.md", 1, "pycon", ">>> def f():\n...     return 1\n...\n>>> f()\n1\n")
+    assert dx.python_source(pycon) == "def f():\n    return 1\n\nf()\n"
+
+
+def test_each_failure_names_its_line_and_a_file_block_is_there_for_the_next(
+    tmp_path: Path,
+) -> None:
+    page = _md(tmp_path, (
+        "<!-- file: hello.py -->\n```python\nprint('hi')\n```\n"  # 2: written, not run
+        "```console\n$ python hello.py\nhi\n```\n"  # 5: runs it
+        "```console\n$ python -c 'raise SystemExit(3)'\n```\n"  # 9: exits 3
+        "```console\n$ true\ngpuenv: error: shown failing\n```\n"  # 12: should fail
+        "```python\nraise ValueError('boom')\n```\n"  # 16: traceback
+        "```console\n$ sleep 30 > /dev/null 2>&1 &\n```\n"  # 19: leaves a process
+        "```console\n$ (exit 2); echo \"exit $?\"\nexit 1\n```\n"  # 22: not the exit shown
+    ))  # fmt: skip
+    result = dx.run_file(page, tmp_path)
+    where = [f.where for f in result.failures]
+    assert where == ["page.md:9", "page.md:12", "page.md:16", "page.md:19", "page.md:22"], (
+        result.failures
+    )
+    assert "exited 3" in result.failures[0].what
+    assert "should fail" in result.failures[1].what
+    assert "ValueError: boom" in result.failures[2].what
+    assert "left running: " in result.failures[3].what and "sleep 30" in result.failures[3].what
+    assert "should print `exit 1` as shown" in result.failures[4].what
+
+
+def test_a_lock_an_example_leaves_fails_its_file_and_each_file_starts_fresh(
+    tmp_path: Path,
+) -> None:
+    page = _md(tmp_path, "```console\n$ gpuenv --sim lock --sm 1350\n```\n")
+    first = dx.run_file(page, tmp_path)
+    assert len(first.failures) == 1 and "left a lock" in first.failures[0].what, first.failures
+    # a fresh state dir: the lock above is gone, so the same file fails the same way again
+    again = dx.run_file(page, tmp_path)
+    assert [f.what for f in again.failures] == [f.what for f in first.failures]

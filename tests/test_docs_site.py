@@ -126,3 +126,15 @@ def test_the_readme_links_lead_somewhere() -> None:
         path = target.split("#", 1)[0]
         if path and "://" not in path:
             assert (ROOT / path).exists(), f"README.md links {target}: no such file"
+
+
+def test_the_readme_stays_the_door() -> None:
+    """Two screens: what gpuenv is, the quick start's two commands, a picture and links. A
+    section of manual added to it belongs on a page of the site (docs/development.md, "The
+    documentation site", says which)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 80, "README.md grew past two screens: move it to docs/"
+    assert re.findall(r"(?m)^#{2,} (.+)$", readme) == ["Quick start", "Documentation"]
+    for command in ("pip install -e . && gpuenv demo", "pip install -e '.[dev]' && pytest"):
+        assert command in readme, f"the quick start lost `{command}`"
+    assert re.search(r"!\[[^\]]+\]\(docs/[^)]+\.png\)", readme), "the README shows a picture"

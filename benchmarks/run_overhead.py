@@ -3,9 +3,12 @@
 
 Each command runs as a fresh process, bare and under `gpuenv run -q --`,
 interleaved (bare, wrapped, bare, wrapped, ...) so both see the same machine;
-the first pair warms the file cache. Also the cost of a region: a Python
-command entering 20,000 regions, bare (regions only time themselves) and
-under `gpuenv run` (each edge is a pipe write the parent reads).
+the first pair warms the file cache. The checkout is byte-compiled first, as an
+installed gpuenv is (`compile_checkout`). `true` is also run under `gpuenv run`
+with GPUENV_SAMPLER=process: the sampler process `gpuenv run` used until 2026-11-24.
+Also the cost of a region: a Python command entering 20,000 regions, bare
+(regions only time themselves) and under `gpuenv run` (each edge is a pipe write
+the parent reads).
 
     python -m benchmarks.run_overhead --sim    # no GPU: the simulated H100 (+ a locked run)
     GPUENV_READONLY=1 python -m benchmarks.run_overhead   # a real GPU, read-only
@@ -52,7 +55,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--runs", type=int, default=15, help="timed runs per command")
 
 
+def compile_checkout() -> None:
+    """Byte-compile gpuenv as `pip install` does: a checkout run with PYTHONDONTWRITEBYTECODE
+    (the lent H100's, this machine's) compiled ~100 modules from source on every start,
+    ~220 ms of `gpuenv run true` there (and again in a sampler process): not what a user
+    of an installed gpuenv pays."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", str(ROOT / "gpuenv")],
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
+    compile_checkout()
     env = checkout_env()
     tmp = tempfile.mkdtemp(prefix="gpuenv-bench-run-")
     gpuenv = list(GPUENV)
@@ -64,21 +77,22 @@ def run(args: argparse.Namespace) -> int:
     wrap = [*gpuenv, "run", "-q", "--"]
     py = sys.executable
     true = shutil.which("true") or "/bin/true"
-    cases: list[tuple[str, list[str], list[list[str]]]] = [
-        ("`true`", [true], [wrap]),
-        ("`python -c pass`", [py, "-c", "pass"], [wrap]),
-        ("`sleep 1`", ["sleep", "1"], [wrap]),
-        (f"python, {REGIONS:,} regions", [py, "-c", REGION_SCRIPT], [wrap]),
+    # the sampler process (GPUENV_SAMPLER=process: gpuenv run's sampler until 2026-11-24),
+    # beside the default thread: what it added to the start
+    proc = ["env", "GPUENV_SAMPLER=process", *wrap]
+    cases: list[tuple[str, list[str], list[tuple[str, list[str]]]]] = [
+        ("`true`", [true], [("gpuenv run", wrap), ("gpuenv run, sampler process", proc)]),
+        ("`python -c pass`", [py, "-c", "pass"], [("gpuenv run", wrap)]),
+        ("`sleep 1`", ["sleep", "1"], [("gpuenv run", wrap)]),
+        (f"python, {REGIONS:,} regions", [py, "-c", REGION_SCRIPT], [("gpuenv run", wrap)]),
     ]
     if args.sim and not readonly:  # locking writes: never on a shared real GPU
         locked = [*gpuenv, "run", "-q", "--sm", "1350", "--"]
-        cases[1][2].append(locked)
+        cases[1][2].append(("gpuenv run --sm 1350", locked))
 
     rows = []
     for name, bare, wrappers in cases:
-        variants = [("bare", bare)] + [
-            ("gpuenv run" + (" --sm 1350" if "--sm" in w else ""), [*w, *bare]) for w in wrappers
-        ]
+        variants = [("bare", bare)] + [(label, [*w, *bare]) for label, w in wrappers]
         times: dict[str, list[float]] = {label: [] for label, _ in variants}
         for i in range(args.runs + 1):
             for label, argv in variants:
@@ -103,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"`gpuenv run` overhead, {args.runs} runs each, interleaved; "
         f"{platform.node()} ({os.cpu_count()} CPUs), {machine}, "
-        f"{time.strftime('%Y-%m-%d')}\n"
+        f"{time.strftime('%Y-%m-%d')}; gpuenv byte-compiled first\n"
     )
     print("| command | how | median ms | fastest ms | overhead (median) |")
     print("| --- | --- | ---: | ---: | --- |")

@@ -6,11 +6,13 @@ then renumbered by CUDA_VISIBLE_DEVICES, which may hold indices, UUIDs (or
 prefixes of them) and MIG devices. A CUDA index is therefore mapped to a UUID
 first, then to the NVML index that has that UUID.
 
-On the real GPU, nvitop's parser (which asks CUDA itself, in a subprocess) does
-the CUDA side when it is installed; without it, and on the simulated GPU,
 CUDA_VISIBLE_DEVICES is parsed here with CUDA's rules: entries up to the first
 invalid one count, a duplicate hides every GPU, at most one MIG device is
 visible and a MIG device means its parent GPU (MIG slices share its clocks).
+Only where that cannot tell CUDA's order (GPUs of mixed models without
+CUDA_DEVICE_ORDER=PCI_BUS_ID) does nvitop's parser ask CUDA itself, on a real GPU:
+it initialises CUDA in a subprocess, hundreds of ms before `gpuenv run` under
+torchrun or CUDA_VISIBLE_DEVICES could start its command.
 """
 
 from __future__ import annotations
@@ -259,7 +261,13 @@ class _CudaView:
 
     def visible(self) -> list[int]:
         if self._visible is None:
-            self._visible = self._from_nvitop() or self._parse()
+            try:  # CUDA's rules without CUDA: nvitop's answer costs a CUDA init in a subprocess
+                self._visible = self._parse()
+            except ConfigError:  # mixed models in FASTEST_FIRST order: only CUDA knows it
+                found = self._from_nvitop()
+                if found is None:
+                    raise
+                self._visible = found
         return self._visible
 
     def _from_nvitop(self) -> list[int] | None:

@@ -171,6 +171,30 @@ def test_selection_does_not_touch_nvitop_or_torch_for_the_sim(sim: SimBackend) -
     assert after == before
 
 
+def test_cuda_order_is_parsed_without_asking_cuda(sim: SimBackend, monkeypatch) -> None:
+    """nvitop asks CUDA in a subprocess (a CUDA init, hundreds of ms before `gpuenv run`'s
+    command starts): only GPUs of mixed models in CUDA's default order need it."""
+    from gpuenv import devices
+
+    asked: list[str] = []
+
+    def from_nvitop(view: object) -> list[int]:
+        asked.append("nvitop")
+        return [1]
+
+    monkeypatch.setattr(devices._CudaView, "_from_nvitop", from_nvitop)
+    assert select_gpus(sim, "cuda:0", env={"CUDA_VISIBLE_DEVICES": "1"}) == [1]
+    assert select_gpus(sim, "local", env={"LOCAL_RANK": "1"}) == [1]
+    assert asked == []
+
+    def mixed(view: object) -> list[int]:
+        raise ConfigError("cannot tell CUDA's order of these mixed GPU models without CUDA")
+
+    monkeypatch.setattr(devices._CudaView, "_base_order", mixed)
+    assert select_gpus(sim, "cuda:0", env={"CUDA_VISIBLE_DEVICES": "0"}) == [1]
+    assert asked == ["nvitop"]
+
+
 def test_describe(sim: SimBackend) -> None:
     assert describe(sim, 1) == "GPU 1 (NVIDIA H100 80GB HBM3)"
     assert describe(sim, 9) == "GPU 9"

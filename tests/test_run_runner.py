@@ -356,6 +356,31 @@ def test_exit_status_rules():
     assert res(-9, "ok").exit_status("annotate") == 137
 
 
+@pytest.mark.parametrize(("asked", "mode"), [(None, "thread"), ("process", "process")])
+def test_run_samples_on_a_thread_unless_told(monkeypatch, sim, asked, mode):
+    """The command is the benchmark, in a process of its own: a sampler process (a second
+    interpreter and nvmlInit before the command starts) would keep nothing off its GIL."""
+    import gpuenv.run.runner as runner_mod
+    from gpuenv.telemetry import Sampler
+
+    made: list[Sampler] = []
+
+    class Recorded(Sampler):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            made.append(self)
+
+    if asked is None:
+        monkeypatch.delenv("GPUENV_SAMPLER", raising=False)
+    else:
+        monkeypatch.setenv("GPUENV_SAMPLER", asked)
+    monkeypatch.setattr(runner_mod, "Sampler", Recorded)
+    result = runner_mod.Runner(["true"], backend=sim, gpus=[0], quiet=True).run()
+    assert result.returncode == 0
+    assert [(s.mode, s.mode_reason) for s in made] == [(mode, "asked for")]
+    assert made[0].child_pid is None  # stopped: no sampler process is left behind
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_ctrl_c_in_a_terminal_reaches_the_command_once(tmp_path):
     # The terminal sends SIGINT to the whole foreground process group, gpuenv and the

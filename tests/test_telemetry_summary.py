@@ -4,6 +4,7 @@ between the samples), and on what a Sampler recorded of a simulated bench."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -87,10 +88,18 @@ def test_summarize_many_gives_the_windows_of_the_summary_before_it(seed: int) ->
     old = [window_oracle.summarize(fast, slow, gaps, a, b, **kw) for a, b in spans]  # type: ignore[arg-type]
     assert len(new) == len(old)
     for k, (n, o) in enumerate(zip(new, old, strict=True)):
-        # repr: every field, float bits and types (a Reason vs an int) included
-        assert repr(n) == repr(o), f"span {k} {spans[k]}"
+        # repr: every field, float bits and types (a Reason vs an int) included; the time
+        # under each reason to 1 ps (running sums bound its extrapolation, the oracle adds)
+        assert repr(_no_reasons(n)) == repr(_no_reasons(o)), f"span {k} {spans[k]}"
+        assert n.reason_s == pytest.approx(o.reason_s, abs=1e-12), f"span {k} {spans[k]}"
     a, b = spans[-1]
-    assert repr(summarize(fast, slow, gaps, a, b, **kw)) == repr(old[-1])  # type: ignore[arg-type]
+    last = summarize(fast, slow, gaps, a, b, **kw)  # type: ignore[arg-type]
+    assert repr(_no_reasons(last)) == repr(_no_reasons(old[-1]))
+    assert last.reason_s == pytest.approx(old[-1].reason_s, abs=1e-12)
+
+
+def _no_reasons(w):
+    return dataclasses.replace(w, reason_s=list(w.reason_s))  # the keys, in order
 
 
 def test_a_samplers_windows_of_a_simulated_bench_are_those_of_the_summary_before(
@@ -123,3 +132,20 @@ def test_two_energy_values_read_at_one_instant_do_not_divide_by_zero() -> None:
             SlowSample(10.1, 0, 1_031_000, {}, None, ())]  # fmt: skip
     (w,) = summarize_many(fast, slow, [], [(10.05, 10.15)], gpu=0)
     assert w.energy_j is not None and w.energy_j > 0
+
+
+@pytest.mark.parametrize("reasons, capped_s", [(0, 0.0), (int(Reason.SW_POWER_CAP), 0.01)])
+def test_a_counter_not_refreshed_since_the_cap_cleared_does_not_carry_it_on(
+    reasons: int, capped_s: float
+) -> None:
+    """The power-cap counter last refreshed while the cap held (1 ns per ns); a region
+    right after, at full clock with no reason set, is not 'under power cap' for its whole
+    length (it was, by extrapolation at the last rate); while the cap still shows, it is."""
+    fast = [Sample(10.0 + 0.025 * i, 0, 1380, 2619, 700.0, 60.0, int(Reason.SW_POWER_CAP))
+            for i in range(6)]  # fmt: skip
+    fast += [Sample(10.15 + 0.005 * i, 0, 1980, 2619, 800.0, 60.0, reasons) for i in range(6)]
+    slow = [SlowSample(10.0, 0, None, {"power": 0}, None, ()),
+            SlowSample(10.1, 0, None, {"power": 100_000_000}, None, ())]  # fmt: skip
+    (w,) = summarize_many(fast, slow, [], [(10.16, 10.17)], gpu=0)
+    assert w.reason_s["power"] == pytest.approx(capped_s)
+    assert w.reasons == reasons

@@ -1,6 +1,10 @@
 """The summary of samples as gpuenv computed it before `summarize_many` (main at 5e0893c,
 gpuenv/telemetry/window.py): a frozen copy, the oracle that tests/test_telemetry_summary.py
-holds today's windows to. Do not edit: it is what "identical" means."""
+holds today's windows to. Do not edit: it is what "identical" means. One deliberate change
+since (2026-11-24): a reason counter extrapolated past its last refresh grows no more than
+the cheap samples show its reasons (`_shown`): a counter not refreshed since the power cap
+cleared carried the cap into regions run at 1980 MHz ("reasons: none; under power cap").
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
-from gpuenv.reasons import Reason, reason_names
+from gpuenv.reasons import Reason, info, reason_names
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
 from gpuenv.telemetry.window import Window
 
@@ -56,7 +60,7 @@ def summarize(
     if lock_range is not None:
         values["lock_range_mhz"] = (int(lock_range[0]), int(lock_range[1]))
 
-    values.update(_from_counters(slow, t0, t1, own_pids, lag_s))
+    values.update(_from_counters(slow, t0, t1, own_pids, lag_s, fast))
     counted = _counter_energy_j(slow, fast, times, t0, t1)
     if counted is not None and t1 - t0 >= ENERGY_EXACT_MIN_S:
         values["energy_j"] = counted
@@ -181,7 +185,8 @@ def _weighted(values: Sequence[float], weights: Sequence[float]) -> float:
 
 
 def _from_counters(
-    slow: Sequence[SlowSample], t0: float, t1: float, own_pids: Iterable[int], lag_s: float
+    slow: Sequence[SlowSample], t0: float, t1: float, own_pids: Iterable[int], lag_s: float,
+    fast: Sequence[Sample],
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if not slow:
@@ -207,7 +212,8 @@ def _from_counters(
                 at = s.value_t if s.value_t is not None else s.t
                 if not pts or at > pts[-1][0]:
                     pts.append((at, float(s.reason_ns[key])))
-        a, b = _counter_at(pts, t0, lag_s), _counter_at(pts, t1, lag_s)
+        a = _counter_at(pts, t0, lag_s, lambda u, v, k=key: _shown(fast, u, v, k))
+        b = _counter_at(pts, t1, lag_s, lambda u, v, k=key: _shown(fast, u, v, k))
         if a is not None and b is not None:
             reason_s[key] = min(max(0.0, b - a) / 1e9, t1 - t0)
     if reason_s:
@@ -240,9 +246,26 @@ def _interp(pts: Sequence[tuple[float, float]], t: float) -> float | None:
     return va + (vb - va) * (t - ta) / (tb - ta)
 
 
-def _counter_at(pts: Sequence[tuple[float, float]], t: float, lag_s: float) -> float | None:
+def _shown(fast: Sequence[Sample], a: float, b: float, key: str) -> float:
+    """Seconds of [a, b] the samples show a reason the counter `key` measures (each holds
+    until the next, the last for ever; before the first, or with none: all of it)."""
+    bits = [1 << i for i in range(11) if info(1 << i).counter == key]
+    mask = sum(bits) if bits else ~0
+    if not fast:
+        return max(0.0, b - a)
+    total = max(0.0, min(b, fast[0].t) - a)
+    for i, s in enumerate(fast):
+        end = fast[i + 1].t if i + 1 < len(fast) else float("inf")
+        if s.reasons & mask:
+            total += max(0.0, min(b, end) - max(a, s.t))
+    return total
+
+
+def _counter_at(pts: Sequence[tuple[float, float]], t: float, lag_s: float,
+                shown: Any) -> float | None:  # fmt: skip
     """A cumulative ns counter at t: interpolated, or extrapolated up to ~2 refreshes past
-    the last point at the last interval's rate (at most 1 ns per ns)."""
+    the last point at the last interval's rate (at most 1 ns per ns), growing no more
+    than the samples show its reasons since that point."""
     value = _interp(pts, t)
     if value is not None or not pts or t < pts[0][0] or t > pts[-1][0] + 2 * lag_s:
         return value
@@ -250,7 +273,7 @@ def _counter_at(pts: Sequence[tuple[float, float]], t: float, lag_s: float) -> f
         return pts[-1][1]
     (ta, va), (tb, vb) = pts[-2], pts[-1]
     rate = min(1e9, max(0.0, (vb - va) / (tb - ta)))
-    return vb + rate * (t - tb)
+    return min(vb + rate * (t - tb), vb + shown(tb, t) * 1e9)
 
 
 def _interp_energy(

@@ -17,9 +17,8 @@ times, which the sampler's clock shares. The whole run is always one more
 region, "(run)". At the end every region name (one rep per time it was entered)
 and every automatic call gets a `Measurement` (report.py), and the run goes to the
 JSONL results file with the trace for `gpuenv plot`; perf_report grids: perfgrid.py.
-
-The parent's side of regions is in tracker.py (pairing edges, windows) and
-report.py (measurements, the table).
+The parent's side of regions: tracker.py (pairing edges, windows), report.py (the table).
+The sampler is a thread here: the command is the benchmark, in a process of its own.
 """
 
 from __future__ import annotations
@@ -248,10 +247,10 @@ class Runner:
     def _run_locked(self, lock: Any) -> RunResult:
         ranges = self._lock_ranges(lock)
         store = self._store(lock)
-        facts = read_facts(self.backend, self.gpus, ranges)
-        sampler = Sampler(
-            self.backend, self.gpus, period=self.period, lock_ranges=ranges, own_pids=[os.getpid()]
-        )
+        # a thread unless GPUENV_SAMPLER says: the command is another process already
+        mode = None if os.environ.get("GPUENV_SAMPLER", "").strip() else "thread"
+        sampler = Sampler(self.backend, self.gpus, period=self.period, lock_ranges=ranges,
+                          own_pids=[os.getpid()], mode=mode)  # fmt: skip
         tracker = RegionTracker()
         summariser = Summariser(sampler, self.gpus)
         r_fd, w_fd = os.pipe()
@@ -284,6 +283,7 @@ class Runner:
                     os.close(w_fd)  # the command holds the write end now; EOF once it is done
                     w_open = False
                 sampler.own_pids.add(pid)
+                facts = read_facts(self.backend, self.gpus, ranges)  # while the command starts
                 run = Region(RUN_NAME, pid, t_start)
                 status = self._wait(pid, forwarded, family, sampler, summariser, tracker, run)
                 t_end = sampler.mark()

@@ -2,7 +2,7 @@
 
 The sampler reads the cheap values (clocks, power, temperature, reasons: ~2 us
 each on an H100) on every tick, and the slow cumulative counters (energy ~3 ms,
-time under each reason ~0.1-0.2 ms) at most every `slow_period` and at region
+time under each reason ~0.6 ms) at most every `slow_period` (1 s) and at region
 edges: in real time in a sampler process writing shared memory (a thread where
 no other process can open the GPU). A region's `Window` summarises the samples
 that cover it, including the ones just before and after it.

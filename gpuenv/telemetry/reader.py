@@ -17,9 +17,12 @@ from gpuenv.timebase import Clock
 
 log = logging.getLogger(__name__)
 
-# The time under each reason (a 0.1-0.2 ms field batch) refreshes about every 100 ms:
-# read it that often, plus at region edges, so reason times are exact at the edges.
-DEFAULT_SLOW_PERIOD_S = 0.1
+# The time under each reason and the memory temperature (fields 74-82): one field batch of
+# 0.63 ms p50 / 1.4 ms p99 on the lent H100 (benchmarks/nvml_costs.py), 6.3 ms of driver
+# time a second when read every 100 ms. Read at every region edge (the reason times of a
+# region are the counters' deltas between its edges) and on the energy counter's grid,
+# once a second: a window interpolates between reads only where no edge read came.
+DEFAULT_SLOW_PERIOD_S = 1.0
 # The energy counter costs ~3 ms of driver time and ~4 ms of CPU a read on the lent H100:
 # read every 100 ms it made a launch-bound loop 1-2% slower (docs/benchmarks.md). So it is
 # read once a second and never at edges: a region's energy is the counter's delta between
@@ -30,7 +33,7 @@ DEFAULT_ENERGY_PERIOD_S = 1.0
 # driver period, so another process present for one period is always seen.
 DEFAULT_PROCESS_PERIOD_S = 0.05
 # At most one edge read per this interval in real time: a loop of tiny regions marks
-# thousands of edges a second, and each edge read is a field batch of ~0.1-0.2 ms.
+# thousands of edges a second, and each edge read is a field batch of ~0.6 ms.
 EDGE_MIN_INTERVAL_S = 0.02
 
 

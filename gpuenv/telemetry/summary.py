@@ -6,11 +6,11 @@ costs a few bisects and its arithmetic; a do_bench call summarises ~1,000 reps."
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
-from gpuenv.reasons import Reason, reason_names
+from gpuenv.reasons import COUNTERS, Reason, info, reason_names
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
 from gpuenv.telemetry.window import Window
 
@@ -22,6 +22,12 @@ ENERGY_EXACT_MIN_S = 1.0
 _NOT_IDLE = ~Reason.GPU_IDLE  # computed once: enum arithmetic costs microseconds
 _IDLE = int(Reason.GPU_IDLE)
 _NAMES: dict[int, tuple[str, ...]] = {}  # reasons bitmask -> its names (a handful of masks)
+# The bits of the reasons mask each cumulative counter measures; "below app/base clocks"
+# has none of its own: any reason may hold the clock below them.
+_COUNTER_BITS: dict[str, int] = {
+    c.name: sum(b for b in (1 << i for i in range(11)) if info(b).counter == c.name) or ~0
+    for c in COUNTERS
+}
 
 
 def summarize(
@@ -113,6 +119,7 @@ class _Streams:
         self.counters = _Counters(slow, lag_s)
         self._held: dict[tuple[int, int, bool], _Held] = {}
         self._seen: dict[tuple[int, int], dict[str, Any]] = {}
+        self._under: dict[str, list[float]] = {}  # counter key -> running seconds under it
 
     def gap_near(self, lo: float, hi: float) -> bool:
         k = bisect.bisect_left(self.gap_t, lo)
@@ -144,7 +151,7 @@ class _Streams:
             e0, e1 = self._energy_at(t0), self._energy_at(t1)
             if e0 is not None and e1 is not None:
                 out["energy_j"] = max(0.0, e1 - e0) / 1000.0
-        reason_s = self.counters.reason_s(t0, t1)
+        reason_s = self.counters.reason_s(t0, t1, self.sampled_s)
         if reason_s:
             out["reason_s"] = reason_s
         # Other processes: the read in force at t0 and every read up to one refresh after t1.
@@ -155,6 +162,29 @@ class _Streams:
             seen = self._seen[(k0, k1)] = _seen(slow[k0:k1], own)
         out.update(seen)
         return out
+
+    def sampled_s(self, a: float, b: float, key: str) -> float:
+        """Seconds of [a, b] in which the cheap samples show a reason the counter `key`
+        measures, each sample holding until the next (before the first sample: all of
+        it). From running sums built once a key: each region costs two bisects."""
+        if b <= a or not self.fast:
+            return max(0.0, b - a)
+        sums = self._under.get(key)
+        if sums is None:
+            mask, total, sums = _COUNTER_BITS.get(key, ~0), 0.0, []
+            for i, sample in enumerate(self.fast):
+                sums.append(total)
+                if i + 1 < len(self.fast) and sample.reasons & mask:
+                    total += self.times[i + 1] - sample.t
+            self._under[key] = sums
+        return self._under_to(b, key, sums) - self._under_to(a, key, sums)
+
+    def _under_to(self, t: float, key: str, sums: list[float]) -> float:
+        i = bisect.bisect_right(self.times, t) - 1
+        if i < 0:
+            return t - self.times[0]  # negative: before the samples, counted as under
+        held = bool(self.fast[i].reasons & _COUNTER_BITS.get(key, ~0))
+        return sums[i] + (t - self.times[i] if held else 0.0)
 
     def _energy_at(self, t: float) -> float | None:
         """Energy (mJ) at t; past the last change (not yet refreshed), at the recent rate."""
@@ -267,8 +297,11 @@ class _Held:
 class _Counters:
     """The cumulative reason counters (ns), each a list of points placed at the driver's
     refresh time (value_t) where known: linear between points and, up to ~2 refreshes
-    past the last one, at the rate of the last interval (at most 1 ns per ns). Counters
-    read together share their points' times, so each region bisects once per group."""
+    past the last one, at the rate of the last interval (at most 1 ns per ns) but only
+    while the cheap samples show a reason the counter measures: a counter that has not
+    refreshed since the power cap cleared would otherwise carry the cap into a region
+    run at full clock. Counters read together share their points' times, so each region
+    bisects once per group."""
 
     def __init__(self, slow: Sequence[SlowSample], lag_s: float):
         self.keys = sorted({k for s in slow for k in s.reason_ns})
@@ -288,15 +321,22 @@ class _Counters:
             groups.setdefault(tuple(ts), []).append((key, vs, rate))
         self.groups = [(list(ts), ts[-1] + 2 * lag_s, members) for ts, members in groups.items()]
 
-    def reason_s(self, t0: float, t1: float) -> dict[str, float]:
+    def reason_s(self, t0: float, t1: float,
+                 sampled_s: Callable[[float, float, str], float]) -> dict[str, float]:  # fmt: skip
+        """Seconds under each counter over [t0, t1]; `sampled_s(a, b, key)`: the seconds
+        of [a, b] the cheap samples show the counter's reasons (bounds extrapolation)."""
         got: dict[str, float] = {}
         span = t1 - t0
         for ts, until, members in self.groups:
             p0, p1 = _place(ts, until, t0), _place(ts, until, t1)
             if p0 is None or p1 is None:
                 continue
-            for (key, _, _), a, b in zip(members, _at(ts, members, p0, t0),
-                                         _at(ts, members, p1, t1), strict=True):  # fmt: skip
+            for (key, vs, _), a, b in zip(members, _at(ts, members, p0, t0),
+                                          _at(ts, members, p1, t1), strict=True):  # fmt: skip
+                if p0 < 0:  # past the last point: grown no more than the samples show
+                    a = min(a, vs[-1] + sampled_s(ts[-1], t0, key) * 1e9)
+                if p1 < 0:
+                    b = min(b, vs[-1] + sampled_s(ts[-1], t1, key) * 1e9)
                 got[key] = min(max(0.0, b - a) / 1e9, span)
         return {k: got[k] for k in self.keys if k in got} if len(self.groups) > 1 else got
 

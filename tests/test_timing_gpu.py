@@ -164,3 +164,21 @@ def test_a_profiled_tiny_kernel_survives_warnings_as_errors(backend):
         m2 = timing.bench(lambda: y + y, backend=backend, mode="profiler", budget_s=0.3)
     assert m.extra["tiny_kernel"]["timer"] == "cuda_profiler"
     assert m2.timer == "cuda_profiler"
+
+
+def test_a_second_call_reuses_what_the_first_learned_and_agrees(backend):
+    # issue 22: CUPTI tried once a process, the launch cover sized once per function
+    from gpuenv.timing import memo
+
+    a = torch.randn(512, 512, device="cuda", dtype=torch.float16)
+    fn = lambda: a @ a  # noqa: E731
+    first = timing.bench(fn, backend=backend)
+    assert memo.cupti_known() is True
+    assert memo.recall(fn, "warmed") is not None
+    second = timing.bench(fn, backend=backend)
+    assert second.extra["warmup_known"] is True
+    assert second.extra["tiny_kernel"]["timer"] == "cuda_profiler"
+    assert second.stats.median_s == pytest.approx(first.stats.median_s, rel=0.05)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        assert memo.torch_profiler_active(torch)  # a session of the process: tried again
+    assert not memo.torch_profiler_active(torch)

@@ -30,6 +30,13 @@ DEFAULT_BUDGET_S = 10.0  # measuring time when no rep count is given
 # CUDA graph of calls agreed within 0.6% cold vs hot for kernels of 1.4 to 7 us.
 TINY_REP_S = 20e-6
 TINY_TARGET_S = 1e-3  # a tiny kernel's rep: about this much GPU time of calls
+# bench()'s burst schedule (issue 22: time to the answer). Between bursts a rest as long as
+# the burst (duty 0.5, the do_bench drop-in's; 0.2 rested 4x each burst), then a wait only
+# while the GPU is seen held down (the drop-in's "seen", which kept cold vs hot within
+# 0.01-0.8% on the H100: docs/benchmarks.md, issue 18); a wait looks every 5 ms (the
+# sampler reads every 25 ms), not every 50. At duty 0.5 and 25 ms bursts the power the cap
+# controller filters (~0.15 s) stays near the mean of load and rest: far under the cap.
+BENCH_CONDITIONING = ConditionConfig(burst_wait="seen", burst_duty=0.5, poll_s=0.005)
 
 
 @dataclass(frozen=True)
@@ -48,11 +55,14 @@ class BenchConfig:
     `condition`: "auto" (default: "none" when gpuenv's clock lock
     holds on the GPU, else the session's mode, else "burst"), "burst", "sustained"
     (precondition to equilibrium, then reps of fn back to back) or "none" (measure
-    in whatever state the GPU is in). `conditioning` holds their thresholds.
+    in whatever state the GPU is in). `conditioning` holds their thresholds
+    (default `BENCH_CONDITIONING`).
     `burst_from_start`: the first burst starts with bench (its warmup included), so
     the GPU is checked cool and uncapped on the samples taken since bench began
     instead of one driver refresh after the warmup: for short, budgeted warmups (the
-    do_bench drop-in); a warmup longer than a burst could itself cap the GPU.
+    do_bench drop-in); a warmup longer than a burst could itself cap the GPU. bench does
+    so anyway when the warmup took less than a burst and `conditioning.burst_wait` is
+    "seen" (the default; `m.extra["burst_from_start"]`).
     `budget_in_bursts`: `budget_s` counts the time measured inside bursts, not the
     rests between them (the drop-in: triton's `rep` ms are ms of reps). `burst_lead_s`:
     work fn did just before bench (the drop-in's first call and estimate): the first
@@ -63,7 +73,7 @@ class BenchConfig:
     mode: str = "auto"
     reps: int | None = None
     budget_s: float | None = None
-    rel_ci: float = 0.01
+    rel_ci: float = 0.005  # 1% let the median move 0.5-3% run to run on the H100 (issue 22)
     min_reps: int = 10
     max_reps: int = 10_000
     confidence: float = 0.95
@@ -74,7 +84,7 @@ class BenchConfig:
     saturate: bool = True
     calls_per_rep: int | str = "auto"
     condition: str | None = None  # None = "auto"
-    conditioning: ConditionConfig = field(default_factory=ConditionConfig)
+    conditioning: ConditionConfig = field(default_factory=lambda: BENCH_CONDITIONING)
     burst_from_start: bool = False
     budget_in_bursts: bool = False
     burst_lead_s: float = 0.0
@@ -157,4 +167,5 @@ class BenchConfig:
         return dataclasses.replace(base, **settings)
 
 
-__all__ = ["CONDITIONS", "DEFAULT_BUDGET_S", "TINY_REP_S", "TINY_TARGET_S", "BenchConfig"]
+__all__ = ["BENCH_CONDITIONING", "CONDITIONS", "DEFAULT_BUDGET_S", "TINY_REP_S", "TINY_TARGET_S",
+           "BenchConfig"]

@@ -35,6 +35,7 @@ from gpuenv import stats
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.timebase import REAL_CLOCK, Clock
+from gpuenv.timing import memo
 from gpuenv.timing.devices import CLOCK_PROBE_S, MODES, REP_PROBE_CYCLES, Device, Rep
 
 log = logging.getLogger(__name__)
@@ -119,12 +120,16 @@ class CudaEvents:
             self.torch.cuda._sleep(self._cover_cycles)
 
     def prepare(self, fn: Callable[[], Any]) -> None:
-        # Size the probe spin so it outlasts the host time of enqueueing fn (launch
-        # latency then never sits between the events): time fn's enqueue on the host.
-        if not self.saturate:
-            return
-        with self.torch.cuda.device(self.device):
-            self._size_probe(fn)
+        # Size the probe spin to outlast the host's enqueueing of fn (launch latency then never
+        # sits between the events), once a process (memo: an uncovered rep doubles it anyway)
+        key = ("cover", self.batch, str(self.device))
+        known = memo.recall(fn, key) if self.saturate else None
+        if known is not None:
+            self.rep_probe_cycles, self._probe_cap_cycles = known
+        elif self.saturate:
+            with self.torch.cuda.device(self.device):
+                self._size_probe(fn)
+            memo.remember(fn, key, (self.rep_probe_cycles, self._probe_cap_cycles))
 
     def _size_probe(self, fn: Callable[[], Any]) -> None:
         samples = []
@@ -211,9 +216,10 @@ class CudaEvents:
         return start.elapsed_time(end) / 1e3 / max(calls, 1)
 
     def probe_clock_mhz(self) -> float | None:
-        """Time `_sleep(cycles)` with events, behind a lead-in spin; median of 3 (MHz)."""
+        """Time 1 ms of `_sleep` with events behind a lead-in spin; median of 3 (MHz): the
+        events resolve 0.5 us, 0.05% of it (5 ms each cost every bench 30 ms, issue 22)."""
         with self.torch.cuda.device(self.device):
-            return self._probe_clock_mhz()
+            return self._probe_clock_mhz(1e-3)
 
     def _probe_clock_mhz(self, seconds: float = CLOCK_PROBE_S) -> float | None:
         torch = self.torch
@@ -249,25 +255,23 @@ class CudaEvents:
 
 def _tiny(dev: CudaEvents, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
     """The device a tiny kernel is timed on: `calls` calls a rep, back to back, their device
-    time from CUPTI (torch.profiler); where the profiler cannot be had (another profiler or
-    tool holds CUPTI), a CUDA graph of the calls; where fn cannot be captured (host
-    synchronisation, allocation outside the graph's pool...), the calls back to back
-    between the events.
-
-    Why the profiler first (H100, 2026-11-24, GPU_FACTS.md "Tiny kernels"): a graph adds
-    the gaps between its kernels (0.3-0.4 us: 26% of a 1 us add) and its time depends on
-    the process's capture history (a 512^3 matmul: 3.16-3.20 us in the first graph a
-    process captured, 3.53-3.57 us in later ones); one call per event pair adds 3-5 us of
-    launch and event overhead. CUPTI's kernel durations are the device time itself."""
+    time from CUPTI (torch.profiler); where CUPTI cannot be had (another profiler holds it),
+    a CUDA graph of the calls; where fn cannot be captured, the calls back to back between
+    the events. Why CUPTI first (H100, GPU_FACTS.md "Tiny kernels"): a graph adds the gaps
+    between its kernels and depends on the process's capture history; one call per event
+    pair adds 3-5 us of launch and event overhead."""
     kw: dict[str, Any] = {"flush_l2": dev.flush_l2, "saturate": dev.saturate,
                           "device": dev.device, "clock": dev.clock,
                           "flush_bytes": dev.flush_bytes_asked}
-    try:
+    try:  # CUPTI may be held by another profiler: a trial rep finds out, once a process
         profiled = CudaProfiler(batch=calls, **kw)
         profiled.prepare(fn)
-        profiled.reps(fn, 1)  # CUPTI may be held by another profiler: find out now
+        if not memo.cupti_known() or memo.torch_profiler_active(dev.torch):
+            profiled.reps(fn, 1)
+        memo.cupti_found(True)
         return profiled, PROFILED_HOW
     except Exception as err:
+        memo.cupti_found(False)
         log.info("cannot profile fn (%s): timing a CUDA graph of its calls", err)
     try:
         graph = CudaGraph(calls=calls, **kw)
@@ -292,9 +296,7 @@ class CudaGraph(CudaEvents):
     def __init__(self, *, calls: int | str = "auto", target_s: float = 1e-3, **kwargs: Any):
         super().__init__(**kwargs)
         if calls != "auto" and (not isinstance(calls, int) or calls < 1):
-            raise ConfigError(
-                f"calls per graph must be a positive integer or 'auto', not {calls!r}"
-            )
+            raise ConfigError(f"calls per graph must be an integer >= 1 or 'auto', not {calls!r}")
         self.calls_asked = calls
         self.target_s = target_s
         self.calls = 1
@@ -442,10 +444,8 @@ def cupti_median_s(fn: Callable[[], Any], calls: int = 200, warmup: int = 30) ->
     """The reference a tiny kernel's number is checked against: the median device time of
     one call of fn (its kernels, copies and memsets summed) over `calls` calls under
     torch.profiler (CUPTI), L2 warm, queued back to back behind a spin so the GPU never
-    idles between them. Launched one by one from a launch-bound loop instead, where the GPU
-    idles between calls, the same kernels read 7-14% longer each on the H100 (a 512^3
-    matmul 3.67 us against 3.22 us): the two are different numbers, and this is the one
-    gpuenv's tiny-kernel path and GPU_FACTS.md's CUPTI figures give."""
+    idles between them (launched one by one from a launch-bound loop, the same kernels
+    read 7-14% longer each on the H100: GPU_FACTS.md "Tiny kernels")."""
     torch = _torch()
     for _ in range(warmup):
         fn()

@@ -13,7 +13,7 @@ from gpuenv.timebase import REAL_CLOCK, Clock
 
 MODES = ("events", "graph", "profiler")
 SUSTAINED_REP_S = 0.2  # one rep in sustained mode: this long of fn back to back
-CLOCK_PROBE_S = 0.005  # GPU time of the before/after effective-clock probe
+CLOCK_PROBE_S = 0.005  # GPU time of the before/after effective-clock probe (x3 each)
 REP_PROBE_CYCLES = 100_000  # ~50 us at 2 GHz: the per-rep clock probe and launch cover
 # The simulated GPU's L2 flush: bytes written per memory cycle (an H100's ~3.35 TB/s at its
 # 2619 MHz memory clock), so a flush of B bytes takes B / 1280 memory cycles.

@@ -20,10 +20,11 @@ from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
 from gpuenv.telemetry import DRIVER_REFRESH_S, trace_record
 from gpuenv.timebase import Clock
+from gpuenv.timing import memo
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, TINY_TARGET_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
 from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
-from gpuenv.timing.warmup import _warmup
+from gpuenv.timing.warmup import WARMUP_KNOWN_WINDOW, WARMUP_WINDOW, _warmup
 from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, tiny_call
 
 log = logging.getLogger(__name__)
@@ -210,6 +211,7 @@ class _Run:
                  say: Callable[[str], None], verbose: bool):  # fmt: skip
         self.cfg, self.place, self.fn, self.name, self.say = cfg, place, fn, name, say
         self.verbose = verbose
+        self.from_start = False  # the first burst began with bench (see _condition)
         self.device = place.device
         self.clock = place.clock
         self.extra: dict[str, Any] = {
@@ -224,10 +226,15 @@ class _Run:
     def run(self) -> Any:
         cfg, place = self.cfg, self.place
         t_begin, started_at = self.mark(), self.clock.wall()
+        # a function warmed up before in this process needs only the clock's ramp
+        known = memo.recall(self.fn, "warmed") is not None
         warm = _warmup(self.device, self.fn, place.sampler, place.gpu, cfg.warmup,
-                       cfg.warmup_max_s, cfg.warmup_max_reps)
+                       cfg.warmup_max_s, cfg.warmup_max_reps,
+                       WARMUP_KNOWN_WINDOW if known else WARMUP_WINDOW)  # fmt: skip
+        if warm.steady:
+            memo.remember(self.fn, "warmed", warm.median_s)
         self.extra.update(warmup_reps=warm.reps, warmup_s=warm.seconds,
-                          warmup_steady=warm.steady)
+                          warmup_steady=warm.steady, warmup_known=known)
         if not warm.steady:
             self.say(f"{self.name}: warmup did not settle in {warm.seconds:.1f} s "
                      f"({warm.reps} reps)")
@@ -288,9 +295,17 @@ class _Run:
                 place.session.wait_until_recovered()
                 waited, ready = self.clock.now() - t_wait, True
             else:
-                # burst_from_start: the warmup is part of the first burst, so the samples
-                # since bench began tell whether the GPU is cool (no driver refresh to wait)
-                since = place.opened - DRIVER_REFRESH_S if self.cfg.burst_from_start else None
+                # from the start: the warmup is part of the first burst, so the samples
+                # since bench began tell whether the GPU is cool (no driver refresh to
+                # wait): asked for, or with waits only while the GPU is seen held down
+                # (burst_wait "seen", the default) when the warmup was shorter than a
+                # burst (it could not cap the GPU itself: what caps it came before bench,
+                # and shows in those samples)
+                lead = self.extra.get("warmup_s", 0.0) + self.cfg.burst_lead_s
+                self.from_start = self.cfg.burst_from_start or (
+                    cc.burst_wait == "seen" and lead <= cc.burst_s)
+                self.extra["burst_from_start"] = self.from_start
+                since = place.opened - DRIVER_REFRESH_S if self.from_start else None
                 waited, ready = self._wait(since=since)
             self.extra.update(burst_first_wait_s=waited, burst_first_ready=ready)
 
@@ -321,14 +336,15 @@ class _Run:
         between (conditioning.Bursts: the one schedule), the budget counted in them when
         `budget_in_bursts`."""
         batch = self.device.rep_batch  # the profiler's reps come in batches, one session each
+        # (10, then 20, then 40: the stopping rule sees the first 10 as before)
         max_reps = PROFILER_MAX_REPS if batch > 1 else None
         rule, clock, place = self._rule(), self.clock, self.place
         start = clock.now()
         bursts = None
         if place.condition == "burst":
-            # burst_from_start: the warmup was the first burst's beginning
+            # from the start: the warmup was the first burst's beginning
             lead = self.extra.get("warmup_s", 0.0) + self.cfg.burst_lead_s \
-                if self.cfg.burst_from_start else 0.0
+                if self.from_start else 0.0
             bursts = conditioning.Bursts(place.sampler, place.gpu, clock,
                                          facts=place.facts.get(place.gpu),
                                          config=self.cfg.conditioning, start=start,
@@ -352,6 +368,8 @@ class _Run:
                 return out, reason
             if bursts is not None and bursts.due():
                 bursts.rest()
+            if batch > 1:  # a profiler session costs ~0.2 s: the later ones hold more reps
+                batch = min(2 * batch, 4 * self.device.rep_batch, max_reps or batch)
 
     def _judge(self, reps: list[Rep], started_at: float) -> Any:
         place, cfg = self.place, self.cfg

@@ -12,6 +12,8 @@ from gpuenv.timing.devices import Device
 WARMUP_WINDOW = 8  # reps whose times and clocks must not trend for warmup to end
 WARMUP_MIN_REPS = 3  # the first call is set-up (cuBLAS handles, lazy loading): never enough
 WARMUP_REL_TOL = 0.01  # a trend moving times by less than this across the window is steady
+WARMUP_KNOWN_WINDOW = 4  # a function warmed up before in this process (gpuenv.timing.memo):
+                         # its first-call set-up is done; only the clock's ramp is left
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,10 @@ def _warmup(
     warmup: str | int,
     max_s: float,
     max_reps: int,
+    window_max: int = WARMUP_WINDOW,
 ) -> _Warmup:
-    """Reps until times and clocks stop trending (warmup="auto"), or a fixed count."""
+    """Reps until times and clocks stop trending over `window_max` reps (warmup="auto"), or
+    a fixed count."""
     clock = device.clock
     start = clock.now()
     if warmup != "auto":
@@ -50,7 +54,7 @@ def _warmup(
         clocks.append(mhz)
         n = len(times)
         # long reps: a shorter window (4 reps of a 100 ms kernel already span 0.4 s)
-        window = max(4, min(WARMUP_WINDOW, int(0.2 / max(stats.median(times[-4:]), 1e-9))))
+        window = max(4, min(window_max, int(0.2 / max(stats.median(times[-4:]), 1e-9))))
         if n >= max(WARMUP_MIN_REPS, window):
             last = times[-window:]
             cl = [c for c in clocks[-window:] if c is not None]

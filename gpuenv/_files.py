@@ -88,7 +88,7 @@ def open_dir(
     shown = os.path.abspath(os.fspath(path))
     todo = [p for p in shown.split("/") if p]
     fd = os.open("/", _DIR_FLAGS)
-    here, links = "", 0
+    here, links, name = "", 0, ""
     try:
         _trust(os.fstat(fd), "/", what)
         while todo:
@@ -128,8 +128,10 @@ def open_dir(
             if not last:
                 _trust(st, here, what)
         _check_place(fd, here or "/", mode=mode, own=own, what=what)
-    except BaseException:
+    except BaseException as err:
         os.close(fd)
+        if isinstance(err, OSError) and naming(err, f"{here}/{name}") is not err:
+            raise naming(err, f"{here}/{name}") from err  # not "j is on a read-only ..."
         raise
     return fd
 
@@ -187,6 +189,16 @@ def replace_at(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> None:
         raise
 
 
+def naming(err: OSError, path: str | os.PathLike[str]) -> OSError:
+    """`err` with `path` as its file where it names none, or only a name relative to a
+    directory descriptor: a write to an open file (a full disk) names no file ("the disk
+    holding a file is full"), a temporary file made through the directory's descriptor
+    only its own name (".x.png.2dbd.tmp is on a read-only file system")."""
+    if isinstance(err.filename, str) and os.path.isabs(err.filename):
+        return err
+    return OSError(err.errno, err.strerror, os.fspath(path))
+
+
 @contextlib.contextmanager
 def replaced(
     path: str | os.PathLike[str], *, binary: bool = False, umask_mode: bool = False
@@ -201,7 +213,10 @@ def replaced(
     folder, name = os.path.split(os.path.abspath(os.fspath(path)))
     dfd = os.open(folder, _DIR_FLAGS)
     try:
-        fd, tmp = create_temp(dfd, name)
+        try:
+            fd, tmp = create_temp(dfd, name)
+        except OSError as err:
+            raise naming(err, path) from err
         try:
             if umask_mode:
                 umask = os.umask(0)
@@ -210,9 +225,11 @@ def replaced(
             with os.fdopen(fd, "wb" if binary else "w") as fh:
                 yield fh
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
+        except BaseException as err:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)
+            if isinstance(err, OSError) and naming(err, path) is not err:
+                raise naming(err, path) from err
             raise
     finally:
         os.close(dfd)

@@ -31,11 +31,16 @@ from typing import Any
 
 from gpuenv._files import replaced
 from gpuenv.errors import ConfigError
-from gpuenv.run.report import RUN_NAME  # gpuenv run's whole command: holds the trace
+from gpuenv.run.report import RUN_NAME
+from gpuenv.telemetry.trace import envelope  # gpuenv run's whole command: holds the trace
 
 _SHADES = ("#4c72b0", "#55a868", "#8172b2", "#ccb974", "#64b5cd", "#c44e52")
+OTHER_SHADE = "0.6"  # regions beyond the shades a big run names
 LABEL_PT = 8  # region names' font size, points
 MIN_BAND = 0.004  # a region's shading is at least this share of the time axis wide (visible)
+DRAWN_POINTS = 2000  # a longer trace is drawn as min/max per slice (the figure is ~1200 px)
+PART_TRACE_NOTE = "where the trace has a gap, each rep's window is drawn as a flat step"
+MANY_REGIONS = 40  # more regions than this: shaded by name, named in the legend, not one by one
 NO_TRACE_NOTE = ("no telemetry trace in this file (written before gpuenv kept one): "
                  "each rep's window is drawn as a flat step")
 
@@ -80,20 +85,41 @@ def run_figure(run: Any, *, title: str | None = None, gpu: int | None = None) ->
     ends = [b for m in regions if (sp := _span(m, m.windows)) is not None for b in sp]
     width = max([*ends, *(b for _, b in line.spans)], default=t00) - t00
     panels = _Panels(*fig.subplots(3, 1, sharex=True), min_band_s=MIN_BAND * width)
-    panels.trace(line, t00)
-    stepped = False
-    for k, m in enumerate(regions):
+    notes = [panels.trace(line, t00)]
+    colours = _colours(regions)
+    uncovered = []
+    for m in regions:
         windows = [w for w in m.windows if g is None or w.gpu == g]
         if not line.covers(_span(m, windows)):
-            stepped = panels.steps(windows, t00) or stepped
-        panels.region(m, windows, _SHADES[k % len(_SHADES)], t00)
-    if panels.labelled:
-        panels.clk.legend(loc="best", fontsize=8, framealpha=0.8)
+            uncovered.append(windows)
+        panels.region(m, windows, colours[id(m)], t00)
+    if len(regions) > MANY_REGIONS:
+        notes.append(f"{len(regions):,} regions: shaded by name (legend), not named one by one")
+    panels.draw(many=len(regions) > MANY_REGIONS)
+    if panels.steps(uncovered, t00):
+        notes.append(NO_TRACE_NOTE if not line.t else PART_TRACE_NOTE)
+    if panels.labelled:  # "best" weighs every drawn point: an upper corner for a big run
+        panels.clk.legend(loc="best" if len(regions) <= MANY_REGIONS else "upper right",
+                          fontsize=8, framealpha=0.8)
     fig.suptitle(title or _title(run, g, len(regions)), fontsize=10)
-    if stepped:
-        fig.supxlabel(NO_TRACE_NOTE, fontsize=8, color="0.35")
-    panels.place_names(fig)
+    if any(notes):
+        fig.supxlabel("\n".join(n for n in notes if n), fontsize=8, color="0.35")
+    if len(regions) <= MANY_REGIONS:
+        panels.place_names(fig)
     return fig
+
+
+def _colours(regions: Sequence[Any]) -> dict[int, str]:
+    """Each region's shade: in turn for a few; by name for many (the most frequent names
+    their own shades, the rest grey), so a thousand repeats of one step read as one."""
+    if len(regions) <= MANY_REGIONS:
+        return {id(m): _SHADES[k % len(_SHADES)] for k, m in enumerate(regions)}
+    counts: dict[str, int] = {}
+    for m in regions:
+        counts[m.name] = counts.get(m.name, 0) + 1
+    top = sorted(counts, key=lambda n: -counts[n])[:len(_SHADES)]
+    shade = {name: _SHADES[k] for k, name in enumerate(top)}
+    return {id(m): shade.get(m.name, OTHER_SHADE) for m in regions}
 
 
 @dataclass
@@ -243,6 +269,9 @@ class _Panels:
             ax.ticklabel_format(axis="y", style="plain", useOffset=False)
         self.labelled: set[str] = set()
         self.names: list[tuple[float, float, str, str]] = []  # region lo, hi, name, colour
+        self.shaded: list[tuple[str, str, list[tuple[float, float]]]] = []  # name, colour, bands
+        # (marker, colour, label): the points drawn as one line each
+        self.points: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
 
     def label(self, text: str) -> str | None:
         if text in self.labelled:
@@ -250,23 +279,37 @@ class _Panels:
         self.labelled.add(text)
         return text
 
-    def trace(self, line: _Line, t00: float) -> None:
+    def trace(self, line: _Line, t00: float) -> str:
+        """The trace; a long one as each slice's min and max (what a pixel column can
+        show: a spike is kept), said in the returned note."""
         if not line.t:
-            return
+            return ""
         ts = [t - t00 for t in line.t]
-        self.clk.plot(ts, line.sm_mhz, color="0.25", lw=0.9, label=self.label("NVML SM clock"),
-                      gid="trace")
-        self.pow.plot(ts, line.power_w, color="0.25", lw=0.9, gid="trace")
-        self.tmp.plot(ts, line.temp_c, color="0.25", lw=0.9, gid="trace")
+        for ax, ys, label in ((self.clk, line.sm_mhz, self.label("NVML SM clock")),
+                              (self.pow, line.power_w, None), (self.tmp, line.temp_c, None)):
+            xs, drawn = envelope(ts, ys, DRAWN_POINTS // 2)
+            ax.plot(xs, drawn, color="0.25", lw=0.9, label=label, gid="trace")
+        if len(ts) <= DRAWN_POINTS:
+            return ""
+        return (f"{len(ts):,} samples drawn as the lowest and highest of each of "
+                f"{DRAWN_POINTS // 2:,} slices")
 
-    def steps(self, windows: Sequence[Any], t00: float) -> bool:
-        """Each rep's window as a flat step (no trace covers it); True when drawn."""
-        xs, clk, pw, tp = [], [], [], []
-        for w in windows:
-            xs += [w.t0 - t00, w.t1 - t00]
-            clk += [w.sm_mhz_mean, w.sm_mhz_mean]
-            pw += [w.power_w_mean, w.power_w_mean]
-            tp += [w.temp_c_start, w.temp_c_end]
+    def steps(self, regions: Sequence[Sequence[Any]], t00: float) -> bool:
+        """Each rep's window as a flat step (no trace covers it), one line with a break
+        between regions; True when drawn."""
+        xs: list[float] = []
+        clk: list[float | None] = []
+        pw: list[float | None] = []
+        tp: list[float | None] = []
+        for windows in regions:
+            if xs and windows:
+                for series in (xs, clk, pw, tp):
+                    series.append(math.nan)
+            for w in windows:
+                xs += [w.t0 - t00, w.t1 - t00]
+                clk += [w.sm_mhz_mean, w.sm_mhz_mean]
+                pw += [w.power_w_mean, w.power_w_mean]
+                tp += [w.temp_c_start, w.temp_c_end]
         if not xs:
             return False
         self.clk.plot(xs, clk, color="0.25", lw=0.9, label=self.label("NVML SM clock (per rep)"),
@@ -276,20 +319,62 @@ class _Panels:
         return True
 
     def region(self, m: Any, windows: list[Any], color: str, t00: float) -> None:
-        """The measured region shaded (its name placed later), its reps marked: reps closer
-        together than a narrow band share one band."""
+        """The measured region's shading kept for `draw` (its name placed then), its reps'
+        marks kept: reps closer together than a narrow band share one band."""
         span = _span(m, windows)
         if span is not None:
-            lo, hi = span[0] - t00, span[1] - t00
-            for a, b in _bands(windows or m.summary_windows, self.min_band_s):
-                mid, half = (a + b) / 2 - t00, max(b - a, self.min_band_s) / 2
-                for ax in (self.clk, self.pow, self.tmp):
-                    ax.axvspan(mid - half, mid + half, color=color, alpha=0.15, lw=0,
-                               gid=f"region:{m.name}")
+            bands = [(a - t00, b - t00) for a, b in _bands(windows or m.summary_windows,
+                                                           self.min_band_s)]  # fmt: skip
             verdict = "" if m.verdict == "ok" else f" [{m.verdict}]"
-            self.names.append((lo, hi, f"{m.name}{verdict}", color))
+            self.shaded.append((m.name, color, bands))
+            self.names.append((span[0] - t00, span[1] - t00, f"{m.name}{verdict}", color))
         self._probed_clock(m, windows, color, t00)
         self._marked_reps(m, windows, t00)
+
+    def draw(self, *, many: bool) -> None:
+        """The regions' shading and the reps' marks, each kind in one artist
+        where it can be: 12,000 regions drawn one by one took minutes."""
+        if many:
+            self._shade_by_colour()
+        else:
+            for name, color, bands in self.shaded:
+                for a, b in bands:
+                    mid, half = (a + b) / 2, max(b - a, self.min_band_s) / 2
+                    for ax in (self.clk, self.pow, self.tmp):
+                        ax.axvspan(mid - half, mid + half, color=color, alpha=0.15, lw=0,
+                                   gid=f"region:{name}")
+        for (marker, color, text), pts in self.points.items():
+            style = {"ms": 2.5} if marker == "." else {
+                "ms": 6, "mfc": "none" if marker == "o" else color}
+            self.clk.plot([p[0] for p in pts], [p[1] for p in pts], marker, color=color,
+                          label=self.label(text), **style)
+
+    def _shade_by_colour(self) -> None:
+        """One band collection per shade, bands nearer than a narrow band joined; the
+        legend names each shade's regions and how many there are."""
+        by_colour: dict[str, list[tuple[float, float]]] = {}
+        names: dict[str, dict[str, int]] = {}
+        for name, color, bands in self.shaded:
+            by_colour.setdefault(color, []).extend(bands)
+            names.setdefault(color, {})[name] = names.get(color, {}).get(name, 0) + 1
+        for color, bands in by_colour.items():
+            joined: list[list[float]] = []
+            for a, b in sorted(bands):
+                if joined and a - joined[-1][1] <= self.min_band_s:
+                    joined[-1][1] = max(joined[-1][1], b)
+                else:
+                    joined.append([a, b])
+            spans = [((a + b) / 2 - max(b - a, self.min_band_s) / 2, max(b - a, self.min_band_s))
+                     for a, b in joined]  # fmt: skip
+            counts = names[color]
+            top = sorted(counts, key=lambda n: -counts[n])
+            label = (f"{top[0]} (x{counts[top[0]]:,})" if len(top) == 1
+                     else f"{len(top)} other names (x{sum(counts.values()):,})")  # fmt: skip
+            for ax in (self.clk, self.pow, self.tmp):
+                ax.broken_barh(spans, (0, 1), transform=ax.get_xaxis_transform(), color=color,
+                               alpha=0.15, lw=0, gid="regions",
+                               label=label if ax is self.clk else None)
+            self.labelled.add(label)
 
     def place_names(self, fig: Any) -> None:
         """Each region's name above the panels, over its middle; a name that would overlap
@@ -323,8 +408,7 @@ class _Panels:
         if eff and len(eff) == len(windows):
             pts = [((w.t0 + w.t1) / 2 - t00, c) for w, c in zip(windows, eff, strict=True) if c]
             if pts:
-                self.clk.plot([p[0] for p in pts], [p[1] for p in pts], ".", ms=2.5,
-                              color=color, label=self.label("effective clock (probe)"))
+                self.points.setdefault((".", color, "effective clock (probe)"), []).extend(pts)
 
     def _marked_reps(self, m: Any, windows: list[Any], t00: float) -> None:
         """Rejected reps and reps touched by a warning."""
@@ -341,9 +425,7 @@ class _Panels:
             pts = [((windows[r].t0 + windows[r].t1) / 2 - t00, windows[r].sm_mhz_mean)
                    for r in reps if windows[r].sm_mhz_mean is not None]
             if pts:
-                self.clk.plot([p[0] for p in pts], [p[1] for p in pts], marker, ms=6,
-                              color=colour, mfc="none" if marker == "o" else colour,
-                              label=self.label(text))
+                self.points.setdefault((marker, colour, text), []).extend(pts)
 
 
 def _text_width(fig: Any, text: str, renderer: Any) -> float:

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import json
 import math
 import os
 import stat
 import types
 import typing
+from collections.abc import Callable
 from typing import Any
 
+from gpuenv._records import field_hints
 from gpuenv.errors import ConfigError, FileError
 
 MiB = 1 << 20
@@ -184,74 +187,148 @@ def check_record(cls: type, data: Any, *, what: str, path: str | os.PathLike[str
         raise BadRecord(what, path, why, line=line, field=field or None, hint=hint)
 
 
+Problem = tuple[str, str] | None  # (where under the value: "", ".field", "[3]"; why)
+Checker = Callable[[Any], Problem]
+
+
 def _check(cls: type, data: Any, prefix: str) -> tuple[str, str] | None:
-    if not isinstance(data, dict):
-        return prefix, f"{_show(data)} is not a JSON object"
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        name = f"{prefix}.{f.name}" if prefix else f.name
-        if f.name not in data:
-            required = (f.default is dataclasses.MISSING
-                        and f.default_factory is dataclasses.MISSING)  # fmt: skip
-            if required:
-                return name, "missing"
-            continue
-        problem = _check_value(hints.get(f.name, Any), data[f.name], name)
-        if problem is not None:
-            return problem
+    problem = _record(cls)(data)
+    if problem is None:
+        return None
+    where, why = problem
+    return (f"{prefix}{where}" if prefix else where.lstrip(".")), why
+
+
+def _ok(value: Any) -> Problem:
     return None
 
 
-def _check_value(hint: Any, value: Any, name: str) -> tuple[str, str] | None:
+@functools.cache
+def _checker(hint: Any) -> Checker:
+    """The check of a value against `hint`, built once per type: a 30 MB results file
+    holds a million values, and working the hint out again for each took most of its load."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any or hint is object:
-        return None
+        return _ok
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        options = [a for a in args if a is not type(None)]
-        problems = [_check_value(a, value, name) for a in options]
-        return None if any(p is None for p in problems) else problems[0]
-    if value is None:
-        return name, "null where a value is needed"
+        return _union([_checker(a) for a in args if a is not type(None)],
+                      type(None) in args)  # fmt: skip
     if dataclasses.is_dataclass(hint):
-        return _check(hint, value, name)  # type: ignore[arg-type]
-    if hint is bool:
-        return None if isinstance(value, bool) else (name, f"{_show(value)} is not true/false")
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return None
-        return name, f"{_show(value)} is not a whole number"
-    if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return None if _finite(value) else (name, f"{_show(value)} is not a finite number")
-        return name, f"{_show(value)} is not a number"
-    if hint is str:
-        return None if isinstance(value, str) else (name, f"{_show(value)} is not a string")
+        return _not_null(_record(hint))  # type: ignore[arg-type]
+    if hint in _SCALARS:
+        return _not_null(_SCALARS[hint])
     if origin is tuple:
-        if not isinstance(value, list):
-            return name, f"{_show(value)} is not a list"
         if len(args) == 2 and args[1] is Ellipsis:
-            inner = [args[0]] * len(value)
-        elif len(args) != len(value):
-            return name, f"{_show(value)} does not have {len(args)} items"
-        else:
-            inner = list(args)
-        for i, (h, v) in enumerate(zip(inner, value, strict=True)):
-            problem = _check_value(h, v, f"{name}[{i}]")
-            if problem is not None:
-                return problem
-        return None
+            return _not_null(_items(_checker(args[0])))
+        return _not_null(_fixed([_checker(a) for a in args]))
     if origin is dict:
-        if not isinstance(value, dict):
-            return name, f"{_show(value)} is not a JSON object"
-        inner_hint = args[1] if len(args) == 2 else Any
-        for k, v in value.items():
-            problem = _check_value(inner_hint, v, f"{name}.{k}")
+        return _not_null(_values(_checker(args[1]) if len(args) == 2 else _ok))
+    return _not_null(_ok)  # a type this checker does not know: its constructor judges it
+
+
+def _not_null(check: Checker) -> Checker:
+    def run(value: Any) -> Problem:
+        return ("", "null where a value is needed") if value is None else check(value)
+    return run
+
+
+def _union(options: list[Checker], nullable: bool) -> Checker:
+    def run(value: Any) -> Problem:
+        if value is None and nullable:
+            return None
+        first = None
+        for check in options:
+            problem = check(value)
+            if problem is None:
+                return None
+            first = first or problem
+        return first
+    return run
+
+
+@functools.cache
+def _record(cls: type) -> Checker:
+    hints = field_hints(cls)
+    missing = dataclasses.MISSING
+    fields = [(f.name, f.default is missing and f.default_factory is missing,
+               _checker(hints.get(f.name, Any))) for f in dataclasses.fields(cls)]  # fmt: skip
+
+    def run(data: Any) -> Problem:
+        if not isinstance(data, dict):
+            return "", f"{_show(data)} is not a JSON object"
+        for name, required, check in fields:
+            if name not in data:
+                if required:
+                    return f".{name}", "missing"
+                continue
+            problem = check(data[name])
             if problem is not None:
-                return problem
+                return f".{name}{problem[0]}", problem[1]
         return None
-    return None  # a type this checker does not know: the record's own constructor judges it
+    return run
+
+
+def _bool(value: Any) -> Problem:
+    return None if isinstance(value, bool) else ("", f"{_show(value)} is not true/false")
+
+
+def _int(value: Any) -> Problem:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None
+    return "", f"{_show(value)} is not a whole number"
+
+
+def _float(value: Any) -> Problem:
+    if type(value) is float and math.isfinite(value):
+        return None  # the common case, first
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None if _finite(value) else ("", f"{_show(value)} is not a finite number")
+    return "", f"{_show(value)} is not a number"
+
+
+def _str(value: Any) -> Problem:
+    return None if isinstance(value, str) else ("", f"{_show(value)} is not a string")
+
+
+_SCALARS: dict[Any, Checker] = {bool: _bool, int: _int, float: _float, str: _str}
+
+
+def _items(check: Checker) -> Checker:
+    def run(value: Any) -> Problem:
+        if not isinstance(value, list):
+            return "", f"{_show(value)} is not a list"
+        for i, v in enumerate(value):
+            problem = check(v)
+            if problem is not None:
+                return f"[{i}]{problem[0]}", problem[1]
+        return None
+    return run
+
+
+def _fixed(checks: list[Checker]) -> Checker:
+    def run(value: Any) -> Problem:
+        if not isinstance(value, list):
+            return "", f"{_show(value)} is not a list"
+        if len(value) != len(checks):
+            return "", f"{_show(value)} does not have {len(checks)} items"
+        for i, (check, v) in enumerate(zip(checks, value, strict=True)):
+            problem = check(v)
+            if problem is not None:
+                return f"[{i}]{problem[0]}", problem[1]
+        return None
+    return run
+
+
+def _values(check: Checker) -> Checker:
+    def run(value: Any) -> Problem:
+        if not isinstance(value, dict):
+            return "", f"{_show(value)} is not a JSON object"
+        for k, v in value.items():
+            problem = check(v)
+            if problem is not None:
+                return f".{k}{problem[0]}", problem[1]
+        return None
+    return run
 
 
 def check_series(data: Any, keys: tuple[str, ...], name: str) -> tuple[str, str] | None:

@@ -50,7 +50,8 @@ LAYERS = (
     ("gpuenv.backend", "gpuenv.devices"),
     # vocabulary
     ("gpuenv.reasons", "gpuenv.units", "gpuenv.table", "gpuenv.errors", "gpuenv.timebase",
-     "gpuenv._records", "gpuenv._lazy", "gpuenv._files", "gpuenv.validate", "gpuenv.reader"),
+     "gpuenv._records", "gpuenv._lazy", "gpuenv._files", "gpuenv.validate", "gpuenv.reader",
+     "gpuenv.progress"),
 )  # fmt: skip
 TORCH_IMPORTERS = ("timing/cuda.py", "integrations/*.py")
 PYNVML_IMPORTERS = ("backend/nvml*.py",)

@@ -5,6 +5,7 @@ whose effect happened although its report was lost)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -188,3 +189,85 @@ def test_lock_says_why_it_goes_on_without_the_socket_and_does_not_wait_30_s(
     else:
         assert "is not gpuenvd" in proc.stderr
     assert gpuenv("restore", tmp=tmp_path).returncode == 0
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a tmpfs of its own, filled to the last byte (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+                             capture_output=True, text=True, check=False)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        with contextlib.suppress(OSError), open(mnt / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        yield mnt
+    finally:
+        if subprocess.run(["umount", str(mnt)], check=False).returncode:
+            subprocess.run(["umount", "-l", str(mnt)], check=False)  # a file left open
+
+
+def test_a_full_disk_names_the_file_that_could_not_be_written(
+    good_run: Path, full_disk: Path
+) -> None:
+    """A write to an open file names no file: these said "the disk holding a file is full"."""
+    pytest.importorskip("matplotlib")
+    refused(run("plot", str(good_run), "-o", str(full_disk / "x.png")),
+            f"the disk holding {full_disk / 'x.png'} is full")  # fmt: skip
+    refused(run("status", "-f", str(full_disk / "s.txt")),
+            f"the disk holding {full_disk / 's.txt'} is full")  # fmt: skip
+    assert not (full_disk / "x.png").exists()
+
+
+def test_a_results_line_cut_by_a_full_disk_names_the_file(full_disk: Path) -> None:
+    from gpuenv.results import Measurement, ResultStore
+
+    (full_disk / "filler").unlink()
+    store = ResultStore(full_disk / "r.jsonl", {"tool": "test"})
+    with contextlib.suppress(OSError), open(full_disk / "filler", "wb") as f:
+        while True:
+            f.write(b"\0" * 1024)
+            f.flush()
+    big = Measurement.build("big", [1e-3] * 20_000)
+    with pytest.raises(OSError) as err:
+        store.append(big)
+    store.close()
+    assert err.value.filename == str(full_disk / "r.jsonl")
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """An empty tmpfs of its own, mounted read-only (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(mnt)],
+                             capture_output=True, text=True, check=False)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_a_read_only_place_is_named_by_its_path_not_a_temporary_or_relative_name(
+    good_run: Path, read_only_dir: Path
+) -> None:
+    """These said ".x.png.2dbdd67b3e55e4db.tmp is on a read-only file system" and "j is on
+    a read-only file system" (names relative to a directory descriptor)."""
+    from gpuenv._files import open_dir
+
+    pytest.importorskip("matplotlib")
+    refused(run("plot", str(good_run), "-o", str(read_only_dir / "x.png")),
+            f"{read_only_dir / 'x.png'} is on a read-only file system")  # fmt: skip
+    with pytest.raises(OSError) as err:
+        open_dir(read_only_dir / "state" / "j", create=True)
+    assert err.value.filename == str(read_only_dir / "state")

@@ -182,3 +182,54 @@ def test_real_gpu_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     res = CliRunner().invoke(cli, ["restore", "--dry-run"], obj={})
     assert res.exit_code == 0 and "nothing to restore" in res.output
     assert Journal().entries() == []
+
+
+@pytest.fixture(params=["read-only tmpfs", "chattr +i"])
+def read_only_journal(request: pytest.FixtureRequest, tmp_path: Path,
+                      monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """GPUENV_STATE_DIR on a tmpfs of its own remounted read-only, or an immutable
+    directory (chattr +i): `make_read_only()` turns it so (every write EROFS / EPERM)."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only mount or an immutable directory needs root")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    journal = mnt / "journal"
+    if request.param == "read-only tmpfs":
+        argv = ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mnt)]
+        mounted = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if mounted.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        turn = ["mount", "-o", "remount,ro", str(mnt)]
+        undo = ["umount", str(mnt)]
+    else:
+        turn, undo = ["chattr", "+i", str(journal)], ["chattr", "-i", str(journal)]
+    monkeypatch.setenv("GPUENV_STATE_DIR", str(journal))
+
+    def make_read_only() -> None:
+        done = subprocess.run(turn, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"{' '.join(turn)}: {done.stderr.strip()}")
+
+    try:
+        yield make_read_only
+    finally:
+        subprocess.run(undo, capture_output=True, check=False)
+
+
+def test_restore_on_a_read_only_journal_puts_the_gpu_back_and_says_the_record_stays(
+    read_only_journal,  # type: ignore[no-untyped-def]
+) -> None:
+    before = state()
+    assert run("lock", "--sm", "1350").exit_code == 0  # both GPUs: the first one's record
+    records = sorted(p.name for p in Path(os.environ["GPUENV_STATE_DIR"]).iterdir())
+    read_only_journal()
+    res = run("restore")
+    assert res.exit_code == 2, res.output  # the record could not be cleared: not "done"
+    assert state() == before  # ... but both GPUs are back (it used to stop after the first)
+    assert "restored GPU 0" in res.output and "restored GPU 1" in res.output
+    assert "the GPUs were restored, but the journal could not be updated" in res.output
+    assert os.environ["GPUENV_STATE_DIR"] in res.output
+    assert "read-only file system" in res.output or "not permitted" in res.output
+    assert "Traceback" not in res.output
+    assert sorted(p.name for p in Path(os.environ["GPUENV_STATE_DIR"]).iterdir()) == records
+    assert len(Journal().entries()) == 2  # the journal is kept whole, not half-removed

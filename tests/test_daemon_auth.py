@@ -175,3 +175,10 @@ def test_connection_limits_are_configurable_and_checked() -> None:
     for bad in ("max_connections_per_user = 0", "idle_timeout = soon", "idle_timeout = 1e9"):
         with pytest.raises(ConfigError, match=bad.split()[0]):
             parse_config(f"[daemon]\n{bad}\n", source="gpuenvd.conf")
+
+
+def test_a_bad_metrics_address_in_a_config_names_the_file() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config("[daemon]\nmetrics = 127.0.0.1:99999\n", source="/etc/gpuenv/gpuenvd.conf")
+    assert str(err.value).startswith("/etc/gpuenv/gpuenvd.conf: metrics address")
+    assert "127.0.0.1:19400" in str(err.value)  # what to write instead

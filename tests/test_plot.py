@@ -187,7 +187,10 @@ def test_an_old_file_without_a_trace_still_plots_with_a_note(tmp_path):
     path = make_run(tmp_path, trace=False)
     fig = run_figure(load_run(path))
     assert NO_TRACE_NOTE in texts(fig)
-    assert [ln.get_gid() for ln in fig.axes[0].get_lines()].count("steps") == 2  # one a region
+    steps = [ln for ln in fig.axes[0].get_lines() if ln.get_gid() == "steps"]
+    assert len(steps) == 1  # one line for every region's steps, broken between regions
+    xs = list(steps[0].get_xdata())
+    assert sum(x != x for x in xs) == 1 and len(xs) > 3
     assert shaded(fig.axes[0]).keys() == {"cold", "hot"}
     assert TITLE.match(texts(fig)[0])
     assert plot_run(load_run(path), tmp_path / "old.png").endswith("old.png")
@@ -280,3 +283,46 @@ def test_the_h100_session_in_docs_plots_its_dynamics() -> None:
     title = texts(fig)[0]
     assert TITLE.match(title) and "NVIDIA H100 80GB HBM3" in title, title
     assert_apart(names(fig).values())
+
+
+def test_a_long_trace_is_drawn_as_min_and_max_per_slice_keeping_spikes_and_breaks():
+    from gpuenv.telemetry.trace import envelope
+
+    ts = [k * 0.025 for k in range(100_000)]
+    ys = [1980.0] * 100_000
+    ys[31_337] = 1200.0  # one sample's dip: a pixel column must still show it
+    ys[77_777] = 2100.0
+    ys[50_000] = float("nan")  # a break in the line
+    xs, drawn = envelope(ts, ys, 1000)
+    assert len(xs) <= 2 * 1000 + 10 and len(xs) == len(drawn)
+    assert min(y for y in drawn if y == y) == 1200.0 and max(drawn) == 2100.0
+    assert xs[drawn.index(1200.0)] == ts[31_337]
+    assert sum(y != y for y in drawn) == 1 and xs == sorted(xs)
+    assert envelope(ts[:500], ys[:500], 1000) == (ts[:500], ys[:500])  # short: as it is
+
+
+def test_thousands_of_regions_are_shaded_by_name_in_few_artists(tmp_path, sim):
+    """A session of 300 measurements (a 30 MB file holds 12,000): the bands go in one
+    collection per shade, the names in the legend with their counts, a note says so."""
+    pytest.importorskip("matplotlib")
+    from gpuenv.plot import MANY_REGIONS, run_figure
+    from gpuenv.session import stable
+
+    sim.open_context(0)
+    sim.idle(5)
+    path = tmp_path / "many.jsonl"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with stable(backend=sim, output=path, mode="burst") as env:
+            for k in range(300):
+                with env.measure(f"step {k % 9}"):
+                    sim.run_work(0, 0.02 * 1980e6, power_intensity=1.0)
+    fig = run_figure(load_run(path))
+    clk = fig.axes[0]
+    assert MANY_REGIONS < 300 and not shaded(clk) and not names(fig)
+    bands = [c for c in clk.collections if c.get_gid() == "regions"]
+    assert 1 <= len(bands) <= 7  # six shades and grey
+    labels = [t.get_text() for t in clk.get_legend().get_texts()]
+    assert "step 0 (x34)" in labels and "3 other names (x99)" in labels, labels
+    assert any("300 regions: shaded by name" in t for t in texts(fig))
+    assert len(clk.get_lines()) <= 4

@@ -339,3 +339,39 @@ def test_beside_dcgm_exporter_the_scrape_snippet_and_the_readme_joins_work(
     finally:
         _stop(proc)
         httpd.shutdown()  # type: ignore[attr-defined]
+
+
+def _daemon_with_metrics(tmp_path: Path, listen: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GPUENV_BACKEND": "sim", "GPUENV_STATE_DIR": str(tmp_path / "state")}
+    return subprocess.run(
+        [sys.executable, "-m", "gpuenv", "daemon", "--socket", str(tmp_path / "gpuenvd.sock"),
+         "--metrics", listen, "--log-level", "warning"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_a_metrics_port_in_use_stops_the_daemon_and_leaves_no_socket(tmp_path: Path) -> None:
+    """The daemon had bound its Unix socket before the metrics port failed: it exited
+    and left the socket file, which a client then found and could not reach."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        proc = _daemon_with_metrics(tmp_path, f"127.0.0.1:{port}")
+    finally:
+        taken.close()
+    assert proc.returncode != 0
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in proc.stderr
+    assert "choose another port" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "gpuenvd.sock").exists()
+
+
+def test_a_host_that_is_not_this_machine_is_not_told_to_choose_another_port(
+    tmp_path: Path,
+) -> None:
+    proc = _daemon_with_metrics(tmp_path, "192.0.2.1:19555")  # TEST-NET-1: nobody's address
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "192.0.2.1 is not an address of this machine" in proc.stderr, proc.stderr
+    assert "choose another port" not in proc.stderr
+    assert not (tmp_path / "gpuenvd.sock").exists()

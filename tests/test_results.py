@@ -84,6 +84,56 @@ def test_store_appends_each_measurement_durably_and_load_run_reads_them(tmp_path
     assert run.measurements[0] == measurement("a")
 
 
+def test_a_batch_of_measurements_is_written_with_one_fsync(tmp_path, monkeypatch):
+    # `gpuenv run` ends with every call's measurement at once: 10,000 fsyncs of one line
+    # each took 50 s of the summary; the batch is one write and one fsync
+    import gpuenv.results as results_module
+
+    synced: list[int] = []
+    real_fsync = results_module.os.fsync
+    monkeypatch.setattr(results_module.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    path = tmp_path / "run.jsonl"
+    with ResultStore(path, {}) as store:
+        store.extend(measurement(f"call {k}") for k in range(50))
+        store.extend([])  # nothing to write: no fsync either
+    assert len(synced) == 2  # the run's header line, then the 50 measurements
+    assert [m.name for m in load_run(path).measurements] == [f"call {k}" for k in range(50)]
+    results = Results({})
+    for k in range(20):
+        results.add(measurement(f"m {k}"))
+    synced.clear()
+    results.save(tmp_path / "saved.jsonl")
+    assert len(synced) == 2
+    assert len(load_run(tmp_path / "saved.jsonl").measurements) == 20
+
+
+def test_a_one_rep_measurement_writes_its_window_once_and_reads_back_whole(tmp_path):
+    # each of a `gpuenv run`'s 10,000 do_bench calls is a one-rep measurement: its summary
+    # window is its one window, and writing both made half of every line
+    path = tmp_path / "run.jsonl"
+    one = measurement("call", times=(0.002,))
+    many = measurement("gemm")
+    with ResultStore(path, {}) as store:
+        store.extend([one, many])
+    lines = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    assert "summary_windows" not in lines[0] and len(lines[0]["windows"]) == 1
+    assert len(lines[1]["summary_windows"]) == 1  # many reps: the summary is its own
+    back = load_run(path).measurements
+    assert back == (one, many)
+    assert back[0].telemetry == one.windows[0]
+
+
+def test_the_store_writes_what_to_dict_gives(tmp_path):
+    # the store encodes records from their fields (json_default), without a to_dict copy
+    m = measurement("gemm", extra={"labels": {"size": 4096}, "ci_s": (0.0014, None),
+                                   7: {"nested": [1, 2.5]}})  # fmt: skip
+    path = tmp_path / "run.jsonl"
+    with ResultStore(path, {}) as store:
+        store.append(m)
+    line = json.loads(path.read_text().splitlines()[1])
+    assert line == {"type": "measurement", "run_id": store.run_id, **m.to_dict()}
+
+
 def test_a_line_cut_short_by_a_crash_is_skipped_with_a_warning(tmp_path):
     path = tmp_path / "run.jsonl"
     with ResultStore(path, {}) as store:

@@ -121,8 +121,11 @@ def test_do_bench_drop_in(backend):
     assert isinstance(ms, float) and 0.001 < ms < 10
     assert last_measurement().windows
     triton_testing = pytest.importorskip("triton.testing")
-    theirs = triton_testing.do_bench(fn)
-    assert ms == pytest.approx(theirs, rel=0.25)  # same ballpark; the methods differ
+    # same ballpark; the methods differ. triton's fastest rep, not its median: its median of
+    # this 27 us matmul read 41 and 54 us in two of six H100 runs (2026-11-24), where its
+    # fastest rep and gpuenv's median agree
+    theirs = triton_testing.do_bench(fn, return_mode="min")
+    assert ms == pytest.approx(theirs, rel=0.25)
 
 
 def test_torch_benchmark_metadata(backend):

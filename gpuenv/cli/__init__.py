@@ -86,17 +86,21 @@ def _accept_global_flags(command: click.Command) -> None:
     --dry-run (lock, restore) keeps it; both mean the same.
     """
     have = {opt for p in command.params for opt in getattr(p, "opts", ())}
-    for flag, key, setting in (("--sim", "backend_kind", "sim"), ("--dry-run", "dry_run", True)):
+    for flag, callback in (("--sim", _root_setter("backend_kind", "sim")),
+                           ("--dry-run", _root_setter("dry_run", True)), ("--quiet", _quiet)):
         if flag not in have:
             command.params.append(
-                click.Option(
-                    [flag],
-                    is_flag=True,
-                    expose_value=False,
-                    hidden=True,
-                    callback=_root_setter(key, setting),
-                )
+                click.Option([flag], is_flag=True, expose_value=False, hidden=True,
+                             callback=callback)
             )
+
+
+def _quiet(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """--quiet: no progress line (gpuenv.progress), here and in what this command starts."""
+    if value:
+        import os
+
+        os.environ["GPUENV_QUIET"] = "1"
 
 
 def _available(name: str) -> bool:
@@ -112,6 +116,8 @@ def _available(name: str) -> bool:
     is_flag=True,
     help="Change nothing on any GPU: writes are refused and reported (like GPUENV_READONLY=1).",
 )
+@click.option("--quiet", is_flag=True, expose_value=False, callback=_quiet,
+              help="No progress line on stderr (like GPUENV_QUIET=1).")
 @click.version_option(package_name="gpuenv")
 @click.pass_context
 def cli(ctx: click.Context, sim: bool, dry_run: bool) -> None:
@@ -131,6 +137,9 @@ def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__
     import contextlib
     import sys
 
+    from gpuenv.progress import make_room
+
+    make_room()  # a progress line on the terminal: the warning goes on a line of its own
     with contextlib.suppress(OSError, ValueError):
         print(f"gpuenv: warning: {message}", file=sys.stderr)
 

@@ -216,7 +216,8 @@ def guarded() -> Iterator[None]:
             ConfigError(
                 f"a file is not text (byte {err.object[err.start : err.start + 1]!r} at "
                 f"offset {err.start})",
-                hint="pass the text file gpuenv wrote (.jsonl, .json), not an image or archive",
+                hint="pass the text file the command asks for (results, config), not an image "
+                "or archive",
             )
         )
     finally:

@@ -52,8 +52,10 @@ def compare(a: str, b: str, alpha: float, min_change: float, fail_above: float |
     many measurements each lock covered, and compares like with like.
     """
     from gpuenv.compare import compare_files, format_report
+    from gpuenv.progress import Progress, sized
 
-    report = compare_files(a, b, alpha=alpha, min_change=min_change)
+    with Progress(f"gpuenv compare: reading {sized(a)} and {sized(b)}"):
+        report = compare_files(a, b, alpha=alpha, min_change=min_change)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:

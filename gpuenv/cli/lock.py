@@ -221,7 +221,7 @@ def _restore_items(
 ) -> None:
     """Restore the journaled GPUs exactly and reset `reset` to defaults (or say what would be)."""
     from gpuenv.clocks import restore as do_restore
-    from gpuenv.clocks.restoring import restore_defaults
+    from gpuenv.clocks.restoring import JournalNotUpdated, restore_defaults
 
     todo = [it for it in items if it.blocked_by is None]
     if backend.readonly:
@@ -238,9 +238,15 @@ def _restore_items(
             )
         return
     if todo:
-        do_restore(
-            [it.index for it in todo], backend=backend, journal=journal, all_owners=all_owners
-        )
+        try:
+            do_restore(
+                [it.index for it in todo], backend=backend, journal=journal, all_owners=all_owners
+            )
+        except JournalNotUpdated:  # the GPUs are back: say so, then why it still exits 2
+            effect_done("the restore was done ('gpuenv status' shows the clocks now)")
+            for it in todo:
+                click.echo(f"restored {it.describe()}")
+            raise
     lines = list(restore_defaults(backend, reset, journal)) if reset else []
     if todo or reset:  # done before a word is printed (click.echo flushes each line)
         effect_done("the restore was done ('gpuenv status' shows the clocks now)")

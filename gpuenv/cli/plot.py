@@ -30,11 +30,18 @@ from gpuenv.cli._common import gpu_option, handle_errors
 def plot(run_file: str, output: str | None, gpu: str | None, title: str | None) -> None:
     """Plot SM clock, power and temperature of the last run in RUN.jsonl."""
     from gpuenv.plot import plot_run, recorded_gpu
+    from gpuenv.progress import Progress, sized
     from gpuenv.results import load_run
 
     if output is not None:  # '' is a bad name, not "the default" (it wrote somewhere else)
         validate.output_path(output, "-o")
-    run = load_run(run_file)
-    out = output if output is not None else \
-        (run_file[: -len(".jsonl")] if run_file.endswith(".jsonl") else run_file) + ".png"
-    click.echo(plot_run(run, out, title=title, gpu=None if gpu is None else recorded_gpu(run, gpu)))
+    with Progress(f"gpuenv plot: reading {sized(run_file)}") as progress:
+        run = load_run(run_file)
+        out = output if output is not None else \
+            (run_file[: -len(".jsonl")] if run_file.endswith(".jsonl") else run_file) + ".png"
+        chosen = None if gpu is None else recorded_gpu(run, gpu)
+        n = len(run.measurements)
+        progress.update(f"gpuenv plot: drawing {n:,} measurement{'' if n == 1 else 's'} to {out}")
+        written = plot_run(run, out, title=title, gpu=chosen)
+    click.echo(written)
+

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import click
 
 from gpuenv import validate
+from gpuenv._files import naming
 from gpuenv.backend import env_readonly
 from gpuenv.cli._common import (
     GPU_HELP,
@@ -138,8 +139,11 @@ def status(
         if filename is None:
             code = show(backend, gpus, opts, sys.stdout, sys.stderr)
         else:
-            with open(filename, "w", encoding="utf-8") as out:  # nvidia-smi -f replaces it
-                code = show(backend, gpus, opts, out, sys.stderr)
+            try:
+                with open(filename, "w", encoding="utf-8") as out:  # nvidia-smi -f replaces it
+                    code = show(backend, gpus, opts, out, sys.stderr)
+            except OSError as err:
+                raise naming(err, filename) from err
     finally:
         backend.close()
     if code:

@@ -36,6 +36,7 @@ from gpuenv import conditioning, stats, timing
 from gpuenv.backend import Backend, ReadOnlyBackend
 from gpuenv.conditioning import ConditionConfig
 from gpuenv.errors import ConfigError
+from gpuenv.progress import Progress, enabled, quiet
 from gpuenv.reasons import HELD_DOWN
 
 DEFAULT_DURATION_S = 180.0  # an H100 from cold settles in ~1-1.5 min under a 700 W matmul
@@ -169,17 +170,19 @@ def _calibrate_one(backend: Backend, g: int, *, duration_s: float,
         device = timing.CudaEvents(flush_l2=False, saturate=False, device=ordinal)
     sampler = Sampler(backend, [g], clock=device.clock)
     sampler.start()
+    line = Progress(stream=progress, delay_s=0) if progress is not None else None
     try:
         cc = ConditionConfig(sustained_timeout_s=duration_s, sustained_tol=CALIBRATE_TOL)
         cond = conditioning.precondition(
             _runner(device, fn), sampler, [g], device.clock, config=cc,
-            progress=_progress(progress, g),
+            progress=_progress(progress, g, line),
         )  # fmt: skip
         end = device.clock.now()
         final = sampler.samples(end - cc.sustained_window_s, end, g)
     finally:
         sampler.stop()
-    _finish_progress(progress)
+        if line is not None:
+            line.clear()
     return _result(backend, g, final, cond, what, save=save, state_dir=state_dir)
 
 
@@ -227,34 +230,29 @@ def _runner(device: timing.Device, fn: Callable[[], Any]) -> Callable[[float], f
     return lambda seconds: device.run_for(fn, seconds)
 
 
-def _progress(out: IO[str] | None, gpu: int) -> Callable[[str, bool], None] | None:
+def _progress(out: IO[str] | None, gpu: int,
+              line: Progress | None) -> Callable[[str, bool], None] | None:  # fmt: skip
+    """Each chunk's line: redrawn in place on a terminal (gpuenv.progress), else one line
+    every 5 s of load (a log keeps the history)."""
     if out is None:
         return None
-    tty = bool(getattr(out, "isatty", lambda: False)())
     last = [-1.0]
 
-    def show(line: str, settled: bool = False) -> None:
-        # "preconditioning  12.3 s: ..." -> a bar on a terminal, a line every 5 s otherwise
+    def show(text: str, settled: bool = False) -> None:
+        # "preconditioning  12.3 s: ..." -> "gpuenv calibrate GPU 0: load 12.3 s: ..."
         try:
-            elapsed = float(line.split("preconditioning", 1)[1].split("s:", 1)[0])
+            elapsed = float(text.split("preconditioning", 1)[1].split("s:", 1)[0])
         except (IndexError, ValueError):
             elapsed = 0.0
-        text = f"gpuenv calibrate GPU {gpu}: " + line.replace("preconditioning", "load").strip()
-        if tty:
-            out.write("\r\033[K" + text)
-            out.flush()
-        elif elapsed - last[0] >= 5.0:
+        text = f"gpuenv calibrate GPU {gpu}: " + text.replace("preconditioning", "load").strip()
+        if line is not None and line.on:
+            line.update(text)
+        elif not enabled(out) and elapsed - last[0] >= 5.0 and not quiet():
             last[0] = elapsed
             out.write(text + "\n")
             out.flush()
 
     return show
-
-
-def _finish_progress(out: IO[str] | None) -> None:
-    if out is not None and getattr(out, "isatty", lambda: False)():
-        out.write("\n")
-        out.flush()
 
 
 def default_progress() -> IO[str]:

@@ -85,10 +85,12 @@ class JournalNotUpdated(GpuenvError):
     def __init__(self, done: list[str], errors: list[GpuenvError]):
         self.done = done
         self.errors = errors
+        first = errors[0]
         super().__init__(
-            f"the GPUs were restored, but the journal could not be updated ({errors[0]})",
-            hint="once the state directory is writable, 'gpuenv restore --all' clears the "
-            "leftover record (restoring again puts back the same values)",
+            f"the GPUs were restored, but the journal could not be updated ({first.message})",
+            hint="its record still says locked, so 'gpuenv status' shows a lock that no "
+            "longer holds; once the state directory (GPUENV_STATE_DIR) is writable, "
+            "'gpuenv restore --all' clears it (restoring again puts back the same values)",
         )
 
 
@@ -167,13 +169,19 @@ def _gone(entry: JournalEntry) -> GpuenvError:
 
 
 def restore_and_clear(
-    backend: Backend, journal: Journal, entry: JournalEntry, indices: dict[str, int]
+    backend: Backend, journal: Journal, entry: JournalEntry, indices: dict[str, int],
+    journal_errors: list[GpuenvError] | None = None,
 ) -> None:
+    """Put `entry` back, then clear its record; with `journal_errors`, a record that cannot
+    be cleared is added there instead of raised (the GPU is back either way)."""
     index = indices.get(entry.uuid)
     if index is None:
         raise _gone(entry)
     restore_entry(backend, index, entry)
-    journal.remove(entry.uuid)
+    if journal_errors is None:
+        journal.remove(entry.uuid)
+    else:
+        _journal_step(journal_errors, journal.remove, entry.uuid)
 
 
 def reset_to_defaults(backend: Backend, index: int) -> list[str]:
@@ -382,10 +390,15 @@ def restore(
                     reason=getattr(backend, "reason", "read-only"),
                 )
             indices = {it.entry.uuid: it.index for it in items}
+            journal_errors: list[GpuenvError] = []
             for it in todo:
-                restore_and_clear(backend, journal, it.entry, indices)
+                # a journal that cannot be written (read-only, immutable, full) must not
+                # stop the next GPU's restore, nor hide that this one was put back
+                restore_and_clear(backend, journal, it.entry, indices, journal_errors)
                 restored.append(it.index)
             damaged = damaged_records(backend, gpus, journal=journal)
+        if journal_errors:
+            raise JournalNotUpdated([f"restored {it.describe()}" for it in todo], journal_errors)
         if damaged:
             raise damaged[0][1]
         blocked = [it for it in items if it.blocked_by is not None]

@@ -200,7 +200,10 @@ def _daemon_settings(d: configparser.SectionProxy, source: str) -> dict:
             kwargs[key] = _number(d[key], key, lo, hi, source)
     if d.get("metrics"):
         kwargs["metrics"] = d["metrics"]
-        parse_listen(d["metrics"])
+        try:
+            parse_listen(d["metrics"])
+        except ConfigError as err:  # the file it is in, as every other setting's error says
+            raise ConfigError(f"{source}: {err.message}", hint=err.hint) from None
     return kwargs
 
 

@@ -32,6 +32,7 @@ from gpuenv import errors as _errors
 from gpuenv.daemon import protocol
 from gpuenv.daemon.auth import DEFAULT_SOCKET
 from gpuenv.errors import GpuenvError
+from gpuenv.progress import Progress
 
 GpuSelector = int | str | Sequence[int | str] | None
 
@@ -181,11 +182,12 @@ class Client:
             sock.close()
             raise
         self._sock: _socket.socket | None = sock
+        limit = HELLO_TIMEOUT_S if timeout is None else min(timeout, HELLO_TIMEOUT_S)
         try:
-            self.info = self.call(
-                "hello", versions=list(protocol.SUPPORTED_VERSIONS), client=client,
-                timeout=HELLO_TIMEOUT_S if timeout is None else min(timeout, HELLO_TIMEOUT_S),
-            )
+            with Progress(f"gpuenv: waiting for gpuenvd at {self.path} to answer "
+                          f"(at most {limit:g} s)"):  # fmt: skip
+                self.info = self.call("hello", versions=list(protocol.SUPPORTED_VERSIONS),
+                                      client=client, timeout=limit)  # fmt: skip
         except BaseException:
             self.close()
             raise
@@ -300,18 +302,19 @@ class Client:
         label: str | None = None,
     ) -> Lease:
         """Take a lease; LockConflict names the holder unless it lets go within `wait` seconds."""
-        reply = self.call(
-            "lock",
-            gpus=_gpus_field(gpus),
-            sm=list(sm) if isinstance(sm, tuple) else sm,
-            sm_max=sm_max,
-            mem=list(mem) if isinstance(mem, tuple) else mem,
-            power_limit_w=power_limit_w,
-            standing=standing or None,
-            wait=wait or None,
-            label=label,
-            timeout=None if self.timeout is None else self.timeout + wait,
-        )
+        with Progress(f"gpuenv: waiting for gpuenvd's lease (at most {wait:g} s)" if wait else ""):
+            reply = self.call(
+                "lock",
+                gpus=_gpus_field(gpus),
+                sm=list(sm) if isinstance(sm, tuple) else sm,
+                sm_max=sm_max,
+                mem=list(mem) if isinstance(mem, tuple) else mem,
+                power_limit_w=power_limit_w,
+                standing=standing or None,
+                wait=wait or None,
+                label=label,
+                timeout=None if self.timeout is None else self.timeout + wait,
+            )
         return Lease(self, reply["lease"])
 
     def release(self, lease_id: str) -> dict[str, Any]:

@@ -331,6 +331,24 @@ class MetricsEndpoint:
         self.http.stop()
 
 
+def _bind_hint(err: OSError, host: str, port: int) -> str:
+    """What to do about a failed bind: the port is taken or privileged, or the host is
+    not this machine's (only then is another port no help)."""
+    import errno
+    import socket
+
+    if err.errno == errno.EADDRINUSE:
+        return (f"choose another port (--metrics {host}:{port + 1}), or stop what listens "
+                f"on {port} (ss -ltnp 'sport = :{port}')")  # fmt: skip
+    if err.errno == errno.EACCES:
+        return ("ports below 1024 need root: choose one above 1023 "
+                f"(--metrics {host}:{METRICS_PORT})")
+    if isinstance(err, socket.gaierror) or err.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+        return (f"{host} is not an address of this machine: listen on 127.0.0.1, 0.0.0.0 "
+                f"or one of its own addresses (ip -brief addr)")  # fmt: skip
+    return f"check the address, or choose another port (--metrics 127.0.0.1:{METRICS_PORT})"
+
+
 def start_metrics(server: Server, listen: str) -> MetricsEndpoint:
     """Serve /metrics on `listen` ("127.0.0.1:19400"; port 0 picks a free one)."""
     import logging
@@ -345,7 +363,7 @@ def start_metrics(server: Server, listen: str) -> MetricsEndpoint:
     except OSError as err:
         raise ConfigError(
             f"cannot serve metrics on {host}:{port}: {err.strerror or err}",
-            hint="choose another port",
+            hint=_bind_hint(err, host, port),
         ) from None
     logging.getLogger("gpuenv.daemon").info(
         "Prometheus metrics on http://%s:%d/metrics", host, http.port

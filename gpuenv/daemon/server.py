@@ -161,7 +161,11 @@ class Server:
         if self.config.metrics:
             from gpuenv.daemon.metrics import start_metrics
 
-            self._metrics = start_metrics(self, self.config.metrics)
+            try:
+                self._metrics = start_metrics(self, self.config.metrics)
+            except BaseException:
+                self.stop()  # a daemon that will not serve leaves no socket behind
+                raise
         import resource
 
         log.info(

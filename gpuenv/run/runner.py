@@ -40,6 +40,7 @@ from typing import IO, Any
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError
 from gpuenv.judge import read_facts
+from gpuenv.progress import Progress
 from gpuenv.results import Measurement
 from gpuenv.run.autoregions import child_env
 from gpuenv.run.perfgrid import grids, write_grids
@@ -295,28 +296,23 @@ class Runner:
             os.close(r_fd)
             if w_open:
                 os.close(w_fd)
-        try:
-            run.t1 = t_end
-            tracker.close_all(t_end)
-            summariser.flush(t_end, [run, *tracker.finished], final=True)
-        finally:
-            sampler.stop()
-        wall0 = time.time() - time.monotonic()
-        extra_run = self._run_extra(status, t_start, summariser, tracker, forwarded)
-        measurements = build_measurements(
-            tracker.finished,
-            run,
-            gpus=self.gpus,
-            facts=facts,
-            policy=self.policy,
-            stable_clocks=lock is not None,
-            wall_at=lambda t: wall0 + t,
-            extra_run=extra_run,
-        )
-        if store is not None:
-            with store:
-                for m in measurements:
-                    store.append(m)
+        # thousands of regions take seconds to judge and write: a terminal is told so
+        with Progress(f"gpuenv run: judging {len(tracker.finished) + 1:,} regions",
+                      stream=self.stderr, show=False if self.quiet else None):  # fmt: skip
+            try:
+                run.t1 = t_end
+                tracker.close_all(t_end)
+                summariser.flush(t_end, [run, *tracker.finished], final=True)
+            finally:
+                sampler.stop()
+            wall0 = time.time() - time.monotonic()
+            extra_run = self._run_extra(status, t_start, summariser, tracker, forwarded)
+            measurements = build_measurements(
+                tracker.finished, run, gpus=self.gpus, facts=facts, policy=self.policy,
+                stable_clocks=lock is not None, wall_at=lambda t: wall0 + t, extra_run=extra_run)
+            if store is not None:
+                with store:
+                    store.extend(measurements)
         result = RunResult(status, measurements, self.output, t_end - t_start, forwarded)
         self._report(result, lock, started_wall=wall0 + t_start)
         return result

@@ -142,4 +142,35 @@ def written_bound(seconds: float, period: float = DEFAULT_PERIOD_S,
     return math.floor(max_points * (2 + math.log2(max(seconds, fill_s) / fill_s) / 2)) + 1
 
 
-__all__ = ["MAX_POINTS", "SampleLog", "TracePieces", "trace_record", "written_bound"]
+def envelope(ts: Sequence[float], ys: Sequence[float],
+             slices: int) -> tuple[list[float], list[float]]:  # fmt: skip
+    """`ys` over `ts` in about 2 * `slices` points: each slice's lowest and highest sample in
+    time order, so a one-sample spike is still drawn; a NaN (a break in the line) kept."""
+    n = len(ts)
+    if n <= 2 * slices:
+        return list(ts), list(ys)
+    out_t: list[float] = []
+    out_y: list[float] = []
+    start = 0
+    for i in range(n + 1):
+        if i < n and ys[i] == ys[i]:
+            continue
+        if i > start:
+            pieces = max(1, round(slices * (i - start) / n))
+            step = (i - start) / pieces
+            for k in range(pieces):
+                lo = start + int(k * step)
+                hi = max(lo + 1, start + int((k + 1) * step))
+                a = min(range(lo, hi), key=ys.__getitem__)
+                b = max(range(lo, hi), key=ys.__getitem__)
+                for j in sorted({a, b}):
+                    out_t.append(ts[j])
+                    out_y.append(ys[j])
+        if i < n:
+            out_t.append(ts[i])
+            out_y.append(math.nan)
+        start = i + 1
+    return out_t, out_y
+
+
+__all__ = ["MAX_POINTS", "SampleLog", "TracePieces", "envelope", "trace_record", "written_bound"]

@@ -18,6 +18,7 @@ from gpuenv.backend import Backend
 from gpuenv.clocks.status import lock_holds
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
+from gpuenv.progress import Progress
 from gpuenv.telemetry import DRIVER_REFRESH_S, trace_record
 from gpuenv.timebase import Clock
 from gpuenv.timing import memo
@@ -66,8 +67,9 @@ def bench(
         name = "bench"
     say = _progress_fn(progress)
     place = _Place.open(cfg, session, backend, gpu, device)
-    try:
-        m = _Run(cfg, place, fn, name, say, verbose=bool(progress)).run()
+    try:  # a bench of seconds says on a terminal what it is doing (gpuenv.progress)
+        with Progress(f"gpuenv.bench {name}: warming up") as line:
+            m = _Run(cfg, place, fn, name, say, verbose=bool(progress), line=line).run()
     finally:
         place.close()
     if session is not None:
@@ -208,10 +210,12 @@ class _Run:
     """One bench: warmup, conditioning, reps, judging. The steps in the order they run."""
 
     def __init__(self, cfg: BenchConfig, place: _Place, fn: Callable[[], Any], name: str,
-                 say: Callable[[str], None], verbose: bool):  # fmt: skip
+                 say: Callable[[str], None], verbose: bool,
+                 line: Progress | None = None):  # fmt: skip
         self.cfg, self.place, self.fn, self.name, self.say = cfg, place, fn, name, say
         self.verbose = verbose
         self.from_start = False  # the first burst began with bench (see _condition)
+        self.line = line if line is not None else Progress(show=False)
         self.device = place.device
         self.clock = place.clock
         self.extra: dict[str, Any] = {
@@ -361,6 +365,8 @@ class _Run:
             counted = bursts.in_bursts_s() if bursts is not None and self.cfg.budget_in_bursts \
                 else clock.now() - start
             reason = rule.check(times, counted) if times else None
+            self.line.update(f"gpuenv.bench {self.name}: {len(out)} reps, {counted:.1f} s" + (
+                f" of {rule.budget_s:g} s" if math.isfinite(rule.budget_s) else ""))
             if reason is None and max_reps is not None and len(out) >= max_reps:
                 reason = "max_reps"
             if reason is not None:

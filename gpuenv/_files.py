@@ -43,11 +43,13 @@ def _refuse(path: str, why: str, what: str) -> UnsafePath:
     )
 
 
-def _owner_name(uid: int) -> str:
+def account(uid: int) -> str:
+    """An account as every refusal names it: "mallory (uid 1001)", or "uid 1001" when the
+    account has no name (the one lookup: files refused here, the fake gpuenvd's socket)."""
     import pwd
 
     try:
-        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except KeyError:
         return f"uid {uid}"
 
@@ -62,7 +64,7 @@ def _trust(st: os.stat_result, shown: str, what: str) -> None:
     """A directory on the way: root's or ours, and only its owner may change its entries."""
     me = os.geteuid()
     if st.st_uid not in (0, me):
-        raise _refuse(shown, f"belongs to {_owner_name(st.st_uid)}", what)
+        raise _refuse(shown, f"belongs to {account(st.st_uid)}", what)
     if _writable_by_others(st) and not st.st_mode & stat.S_ISVTX:
         raise _refuse(shown, f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o})", what)
 
@@ -141,7 +143,7 @@ def _check_place(fd: int, shown: str, *, mode: int, own: bool | None, what: str)
     me = os.geteuid()
     if own:
         if st.st_uid != me:
-            raise _refuse(shown, f"belongs to {_owner_name(st.st_uid)}, not to {_owner_name(me)}",
+            raise _refuse(shown, f"belongs to {account(st.st_uid)}, not to {account(me)}",
                           what)  # fmt: skip
         if stat.S_IMODE(st.st_mode) & ~mode & 0o7777:
             os.fchmod(fd, mode)  # the descriptor: never a name someone could have swapped

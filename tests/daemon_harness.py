@@ -35,8 +35,17 @@ def state_tuple(backend: SimBackend, index: int) -> tuple:
 class DaemonProcess:
     """gpuenvd in a subprocess: start, SIGKILL, restart; the GPU's truth from this side."""
 
-    def __init__(self, workdir: Path, *, n_gpus: int = 2, config: str | None = None, nice: int = 0):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        n_gpus: int = 2,
+        config: str | None = None,
+        nice: int = 0,
+        sample_period: float = 0.05,
+    ):
         self.nice = nice  # the shipped unit runs gpuenvd at Nice=-10
+        self.sample_period = sample_period
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.socket = str(self.workdir / "gpuenvd.sock")
@@ -74,7 +83,7 @@ class DaemonProcess:
             "--socket",
             self.socket,
             "--sample-period",
-            "0.05",
+            str(self.sample_period),
             "--log-level",
             "debug",
         ]
@@ -356,3 +365,33 @@ def _user() -> str:
     import pwd
 
     return pwd.getpwuid(os.getuid()).pw_name
+
+
+def mixed_load(socket_path: str, requests: int) -> int:
+    """Drive `requests` requests at gpuenvd the way many users do at once: one long
+    connection asking status and taking and releasing leases, a new short connection
+    (hello, status, close) every 10 requests and a subscriber (subscribe, one event,
+    unsubscribe, close) every 100. Returns the number of requests sent."""
+    from gpuenv.daemon.client import Client
+
+    sent = 0
+    with Client(socket_path) as long:
+        sent += 1  # its hello
+        while sent < requests:
+            i = sent
+            if i % 100 == 0:
+                with Client(socket_path) as sub:
+                    next(sub.subscribe(period=0.05, events=True))
+                    sub.call("unsubscribe")
+                sent += 3
+            elif i % 10 == 0:
+                with Client(socket_path) as short:
+                    short.status()
+                sent += 2
+            elif i % 4 == 0:
+                long.lock(sm=1350, gpus=[0]).release()
+                sent += 2
+            else:
+                long.status()
+                sent += 1
+    return sent

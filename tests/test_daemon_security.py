@@ -139,7 +139,9 @@ def test_the_journal_is_private_and_trusts_no_lock_file_another_could_open(tmp_p
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     os.chown(theirs, mallory.pw_uid, mallory.pw_gid)
-    with pytest.raises(ConfigError, match="belongs to uid"), Journal(theirs).locked():
+    # named as the client names a fake gpuenvd's socket owner (_files.account: one lookup)
+    who = rf"belongs to {mallory.pw_name} \(uid {mallory.pw_uid}\), not to root \(uid 0\)"
+    with pytest.raises(ConfigError, match=who), Journal(theirs).locked():
         pass
 
 

@@ -114,6 +114,17 @@ def test_a_fake_gpuenvd_of_another_account_is_refused_and_named(work: Path) -> N
             assert f"served by {mallory.pw_name}" in text, text
             assert f"belongs to {mallory.pw_name}" in text, text
         assert _truth(env) == before
+        # `gpuenv doctor` lists the fake as a finding and goes on with its other checks
+        out = _gpuenv(env, "doctor", "--json")
+        import json
+
+        report = json.loads(out.stdout)
+        names = [c["name"] for c in report["checks"]]
+        (daemon,) = [c for c in report["checks"] if c["name"] == "daemon"]
+        assert daemon["severity"] == "error" and out.returncode == 2, out.stdout
+        assert f"served by {mallory.pw_name}" in daemon["message"], daemon
+        assert f"belongs to {mallory.pw_name}" in daemon["message"], daemon
+        assert names.index("daemon") < names.index("power_limit") < names.index("persistence")
         # the account gpuenvd runs as, when named, is trusted (and only then)
         from gpuenv.daemon.client import Client
 

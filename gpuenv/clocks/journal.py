@@ -91,7 +91,10 @@ def _checksum(body: dict[str, Any]) -> str:
 def encode(entry: JournalEntry) -> bytes:
     """A record's bytes: its fields and a checksum of them."""
     body = entry.to_dict()
-    return json.dumps({**body, "checksum": _checksum(body)}, indent=1, sort_keys=True).encode()
+    # One line, no `indent`: json's pure-Python encoder (what `indent` takes) leaves ~30
+    # objects in reference cycles per call, garbage that piles up in gpuenvd (a journal write
+    # per lease) until a full collection and fragments its heap (docs/benchmarks.md, memory).
+    return json.dumps({**body, "checksum": _checksum(body)}, sort_keys=True).encode()
 
 
 def decode(path: Path, data: bytes, uuid: str) -> JournalEntry:

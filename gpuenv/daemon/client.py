@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from gpuenv import errors as _errors
+from gpuenv._files import account
 from gpuenv.daemon import protocol
 from gpuenv.daemon.auth import DEFAULT_SOCKET
 from gpuenv.errors import GpuenvError
@@ -60,7 +61,7 @@ def authenticate(sock: _socket.socket, path: str) -> None:
     if peer.uid in trusted:
         return
     try:
-        owner = _user_of(os.lstat(path).st_uid)
+        owner = account(os.lstat(path).st_uid)
     except OSError:
         owner = "an account that removed it since"
     raise DaemonNotTrusted(
@@ -71,15 +72,6 @@ def authenticate(sock: _socket.socket, path: str) -> None:
         "if it is not yours; a gpuenvd running as another account is named by '[daemon] "
         "user = NAME' in /etc/gpuenv/gpuenvd.conf or GPUENV_DAEMON_USER",
     )
-
-
-def _user_of(uid: int) -> str:
-    import pwd
-
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
 
 
 HELLO_TIMEOUT_S = 3.0  # a socket silent this long after connecting is not a working gpuenvd

@@ -48,6 +48,8 @@ MAX_CONNECTIONS = 256  # of users that are not admins, all together
 # connections the kernel queues before accept: a client's connect with a timeout fails at once
 # (EAGAIN) when the queue is full, and 200 clients starting together overflowed 128
 LISTEN_BACKLOG = 1024
+COLLECT_EVERY_S = 10.0  # a full garbage collection this often (serve_forever)
+RECV_BYTES = 65536  # a connection's read buffer
 HANGUP_POLL_S = 0.1  # how often a waiting lock checks that its client is still there
 
 
@@ -190,9 +192,17 @@ class Server:
         # track (telemetry/buffers.py), so they do not bring the stalls back.
         gc.collect()
         gc.freeze()
+        _steady_malloc()
+        # After the freeze a full collection comes only once a quarter of what was frozen has
+        # reached the oldest generation: under load the Python heap grew ~180 KB per 1,000
+        # requests between them (sys._debugmallocstats), given back by one gc.collect() (about
+        # 1 ms on the frozen heap). One every COLLECT_EVERY_S keeps it flat.
+        last = time.monotonic()
         try:
             while not self._stop.wait(1.0):
-                pass
+                if time.monotonic() - last >= COLLECT_EVERY_S:
+                    gc.collect()
+                    last = time.monotonic()
         finally:
             self.stop()
 
@@ -286,6 +296,11 @@ class Server:
 
     def _serve(self, conn: Conn) -> None:
         reader = protocol.LineReader()
+        # one buffer per connection: a recv(65536) per request was a 64 KiB malloc shrunk to
+        # the request's size, in the C allocator's arena of whichever thread served it, which
+        # fragmented those arenas (RSS kept growing with requests; docs/benchmarks.md)
+        buf = bytearray(RECV_BYTES)
+        view = memoryview(buf)
         try:
             while not conn.closed.is_set():
                 if not conn.wait_readable(self._idle_left(conn)):
@@ -298,11 +313,12 @@ class Server:
                         break
                     continue
                 try:
-                    data = conn.sock.recv(65536)
+                    n = conn.sock.recv_into(buf)
                 except OSError:
                     break
-                if not data:
+                if not n:
                     break
+                data = bytes(view[:n])
                 conn.last_active = time.monotonic()
                 for line in reader.feed(data):
                     if line is None:
@@ -371,6 +387,19 @@ class Server:
                     protocol.event("lease", sub=conn.event_sub, action=kind, lease=lease_info)
                 )
 
+
+def _steady_malloc() -> None:
+    """Keep glibc's mmap threshold at its default, 128 KiB. Left dynamic, the first large
+    block freed raises it for good: later large blocks come from the heap instead, and
+    gpuenvd's RSS stepped up by ~1 MB near 10,000 requests, never given back (with
+    MALLOC_MMAP_THRESHOLD_ set, no step: docs/benchmarks.md). Elsewhere than glibc: nothing."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+
+
+M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
 _TOO_LONG = protocol.ProtocolError(
     f"request longer than {protocol.MAX_LINE} bytes", hint="send one short JSON object per line"

@@ -56,16 +56,8 @@ def check_permission(ctx: Context) -> Iterable[Check]:
         yield Check("permission", "ok", "running as root: clocks can be locked")
         return
     path = ctx.host.socket_path
-    if _is_socket(path):
-        if _daemon_answers(path):
-            yield Check("permission", "ok", f"a gpuenv daemon answers on {path}: lock through it")
-        else:
-            yield Check(
-                "permission",
-                "warning",
-                f"{path} exists but no gpuenv daemon answers there",
-                "restart it: sudo gpuenv daemon",
-            )
+    if _daemon(ctx)[0] == "ok":
+        yield Check("permission", "ok", f"a gpuenv daemon answers on {path}: lock through it")
         return
     yield Check(
         "permission",
@@ -76,19 +68,37 @@ def check_permission(ctx: Context) -> Iterable[Check]:
     )
 
 
-def _is_socket(path: str) -> bool:
+def check_daemon(ctx: Context) -> Iterable[Check]:
+    """Who serves the daemon's socket, when there is one: gpuenvd, nobody, or a fake (an
+    account that is not gpuenvd's listening there: a finding, and the other checks go on)."""
+    severity, message, fix = _daemon(ctx)
+    if severity != "none":
+        yield Check("daemon", severity, message, fix)
+
+
+def _daemon(ctx: Context) -> tuple[str, str, str | None]:
+    """("none" | "ok" | "warning" | "error", the sentence, the fix) for the daemon's socket:
+    asked once per run (the permission and daemon checks both want it)."""
+    if "daemon" not in ctx.seen:
+        ctx.seen["daemon"] = _ask_daemon(ctx.host.socket_path)
+    return ctx.seen["daemon"]
+
+
+def _ask_daemon(path: str) -> tuple[str, str, str | None]:
     try:
-        return stat.S_ISSOCK(os.stat(path).st_mode)
+        if not stat.S_ISSOCK(os.stat(path).st_mode):
+            return "none", "", None
     except OSError:
-        return False
+        return "none", "", None
+    from gpuenv.daemon.client import DaemonNotTrusted, daemon_available
 
-
-def _daemon_answers(path: str) -> bool:
     try:
-        from gpuenv.daemon.client import daemon_available
-    except ImportError:
-        return True  # a socket is there; without the client we cannot ask more
-    return bool(daemon_available(path))
+        if daemon_available(path):
+            return "ok", f"gpuenvd answers on {path}", None
+    except DaemonNotTrusted as err:
+        return "error", err.message, err.hint
+    return "warning", f"{path} exists but no gpuenv daemon answers there", (
+        "restart it: sudo gpuenv daemon (or systemctl restart gpuenvd)")  # fmt: skip
 
 
 def _each_gpu(ctx: Context) -> Iterable[tuple[Backend, int]]:
@@ -283,7 +293,7 @@ def check_journal(ctx: Context) -> Iterable[Check]:
             )
 
 
-ACCESS_CHECKS: tuple[CheckFn, ...] = (check_driver, check_permission)
+ACCESS_CHECKS: tuple[CheckFn, ...] = (check_driver, check_permission, check_daemon)
 GPU_CHECKS: tuple[CheckFn, ...] = (
     check_processes,
     check_reasons,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuenv._records import JsonRecord
 from gpuenv.backend import Backend
@@ -55,6 +56,7 @@ class Context:
     gpus: Sequence[int]
     host: Host
     open_error: GpuenvError | None = None
+    seen: dict[str, Any] = field(default_factory=dict)  # answers checks share (one daemon hello)
 
 
 CheckFn = Callable[[Context], Iterable[Check]]

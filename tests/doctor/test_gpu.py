@@ -86,8 +86,18 @@ def test_permission_without_root_or_daemon(quiet_host: Host, tmp_path: Path) -> 
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(str(path))
         quiet_host.socket = str(path)
-        perm = by_name(diagnose(None, open_error=NvmlUnavailable(), host=quiet_host), "permission")
-        assert perm[0].severity == "warning" and "no gpuenv daemon answers" in perm[0].message
+        checks = diagnose(None, open_error=NvmlUnavailable(), host=quiet_host)
+        assert by_name(checks, "permission")[0].severity == "warning"
+        (daemon,) = by_name(checks, "daemon")
+        assert daemon.severity == "warning" and "no gpuenv daemon answers" in daemon.message
+        # root is told too (it may lock without the daemon, but its users go through it)
+        quiet_host.euid = 0
+        (daemon,) = by_name(diagnose(None, open_error=NvmlUnavailable(), host=quiet_host), "daemon")
+        assert daemon.severity == "warning"
+
+
+def test_no_daemon_socket_is_no_daemon_finding(quiet_host: Host) -> None:
+    assert by_name(diagnose(None, open_error=NvmlUnavailable(), host=quiet_host), "daemon") == []
 
 
 def test_simulated_gpu_without_root(quiet_host: Host) -> None:

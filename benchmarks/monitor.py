@@ -210,10 +210,34 @@ def run(args: argparse.Namespace) -> int:
         key = name.split(" (")[0].replace("gpuenv monitor", "monitor").replace(" ", "_")
         runner.metric(f"{key.replace('-', '')}_cpu_pct", cpu, "% of a core", slack=0.5)
         print(f"| {name} | {first} | {cpu:.2f} |")
+    cpus = {name: (c1[k] - c0[k]) / wall * 100 for k, (name, _) in enumerate(tools)}
+    if "nvitop (2 s)" in cpus and cpus["nvitop (2 s)"] > 0:
+        ratio = cpus["gpuenv monitor (1 s)"] / cpus["nvitop (2 s)"]
+        runner.metric("monitor_over_nvitop_cpu", ratio, "x", slack=0.2)
+        print(f"\ngpuenv monitor at 1 s uses {ratio:.2f}x nvitop's CPU (goal, issue 22: <= 0.5x); "
+              f"CPU seconds tick at 10 ms: +-{1 / args.seconds:.2f}% of a core at --seconds "
+              f"{args.seconds:g}")  # fmt: skip
     for name, tail in failures.items():
         print(f"\n{name}: no first frame naming {marker.decode()!r}; its last output:\n{tail!r}")
     shutil.rmtree(tmp, ignore_errors=True)
+    frames_table(args)
     return 0
+
+
+def frames_table(args: argparse.Namespace) -> None:
+    """What one frame of the live view reads and costs, in this process (monitor_frames)."""
+    from benchmarks import monitor_frames
+
+    frames = 60 if args.quick else 300
+    if args.sim:
+        rows = [("this checkout", monitor_frames.measure_sim(n, frames)) for n in (1, 8)]
+    else:
+        rows = [("this checkout", monitor_frames.measure_real(frames))]
+    print(f"\nPer frame, in process ({frames} frames of 1 s on a virtual clock: "
+          "benchmarks/monitor_frames.py):\n")  # fmt: skip
+    monitor_frames.table(rows)
+    for _, r in rows:
+        runner.metric(f"frame_cpu_ms_{r['gpus']}gpu", r["cpu_ms_per_frame"], "ms", slack=0.2)
 
 
 def gpu_name_line() -> str:

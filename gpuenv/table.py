@@ -9,6 +9,7 @@ variation selector or a zero-width joiner none (a GPU or region name may hold an
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from collections.abc import Collection, Sequence
 
@@ -17,6 +18,7 @@ from collections.abc import Collection, Sequence
 _ZERO_WIDTH_CATEGORIES = frozenset({"Mn", "Me", "Cf"})
 
 
+@functools.lru_cache(maxsize=4096)  # the monitor measures its glyphs hundreds of times a frame
 def char_width(ch: str) -> int:
     """Columns one character takes on a terminal: 0, 1 or 2."""
     if unicodedata.combining(ch) or unicodedata.category(ch) in _ZERO_WIDTH_CATEGORIES:
@@ -24,11 +26,23 @@ def char_width(ch: str) -> int:
     return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
 
 
+# Characters of one column each that views draw hundreds of a frame (printable ASCII, arrows,
+# box drawing, blocks, shapes): str.translate drops them in C, the rest is looked up. Made on
+# the first text that is not ASCII (a command that prints none does not pay for it).
+_ONE_COLUMN: dict[int, None] = {}
+_ONE_COLUMN_RANGES = ((0x20, 0x7F), (0xA0, 0x100), (0x2010, 0x2070), (0x2190, 0x2200),
+                      (0x2260, 0x2270), (0x2500, 0x2600), (0x2700, 0x2780))  # fmt: skip
+
+
 def display_width(text: str) -> int:
     """Columns `text` takes on a terminal (`len()` counts characters, not columns)."""
     if text.isascii():  # the common case, without a look-up a character
         return len(text)
-    return sum(char_width(ch) for ch in text)
+    if not _ONE_COLUMN:
+        _ONE_COLUMN.update((cp, None) for lo, hi in _ONE_COLUMN_RANGES for cp in range(lo, hi)
+                           if char_width(chr(cp)) == 1)  # fmt: skip
+    rest = text.translate(_ONE_COLUMN)
+    return len(text) - len(rest) + sum(map(char_width, rest))
 
 
 def cut(text: str, width: int) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tmpfs_harness import mount_tmpfs, unmount
 
 from gpuenv.cli import cli
 
@@ -194,14 +195,8 @@ def test_lock_says_why_it_goes_on_without_the_socket_and_does_not_wait_30_s(
 @pytest.fixture
 def full_disk(tmp_path: Path) -> Iterator[Path]:
     """A directory on a tmpfs of its own, filled to the last byte (root only)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
     mnt = tmp_path / "full"
-    mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                             capture_output=True, text=True, check=False)  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    mount_tmpfs(mnt, "size=64k")
     try:
         with contextlib.suppress(OSError), open(mnt / "filler", "wb") as f:
             while True:
@@ -209,8 +204,7 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
                 f.flush()
         yield mnt
     finally:
-        if subprocess.run(["umount", str(mnt)], check=False).returncode:
-            subprocess.run(["umount", "-l", str(mnt)], check=False)  # a file left open
+        unmount(mnt)
 
 
 def test_a_full_disk_names_the_file_that_could_not_be_written(
@@ -244,18 +238,12 @@ def test_a_results_line_cut_by_a_full_disk_names_the_file(full_disk: Path) -> No
 @pytest.fixture
 def read_only_dir(tmp_path: Path) -> Iterator[Path]:
     """An empty tmpfs of its own, mounted read-only (root only)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
     mnt = tmp_path / "ro"
-    mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(mnt)],
-                             capture_output=True, text=True, check=False)  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    mount_tmpfs(mnt, "size=64k,ro")
     try:
         yield mnt
     finally:
-        subprocess.run(["umount", str(mnt)], check=False)
+        unmount(mnt)
 
 
 def test_a_read_only_place_is_named_by_its_path_not_a_temporary_or_relative_name(

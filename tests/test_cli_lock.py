@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from tmpfs_harness import mount_tmpfs
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
@@ -192,16 +193,13 @@ def read_only_journal(request: pytest.FixtureRequest, tmp_path: Path,
     if os.geteuid() != 0:
         pytest.skip("a read-only mount or an immutable directory needs root")
     mnt = tmp_path / "mnt"
-    mnt.mkdir()
     journal = mnt / "journal"
     if request.param == "read-only tmpfs":
-        argv = ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mnt)]
-        mounted = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if mounted.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        mount_tmpfs(mnt, "size=1m,mode=0700")
         turn = ["mount", "-o", "remount,ro", str(mnt)]
         undo = ["umount", str(mnt)]
     else:
+        mnt.mkdir()
         turn, undo = ["chattr", "+i", str(journal)], ["chattr", "-i", str(journal)]
     monkeypatch.setenv("GPUENV_STATE_DIR", str(journal))
 

@@ -229,6 +229,6 @@ def test_the_board_and_the_host_are_read_as_nvitop_shows_them(sim, vclock):
     assert (v.compute_mode, v.mig_mode, v.bus_id) == ("Default", False, "00000000:18:00.0")
     assert model.host is not None and model.host.cpus and model.host.mem_total_gib
     sim.inject_fault(0, "not_supported", op="details")  # the board's extras go, nothing else
-    vclock.advance(5.0)
+    vclock.advance(model.board_period)
     (v,) = model.update()
     assert v.error is None and v.pstate == 0 and v.fan_pct is None and v.ecc_errors is None

@@ -154,8 +154,13 @@ def test_sort_reverse_and_filter_keys_reorder_the_processes(term):
     pids = [int(r.split()[0]) for r in text.splitlines() if re.match(r" +\d+ C ", r)]
     assert pids == sorted(pids) and "PID▲" in text
     t.tmux("send-keys", "-t", t.name, "/")  # reverse: the largest pid first
-    rev = t.wait_for(lambda s: "PID▼" in s)
-    assert [int(r.split()[0]) for r in rev.splitlines() if re.match(r" +\d+ C ", r)] == pids[::-1]
+
+    def rows(s: str) -> list[int]:
+        return [int(r.split()[0]) for r in s.splitlines() if re.match(r" +\d+ C ", r)]
+
+    # the whole frame, not a capture taken while tmux is part-way through drawing it
+    rev = t.wait_for(lambda s: "PID▼" in s and rows(s) == pids[::-1])
+    assert rows(rev) == pids[::-1]
     for _ in range(2):  # PID -> USER -> GPU MEM
         t.tmux("send-keys", "-t", t.name, ".")
     t.wait_for(lambda s: "GPU MEM▼" in s)

@@ -124,10 +124,13 @@ def graph(
     else:
         heights = [max(1, min(total, round((v - lo) / (hi - lo) * total))) for v in values]
     pad = " " * (width - len(values))
+    levels, empty, full = g.levels, g.levels[0], g.levels[steps]
     out = []
-    for r in range(rows - 1, -1, -1):
-        cells = (g.levels[max(0, min(steps, h - r * steps))] for h in heights)
-        out.append(pad + "".join(cells))
+    for r in range(rows - 1, -1, -1):  # each row, its cells by comparison (no min/max a cell)
+        base = r * steps
+        top = base + steps
+        out.append(pad + "".join([empty if h <= base else full if h >= top else levels[h - base]
+                                  for h in heights]))  # fmt: skip
     return out
 
 

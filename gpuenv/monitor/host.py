@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 GIB = 1024**3
+SWAP_PERIOD_S = 5.0  # swap is read this often (it moves slowly; its read costs the most)
 
 
 @dataclass(frozen=True)
@@ -28,11 +29,13 @@ class HostView:
 
 
 _primed = False
+_fixed: dict[str, float | int | None] = {}  # what does not change while the host runs
 
 
 def read_host() -> HostView:
     """The host now. The CPU share is since the previous read; the first one measures 0.1 s
-    (a share since psutil's import would read 0 % in a snapshot)."""
+    (a share since psutil's import would read 0 % in a snapshot). The CPU count and the
+    boot time are read once, swap at most every SWAP_PERIOD_S."""
     global _primed
     try:
         import psutil
@@ -42,18 +45,25 @@ def read_host() -> HostView:
     with contextlib.suppress(Exception):
         out["cpu_pct"] = float(psutil.cpu_percent(interval=None if _primed else 0.1))
         _primed = True
-        out["cpus"] = psutil.cpu_count()
+        if "cpus" not in _fixed:
+            _fixed["cpus"] = psutil.cpu_count()
+        out["cpus"] = _fixed["cpus"]
     with contextlib.suppress(Exception):
         vm = psutil.virtual_memory()
         out["mem_used_gib"], out["mem_total_gib"] = (vm.total - vm.available) / GIB, vm.total / GIB
     with contextlib.suppress(Exception):
-        sw = psutil.swap_memory()
-        out["swap_used_gib"], out["swap_total_gib"] = sw.used / GIB, sw.total / GIB
+        now = time.monotonic()
+        if now - float(_fixed.get("swap_at") or -1e18) >= SWAP_PERIOD_S:
+            sw = psutil.swap_memory()  # /proc/meminfo and all of /proc/vmstat: not each frame
+            _fixed.update(swap_at=now, swap_used=sw.used / GIB, swap_total=sw.total / GIB)
+        out["swap_used_gib"], out["swap_total_gib"] = _fixed["swap_used"], _fixed["swap_total"]
     with contextlib.suppress(Exception):
         one, five, fifteen = psutil.getloadavg()
         out["load"] = (float(one), float(five), float(fifteen))
     with contextlib.suppress(Exception):
-        out["uptime_s"] = max(0.0, time.time() - psutil.boot_time())
+        if "boot" not in _fixed:
+            _fixed["boot"] = psutil.boot_time()
+        out["uptime_s"] = max(0.0, time.time() - float(_fixed["boot"] or 0.0))
     return HostView(**out)  # type: ignore[arg-type]
 
 

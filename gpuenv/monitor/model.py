@@ -96,11 +96,12 @@ class GpuView:
 LockLookup = Callable[[Backend, int], "LockView | None"]
 
 
-def clocks_lock_view(backend: Backend, index: int) -> LockView:
-    """The lock on one GPU as gpuenv's journal knows it (NVML has no getter for locked clocks)."""
+def clocks_lock_view(backend: Backend, index: int, journal: Any = None) -> LockView:
+    """The lock on one GPU as gpuenv's journal knows it (NVML has no getter for locked clocks).
+    `journal`: a `Journal` to read (default: a new one on the default state directory)."""
     from gpuenv.clocks import lock_status
 
-    st = lock_status(backend, index)
+    st = lock_status(backend, index, journal)
     return LockView(
         locked_sm=st.range if st.locked else None,
         known=st.locked is not None,
@@ -115,12 +116,17 @@ def clocks_lock_view(backend: Backend, index: int) -> LockView:
 class MonitorModel:
     """Reads the GPUs and keeps a short history; `update()` returns one GpuView per GPU.
 
-    Reads: the cheap values, power limit, utilization, memory and processes every update;
-    the cumulative reason counters (with the energy counter, ~3 ms on an H100) at
-    most every `slow_period`; the lock from the journal at most every
+    Reads, per GPU: the cheap values (clocks, power, temperature, reasons), P-state,
+    utilization, memory and the process list's pids every update; the cumulative reason
+    counters (without the ~3 ms energy counter, which the monitor does not show) and the
+    power limit at most every `slow_period`; the lock from the journal at most every
     `lock_period` (whether it holds is checked against every update's clock); the board
-    (fan, ECC, compute mode: Backend.details, a few dozen NVML calls) with the slow
-    counters; the host (CPU, memory, load: host.py) once per update, into `host`.
+    (fan, ECC, compute mode: Backend.details, a few dozen NVML calls; persistence) at
+    most every `board_period`; the name, bus id, MIG mode and limits once. The processes'
+    snapshots (user, command, %CPU, %MEM, TIME: psutil per process, nvitop's on a real
+    GPU) when the list's pids change or at most every `process_period`; between them the
+    rows keep their snapshot and take each update's GPU memory (and SM share, where the
+    list has it). The host (CPU, memory, load: host.py) once per update, into `host`.
     """
 
     def __init__(
@@ -133,6 +139,8 @@ class MonitorModel:
         counter_s: float = 60.0,
         slow_period: float = 2.0,
         lock_period: float = 2.0,
+        board_period: float = 10.0,
+        process_period: float = 2.0,
         processes: bool | ProcessReader = True,
         lock_lookup: LockLookup | None = clocks_lock_view,
     ):
@@ -142,12 +150,15 @@ class MonitorModel:
         self.history_s = history_s
         self.counter_s = min(counter_s, history_s)
         self.slow_period = slow_period
+        self.board_period = board_period
+        self.process_period = process_period
         self._procs: ProcessReader | None = (
             (process_reader(backend) if processes is True else processes) if processes else None
         )
         self.lock_lookup = lock_lookup
         self.lock_period = lock_period
         self._locks: dict[int, tuple[float, LockView | None]] = {}
+        self._journal: Any = None  # the Journal clocks_lock_view reads, made on first use
         self._static: dict[int, dict[str, Any]] = {}
         self._history: dict[int, collections.deque[tuple[float, int]]] = {
             i: collections.deque() for i in self.gpus
@@ -159,6 +170,9 @@ class MonitorModel:
         self._since: dict[int, dict[int, tuple[float, bool]]] = {i: {} for i in self.gpus}
         self._updates = 0
         self._board: dict[int, tuple[float, dict[str, Any]]] = {}
+        self._power_limit: dict[int, tuple[float, float | None]] = {}
+        # GPU -> (time, pids, rows) of the last process snapshot
+        self._snaps: dict[int, tuple[float, frozenset[int], tuple[ProcView, ...]]] = {}
         self.host: HostView | None = None  # the host at the last update
 
     def _static_of(self, i: int) -> dict[str, Any]:
@@ -186,24 +200,50 @@ class MonitorModel:
         return views
 
     def _board_of(self, i: int, t: float) -> dict[str, Any]:
-        """P-state and persistence each update; fan, ECC and compute mode (Backend.details)
-        at most every slow_period. Each read on its own: one missing costs only itself."""
+        """P-state each update; fan, ECC, compute mode (Backend.details) and persistence
+        at most every board_period. Each read on its own: one missing costs only itself."""
         out: dict[str, Any] = {}
         with contextlib.suppress(GpuenvError):
             out["pstate"] = self.backend.performance_state(i)
-        with contextlib.suppress(GpuenvError):
-            out["persistence"] = self.backend.persistence_mode(i)
         cached = self._board.get(i)
-        if cached is None or t - cached[0] >= self.slow_period:
+        if cached is None or t - cached[0] >= self.board_period:
             slow: dict[str, Any] = {}
+            with contextlib.suppress(GpuenvError):
+                slow["persistence"] = self.backend.persistence_mode(i)
             with contextlib.suppress(GpuenvError):
                 d = self.backend.details(i)
                 mode = d.compute_mode
-                slow = {"fan_pct": d.fan_pct, "ecc_errors": d.ecc_total(),
-                        "compute_mode": None if mode is None
-                        else COMPUTE_MODES.get(mode, "?")}  # fmt: skip
+                slow.update(fan_pct=d.fan_pct, ecc_errors=d.ecc_total(),
+                            compute_mode=None if mode is None
+                            else COMPUTE_MODES.get(mode, "?"))  # fmt: skip
             self._board[i] = cached = (t, slow)
         return {**out, **cached[1]}
+
+    def _limit_of(self, i: int, t: float) -> float | None:
+        """The enforced power limit, read at most every slow_period."""
+        cached = self._power_limit.get(i)
+        if cached is None or t - cached[0] >= self.slow_period:
+            limit: float | None = None
+            with contextlib.suppress(GpuenvError):
+                limit = self.backend.power_limits(i).limit_w
+            self._power_limit[i] = cached = (t, limit)
+        return cached[1]
+
+    def _processes_of(self, i: int, t: float, reader: ProcessReader) -> tuple[ProcView, ...]:
+        """The rows: a fresh snapshot when the pids on the GPU changed or the last one is
+        process_period old; otherwise the last one with this update's GPU memory."""
+        try:
+            listed = {p.pid: p for p in self.backend.processes(i)}
+        except GpuenvError:
+            listed = None  # the reader says why, if it cannot read them either
+        cached = self._snaps.get(i)
+        if (listed is not None and cached is not None and t - cached[0] < self.process_period
+                and cached[1] == frozenset(listed)):  # fmt: skip
+            return tuple(_fresh(row, listed.get(row.pid)) for row in cached[2])
+        rows = reader(i)
+        if listed is not None:
+            self._snaps[i] = (t, frozenset(listed), rows)
+        return rows
 
     def _read(self, i: int) -> GpuView:
         t = self.clock.now()
@@ -243,8 +283,9 @@ class MonitorModel:
         extras: dict[str, Any] = self._board_of(i, t)
         # Each optional read on its own: one failing (not supported, no permission)
         # must not hide the others.
-        with contextlib.suppress(GpuenvError):
-            extras["power_limit_w"] = self.backend.power_limits(i).limit_w
+        limit = self._limit_of(i, t)
+        if limit is not None:
+            extras["power_limit_w"] = limit
         with contextlib.suppress(GpuenvError):
             util = self.backend.utilization(i)
             if util is not None:
@@ -255,7 +296,7 @@ class MonitorModel:
                 extras["mem_used_mib"], extras["mem_total_mib"] = mem.used_mib, mem.total_mib
         if self._procs is not None:
             try:
-                extras["processes"] = self._procs(i)
+                extras["processes"] = self._processes_of(i, t, self._procs)
             except GpuenvError as err:
                 extras["processes_error"] = str(err)
         if self.lock_lookup is not None:
@@ -266,8 +307,16 @@ class MonitorModel:
         cached = self._locks.get(i)
         if cached is None or t - cached[0] >= self.lock_period:
             assert self.lock_lookup is not None
+            lk: LockView | None
             try:
-                lk = self.lock_lookup(self.backend, i)
+                if self.lock_lookup is clocks_lock_view:  # one Journal for the monitor's life
+                    if self._journal is None:
+                        from gpuenv.clocks.journal import Journal
+
+                        self._journal = Journal()
+                    lk = clocks_lock_view(self.backend, i, self._journal)
+                else:
+                    lk = self.lock_lookup(self.backend, i)
             except GpuenvError:
                 lk = None
             self._locks[i] = cached = (t, lk)
@@ -287,7 +336,7 @@ class MonitorModel:
         ring = self._counters[i]
         if t - self._last_slow.get(i, -1e18) >= self.slow_period:
             try:
-                slow = self.backend.read_slow(i)
+                slow = self.backend.read_slow(i, energy=False)
             except GpuenvError:
                 slow = None
             if slow is not None and slow.reason_ns:
@@ -327,6 +376,16 @@ class MonitorModel:
                 )
             )
         return tuple(out)
+
+
+def _fresh(row: ProcView, listed: Any) -> ProcView:
+    """`row` with the GPU memory (and SM share) that this update's process list gives."""
+    if listed is None:
+        return row
+    sm = row.sm_pct if listed.sm_pct is None else listed.sm_pct
+    if (listed.used_memory_mib, sm) == (row.used_memory_mib, row.sm_pct):
+        return row
+    return dataclasses.replace(row, used_memory_mib=listed.used_memory_mib, sm_pct=sm)
 
 
 def _replace(view: GpuView, **changes: Any) -> GpuView:

@@ -26,7 +26,8 @@ from __future__ import annotations
 import errno as errno_mod
 import os
 
-# code -> meaning: the README's table is this one. 126/127 and 128+N belong to `gpuenv run`.
+# code -> meaning: docs/reference/exit-codes.md's table is this one. 126/127 and 128+N belong
+# to `gpuenv run`.
 EXIT_CODES: dict[int, str] = {
     0: "success (also: nothing to do, a dry run, a lock or restore done whose report could "
     "not be written to standard output: stderr says so)",

@@ -72,7 +72,7 @@ def good_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ],
 )
 def test_a_bad_number_or_name_is_one_sentence(args: list[str], needle: str) -> None:
-    # a GPU that is not there exits 6, nvidia-smi's "not found" (README's exit codes)
+    # a GPU that is not there exits 6, nvidia-smi's "not found" (docs/reference/exit-codes.md)
     refused(run(*args), needle, code=6 if needle.startswith("no GPU matches") else 2)
 
 

@@ -200,7 +200,7 @@ def test_a_real_prometheus_scrapes_gpuenvd(gpuenvd: int, tmp_path: Path) -> None
         _stop(proc)
 
 
-# -- beside dcgm-exporter: contrib/prometheus/dcgm-scrape.yml and the README's joins --------
+# -- beside dcgm-exporter: contrib/prometheus/dcgm-scrape.yml and the docs' joins ----------
 
 SCRAPE = ROOT / "contrib" / "prometheus" / "dcgm-scrape.yml"
 

@@ -1,5 +1,5 @@
-"""Regions from programs in other languages: the README's C example, and NVTX ranges
-(`gpuenv run --regions nvtx`, gpuenv/run/nvtx.py and nvtx_inject.c).
+"""Regions from programs in other languages: the docs' C example (docs/how-to/run.md), and
+NVTX ranges (`gpuenv run --regions nvtx`, gpuenv/run/nvtx.py and nvtx_inject.c).
 
 Built with the machine's C compiler (skipped without one); the NVTX client is
 built against the real NVTX 3 headers of the nvidia-nvtx-cu12 package (the test

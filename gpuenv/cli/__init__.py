@@ -4,7 +4,7 @@ Each command lives in its own module under gpuenv/cli/ and is imported only
 when it runs, so `gpuenv --help` and `gpuenv status` stay fast and never
 import torch.
 
-Exit codes (every command): gpuenv.errors.EXIT_CODES, the README's table (nvidia-smi's
+Exit codes (every command): gpuenv.errors.EXIT_CODES, docs/reference/exit-codes.md (nvidia-smi's
 numbers where one fits: 2 bad argument, 3 not supported, 4 no permission, 9 no driver).
 Every failure goes through `_common.guarded()`: one sentence on stderr, never a traceback.
 """

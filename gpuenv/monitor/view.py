@@ -21,7 +21,7 @@ from gpuenv.monitor.host import host_segments
 from gpuenv.monitor.model import GpuView
 from gpuenv.table import display_width
 
-KEY_HELP = (  # (keys, what they do): the help overlay and the README say the same
+KEY_HELP = (  # (keys, what they do): the help overlay and docs/how-to/monitor.md say the same
     ("q  Esc", "quit"),
     ("p  Space", "pause or resume the updates"),
     ("→ ↓ Tab j l", "select the next GPU"),

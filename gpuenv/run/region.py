@@ -32,7 +32,7 @@ call of a measuring function (do_bench, a Timer, a pytest-benchmark benchmark),
 its own measurement, grouped with the other calls of its site for display only.
 Other keys: "kind", "labels" (what distinguishes the call: {"size": 4096}),
 "returned_s" (the time the function returned), "plot" (its perf_report point).
-README.md has a C example. The fd is in GPUENV_REGION_FD; GPUENV_REGION_PIPE holds
+docs/how-to/run.md has a C example. The fd is in GPUENV_REGION_FD; GPUENV_REGION_PIPE holds
 "<st_dev>:<st_ino>" of that pipe, so that a process which inherited the
 variable but not the fd (a grandchild started with close_fds) does not write
 into whatever file now has that number: it checks with fstat first.

@@ -1,0 +1,140 @@
+"""The documentation site (mkdocs.yml, docs/): it builds with `mkdocs build --strict` (a dead
+link or anchor, a page outside the nav, an API name that is gone: each fails it), its CLI
+reference names every command, and a newcomer reaches every page within two clicks of the
+home page. README.md stays the short door into it, its links all leading somewhere."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+SECTIONS = ("tutorials", "how-to", "operations", "reference")
+# the `docs` extra of pyproject.toml, by the module each installs
+SITE_MODULES = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python",
+                "mkdocs_click")
+
+
+def _missing_site_modules() -> list[str]:
+    missing = []
+    for name in SITE_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # a parent package (mkdocstrings_handlers) is absent
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    missing = _missing_site_modules()
+    if missing:
+        pytest.skip(f"the docs extra is not installed ({', '.join(missing)} missing): "
+                    "pip install -e '.[docs]' to build the site")  # fmt: skip
+    out = tmp_path_factory.mktemp("site")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**_env(), "NO_MKDOCS_2_WARNING": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-6000:]}"
+    return out
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    env = dict(os.environ)
+    # the CLI reference imports gpuenv.cli from this checkout, whatever is installed
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def test_the_site_builds_strict(site: Path) -> None:
+    assert (site / "index.html").is_file()
+    assert (site / "benchmarks" / "index.html").is_file()
+
+
+def test_the_cli_reference_names_every_command_and_option(site: Path) -> None:
+    """Generated from the click commands: each command has its section, with its options."""
+    from gpuenv.cli import COMMANDS, cli
+
+    page = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
+    for name in COMMANDS:
+        assert f'id="gpuenv-{name}"' in page, f"gpuenv {name} is not in the CLI reference"
+    import click
+
+    ctx = click.Context(cli)
+    run = cli.get_command(ctx, "run")
+    assert run is not None
+    for param in run.params:
+        if isinstance(param, click.Option) and not param.hidden:
+            assert param.opts[0] in page, f"gpuenv run {param.opts[0]} is not in the reference"
+
+
+def test_the_api_reference_renders_the_docstrings(site: Path) -> None:
+    """mkdocstrings found each name (else the strict build fails) and wrote its docstring."""
+    import gpuenv.session
+    import gpuenv.timing.harness
+
+    for page, obj in (("session", gpuenv.session.stable), ("timing", gpuenv.timing.harness.bench)):
+        html = (site / "reference" / "api" / page / "index.html").read_text(encoding="utf-8")
+        # the docstring's first words as plain text (the page marks `code` up)
+        words = (obj.__doc__ or "").strip().replace("`", "").split()[:4]
+        text = re.sub(r"<[^>]+>", "", html)
+        assert words and " ".join(words) in text, f"{obj.__qualname__}'s docstring: {page}"
+
+
+def _links(md: Path) -> set[Path]:
+    """The pages a markdown page links to (relative .md links, anchors dropped)."""
+    text = md.read_text(encoding="utf-8")
+    out = set()
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        path = target.split("#", 1)[0]
+        if path and "://" not in path and path.endswith(".md"):
+            out.add((md.parent / path).resolve())
+    return out
+
+
+def test_every_page_is_within_two_clicks_of_the_home_page() -> None:
+    """Home links each section's index; each index links every page of its section."""
+    home = _links(DOCS / "index.md")
+    for section in SECTIONS:
+        index = (DOCS / section / "index.md").resolve()
+        assert index in home, f"the home page does not link {section}/index.md"
+        linked = _links(index)
+        for page in sorted((DOCS / section).rglob("*.md")):
+            if page.resolve() != index:
+                assert page.resolve() in linked, (
+                    f"{page.relative_to(ROOT)} is not linked from {section}/index.md")
+
+
+def test_the_readme_links_lead_somewhere() -> None:
+    """README.md is read on GitHub and PyPI, outside the site: each relative link is a file."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)\s]+)\)", readme)
+    assert any(t.startswith("docs/") for t in targets), "the README links the docs"
+    for target in targets:
+        path = target.split("#", 1)[0]
+        if path and "://" not in path:
+            assert (ROOT / path).exists(), f"README.md links {target}: no such file"
+
+
+def test_the_readme_stays_the_door() -> None:
+    """Two screens: what gpuenv is, the quick start's two commands, a picture and links. A
+    section of manual added to it belongs on a page of the site (docs/development.md, "The
+    documentation site", says which)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 80, "README.md grew past two screens: move it to docs/"
+    assert re.findall(r"(?m)^#{2,} (.+)$", readme) == ["Quick start", "Documentation"]
+    for command in ("pip install -e . && gpuenv demo", "pip install -e '.[dev]' && pytest"):
+        assert command in readme, f"the quick start lost `{command}`"
+    assert re.search(r"!\[[^\]]+\]\(docs/[^)]+\.png\)", readme), "the README shows a picture"

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks import runner
+from benchmarks._kernels import GpuEnv, kernels
 from gpuenv import timing
 from gpuenv.integrations import triton as gt
 
@@ -52,62 +53,32 @@ SCHEDULE = ("bursts", "burst_rests", "burst_rest_s", "burst_waits", "burst_clock
 Kernel = tuple[str, str, Callable[[], Any]]  # name, what it is, fn
 
 
-class Env:
+# benchmarks._kernels's names -> this benchmark's (its kept results use them), in order
+NAMES: list[tuple[str, str, str]] = [
+    ("mlp", "mlp_block", "gelu(X@W1)@W2, 8192x4096x16384 bf16 (~2.9 ms)"),
+    ("sdpa", "sdpa_2k", "attention 8x16x2048x128 bf16 (SDPA)"),
+    ("mm512", "mm512_f16", "512^3 fp16 matmul (~6 us)"),
+    ("relu1m", "relu_1m", "1M fp32 relu (~7 us)"),
+    ("mm8192", "mm8192_bf16", "8192^3 bf16 matmul (~1.4 ms)"),
+    ("mm2048", "mm2048_bf16", "2048^3 bf16 matmul (~27 us)"),
+    ("softmax", "softmax_8k", "softmax of 8192x8192 fp32"),
+    ("layernorm", "layernorm_16k", "layer norm of 16384x8192 fp16"),
+    ("conv", "conv_56", "3x3 conv 64x128x56x56 fp16 (cuDNN)"),
+    ("mm4096", "mm4096_bf16", "4096^3 bf16 matmul (~0.2 ms)"),
+]
+
+
+class Env(GpuEnv):
     """The GPU: torch kernels, idle, heavy load, wall time."""
 
     name = "gpu"
 
     def __init__(self) -> None:
         import torch
-        import torch.nn.functional as F
 
-        self.torch = torch
-
-        def randn(*shape: int, dtype: Any = torch.bfloat16) -> Any:
-            return torch.randn(*shape, device="cuda", dtype=dtype)
-
-        a512, b512 = randn(512, 512, dtype=torch.float16), randn(512, 512, dtype=torch.float16)
-        x1m = randn(1 << 20, dtype=torch.float32)
-        a2, b2 = randn(2048, 2048), randn(2048, 2048)
-        a4, b4 = randn(4096, 4096), randn(4096, 4096)
-        self.a8, self.b8 = randn(8192, 8192), randn(8192, 8192)
-        sm = randn(8192, 8192, dtype=torch.float32)
-        ln = randn(16384, 8192, dtype=torch.float16)
-        img = randn(64, 128, 56, 56, dtype=torch.float16).to(memory_format=torch.channels_last)
-        wconv = randn(128, 128, 3, 3, dtype=torch.float16).to(memory_format=torch.channels_last)
-        q, k, v = (randn(8, 16, 2048, 128) for _ in range(3))
-        x, w1, w2 = randn(8192, 4096), randn(4096, 16384), randn(16384, 4096)
-        a8, b8 = self.a8, self.b8
-        self.kernels: list[Kernel] = [
-            ("mlp_block", "gelu(X@W1)@W2, 8192x4096x16384 bf16 (~2.9 ms)",
-             lambda: F.gelu(x @ w1) @ w2),
-            ("sdpa_2k", "attention 8x16x2048x128 bf16 (SDPA)",
-             lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
-            ("mm512_f16", "512^3 fp16 matmul (~6 us)", lambda: a512 @ b512),
-            ("relu_1m", "1M fp32 relu (~7 us)", lambda: F.relu(x1m)),
-            ("mm8192_bf16", "8192^3 bf16 matmul (~1.4 ms)", lambda: a8 @ b8),
-            ("mm2048_bf16", "2048^3 bf16 matmul (~27 us)", lambda: a2 @ b2),
-            ("softmax_8k", "softmax of 8192x8192 fp32", lambda: sm.softmax(-1)),
-            ("layernorm_16k", "layer norm of 16384x8192 fp16", lambda: F.layer_norm(ln, (8192,))),
-            ("conv_56", "3x3 conv 64x128x56x56 fp16 (cuDNN)", lambda: F.conv2d(img, wconv)),
-            ("mm4096_bf16", "4096^3 bf16 matmul (~0.2 ms)", lambda: a4 @ b4),
-        ]
-        for _, _, fn in self.kernels:  # library set-up and lazy loading happen here
-            fn()
-        torch.cuda.synchronize()
-
-    now = staticmethod(time.monotonic)
-
-    def idle(self, seconds: float) -> None:
-        self.torch.cuda.synchronize()
-        time.sleep(seconds)
-
-    def load(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            for _ in range(8):
-                _ = self.a8 @ self.b8
-            self.torch.cuda.synchronize()
+        fns = kernels(torch)
+        self.kernels: list[Kernel] = [(name, what, fns[key]) for key, name, what in NAMES]
+        super().__init__(torch, fns["mm8192"])
 
     def tools(self) -> dict[str, Callable[[Callable[[], Any]], Any]]:
         import triton.testing as tt

@@ -41,6 +41,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from benchmarks._kernels import GpuEnv
 from benchmarks.runner import main as run_benchmark
 from benchmarks.runner import metric
 from gpuenv import timing
@@ -75,8 +76,10 @@ REHEAT_S = 2.0  # heavy load again before each further kernel of a hot phase: ea
                 # after load" (the power cap clears within ~0.5 s of the load stopping)
 
 
-class Env:
+class Env(GpuEnv):
     """The GPU side: kernels, idling, heavy load, a clock for wall times."""
+
+    load_calls = 16
 
     name = "gpu"
 
@@ -127,24 +130,10 @@ class Env:
             "relu1m": lambda: torch.relu(r1),
             "add_tiny": lambda: x + y,
         }
-        self._heavy = self.kernels["mm8192"]
         for fn in self.kernels.values():  # library set-up happens here, not in a tool
             fn()
         torch.cuda.synchronize()
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    def idle(self, seconds: float) -> None:
-        self.torch.cuda.synchronize()
-        time.sleep(seconds)
-
-    def load(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            for _ in range(16):
-                self._heavy()
-            self.torch.cuda.synchronize()
+        super().__init__(torch, self.kernels["mm8192"])
 
     def describe(self) -> dict[str, Any]:
         be, torch = self.backend, self.torch

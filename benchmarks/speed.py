@@ -38,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from benchmarks._kernels import GpuEnv, kernels
 from benchmarks.runner import main as run_benchmark
 from benchmarks.runner import metric
 from gpuenv import timing
@@ -66,52 +67,14 @@ GAP_GOAL, GAP_STRICT, SPREAD_GOAL = 0.01, 0.005, 0.005
 WALL_GOAL = {"cold": 2.0, "hot": 3.0}
 
 
-class Env:
+class Env(GpuEnv):
     """The GPU: the kernels, idle, heavy load, wall time, the two tools."""
 
     def __init__(self) -> None:
         import torch
-        import torch.nn.functional as F
 
-        self.torch = torch
-
-        def randn(*shape: int, dtype: Any = torch.bfloat16) -> Any:
-            return torch.randn(*shape, device="cuda", dtype=dtype)
-
-        a2, b2 = randn(2048, 2048), randn(2048, 2048)
-        a4, b4 = randn(4096, 4096), randn(4096, 4096)
-        self.a8, self.b8 = a8, b8 = randn(8192, 8192), randn(8192, 8192)
-        q, k, v = (randn(8, 16, 2048, 128) for _ in range(3))
-        sm = randn(8192, 8192, dtype=torch.float32)
-        ln = randn(16384, 8192, dtype=torch.float16)
-        img = randn(64, 128, 56, 56, dtype=torch.float16).to(memory_format=torch.channels_last)
-        wconv = randn(128, 128, 3, 3, dtype=torch.float16).to(memory_format=torch.channels_last)
-        x, w1, w2 = randn(8192, 4096), randn(4096, 16384), randn(16384, 4096)
-        h5a, h5b = randn(512, 512, dtype=torch.float16), randn(512, 512, dtype=torch.float16)
-        r1 = randn(1 << 20, dtype=torch.float32)
-        self.kernels: dict[str, Callable[[], Any]] = {
-            "mm2048": lambda: a2 @ b2, "mm4096": lambda: a4 @ b4, "mm8192": lambda: a8 @ b8,
-            "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-            "softmax": lambda: sm.softmax(-1), "layernorm": lambda: F.layer_norm(ln, (8192,)),
-            "conv": lambda: F.conv2d(img, wconv), "mlp": lambda: F.gelu(x @ w1) @ w2,
-            "mm512": lambda: h5a @ h5b, "relu1m": lambda: F.relu(r1),
-        }  # fmt: skip
-        for fn in self.kernels.values():  # library set-up and lazy loading happen here
-            fn()
-        torch.cuda.synchronize()
-
-    now = staticmethod(time.monotonic)
-
-    def idle(self, seconds: float) -> None:
-        self.torch.cuda.synchronize()
-        time.sleep(seconds)
-
-    def load(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            for _ in range(8):
-                _ = self.a8 @ self.b8
-            self.torch.cuda.synchronize()
+        self.kernels = kernels(torch)
+        super().__init__(torch, self.kernels["mm8192"])
 
     def tools(self) -> dict[str, Callable[[Callable[[], Any]], tuple[float, Any]]]:
         import triton.testing as tt

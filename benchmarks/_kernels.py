@@ -1,0 +1,64 @@
+"""A helper, not a benchmark: the GPU side the benchmarks that time torch kernels on a CUDA
+GPU share: a wall clock, idling, heavy load (`GpuEnv`), and issue 18/22's ten kernels
+(`kernels`: benchmarks.speed and benchmarks.dropin measure the same set, each under its own
+names)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def kernels(torch: Any) -> dict[str, Callable[[], Any]]:
+    """The ten kernels on the current CUDA device, by benchmarks.speed's names, set up (each
+    called once: library set-up and lazy loading happen here, not in a tool)."""
+    F = torch.nn.functional
+
+    def randn(*shape: int, dtype: Any = torch.bfloat16) -> Any:
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+
+    a2, b2 = randn(2048, 2048), randn(2048, 2048)
+    a4, b4 = randn(4096, 4096), randn(4096, 4096)
+    a8, b8 = randn(8192, 8192), randn(8192, 8192)
+    q, k, v = (randn(8, 16, 2048, 128) for _ in range(3))
+    sm = randn(8192, 8192, dtype=torch.float32)
+    ln = randn(16384, 8192, dtype=torch.float16)
+    img = randn(64, 128, 56, 56, dtype=torch.float16).to(memory_format=torch.channels_last)
+    wconv = randn(128, 128, 3, 3, dtype=torch.float16).to(memory_format=torch.channels_last)
+    x, w1, w2 = randn(8192, 4096), randn(4096, 16384), randn(16384, 4096)
+    h5a, h5b = randn(512, 512, dtype=torch.float16), randn(512, 512, dtype=torch.float16)
+    r1 = randn(1 << 20, dtype=torch.float32)
+    out: dict[str, Callable[[], Any]] = {
+        "mm2048": lambda: a2 @ b2, "mm4096": lambda: a4 @ b4, "mm8192": lambda: a8 @ b8,
+        "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "softmax": lambda: sm.softmax(-1), "layernorm": lambda: F.layer_norm(ln, (8192,)),
+        "conv": lambda: F.conv2d(img, wconv), "mlp": lambda: F.gelu(x @ w1) @ w2,
+        "mm512": lambda: h5a @ h5b, "relu1m": lambda: F.relu(r1),
+    }  # fmt: skip
+    for fn in out.values():
+        fn()
+    torch.cuda.synchronize()
+    return out
+
+
+class GpuEnv:
+    """Idle, heavy load (`heavy` back to back, `load_calls` between synchronizations) and a
+    wall clock, on a CUDA GPU."""
+
+    load_calls = 8
+    now = staticmethod(time.monotonic)
+
+    def __init__(self, torch: Any, heavy: Callable[[], Any]):
+        self.torch, self._heavy = torch, heavy
+
+    def idle(self, seconds: float) -> None:
+        self.torch.cuda.synchronize()
+        time.sleep(seconds)
+
+    def load(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for _ in range(self.load_calls):
+                self._heavy()
+            self.torch.cuda.synchronize()

@@ -23,12 +23,17 @@ _SCALARS = frozenset({int, float, str, bool, type(None)})
 _FIELDS: dict[type, tuple[str, ...]] = {}  # a record class's field names, looked up once
 
 
+def _names(record: Any) -> tuple[str, ...]:
+    """A record's field names, looked up once per class."""
+    names = _FIELDS.get(type(record))
+    if names is None:
+        names = _FIELDS[type(record)] = tuple(f.name for f in dataclasses.fields(record))
+    return names
+
+
 def to_dict(record: Any, omit: str | None = None) -> dict[str, Any]:
     """A plain dict of a record's fields (but `omit`), nested records and tuples included."""
-    cls = type(record)
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(record))
+    names = _names(record)
     values = getattr(record, "__dict__", None)
     if values is None:  # a record with __slots__
         return {n: _plain(getattr(record, n)) for n in names if n != omit}
@@ -39,10 +44,7 @@ def to_dict(record: Any, omit: str | None = None) -> dict[str, Any]:
 def fields(record: Any, omit: str | None = None) -> dict[str, Any]:
     """A record's fields (but `omit`) as a dict, values as they are: with `json_default`,
     a JSON encoder writes what `to_dict` gives without building it first."""
-    cls = type(record)
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(record))
+    names = _names(record)
     values = getattr(record, "__dict__", None)
     if values is None:
         return {n: getattr(record, n) for n in names if n != omit}

@@ -113,6 +113,30 @@ def clocks_lock_view(backend: Backend, index: int, journal: Any = None) -> LockV
     )
 
 
+class _JournalLocks:
+    """`clocks_lock_view` reading one `Journal` for the model's life, made on first use
+    (a Journal a read was most of what a lock lookup cost)."""
+
+    def __init__(self) -> None:
+        self.journal: Any = None
+
+    def __call__(self, backend: Backend, index: int) -> LockView:
+        if self.journal is None:
+            from gpuenv.clocks.journal import Journal
+
+            self.journal = Journal()
+        return clocks_lock_view(backend, index, self.journal)
+
+
+def _every(cache: dict[int, tuple[float, Any]], i: int, t: float, period: float,
+           read: Callable[[], Any]) -> tuple[float, Any]:  # fmt: skip
+    """GPU i's (time read, value) in `cache`, read again once it is `period` old."""
+    cached = cache.get(i)
+    if cached is None or t - cached[0] >= period:
+        cache[i] = cached = (t, read())
+    return cached
+
+
 class MonitorModel:
     """Reads the GPUs and keeps a short history; `update()` returns one GpuView per GPU.
 
@@ -155,10 +179,9 @@ class MonitorModel:
         self._procs: ProcessReader | None = (
             (process_reader(backend) if processes is True else processes) if processes else None
         )
-        self.lock_lookup = lock_lookup
+        self.lock_lookup = _JournalLocks() if lock_lookup is clocks_lock_view else lock_lookup
         self.lock_period = lock_period
         self._locks: dict[int, tuple[float, LockView | None]] = {}
-        self._journal: Any = None  # the Journal clocks_lock_view reads, made on first use
         self._static: dict[int, dict[str, Any]] = {}
         self._history: dict[int, collections.deque[tuple[float, int]]] = {
             i: collections.deque() for i in self.gpus
@@ -205,8 +228,8 @@ class MonitorModel:
         out: dict[str, Any] = {}
         with contextlib.suppress(GpuenvError):
             out["pstate"] = self.backend.performance_state(i)
-        cached = self._board.get(i)
-        if cached is None or t - cached[0] >= self.board_period:
+
+        def board() -> dict[str, Any]:
             slow: dict[str, Any] = {}
             with contextlib.suppress(GpuenvError):
                 slow["persistence"] = self.backend.persistence_mode(i)
@@ -216,18 +239,20 @@ class MonitorModel:
                 slow.update(fan_pct=d.fan_pct, ecc_errors=d.ecc_total(),
                             compute_mode=None if mode is None
                             else COMPUTE_MODES.get(mode, "?"))  # fmt: skip
-            self._board[i] = cached = (t, slow)
-        return {**out, **cached[1]}
+            return slow
+
+        return {**out, **_every(self._board, i, t, self.board_period, board)[1]}
 
     def _limit_of(self, i: int, t: float) -> float | None:
         """The enforced power limit, read at most every slow_period."""
-        cached = self._power_limit.get(i)
-        if cached is None or t - cached[0] >= self.slow_period:
-            limit: float | None = None
-            with contextlib.suppress(GpuenvError):
-                limit = self.backend.power_limits(i).limit_w
-            self._power_limit[i] = cached = (t, limit)
-        return cached[1]
+
+        def limit() -> float | None:
+            try:
+                return self.backend.power_limits(i).limit_w
+            except GpuenvError:
+                return None
+
+        return _every(self._power_limit, i, t, self.slow_period, limit)[1]
 
     def _processes_of(self, i: int, t: float, reader: ProcessReader) -> tuple[ProcView, ...]:
         """The rows: a fresh snapshot when the pids on the GPU changed or the last one is
@@ -304,25 +329,17 @@ class MonitorModel:
         return _replace(view, **extras)
 
     def _lock(self, i: int, t: float, sm_mhz: int) -> LockView | None:
-        cached = self._locks.get(i)
-        if cached is None or t - cached[0] >= self.lock_period:
-            assert self.lock_lookup is not None
-            lk: LockView | None
-            try:
-                if self.lock_lookup is clocks_lock_view:  # one Journal for the monitor's life
-                    if self._journal is None:
-                        from gpuenv.clocks.journal import Journal
+        lookup = self.lock_lookup
+        assert lookup is not None
 
-                        self._journal = Journal()
-                    lk = clocks_lock_view(self.backend, i, self._journal)
-                else:
-                    lk = self.lock_lookup(self.backend, i)
+        def read() -> LockView | None:
+            try:
+                return lookup(self.backend, i)
             except GpuenvError:
-                lk = None
-            self._locks[i] = cached = (t, lk)
-            return lk
-        lk = cached[1]
-        if lk is None or lk.locked_sm is None or t == cached[0]:
+                return None
+
+        read_at, lk = _every(self._locks, i, t, self.lock_period, read)
+        if lk is None or lk.locked_sm is None or t == read_at:
             return lk
         from gpuenv.clocks.status import lock_holds
 

@@ -61,10 +61,6 @@ def alice_daemon(work: Path) -> Iterator[tuple[pwd.struct_passwd, DaemonProcess]
         d.close()
 
 
-
-
-
-
 # -- 1. the journal's lock file --------------------------------------------------------------------
 
 FLOCK = (

@@ -28,6 +28,8 @@ import threading
 import time
 from typing import IO, Any
 
+from gpuenv.table import cut, display_width
+
 QUIET_ENV = "GPUENV_QUIET"
 DELAY_ENV = "GPUENV_PROGRESS_DELAY_S"  # DELAY_S otherwise (tests set 0: no timing in them)
 DELAY_S = 1.0  # work that ends sooner shows nothing
@@ -120,7 +122,7 @@ class Progress:
                 return
             text = f"{text} · {now - self._start:.0f} s"
             width = max(10, self._columns() - 1)
-            line = text if len(text) <= width else text[: width - 1] + "…"
+            line = text if display_width(text) <= width else cut(text, width - 1) + "…"
             if self._drawn and line == self._line:
                 return  # nothing new to say: the terminal is not written to
             self._drawn_at, self._line = now, line

@@ -199,3 +199,19 @@ with Progress("busy", delay_s=0) as p:
     assert before.endswith(b"\r\x1b[K")  # the line was taken off first
     assert after.startswith(b"\r\n") or after.startswith(b"\n")
     assert b"\rstill busy" in after  # and drawn again below it
+
+
+def test_a_line_of_wide_characters_is_cut_to_the_terminals_columns(monkeypatch) -> None:
+    """A path in CJK takes two columns a character: cut by len() it wrapped, and a wrapped
+    line cannot be redrawn in place."""
+    import io
+
+    from gpuenv.progress import Progress
+    from gpuenv.table import display_width
+
+    out = io.StringIO()
+    monkeypatch.setattr(Progress, "_columns", lambda self: 21)
+    p = Progress(stream=out, delay_s=0, show=True)
+    p.update("読み込み中 " * 10)
+    line = out.getvalue().split("\r")[-1].replace("\x1b[K", "")
+    assert line.endswith("…") and 18 <= display_width(line) <= 20

@@ -63,6 +63,17 @@ SIM_KERNELS = {  # (seconds at the top clock, power intensity)
     "conv": (0.2e-3, 0.9), "mlp": (2.9e-3, 1.0), "mm512": (6e-6, 0.3), "relu1m": (7e-6, 0.2),
 }
 PARTS = ("warmup_s", "burst_first_wait_s", "measure_s")
+
+
+def _variants() -> dict[str, dict[str, Any]]:
+    """gpuenv.bench settings tried beside the default (`--variants`), by name."""
+    import dataclasses
+
+    from gpuenv.timing.config import BENCH_CONDITIONING
+
+    clock = dataclasses.replace(BENCH_CONDITIONING, burst_ready="clock")
+    return {"clock": {"conditioning": clock}, "ci25": {"rel_ci": 0.0025},
+            "clock+ci25": {"conditioning": clock, "rel_ci": 0.0025}}
 GAP_GOAL, GAP_STRICT, SPREAD_GOAL = 0.01, 0.005, 0.005
 WALL_GOAL = {"cold": 2.0, "hot": 3.0}
 
@@ -81,6 +92,9 @@ class Env(GpuEnv):
 
         return {"do_bench": lambda fn: (tt.do_bench(fn) / 1e3, None),
                 "gpuenv": lambda fn: _gpuenv(timing.bench(fn))}
+
+    def variant(self, settings: dict[str, Any]) -> Callable[[Callable[[], Any]], tuple[float, Any]]:
+        return lambda fn: _gpuenv(timing.bench(fn, **settings))
 
     def describe(self) -> str:
         import triton
@@ -118,6 +132,9 @@ class SimEnv:
         return {"do_bench": self._do_bench_model,
                 "gpuenv": lambda fn: _gpuenv(timing.bench(fn, backend=self.backend))}
 
+    def variant(self, settings: dict[str, Any]) -> Callable[[Callable[[], Any]], tuple[float, Any]]:
+        return lambda fn: _gpuenv(timing.bench(fn, backend=self.backend, **settings))
+
     def _do_bench_model(self, fn: Callable[[], Any]) -> tuple[float, Any]:
         dev = timing.SimDevice(self.backend, 0, rep_probe_cycles=0)
         fn()
@@ -137,7 +154,9 @@ def _gpuenv(m: Any) -> tuple[float, dict[str, Any]]:
                 rests_s=x.get("burst_rest_s"), tiny=(x.get("tiny_kernel") or {}).get("method"),
                 rel_ci=x.get("rel_ci"), warmup_reps=x.get("warmup_reps"),
                 clock_mhz=x.get("rep_clock_mhz_median"), first_s=m.times_s[0],
-                last_s=m.times_s[-1], from_start=x.get("burst_from_start"))
+                last_s=m.times_s[-1], from_start=x.get("burst_from_start"),
+                findings=sorted({f.kind for f in m.findings}),
+                redos=x.get("burst_clock_redos"))
     return float(m.median_s), info
 
 
@@ -158,6 +177,9 @@ def spread(values: list[float]) -> float | None:
 def measure(env: Any, args: argparse.Namespace, kernels: list[str]) -> dict[str, Any]:
     """The side-by-side runs: per repeat, kernel and state, both tools (order alternating)."""
     tools = env.tools()
+    table = _variants()
+    for v in args.variants:
+        tools[f"gpuenv:{v}"] = env.variant(table[v])
     for name in kernels:  # a first call each: NVML start-up, profiler and library set-up
         for tool in tools.values():
             tool(env.kernels[name])
@@ -324,6 +346,32 @@ def summarize(runs: dict[str, Any], procs: list[dict[str, float]]) -> list[dict[
     return rows
 
 
+def variant_table(runs: dict[str, Any]) -> list[str]:
+    """The variants beside the default and do_bench: value cold / hot (gap), wall ratios to
+    do_bench, the wait before a hot call, run to run in process, findings and clock redos."""
+    lines = ["| kernel | variant | cold / hot (gap) | wall cold / hot: x do_bench | hot wait "
+             "| run to run in process | findings (hot) | clock redos |",
+             "| --- | --- | --- | ---: | ---: | ---: | --- | ---: |"]  # fmt: skip
+    for name, res in runs.items():
+        t = res["do_bench"]
+        if not t["cold"] or not t["hot"]:
+            continue
+        for tool, d in res.items():
+            if not tool.startswith("gpuenv") or not d["cold"] or not d["hot"]:
+                continue
+            cold, hot = _med(d["cold"], "s"), _med(d["hot"], "s")
+            rc = _med(d["cold"], "wall_s") / _med(t["cold"], "wall_s")
+            rh = _med(d["hot"], "wall_s") / _med(t["hot"], "wall_s")
+            rtr = max(spread([c["s"] for c in d[st]]) or 0.0 for st in ("cold", "hot"))
+            found = sorted({k for c in d["hot"] for k in c.get("findings") or []})
+            redos = sum(c.get("redos") or 0 for st in ("cold", "hot") for c in d[st])
+            lines.append(f"| {DESCRIPTION[name]} | {tool.partition(':')[2] or 'default'} "
+                         f"| {_us(cold)} / {_us(hot)} ({abs(cold - hot) / ((cold + hot) / 2):.2%}) "
+                         f"| {rc:.2f}x / {rh:.2f}x | {_med(d['hot'], 'burst_first_wait_s'):.3f} s "
+                         f"| {rtr:.2%} | {', '.join(found) or '-'} | {redos} |")  # fmt: skip
+    return lines
+
+
 def report(rows: list[dict[str, Any]], tiny: dict[str, Any], head: str,
            skipped: list[str]) -> None:  # fmt: skip
     print(head)
@@ -398,6 +446,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write cProfile's top N of a cold and a hot call to $OUT/speed_profile.txt")
     p.add_argument("--recovery", type=int, default=0,
                    help="times to follow the clock's and NVML's recovery after load")
+    p.add_argument("--variants", default="", help="gpuenv.bench settings tried beside the "
+                   "default, comma-separated: " + ", ".join(_variants()))
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -406,6 +456,10 @@ def run(args: argparse.Namespace) -> int:
     bad = [k for k in kernels if k not in KERNELS]
     if bad:
         raise SystemExit(f"unknown kernels {bad}; choose from {', '.join(KERNELS)}")
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in args.variants if v not in _variants()]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; choose from {', '.join(_variants())}")
     env: Any = SimEnv() if args.sim else Env()
     if args.child:
         child(env, args, kernels)
@@ -424,6 +478,12 @@ def run(args: argparse.Namespace) -> int:
             f"{args.load} s of 8192^3 matmuls; wall {'virtual ' if args.sim else ''}seconds; "
             f"total {time.monotonic() - t0:.0f} s (real)")
     report(rows, tiny, head, got["skipped"])
+    if args.variants:
+        print()
+        print("gpuenv.bench's settings side by side (medians over the repeats; x do_bench: "
+              "wall time against do_bench's in the same state):")
+        print()
+        print("\n".join(variant_table(got["runs"])))
     if rec:
         print()
         print("After the load stops (a 0.2 ms spin's clock every ~10 ms beside NVML): the clock "

@@ -68,6 +68,11 @@ class ConditionConfig:
         measurement, not between its bursts. None: temperature is not waited for.
       burst_clock_rel: "uncapped" is an SM clock within this fraction of the
         maximum (or inside the locked range).
+      burst_ready: "reasons": ready when the newest samples show no held-down reason
+        (after heavy load the H100's power-cap bit stays ~0.5 s, the clock one 15 MHz
+        step under its maximum until it clears); "clock": when the clock is back within
+        `burst_clock_rel`, a SW power-cap bit alone not waited for (thermal and HW
+        slowdowns still are).
       poll_s: how often to look while waiting.
     sustained
       sustained_chunk_s: the work runs in chunks this long; each gives one point
@@ -90,6 +95,7 @@ class ConditionConfig:
     burst_timeout_s: float = 30.0
     burst_temp_margin_c: float | None = 5.0
     burst_clock_rel: float = 0.02
+    burst_ready: str = "reasons"
     burst_idle_temp_c: float | None = None
     poll_s: float = 0.05
     sustained_chunk_s: float = 0.5
@@ -101,9 +107,12 @@ class ConditionConfig:
     temp_sensitivity: float = 0.01
 
     def __post_init__(self) -> None:
-        if self.burst_wait not in ("fresh", "seen") or not 0 < self.burst_duty <= 1:
-            raise ConfigError(f"burst_wait {self.burst_wait!r} / burst_duty {self.burst_duty}",
-                              hint="burst_wait is 'fresh' or 'seen'; 0 < burst_duty <= 1")
+        if self.burst_wait not in ("fresh", "seen") or not 0 < self.burst_duty <= 1 \
+                or self.burst_ready not in ("reasons", "clock"):
+            raise ConfigError(f"burst_wait {self.burst_wait!r} / burst_duty {self.burst_duty} / "
+                              f"burst_ready {self.burst_ready!r}",
+                              hint="burst_wait is 'fresh' or 'seen'; 0 < burst_duty <= 1; "
+                                   "burst_ready is 'reasons' or 'clock'")
 
 
 DEFAULT = ConditionConfig()
@@ -130,16 +139,21 @@ def recovered(
         # not block the measurement)
         return sampler.latest(gpu) is None
     newest = fresh[-2:]
-    if len(newest) < 2 or any(s.reasons & HELD_DOWN for s in newest):
+    # "clock": the clock itself says whether the cap still holds it (a GPU whose maximum
+    # is not known waits for the bit)
+    by_clock = config.burst_ready == "clock" and facts is not None and bool(
+        facts.lock_range_mhz or facts.max_sm_mhz)
+    held = HELD_DOWN & ~Reason.SW_POWER_CAP if by_clock else HELD_DOWN
+    if len(newest) < 2 or any(s.reasons & held for s in newest):
         return False
-    s = newest[-1]
-    if not s.reasons & Reason.GPU_IDLE and facts is not None:
-        rng = facts.lock_range_mhz
-        if rng is not None:
-            if not lock_holds(s.sm_mhz, rng, lock_tolerance_mhz):
+    for s in newest if by_clock else newest[-1:]:
+        if not s.reasons & Reason.GPU_IDLE and facts is not None:
+            rng = facts.lock_range_mhz
+            if rng is not None:
+                if not lock_holds(s.sm_mhz, rng, lock_tolerance_mhz):
+                    return False
+            elif facts.max_sm_mhz and s.sm_mhz < (1 - config.burst_clock_rel) * facts.max_sm_mhz:
                 return False
-        elif facts.max_sm_mhz and s.sm_mhz < (1 - config.burst_clock_rel) * facts.max_sm_mhz:
-            return False
     idle = config.burst_idle_temp_c if config.burst_idle_temp_c is not None else idle_temp_c
     margin = config.burst_temp_margin_c
     return idle is None or margin is None or s.temp_c <= idle + margin

@@ -121,3 +121,48 @@ def test_reps_after_the_cap_cleared_are_not_charged_the_cap_before_them():
     assert all(w.sm_mhz_mean == 1980 for w in m.windows)
     assert "power_cap" not in {f.kind for f in m.findings}
     assert m.verdict == "ok"
+
+
+class _Samples:
+    """What conditioning.recovered reads: samples after a time, and the newest one."""
+
+    def __init__(self, rows: list[tuple[float, int, int]]):  # (t, SM MHz, reasons)
+        from gpuenv.telemetry import Sample
+
+        self.rows = [Sample(t, 0, mhz, 2619, 300.0, 40.0, reasons) for t, mhz, reasons in rows]
+
+    def samples(self, t0, t1, gpu):
+        return [s for s in self.rows if s.t >= t0 and (t1 is None or s.t <= t1)]
+
+    def latest(self, gpu):
+        return self.rows[-1] if self.rows else None
+
+
+@pytest.mark.parametrize(("rows", "reasons_ready", "clock_ready"), [
+    # after heavy load on the H100: the clock one step down, the cap bit still set
+    ([(1.0, 1965, 0x4), (1.1, 1965, 0x4)], False, True),
+    # the clock still held down: neither starts
+    ([(1.0, 1965, 0x4), (1.1, 1500, 0x4)], False, False),
+    ([(1.0, 1500, 0x4), (1.1, 1965, 0x4)], False, False),  # both newest must be back
+    # a thermal slowdown is waited for either way
+    ([(1.0, 1980, 0x20), (1.1, 1980, 0x20)], False, False),
+    ([(1.0, 1980, 0), (1.1, 1980, 0)], True, True),
+])  # fmt: skip
+def test_burst_ready_clock_starts_once_the_clock_is_back_with_the_cap_bit_still_set(
+        rows, reasons_ready, clock_ready):  # fmt: skip
+    from gpuenv import conditioning
+    from gpuenv.verdict import GpuFacts
+
+    facts = GpuFacts(max_sm_mhz=1980.0)
+    for ready, how in ((reasons_ready, "reasons"), (clock_ready, "clock")):
+        cc = ConditionConfig(burst_ready=how)
+        assert conditioning.recovered(_Samples(rows), 0, since=0.5, facts=facts,
+                                      config=cc) is ready, how
+    if rows[0][2] == 0x4 and clock_ready:  # no known maximum clock: the bit is all there is
+        assert not conditioning.recovered(_Samples(rows), 0, since=0.5, facts=None,
+                                          config=ConditionConfig(burst_ready="clock"))
+
+
+def test_burst_ready_is_checked():
+    with pytest.raises(ConfigError, match="burst_ready"):
+        ConditionConfig(burst_ready="soon")

@@ -86,8 +86,8 @@ def test_without_warmup_the_ramp_is_in_the_numbers_and_found():
 
 
 def test_stopping_rule_takes_more_reps_when_noisy_and_stops_on_budget(sim):
-    quiet = timing.bench(noisy_kernel(sim, MATMUL_S, 0.002), backend=sim, budget_s=5)
-    noisy = timing.bench(noisy_kernel(sim, MATMUL_S, 0.05), backend=sim, budget_s=5)
+    quiet = timing.bench(noisy_kernel(sim, MATMUL_S, 0.002), backend=sim, budget_s=30)
+    noisy = timing.bench(noisy_kernel(sim, MATMUL_S, 0.05), backend=sim, budget_s=30)
     assert quiet.extra["stop_reason"] == noisy.extra["stop_reason"] == "converged"
     assert noisy.stats.n > 3 * quiet.stats.n
     assert noisy.extra["rel_ci"] <= 0.01

@@ -114,7 +114,7 @@ def test_gpuenv_plot_says_what_it_is_doing_on_a_terminal(tmp_path: Path) -> None
 
 
 def test_a_wait_for_the_gpu_says_which_clock_it_waits_for() -> None:
-    from gpuenv.conditioning import _waiting
+    from gpuenv.conditioning.burst import _waiting
     from gpuenv.reasons import Reason
     from gpuenv.telemetry import Sample
     from gpuenv.verdict import GpuFacts

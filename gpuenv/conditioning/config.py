@@ -1,0 +1,87 @@
+"""Every threshold of the burst and sustained conditions: one `ConditionConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuenv.errors import ConfigError
+
+CONDITIONS = ("burst", "sustained")
+
+
+@dataclass(frozen=True)
+class ConditionConfig:
+    """Every threshold of the burst and sustained conditions.
+
+    burst
+      burst_s: GPU time per burst of reps; the SW power cap engages within
+        100-300 ms on an H100, so a burst ends well before it can.
+      burst_duty: rest at least (1 / duty - 1) x the burst between bursts.
+      burst_wait: after that rest, "fresh": wait until samples taken one driver
+        refresh after the burst show the GPU cool and uncapped (gpuenv.bench: a
+        rest of >= 0.1 s); "seen": wait so only while the newest samples, or a rep's
+        probed clock, show it held down (the do_bench drop-in, whose budget is a few
+        bursts: a rest of one driver refresh each would double its wall time).
+      burst_power_tau_s: the rests follow the power the cap controller acts on: a
+        first-order filter of the power with this time constant (the H100's cap
+        engages 100-300 ms into a heavy load: ~0.15 s). Before each burst, rest until
+        the filter, driven by the heaviest instant power seen in this measurement
+        during the burst to come, stays under `burst_power_target` x the limit: a
+        light kernel never rests, a heavy one as little as keeps it off the cap
+        whatever its budget. None (or no power reading): the duty rule above.
+      burst_power_target: that fraction of the power limit.
+      burst_timeout_s: the longest wait for the GPU to recover; after it, measure
+        anyway (the findings say what state the GPU was in) and say so.
+      burst_temp_margin_c: "cool" is within this of the idle temperature (the
+        session's starting temperature, or `burst_idle_temp_c`); checked before a
+        measurement, not between its bursts. None: temperature is not waited for.
+      burst_clock_rel: "uncapped" is an SM clock within this fraction of the
+        maximum (or inside the locked range).
+      burst_ready: "reasons": ready when the newest samples show no held-down reason
+        (after heavy load the H100's power-cap bit stays ~0.5 s, the clock one 15 MHz
+        step under its maximum until it clears); "clock": when the clock is back within
+        `burst_clock_rel`, a SW power-cap bit alone not waited for (thermal and HW
+        slowdowns still are).
+      poll_s: how often to look while waiting.
+    sustained
+      sustained_chunk_s: the work runs in chunks this long; each gives one point
+        (time per call or clock, temperature).
+      sustained_window_s: the drift still to come is fitted over this much history.
+      sustained_tol: equilibrium when the predicted drift still to come is below
+        this fraction of the signal, for the signal and through the temperature.
+      sustained_tau_s: the thermal time constant of a data-centre GPU under load.
+      sustained_min_s: run at least this long (default: one window).
+      sustained_timeout_s: precondition at most this long, then measure anyway.
+      temp_sensitivity: relative change of the signal per C, when it cannot be
+        fitted (the GPU was never capped, or the temperature hardly moved).
+    """
+
+    burst_s: float = 0.025
+    burst_duty: float = 0.2
+    burst_wait: str = "fresh"
+    burst_power_tau_s: float | None = None
+    burst_power_target: float = 0.9
+    burst_timeout_s: float = 30.0
+    burst_temp_margin_c: float | None = 5.0
+    burst_clock_rel: float = 0.02
+    burst_ready: str = "reasons"
+    burst_idle_temp_c: float | None = None
+    poll_s: float = 0.05
+    sustained_chunk_s: float = 0.5
+    sustained_window_s: float = 10.0
+    sustained_tol: float = 0.005
+    sustained_tau_s: float = 20.0
+    sustained_min_s: float | None = None
+    sustained_timeout_s: float = 180.0
+    temp_sensitivity: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.burst_wait not in ("fresh", "seen") or not 0 < self.burst_duty <= 1 \
+                or self.burst_ready not in ("reasons", "clock"):
+            raise ConfigError(f"burst_wait {self.burst_wait!r} / burst_duty {self.burst_duty} / "
+                              f"burst_ready {self.burst_ready!r}",
+                              hint="burst_wait is 'fresh' or 'seen'; 0 < burst_duty <= 1; "
+                                   "burst_ready is 'reasons' or 'clock'")
+
+
+DEFAULT = ConditionConfig()

@@ -166,3 +166,7 @@ def test_burst_ready_clock_starts_once_the_clock_is_back_with_the_cap_bit_still_
 def test_burst_ready_is_checked():
     with pytest.raises(ConfigError, match="burst_ready"):
         ConditionConfig(burst_ready="soon")
+    for bad in ({"burst_clock_fall_rel": 1.0}, {"burst_clock_fall_rel": -0.1},
+                {"burst_clock_redos": -1}):  # fmt: skip
+        with pytest.raises(ConfigError, match="burst_clock"):
+            ConditionConfig(**bad)

@@ -111,8 +111,7 @@ def burst_rest_s(burst_s: float, config: ConditionConfig = DEFAULT) -> float:
     return burst_s * (1 / config.burst_duty - 1)
 
 
-MAX_CLOCK_REDOS = 3  # reps measured again after the clock fell under them, per measurement
-CLOCK_FALL_REL = 0.05  # probes scatter ~2% (2% redid a far-from-cap mm512 on the H100)
+MAX_CLOCK_REDOS = DEFAULT.burst_clock_redos  # the default's redos a measurement
 
 
 REST_POWER_FRAC = 0.25  # the power at rest is at most this of the limit (H100: 120 of 700 W)
@@ -127,10 +126,10 @@ class Bursts:
     gpuenv.bench and the do_bench drop-in, which differ only in their ConditionConfig.
 
     Reps run in bursts of at most `burst_s`. A burst also ends at once when a rep's
-    probed clock falls more than CLOCK_FALL_REL below the highest this measurement
+    probed clock falls more than `burst_clock_fall_rel` below the highest this measurement
     saw (the cap coming on: NVML reports it up to a driver refresh later); that rep
     is measured again after a rest that waits for the GPU to recover (at most
-    MAX_CLOCK_REDOS times a measurement). Between bursts: with `burst_power_tau_s`,
+    `burst_clock_redos` times a measurement). Between bursts: with `burst_power_tau_s`,
     the rest the power model asks for (ConditionConfig), else `burst_rest_s`; then the
     wait `burst_wait` says. `in_bursts_s()` is the time measured inside bursts since
     `start`: a budget counted in bursts, not wall time.
@@ -166,8 +165,8 @@ class Bursts:
         if mhz > self.peak_mhz:
             self.peak_mhz = mhz
             return False
-        fell = mhz < (1 - CLOCK_FALL_REL) * self.peak_mhz
-        if fell and self.redos < MAX_CLOCK_REDOS:
+        fell = mhz < (1 - self.config.burst_clock_fall_rel) * self.peak_mhz
+        if fell and self.redos < self.config.burst_clock_redos:
             self.redos += 1
             self.fell = True
             return True

@@ -30,6 +30,10 @@ class ConditionConfig:
         light kernel never rests, a heavy one as little as keeps it off the cap
         whatever its budget. None (or no power reading): the duty rule above.
       burst_power_target: that fraction of the power limit.
+      burst_clock_fall_rel: a rep whose probed clock falls more than this fraction below
+        the highest this measurement saw ends its burst and is measured again (probes
+        scatter ~2%: 2% redid a far-from-cap 512^3 matmul on the H100), at most
+        `burst_clock_redos` times a measurement.
       burst_timeout_s: the longest wait for the GPU to recover; after it, measure
         anyway (the findings say what state the GPU was in) and say so.
       burst_temp_margin_c: "cool" is within this of the idle temperature (the
@@ -61,6 +65,8 @@ class ConditionConfig:
     burst_wait: str = "fresh"
     burst_power_tau_s: float | None = None
     burst_power_target: float = 0.9
+    burst_clock_fall_rel: float = 0.05
+    burst_clock_redos: int = 3
     burst_timeout_s: float = 30.0
     burst_temp_margin_c: float | None = 5.0
     burst_clock_rel: float = 0.02
@@ -82,6 +88,10 @@ class ConditionConfig:
                               f"burst_ready {self.burst_ready!r}",
                               hint="burst_wait is 'fresh' or 'seen'; 0 < burst_duty <= 1; "
                                    "burst_ready is 'reasons' or 'clock'")
+        if not 0 <= self.burst_clock_fall_rel < 1 or self.burst_clock_redos < 0:
+            raise ConfigError(f"burst_clock_fall_rel {self.burst_clock_fall_rel} / "
+                              f"burst_clock_redos {self.burst_clock_redos}",
+                              hint="0 <= burst_clock_fall_rel < 1; burst_clock_redos >= 0")
 
 
 DEFAULT = ConditionConfig()

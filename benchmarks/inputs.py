@@ -199,18 +199,21 @@ def python_api(t: Tally) -> None:
 FILE_VALUES = [NAN, INF, -INF, None, "x", "", [], {}, True, -1, 10**400, [None], {"a": None}]
 
 
-def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    if prefix:
-        yield prefix
+def json_paths(doc: Any, width: int = 2, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path into a JSON document (the first `width` items of each list), for putting
+    an odd value at each (this benchmark and tests/test_fuzz_inputs.py)."""
+    out = [prefix] if prefix else []
     if isinstance(doc, dict):
         for k, v in doc.items():
-            yield from _paths(v, (*prefix, k))
+            out += json_paths(v, width, (*prefix, k))
     elif isinstance(doc, list):
-        for i, v in enumerate(doc[:2]):
-            yield from _paths(v, (*prefix, i))
+        for i, v in enumerate(doc[:width]):
+            out += json_paths(v, width, (*prefix, i))
+    return out
 
 
-def _set(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
+def json_set(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
+    """A copy of `doc` with `value` at `path`."""
     doc = json.loads(json.dumps(doc))
     target = doc
     for key in path[:-1]:
@@ -265,9 +268,9 @@ def files(t: Tally, tmp: Path) -> None:
         compare_files([str(bad)], [str(bad)])
 
     bad = tmp / "bad.jsonl"
-    for where in _paths(record):
+    for where in json_paths(record):
         for v in FILE_VALUES:
-            bad.write_text(header + "\n" + json.dumps(_set(record, where, v)) + "\n")
+            bad.write_text(header + "\n" + json.dumps(json_set(record, where, v)) + "\n")
             file_case(t, "files: results records", f"{'.'.join(map(str, where))}={v!r:.12}",
                       lambda: load_runs(bad), use_results)
     specials = {"/dev/zero": "/dev/zero", "/dev/urandom": "/dev/urandom", "a directory": str(tmp)}
@@ -287,9 +290,9 @@ def files(t: Tally, tmp: Path) -> None:
     state = ClockState("GPU-1", None, None, True, 1980, 2619, 700.0, True)
     body = {**JournalEntry("GPU-1", 0, "GPU 0", "sim", state,
                            Applied(locked_sm=(1350, 1350))).to_dict(), "version": 1}  # fmt: skip
-    for where in _paths(body):
+    for where in json_paths(body):
         for v in FILE_VALUES:
-            doc = json.dumps(_set(body, where, v)).encode()
+            doc = json.dumps(json_set(body, where, v)).encode()
 
             def load_journal(doc: bytes = doc) -> Any:
                 try:
@@ -316,9 +319,9 @@ def files(t: Tally, tmp: Path) -> None:
     s.set_locked_sm_clocks(0, 1350, 1350)
     s.close()
     doc = json.loads(state_path.read_text())
-    for where in _paths(doc):
+    for where in json_paths(doc):
         for v in FILE_VALUES:
-            state_path.write_text(json.dumps(_set(doc, where, v)))
+            state_path.write_text(json.dumps(json_set(doc, where, v)))
 
             def use_sim(b: Any) -> None:
                 try:

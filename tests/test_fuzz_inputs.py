@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.inputs import json_paths, json_set
 from gpuenv import validate
 from gpuenv.errors import ConfigError
 
@@ -138,24 +139,8 @@ def record(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any
     return header, json.loads(line)
 
 
-def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc[:3]):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
-def _set(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
-    doc = json.loads(json.dumps(doc))
-    target = doc
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
-    return doc
+def _paths(doc: Any) -> list[tuple[Any, ...]]:
+    return json_paths(doc, width=3)
 
 
 JSON_ODD = st.one_of(
@@ -178,7 +163,7 @@ def test_a_results_record_loads_sane_or_is_refused_by_line_and_field(
     header, rec = record
     where = data.draw(st.sampled_from(_paths(rec)))
     path = tmp_path / "fuzz.jsonl"
-    path.write_text(header + "\n" + json.dumps(_set(rec, where, value)) + "\n")
+    path.write_text(header + "\n" + json.dumps(json_set(rec, where, value)) + "\n")
     try:
         runs = load_runs(path)
     except reader.BadRecord as err:
@@ -217,7 +202,7 @@ def test_a_journal_record_is_sane_or_damaged(data: st.DataObject, value: Any,
     state = ClockState("GPU-1", None, None, True, 1980, 2619, 700.0, True)
     body = {**JournalEntry("GPU-1", 0, "GPU 0", "sim", state,
                            _applied()).to_dict(), "version": 1}  # fmt: skip
-    doc = _set(body, data.draw(st.sampled_from(_paths(body))), value)
+    doc = json_set(body, data.draw(st.sampled_from(_paths(body))), value)
     try:
         entry = decode(tmp_path / "GPU-1.json", json.dumps(doc).encode(), "GPU-1")
     except JournalDamaged:
@@ -319,7 +304,7 @@ def test_a_sim_state_value_is_taken_or_refused_by_field(
 
     path = tmp_path / "s.json"
     where = data.draw(st.sampled_from(_paths(sim_state)))
-    path.write_text(json.dumps(_set(sim_state, where, value)))
+    path.write_text(json.dumps(json_set(sim_state, where, value)))
     try:
         sim = SimBackend(state_file=str(path))
     except ConfigError as err:

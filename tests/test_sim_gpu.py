@@ -78,13 +78,20 @@ def test_sustained_load_settles_near_1380_and_heats_to_63(sim):
 
 
 def test_after_load_clocks_return_and_cap_clears_within_half_a_second(sim):
+    # the H100 after 1 s of 8192^3 matmuls (benchmarks.speed --recovery, 2026-11-24): the
+    # clock one 15 MHz step under 1980 from ~0.2 s with the cap's reason still set, 1980
+    # and the reason cleared at 0.50-0.59 s
     sim.open_context(0)
     heavy(sim, 10.0)
     assert sim.read_fast(0).reasons & REASON_SW_POWER_CAP
     t0 = sim.clock.now()
+    sim.idle(0.2)
+    s = sim.read_fast(0)
+    assert s.sm_mhz == 1965 and s.reasons & REASON_SW_POWER_CAP
     while sim.read_fast(0).reasons & REASON_SW_POWER_CAP or sim.read_fast(0).sm_mhz != 1980:
         sim.idle(0.01)
-        assert sim.clock.now() - t0 < 0.5
+        assert sim.clock.now() - t0 < 0.6
+    assert sim.clock.now() - t0 > 0.4
     sim.idle(120)
     assert sim.read_fast(0).temp_c < 45  # and it cools down
 

@@ -170,3 +170,17 @@ def test_burst_ready_is_checked():
                 {"burst_clock_redos": -1}):  # fmt: skip
         with pytest.raises(ConfigError, match="burst_clock"):
             ConditionConfig(**bad)
+
+
+def test_hot_burst_ready_clock_starts_before_the_cap_bit_clears_and_says_so():
+    # the simulated H100 keeps the cap's reason, the clock one step down, ~0.5 s after load
+    cold = bench(sim_at(hot=False))
+    waits = {}
+    for how in ("reasons", "clock"):
+        cc = ConditionConfig(burst_wait="seen", burst_duty=0.5, poll_s=0.005, burst_ready=how)
+        hot = bench(sim_at(hot=True), conditioning=cc)
+        waits[how] = hot.extra["burst_first_wait_s"]
+        assert abs(hot.median_s / cold.median_s - 1) < 0.01, how
+        # starting under the bit, the reps carry the cap's finding: never a silent number
+        assert ("power_cap" in {f.kind for f in hot.findings}) is (how == "clock"), how
+    assert waits["clock"] < waits["reasons"] - 0.2

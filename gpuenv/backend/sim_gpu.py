@@ -109,6 +109,8 @@ class GpuModel:
         self.applied_app_sm = self.settings.app_sm
         self.applied_app_mem = self.settings.app_mem
         self.cap_idx = self.top  # SW power cap ceiling
+        self.over_ns = -(1 << 62)  # the last driver update that held the power at the limit
+        self.over_limit_w = 0.0  # ... and that limit (a new limit starts the controller afresh)
         self.therm_idx = self.top  # SW thermal ceiling
         self.hw_slow = False
         self.sm_idx = self._floor_idx(p.idle_sm_mhz)
@@ -289,7 +291,7 @@ class GpuModel:
             target = hi if ctx else min(max(p.idle_sm_mhz, lo), hi)
         return self._floor_idx(target), ctx and target < p.max_sm_mhz
 
-    def _control(self) -> None:
+    def _control(self, t_ns: int) -> None:
         """The power-cap and thermal controllers: move the ceilings one update period on."""
         p, s = self.p, self.settings
         cur = self.sm_idx
@@ -302,12 +304,17 @@ class GpuModel:
         if self.p_filt > limit:
             steps = min(p.max_step_down, max(1, math.ceil((self.p_filt - limit) / per_step)))
             self.cap_idx = max(0, min(self.cap_idx, cur) - steps)
+            self.over_ns, self.over_limit_w = t_ns, limit
         elif self.cap_idx < self.top:
             steps = int((limit - self.p_filt - 2.0) / per_step)
             if steps > 0:
                 self.cap_idx = min(self.top, self.cap_idx + steps)
+            else:  # held at the limit
+                self.over_ns, self.over_limit_w = t_ns, limit
             if self.cap_idx >= tgt:
-                self.cap_idx = self.top
+                # the last step is let go only `cap_hold_s` after the power was over
+                held = (t_ns - self.over_ns) * 1e-9 < p.cap_hold_s and self.over_limit_w == limit
+                self.cap_idx = max(0, tgt - 1) if held and tgt > 0 else self.top
         temp = self.temp_c
         if temp >= p.shutdown_c:
             self.lost = f"the GPU shut down at {temp:.0f} C (thermal protection)"
@@ -365,7 +372,7 @@ class GpuModel:
         self._refresh_caches()
 
     def _driver_update(self, t_ns: int) -> None:
-        self._control()
+        self._control(t_ns)
         self.apply()
         period = (t_ns - self.period_start_ns) * 1e-9
         if period > 0:

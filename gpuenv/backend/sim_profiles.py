@@ -80,6 +80,10 @@ class SimProfile:
     temp_update_s: float = 0.2
     power_filter_s: float = 0.15  # time constant of the power the cap controller acts on
     max_step_down: int = 8  # clock steps the cap may drop per update period
+    # after the power falls under the limit the cap keeps the clock one step under its
+    # target (and its reason set) this long: an H100 after 1 s of 8192^3 matmuls read
+    # 1965 MHz from ~0.2 s and 1980 MHz, the reason cleared, at 0.50-0.59 s
+    cap_hold_s: float = 0.5
     hw_slowdown_factor: float = 0.5  # HW slowdown pulls the clock to this fraction of max
     # P-state with no context (nvidia-smi's pstate): an H100 kept persistent says P0 even
     # at its 345 MHz idle clock (nvidia-smi 590 on an H100 SXM); consumer cards drop to P8

@@ -272,7 +272,7 @@ def parse_request(line: bytes) -> Request:
     except UnicodeDecodeError:
         raise ProtocolError("request is not UTF-8", hint="send one JSON object per line") from None
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data = _DECODER.decode(text)
     except (ValueError, RecursionError) as err:
         raise ProtocolError(
             f"request is not JSON ({str(err)[:80]})", hint="send one JSON object per line"
@@ -308,7 +308,7 @@ def request_id_of(line: bytes) -> Any:
     if len(line) > MAX_LINE:
         return None
     try:
-        data = json.loads(line.decode("utf-8"), parse_constant=_no_constant)
+        data = _DECODER.decode(line.decode("utf-8"))
         return _req_id(data.get("id")) if isinstance(data, dict) else None
     except (ValueError, RecursionError, ProtocolError):
         return None
@@ -320,9 +320,7 @@ def _no_constant(name: str) -> Any:
 
 def encode(message: dict[str, Any]) -> bytes:
     """One message as a line: compact JSON, no NaN, newline-terminated."""
-    return (
-        json.dumps(message, separators=(",", ":"), allow_nan=False, default=_default) + "\n"
-    ).encode()
+    return (_ENCODER.encode(message) + "\n").encode()
 
 
 def _default(value: Any) -> Any:
@@ -331,6 +329,12 @@ def _default(value: Any) -> Any:
     if hasattr(value, "to_dict"):
         return value.to_dict()
     raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+# Made once: json.loads/json.dumps with any option build a new decoder/encoder on every call,
+# a share of what each request cost gpuenvd (docs/operations/scale.md).
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_default)
 
 
 def ok_reply(req_id: Any, **fields: Any) -> dict[str, Any]:

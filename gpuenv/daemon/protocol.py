@@ -249,6 +249,9 @@ OPS: dict[str, dict[str, Validator]] = {
     "job_report": {"job": _job},
 }
 
+# every field a request of each op may carry
+_ALLOWED = {op: frozenset(fields) | {"v", "id", "op"} for op, fields in OPS.items()}
+
 
 @dataclass(frozen=True)
 class Request:
@@ -293,8 +296,8 @@ def parse_request(line: bytes) -> Request:
     if not isinstance(op, str) or op not in OPS:
         raise ProtocolError(f"unknown op {op!r:.40}", hint="one of " + ", ".join(OPS))
     fields = OPS[op]
-    unknown = sorted(k for k in data if k not in fields and k not in ("v", "id", "op"))
-    if unknown:
+    if not _ALLOWED[op].issuperset(data):
+        unknown = sorted(k for k in data if k not in _ALLOWED[op])
         raise ProtocolError(
             f"op {op!r} takes no field {unknown[0]!r:.40}",
             hint="fields: " + (", ".join(fields) or "none"),

@@ -170,8 +170,8 @@ def daemon_run(
 
     work = Path(tempfile.mkdtemp(prefix="bench-scale-daemon-"))
     d = DaemonProcess(work, n_gpus=n_gpus, nice=nice)
-    if gpuenv is not None:
-        d.env["PYTHONPATH"] = gpuenv
+    if gpuenv is not None:  # and not the checkout's, which `python -c` finds in the cwd
+        d.env.update(PYTHONPATH=gpuenv, PYTHONSAFEPATH="1")
     d.start()
     spin = "while True: pass"
     hog_procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(hogs)]

@@ -61,7 +61,7 @@ def _setup_logging(level: str) -> None:
         handler.setFormatter(_Formatter("%(asctime)s gpuenvd %(levelname)s %(message)s"))
     # A line per grant and per release: none of its formats prints the caller, the thread or
     # the process, so the record does not look them up (the logging HOWTO's "Optimization";
-    # the caller's walk up the stack was a fifth of what logging a lease cost gpuenvd)
+    # the walk up the stack to the caller was about a tenth of what a log line cost gpuenvd)
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     root = logging.getLogger("gpuenv")

@@ -9,7 +9,8 @@ its own (benchmarks/results/scale-<part>.json):
            monitor` at its 1 Hz on 1 and 8 GPUs, side by side in a pseudo-terminal
   daemon   gpuenvd with 8 GPUs and 200 clients (each locks one GPU, holds 0-200 ms,
            releases, pauses 0-100 ms), with two CPU hogs running, at nice 0 and at the
-           unit's Nice=-10: lease round trip p50 / p99 / max (goal p99 <= 50 ms)
+           unit's Nice=-10: lease round trip p50 / p99 / max (goal p99 <= 50 ms); with
+           --before COMMIT, that commit's gpuenvd too, alternating with this one's
   run      `gpuenv run` of a child calling do_bench N times (a stand-in triton.testing
            whose do_bench spins 20 us: the automatic regions' hook is what is measured):
            added time per call, summary time (child's end to gpuenv's exit; goal <= 1 s),
@@ -20,7 +21,7 @@ its own (benchmarks/results/scale-<part>.json):
            (goal: flat once the sampler's ring is full, but for the measurements kept)
 
     python -m benchmarks.scale --part run [--quick] [--before 2187591]
-    python -m benchmarks.scale --part daemon --seconds 20
+    python -m benchmarks.scale --part daemon --seconds 20 [--before 1a23628]
 """
 
 from __future__ import annotations
@@ -160,12 +161,17 @@ def _client(job: tuple[str, int, int, float, float]) -> dict:
     return {"lat": lat, "refused": refused, "errors": errors}
 
 
-def daemon_run(clients: int, n_gpus: int, seconds: float, nice: int, hogs: int) -> dict:
+def daemon_run(
+    clients: int, n_gpus: int, seconds: float, nice: int, hogs: int, gpuenv: str | None = None
+) -> dict:
+    """`gpuenv`: a directory holding the gpuenv package the daemon runs (default: this one)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from daemon_harness import DaemonProcess
 
     work = Path(tempfile.mkdtemp(prefix="bench-scale-daemon-"))
     d = DaemonProcess(work, n_gpus=n_gpus, nice=nice)
+    if gpuenv is not None:  # and not the checkout's, which `python -c` finds in the cwd
+        d.env.update(PYTHONPATH=gpuenv, PYTHONSAFEPATH="1")
     d.start()
     spin = "while True: pass"
     hog_procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(hogs)]
@@ -207,22 +213,31 @@ def daemon_run(clients: int, n_gpus: int, seconds: float, nice: int, hogs: int) 
 
 
 def part_daemon(args: argparse.Namespace, tmp: str) -> None:
+    versions: dict[str, str | None] = {"this commit": None}
+    if args.before:
+        versions[f"before ({args.before[:9]})"] = _gpuenv_at(args.before, tmp)
     rows = []
     for nice in (0, -10):
-        print(f"gpuenvd at nice {nice}: {args.clients} clients, 8 GPUs, 2 hogs, load {_load()}",
-              file=sys.stderr)  # fmt: skip
-        rows.append(daemon_run(args.clients, 8, args.seconds, nice, hogs=2))
-        print(rows[-1], file=sys.stderr)
+        for version, where in versions.items():  # side by side: each nice, one after the other
+            print(f"gpuenvd ({version}) at nice {nice}: {args.clients} clients, 8 GPUs, 2 hogs, "
+                  f"load {_load()}", file=sys.stderr)  # fmt: skip
+            rows.append({**daemon_run(args.clients, 8, args.seconds, nice, 2, where),
+                         "version": version})  # fmt: skip
+            print(rows[-1], file=sys.stderr)
     print(f"gpuenvd with 8 simulated GPUs and {args.clients} client processes for "
           f"{args.seconds:.0f} s each (each locks one GPU at SM 1350 MHz, holds 0-200 ms, "
           "releases, pauses 0-100 ms; the first requests spread over 1 s), two CPU hogs running; "
           "round trip = lock + release:\n")
-    print("| gpuenvd nice | leases | lease round trip p50 / p99 / max | goal | errors | lost "
-          "restores | gpuenvd CPU a lease | load average (1 min, highest) |")  # fmt: skip
-    print("| ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |")
+    both = len(versions) > 1
+    print(("| gpuenvd " if both else "") + "| gpuenvd nice | leases | lease round trip p50 / p99 "
+          "/ max | goal | errors | lost restores | gpuenvd CPU a lease | load average (1 min, "
+          "highest) |")  # fmt: skip
+    print(("| --- " if both else "") + "| ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |")
     for r in rows:
-        runner.metric(f"nice{r['nice']}_p99_ms", r["p99"] * 1e3, "ms", slack=5.0)
-        print(f"| {r['nice']} | {r['leases']} | {r['p50'] * 1e3:.1f} / {r['p99'] * 1e3:.1f} / "
+        if r["version"] == "this commit":
+            runner.metric(f"nice{r['nice']}_p99_ms", r["p99"] * 1e3, "ms", slack=5.0)
+        print((f"| {r['version']} " if both else "") +
+              f"| {r['nice']} | {r['leases']} | {r['p50'] * 1e3:.1f} / {r['p99'] * 1e3:.1f} / "
               f"{r['max'] * 1e3:.1f} ms | p99 <= 50 ms | {r['errors']} | {r['lost']} | "
               f"{r['daemon_cpu_s'] / max(1, r['leases']) * 1e6:.0f} us | "
               f"{r['load']:.2f} |")  # fmt: skip
@@ -426,7 +441,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=10_000, help="run: do_bench calls")
     parser.add_argument("--repeat", type=int, default=3, help="run: runs")
     parser.add_argument("--before", metavar="COMMIT",
-                        help="run: also run the gpuenv of COMMIT, side by side")  # fmt: skip
+                        help="run, daemon: the gpuenv of COMMIT too, side by side")  # fmt: skip
     parser.add_argument("--hours", type=float, default=24.0, help="day: simulated hours")
     parser.add_argument("--period", type=float, default=0.025,
                         help="day: seconds between samples (default: gpuenv's)")  # fmt: skip

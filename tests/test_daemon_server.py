@@ -16,6 +16,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from server_harness import ALICE, BOB, CONFIG, EVE, ME, OPS, Harness, h
@@ -130,6 +131,45 @@ def test_subscribe_streams_samples_and_lease_events(h: Harness) -> None:
                 seen.add(msg["action"])
         assert seen == {"granted", "released"}
         assert mon.call("unsubscribe")["stopped"]
+
+
+def test_lease_events_wait_for_no_one_when_nobody_asked_for_them(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a grant and a release queue an event only while some connection subscribed to events
+    # (each queued one woke the dispatcher thread: a share of every lease's CPU, for no one)
+    queued: list[str] = []
+    put = h.server._events.put_nowait
+
+    def counted(item: Any) -> None:
+        queued.append(item[0])
+        put(item)
+
+    monkeypatch.setattr(h.server._events, "put_nowait", counted)
+    with h.client(OPS) as mon, h.client(ALICE) as a:
+        stream = mon.subscribe(period=0.05, events=False)  # samples only
+        next(stream)
+        assert not h.server.conns.watching()
+        for _ in range(3):
+            a.lock(sm=1350, gpus=[0]).release()
+        assert queued == []
+        assert mon.call("unsubscribe")["stopped"]
+        with h.client(BOB) as b:
+            watch = b.subscribe(period=0.05)  # events too (the default)
+            next(watch)
+            assert h.server.conns.watching()
+            a.lock(sm=1350, gpus=[0]).release()
+            actions: set[str] = set()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and {"granted", "released"} - actions:
+                msg = next(watch)
+                if msg["event"] == "lease":
+                    actions.add(msg["action"])
+            assert actions == {"granted", "released"} and queued == ["granted", "released"]
+        deadline = time.monotonic() + 5  # its connection closed: the server drops it
+        while h.server.conns.watching() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not h.server.conns.watching()
 
 
 # -- the wire ----------------------------------------------------------------------------------

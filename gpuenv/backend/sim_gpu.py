@@ -175,10 +175,21 @@ class GpuModel:
         )
 
     def idle_temp_c(self) -> float:
-        """Equilibrium temperature at the present clock and load (power and heat agree)."""
-        t = self.ambient_c + 20.0
-        for _ in range(60):
-            t = self.ambient_c + self.p.r_c_per_w * self._power(t)
+        """Equilibrium temperature at the present clock and load (power and heat agree):
+        t = ambient + r * power(t), solved in closed form on each piece of the leakage
+        (linear in t above its floor, zero below). Every state-file load asks it for each GPU
+        (60 fixed-point steps each were ~1 ms of a simulated clock lock)."""
+        p, a, r, k = self.p, self.ambient_c, self.p.r_c_per_w, self.p.leak_w_per_c
+        fixed = p.p_base_w + self._dyn
+        if r * k < 1.0:  # else heat runs away: no equilibrium above the floor
+            t = (a + r * (fixed + p.leak_ref_w - k * p.leak_ref_c)) / (1.0 - r * k)
+            if p.leak_ref_w + k * (t - p.leak_ref_c) >= 0.0:
+                return t
+        t = a + r * fixed  # no leakage at this temperature
+        if p.leak_ref_w + k * (t - p.leak_ref_c) <= 0.0:
+            return t
+        for _ in range(60):  # (r * k >= 1: no profile does; the old iteration, bounded)
+            t = a + r * self._power(t)
         return t
 
     def _refresh_caches(self) -> None:

@@ -68,6 +68,7 @@ class Conn:
         self._outbox_bytes = 0
         self._outbox_cv = threading.Condition()
         self._writer: threading.Thread | None = None
+        self._reader_poll: select.poll | None = None
 
     def push(self, message: dict[str, Any]) -> bool:
         """Queue a streamed message (an event, a batch of samples) without waiting for the
@@ -148,11 +149,13 @@ class Conn:
             return True
 
     def wait_readable(self, timeout_s: float) -> bool:
-        """Wait until there is something to read (or the peer hung up); False on timeout."""
-        poller = select.poll()
-        poller.register(self.sock, select.POLLIN | select.POLLRDHUP | select.POLLHUP)
+        """Wait until there is something to read (or the peer hung up); False on timeout.
+        Called by the connection's own thread only: its poller is made once."""
+        if self._reader_poll is None:
+            self._reader_poll = select.poll()
+            self._reader_poll.register(self.sock, select.POLLIN | select.POLLRDHUP | select.POLLHUP)
         try:
-            return bool(poller.poll(max(0, int(timeout_s * 1000))))
+            return bool(self._reader_poll.poll(max(0, int(timeout_s * 1000))))
         except OSError:
             return True
 
@@ -213,6 +216,11 @@ class ConnectionTable:
     def all(self) -> list[Conn]:
         with self.lock:
             return list(self.conns.values())
+
+    def watching(self) -> bool:
+        """Whether any connection subscribed to lease events."""
+        with self.lock:
+            return any(c.event_sub is not None for c in self.conns.values())
 
 
 def set_send_timeout(sock: socket.socket, seconds: float) -> None:

@@ -17,6 +17,7 @@ from gpuenv.daemon.auth import Authorizer
 from gpuenv.daemon.connection import MAX_SUBSCRIPTIONS, MAX_WINDOWS, Conn
 from gpuenv.daemon.jobs import JobBook, job_ops
 from gpuenv.daemon.leases import LeaseManager
+from gpuenv.devices import select_gpus
 from gpuenv.errors import ConfigError
 from gpuenv.telemetry import Sampler
 from gpuenv.timebase import Clock
@@ -57,8 +58,6 @@ class Operations:
                     f"gpuenvd cannot resolve {item!r}: CUDA numbering belongs to the client",
                     hint="resolve it to an NVML index or a UUID before asking the daemon",
                 )
-        from gpuenv.devices import select_gpus
-
         return select_gpus(self.backend, selector)
 
     def op_hello(self, conn: Conn, versions: list[int], client: str | None) -> dict[str, Any]:

@@ -249,6 +249,9 @@ OPS: dict[str, dict[str, Validator]] = {
     "job_report": {"job": _job},
 }
 
+# every field a request of each op may carry
+_ALLOWED = {op: frozenset(fields) | {"v", "id", "op"} for op, fields in OPS.items()}
+
 
 @dataclass(frozen=True)
 class Request:
@@ -272,7 +275,7 @@ def parse_request(line: bytes) -> Request:
     except UnicodeDecodeError:
         raise ProtocolError("request is not UTF-8", hint="send one JSON object per line") from None
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data = _DECODER.decode(text)
     except (ValueError, RecursionError) as err:
         raise ProtocolError(
             f"request is not JSON ({str(err)[:80]})", hint="send one JSON object per line"
@@ -293,8 +296,8 @@ def parse_request(line: bytes) -> Request:
     if not isinstance(op, str) or op not in OPS:
         raise ProtocolError(f"unknown op {op!r:.40}", hint="one of " + ", ".join(OPS))
     fields = OPS[op]
-    unknown = sorted(k for k in data if k not in fields and k not in ("v", "id", "op"))
-    if unknown:
+    if not _ALLOWED[op].issuperset(data):
+        unknown = sorted(k for k in data if k not in _ALLOWED[op])
         raise ProtocolError(
             f"op {op!r} takes no field {unknown[0]!r:.40}",
             hint="fields: " + (", ".join(fields) or "none"),
@@ -308,7 +311,7 @@ def request_id_of(line: bytes) -> Any:
     if len(line) > MAX_LINE:
         return None
     try:
-        data = json.loads(line.decode("utf-8"), parse_constant=_no_constant)
+        data = _DECODER.decode(line.decode("utf-8"))
         return _req_id(data.get("id")) if isinstance(data, dict) else None
     except (ValueError, RecursionError, ProtocolError):
         return None
@@ -320,9 +323,7 @@ def _no_constant(name: str) -> Any:
 
 def encode(message: dict[str, Any]) -> bytes:
     """One message as a line: compact JSON, no NaN, newline-terminated."""
-    return (
-        json.dumps(message, separators=(",", ":"), allow_nan=False, default=_default) + "\n"
-    ).encode()
+    return (_ENCODER.encode(message) + "\n").encode()
 
 
 def _default(value: Any) -> Any:
@@ -331,6 +332,12 @@ def _default(value: Any) -> Any:
     if hasattr(value, "to_dict"):
         return value.to_dict()
     raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+# Made once: json.loads/json.dumps with any option build a new decoder/encoder on every call,
+# a share of what each request cost gpuenvd (docs/operations/scale.md).
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_default)
 
 
 def ok_reply(req_id: Any, **fields: Any) -> dict[str, Any]:

@@ -372,6 +372,8 @@ class Server:
             return protocol.error_reply(req.id, err)
 
     def _on_lease_event(self, kind: str, lease_info: dict[str, Any]) -> None:
+        if not self.conns.watching():  # nobody asked for lease events: no queue, no wake-up
+            return
         with contextlib.suppress(queue.Full):  # subscribers miss an event rather than stall a grant
             self._events.put_nowait((kind, lease_info))
 

@@ -49,6 +49,7 @@ thread with a region edge (`mark()`) before every loop.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import math
 import os
@@ -194,14 +195,19 @@ def run_rounds(
         for n in names
     }  # fmt: skip
     procs: dict[str, Sampler] = {}
+    variants = dict(variants)
     try:
         for name in names:  # the sampler processes run for the whole session, paused when off
             kwargs = dict(variants[name])
             if kwargs.get("mode") == "process":
-                procs[name] = _start(backend, gpus, kwargs, out[name])
+                sampler = _start(backend, gpus, kwargs, out[name])
+                if sampler.child_pid is None:  # it fell back to a thread: one per loop, then
+                    sampler.stop()
+                    variants[name] = {**kwargs, "mode": "thread"}
+                    continue
+                procs[name] = sampler
                 time.sleep(args.settle)
-                if procs[name].child_pid is not None:
-                    _pause(procs[name], True)
+                _pause(sampler, True)
         rng = random.Random(args.seed)
         deadline = time.monotonic() + args.max_seconds
         for _ in range(args.rounds):
@@ -223,8 +229,7 @@ def run_rounds(
                 out[name]["pairs"].append((times[True], times[False]))
     finally:
         for sampler in procs.values():
-            if sampler.child_pid is not None:
-                _pause(sampler, False)
+            _pause(sampler, False)
             sampler.stop()
         close_idle()
     return out
@@ -244,7 +249,8 @@ def _start(backend: Backend, gpus: list[int], kwargs: dict[str, Any],
 def _pause(sampler: Sampler, paused: bool) -> None:
     """Stop (SIGSTOP) or continue (SIGCONT) a sampler process: off, it reads nothing."""
     assert sampler.child_pid is not None
-    os.kill(sampler.child_pid, signal.SIGSTOP if paused else signal.SIGCONT)
+    with contextlib.suppress(ProcessLookupError):  # it died: its windows say so
+        os.kill(sampler.child_pid, signal.SIGSTOP if paused else signal.SIGCONT)
 
 
 def _process_cpu_s(pid: int) -> float:
@@ -264,8 +270,8 @@ def _on_loop(
         sampler = proc
         cpu0 = _process_cpu_s(pid)
         _pause(sampler, False)
-    else:
-        sampler = proc or _start(backend, gpus, dict(kwargs), rec)
+    else:  # a thread sampler of its own
+        sampler = _start(backend, gpus, dict(kwargs), rec)
         cpu0 = 0.0
     try:
         time.sleep(settle)  # the start's read of every counter is past
@@ -288,6 +294,7 @@ def _on_loop(
     finally:
         if sampler is not proc:
             sampler.stop()
+            close_idle()  # in case it started a process after all
 
 
 def _reads(sampler: Sampler, gpu: int, t0: float, t1: float) -> dict[str, int]:

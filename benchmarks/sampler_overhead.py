@@ -29,7 +29,9 @@ was on, and its reads counted in its ring during its loops, each at the wall tim
 one read of its kind costs alone (measured in the same run): the NVML time a second
 it held the driver. A loop can lose about that much to it (plus, on a thread, the
 GIL hand-overs); the CPU time, where it is far above the reads' time alone, says the
-reads cost more while the loop runs.
+reads cost more while the loop runs. A thread sampler also times each of its reads where
+it makes them (`Sampler.read_times`: wall time, the GIL's hand-back included, and CPU),
+tabled against the same read alone.
 
 Read-only: run with GPUENV_READONLY=1 on a shared GPU; nothing is written.
 Needs torch with CUDA. Prints markdown tables. Goal: < 0.5% slower at the defaults,
@@ -190,8 +192,8 @@ def run_rounds(
     random order. Stops early, after a whole round, past --max-seconds."""
     names = [n for n, kw in variants.items() if kw is not None]
     out: dict[str, dict[str, list[Any]]] = {
-        n: {"pairs": [], "cpu": [], "cpu_span": [], "span": [], "reads": [], "start": [],
-            "mode": []}
+        n: {"pairs": [], "cpu": [], "cpu_span": [], "span": [], "reads": [], "read_times": [],
+            "start": [], "mode": []}
         for n in names
     }  # fmt: skip
     procs: dict[str, Sampler] = {}
@@ -277,6 +279,7 @@ def _on_loop(
         time.sleep(settle)  # the start's read of every counter is past
         c0 = sampler.clock.now()
         thread_cpu0 = sampler.cpu_time_s
+        times0 = sampler.read_times
         if kwargs.get(MARK):
             sampler.mark()
         took = loop()
@@ -290,6 +293,10 @@ def _on_loop(
             rec["cpu_span"].append(c1 - c0)
         rec["span"].append(c1 - c0)
         rec["reads"].append(_reads(sampler, gpus[0], c0, c1))
+        times1 = sampler.read_times
+        if times0 is not None and times1 is not None:  # a thread: its reads during the loop
+            rec["read_times"].append({k: [b - a for a, b in zip(times0[k], times1[k],
+                                                                 strict=True)] for k in times1})
         return took
     finally:
         if sampler is not proc:
@@ -439,6 +446,18 @@ def report(
     for name, ran, cpu, nvml, per_s in busy_rows:
         print(f"| {name} | {ran} | {100 * cpu:.3f} | {100 * nvml:.3f} | "
               + " / ".join(f"{per_s[k]:.1f}" for k in COSTS) + " |")
+    under = []
+    for name, rec in results.items():
+        for kind, label in COSTS.items():
+            n, wall, cpu = (sum(t[kind][i] for t in rec["read_times"]) for i in range(3))
+            if n:
+                under.append(f"| {label} | {name} | {n:.0f} | {1e6 * wall / n:.1f} | "
+                             f"{1e6 * cpu / n:.1f} | {costs[kind][3]:.1f} |")
+    if under:
+        print("\n| read, as a thread sampler made it during its loops | sampler | reads | "
+              "mean us | CPU us | alone: mean us |")
+        print("| --- | --- | ---: | ---: | ---: | ---: |")
+        print("\n".join(under))
     print("\n| one read (this thread, no loop running) | p50 us | p99 us | mean us | CPU us |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for kind, label in COSTS.items():

@@ -311,6 +311,22 @@ def test_a_sampler_no_one_marks_reads_no_counters_and_a_long_region_still_gets_i
     assert w.energy_j == pytest.approx((e1 - e0) / 1e3, rel=0.01)
 
 
+def test_the_sampler_counts_and_times_each_kind_of_read_it_makes():
+    sim = make_sim()
+    with Sampler(sim, [0]) as sampler:
+        sim.idle(0.5)
+        sampler.mark()
+        sim.idle(0.5)
+    times = sampler.read_times
+    assert times is not None
+    slow = sampler.slow_samples()
+    assert times["fast"][0] == len(sampler.samples())
+    assert times["processes"][0] == sum(1 for s in slow if s.own_present is not None)
+    assert times["energy"][0] == sum(1 for s in slow if s.energy_mj is not None) == 2
+    assert times["counters"][0] == sum(1 for s in slow if s.reason_ns and s.energy_mj is None)
+    assert all(wall > 0 and cpu >= 0 for n, wall, cpu in times.values() if n)
+
+
 def test_sampler_stops_ticking_after_stop():
     sim = make_sim()
     sampler = Sampler(sim, [0])

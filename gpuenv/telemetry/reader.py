@@ -106,6 +106,12 @@ class Reader:
         self.watch_processes = watch_processes
         self.ticks = 0
         self.cpu_time_s = 0.0  # CPU time of the thread that runs `run()`
+        # per kind of read ("fast", "counters", "energy", "processes"): [reads, wall seconds,
+        # CPU seconds of this thread] spent in the backend's call, failed ones included; what
+        # the reads cost where the sampler makes them (benchmarks/sampler_overhead.py)
+        self.read_times: dict[str, list[float]] = {
+            k: [0, 0.0, 0.0] for k in ("fast", "counters", "energy", "processes")
+        }
         self.unsupported: dict[int, set[str]] = {g: set() for g in self.gpus}
         self._next_slow_t = float("-inf")
         self._next_proc_t = float("-inf")
@@ -152,11 +158,14 @@ class Reader:
         backend = self.backend
         for g in self.gpus:
             t = self.clock.now()
+            w0, c0 = time.perf_counter(), time.thread_time()
             try:
                 r = backend.read_fast(g)
             except Exception as err:
                 self.gap(t, g, "read_fast", err)
                 continue
+            finally:
+                self._timed("fast", w0, c0)
             self.sink.fast((
                 t, g, r.sm_mhz, r.mem_mhz, r.power_w, r.temp_c, r.reasons,
                 r.driver_ts_us, r.power_instant_w,
@@ -190,6 +199,7 @@ class Reader:
             t = self.clock.now()
             r = None
             if counters and "read_slow" not in skip:
+                w0, c0 = time.perf_counter(), time.thread_time()
                 try:
                     r = self.backend.read_slow(g, energy=energy)
                 except NotSupported as err:
@@ -198,19 +208,30 @@ class Reader:
                              g, err)
                 except Exception as err:
                     self.gap(t, g, "read_slow", err)
+                finally:
+                    self._timed("energy" if energy else "counters", w0, c0)
             pids: frozenset[int] | None = None
             if procs and "processes" not in skip:
+                w0, c0 = time.perf_counter(), time.thread_time()
                 try:
                     pids = frozenset(p.pid for p in self.backend.processes(g))
                 except NotSupported:
                     skip.add("processes")
                 except Exception as err:
                     self.gap(t, g, "processes", err)
+                finally:
+                    self._timed("processes", w0, c0)
             if r is None and pids is None:
                 continue
             value_t = None if r is None else _host_time(r.driver_ts_us, t, self.clock.wall() - t)
             self.sink.slow(t, g, r, pids, edge, value_t)
         self.sink.slow_done()
+
+    def _timed(self, kind: str, wall0: float, cpu0: float) -> None:
+        times = self.read_times[kind]
+        times[0] += 1
+        times[1] += time.perf_counter() - wall0
+        times[2] += time.thread_time() - cpu0
 
     def gap(self, t: float, gpu: int, op: str, err: BaseException) -> None:
         text = " ".join(str(err).split()) or type(err).__name__

@@ -169,6 +169,15 @@ class Sampler:
         return self._proc.cpu_time_s if self._proc is not None else self._reader.cpu_time_s
 
     @property
+    def read_times(self) -> dict[str, tuple[int, float, float]] | None:
+        """Thread mode: per kind of read (fast, counters, energy, processes), how many this
+        sampler made and the wall and CPU seconds they took where it made them; None for a
+        sampler process (it keeps them in its own process)."""
+        if self._proc is not None:
+            return None
+        return {k: (int(n), wall, cpu) for k, (n, wall, cpu) in self._reader.read_times.items()}
+
+    @property
     def child_pid(self) -> int | None:
         """The sampler process's pid while there is one."""
         return self._proc.pid if self._proc is not None else None

@@ -225,3 +225,19 @@ def test_tiny_and_dropin_judge_what_they_measured():
     g = summary["k"]["gpuenv"]
     assert g["gap"] == pytest.approx(0.05 / 1.025) and not g["gap_met"]  # 4.9% > 1%
     assert g["wall_ratio_hot"] == pytest.approx(4.0) and not g["wall_met"]  # over 3x
+
+
+def test_the_sampler_benchmark_s_hodges_lehmann_and_its_interval():
+    from benchmarks.sampler_overhead import hodges_lehmann
+
+    # one wild value moves the mean by 19 and the estimate not at all (the median of the 15
+    # pairwise means stays 3: only the 5 means with the wild value grow)
+    assert hodges_lehmann([1.0, 2.0, 3.0, 4.0, 5.0])[0] == 3.0
+    assert hodges_lehmann([1.0, 2.0, 3.0, 4.0, 100.0])[0] == 3.0
+    # symmetric values about 0.01: the estimate is the centre, and the interval holds it and
+    # narrows as the values grow in number
+    values = [0.01 + d for d in (-0.03, -0.02, -0.01, 0.0, 0.01, 0.02, 0.03)] * 4
+    est, lo, hi = hodges_lehmann(values)
+    assert est == pytest.approx(0.01) and lo < 0.01 < hi
+    _, lo4, hi4 = hodges_lehmann(values * 4)
+    assert lo < lo4 < 0.01 < hi4 < hi

@@ -286,6 +286,47 @@ def test_energy_of_a_long_region_matches_the_truth_across_a_power_step():
     assert w.energy_j == pytest.approx((e1 - e0) / 1e3, rel=0.02)
 
 
+def test_a_sampler_no_one_marks_reads_no_counters_and_a_long_region_still_gets_its_energy():
+    # the cumulative counters add nothing between a region's edges: with no region marked
+    # for a while they are not read (the energy counter is a ~3 ms read), and the edges of
+    # a long region, past that while, still give its reason times and exact energy
+    sim = make_sim()
+    with Sampler(sim, [0]) as sampler:
+        sim.open_context(0)
+        sim.idle(5.0)  # no region: after the start's read, no counter reads
+        idle = [s for s in sampler.slow_samples() if s.reason_ns or s.energy_mj is not None]
+        assert [s.t for s in idle] == [sampler.samples()[0].t]
+        assert len([s for s in sampler.slow_samples() if s.own_present is not None]) > 50
+        t0 = sampler.mark()
+        e0 = sim.truth(0).energy_mj
+        while sim.clock.now() < t0 + 6.0:  # past the 2 s that periodic reads go on for
+            sim.run_work(0, 0.1 * H100_CYCLES_PER_S * 0.5)
+        t1 = sampler.mark()
+        e1 = sim.truth(0).energy_mj
+    energy_t = [s.t for s in sampler.slow_samples() if s.energy_mj is not None]
+    assert energy_t[1] == t0 and energy_t[-1] == t1  # read at both edges
+    assert all(t <= t0 + 2.0 * DEFAULT_ENERGY_PERIOD_S + 0.1 for t in energy_t[1:-1])
+    w = sampler.window(t0, t1)
+    assert not w.energy_interpolated
+    assert w.energy_j == pytest.approx((e1 - e0) / 1e3, rel=0.01)
+
+
+def test_the_sampler_counts_and_times_each_kind_of_read_it_makes():
+    sim = make_sim()
+    with Sampler(sim, [0]) as sampler:
+        sim.idle(0.5)
+        sampler.mark()
+        sim.idle(0.5)
+    times = sampler.read_times
+    assert times is not None
+    slow = sampler.slow_samples()
+    assert times["fast"][0] == len(sampler.samples())
+    assert times["processes"][0] == sum(1 for s in slow if s.own_present is not None)
+    assert times["energy"][0] == sum(1 for s in slow if s.energy_mj is not None) == 2
+    assert times["counters"][0] == sum(1 for s in slow if s.reason_ns and s.energy_mj is None)
+    assert all(wall > 0 and cpu >= 0 for n, wall, cpu in times.values() if n)
+
+
 def test_sampler_stops_ticking_after_stop():
     sim = make_sim()
     sampler = Sampler(sim, [0])

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     child = _Child(shared, reader, int(config["wake_fd"]))
     try:
-        reader.tick(edge=True)
+        reader.tick(start=True)
         shared.heartbeat(reader.ticks, 0.0, reader.clock.now())
         shared.set_status(READY)
         reader.run(lambda: child.stopped, child.wait, child)

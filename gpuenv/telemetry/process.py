@@ -75,6 +75,7 @@ class SamplerProcess:
         self.shared: Shared | None = shared
         self.gpus = list(gpus)
         self.users = 0  # Samplers attached (see attach)
+        self.attaches = 0  # Samplers ever attached: more than one, it was reused
         self._wake_fd: int | None = wake_fd
         self._edge_lock = threading.Lock()
         self._linger: threading.Timer | None = None
@@ -248,6 +249,7 @@ def attach(
             proc._linger.cancel()
             proc._linger = None
         proc.users += 1
+        proc.attaches += 1
         return proc
 
 

@@ -20,15 +20,24 @@ log = logging.getLogger(__name__)
 # The time under each reason and the memory temperature (fields 74-82): one field batch of
 # 0.63 ms p50 / 1.4 ms p99 on the lent H100 (benchmarks/nvml_costs.py), 6.3 ms of driver
 # time a second when read every 100 ms. Read at every region edge (the reason times of a
-# region are the counters' deltas between its edges) and on the energy counter's grid,
-# once a second: a window interpolates between reads only where no edge read came.
+# region are the counters' deltas between its edges) and, while regions are being marked
+# (see ACTIVE_PERIODS), once a second: a window interpolates between reads only where no
+# edge read came.
 DEFAULT_SLOW_PERIOD_S = 1.0
 # The energy counter costs ~3 ms of driver time and ~4 ms of CPU a read on the lent H100:
 # read every 100 ms it made a launch-bound loop 1-2% slower (docs/benchmarks.md). So it is
-# read once a second and never at edges: a region's energy is the counter's delta between
-# the first and last reads inside it, plus the stretches from its edges to those reads
-# from the power samples (see `_counter_energy_j`).
+# read at most once per this period: at the first region edge or tick a period after the
+# last read, and only while regions are being marked (see ACTIVE_PERIODS). A region's
+# energy is the counter's delta between the first and last reads inside it, plus the
+# stretches from its edges to those reads from the power samples (`_counter_energy_j`).
 DEFAULT_ENERGY_PERIOD_S = 1.0
+# Both counters are cumulative: a region's share is their delta between reads at or near
+# its edges, and reads in its middle add nothing. So their periodic reads run only within
+# this many of their periods after the last region edge (`mark()`), which is long enough
+# that a region whose start edge came too soon after the last energy read still gets a
+# read inside within one period; a sampler no one marks reads only the cheap values and
+# the process list (the counters read at its start are the baseline).
+ACTIVE_PERIODS = 2.0
 # Which processes use the GPU (10-100 us a read; milliseconds on some systems): twice per
 # driver period, so another process present for one period is always seen.
 DEFAULT_PROCESS_PERIOD_S = 0.05
@@ -97,10 +106,17 @@ class Reader:
         self.watch_processes = watch_processes
         self.ticks = 0
         self.cpu_time_s = 0.0  # CPU time of the thread that runs `run()`
+        # per kind of read ("fast", "counters", "energy", "processes"): [reads, wall seconds,
+        # CPU seconds of this thread] spent in the backend's call, failed ones included; what
+        # the reads cost where the sampler makes them (benchmarks/sampler_overhead.py)
+        self.read_times: dict[str, list[float]] = {
+            k: [0, 0.0, 0.0] for k in ("fast", "counters", "energy", "processes")
+        }
         self.unsupported: dict[int, set[str]] = {g: set() for g in self.gpus}
         self._next_slow_t = float("-inf")
         self._next_proc_t = float("-inf")
-        self._next_energy_t = float("-inf")
+        self._last_energy_t = float("-inf")
+        self._last_edge_t = float("-inf")  # the last mark()'s edge read, not the start's
 
     def run(
         self, stopped: Callable[[], bool], wait: Callable[[float], None], edges: Edges
@@ -117,7 +133,7 @@ class Reader:
                 requested = edges.requested()
                 edge = requested > done and now - last_edge >= EDGE_MIN_INTERVAL_S
                 if edge or now >= next_due:
-                    self.tick(edge=edge)
+                    self.tick(edge=edge, start=self.ticks == 0)
                     if edge:
                         done = requested
                         edges.served(done)
@@ -134,32 +150,45 @@ class Reader:
                 wake_at = min(wake_at, last_edge + EDGE_MIN_INTERVAL_S)
             wait(max(0.0, wake_at - self.clock.now()))
 
-    def tick(self, edge: bool = False) -> None:
+    def tick(self, edge: bool = False, start: bool = False) -> None:
+        """Read the cheap values of every GPU, and the slow reads that are due; `edge`: a
+        region edge (`mark()`) asked for this read; `start`: the sampler's first read (all
+        counters, the baseline, without counting as a region edge)."""
         self.ticks += 1
         backend = self.backend
         for g in self.gpus:
             t = self.clock.now()
+            w0, c0 = time.perf_counter(), time.thread_time()
             try:
                 r = backend.read_fast(g)
             except Exception as err:
                 self.gap(t, g, "read_fast", err)
                 continue
+            finally:
+                self._timed("fast", w0, c0)
             self.sink.fast((
                 t, g, r.sm_mhz, r.mem_mhz, r.power_w, r.temp_c, r.reasons,
                 r.driver_ts_us, r.power_instant_w,
             ))  # fmt: skip
-        # the slow reads keep a fixed grid that edge reads do not shift, so the gap
-        # between two periodic reads never exceeds their period
         t = self.clock.now()
+        if edge and not start:
+            self._last_edge_t = t
+        edge = edge or start
+        # the counters keep a fixed grid that edge reads do not shift, so the gap between
+        # two periodic reads never exceeds their period; they, and the energy counter, are
+        # read only while regions are being marked (ACTIVE_PERIODS)
+        since_edge = t - self._last_edge_t
         counters = t >= self._next_slow_t - 1e-9
         if counters:
             self._next_slow_t = _next_on_grid(self._next_slow_t, self.slow_period, t)
+            counters = since_edge <= ACTIVE_PERIODS * self.slow_period
         procs = self.watch_processes and t >= self._next_proc_t - 1e-9
         if procs:
             self._next_proc_t = _next_on_grid(self._next_proc_t, self.process_period, t)
-        energy = t >= self._next_energy_t - 1e-9
+        energy = t - self._last_energy_t >= self.energy_period - 1e-9 and (
+            edge or since_edge <= ACTIVE_PERIODS * self.energy_period)
         if energy:
-            self._next_energy_t = _next_on_grid(self._next_energy_t, self.energy_period, t)
+            self._last_energy_t = t
         if edge or counters or procs or energy:
             self._read_slow(edge, counters=edge or counters or energy, energy=energy,
                             procs=self.watch_processes and (edge or procs))
@@ -170,6 +199,7 @@ class Reader:
             t = self.clock.now()
             r = None
             if counters and "read_slow" not in skip:
+                w0, c0 = time.perf_counter(), time.thread_time()
                 try:
                     r = self.backend.read_slow(g, energy=energy)
                 except NotSupported as err:
@@ -178,19 +208,30 @@ class Reader:
                              g, err)
                 except Exception as err:
                     self.gap(t, g, "read_slow", err)
+                finally:
+                    self._timed("energy" if energy else "counters", w0, c0)
             pids: frozenset[int] | None = None
             if procs and "processes" not in skip:
+                w0, c0 = time.perf_counter(), time.thread_time()
                 try:
                     pids = frozenset(p.pid for p in self.backend.processes(g))
                 except NotSupported:
                     skip.add("processes")
                 except Exception as err:
                     self.gap(t, g, "processes", err)
+                finally:
+                    self._timed("processes", w0, c0)
             if r is None and pids is None:
                 continue
             value_t = None if r is None else _host_time(r.driver_ts_us, t, self.clock.wall() - t)
             self.sink.slow(t, g, r, pids, edge, value_t)
         self.sink.slow_done()
+
+    def _timed(self, kind: str, wall0: float, cpu0: float) -> None:
+        times = self.read_times[kind]
+        times[0] += 1
+        times[1] += time.perf_counter() - wall0
+        times[2] += time.thread_time() - cpu0
 
     def gap(self, t: float, gpu: int, op: str, err: BaseException) -> None:
         text = " ".join(str(err).split()) or type(err).__name__

@@ -76,9 +76,11 @@ class Sampler:
     take this process's GIL. `mode` "thread" (the default for a simulated GPU, or
     without a spec; also where the process cannot start): a small thread wakes
     every `period` (Event.wait: it never busy-polls). Either reads the cheap values
-    of every GPU each period, the reason counters every `slow_period`, the energy
-    counter every `energy_period`, the GPU's processes every `process_period`, and
-    the reason counters and processes when `mark()` asks for an edge read.
+    of every GPU each period, the GPU's processes every `process_period`, the reason
+    counters and processes when `mark()` asks for an edge read, and the energy
+    counter at most every `energy_period`; while regions are being marked
+    (`reader.ACTIVE_PERIODS`) the reason counters every `slow_period` and the energy
+    counter every `energy_period` as well.
     GPUENV_SAMPLER=thread|process picks where `mode` is not given. Virtual time (a
     clock with `virtual = True`, as in tests): ticks are `clock.call_every`
     callbacks and edge reads happen synchronously in `mark()`, so results are
@@ -167,6 +169,15 @@ class Sampler:
         return self._proc.cpu_time_s if self._proc is not None else self._reader.cpu_time_s
 
     @property
+    def read_times(self) -> dict[str, tuple[int, float, float]] | None:
+        """Thread mode: per kind of read (fast, counters, energy, processes), how many this
+        sampler made and the wall and CPU seconds they took where it made them; None for a
+        sampler process (it keeps them in its own process)."""
+        if self._proc is not None:
+            return None
+        return {k: (int(n), wall, cpu) for k, (n, wall, cpu) in self._reader.read_times.items()}
+
+    @property
     def child_pid(self) -> int | None:
         """The sampler process's pid while there is one."""
         return self._proc.pid if self._proc is not None else None
@@ -177,7 +188,7 @@ class Sampler:
             raise RuntimeError("the sampler is already running")
         self._stop.clear()
         if self.clock.virtual:
-            self._reader.tick(edge=True)
+            self._reader.tick(start=True)
             call_every = self.clock.call_every  # type: ignore[attr-defined]
             self._timer = call_every(self.period, self._reader.tick)
             return
@@ -202,7 +213,7 @@ class Sampler:
             return False
         self._cursor = Cursor(proc, since_t=self.clock.now() - SLOW_LOOKBACK_S)
         self._proc, self._died = proc, None
-        if proc.ticks > 1:  # a process already running: fresh counters for this start
+        if proc.attaches > 1:  # a process already running: fresh counters for this start
             proc.request_edge()
         return True
 

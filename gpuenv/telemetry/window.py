@@ -21,7 +21,7 @@ class Window:
 
     Clock and power means are time-weighted: each sample holds until the next
     one. Values are None where no sample covered the region. `energy_j` comes
-    from the energy counter (read once a second): its delta between the first and
+    from the energy counter (read at most once a second): its delta between the first and
     last reads inside the region, plus the stretches from the edges to those reads
     from the power samples. For regions shorter than ENERGY_EXACT_MIN_S (10 driver
     refreshes of the counter) or with fewer than two reads inside, it is instead

@@ -45,7 +45,8 @@ The rounds stop early once --max-seconds (210) have gone; the table says how man
 sampler process can open it) and a GIL-bound pure-Python loop in place of the
 launches. A smoke check of the mechanics on any machine, not the H100's figure.
 `--variants all` adds the thread and process with the cheap reads only, and the
-thread with a region edge (`mark()`) before every loop.
+thread with a region edge (`mark()`) before every loop; `--variants periods` the thread
+ticking every 50 ms, every 100 ms with the process list too, and without the process list.
 """
 
 from __future__ import annotations
@@ -94,6 +95,15 @@ MORE_VARIANTS: dict[str, dict[str, Any] | None] = {
     "thread, cheap reads only": {"mode": "thread", **CHEAP},
     "process, cheap reads only": {"mode": "process", **CHEAP},
     "thread, a region edge before every loop": {"mode": "thread", MARK: True},
+}
+# which of the thread's periodic reads costs the loop (`--variants periods`): its tick at
+# twice and four times the period (the driver refreshes clocks every ~100 ms), the process
+# list at the tick's period, and no process list at all
+PERIOD_VARIANTS: dict[str, dict[str, Any] | None] = {
+    "thread, ticks every 50 ms": {"mode": "thread", "period": 0.05},
+    "thread, ticks and process list every 100 ms": {"mode": "thread", "period": 0.1,
+                                                    "process_period": 0.1},
+    "thread, no process list": {"mode": "thread", "watch_processes": False},
 }
 Z95 = 1.959964
 
@@ -344,7 +354,7 @@ def mark_cost_us(backend: Backend, gpus: list[int], mode: str, n: int = 100_000)
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rounds", type=int, default=400, help="rounds of every variant")
     ap.add_argument("--launches", type=int, default=6000, help="launches per loop")
-    ap.add_argument("--variants", choices=("main", "all"), default="main")
+    ap.add_argument("--variants", choices=("main", "all", "periods"), default="main")
     ap.add_argument("--settle", type=float, default=0.03,
                     help="seconds between a sampler's start (or continue) and its loop; every "
                     "loop waits as long (default 0.03)")
@@ -368,7 +378,8 @@ def run(args: argparse.Namespace) -> int:
     backend, gpus, loop, what = workload(args.launches)
     for _ in range(3):  # warm up: context, kernels, clocks
         loop()
-    variants = dict(VARIANTS, **(MORE_VARIANTS if args.variants == "all" else {}))
+    more = {"all": MORE_VARIANTS, "periods": PERIOD_VARIANTS}.get(args.variants, {})
+    variants = dict(VARIANTS, **more)
     results = run_rounds(backend, gpus, loop, variants, args)
 
     g = gpus[0]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import select
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,9 +148,12 @@ class RegionReader:
             self._mark()
 
     def _mark(self) -> None:
-        # Region edges are where the slow counters (energy, time under reasons) matter.
-        now = time.monotonic()
-        if self.sampler is not None and now - self._last_mark >= MARK_MIN_S:
+        # Region edges are where the slow counters (energy, time under reasons) matter; on
+        # the sampler's clock, whose time the regions' edges and its reads are in
+        if self.sampler is None:
+            return
+        now = self.sampler.clock.now()
+        if now - self._last_mark >= MARK_MIN_S:
             self._last_mark = now
             self.sampler.mark()
 

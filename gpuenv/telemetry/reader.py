@@ -20,9 +20,9 @@ log = logging.getLogger(__name__)
 # The time under each reason and the memory temperature (fields 74-82): one field batch of
 # 0.63 ms p50 / 1.4 ms p99 on the lent H100 (benchmarks/nvml_costs.py), 6.3 ms of driver
 # time a second when read every 100 ms. Read at every region edge (the reason times of a
-# region are the counters' deltas between its edges) and, while regions are being marked
-# (see ACTIVE_PERIODS), once a second: a window interpolates between reads only where no
-# edge read came.
+# region are the counters' deltas between its edges) and once a second, marked or not: a
+# door that judges spans after the fact (stable().record, the torch Timer, pytest's
+# rounds, `gpuenv run`'s chunks) marks no edge, and its windows interpolate between these.
 DEFAULT_SLOW_PERIOD_S = 1.0
 # The energy counter costs ~3 ms of driver time and ~4 ms of CPU a read on the lent H100:
 # read every 100 ms it made a launch-bound loop 1-2% slower (docs/benchmarks.md). So it is
@@ -31,12 +31,12 @@ DEFAULT_SLOW_PERIOD_S = 1.0
 # energy is the counter's delta between the first and last reads inside it, plus the
 # stretches from its edges to those reads from the power samples (`_counter_energy_j`).
 DEFAULT_ENERGY_PERIOD_S = 1.0
-# Both counters are cumulative: a region's share is their delta between reads at or near
-# its edges, and reads in its middle add nothing. So their periodic reads run only within
-# this many of their periods after the last region edge (`mark()`), which is long enough
+# The energy counter is cumulative: a region's share is its delta between reads at or near
+# its edges, and reads in its middle add nothing. So its periodic reads run only within
+# this many of its periods after the last region edge (`mark()`), which is long enough
 # that a region whose start edge came too soon after the last energy read still gets a
-# read inside within one period; a sampler no one marks reads only the cheap values and
-# the process list (the counters read at its start are the baseline).
+# read inside within one period; a sampler no one marks reads it only at its start (the
+# baseline): energy over spans given after the fact comes from the power samples.
 ACTIVE_PERIODS = 2.0
 # Which processes use the GPU (10-100 us a read; milliseconds on some systems): twice per
 # driver period, so another process present for one period is always seen.
@@ -175,13 +175,12 @@ class Reader:
             self._last_edge_t = t
         edge = edge or start
         # the counters keep a fixed grid that edge reads do not shift, so the gap between
-        # two periodic reads never exceeds their period; they, and the energy counter, are
-        # read only while regions are being marked (ACTIVE_PERIODS)
+        # two periodic reads never exceeds their period; the energy counter is read only
+        # while regions are being marked (ACTIVE_PERIODS)
         since_edge = t - self._last_edge_t
         counters = t >= self._next_slow_t - 1e-9
         if counters:
             self._next_slow_t = _next_on_grid(self._next_slow_t, self.slow_period, t)
-            counters = since_edge <= ACTIVE_PERIODS * self.slow_period
         procs = self.watch_processes and t >= self._next_proc_t - 1e-9
         if procs:
             self._next_proc_t = _next_on_grid(self._next_proc_t, self.process_period, t)

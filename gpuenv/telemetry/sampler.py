@@ -78,9 +78,9 @@ class Sampler:
     every `period` (Event.wait: it never busy-polls). Either reads the cheap values
     of every GPU each period, the GPU's processes every `process_period`, the reason
     counters and processes when `mark()` asks for an edge read, and the energy
-    counter at most every `energy_period`; while regions are being marked
-    (`reader.ACTIVE_PERIODS`) the reason counters every `slow_period` and the energy
-    counter every `energy_period` as well.
+    counter at most every `energy_period`; the reason counters every `slow_period`, and
+    while regions are being marked (`reader.ACTIVE_PERIODS`) the energy counter every
+    `energy_period` as well.
     GPUENV_SAMPLER=thread|process picks where `mode` is not given. Virtual time (a
     clock with `virtual = True`, as in tests): ticks are `clock.call_every`
     callbacks and edge reads happen synchronously in `mark()`, so results are

@@ -354,7 +354,9 @@ def mark_cost_us(backend: Backend, gpus: list[int], mode: str, n: int = 100_000)
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rounds", type=int, default=400, help="rounds of every variant")
     ap.add_argument("--launches", type=int, default=6000, help="launches per loop")
-    ap.add_argument("--variants", choices=("main", "all", "periods"), default="main")
+    ap.add_argument("--variants", choices=("main", "all", "periods", "process"), default="main",
+                    help="process: the sampler process alone (the default on a real GPU), "
+                    "every round one pair: the most pairs, the narrowest interval")
     ap.add_argument("--settle", type=float, default=0.03,
                     help="seconds between a sampler's start (or continue) and its loop; every "
                     "loop waits as long (default 0.03)")
@@ -380,6 +382,8 @@ def run(args: argparse.Namespace) -> int:
         loop()
     more = {"all": MORE_VARIANTS, "periods": PERIOD_VARIANTS}.get(args.variants, {})
     variants = dict(VARIANTS, **more)
+    if args.variants == "process":
+        variants = {k: v for k, v in variants.items() if v is None or v.get("mode") == "process"}
     results = run_rounds(backend, gpus, loop, variants, args)
 
     g = gpus[0]

@@ -274,16 +274,21 @@ def test_energy_of_a_long_region_matches_the_truth_across_a_power_step():
     with Sampler(sim, [0]) as sampler:
         sim.open_context(0)
         sim.idle(0.3)
-        t0 = sampler.mark()
-        e0 = sim.truth(0).energy_mj
-        while sim.clock.now() < t0 + 2.3:
-            sim.run_work(0, 0.1 * H100_CYCLES_PER_S * 0.5)
-        t1 = sampler.mark()
-        e1 = sim.truth(0).energy_mj
+        t0, t1, joules = _loaded_region(sim, sampler, 2.3)
         sim.idle(0.5)
     w = sampler.window(t0, t1)
     assert not w.energy_interpolated
-    assert w.energy_j == pytest.approx((e1 - e0) / 1e3, rel=0.02)
+    assert w.energy_j == pytest.approx(joules, rel=0.02)
+
+
+def _loaded_region(sim, sampler, seconds: float) -> tuple[float, float, float]:
+    """A region of `seconds` of half-loaded work: its marked edges and its true energy (J)."""
+    t0 = sampler.mark()
+    e0 = sim.truth(0).energy_mj
+    while sim.clock.now() < t0 + seconds:
+        sim.run_work(0, 0.1 * H100_CYCLES_PER_S * 0.5)
+    t1 = sampler.mark()
+    return t0, t1, (sim.truth(0).energy_mj - e0) / 1e3
 
 
 def test_a_sampler_no_one_marks_reads_no_energy_and_a_long_region_still_gets_its_energy():
@@ -299,18 +304,13 @@ def test_a_sampler_no_one_marks_reads_no_energy_and_a_long_region_still_gets_its
         assert [s.t for s in idle] == [sampler.samples()[0].t]
         assert 4 <= len([s for s in sampler.slow_samples() if s.reason_ns]) <= 7
         assert len([s for s in sampler.slow_samples() if s.own_present is not None]) > 50
-        t0 = sampler.mark()
-        e0 = sim.truth(0).energy_mj
-        while sim.clock.now() < t0 + 6.0:  # past the 2 s that periodic reads go on for
-            sim.run_work(0, 0.1 * H100_CYCLES_PER_S * 0.5)
-        t1 = sampler.mark()
-        e1 = sim.truth(0).energy_mj
+        t0, t1, joules = _loaded_region(sim, sampler, 6.0)  # past the 2 s of periodic reads
     energy_t = [s.t for s in sampler.slow_samples() if s.energy_mj is not None]
     assert energy_t[1] == t0 and energy_t[-1] == t1  # read at both edges
     assert all(t <= t0 + 2.0 * DEFAULT_ENERGY_PERIOD_S + 0.1 for t in energy_t[1:-1])
     w = sampler.window(t0, t1)
     assert not w.energy_interpolated
-    assert w.energy_j == pytest.approx((e1 - e0) / 1e3, rel=0.01)
+    assert w.energy_j == pytest.approx(joules, rel=0.01)
 
 
 def test_the_sampler_counts_and_times_each_kind_of_read_it_makes():

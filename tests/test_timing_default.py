@@ -184,3 +184,12 @@ def test_hot_burst_ready_clock_starts_before_the_cap_bit_clears_and_says_so():
         # starting under the bit, the reps carry the cap's finding: never a silent number
         assert ("power_cap" in {f.kind for f in hot.findings}) is (how == "clock"), how
     assert waits["clock"] < waits["reasons"] - 0.2
+
+
+def test_hot_burst_ready_clock_does_not_wait_between_bursts_for_the_bit_alone():
+    # bursts after the first: the cap's lingering bit with the clock back is no reason to
+    # wait (each wait asks for a driver refresh, ~0.15 s), as it was none before the first
+    cc = ConditionConfig(burst_wait="seen", burst_duty=0.5, poll_s=0.005, burst_ready="clock")
+    hot = bench(sim_at(hot=True), conditioning=cc, reps=40)  # ~56 ms of reps: 3 bursts
+    assert hot.extra["bursts"] >= 3
+    assert hot.extra["burst_waits"] == 0

@@ -36,24 +36,42 @@ def recovered(
         # not block the measurement)
         return sampler.latest(gpu) is None
     newest = fresh[-2:]
-    # "clock": the clock itself says whether the cap still holds it (a GPU whose maximum
-    # is not known waits for the bit)
-    by_clock = config.burst_ready == "clock" and facts is not None and bool(
-        facts.lock_range_mhz or facts.max_sm_mhz)
-    held = HELD_DOWN & ~Reason.SW_POWER_CAP if by_clock else HELD_DOWN
-    if len(newest) < 2 or any(s.reasons & held for s in newest):
+    if len(newest) < 2:
         return False
-    for s in newest if by_clock else newest[-1:]:
-        if not s.reasons & Reason.GPU_IDLE and facts is not None:
-            rng = facts.lock_range_mhz
-            if rng is not None:
-                if not lock_holds(s.sm_mhz, rng, lock_tolerance_mhz):
-                    return False
-            elif facts.max_sm_mhz and s.sm_mhz < (1 - config.burst_clock_rel) * facts.max_sm_mhz:
-                return False
+    by_clock = _by_clock(facts, config)
+    # "reasons": no held-down reason, and the newest clock back; "clock": both newest clocks
+    # back, the cap's bit alone not waited for
+    if any(held_down(s, facts, config, lock_tolerance_mhz, clock=by_clock or s is newest[-1])
+           for s in newest):  # fmt: skip
+        return False
+    s = newest[-1]
     idle = config.burst_idle_temp_c if config.burst_idle_temp_c is not None else idle_temp_c
     margin = config.burst_temp_margin_c
     return idle is None or margin is None or s.temp_c <= idle + margin
+
+
+def _by_clock(facts: GpuFacts | None, config: ConditionConfig) -> bool:
+    """burst_ready "clock", on a GPU whose maximum clock (or lock) is known (else the bit is
+    all there is to go by)."""
+    return config.burst_ready == "clock" and facts is not None and bool(
+        facts.lock_range_mhz or facts.max_sm_mhz)
+
+
+def held_down(s: Any, facts: GpuFacts | None, config: ConditionConfig = DEFAULT,
+              lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ, *, clock: bool = True) -> bool:
+    """Does sample `s` show the GPU held down: a held-down reason (under burst_ready "clock"
+    the SW power cap's bit alone does not count), or (`clock`) the SM clock below its
+    maximum or outside the lock while the GPU is not idle?"""
+    held = HELD_DOWN & ~Reason.SW_POWER_CAP if _by_clock(facts, config) else HELD_DOWN
+    if s.reasons & held:
+        return True
+    if not clock or s.reasons & Reason.GPU_IDLE or facts is None:
+        return False
+    rng = facts.lock_range_mhz
+    if rng is not None:
+        return not lock_holds(s.sm_mhz, rng, lock_tolerance_mhz)
+    return bool(facts.max_sm_mhz) and s.sm_mhz < (1 - config.burst_clock_rel) * (
+        facts.max_sm_mhz or 0.0)
 
 
 def wait_until_ready(
@@ -246,7 +264,11 @@ class Bursts:
 
     def _held_down(self) -> bool:
         latest = self.sampler.latest(self.gpu) if self.sampler is not None else None
-        return latest is not None and bool(latest.reasons & HELD_DOWN)
+        if latest is None:
+            return False
+        # "reasons": a held-down reason; "clock": that, or the clock itself held down
+        return held_down(latest, self.facts, self.config, self.tol,
+                         clock=_by_clock(self.facts, self.config))
 
     def summary(self) -> dict[str, Any]:
         """What the schedule did, for Measurement.extra (the measurement ends here)."""

@@ -1,7 +1,7 @@
 """A helper, not a benchmark: the GPU side the benchmarks that time torch kernels on a CUDA
-GPU share: a wall clock, idling, heavy load (`GpuEnv`), and issue 18/22's ten kernels
-(`kernels`: benchmarks.speed and benchmarks.dropin measure the same set, each under its own
-names)."""
+GPU share: a wall clock, idling, heavy load (`GpuEnv`; `SimGpuEnv` on the simulated H100 for
+their --sim runs), and issue 18/22's ten kernels (`kernels`: benchmarks.speed and
+benchmarks.dropin measure the same set, each under its own names)."""
 
 from __future__ import annotations
 
@@ -62,3 +62,28 @@ class GpuEnv:
             for _ in range(self.load_calls):
                 self._heavy()
             self.torch.cuda.synchronize()
+
+
+class SimGpuEnv:
+    """The simulated H100 with a context, on virtual time: its clock, idle, and heavy load
+    (`seconds` of work at the top clock, power intensity 1: longer under the cap)."""
+
+    name = "sim"
+
+    def __init__(self) -> None:
+        from gpuenv.backend.sim import SimBackend
+        from gpuenv.timebase import VirtualClock
+
+        self.backend = SimBackend(clock=VirtualClock())
+        self.backend.open_context(0)
+
+    def now(self) -> float:
+        return self.backend.clock.now()
+
+    def idle(self, seconds: float) -> None:
+        self.backend.idle(seconds)
+
+    def load(self, seconds: float) -> None:
+        from gpuenv import timing
+
+        timing.sim_kernel(self.backend, 0, seconds=seconds, power_intensity=1.0)()

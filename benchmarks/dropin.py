@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks import runner
-from benchmarks._kernels import GpuEnv, kernels
+from benchmarks._kernels import GpuEnv, SimGpuEnv, kernels
 from gpuenv import timing
 from gpuenv.integrations import triton as gt
 
@@ -93,19 +93,14 @@ class Env(GpuEnv):
                 "cuda": torch.version.cuda, "triton": triton.__version__}
 
 
-class SimEnv:
+class SimEnv(SimGpuEnv):
     """The simulated H100 on virtual time; "triton" is a model of its schedule (a first
     call, 5 timed calls with a 256 MiB flush, warmup ms of calls, rep ms of flushed calls
     back to back), since triton cannot run here."""
 
-    name = "sim"
-
     def __init__(self) -> None:
-        from gpuenv.backend.sim import SimBackend
-        from gpuenv.timebase import VirtualClock
-
-        self.backend = be = SimBackend(clock=VirtualClock())
-        be.open_context(0)
+        super().__init__()
+        be = self.backend
 
         def k(seconds: float, power: float) -> Callable[[], Any]:
             return timing.sim_kernel(be, 0, seconds=seconds, power_intensity=power)
@@ -122,15 +117,6 @@ class SimEnv:
             ("conv_56", "~0.2 ms", k(0.2e-3, 0.9)),
             ("mm4096_bf16", "~0.2 ms, heavy", k(0.19e-3, 1.0)),
         ]
-
-    def now(self) -> float:
-        return self.backend.clock.now()
-
-    def idle(self, seconds: float) -> None:
-        self.backend.idle(seconds)
-
-    def load(self, seconds: float) -> None:
-        timing.sim_kernel(self.backend, 0, seconds=seconds, power_intensity=1.0)()
 
     def tools(self) -> dict[str, Callable[[Callable[[], Any]], Any]]:
         return {"triton": self._triton_model,

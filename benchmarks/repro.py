@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks._kernels import GpuEnv
+from benchmarks._kernels import GpuEnv, SimGpuEnv
 from benchmarks.runner import main as run_benchmark
 from benchmarks.runner import metric
 from gpuenv import timing
@@ -148,17 +148,11 @@ class Env(GpuEnv):
         return info
 
 
-class SimEnv:
+class SimEnv(SimGpuEnv):
     """The same on the simulated H100, on virtual time (kernels are synthetic)."""
 
-    name = "sim"
-
     def __init__(self) -> None:
-        from gpuenv.backend.sim import SimBackend
-        from gpuenv.timebase import VirtualClock
-
-        self.backend = SimBackend(clock=VirtualClock())
-        self.backend.open_context(0)
+        super().__init__()
         be = self.backend
         self.kernels = {
             name: timing.sim_kernel(be, 0, seconds=sec, power_intensity=power)
@@ -166,13 +160,7 @@ class SimEnv:
         }
         self._heavy = timing.sim_kernel(be, 0, seconds=0.1, power_intensity=1.0)
 
-    def now(self) -> float:
-        return self.backend.clock.now()
-
-    def idle(self, seconds: float) -> None:
-        self.backend.idle(seconds)
-
-    def load(self, seconds: float) -> None:
+    def load(self, seconds: float) -> None:  # `seconds` of virtual time, in 0.1 s calls
         end = self.now() + seconds
         while self.now() < end:
             self._heavy()

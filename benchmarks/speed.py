@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks._kernels import GpuEnv, kernels
+from benchmarks._kernels import GpuEnv, SimGpuEnv, kernels
 from benchmarks.runner import main as run_benchmark
 from benchmarks.runner import metric
 from gpuenv import timing
@@ -104,29 +104,16 @@ class Env(GpuEnv):
                 f"triton {triton.__version__}")
 
 
-class SimEnv:
+class SimEnv(SimGpuEnv):
     """The simulated H100 on virtual time; do_bench is a model of its schedule (a first
     call, 5 timed calls, 25 ms of warm-up calls, 100 ms of reps), since triton cannot run."""
 
     def __init__(self) -> None:
-        from gpuenv.backend.sim import SimBackend
-        from gpuenv.timebase import VirtualClock
-
-        self.backend = be = SimBackend(clock=VirtualClock())
-        be.open_context(0)
+        super().__init__()
         self.kernels = {
-            name: timing.sim_kernel(be, 0, seconds=s, power_intensity=p)
+            name: timing.sim_kernel(self.backend, 0, seconds=s, power_intensity=p)
             for name, (s, p) in SIM_KERNELS.items()
         }  # fmt: skip
-
-    def now(self) -> float:
-        return self.backend.clock.now()
-
-    def idle(self, seconds: float) -> None:
-        self.backend.idle(seconds)
-
-    def load(self, seconds: float) -> None:
-        timing.sim_kernel(self.backend, 0, seconds=seconds, power_intensity=1.0)()
 
     def tools(self) -> dict[str, Callable[[Callable[[], Any]], tuple[float, Any]]]:
         return {"do_bench": self._do_bench_model,

@@ -70,8 +70,8 @@ def held_down(s: Any, facts: GpuFacts | None, config: ConditionConfig = DEFAULT,
     rng = facts.lock_range_mhz
     if rng is not None:
         return not lock_holds(s.sm_mhz, rng, lock_tolerance_mhz)
-    return bool(facts.max_sm_mhz) and s.sm_mhz < (1 - config.burst_clock_rel) * (
-        facts.max_sm_mhz or 0.0)
+    top = facts.max_sm_mhz
+    return top is not None and top > 0 and s.sm_mhz < (1 - config.burst_clock_rel) * top
 
 
 def wait_until_ready(

@@ -77,10 +77,9 @@ class Sampler:
     without a spec; also where the process cannot start): a small thread wakes
     every `period` (Event.wait: it never busy-polls). Either reads the cheap values
     of every GPU each period, the GPU's processes every `process_period`, the reason
-    counters and processes when `mark()` asks for an edge read, and the energy
-    counter at most every `energy_period`; the reason counters every `slow_period`, and
-    while regions are being marked (`reader.ACTIVE_PERIODS`) the energy counter every
-    `energy_period` as well.
+    counters every `slow_period`, the reason counters and processes when `mark()` asks
+    for an edge read, and the energy counter at most every `energy_period`, only while
+    regions are being marked (`reader.ACTIVE_PERIODS`; its start's read is the baseline).
     GPUENV_SAMPLER=thread|process picks where `mode` is not given. Virtual time (a
     clock with `virtual = True`, as in tests): ticks are `clock.call_every`
     callbacks and edge reads happen synchronously in `mark()`, so results are

@@ -35,7 +35,14 @@ from gpuenv.telemetry.sampler import (
     Sampler,
     choose_mode,
 )
-from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
+from gpuenv.telemetry.samples import (
+    DEFAULT_PERIOD_S,
+    DRIVER_REFRESH_S,
+    HURRY_PERIOD_S,
+    Gap,
+    Sample,
+    SlowSample,
+)
 from gpuenv.telemetry.summary import ENERGY_EXACT_MIN_S, summarize, summarize_many
 from gpuenv.telemetry.trace import MAX_POINTS, SampleLog, TracePieces, trace_record
 from gpuenv.telemetry.window import Window, merge_windows
@@ -50,6 +57,7 @@ __all__ = [
     "EDGE_MIN_INTERVAL_S",
     "EDGE_WAIT_S",
     "ENERGY_EXACT_MIN_S",
+    "HURRY_PERIOD_S",
     "MAX_POINTS",
     "SLOW_LOOKBACK_S",
     "Gap",

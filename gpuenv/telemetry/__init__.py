@@ -8,7 +8,7 @@ no other process can open the GPU). A region's `Window` summarises the samples
 that cover it, including the ones just before and after it.
 
 The package:
-    samples.py   Sample, SlowSample, Gap; the driver refresh and the sampling period
+    samples.py   Sample, SlowSample, Gap; the driver refresh, the sampling and hurried periods
     window.py    Window; merge_windows (chunks -> Window)
     summary.py   summarize (samples -> Window), summarize_many (a bench's reps at once)
     reader.py    Reader: what is read when (ticks, slow grids, edge reads), and its loop

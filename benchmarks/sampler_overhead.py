@@ -47,8 +47,9 @@ launches. A smoke check of the mechanics on any machine, not the H100's figure.
 `--variants all` adds the thread and process with the cheap reads only, and the
 thread with a region edge (`mark()`) before every loop; `--variants periods` the thread
 ticking every 25 ms (hurried, as during a conditioning wait; the default until
-2026-11-25) and every 50 ms, and without the process list; `--variants thread` and
-`--variants process` one sampler alone, one pair a round (the narrowest interval).
+2026-11-25) and every 50 ms, with the process list once a second, and without it;
+`--variants thread` and `--variants process` one sampler alone, one pair a round (the
+narrowest interval).
 """
 
 from __future__ import annotations
@@ -102,11 +103,13 @@ MORE_VARIANTS: dict[str, dict[str, Any] | None] = {
 # which of the thread's periodic reads costs the loop (`--variants periods`): its tick at
 # a quarter and half the default period (the driver's ~100 ms refresh; 25 ms is the
 # hurried tick of a conditioning wait, and was the default with the process list every
-# 50 ms until 2026-11-25), and no process list at all
+# 50 ms until 2026-11-25), the process list once a second (under launches it took half
+# of a 100 ms tick's cost on the H100), and no process list at all
 PERIOD_VARIANTS: dict[str, dict[str, Any] | None] = {
     "thread, ticks every 25 ms (hurried; the old default)": {
         "mode": "thread", "period": 0.025, "process_period": 0.05},
     "thread, ticks every 50 ms": {"mode": "thread", "period": 0.05},
+    "thread, process list once a second": {"mode": "thread", "process_period": 1.0},
     "thread, no process list": {"mode": "thread", "watch_processes": False},
 }
 Z95 = 1.959964

@@ -46,7 +46,10 @@ sampler process can open it) and a GIL-bound pure-Python loop in place of the
 launches. A smoke check of the mechanics on any machine, not the H100's figure.
 `--variants all` adds the thread and process with the cheap reads only, and the
 thread with a region edge (`mark()`) before every loop; `--variants periods` the thread
-ticking every 50 ms, every 100 ms with the process list too, and without the process list.
+ticking every 25 ms (hurried, as during a conditioning wait; the default until
+2026-11-25) and every 50 ms, with the process list once a second, and without it;
+`--variants thread` and `--variants process` one sampler alone, one pair a round (the
+narrowest interval).
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ from gpuenv.telemetry import (
     DEFAULT_PERIOD_S,
     DEFAULT_PROCESS_PERIOD_S,
     DEFAULT_SLOW_PERIOD_S,
+    HURRY_PERIOD_S,
     Sampler,
 )
 from gpuenv.telemetry.process import close_idle
@@ -97,12 +101,15 @@ MORE_VARIANTS: dict[str, dict[str, Any] | None] = {
     "thread, a region edge before every loop": {"mode": "thread", MARK: True},
 }
 # which of the thread's periodic reads costs the loop (`--variants periods`): its tick at
-# twice and four times the period (the driver refreshes clocks every ~100 ms), the process
-# list at the tick's period, and no process list at all
+# a quarter and half the default period (the driver's ~100 ms refresh; 25 ms is the
+# hurried tick of a conditioning wait, and was the default with the process list every
+# 50 ms until 2026-11-25), the process list once a second (under launches it took half
+# of a 100 ms tick's cost on the H100), and no process list at all
 PERIOD_VARIANTS: dict[str, dict[str, Any] | None] = {
+    "thread, ticks every 25 ms (hurried; the old default)": {
+        "mode": "thread", "period": 0.025, "process_period": 0.05},
     "thread, ticks every 50 ms": {"mode": "thread", "period": 0.05},
-    "thread, ticks and process list every 100 ms": {"mode": "thread", "period": 0.1,
-                                                    "process_period": 0.1},
+    "thread, process list once a second": {"mode": "thread", "process_period": 1.0},
     "thread, no process list": {"mode": "thread", "watch_processes": False},
 }
 Z95 = 1.959964
@@ -354,9 +361,11 @@ def mark_cost_us(backend: Backend, gpus: list[int], mode: str, n: int = 100_000)
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rounds", type=int, default=400, help="rounds of every variant")
     ap.add_argument("--launches", type=int, default=6000, help="launches per loop")
-    ap.add_argument("--variants", choices=("main", "all", "periods", "process"), default="main",
+    ap.add_argument("--variants", choices=("main", "all", "periods", "process", "thread"),
+                    default="main",
                     help="process: the sampler process alone (the default on a real GPU), "
-                    "every round one pair: the most pairs, the narrowest interval")
+                    "every round one pair: the most pairs, the narrowest interval; thread: "
+                    "the same for the thread (`gpuenv run`, a simulated GPU)")
     ap.add_argument("--settle", type=float, default=0.03,
                     help="seconds between a sampler's start (or continue) and its loop; every "
                     "loop waits as long (default 0.03)")
@@ -382,8 +391,9 @@ def run(args: argparse.Namespace) -> int:
         loop()
     more = {"all": MORE_VARIANTS, "periods": PERIOD_VARIANTS}.get(args.variants, {})
     variants = dict(VARIANTS, **more)
-    if args.variants == "process":
-        variants = {k: v for k, v in variants.items() if v is None or v.get("mode") == "process"}
+    if args.variants in ("process", "thread"):
+        variants = {k: v for k, v in variants.items()
+                    if v is None or v.get("mode") == args.variants}
     results = run_rounds(backend, gpus, loop, variants, args)
 
     g = gpus[0]
@@ -422,8 +432,10 @@ def report(
           f"{args.max_seconds:.0f} s), each one on/off pair of loops of every sampler in a "
           f"random order, {args.settle * 1e3:.0f}-{2 * args.settle * 1e3:.0f} ms (random) "
           "before each loop. Defaults: period "
-          f"{DEFAULT_PERIOD_S * 1e3:.0f} ms, counters every {DEFAULT_SLOW_PERIOD_S * 1e3:.0f} "
-          f"ms and energy every {DEFAULT_ENERGY_PERIOD_S:.0f} s (only while regions are "
+          f"{DEFAULT_PERIOD_S * 1e3:.0f} ms ({HURRY_PERIOD_S * 1e3:.0f} ms only while a "
+          "conditioning wait hurries it: none here), counters every "
+          f"{DEFAULT_SLOW_PERIOD_S * 1e3:.0f} ms and energy every "
+          f"{DEFAULT_ENERGY_PERIOD_S:.0f} s (only while regions are "
           "marked, where this gpuenv knows that), processes every "
           f"{DEFAULT_PROCESS_PERIOD_S * 1e3:.0f} ms; "
           f"GPUENV_READONLY={os.environ.get('GPUENV_READONLY', '')!r}.\n")

@@ -44,7 +44,7 @@ def test_summariser_windows_are_those_of_the_whole_ring(monkeypatch):
 
     sim = SimBackend(clock=VirtualClock())
     sim.open_context(0)
-    with Sampler(sim, [0], capacity=512) as sampler:  # 12.8 s
+    with Sampler(sim, [0], capacity=512, period=0.025) as sampler:  # 12.8 s
         sim.idle(4.0)
         busy = sim.clock.now() - 0.0125  # between two samples: the one in force is idle
         sim.run_work(0, 3 * 1980e6, power_intensity=0.9)

@@ -375,7 +375,7 @@ def test_a_long_session_writes_no_more_trace_than_the_bound(tmp_path, sim, monke
         length = sim.clock.now() - t_start
     pieces = [m.extra["trace"] for m in load_run(path).measurements]
     written = sum(len(p["t_s"]) for p in pieces)
-    assert 200 < written <= trace_mod.written_bound(length, env.sampler.period, 200)
+    assert 200 < written <= trace_mod.written_bound(length, env.sampler.hurry_period, 200)
     assert written < length / env.sampler.period / 2  # thinned: far fewer than were taken
     times = [p["t0"] + t for p in pieces for t in p["t_s"]]
     assert times == sorted(times) and times[-1] - times[0] > 0.95 * length  # all of it, in order
@@ -400,13 +400,13 @@ def test_a_region_longer_than_the_sampler_ring_says_its_telemetry_is_incomplete(
 
     import gpuenv.session
 
-    small = functools.partial(gpuenv.session.Sampler, capacity=64)  # 1.6 s at 25 ms
+    small = functools.partial(gpuenv.session.Sampler, capacity=64)  # 6.4 s at 100 ms
     monkeypatch.setattr(gpuenv.session, "Sampler", small)
     warm(sim)
     with stable(backend=sim) as env:
         assert env.sampler.capacity == 64
         with env.measure("long") as m:
             t0 = sim.clock.now()
-            while sim.clock.now() - t0 < 5.0:
+            while sim.clock.now() - t0 < 10.0:
                 sim.run_work(0, 0.05 * H100_HZ, power_intensity=0.3)
     assert "telemetry_gap" in [f.kind for f in m.findings]

@@ -303,7 +303,8 @@ def test_a_sampler_no_one_marks_reads_no_energy_and_a_long_region_still_gets_its
         idle = [s for s in sampler.slow_samples() if s.energy_mj is not None]
         assert [s.t for s in idle] == [sampler.samples()[0].t]
         assert 4 <= len([s for s in sampler.slow_samples() if s.reason_ns]) <= 7
-        assert len([s for s in sampler.slow_samples() if s.own_present is not None]) > 50
+        checks = [s for s in sampler.slow_samples() if s.own_present is not None]
+        assert len(checks) >= 5.0 / DEFAULT_PROCESS_PERIOD_S
         t0, t1, joules = _loaded_region(sim, sampler, 6.0)  # past the 2 s of periodic reads
     energy_t = [s.t for s in sampler.slow_samples() if s.energy_mj is not None]
     assert energy_t[1] == t0 and energy_t[-1] == t1  # read at both edges
@@ -318,7 +319,7 @@ def test_the_sampler_counts_and_times_each_kind_of_read_it_makes():
     with Sampler(sim, [0]) as sampler:
         sim.idle(0.5)
         sampler.mark()
-        sim.idle(0.5)
+        sim.idle(0.55)  # past the tick a period after the start's read (the energy read)
     times = sampler.read_times
     assert times is not None
     slow = sampler.slow_samples()

@@ -149,3 +149,19 @@ def test_a_counter_not_refreshed_since_the_cap_cleared_does_not_carry_it_on(
     (w,) = summarize_many(fast, slow, [], [(10.16, 10.17)], gpu=0)
     assert w.reason_s["power"] == pytest.approx(capped_s)
     assert w.reasons == reasons
+
+
+def test_a_regions_energy_from_its_start_to_the_first_counter_read_is_the_works_power():
+    # the power steps from 100 to 500 W as the region starts (at 0.05 s), between two
+    # samples 100 ms apart: the stretch to the first counter read (0.5 s) drew 500 W all
+    # along; the sample in force at the start, read before the work, is not its power
+    fast = [Sample(0.1 * k, 0, 1980, 2619, 300.0, 40.0, 0,
+                   power_instant_w=100.0 if k == 0 else 500.0) for k in range(21)]  # fmt: skip
+
+    def energy_mj(t: float) -> int:
+        return round(1e3 * (100.0 * 0.05 + 500.0 * (t - 0.05)))
+
+    slow = [SlowSample(t, 0, energy_mj(t), {}) for t in (0.5, 1.5)]
+    w = summarize(fast, slow, [], 0.05, 1.95, gpu=0)
+    assert not w.energy_interpolated
+    assert w.energy_j == pytest.approx(500.0 * 1.9, rel=1e-6)  # held, it read 930 J

@@ -4,6 +4,10 @@ holds today's windows to. Do not edit: it is what "identical" means. One deliber
 since (2026-11-24): a reason counter extrapolated past its last refresh grows no more than
 the cheap samples show its reasons (`_shown`): a counter not refreshed since the power cap
 cleared carried the cap into regions run at 1980 MHz ("reasons: none; under power cap").
+Another (2026-11-25): the energy of the stretch from a region's start to its first counter
+read comes from the samples after the start, each covering the time back to the one
+before (`_back_weights`), not from the one in force at the start: at the 100 ms tick that
+one, read before the work began, stood for up to a tick of the work.
 """
 
 from __future__ import annotations
@@ -153,6 +157,10 @@ def _counter_energy_j(
         if b <= a:
             continue
         i0, i1 = bisect.bisect_right(times, a), bisect.bisect_right(times, b)
+        if a == t0 and i0 < len(fast):
+            after = fast[i0:i1 + 1]
+            fill += _weighted([_power(s) for s in after], _back_weights(after, a, b)) * (b - a)
+            continue
         held = ([fast[i0 - 1]] if i0 > 0 else []) + list(fast[i0:i1])
         if not held:
             return None
@@ -174,6 +182,19 @@ def _hold_weights(held: Sequence[Sample], t0: float, t1: float) -> list[float]:
         start = t0 if k == 0 else max(t0, s.t)
         end = held[k + 1].t if k + 1 < len(held) else t1
         weights.append(max(0.0, min(end, t1) - start))
+    if not any(weights):
+        weights[-1] = 1.0
+    return weights
+
+
+def _back_weights(after: Sequence[Sample], t0: float, t1: float) -> list[float]:
+    """Seconds of [t0, t1] each sample covers back to the one before it (the first: back
+    to t0; the last: on to t1 as well)."""
+    weights = []
+    for k, s in enumerate(after):
+        start = t0 if k == 0 else max(t0, after[k - 1].t)
+        end = t1 if k == len(after) - 1 else min(t1, s.t)
+        weights.append(max(0.0, end - start))
     if not any(weights):
         weights[-1] = 1.0
     return weights

@@ -72,7 +72,7 @@ from gpuenv.cli._common import (
     default=None,
     help="Append the run to this JSONL file (run.jsonl -> run.rankN.jsonl under torchrun/Slurm).",
 )
-@interval_option("telemetry samples (default 0.025)", old=("--period",))
+@interval_option("telemetry samples (default 0.1; 0.025 while a wait polls)", old=("--period",))
 @click.option("-q", "--quiet", is_flag=True, help="No summary table on stderr.")
 @click.option(
     "-v",

@@ -90,10 +90,14 @@ def wait_until_ready(
     `config.burst_timeout_s`. Returns (seconds waited, ready, the GPUs still not ready).
     Without a sampler it only rests."""
     start = clock.now()
-    clock.sleep(min_rest_s)
     if sampler is None:
+        clock.sleep(min_rest_s)
         return clock.now() - start, True, []
-    with Progress() as shown:  # a wait of seconds says what it waits for (a terminal only)
+    # samples every 25 ms while waiting (the sampler's tick is the driver's 100 ms
+    # otherwise): the two fresh samples `recovered` asks for come that soon after the GPU
+    # is back; from the rest on, so that they are there when the polls begin
+    with sampler.hurry(), Progress() as shown:  # a wait of seconds says what it waits for
+        clock.sleep(min_rest_s)
         while True:
             pending = [
                 g for g in gpus

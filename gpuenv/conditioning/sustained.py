@@ -3,6 +3,7 @@ temperature, stop drifting."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -107,6 +108,15 @@ def precondition(
     after each chunk. Runs at least `sustained_min_s` (default: one window), at most
     `sustained_timeout_s` (`steady` False then).
     """
+    # a chunk's clock is the median of its samples: every 25 ms while preconditioning, as
+    # any wait (Sampler.hurry); nothing is measured here
+    with sampler.hurry() if sampler is not None else contextlib.nullcontext():
+        return _precondition(run_chunk, sampler, gpus, clock, config, progress)
+
+
+def _precondition(run_chunk: Callable[[float], float | None], sampler: Any,
+                  gpus: Sequence[int], clock: Clock, config: ConditionConfig,
+                  progress: Callable[[str, bool], None] | None) -> Conditioning:  # fmt: skip
     min_s = config.sustained_window_s if config.sustained_min_s is None else config.sustained_min_s
     start = clock.now()
     tracks = {g: _Track() for g in gpus}

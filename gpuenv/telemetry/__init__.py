@@ -8,7 +8,7 @@ no other process can open the GPU). A region's `Window` summarises the samples
 that cover it, including the ones just before and after it.
 
 The package:
-    samples.py   Sample, SlowSample, Gap; the driver refresh and the sampling period
+    samples.py   Sample, SlowSample, Gap; the driver refresh, the sampling and hurried periods
     window.py    Window; merge_windows (chunks -> Window)
     summary.py   summarize (samples -> Window), summarize_many (a bench's reps at once)
     reader.py    Reader: what is read when (ticks, slow grids, edge reads), and its loop
@@ -35,7 +35,14 @@ from gpuenv.telemetry.sampler import (
     Sampler,
     choose_mode,
 )
-from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
+from gpuenv.telemetry.samples import (
+    DEFAULT_PERIOD_S,
+    DRIVER_REFRESH_S,
+    HURRY_PERIOD_S,
+    Gap,
+    Sample,
+    SlowSample,
+)
 from gpuenv.telemetry.summary import ENERGY_EXACT_MIN_S, summarize, summarize_many
 from gpuenv.telemetry.trace import MAX_POINTS, SampleLog, TracePieces, trace_record
 from gpuenv.telemetry.window import Window, merge_windows
@@ -50,6 +57,7 @@ __all__ = [
     "EDGE_MIN_INTERVAL_S",
     "EDGE_WAIT_S",
     "ENERGY_EXACT_MIN_S",
+    "HURRY_PERIOD_S",
     "MAX_POINTS",
     "SLOW_LOOKBACK_S",
     "Gap",

@@ -74,6 +74,7 @@ class _Child:
         readable = select.select([self.wake_fd], [], [], seconds)[0]
         if readable and not os.read(self.wake_fd, 4096):  # EOF: the parent closed it, or died
             self.stopped = True
+        reader.hurrying = self.shared.hurrying  # the period of the next tick (Sampler.hurry)
 
 
 def _die_with_parent(parent: int, from_main_thread: bool) -> None:
@@ -117,12 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     gpus = [int(g) for g in config["gpus"]]
     reader = Reader(
         backend, gpus, _RingSink(shared, gpus), clock=RealClock(), period=config["period"],
-        slow_period=config["slow_period"], process_period=config["process_period"],
+        hurry_period=config["hurry_period"], slow_period=config["slow_period"],
+        process_period=config["process_period"],
         energy_period=config["energy_period"], watch_processes=config["watch_processes"],
     )
     child = _Child(shared, reader, int(config["wake_fd"]))
     try:
-        reader.tick(start=True)
+        reader.hurrying = shared.hurrying
+        reader.periodic_tick()
         shared.heartbeat(reader.ticks, 0.0, reader.clock.now())
         shared.set_status(READY)
         reader.run(lambda: child.stopped, child.wait, child)

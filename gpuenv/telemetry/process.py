@@ -147,6 +147,18 @@ class SamplerProcess:
             with contextlib.suppress(OSError):  # it died: the next look says so
                 os.write(fd, _WAKE)
 
+    def hurry(self, on: bool) -> None:
+        """One attached Sampler begins (`on`) or ends hurrying: a count in shared memory that
+        the sampler process reads each time it wakes, and a wake-up byte when one begins."""
+        shared, fd = self.shared, self._wake_fd
+        if shared is None or fd is None or self.died is not None:
+            return
+        with self._edge_lock:
+            shared.add_hurry(1 if on else -1)
+        if on:
+            with contextlib.suppress(OSError):
+                os.write(fd, _WAKE)
+
     def check(self) -> bool:
         """True while it runs; else `died` says why it ended."""
         if self.died is None and self.proc.poll() is not None:

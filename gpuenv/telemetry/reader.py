@@ -38,12 +38,17 @@ DEFAULT_ENERGY_PERIOD_S = 1.0
 # read inside within one period; a sampler no one marks reads it only at its start (the
 # baseline): energy over spans given after the fact comes from the power samples.
 ACTIVE_PERIODS = 2.0
-# Which processes use the GPU (10-100 us a read; milliseconds on some systems): twice per
-# driver period, so another process present for one period is always seen.
-DEFAULT_PROCESS_PERIOD_S = 0.05
+# Which processes use the GPU (10-100 us a read; milliseconds on some systems): with every
+# tick at the default period (the driver's 100 ms; the process list is no faster while a
+# wait hurries the tick), so another process present for two periods is always seen.
+DEFAULT_PROCESS_PERIOD_S = 0.1
 # At most one edge read per this interval in real time: a loop of tiny regions marks
 # thousands of edges a second, and each edge read is a field batch of ~0.6 ms.
 EDGE_MIN_INTERVAL_S = 0.02
+# A periodic tick this late (a fraction of its period) starts the grid afresh from itself:
+# a hurry that begins long after the last tick reads at once and a hurried period later,
+# never twice within a few ms; a thread's usual wake-up latency keeps the grid.
+LATE_FRAC = 0.1
 
 
 class Sink(Protocol):
@@ -90,6 +95,7 @@ class Reader:
         *,
         clock: Clock,
         period: float,
+        hurry_period: float | None = None,
         slow_period: float = DEFAULT_SLOW_PERIOD_S,
         process_period: float = DEFAULT_PROCESS_PERIOD_S,
         energy_period: float = DEFAULT_ENERGY_PERIOD_S,
@@ -100,6 +106,9 @@ class Reader:
         self.sink = sink
         self.clock = clock
         self.period = period
+        # the period while `hurrying` (callers waiting for fresh samples): never slower
+        self.hurry_period = period if hurry_period is None else min(period, hurry_period)
+        self.hurrying = 0
         self.slow_period = slow_period
         self.process_period = process_period
         self.energy_period = energy_period
@@ -117,35 +126,51 @@ class Reader:
         self._next_proc_t = float("-inf")
         self._last_energy_t = float("-inf")
         self._last_edge_t = float("-inf")  # the last mark()'s edge read, not the start's
+        self._last_due = float("-inf")  # when the last periodic tick was due
+
+    def current_period(self) -> float:
+        return self.hurry_period if self.hurrying > 0 else self.period
+
+    def next_due(self) -> float:
+        """When the next periodic tick is due: one current period after the last one was,
+        so a hurry that begins long after it ticks at once and one that begins just after
+        waits the rest of a hurried period (never two reads back to back)."""
+        return self._last_due + self.current_period()
+
+    def periodic_tick(self) -> None:
+        """A periodic tick, at its due time (virtual time: the clock's timer)."""
+        self._last_due = self.clock.now()
+        self.tick(start=self.ticks == 0)
 
     def run(
         self, stopped: Callable[[], bool], wait: Callable[[float], None], edges: Edges
     ) -> None:
-        """Tick every period and serve edge reads until `stopped()`; `wait(s)` sleeps up to
-        s seconds, returning early when woken (a new edge request, or a stop)."""
+        """Tick every period (the hurried one while `hurrying`) and serve edge reads until
+        `stopped()`; `wait(s)` sleeps up to s seconds, returning early when woken (a new
+        edge request, a hurry, or a stop)."""
         cpu0 = time.thread_time()
-        next_due = self.clock.now()
         last_edge = float("-inf")
         done = 0
         while not stopped():
             try:
                 now = self.clock.now()
+                due = self.next_due()
                 requested = edges.requested()
                 edge = requested > done and now - last_edge >= EDGE_MIN_INTERVAL_S
-                if edge or now >= next_due:
+                if edge or now >= due:
                     self.tick(edge=edge, start=self.ticks == 0)
                     if edge:
                         done = requested
                         edges.served(done)
                         last_edge = now
-                    if now >= next_due:
-                        next_due += self.period
-                        if next_due <= now:  # fell behind (a stalled read): skip, do not burst
-                            next_due = now + self.period
+                    if now >= due:  # on the grid, unless late (a hurry that began past a
+                        # hurried period, a stalled read): then it restarts here, no burst
+                        late = now - due > LATE_FRAC * self.current_period()
+                        self._last_due = now if late else due
             except Exception as err:  # never let the loop die
                 self.gap(self.clock.now(), self.gpus[0], "sampler", err)
             self.cpu_time_s = time.thread_time() - cpu0
-            wake_at = next_due
+            wake_at = self.next_due()
             if edges.requested() > done:  # an edge read waits its turn
                 wake_at = min(wake_at, last_edge + EDGE_MIN_INTERVAL_S)
             wait(max(0.0, wake_at - self.clock.now()))

@@ -43,7 +43,8 @@ _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 _F64 = struct.Struct("<d")
 # magic, n_gpus, capacity, gap capacity, status, child pid, edges requested (the parent
-# writes it), edges served, ticks, CPU seconds, last time alive (host monotonic)
+# writes it), edges served, ticks, CPU seconds, last time alive (host monotonic); after
+# them, Samplers hurrying it (the parent writes it: `Sampler.hurry`)
 _HEAD = struct.Struct("<8sIIIIIxxxxQQQdd")
 _OFF_STATUS = 20
 _OFF_REQUESTED = 32
@@ -51,6 +52,7 @@ _OFF_SERVED = 40
 _OFF_TICKS = 48
 _OFF_CPU = 56
 _OFF_ALIVE = 64
+_OFF_HURRY = 72
 _OFF_ERROR, _ERROR_SIZE = 128, 512
 _OFF_FLAGS = 1024  # u32 per GPU: FLAG_NO_SLOW
 _OFF_HEADS = 2048  # u64 per ring: records written
@@ -206,6 +208,17 @@ class Shared:
         requested = words[_OFF_REQUESTED // 8]
         words[_OFF_REQUESTED // 8] = requested + 1
         return bool(requested <= words[_OFF_SERVED // 8])
+
+    def add_hurry(self, step: int) -> int:
+        """Count one more (+1) or one less (-1) hurrying Sampler (the parent only, under its
+        lock); the count after."""
+        n = max(0, self._u64(_OFF_HURRY) + step)
+        _U64.pack_into(self.buf, _OFF_HURRY, n)
+        return n
+
+    @property
+    def hurrying(self) -> int:
+        return self._u64(_OFF_HURRY)
 
     def served(self, n: int) -> None:
         _U64.pack_into(self.buf, _OFF_SERVED, n)

@@ -5,12 +5,13 @@ else on a thread; on virtual time, on the clock's timer."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from gpuenv.backend import Backend
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
@@ -23,14 +24,14 @@ from gpuenv.telemetry.reader import (
     DEFAULT_SLOW_PERIOD_S,
     Reader,
 )
-from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, Gap, Sample, SlowSample
+from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, HURRY_PERIOD_S, Gap, Sample, SlowSample
 from gpuenv.telemetry.summary import summarize_many
 from gpuenv.telemetry.window import Window
 from gpuenv.timebase import Clock, RealClock, Timer
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CAPACITY = 32768  # samples per GPU in the ring buffer: 13.6 minutes at 25 ms
+DEFAULT_CAPACITY = 32768  # samples per GPU in the ring buffer: 55 minutes at 100 ms
 # Counter reads a window looks at before its start: energy and reason counters interpolate
 # between reads, and the read in force at the start can be a few refreshes old.
 SLOW_LOOKBACK_S = 1.0
@@ -76,7 +77,9 @@ class Sampler:
     take this process's GIL. `mode` "thread" (the default for a simulated GPU, or
     without a spec; also where the process cannot start): a small thread wakes
     every `period` (Event.wait: it never busy-polls). Either reads the cheap values
-    of every GPU each period, the GPU's processes every `process_period`, the reason
+    of every GPU each period (default: the driver's refresh, 100 ms), every
+    `hurry_period` (25 ms) while a caller waits for fresh samples (`hurry()`: the
+    conditioning waits), the GPU's processes every `process_period`, the reason
     counters every `slow_period`, the reason counters and processes when `mark()` asks
     for an edge read, and the energy counter at most every `energy_period`, only while
     regions are being marked (`reader.ACTIVE_PERIODS`; its start's read is the baseline).
@@ -101,6 +104,7 @@ class Sampler:
         gpus: Sequence[int],
         *,
         period: float | None = None,
+        hurry_period: float = HURRY_PERIOD_S,
         slow_period: float = DEFAULT_SLOW_PERIOD_S,
         process_period: float = DEFAULT_PROCESS_PERIOD_S,
         energy_period: float = DEFAULT_ENERGY_PERIOD_S,
@@ -115,9 +119,10 @@ class Sampler:
         if not gpus:
             raise ConfigError("the sampler needs at least one GPU", hint="pass gpus=[0] or more")
         period = DEFAULT_PERIOD_S if period is None else float(period)
-        if not min(period, slow_period, process_period, energy_period) > 0:
+        if not min(period, hurry_period, slow_period, process_period, energy_period) > 0:
             raise ConfigError(
-                f"sampling periods must be positive (period={period}, slow_period="
+                f"sampling periods must be positive (period={period}, hurry_period="
+                f"{hurry_period}, slow_period="
                 f"{slow_period}, process_period={process_period}, energy_period={energy_period})",
                 hint=f"the default period is {DEFAULT_PERIOD_S} s",
             )
@@ -126,6 +131,7 @@ class Sampler:
         self.backend = backend
         self.gpus = list(gpus)
         self.period = period
+        self.hurry_period = min(period, float(hurry_period))  # never slower than period
         self.slow_period = float(slow_period)
         self.process_period = float(process_period)
         self.energy_period = float(energy_period)
@@ -140,13 +146,15 @@ class Sampler:
         self._buf = Buffers(self.gpus, capacity, self.own_pids)
         self._reader = Reader(
             backend, self.gpus, self._buf, clock=self.clock, period=period,
-            slow_period=self.slow_period, process_period=self.process_period,
+            hurry_period=self.hurry_period, slow_period=self.slow_period,
+            process_period=self.process_period,
             energy_period=self.energy_period, watch_processes=watch_processes,
         )  # fmt: skip
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._edge_requested = 0
         self._edge_done = 0
+        self._hurry_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._timer: Timer | None = None
         self._proc: SamplerProcess | None = None
@@ -161,6 +169,11 @@ class Sampler:
     @property
     def ticks(self) -> int:
         return self._proc.ticks if self._proc is not None else self._reader.ticks
+
+    @property
+    def hurrying(self) -> int:
+        """Callers inside `hurry()` now."""
+        return self._reader.hurrying
 
     @property
     def cpu_time_s(self) -> float:
@@ -187,9 +200,8 @@ class Sampler:
             raise RuntimeError("the sampler is already running")
         self._stop.clear()
         if self.clock.virtual:
-            self._reader.tick(start=True)
-            call_every = self.clock.call_every  # type: ignore[attr-defined]
-            self._timer = call_every(self.period, self._reader.tick)
+            self._reader.periodic_tick()
+            self._schedule_virtual()
             return
         if self.mode == "process" and self._start_process():
             return
@@ -199,7 +211,8 @@ class Sampler:
     def _start_process(self) -> bool:
         spec = self.backend.spec()
         options = {
-            "period": self.period, "slow_period": self.slow_period,
+            "period": self.period, "hurry_period": self.hurry_period,
+            "slow_period": self.slow_period,
             "process_period": self.process_period, "energy_period": self.energy_period,
             "watch_processes": self.watch_processes,
         }  # fmt: skip
@@ -214,7 +227,46 @@ class Sampler:
         self._proc, self._died = proc, None
         if proc.attaches > 1:  # a process already running: fresh counters for this start
             proc.request_edge()
+        if self._reader.hurrying > 0:  # started inside a hurry
+            proc.hurry(True)
         return True
+
+    def _schedule_virtual(self) -> None:
+        """Virtual time: the clock's timer at the current period, first when the next
+        periodic tick is due (deterministic: a hurry moves the timer, never adds reads)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        reader, now = self._reader, self.clock.now()
+        call_every = self.clock.call_every  # type: ignore[attr-defined]
+        self._timer = call_every(reader.current_period(), reader.periodic_tick,
+                                 first_in=max(0.0, reader.next_due() - now))
+
+    @contextlib.contextmanager
+    def hurry(self) -> Iterator[None]:
+        """Read the cheap values every `hurry_period` instead of every `period` while inside:
+        for a caller that polls for fresh samples (a conditioning wait). Nested and from
+        several threads at once: hurried while any is inside. Costs what faster sampling
+        costs (see DEFAULT_PERIOD_S), only while waiting."""
+        self._hurry(+1)
+        try:
+            yield
+        finally:
+            self._hurry(-1)
+
+    def _hurry(self, step: int) -> None:
+        with self._hurry_lock:
+            reader = self._reader
+            was = reader.hurrying > 0
+            reader.hurrying += step
+            now = reader.hurrying > 0
+            if now == was:
+                return
+            if self._proc is not None:
+                self._proc.hurry(now)
+            elif self._timer is not None:
+                self._schedule_virtual()
+            elif self._thread is not None and now:
+                self._wake.set()  # tick at the hurried period from now on, not next period
 
     def _run(self) -> None:
         def wait(seconds: float) -> None:
@@ -237,6 +289,9 @@ class Sampler:
         if self._proc is not None:
             self._pull()
             proc, self._proc, self._cursor = self._proc, None, None
+            with self._hurry_lock:
+                if self._reader.hurrying > 0:  # a process outlives its Samplers (attach)
+                    proc.hurry(False)
             detach(proc)
         thread, self._thread = self._thread, None
         if thread is not None:

@@ -13,12 +13,19 @@ from gpuenv._records import from_dict, to_dict
 # The driver refreshes SM/memory clock, power and the reasons bitmask about every
 # 100 ms, temperature every ~200 ms, and the energy counter every ~100 ms (GPU_FACTS.md).
 DRIVER_REFRESH_S = 0.1
-# Four samples per driver refresh: every change is seen within 25 ms of the driver making
-# it, so an episode of one refresh period is never missed and its start is placed to a
-# quarter of a period. Sampling faster buys nothing (the values have not changed), and
-# never polling without sleeping matters more: a no-sleep poller made a launch-bound loop
-# 3.8x slower through the GIL. At ~2 us a read, one tick costs ~15 us per GPU.
-DEFAULT_PERIOD_S = 0.025
+# One sample per driver refresh while nobody waits on the sampler: reading faster finds
+# the same values, and on a launch-bound loop the sampler thread's cost follows how often
+# it wakes, not what it reads (a cheap read took 236 us of its wall time under launches,
+# 29 us alone): +1.65% ticking every 25 ms, 0.00% (95% -0.69..+0.67) every 100 ms on the
+# lent H100 (docs/benchmarks.md). What a window needs between refreshes it gets from the
+# reason counters, read at its edges (`Sampler.mark`).
+DEFAULT_PERIOD_S = DRIVER_REFRESH_S
+# Four samples per driver refresh while a caller waits for fresh samples (`Sampler.hurry`:
+# a conditioning wait asks for two taken one refresh after the work): a change is seen
+# within 25 ms of the driver making it, so the wait ends that soon after the GPU is back.
+# Never polling without sleeping matters more: a no-sleep poller made a launch-bound loop
+# 3.8x slower through the GIL.
+HURRY_PERIOD_S = 0.025
 
 
 @dataclass(frozen=True, slots=True)

@@ -213,6 +213,14 @@ class _Streams:
             if b <= a:
                 continue
             i0, i1 = bisect.bisect_right(self.times, a), bisect.bisect_right(self.times, b)
+            if a == t0 and i0 < len(self.fast):
+                # from the start: each sample after t0 covers the time since the one before,
+                # up to the first at or past the read. The one in force at t0 was taken
+                # before the work began: held, it would count up to a tick (100 ms) of the
+                # work at the power before it
+                after = self.fast[i0:i1 + 1]
+                fill += _weighted([_power(s) for s in after], _back_weights(after, a, b)) * (b - a)
+                continue
             held = ([self.fast[i0 - 1]] if i0 > 0 else []) + list(self.fast[i0:i1])
             if not held:
                 return None
@@ -427,6 +435,19 @@ def _hold_weights(held: Sequence[Sample], t0: float, t1: float) -> list[float]:
         start = t0 if k == 0 else max(t0, s.t)
         end = held[k + 1].t if k + 1 < len(held) else t1
         weights.append(max(0.0, min(end, t1) - start))
+    if not any(weights):
+        weights[-1] = 1.0
+    return weights
+
+
+def _back_weights(after: Sequence[Sample], t0: float, t1: float) -> list[float]:
+    """Seconds of [t0, t1] each sample covers back to the one before it (the first: back
+    to t0; the last: on to t1 as well)."""
+    weights = []
+    for k, s in enumerate(after):
+        start = t0 if k == 0 else max(t0, after[k - 1].t)
+        end = t1 if k == len(after) - 1 else min(t1, s.t)
+        weights.append(max(0.0, end - start))
     if not any(weights):
         weights[-1] = 1.0
     return weights

@@ -14,12 +14,13 @@ session writes it in pieces (`TracePieces`): each measurement carries the sample
 since the previous measurement was kept, so the pieces of a file join into the session's
 trace and a crash loses no more of it than of the measurements.
 
-The bound: SampleLog holds at most MAX_POINTS samples per GPU (500 s at the default 25 ms
-period); past that it keeps every other sample and takes new ones half as often. A run
-writes at most MAX_POINTS per GPU. The pieces of a session are written as they come, so
-they add up to at most 2 MAX_POINTS over the first 500 s and MAX_POINTS / 2 more per
-doubling of the session's length after that (`written_bound`): at most 115,000 samples
-per GPU (some 5 MB of JSON) for a day.
+The bound: SampleLog holds at most MAX_POINTS samples per GPU (33 minutes at the default
+100 ms period, 500 s if every sample came at the hurried 25 ms); past that it keeps every
+other sample and takes new ones half as often. A run writes at most MAX_POINTS per GPU.
+The pieces of a session are written as they come, so they add up to at most 2 MAX_POINTS
+over the first 500 s (counted at 25 ms: the bound holds for any mix of hurried and default
+ticks) and MAX_POINTS / 2 more per doubling of the session's length after that
+(`written_bound`): at most 115,000 samples per GPU (some 5 MB of JSON) for a day.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, Sample
+from gpuenv.telemetry.samples import HURRY_PERIOD_S, Sample
 
 MAX_POINTS = 20_000  # samples per GPU a log holds (thinned evenly beyond)
 
@@ -75,7 +76,7 @@ class SampleLog:
 
     def pull(self, sampler: Any) -> None:
         """Add the samples `sampler` (a telemetry.Sampler) took since the last pull. Its ring
-        holds DEFAULT_CAPACITY samples per GPU (13.6 min at 25 ms): pull at least that often."""
+        holds DEFAULT_CAPACITY samples per GPU (55 min at 100 ms): pull at least that often."""
         for g in self.points:
             since = self.upto.get(g, -math.inf)
             new = [s for s in sampler.samples(None if since == -math.inf else since, None, g)
@@ -129,9 +130,10 @@ class TracePieces:
         return {"trace": out[self.gpus[0]], "traces": {str(g): t for g, t in out.items()}}
 
 
-def written_bound(seconds: float, period: float = DEFAULT_PERIOD_S,
+def written_bound(seconds: float, period: float = HURRY_PERIOD_S,
                   max_points: int = MAX_POINTS) -> int:
-    """The most samples per GPU the pieces of a session `seconds` long add up to.
+    """The most samples per GPU the pieces of a session `seconds` long add up to, its
+    sampler ticking at most every `period` (default: the hurried tick, the fastest).
 
     Up to the first thinning (at fill = max_points * period) the log takes every sample;
     each thinning keeps half and at least doubles the spacing of what it takes next, so

@@ -143,7 +143,8 @@ def _gpuenv(m: Any) -> tuple[float, dict[str, Any]]:
                 clock_mhz=x.get("rep_clock_mhz_median"), first_s=m.times_s[0],
                 last_s=m.times_s[-1], from_start=x.get("burst_from_start"),
                 findings=sorted({f.kind for f in m.findings}),
-                redos=x.get("burst_clock_redos"))
+                redos=x.get("burst_clock_redos"),
+                temp_c=m.summary_windows[0].temp_c_start if m.summary_windows else None)
     return float(m.median_s), info
 
 

@@ -3,6 +3,7 @@ rule; then gpuenv.judge turns the reps and their telemetry into a `Measurement`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -249,7 +250,12 @@ class _Run:
         t_measure = self.mark()
         if place.condition == "sustained":
             self.device = BackToBack(self.device)
-        reps, stop = self._measure()
+        # the power model (burst_power_tau_s: the drop-in) rests by the instant power of each
+        # burst: the sampler ticks at its hurried period while such a measurement runs
+        model = place.condition == "burst" and cfg.conditioning.burst_power_tau_s is not None
+        with place.sampler.hurry() if model and place.sampler is not None \
+                else contextlib.nullcontext():  # fmt: skip
+            reps, stop = self._measure()
         self.mark()  # an edge read after the last rep: its window need not wait for one
         m = self._judge(reps, started_at)
         t_end = self.mark()

@@ -1,10 +1,14 @@
 """A helper, not a benchmark: the GPU side the benchmarks that time torch kernels on a CUDA
 GPU share: a wall clock, idling, heavy load (`GpuEnv`; `SimGpuEnv` on the simulated H100 for
-their --sim runs), and issue 18/22's ten kernels (`kernels`: benchmarks.speed and
-benchmarks.dropin measure the same set, each under its own names)."""
+their --sim runs), issue 18/22's ten kernels (`kernels`: benchmarks.speed and
+benchmarks.dropin measure the same set, each under its own names), and the more processes
+a run-to-run figure asks for (`child_values`)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -87,3 +91,24 @@ class SimGpuEnv:
         from gpuenv import timing
 
         timing.sim_kernel(self.backend, 0, seconds=seconds, power_intensity=1.0)()
+
+
+def child_values(module: str, n: int, args: list[str], timeout: float) -> list[dict[str, float]]:
+    """`n` processes of `python -m module --child --out - ARGS`, one after the other: what
+    each printed on its last `CHILD {json}` line (a process that failed or ran past
+    `timeout` seconds is said on stderr and left out)."""
+    got = []
+    for _ in range(n):
+        cmd = [sys.executable, "-m", module, "--child", "--out", "-", *args]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                  check=False)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            print(f"# a child process ran past {timeout} s", file=sys.stderr)
+            continue
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("CHILD ")]
+        if lines:
+            got.append(json.loads(lines[-1][6:]))
+        else:
+            print(f"# a child process failed: {proc.stderr[-2000:]}", file=sys.stderr)
+    return got

@@ -32,11 +32,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
 
+from benchmarks._kernels import child_values
 from benchmarks.runner import main as run_benchmark
 from benchmarks.runner import metric
 from benchmarks.speed import DESCRIPTION, KERNELS, SPREAD_GOAL, Env, SimEnv, spread
@@ -99,22 +99,9 @@ def measure(env: Any, args: argparse.Namespace, kernels: list[str]) -> dict[str,
 
 
 def children(args: argparse.Namespace, kernels: list[str]) -> list[dict[str, float]]:
-    got = []
-    for _ in range(args.procs):
-        cmd = [sys.executable, "-m", "benchmarks.run_to_run", "--child", "--out", "-",
-               "--kernels", ",".join(kernels), "--idle", str(args.idle), "--rest", str(args.rest)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.child_timeout,
-                                  check=False)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            print(f"# a child process ran past {args.child_timeout} s", file=sys.stderr)
-            continue
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("CHILD ")]
-        if lines:
-            got.append(json.loads(lines[-1][6:]))
-        else:
-            print(f"# a child process failed: {proc.stderr[-2000:]}", file=sys.stderr)
-    return got
+    return child_values("benchmarks.run_to_run", args.procs,
+                        ["--kernels", ",".join(kernels), "--idle", str(args.idle),
+                         "--rest", str(args.rest)], args.child_timeout)  # fmt: skip
 
 
 def child(env: Any, args: argparse.Namespace, kernels: list[str]) -> None:

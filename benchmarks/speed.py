@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -38,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks._kernels import GpuEnv, SimGpuEnv, kernels
+from benchmarks._kernels import GpuEnv, SimGpuEnv, child_values, kernels
 from benchmarks.runner import main as run_benchmark
 from benchmarks.runner import metric
 from gpuenv import timing
@@ -268,22 +267,9 @@ def recovery(env: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def children(args: argparse.Namespace, kernels: list[str]) -> list[dict[str, float]]:
     """`--procs` more processes, one after the other, each measuring the kernels once cold."""
-    got = []
-    for _ in range(args.procs):
-        cmd = [sys.executable, "-m", "benchmarks.speed", "--child", "--out", "-",
-               "--kernels", ",".join(kernels), "--idle", str(args.idle)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.child_timeout,
-                                  check=False)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            print(f"# a child process ran past {args.child_timeout} s", file=sys.stderr)
-            continue
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("CHILD ")]
-        if lines:
-            got.append(json.loads(lines[-1][6:]))
-        else:
-            print(f"# a child process failed: {proc.stderr[-2000:]}", file=sys.stderr)
-    return got
+    return child_values("benchmarks.speed", args.procs,
+                        ["--kernels", ",".join(kernels), "--idle", str(args.idle)],
+                        args.child_timeout)  # fmt: skip
 
 
 def child(env: Any, args: argparse.Namespace, kernels: list[str]) -> None:

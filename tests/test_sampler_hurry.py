@@ -8,10 +8,10 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from server_harness import wait_for
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.conditioning import wait_until_ready
@@ -207,15 +207,6 @@ def test_the_reader_loop_follows_a_hurry_that_begins_and_ends_while_it_sleeps():
 # -- real time: the thread and the process wake for a hurry ------------------------------
 
 
-def _wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return bool(cond())
-
-
 @pytest.fixture
 def spec_sim(tmp_path: Path):
     sim = SimBackend("h100", state_file=tmp_path / "sim.json", clock=RealClock())
@@ -231,7 +222,7 @@ def test_a_hurry_wakes_a_sampler_that_sleeps_a_long_period(spec_sim, mode: str):
         assert sampler.mode == mode
         n = sampler.ticks
         with sampler.hurry():
-            assert _wait_until(lambda: sampler.ticks >= n + 3)
+            assert wait_for(lambda: sampler.ticks >= n + 3, timeout=10.0)
         n = sampler.ticks
         time.sleep(0.3)
         assert sampler.ticks <= n + 1  # slow again (one tick may have been under way)

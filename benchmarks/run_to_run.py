@@ -20,6 +20,9 @@ Per kernel and door: the spread (max - min) / median of the median over the rest
 stable door's wait. Then `--procs` more processes, each after a rest measuring every kernel
 once with gpuenv.bench, against the first rested call: run to run across processes.
 Goal: <= 0.5%.
+First, the remedy for what no wait removes: per kernel `gpuenv.bench_pair(fn, fn)`
+(`--pairs` calls of each, alternating; the ratio of each pair's medians): the ratio of a
+kernel against itself, its interval, and how far the same calls' medians moved.
 
 Read-only (GPUENV_READONLY=1): it runs kernels and reads telemetry.
 
@@ -96,6 +99,44 @@ def measure(env: Any, args: argparse.Namespace, kernels: list[str]) -> dict[str,
             print(f"# repeat {r + 1} done at {env.now() - start:.0f} s", file=sys.stderr,
                   flush=True)  # fmt: skip
     return {"runs": got, "skipped": skipped}
+
+
+def pairs_part(env: Any, args: argparse.Namespace, kernels: list[str]) -> list[dict[str, Any]]:
+    """Per kernel, bench_pair of the kernel against itself (A/A): the ratio should be 1."""
+    from gpuenv.timing import bench_pair
+
+    backend = getattr(env, "backend", None)
+    extra = {"backend": backend} if backend is not None else {}
+    out = []
+    for name in kernels:
+        env.idle(args.idle)
+        t0 = env.now()
+        p = bench_pair(env.kernels[name], env.kernels[name], pairs=args.pairs, **extra)
+        calls = [m.median_s for m in p.a + p.b]
+        out.append({"kernel": name, "ratio": p.ratio, "ci": list(p.ci),
+                    "coverage": p.confidence, "calls_spread": spread(calls),
+                    "wall_s": env.now() - t0, "findings": list(p.findings)})  # fmt: skip
+    return out
+
+
+def pairs_report(rows: list[dict[str, Any]], pairs: int) -> None:
+    print(f"`gpuenv.bench_pair(fn, fn)`, {pairs} pairs alternating: the ratio of a kernel "
+          "against itself (1 is right) and its interval, beside how far the same calls' "
+          "medians moved:")
+    print()
+    print("| kernel | ratio (interval, coverage) | interval's half-width | the calls' medians "
+          "moved | wall |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for r in rows:
+        lo, hi = r["ci"]
+        print(f"| {DESCRIPTION[r['kernel']]} | {r['ratio']:.4f} ({lo:.4f}-{hi:.4f}, "
+              f"{r['coverage']:.1%}) | {(hi - lo) / 2:.2%} | {r['calls_spread']:.2%} "
+              f"| {r['wall_s']:.2f} s |")
+    print()
+    ok = sum(r["ci"][0] <= 1.0 <= r["ci"][1] and (r["ci"][1] - r["ci"][0]) / 2 <= SPREAD_GOAL
+             for r in rows)  # fmt: skip
+    print(f"Pairs: the interval holds 1 and is within +-{SPREAD_GOAL:.1%} on {ok} of "
+          f"{len(rows)} kernels.")
 
 
 def children(args: argparse.Namespace, kernels: list[str]) -> list[dict[str, float]]:
@@ -192,6 +233,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--child-timeout", type=float, default=90.0, help="seconds per process")
     p.add_argument("--deadline", type=float, default=360.0,
                    help="seconds of rounds after which the rest are skipped")
+    p.add_argument("--pairs", type=int, default=10,
+                   help="bench_pair's pairs per kernel (A/A); 0 skips that part")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -206,7 +249,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     t0 = time.monotonic()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    got = measure(env, args, kernels)
+    paired = pairs_part(env, args, kernels) if args.pairs else []
+    got = measure(env, args, kernels) if args.repeats else {"runs": {}, "skipped": []}
     procs = [] if args.sim else children(args, kernels)
     rows = summarize(got["runs"], procs)
     head = (f"{env.describe()}; {started}; {args.repeats} rounds per state and door in one "
@@ -214,6 +258,12 @@ def run(args: argparse.Namespace) -> int:
             f"matmuls, rested after {args.rest} s idle, {args.idle} s idle before each call; "
             f"total {time.monotonic() - t0:.0f} s (real)")
     report(rows, head, got["skipped"])
+    if paired:
+        print()
+        pairs_report(paired, args.pairs)
+    for r in paired:
+        metric(f"{r['kernel']}/pair_halfwidth_pct", 50 * (r["ci"][1] - r["ci"][0]), "%",
+               slack=0.2)  # fmt: skip
     for r in rows:
         metric(f"{r['kernel']}/stable_across_pct", 100 * r["stable"]["across_states"], "%",
                slack=0.3)  # fmt: skip

@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "Backend": "gpuenv.backend",
     "bench": "gpuenv.timing",
+    "bench_pair": "gpuenv.timing",
     "ClockState": "gpuenv.clocks",
     "LockRequest": "gpuenv.clocks",
     "lock": "gpuenv.locking",

@@ -23,6 +23,7 @@ The package:
     warmup.py            reps until times and clocks stop trending
     config.py            BenchConfig: every setting of bench(), the safe defaults
     harness.py           bench(): warmup, conditioning, reps, windows, findings -> Measurement
+    pair.py              bench_pair(a, b): calls of the two alternating, the ratio of each pair
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from gpuenv.timing.devices import (
     sim_kernel,
 )
 from gpuenv.timing.harness import bench
+from gpuenv.timing.pair import Pair, bench_pair, pair_ratio
 from gpuenv.timing.warmup import WARMUP_MIN_REPS, WARMUP_REL_TOL, WARMUP_WINDOW
 
 # _torch is used by clocks.calibration and demo.measure, _profiled_rep_times by tests
@@ -81,14 +83,17 @@ __all__ = [
     "CudaGraph",
     "CudaProfiler",
     "Device",
+    "Pair",
     "Rep",
     "SimDevice",
     "_profiled_rep_times",
     "_torch",
     "bench",
+    "bench_pair",
     "cuda_device",
     "cupti_median_s",
     "nvml_index_of_cuda",
+    "pair_ratio",
     "precondition",
     "sim_kernel",
     "wait_until_ready",

@@ -257,9 +257,13 @@ def run(args: argparse.Namespace) -> int:
             f"process and {len(procs)} more processes; heated after {args.heat} s of 8192^3 "
             f"matmuls, rested after {args.rest} s idle, {args.idle} s idle before each call; "
             f"total {time.monotonic() - t0:.0f} s (real)")
-    report(rows, head, got["skipped"])
-    if paired:
+    if args.repeats:
+        report(rows, head, got["skipped"])
         print()
+    else:
+        print(head)
+        print()
+    if paired:
         pairs_report(paired, args.pairs)
     for r in paired:
         metric(f"{r['kernel']}/pair_halfwidth_pct", 50 * (r["ci"][1] - r["ci"][0]), "%",

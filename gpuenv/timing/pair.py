@@ -9,7 +9,7 @@ on the H100 the same kernel against itself read 1.000 +-0.2-0.4% per round of fo
 where its calls moved 0.3-4% (docs/benchmarks.md, "what moves between calls").
 
     p = gpuenv.bench_pair(old, new, names=("old", "new"))
-    print(p)                  # new / old: 0.982 (95% CI 0.979-0.985) over 10 pairs: ...
+    print(p)                  # new / old: 0.982 (97.9% CI 0.979-0.985) over 10 pairs: ...
     p.ratio, p.ci, p.a, p.b   # the ratio b / a, its interval, each side's Measurements
 
 Pair i runs a then b when i is even, b then a when it is odd (a drift within a pair falls
@@ -65,7 +65,7 @@ class Pair:
                 "slower": f"{b} is {self.change:.2%} slower than {a}",
                 "no change shown": "no difference shown: the interval holds 1"}[self.outcome]
         meds = [stats.median([m.median_s for m in side]) for side in (self.a, self.b)]
-        text = (f"{b} / {a}: {self.ratio:.4f} ({self.confidence:.0%} CI {lo:.4f}-{hi:.4f}) "
+        text = (f"{b} / {a}: {self.ratio:.4f} ({self.confidence:.1%} CI {lo:.4f}-{hi:.4f}) "
                 f"over {len(self.ratios)} pairs, alternating: {what}\n"
                 f"  {a}: {_t(meds[0])}, {b}: {_t(meds[1])} (medians of the calls)")
         if self.findings:

@@ -42,7 +42,15 @@ from typing import Any
 from benchmarks._kernels import child_values
 from benchmarks.runner import main as run_benchmark
 from benchmarks.runner import metric
-from benchmarks.speed import DESCRIPTION, KERNELS, SPREAD_GOAL, Env, SimEnv, spread
+from benchmarks.speed import (
+    DESCRIPTION,
+    KERNELS,
+    SPREAD_GOAL,
+    Env,
+    SimEnv,
+    chosen_kernels,
+    spread,
+)
 
 DOORS = ("bench", "stable")
 STATES = ("heated", "rested")
@@ -239,10 +247,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
-    bad = [k for k in kernels if k not in KERNELS]
-    if bad:
-        raise SystemExit(f"unknown kernels {bad}; choose from {', '.join(KERNELS)}")
+    kernels = chosen_kernels(args.kernels)
     env: Any = SimEnv() if args.sim else Env()
     if args.child:
         child(env, args, kernels)

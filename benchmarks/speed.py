@@ -425,11 +425,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
 
 
-def run(args: argparse.Namespace) -> int:
-    kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+def chosen_kernels(text: str) -> list[str]:
+    """`--kernels`: a comma-separated subset of KERNELS (an unknown name ends the run)."""
+    kernels = [k.strip() for k in text.split(",") if k.strip()]
     bad = [k for k in kernels if k not in KERNELS]
     if bad:
         raise SystemExit(f"unknown kernels {bad}; choose from {', '.join(KERNELS)}")
+    return kernels
+
+
+def run(args: argparse.Namespace) -> int:
+    kernels = chosen_kernels(args.kernels)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in args.variants if v not in _variants()]
     if unknown:

@@ -4,13 +4,15 @@
 # shared GPU. `step` runs one step under its own time limit, so one that hangs cannot
 # take the others' time (nor the call's).
 
+# first, before anything that can fail: no gpuenv write reaches the shared GPU
+export GPUENV_READONLY=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl
     export PYTHONPATH="/tmp/site:$PYTHONPATH"
 fi
-export GPUENV_READONLY=1 PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 
 step() {  # step SECONDS LOG TITLE -- command...   (logs to $out/LOG; needs $out)
     local limit=$1 log=$2 title=$3

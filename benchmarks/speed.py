@@ -41,6 +41,7 @@ from benchmarks._kernels import GpuEnv, SimGpuEnv, child_values, kernels
 from benchmarks.runner import main as run_benchmark
 from benchmarks.runner import metric
 from gpuenv import timing
+from gpuenv.units import fmt_s
 
 KERNELS = ("mm2048", "mm4096", "mm8192", "sdpa", "softmax", "layernorm", "conv", "mlp")
 TINY = ("mm512", "relu1m")
@@ -287,9 +288,6 @@ def _med(calls: list[dict[str, Any]], key: str) -> float:
     return statistics.median(c[key] for c in calls)
 
 
-def _us(s: float) -> str:
-    return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.2f} us"
-
 
 def summarize(runs: dict[str, Any], procs: list[dict[str, float]]) -> list[dict[str, Any]]:
     rows = []
@@ -340,7 +338,8 @@ def variant_table(runs: dict[str, Any]) -> list[str]:
             found = sorted({k for c in d["hot"] for k in c.get("findings") or []})
             redos = sum(c.get("redos") or 0 for st in ("cold", "hot") for c in d[st])
             lines.append(f"| {DESCRIPTION[name]} | {tool.partition(':')[2] or 'default'} "
-                         f"| {_us(cold)} / {_us(hot)} ({abs(cold - hot) / ((cold + hot) / 2):.2%}) "
+                         f"| {fmt_s(cold)} / {fmt_s(hot)} "
+                         f"({abs(cold - hot) / ((cold + hot) / 2):.2%}) "
                          f"| {rc:.2f}x / {rh:.2f}x | {_med(d['hot'], 'burst_first_wait_s'):.3f} s "
                          f"| {rtr:.2%} | {', '.join(found) or '-'} | {redos} |")  # fmt: skip
     return lines
@@ -357,8 +356,8 @@ def report(rows: list[dict[str, Any]], tiny: dict[str, Any], head: str,
     for r in rows:
         g, t = r["gpuenv"], r["do_bench"]
         across = g["spread_across_processes"]
-        print(f"| {DESCRIPTION[r['kernel']]} | {_us(t['cold_s'])} / {_us(t['hot_s'])} "
-              f"({t['gap']:.2%}) | {_us(g['cold_s'])} / {_us(g['hot_s'])} ({g['gap']:.2%}) "
+        print(f"| {DESCRIPTION[r['kernel']]} | {fmt_s(t['cold_s'])} / {fmt_s(t['hot_s'])} "
+              f"({t['gap']:.2%}) | {fmt_s(g['cold_s'])} / {fmt_s(g['hot_s'])} ({g['gap']:.2%}) "
               f"| {t['wall_cold_s']:.3f} / {t['wall_hot_s']:.3f} s "
               f"| {g['wall_cold_s']:.3f} / {g['wall_hot_s']:.3f} s "
               f"| {r['ratio_cold']:.2f}x / {r['ratio_hot']:.2f}x "
@@ -387,7 +386,7 @@ def report(rows: list[dict[str, Any]], tiny: dict[str, Any], head: str,
         print("| --- | --- | ---: | ---: | ---: |")
         for name, calls in tiny.items():
             print(f"| {DESCRIPTION[name]} | {calls[0].get('tiny')} | "
-                  + " | ".join(f"{c['wall_s']:.3f} s; {_us(c['s'])}" for c in calls) + " |")
+                  + " | ".join(f"{c['wall_s']:.3f} s; {fmt_s(c['s'])}" for c in calls) + " |")
     print()
     n = len(rows)
     if n:

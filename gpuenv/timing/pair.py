@@ -27,6 +27,7 @@ from typing import Any
 
 from gpuenv import stats
 from gpuenv import validate as v
+from gpuenv.units import fmt_s
 
 DEFAULT_PAIRS = 10
 
@@ -67,7 +68,7 @@ class Pair:
         meds = [stats.median([m.median_s for m in side]) for side in (self.a, self.b)]
         text = (f"{b} / {a}: {self.ratio:.4f} ({self.confidence:.1%} CI {lo:.4f}-{hi:.4f}) "
                 f"over {len(self.ratios)} pairs, alternating: {what}\n"
-                f"  {a}: {_t(meds[0])}, {b}: {_t(meds[1])} (medians of the calls)")
+                f"  {a}: {fmt_s(meds[0])}, {b}: {fmt_s(meds[1])} (medians of the calls)")
         if self.findings:
             text += f"\n  findings in some calls: {', '.join(self.findings)} (see .a and .b)"
         return text
@@ -121,7 +122,3 @@ def bench_pair(
                 ratios=tuple(mb.median_s / ma.median_s for ma, mb in zip(got[0], got[1],
                                                                         strict=True)),
                 ratio=ratio, ci=ci, confidence=coverage, findings=tuple(kinds))  # fmt: skip
-
-
-def _t(s: float) -> str:
-    return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.2f} us"

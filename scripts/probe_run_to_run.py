@@ -30,13 +30,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import gpuenv
 from benchmarks._kernels import GpuEnv, kernels
+from benchmarks.speed import spread
 
 KERNELS = ("mm2048", "mm4096", "mm8192", "sdpa", "softmax", "layernorm", "conv", "mlp")
 CUTS = (10, 20, 30, 50, 100)
-
-
-def spread(values: list[float]) -> float:
-    return (max(values) - min(values)) / statistics.median(values)
 
 
 def lag1(xs: list[float]) -> float:

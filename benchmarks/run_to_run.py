@@ -67,20 +67,17 @@ def _call(env: Any, bench: Any, fn: Any) -> dict[str, Any]:
             "findings": sorted({f.kind for f in m.findings})}  # fmt: skip
 
 
+def _on(env: Any) -> dict[str, Any]:
+    """What every gpuenv call here is given: the simulated GPU's backend (virtual time), or
+    nothing (the real GPU, opened by gpuenv)."""
+    backend = getattr(env, "backend", None)
+    return {"backend": backend} if backend is not None else {}
+
+
 def _benches(env: Any, session: Any) -> dict[str, Any]:
     from gpuenv import timing
 
-    backend = getattr(env, "backend", None)
-    plain = (lambda fn: timing.bench(fn, backend=backend)) if backend is not None \
-        else timing.bench  # fmt: skip
-    return {"bench": plain, "stable": session.bench}
-
-
-def _session(env: Any) -> Any:
-    import gpuenv
-
-    backend = getattr(env, "backend", None)
-    return gpuenv.stable(backend=backend) if backend is not None else gpuenv.stable()
+    return {"bench": lambda fn: timing.bench(fn, **_on(env)), "stable": session.bench}
 
 
 def measure(env: Any, args: argparse.Namespace, kernels: list[str]) -> dict[str, Any]:
@@ -89,7 +86,9 @@ def measure(env: Any, args: argparse.Namespace, kernels: list[str]) -> dict[str,
     rounds = [(s, d) for s in STATES for d in DOORS]
     env.idle(args.rest)
     skipped = []
-    with _session(env) as session:
+    import gpuenv
+
+    with gpuenv.stable(**_on(env)) as session:
         benches = _benches(env, session)
         for name in kernels:  # first calls: library set-up, the memo of each door
             for b in benches.values():
@@ -113,13 +112,11 @@ def pairs_part(env: Any, args: argparse.Namespace, kernels: list[str]) -> list[d
     """Per kernel, bench_pair of the kernel against itself (A/A): the ratio should be 1."""
     from gpuenv.timing import bench_pair
 
-    backend = getattr(env, "backend", None)
-    extra = {"backend": backend} if backend is not None else {}
     out = []
     for name in kernels:
         env.idle(args.idle)
         t0 = env.now()
-        p = bench_pair(env.kernels[name], env.kernels[name], pairs=args.pairs, **extra)
+        p = bench_pair(env.kernels[name], env.kernels[name], pairs=args.pairs, **_on(env))
         calls = [m.median_s for m in p.a + p.b]
         out.append({"kernel": name, "ratio": p.ratio, "ci": list(p.ci),
                     "coverage": p.confidence, "calls_spread": spread(calls),

@@ -15,6 +15,7 @@ from gpuenv.backend.sim import SimBackend
 from gpuenv.errors import ConfigError
 from gpuenv.timebase import VirtualClock
 from gpuenv.timing import pair_ratio, sim_kernel
+from gpuenv.timing.pair import min_pairs
 
 
 def sim() -> SimBackend:
@@ -64,7 +65,7 @@ def test_bench_pair_alternates_and_shows_a_two_percent_faster_b():
         order.append("b")
         new_k()
 
-    p = gpuenv.bench_pair(old, new, pairs=4, names=("old", "new"), backend=be)
+    p = gpuenv.bench_pair(old, new, pairs=4, names=("old", "new"), backend=be, confidence=0.85)
     runs = [order[0]] + [x for i, x in enumerate(order[1:], 1) if x != order[i - 1]]
     assert runs == ["a", "b", "a", "b", "a"]  # a b | b a | a b | b a (a b a b ...: 8 runs)
     assert len(p.a) == len(p.b) == len(p.ratios) == 4
@@ -73,7 +74,7 @@ def test_bench_pair_alternates_and_shows_a_two_percent_faster_b():
     assert p.outcome == "faster" and p.change == pytest.approx(-0.0214, abs=1e-3)
     text = str(p)
     assert "new / old: 0.9786" in text and "new is 2.14% faster than old" in text
-    same = gpuenv.bench_pair(old_k, old_k, pairs=4, backend=be)
+    same = gpuenv.bench_pair(old_k, old_k, pairs=4, backend=be, confidence=0.85)
     assert same.outcome == "no change shown" and "interval holds 1" in str(same)
 
 
@@ -82,7 +83,7 @@ def test_findings_of_any_call_are_named_and_settings_reach_every_call():
     heavy = sim_kernel(be, 0, seconds=5.0)
     gemm = sim_kernel(be, 0, seconds=1.4e-3)
     heavy()  # capped: measured as it is, the calls carry the power cap
-    p = gpuenv.bench_pair(gemm, gemm, pairs=2, backend=be, condition="none", reps=12)
+    p = gpuenv.bench_pair(gemm, gemm, pairs=6, backend=be, condition="none", reps=12)
     assert all(len(m.times_s) == 12 for m in p.a + p.b)
     assert all(m.extra["condition"] == "none" for m in p.a + p.b)
     assert "power_cap" in p.findings and "findings in some calls: " in str(p)
@@ -90,6 +91,7 @@ def test_findings_of_any_call_are_named_and_settings_reach_every_call():
 
 @pytest.mark.parametrize(("kwargs", "says"), [
     ({"pairs": 1}, "pairs"),
+    ({"pairs": 5}, "fewer than 6 pairs cannot give a 95% interval"),
     ({"pairs": "ten"}, "pairs"),
     ({"names": ("old",)}, "names must be two non-empty strings"),
     ({"names": ("old", "")}, "names must be two non-empty strings"),
@@ -108,3 +110,8 @@ def test_bad_settings_are_refused_before_anything_runs(kwargs, says):
     assert not ran or "reps" in kwargs  # bench's own settings are checked by bench
     with pytest.raises(ConfigError):
         gpuenv.bench_pair(fn, 42, backend=be)  # type: ignore[arg-type]
+
+
+def test_the_fewest_pairs_are_those_whose_interval_reaches_the_confidence():
+    # the widest interval of n ratios (smallest to largest) covers 1 - 2 / 2**n
+    assert [min_pairs(c) for c in (0.5, 0.85, 0.95, 0.99)] == [2, 4, 6, 8]

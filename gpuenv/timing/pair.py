@@ -86,6 +86,14 @@ def pair_ratio(a_s: Sequence[float], b_s: Sequence[float],
     return math.exp(stats.median(logs)), ci, coverage
 
 
+def min_pairs(confidence: float = 0.95) -> int:
+    """The fewest pairs whose order-statistic interval reaches `confidence` (6 at 95%)."""
+    n = 2
+    while stats.median_ci_ranks(n, confidence)[2] < confidence:
+        n += 1
+    return n
+
+
 def bench_pair(
     a: Callable[[], Any],
     b: Callable[[], Any],
@@ -100,8 +108,12 @@ def bench_pair(
     session=, gpu=, ...)."""
     v.no_arg_callable(a, "a")
     v.no_arg_callable(b, "b")
-    pairs = v.integer(pairs, "pairs", lo=2, hint=f"the default is {DEFAULT_PAIRS}")
     v.number(confidence, "confidence", lo=0, hi=1, lo_open=True, hi_open=True)
+    least = min_pairs(confidence)
+    pairs = v.integer(pairs, "pairs", lo=least,
+                      hint=f"fewer than {least} pairs cannot give a {confidence:.0%} interval "
+                           f"(their widest, smallest to largest ratio, covers less); "
+                           f"the default is {DEFAULT_PAIRS}")  # fmt: skip
     if (not isinstance(names, tuple | list) or len(names) != 2
             or not all(isinstance(n, str) and n for n in names)):  # fmt: skip
         from gpuenv.errors import ConfigError

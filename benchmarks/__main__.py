@@ -72,8 +72,11 @@ def _check(new_path: Path, kept_path: Path | None, tolerance: float, any_gpu: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="the benchmarks")
     rep = sub.add_parser("report", help="regenerate docs/benchmarks.md from the results")

@@ -34,12 +34,17 @@ def kernels(torch: Any) -> dict[str, Callable[[], Any]]:
     h5a, h5b = randn(512, 512, dtype=torch.float16), randn(512, 512, dtype=torch.float16)
     r1 = randn(1 << 20, dtype=torch.float32)
     out: dict[str, Callable[[], Any]] = {
-        "mm2048": lambda: a2 @ b2, "mm4096": lambda: a4 @ b4, "mm8192": lambda: a8 @ b8,
+        "mm2048": lambda: a2 @ b2,
+        "mm4096": lambda: a4 @ b4,
+        "mm8192": lambda: a8 @ b8,
         "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-        "softmax": lambda: sm.softmax(-1), "layernorm": lambda: F.layer_norm(ln, (8192,)),
-        "conv": lambda: F.conv2d(img, wconv), "mlp": lambda: F.gelu(x @ w1) @ w2,
-        "mm512": lambda: h5a @ h5b, "relu1m": lambda: F.relu(r1),
-    }  # fmt: skip
+        "softmax": lambda: sm.softmax(-1),
+        "layernorm": lambda: F.layer_norm(ln, (8192,)),
+        "conv": lambda: F.conv2d(img, wconv),
+        "mlp": lambda: F.gelu(x @ w1) @ w2,
+        "mm512": lambda: h5a @ h5b,
+        "relu1m": lambda: F.relu(r1),
+    }
     for fn in out.values():
         fn()
     torch.cuda.synchronize()
@@ -101,8 +106,7 @@ def child_values(module: str, n: int, args: list[str], timeout: float) -> list[d
     for _ in range(n):
         cmd = [sys.executable, "-m", module, "--child", "--out", "-", *args]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                  check=False)  # fmt: skip
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             print(f"# a child process ran past {timeout} s", file=sys.stderr)
             continue

@@ -43,9 +43,16 @@ ROWS: list[tuple[str, int, int, str]] = []
 
 
 def env_for(work: Path, **extra: str) -> dict[str, str]:
-    env = {**os.environ, "GPUENV_BACKEND": "sim", "GPUENV_SIM_GPUS": "1",
-           "GPUENV_SIM_STATE": str(work / "sim.json"), "GPUENV_STATE_DIR": str(work / "journal"),
-           "GPUENV_SOCKET": str(work / "none.sock"), "PYTHONPATH": str(ROOT), **extra}  # fmt: skip
+    env = {
+        **os.environ,
+        "GPUENV_BACKEND": "sim",
+        "GPUENV_SIM_GPUS": "1",
+        "GPUENV_SIM_STATE": str(work / "sim.json"),
+        "GPUENV_STATE_DIR": str(work / "journal"),
+        "GPUENV_SOCKET": str(work / "none.sock"),
+        "PYTHONPATH": str(ROOT),
+        **extra,
+    }
     env.pop("GPUENV_READONLY", None)
     return env
 
@@ -96,8 +103,13 @@ def fake_daemon(mallory, n: int) -> None:
 
     with workdir() as work:
         env = env_for(work, GPUENV_SOCKET=str(public(work, "pub", 0o777) / "gpuenvd.sock"))
-        fake = start_as(mallory, H.FAKE_DAEMON, env["GPUENV_SOCKET"],
-                        SimBackend("h100", n_gpus=1).device_info(0).uuid, env=env)  # fmt: skip
+        fake = start_as(
+            mallory,
+            H.FAKE_DAEMON,
+            env["GPUENV_SOCKET"],
+            SimBackend("h100", n_gpus=1).device_info(0).uuid,
+            env=env,
+        )
         try:
             assert line(fake) == "listening"
             believed = 0
@@ -123,10 +135,14 @@ def bind_race(mallory, n: int) -> None:
         path = public(work, "pub", 0o777) / "gpuenvd.sock"
         group = grp.getgrgid(mallory.pw_gid).gr_name
         backend = SimBackend("h100", n_gpus=1)
-        server = Server(Config(socket=str(path), socket_group=group, socket_mode=0o666), backend,
-                        journal=Journal(work / "journal"))  # fmt: skip
-        swapper = start_as(mallory, H.SWAPPER, str(path), str(secret), "600", "0.0002",
-                           env=env_for(work))  # fmt: skip
+        server = Server(
+            Config(socket=str(path), socket_group=group, socket_mode=0o666),
+            backend,
+            journal=Journal(work / "journal"),
+        )
+        swapper = start_as(
+            mallory, H.SWAPPER, str(path), str(secret), "600", "0.0002", env=env_for(work)
+        )
         changed = bound = 0
         try:
             assert line(swapper) == "swapping"
@@ -142,8 +158,12 @@ def bind_race(mallory, n: int) -> None:
         finally:
             kill(swapper)
             backend.close()
-    row("2. socket bind race (0777 dir, socket_group set): another file re-moded", n, changed,
-        f"({bound} binds, the rest refused: a link in the way)")
+    row(
+        "2. socket bind race (0777 dir, socket_group set): another file re-moded",
+        n,
+        changed,
+        f"({bound} binds, the rest refused: a link in the way)",
+    )
 
 
 def linked_state_dir(mallory, n: int) -> None:
@@ -171,13 +191,30 @@ def forged_ranks(mallory, n: int) -> None:
         child = work / "child.py"
         child.write_text("pass\n")
         for i in range(n):
-            job = {"TORCHELASTIC_RUN_ID": f"b{i}", "MASTER_ADDR": "127.0.0.1",
-                   "MASTER_PORT": "29521", "TORCHELASTIC_RESTART_COUNT": ""}  # fmt: skip
+            job = {
+                "TORCHELASTIC_RUN_ID": f"b{i}",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "29521",
+                "TORCHELASTIC_RESTART_COUNT": "",
+            }
             key = job_key(job)
-            run_as(mallory, H.FORGE_RANKS, str(pub / f"gpuenv-ranks-{key}"),
-                   str(pub / f"gpuenv-ranks-0-{key}"), env=env_for(work))  # fmt: skip
-            env = env_for(work, RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", GPUENV_SIM_GPUS="2",
-                          GPUENV_RANKS_DIR=str(pub), GPUENV_RANKS_WAIT_S="0.5", **job)  # fmt: skip
+            run_as(
+                mallory,
+                H.FORGE_RANKS,
+                str(pub / f"gpuenv-ranks-{key}"),
+                str(pub / f"gpuenv-ranks-0-{key}"),
+                env=env_for(work),
+            )
+            env = env_for(
+                work,
+                RANK="0",
+                LOCAL_RANK="0",
+                WORLD_SIZE="2",
+                GPUENV_SIM_GPUS="2",
+                GPUENV_RANKS_DIR=str(pub),
+                GPUENV_RANKS_WAIT_S="0.5",
+                **job,
+            )
             out = gpuenv(env, "run", "--summary", "rank0", "--", sys.executable, str(child))
             won += "FORGED" in out.stderr
     row("4. pre-made ranks directory: a forged rank printed by root's rank 0", n, won)
@@ -199,8 +236,12 @@ def stopped_subscribers(mallory, n: int) -> None:
             kill(*subs)
             d.close()
     p50, p99 = delays[len(delays) // 2], delays[min(len(delays) - 1, int(len(delays) * 0.99))]
-    row("5. 4 SIGSTOPped subscribers: a reader's lease event later than 100 ms", n,
-        sum(x > 0.1 for x in delays), f"(p50 {p50 * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms)")
+    row(
+        "5. 4 SIGSTOPped subscribers: a reader's lease event later than 100 ms",
+        n,
+        sum(x > 0.1 for x in delays),
+        f"(p50 {p50 * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms)",
+    )
 
 
 def lease_times(sock: str, n: int) -> tuple[list[float], int]:
@@ -240,16 +281,22 @@ def metrics_flood(mallory, n: int) -> None:
             kill(idle, flood)
             d.close()
     p99 = lambda v: v[min(len(v) - 1, int(len(v) * 0.99))] * 1e3  # noqa: E731
-    row("6. 1,100 idle metrics connections + a scrape flood (fd limit 1,024): a lease refused",
-        n, failed, f"(lease p99 {p99(base):.1f} ms quiet, {p99(times):.1f} ms attacked; "
-        f"{fds} descriptors open)")  # fmt: skip
+    row(
+        "6. 1,100 idle metrics connections + a scrape flood (fd limit 1,024): a lease refused",
+        n,
+        failed,
+        f"(lease p99 {p99(base):.1f} ms quiet, {p99(times):.1f} ms attacked; "
+        f"{fds} descriptors open)",
+    )
 
 
 def memory(requests: int) -> None:
-    code = ("import sys\nfrom gpuenv.daemon.client import Client\n"
-            "with Client(sys.argv[1]) as c:\n"
-            "    for i in range(int(sys.argv[2])):\n"
-            "        c.status() if i % 2 else c.call('hello', versions=[1], client=None)\n")
+    code = (
+        "import sys\nfrom gpuenv.daemon.client import Client\n"
+        "with Client(sys.argv[1]) as c:\n"
+        "    for i in range(int(sys.argv[2])):\n"
+        "        c.status() if i % 2 else c.call('hello', versions=[1], client=None)\n"
+    )
     with workdir() as work:
         d = DaemonProcess(work, n_gpus=1)
         d.start()
@@ -263,15 +310,22 @@ def memory(requests: int) -> None:
         step = requests // 10
         try:
             for _ in range(10):
-                subprocess.run([sys.executable, "-c", code, d.socket, str(step)], env=d.env,
-                               check=True, timeout=600)  # fmt: skip
+                subprocess.run(
+                    [sys.executable, "-c", code, d.socket, str(step)],
+                    env=d.env,
+                    check=True,
+                    timeout=600,
+                )
                 marks.append(rss())
         finally:
             d.close()
-    row(f"7. daemon RSS over {requests:,} requests (MB at each tenth)", 10,
+    row(
+        f"7. daemon RSS over {requests:,} requests (MB at each tenth)",
+        10,
         sum(b - a > 1.0 for a, b in itertools.pairwise(marks[5:])),
         "(" + " ".join(f"{x:.1f}" for x in marks) + "; a success: +1 MB in a tenth of the "
-        "second half)")
+        "second half)",
+    )
 
 
 def sim_files(mallory, bob, n: int) -> None:
@@ -281,13 +335,21 @@ def sim_files(mallory, bob, n: int) -> None:
         for i in range(n):
             victim.write_text("root\n")
             pub = public(work, f"p{i}", 0o777 if i % 2 else 0o1777)
-            run_as(mallory, H.PLANT_PIDS, str(pub), "sim.json", str(victim), "2000",
-                   env=env_for(work))  # fmt: skip
-            subprocess.run([sys.executable, "-c", WRITE_SIM, str(pub / "sim.json")],
-                           env=env_for(work), capture_output=True, timeout=60)  # fmt: skip
+            run_as(
+                mallory, H.PLANT_PIDS, str(pub), "sim.json", str(victim), "2000", env=env_for(work)
+            )
+            subprocess.run(
+                [sys.executable, "-c", WRITE_SIM, str(pub / "sim.json")],
+                env=env_for(work),
+                capture_output=True,
+                timeout=60,
+            )
             victim_won += victim.read_text() != "root\n"
-    row("8a. guessed sim temp names (2,000 planted links each): root's file overwritten", n,
-        victim_won)
+    row(
+        "8a. guessed sim temp names (2,000 planted links each): root's file overwritten",
+        n,
+        victim_won,
+    )
     hung = 0
     with workdir() as work:
         pub = public(work, "pub", 0o1777)
@@ -309,8 +371,11 @@ def sim_files(mallory, bob, n: int) -> None:
                     hung += 1
             finally:
                 kill(holder)
-    row("8b. sim lock held by another account: root's (or another user's) write hangs > 10 s",
-        n, hung)
+    row(
+        "8b. sim lock held by another account: root's (or another user's) write hangs > 10 s",
+        n,
+        hung,
+    )
 
 
 WRITE_SIM = (
@@ -333,8 +398,11 @@ def lost_records(n: int) -> None:
                 p.unlink()
             out = gpuenv(env, "restore")
             silent += out.returncode == 0 or "not restored: GPU 1" not in out.stdout + out.stderr
-    row("9. both journal copies of GPU 1 deleted: `gpuenv restore` silent about it, exit 0", n,
-        silent)
+    row(
+        "9. both journal copies of GPU 1 deleted: `gpuenv restore` silent about it, exit 0",
+        n,
+        silent,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -354,8 +422,10 @@ def run(args: argparse.Namespace) -> int:
     ]
     for step in steps:
         step()
-    print(f"{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"fs.protected_symlinks={Path('/proc/sys/fs/protected_symlinks').read_text().strip()}")
+    print(
+        f"{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"fs.protected_symlinks={Path('/proc/sys/fs/protected_symlinks').read_text().strip()}"
+    )
     print("\n| attack | attempts | successes (goal 0) | notes |\n|---|---:|---:|---|")
     for attack, attempts, successes, note in ROWS:
         print(f"| {attack} | {attempts:,} | {successes} | {note} |")

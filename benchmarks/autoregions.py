@@ -68,8 +68,9 @@ def fake_modules() -> tuple[types.ModuleType, Any]:
 
     class Timer:
         def __init__(self, stmt: str, label: str | None = None):
-            self._task_spec = types.SimpleNamespace(stmt=stmt, label=label, sub_label=None,
-                                                    description=None)  # fmt: skip
+            self._task_spec = types.SimpleNamespace(
+                stmt=stmt, label=label, sub_label=None, description=None
+            )
 
         def timeit(self, number: int = 1) -> object:
             return RESULT
@@ -82,17 +83,29 @@ def perf_report_calls(testing: types.ModuleType, orig: Any, orig_run: Any) -> tu
     """A call of do_bench from a user's function that perf_report's Mark._run called: bare,
     and wrapped (naming it by its point walks to Mark._run's frame). Each lambda makes
     PER_RUN calls in one benchmark run, as a sweep does."""
-    bench = types.SimpleNamespace(x_names=["size"], x_vals=[4096], line_arg="provider",
-                                  line_vals=["triton"], line_names=["Triton"], args={},
-                                  plot_name="vadd")  # fmt: skip
+    bench = types.SimpleNamespace(
+        x_names=["size"],
+        x_vals=[4096],
+        line_arg="provider",
+        line_vals=["triton"],
+        line_names=["Triton"],
+        args={},
+        plot_name="vadd",
+    )
     bare_mark = testing.Mark(lambda size, provider: orig(None))
     mark = testing.Mark(lambda size, provider: testing.do_bench(None))
-    return (lambda: orig_run(bare_mark, bench, "", False, False, n=PER_RUN),
-            lambda: mark._run(bench, "", False, False, n=PER_RUN))  # fmt: skip
+    return (
+        lambda: orig_run(bare_mark, bench, "", False, False, n=PER_RUN),
+        lambda: mark._run(bench, "", False, False, n=PER_RUN),
+    )
 
 
-def per_call_us(fn: Callable[[], object], n: int, repeats: int = 7,
-                clock: Callable[[], float] = time.perf_counter) -> float:
+def per_call_us(
+    fn: Callable[[], object],
+    n: int,
+    repeats: int = 7,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
     best = []
     for _ in range(repeats):
         t0 = clock()
@@ -114,10 +127,11 @@ def call_overhead(n: int) -> list[tuple[str, float, float, float, float]]:
     autoregions.patch(timer_mod)
     timer = Timer("a @ b", label="mm")
     rows = []
-    cases = [("do_bench", lambda: orig_bench(None), lambda: testing.do_bench(None)),
-             ("Timer.timeit", lambda: orig_timeit(timer), lambda: timer.timeit()),
-             ("do_bench in a perf_report point",
-              *perf_report_calls(testing, orig_bench, orig_run))]  # fmt: skip
+    cases = [
+        ("do_bench", lambda: orig_bench(None), lambda: testing.do_bench(None)),
+        ("Timer.timeit", lambda: orig_timeit(timer), lambda: timer.timeit()),
+        ("do_bench in a perf_report point", *perf_report_calls(testing, orig_bench, orig_run)),
+    ]
     for name, bare, wrapped in cases:
         per = PER_RUN if "perf_report" in name else 1
         n_calls = max(1, n // per)
@@ -162,8 +176,13 @@ def startup(runs: int) -> dict[str, tuple[float, float]]:
     out = {k: (statistics.median(v) * 1e3, min(v) * 1e3) for k, v in times.items()}
     own = []  # the hook's own import time, as Python measures it (-X importtime, in us)
     for _ in range(runs):
-        err = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], env=hooked,
-                             capture_output=True, text=True, check=True).stderr
+        err = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", "pass"],
+            env=hooked,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
         line = next(ln for ln in err.splitlines() if ln.rstrip().endswith(" sitecustomize"))
         own.append(float(line.split("|")[1]) / 1e3)
     out["own"] = (statistics.median(own), min(own))
@@ -171,24 +190,34 @@ def startup(runs: int) -> dict[str, tuple[float, float]]:
 
 
 def cpu(args: argparse.Namespace) -> None:
-    print(f"# automatic regions on the CPU: {time.strftime('%Y-%m-%d')}, "
-          f"{os.cpu_count()}-core {platform.machine()} machine, Python {platform.python_version()}")
-    print(f"\nHost time per call, median of 7 x {args.calls} calls of a function that returns "
-          "at once:\n")
-    print("| call | unwrapped | wrapped, not under gpuenv run | wrapped, under gpuenv run "
-          "| the same, CPU time |")
+    print(
+        f"# automatic regions on the CPU: {time.strftime('%Y-%m-%d')}, "
+        f"{os.cpu_count()}-core {platform.machine()} machine, Python {platform.python_version()}"
+    )
+    print(
+        f"\nHost time per call, median of 7 x {args.calls} calls of a function that returns "
+        "at once:\n"
+    )
+    print(
+        "| call | unwrapped | wrapped, not under gpuenv run | wrapped, under gpuenv run "
+        "| the same, CPU time |"
+    )
     print("|---|---|---|---|---|")
     for name, bare, off, on, cpu_on in call_overhead(args.calls):
         key = name.split(" ")[0].replace(".", "_") + ("_perf_report" * ("perf_report" in name))
         runner.metric(f"{key}_cpu_us", cpu_on, "us", slack=2.0)
-        print(f"| {name} | {bare:.2f} us | {off:.2f} us (+{off - bare:.2f}) | "
-              f"{on:.2f} us (+{on - bare:.2f}) | {cpu_on:.2f} us |")
+        print(
+            f"| {name} | {bare:.2f} us | {off:.2f} us (+{off - bare:.2f}) | "
+            f"{on:.2f} us (+{on - bare:.2f}) | {cpu_on:.2f} us |"
+        )
     t = startup(args.runs)
     print(f"\nStart-up of `python -c pass`, {args.runs} runs each, interleaved:\n")
     print("| child | median | fastest |")
     print("|---|---|---|")
-    for key, label in (("bare", "bare"),
-                       ("hooked", "with gpuenv's import hook (imports nothing watched)")):
+    for key, label in (
+        ("bare", "bare"),
+        ("hooked", "with gpuenv's import hook (imports nothing watched)"),
+    ):
         d_med, d_min = (t[key][0] - t["bare"][0], t[key][1] - t["bare"][1])
         extra = (f" ({d_med:+.1f})", f" ({d_min:+.1f})") if key != "bare" else ("", "")
         print(f"| {label} | {t[key][0]:.1f} ms{extra[0]} | {t[key][1]:.1f} ms{extra[1]} |")
@@ -204,16 +233,18 @@ def device(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="gpuenv-autoregions-"))
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"# do_bench with and without gpuenv run: {when}")
-    print(f"\n`{script.relative_to(ROOT)} --load {args.load:g}`, {args.pairs} pairs, "
-          "alternately:\n")
+    print(
+        f"\n`{script.relative_to(ROOT)} --load {args.load:g}`, {args.pairs} pairs, alternately:\n"
+    )
     print("| pair | run | do_bench before load | after load | gpuenv's rows |")
     print("|---|---|---|---|---|")
     for k in range(args.pairs):
         for wrapped in (False, True):
             out = tmp / f"run{k}.jsonl"
             argv = [*gpuenv, "-o", str(out), "--", *child] if wrapped else child
-            proc = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True,
-                                  timeout=120)  # fmt: skip
+            proc = subprocess.run(
+                argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+            )
             if proc.returncode != 0:
                 raise SystemExit(f"{' '.join(argv)} failed: {proc.stderr[-2000:]}")
             told = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -223,8 +254,10 @@ def device(args: argparse.Namespace) -> None:
 
                 rows = "; ".join(_row(m) for m in load_run(out).measurements[1:])
                 sys.stderr.write(proc.stderr)
-            print(f"| {k + 1} | {'gpuenv run' if wrapped else 'bare'} | "
-                  f"{told['first_ms']:.3f} ms | {told['second_ms']:.3f} ms | {rows} |")
+            print(
+                f"| {k + 1} | {'gpuenv run' if wrapped else 'bare'} | "
+                f"{told['first_ms']:.3f} ms | {told['second_ms']:.3f} ms | {rows} |"
+            )
 
 
 def _row(m: Any) -> str:
@@ -250,6 +283,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(runner.main("autoregions", __doc__, add_arguments, run,
-                         quick={"calls": 2000, "runs": 5, "pairs": 1},
-                         variant=lambda args: "device" if args.device else ""))  # fmt: skip
+    sys.exit(
+        runner.main(
+            "autoregions",
+            __doc__,
+            add_arguments,
+            run,
+            quick={"calls": 2000, "runs": 5, "pairs": 1},
+            variant=lambda args: "device" if args.device else "",
+        )
+    )

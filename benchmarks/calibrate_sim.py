@@ -64,12 +64,26 @@ def one_run(source: Path, *, heat_s: float, duration: float) -> dict[str, object
         env = _env(source, tmp)
         start = "fresh"
         if heat_s > 0:
-            hot = subprocess.run([sys.executable, "-c", HEAT, env["GPUENV_SIM_STATE"],
-                                  str(heat_s)], env=env, cwd=tmp, check=True, capture_output=True,
-                                 text=True).stdout.strip()  # fmt: skip
+            hot = subprocess.run(
+                [sys.executable, "-c", HEAT, env["GPUENV_SIM_STATE"], str(heat_s)],
+                env=env,
+                cwd=tmp,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
             start = f"heated to {hot} C"
-        argv = [sys.executable, "-m", "gpuenv", "--sim", "calibrate", "--no-save", "--json",
-                "--duration", str(duration)]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "gpuenv",
+            "--sim",
+            "calibrate",
+            "--no-save",
+            "--json",
+            "--duration",
+            str(duration),
+        ]
         t0 = time.perf_counter()
         done = subprocess.run(argv, env=env, cwd=tmp, capture_output=True, text=True)
         wall = time.perf_counter() - t0
@@ -84,8 +98,14 @@ def _which(source: Path) -> str:
     find in the working directory)."""
     with tempfile.TemporaryDirectory() as tmp:
         code = "import gpuenv, os; print(os.path.dirname(gpuenv.__file__))"
-        return subprocess.run([sys.executable, "-c", code], env=_env(source, Path(tmp)),
-                              cwd=tmp, check=True, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            [sys.executable, "-c", code],
+            env=_env(source, Path(tmp)),
+            cwd=tmp,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -99,15 +119,20 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     runs = [one_run(args.source, heat_s=0.0, duration=args.duration) for _ in range(args.fresh)]
-    runs += [one_run(args.source, heat_s=args.heat, duration=args.duration)
-             for _ in range(args.heated)]  # fmt: skip
-    print(f"# gpuenv --sim calibrate ({_which(args.source)}), {time.strftime('%Y-%m-%d')}, "
-          f"{os.cpu_count()}-core {platform.machine()} CPU machine, no GPU, simulated H100")
+    runs += [
+        one_run(args.source, heat_s=args.heat, duration=args.duration) for _ in range(args.heated)
+    ]
+    print(
+        f"# gpuenv --sim calibrate ({_which(args.source)}), {time.strftime('%Y-%m-%d')}, "
+        f"{os.cpu_count()}-core {platform.machine()} CPU machine, no GPU, simulated H100"
+    )
     print("| run | start | wall s | load s (result) | sustained MHz | lock MHz | exit |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for i, r in enumerate(runs, 1):
-        print(f"| {i} | {r['start']} | {r['wall_s']:.1f} | {r['seconds']:.1f} | "
-              f"{r['sustained_mhz']:.0f} | {r['lock_mhz']} | {r['exit']} |")
+        print(
+            f"| {i} | {r['start']} | {r['wall_s']:.1f} | {r['seconds']:.1f} | "
+            f"{r['sustained_mhz']:.0f} | {r['lock_mhz']} | {r['exit']} |"
+        )
     answers = {(r["sustained_mhz"], r["lock_mhz"], r["temp_c"], r["seconds"]) for r in runs}
     print(f"\n{len(answers)} distinct answer(s) over {len(runs)} runs")
     fresh = [cast(float, r["wall_s"]) for r in runs if r["start"] == "fresh"]
@@ -118,5 +143,13 @@ def run(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(runner.main("calibrate_sim", __doc__, add_arguments, run, sim_only=True,
-                         quick={"fresh": 2, "heated": 1}))
+    sys.exit(
+        runner.main(
+            "calibrate_sim",
+            __doc__,
+            add_arguments,
+            run,
+            sim_only=True,
+            quick={"fresh": 2, "heated": 1},
+        )
+    )

@@ -276,5 +276,13 @@ def run(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     if "--child" in sys.argv:
         sys.exit(child(sys.argv[1:]))
-    sys.exit(runner.main("chaos", __doc__, add_arguments, run, sim_only=True,
-                         quick={"trials": 100, "latency_reps": 30}))
+    sys.exit(
+        runner.main(
+            "chaos",
+            __doc__,
+            add_arguments,
+            run,
+            sim_only=True,
+            quick={"trials": 100, "latency_reps": 30},
+        )
+    )

@@ -31,8 +31,12 @@ from benchmarks import runner  # noqa: E402
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cases", type=int, default=600)
     parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--process-share", type=float, default=0.4,
-                        help="share of cases run in a fresh interpreter (the process faults)")
+    parser.add_argument(
+        "--process-share",
+        type=float,
+        default=0.4,
+        help="share of cases run in a fresh interpreter (the process faults)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,8 +61,9 @@ def run(args: argparse.Namespace) -> int:
     wall = time.monotonic() - t0
     print("| bad CLI inputs tried | tracebacks | other problems | wall |")
     print("| ---: | ---: | ---: | ---: |")
-    print(f"| {counts['tried']} | {counts['traceback']} | {counts['other problem']} | "
-          f"{wall:.0f} s |")
+    print(
+        f"| {counts['tried']} | {counts['traceback']} | {counts['other problem']} | {wall:.0f} s |"
+    )
     print()
     print("| faults | cases |")
     print("| --- | ---: |")
@@ -74,5 +79,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(runner.main("cli_fuzz", __doc__, add_arguments, run, sim_only=True,
-                         quick={"cases": 120}))
+    sys.exit(
+        runner.main("cli_fuzz", __doc__, add_arguments, run, sim_only=True, quick={"cases": 120})
+    )

@@ -33,8 +33,10 @@ from daemon_harness import DaemonProcess  # noqa: E402
 
 from benchmarks import runner  # noqa: E402
 
-LOAD = ("import sys\nsys.path.insert(0, sys.argv[3])\nfrom daemon_harness import mixed_load\n"
-        "mixed_load(sys.argv[1], int(sys.argv[2]))\n")  # fmt: skip
+LOAD = (
+    "import sys\nsys.path.insert(0, sys.argv[3])\nfrom daemon_harness import mixed_load\n"
+    "mixed_load(sys.argv[1], int(sys.argv[2]))\n"
+)
 
 
 def rss_mb(pid: int) -> float:
@@ -65,8 +67,12 @@ def measure(
         out = [(0, rss_mb(d.proc.pid), 0.0)]
         t0, done = time.monotonic(), 0
         for mark in marks_of(requests):
-            subprocess.run([sys.executable, "-c", LOAD, d.socket, str(mark - done),
-                            str(ROOT / "tests")], env=d.env, check=True, timeout=3600)  # fmt: skip
+            subprocess.run(
+                [sys.executable, "-c", LOAD, d.socket, str(mark - done), str(ROOT / "tests")],
+                env=d.env,
+                check=True,
+                timeout=3600,
+            )
             done = mark
             out.append((done, rss_mb(d.proc.pid), time.monotonic() - t0))
         return out
@@ -78,8 +84,13 @@ def measure(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--sample-period", type=float, default=10.0)
-    parser.add_argument("--tree", type=Path, action="append", default=[],
-                        help="also measure the daemon of this checkout (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        action="append",
+        default=[],
+        help="also measure the daemon of this checkout (repeatable)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,13 +105,17 @@ def run(args: argparse.Namespace) -> int:
     after = next(mb for n, mb, _ in marks if n == args.requests // 10)
     runner.metric("rss_growth_after_warmup_mb", marks[-1][1] - after, "MB", slack=0.5)
     heads = " / ".join(f"{n:,}" for n, _, _ in rows[0][1])
-    print(f"| daemon | RSS (MB) at {heads} requests | growth after {args.requests // 10:,} | "
-          "wall (s) |")  # fmt: skip
+    print(
+        f"| daemon | RSS (MB) at {heads} requests | growth after {args.requests // 10:,} | "
+        "wall (s) |"
+    )
     print("|---|" + "---:|" * 3)
     for name, marks in rows:
         warm = next(mb for n, mb, _ in marks if n == args.requests // 10)
-        print(f"| {name} | {' / '.join(f'{mb:.1f}' for _, mb, _ in marks)} | "
-              f"{marks[-1][1] - warm:+.1f} MB | {marks[-1][2]:.0f} |")  # fmt: skip
+        print(
+            f"| {name} | {' / '.join(f'{mb:.1f}' for _, mb, _ in marks)} | "
+            f"{marks[-1][1] - warm:+.1f} MB | {marks[-1][2]:.0f} |"
+        )
     print(
         f"\nmixed load (tests/daemon_harness.mixed_load), 1 simulated GPU, sampler at "
         f"{args.sample_period} s; the daemons ran side by side, at once"

@@ -42,8 +42,13 @@ LIGHT = 0.3  # power intensity of background work that stays under the power cap
 CHUNK_S = 0.01  # work runs in 10 ms pieces so the script can watch the ground truth
 
 
-def work_for(sim: SimBackend, seconds: float, intensity: float,
-             watch: Callable[[float], None] | None = None, gpu: int = 0) -> None:
+def work_for(
+    sim: SimBackend,
+    seconds: float,
+    intensity: float,
+    watch: Callable[[float], None] | None = None,
+    gpu: int = 0,
+) -> None:
     """Keep a GPU busy for `seconds` of simulated time, calling watch(dt) after each piece."""
     end = sim.clock.now() + seconds
     while (left := end - sim.clock.now()) > 1e-9:
@@ -130,6 +135,7 @@ def other_process(durations, n, rng):
     sim, env = new_env()
     for d in durations:
         for _ in range(n):
+
             def episode(d=d) -> None:
                 sim.set_background_load(0, 0.5, pid=4242)
                 work_for(sim, d, LIGHT)
@@ -146,9 +152,11 @@ def telemetry_fault(counts, n, rng):
     period = env.sampler.period
     for count in counts:
         for _ in range(n):
+
             def episode(count=count) -> None:
-                sim.inject_fault(0, rng.choice(["timeout", "gpu_lost"]), op="read_fast",
-                                 count=count)
+                sim.inject_fault(
+                    0, rng.choice(["timeout", "gpu_lost"]), op="read_fast", count=count
+                )
                 work_for(sim, count * period + 0.05, LIGHT)  # every failing read falls inside
 
             m = region(env, rng, sim, episode)
@@ -232,10 +240,16 @@ def run(args: argparse.Namespace) -> int:
         "thermal (RTX 4090 profile: SW thermal slowdown)": ("thermal", thermal, lengths),
         "lock_not_held (lock 1830 MHz pulled below by the cap)": ("lock", lock_below, lengths),
         "other_process (another process on the GPU)": ("other", other_process, lengths),
-        "telemetry_gap (NVML reads fail: timeout, GPU lost)": ("gap", telemetry_fault,
-                                                              [1, 2, 4, 8, 40]),
-        "warmup_ramp (cold start: region begins without a context)": ("cold", cold_start,
-                                                                     [0.05, 0.2, 1.0]),
+        "telemetry_gap (NVML reads fail: timeout, GPU lost)": (
+            "gap",
+            telemetry_fault,
+            [1, 2, 4, 8, 40],
+        ),
+        "warmup_ramp (cold start: region begins without a context)": (
+            "cold",
+            cold_start,
+            [0.05, 0.2, 1.0],
+        ),
     }
     rows = []
     for label, (_, fn, params) in kinds.items():
@@ -256,8 +270,10 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
 
     day = datetime.datetime.now().astimezone()
-    print(f"Detection on the simulated H100 (and RTX 4090 profile), virtual time, "
-          f"seed {args.seed}; {day:%Y-%m-%d}; script ran {elapsed:.0f} s.\n")
+    print(
+        f"Detection on the simulated H100 (and RTX 4090 profile), virtual time, "
+        f"seed {args.seed}; {day:%Y-%m-%d}; script ran {elapsed:.0f} s.\n"
+    )
     print("| episode | true length | injected | detected | rate |")
     print("| --- | --- | ---: | ---: | ---: |")
     for label, key, n, found in rows:
@@ -269,8 +285,11 @@ def run(args: argparse.Namespace) -> int:
         ("single regions, 2.5 ms to 0.75 s of light work, unlocked", args.steady, alarms),
         ("single regions, same, clocks locked at 1350 MHz", args.steady, alarms_locked),
         ("20-rep measurements (env.repeat), light work", max(1, args.steady // 10), alarms_reps),
-        ("single regions, GPUs 0 and 1 sampled, work on GPU 1 only", max(1, args.steady // 5),
-         alarms_two),
+        (
+            "single regions, GPUs 0 and 1 sampled, work on GPU 1 only",
+            max(1, args.steady // 5),
+            alarms_two,
+        ),
     ):
         detail = f" ({', '.join(sorted(set(found)))})" if found else ""
         print(f"| {what} | {n} | {len(found)}{detail} |")
@@ -279,5 +298,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(runner.main("detection", __doc__, add_arguments, run, sim_only=True,
-                         quick={"episodes": 5, "steady": 200}))
+    sys.exit(
+        runner.main(
+            "detection",
+            __doc__,
+            add_arguments,
+            run,
+            sim_only=True,
+            quick={"episodes": 5, "steady": 200},
+        )
+    )

@@ -47,8 +47,18 @@ from gpuenv.integrations import triton as gt
 IDLE_S = 3.0  # before a cold call (the cap clears within ~0.5 s, the chip cools for longer)
 LOAD_S = 3.0  # heavy matmuls before a hot call (the cap engages within 0.1-0.3 s)
 TINY_S = 20e-6  # kernels under this: a 2% gap target (or a finding), else 1%
-SCHEDULE = ("bursts", "burst_rests", "burst_rest_s", "burst_waits", "burst_clock_redos",
-            "burst_max_s", "in_bursts_s", "burst_first_wait_s", "warmup_reps", "measure_s")
+SCHEDULE = (
+    "bursts",
+    "burst_rests",
+    "burst_rest_s",
+    "burst_waits",
+    "burst_clock_redos",
+    "burst_max_s",
+    "in_bursts_s",
+    "burst_first_wait_s",
+    "warmup_reps",
+    "measure_s",
+)
 
 Kernel = tuple[str, str, Callable[[], Any]]  # name, what it is, fn
 
@@ -89,8 +99,12 @@ class Env(GpuEnv):
         import triton
 
         torch = self.torch
-        return {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                "cuda": torch.version.cuda, "triton": triton.__version__}
+        return {
+            "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "triton": triton.__version__,
+        }
 
 
 class SimEnv(SimGpuEnv):
@@ -119,14 +133,17 @@ class SimEnv(SimGpuEnv):
         ]
 
     def tools(self) -> dict[str, Callable[[Callable[[], Any]], Any]]:
-        return {"triton": self._triton_model,
-                "gpuenv": lambda fn: gt.do_bench(fn, backend=self.backend)}
+        return {
+            "triton": self._triton_model,
+            "gpuenv": lambda fn: gt.do_bench(fn, backend=self.backend),
+        }
 
     def _triton_model(self, fn: Callable[[], Any]) -> float:
         from gpuenv.timing.devices import SIM_FLUSH_BYTES_PER_MEM_CYCLE
 
-        dev = timing.SimDevice(self.backend, 0, rep_probe_cycles=0,
-                               flush_bytes=gt.TRITON_FLUSH_BYTES)
+        dev = timing.SimDevice(
+            self.backend, 0, rep_probe_cycles=0, flush_bytes=gt.TRITON_FLUSH_BYTES
+        )
         flush_s = dev.flush_bytes / SIM_FLUSH_BYTES_PER_MEM_CYCLE / 2619e6
         fn()
         est = statistics.mean(dev.rep(fn).time_s + flush_s for _ in range(5))
@@ -139,8 +156,9 @@ class SimEnv(SimGpuEnv):
         return {"gpu": "simulated " + self.backend.device_info(0).name}
 
 
-def one_call(env: Any, tool: str, fn: Callable[[], Any],
-             call: Callable[..., Any]) -> dict[str, Any]:  # fmt: skip
+def one_call(
+    env: Any, tool: str, fn: Callable[[], Any], call: Callable[..., Any]
+) -> dict[str, Any]:
     t0 = env.now()
     value = float(call(fn))
     out: dict[str, Any] = {"ms": value, "wall_s": env.now() - t0}
@@ -149,11 +167,14 @@ def one_call(env: Any, tool: str, fn: Callable[[], Any],
         x = m.extra
         times = m.times_s
         k = max(1, len(times) // 5)
-        out.update(verdict=m.verdict, reps=len(times),
-                   findings=[f"{f.kind}: {f.message}" for f in m.findings],
-                   first_reps_ms=statistics.median(times[:k]) * 1e3,
-                   last_reps_ms=statistics.median(times[-k:]) * 1e3,
-                   schedule={key: x.get(key) for key in SCHEDULE})  # fmt: skip
+        out.update(
+            verdict=m.verdict,
+            reps=len(times),
+            findings=[f"{f.kind}: {f.message}" for f in m.findings],
+            first_reps_ms=statistics.median(times[:k]) * 1e3,
+            last_reps_ms=statistics.median(times[-k:]) * 1e3,
+            schedule={key: x.get(key) for key in SCHEDULE},
+        )
     return out
 
 
@@ -191,10 +212,13 @@ def summarize(rows: dict[str, Any]) -> dict[str, Any]:
         for tool in ("triton", "gpuenv"):
             cold = statistics.median(c["ms"] for c in res[tool]["cold"])
             hot = statistics.median(c["ms"] for c in res[tool]["hot"])
-            per[tool] = {"cold_ms": cold, "hot_ms": hot,
-                         "gap": abs(cold - hot) / ((cold + hot) / 2),
-                         "wall_cold_s": statistics.median(c["wall_s"] for c in res[tool]["cold"]),
-                         "wall_hot_s": statistics.median(c["wall_s"] for c in res[tool]["hot"])}
+            per[tool] = {
+                "cold_ms": cold,
+                "hot_ms": hot,
+                "gap": abs(cold - hot) / ((cold + hot) / 2),
+                "wall_cold_s": statistics.median(c["wall_s"] for c in res[tool]["cold"]),
+                "wall_hot_s": statistics.median(c["wall_s"] for c in res[tool]["hot"]),
+            }
         g, t = per["gpuenv"], per["triton"]
         g["wall_ratio_cold"] = g["wall_cold_s"] / t["wall_cold_s"]
         g["wall_ratio_hot"] = g["wall_hot_s"] / t["wall_hot_s"]
@@ -213,11 +237,14 @@ def table(rows: dict[str, Any], summary: dict[str, Any], title: str) -> str:
     def us(ms: float) -> str:
         return f"{ms:.3f} ms" if ms >= 1 else f"{ms * 1e3:.2f} us"
 
-    lines = [f"{title}:", "",
-             "| kernel | triton cold / hot (gap) | gpuenv cold / hot (gap) | gpuenv first -> "
-             "last reps, hot | wall triton cold / hot | wall gpuenv cold / hot (ratio) | "
-             "gpuenv schedule, hot: bursts, rests, waits | verdicts, findings | met |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"{title}:",
+        "",
+        "| kernel | triton cold / hot (gap) | gpuenv cold / hot (gap) | gpuenv first -> "
+        "last reps, hot | wall triton cold / hot | wall gpuenv cold / hot (ratio) | "
+        "gpuenv schedule, hot: bursts, rests, waits | verdicts, findings | met |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name, res in rows["kernels"].items():
         t, g = summary[name]["triton"], summary[name]["gpuenv"]
         hot = res["gpuenv"]["hot"][-1]
@@ -232,7 +259,8 @@ def table(rows: dict[str, Any], summary: dict[str, Any], title: str) -> str:
             f"({(sch['burst_rest_s'] or 0) * 1e3:.0f} ms), {sch['burst_waits']}; first wait "
             f"{(sch['burst_first_wait_s'] or 0) * 1e3:.0f} ms "
             f"| {', '.join(g['verdicts'])}; {', '.join(g['finding_kinds']) or '-'} "
-            f"| gap {'yes' if g['gap_met'] else 'NO'}, wall {'yes' if g['wall_met'] else 'NO'} |")
+            f"| gap {'yes' if g['gap_met'] else 'NO'}, wall {'yes' if g['wall_met'] else 'NO'} |"
+        )
     if rows["skipped"]:
         lines += ["", f"Skipped (deadline): {', '.join(rows['skipped'])}"]
     return "\n".join(lines)
@@ -242,21 +270,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="cold/hot pairs per tool")
     parser.add_argument("--idle", type=float, default=IDLE_S, help="seconds idle before cold")
     parser.add_argument("--load", type=float, default=LOAD_S, help="seconds of load before hot")
-    parser.add_argument("--deadline", type=float, default=320.0,
-                        help="seconds after which remaining kernels are skipped")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=320.0,
+        help="seconds after which remaining kernels are skipped",
+    )
     parser.add_argument("--kernels", default="", help="comma-separated names (default: all)")
     parser.add_argument("--data", default=None, help="where to keep every call's figures (JSON)")
     parser.add_argument("--burst-s", type=float, default=None, help="the drop-in's burst (s)")
-    parser.add_argument("--power-target", type=float, default=None,
-                        help="the drop-in's filtered-power target (fraction of the limit)")
-    parser.add_argument("--power-tau", type=float, default=None,
-                        help="the drop-in's model of the cap's power filter (s)")
+    parser.add_argument(
+        "--power-target",
+        type=float,
+        default=None,
+        help="the drop-in's filtered-power target (fraction of the limit)",
+    )
+    parser.add_argument(
+        "--power-tau",
+        type=float,
+        default=None,
+        help="the drop-in's model of the cap's power filter (s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     # what the lead may tune on the device without a code change (gpuenv's module constants)
-    for flag, const in (("burst_s", "DROPIN_BURST_S"), ("power_target", "DROPIN_POWER_TARGET"),
-                        ("power_tau", "DROPIN_POWER_TAU_S")):
+    for flag, const in (
+        ("burst_s", "DROPIN_BURST_S"),
+        ("power_target", "DROPIN_POWER_TARGET"),
+        ("power_tau", "DROPIN_POWER_TAU_S"),
+    ):
         if getattr(args, flag) is not None:
             setattr(gt.bench, const, getattr(args, flag))
     env: Any = SimEnv() if args.sim else Env()
@@ -269,21 +312,25 @@ def run(args: argparse.Namespace) -> int:
     summary = summarize(rows)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))
     print(table(rows, summary, f"do_bench drop-in vs triton, cold vs hot, {info['gpu']}, {when}"))
-    print(f"\n{json.dumps(info)}; {args.repeats} repeats; cold after {args.idle} s idle, hot "
-          f"after {args.load} s of 8192^3 matmuls; wall seconds{' (simulated)' if args.sim else ''}"
-          f"; total {time.time() - t0:.0f} s")
+    print(
+        f"\n{json.dumps(info)}; {args.repeats} repeats; cold after {args.idle} s idle, hot "
+        f"after {args.load} s of 8192^3 matmuls; wall seconds{' (simulated)' if args.sim else ''}"
+        f"; total {time.time() - t0:.0f} s"
+    )
     if summary:
         g = [s["gpuenv"] for s in summary.values()]
         big = [x["gap"] for x in g if x["cold_ms"] >= TINY_S * 1e3] or [math.nan]
         runner.metric("worst_gap_from_20us_pct", 100 * max(big), "%", slack=0.5)
-        runner.metric("worst_wall_ratio_cold", max(x["wall_ratio_cold"] for x in g), "x",
-                      slack=0.2)  # fmt: skip
-        runner.metric("worst_wall_ratio_hot", max(x["wall_ratio_hot"] for x in g), "x",
-                      slack=0.5)  # fmt: skip
+        runner.metric("worst_wall_ratio_cold", max(x["wall_ratio_cold"] for x in g), "x", slack=0.2)
+        runner.metric("worst_wall_ratio_hot", max(x["wall_ratio_hot"] for x in g), "x", slack=0.5)
     if args.data:
         with open(args.data, "w") as f:
-            json.dump({"info": info, "when": when, "args": vars(args), "summary": summary,
-                       **rows}, f, indent=1, default=str)  # fmt: skip
+            json.dump(
+                {"info": info, "when": when, "args": vars(args), "summary": summary, **rows},
+                f,
+                indent=1,
+                default=str,
+            )
     return 0
 
 

@@ -76,8 +76,10 @@ def _triton_wall(fn: Callable[[], Any], graph: bool, calls: int) -> float:
         w0 = time.perf_counter()
         theirs()
         wall.append(time.perf_counter() - w0)
-    print(f"| triton {'do_bench_cudagraph' if graph else 'do_bench'} | | | "
-          f"{statistics.mean(wall) * 1e3:.1f} ms | |")
+    print(
+        f"| triton {'do_bench_cudagraph' if graph else 'do_bench'} | | | "
+        f"{statistics.mean(wall) * 1e3:.1f} ms | |"
+    )
     return statistics.mean(wall)
 
 
@@ -103,8 +105,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graph", action="store_true", help="do_bench_cudagraph")
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--kernel-us", type=float, default=7.0, help="the sim kernel's time")
-    parser.add_argument("--profile", type=int, default=0, metavar="N",
-                        help="print cProfile's top N entries by cumulative time")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="print cProfile's top N entries by cumulative time",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,18 +134,34 @@ def run(args: argparse.Namespace) -> int:
     m = gt.last_measurement()
     where = "the GPU" if args.gpu else f"simulated H100, {args.kernel_us:g} us kernel"
     print(f"{args.calls} calls on {where}{' (cProfile on: slower)' if prof else ''}:\n")
-    print("| call | reps in the last | CPU per call (median) | wall per call | of which the reps' "
-          "windows (CPU) |\n| --- | ---: | ---: | ---: | ---: |")  # fmt: skip
-    print(f"| gpuenv {'do_bench_cudagraph' if args.graph else 'do_bench'} | {len(m.times_s)} "
-          f"| {statistics.mean(cpu) * 1e3:.1f} ms ({statistics.median(cpu) * 1e3:.1f}) "
-          f"| {statistics.mean(wall) * 1e3:.1f} ms | {in_windows[0] / args.calls * 1e3:.1f} ms |")
+    print(
+        "| call | reps in the last | CPU per call (median) | wall per call | of which the reps' "
+        "windows (CPU) |\n| --- | ---: | ---: | ---: | ---: |"
+    )
+    print(
+        f"| gpuenv {'do_bench_cudagraph' if args.graph else 'do_bench'} | {len(m.times_s)} "
+        f"| {statistics.mean(cpu) * 1e3:.1f} ms ({statistics.median(cpu) * 1e3:.1f}) "
+        f"| {statistics.mean(wall) * 1e3:.1f} ms | {in_windows[0] / args.calls * 1e3:.1f} ms |"
+    )
     if args.gpu:  # wall against triton's, timed the same way (the GPU's CPU time spins)
         ratio = statistics.mean(wall) / _triton_wall(fn, args.graph, args.calls)
         runner.metric("wall_vs_triton", ratio, "x", slack=0.1)
     x = m.extra
-    print("\nthe last call's parts:", {k: x.get(k) for k in (
-        "warmup_reps", "warmup_s", "warmup_steady", "measure_s", "burst_first_wait_s",
-        "stop_reason", "dropin")})  # fmt: skip
+    print(
+        "\nthe last call's parts:",
+        {
+            k: x.get(k)
+            for k in (
+                "warmup_reps",
+                "warmup_s",
+                "warmup_steady",
+                "measure_s",
+                "burst_first_wait_s",
+                "stop_reason",
+                "dropin",
+            )
+        },
+    )
     runner.metric("cpu_per_call_ms", statistics.mean(cpu) * 1e3, "ms", slack=5.0)
     runner.metric("wall_per_call_ms", statistics.mean(wall) * 1e3, "ms", slack=5.0)
     if prof is not None:  # its lines as printed, in the report's text

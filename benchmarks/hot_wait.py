@@ -29,10 +29,15 @@ def kernels(torch: Any) -> dict[str, Any]:
     bf = torch.bfloat16
     a8, b8 = (torch.randn(8192, 8192, device="cuda", dtype=bf) for _ in range(2))
     a4, b4 = (torch.randn(4096, 4096, device="cuda", dtype=bf) for _ in range(2))
-    x, w1, w2 = (torch.randn(*s, device="cuda", dtype=bf)
-                 for s in ((8192, 4096), (4096, 16384), (16384, 4096)))  # fmt: skip
-    return {"mm8192": lambda: a8 @ b8, "mm4096": lambda: a4 @ b4,
-            "mlp": lambda: torch.nn.functional.gelu(x @ w1) @ w2}  # fmt: skip
+    x, w1, w2 = (
+        torch.randn(*s, device="cuda", dtype=bf)
+        for s in ((8192, 4096), (4096, 16384), (16384, 4096))
+    )
+    return {
+        "mm8192": lambda: a8 @ b8,
+        "mm4096": lambda: a4 @ b4,
+        "mlp": lambda: torch.nn.functional.gelu(x @ w1) @ w2,
+    }
 
 
 def reps(torch: Any, fn: Any, n: int, flush: Any) -> list[float]:
@@ -67,19 +72,23 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
         lo, hi = min(r[key] for r in mine), max(r[key] for r in mine)
         return f"{lo:{fmt}}..{hi:{fmt}}"
 
-    lines = ["| kernel | wait (a) clock back | (a) vs cold | wait (b) reasons clear | (b) vs cold "
-             "| (a) with a held-down reason |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = [
+        "| kernel | wait (a) clock back | (a) vs cold | wait (b) reasons clear | (b) vs cold "
+        "| (a) with a held-down reason |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for name in dict.fromkeys(r["kernel"] for r in rows):
         mine = [r for r in rows if r["kernel"] == name]
         cold = statistics.median(r["cold_us"] for r in mine)
         size = f"{cold / 1e3:.2f} ms" if cold >= 1e3 else f"{cold:.0f} us"
         held = sum(bool(r["clock_reasons_at_start"] & HELD_DOWN) for r in mine)
-        lines.append(f"| {LABELS.get(name, name)} ({size}) | {span(mine, 'clock_wait_s', '.2f')} s "
-                     f"| {span(mine, 'clock_vs_cold_pct', '+.2f')}% "
-                     f"| {span(mine, 'flag_wait_s', '.2f')} s "
-                     f"| {span(mine, 'flag_vs_cold_pct', '+.2f')}% "
-                     f"| {held} of {len(mine)} |")  # fmt: skip
+        lines.append(
+            f"| {LABELS.get(name, name)} ({size}) | {span(mine, 'clock_wait_s', '.2f')} s "
+            f"| {span(mine, 'clock_vs_cold_pct', '+.2f')}% "
+            f"| {span(mine, 'flag_wait_s', '.2f')} s "
+            f"| {span(mine, 'flag_vs_cold_pct', '+.2f')}% "
+            f"| {held} of {len(mine)} |"
+        )
     return lines
 
 
@@ -91,8 +100,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.sim:
-        print("the power cap's timing is the real GPU's: --sim has nothing to measure",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "the power cap's timing is the real GPU's: --sim has nothing to measure",
+            file=sys.stderr,
+        )
         return 2
     import torch
 
@@ -129,16 +140,25 @@ def run(args: argparse.Namespace) -> int:
                 row[f"{moment}_reasons_at_start"] = s.reasons
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-    print(f"{args.trials} trials per kernel, {args.reps} flushed reps at each moment; (a) "
-          f"within {CLOCK_REL:.0%} of {top} MHz, (b) and no held-down reason:\n")
+    print(
+        f"{args.trials} trials per kernel, {args.reps} flushed reps at each moment; (a) "
+        f"within {CLOCK_REL:.0%} of {top} MHz, (b) and no held-down reason:\n"
+    )
     print("\n".join(table(rows)))
-    runner.metric("worst_flag_vs_cold_pct", max(abs(r["flag_vs_cold_pct"]) for r in rows), "%",
-                  slack=2.0)  # fmt: skip
+    runner.metric(
+        "worst_flag_vs_cold_pct", max(abs(r["flag_vs_cold_pct"]) for r in rows), "%", slack=2.0
+    )
     if args.data:
         with open(args.data, "w") as f:
-            json.dump({"gpu": be.device_info(gpu).name,
-                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                       "rows": rows}, f, indent=1)  # fmt: skip
+            json.dump(
+                {
+                    "gpu": be.device_info(gpu).name,
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -50,8 +50,29 @@ from gpuenv.errors import EXIT_CODES, ConfigError, DeviceNotFound  # noqa: E402
 
 NAN, INF = math.nan, math.inf
 # (value, what it is) a confused caller passes
-VALUES: list[Any] = [NAN, INF, -INF, 1e309, 10**400, -1, 0, 0.5, 1, 1.5, 3, 50, 10**9, "abc", "1",
-                     "", None, True, [1], {"a": 1}, "auto"]  # fmt: skip
+VALUES: list[Any] = [
+    NAN,
+    INF,
+    -INF,
+    1e309,
+    10**400,
+    -1,
+    0,
+    0.5,
+    1,
+    1.5,
+    3,
+    50,
+    10**9,
+    "abc",
+    "1",
+    "",
+    None,
+    True,
+    [1],
+    {"a": 1},
+    "auto",
+]
 
 
 def _real(v: Any) -> bool:
@@ -79,29 +100,47 @@ KINDS: dict[str, Callable[[Any], bool]] = {
     "watts": lambda v: _finite(v) and v > 0,
     "name": lambda v: isinstance(v, str) and bool(v.strip()),
 }
-BENCH = {"budget_s": "seconds>0", "rel_ci": "fraction", "confidence": "fraction",
-         "reps": "count>=1", "min_reps": "count>=1", "max_reps": "count>=1",
-         "warmup": "auto|count>=0", "warmup_max_s": "seconds>=0",
-         "warmup_max_reps": "count>=0", "calls_per_rep": "auto|count>=1", "flush_l2": "bool",
-         "saturate": "bool", "probe_clock": "bool", "keep_trace": "bool"}  # fmt: skip
+BENCH = {
+    "budget_s": "seconds>0",
+    "rel_ci": "fraction",
+    "confidence": "fraction",
+    "reps": "count>=1",
+    "min_reps": "count>=1",
+    "max_reps": "count>=1",
+    "warmup": "auto|count>=0",
+    "warmup_max_s": "seconds>=0",
+    "warmup_max_reps": "count>=0",
+    "calls_per_rep": "auto|count>=1",
+    "flush_l2": "bool",
+    "saturate": "bool",
+    "probe_clock": "bool",
+    "keep_trace": "bool",
+}
 
 
 class Tally:
     def __init__(self) -> None:
         self.rows: dict[str, collections.Counter[str]] = collections.defaultdict(
-            collections.Counter)
+            collections.Counter
+        )
         self.problems: list[str] = []
 
     def add(self, cls: str, outcome: str, case: str) -> None:
         self.rows[cls]["tried"] += 1
         self.rows[cls][outcome] += 1
-        if outcome in ("traceback", "internal error", "silently accepted", "wrong exit code",
-                       "hang"):
+        if outcome in (
+            "traceback",
+            "internal error",
+            "silently accepted",
+            "wrong exit code",
+            "hang",
+        ):
             self.problems.append(f"- {cls}: `{case}`: {outcome}")
 
 
-def python_case(t: Tally, cls: str, case: str, call: Callable[..., Any], good: bool,
-                name: str) -> None:  # fmt: skip
+def python_case(
+    t: Tally, cls: str, case: str, call: Callable[..., Any], good: bool, name: str
+) -> None:
     try:
         with warnings.catch_warnings(), _alarm(10):
             warnings.simplefilter("ignore")
@@ -110,8 +149,9 @@ def python_case(t: Tally, cls: str, case: str, call: Callable[..., Any], good: b
         t.add(cls, "hang", case)  # before: repeat(reps=10**400) ran for ever
         return
     except ConfigError as err:
-        t.add(cls, "refused" if name in str(err).split(":")[0] or not good
-              else "internal error", case)  # fmt: skip
+        t.add(
+            cls, "refused" if name in str(err).split(":")[0] or not good else "internal error", case
+        )
         return
     except Exception as err:
         t.add(cls, "internal error", f"{case}: {type(err).__name__}: {err}")
@@ -131,13 +171,31 @@ def python_api(t: Tally) -> None:
     for field, kind in BENCH.items():
         for v in VALUES:
             good = KINDS[kind](v) or (v is None and field in ("budget_s", "reps"))  # defaults
-            python_case(t, "Python: bench settings", f"{field}={v!r:.20}",
-                        lambda f=field, v=v: BenchConfig(**{f: v}), good, field)
-    python_case(t, "Python: bench settings", "min_reps=50, max_reps=10",
-                lambda: BenchConfig(min_reps=50, max_reps=10), False, "min_reps")
+            python_case(
+                t,
+                "Python: bench settings",
+                f"{field}={v!r:.20}",
+                lambda f=field, v=v: BenchConfig(**{f: v}),
+                good,
+                field,
+            )
+    python_case(
+        t,
+        "Python: bench settings",
+        "min_reps=50, max_reps=10",
+        lambda: BenchConfig(min_reps=50, max_reps=10),
+        False,
+        "min_reps",
+    )
     sim = SimBackend(clock=VirtualClock())
-    fns = {"None": None, "123": 123, "'f'": "f", "lambda x: x": lambda x: x,
-           "lambda: None": lambda: None, "time.time": time.time}  # fmt: skip
+    fns = {
+        "None": None,
+        "123": 123,
+        "'f'": "f",
+        "lambda x: x": lambda x: x,
+        "lambda: None": lambda: None,
+        "time.time": time.time,
+    }
     import inspect
 
     from gpuenv.integrations.triton.bench import do_bench
@@ -147,50 +205,113 @@ def python_api(t: Tally) -> None:
     old_check: Callable[..., Any] = _check  # a tree before issue 23 took no fn
 
     def check(q: Any, fn: Any) -> Any:
-        return _check("mean", q, fn) if takes_fn else (
-            old_check("mean", q), do_bench(fn, warmup=1, rep=1, backend=sim))
+        return (
+            _check("mean", q, fn)
+            if takes_fn
+            else (old_check("mean", q), do_bench(fn, warmup=1, rep=1, backend=sim))
+        )
 
     for label, fn in fns.items():
         good = label in ("lambda: None", "time.time")
-        python_case(t, "Python: bench/do_bench fn", f"bench({label}, reps=1)",
-                    lambda fn=fn: gpuenv.bench(fn, reps=1, backend=sim), good, "fn")
-        python_case(t, "Python: bench/do_bench fn", f"do_bench({label}) args",
-                    lambda fn=fn: check(None, fn), good, "fn")
+        python_case(
+            t,
+            "Python: bench/do_bench fn",
+            f"bench({label}, reps=1)",
+            lambda fn=fn: gpuenv.bench(fn, reps=1, backend=sim),
+            good,
+            "fn",
+        )
+        python_case(
+            t,
+            "Python: bench/do_bench fn",
+            f"do_bench({label}) args",
+            lambda fn=fn: check(None, fn),
+            good,
+            "fn",
+        )
     for v in ("abc", 1, 2, -0.1, [0.5, 2], [0.2, 0.5], 0.5, [NAN], None, [INF]):
         good = v is None or v in (0.5, 1) or v == [0.2, 0.5]
-        python_case(t, "Python: bench/do_bench fn", f"do_bench(quantiles={v!r})",
-                    lambda v=v: old_check("mean", v) if not takes_fn else check(v, lambda: None),
-                    good, "quantiles")  # fmt: skip
+        python_case(
+            t,
+            "Python: bench/do_bench fn",
+            f"do_bench(quantiles={v!r})",
+            lambda v=v: old_check("mean", v) if not takes_fn else check(v, lambda: None),
+            good,
+            "quantiles",
+        )
     for v in ("abc", 5, None):
-        python_case(t, "Python: bench/do_bench fn", f"bench(config={v!r})",
-                    lambda v=v: BenchConfig.of(v, {}), v is None, "config")
+        python_case(
+            t,
+            "Python: bench/do_bench fn",
+            f"bench(config={v!r})",
+            lambda v=v: BenchConfig.of(v, {}),
+            v is None,
+            "config",
+        )
     for v in VALUES:
-        python_case(t, "Python: stable()", f"period={v!r:.20}",
-                    lambda v=v: Session(period=v), v is None or KINDS["period"](v), "period")
-        python_case(t, "Python: stable()", f"load={v!r:.20}",
-                    lambda v=v: Session(load=v), v is None, "load")
-        python_case(t, "Python: stable()", f"config={v!r:.20}",
-                    lambda v=v: Session(config=v), v is None, "config")
-        python_case(t, "Python: lock()", f"power_limit_w={v!r:.20}",
-                    lambda v=v: make_request(power_limit_w=v), KINDS["watts"](v),
-                    "power_limit_w")  # fmt: skip
-        good_sm = (isinstance(v, int) and not isinstance(v, bool) and _finite(v) and v >= 1) \
-            or v == "1"
-        python_case(t, "Python: lock()", f"sm={v!r:.20}",
-                    lambda v=v: make_request(v), good_sm, "sm")
+        python_case(
+            t,
+            "Python: stable()",
+            f"period={v!r:.20}",
+            lambda v=v: Session(period=v),
+            v is None or KINDS["period"](v),
+            "period",
+        )
+        python_case(
+            t, "Python: stable()", f"load={v!r:.20}", lambda v=v: Session(load=v), v is None, "load"
+        )
+        python_case(
+            t,
+            "Python: stable()",
+            f"config={v!r:.20}",
+            lambda v=v: Session(config=v),
+            v is None,
+            "config",
+        )
+        python_case(
+            t,
+            "Python: lock()",
+            f"power_limit_w={v!r:.20}",
+            lambda v=v: make_request(power_limit_w=v),
+            KINDS["watts"](v),
+            "power_limit_w",
+        )
+        good_sm = (
+            isinstance(v, int) and not isinstance(v, bool) and _finite(v) and v >= 1
+        ) or v == "1"
+        python_case(
+            t, "Python: lock()", f"sm={v!r:.20}", lambda v=v: make_request(v), good_sm, "sm"
+        )
     with tempfile.TemporaryDirectory() as tmp:
-        python_case(t, "Python: stable()", "output into a missing directory",
-                    lambda: Session(output=Path(tmp) / "no" / "r.jsonl"), False, "output")
+        python_case(
+            t,
+            "Python: stable()",
+            "output into a missing directory",
+            lambda: Session(output=Path(tmp) / "no" / "r.jsonl"),
+            False,
+            "output",
+        )
         assert not (Path(tmp) / "no").exists(), "a directory was created"
     with gpuenv.stable(backend=sim) as env:
         for v in VALUES:
-            python_case(t, "Python: measure/repeat", f"measure({v!r:.20})",
-                        lambda v=v: env.measure(v), KINDS["name"](v), "name")
+            python_case(
+                t,
+                "Python: measure/repeat",
+                f"measure({v!r:.20})",
+                lambda v=v: env.measure(v),
+                KINDS["name"](v),
+                "name",
+            )
             if KINDS["count>=1"](v) and v > 100:
                 continue  # a good count, and 10**9 calls: not what is counted
-            python_case(t, "Python: measure/repeat", f"repeat(fn, reps={v!r:.20})",
-                        lambda v=v: env.repeat(lambda: None, reps=v), KINDS["count>=1"](v),
-                        "reps")  # fmt: skip
+            python_case(
+                t,
+                "Python: measure/repeat",
+                f"repeat(fn, reps={v!r:.20})",
+                lambda v=v: env.repeat(lambda: None, reps=v),
+                KINDS["count>=1"](v),
+                "reps",
+            )
     sim.close()
 
 
@@ -222,8 +343,9 @@ def json_set(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
     return doc
 
 
-def file_case(t: Tally, cls: str, case: str, load: Callable[..., Any],
-              use: Callable[[Any], Any]) -> None:  # fmt: skip
+def file_case(
+    t: Tally, cls: str, case: str, load: Callable[..., Any], use: Callable[[Any], Any]
+) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -271,8 +393,13 @@ def files(t: Tally, tmp: Path) -> None:
     for where in json_paths(record):
         for v in FILE_VALUES:
             bad.write_text(header + "\n" + json.dumps(json_set(record, where, v)) + "\n")
-            file_case(t, "files: results records", f"{'.'.join(map(str, where))}={v!r:.12}",
-                      lambda: load_runs(bad), use_results)
+            file_case(
+                t,
+                "files: results records",
+                f"{'.'.join(map(str, where))}={v!r:.12}",
+                lambda: load_runs(bad),
+                use_results,
+            )
     specials = {"/dev/zero": "/dev/zero", "/dev/urandom": "/dev/urandom", "a directory": str(tmp)}
     fifo = tmp / "fifo"
     os.mkfifo(fifo)
@@ -288,8 +415,12 @@ def files(t: Tally, tmp: Path) -> None:
             file_case(t, "files: special files", label, lambda p=path: load_runs(p), use_results)
 
     state = ClockState("GPU-1", None, None, True, 1980, 2619, 700.0, True)
-    body = {**JournalEntry("GPU-1", 0, "GPU 0", "sim", state,
-                           Applied(locked_sm=(1350, 1350))).to_dict(), "version": 1}  # fmt: skip
+    body = {
+        **JournalEntry(
+            "GPU-1", 0, "GPU 0", "sim", state, Applied(locked_sm=(1350, 1350))
+        ).to_dict(),
+        "version": 1,
+    }
     for where in json_paths(body):
         for v in FILE_VALUES:
             doc = json.dumps(json_set(body, where, v)).encode()
@@ -304,16 +435,25 @@ def files(t: Tally, tmp: Path) -> None:
                 assert math.isfinite(e.original.power_limit_w)
                 assert e.applied.locked_sm is None or e.applied.locked_sm[0] <= 10**6
 
-            file_case(t, "files: journal records", f"{'.'.join(map(str, where))}={v!r:.12}",
-                      load_journal, use_journal)
+            file_case(
+                t,
+                "files: journal records",
+                f"{'.'.join(map(str, where))}={v!r:.12}",
+                load_journal,
+                use_journal,
+            )
     (tmp / "calibration").mkdir()
     cal = {"uuid": "GPU-1", "sustained_mhz": 1500, "measured_at": 1.0, "power_limit_w": 700.0}
     for key in cal:
         for v in FILE_VALUES:
             (tmp / "calibration" / "GPU-1.json").write_text(json.dumps({**cal, key: v}))
-            file_case(t, "files: calibration", f"{key}={v!r:.12}",
-                      lambda: load_calibration("GPU-1", state_dir=tmp),
-                      lambda c: (int(c.sustained_mhz), f"{c.measured_at:.0f}"))
+            file_case(
+                t,
+                "files: calibration",
+                f"{key}={v!r:.12}",
+                lambda: load_calibration("GPU-1", state_dir=tmp),
+                lambda c: (int(c.sustained_mhz), f"{c.measured_at:.0f}"),
+            )
     state_path = tmp / "sim.json"
     s = SimBackend(state_file=str(state_path))
     s.set_locked_sm_clocks(0, 1350, 1350)
@@ -330,16 +470,32 @@ def files(t: Tally, tmp: Path) -> None:
                 finally:
                     b.close()
 
-            file_case(t, "files: sim state", f"{'.'.join(map(str, where))}={v!r:.12}",
-                      lambda: SimBackend(state_file=str(state_path)), use_sim)
+            file_case(
+                t,
+                "files: sim state",
+                f"{'.'.join(map(str, where))}={v!r:.12}",
+                lambda: SimBackend(state_file=str(state_path)),
+                use_sim,
+            )
     from gpuenv.daemon.auth import parse_config
 
-    for key in ("socket_group", "max_connections_per_user", "idle_timeout", "sample_period",
-                "metrics", "socket", "mode"):
+    for key in (
+        "socket_group",
+        "max_connections_per_user",
+        "idle_timeout",
+        "sample_period",
+        "metrics",
+        "socket",
+        "mode",
+    ):
         for v in ("nan", "inf", "-1", "0", "1e309", "", "abc", "9" * 30):
-            file_case(t, "files: daemon config", f"{key} = {v}",
-                      lambda k=key, v=v: parse_config(f"[daemon]\n{k} = {v}\n"),
-                      _assert_fields_finite)
+            file_case(
+                t,
+                "files: daemon config",
+                f"{key} = {v}",
+                lambda k=key, v=v: parse_config(f"[daemon]\n{k} = {v}\n"),
+                _assert_fields_finite,
+            )
 
 
 def _assert_fields_finite(config: Any) -> None:
@@ -379,14 +535,19 @@ def cli(t: Tally, tmp: Path) -> None:
     from gpuenv.cli import cli as main
 
     good = tmp / "good.jsonl"
-    for_good = {"--alpha": lambda v: 0 < float(v) < 1, "--fail-above": lambda v: float(v) >= 0,
-                "--min-change": lambda v: float(v) >= 0}  # fmt: skip
+    for_good = {
+        "--alpha": lambda v: 0 < float(v) < 1,
+        "--fail-above": lambda v: float(v) >= 0,
+        "--min-change": lambda v: float(v) >= 0,
+    }
     cases: list[tuple[list[str], bool, tuple[int, ...]]] = []
     for flag, ok in for_good.items():
         for v in CLI_VALUES:
             cases.append((["compare", flag, v, str(good), str(good)], _ok(ok, v), (2,)))
-    def num(lo: float, hi: float = math.inf, lo_open: bool = True, whole: bool = False
-            ) -> Callable[[str], bool]:  # fmt: skip
+
+    def num(
+        lo: float, hi: float = math.inf, lo_open: bool = True, whole: bool = False
+    ) -> Callable[[str], bool]:
         def ok(v: str) -> bool:
             try:
                 x = float(v)
@@ -394,6 +555,7 @@ def cli(t: Tally, tmp: Path) -> None:
                 return False
             inside = (x > lo if lo_open else x >= lo) and x <= hi
             return math.isfinite(x) and inside and (not whole or x.is_integer())
+
         return ok
 
     # prefix -> (good value?, whether a good value may be run: it ends soon, changes nothing)
@@ -406,8 +568,11 @@ def cli(t: Tally, tmp: Path) -> None:
         (["calibrate", "--no-save", "--duration"], num(1, 86400, lo_open=False), False),
         (["demo", "--fast", "--load-seconds"], num(1, 300, lo_open=False), False),
         (["--dry-run", "lock", "--sm", "1350", "--power-limit"], num(0), False),
-        (["--dry-run", "lock", "--sm", "1350", "--sm-max"], num(1, lo_open=False, whole=True),
-         False),
+        (
+            ["--dry-run", "lock", "--sm", "1350", "--sm-max"],
+            num(1, lo_open=False, whole=True),
+            False,
+        ),
         (["--dry-run", "lock", "--sm"], num(1, lo_open=False, whole=True), False),
         (["run", "-o"], lambda v: bool(v.strip()), True),
         (["plot", str(good), "-o"], lambda v: v.endswith(".png"), True),
@@ -461,8 +626,9 @@ def sockets(t: Tally, tmp: Path) -> None:
         server.listen(4)
         conns: list[socket.socket] = []
 
-        def serve(server: socket.socket = server, mode: str = mode,
-                  conns: list[socket.socket] = conns) -> None:  # fmt: skip
+        def serve(
+            server: socket.socket = server, mode: str = mode, conns: list[socket.socket] = conns
+        ) -> None:
             with contextlib.suppress(OSError):
                 conn, _ = server.accept()
                 conns.append(conn)
@@ -479,8 +645,12 @@ def sockets(t: Tally, tmp: Path) -> None:
             t.add("sockets", "silently accepted", mode)
         except DaemonUnavailable as err:
             waited = time.monotonic() - started
-            said = "not gpuenvd" in str(err) or "did not answer in 3 s" in str(err) or \
-                "closed the connection" in str(err) or "lost the connection" in str(err)
+            said = (
+                "not gpuenvd" in str(err)
+                or "did not answer in 3 s" in str(err)
+                or "closed the connection" in str(err)
+                or "lost the connection" in str(err)
+            )
             t.add("sockets", "refused" if said and waited < 10 else "hang", f"{mode}: {err}")
         except Exception as err:
             t.add("sockets", "internal error", f"{mode}: {type(err).__name__}: {err}")
@@ -491,12 +661,21 @@ def sockets(t: Tally, tmp: Path) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the counts as JSON")
-    parser.add_argument("--source", metavar="DIR", help="the gpuenv tree to count (default: "
-                        "this one); /dev/zero and /dev/urandom are skipped there, as an old "
-                        "reader fills memory with them")  # fmt: skip
-    parser.add_argument("--skip", action="append", default=[], choices=("api", "files", "cli",
-                        "sockets"), help="leave a class out (the old CLI's `run` with a bad "
-                        "value runs its command in this process)")  # fmt: skip
+    parser.add_argument(
+        "--source",
+        metavar="DIR",
+        help="the gpuenv tree to count (default: "
+        "this one); /dev/zero and /dev/urandom are skipped there, as an old "
+        "reader fills memory with them",
+    )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=("api", "files", "cli", "sockets"),
+        help="leave a class out (the old CLI's `run` with a bad "
+        "value runs its command in this process)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -504,19 +683,34 @@ def run(args: argparse.Namespace) -> int:
     tally = Tally()
     with tempfile.TemporaryDirectory(prefix="gpuenv-inputs-") as tmp_s:
         tmp = Path(tmp_s)
-        os.environ.update(GPUENV_STATE_DIR=str(tmp / "state"), GPUENV_SIM_STATE=str(tmp / "s.json"),
-                          GPUENV_SOCKET=str(tmp / "no.sock"), GPUENV_BACKEND="sim")  # fmt: skip
+        os.environ.update(
+            GPUENV_STATE_DIR=str(tmp / "state"),
+            GPUENV_SIM_STATE=str(tmp / "s.json"),
+            GPUENV_SOCKET=str(tmp / "no.sock"),
+            GPUENV_BACKEND="sim",
+        )
         with contextlib.redirect_stderr(io.StringIO()):
             parts: dict[str, Callable[[], None]] = {
-                "api": lambda: python_api(tally), "files": lambda: files(tally, tmp),
-                "cli": lambda: cli(tally, tmp), "sockets": lambda: sockets(tally, tmp)}  # fmt: skip
+                "api": lambda: python_api(tally),
+                "files": lambda: files(tally, tmp),
+                "cli": lambda: cli(tally, tmp),
+                "sockets": lambda: sockets(tally, tmp),
+            }
             for name, part in parts.items():
                 if name not in args.skip:
                     part()
         os.chdir(ROOT)
     wall = time.monotonic() - t0
-    cols = ("tried", "refused", "accepted", "traceback", "internal error", "silently accepted",
-            "wrong exit code", "hang")  # fmt: skip
+    cols = (
+        "tried",
+        "refused",
+        "accepted",
+        "traceback",
+        "internal error",
+        "silently accepted",
+        "wrong exit code",
+        "hang",
+    )
     print("| class | " + " | ".join(cols) + " |")
     print("| --- | " + " | ".join("---:" for _ in cols) + " |")
     total: collections.Counter[str] = collections.Counter()
@@ -530,8 +724,9 @@ def run(args: argparse.Namespace) -> int:
     for line in tally.problems:
         print(line)
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"rows": tally.rows, "problems": tally.problems, "wall_s": wall}, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"rows": tally.rows, "problems": tally.problems, "wall_s": wall}, indent=1)
+        )
     return 1 if tally.problems else 0
 
 

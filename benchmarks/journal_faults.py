@@ -62,13 +62,20 @@ def run(args: argparse.Namespace) -> int:
     for kind, c in table.items():
         all_.update(c)
         print(f"| {kind} | {sum(c.values())} | {c['exact']} | {c['defaults']} | {c['lost']} |")
-    print(f"| all | {sum(all_.values())} | {all_['exact']} | {all_['defaults']} | "
-          f"{all_['lost']} |")
+    print(f"| all | {sum(all_.values())} | {all_['exact']} | {all_['defaults']} | {all_['lost']} |")
     print(f"\nthe lock of 2 GPUs writes {total} bytes (2 copies per GPU); wall {wall:.0f} s")
     runner.metric("lost", all_["lost"], "states", slack=0.0)
     return 1 if all_["lost"] else 0
 
 
 if __name__ == "__main__":
-    sys.exit(runner.main("journal_faults", __doc__, add_arguments, run, sim_only=True,
-                         quick={"garble": 100, "each": 20}))
+    sys.exit(
+        runner.main(
+            "journal_faults",
+            __doc__,
+            add_arguments,
+            run,
+            sim_only=True,
+            quick={"garble": 100, "each": 20},
+        )
+    )

@@ -41,7 +41,8 @@ def families(rng: random.Random) -> dict[str, Callable[[int], list[float]]]:
         "lognormal 4%": lambda n: [math.exp(rng.gauss(0, 0.04)) for _ in range(n)],
         "0.5% + 5% outliers": lambda n: [
             (1 + rng.gauss(0, 0.005)) * (1 + rng.uniform(0.05, 0.5) if rng.random() < 0.05 else 1)
-            for _ in range(n)],
+            for _ in range(n)
+        ],
         "slow tail (exp 2%)": lambda n: [1 + rng.expovariate(50) for _ in range(n)],
         "1% in 1% steps": lambda n: [1 + round(rng.gauss(0, 0.01), 2) for _ in range(n)],
         "AR(1) 0.5, 1%": ar1,
@@ -51,15 +52,21 @@ def families(rng: random.Random) -> dict[str, Callable[[int], list[float]]]:
 def shapes(rng: random.Random, n: int, sd: float) -> dict[str, list[float]]:
     base = [1 + rng.gauss(0, sd) for _ in range(n)]
     at = rng.randint(n // 4, 3 * n // 4)
-    return {"step 4%": [x * (1.04 if i >= at else 1) for i, x in enumerate(base)],
-            "trend 3%": [x * (1 + 0.03 * i / (n - 1)) for i, x in enumerate(base)],
-            "split 3.20/3.55": [x * (3.55 if rng.random() < 0.35 else 3.2) for x in base]}
+    return {
+        "step 4%": [x * (1.04 if i >= at else 1) for i, x in enumerate(base)],
+        "trend 3%": [x * (1 + 0.03 * i / (n - 1)) for i, x in enumerate(base)],
+        "split 3.20/3.55": [x * (3.55 if rng.random() < 0.35 else 3.2) for x in base],
+    }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=18, help="the random seed (18: the kept table)")
-    parser.add_argument("--trials", type=int, default=400,
-                        help="noise series per size up to n=100 (a quarter above)")  # fmt: skip
+    parser.add_argument(
+        "--trials",
+        type=int,
+        default=400,
+        help="noise series per size up to n=100 (a quarter above)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,8 +96,13 @@ def run(args: argparse.Namespace) -> int:
             cells = " | ".join(f"{row[n]:.0%}" for n in SIZES)
             print(f"| {shape}, {noise_sd} noise | {cells} |")
     runner.metric("fired_on_normal_1pct_n100", noise["normal 1%"][100], "share", slack=0.01)
-    runner.metric("caught_step_4pct_0.5pct_n50", caught["step 4%"]["0.5%"][50], "share",
-                  better="higher", slack=0.02)  # fmt: skip
+    runner.metric(
+        "caught_step_4pct_0.5pct_n50",
+        caught["step 4%"]["0.5%"][50],
+        "share",
+        better="higher",
+        slack=0.02,
+    )
     return 0
 
 

@@ -54,9 +54,15 @@ class Pty:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
         self.t0 = time.perf_counter()
         self.proc = subprocess.Popen(
-            argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT,
-            start_new_session=True, close_fds=True,
-        )  # fmt: skip
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,
+            close_fds=True,
+        )
         os.close(slave)
         self.chunks: list[tuple[float, bytes]] = []
         self.lock = threading.Lock()
@@ -214,9 +220,11 @@ def run(args: argparse.Namespace) -> int:
     if "nvitop (2 s)" in cpus and cpus["nvitop (2 s)"] > 0:
         ratio = cpus["gpuenv monitor (1 s)"] / cpus["nvitop (2 s)"]
         runner.metric("monitor_over_nvitop_cpu", ratio, "x", slack=0.2)
-        print(f"\ngpuenv monitor at 1 s uses {ratio:.2f}x nvitop's CPU (goal, issue 22: <= 0.5x); "
-              f"CPU seconds tick at 10 ms: +-{1 / args.seconds:.2f}% of a core at --seconds "
-              f"{args.seconds:g}")  # fmt: skip
+        print(
+            f"\ngpuenv monitor at 1 s uses {ratio:.2f}x nvitop's CPU (goal, issue 22: <= 0.5x); "
+            f"CPU seconds tick at 10 ms: +-{1 / args.seconds:.2f}% of a core at --seconds "
+            f"{args.seconds:g}"
+        )
     for name, tail in failures.items():
         print(f"\n{name}: no first frame naming {marker.decode()!r}; its last output:\n{tail!r}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -233,8 +241,10 @@ def frames_table(args: argparse.Namespace) -> None:
         rows = [("this checkout", monitor_frames.measure_sim(n, frames)) for n in (1, 8)]
     else:
         rows = [("this checkout", monitor_frames.measure_real(frames))]
-    print(f"\nPer frame, in process ({frames} frames of 1 s on a virtual clock: "
-          "benchmarks/monitor_frames.py):\n")  # fmt: skip
+    print(
+        f"\nPer frame, in process ({frames} frames of 1 s on a virtual clock: "
+        "benchmarks/monitor_frames.py):\n"
+    )
     monitor_frames.table(rows)
     for _, r in rows:
         runner.metric(f"frame_cpu_ms_{r['gpus']}gpu", r["cpu_ms_per_frame"], "ms", slack=0.2)
@@ -246,11 +256,14 @@ def gpu_name_line() -> str:
         return "GPU"
     out = subprocess.run(
         [smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return (out.stdout.strip().splitlines() or ["GPU"])[0] + " (driver)"
 
 
 if __name__ == "__main__":
-    sys.exit(runner.main("monitor", __doc__, add_arguments, run,
-                         quick={"runs": 2, "seconds": 10.0}))
+    sys.exit(
+        runner.main("monitor", __doc__, add_arguments, run, quick={"runs": 2, "seconds": 10.0})
+    )

@@ -64,8 +64,9 @@ class Counting:
         return counted
 
 
-def _count_into(obj: Any, name: str, calls: collections.Counter[str],
-                key: Callable[..., str]) -> None:  # fmt: skip
+def _count_into(
+    obj: Any, name: str, calls: collections.Counter[str], key: Callable[..., str]
+) -> None:
     """Replace `obj.name` (a function) with one that counts its calls in `calls`."""
     fn = getattr(obj, name)
 
@@ -96,8 +97,12 @@ def measure(backend: Any, gpus: list[int], frames: int, interval_s: float = 1.0)
         except ImportError:  # the rows then say why; their calls go uncounted
             libnvml = None
         if libnvml is not None:
-            _count_into(libnvml, "nvmlQuery", nvitop,
-                        lambda fn, *a: fn if isinstance(fn, str) else fn.__name__)  # fmt: skip
+            _count_into(
+                libnvml,
+                "nvmlQuery",
+                nvitop,
+                lambda fn, *a: fn if isinstance(fn, str) else fn.__name__,
+            )
     clock = backend.clock if isinstance(backend.clock, VirtualClock) else VirtualClock()
     model = MonitorModel(counting, gpus, clock=clock)
     frame = Frame(source="bench", simulated=backend.capabilities.simulated, interval_s=interval_s)
@@ -138,17 +143,26 @@ def measure_sim(n_gpus: int, frames: int) -> dict[str, Any]:
 def measure_ref(ref: str, n_gpus: int, frames: int) -> dict[str, Any]:
     """`measure_sim` with gpuenv as git ref `ref` has it (its gpuenv/ exported to a temp dir)."""
     with tempfile.TemporaryDirectory(prefix="gpuenv-ref-") as tmp:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "gpuenv"],
-                                 capture_output=True, check=False)  # fmt: skip
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", ref, "gpuenv"], capture_output=True, check=False
+        )
         if archive.returncode != 0:
             raise SystemExit(f"git archive {ref}: {archive.stderr.decode().strip()}")
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, str(ROOT)])}
-        code = (f"import json, gpuenv; assert gpuenv.__file__.startswith({tmp!r}); "
-                "from benchmarks.monitor_frames import measure_sim; "
-                f"print(json.dumps(measure_sim({n_gpus}, {frames})))")  # fmt: skip
-        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp,
-                             capture_output=True, text=True, check=False)  # fmt: skip
+        code = (
+            f"import json, gpuenv; assert gpuenv.__file__.startswith({tmp!r}); "
+            "from benchmarks.monitor_frames import measure_sim; "
+            f"print(json.dumps(measure_sim({n_gpus}, {frames})))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if out.returncode != 0:
             raise SystemExit(f"measuring {ref}: {out.stderr.strip()[-600:]}")
         return dict(json.loads(out.stdout.splitlines()[-1]))
@@ -161,19 +175,25 @@ def per_frame(counts: dict[str, int], frames: int) -> float:
 def table(rows: list[tuple[str, dict[str, Any]]]) -> None:
     """Print the per-frame table of `rows` ((label, measure's result)); the methods called
     more than once every 10 frames in any row are listed per frame."""
-    methods = sorted({m for _, r in rows for m, n in r["backend_calls"].items()
-                      if n / r["frames"] >= 0.1})  # fmt: skip
-    print("| code | GPUs | CPU ms / frame | backend calls / frame | gpuenv NVML calls / frame "
-          "| nvitop NVML calls / frame | " + " | ".join(methods) + " |")
+    methods = sorted(
+        {m for _, r in rows for m, n in r["backend_calls"].items() if n / r["frames"] >= 0.1}
+    )
+    print(
+        "| code | GPUs | CPU ms / frame | backend calls / frame | gpuenv NVML calls / frame "
+        "| nvitop NVML calls / frame | " + " | ".join(methods) + " |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: |" + " ---: |" * len(methods))
     for label, r in rows:
         n = r["frames"]
         cells = [f"{r['backend_calls'].get(m, 0) / n:.2g}" for m in methods]
         nvml = f"{per_frame(r['nvml_calls'], n):.1f}" if r["nvml_calls"] else "-"
         nvitop = f"{per_frame(r['nvitop_nvml_calls'], n):.1f}" if r["nvitop_nvml_calls"] else "-"
-        print(f"| {label} | {r['gpus']} | {r['cpu_ms_per_frame']:.3f} | "
-              f"{per_frame(r['backend_calls'], n):.1f} | {nvml} | {nvitop} | "
-              + " | ".join(cells) + " |")  # fmt: skip
+        print(
+            f"| {label} | {r['gpus']} | {r['cpu_ms_per_frame']:.3f} | "
+            f"{per_frame(r['backend_calls'], n):.1f} | {nvml} | {nvitop} | "
+            + " | ".join(cells)
+            + " |"
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -194,8 +214,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         rows.append(("this checkout", measure_real(args.frames)))
         machine = runner.gpu_name(False)
-    print(f"Monitor per frame, in process: {machine}, {args.frames} frames of 1 s (virtual), "
-          f"{time.strftime('%Y-%m-%d')}\n")  # fmt: skip
+    print(
+        f"Monitor per frame, in process: {machine}, {args.frames} frames of 1 s (virtual), "
+        f"{time.strftime('%Y-%m-%d')}\n"
+    )
     table(rows)
     for label, r in rows:
         if label == "this checkout":
@@ -214,5 +236,4 @@ def measure_real(frames: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(runner.main("monitor_frames", __doc__, add_arguments, run,
-                         quick={"frames": 60}))  # fmt: skip
+    sys.exit(runner.main("monitor_frames", __doc__, add_arguments, run, quick={"frames": 60}))

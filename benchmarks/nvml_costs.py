@@ -38,8 +38,11 @@ def backend_reads(backend: Backend, g: int) -> list[tuple[str, Callable[[], Any]
     """The Backend protocol's reads: what the sampler calls (the sim models the same)."""
     return [
         ("read_fast() (all cheap values)", lambda: backend.read_fast(g), 2000),
-        ("read_slow(energy=False) (reason counters, memory temperature)",
-         lambda: backend.read_slow(g, energy=False), 500),
+        (
+            "read_slow(energy=False) (reason counters, memory temperature)",
+            lambda: backend.read_slow(g, energy=False),
+            500,
+        ),
         ("read_slow(energy=True)", lambda: backend.read_slow(g, energy=True), 200),
         ("processes()", lambda: backend.processes(g), 500),
     ]
@@ -54,10 +57,16 @@ def nvml_calls(nv: Any, h: Any) -> list[tuple[str, Callable[[], Any], int]]:
         return lambda: nv.nvmlDeviceGetFieldValues(h, list(ids))
 
     return [
-        ("nvmlDeviceGetClockInfo(SM)", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
-         2000),
-        ("nvmlDeviceGetClockInfo(MEM)", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
-         2000),
+        (
+            "nvmlDeviceGetClockInfo(SM)",
+            lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+            2000,
+        ),
+        (
+            "nvmlDeviceGetClockInfo(MEM)",
+            lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
+            2000,
+        ),
         ("nvmlDeviceGetPowerUsage", lambda: nv.nvmlDeviceGetPowerUsage(h), 2000),
         ("nvmlDeviceGetTemperature(GPU)", lambda: temp(h, nv.NVML_TEMPERATURE_GPU), 2000),
         ("nvmlDeviceGetCurrentClocksEventReasons", lambda: reasons(h), 2000),
@@ -66,14 +75,22 @@ def nvml_calls(nv: Any, h: Any) -> list[tuple[str, Callable[[], Any], int]]:
         ("fields [74] (time under power cap)", fields((74,)), 1000),
         ("fields 74-82 (reason counters, memory temperature)", fields(SLOW), 500),
         ("fields [83] (energy)", fields((ENERGY_FIELD,)), 200),
-        ("fields 74-83 (counters, memory temperature, energy)", fields((*SLOW, ENERGY_FIELD)),
-         200),
-        ("nvmlDeviceGetTotalEnergyConsumption", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h),
-         200),
-        ("nvmlDeviceGetComputeRunningProcesses", lambda: nv.nvmlDeviceGetComputeRunningProcesses(h),
-         500),
-        ("nvmlDeviceGetGraphicsRunningProcesses",
-         lambda: nv.nvmlDeviceGetGraphicsRunningProcesses(h), 500),
+        ("fields 74-83 (counters, memory temperature, energy)", fields((*SLOW, ENERGY_FIELD)), 200),
+        (
+            "nvmlDeviceGetTotalEnergyConsumption",
+            lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h),
+            200,
+        ),
+        (
+            "nvmlDeviceGetComputeRunningProcesses",
+            lambda: nv.nvmlDeviceGetComputeRunningProcesses(h),
+            500,
+        ),
+        (
+            "nvmlDeviceGetGraphicsRunningProcesses",
+            lambda: nv.nvmlDeviceGetGraphicsRunningProcesses(h),
+            500,
+        ),
     ]
 
 
@@ -84,8 +101,11 @@ def refresh_ms(nv: Any, h: Any, ids: tuple[int, ...], seconds: float = 2.0) -> d
     while time.monotonic() < end:
         for e in nv.nvmlDeviceGetFieldValues(h, list(ids)):
             ts = int(e.timestamp)
-            if e.nvmlReturn == nv.NVML_SUCCESS and ts and (not seen[e.fieldId] or
-                                                          seen[e.fieldId][-1] != ts):
+            if (
+                e.nvmlReturn == nv.NVML_SUCCESS
+                and ts
+                and (not seen[e.fieldId] or seen[e.fieldId][-1] != ts)
+            ):
                 seen[int(e.fieldId)].append(ts)
         time.sleep(0.005)
     out = {}
@@ -124,9 +144,10 @@ def run(args: argparse.Namespace) -> int:
                 notes.append(f"{label}: {err}")
         ids = (*SLOW, ENERGY_FIELD, AVERAGE, INSTANT)
         refresh = refresh_ms(nv, h, ids)
-        notes.append("driver refresh (median ms between distinct timestamps, polled every "
-                     "5 ms for 2 s): " + ", ".join(f"field {f}: {v:.0f}" for f, v in
-                                                   refresh.items()))  # fmt: skip
+        notes.append(
+            "driver refresh (median ms between distinct timestamps, polled every "
+            "5 ms for 2 s): " + ", ".join(f"field {f}: {v:.0f}" for f, v in refresh.items())
+        )
         notes.append(energy_agrees(nv, h))
     backend.close()
     for label, p50, _p99, _cpu in rows:

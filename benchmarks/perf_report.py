@@ -39,14 +39,18 @@ def parse_table(stdout: str) -> Points:
 
 def table(bare: Points, wrapped: Points, verdicts: dict[tuple[int, str], str]) -> list[str]:
     """The markdown table of one pair: GB/s bare and wrapped, the change, gpuenv's verdicts."""
-    lines = ["| size | triton bare | triton under gpuenv run | change | torch bare | "
-             "torch under gpuenv run | change | gpuenv's verdicts (triton / torch) |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    lines = [
+        "| size | triton bare | triton under gpuenv run | change | torch bare | "
+        "torch under gpuenv run | change | gpuenv's verdicts (triton / torch) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
     for size in sorted(bare):
         (tb, ob), (tw, ow) = bare[size], wrapped.get(size, (float("nan"), float("nan")))
         v = " / ".join(verdicts.get((size, p), "-") for p in ("triton", "torch"))
-        lines.append(f"| {size} | {tb:.1f} | {tw:.1f} | {100 * (tw / tb - 1):+.1f}% | {ob:.1f} | "
-                     f"{ow:.1f} | {100 * (ow / ob - 1):+.1f}% | {v} |")  # fmt: skip
+        lines.append(
+            f"| {size} | {tb:.1f} | {tw:.1f} | {100 * (tw / tb - 1):+.1f}% | {ob:.1f} | "
+            f"{ow:.1f} | {100 * (ow / ob - 1):+.1f}% | {v} |"
+        )
     return lines
 
 
@@ -84,8 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.sim:
-        print("the tutorial needs a GPU (torch and triton): --sim has nothing to run",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "the tutorial needs a GPU (torch and triton): --sim has nothing to run", file=sys.stderr
+        )
         return 2
     changes = []
     with tempfile.TemporaryDirectory(prefix="gpuenv-perf-report-") as name:
@@ -96,8 +101,10 @@ def run(args: argparse.Namespace) -> int:
             if k == 0:
                 print(f"Pair 1 of {args.pairs} (GB/s, median of do_bench's reps):\n")
                 print("\n".join(table(bare, wrapped, verdicts)))
-    print("\nLargest change under gpuenv run from 2M elements up, each pair: "
-          + ", ".join(f"{c:.1f}%" for c in changes))  # fmt: skip
+    print(
+        "\nLargest change under gpuenv run from 2M elements up, each pair: "
+        + ", ".join(f"{c:.1f}%" for c in changes)
+    )
     runner.metric("largest_change_from_2m_pct", max(changes), "%", slack=1.0)
     return 0
 

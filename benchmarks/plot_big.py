@@ -38,12 +38,23 @@ BEFORE = "2187591"  # main before issue 23's plot work: plot took 161 s on a 30 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--measurements", type=int, default=9000,
-                        help="measurements in the file (9,000: about 30 MB)")  # fmt: skip
-    parser.add_argument("--base", type=int, default=300,
-                        help="measurements the session really takes (the rest are copies)")
-    parser.add_argument("--before", default=BEFORE,
-                        help="the earlier commit to time beside this checkout ('' for none)")
+    parser.add_argument(
+        "--measurements",
+        type=int,
+        default=9000,
+        help="measurements in the file (9,000: about 30 MB)",
+    )
+    parser.add_argument(
+        "--base",
+        type=int,
+        default=300,
+        help="measurements the session really takes (the rest are copies)",
+    )
+    parser.add_argument(
+        "--before",
+        default=BEFORE,
+        help="the earlier commit to time beside this checkout ('' for none)",
+    )
     parser.add_argument("--keep", help="write the file here (default: a temporary directory)")
 
 
@@ -66,8 +77,11 @@ def session_file(path: Path, base: int, total: int) -> None:
     lines = raw.read_text().splitlines()
     raw.unlink()
     head, records = lines[0], [json.loads(line) for line in lines[1:]]
-    span = max(w["t1"] for r in records for w in r["windows"]) - min(
-        w["t0"] for r in records for w in r["windows"]) + 0.05  # fmt: skip
+    span = (
+        max(w["t1"] for r in records for w in r["windows"])
+        - min(w["t0"] for r in records for w in r["windows"])
+        + 0.05
+    )
     with path.open("w") as out:
         out.write(head + "\n")
         for k in range(total):
@@ -89,8 +103,9 @@ def _shift(record: dict, by: float) -> None:
 
 def earlier_tree(rev: str, where: Path) -> Path:
     """`rev`'s gpuenv package unpacked under `where`."""
-    blob = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "gpuenv"],
-                          capture_output=True, check=True).stdout  # fmt: skip
+    blob = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "gpuenv"], capture_output=True, check=True
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
         tar.extractall(where, filter="data")
     return where
@@ -124,8 +139,10 @@ def run(args: argparse.Namespace) -> int:
         data = Path(args.keep) if args.keep else Path(tmp) / "session.jsonl"
         session_file(data, args.base, args.measurements)
         size_mb = data.stat().st_size / 1e6
-        print(f"A session file of {args.measurements:,} measurements ({size_mb:.1f} MB; "
-              f"{args.base} measured on the simulated H100, the rest copies shifted in time).")
+        print(
+            f"A session file of {args.measurements:,} measurements ({size_mb:.1f} MB; "
+            f"{args.base} measured on the simulated H100, the rest copies shifted in time)."
+        )
         print()
         print("| tree | `gpuenv plot` (s) | exit | goal < 10 s |")
         print("| --- | ---: | ---: | --- |")
@@ -156,5 +173,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(runner.main("plot_big", __doc__, add_arguments, run, sim_only=True,
-                         quick={"measurements": 1500}))  # fmt: skip
+    sys.exit(
+        runner.main(
+            "plot_big", __doc__, add_arguments, run, sim_only=True, quick={"measurements": 1500}
+        )
+    )

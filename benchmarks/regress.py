@@ -52,17 +52,22 @@ def compare_metric(
 
 
 def compare(
-    kept: Mapping[str, Any], new: Mapping[str, Any], *, tolerance: float = TOLERANCE,
+    kept: Mapping[str, Any],
+    new: Mapping[str, Any],
+    *,
+    tolerance: float = TOLERANCE,
     any_gpu: bool = False,
-) -> tuple[list[Verdict], list[str]]:  # fmt: skip
+) -> tuple[list[Verdict], list[str]]:
     """Each kept metric's verdict, and the reasons the two cannot be compared (empty when
     they can)."""
     problems = []
     if kept.get("name") != new.get("name"):
         problems.append(f"different benchmarks: {kept.get('name')} and {new.get('name')}")
     if not any_gpu and kept.get("gpu") != new.get("gpu"):
-        problems.append(f"different GPUs: kept {kept.get('gpu')!r}, new {new.get('gpu')!r} "
-                        "(--any-gpu to compare anyway)")  # fmt: skip
+        problems.append(
+            f"different GPUs: kept {kept.get('gpu')!r}, new {new.get('gpu')!r} "
+            "(--any-gpu to compare anyway)"
+        )
     kept_m, new_m = kept.get("metrics") or {}, new.get("metrics") or {}
     if not set(kept_m) & set(new_m):
         problems.append("no metric in common: nothing to judge")

@@ -60,14 +60,23 @@ def where(result: Mapping[str, Any]) -> str:
     """One line: when, on what, from which commit (or, for figures measured before the
     runner and kept from the hand-typed page, what they were transcribed from)."""
     if result.get("transcribed"):
-        return "; ".join([result["date"].replace("T", " ").replace("+00:00", " UTC"),
-                          result["machine"]["text"], f"GPU: {result['gpu']}",
-                          f"kept from {result['transcribed']}"])  # fmt: skip
+        return "; ".join(
+            [
+                result["date"].replace("T", " ").replace("+00:00", " UTC"),
+                result["machine"]["text"],
+                f"GPU: {result['gpu']}",
+                f"kept from {result['transcribed']}",
+            ]
+        )
     m, c = result["machine"], result["commit"]
     sha = (c.get("sha") or "?")[:7] + (" + changes" if c.get("dirty") else "")
-    parts = [result["date"].replace("T", " ").replace("+00:00", " UTC"),
-             f"{m['cores']}-core CPU ({m['cpu']})", f"GPU: {result['gpu']}", f"commit {sha}",
-             f"{result['wall_s']:g} s"]  # fmt: skip
+    parts = [
+        result["date"].replace("T", " ").replace("+00:00", " UTC"),
+        f"{m['cores']}-core CPU ({m['cpu']})",
+        f"GPU: {result['gpu']}",
+        f"commit {sha}",
+        f"{result['wall_s']:g} s",
+    ]
     if m.get("load_1_5_15"):
         parts.insert(2, "load average {} / {} / {}".format(*m["load_1_5_15"]))
     if result.get("quick"):
@@ -95,8 +104,10 @@ def section(result: Mapping[str, Any]) -> list[str]:
     metrics = result.get("metrics") or {}
     if metrics:
         lines += ["Checked for regressions (`python -m benchmarks check`):", ""]
-        rows = [[k, f"{v['value']:.6g} {v['unit']}".strip(), v["better"]]
-                for k, v in sorted(metrics.items())]  # fmt: skip
+        rows = [
+            [k, f"{v['value']:.6g} {v['unit']}".strip(), v["better"]]
+            for k, v in sorted(metrics.items())
+        ]
         lines += [*table_lines(["metric", "value", "better"], rows), ""]
     return lines
 

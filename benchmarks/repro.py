@@ -47,8 +47,19 @@ from benchmarks.runner import metric
 from gpuenv import timing
 from gpuenv.conditioning import ConditionConfig
 
-KERNELS = ("mm8192", "mm4096h", "mm2048", "mm512h", "conv", "sdpa", "mlp", "softmax",
-           "copy1g", "relu1m", "add_tiny")
+KERNELS = (
+    "mm8192",
+    "mm4096h",
+    "mm2048",
+    "mm512h",
+    "conv",
+    "sdpa",
+    "mlp",
+    "softmax",
+    "copy1g",
+    "relu1m",
+    "add_tiny",
+)
 DESCRIPTION = {
     "mm8192": "8192^3 bf16 matmul",
     "mm4096h": "4096^3 fp16 matmul",
@@ -64,16 +75,23 @@ DESCRIPTION = {
 }
 # simulated stand-ins: (seconds at the top clock, power intensity)
 SIM_KERNELS = {
-    "mm8192": (1.4e-3, 1.0), "mm4096h": (0.18e-3, 1.0), "mm2048": (27e-6, 0.9),
-    "mm512h": (6e-6, 0.5), "conv": (0.1e-3, 0.8), "sdpa": (0.45e-3, 0.9),
-    "mlp": (1.0e-3, 0.9), "softmax": (0.2e-3, 0.4), "copy1g": (0.65e-3, 0.5),
-    "relu1m": (7e-6, 0.2), "add_tiny": (4e-6, 0.1),
+    "mm8192": (1.4e-3, 1.0),
+    "mm4096h": (0.18e-3, 1.0),
+    "mm2048": (27e-6, 0.9),
+    "mm512h": (6e-6, 0.5),
+    "conv": (0.1e-3, 0.8),
+    "sdpa": (0.45e-3, 0.9),
+    "mlp": (1.0e-3, 0.9),
+    "softmax": (0.2e-3, 0.4),
+    "copy1g": (0.65e-3, 0.5),
+    "relu1m": (7e-6, 0.2),
+    "add_tiny": (4e-6, 0.1),
 }
 COLD_IDLE_S = 10.0
 HOT_LOAD_S = 20.0
 BETWEEN_TOOLS_S = 3.0  # idle between tools inside one cold phase (clocks recover in ~0.5 s)
 REHEAT_S = 2.0  # heavy load again before each further kernel of a hot phase: each is "right
-                # after load" (the power cap clears within ~0.5 s of the load stopping)
+# after load" (the power cap clears within ~0.5 s of the load stopping)
 
 
 class Env(GpuEnv):
@@ -137,8 +155,12 @@ class Env(GpuEnv):
 
     def describe(self) -> dict[str, Any]:
         be, torch = self.backend, self.torch
-        info = {"gpu": torch.cuda.get_device_name(), "driver": be.driver_version(),
-                "torch": torch.__version__, "cuda": torch.version.cuda}
+        info = {
+            "gpu": torch.cuda.get_device_name(),
+            "driver": be.driver_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+        }
         try:
             import triton
 
@@ -166,8 +188,10 @@ class SimEnv(SimGpuEnv):
             self._heavy()
 
     def describe(self) -> dict[str, Any]:
-        return {"gpu": "simulated " + self.backend.device_info(0).name,
-                "driver": self.backend.driver_version()}
+        return {
+            "gpu": "simulated " + self.backend.device_info(0).name,
+            "driver": self.backend.driver_version(),
+        }
 
 
 # --- the tools: each returns (seconds, details) -------------------------------------------
@@ -203,17 +227,22 @@ def _one(env: Any, fn: Callable[[], Any]) -> float:
     return env.now() - t0
 
 
-def _gpuenv(env: Any, fn: Callable[[], Any], condition: str | None, args: argparse.Namespace,
-            **kw: Any) -> tuple[float, dict]:
-    m = timing.bench(fn, backend=env.backend, condition=condition, budget_s=args.budget,
-                     keep_trace=False, **kw)
+def _gpuenv(
+    env: Any, fn: Callable[[], Any], condition: str | None, args: argparse.Namespace, **kw: Any
+) -> tuple[float, dict]:
+    m = timing.bench(
+        fn, backend=env.backend, condition=condition, budget_s=args.budget, keep_trace=False, **kw
+    )
     x = m.extra
     details = {
-        "n": m.stats.n, "rel_ci": x.get("rel_ci"), "stop": x.get("stop_reason"),
+        "n": m.stats.n,
+        "rel_ci": x.get("rel_ci"),
+        "stop": x.get("stop_reason"),
         "at_ref_clock_s": x.get("time_at_ref_clock_s"),
         "clock_mhz": x.get("rep_clock_mhz_median"),
         "findings": sorted({f.kind for f in m.findings}),
-        "precondition_s": x.get("precondition_s"), "steady": x.get("precondition_steady"),
+        "precondition_s": x.get("precondition_s"),
+        "steady": x.get("precondition_steady"),
         "precondition_temp_c": x.get("precondition_temp_c"),
         "burst_rests": x.get("burst_rests"),
     }
@@ -243,10 +272,17 @@ def tool_dropin(env: Any, fn: Callable[[], Any], args: argparse.Namespace) -> tu
     return ms / 1e3, {}
 
 
-def tool_sustained(env: Any, fn: Callable[[], Any], args: argparse.Namespace,
-                   max_s: float = 90.0) -> tuple[float, dict]:
-    return _gpuenv(env, fn, "sustained", args, precondition_max_s=max_s,
-                   conditioning=ConditionConfig(sustained_window_s=args.window))
+def tool_sustained(
+    env: Any, fn: Callable[[], Any], args: argparse.Namespace, max_s: float = 90.0
+) -> tuple[float, dict]:
+    return _gpuenv(
+        env,
+        fn,
+        "sustained",
+        args,
+        precondition_max_s=max_s,
+        conditioning=ConditionConfig(sustained_window_s=args.window),
+    )
 
 
 # --- the schedule ---------------------------------------------------------------------------
@@ -268,8 +304,9 @@ class Runner:
     def log(self, text: str) -> None:
         print(f"[{time.monotonic() - self.start:6.1f} s] {text}", file=sys.stderr, flush=True)
 
-    def measure(self, tool: str, run: Callable[..., tuple[float, dict]], kernel: str,
-                state: str, **kw: Any) -> None:
+    def measure(
+        self, tool: str, run: Callable[..., tuple[float, dict]], kernel: str, state: str, **kw: Any
+    ) -> None:
         t0 = self.env.now()
         try:
             value, details = run(self.env, self.env.kernels[kernel], self.args, **kw)
@@ -357,16 +394,26 @@ def summarize(runner: Runner) -> list[dict[str, Any]]:
             spreads = [(max(v) - min(v)) / statistics.median(v) for v in (cold, hot) if len(v) > 1]
             details = runner.details[tool][kernel]
             row: dict[str, Any] = {
-                "tool": tool, "kernel": kernel, "cold_s": a, "hot_s": b, "gap": gap,
+                "tool": tool,
+                "kernel": kernel,
+                "cold_s": a,
+                "hot_s": b,
+                "gap": gap,
                 "spread": max(spreads) if spreads else None,
                 "repeats": min(len(cold), len(hot)),
                 "wall_s": statistics.fmean(runner.walls[tool][kernel]),
                 "details": details,
             }
-            norm_c = [d["at_ref_clock_s"] for d in details
-                      if d["state"] == "cold" and d.get("at_ref_clock_s")]
-            norm_h = [d["at_ref_clock_s"] for d in details
-                      if d["state"] == "hot" and d.get("at_ref_clock_s")]
+            norm_c = [
+                d["at_ref_clock_s"]
+                for d in details
+                if d["state"] == "cold" and d.get("at_ref_clock_s")
+            ]
+            norm_h = [
+                d["at_ref_clock_s"]
+                for d in details
+                if d["state"] == "hot" and d.get("at_ref_clock_s")
+            ]
             if norm_c and norm_h:
                 na, nb = statistics.fmean(norm_c), statistics.fmean(norm_h)
                 row["norm_gap"] = abs(na - nb) / ((na + nb) / 2)
@@ -401,21 +448,34 @@ def table(rows: list[dict[str, Any]]) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=2, help="repeats of the short tools")
     p.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated subset")
-    p.add_argument("--parts", default="short,sustained",
-                   help="short (do_bench, Timer, gpuenv burst) and/or sustained: one device "
-                   "call may not fit both once sustained mode waits for a temperature plateau")
-    p.add_argument("--deadline", type=float, default=480.0,
-                   help="seconds; no new step starts after it (default 480: < 9 min total)")
+    p.add_argument(
+        "--parts",
+        default="short,sustained",
+        help="short (do_bench, Timer, gpuenv burst) and/or sustained: one device "
+        "call may not fit both once sustained mode waits for a temperature plateau",
+    )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=480.0,
+        help="seconds; no new step starts after it (default 480: < 9 min total)",
+    )
     p.add_argument("--reserve", type=float, default=5.0, help="seconds kept for the report")
-    p.add_argument("--precondition", type=float, default=90.0,
-                   help="longest preconditioning of one sustained measurement (s)")
-    p.add_argument("--window", type=float, default=6.0,
-                   help="sustained equilibrium window (s)")
+    p.add_argument(
+        "--precondition",
+        type=float,
+        default=90.0,
+        help="longest preconditioning of one sustained measurement (s)",
+    )
+    p.add_argument("--window", type=float, default=6.0, help="sustained equilibrium window (s)")
     p.add_argument("--budget", type=float, default=2.0, help="gpuenv measuring budget (s)")
-    p.add_argument("--tools", default="dropin",
-                   help="extra gpuenv tools beside do_bench, Timer and gpuenv's default: "
-                   "dropin, burst (the default is burst unless gpuenv's lock holds), events "
-                   "(the default with one call per rep, tiny kernels too)")
+    p.add_argument(
+        "--tools",
+        default="dropin",
+        help="extra gpuenv tools beside do_bench, Timer and gpuenv's default: "
+        "dropin, burst (the default is burst unless gpuenv's lock holds), events "
+        "(the default with one call per rep, tiny kernels too)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -453,10 +513,12 @@ def run(args: argparse.Namespace) -> int:
     schedule(runner, short, kernels)
     rows = summarize(runner)
     info = env.describe()
-    head = (f"{info.get('gpu')}, driver {info.get('driver')}"
-            + (f", torch {info['torch']}" if info.get("torch") else "")
-            + (f", triton {info['triton']}" if info.get("triton") else "")
-            + f"; {started}; repeats {args.repeats}; total {time.monotonic() - runner.start:.0f} s")
+    head = (
+        f"{info.get('gpu')}, driver {info.get('driver')}"
+        + (f", torch {info['torch']}" if info.get("torch") else "")
+        + (f", triton {info['triton']}" if info.get("triton") else "")
+        + f"; {started}; repeats {args.repeats}; total {time.monotonic() - runner.start:.0f} s"
+    )
     print(head)
     print()
     print(table(rows))
@@ -472,5 +534,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_benchmark("repro", __doc__, add_arguments, run,
-                           quick={"repeats": 1, "precondition": 45.0}))
+    sys.exit(
+        run_benchmark(
+            "repro", __doc__, add_arguments, run, quick={"repeats": 1, "precondition": 45.0}
+        )
+    )

@@ -60,8 +60,11 @@ def compile_checkout() -> None:
     (the lent H100's, this machine's) compiled ~100 modules from source on every start,
     ~220 ms of `gpuenv run true` there (and again in a sampler process): not what a user
     of an installed gpuenv pays."""
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", str(ROOT / "gpuenv")],
-                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", "-j", "0", str(ROOT / "gpuenv")],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,8 +108,12 @@ def run(args: argparse.Namespace) -> int:
             over = "-" if label == "bare" else f"+{(med - base) * 1e3:.0f} ms"
             if label != "bare":
                 key = "".join(ch if ch.isalnum() else "_" for ch in f"{name} {label}")
-                runner.metric("_".join(filter(None, key.split("_"))) + "_overhead_ms",
-                              (med - base) * 1e3, "ms", slack=10.0)  # fmt: skip
+                runner.metric(
+                    "_".join(filter(None, key.split("_"))) + "_overhead_ms",
+                    (med - base) * 1e3,
+                    "ms",
+                    slack=10.0,
+                )
             if label != "bare" and "regions" in name:
                 over += f" ({(med - base) / REGIONS * 1e6:.1f} us a region)"
             rows.append(

@@ -60,11 +60,18 @@ def _call(env: Any, bench: Any, fn: Any) -> dict[str, Any]:
     t0 = env.now()
     m = bench(fn)
     w = m.summary_windows[0] if m.summary_windows else None
-    temp = (w.temp_c_start + w.temp_c_end) / 2 if w is not None and w.temp_c_start is not None \
-        else None  # fmt: skip
-    return {"s": m.median_s, "wall_s": env.now() - t0, "temp_c": temp,
-            "wait_s": m.extra.get("burst_first_wait_s") or 0.0,
-            "findings": sorted({f.kind for f in m.findings})}  # fmt: skip
+    temp = (
+        (w.temp_c_start + w.temp_c_end) / 2
+        if w is not None and w.temp_c_start is not None
+        else None
+    )
+    return {
+        "s": m.median_s,
+        "wall_s": env.now() - t0,
+        "temp_c": temp,
+        "wait_s": m.extra.get("burst_first_wait_s") or 0.0,
+        "findings": sorted({f.kind for f in m.findings}),
+    }
 
 
 def _on(env: Any) -> dict[str, Any]:
@@ -103,8 +110,9 @@ def measure(env: Any, args: argparse.Namespace, kernels: list[str]) -> dict[str,
                 for name in kernels:
                     env.idle(args.idle)
                     got[name][door][state].append(_call(env, benches[door], env.kernels[name]))
-            print(f"# repeat {r + 1} done at {env.now() - start:.0f} s", file=sys.stderr,
-                  flush=True)  # fmt: skip
+            print(
+                f"# repeat {r + 1} done at {env.now() - start:.0f} s", file=sys.stderr, flush=True
+            )
     return {"runs": got, "skipped": skipped}
 
 
@@ -118,36 +126,57 @@ def pairs_part(env: Any, args: argparse.Namespace, kernels: list[str]) -> list[d
         t0 = env.now()
         p = bench_pair(env.kernels[name], env.kernels[name], pairs=args.pairs, **_on(env))
         calls = [m.median_s for m in p.a + p.b]
-        out.append({"kernel": name, "ratio": p.ratio, "ci": list(p.ci),
-                    "coverage": p.confidence, "calls_spread": spread(calls),
-                    "wall_s": env.now() - t0, "findings": list(p.findings)})  # fmt: skip
+        out.append(
+            {
+                "kernel": name,
+                "ratio": p.ratio,
+                "ci": list(p.ci),
+                "coverage": p.confidence,
+                "calls_spread": spread(calls),
+                "wall_s": env.now() - t0,
+                "findings": list(p.findings),
+            }
+        )
     return out
 
 
 def pairs_report(rows: list[dict[str, Any]], pairs: int) -> None:
-    print(f"`gpuenv.bench_pair(fn, fn)`, {pairs} pairs alternating: the ratio of a kernel "
-          "against itself (1 is right) and its interval, beside how far the same calls' "
-          "medians moved:")
+    print(
+        f"`gpuenv.bench_pair(fn, fn)`, {pairs} pairs alternating: the ratio of a kernel "
+        "against itself (1 is right) and its interval, beside how far the same calls' "
+        "medians moved:"
+    )
     print()
-    print("| kernel | ratio (interval, coverage) | interval's half-width | the calls' medians "
-          "moved | wall |")
+    print(
+        "| kernel | ratio (interval, coverage) | interval's half-width | the calls' medians "
+        "moved | wall |"
+    )
     print("| --- | --- | ---: | ---: | ---: |")
     for r in rows:
         lo, hi = r["ci"]
-        print(f"| {DESCRIPTION[r['kernel']]} | {r['ratio']:.4f} ({lo:.4f}-{hi:.4f}, "
-              f"{r['coverage']:.1%}) | {(hi - lo) / 2:.2%} | {r['calls_spread']:.2%} "
-              f"| {r['wall_s']:.2f} s |")
+        print(
+            f"| {DESCRIPTION[r['kernel']]} | {r['ratio']:.4f} ({lo:.4f}-{hi:.4f}, "
+            f"{r['coverage']:.1%}) | {(hi - lo) / 2:.2%} | {r['calls_spread']:.2%} "
+            f"| {r['wall_s']:.2f} s |"
+        )
     print()
-    ok = sum(r["ci"][0] <= 1.0 <= r["ci"][1] and (r["ci"][1] - r["ci"][0]) / 2 <= SPREAD_GOAL
-             for r in rows)  # fmt: skip
-    print(f"Pairs: the interval holds 1 and is within +-{SPREAD_GOAL:.1%} on {ok} of "
-          f"{len(rows)} kernels.")
+    ok = sum(
+        r["ci"][0] <= 1.0 <= r["ci"][1] and (r["ci"][1] - r["ci"][0]) / 2 <= SPREAD_GOAL
+        for r in rows
+    )
+    print(
+        f"Pairs: the interval holds 1 and is within +-{SPREAD_GOAL:.1%} on {ok} of "
+        f"{len(rows)} kernels."
+    )
 
 
 def children(args: argparse.Namespace, kernels: list[str]) -> list[dict[str, float]]:
-    return child_values("benchmarks.run_to_run", args.procs,
-                        ["--kernels", ",".join(kernels), "--idle", str(args.idle),
-                         "--rest", str(args.rest)], args.child_timeout)  # fmt: skip
+    return child_values(
+        "benchmarks.run_to_run",
+        args.procs,
+        ["--kernels", ",".join(kernels), "--idle", str(args.idle), "--rest", str(args.rest)],
+        args.child_timeout,
+    )
 
 
 def child(env: Any, args: argparse.Namespace, kernels: list[str]) -> None:
@@ -179,11 +208,12 @@ def summarize(runs: dict[str, Any], procs: list[dict[str, float]]) -> list[dict[
             row[door] = {
                 "same_state": spread([c["s"] for c in rested]),
                 "across_states": spread([c["s"] for c in both]),
-                "temps_rested": _temps(rested), "temps_heated": _temps(states["heated"]),
+                "temps_rested": _temps(rested),
+                "temps_heated": _temps(states["heated"]),
                 "wait_s": statistics.median(c["wait_s"] for c in both),
                 "wait_max_s": max(c["wait_s"] for c in both),
                 "wall_s": statistics.median(c["wall_s"] for c in both),
-            }  # fmt: skip
+            }
         else:
             across = [doors["bench"]["rested"][0]["s"]] + [p[name] for p in procs if name in p]
             row["processes"] = spread(across) if len(across) >= 3 else None
@@ -199,17 +229,21 @@ def _pct(x: float | None) -> str:
 def report(rows: list[dict[str, Any]], head: str, skipped: list[str]) -> None:
     print(head)
     print()
-    print("| kernel | bench: same state / across states (C rested; heated) | stable: same "
-          "state / across states (C rested; heated) | stable's wait median / max | across "
-          "processes |")
+    print(
+        "| kernel | bench: same state / across states (C rested; heated) | stable: same "
+        "state / across states (C rested; heated) | stable's wait median / max | across "
+        "processes |"
+    )
     print("| --- | --- | --- | ---: | ---: |")
     for r in rows:
         b, s = r["bench"], r["stable"]
-        print(f"| {DESCRIPTION[r['kernel']]} | {_pct(b['same_state'])} / "
-              f"{_pct(b['across_states'])} ({b['temps_rested']}; {b['temps_heated']}) "
-              f"| {_pct(s['same_state'])} / {_pct(s['across_states'])} ({s['temps_rested']}; "
-              f"{s['temps_heated']}) | {s['wait_s']:.2f} / {s['wait_max_s']:.2f} s "
-              f"| {_pct(r['processes'])} ({r['n_processes']}) |")
+        print(
+            f"| {DESCRIPTION[r['kernel']]} | {_pct(b['same_state'])} / "
+            f"{_pct(b['across_states'])} ({b['temps_rested']}; {b['temps_heated']}) "
+            f"| {_pct(s['same_state'])} / {_pct(s['across_states'])} ({s['temps_rested']}; "
+            f"{s['temps_heated']}) | {s['wait_s']:.2f} / {s['wait_max_s']:.2f} s "
+            f"| {_pct(r['processes'])} ({r['n_processes']}) |"
+        )
     print()
     if rows:
         n = len(rows)
@@ -217,13 +251,15 @@ def report(rows: list[dict[str, Any]], head: str, skipped: list[str]) -> None:
         def ok(values: list[float | None]) -> int:
             return sum(x is not None and x <= SPREAD_GOAL for x in values)
 
-        print(f"Goal run to run <= {SPREAD_GOAL:.1%}, on {n} kernels: bench in one state on "
-              f"{ok([r['bench']['same_state'] for r in rows])}, across states on "
-              f"{ok([r['bench']['across_states'] for r in rows])}; stable in one state on "
-              f"{ok([r['stable']['same_state'] for r in rows])}, across states on "
-              f"{ok([r['stable']['across_states'] for r in rows])}; across processes on "
-              f"{ok([r['processes'] for r in rows])} (of "
-              f"{sum(r['processes'] is not None for r in rows)} measured).")
+        print(
+            f"Goal run to run <= {SPREAD_GOAL:.1%}, on {n} kernels: bench in one state on "
+            f"{ok([r['bench']['same_state'] for r in rows])}, across states on "
+            f"{ok([r['bench']['across_states'] for r in rows])}; stable in one state on "
+            f"{ok([r['stable']['same_state'] for r in rows])}, across states on "
+            f"{ok([r['stable']['across_states'] for r in rows])}; across processes on "
+            f"{ok([r['processes'] for r in rows])} (of "
+            f"{sum(r['processes'] is not None for r in rows)} measured)."
+        )
     if skipped:
         print(f"Skipped (deadline): {', '.join(skipped)}")
 
@@ -236,10 +272,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle", type=float, default=1.0, help="seconds idle before each call")
     p.add_argument("--procs", type=int, default=2, help="more processes, each after a rest")
     p.add_argument("--child-timeout", type=float, default=90.0, help="seconds per process")
-    p.add_argument("--deadline", type=float, default=360.0,
-                   help="seconds of rounds after which the rest are skipped")
-    p.add_argument("--pairs", type=int, default=10,
-                   help="bench_pair's pairs per kernel (A/A); 0 skips that part")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=360.0,
+        help="seconds of rounds after which the rest are skipped",
+    )
+    p.add_argument(
+        "--pairs",
+        type=int,
+        default=10,
+        help="bench_pair's pairs per kernel (A/A); 0 skips that part",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -255,10 +299,12 @@ def run(args: argparse.Namespace) -> int:
     got = measure(env, args, kernels) if args.repeats else {"runs": {}, "skipped": []}
     procs = [] if args.sim else children(args, kernels)
     rows = summarize(got["runs"], procs)
-    head = (f"{env.describe()}; {started}; {args.repeats} rounds per state and door in one "
-            f"process and {len(procs)} more processes; heated after {args.heat} s of 8192^3 "
-            f"matmuls, rested after {args.rest} s idle, {args.idle} s idle before each call; "
-            f"total {time.monotonic() - t0:.0f} s (real)")
+    head = (
+        f"{env.describe()}; {started}; {args.repeats} rounds per state and door in one "
+        f"process and {len(procs)} more processes; heated after {args.heat} s of 8192^3 "
+        f"matmuls, rested after {args.rest} s idle, {args.idle} s idle before each call; "
+        f"total {time.monotonic() - t0:.0f} s (real)"
+    )
     if args.repeats:
         report(rows, head, got["skipped"])
         print()
@@ -268,15 +314,21 @@ def run(args: argparse.Namespace) -> int:
     if paired:
         pairs_report(paired, args.pairs)
     for r in paired:
-        metric(f"{r['kernel']}/pair_halfwidth_pct", 50 * (r["ci"][1] - r["ci"][0]), "%",
-               slack=0.2)  # fmt: skip
+        metric(f"{r['kernel']}/pair_halfwidth_pct", 50 * (r["ci"][1] - r["ci"][0]), "%", slack=0.2)
     for r in rows:
-        metric(f"{r['kernel']}/stable_across_pct", 100 * r["stable"]["across_states"], "%",
-               slack=0.3)  # fmt: skip
+        metric(
+            f"{r['kernel']}/stable_across_pct", 100 * r["stable"]["across_states"], "%", slack=0.3
+        )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(run_benchmark("run_to_run", __doc__, add_arguments, run,
-                           quick={"repeats": 2, "procs": 0, "kernels": "mm4096,mlp",
-                                  "heat": 2.0, "rest": 2.0}))  # fmt: skip
+    sys.exit(
+        run_benchmark(
+            "run_to_run",
+            __doc__,
+            add_arguments,
+            run,
+            quick={"repeats": 2, "procs": 0, "kernels": "mm4096,mlp", "heat": 2.0, "rest": 2.0},
+        )
+    )

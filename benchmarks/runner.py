@@ -76,8 +76,9 @@ class _Tee(io.TextIOBase):
 
 def _git(*args: str) -> str | None:
     try:
-        proc = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
-                              timeout=10, check=False)  # fmt: skip
+        proc = subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return proc.stdout.strip() if proc.returncode == 0 else None
@@ -122,7 +123,8 @@ def machine() -> dict[str, Any]:
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         # a machine shared with others times slower and noisier: what else ran, at the end
-        "load_1_5_15": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg")
+        "load_1_5_15": [round(x, 2) for x in os.getloadavg()]
+        if hasattr(os, "getloadavg")
         else None,
     }
 
@@ -140,9 +142,12 @@ def parse_blocks(text: str) -> list[dict[str, Any]]:
     lines = text.splitlines()
     i, prose = 0, list[str]()
     while i < len(lines):
-        if (lines[i].lstrip().startswith("|") and i + 1 < len(lines)
-                and set(lines[i + 1].replace("|", "").strip()) <= set("-: ")
-                and "-" in lines[i + 1]):  # fmt: skip
+        if (
+            lines[i].lstrip().startswith("|")
+            and i + 1 < len(lines)
+            and set(lines[i + 1].replace("|", "").strip()) <= set("-: ")
+            and "-" in lines[i + 1]
+        ):
             if "\n".join(prose).strip():
                 blocks.append({"text": "\n".join(prose).strip("\n")})
             prose = []
@@ -197,12 +202,14 @@ def _plain(value: object) -> object:
 def _parser(name: str, doc: str | None, add_arguments: Callable | None) -> argparse.ArgumentParser:
     title = (doc or name).strip().split("\n\n")[0]
     parser = argparse.ArgumentParser(
-        prog=f"python -m benchmarks.{name}", description=title,
+        prog=f"python -m benchmarks.{name}",
+        description=title,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    )
     common = parser.add_argument_group("every benchmark")
-    common.add_argument("--out", help=f"results JSON (default benchmarks/results/{name}.json; "
-                        "'-' for none)")  # fmt: skip
+    common.add_argument(
+        "--out", help=f"results JSON (default benchmarks/results/{name}.json; '-' for none)"
+    )
     common.add_argument("--quick", action="store_true", help="smaller sizes: a smoke run")
     common.add_argument("--sim", action="store_true", help="the simulated H100")
     if add_arguments is not None:

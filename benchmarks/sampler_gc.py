@@ -80,9 +80,13 @@ def run(args: argparse.Namespace) -> None:
     clock = VirtualClock()
     backend = SimBackend("h100", n_gpus=2, clock=clock)
     sampler = Sampler(
-        backend, [0, 1], period=DAEMON_PERIOD_S, clock=clock, own_pids=[os.getpid()],
+        backend,
+        [0, 1],
+        period=DAEMON_PERIOD_S,
+        clock=clock,
+        own_pids=[os.getpid()],
         capacity=args.capacity,
-    )  # fmt: skip
+    )
     sampler.start()
     gc.collect()
     gc.freeze()  # as gpuenvd does once started
@@ -123,26 +127,37 @@ def run(args: argparse.Namespace) -> None:
         f"H100, Python {platform.python_version()}; load average "
         f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
     )
-    print(f"rings: {args.capacity} cheap samples and {n_slow} counter reads per GPU, "
-          f"{ticks} ticks of {DAEMON_PERIOD_S} s (virtual)\n")
+    print(
+        f"rings: {args.capacity} cheap samples and {n_slow} counter reads per GPU, "
+        f"{ticks} ticks of {DAEMON_PERIOD_S} s (virtual)\n"
+    )
     print("| figure | value |")
     print("| --- | --- |")
-    print(f"| full collection, rings full, median / max of {args.repeat} | "
-          f"{statistics.median(full) * 1e3:.2f} / {max(full) * 1e3:.2f} ms |")
+    print(
+        f"| full collection, rings full, median / max of {args.repeat} | "
+        f"{statistics.median(full) * 1e3:.2f} / {max(full) * 1e3:.2f} ms |"
+    )
     print(f"| objects the collector tracks, beyond the frozen start-up | {tracked:,} |")
     for gen in (2, 1):
         p = pauses.by_gen[gen]
         if p:
-            print(f"| generation-{gen} collections while filling: count, max pause | "
-                  f"{len(p)}, {max(p) * 1e3:.2f} ms |")
+            print(
+                f"| generation-{gen} collections while filling: count, max pause | "
+                f"{len(p)}, {max(p) * 1e3:.2f} ms |"
+            )
         else:
             print(f"| generation-{gen} collections while filling: count, max pause | 0 |")
-    print(f"| sampler CPU per tick (2 GPUs, simulated reads included) | "
-          f"{fill_cpu / ticks * 1e6:.1f} us (wall {fill_wall / ticks * 1e6:.1f} us) |")
+    print(
+        f"| sampler CPU per tick (2 GPUs, simulated reads included) | "
+        f"{fill_cpu / ticks * 1e6:.1f} us (wall {fill_wall / ticks * 1e6:.1f} us) |"
+    )
     print(f"| memory of the full rings (RSS growth) | {_rss_mib() - rss0:.1f} MiB |")
     for what, us in reads.items():
-        print(f"| read: {what} | {us / 1e3:.3f} ms |" if us >= 1000 else
-              f"| read: {what} | {us:.1f} us |")
+        print(
+            f"| read: {what} | {us / 1e3:.3f} ms |"
+            if us >= 1000
+            else f"| read: {what} | {us:.1f} us |"
+        )
     runner.metric("full_collection_ms", statistics.median(full) * 1e3, "ms", slack=1.0)
     runner.metric("sampler_cpu_per_tick_us", fill_cpu / ticks * 1e6, "us", slack=5.0)
 

@@ -107,7 +107,10 @@ MORE_VARIANTS: dict[str, dict[str, Any] | None] = {
 # of a 100 ms tick's cost on the H100), and no process list at all
 PERIOD_VARIANTS: dict[str, dict[str, Any] | None] = {
     "thread, ticks every 25 ms (hurried; the old default)": {
-        "mode": "thread", "period": 0.025, "process_period": 0.05},
+        "mode": "thread",
+        "period": 0.025,
+        "process_period": 0.05,
+    },
     "thread, ticks every 50 ms": {"mode": "thread", "period": 0.05},
     "thread, process list once a second": {"mode": "thread", "process_period": 1.0},
     "thread, no process list": {"mode": "thread", "watch_processes": False},
@@ -119,9 +122,7 @@ def bootstrap_median_ci(
     values: list[float], reps: int = 2000, seed: int = 1
 ) -> tuple[float, float]:
     rng = random.Random(seed)
-    meds = sorted(
-        statistics.median(rng.choice(values) for _ in values) for _ in range(reps)
-    )
+    meds = sorted(statistics.median(rng.choice(values) for _ in values) for _ in range(reps))
     return meds[int(0.025 * reps)], meds[int(0.975 * reps) - 1]
 
 
@@ -162,8 +163,10 @@ def cuda_workload(launches: int) -> tuple[Backend, list[int], Callable[[], float
     import torch
 
     if not torch.cuda.is_available():
-        raise SystemExit("needs a CUDA device (torch.cuda.is_available() is False); "
-                         "--sim runs a smoke check without one")
+        raise SystemExit(
+            "needs a CUDA device (torch.cuda.is_available() is False); "
+            "--sim runs a smoke check without one"
+        )
     backend = open_backend()
     gpus = select_gpus(backend, "cuda:0")
     x = torch.ones(1024, device="cuda")
@@ -177,15 +180,25 @@ def cuda_workload(launches: int) -> tuple[Backend, list[int], Callable[[], float
         torch.cuda.synchronize()
         return time.perf_counter() - t0
 
-    what = (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}; {launches} launches "
-            "of torch.add on 1,024 floats per run")
+    what = (
+        f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}; {launches} launches "
+        "of torch.add on 1,024 floats per run"
+    )
     return backend, gpus, loop, what
 
 
 def sim_workload(launches: int) -> tuple[Backend, list[int], Callable[[], float], str]:
     state = Path(tempfile.mkdtemp(prefix="gpuenv-bench-")) / "sim.json"
-    backend = open_backend(spec={"kind": "sim", "profile": "h100", "n_gpus": 1, "seed": 0,
-                                 "root": False, "state_file": str(state)})
+    backend = open_backend(
+        spec={
+            "kind": "sim",
+            "profile": "h100",
+            "n_gpus": 1,
+            "seed": 0,
+            "root": False,
+            "state_file": str(state),
+        }
+    )
     values = list(range(500))
 
     def loop() -> float:  # holds the GIL as a launch loop does: a few us an iteration
@@ -194,13 +207,18 @@ def sim_workload(launches: int) -> tuple[Backend, list[int], Callable[[], float]
             sum(values)
         return time.perf_counter() - t0
 
-    what = (f"simulated H100 (no GPU), {launches} iterations of a GIL-bound Python loop "
-            "per run (a smoke check of the mechanics)")
+    what = (
+        f"simulated H100 (no GPU), {launches} iterations of a GIL-bound Python loop "
+        "per run (a smoke check of the mechanics)"
+    )
     return backend, [0], loop, what
 
 
 def run_rounds(
-    backend: Backend, gpus: list[int], loop: Callable[[], float], variants: dict[str, Any],
+    backend: Backend,
+    gpus: list[int],
+    loop: Callable[[], float],
+    variants: dict[str, Any],
     args: argparse.Namespace,
 ) -> dict[str, dict[str, list[Any]]]:
     """Per sampler variant: (on, off) loop time pairs, and over its on-loops its CPU time,
@@ -209,10 +227,18 @@ def run_rounds(
     random order. Stops early, after a whole round, past --max-seconds."""
     names = [n for n, kw in variants.items() if kw is not None]
     out: dict[str, dict[str, list[Any]]] = {
-        n: {"pairs": [], "cpu": [], "cpu_span": [], "span": [], "reads": [], "read_times": [],
-            "start": [], "mode": []}
+        n: {
+            "pairs": [],
+            "cpu": [],
+            "cpu_span": [],
+            "span": [],
+            "reads": [],
+            "read_times": [],
+            "start": [],
+            "mode": [],
+        }
         for n in names
-    }  # fmt: skip
+    }
     procs: dict[str, Sampler] = {}
     variants = dict(variants)
     try:
@@ -240,8 +266,9 @@ def run_rounds(
                 times: dict[bool, float] = {}
                 for on in (on_first, not on_first):
                     if on:
-                        times[on] = _on_loop(backend, gpus, loop, variants[name], out[name],
-                                             procs.get(name), settle)
+                        times[on] = _on_loop(
+                            backend, gpus, loop, variants[name], out[name], procs.get(name), settle
+                        )
                     else:
                         time.sleep(settle)  # as long as the on-loop waits after its start
                         times[on] = loop()
@@ -254,8 +281,9 @@ def run_rounds(
     return out
 
 
-def _start(backend: Backend, gpus: list[int], kwargs: dict[str, Any],
-           rec: dict[str, list[Any]]) -> Sampler:
+def _start(
+    backend: Backend, gpus: list[int], kwargs: dict[str, Any], rec: dict[str, list[Any]]
+) -> Sampler:
     kwargs.pop(MARK, None)
     t_start = time.perf_counter()
     sampler = Sampler(backend, gpus, **kwargs)
@@ -279,8 +307,13 @@ def _process_cpu_s(pid: int) -> float:
 
 
 def _on_loop(
-    backend: Backend, gpus: list[int], loop: Callable[[], float], kwargs: dict[str, Any],
-    rec: dict[str, list[Any]], proc: Sampler | None, settle: float,
+    backend: Backend,
+    gpus: list[int],
+    loop: Callable[[], float],
+    kwargs: dict[str, Any],
+    rec: dict[str, list[Any]],
+    proc: Sampler | None,
+    settle: float,
 ) -> float:
     """One loop with the sampler on: a thread sampler started for it (and stopped after),
     or the variant's sampler process continued (and paused again after)."""
@@ -312,8 +345,9 @@ def _on_loop(
         rec["reads"].append(_reads(sampler, gpus[0], c0, c1))
         times1 = sampler.read_times
         if times0 is not None and times1 is not None:  # a thread: its reads during the loop
-            rec["read_times"].append({k: [b - a for a, b in zip(times0[k], times1[k],
-                                                                 strict=True)] for k in times1})
+            rec["read_times"].append(
+                {k: [b - a for a, b in zip(times0[k], times1[k], strict=True)] for k in times1}
+            )
         return took
     finally:
         if sampler is not proc:
@@ -339,8 +373,7 @@ def slowdowns(ratios: list[float]) -> dict[str, float]:
     hl, hl_lo, hl_hi = hodges_lehmann([math.log(r) for r in ratios])
     pct = [100 * (v - 1) for v in (statistics.median(ratios), lo, hi)]
     pct += [100 * math.expm1(v) for v in (hl, hl_lo, hl_hi)]
-    return dict(zip(("median", "median_lo", "median_hi", "hl", "hl_lo", "hl_hi"), pct,
-                    strict=True))  # fmt: skip
+    return dict(zip(("median", "median_lo", "median_hi", "hl", "hl_lo", "hl_hi"), pct, strict=True))
 
 
 def mark_cost_us(backend: Backend, gpus: list[int], mode: str, n: int = 100_000) -> float:
@@ -361,16 +394,27 @@ def mark_cost_us(backend: Backend, gpus: list[int], mode: str, n: int = 100_000)
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rounds", type=int, default=400, help="rounds of every variant")
     ap.add_argument("--launches", type=int, default=6000, help="launches per loop")
-    ap.add_argument("--variants", choices=("main", "all", "periods", "process", "thread"),
-                    default="main",
-                    help="process: the sampler process alone (the default on a real GPU), "
-                    "every round one pair: the most pairs, the narrowest interval; thread: "
-                    "the same for the thread (`gpuenv run`, a simulated GPU)")
-    ap.add_argument("--settle", type=float, default=0.03,
-                    help="seconds between a sampler's start (or continue) and its loop; every "
-                    "loop waits as long (default 0.03)")
-    ap.add_argument("--max-seconds", type=float, default=210.0,
-                    help="stop after the round that passes this many seconds (default 210)")
+    ap.add_argument(
+        "--variants",
+        choices=("main", "all", "periods", "process", "thread"),
+        default="main",
+        help="process: the sampler process alone (the default on a real GPU), "
+        "every round one pair: the most pairs, the narrowest interval; thread: "
+        "the same for the thread (`gpuenv run`, a simulated GPU)",
+    )
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=0.03,
+        help="seconds between a sampler's start (or continue) and its loop; every "
+        "loop waits as long (default 0.03)",
+    )
+    ap.add_argument(
+        "--max-seconds",
+        type=float,
+        default=210.0,
+        help="stop after the round that passes this many seconds (default 210)",
+    )
     ap.add_argument("--seed", type=int, default=1, help="seed of the rounds' random orders")
 
 
@@ -392,8 +436,9 @@ def run(args: argparse.Namespace) -> int:
     more = {"all": MORE_VARIANTS, "periods": PERIOD_VARIANTS}.get(args.variants, {})
     variants = dict(VARIANTS, **more)
     if args.variants in ("process", "thread"):
-        variants = {k: v for k, v in variants.items()
-                    if v is None or v.get("mode") == args.variants}
+        variants = {
+            k: v for k, v in variants.items() if v is None or v.get("mode") == args.variants
+        }
     results = run_rounds(backend, gpus, loop, variants, args)
 
     g = gpus[0]
@@ -410,8 +455,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def busy(rec: dict[str, list[Any]], costs: dict[str, tuple[float, float, float, float]]
-         ) -> tuple[float, float, dict[str, float]]:
+def busy(
+    rec: dict[str, list[Any]], costs: dict[str, tuple[float, float, float, float]]
+) -> tuple[float, float, dict[str, float]]:
     """The sampler's CPU (fraction of a core) while it was on, the NVML wall time a second
     its reads took during its loops (counted reads x the mean wall time of one read
     alone, fraction of a second), and its reads a second by kind."""
@@ -422,28 +468,35 @@ def busy(rec: dict[str, list[Any]], costs: dict[str, tuple[float, float, float, 
 
 
 def report(
-    results: dict[str, dict[str, list[Any]]], costs: dict[str, tuple[float, float, float, float]],
-    marks: dict[str, float], what: str, args: argparse.Namespace,
+    results: dict[str, dict[str, list[Any]]],
+    costs: dict[str, tuple[float, float, float, float]],
+    marks: dict[str, float],
+    what: str,
+    args: argparse.Namespace,
 ) -> None:
     day = datetime.datetime.now().astimezone()
     n = min(len(rec["pairs"]) for rec in results.values())
-    print(f"Sampler overhead: {what}; {platform.node()} ({os.cpu_count()} CPUs), "
-          f"{day:%Y-%m-%d %H:%M %Z}; {n} rounds (of {args.rounds} asked, at most "
-          f"{args.max_seconds:.0f} s), each one on/off pair of loops of every sampler in a "
-          f"random order, {args.settle * 1e3:.0f}-{2 * args.settle * 1e3:.0f} ms (random) "
-          "before each loop. Defaults: period "
-          f"{DEFAULT_PERIOD_S * 1e3:.0f} ms ({HURRY_PERIOD_S * 1e3:.0f} ms only while a "
-          "conditioning wait hurries it: none here), counters every "
-          f"{DEFAULT_SLOW_PERIOD_S * 1e3:.0f} ms and energy every "
-          f"{DEFAULT_ENERGY_PERIOD_S:.0f} s (only while regions are "
-          "marked, where this gpuenv knows that), processes every "
-          f"{DEFAULT_PROCESS_PERIOD_S * 1e3:.0f} ms; "
-          f"GPUENV_READONLY={os.environ.get('GPUENV_READONLY', '')!r}.\n")
+    print(
+        f"Sampler overhead: {what}; {platform.node()} ({os.cpu_count()} CPUs), "
+        f"{day:%Y-%m-%d %H:%M %Z}; {n} rounds (of {args.rounds} asked, at most "
+        f"{args.max_seconds:.0f} s), each one on/off pair of loops of every sampler in a "
+        f"random order, {args.settle * 1e3:.0f}-{2 * args.settle * 1e3:.0f} ms (random) "
+        "before each loop. Defaults: period "
+        f"{DEFAULT_PERIOD_S * 1e3:.0f} ms ({HURRY_PERIOD_S * 1e3:.0f} ms only while a "
+        "conditioning wait hurries it: none here), counters every "
+        f"{DEFAULT_SLOW_PERIOD_S * 1e3:.0f} ms and energy every "
+        f"{DEFAULT_ENERGY_PERIOD_S:.0f} s (only while regions are "
+        "marked, where this gpuenv knows that), processes every "
+        f"{DEFAULT_PROCESS_PERIOD_S * 1e3:.0f} ms; "
+        f"GPUENV_READONLY={os.environ.get('GPUENV_READONLY', '')!r}.\n"
+    )
     if n < 6:
         raise SystemExit(f"only {n} rounds ran: too few for an interval (raise --max-seconds)")
-    print("| sampler | ran as | loop median on / off (ms) | slowdown: Hodges-Lehmann | "
-          "95% CI (Wilcoxon) | median of paired ratios | 95% CI (bootstrap) | "
-          "start (ms, median) |")
+    print(
+        "| sampler | ran as | loop median on / off (ms) | slowdown: Hodges-Lehmann | "
+        "95% CI (Wilcoxon) | median of paired ratios | 95% CI (bootstrap) | "
+        "start (ms, median) |"
+    )
     print("| --- | --- | ---: | ---: | --- | ---: | --- | ---: |")
     busy_rows = []
     offs: list[float] = []
@@ -457,32 +510,45 @@ def report(
         cpu, nvml, per_s = busy(rec, costs)
         runner.metric(f"{slug}_cpu_pct", 100 * cpu, "%", slack=0.1)
         busy_rows.append((name, ran, cpu, nvml, per_s))
-        print(f"| {name} | {ran} | {1e3 * statistics.median(on):.2f} / "
-              f"{1e3 * statistics.median(off):.2f} | {med['hl']:+.2f}% | "
-              f"{med['hl_lo']:+.2f}% to {med['hl_hi']:+.2f}% | {med['median']:+.2f}% | "
-              f"{med['median_lo']:+.2f}% to {med['median_hi']:+.2f}% | "
-              f"{1e3 * statistics.median(rec['start']):.0f} |")
+        print(
+            f"| {name} | {ran} | {1e3 * statistics.median(on):.2f} / "
+            f"{1e3 * statistics.median(off):.2f} | {med['hl']:+.2f}% | "
+            f"{med['hl_lo']:+.2f}% to {med['hl_hi']:+.2f}% | {med['median']:+.2f}% | "
+            f"{med['median_lo']:+.2f}% to {med['median_hi']:+.2f}% | "
+            f"{1e3 * statistics.median(rec['start']):.0f} |"
+        )
     offs.sort()
     mid = statistics.median(offs)
-    print(f"\nThe loop with no sampler on: p5 to p95 {100 * (offs[int(0.95 * len(offs))] - offs[int(0.05 * len(offs))]) / mid:.1f}% "  # noqa: E501
-          f"of its median, min to max {100 * (offs[-1] - offs[0]) / mid:.0f}%.\n")
-    print("| sampler | ran as | busy: its CPU (% of a core) | busy: its reads' NVML time "
-          "(% of a second, at the costs below) | reads a second: cheap / counters / energy / "
-          "processes |")
+    print(
+        f"\nThe loop with no sampler on: p5 to p95 {100 * (offs[int(0.95 * len(offs))] - offs[int(0.05 * len(offs))]) / mid:.1f}% "  # noqa: E501
+        f"of its median, min to max {100 * (offs[-1] - offs[0]) / mid:.0f}%.\n"
+    )
+    print(
+        "| sampler | ran as | busy: its CPU (% of a core) | busy: its reads' NVML time "
+        "(% of a second, at the costs below) | reads a second: cheap / counters / energy / "
+        "processes |"
+    )
     print("| --- | --- | ---: | ---: | --- |")
     for name, ran, cpu, nvml, per_s in busy_rows:
-        print(f"| {name} | {ran} | {100 * cpu:.3f} | {100 * nvml:.3f} | "
-              + " / ".join(f"{per_s[k]:.1f}" for k in COSTS) + " |")
+        print(
+            f"| {name} | {ran} | {100 * cpu:.3f} | {100 * nvml:.3f} | "
+            + " / ".join(f"{per_s[k]:.1f}" for k in COSTS)
+            + " |"
+        )
     under = []
     for name, rec in results.items():
         for kind, label in COSTS.items():
             n, wall, cpu = (sum(t[kind][i] for t in rec["read_times"]) for i in range(3))
             if n:
-                under.append(f"| {label} | {name} | {n:.0f} | {1e6 * wall / n:.1f} | "
-                             f"{1e6 * cpu / n:.1f} | {costs[kind][3]:.1f} |")
+                under.append(
+                    f"| {label} | {name} | {n:.0f} | {1e6 * wall / n:.1f} | "
+                    f"{1e6 * cpu / n:.1f} | {costs[kind][3]:.1f} |"
+                )
     if under:
-        print("\n| read, as a thread sampler made it during its loops | sampler | reads | "
-              "mean us | CPU us | alone: mean us |")
+        print(
+            "\n| read, as a thread sampler made it during its loops | sampler | reads | "
+            "mean us | CPU us | alone: mean us |"
+        )
         print("| --- | --- | ---: | ---: | ---: | ---: |")
         print("\n".join(under))
     print("\n| one read (this thread, no loop running) | p50 us | p99 us | mean us | CPU us |")
@@ -495,5 +561,12 @@ def report(
 
 
 if __name__ == "__main__":
-    sys.exit(runner.main("sampler_overhead", __doc__, add_arguments, run,
-                         quick={"rounds": 60, "launches": 2000, "max_seconds": 30.0}))
+    sys.exit(
+        runner.main(
+            "sampler_overhead",
+            __doc__,
+            add_arguments,
+            run,
+            quick={"rounds": 60, "launches": 2000, "max_seconds": 30.0},
+        )
+    )

@@ -72,8 +72,13 @@ def sampler_cost(n_gpus: int, seconds: float, tmp: str) -> dict[str, float]:
     finally:
         backend.close()
     per_tick = sampler.cpu_time_s / max(1, sampler.ticks)
-    return {"gpus": n_gpus, "ticks": sampler.ticks, "tick_us": per_tick * 1e6,
-            "gpu_tick_us": per_tick / n_gpus * 1e6, "core_pct": sampler.cpu_time_s / seconds * 100}
+    return {
+        "gpus": n_gpus,
+        "ticks": sampler.ticks,
+        "tick_us": per_tick * 1e6,
+        "gpu_tick_us": per_tick / n_gpus * 1e6,
+        "core_pct": sampler.cpu_time_s / seconds * 100,
+    }
 
 
 def monitor_cpu(gpu_counts: list[int], seconds: float, tmp: str) -> dict[int, float]:
@@ -82,9 +87,13 @@ def monitor_cpu(gpu_counts: list[int], seconds: float, tmp: str) -> dict[int, fl
 
     terms = []
     for n in gpu_counts:
-        env = checkout_env(TERM="xterm-256color", LANG="C.UTF-8", LC_ALL="C.UTF-8",
-                           GPUENV_SIM_GPUS=str(n),
-                           GPUENV_SIM_STATE=os.path.join(tmp, f"monitor{n}.json"))  # fmt: skip
+        env = checkout_env(
+            TERM="xterm-256color",
+            LANG="C.UTF-8",
+            LC_ALL="C.UTF-8",
+            GPUENV_SIM_GPUS=str(n),
+            GPUENV_SIM_STATE=os.path.join(tmp, f"monitor{n}.json"),
+        )
         env.pop("COLUMNS", None)
         env.pop("LINES", None)
         terms.append((n, Pty([*GPUENV, "--sim", "monitor"], env)))
@@ -101,21 +110,29 @@ def monitor_cpu(gpu_counts: list[int], seconds: float, tmp: str) -> dict[int, fl
 
 def part_sampler(args: argparse.Namespace, tmp: str) -> None:
     rows = [sampler_cost(n, args.seconds, tmp) for n in (1, 2, 4, 8)]
-    print(f"Sampler on the simulated H100, thread mode, default period, {args.seconds:.0f} s "
-          f"each; load average {_load()} (a 2-core machine shared with other work):\n")  # fmt: skip
+    print(
+        f"Sampler on the simulated H100, thread mode, default period, {args.seconds:.0f} s "
+        f"each; load average {_load()} (a 2-core machine shared with other work):\n"
+    )
     print("| GPUs | ticks | CPU per tick | CPU per GPU per tick | % of a core |")
     print("| ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['gpus']} | {r['ticks']} | {r['tick_us']:.0f} us | {r['gpu_tick_us']:.0f} us "
-              f"| {r['core_pct']:.2f} |")  # fmt: skip
+        print(
+            f"| {r['gpus']} | {r['ticks']} | {r['tick_us']:.0f} us | {r['gpu_tick_us']:.0f} us "
+            f"| {r['core_pct']:.2f} |"
+        )
     one, eight = rows[0], rows[-1]
     growth = eight["tick_us"] / one["tick_us"]
     runner.metric("sampler_8gpu_gpu_tick_us", eight["gpu_tick_us"], "us", slack=20.0)
-    print(f"\n8 GPUs cost {growth:.1f}x one GPU's tick (linear would be 8x): a tick's fixed "
-          "part (the loop, the slow-read grid, the clock) is shared by every GPU.\n")  # fmt: skip
+    print(
+        f"\n8 GPUs cost {growth:.1f}x one GPU's tick (linear would be 8x): a tick's fixed "
+        "part (the loop, the slow-read grid, the clock) is shared by every GPU.\n"
+    )
     cpu = monitor_cpu([1, 8], args.seconds, tmp)
-    print(f"`gpuenv --sim monitor` at its default 1 Hz, both side by side for {args.seconds:.0f} "
-          f"s; load average {_load()}:\n")  # fmt: skip
+    print(
+        f"`gpuenv --sim monitor` at its default 1 Hz, both side by side for {args.seconds:.0f} "
+        f"s; load average {_load()}:\n"
+    )
     print("| GPUs | CPU (% of one core) |")
     print("| ---: | ---: |")
     for n, pct in cpu.items():
@@ -202,14 +219,20 @@ def daemon_run(
         shutil.rmtree(work, ignore_errors=True)
     lat = [x for r in results for x in r["lat"]]
     return {
-        "nice": nice, "clients": clients, "gpus": n_gpus, "hogs": hogs, "leases": len(lat),
+        "nice": nice,
+        "clients": clients,
+        "gpus": n_gpus,
+        "hogs": hogs,
+        "leases": len(lat),
         "refused": sum(r["refused"] for r in results),
-        "errors": sum(r["errors"] for r in results), "lost": 0 if settled is not None else 1,
-        "p50": _pct(lat, 50) if lat else float("nan"), "p99": _pct(lat, 99) if lat else
-        float("nan"), "max": max(lat) if lat else float("nan"),
+        "errors": sum(r["errors"] for r in results),
+        "lost": 0 if settled is not None else 1,
+        "p50": _pct(lat, 50) if lat else float("nan"),
+        "p99": _pct(lat, 99) if lat else float("nan"),
+        "max": max(lat) if lat else float("nan"),
         "load": max(load_seen) if load_seen else os.getloadavg()[0],
         "daemon_cpu_s": (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system),
-    }  # fmt: skip
+    }
 
 
 def part_daemon(args: argparse.Namespace, tmp: str) -> None:
@@ -219,28 +242,38 @@ def part_daemon(args: argparse.Namespace, tmp: str) -> None:
     rows = []
     for nice in (0, -10):
         for version, where in versions.items():  # side by side: each nice, one after the other
-            print(f"gpuenvd ({version}) at nice {nice}: {args.clients} clients, 8 GPUs, 2 hogs, "
-                  f"load {_load()}", file=sys.stderr)  # fmt: skip
-            rows.append({**daemon_run(args.clients, 8, args.seconds, nice, 2, where),
-                         "version": version})  # fmt: skip
+            print(
+                f"gpuenvd ({version}) at nice {nice}: {args.clients} clients, 8 GPUs, 2 hogs, "
+                f"load {_load()}",
+                file=sys.stderr,
+            )
+            rows.append(
+                {**daemon_run(args.clients, 8, args.seconds, nice, 2, where), "version": version}
+            )
             print(rows[-1], file=sys.stderr)
-    print(f"gpuenvd with 8 simulated GPUs and {args.clients} client processes for "
-          f"{args.seconds:.0f} s each (each locks one GPU at SM 1350 MHz, holds 0-200 ms, "
-          "releases, pauses 0-100 ms; the first requests spread over 1 s), two CPU hogs running; "
-          "round trip = lock + release:\n")
+    print(
+        f"gpuenvd with 8 simulated GPUs and {args.clients} client processes for "
+        f"{args.seconds:.0f} s each (each locks one GPU at SM 1350 MHz, holds 0-200 ms, "
+        "releases, pauses 0-100 ms; the first requests spread over 1 s), two CPU hogs running; "
+        "round trip = lock + release:\n"
+    )
     both = len(versions) > 1
-    print(("| gpuenvd " if both else "") + "| gpuenvd nice | leases | lease round trip p50 / p99 "
-          "/ max | goal | errors | lost restores | gpuenvd CPU a lease | load average (1 min, "
-          "highest) |")  # fmt: skip
+    print(
+        ("| gpuenvd " if both else "") + "| gpuenvd nice | leases | lease round trip p50 / p99 "
+        "/ max | goal | errors | lost restores | gpuenvd CPU a lease | load average (1 min, "
+        "highest) |"
+    )
     print(("| --- " if both else "") + "| ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |")
     for r in rows:
         if r["version"] == "this commit":
             runner.metric(f"nice{r['nice']}_p99_ms", r["p99"] * 1e3, "ms", slack=5.0)
-        print((f"| {r['version']} " if both else "") +
-              f"| {r['nice']} | {r['leases']} | {r['p50'] * 1e3:.1f} / {r['p99'] * 1e3:.1f} / "
-              f"{r['max'] * 1e3:.1f} ms | p99 <= 50 ms | {r['errors']} | {r['lost']} | "
-              f"{r['daemon_cpu_s'] / max(1, r['leases']) * 1e6:.0f} us | "
-              f"{r['load']:.2f} |")  # fmt: skip
+        print(
+            (f"| {r['version']} " if both else "")
+            + f"| {r['nice']} | {r['leases']} | {r['p50'] * 1e3:.1f} / {r['p99'] * 1e3:.1f} / "
+            f"{r['max'] * 1e3:.1f} ms | p99 <= 50 ms | {r['errors']} | {r['lost']} | "
+            f"{r['daemon_cpu_s'] / max(1, r['leases']) * 1e6:.0f} us | "
+            f"{r['load']:.2f} |"
+        )
 
 
 # -- gpuenv run with N automatic regions ------------------------------------------------------
@@ -255,7 +288,7 @@ def do_bench(fn, warmup=25, rep=100, return_mode="mean"):
         pass
     return (time.perf_counter() - t0) * 1e3
 '''
-CHILD = '''import sys, time
+CHILD = """import sys, time
 import triton.testing as tt
 n = int(sys.argv[1])
 t0 = time.perf_counter()
@@ -263,15 +296,21 @@ for _ in range(n):
     tt.do_bench(lambda: None)
 loop = time.perf_counter() - t0
 print(f"loop {loop!r} end {time.monotonic()!r}", file=sys.stderr)
-'''
+"""
 
 
 def _child_run(argv: list[str], env: dict[str, str]) -> dict[str, float]:
     """Run `argv`; its child's loop time and end time (CLOCK_MONOTONIC), our exit time,
     and the peak RSS of the process we started (wait4's rusage)."""
     # not in the checkout: `python -c` puts the working directory first on sys.path
-    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            text=True, cwd=tempfile.gettempdir())  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
     assert proc.stderr is not None
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -281,16 +320,21 @@ def _child_run(argv: list[str], env: dict[str, str]) -> dict[str, float]:
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {err[-2000:]}")
     words = line.split()
-    return {"loop": float(words[1]), "end": float(words[3]), "exited": exited,
-            "maxrss_mb": usage.ru_maxrss / 1024}  # fmt: skip
+    return {
+        "loop": float(words[1]),
+        "end": float(words[3]),
+        "exited": exited,
+        "maxrss_mb": usage.ru_maxrss / 1024,
+    }
 
 
 def _gpuenv_at(commit: str, tmp: str) -> str:
     """A directory holding the gpuenv package of `commit` (git archive)."""
     where = Path(tmp) / f"gpuenv-{commit[:12]}"
     where.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "gpuenv"],
-                             capture_output=True, check=True).stdout  # fmt: skip
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit, "gpuenv"], capture_output=True, check=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
     return str(where)
 
@@ -309,41 +353,64 @@ def part_run(args: argparse.Namespace, tmp: str) -> None:
     if args.before:
         old = _gpuenv_at(args.before, tmp)
         versions[f"before ({args.before[:9]})"] = {
-            **env, "PYTHONPATH": os.pathsep.join([old, str(fake.parent)])}
+            **env,
+            "PYTHONPATH": os.pathsep.join([old, str(fake.parent)]),
+        }
     rows: dict[str, list[dict[str, float]]] = {v: [] for v in versions}
     for k in range(args.repeat):
         plain = _child_run([sys.executable, str(child), str(n)], env)
         for version, venv in versions.items():
             out = Path(tmp) / f"run{k}-{len(rows[version])}-{version[:4]}.jsonl"
-            under = _child_run([*GPUENV, "--sim", "run", "-q", "-o", str(out), "--",
-                                sys.executable, str(child), str(n)], venv)  # fmt: skip
-            rows[version].append({
-                "added_us": (under["loop"] - plain["loop"]) / n * 1e6,
-                "plain_us": plain["loop"] / n * 1e6,
-                "summary_s": under["exited"] - under["end"],
-                "rss_mb": under["maxrss_mb"],
-                "jsonl_b": out.stat().st_size,
-            })  # fmt: skip
+            under = _child_run(
+                [
+                    *GPUENV,
+                    "--sim",
+                    "run",
+                    "-q",
+                    "-o",
+                    str(out),
+                    "--",
+                    sys.executable,
+                    str(child),
+                    str(n),
+                ],
+                venv,
+            )
+            rows[version].append(
+                {
+                    "added_us": (under["loop"] - plain["loop"]) / n * 1e6,
+                    "plain_us": plain["loop"] / n * 1e6,
+                    "summary_s": under["exited"] - under["end"],
+                    "rss_mb": under["maxrss_mb"],
+                    "jsonl_b": out.stat().st_size,
+                }
+            )
             print(version, rows[version][-1], file=sys.stderr)
 
     def med(version: str, key: str) -> float:
         values = sorted(r[key] for r in rows[version])
         return values[len(values) // 2]
 
-    print(f"`gpuenv --sim run -q -o run.jsonl -- python child.py`, the child calling do_bench "
-          f"{n:,} times (each spins 20 us; each call is an automatic region); the median of "
-          f"{args.repeat} runs of each, alternating with the child alone (a do_bench call alone: "
-          f"{med('this commit', 'plain_us'):.1f} us); load average {_load()}:\n")  # fmt: skip
+    print(
+        f"`gpuenv --sim run -q -o run.jsonl -- python child.py`, the child calling do_bench "
+        f"{n:,} times (each spins 20 us; each call is an automatic region); the median of "
+        f"{args.repeat} runs of each, alternating with the child alone (a do_bench call alone: "
+        f"{med('this commit', 'plain_us'):.1f} us); load average {_load()}:\n"
+    )
     names = list(versions)
     print("| figure | " + " | ".join(names) + " | goal |")
     print("| --- | " + " | ".join("---:" for _ in names) + " | --- |")
     figures = (
         ("added time per do_bench call", "added_us", lambda v: f"{v:.1f} us", ""),
-        ("summary time: the child's end to gpuenv's exit", "summary_s", lambda v: f"{v:.2f} s",
-         "<= 1 s"),
+        (
+            "summary time: the child's end to gpuenv's exit",
+            "summary_s",
+            lambda v: f"{v:.2f} s",
+            "<= 1 s",
+        ),
         ("peak RSS of gpuenv run", "rss_mb", lambda v: f"{v:.0f} MB", ""),
         ("JSONL written per call", "jsonl_b", lambda v: f"{v / n:,.0f} B", ""),
-    )  # fmt: skip
+    )
     for what, key, fmt, goal in figures:
         print(f"| {what} | " + " | ".join(fmt(med(v, key)) for v in names) + f" | {goal} |")
     runner.metric("run_summary_s", med("this commit", "summary_s"), "s", slack=0.2)
@@ -389,8 +456,9 @@ def part_day(args: argparse.Namespace, tmp: str) -> None:
     wall0 = time.perf_counter()
     # no tracemalloc: it made each simulated hour 13x slower; Python's own count of its
     # allocated blocks, the RSS, and the measurements' own size tell the same story
-    with gpuenv.stable(backend=backend, clock=clock, period=args.period,
-                       output=os.path.join(tmp, "day.jsonl")) as env:  # fmt: skip
+    with gpuenv.stable(
+        backend=backend, clock=clock, period=args.period, output=os.path.join(tmp, "day.jsonl")
+    ) as env:
         t_start = clock.now()
         for hour in range(int(args.hours) + 1):
             if hour:
@@ -401,57 +469,82 @@ def part_day(args: argparse.Namespace, tmp: str) -> None:
                     clock.sleep(max(0.0, every_s - region_s))
             gc.collect()
             held = _deep_size(list(env.results))
-            rows.append({"hour": hour, "blocks": sys.getallocatedblocks(), "rss_mb": _rss_mb(),
-                         "results_mb": held / 1e6, "measurements": len(env.results),
-                         "wall_s": time.perf_counter() - wall0})  # fmt: skip
+            rows.append(
+                {
+                    "hour": hour,
+                    "blocks": sys.getallocatedblocks(),
+                    "rss_mb": _rss_mb(),
+                    "results_mb": held / 1e6,
+                    "measurements": len(env.results),
+                    "wall_s": time.perf_counter() - wall0,
+                }
+            )
             print(rows[-1], file=sys.stderr)
-    print(f"A `stable()` session on the simulated H100 on virtual time: {args.hours:.0f} "
-          f"simulated hours, sampling every {args.period * 1e3:.0f} ms, a 1 s `measure()` region "
-          f"every {every_s:.0f} s, results appended to a JSONL file; "
-          f"{time.perf_counter() - wall0:.0f} s of real time. `env.results` keeps every "
-          "measurement (its documented job), so "
-          "what it holds is shown apart:\n")  # fmt: skip
-    print("| simulated hour | measurements | held by env.results | RSS | RSS less env.results "
-          "| Python's allocated blocks |")  # fmt: skip
+    print(
+        f"A `stable()` session on the simulated H100 on virtual time: {args.hours:.0f} "
+        f"simulated hours, sampling every {args.period * 1e3:.0f} ms, a 1 s `measure()` region "
+        f"every {every_s:.0f} s, results appended to a JSONL file; "
+        f"{time.perf_counter() - wall0:.0f} s of real time. `env.results` keeps every "
+        "measurement (its documented job), so "
+        "what it holds is shown apart:\n"
+    )
+    print(
+        "| simulated hour | measurements | held by env.results | RSS | RSS less env.results "
+        "| Python's allocated blocks |"
+    )
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['hour']} | {r['measurements']:,} | {r['results_mb']:.1f} MB | "
-              f"{r['rss_mb']:.1f} MB | {r['rss_mb'] - r['results_mb']:.1f} MB | "
-              f"{r['blocks']:,} |")  # fmt: skip
+        print(
+            f"| {r['hour']} | {r['measurements']:,} | {r['results_mb']:.1f} MB | "
+            f"{r['rss_mb']:.1f} MB | {r['rss_mb'] - r['results_mb']:.1f} MB | "
+            f"{r['blocks']:,} |"
+        )
     if len(rows) >= 4:
         # the second half: the sampler's ring (32,768 samples a GPU, 13.6 min at the
         # default period) and the trace log (thinned beyond 20,000 points) are long full
         first, last = rows[len(rows) // 2], rows[-1]
         hours = last["hour"] - first["hour"]
-        other = ((last["rss_mb"] - last["results_mb"]) - (first["rss_mb"] - first["results_mb"]))
-        per_m = (last["results_mb"] - first["results_mb"]) * 1e6 / max(
-            1, last["measurements"] - first["measurements"])
+        other = (last["rss_mb"] - last["results_mb"]) - (first["rss_mb"] - first["results_mb"])
+        per_m = (
+            (last["results_mb"] - first["results_mb"])
+            * 1e6
+            / max(1, last["measurements"] - first["measurements"])
+        )
         runner.metric("day_other_growth_mb_per_h", other / hours, "MB/h", slack=0.5)
         runner.metric("day_results_bytes_per_measurement", per_m, "B", slack=500.0)
-        print(f"\nFrom hour {first['hour']} to {last['hour']}: RSS less env.results grew "
-              f"{other:+.1f} MB ({other / hours:+.2f} MB an hour); env.results grew "
-              f"{per_m:,.0f} B per measurement.")
+        print(
+            f"\nFrom hour {first['hour']} to {last['hour']}: RSS less env.results grew "
+            f"{other:+.1f} MB ({other / hours:+.2f} MB an hour); env.results grew "
+            f"{per_m:,.0f} B per measurement."
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part", choices=PARTS, required=True, help="which figure")
-    parser.add_argument("--seconds", type=float, default=20.0,
-                        help="sampler, monitor and daemon: seconds each")  # fmt: skip
+    parser.add_argument(
+        "--seconds", type=float, default=20.0, help="sampler, monitor and daemon: seconds each"
+    )
     parser.add_argument("--clients", type=int, default=200, help="daemon: client processes")
     parser.add_argument("--calls", type=int, default=10_000, help="run: do_bench calls")
     parser.add_argument("--repeat", type=int, default=3, help="run: runs")
-    parser.add_argument("--before", metavar="COMMIT",
-                        help="run, daemon: the gpuenv of COMMIT too, side by side")  # fmt: skip
+    parser.add_argument(
+        "--before", metavar="COMMIT", help="run, daemon: the gpuenv of COMMIT too, side by side"
+    )
     parser.add_argument("--hours", type=float, default=24.0, help="day: simulated hours")
-    parser.add_argument("--period", type=float, default=0.025,
-                        help="day: seconds between samples (default: gpuenv's)")  # fmt: skip
+    parser.add_argument(
+        "--period",
+        type=float,
+        default=0.025,
+        help="day: seconds between samples (default: gpuenv's)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     tmp = tempfile.mkdtemp(prefix="bench-scale-")
     try:
-        {"sampler": part_sampler, "daemon": part_daemon, "run": part_run,
-         "day": part_day}[args.part](args, tmp)  # fmt: skip
+        {"sampler": part_sampler, "daemon": part_daemon, "run": part_run, "day": part_day}[
+            args.part
+        ](args, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
@@ -459,5 +552,14 @@ def run(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     QUICK = {"seconds": 5.0, "clients": 50, "calls": 2000, "repeat": 1, "hours": 2.0}
-    sys.exit(runner.main("scale", __doc__, add_arguments, run, sim_only=True,
-                         variant=lambda a: a.part, quick=QUICK))  # fmt: skip
+    sys.exit(
+        runner.main(
+            "scale",
+            __doc__,
+            add_arguments,
+            run,
+            sim_only=True,
+            variant=lambda a: a.part,
+            quick=QUICK,
+        )
+    )

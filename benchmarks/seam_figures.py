@@ -77,8 +77,8 @@ def run(args: argparse.Namespace) -> None:
     print(f"| above gpuenv/backend/ | before ({args.before}) | after ({args.after}) |")
     print("| --- | ---: | ---: |")
     for key, words in (
-        ("name_tests", "tests of a backend's name (`.name == \"sim\"`...)"),
-        ("reach_arounds", "`getattr(backend, \"clock\"/\"run_work\"/\"_state\"...)`"),
+        ("name_tests", 'tests of a backend\'s name (`.name == "sim"`...)'),
+        ("reach_arounds", '`getattr(backend, "clock"/"run_work"/"_state"...)`'),
         ("imports", "imports of pynvml or of the NVML backend module"),
     ):
         print(f"| {words} | {before[key]} | {after[key]} |")
@@ -89,10 +89,7 @@ def run(args: argparse.Namespace) -> None:
     assert isinstance(b_sizes, dict) and isinstance(a_sizes, dict)
     for path in sorted(set(b_sizes) | set(a_sizes)):
         b, a = b_sizes.get(path), a_sizes.get(path)
-        cells = [
-            f"{x[0]} | {x[1]} ({x[2]})" if x else "- | -"
-            for x in (b, a)
-        ]
+        cells = [f"{x[0]} | {x[1]} ({x[2]})" if x else "- | -" for x in (b, a)]
         print(f"| {path.removeprefix('gpuenv/')} | {cells[0]} | {cells[1]} |")
 
 

@@ -50,9 +50,19 @@ def size(length_s: float, every_s: float) -> tuple[int, int]:
     n_total = round(length_s / DEFAULT_PERIOD_S)
     written = nbytes = 0
     for start in range(0, n_total, per_piece):
-        feed.new = [Sample(k * DEFAULT_PERIOD_S, 0, 1980 - k % 600, 2619, 650.0 + k % 50,
-                           40.0 + (k % 30), 4, power_instant_w=655.3)
-                    for k in range(start, min(start + per_piece, n_total))]
+        feed.new = [
+            Sample(
+                k * DEFAULT_PERIOD_S,
+                0,
+                1980 - k % 600,
+                2619,
+                650.0 + k % 50,
+                40.0 + (k % 30),
+                4,
+                power_instant_w=655.3,
+            )
+            for k in range(start, min(start + per_piece, n_total))
+        ]
         piece = pieces.piece()
         if piece:
             written += len(piece["trace"]["t_s"])
@@ -93,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
         written, nbytes = size(length, args.every)
         taken = round(length / DEFAULT_PERIOD_S)
         when = f"{length / 60:g} min" if length < 3600 else f"{length / 3600:g} h"
-        print(f"| {when} | {taken:,} | {written:,} | "
-              f"{written_bound(length):,} | {nbytes / 1e6:.2f} MB |")
+        print(
+            f"| {when} | {taken:,} | {written:,} | "
+            f"{written_bound(length):,} | {nbytes / 1e6:.2f} MB |"
+        )
     cost = piece_cost(args.reps)
     print(f"\npiece() with a full ring: median {cost * 1e3:.2f} ms over {args.reps} calls")
     runner.metric("piece_ms", cost * 1e3, "ms", slack=0.05)
@@ -102,5 +114,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(runner.main("session_trace", __doc__, add_arguments, run, sim_only=True,
-                         quick={"reps": 50}))
+    sys.exit(
+        runner.main("session_trace", __doc__, add_arguments, run, sim_only=True, quick={"reps": 50})
+    )

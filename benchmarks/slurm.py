@@ -55,8 +55,11 @@ def changed(slurm: SlurmCluster, gpus: list[int], ignore: set[int]) -> list[int]
     """The GPUs of `gpus` not as they were before any job, or still under a lease."""
     with Client(slurm.gpuenvd.socket) as c:
         leased = {g for lease in c.status()["leases"] for g in lease["gpus"]}
-    return [g for g in gpus if g not in ignore
-            and (slurm.gpuenvd.truth(g) != slurm.gpuenvd.original[g] or g in leased)]  # fmt: skip
+    return [
+        g
+        for g in gpus
+        if g not in ignore and (slurm.gpuenvd.truth(g) != slurm.gpuenvd.original[g] or g in leased)
+    ]
 
 
 def one_job(slurm: SlurmCluster, fate: str, rng: random.Random) -> dict:
@@ -132,9 +135,11 @@ def run_jobs(n_jobs: int, n_timeouts: int, seed: int) -> dict:
             busy = set(timeout_job["gpus"]) if timeout_job else set()
             bad = changed(slurm, job["gpus"], busy)
             left += [{"job": job["job"], "gpus": bad}] if bad else []
-            print(f"{len(jobs):4d} job {job['job']} {fate:12s} {job['state']:10s} "
-                  f"GPU {job['gpus']} {'CHANGED ' + str(bad) if bad else 'as before'}",
-                  flush=True)  # fmt: skip
+            print(
+                f"{len(jobs):4d} job {job['job']} {fate:12s} {job['state']:10s} "
+                f"GPU {job['gpus']} {'CHANGED ' + str(bad) if bad else 'as before'}",
+                flush=True,
+            )
         if timeout_job is not None:
             timeout_job["state"] = slurm.wait_done(timeout_job["job"], timeout=150)
             jobs.append(timeout_job)
@@ -181,8 +186,10 @@ def table(data: dict) -> str:
     for name in ("prolog", "epilog"):
         v = t[name]
         if v:
-            lines.append(f"| {name} | {len(v)} | {statistics.median(v):.2f} s | "
-                         f"{pct(v, 0.99):.2f} s | {max(v):.2f} s |")  # fmt: skip
+            lines.append(
+                f"| {name} | {len(v)} | {statistics.median(v):.2f} s | "
+                f"{pct(v, 0.99):.2f} s | {max(v):.2f} s |"
+            )
     lines += [
         "",
         f"GPUs left changed after a job: {len(data['left_changed_after_job'])} "
@@ -222,5 +229,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(runner.main("slurm", __doc__, add_arguments, run, sim_only=True,
-                         quick={"jobs": 10, "time_limit_jobs": 0}))  # fmt: skip
+    sys.exit(
+        runner.main(
+            "slurm",
+            __doc__,
+            add_arguments,
+            run,
+            sim_only=True,
+            quick={"jobs": 10, "time_limit_jobs": 0},
+        )
+    )

@@ -58,9 +58,16 @@ DESCRIPTION = {
     "relu1m": "1M fp32 relu (~2 us)",
 }
 SIM_KERNELS = {  # (seconds at the top clock, power intensity)
-    "mm2048": (27e-6, 0.8), "mm4096": (0.19e-3, 1.0), "mm8192": (1.4e-3, 1.0),
-    "sdpa": (0.42e-3, 1.0), "softmax": (0.3e-3, 0.5), "layernorm": (0.3e-3, 0.5),
-    "conv": (0.2e-3, 0.9), "mlp": (2.9e-3, 1.0), "mm512": (6e-6, 0.3), "relu1m": (7e-6, 0.2),
+    "mm2048": (27e-6, 0.8),
+    "mm4096": (0.19e-3, 1.0),
+    "mm8192": (1.4e-3, 1.0),
+    "sdpa": (0.42e-3, 1.0),
+    "softmax": (0.3e-3, 0.5),
+    "layernorm": (0.3e-3, 0.5),
+    "conv": (0.2e-3, 0.9),
+    "mlp": (2.9e-3, 1.0),
+    "mm512": (6e-6, 0.3),
+    "relu1m": (7e-6, 0.2),
 }
 PARTS = ("warmup_s", "burst_first_wait_s", "measure_s")
 
@@ -72,8 +79,13 @@ def _variants() -> dict[str, dict[str, Any]]:
     from gpuenv.timing.config import BENCH_CONDITIONING
 
     clock = dataclasses.replace(BENCH_CONDITIONING, burst_ready="clock")
-    return {"clock": {"conditioning": clock}, "ci25": {"rel_ci": 0.0025},
-            "clock+ci25": {"conditioning": clock, "rel_ci": 0.0025}}
+    return {
+        "clock": {"conditioning": clock},
+        "ci25": {"rel_ci": 0.0025},
+        "clock+ci25": {"conditioning": clock, "rel_ci": 0.0025},
+    }
+
+
 GAP_GOAL, GAP_STRICT, SPREAD_GOAL = 0.01, 0.005, 0.005
 WALL_GOAL = {"cold": 2.0, "hot": 3.0}
 
@@ -90,8 +102,10 @@ class Env(GpuEnv):
     def tools(self) -> dict[str, Callable[[Callable[[], Any]], tuple[float, Any]]]:
         import triton.testing as tt
 
-        return {"do_bench": lambda fn: (tt.do_bench(fn) / 1e3, None),
-                "gpuenv": lambda fn: _gpuenv(timing.bench(fn))}
+        return {
+            "do_bench": lambda fn: (tt.do_bench(fn) / 1e3, None),
+            "gpuenv": lambda fn: _gpuenv(timing.bench(fn)),
+        }
 
     def variant(self, settings: dict[str, Any]) -> Callable[[Callable[[], Any]], tuple[float, Any]]:
         return lambda fn: _gpuenv(timing.bench(fn, **settings))
@@ -100,8 +114,10 @@ class Env(GpuEnv):
         import triton
 
         torch = self.torch
-        return (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
-                f"triton {triton.__version__}")
+        return (
+            f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
+            f"triton {triton.__version__}"
+        )
 
 
 class SimEnv(SimGpuEnv):
@@ -113,11 +129,13 @@ class SimEnv(SimGpuEnv):
         self.kernels = {
             name: timing.sim_kernel(self.backend, 0, seconds=s, power_intensity=p)
             for name, (s, p) in SIM_KERNELS.items()
-        }  # fmt: skip
+        }
 
     def tools(self) -> dict[str, Callable[[Callable[[], Any]], tuple[float, Any]]]:
-        return {"do_bench": self._do_bench_model,
-                "gpuenv": lambda fn: _gpuenv(timing.bench(fn, backend=self.backend))}
+        return {
+            "do_bench": self._do_bench_model,
+            "gpuenv": lambda fn: _gpuenv(timing.bench(fn, backend=self.backend)),
+        }
 
     def variant(self, settings: dict[str, Any]) -> Callable[[Callable[[], Any]], tuple[float, Any]]:
         return lambda fn: _gpuenv(timing.bench(fn, backend=self.backend, **settings))
@@ -137,19 +155,28 @@ class SimEnv(SimGpuEnv):
 def _gpuenv(m: Any) -> tuple[float, dict[str, Any]]:
     x = m.extra
     info = {k: x.get(k) for k in PARTS}
-    info.update(reps=len(m.times_s), stop=x.get("stop_reason"), verdict=m.verdict,
-                rests_s=x.get("burst_rest_s"), tiny=(x.get("tiny_kernel") or {}).get("method"),
-                rel_ci=x.get("rel_ci"), warmup_reps=x.get("warmup_reps"),
-                clock_mhz=x.get("rep_clock_mhz_median"), first_s=m.times_s[0],
-                last_s=m.times_s[-1], from_start=x.get("burst_from_start"),
-                findings=sorted({f.kind for f in m.findings}),
-                redos=x.get("burst_clock_redos"),
-                temp_c=m.summary_windows[0].temp_c_start if m.summary_windows else None)
+    info.update(
+        reps=len(m.times_s),
+        stop=x.get("stop_reason"),
+        verdict=m.verdict,
+        rests_s=x.get("burst_rest_s"),
+        tiny=(x.get("tiny_kernel") or {}).get("method"),
+        rel_ci=x.get("rel_ci"),
+        warmup_reps=x.get("warmup_reps"),
+        clock_mhz=x.get("rep_clock_mhz_median"),
+        first_s=m.times_s[0],
+        last_s=m.times_s[-1],
+        from_start=x.get("burst_from_start"),
+        findings=sorted({f.kind for f in m.findings}),
+        redos=x.get("burst_clock_redos"),
+        temp_c=m.summary_windows[0].temp_c_start if m.summary_windows else None,
+    )
     return float(m.median_s), info
 
 
-def call(env: Any, tool: Callable[[Callable[[], Any]], tuple[float, Any]],
-         fn: Callable[[], Any]) -> dict[str, Any]:  # fmt: skip
+def call(
+    env: Any, tool: Callable[[Callable[[], Any]], tuple[float, Any]], fn: Callable[[], Any]
+) -> dict[str, Any]:
     t0 = env.now()
     value, info = tool(fn)
     out: dict[str, Any] = {"s": value, "wall_s": env.now() - t0}
@@ -252,14 +279,32 @@ def recovery(env: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
             while time.monotonic() - t0 < 1.0:
                 mhz = probe()
                 s = sampler.latest(0)
-                points.append((time.monotonic() - t0, mhz, s.sm_mhz if s else None,
-                               bool(s.reasons & HELD_DOWN) if s else None))
+                points.append(
+                    (
+                        time.monotonic() - t0,
+                        mhz,
+                        s.sm_mhz if s else None,
+                        bool(s.reasons & HELD_DOWN) if s else None,
+                    )
+                )
                 time.sleep(0.01)
             clock_back = next((p[0] for p in points if p[1] >= 0.98 * ref), None)
-            flag_clear = next((p[0] for i, p in enumerate(points)
-                               if all(q[3] is False for q in points[i:i + 3])), None)
-            out.append({"ref_mhz": ref, "clock_back_s": clock_back, "flag_clear_s": flag_clear,
-                        "points": points})
+            flag_clear = next(
+                (
+                    p[0]
+                    for i, p in enumerate(points)
+                    if all(q[3] is False for q in points[i : i + 3])
+                ),
+                None,
+            )
+            out.append(
+                {
+                    "ref_mhz": ref,
+                    "clock_back_s": clock_back,
+                    "flag_clear_s": flag_clear,
+                    "points": points,
+                }
+            )
     finally:
         sampler.stop()
         backend.close()
@@ -268,9 +313,12 @@ def recovery(env: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def children(args: argparse.Namespace, kernels: list[str]) -> list[dict[str, float]]:
     """`--procs` more processes, one after the other, each measuring the kernels once cold."""
-    return child_values("benchmarks.speed", args.procs,
-                        ["--kernels", ",".join(kernels), "--idle", str(args.idle)],
-                        args.child_timeout)  # fmt: skip
+    return child_values(
+        "benchmarks.speed",
+        args.procs,
+        ["--kernels", ",".join(kernels), "--idle", str(args.idle)],
+        args.child_timeout,
+    )
 
 
 def child(env: Any, args: argparse.Namespace, kernels: list[str]) -> None:
@@ -288,7 +336,6 @@ def _med(calls: list[dict[str, Any]], key: str) -> float:
     return statistics.median(c[key] for c in calls)
 
 
-
 def summarize(runs: dict[str, Any], procs: list[dict[str, float]]) -> list[dict[str, Any]]:
     rows = []
     for name, res in runs.items():
@@ -299,20 +346,27 @@ def summarize(runs: dict[str, Any], procs: list[dict[str, float]]) -> list[dict[
         for tool, d in (("gpuenv", g), ("do_bench", t)):
             cold, hot = _med(d["cold"], "s"), _med(d["hot"], "s")
             row[tool] = {
-                "cold_s": cold, "hot_s": hot, "gap": abs(cold - hot) / ((cold + hot) / 2),
-                "wall_cold_s": _med(d["cold"], "wall_s"), "wall_hot_s": _med(d["hot"], "wall_s"),
-                "spread_in_process": max(spread([c["s"] for c in d["cold"]]) or 0.0,
-                                         spread([c["s"] for c in d["hot"]]) or 0.0),
-            }  # fmt: skip
+                "cold_s": cold,
+                "hot_s": hot,
+                "gap": abs(cold - hot) / ((cold + hot) / 2),
+                "wall_cold_s": _med(d["cold"], "wall_s"),
+                "wall_hot_s": _med(d["hot"], "wall_s"),
+                "spread_in_process": max(
+                    spread([c["s"] for c in d["cold"]]) or 0.0,
+                    spread([c["s"] for c in d["hot"]]) or 0.0,
+                ),
+            }
         across = [g["cold"][0]["s"]] + [p[name] for p in procs if name in p]
         row["gpuenv"]["spread_across_processes"] = spread(across) if len(across) >= 3 else None
         row["gpuenv"]["processes"] = len(across)
         for state in ("cold", "hot"):
-            row[f"ratio_{state}"] = row["gpuenv"][f"wall_{state}_s"] / row["do_bench"][
-                f"wall_{state}_s"]
+            row[f"ratio_{state}"] = (
+                row["gpuenv"][f"wall_{state}_s"] / row["do_bench"][f"wall_{state}_s"]
+            )
             row[f"parts_{state}"] = {p: _med(g[state], p) for p in PARTS}
             row[f"parts_{state}"]["other_s"] = row["gpuenv"][f"wall_{state}_s"] - sum(
-                row[f"parts_{state}"].values())
+                row[f"parts_{state}"].values()
+            )
             row[f"reps_{state}"] = _med(g[state], "reps")
         rows.append(row)
     return rows
@@ -321,9 +375,11 @@ def summarize(runs: dict[str, Any], procs: list[dict[str, float]]) -> list[dict[
 def variant_table(runs: dict[str, Any]) -> list[str]:
     """The variants beside the default and do_bench: value cold / hot (gap), wall ratios to
     do_bench, the wait before a hot call, run to run in process, findings and clock redos."""
-    lines = ["| kernel | variant | cold / hot (gap) | wall cold / hot: x do_bench | hot wait "
-             "| run to run in process | findings (hot) | clock redos |",
-             "| --- | --- | --- | ---: | ---: | ---: | --- | ---: |"]  # fmt: skip
+    lines = [
+        "| kernel | variant | cold / hot (gap) | wall cold / hot: x do_bench | hot wait "
+        "| run to run in process | findings (hot) | clock redos |",
+        "| --- | --- | --- | ---: | ---: | ---: | --- | ---: |",
+    ]
     for name, res in runs.items():
         t = res["do_bench"]
         if not t["cold"] or not t["hot"]:
@@ -337,46 +393,57 @@ def variant_table(runs: dict[str, Any]) -> list[str]:
             rtr = max(spread([c["s"] for c in d[st]]) or 0.0 for st in ("cold", "hot"))
             found = sorted({k for c in d["hot"] for k in c.get("findings") or []})
             redos = sum(c.get("redos") or 0 for st in ("cold", "hot") for c in d[st])
-            lines.append(f"| {DESCRIPTION[name]} | {tool.partition(':')[2] or 'default'} "
-                         f"| {fmt_s(cold)} / {fmt_s(hot)} "
-                         f"({abs(cold - hot) / ((cold + hot) / 2):.2%}) "
-                         f"| {rc:.2f}x / {rh:.2f}x | {_med(d['hot'], 'burst_first_wait_s'):.3f} s "
-                         f"| {rtr:.2%} | {', '.join(found) or '-'} | {redos} |")  # fmt: skip
+            lines.append(
+                f"| {DESCRIPTION[name]} | {tool.partition(':')[2] or 'default'} "
+                f"| {fmt_s(cold)} / {fmt_s(hot)} "
+                f"({abs(cold - hot) / ((cold + hot) / 2):.2%}) "
+                f"| {rc:.2f}x / {rh:.2f}x | {_med(d['hot'], 'burst_first_wait_s'):.3f} s "
+                f"| {rtr:.2%} | {', '.join(found) or '-'} | {redos} |"
+            )
     return lines
 
 
-def report(rows: list[dict[str, Any]], tiny: dict[str, Any], head: str,
-           skipped: list[str]) -> None:  # fmt: skip
+def report(rows: list[dict[str, Any]], tiny: dict[str, Any], head: str, skipped: list[str]) -> None:
     print(head)
     print()
-    print("| kernel | do_bench cold / hot (gap) | gpuenv cold / hot (gap) | wall do_bench cold / "
-          "hot | wall gpuenv cold / hot | ratio cold / hot | run to run: gpuenv in process / "
-          "across processes; do_bench in process |")
+    print(
+        "| kernel | do_bench cold / hot (gap) | gpuenv cold / hot (gap) | wall do_bench cold / "
+        "hot | wall gpuenv cold / hot | ratio cold / hot | run to run: gpuenv in process / "
+        "across processes; do_bench in process |"
+    )
     print("| --- | --- | --- | ---: | ---: | ---: | --- |")
     for r in rows:
         g, t = r["gpuenv"], r["do_bench"]
         across = g["spread_across_processes"]
-        print(f"| {DESCRIPTION[r['kernel']]} | {fmt_s(t['cold_s'])} / {fmt_s(t['hot_s'])} "
-              f"({t['gap']:.2%}) | {fmt_s(g['cold_s'])} / {fmt_s(g['hot_s'])} ({g['gap']:.2%}) "
-              f"| {t['wall_cold_s']:.3f} / {t['wall_hot_s']:.3f} s "
-              f"| {g['wall_cold_s']:.3f} / {g['wall_hot_s']:.3f} s "
-              f"| {r['ratio_cold']:.2f}x / {r['ratio_hot']:.2f}x "
-              f"| {g['spread_in_process']:.2%} / "
-              f"{f'{across:.2%}' if across is not None else 'n/a'}; "
-              f"{t['spread_in_process']:.2%} |")
+        print(
+            f"| {DESCRIPTION[r['kernel']]} | {fmt_s(t['cold_s'])} / {fmt_s(t['hot_s'])} "
+            f"({t['gap']:.2%}) | {fmt_s(g['cold_s'])} / {fmt_s(g['hot_s'])} ({g['gap']:.2%}) "
+            f"| {t['wall_cold_s']:.3f} / {t['wall_hot_s']:.3f} s "
+            f"| {g['wall_cold_s']:.3f} / {g['wall_hot_s']:.3f} s "
+            f"| {r['ratio_cold']:.2f}x / {r['ratio_hot']:.2f}x "
+            f"| {g['spread_in_process']:.2%} / "
+            f"{f'{across:.2%}' if across is not None else 'n/a'}; "
+            f"{t['spread_in_process']:.2%} |"
+        )
     print()
-    print("Where gpuenv's wall time went (medians, s): warmup, the wait before measuring, "
-          "measuring (reps and rests), the rest (sampler start, facts, judging).")
+    print(
+        "Where gpuenv's wall time went (medians, s): warmup, the wait before measuring, "
+        "measuring (reps and rests), the rest (sampler start, facts, judging)."
+    )
     print()
-    print("| kernel | cold: warmup / wait / measure / rest (reps) | "
-          "hot: warmup / wait / measure / rest (reps) |")
+    print(
+        "| kernel | cold: warmup / wait / measure / rest (reps) | "
+        "hot: warmup / wait / measure / rest (reps) |"
+    )
     print("| --- | --- | --- |")
     for r in rows:
         cells = []
         for state in ("cold", "hot"):
             p = r[f"parts_{state}"]
-            cells.append(f"{p['warmup_s']:.3f} / {p['burst_first_wait_s']:.3f} / "
-                         f"{p['measure_s']:.3f} / {p['other_s']:.3f} ({r[f'reps_{state}']:.0f})")
+            cells.append(
+                f"{p['warmup_s']:.3f} / {p['burst_first_wait_s']:.3f} / "
+                f"{p['measure_s']:.3f} / {p['other_s']:.3f} ({r[f'reps_{state}']:.0f})"
+            )
         print(f"| {DESCRIPTION[r['kernel']]} | {cells[0]} | {cells[1]} |")
     if tiny:
         print()
@@ -385,8 +452,11 @@ def report(rows: list[dict[str, Any]], tiny: dict[str, Any], head: str,
         print("| kernel | how | call 1 | call 2 | call 3 |")
         print("| --- | --- | ---: | ---: | ---: |")
         for name, calls in tiny.items():
-            print(f"| {DESCRIPTION[name]} | {calls[0].get('tiny')} | "
-                  + " | ".join(f"{c['wall_s']:.3f} s; {fmt_s(c['s'])}" for c in calls) + " |")
+            print(
+                f"| {DESCRIPTION[name]} | {calls[0].get('tiny')} | "
+                + " | ".join(f"{c['wall_s']:.3f} s; {fmt_s(c['s'])}" for c in calls)
+                + " |"
+            )
     print()
     n = len(rows)
     if n:
@@ -397,10 +467,12 @@ def report(rows: list[dict[str, Any]], tiny: dict[str, Any], head: str,
         rtr = sum(r["gpuenv"]["spread_in_process"] <= SPREAD_GOAL for r in rows)
         acr = [r["gpuenv"]["spread_across_processes"] for r in rows]
         acr_ok = sum(a is not None and a <= SPREAD_GOAL for a in acr)
-        print(f"Goals, gpuenv on {n} kernels: wall <= 2x do_bench cold on {wall_c}, <= 3x hot "
-              f"on {wall_h}; cold vs hot <= 1% on {gap_ok}, <= 0.5% on {strict} (goal >= 6); "
-              f"run to run <= 0.5% in one process on {rtr}, across processes on {acr_ok} "
-              f"(of {sum(a is not None for a in acr)} measured).")
+        print(
+            f"Goals, gpuenv on {n} kernels: wall <= 2x do_bench cold on {wall_c}, <= 3x hot "
+            f"on {wall_h}; cold vs hot <= 1% on {gap_ok}, <= 0.5% on {strict} (goal >= 6); "
+            f"run to run <= 0.5% in one process on {rtr}, across processes on {acr_ok} "
+            f"(of {sum(a is not None for a in acr)} measured)."
+        )
     if skipped:
         print(f"Skipped (deadline): {', '.join(skipped)}")
 
@@ -412,15 +484,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load", type=float, default=1.5, help="seconds of load before a hot call")
     p.add_argument("--procs", type=int, default=2, help="more processes for run to run")
     p.add_argument("--child-timeout", type=float, default=60.0, help="seconds per process")
-    p.add_argument("--deadline", type=float, default=200.0,
-                   help="seconds of the side-by-side part after which kernels are skipped")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=200.0,
+        help="seconds of the side-by-side part after which kernels are skipped",
+    )
     p.add_argument("--no-tiny", action="store_true", help="skip the tiny-kernel part")
-    p.add_argument("--profile", type=int, default=0,
-                   help="write cProfile's top N of a cold and a hot call to $OUT/speed_profile.txt")
-    p.add_argument("--recovery", type=int, default=0,
-                   help="times to follow the clock's and NVML's recovery after load")
-    p.add_argument("--variants", default="", help="gpuenv.bench settings tried beside the "
-                   "default, comma-separated: " + ", ".join(_variants()))
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        help="write cProfile's top N of a cold and a hot call to $OUT/speed_profile.txt",
+    )
+    p.add_argument(
+        "--recovery",
+        type=int,
+        default=0,
+        help="times to follow the clock's and NVML's recovery after load",
+    )
+    p.add_argument(
+        "--variants",
+        default="",
+        help="gpuenv.bench settings tried beside the "
+        "default, comma-separated: " + ", ".join(_variants()),
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -452,25 +540,37 @@ def run(args: argparse.Namespace) -> int:
         profile(env, args, os.path.join(os.environ.get("OUT", "."), "speed_profile.txt"))
     rec = recovery(env, args) if args.recovery and not args.sim else []
     rows = summarize(got["runs"], procs)
-    head = (f"{env.describe()}; {started}; {args.repeats} repeats in one process and "
-            f"{len(procs)} more processes; cold after {args.idle} s idle, hot after "
-            f"{args.load} s of 8192^3 matmuls; wall {'virtual ' if args.sim else ''}seconds; "
-            f"total {time.monotonic() - t0:.0f} s (real)")
+    head = (
+        f"{env.describe()}; {started}; {args.repeats} repeats in one process and "
+        f"{len(procs)} more processes; cold after {args.idle} s idle, hot after "
+        f"{args.load} s of 8192^3 matmuls; wall {'virtual ' if args.sim else ''}seconds; "
+        f"total {time.monotonic() - t0:.0f} s (real)"
+    )
     report(rows, tiny, head, got["skipped"])
     if args.variants:
         print()
-        print("gpuenv.bench's settings side by side (medians over the repeats; x do_bench: "
-              "wall time against do_bench's in the same state):")
+        print(
+            "gpuenv.bench's settings side by side (medians over the repeats; x do_bench: "
+            "wall time against do_bench's in the same state):"
+        )
         print()
         print("\n".join(variant_table(got["runs"])))
     if rec:
         print()
-        print("After the load stops (a 0.2 ms spin's clock every ~10 ms beside NVML): the clock "
-              "within 2% of the cool GPU's at " + ", ".join(
-                  f"{r['clock_back_s']:.2f} s" if r["clock_back_s"] is not None else "never"
-                  for r in rec) + "; NVML's held-down reasons clear (3 samples) at " + ", ".join(
-                  f"{r['flag_clear_s']:.2f} s" if r["flag_clear_s"] is not None else "never"
-                  for r in rec) + ".")
+        print(
+            "After the load stops (a 0.2 ms spin's clock every ~10 ms beside NVML): the clock "
+            "within 2% of the cool GPU's at "
+            + ", ".join(
+                f"{r['clock_back_s']:.2f} s" if r["clock_back_s"] is not None else "never"
+                for r in rec
+            )
+            + "; NVML's held-down reasons clear (3 samples) at "
+            + ", ".join(
+                f"{r['flag_clear_s']:.2f} s" if r["flag_clear_s"] is not None else "never"
+                for r in rec
+            )
+            + "."
+        )
     for r in rows:
         k = r["kernel"]
         metric(f"{k}/ratio_cold", r["ratio_cold"], "x", slack=0.2)
@@ -479,11 +579,20 @@ def run(args: argparse.Namespace) -> int:
     path = os.environ.get("SPEED_RAW")
     if path:
         with open(path, "w") as f:
-            json.dump({"runs": got["runs"], "procs": procs, "tiny": tiny, "rows": rows,
-                       "recovery": rec}, f)
+            json.dump(
+                {"runs": got["runs"], "procs": procs, "tiny": tiny, "rows": rows, "recovery": rec},
+                f,
+            )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(run_benchmark("speed", __doc__, add_arguments, run,
-                           quick={"repeats": 1, "procs": 0, "kernels": "mm4096,mlp"}))
+    sys.exit(
+        run_benchmark(
+            "speed",
+            __doc__,
+            add_arguments,
+            run,
+            quick={"repeats": 1, "procs": 0, "kernels": "mm4096,mlp"},
+        )
+    )

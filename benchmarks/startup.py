@@ -73,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
         goal = GOALS.get(name)
         median = statistics.median(times)
         verdict = "-" if goal is None else ("yes" if median <= goal else "NO")
-        runner.metric(name.replace("gpuenv ", "").replace(" ", "_").strip("-_"), median, "s",
-                      slack=0.02)  # fmt: skip
+        runner.metric(
+            name.replace("gpuenv ", "").replace(" ", "_").strip("-_"), median, "s", slack=0.02
+        )
         note = "" if rc == 0 else f" (exit {rc})"
         rows.append(
             f"| `{name}`{note} | {median:.3f} | {min(times):.3f} | "

@@ -87,9 +87,14 @@ class Kit:
 
     def state(self) -> dict[str, Any]:
         f = self.backend.read_fast(0)
-        return {"sm_mhz": f.sm_mhz, "mem_mhz": f.mem_mhz, "temp_c": f.temp_c,
-                "mem_temp_c": getattr(f, "mem_temp_c", None), "power_w": f.power_w,
-                "reasons": f.reasons}  # fmt: skip
+        return {
+            "sm_mhz": f.sm_mhz,
+            "mem_mhz": f.mem_mhz,
+            "temp_c": f.temp_c,
+            "mem_temp_c": getattr(f, "mem_temp_c", None),
+            "power_w": f.power_w,
+            "reasons": f.reasons,
+        }
 
 
 def way_timers(kit: Kit, reps: int) -> Callable[[str, Callable[[], Any]], float]:
@@ -98,8 +103,11 @@ def way_timers(kit: Kit, reps: int) -> Callable[[str, Callable[[], Any]], float]
     from gpuenv.timing import CudaEvents, CudaGraph
 
     torch = kit.torch
-    timers = {"events": CudaEvents(), "noflush": CudaEvents(flush_l2=False),
-              "nospin": CudaEvents(saturate=False)}  # fmt: skip
+    timers = {
+        "events": CudaEvents(),
+        "noflush": CudaEvents(flush_l2=False),
+        "nospin": CudaEvents(saturate=False),
+    }
     graph = CudaGraph(calls=20)
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     prepared: set[int] = set()
@@ -121,6 +129,7 @@ def way_timers(kit: Kit, reps: int) -> Callable[[str, Callable[[], Any]], float]
         """`way`'s median for fn; "prepare" only sets the timers up for fn."""
         if way.startswith("bench"):
             if way == "bench_x10":
+
                 def ten() -> None:
                     for _ in range(10):
                         fn()
@@ -160,9 +169,12 @@ def cupti_timers(kit: Kit) -> Callable[[str, Callable[[], Any]], tuple[float, di
         kw = {"default": {}, "burst": {"condition": "burst"}, "graph": {"mode": "graph"}}[way]
         m = gpuenv.bench(fn, name=way, **kw)
         return float(m.stats.median_s), {
-            "verdict": str(m.verdict), "findings": [f.kind for f in m.findings],
-            "timer": m.timer, "tiny": m.extra.get("tiny_kernel", {}).get("method"),
-            "reps": len(m.times_s)}  # fmt: skip
+            "verdict": str(m.verdict),
+            "findings": [f.kind for f in m.findings],
+            "timer": m.timer,
+            "tiny": m.extra.get("tiny_kernel", {}).get("method"),
+            "reps": len(m.times_s),
+        }
 
     return measure
 
@@ -172,8 +184,9 @@ def measure_all(kit: Kit, args: argparse.Namespace, ways: tuple[str, ...]) -> li
     names = (args.kernels or PARTS[args.part][1] or ",".join(kit.kernels)).split(",")
     unknown = sorted(set(names) - set(kit.kernels))
     if unknown:
-        raise SystemExit(f"--kernels: no kernel {', '.join(unknown)} (have: "
-                         f"{', '.join(kit.kernels)})")  # fmt: skip
+        raise SystemExit(
+            f"--kernels: no kernel {', '.join(unknown)} (have: {', '.join(kit.kernels)})"
+        )
     rows: list[dict[str, Any]] = []
     if args.part == "cupti":
         measure = cupti_timers(kit)
@@ -187,9 +200,17 @@ def measure_all(kit: Kit, args: argparse.Namespace, ways: tuple[str, ...]) -> li
                             kit.heat(args.heat if k == 0 else 1.5)
                         t = time.perf_counter()
                         value, extra = measure(way, kit.kernels[name])
-                        rows.append({"round": rnd, "state": state, "kernel": name, "way": way,
-                                     "per_call_s": value, "wall_s": time.perf_counter() - t,
-                                     **extra})  # fmt: skip
+                        rows.append(
+                            {
+                                "round": rnd,
+                                "state": state,
+                                "kernel": name,
+                                "way": way,
+                                "per_call_s": value,
+                                "wall_s": time.perf_counter() - t,
+                                **extra,
+                            }
+                        )
             print(f"round {rnd} done", file=sys.stderr, flush=True)
         return rows
     way_measure = way_timers(kit, args.reps)
@@ -201,12 +222,28 @@ def measure_all(kit: Kit, args: argparse.Namespace, ways: tuple[str, ...]) -> li
         for rnd in range(args.rounds):
             kit.rest(args.idle)
             for way in ways:
-                rows.append({"kernel": name, "round": rnd, "state": "cold", "way": way,
-                             "per_call_s": way_measure(way, fn), **kit.state()})  # fmt: skip
+                rows.append(
+                    {
+                        "kernel": name,
+                        "round": rnd,
+                        "state": "cold",
+                        "way": way,
+                        "per_call_s": way_measure(way, fn),
+                        **kit.state(),
+                    }
+                )
             for way in ways:
                 kit.heat(args.heat)
-                rows.append({"kernel": name, "round": rnd, "state": "hot", "way": way,
-                             "per_call_s": way_measure(way, fn), **kit.state()})  # fmt: skip
+                rows.append(
+                    {
+                        "kernel": name,
+                        "round": rnd,
+                        "state": "hot",
+                        "way": way,
+                        "per_call_s": way_measure(way, fn),
+                        **kit.state(),
+                    }
+                )
             print(f"{name} round {rnd} done", file=sys.stderr, flush=True)
     return rows
 
@@ -217,57 +254,88 @@ def _median(rows: list[dict], key: str = "per_call_s", **where: str) -> float:
 
 def ways_table(rows: list[dict]) -> list[str]:
     """The `ways` and `bench` parts' table: cold and hot medians per kernel and way."""
-    lines = ["| kernel | variant | cold median us | hot median us | gap | hot runs (us) "
-             "| hot SM / mem MHz | hot temp C |",
-             "| --- | --- | ---: | ---: | ---: | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "| kernel | variant | cold median us | hot median us | gap | hot runs (us) "
+        "| hot SM / mem MHz | hot temp C |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- | --- |",
+    ]
     for name in dict.fromkeys(r["kernel"] for r in rows):
         for way in dict.fromkeys(r["way"] for r in rows):
-            hot = [r for r in rows if r["kernel"] == name and r["way"] == way
-                   and r["state"] == "hot"]  # fmt: skip
+            hot = [
+                r for r in rows if r["kernel"] == name and r["way"] == way and r["state"] == "hot"
+            ]
             if not hot:
                 continue
             c, h = (_median(rows, kernel=name, way=way, state=s) for s in ("cold", "hot"))
-            lines.append(f"| {name} | {way} | {c * 1e6:.3f} | {h * 1e6:.3f} | {(h - c) / c:+.1%} "
-                         "| " + ", ".join(f"{r['per_call_s'] * 1e6:.2f}" for r in hot)
-                         + f" | {hot[-1]['sm_mhz']} / {hot[-1]['mem_mhz']} | {hot[-1]['temp_c']} "
-                         f"/ {hot[-1]['mem_temp_c']} |")  # fmt: skip
+            lines.append(
+                f"| {name} | {way} | {c * 1e6:.3f} | {h * 1e6:.3f} | {(h - c) / c:+.1%} "
+                "| "
+                + ", ".join(f"{r['per_call_s'] * 1e6:.2f}" for r in hot)
+                + f" | {hot[-1]['sm_mhz']} / {hot[-1]['mem_mhz']} | {hot[-1]['temp_c']} "
+                f"/ {hot[-1]['mem_temp_c']} |"
+            )
     return lines
 
 
 def cupti_table(rows: list[dict]) -> list[str]:
     """The `cupti` part's table: each way against CUPTI's device time, medians."""
-    lines = ["| kernel | CUPTI us | default us (vs CUPTI) | burst us (vs default) | graph us "
-             "| default cold vs hot | default wall s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = [
+        "| kernel | CUPTI us | default us (vs CUPTI) | burst us (vs default) | graph us "
+        "| default cold vs hot | default wall s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for name in dict.fromkeys(r["kernel"] for r in rows):
-        c, d, bu, g = (1e6 * _median(rows, kernel=name, way=w)
-                       for w in ("cupti", "default", "burst", "graph"))  # fmt: skip
-        gap = _median(rows, kernel=name, way="default", state="hot") / _median(
-            rows, kernel=name, way="default", state="cold") - 1
+        c, d, bu, g = (
+            1e6 * _median(rows, kernel=name, way=w) for w in ("cupti", "default", "burst", "graph")
+        )
+        gap = (
+            _median(rows, kernel=name, way="default", state="hot")
+            / _median(rows, kernel=name, way="default", state="cold")
+            - 1
+        )
         wall = _median(rows, "wall_s", kernel=name, way="default")
-        lines.append(f"| {name} | {c:.2f} | {d:.2f} ({d / c - 1:+.1%}) | {bu:.2f} "
-                     f"({bu / d - 1:+.1%}) | {g:.2f} | {gap:+.2%} | {wall:.2f} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {c:.2f} | {d:.2f} ({d / c - 1:+.1%}) | {bu:.2f} "
+            f"({bu / d - 1:+.1%}) | {g:.2f} | {gap:+.2%} | {wall:.2f} |"
+        )
     return lines
 
 
 def cupti_metrics(rows: list[dict]) -> None:
     """The figures a later `cupti` run must not regress on."""
     kernels = list(dict.fromkeys(r["kernel"] for r in rows))
-    off = [abs(_median(rows, kernel=k, way="default") / _median(rows, kernel=k, way="cupti") - 1)
-           for k in kernels]  # fmt: skip
-    gaps = [abs(_median(rows, kernel=k, way="default", state="hot")
-                / _median(rows, kernel=k, way="default", state="cold") - 1) for k in kernels]
+    off = [
+        abs(_median(rows, kernel=k, way="default") / _median(rows, kernel=k, way="cupti") - 1)
+        for k in kernels
+    ]
+    gaps = [
+        abs(
+            _median(rows, kernel=k, way="default", state="hot")
+            / _median(rows, kernel=k, way="default", state="cold")
+            - 1
+        )
+        for k in kernels
+    ]
     runner.metric("worst_default_vs_cupti_pct", 100 * max(off), "%", slack=1.0)
     runner.metric("worst_default_cold_vs_hot_pct", 100 * max(gaps), "%", slack=0.5)
-    runner.metric("worst_default_wall_s", max(_median(rows, "wall_s", kernel=k, way="default")
-                                              for k in kernels), "s", slack=0.5)  # fmt: skip
+    runner.metric(
+        "worst_default_wall_s",
+        max(_median(rows, "wall_s", kernel=k, way="default") for k in kernels),
+        "s",
+        slack=0.5,
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--part", choices=sorted(PARTS), default="cupti",
-                        help="which ways of timing (default cupti)")  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="rounds (ways, bench: 3; cupti: 2)")  # fmt: skip
+    parser.add_argument(
+        "--part",
+        choices=sorted(PARTS),
+        default="cupti",
+        help="which ways of timing (default cupti)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="rounds (ways, bench: 3; cupti: 2)"
+    )
     parser.add_argument("--idle", type=float, default=None, help="seconds of rest before cold")
     parser.add_argument("--heat", type=float, default=None, help="seconds of load before hot")
     parser.add_argument("--reps", type=int, default=200, help="reps a call (ways)")
@@ -277,8 +345,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.sim:
-        print("tiny kernels need a GPU (torch, CUDA events, CUPTI): --sim has nothing to run",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "tiny kernels need a GPU (torch, CUDA events, CUPTI): --sim has nothing to run",
+            file=sys.stderr,
+        )
         return 2
     ways, _, idle, heat = PARTS[args.part]
     args.idle = idle if args.idle is None else args.idle
@@ -286,19 +356,32 @@ def run(args: argparse.Namespace) -> int:
     args.rounds = args.rounds or (2 if args.part == "cupti" else 3)
     kit = Kit()
     rows = measure_all(kit, args, ways)
-    print(f"{args.part}, rounds: {args.rounds}; cold after {args.idle:g} s idle, hot right after "
-          f"{args.heat:g} s of 8192^3 bf16 matmuls; medians per call:\n")  # fmt: skip
+    print(
+        f"{args.part}, rounds: {args.rounds}; cold after {args.idle:g} s idle, hot right after "
+        f"{args.heat:g} s of 8192^3 bf16 matmuls; medians per call:\n"
+    )
     print("\n".join(cupti_table(rows) if args.part == "cupti" else ways_table(rows)))
     if args.part == "cupti":
         cupti_metrics(rows)
     if args.data:
         with open(args.data, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                       "gpu": kit.torch.cuda.get_device_name(), "torch": kit.torch.__version__,
-                       "part": args.part, "rows": rows}, f, indent=1)  # fmt: skip
+            json.dump(
+                {
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "gpu": kit.torch.cuda.get_device_name(),
+                    "torch": kit.torch.__version__,
+                    "part": args.part,
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(runner.main("tiny", __doc__, add_arguments, run, quick={"rounds": 1},
-                         variant=lambda args: args.part))  # fmt: skip
+    sys.exit(
+        runner.main(
+            "tiny", __doc__, add_arguments, run, quick={"rounds": 1}, variant=lambda args: args.part
+        )
+    )

@@ -143,8 +143,7 @@ def _check_place(fd: int, shown: str, *, mode: int, own: bool | None, what: str)
     me = os.geteuid()
     if own:
         if st.st_uid != me:
-            raise _refuse(shown, f"belongs to {account(st.st_uid)}, not to {account(me)}",
-                          what)  # fmt: skip
+            raise _refuse(shown, f"belongs to {account(st.st_uid)}, not to {account(me)}", what)
         if stat.S_IMODE(st.st_mode) & ~mode & 0o7777:
             os.fchmod(fd, mode)  # the descriptor: never a name someone could have swapped
     elif own is False:
@@ -157,8 +156,12 @@ def create_temp(dir_fd: int, name: str, mode: int = 0o600, *, tag: str = "") -> 
     for _ in range(100):
         tmp = f".{name}{'.' + tag if tag else ''}.{secrets.token_hex(8)}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         mode, dir_fd=dir_fd)  # fmt: skip
+            fd = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                mode,
+                dir_fd=dir_fd,
+            )
         except FileExistsError:
             continue
         return fd, tmp

@@ -37,8 +37,7 @@ def to_dict(record: Any, omit: str | None = None) -> dict[str, Any]:
     values = getattr(record, "__dict__", None)
     if values is None:  # a record with __slots__
         return {n: _plain(getattr(record, n)) for n in names if n != omit}
-    return {n: v if type(v := values[n]) in _SCALARS else _plain(v)
-            for n in names if n != omit}  # fmt: skip
+    return {n: v if type(v := values[n]) in _SCALARS else _plain(v) for n in names if n != omit}
 
 
 def fields(record: Any, omit: str | None = None) -> dict[str, Any]:
@@ -110,8 +109,14 @@ def _builder(cls: type) -> Revive:
     fields = [(f.name, _reviver(hints.get(f.name, Any))) for f in dataclasses.fields(cls)]
 
     def build(data: Mapping[str, Any]) -> Any:
-        return cls(**{name: (None if (v := data[name]) is None else revive(v))
-                      for name, revive in fields if name in data})  # fmt: skip
+        return cls(
+            **{
+                name: (None if (v := data[name]) is None else revive(v))
+                for name, revive in fields
+                if name in data
+            }
+        )
+
     return build
 
 
@@ -135,6 +140,7 @@ def _reviver(hint: Any) -> Revive:
             if as_tuple is not None and isinstance(value, list):
                 return as_tuple(value)
             return value
+
         return union
     if dataclasses.is_dataclass(hint):
         build = _builder(hint)  # type: ignore[arg-type]
@@ -143,14 +149,20 @@ def _reviver(hint: Any) -> Revive:
         inner = _reviver(args[0] if args else Any)
         if inner is _same:
             return lambda value: tuple(value) if isinstance(value, (list, tuple)) else value
-        return lambda value: (tuple(None if v is None else inner(v) for v in value)
-                              if isinstance(value, (list, tuple)) else value)  # fmt: skip
+        return lambda value: (
+            tuple(None if v is None else inner(v) for v in value)
+            if isinstance(value, (list, tuple))
+            else value
+        )
     if origin is dict:
         inner = _reviver(args[1] if len(args) == 2 else Any)
         if inner is _same:
             return lambda value: dict(value) if isinstance(value, Mapping) else value
-        return lambda value: ({k: None if v is None else inner(v) for k, v in value.items()}
-                              if isinstance(value, Mapping) else value)  # fmt: skip
+        return lambda value: (
+            {k: None if v is None else inner(v) for k, v in value.items()}
+            if isinstance(value, Mapping)
+            else value
+        )
     return _same
 
 

@@ -113,15 +113,17 @@ def select_recorded(
         elif text.upper().startswith("GPU-") and (hit := _match_uuid(uuids, text)) is not None:
             found = [indices[hit]]
         elif _PCI.match(text) and (
-            hits := [i for i, g in zip(indices, gpus, strict=True)
-                     if _pci_key(str(g.get("pci_bus_id") or "")) == _pci_key(text)]
-        ):  # fmt: skip
+            hits := [
+                i
+                for i, g in zip(indices, gpus, strict=True)
+                if _pci_key(str(g.get("pci_bus_id") or "")) == _pci_key(text)
+            ]
+        ):
             found = hits[:1]
         else:
             raise ConfigError(
                 f"this run has no GPU {text}",
-                hint=f"it recorded GPU {known}: give one of those indices, a UUID or a PCI "
-                "bus id",
+                hint=f"it recorded GPU {known}: give one of those indices, a UUID or a PCI bus id",
             )
         chosen += [i for i in found if i not in chosen]
     return chosen

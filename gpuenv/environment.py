@@ -71,13 +71,31 @@ def environment_metadata(
 # the batch job a result came from: Slurm's ids (the job's report is `gpuenv job JOB_ID` on
 # its node) and its rank; torchrun's where no Slurm
 _JOB_ENV = (
-    ("slurm", "SLURM_JOB_ID", {"job_id": "SLURM_JOB_ID", "step_id": "SLURM_STEP_ID",
-     "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID",
-     "rank": "SLURM_PROCID", "local_id": "SLURM_LOCALID", "node": "SLURMD_NODENAME",
-     "ntasks": "SLURM_NTASKS"}),
-    ("torchrun", "TORCHELASTIC_RUN_ID", {"run_id": "TORCHELASTIC_RUN_ID", "rank": "RANK",
-     "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE"}),
-)  # fmt: skip
+    (
+        "slurm",
+        "SLURM_JOB_ID",
+        {
+            "job_id": "SLURM_JOB_ID",
+            "step_id": "SLURM_STEP_ID",
+            "array_job_id": "SLURM_ARRAY_JOB_ID",
+            "array_task_id": "SLURM_ARRAY_TASK_ID",
+            "rank": "SLURM_PROCID",
+            "local_id": "SLURM_LOCALID",
+            "node": "SLURMD_NODENAME",
+            "ntasks": "SLURM_NTASKS",
+        },
+    ),
+    (
+        "torchrun",
+        "TORCHELASTIC_RUN_ID",
+        {
+            "run_id": "TORCHELASTIC_RUN_ID",
+            "rank": "RANK",
+            "local_rank": "LOCAL_RANK",
+            "world_size": "WORLD_SIZE",
+        },
+    ),
+)
 
 
 def job_metadata(env: Any) -> dict[str, str]:
@@ -95,13 +113,22 @@ def _gpu_metadata(backend: Backend, g: int) -> dict[str, Any]:
     out: dict[str, Any] = {"index": g}
     info = _try(lambda: backend.device_info(g), errors, "device_info")
     if info is not None:
-        out.update(uuid=info.uuid, name=info.name, pci_bus_id=info.pci_bus_id,
-                   compute_capability=list(info.compute_capability or ()) or None,
-                   mig_mode=info.mig_mode, memory_total_mib=info.memory_total_mib)
+        out.update(
+            uuid=info.uuid,
+            name=info.name,
+            pci_bus_id=info.pci_bus_id,
+            compute_capability=list(info.compute_capability or ()) or None,
+            mig_mode=info.mig_mode,
+            memory_total_mib=info.memory_total_mib,
+        )
     limits = _try(lambda: backend.clock_limits(g), errors, "clock_limits")
     if limits is not None:
-        out.update(max_sm_mhz=limits.max_sm_mhz, max_mem_mhz=limits.max_mem_mhz,
-                   base_sm_mhz=limits.base_sm_mhz, default_app_sm_mhz=limits.default_app_sm_mhz)
+        out.update(
+            max_sm_mhz=limits.max_sm_mhz,
+            max_mem_mhz=limits.max_mem_mhz,
+            base_sm_mhz=limits.base_sm_mhz,
+            default_app_sm_mhz=limits.default_app_sm_mhz,
+        )
     app = _try(lambda: backend.app_clocks(g), errors, "app_clocks")
     if app is not None:
         out.update(app_sm_mhz=app.sm_mhz, app_mem_mhz=app.mem_mhz)
@@ -121,8 +148,13 @@ def _gpu_metadata(backend: Backend, g: int) -> dict[str, Any]:
                 out["sustained_sm_mhz"] = cal.sustained_mhz
     now = _try(lambda: backend.read_fast(g), errors, "read_fast")
     if now is not None:
-        out.update(sm_mhz=now.sm_mhz, mem_mhz=now.mem_mhz, temp_c=now.temp_c,
-                   power_w=now.power_w, reasons=now.reasons)
+        out.update(
+            sm_mhz=now.sm_mhz,
+            mem_mhz=now.mem_mhz,
+            temp_c=now.temp_c,
+            power_w=now.power_w,
+            reasons=now.reasons,
+        )
     if errors:
         out["errors"] = errors
     return out

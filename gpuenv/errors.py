@@ -130,9 +130,12 @@ class NvmlUnavailable(BackendError):
     )
 
     def __init__(
-        self, message: str = "NVML is not available", *, hint: str | None = None,
+        self,
+        message: str = "NVML is not available",
+        *,
+        hint: str | None = None,
         code: int | None = None,
-    ):  # fmt: skip
+    ):
         super().__init__(message, code=code, hint=hint)
         if code == 12:  # NVML_ERROR_LIBRARY_NOT_FOUND: nvidia-smi's 12, not 9 (no driver)
             self.exit_code = 12

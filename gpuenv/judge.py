@@ -61,9 +61,12 @@ def read_facts(
         with contextlib.suppress(GpuenvError):
             limit = backend.power_limits(g).limit_w
         facts[g] = GpuFacts(
-            max_sm_mhz=max_sm, slowdown_c=slowdown, gpu_max_c=gpu_max, power_limit_w=limit,
+            max_sm_mhz=max_sm,
+            slowdown_c=slowdown,
+            gpu_max_c=gpu_max,
+            power_limit_w=limit,
             lock_range_mhz=(lock_ranges or {}).get(g),
-        )  # fmt: skip
+        )
     return facts
 
 
@@ -157,9 +160,11 @@ class Evidence:
 
     @classmethod
     def sampled(
-        cls, source: WindowSource | None, spans: Sequence[tuple[float, float]],
+        cls,
+        source: WindowSource | None,
+        spans: Sequence[tuple[float, float]],
         gpus: Sequence[int],
-    ) -> Evidence:  # fmt: skip
+    ) -> Evidence:
         ev = cls(tuple(gpus), [], [(float(a), float(b)) for a, b in spans], source)
         ev.windows = ev._read(ev.spans)
         return ev
@@ -267,17 +272,29 @@ def judge(
             retried = sorted(set(retried) | set(bad))
             findings = findings_now()
     result = apply_policy(
-        findings, len(times), policy, config=config, name=name,
+        findings,
+        len(times),
+        policy,
+        config=config,
+        name=name,
         raise_if_too_few=len(times) > 1 if raise_if_too_few is None else raise_if_too_few,
-    )  # fmt: skip
+    )
     summary = tuple(summary_windows) if summary_windows is not None else evidence.summary()
     return Measurement.build(
-        name, times, rejected_reps=result.rejected_reps,
+        name,
+        times,
+        rejected_reps=result.rejected_reps,
         windows=tuple(evidence.windows) if keep_rep_windows else (),
-        findings=tuple(findings), verdict=result.verdict, policy=policy,
-        retried_reps=tuple(retried), summary_windows=summary, gpus=evidence.gpus,
-        timer=timer, started_at=started_at, extra=dict(extra or {}),
-    )  # fmt: skip
+        findings=tuple(findings),
+        verdict=result.verdict,
+        policy=policy,
+        retried_reps=tuple(retried),
+        summary_windows=summary,
+        gpus=evidence.gpus,
+        timer=timer,
+        started_at=started_at,
+        extra=dict(extra or {}),
+    )
 
 
 __all__ = [

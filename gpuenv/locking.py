@@ -113,10 +113,17 @@ def acquire(
     if held is None:
         with _hinted():
             held = locks.lock(
-                request.sm, mem=request.mem, power_limit_w=request.power_limit_w, gpus=gpus,
-                backend=backend, force=force, supervise=supervise, journal=journal,
-                kind="standing" if standing else "process", command=command,
-            )  # fmt: skip
+                request.sm,
+                mem=request.mem,
+                power_limit_w=request.power_limit_w,
+                gpus=gpus,
+                backend=backend,
+                force=force,
+                supervise=supervise,
+                journal=journal,
+                kind="standing" if standing else "process",
+                command=command,
+            )
     _HELD[:] = [lk for lk in _HELD if not lk.released]
     if not standing:
         _HELD.append(held)

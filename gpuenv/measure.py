@@ -56,7 +56,8 @@ class MeasureContext:
                     hint="import torch first, or use the host clock (cuda_events=False)",
                 )
             self._events = (
-                torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                torch.cuda.Event(enable_timing=True),
+                torch.cuda.Event(enable_timing=True),
             )
         self._started = env.clock.wall()
         self._t0 = env.sampler.mark()
@@ -79,10 +80,14 @@ class MeasureContext:
         host_s = t1 - self._t0
         extra = {"host_s": host_s} if device_s is not None else {}
         self.measurement = env.record(
-            self.name, [device_s if device_s is not None else host_s], [(self._t0, t1)],
-            timer=timer, started_at=self._started, extra=extra,
+            self.name,
+            [device_s if device_s is not None else host_s],
+            [(self._t0, t1)],
+            timer=timer,
+            started_at=self._started,
+            extra=extra,
             policy="reject" if env.policy == "retry" else env.policy,
-        )  # fmt: skip
+        )
 
     def __getattr__(self, attr: str) -> Any:
         m = self.__dict__.get("measurement")

@@ -41,8 +41,10 @@ MIN_BAND = 0.004  # a region's shading is at least this share of the time axis w
 DRAWN_POINTS = 2000  # a longer trace is drawn as min/max per slice (the figure is ~1200 px)
 PART_TRACE_NOTE = "where the trace has a gap, each rep's window is drawn as a flat step"
 MANY_REGIONS = 40  # more regions than this: shaded by name, named in the legend, not one by one
-NO_TRACE_NOTE = ("no telemetry trace in this file (written before gpuenv kept one): "
-                 "each rep's window is drawn as a flat step")
+NO_TRACE_NOTE = (
+    "no telemetry trace in this file (written before gpuenv kept one): "
+    "each rep's window is drawn as a flat step"
+)
 
 
 def _matplotlib() -> tuple[Any, Any]:
@@ -50,14 +52,13 @@ def _matplotlib() -> tuple[Any, Any]:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as err:
-        raise ConfigError(
-            "plotting needs matplotlib", hint="pip install 'gpuenv[plot]'"
-        ) from err
+        raise ConfigError("plotting needs matplotlib", hint="pip install 'gpuenv[plot]'") from err
     return Figure, FigureCanvasAgg
 
 
-def plot_run(run: Any, path: str | os.PathLike[str], *, title: str | None = None,
-             gpu: int | None = None) -> str:
+def plot_run(
+    run: Any, path: str | os.PathLike[str], *, title: str | None = None, gpu: int | None = None
+) -> str:
     """Draw `run` (a results.Run) to `path` (.png, .svg, .pdf: by extension); returns the path.
 
     `gpu`: which GPU's telemetry to draw (default: the run's first).
@@ -99,8 +100,11 @@ def run_figure(run: Any, *, title: str | None = None, gpu: int | None = None) ->
     if panels.steps(uncovered, t00):
         notes.append(NO_TRACE_NOTE if not line.t else PART_TRACE_NOTE)
     if panels.labelled:  # "best" weighs every drawn point: an upper corner for a big run
-        panels.clk.legend(loc="best" if len(regions) <= MANY_REGIONS else "upper right",
-                          fontsize=8, framealpha=0.8)
+        panels.clk.legend(
+            loc="best" if len(regions) <= MANY_REGIONS else "upper right",
+            fontsize=8,
+            framealpha=0.8,
+        )
     fig.suptitle(title or _title(run, g, len(regions)), fontsize=10)
     if any(notes):
         fig.supxlabel("\n".join(n for n in notes if n), fontsize=8, color="0.35")
@@ -117,7 +121,7 @@ def _colours(regions: Sequence[Any]) -> dict[int, str]:
     counts: dict[str, int] = {}
     for m in regions:
         counts[m.name] = counts.get(m.name, 0) + 1
-    top = sorted(counts, key=lambda n: -counts[n])[:len(_SHADES)]
+    top = sorted(counts, key=lambda n: -counts[n])[: len(_SHADES)]
     shade = {name: _SHADES[k] for k, name in enumerate(top)}
     return {id(m): shade.get(m.name, OTHER_SHADE) for m in regions}
 
@@ -143,8 +147,12 @@ class _Line:
 
     def _join(self, piece: dict[str, Any]) -> None:
         t0 = float(piece["t0"])
-        rows = [(t0 + float(t), c, w, tc) for t, c, w, tc in zip(
-            piece["t_s"], piece["sm_mhz"], piece["power_w"], piece["temp_c"], strict=False)]
+        rows = [
+            (t0 + float(t), c, w, tc)
+            for t, c, w, tc in zip(
+                piece["t_s"], piece["sm_mhz"], piece["power_w"], piece["temp_c"], strict=False
+            )
+        ]
         last = self.spans[-1][1] if self.spans else -math.inf
         rows = [r for r in rows if r[0] > last]  # a piece the line already covers adds nothing
         if not rows:
@@ -226,7 +234,7 @@ def _first_gpu(run: Any, measurements: Sequence[Any]) -> int | None:
 
 
 def _title(run: Any, gpu: int | None, count: int) -> str:
-    """"gpuenv session · NVIDIA H100 80GB HBM3 · GPU 0 · 2026-11-22 20:37 UTC · 4 measurements"."""
+    """ "gpuenv session · NVIDIA H100 80GB HBM3 · GPU 0 · 2026-11-22 20:37 UTC · 4 measurements"."""
     meta = getattr(run, "metadata", None) or {}
     if meta.get("tool") == "gpuenv run":
         command = meta.get("command")
@@ -238,8 +246,13 @@ def _title(run: Any, gpu: int | None, count: int) -> str:
         what = "gpuenv session" if "session" in meta else "gpuenv results"
     gpus = [e for e in meta.get("gpus") or [] if isinstance(e, dict)]
     entry = next((e for e in gpus if e.get("index") == gpu), gpus[0] if gpus else {})
-    parts = [what, entry.get("name"), None if gpu is None else f"GPU {gpu}", _when(meta),
-             f"{count} measurement{'' if count == 1 else 's'}"]
+    parts = [
+        what,
+        entry.get("name"),
+        None if gpu is None else f"GPU {gpu}",
+        _when(meta),
+        f"{count} measurement{'' if count == 1 else 's'}",
+    ]
     return " · ".join(str(p) for p in parts if p)
 
 
@@ -285,14 +298,19 @@ class _Panels:
         if not line.t:
             return ""
         ts = [t - t00 for t in line.t]
-        for ax, ys, label in ((self.clk, line.sm_mhz, self.label("NVML SM clock")),
-                              (self.pow, line.power_w, None), (self.tmp, line.temp_c, None)):
+        for ax, ys, label in (
+            (self.clk, line.sm_mhz, self.label("NVML SM clock")),
+            (self.pow, line.power_w, None),
+            (self.tmp, line.temp_c, None),
+        ):
             xs, drawn = envelope(ts, ys, DRAWN_POINTS // 2)
             ax.plot(xs, drawn, color="0.25", lw=0.9, label=label, gid="trace")
         if len(ts) <= DRAWN_POINTS:
             return ""
-        return (f"{len(ts):,} samples drawn as the lowest and highest of each of "
-                f"{DRAWN_POINTS // 2:,} slices")
+        return (
+            f"{len(ts):,} samples drawn as the lowest and highest of each of "
+            f"{DRAWN_POINTS // 2:,} slices"
+        )
 
     def steps(self, regions: Sequence[Sequence[Any]], t00: float) -> bool:
         """Each rep's window as a flat step (no trace covers it), one line with a break
@@ -312,8 +330,9 @@ class _Panels:
                 tp += [w.temp_c_start, w.temp_c_end]
         if not xs:
             return False
-        self.clk.plot(xs, clk, color="0.25", lw=0.9, label=self.label("NVML SM clock (per rep)"),
-                      gid="steps")
+        self.clk.plot(
+            xs, clk, color="0.25", lw=0.9, label=self.label("NVML SM clock (per rep)"), gid="steps"
+        )
         self.pow.plot(xs, pw, color="0.25", lw=0.9, gid="steps")
         self.tmp.plot(xs, tp, color="0.25", lw=0.9, gid="steps")
         return True
@@ -323,8 +342,9 @@ class _Panels:
         marks kept: reps closer together than a narrow band share one band."""
         span = _span(m, windows)
         if span is not None:
-            bands = [(a - t00, b - t00) for a, b in _bands(windows or m.summary_windows,
-                                                           self.min_band_s)]  # fmt: skip
+            bands = [
+                (a - t00, b - t00) for a, b in _bands(windows or m.summary_windows, self.min_band_s)
+            ]
             verdict = "" if m.verdict == "ok" else f" [{m.verdict}]"
             self.shaded.append((m.name, color, bands))
             self.names.append((span[0] - t00, span[1] - t00, f"{m.name}{verdict}", color))
@@ -341,13 +361,28 @@ class _Panels:
                 for a, b in bands:
                     mid, half = (a + b) / 2, max(b - a, self.min_band_s) / 2
                     for ax in (self.clk, self.pow, self.tmp):
-                        ax.axvspan(mid - half, mid + half, color=color, alpha=0.15, lw=0,
-                                   gid=f"region:{name}")
+                        ax.axvspan(
+                            mid - half,
+                            mid + half,
+                            color=color,
+                            alpha=0.15,
+                            lw=0,
+                            gid=f"region:{name}",
+                        )
         for (marker, color, text), pts in self.points.items():
-            style = {"ms": 2.5} if marker == "." else {
-                "ms": 6, "mfc": "none" if marker == "o" else color}
-            self.clk.plot([p[0] for p in pts], [p[1] for p in pts], marker, color=color,
-                          label=self.label(text), **style)
+            style = (
+                {"ms": 2.5}
+                if marker == "."
+                else {"ms": 6, "mfc": "none" if marker == "o" else color}
+            )
+            self.clk.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                marker,
+                color=color,
+                label=self.label(text),
+                **style,
+            )
 
     def _shade_by_colour(self) -> None:
         """One band collection per shade, bands nearer than a narrow band joined; the
@@ -364,16 +399,28 @@ class _Panels:
                     joined[-1][1] = max(joined[-1][1], b)
                 else:
                     joined.append([a, b])
-            spans = [((a + b) / 2 - max(b - a, self.min_band_s) / 2, max(b - a, self.min_band_s))
-                     for a, b in joined]  # fmt: skip
+            spans = [
+                ((a + b) / 2 - max(b - a, self.min_band_s) / 2, max(b - a, self.min_band_s))
+                for a, b in joined
+            ]
             counts = names[color]
             top = sorted(counts, key=lambda n: -counts[n])
-            label = (f"{top[0]} (x{counts[top[0]]:,})" if len(top) == 1
-                     else f"{len(top)} other names (x{sum(counts.values()):,})")  # fmt: skip
+            label = (
+                f"{top[0]} (x{counts[top[0]]:,})"
+                if len(top) == 1
+                else f"{len(top)} other names (x{sum(counts.values()):,})"
+            )
             for ax in (self.clk, self.pow, self.tmp):
-                ax.broken_barh(spans, (0, 1), transform=ax.get_xaxis_transform(), color=color,
-                               alpha=0.15, lw=0, gid="regions",
-                               label=label if ax is self.clk else None)
+                ax.broken_barh(
+                    spans,
+                    (0, 1),
+                    transform=ax.get_xaxis_transform(),
+                    color=color,
+                    alpha=0.15,
+                    lw=0,
+                    gid="regions",
+                    label=label if ax is self.clk else None,
+                )
             self.labelled.add(label)
 
     def place_names(self, fig: Any) -> None:
@@ -391,16 +438,31 @@ class _Panels:
             mid = to_px(((lo + hi) / 2, 0))[0]
             left = min(max(mid - width / 2, box.x0), box.x1 - width)
             extent = (left - 3, left + width + 3)  # 3 px apart at least
-            row = next((k for k, placed in enumerate(rows)
-                        if all(extent[1] <= a or b <= extent[0] for a, b in placed)), len(rows))
+            row = next(
+                (
+                    k
+                    for k, placed in enumerate(rows)
+                    if all(extent[1] <= a or b <= extent[0] for a, b in placed)
+                ),
+                len(rows),
+            )
             if row == len(rows):
                 rows.append([])
             rows[row].append(extent)
             x = self.clk.transData.inverted().transform((left, 0))[0]
-            self.clk.annotate(text, xy=(x, 1.0), xycoords=("data", "axes fraction"),
-                              xytext=(0, 2 + row * (LABEL_PT + 3)), textcoords="offset points",
-                              ha="left", va="bottom", fontsize=LABEL_PT, color=color,
-                              annotation_clip=False, gid=f"name:{text}")
+            self.clk.annotate(
+                text,
+                xy=(x, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(0, 2 + row * (LABEL_PT + 3)),
+                textcoords="offset points",
+                ha="left",
+                va="bottom",
+                fontsize=LABEL_PT,
+                color=color,
+                annotation_clip=False,
+                gid=f"name:{text}",
+            )
 
     def _probed_clock(self, m: Any, windows: list[Any], color: str, t00: float) -> None:
         """The effective clock probed before each rep (gpuenv.bench)."""
@@ -415,15 +477,22 @@ class _Panels:
         per_rep = len(windows)
         if not per_rep:
             return
-        warned = {r for f in m.findings if f.severity != "info" for r in f.reps
-                  if r < per_rep and r not in m.rejected_reps}
+        warned = {
+            r
+            for f in m.findings
+            if f.severity != "info"
+            for r in f.reps
+            if r < per_rep and r not in m.rejected_reps
+        }
         for reps, marker, colour, text in (
             (sorted(warned), "o", "#dd8452", "rep with a warning"),
-            (sorted(r for r in m.rejected_reps if r < per_rep), "x", "#c44e52",
-             "rejected rep"),
+            (sorted(r for r in m.rejected_reps if r < per_rep), "x", "#c44e52", "rejected rep"),
         ):
-            pts = [((windows[r].t0 + windows[r].t1) / 2 - t00, windows[r].sm_mhz_mean)
-                   for r in reps if windows[r].sm_mhz_mean is not None]
+            pts = [
+                ((windows[r].t0 + windows[r].t1) / 2 - t00, windows[r].sm_mhz_mean)
+                for r in reps
+                if windows[r].sm_mhz_mean is not None
+            ]
             if pts:
                 self.points.setdefault((marker, colour, text), []).extend(pts)
 
@@ -459,8 +528,10 @@ def _check_output(path: str | os.PathLike[str], canvas: Any) -> None:
 def _check_gpu(measurements: Sequence[Any], gpu: int | None) -> None:
     if gpu is None:
         return
-    seen = sorted({w.gpu for m in measurements for w in m.windows} | {
-        g for m in measurements for g in (m.gpus or ())})
+    seen = sorted(
+        {w.gpu for m in measurements for w in m.windows}
+        | {g for m in measurements for g in (m.gpus or ())}
+    )
     if gpu not in seen:
         raise ConfigError(
             f"this run has no telemetry of GPU {gpu}",

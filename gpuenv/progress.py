@@ -66,7 +66,7 @@ def default_delay() -> float:
 
 
 def sized(path: str | os.PathLike[str]) -> str:
-    """"run.jsonl (30 MB)": what a long read is reading (the size from 1 MB on)."""
+    """ "run.jsonl (30 MB)": what a long read is reading (the size from 1 MB on)."""
     try:
         size = os.stat(path).st_size
     except OSError:
@@ -94,8 +94,14 @@ class Progress:
     long the work runs before the first line is drawn (default: `default_delay()`).
     `show`: force the line on or off (default: `enabled(stream)`)."""
 
-    def __init__(self, text: str = "", *, stream: IO[str] | None = None,
-                 delay_s: float | None = None, show: bool | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        text: str = "",
+        *,
+        stream: IO[str] | None = None,
+        delay_s: float | None = None,
+        show: bool | None = None,
+    ) -> None:
         self.stream = sys.stderr if stream is None else stream
         self.on = enabled(self.stream) if show is None else show
         self.delay_s = default_delay() if delay_s is None else delay_s
@@ -171,8 +177,9 @@ class Progress:
                 _nested.append(self)
         self.tick()  # drawn at once where no delay is asked for
         if self.on and self.text and self._ticker is None:
-            self._ticker = threading.Thread(target=self._tick_loop, name="gpuenv-progress",
-                                            daemon=True)  # fmt: skip
+            self._ticker = threading.Thread(
+                target=self._tick_loop, name="gpuenv-progress", daemon=True
+            )
             self._ticker.start()
         return self
 

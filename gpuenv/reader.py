@@ -51,9 +51,15 @@ class BadRecord(ConfigError):
     whole-file document) and `field` (a dotted path, e.g. windows[3].sm_mhz_mean)."""
 
     def __init__(
-        self, what: str, path: str | os.PathLike[str], problem: str, *,
-        line: int | None = None, field: str | None = None, hint: str | None = None,
-    ):  # fmt: skip
+        self,
+        what: str,
+        path: str | os.PathLike[str],
+        problem: str,
+        *,
+        line: int | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+    ):
         self.path = os.fspath(path)
         self.line = line
         self.field = field
@@ -69,9 +75,13 @@ class BadRecord(ConfigError):
 
 
 def read_bytes(
-    path: str | os.PathLike[str], *, what: str, max_bytes: int = SMALL_MAX_BYTES,
-    setting: str | None = None, missing_ok: bool = False,
-) -> bytes | None:  # fmt: skip
+    path: str | os.PathLike[str],
+    *,
+    what: str,
+    max_bytes: int = SMALL_MAX_BYTES,
+    setting: str | None = None,
+    missing_ok: bool = False,
+) -> bytes | None:
     """The bytes of regular file `path`, at most `max_bytes`; None when it does not exist
     and `missing_ok`. `what` names the file for a person ("results", "the journal
     record"); `setting` the variable or option that moves it."""
@@ -119,13 +129,17 @@ def _too_big(what: str, path: str | os.PathLike[str], size: int, limit: int) -> 
 
 
 def read_text(
-    path: str | os.PathLike[str], *, what: str, max_bytes: int = SMALL_MAX_BYTES,
-    setting: str | None = None, missing_ok: bool = False, noun: str = "text",
-) -> str | None:  # fmt: skip
+    path: str | os.PathLike[str],
+    *,
+    what: str,
+    max_bytes: int = SMALL_MAX_BYTES,
+    setting: str | None = None,
+    missing_ok: bool = False,
+    noun: str = "text",
+) -> str | None:
     """`read_bytes`, decoded as UTF-8; a file that is not text is named with the offset
     (`noun`: what it is not, e.g. "a results file")."""
-    data = read_bytes(path, what=what, max_bytes=max_bytes, setting=setting,
-                      missing_ok=missing_ok)  # fmt: skip
+    data = read_bytes(path, what=what, max_bytes=max_bytes, setting=setting, missing_ok=missing_ok)
     if data is None:
         return None
     try:
@@ -150,8 +164,9 @@ def parse_json(
         raise BadRecord(what, path, f"not JSON ({err})", line=line) from None
     field = _too_deep(doc)
     if field is not None:
-        raise BadRecord(what, path, f"nested deeper than {MAX_DEPTH} levels", line=line,
-                        field=field)  # fmt: skip
+        raise BadRecord(
+            what, path, f"nested deeper than {MAX_DEPTH} levels", line=line, field=field
+        )
     return doc
 
 
@@ -164,20 +179,33 @@ def _too_deep(doc: Any) -> str | None:
         if depth > MAX_DEPTH:
             return where or "(top)"
         if isinstance(value, dict):
-            stack += [(v, depth + 1, f"{where}.{k}" if where else str(k))
-                      for k, v in value.items() if isinstance(v, (dict, list))]  # fmt: skip
+            stack += [
+                (v, depth + 1, f"{where}.{k}" if where else str(k))
+                for k, v in value.items()
+                if isinstance(v, (dict, list))
+            ]
         elif isinstance(value, list):
-            stack += [(v, depth + 1, f"{where}[{i}]")
-                      for i, v in enumerate(value) if isinstance(v, (dict, list))]  # fmt: skip
+            stack += [
+                (v, depth + 1, f"{where}[{i}]")
+                for i, v in enumerate(value)
+                if isinstance(v, (dict, list))
+            ]
     return None
 
 
 # -- record schema ------------------------------------------------------------------------
 
 
-def check_record(cls: type, data: Any, *, what: str, path: str | os.PathLike[str],
-                 line: int | None = None, prefix: str = "",
-                 hint: str | None = None) -> None:  # fmt: skip
+def check_record(
+    cls: type,
+    data: Any,
+    *,
+    what: str,
+    path: str | os.PathLike[str],
+    line: int | None = None,
+    prefix: str = "",
+    hint: str | None = None,
+) -> None:
     """`data` can become a `cls` (a record dataclass): every field it has is of the field's
     type, numbers finite, nested records checked too; a missing field without a default is
     named. Unknown keys are ignored (a newer gpuenv's file still loads)."""
@@ -211,8 +239,7 @@ def _checker(hint: Any) -> Checker:
     if hint is Any or hint is object:
         return _ok
     if origin in (typing.Union, types.UnionType):
-        return _union([_checker(a) for a in args if a is not type(None)],
-                      type(None) in args)  # fmt: skip
+        return _union([_checker(a) for a in args if a is not type(None)], type(None) in args)
     if dataclasses.is_dataclass(hint):
         return _not_null(_record(hint))  # type: ignore[arg-type]
     if hint in _SCALARS:
@@ -229,6 +256,7 @@ def _checker(hint: Any) -> Checker:
 def _not_null(check: Checker) -> Checker:
     def run(value: Any) -> Problem:
         return ("", "null where a value is needed") if value is None else check(value)
+
     return run
 
 
@@ -243,6 +271,7 @@ def _union(options: list[Checker], nullable: bool) -> Checker:
                 return None
             first = first or problem
         return first
+
     return run
 
 
@@ -250,8 +279,14 @@ def _union(options: list[Checker], nullable: bool) -> Checker:
 def _record(cls: type) -> Checker:
     hints = field_hints(cls)
     missing = dataclasses.MISSING
-    fields = [(f.name, f.default is missing and f.default_factory is missing,
-               _checker(hints.get(f.name, Any))) for f in dataclasses.fields(cls)]  # fmt: skip
+    fields = [
+        (
+            f.name,
+            f.default is missing and f.default_factory is missing,
+            _checker(hints.get(f.name, Any)),
+        )
+        for f in dataclasses.fields(cls)
+    ]
 
     def run(data: Any) -> Problem:
         if not isinstance(data, dict):
@@ -265,6 +300,7 @@ def _record(cls: type) -> Checker:
             if problem is not None:
                 return f".{name}{problem[0]}", problem[1]
         return None
+
     return run
 
 
@@ -302,6 +338,7 @@ def _items(check: Checker) -> Checker:
             if problem is not None:
                 return f"[{i}]{problem[0]}", problem[1]
         return None
+
     return run
 
 
@@ -316,6 +353,7 @@ def _fixed(checks: list[Checker]) -> Checker:
             if problem is not None:
                 return f"[{i}]{problem[0]}", problem[1]
         return None
+
     return run
 
 
@@ -328,6 +366,7 @@ def _values(check: Checker) -> Checker:
             if problem is not None:
                 return f".{k}{problem[0]}", problem[1]
         return None
+
     return run
 
 

@@ -60,25 +60,42 @@ _INFO: dict[int, ReasonInfo] = {
     i.bit: i
     for i in (
         ReasonInfo(0x1, "GpuIdle", "idle", "no work: clocks parked", "low_utilization"),
-        ReasonInfo(0x2, "ApplicationsClocksSetting", "clock setting",
-                   "held by locked or application clocks", None),
-        ReasonInfo(0x4, "SwPowerCap", "power cap",
-                   "clock lowered to stay under the power limit", "power"),
-        ReasonInfo(0x8, "HwSlowdown", "HW slowdown",
-                   "clock cut hard by the hardware (heat or power brake)", None),
-        ReasonInfo(0x10, "SyncBoost", "sync boost", "held to the slowest GPU of its group",
-                   "sync_boost"),
-        ReasonInfo(0x20, "SwThermalSlowdown", "thermal", "clock lowered: the GPU is too hot",
-                   "thermal"),
-        ReasonInfo(0x40, "HwThermalSlowdown", "HW thermal", "clock cut hard: the GPU is too hot",
-                   "thermal"),
-        ReasonInfo(0x80, "HwPowerBrakeSlowdown", "power brake", "the board asked for less power",
-                   None),
-        ReasonInfo(0x100, "DisplayClockSetting", "display clock", "held by the display clock",
-                   None),
+        ReasonInfo(
+            0x2,
+            "ApplicationsClocksSetting",
+            "clock setting",
+            "held by locked or application clocks",
+            None,
+        ),
+        ReasonInfo(
+            0x4, "SwPowerCap", "power cap", "clock lowered to stay under the power limit", "power"
+        ),
+        ReasonInfo(
+            0x8,
+            "HwSlowdown",
+            "HW slowdown",
+            "clock cut hard by the hardware (heat or power brake)",
+            None,
+        ),
+        ReasonInfo(
+            0x10, "SyncBoost", "sync boost", "held to the slowest GPU of its group", "sync_boost"
+        ),
+        ReasonInfo(
+            0x20, "SwThermalSlowdown", "thermal", "clock lowered: the GPU is too hot", "thermal"
+        ),
+        ReasonInfo(
+            0x40, "HwThermalSlowdown", "HW thermal", "clock cut hard: the GPU is too hot", "thermal"
+        ),
+        ReasonInfo(
+            0x80, "HwPowerBrakeSlowdown", "power brake", "the board asked for less power", None
+        ),
+        ReasonInfo(
+            0x100, "DisplayClockSetting", "display clock", "held by the display clock", None
+        ),
         ReasonInfo(0x200, "BoardLimit", "board limit", "held by a board limit", "board_limit"),
-        ReasonInfo(0x400, "Reliability", "reliability", "held by a reliability limit",
-                   "reliability"),
+        ReasonInfo(
+            0x400, "Reliability", "reliability", "held by a reliability limit", "reliability"
+        ),
     )
 }
 
@@ -88,7 +105,10 @@ REASON_NAMES: dict[int, str] = {bit: i.name for bit, i in _INFO.items()}
 # Masks. HELD_DOWN: the clock is held below what the GPU could run (burst mode waits
 # until none is active; a measurement under one is not a cool GPU's number).
 HELD_DOWN = (
-    Reason.SW_POWER_CAP | Reason.SW_THERMAL | Reason.HW_THERMAL | Reason.HW_SLOWDOWN
+    Reason.SW_POWER_CAP
+    | Reason.SW_THERMAL
+    | Reason.HW_THERMAL
+    | Reason.HW_SLOWDOWN
     | Reason.HW_POWER_BRAKE
 )
 THERMAL = Reason.SW_THERMAL | Reason.HW_THERMAL

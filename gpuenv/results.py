@@ -153,8 +153,13 @@ class Measurement(JsonRecord):
         """The field its JSON leaves out: a one-rep measurement whose `summary_windows` are
         its `windows` (each GPU's one window is its summary) writes them once, half of each
         line of a `gpuenv run` of 10,000 do_bench calls. `from_dict` puts them back."""
-        one = len(self.times_s) == 1 and len(self.windows) == len(self.summary_windows) and all(
-            a is b or a == b for a, b in zip(self.windows, self.summary_windows, strict=True))
+        one = (
+            len(self.times_s) == 1
+            and len(self.windows) == len(self.summary_windows)
+            and all(
+                a is b or a == b for a, b in zip(self.windows, self.summary_windows, strict=True)
+            )
+        )
         return "summary_windows" if one else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -167,15 +172,12 @@ class Measurement(JsonRecord):
         return from_dict(cls, data)
 
 
-
 @dataclass(frozen=True)
 class Run(JsonRecord):
     """Environment metadata and the measurements taken in it."""
 
     metadata: dict[str, Any]
     measurements: tuple[Measurement, ...] = ()
-
-
 
 
 # -- the JSONL store ---------------------------------------------------------------------
@@ -196,15 +198,20 @@ class ResultStore:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], metadata: dict[str, Any], *, fsync: bool = True,
+        self,
+        path: str | os.PathLike[str],
+        metadata: dict[str, Any],
+        *,
+        fsync: bool = True,
         mkdir: bool = False,
-    ):  # fmt: skip
+    ):
         """`mkdir`: create a missing directory (else a missing one is an error: gpuenv
         creates no directory it was not asked for)."""
         from gpuenv import validate
 
-        self.path = validate.output_path(path, "output", mkdir=mkdir,
-                                                 where="cannot write results") or Path(path)
+        self.path = validate.output_path(
+            path, "output", mkdir=mkdir, where="cannot write results"
+        ) or Path(path)
         self.run_id = uuid.uuid4().hex
         self.fsync = fsync
         created = not self.path.exists()
@@ -227,8 +234,10 @@ class ResultStore:
     def extend(self, measurements: Iterable[Measurement]) -> None:
         """Append measurements that are all ready now, with one fsync for all (an fsync per
         line cost 0.5-5 ms each: up to 50 s for 10,000), all of them or none."""
-        self._write({"type": "measurement", "run_id": self.run_id, **fields(m, m.json_omit())}
-                    for m in measurements)  # fmt: skip
+        self._write(
+            {"type": "measurement", "run_id": self.run_id, **fields(m, m.json_omit())}
+            for m in measurements
+        )
 
     def _write(self, records: Iterable[dict[str, Any]]) -> None:
         """Whole lines or nothing: a write cut short (disk full) is cut back off. Each line is
@@ -289,8 +298,7 @@ def load_runs(path: str | os.PathLike[str]) -> list[Run]:
 
     p = Path(path)
     what = "cannot read results file"
-    text = reader.read_text(p, what=what, max_bytes=reader.RESULTS_MAX_BYTES,
-                            noun="a results file")  # fmt: skip
+    text = reader.read_text(p, what=what, max_bytes=reader.RESULTS_MAX_BYTES, noun="a results file")
     runs: dict[str, tuple[dict[str, Any], list[Measurement]]] = {}
     bad: list[int] = []
     for lineno, line in enumerate(text.splitlines(), 1):  # type: ignore[union-attr]
@@ -310,8 +318,7 @@ def load_runs(path: str | os.PathLike[str]) -> list[Run]:
         if kind == "run":
             meta = record.get("metadata") or {}
             if not isinstance(meta, dict):
-                raise reader.BadRecord(what, p, "not a JSON object", line=lineno,
-                                       field="metadata")  # fmt: skip
+                raise reader.BadRecord(what, p, "not a JSON object", line=lineno, field="metadata")
             runs.setdefault(run_id, ({}, []))[0].update(meta)
         elif kind == "measurement":
             runs.setdefault(run_id, ({}, []))[1].append(_measurement(record, p, lineno))
@@ -326,8 +333,11 @@ def load_runs(path: str | os.PathLike[str]) -> list[Run]:
 
 
 TRACE_SERIES = ("t_s", "sm_mhz", "mem_mhz", "power_w", "temp_c", "reasons")
-_TOGETHER = (("sm_mhz_mean", "sm_mhz_min", "sm_mhz_max"), ("power_w_mean", "power_w_max"),
-             ("temp_c_start", "temp_c_end"))  # fmt: skip
+_TOGETHER = (
+    ("sm_mhz_mean", "sm_mhz_min", "sm_mhz_max"),
+    ("power_w_mean", "power_w_max"),
+    ("temp_c_start", "temp_c_end"),
+)
 
 
 def _measurement(record: dict[str, Any], path: Path, lineno: int) -> Measurement:
@@ -351,17 +361,32 @@ def _measurement(record: dict[str, Any], path: Path, lineno: int) -> Measurement
             for group in _TOGETHER:
                 if any(w.get(k) is not None for k in group) and None in map(w.get, group):
                     missing = next(k for k in group if w.get(k) is None)
-                    raise reader.BadRecord(what, path, f"null beside {group[0]}", line=lineno,
-                                           field=f"{key}[{i}].{missing}")  # fmt: skip
+                    raise reader.BadRecord(
+                        what,
+                        path,
+                        f"null beside {group[0]}",
+                        line=lineno,
+                        field=f"{key}[{i}].{missing}",
+                    )
     rejected = record.get("rejected_reps") or []
     n = len(record.get("times_s") or [])
     if n == 0:
-        raise reader.BadRecord(what, path, "no times (a measurement has one rep at least)",
-                               line=lineno, field="times_s")  # fmt: skip
+        raise reader.BadRecord(
+            what,
+            path,
+            "no times (a measurement has one rep at least)",
+            line=lineno,
+            field="times_s",
+        )
     for i, rep in enumerate(rejected):
         if not 0 <= rep < n:
-            raise reader.BadRecord(what, path, f"rep {rep} is not one of the {n} reps",
-                                   line=lineno, field=f"rejected_reps[{i}]")  # fmt: skip
+            raise reader.BadRecord(
+                what,
+                path,
+                f"rep {rep} is not one of the {n} reps",
+                line=lineno,
+                field=f"rejected_reps[{i}]",
+            )
     return Measurement.from_dict(record)
 
 
@@ -377,9 +402,7 @@ class Results(Sequence[Measurement]):
     (a write that fails is warned about, and the measurement stays here).
     """
 
-    def __init__(
-        self, metadata: dict[str, Any] | None = None, *, store: ResultStore | None = None
-    ):
+    def __init__(self, metadata: dict[str, Any] | None = None, *, store: ResultStore | None = None):
         self.metadata: dict[str, Any] = metadata if metadata is not None else {}
         self.store = store
         self._items: list[Measurement] = []
@@ -424,4 +447,3 @@ class Results(Sequence[Measurement]):
 
     def __str__(self) -> str:
         return "\n".join(m.summary() for m in self._items) or "(no measurements)"
-

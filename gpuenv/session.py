@@ -158,9 +158,13 @@ class Session:
         ranges = self._lock_ranges()
         self.facts = read_facts(self.backend, self.gpus, ranges)
         self.sampler = Sampler(
-            self.backend, self.gpus, period=self.period, clock=self.clock, lock_ranges=ranges,
+            self.backend,
+            self.gpus,
+            period=self.period,
+            clock=self.clock,
+            lock_ranges=ranges,
             lock_tolerance_mhz=self.config.lock_tolerance_mhz,
-        )  # fmt: skip
+        )
         self.trace = TracePieces(self.sampler, self.gpus, self.clock.now())
         self.sampler.start()
         for g in self.gpus:
@@ -201,9 +205,12 @@ class Session:
 
         try:
             lk = acquire(
-                self.sm, mem=self.mem, gpus=self.gpus, backend=self.backend,
+                self.sm,
+                mem=self.mem,
+                gpus=self.gpus,
+                backend=self.backend,
                 supervise=self.supervise,
-            )  # fmt: skip
+            )
             lk.__enter__()
         except (PermissionDenied, ReadOnlyError, NotSupported, LockConflict) as err:
             self._observe(str(err))
@@ -246,9 +253,13 @@ class Session:
         return MeasureContext(self, v.text(name, "name"))
 
     def repeat(
-        self, fn: Callable[[], object], reps: int = 10, *, name: str | None = None,
+        self,
+        fn: Callable[[], object],
+        reps: int = 10,
+        *,
+        name: str | None = None,
         warmup: int = 0,
-    ) -> Measurement:  # fmt: skip
+    ) -> Measurement:
         """Call `fn` `reps` times, each a host-timed rep with its own window.
 
         Under policy "retry", affected reps are re-run after recovery delays.
@@ -274,9 +285,12 @@ class Session:
         started = self.clock.wall()
         done = [run_one() for _ in range(reps)]
         return self.record(
-            label, [d[0] for d in done], [d[1] for d in done], started_at=started,
+            label,
+            [d[0] for d in done],
+            [d[1] for d in done],
+            started_at=started,
             rerun=lambda idx: [run_one() for _ in idx],
-        )  # fmt: skip
+        )
 
     def bench(self, fn: Callable[[], object], **kwargs: Any) -> Measurement:
         """The full GPU timing harness (gpuenv.timing.bench) inside this session."""
@@ -315,10 +329,18 @@ class Session:
             )
         retry = Retry(rerun, self.clock, self._recover) if rerun is not None else None
         m = judge(
-            name, times, Evidence.sampled(self.sampler, spans, self.gpus), facts=self.facts,
-            config=self.config, policy=policy, retry=retry, extra_findings=extra_findings,
-            timer=timer, started_at=started_at, extra=extra,
-        )  # fmt: skip
+            name,
+            times,
+            Evidence.sampled(self.sampler, spans, self.gpus),
+            facts=self.facts,
+            config=self.config,
+            policy=policy,
+            retry=retry,
+            extra_findings=extra_findings,
+            timer=timer,
+            started_at=started_at,
+            extra=extra,
+        )
         self._last_end = max(self._last_end, max(b for _, b in spans))
         return self.keep(m)
 
@@ -351,10 +373,15 @@ class Session:
         most `mode_config.burst_timeout_s`; returns seconds waited."""
         mc = self.mode_config
         waited, ready, pending = conditioning.wait_until_ready(
-            self.sampler, self.gpus, self.clock, since=self._last_end, facts=self.facts,
-            idle_temp_c=self._idle_temp_c, config=mc,
+            self.sampler,
+            self.gpus,
+            self.clock,
+            since=self._last_end,
+            facts=self.facts,
+            idle_temp_c=self._idle_temp_c,
+            config=mc,
             lock_tolerance_mhz=self.config.lock_tolerance_mhz,
-        )  # fmt: skip
+        )
         if not ready:
             s = self.sampler.latest(pending[0])
             state = f" ({s.sm_mhz} MHz, {s.temp_c:.0f} C)" if s is not None else ""
@@ -415,8 +442,7 @@ class Session:
 
         def show(line: str, settled: bool) -> None:
             elapsed = self.clock.now() - start
-            if tty or elapsed - last_print[0] >= 10 or settled \
-                    or elapsed >= mc.sustained_timeout_s:
+            if tty or elapsed - last_print[0] >= 10 or settled or elapsed >= mc.sustained_timeout_s:
                 last_print[0] = elapsed
                 out.write(("\r" if tty else "") + "gpuenv: " + line + ("" if tty else "\n"))
                 out.flush()
@@ -455,8 +481,9 @@ def _parameters_of(
     return give
 
 
-def _check_args(period: Any, config: Any, mode_config: Any, load: Any, output: Any,
-                stable_clocks: Any) -> None:  # fmt: skip
+def _check_args(
+    period: Any, config: Any, mode_config: Any, load: Any, output: Any, stable_clocks: Any
+) -> None:
     """stable()'s arguments, judged before anything opens (gpuenv.validate)."""
     if period is not None:
         v.sample_period(period, "period")

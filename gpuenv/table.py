@@ -30,8 +30,15 @@ def char_width(ch: str) -> int:
 # box drawing, blocks, shapes): str.translate drops them in C, the rest is looked up. Made on
 # the first text that is not ASCII (a command that prints none does not pay for it).
 _ONE_COLUMN: dict[int, None] = {}
-_ONE_COLUMN_RANGES = ((0x20, 0x7F), (0xA0, 0x100), (0x2010, 0x2070), (0x2190, 0x2200),
-                      (0x2260, 0x2270), (0x2500, 0x2600), (0x2700, 0x2780))  # fmt: skip
+_ONE_COLUMN_RANGES = (
+    (0x20, 0x7F),
+    (0xA0, 0x100),
+    (0x2010, 0x2070),
+    (0x2190, 0x2200),
+    (0x2260, 0x2270),
+    (0x2500, 0x2600),
+    (0x2700, 0x2780),
+)
 
 
 def display_width(text: str) -> int:
@@ -39,8 +46,12 @@ def display_width(text: str) -> int:
     if text.isascii():  # the common case, without a look-up a character
         return len(text)
     if not _ONE_COLUMN:
-        _ONE_COLUMN.update((cp, None) for lo, hi in _ONE_COLUMN_RANGES for cp in range(lo, hi)
-                           if char_width(chr(cp)) == 1)  # fmt: skip
+        _ONE_COLUMN.update(
+            (cp, None)
+            for lo, hi in _ONE_COLUMN_RANGES
+            for cp in range(lo, hi)
+            if char_width(chr(cp)) == 1
+        )
     rest = text.translate(_ONE_COLUMN)
     return len(text) - len(rest) + sum(map(char_width, rest))
 

@@ -83,9 +83,13 @@ def number(
 
 
 def integer(
-    value: Any, name: str, *, lo: int | None = None, hi: int | None = None,
+    value: Any,
+    name: str,
+    *,
+    lo: int | None = None,
+    hi: int | None = None,
     hint: str | None = None,
-) -> int:  # fmt: skip
+) -> int:
     """A whole number (an int, or a float with no fraction) within [lo, hi]; returned as int."""
     what = "a whole number"
     rng = _bounds(lo, hi, False, False)
@@ -152,9 +156,12 @@ def no_arg_callable(fn: Any, name: str) -> Callable[[], Any]:
     try:
         sig.bind()
     except TypeError:
-        needed = [p.name for p in sig.parameters.values()
-                  if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY,
-                                                         p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        needed = [
+            p.name
+            for p in sig.parameters.values()
+            if p.default is p.empty
+            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
         raise ConfigError(
             f"{name} {getattr(fn, '__name__', shown(fn))} needs arguments "
             f"({', '.join(needed)}); gpuenv calls it with none",
@@ -195,8 +202,10 @@ def output_path(
         raise ConfigError(f"{name} must be a file path, not {shown(path)}")
     text_path = os.fspath(path)
     if not isinstance(text_path, str) or not text_path.strip():
-        raise ConfigError(f"{name} must be a file path, not {shown(path)}",
-                          hint="give a file name, e.g. run.jsonl")  # fmt: skip
+        raise ConfigError(
+            f"{name} must be a file path, not {shown(path)}",
+            hint="give a file name, e.g. run.jsonl",
+        )
     p = Path(text_path)
     folder = p.parent
     if os.path.isdir(text_path):
@@ -207,8 +216,9 @@ def output_path(
         except OSError as err:
             raise FileError.from_os_error(err, path=folder, where=where) from err
     elif not folder.is_dir():
-        missing = FileError(folder, errno.ENOENT if not folder.exists() else errno.ENOTDIR,
-                            where=where)  # fmt: skip
+        missing = FileError(
+            folder, errno.ENOENT if not folder.exists() else errno.ENOTDIR, where=where
+        )
         if not folder.exists():
             missing.hint = f"create it first (mkdir -p {folder}) or pick another path"
         raise missing
@@ -234,9 +244,13 @@ def display_interval(value: Any, name: str) -> float:
 
 
 def env_number(
-    var: str, default: float, *, lo: float | None = None, hi: float | None = None,
+    var: str,
+    default: float,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
     environ: Any = None,
-) -> float:  # fmt: skip
+) -> float:
     """A number from environment variable `var` (unset or empty: `default`); text that is
     not a finite number in range is refused naming the variable, never silently replaced."""
     env = os.environ if environ is None else environ

@@ -57,7 +57,6 @@ class Finding(JsonRecord):
         return f"[{self.severity}] {self.kind}: {self.message}"
 
 
-
 class MeasurementRejected(GpuenvError):
     """The reject (or retry) policy left too few trustworthy repetitions."""
 
@@ -132,8 +131,13 @@ class VerdictConfig:
                 f"reject_severity {self.reject_severity!r} is not a severity",
                 hint=f"use one of {', '.join(SEVERITIES)}",
             )
-        for name in ("ramp_rel", "clock_drift_rel", "level_rel", "power_cap_min_fraction",
-                     "retry_delay_s"):
+        for name in (
+            "ramp_rel",
+            "clock_drift_rel",
+            "level_rel",
+            "power_cap_min_fraction",
+            "retry_delay_s",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative (got {getattr(self, name)})")
         if self.min_reps < 1 or self.max_retries < 0:
@@ -255,8 +259,11 @@ def _warmup(
         )
         if (idle or low) and rose:
             cold.append(i)
-    head, settled = slow_head(times, rel=c.ramp_rel, mad_k=c.ramp_mad_k,
-                              min_reps=c.ramp_min_reps) if times is not None else ([], None)
+    head, settled = (
+        slow_head(times, rel=c.ramp_rel, mad_k=c.ramp_mad_k, min_reps=c.ramp_min_reps)
+        if times is not None
+        else ([], None)
+    )
     reps = sorted(set(cold) | set(head))
     if not reps:
         return []
@@ -264,11 +271,14 @@ def _warmup(
     if cold:
         w0 = ws[cold[0]]
         if w0.reasons_start & Reason.GPU_IDLE:
-            why.append(f"{_reps_text(cold, len(ws))} started with the GPU idle (GpuIdle: no "
-                       "CUDA context yet, or one just created)")
+            why.append(
+                f"{_reps_text(cold, len(ws))} started with the GPU idle (GpuIdle: no "
+                "CUDA context yet, or one just created)"
+            )
         else:
-            why.append(f"{_reps_text(cold, len(ws))} started at an idle clock of "
-                       f"{w0.sm_mhz_start:.0f} MHz")
+            why.append(
+                f"{_reps_text(cold, len(ws))} started at an idle clock of {w0.sm_mhz_start:.0f} MHz"
+            )
     if head and settled is not None and times is not None:
         worst = max(times[i] for i in head)
         why.append(
@@ -280,7 +290,8 @@ def _warmup(
             "warmup_ramp",
             "warning",
             tuple(reps),
-            f"GPU {g} was still warming up: " + "; ".join(why)
+            f"GPU {g} was still warming up: "
+            + "; ".join(why)
             + "; warm up longer, or let gpuenv.bench discard warmup reps",
             g,
             {"cold_start_reps": len(cold), "slow_head_reps": len(head)},
@@ -295,22 +306,33 @@ def _levels(g: int | None, times: Sequence[float], c: VerdictConfig) -> list[Fin
     if found is None:
         return []
     kind = "bimodal" if found.shape == "split" else "drift"
-    return [Finding(kind, "warning", tuple(skip + i for i in found.reps),
-                    found.describe(times[skip:], skip), g, found.details(times[skip:], skip))]
+    return [
+        Finding(
+            kind,
+            "warning",
+            tuple(skip + i for i in found.reps),
+            found.describe(times[skip:], skip),
+            g,
+            found.details(times[skip:], skip),
+        )
+    ]
 
 
 def tiny_call(call_s: float, threshold_s: float, n_reps: int, gpu: int | None) -> Finding:
     """A call under `threshold_s` timed alone between CUDA events (mode "events", the
     do_bench drop-in): what its number holds besides the kernel, and why it moves."""
     return Finding(
-        "tiny_kernel", "info", tuple(range(n_reps)),
+        "tiny_kernel",
+        "info",
+        tuple(range(n_reps)),
         f"one call took {fmt_s(call_s)}, under {fmt_s(threshold_s, 'short')}, timed alone "
         "between CUDA events: the time holds ~3-5 us of launch and event overhead besides "
         "the kernel, and on an H100 such times moved 7-14% between runs at the same SM clock; "
         "for the kernel's own time use gpuenv.bench's default (mode='auto': the device "
         "time of back-to-back calls, from CUPTI)",
-        gpu, {"call_s": call_s, "threshold_s": threshold_s},
-    )  # fmt: skip
+        gpu,
+        {"call_s": call_s, "threshold_s": threshold_s},
+    )
 
 
 def cap_time_s(w: Window) -> float:
@@ -347,8 +369,10 @@ def _power_cap(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[
     if total > 0:
         details["fraction_under_cap"] = under / total
         share = under / total
-        text = (f"the SW power cap held GPU {g} back for {fmt_s(under, 'short')} of "
-                f"{fmt_s(total, 'short')} ({'<1%' if share < 0.01 else fmt_pct(share, 0)})")
+        text = (
+            f"the SW power cap held GPU {g} back for {fmt_s(under, 'short')} of "
+            f"{fmt_s(total, 'short')} ({'<1%' if share < 0.01 else fmt_pct(share, 0)})"
+        )
     else:
         text = f"the SW power cap was active on GPU {g}"
     text += f" in {_reps_text(reps, len(ws))}"
@@ -384,8 +408,9 @@ def _power_cap(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[
 
 
 def _thermal(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Finding]:
-    slow = [i for i, w in enumerate(ws) if w.reasons & THERMAL
-            or w.reason_s.get("thermal", 0.0) > 0]
+    slow = [
+        i for i, w in enumerate(ws) if w.reasons & THERMAL or w.reason_s.get("thermal", 0.0) > 0
+    ]
     if slow:
         hw = any(ws[i].reasons & Reason.HW_THERMAL for i in slow)
         tmax = max((ws[i].temp_c_max or 0.0) for i in slow)
@@ -398,46 +423,75 @@ def _thermal(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Fi
             + (f", {fmt_s(under, 'short')} under it" if under > 0 else "")
             + "): the clock was cut to cool the GPU; improve cooling or let it cool between runs"
         )
-        return [Finding("thermal", "error" if hw else "warning", tuple(slow), text, g,
-                        {"temp_c_max": tmax, "time_under_thermal_s": under})]
+        return [
+            Finding(
+                "thermal",
+                "error" if hw else "warning",
+                tuple(slow),
+                text,
+                g,
+                {"temp_c_max": tmax, "time_under_thermal_s": under},
+            )
+        ]
     # the first temperature where the driver cuts clocks: max operating, else slowdown
     limit, what = (f.gpu_max_c, "max operating") if f.gpu_max_c else (f.slowdown_c, "slowdown")
     if limit is None:
         return []
-    near = [i for i, w in enumerate(ws)
-            if w.temp_c_max is not None and w.temp_c_max >= limit - c.thermal_margin_c]
+    near = [
+        i
+        for i, w in enumerate(ws)
+        if w.temp_c_max is not None and w.temp_c_max >= limit - c.thermal_margin_c
+    ]
     if not near:
         return []
     tmax = max((ws[i].temp_c_max or 0.0) for i in near)
-    return [Finding(
-        "thermal", "info", tuple(near),
-        f"GPU {g} reached {tmax:.0f} C in {_reps_text(near, len(ws))}, within "
-        f"{c.thermal_margin_c:.0f} C of its {limit:.0f} C {what} temperature, where the "
-        "driver starts to cut the clock",
-        g, {"temp_c_max": tmax, "limit_c": limit},
-    )]
+    return [
+        Finding(
+            "thermal",
+            "info",
+            tuple(near),
+            f"GPU {g} reached {tmax:.0f} C in {_reps_text(near, len(ws))}, within "
+            f"{c.thermal_margin_c:.0f} C of its {limit:.0f} C {what} temperature, where the "
+            "driver starts to cut the clock",
+            g,
+            {"temp_c_max": tmax, "limit_c": limit},
+        )
+    ]
 
 
 def _hw(g: int, ws: list[Window]) -> list[Finding]:
     out = []
     brake = [i for i, w in enumerate(ws) if w.reasons & Reason.HW_POWER_BRAKE]
     if brake:
-        out.append(Finding(
-            "power_brake", "error", tuple(brake),
-            f"HW power brake slowdown on GPU {g} in {_reps_text(brake, len(ws))}: the board "
-            "cut the clock (power supply or an external signal); these numbers are not comparable",
-            g,
-        ))
+        out.append(
+            Finding(
+                "power_brake",
+                "error",
+                tuple(brake),
+                f"HW power brake slowdown on GPU {g} in {_reps_text(brake, len(ws))}: the board "
+                "cut the clock (power supply or an external signal); these numbers are not "
+                "comparable",
+                g,
+            )
+        )
     # HwSlowdown is also set whenever HW thermal or power brake is: report it alone only
-    other = [i for i, w in enumerate(ws) if w.reasons & Reason.HW_SLOWDOWN
-             and not w.reasons & (Reason.HW_THERMAL | Reason.HW_POWER_BRAKE)]
+    other = [
+        i
+        for i, w in enumerate(ws)
+        if w.reasons & Reason.HW_SLOWDOWN
+        and not w.reasons & (Reason.HW_THERMAL | Reason.HW_POWER_BRAKE)
+    ]
     if other:
-        out.append(Finding(
-            "hw_slowdown", "error", tuple(other),
-            f"HW slowdown on GPU {g} in {_reps_text(other, len(ws))}: the hardware cut the "
-            "clock (power or thermal protection); check 'gpuenv status' and the cooling",
-            g,
-        ))
+        out.append(
+            Finding(
+                "hw_slowdown",
+                "error",
+                tuple(other),
+                f"HW slowdown on GPU {g} in {_reps_text(other, len(ws))}: the hardware cut the "
+                "clock (power or thermal protection); check 'gpuenv status' and the cooling",
+                g,
+            )
+        )
     return out
 
 
@@ -454,16 +508,28 @@ def _lock(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Findi
     causes = [n for n in reason_names(union) if n not in ("GpuIdle", "ApplicationsClocksSetting")]
     text = f"the SM clock on GPU {g} read {lo:.0f}-{hi:.0f} MHz in {_reps_text(bad, len(ws))}"
     if rng:
-        text += f", outside the locked {rng[0]}-{rng[1]} MHz" if rng[0] != rng[1] else (
-            f", not the locked {rng[0]} MHz")
+        text += (
+            f", outside the locked {rng[0]}-{rng[1]} MHz"
+            if rng[0] != rng[1]
+            else (f", not the locked {rng[0]} MHz")
+        )
     if union & Reason.SW_POWER_CAP:
-        text += (": the power cap overrides locked clocks; "
-                 "lock a clock the cap can hold (gpuenv calibrate)")
+        text += (
+            ": the power cap overrides locked clocks; "
+            "lock a clock the cap can hold (gpuenv calibrate)"
+        )
     elif causes:
         text += f" while {', '.join(causes)} was active"
-    return [Finding("lock_not_held", "warning", tuple(bad), text, g,
-                    {"sm_mhz_min": lo, "sm_mhz_max": hi,
-                     "lock_range_mhz": list(rng) if rng else None})]
+    return [
+        Finding(
+            "lock_not_held",
+            "warning",
+            tuple(bad),
+            text,
+            g,
+            {"sm_mhz_min": lo, "sm_mhz_max": hi, "lock_range_mhz": list(rng) if rng else None},
+        )
+    ]
 
 
 def _other(g: int, ws: list[Window]) -> list[Finding]:
@@ -471,12 +537,17 @@ def _other(g: int, ws: list[Window]) -> list[Finding]:
     if not reps:
         return []
     pids = sorted({p for i in reps for p in ws[i].other_pids})
-    return [Finding(
-        "other_process", "warning", tuple(reps),
-        f"another process used GPU {g} during {_reps_text(reps, len(ws))} "
-        f"(pid {', '.join(map(str, pids))}): it competes for the GPU and its power budget",
-        g, {"pids": pids},
-    )]
+    return [
+        Finding(
+            "other_process",
+            "warning",
+            tuple(reps),
+            f"another process used GPU {g} during {_reps_text(reps, len(ws))} "
+            f"(pid {', '.join(map(str, pids))}): it competes for the GPU and its power budget",
+            g,
+            {"pids": pids},
+        )
+    ]
 
 
 def _drift(g: int, ws: list[Window], c: VerdictConfig) -> list[Finding]:
@@ -491,10 +562,15 @@ def _drift(g: int, ws: list[Window], c: VerdictConfig) -> list[Finding]:
         return []
     lo = min(m for _, m in means)
     hi = max(m for _, m in means)
-    return [Finding(
-        "clock_drift", "warning" if c.stable_clocks else "info", tuple(reps),
-        f"the SM clock on GPU {g} moved between reps: {lo:.0f}-{hi:.0f} MHz (median "
-        f"{median:.0f}); {_reps_text(reps, len(ws))} differ by more than "
-        f"{100 * c.clock_drift_rel:.0f}%",
-        g, {"sm_mhz_median": median, "sm_mhz_min": lo, "sm_mhz_max": hi},
-    )]
+    return [
+        Finding(
+            "clock_drift",
+            "warning" if c.stable_clocks else "info",
+            tuple(reps),
+            f"the SM clock on GPU {g} moved between reps: {lo:.0f}-{hi:.0f} MHz (median "
+            f"{median:.0f}); {_reps_text(reps, len(ws))} differ by more than "
+            f"{100 * c.clock_drift_rel:.0f}%",
+            g,
+            {"sm_mhz_median": median, "sm_mhz_min": lo, "sm_mhz_max": hi},
+        )
+    ]

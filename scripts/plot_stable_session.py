@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--png", default=None, help="also plot the session to this image")
     p.add_argument("--sim", action="store_true", help="the simulated H100 (virtual time)")
     p.add_argument("--gpu", type=int, default=0, help="CUDA/NVML index of the GPU (default 0)")
-    p.add_argument("--heavy-s", type=float, default=12.0,
-                   help="seconds of the heavy-load region (default 12)")
+    p.add_argument(
+        "--heavy-s", type=float, default=12.0, help="seconds of the heavy-load region (default 12)"
+    )
     args = p.parse_args(argv)
     env = run_session(args.session, sim=args.sim, gpu=args.gpu, heavy_s=args.heavy_s)
     for m in env.results:
@@ -117,8 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print(f"plot: {plot_run(load_run(args.session), args.png)}")
         except ConfigError as err:  # no matplotlib here: the session file is what matters
-            print(f"no plot: {err}; plot it where matplotlib is installed: "
-                  f"gpuenv plot {args.session} -o {args.png}", file=sys.stderr)
+            print(
+                f"no plot: {err}; plot it where matplotlib is installed: "
+                f"gpuenv plot {args.session} -o {args.png}",
+                file=sys.stderr,
+            )
             return 1
     return 0
 

@@ -46,20 +46,30 @@ def main() -> None:
                 cuda.CudaEvents.__init__ = shared_init if variant == "shared" else original
                 time.sleep(0.3)
                 m = gpuenv.bench(fn)
-                rows.append({"fn": name, "variant": variant, "call": i,
-                             "median_us": m.stats.median_s * 1e6})
+                rows.append(
+                    {"fn": name, "variant": variant, "call": i, "median_us": m.stats.median_s * 1e6}
+                )
                 print(json.dumps(rows[-1]), flush=True)
     cuda.CudaEvents.__init__ = original
     for name in fns:
         for variant in ("fresh", "shared"):
             v = [r["median_us"] for r in rows if r["fn"] == name and r["variant"] == variant]
             spread = (max(v) - min(v)) / statistics.median(v) * 100
-            print(f"{name:14s} {variant:6s}: {min(v):.2f}-{max(v):.2f} us "
-                  f"(spread {spread:.2f}%): " + " ".join(f"{x:.1f}" for x in v))
+            print(
+                f"{name:14s} {variant:6s}: {min(v):.2f}-{max(v):.2f} us "
+                f"(spread {spread:.2f}%): " + " ".join(f"{x:.1f}" for x in v)
+            )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                       "gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+            json.dump(
+                {
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "gpu": torch.cuda.get_device_name(),
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

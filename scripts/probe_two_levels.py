@@ -61,19 +61,31 @@ def main() -> None:
         outs.clear()
         flush.clear()
         m = gpuenv.bench(fn)
-        rows.append({"call": i, "state": state, "us": round(m.median_s * 1e6, 2),
-                     "out_ptrs": sorted(outs), "flush_ptr": flush[-1] if flush else None,
-                     "clock_mhz": m.extra.get("rep_clock_mhz_median"),
-                     "reserved_mib": torch.cuda.memory_reserved() >> 20})
+        rows.append(
+            {
+                "call": i,
+                "state": state,
+                "us": round(m.median_s * 1e6, 2),
+                "out_ptrs": sorted(outs),
+                "flush_ptr": flush[-1] if flush else None,
+                "clock_mhz": m.extra.get("rep_clock_mhz_median"),
+                "reserved_mib": torch.cuda.memory_reserved() >> 20,
+            }
+        )
         r = rows[-1]
-        print(f"{i:2d} {state:4s} {r['us']:7.2f} us  out {[hex(p) for p in r['out_ptrs']]}  "
-              f"flush {hex(r['flush_ptr'] or 0)}  clock {r['clock_mhz']:.0f}  "
-              f"reserved {r['reserved_mib']} MiB", flush=True)
+        print(
+            f"{i:2d} {state:4s} {r['us']:7.2f} us  out {[hex(p) for p in r['out_ptrs']]}  "
+            f"flush {hex(r['flush_ptr'] or 0)}  clock {r['clock_mhz']:.0f}  "
+            f"reserved {r['reserved_mib']} MiB",
+            flush=True,
+        )
     cut = statistics.median(r["us"] for r in rows)
     for lvl, pick in (("low", lambda r: r["us"] <= cut), ("high", lambda r: r["us"] > cut)):
         mine = [r for r in rows if pick(r)]
-        print(f"{lvl}: {len(mine)} calls, {sorted({r['us'] for r in mine})}; outputs at "
-              f"{sorted({hex(p) for r in mine for p in r['out_ptrs']})}")
+        print(
+            f"{lvl}: {len(mine)} calls, {sorted({r['us'] for r in mine})}; outputs at "
+            f"{sorted({hex(p) for r in mine for p in r['out_ptrs']})}"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

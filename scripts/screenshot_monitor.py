@@ -36,11 +36,23 @@ FONT_DIRS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/dejavu", "/Li
 BG = (24, 26, 33)
 FG = (212, 215, 221)
 PALETTE = [  # the 8 ANSI colours, then their bright versions
-    (40, 42, 54), (232, 90, 90), (120, 200, 120), (230, 190, 90),
-    (100, 150, 230), (200, 120, 220), (90, 200, 210), (212, 215, 221),
-    (90, 95, 110), (255, 120, 120), (150, 230, 150), (250, 215, 120),
-    (130, 175, 255), (225, 150, 245), (130, 225, 235), (255, 255, 255),
-]  # fmt: skip
+    (40, 42, 54),
+    (232, 90, 90),
+    (120, 200, 120),
+    (230, 190, 90),
+    (100, 150, 230),
+    (200, 120, 220),
+    (90, 200, 210),
+    (212, 215, 221),
+    (90, 95, 110),
+    (255, 120, 120),
+    (150, 230, 150),
+    (250, 215, 120),
+    (130, 175, 255),
+    (225, 150, 245),
+    (130, 225, 235),
+    (255, 255, 255),
+]
 SGR = re.compile(r"\x1b\[([0-9;]*)m")
 
 
@@ -181,18 +193,31 @@ def _capture(args: argparse.Namespace, env: dict[str, str], gpuenv: list[str], t
     work = subprocess.Popen(shlex.split(args.workload), cwd=ROOT) if args.workload else None
     try:
         subprocess.run(
-            [*tmux, "new-session", "-d", "-s", "shot", "-x", str(cols), "-y", str(rows),
-             f"cd {shlex.quote(str(ROOT))} && env {exports} {cmd}; sleep 60"],  # an error stays
-            check=True, env=env,
-        )  # fmt: skip
+            [
+                *tmux,
+                "new-session",
+                "-d",
+                "-s",
+                "shot",
+                "-x",
+                str(cols),
+                "-y",
+                str(rows),
+                f"cd {shlex.quote(str(ROOT))} && env {exports} {cmd}; sleep 60",
+            ],  # an error stays
+            check=True,
+            env=env,
+        )
         time.sleep(args.seconds)
         until = "" if args.real else args.until
         deadline = time.monotonic() + 30
         while True:
             text = subprocess.run(
                 [*tmux, "capture-pane", "-e", "-p", "-t", "shot"],
-                capture_output=True, text=True, check=True,
-            ).stdout  # fmt: skip
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             if until in SGR.sub("", text) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)

@@ -10,7 +10,7 @@ one config with the driver's benchmarker (triton.testing.do_bench), `Autotuner.r
 benchmarks every config the first time it sees a key.
 """
 
-PERF_REPORT = r'''
+PERF_REPORT = r"""
 class Benchmark:
     def __init__(self, x_names, x_vals, line_arg, line_vals, line_names, plot_name, args,
                  xlabel='', ylabel='', x_log=False, y_log=False, color=None, styles=None):
@@ -126,9 +126,9 @@ class Mark:
 def perf_report(benchmarks):
     wrapper = lambda fn: Mark(fn, benchmarks)
     return wrapper
-'''
+"""
 
-AUTOTUNER = r'''
+AUTOTUNER = r"""
 import builtins
 
 
@@ -192,4 +192,4 @@ class Config:
                 ) if v is not None
             }
         }
-'''
+"""

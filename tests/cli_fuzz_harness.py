@@ -33,9 +33,20 @@ N_GPUS = 2
 # Commands the fuzzer drives, with arguments that keep each one short: the monitor
 # and the daemon would otherwise run until stopped.
 COMMANDS = (
-    "status", "doctor", "lock", "restore", "unlock", "monitor", "run", "calibrate",
-    "compare", "plot", "demo", "daemon leases", "daemon check-config",
-)  # fmt: skip
+    "status",
+    "doctor",
+    "lock",
+    "restore",
+    "unlock",
+    "monitor",
+    "run",
+    "calibrate",
+    "compare",
+    "plot",
+    "demo",
+    "daemon leases",
+    "daemon check-config",
+)
 
 # Values that bound how long a command runs: only these are drawn for these flags.
 BOUNDED = {
@@ -49,11 +60,46 @@ BOUNDED = {
     "--period": ["0", "0.01", "-1", "nan", "x", ""],
 }
 WORDS = [
-    "", "0", "1", "-1", "7", "0,1", "0,0", "all", "auto", "local", "cuda:0", "cuda:9",
-    "GPU-nope", "1350", "1350,1500", "99999", "max", "base", "sustained", "fast", "nan",
-    "inf", "1e308", "-0", "2619", "500", "5000", "annotate", "reject", "idle", "load",
-    "h100", "legacy", "nope", "\u00e9\u00e8", "x" * 300, " ", "--", "-i",
-]  # fmt: skip
+    "",
+    "0",
+    "1",
+    "-1",
+    "7",
+    "0,1",
+    "0,0",
+    "all",
+    "auto",
+    "local",
+    "cuda:0",
+    "cuda:9",
+    "GPU-nope",
+    "1350",
+    "1350,1500",
+    "99999",
+    "max",
+    "base",
+    "sustained",
+    "fast",
+    "nan",
+    "inf",
+    "1e308",
+    "-0",
+    "2619",
+    "500",
+    "5000",
+    "annotate",
+    "reject",
+    "idle",
+    "load",
+    "h100",
+    "legacy",
+    "nope",
+    "\u00e9\u00e8",
+    "x" * 300,
+    " ",
+    "--",
+    "-i",
+]
 ENV_KEYS = {
     "GPUENV_BACKEND": ["sim", "nvml", "tpu", "", "SIM"],
     "GPUENV_READONLY": ["1", "0", "yes", "maybe", ""],
@@ -153,8 +199,9 @@ class Workspace:
             env["GPUENV_SIM_STATE"] = str(self.unwritable / "sim.json")
         elif fault == "unwritable_runtime_dir":
             env.pop("GPUENV_SIM_STATE")
-            env["XDG_RUNTIME_DIR"] = str(self.unwritable.parent if os.geteuid() == 0
-                                         else self.unwritable)
+            env["XDG_RUNTIME_DIR"] = str(
+                self.unwritable.parent if os.geteuid() == 0 else self.unwritable
+            )
         return env
 
     def resolve(self, word: str) -> str:
@@ -239,8 +286,17 @@ def _tail(command: str, rng: random.Random) -> list[str]:
     """Positional arguments, and what keeps the command short."""
     paths = ["@good", "@binary", "@truncated", "@empty", "@notjson", "@dir", "@missing", "x"]
     if command == "run":
-        cmd = rng.choice([["true"], ["false"], ["sh", "-c", "exit 3"], ["/no/such/cmd"],
-                          ["@binary"], ["@dir"], []])  # fmt: skip
+        cmd = rng.choice(
+            [
+                ["true"],
+                ["false"],
+                ["sh", "-c", "exit 3"],
+                ["/no/such/cmd"],
+                ["@binary"],
+                ["@dir"],
+                [],
+            ]
+        )
         return ["--", *cmd] if cmd or rng.random() < 0.5 else []
     if command == "compare":
         return [rng.choice(paths) for _ in range(rng.choice([0, 1, 2, 2, 2, 3]))]
@@ -259,8 +315,16 @@ def _value(flag: str, rng: random.Random) -> str:
     if flag in BOUNDED:
         return rng.choice(BOUNDED[flag])
     if flag in ("-o", "--output", "--config", "--socket"):
-        pool = ["@nodir", "@unwritable", "@dir", "@binary", "out.jsonl", "out.png", "o.bmpx",
-                "@sock"]  # fmt: skip
+        pool = [
+            "@nodir",
+            "@unwritable",
+            "@dir",
+            "@binary",
+            "out.jsonl",
+            "out.png",
+            "o.bmpx",
+            "@sock",
+        ]
         return rng.choice(pool)
     return rng.choice(WORDS)
 

@@ -307,9 +307,25 @@ _values = st.recursive(
     max_leaves=8,
 )
 _fields = st.sampled_from(
-    ["gpus", "sm", "sm_max", "mem", "power_limit_w", "standing", "wait", "label", "lease", "window",
-     "period", "events", "all", "versions", "client", "zzz"]
-)  # fmt: skip
+    [
+        "gpus",
+        "sm",
+        "sm_max",
+        "mem",
+        "power_limit_w",
+        "standing",
+        "wait",
+        "label",
+        "lease",
+        "window",
+        "period",
+        "events",
+        "all",
+        "versions",
+        "client",
+        "zzz",
+    ]
+)
 _plausible = st.fixed_dictionaries(
     {
         "v": st.sampled_from([1, 1, 1, 2, None]),

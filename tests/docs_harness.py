@@ -77,8 +77,10 @@ class Block:
             key = "file" if m["key"].lower() == "file" else "not run"
             if not self.reason():
                 what = "NAME" if key == "file" else "REASON"
-                raise ConventionError(f"{self.where}: `{self.marker.strip()}` says nothing: "
-                                      f"write `<!-- {key}: {what} -->`")  # fmt: skip
+                raise ConventionError(
+                    f"{self.where}: `{self.marker.strip()}` says nothing: "
+                    f"write `<!-- {key}: {what} -->`"
+                )
             return key
         if self.lang in OUTPUT:
             return "output"
@@ -118,8 +120,9 @@ def blocks(path: Path, root: Path = ROOT) -> list[Block]:
         end = next((j for j in range(i + 1, len(lines)) if close.match(lines[j])), None)
         if end is None:
             raise ConventionError(f"{rel}:{i + 1}: the fence opened here is never closed")
-        body = [ln[len(indent):] if ln.startswith(indent) else ln.lstrip()
-                for ln in lines[i + 1:end]]  # fmt: skip
+        body = [
+            ln[len(indent) :] if ln.startswith(indent) else ln.lstrip() for ln in lines[i + 1 : end]
+        ]
         prev = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         marker = prev if _MARKER.match(prev) else ""
         lang = info.split()[0].lstrip("{.").rstrip("}").lower() if info else ""
@@ -132,8 +135,12 @@ def find_block(lang: str, contains: str = "") -> Block:
     """The one ```lang block of the docs whose text has `contains`, in whichever file it is:
     a test that checks a documented config or query reads it so, and survives the docs moving.
     """
-    found = [b for path in markdown_files() for b in blocks(path)
-             if b.lang == lang and contains in b.text]  # fmt: skip
+    found = [
+        b
+        for path in markdown_files()
+        for b in blocks(path)
+        if b.lang == lang and contains in b.text
+    ]
     if len(found) != 1:
         where = ", ".join(b.where for b in found) or "none"
         raise LookupError(f"{len(found)} ```{lang} blocks with {contains!r} in the docs ({where})")
@@ -177,8 +184,11 @@ def python_source(block: Block) -> str:
     """A python block as it is; a pycon block's `>>> `/`... ` lines."""
     if block.lang != "pycon":
         return block.text
-    return "".join(ln[4:] + "\n" for ln in block.text.split("\n")
-                   if ln.startswith((">>> ", "... ")) or ln in (">>>", "..."))  # fmt: skip
+    return "".join(
+        ln[4:] + "\n"
+        for ln in block.text.split("\n")
+        if ln.startswith((">>> ", "... ")) or ln in (">>>", "...")
+    )
 
 
 @dataclass
@@ -224,9 +234,15 @@ class Failure:
 
 def _run(argv: list[str], work: Workdir, timeout: float) -> tuple[int, str, list[str]]:
     """(exit code, stdout+stderr tail, what it left running) of one command."""
-    proc = subprocess.Popen(argv, cwd=work.path, env=work.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        cwd=work.path,
+        env=work.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -281,11 +297,15 @@ def run_block(block: Block, work: Workdir) -> list[Failure]:
         if "Traceback (most recent call last)" in out:
             failures.append(Failure(block.where, f"`{cmd.text}` printed a traceback:\n{out}"))
         elif cmd.exit_line and cmd.exit_line not in out.split("\n"):
-            failures.append(Failure(block.where, f"`{cmd.text}` should print "
-                                    f"`{cmd.exit_line}` as shown:\n{out}"))  # fmt: skip
+            failures.append(
+                Failure(
+                    block.where, f"`{cmd.text}` should print `{cmd.exit_line}` as shown:\n{out}"
+                )
+            )
         elif cmd.fails and rc == 0:
-            failures.append(Failure(block.where, f"`{cmd.text}` should fail as shown, "
-                                    f"but exited 0:\n{out}"))  # fmt: skip
+            failures.append(
+                Failure(block.where, f"`{cmd.text}` should fail as shown, but exited 0:\n{out}")
+            )
         elif not cmd.fails and rc != 0:
             failures.append(Failure(block.where, f"`{cmd.text}` exited {rc}:\n{out}"))
         failures += [Failure(block.where, f"`{cmd.text}` left running: {p}") for p in left]
@@ -321,12 +341,13 @@ def run_file(path: Path, root: Path = ROOT) -> FileResult:
             failures += run_block(block, work)
             took[block.line] = time.monotonic() - t0
         rel = str(path.relative_to(root))
-        failures += [Failure(rel, f"the examples left a lock on {uuid} (a journal entry)")
-                     for uuid in left_locks(work)]  # fmt: skip
+        failures += [
+            Failure(rel, f"the examples left a lock on {uuid} (a journal entry)")
+            for uuid in left_locks(work)
+        ]
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    return FileResult(str(path.relative_to(root)), found, failures, time.monotonic() - start,
-                      took)
+    return FileResult(str(path.relative_to(root)), found, failures, time.monotonic() - start, took)
 
 
 def tally(found: list[Block]) -> Counter[str]:
@@ -334,8 +355,7 @@ def tally(found: list[Block]) -> Counter[str]:
     out: Counter[str] = Counter()
     for b in found:
         kind = b.kind()
-        out["not run: " + b.reason() if kind == "not run" else
-            "run" if kind in RUNS else kind] += 1  # fmt: skip
+        out["not run: " + b.reason() if kind == "not run" else "run" if kind in RUNS else kind] += 1
     return out
 
 
@@ -349,15 +369,19 @@ def main() -> int:
         counts = tally(res.blocks)
         total += counts
         failed += len(res.failures)
-        print(f"{res.path}: {len(res.blocks)} blocks, {dict(counts)}, "
-              f"{len(res.failures)} failures, {res.seconds:.1f} s")  # fmt: skip
+        print(
+            f"{res.path}: {len(res.blocks)} blocks, {dict(counts)}, "
+            f"{len(res.failures)} failures, {res.seconds:.1f} s"
+        )
         slow = [f"{line} ({s:.1f} s)" for line, s in res.block_seconds.items() if s >= 1.0]
         if slow:
             print(f"  blocks over 1 s: {', '.join(slow)}")
         for f in res.failures:
             print("  " + str(f).replace("\n", "\n    "))
-    print(f"total: {sum(total.values())} blocks, {dict(total)}, {failed} failures, "
-          f"{time.monotonic() - start:.1f} s")  # fmt: skip
+    print(
+        f"total: {sum(total.values())} blocks, {dict(total)}, {failed} failures, "
+        f"{time.monotonic() - start:.1f} s"
+    )
     return 1 if failed else 0
 
 

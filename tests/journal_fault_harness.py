@@ -219,8 +219,9 @@ def trial_garble(tmp: Path, rng: random.Random) -> str:
 def trial_delete(tmp: Path, rng: random.Random) -> str:
     """One GPU's record deleted: the main copy, the backup, or both ('rm' as once advised)."""
     sim, prior, journal, main = _standing(tmp, rng)
-    which = rng.choice(((main,), (main.with_name(main.name + BACKUP),),
-                        (main, main.with_name(main.name + BACKUP))))  # fmt: skip
+    which = rng.choice(
+        ((main,), (main.with_name(main.name + BACKUP),), (main, main.with_name(main.name + BACKUP)))
+    )
     for path in which:
         path.unlink()
     return _finish(sim, journal, prior)

@@ -163,10 +163,17 @@ class SlurmCluster:
         d = self.dir
         self._spawn(
             "munged",
-            ["munged", "-F", "-f", f"--socket={d}/munge/munge.socket",
-             f"--key-file={d}/munge/munge.key", f"--pid-file={d}/munge/munged.pid",
-             f"--log-file={d}/munge/munged.log", f"--seed-file={d}/munge/munged.seed"],
-        )  # fmt: skip
+            [
+                "munged",
+                "-F",
+                "-f",
+                f"--socket={d}/munge/munge.socket",
+                f"--key-file={d}/munge/munge.key",
+                f"--pid-file={d}/munge/munged.pid",
+                f"--log-file={d}/munge/munged.log",
+                f"--seed-file={d}/munge/munged.seed",
+            ],
+        )
         self._wait(lambda: (d / "munge" / "munge.socket").exists(), 10, "munged")
         self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
         self.start_slurmd()
@@ -264,8 +271,14 @@ class SlurmCluster:
     def wait_done(self, jobid: str, timeout: float = 60, ended: tuple[str, ...] = ENDED) -> str:
         """The job's end state, once its epilog has run (no longer COMPLETING)."""
         state = self.wait_state(jobid, ended, timeout)
-        self._wait(lambda: "COMPLETING" not in self.job(jobid).get("JobState", "")
-                   and not self._completing(jobid), timeout, f"job {jobid} epilog")  # fmt: skip
+        self._wait(
+            lambda: (
+                "COMPLETING" not in self.job(jobid).get("JobState", "")
+                and not self._completing(jobid)
+            ),
+            timeout,
+            f"job {jobid} epilog",
+        )
         return state
 
     def _completing(self, jobid: str) -> bool:

@@ -142,12 +142,12 @@ def test_the_seam_check_sees_each_kind_of_leak(source: str) -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        'if backend.capabilities.simulated: pass',
+        "if backend.capabilities.simulated: pass",
         'if self.name == "shared": pass',  # a scenario's name, not a backend's
         'record = {"backend": backend.name}',  # the name as an identity in a record
-        'if entry.backend != backend.name: pass',
+        "if entry.backend != backend.name: pass",
         'if kind == "sim": pass',  # the user's choice, before any backend exists
-        'workload = backend.workload',
+        "workload = backend.workload",
         'reason = getattr(backend, "reason", "read-only")',
     ],
 )

@@ -89,15 +89,18 @@ def test_findings_of_any_call_are_named_and_settings_reach_every_call():
     assert "power_cap" in p.findings and "findings in some calls: " in str(p)
 
 
-@pytest.mark.parametrize(("kwargs", "says"), [
-    ({"pairs": 1}, "pairs"),
-    ({"pairs": 5}, "fewer than 6 pairs cannot give a 95% interval"),
-    ({"pairs": "ten"}, "pairs"),
-    ({"names": ("old",)}, "names must be two non-empty strings"),
-    ({"names": ("old", "")}, "names must be two non-empty strings"),
-    ({"confidence": 1.5}, "confidence"),
-    ({"reps": 0}, "reps"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"pairs": 1}, "pairs"),
+        ({"pairs": 5}, "fewer than 6 pairs cannot give a 95% interval"),
+        ({"pairs": "ten"}, "pairs"),
+        ({"names": ("old",)}, "names must be two non-empty strings"),
+        ({"names": ("old", "")}, "names must be two non-empty strings"),
+        ({"confidence": 1.5}, "confidence"),
+        ({"reps": 0}, "reps"),
+    ],
+)
 def test_bad_settings_are_refused_before_anything_runs(kwargs, says):
     be = sim()
     ran: list[int] = []

@@ -8,6 +8,7 @@ results made up in a temporary directory.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import json
 import math
@@ -31,8 +32,9 @@ def test_the_report_rewrites_only_its_section(tmp_path: Path):
     results = tmp_path / "results"
     results.mkdir()
     doc = tmp_path / "benchmarks.md"
-    doc.write_text("# Benchmarks\n\nintro\n\n<!-- section:old -->\n# typed by hand\n"
-                   "<!-- /section:old -->\n")  # fmt: skip
+    doc.write_text(
+        "# Benchmarks\n\nintro\n\n<!-- section:old -->\n# typed by hand\n<!-- /section:old -->\n"
+    )
     assert report.write(doc, results)  # the section goes in before the first old one
     first = doc.read_text()
     assert first.index(report.BEGIN) < first.index("<!-- section:old -->")
@@ -55,15 +57,31 @@ def _m(value: float, better: str = "lower", slack: float = 0.0) -> dict:
 
 def _result(name: str, metrics: dict, gpu: str = "NVIDIA H100 80GB HBM3") -> dict:
     return {
-        "schema": 1, "name": name, "title": f"{name}: a benchmark", "command": f"python -m "
-        f"benchmarks.{name}", "date": "2026-11-24T19:00:00+00:00", "wall_s": 1.0,
+        "schema": 1,
+        "name": name,
+        "title": f"{name}: a benchmark",
+        "command": f"python -m benchmarks.{name}",
+        "date": "2026-11-24T19:00:00+00:00",
+        "wall_s": 1.0,
         "machine": {"host": "h", "cpu": "cpu", "cores": 2, "os": "Linux", "python": "3.11"},
-        "commit": {"sha": "0" * 40, "dirty": False}, "gpu": gpu, "quick": False, "sim": False,
-        "exit_code": 0, "args": {}, "metrics": metrics,
-        "blocks": [{"text": "# not a heading"},
-                   {"table": {"columns": ["a", "b \\| c"], "rows": [["1", "2"]],
-                              "align": ["left", "right"]}}],
-    }  # fmt: skip
+        "commit": {"sha": "0" * 40, "dirty": False},
+        "gpu": gpu,
+        "quick": False,
+        "sim": False,
+        "exit_code": 0,
+        "args": {},
+        "metrics": metrics,
+        "blocks": [
+            {"text": "# not a heading"},
+            {
+                "table": {
+                    "columns": ["a", "b \\| c"],
+                    "rows": [["1", "2"]],
+                    "align": ["left", "right"],
+                }
+            },
+        ],
+    }
 
 
 @pytest.mark.parametrize(
@@ -112,16 +130,24 @@ def test_the_runner_writes_the_record_tables_and_metrics(tmp_path: Path, capsys)
         return 0
 
     out = tmp_path / "r.json"
-    rc = runner.main("tiny", "tiny: a test\n\nmore", add, run, quick={"n": 3}, sim_only=True,
-                     argv=["--quick", "--out", str(out)])  # fmt: skip
+    rc = runner.main(
+        "tiny",
+        "tiny: a test\n\nmore",
+        add,
+        run,
+        quick={"n": 3},
+        sim_only=True,
+        argv=["--quick", "--out", str(out)],
+    )
     assert rc == 0 and "| x | 3 |" in capsys.readouterr().out  # still printed
     record = json.loads(out.read_text())
     assert record["quick"] and record["args"]["n"] == 3
     assert record["gpu"].startswith("simulated ")
     assert record["commit"]["sha"] and len(record["commit"]["sha"]) == 40
     assert record["machine"]["cores"] >= 1 and record["date"].endswith("+00:00")
-    assert record["metrics"] == {"x_s": {"value": 0.3, "unit": "s", "better": "lower",
-                                         "slack": 0.0}}  # fmt: skip
+    assert record["metrics"] == {
+        "x_s": {"value": 0.3, "unit": "s", "better": "lower", "slack": 0.0}
+    }
     assert record["blocks"] == [
         {"text": "n = 3"},
         {"table": {"columns": ["what", "value"], "rows": [["x", "3"]], "align": ["left", "right"]}},
@@ -129,18 +155,33 @@ def test_the_runner_writes_the_record_tables_and_metrics(tmp_path: Path, capsys)
     ]
 
 
+def _calls_with_name_and_doc(source: str, name: str) -> bool:
+    """Whether the module calls something with ("NAME", __doc__, ...) as its first arguments."""
+    return any(
+        isinstance(node, ast.Call)
+        and len(node.args) >= 2
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value == name
+        and isinstance(node.args[1], ast.Name)
+        and node.args[1].id == "__doc__"
+        for node in ast.walk(ast.parse(source))
+    )
+
+
 def test_every_benchmark_module_parses_the_shared_arguments():
     root = Path(runner.__file__).parent
-    modules = sorted(p.stem for p in root.glob("*.py")
-                     if not p.stem.startswith("_") and p.stem not in
-                     ("runner", "report", "regress", "checkout"))  # fmt: skip
+    modules = sorted(
+        p.stem
+        for p in root.glob("*.py")
+        if not p.stem.startswith("_") and p.stem not in ("runner", "report", "regress", "checkout")
+    )
     assert len(modules) >= 15
     for name in modules:
         module = importlib.import_module(f"benchmarks.{name}")
         assert callable(module.run), f"benchmarks/{name}.py has no run(args)"
         text = (root / f"{name}.py").read_text()
         # the runner's main, under the module's own name (its results file)
-        assert f'("{name}", __doc__' in text, f"benchmarks/{name}.py skips the runner"
+        assert _calls_with_name_and_doc(text, name), f"benchmarks/{name}.py skips the runner"
         assert "scripts/bench_" not in text, f"benchmarks/{name}.py names its old path"
 
 
@@ -173,9 +214,15 @@ def test_perf_report_reads_the_tutorials_table_and_compares_it_side_by_side():
 
 
 def test_a_report_that_prints_a_fence_stays_inside_its_own():
-    result = {"title": "t", "command": "python -m benchmarks.t", "date": "2026-11-24",
-              "machine": {"text": "a machine"}, "gpu": "none", "transcribed": "a test",
-              "blocks": [{"text": "before\n```\ninner\n```\nafter"}]}  # fmt: skip
+    result = {
+        "title": "t",
+        "command": "python -m benchmarks.t",
+        "date": "2026-11-24",
+        "machine": {"text": "a machine"},
+        "gpu": "none",
+        "transcribed": "a test",
+        "blocks": [{"text": "before\n```\ninner\n```\nafter"}],
+    }
     lines = report.section(result)
     start = lines.index("````text")
     assert lines[start + 1] == "before\n```\ninner\n```\nafter" and lines[start + 2] == "````"
@@ -211,17 +258,19 @@ def test_a_result_tabled_from_kept_data_is_what_its_benchmark_tables_from_it(key
 def test_tiny_and_dropin_judge_what_they_measured():
     from benchmarks import dropin, tiny
 
-    rows = [{"kernel": "k", "way": w, "state": s, "per_call_s": v, "wall_s": 0.5}
-            for w, base in (("cupti", 2e-6), ("default", 2.2e-6), ("burst", 2.2e-6),
-                            ("graph", 2.4e-6))
-            for s, v in (("cold", base), ("hot", base * 1.02))]  # fmt: skip
+    rows = [
+        {"kernel": "k", "way": w, "state": s, "per_call_s": v, "wall_s": 0.5}
+        for w, base in (("cupti", 2e-6), ("default", 2.2e-6), ("burst", 2.2e-6), ("graph", 2.4e-6))
+        for s, v in (("cold", base), ("hot", base * 1.02))
+    ]
     line = tiny.cupti_table(rows)[2]
     assert line.startswith("| k | 2.02 | 2.22 (+10.0%) | 2.22 (+0.0%) | 2.42 | +2.00% | 0.50 |")
-    calls = {"cold": [{"ms": 1.0, "wall_s": 0.1, "verdict": "ok", "findings": []}],
-             "hot": [{"ms": 1.05, "wall_s": 0.4, "verdict": "ok", "findings": []}]}
+    calls = {
+        "cold": [{"ms": 1.0, "wall_s": 0.1, "verdict": "ok", "findings": []}],
+        "hot": [{"ms": 1.05, "wall_s": 0.4, "verdict": "ok", "findings": []}],
+    }
     triton = {"cold": [{"ms": 1.0, "wall_s": 0.1}], "hot": [{"ms": 1.2, "wall_s": 0.1}]}
-    summary = dropin.summarize({"kernels": {"k": {"what": "", "gpuenv": calls,
-                                                  "triton": triton}}})  # fmt: skip
+    summary = dropin.summarize({"kernels": {"k": {"what": "", "gpuenv": calls, "triton": triton}}})
     g = summary["k"]["gpuenv"]
     assert g["gap"] == pytest.approx(0.05 / 1.025) and not g["gap_met"]  # 4.9% > 1%
     assert g["wall_ratio_hot"] == pytest.approx(4.0) and not g["wall_met"]  # over 3x

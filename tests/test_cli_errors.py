@@ -38,9 +38,14 @@ def one_error(result, code: int, *needles: str) -> str:
 def gpuenv(*args: str, tmp: Path, stdout=subprocess.PIPE, **env: str):
     full = dict(os.environ, PYTHONPATH=str(ROOT), **env)
     return subprocess.run(
-        [sys.executable, "-m", "gpuenv", *args], env=full, stdout=stdout,
-        stderr=subprocess.PIPE, timeout=60, cwd=tmp, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "gpuenv", *args],
+        env=full,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        timeout=60,
+        cwd=tmp,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +53,17 @@ def good_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A results file 'gpuenv run' wrote on the simulated GPU (GPU 0 only)."""
     tmp = tmp_path_factory.mktemp("good")
     path = tmp / "good.jsonl"
-    proc = gpuenv("--sim", "run", "-o", str(path), "--", "true", tmp=tmp,
-                  GPUENV_STATE_DIR=str(tmp / "state"), GPUENV_SIM_STATE=str(tmp / "sim.json"))
+    proc = gpuenv(
+        "--sim",
+        "run",
+        "-o",
+        str(path),
+        "--",
+        "true",
+        tmp=tmp,
+        GPUENV_STATE_DIR=str(tmp / "state"),
+        GPUENV_SIM_STATE=str(tmp / "sim.json"),
+    )
     assert proc.returncode == 0, proc.stderr
     return path
 
@@ -114,9 +128,15 @@ def test_run_output_in_a_missing_directory_creates_nothing(tmp_path: Path) -> No
 
 def test_daemon_socket_in_a_missing_directory_creates_nothing(tmp_path: Path) -> None:
     sock = tmp_path / "nonexistent-dir" / "x" / "y.sock"
-    proc = gpuenv("--sim", "daemon", "--socket", str(sock), tmp=tmp_path,
-                  GPUENV_STATE_DIR=str(tmp_path / "state"),
-                  GPUENV_SIM_STATE=str(tmp_path / "sim.json"))  # fmt: skip
+    proc = gpuenv(
+        "--sim",
+        "daemon",
+        "--socket",
+        str(sock),
+        tmp=tmp_path,
+        GPUENV_STATE_DIR=str(tmp_path / "state"),
+        GPUENV_SIM_STATE=str(tmp_path / "sim.json"),
+    )
     assert proc.returncode == 2, proc.stderr
     assert b"does not exist" in proc.stderr and b"Traceback" not in proc.stderr
     assert not (tmp_path / "nonexistent-dir").exists()
@@ -159,8 +179,9 @@ def test_ctrl_c_during_calibrate_exits_130_not_the_unsettled_1(
 )
 def test_a_full_standard_output_is_a_sentence(args: list[str], tmp_path: Path) -> None:
     with open("/dev/full", "wb") as full:
-        proc = gpuenv("--sim", *args, tmp=tmp_path, stdout=full,
-                      GPUENV_SIM_STATE=str(tmp_path / "sim.json"))  # fmt: skip
+        proc = gpuenv(
+            "--sim", *args, tmp=tmp_path, stdout=full, GPUENV_SIM_STATE=str(tmp_path / "sim.json")
+        )
     assert proc.returncode == 2
     assert proc.stderr.decode().startswith("gpuenv: error: cannot write to standard output")
     assert b"Traceback" not in proc.stderr and proc.stderr.count(b"\n") == 1
@@ -169,8 +190,13 @@ def test_a_full_standard_output_is_a_sentence(args: list[str], tmp_path: Path) -
 def test_a_closed_pipe_exits_141_quietly(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT), GPUENV_SIM_STATE=str(tmp_path / "sim.json"))
     script = f"{sys.executable} -m gpuenv --sim status --json -i 0,0,0,0,0,0,0,0,0,0 | head -c 1"
-    proc = subprocess.run(["bash", "-c", script + "; echo ${PIPESTATUS[0]} >&2"],
-                          env=env, capture_output=True, timeout=60, check=False)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "-c", script + "; echo ${PIPESTATUS[0]} >&2"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     code = int(proc.stderr.decode().strip().splitlines()[-1])
     assert code in (0, 141)  # 0 when everything fitted in the pipe before head left
     assert b"Traceback" not in proc.stderr and b"Exception ignored" not in proc.stderr
@@ -210,19 +236,30 @@ def test_an_unwritable_runtime_dir_names_the_sim_state_variable(tmp_path: Path) 
 def test_a_file_size_limit_fails_the_lock_before_any_setting_changes(tmp_path: Path) -> None:
     import resource
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT), GPUENV_STATE_DIR=str(tmp_path / "state"),
-               GPUENV_SIM_STATE=str(tmp_path / "sim.json"), GPUENV_SIM_GPUS="1")  # fmt: skip
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        GPUENV_STATE_DIR=str(tmp_path / "state"),
+        GPUENV_SIM_STATE=str(tmp_path / "sim.json"),
+        GPUENV_SIM_GPUS="1",
+    )
     base = [sys.executable, "-m", "gpuenv", "--sim"]
-    subprocess.run([*base, "lock", "--power-limit", "650"], env=env, check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [*base, "lock", "--power-limit", "650"], env=env, check=True, capture_output=True
+    )
     subprocess.run([*base, "restore"], env=env, check=True, capture_output=True)
     before = subprocess.run([*base, "status", "--json"], env=env, capture_output=True).stdout
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (700, 700))
 
-    proc = subprocess.run([*base, "lock", "--sm", "1350", "--power-limit", "500"], env=env,
-                          capture_output=True, preexec_fn=limit, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [*base, "lock", "--sm", "1350", "--power-limit", "500"],
+        env=env,
+        capture_output=True,
+        preexec_fn=limit,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert b"size limit" in proc.stderr and b"Traceback" not in proc.stderr
     after = subprocess.run([*base, "status", "--json"], env=env, capture_output=True).stdout
@@ -234,16 +271,20 @@ def test_a_file_size_limit_fails_the_lock_before_any_setting_changes(tmp_path: P
 def _settings(status_json: bytes) -> list[tuple[object, ...]]:
     import json
 
-    return [(g["lock"]["state"], g["power_limit_w"], g["sm_mhz"])
-            for g in json.loads(status_json)["gpus"]]  # fmt: skip
+    return [
+        (g["lock"]["state"], g["power_limit_w"], g["sm_mhz"])
+        for g in json.loads(status_json)["gpus"]
+    ]
 
 
 # -- a lost journal --------------------------------------------------------------------------------
 
 
 def test_a_deleted_journal_is_seen_and_restore_defaults_resets(tmp_path: Path) -> None:
-    env = {"GPUENV_STATE_DIR": str(tmp_path / "state"),
-           "GPUENV_SIM_STATE": str(tmp_path / "sim.json")}  # fmt: skip
+    env = {
+        "GPUENV_STATE_DIR": str(tmp_path / "state"),
+        "GPUENV_SIM_STATE": str(tmp_path / "sim.json"),
+    }
     assert run("--sim", "lock", "--sm", "1350", "--power-limit", "500", env=env).exit_code == 0
     for p in (tmp_path / "state").glob("GPU-*"):
         p.unlink()  # as the old error message advised
@@ -265,8 +306,11 @@ def test_a_deleted_journal_is_seen_and_restore_defaults_resets(tmp_path: Path) -
 
 
 def test_a_damaged_record_of_gpu_1_blocks_only_gpu_1(tmp_path: Path) -> None:
-    env = {"GPUENV_STATE_DIR": str(tmp_path / "state"),
-           "GPUENV_SIM_STATE": str(tmp_path / "sim.json"), "GPUENV_SIM_GPUS": "2"}  # fmt: skip
+    env = {
+        "GPUENV_STATE_DIR": str(tmp_path / "state"),
+        "GPUENV_SIM_STATE": str(tmp_path / "sim.json"),
+        "GPUENV_SIM_GPUS": "2",
+    }
     assert run("--sim", "lock", "--sm", "1350", env=env).exit_code == 0
     status = run("--sim", "status", "--json", env=env).output
     uuid1 = re.findall(r'"uuid": "(GPU-[^"]+)"', status)[1]
@@ -288,7 +332,8 @@ def test_a_damaged_record_of_gpu_1_blocks_only_gpu_1(tmp_path: Path) -> None:
 
 def test_every_exit_code_is_in_the_documented_table() -> None:
     readme = (ROOT / "docs" / "reference" / "exit-codes.md").read_text()  # the README's, moved
-    table = readme[readme.index("<!-- section:exit-codes -->"):
-                   readme.index("<!-- /section:exit-codes -->")]  # fmt: skip
+    table = readme[
+        readme.index("<!-- section:exit-codes -->") : readme.index("<!-- /section:exit-codes -->")
+    ]
     for code in EXIT_CODES:
         assert re.search(rf"^\| {code} \|", table, re.M), f"exit code {code} not in the table"

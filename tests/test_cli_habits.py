@@ -94,8 +94,12 @@ def test_monitor_ascii_is_asked_or_automatic_never_a_traceback(tmp_path) -> None
     asked = run("--sim", "monitor", "--once", "-U", "--no-color")
     assert asked.exit_code == 0 and asked.output.isascii() and "#" in asked.output
     env = {**os.environ, "PYTHONIOENCODING": "ascii", "GPUENV_BACKEND": "sim"}
-    out = subprocess.run([sys.executable, "-m", "gpuenv", "monitor", "--once"], env=env,
-                         capture_output=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "gpuenv", "monitor", "--once"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr.decode(errors="replace")
     assert b"Traceback" not in out.stderr and out.stdout.isascii() and b"board" in out.stdout
 
@@ -104,8 +108,17 @@ def test_monitor_ascii_is_asked_or_automatic_never_a_traceback(tmp_path) -> None
 
 
 def test_every_command_that_takes_a_gpu_takes_i() -> None:
-    for name in ("status", "doctor", "demo", "lock", "restore", "monitor", "run", "calibrate",
-                 "plot"):  # fmt: skip
+    for name in (
+        "status",
+        "doctor",
+        "demo",
+        "lock",
+        "restore",
+        "monitor",
+        "run",
+        "calibrate",
+        "plot",
+    ):
         assert "-i, --gpu SEL" in run(name, "--help").output, name
 
 
@@ -130,11 +143,11 @@ def test_select_recorded_by_index_uuid_prefix_pci_and_all() -> None:
         select_recorded(gpus, "cuda:0")  # CUDA's numbering belongs to the machine that ran it
 
 
-
 @pytest.mark.parametrize("damaged", [[{"uuid": "GPU-x"}], [{"index": "zero"}], ["0"]])
 def test_a_damaged_list_of_recorded_gpus_is_a_sentence(damaged) -> None:
     with pytest.raises(ConfigError, match="list of GPUs is damaged"):
         select_recorded(damaged, "0")
+
 
 def _run_file(tmp_path, sim: SimBackend):
     results = Results({"gpus": _recorded(sim)})
@@ -183,9 +196,10 @@ def test_supported_clocks_are_what_the_backend_lists() -> None:
 
 def test_runs_write_uneven_clocks_one_by_one() -> None:
     assert runs([1980, 1965, 1950, 1400, 1000, 900, 800]) == [
-        "1980-1950 MHz in 15 MHz steps (3 clocks)", "1400 MHz",
+        "1980-1950 MHz in 15 MHz steps (3 clocks)",
+        "1400 MHz",
         "1000-800 MHz in 100 MHz steps (3 clocks)",
-    ]  # fmt: skip
+    ]
     assert runs([2619]) == ["2619 MHz"] and runs([]) == []
 
 
@@ -210,8 +224,9 @@ def test_cli_supported_clocks_as_table_json_and_csv() -> None:
 
 
 def test_cli_query_supported_clocks_as_nvidia_smi() -> None:
-    out = run("--sim", "status", "--query-supported-clocks=gr", "--format=csv,noheader,nounits",
-              "-i", "0").output  # fmt: skip
+    out = run(
+        "--sim", "status", "--query-supported-clocks=gr", "--format=csv,noheader,nounits", "-i", "0"
+    ).output
     clocks = [int(x) for x in out.split()]
     assert clocks == list(range(1980, 344, -15)) * 2  # per memory clock (2619, 1593), descending
     head = run("--sim", "status", "--query-supported-clocks=mem,gr", "-i", "0").output

@@ -36,10 +36,24 @@ def refused(result, *needles: str, code: int = 2) -> None:
 
 
 def gpuenv(*args: str, tmp: Path, stdout=subprocess.PIPE, **env: str):
-    full = dict(os.environ, PYTHONPATH=str(ROOT), GPUENV_BACKEND="sim",
-                GPUENV_STATE_DIR=str(tmp / "state"), GPUENV_SIM_STATE=str(tmp / "sim.json"), **env)
-    return subprocess.run([sys.executable, "-m", "gpuenv", *args], env=full, stdout=stdout,
-                          stderr=subprocess.PIPE, timeout=60, cwd=tmp, check=False, text=True)
+    full = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        GPUENV_BACKEND="sim",
+        GPUENV_STATE_DIR=str(tmp / "state"),
+        GPUENV_SIM_STATE=str(tmp / "sim.json"),
+        **env,
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "gpuenv", *args],
+        env=full,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        timeout=60,
+        cwd=tmp,
+        check=False,
+        text=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +92,7 @@ def test_a_bad_number_or_name_is_one_sentence(args: list[str], needle: str) -> N
 
 @pytest.mark.parametrize("flag", ["--alpha", "--fail-above", "--min-change"])
 @pytest.mark.parametrize("value", ["nan", "inf"])
-def test_compare_gates_refuse_what_they_cannot_judge(flag: str, value: str,
-                                                     good_run: Path) -> None:  # fmt: skip
+def test_compare_gates_refuse_what_they_cannot_judge(flag: str, value: str, good_run: Path) -> None:
     """--fail-above nan passed a +40% slowdown (exit 0): a gate never passes on NaN."""
     refused(run("compare", flag, value, str(good_run), str(good_run)), flag)  # ours or click's
 
@@ -120,8 +133,10 @@ def test_ranks_wait_that_is_not_a_number_is_refused_before_the_command_runs(
 
 
 def test_a_region_line_with_a_nan_time_keeps_the_summary(tmp_path: Path) -> None:
-    script = ('echo "b $$ 1 nan x" >&$GPUENV_REGION_FD; echo "e $$ 1 nan" >&$GPUENV_REGION_FD; '
-              'echo "b $$ 2 inf y" >&$GPUENV_REGION_FD')
+    script = (
+        'echo "b $$ 1 nan x" >&$GPUENV_REGION_FD; echo "e $$ 1 nan" >&$GPUENV_REGION_FD; '
+        'echo "b $$ 2 inf y" >&$GPUENV_REGION_FD'
+    )
     proc = gpuenv("run", "--", "sh", "-c", script, tmp=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "(run)" in proc.stderr  # the summary
@@ -130,8 +145,10 @@ def test_a_region_line_with_a_nan_time_keeps_the_summary(tmp_path: Path) -> None
 def test_check_config_refuses_a_socket_group_the_daemon_would_refuse(tmp_path: Path) -> None:
     config = tmp_path / "gpuenvd.conf"
     config.write_text("[daemon]\nsocket_group = no-such-group-gpuenv\n")
-    refused(run("daemon", "check-config", "--config", str(config)),
-            "socket_group 'no-such-group-gpuenv' does not exist")  # fmt: skip
+    refused(
+        run("daemon", "check-config", "--config", str(config)),
+        "socket_group 'no-such-group-gpuenv' does not exist",
+    )
 
 
 # -- sockets that are not gpuenvd -------------------------------------------------------------
@@ -212,10 +229,14 @@ def test_a_full_disk_names_the_file_that_could_not_be_written(
 ) -> None:
     """A write to an open file names no file: these said "the disk holding a file is full"."""
     pytest.importorskip("matplotlib")
-    refused(run("plot", str(good_run), "-o", str(full_disk / "x.png")),
-            f"the disk holding {full_disk / 'x.png'} is full")  # fmt: skip
-    refused(run("status", "-f", str(full_disk / "s.txt")),
-            f"the disk holding {full_disk / 's.txt'} is full")  # fmt: skip
+    refused(
+        run("plot", str(good_run), "-o", str(full_disk / "x.png")),
+        f"the disk holding {full_disk / 'x.png'} is full",
+    )
+    refused(
+        run("status", "-f", str(full_disk / "s.txt")),
+        f"the disk holding {full_disk / 's.txt'} is full",
+    )
     assert not (full_disk / "x.png").exists()
 
 
@@ -254,8 +275,10 @@ def test_a_read_only_place_is_named_by_its_path_not_a_temporary_or_relative_name
     from gpuenv._files import open_dir
 
     pytest.importorskip("matplotlib")
-    refused(run("plot", str(good_run), "-o", str(read_only_dir / "x.png")),
-            f"{read_only_dir / 'x.png'} is on a read-only file system")  # fmt: skip
+    refused(
+        run("plot", str(good_run), "-o", str(read_only_dir / "x.png")),
+        f"{read_only_dir / 'x.png'} is on a read-only file system",
+    )
     with pytest.raises(OSError) as err:
         open_dir(read_only_dir / "state" / "j", create=True)
     assert err.value.filename == str(read_only_dir / "state")

@@ -186,8 +186,9 @@ def test_real_gpu_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(params=["read-only tmpfs", "chattr +i"])
-def read_only_journal(request: pytest.FixtureRequest, tmp_path: Path,
-                      monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+def read_only_journal(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):  # type: ignore[no-untyped-def]
     """GPUENV_STATE_DIR on a tmpfs of its own remounted read-only, or an immutable
     directory (chattr +i): `make_read_only()` turns it so (every write EROFS / EPERM)."""
     if os.geteuid() != 0:

@@ -27,9 +27,14 @@ def measure(path, *, seconds=1.4e-3, hot=False, seed=0, name="gemm", meta=None):
         timing.sim_kernel(sim, 0, seconds=20.0)()
     rng = random.Random(seed)
     cycles = seconds * 1980e6
-    m = timing.bench(lambda: sim.run_work(0, cycles * rng.lognormvariate(0, 0.01)), name=name,
-                     backend=sim, reps=40, keep_trace=False,
-                     condition="none")  # as measured naively: the GPU's state goes into it
+    m = timing.bench(
+        lambda: sim.run_work(0, cycles * rng.lognormvariate(0, 0.01)),
+        name=name,
+        backend=sim,
+        reps=40,
+        keep_trace=False,
+        condition="none",
+    )  # as measured naively: the GPU's state goes into it
     metadata = environment_metadata(sim, [0], clock=sim.clock)
     metadata.update(meta or {})
     with ResultStore(path, metadata) as store:
@@ -77,7 +82,9 @@ def test_per_rank_files_are_pooled_and_env_changes_reported(tmp_path):
     measure(tmp_path / "a-rank1.jsonl", seed=6)
     b = measure(tmp_path / "b.jsonl", seed=7, meta={"driver_version": "999.1"})
     assert expand_paths(str(tmp_path / "a-rank*.jsonl")) == [
-        str(tmp_path / "a-rank0.jsonl"), str(tmp_path / "a-rank1.jsonl")]
+        str(tmp_path / "a-rank0.jsonl"),
+        str(tmp_path / "a-rank1.jsonl"),
+    ]
     report = compare_files(str(tmp_path / "a-rank*.jsonl"), str(b))
     (c,) = report.comparisons
     assert c.n_a == 80 and c.n_b == 40
@@ -138,9 +145,20 @@ def region(t_s: float, *, sm: float = 1980.0, lock=None, held=None, name="step",
     from gpuenv.results import Measurement
     from gpuenv.telemetry import Window
 
-    w = Window(gpu=0, t0=0.0, t1=t_s, n_samples=10, sm_mhz_min=sm, sm_mhz_mean=sm,
-               sm_mhz_max=sm, temp_c_start=temp, temp_c_end=temp, temp_c_max=temp,
-               lock_range_mhz=lock, lock_held=held)  # fmt: skip
+    w = Window(
+        gpu=0,
+        t0=0.0,
+        t1=t_s,
+        n_samples=10,
+        sm_mhz_min=sm,
+        sm_mhz_mean=sm,
+        sm_mhz_max=sm,
+        temp_c_start=temp,
+        temp_c_end=temp,
+        temp_c_max=temp,
+        lock_range_mhz=lock,
+        lock_held=held,
+    )
     return Measurement.build(name, [t_s], windows=(w,), summary_windows=(w,))
 
 
@@ -186,17 +204,18 @@ def test_a_change_below_min_change_is_no_change_one_region_or_many(tmp_path):
     # the gate never fails on a change it calls "no change"
     out = CliRunner().invoke(cli, ["compare", a, b, "--fail-above", "0"], obj={})
     assert out.exit_code == 0, out.output
-    out = CliRunner().invoke(cli, ["compare", a, b, "--fail-above", "0", "--min-change",
-                                   "0.001"], obj={})  # fmt: skip
+    out = CliRunner().invoke(
+        cli, ["compare", a, b, "--fail-above", "0", "--min-change", "0.001"], obj={}
+    )
     assert out.exit_code == 1 and "+0.4%" in out.output
 
 
 def test_the_ci_has_the_level_of_alpha_and_a_starred_change_excludes_no_change(tmp_path):
     rng = random.Random(2)
-    a = save(tmp_path / "a.jsonl", *[region(1e-3 * rng.lognormvariate(0, 0.05))
-                                     for _ in range(20)])  # fmt: skip
-    b = save(tmp_path / "b.jsonl", *[region(1.04e-3 * rng.lognormvariate(0, 0.05))
-                                     for _ in range(20)])  # fmt: skip
+    a = save(tmp_path / "a.jsonl", *[region(1e-3 * rng.lognormvariate(0, 0.05)) for _ in range(20)])
+    b = save(
+        tmp_path / "b.jsonl", *[region(1.04e-3 * rng.lognormvariate(0, 0.05)) for _ in range(20)]
+    )
     wide = compare_files(a, b, alpha=0.01)
     narrow = compare_files(a, b, alpha=0.2)
     (cw,), (cn,) = wide.comparisons, narrow.comparisons
@@ -208,11 +227,15 @@ def test_the_ci_has_the_level_of_alpha_and_a_starred_change_excludes_no_change(t
 
 
 def test_pooled_locked_and_unlocked_files_do_not_claim_the_lock_held(tmp_path):
-    locked = save(tmp_path / "locked.jsonl",
-                  *[region(1.0, sm=1350, lock=(1350, 1350), held=True) for _ in range(2)])
+    locked = save(
+        tmp_path / "locked.jsonl",
+        *[region(1.0, sm=1350, lock=(1350, 1350), held=True) for _ in range(2)],
+    )
     free = save(tmp_path / "free.jsonl", *[region(0.7, sm=1980) for _ in range(3)])
-    b = save(tmp_path / "b.jsonl",
-             *[region(1.0, sm=1350, lock=(1350, 1350), held=True) for _ in range(5)])
+    b = save(
+        tmp_path / "b.jsonl",
+        *[region(1.0, sm=1350, lock=(1350, 1350), held=True) for _ in range(5)],
+    )
     report = compare_files(f"{locked},{free}", b)
     (c,) = report.comparisons
     assert c.state_a.lock == "2 of 5 measurements under 1350 MHz"
@@ -230,9 +253,10 @@ def test_pooled_locked_and_unlocked_files_do_not_claim_the_lock_held(tmp_path):
 
 
 def test_a_lock_that_held_for_some_measurements_only_says_in_how_many(tmp_path):
-    a = save(tmp_path / "a.jsonl",
-             *[region(1.0, sm=1350 if i else 1100, lock=(1350, 1350), held=bool(i))
-               for i in range(4)])  # fmt: skip
+    a = save(
+        tmp_path / "a.jsonl",
+        *[region(1.0, sm=1350 if i else 1100, lock=(1350, 1350), held=bool(i)) for i in range(4)],
+    )
     b = save(tmp_path / "b.jsonl", region(1.0, sm=1350, lock=(1350, 1350), held=False))
     (c,) = compare_files(a, b).comparisons
     assert "NOT held" in c.state_a.lock  # today: "1350-1350 MHz NOT held", as if in all
@@ -250,12 +274,16 @@ def test_locked_and_unlocked_sides_attribute_a_real_change_to_the_gpu(tmp_path):
 
 
 def test_like_with_like_puts_a_change_down_to_the_gpu_within_one_lock_state(tmp_path):
-    a = save(tmp_path / "a.jsonl",
-             *[region(1.0, sm=1350, lock=(1350, 1350), held=True) for _ in range(2)],
-             *[region(0.7, sm=1980) for _ in range(5)])
-    b = save(tmp_path / "b.jsonl",
-             *[region(1.0, sm=1350, lock=(1350, 1350), held=True) for _ in range(3)],
-             *[region(1.0, sm=1386) for _ in range(5)])  # unlocked, on a hot GPU
+    a = save(
+        tmp_path / "a.jsonl",
+        *[region(1.0, sm=1350, lock=(1350, 1350), held=True) for _ in range(2)],
+        *[region(0.7, sm=1980) for _ in range(5)],
+    )
+    b = save(
+        tmp_path / "b.jsonl",
+        *[region(1.0, sm=1350, lock=(1350, 1350), held=True) for _ in range(3)],
+        *[region(1.0, sm=1386) for _ in range(5)],
+    )  # unlocked, on a hot GPU
     (c,) = compare_files(a, b).comparisons
     assert c.state_a.lock_mixed and c.state_b.lock_mixed
     assert "a and b pool measurements in different lock states" in c.note

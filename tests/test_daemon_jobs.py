@@ -28,8 +28,9 @@ def daemon(tmp_path: Path) -> Iterator[tuple[Server, list[Peer]]]:
     who = [ROOT]  # the peer the next connection is: tests switch it
     backend = SimBackend("h100", n_gpus=2, state_file=tmp_path / "sim.json")
     config = parse_config("[lock]\nuser:alice = all\n").with_socket(str(tmp_path / "s"))
-    server = Server(config, backend, journal=Journal(tmp_path / "journal"),
-                    peer_of=lambda sock: who[0])  # fmt: skip
+    server = Server(
+        config, backend, journal=Journal(tmp_path / "journal"), peer_of=lambda sock: who[0]
+    )
     server.start()
     yield server, who
     server.stop()
@@ -41,8 +42,7 @@ def settle(server: Server, mhz: int, gpus: list[int]) -> None:
     update): a prolog's lock is in force before the job starts."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if all((s := server.sampler.latest(g)) is not None and s.sm_mhz == mhz
-               for g in gpus):  # fmt: skip
+        if all((s := server.sampler.latest(g)) is not None and s.sm_mhz == mhz for g in gpus):
             return
         time.sleep(0.02)
     raise AssertionError(f"the clocks did not reach {mhz} MHz")
@@ -55,8 +55,9 @@ def test_a_job_is_recorded_from_begin_to_end_and_kept(daemon: tuple[Server, list
     with Client(server.address) as c:
         lease = c.lock(sm=1350, gpus=[0, 1], standing=True)
         settle(server, 1350, [0, 1])
-        c.call("job_begin", job="77", user="alice", gpus=[0, 1], asked="sm=1350",
-               lock="locked sm=1350")  # fmt: skip
+        c.call(
+            "job_begin", job="77", user="alice", gpus=[0, 1], asked="sm=1350", lock="locked sm=1350"
+        )
         time.sleep(0.6)
         running = c.call("job_report", job="77")["report"]
         assert running["ended"] is None
@@ -155,8 +156,11 @@ def test_gpuenv_job_prints_the_report_and_names_a_job_it_does_not_know(
     server, _ = daemon
     env = {"GPUENV_SOCKET": server.address, "GPUENV_SIM_GPUS": "2"}
     run = CliRunner().invoke
-    begun = run(cli, ["--sim", "job", "81", "--begin", "-i", "0,1", "--user", "alice",
-                      "--lock", "not asked"], env=env)  # fmt: skip
+    begun = run(
+        cli,
+        ["--sim", "job", "81", "--begin", "-i", "0,1", "--user", "alice", "--lock", "not asked"],
+        env=env,
+    )
     assert begun.exit_code == 0, begun.output
     shown = run(cli, ["--sim", "job", "81"], env=env)
     assert shown.exit_code == 0 and "job 81 of alice (running): not asked" in shown.output

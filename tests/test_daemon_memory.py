@@ -22,8 +22,10 @@ MEASURED = 4_000  # requests between the two readings
 # machine, side by side: +0.10 MB; the code before the fix +1.02 MB.
 BOUND_MB = 0.5
 
-LOAD = ("import sys\nsys.path.insert(0, sys.argv[3])\nfrom daemon_harness import mixed_load\n"
-        "print(mixed_load(sys.argv[1], int(sys.argv[2])))\n")  # fmt: skip
+LOAD = (
+    "import sys\nsys.path.insert(0, sys.argv[3])\nfrom daemon_harness import mixed_load\n"
+    "print(mixed_load(sys.argv[1], int(sys.argv[2])))\n"
+)
 
 
 def _rss_mb(pid: int) -> float:
@@ -34,8 +36,13 @@ def _rss_mb(pid: int) -> float:
 
 
 def _drive(d: DaemonProcess, requests: int) -> int:
-    out = subprocess.run([sys.executable, "-c", LOAD, d.socket, str(requests), str(ROOT / "tests")],
-                         env=d.env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD, d.socket, str(requests), str(ROOT / "tests")],
+        env=d.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     return int(out.stdout)
 

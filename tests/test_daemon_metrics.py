@@ -75,7 +75,7 @@ def test_metrics_show_clocks_and_who_holds_the_lock(tmp_path: Path) -> None:
 
 
 def _labels(line: str) -> dict[str, str]:
-    inside = line[line.index("{") + 1:line.rindex("}")]
+    inside = line[line.index("{") + 1 : line.rindex("}")]
     return dict(re.findall(r'(\w+)="([^"]*)"', inside))
 
 
@@ -90,8 +90,10 @@ def test_series_join_dcgm_exporter_and_speak_one_reason_vocabulary(tmp_path: Pat
     backend = SimBackend("h100", n_gpus=2, state_file=tmp_path / "sim.json")
     server = Server(
         parse_config("[lock]\nuser:alice = all\n").with_socket(str(tmp_path / "s.sock")),
-        backend, journal=Journal(tmp_path / "journal"), peer_of=lambda sock: ALICE,
-    )  # fmt: skip
+        backend,
+        journal=Journal(tmp_path / "journal"),
+        peer_of=lambda sock: ALICE,
+    )
     server.start()
     try:
         with Client(server.address) as c, c.lock(sm=1350, gpus=[1]):
@@ -105,22 +107,32 @@ def test_series_join_dcgm_exporter_and_speak_one_reason_vocabulary(tmp_path: Pat
     assert per_gpu and all(
         {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname"}
         <= set(_labels(ln))
-        for ln in per_gpu)
+        for ln in per_gpu
+    )
     assert all("pid" not in _labels(ln) for ln in series)
-    one = _labels(next(ln for ln in per_gpu if ln.startswith("gpuenv_sm_clock_mhz") and
-                       'gpu="1"' in ln))
+    one = _labels(
+        next(ln for ln in per_gpu if ln.startswith("gpuenv_sm_clock_mhz") and 'gpu="1"' in ln)
+    )
     host = socket.gethostname()  # as dcgm-exporter 4.x (Hostname) and its main branch (hostname)
-    assert one == {"gpu": "1", "UUID": info.uuid, "pci_bus_id": info.pci_bus_id,
-                   "device": "nvidia1", "modelName": info.name, "Hostname": host,
-                   "hostname": host}
+    assert one == {
+        "gpu": "1",
+        "UUID": info.uuid,
+        "pci_bus_id": info.pci_bus_id,
+        "device": "nvidia1",
+        "modelName": info.name,
+        "Hostname": host,
+        "hostname": host,
+    }
     names = set(REASON_NAMES.values())
     for metric in ("gpuenv_clock_event_reason_active{", "gpuenv_clock_event_reason_seconds_total{"):
         reasons = {_labels(ln)["reason"] for ln in series if ln.startswith(metric)}
         assert reasons and all(set(r.split("|")) <= names for r in reasons), reasons
     assert _value(text, "gpuenv_power_limit_watts", gpu="1") == 700
     assert _value(text, "gpuenv_temperature_threshold_celsius", gpu="1", threshold="slowdown") == 89
-    assert _value(text, "gpuenv_temperature_threshold_celsius", gpu="1",
-                  threshold="gpu_max_operating") == 87
+    assert (
+        _value(text, "gpuenv_temperature_threshold_celsius", gpu="1", threshold="gpu_max_operating")
+        == 87
+    )
     assert _value(text, "gpuenv_memory_temperature_celsius", gpu="1") is not None
     assert _value(text, "gpuenv_build_info") == 1
     assert _value(text, "gpuenv_lock_active", gpu="1") == 1

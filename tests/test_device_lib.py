@@ -12,11 +12,12 @@ LIB = Path(__file__).resolve().parents[1] / "scripts" / "device-lib.sh"
 
 def _source(tree: Path, bin_dir: Path) -> subprocess.CompletedProcess[str]:
     script = (
-        'set -euo pipefail; trap \'echo "guard=${GPUENV_READONLY:-unset}"\' EXIT; '
+        "set -euo pipefail; trap 'echo \"guard=${GPUENV_READONLY:-unset}\"' EXIT; "
         f'cd "{tree}"; PATH="{bin_dir}:$PATH"; . "{LIB}"; echo sourced'
     )
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
-                          check=False)  # fmt: skip
+    return subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=30, check=False
+    )
 
 
 def test_the_guard_is_set_even_when_the_wheel_install_fails(tmp_path: Path):

@@ -46,12 +46,20 @@ def _md(tmp_path: Path, text: str) -> Path:
 
 
 def test_a_block_in_no_convention_or_with_an_empty_reason_is_refused(tmp_path: Path) -> None:
-    page = _md(tmp_path, "```\nbare\n```\n\n```yaml\na: 1\n```\n\n<!-- not run: -->\n```bash\n"
-                         "x\n```\n<!-- not run: needs Slurm -->\n```yaml\nb: 2\n```\n"
-                         "    ```text\n    indented output\n    ```\n")  # fmt: skip
+    page = _md(
+        tmp_path,
+        "```\nbare\n```\n\n```yaml\na: 1\n```\n\n<!-- not run: -->\n```bash\n"
+        "x\n```\n<!-- not run: needs Slurm -->\n```yaml\nb: 2\n```\n"
+        "    ```text\n    indented output\n    ```\n",
+    )
     found = dx.blocks(page, tmp_path)
-    assert [(b.line, b.lang) for b in found] == [(1, ""), (5, "yaml"), (10, "bash"), (14, "yaml"),
-                                                 (17, "text")]  # fmt: skip
+    assert [(b.line, b.lang) for b in found] == [
+        (1, ""),
+        (5, "yaml"),
+        (10, "bash"),
+        (14, "yaml"),
+        (17, "text"),
+    ]
     for bad in found[:3]:
         with pytest.raises(dx.ConventionError, match=rf"^page.md:{bad.line}: "):
             bad.kind()
@@ -63,11 +71,16 @@ def test_a_block_in_no_convention_or_with_an_empty_reason_is_refused(tmp_path: P
 
 def test_console_commands_their_continuations_and_the_failures_they_show() -> None:
     block = dx.Block("p.md", 1, "console", "$ a \\\n  --b\nout\n$ c\ngpuenv: error: no\n$ d\n")
-    assert dx.commands(block) == [dx.Command("a \n  --b"), dx.Command("c", fails=True),
-                                  dx.Command("d")]  # fmt: skip
+    assert dx.commands(block) == [
+        dx.Command("a \n  --b"),
+        dx.Command("c", fails=True),
+        dx.Command("d"),
+    ]
     shown = dx.Block("p.md", 1, "console", '$ x; echo "exit $?"\nexit 1\n$ y\nexit 2\n')
-    assert dx.commands(shown) == [dx.Command('x; echo "exit $?"', exit_line="exit 1"),
-                                  dx.Command("y")]  # fmt: skip
+    assert dx.commands(shown) == [
+        dx.Command('x; echo "exit $?"', exit_line="exit 1"),
+        dx.Command("y"),
+    ]
     bash = dx.Block("p.md", 1, "bash", "# a comment\nx && y   # why\n\nz\n")
     assert [c.text for c in dx.commands(bash)] == ["x && y   # why", "z"]
     pycon = dx.Block("p.md", 1, "pycon", ">>> def f():\n...     return 1\n...\n>>> f()\n1\n")
@@ -77,15 +90,18 @@ def test_console_commands_their_continuations_and_the_failures_they_show() -> No
 def test_each_failure_names_its_line_and_a_file_block_is_there_for_the_next(
     tmp_path: Path,
 ) -> None:
-    page = _md(tmp_path, (
-        "<!-- file: hello.py -->\n```python\nprint('hi')\n```\n"  # 2: written, not run
-        "```console\n$ python hello.py\nhi\n```\n"  # 5: runs it
-        "```console\n$ python -c 'raise SystemExit(3)'\n```\n"  # 9: exits 3
-        "```console\n$ true\ngpuenv: error: shown failing\n```\n"  # 12: should fail
-        "```python\nraise ValueError('boom')\n```\n"  # 16: traceback
-        "```console\n$ sleep 30 > /dev/null 2>&1 &\n```\n"  # 19: leaves a process
-        "```console\n$ (exit 2); echo \"exit $?\"\nexit 1\n```\n"  # 22: not the exit shown
-    ))  # fmt: skip
+    page = _md(
+        tmp_path,
+        (
+            "<!-- file: hello.py -->\n```python\nprint('hi')\n```\n"  # 2: written, not run
+            "```console\n$ python hello.py\nhi\n```\n"  # 5: runs it
+            "```console\n$ python -c 'raise SystemExit(3)'\n```\n"  # 9: exits 3
+            "```console\n$ true\ngpuenv: error: shown failing\n```\n"  # 12: should fail
+            "```python\nraise ValueError('boom')\n```\n"  # 16: traceback
+            "```console\n$ sleep 30 > /dev/null 2>&1 &\n```\n"  # 19: leaves a process
+            '```console\n$ (exit 2); echo "exit $?"\nexit 1\n```\n'  # 22: not the exit shown
+        ),
+    )
     result = dx.run_file(page, tmp_path)
     where = [f.where for f in result.failures]
     assert where == ["page.md:9", "page.md:12", "page.md:16", "page.md:19", "page.md:22"], (

@@ -17,8 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SECTIONS = ("tutorials", "how-to", "operations", "reference")
 # the `docs` extra of pyproject.toml, by the module each installs
-SITE_MODULES = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python",
-                "mkdocs_click")
+SITE_MODULES = (
+    "mkdocs",
+    "material",
+    "mkdocstrings",
+    "mkdocstrings_handlers.python",
+    "mkdocs_click",
+)
 
 
 def _missing_site_modules() -> list[str]:
@@ -37,14 +42,19 @@ def _missing_site_modules() -> list[str]:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     missing = _missing_site_modules()
     if missing:
-        pytest.skip(f"the docs extra is not installed ({', '.join(missing)} missing): "
-                    "pip install -e '.[docs]' to build the site")  # fmt: skip
+        pytest.skip(
+            f"the docs extra is not installed ({', '.join(missing)} missing): "
+            "pip install -e '.[docs]' to build the site"
+        )
     out = tmp_path_factory.mktemp("site")
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**_env(), "NO_MKDOCS_2_WARNING": "1"},
-    )  # fmt: skip
+    )
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-6000:]}"
     return out
 
@@ -114,7 +124,8 @@ def test_every_page_is_within_two_clicks_of_the_home_page() -> None:
         for page in sorted((DOCS / section).rglob("*.md")):
             if page.resolve() != index:
                 assert page.resolve() in linked, (
-                    f"{page.relative_to(ROOT)} is not linked from {section}/index.md")
+                    f"{page.relative_to(ROOT)} is not linked from {section}/index.md"
+                )
 
 
 def test_the_readme_links_lead_somewhere() -> None:

@@ -71,8 +71,14 @@ def _key(findings: Any, verdict: str) -> Verdict:
     return verdict, tuple(sorted(rows))
 
 
-def play(profile: str, work: Callable[[SimBackend], list[tuple[float, float]]], *,
-         sm: int | None = None, policy: str = "annotate", cold: bool = False) -> dict[str, Verdict]:
+def play(
+    profile: str,
+    work: Callable[[SimBackend], list[tuple[float, float]]],
+    *,
+    sm: int | None = None,
+    policy: str = "annotate",
+    cold: bool = False,
+) -> dict[str, Verdict]:
     """Play a scenario, then judge its reps through every door; door name -> verdict key."""
     sim = SimBackend(profile, clock=VirtualClock())
     if not cold:
@@ -89,9 +95,18 @@ def play(profile: str, work: Callable[[SimBackend], list[tuple[float, float]]], 
         m = env.record("x", times, spans, policy=policy)
         out["stable"] = _key(m.findings, m.verdict)
 
-        m = timing.bench(lambda: None, name="x", session=env, device=Replay(reps, sim.clock),
-                         warmup=0, reps=len(reps), condition="none", probe_clock=False,
-                         keep_trace=False, policy=policy)
+        m = timing.bench(
+            lambda: None,
+            name="x",
+            session=env,
+            device=Replay(reps, sim.clock),
+            warmup=0,
+            reps=len(reps),
+            condition="none",
+            probe_clock=False,
+            keep_trace=False,
+            policy=policy,
+        )
         out["bench"] = _key(m.findings, m.verdict)
 
         regions = []
@@ -101,24 +116,38 @@ def play(profile: str, work: Callable[[SimBackend], list[tuple[float, float]]], 
             regions.append(r)
         run = Region("(run)", 1, spans[0][0], spans[-1][1])
         run.windows = {g: env.sampler.window(*run_span(spans), g) for g in env.gpus}
-        ms = build_measurements(regions, run, gpus=env.gpus, facts=env.facts, policy=policy,
-                                stable_clocks=env.config.stable_clocks, wall_at=lambda t: t)
+        ms = build_measurements(
+            regions,
+            run,
+            gpus=env.gpus,
+            facts=env.facts,
+            policy=policy,
+            stable_clocks=env.config.stable_clocks,
+            wall_at=lambda t: t,
+        )
         by_name = {m.name: m for m in ms}
         out["run"] = _key(by_name["x"].findings, by_name["x"].verdict)
 
         if len(spans) == 1:  # torch's Timer gives one region per call
-            rec = torch_benchmark.record(Evidence.sampled(env.sampler, spans, env.gpus),
-                                         times[0], facts=env.facts, session=env)
+            rec = torch_benchmark.record(
+                Evidence.sampled(env.sampler, spans, env.gpus),
+                times[0],
+                facts=env.facts,
+                session=env,
+            )
             out["torch"] = _key(rec["findings"], rec["verdict"])
         if policy in ("annotate", "reject") and sm is None:  # the plugin's own choices
-            state = SimpleNamespace(sampler=env.sampler, backend=sim, gpus=env.gpus,
-                                    policy=policy, facts=env.facts)
+            state = SimpleNamespace(
+                sampler=env.sampler, backend=sim, gpus=env.gpus, policy=policy, facts=env.facts
+            )
             fixture = SimpleNamespace(
-                name="x", extra_info={},
+                name="x",
+                extra_info={},
                 stats=SimpleNamespace(stats=SimpleNamespace(data=times)),
             )
-            info = pytest_plugin._annotate(state, fixture, spans[0][0], spans[-1][1],
-                                           list(spans), list(times))
+            info = pytest_plugin._annotate(
+                state, fixture, spans[0][0], spans[-1][1], list(spans), list(times)
+            )
             out["pytest"] = _key(info["findings"], info["verdict"])
     return out
 
@@ -175,8 +204,9 @@ def test_a_lock_that_stops_holding_is_not_held_through_every_door() -> None:
 def test_reps_that_step_to_a_second_level_are_drift_through_every_door() -> None:
     def stepped(sim: SimBackend) -> list[tuple[float, float]]:
         light = {"power_intensity": 0.3}  # no power cap: only the work itself changes
-        return (region(sim, 0.010 * H100_HZ, n=20, **light)
-                + region(sim, 0.0104 * H100_HZ, n=13, **light))  # fmt: skip
+        return region(sim, 0.010 * H100_HZ, n=20, **light) + region(
+            sim, 0.0104 * H100_HZ, n=13, **light
+        )
 
     out = play("h100", stepped)
     assert set(out) == {"stable", "bench", "run", "pytest"}

@@ -25,8 +25,12 @@ def test_each_calibrated_gpu_is_one_sustained_clock_gauge(tmp_path: Path) -> Non
 
     root = Peer(pid=os.getpid(), uid=0, gid=0, user="root", groups=frozenset())
     backend = SimBackend("h100", n_gpus=2, state_file=tmp_path / "sim.json")
-    server = Server(parse_config("").with_socket(str(tmp_path / "s")), backend,
-                    journal=Journal(tmp_path / "state"), peer_of=lambda sock: root)  # fmt: skip
+    server = Server(
+        parse_config("").with_socket(str(tmp_path / "s")),
+        backend,
+        journal=Journal(tmp_path / "state"),
+        peer_of=lambda sock: root,
+    )
     uuid = backend.device_info(0).uuid
     save_calibration(uuid, 1392, state_dir=tmp_path / "state")  # root's `gpuenv calibrate`
     server.start()

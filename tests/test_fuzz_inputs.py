@@ -25,9 +25,13 @@ from benchmarks.inputs import json_paths, json_set
 from gpuenv import validate
 from gpuenv.errors import ConfigError
 
-FUZZ = settings(derandomize=True, max_examples=60, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow])  # fmt: skip
+FUZZ = settings(
+    derandomize=True,
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 # what a confused caller passes: NaN, inf, huge, negative, zero, text, None, containers
 ODD = st.one_of(
@@ -49,10 +53,25 @@ def refused_naming(err: ConfigError, name: str) -> None:
 
 # -- the Python API ---------------------------------------------------------------------------
 
-BENCH_FIELDS = ("reps", "budget_s", "rel_ci", "min_reps", "max_reps", "confidence", "warmup",
-                "warmup_max_s", "warmup_max_reps", "flush_l2", "saturate", "calls_per_rep",
-                "burst_from_start", "probe_clock", "keep_trace", "conditioning",
-                "verdict_config")  # fmt: skip
+BENCH_FIELDS = (
+    "reps",
+    "budget_s",
+    "rel_ci",
+    "min_reps",
+    "max_reps",
+    "confidence",
+    "warmup",
+    "warmup_max_s",
+    "warmup_max_reps",
+    "flush_l2",
+    "saturate",
+    "calls_per_rep",
+    "burst_from_start",
+    "probe_clock",
+    "keep_trace",
+    "conditioning",
+    "verdict_config",
+)
 
 
 @FUZZ
@@ -74,8 +93,12 @@ def test_bench_config_takes_a_sane_value_or_names_the_field(field: str, value: A
 
 
 @FUZZ
-@given(field=st.sampled_from(("period", "config", "mode_config", "load", "stable_clocks",
-                              "output", "policy", "mode")), value=ODD)  # fmt: skip
+@given(
+    field=st.sampled_from(
+        ("period", "config", "mode_config", "load", "stable_clocks", "output", "policy", "mode")
+    ),
+    value=ODD,
+)
 def test_stable_takes_a_sane_value_or_names_the_parameter(field: str, value: Any) -> None:
     from gpuenv.session import Session
 
@@ -144,8 +167,25 @@ def _paths(doc: Any) -> list[tuple[Any, ...]]:
 
 
 JSON_ODD = st.one_of(
-    st.sampled_from([math.nan, math.inf, -math.inf, None, "x", "", [], {}, True, -1, 0,
-                     10**400, 1e308, [None], {"a": None}]),
+    st.sampled_from(
+        [
+            math.nan,
+            math.inf,
+            -math.inf,
+            None,
+            "x",
+            "",
+            [],
+            {},
+            True,
+            -1,
+            0,
+            10**400,
+            1e308,
+            [None],
+            {"a": None},
+        ]
+    ),
     st.floats(allow_nan=True, allow_infinity=True),
     st.integers(),
     st.text(max_size=4),
@@ -177,8 +217,12 @@ def test_a_results_record_loads_sane_or_is_refused_by_line_and_field(
 
 
 @FUZZ
-@given(field=st.sampled_from(("uuid", "sustained_mhz", "measured_at", "power_limit_w",
-                              "gpu_name", "details")), value=JSON_ODD)  # fmt: skip
+@given(
+    field=st.sampled_from(
+        ("uuid", "sustained_mhz", "measured_at", "power_limit_w", "gpu_name", "details")
+    ),
+    value=JSON_ODD,
+)
 def test_a_calibration_record_is_sane_or_refused(field: str, value: Any, tmp_path: Path) -> None:
     from gpuenv.clocks.calibration_store import load_calibration
 
@@ -194,14 +238,14 @@ def test_a_calibration_record_is_sane_or_refused(field: str, value: Any, tmp_pat
 
 @FUZZ
 @given(data=st.data(), value=JSON_ODD)
-def test_a_journal_record_is_sane_or_damaged(data: st.DataObject, value: Any,
-                                             tmp_path: Path) -> None:  # fmt: skip
+def test_a_journal_record_is_sane_or_damaged(
+    data: st.DataObject, value: Any, tmp_path: Path
+) -> None:
     from gpuenv.clocks.journal import JournalDamaged, decode
     from gpuenv.clocks.records import ClockState, JournalEntry
 
     state = ClockState("GPU-1", None, None, True, 1980, 2619, 700.0, True)
-    body = {**JournalEntry("GPU-1", 0, "GPU 0", "sim", state,
-                           _applied()).to_dict(), "version": 1}  # fmt: skip
+    body = {**JournalEntry("GPU-1", 0, "GPU 0", "sim", state, _applied()).to_dict(), "version": 1}
     doc = json_set(body, data.draw(st.sampled_from(_paths(body))), value)
     try:
         entry = decode(tmp_path / "GPU-1.json", json.dumps(doc).encode(), "GPU-1")
@@ -217,11 +261,22 @@ def _applied() -> Any:
 
 
 @FUZZ
-@given(key=st.sampled_from(("socket_group", "max_connections_per_user", "idle_timeout",
-                            "sample_period", "metrics", "socket")),
-       value=st.one_of(st.sampled_from(["nan", "inf", "-1", "0", "1e309", "", "abc", "9" * 30]),
-                       st.text(alphabet=st.characters(blacklist_categories=["Cs", "Cc"]),
-                               max_size=8)))  # fmt: skip
+@given(
+    key=st.sampled_from(
+        (
+            "socket_group",
+            "max_connections_per_user",
+            "idle_timeout",
+            "sample_period",
+            "metrics",
+            "socket",
+        )
+    ),
+    value=st.one_of(
+        st.sampled_from(["nan", "inf", "-1", "0", "1e309", "", "abc", "9" * 30]),
+        st.text(alphabet=st.characters(blacklist_categories=["Cs", "Cc"]), max_size=8),
+    ),
+)
 def test_a_daemon_config_value_is_taken_or_refused(key: str, value: str) -> None:
     from gpuenv.daemon.auth import parse_config
 
@@ -238,21 +293,46 @@ def test_a_daemon_config_value_is_taken_or_refused(key: str, value: str) -> None
 # -- the CLI's numeric options ----------------------------------------------------------------
 
 NUMBERS = st.one_of(
-    st.sampled_from(["nan", "-nan", "inf", "-inf", "1e309", "-1", "0", "1e-320", "abc", "",
-                     "9" * 40, "0x10", "1_000"]),
+    st.sampled_from(
+        [
+            "nan",
+            "-nan",
+            "inf",
+            "-inf",
+            "1e309",
+            "-1",
+            "0",
+            "1e-320",
+            "abc",
+            "",
+            "9" * 40,
+            "0x10",
+            "1_000",
+        ]
+    ),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.integers(min_value=-(10**30), max_value=10**30).map(str),
 )
 
 
 @settings(FUZZ, max_examples=40)
-@given(option=st.sampled_from((("compare", "--alpha"), ("compare", "--fail-above"),
-                               ("compare", "--min-change"), ("lock", "--power-limit"),
-                               ("lock", "--sm-max"), ("lock", "--sm"), ("restore", "-i"))),
-       value=NUMBERS)  # fmt: skip
-def test_a_cli_number_is_taken_or_one_sentence(option: tuple[str, str], value: str,
-                                               record: tuple[str, dict[str, Any]],
-                                               tmp_path: Path) -> None:  # fmt: skip
+@given(
+    option=st.sampled_from(
+        (
+            ("compare", "--alpha"),
+            ("compare", "--fail-above"),
+            ("compare", "--min-change"),
+            ("lock", "--power-limit"),
+            ("lock", "--sm-max"),
+            ("lock", "--sm"),
+            ("restore", "-i"),
+        )
+    ),
+    value=NUMBERS,
+)
+def test_a_cli_number_is_taken_or_one_sentence(
+    option: tuple[str, str], value: str, record: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
     from gpuenv.cli import cli
 
     command, flag = option
@@ -261,8 +341,14 @@ def test_a_cli_number_is_taken_or_one_sentence(option: tuple[str, str], value: s
         path.write_text(record[0] + "\n" + json.dumps(record[1]) + "\n")
         args = ["compare", flag, value, str(path), str(path)]
     elif command == "lock":
-        args = ["--dry-run", "--sim", "lock", *(["--sm", "1350"] if flag != "--sm" else []),
-                flag, value]  # fmt: skip
+        args = [
+            "--dry-run",
+            "--sim",
+            "lock",
+            *(["--sm", "1350"] if flag != "--sm" else []),
+            flag,
+            value,
+        ]
     else:
         args = ["--dry-run", "--sim", "restore", flag, value]
     result = CliRunner().invoke(cli, args)

@@ -73,12 +73,9 @@ def _env(work: Path, **extra: str) -> dict[str, str]:
 
 
 def _gpuenv(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([*GPUENV, *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
-
-
-
-
+    return subprocess.run(
+        [*GPUENV, *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _truth(env: dict[str, str]) -> tuple:
@@ -190,7 +187,9 @@ def test_no_swap_of_the_socket_path_makes_gpuenvd_chmod_or_chown_another_file(wo
     after = secret.stat()
     assert bound + refused >= 500, (bound, refused)
     assert (stat.S_IMODE(after.st_mode), after.st_gid, after.st_uid) == (
-        stat.S_IMODE(before.st_mode), before.st_gid, before.st_uid
+        stat.S_IMODE(before.st_mode),
+        before.st_gid,
+        before.st_uid,
     ), f"changed after {bound} binds, {refused} refused"
     assert bound > 0
 
@@ -224,8 +223,12 @@ def test_a_ranks_directory_another_account_made_first_is_not_read(work: Path) ->
     from gpuenv.run.ranks import job_key
 
     pub = _public(work, "pub", 0o1777)  # as /tmp
-    job = {"TORCHELASTIC_RUN_ID": "t21", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29521",
-           "TORCHELASTIC_RESTART_COUNT": ""}  # fmt: skip
+    job = {
+        "TORCHELASTIC_RUN_ID": "t21",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29521",
+        "TORCHELASTIC_RESTART_COUNT": "",
+    }
     key = job_key(job)
     # the name the code before issue 21 used, and the one with root's uid in it
     names = [str(pub / f"gpuenv-ranks-{key}"), str(pub / f"gpuenv-ranks-0-{key}")]
@@ -233,8 +236,16 @@ def test_a_ranks_directory_another_account_made_first_is_not_read(work: Path) ->
     assert made.stdout.strip() == "forged", made.stderr
     child = work / "child.py"
     child.write_text("pass\n")
-    env = _env(work, RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", GPUENV_RANKS_DIR=str(pub),
-               GPUENV_RANKS_WAIT_S="1", GPUENV_SIM_GPUS="2", **job)  # fmt: skip
+    env = _env(
+        work,
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="2",
+        GPUENV_RANKS_DIR=str(pub),
+        GPUENV_RANKS_WAIT_S="1",
+        GPUENV_SIM_GPUS="2",
+        **job,
+    )
     out = _gpuenv(env, "run", "--summary", "rank0", "--", sys.executable, str(child))
     assert out.returncode == 0, out.stderr
     assert "FORGED" not in out.stderr, out.stderr
@@ -259,11 +270,17 @@ def test_no_guessed_temp_name_makes_root_overwrite_a_file(work: Path) -> None:
     victim.write_text("root's data\n")
     for mode in (0o777, 0o1777):
         pub = _public(work, f"pub{mode:o}", mode)
-        planted = run_as(mallory, PLANT_PIDS, str(pub), "sim.json", str(victim), "2000",
-                         env=_env(work))  # fmt: skip
+        planted = run_as(
+            mallory, PLANT_PIDS, str(pub), "sim.json", str(victim), "2000", env=_env(work)
+        )
         assert planted.stdout.strip() == "planted 2000", planted.stderr
-        subprocess.run([sys.executable, "-c", WRITE_SIM, str(pub / "sim.json")], env=_env(work),
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-c", WRITE_SIM, str(pub / "sim.json")],
+            env=_env(work),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert victim.read_text() == "root's data\n", f"overwritten through {pub}"
 
 
@@ -277,8 +294,13 @@ def test_a_sim_lock_held_by_another_account_cannot_hang_root_or_anyone(work: Pat
         assert first_line(holder) == "held" and first_line(holder2) == "held"
         t0 = time.monotonic()
         try:  # root: a lock file of another account is not ours to wait for
-            out = subprocess.run([sys.executable, "-c", WRITE_SIM, str(state)], env=_env(work),
-                                 capture_output=True, text=True, timeout=20)  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, "-c", WRITE_SIM, str(state)],
+                env=_env(work),
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
         except subprocess.TimeoutExpired:
             pytest.fail("root's write of the simulated GPU hung on another account's lock")
         assert out.returncode == 0 and "wrote" in out.stdout, out.stderr
@@ -430,8 +452,13 @@ def test_restore_names_a_gpu_whose_both_records_were_deleted(work: Path) -> None
 
 def test_the_watchdog_names_a_gpu_it_could_not_put_back(work: Path) -> None:
     env, uuids = _two_gpus(work)
-    owner = subprocess.Popen([sys.executable, "-c", OWNER], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert first_line(owner) == "locked"
         for p in (work / "journal").glob(f"{uuids[1]}*"):
@@ -461,8 +488,11 @@ def test_the_daemon_keeps_nothing_per_connection_once_it_is_gone(tmp_path: Path)
     from gpuenv.daemon.server import Server
 
     backend = SimBackend("h100", n_gpus=1, state_file=tmp_path / "sim.json")
-    server = Server(Config(socket=str(tmp_path / "s.sock"), sample_period=5.0), backend,
-                    journal=Journal(tmp_path / "journal"))  # fmt: skip
+    server = Server(
+        Config(socket=str(tmp_path / "s.sock"), sample_period=5.0),
+        backend,
+        journal=Journal(tmp_path / "journal"),
+    )
     server.start()
     try:
         for _ in range(100):

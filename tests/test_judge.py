@@ -53,8 +53,6 @@ def test_retry_delays_back_off_up_to_a_cap():
     assert retry_delays(VerdictConfig(max_retries=0)) == []
 
 
-
-
 def test_facts_are_read_in_one_place_with_the_max_operating_temperature(sim):
     """bench() once read its own facts without gpu_max_c: "near the thermal limit" was
     judged against the 89 C slowdown threshold while stable() used the 87 C max."""

@@ -63,8 +63,10 @@ def test_process_snapshots_follow_the_pids_and_rows_take_each_frames_memory(sim,
 
     def reader(i: int) -> tuple[ProcView, ...]:  # the host's view (nvitop, psutil): costly
         snaps.append(i)
-        return tuple(ProcView(p.pid, "ann", "python3 x.py", p.used_memory_mib, 5)
-                     for p in counted.listed or ())  # fmt: skip
+        return tuple(
+            ProcView(p.pid, "ann", "python3 x.py", p.used_memory_mib, 5)
+            for p in counted.listed or ()
+        )
 
     model = MonitorModel(counted, [0], clock=vclock, processes=reader, lock_lookup=None)
     (v,) = model.update()
@@ -74,7 +76,10 @@ def test_process_snapshots_follow_the_pids_and_rows_take_each_frames_memory(sim,
     (v,) = model.update()
     assert len(snaps) == 1  # no new snapshot: the pids are the same
     assert (v.processes[0].pid, v.processes[0].user, v.processes[0].used_memory_mib) == (
-        7, "ann", 300)  # fmt: skip
+        7,
+        "ann",
+        300,
+    )
     vclock.advance(1.0)
     (v,) = model.update()
     assert len(snaps) == 2  # process_period (2 s) after the last: %CPU, TIME move on

@@ -52,11 +52,13 @@ def test_commands_are_shown_from_their_start_cut_at_a_word(width, expected):
         # the H100 case: a `python3 -c` script showed as its tail, with \n escapes
         (["/usr/bin/python3", "-c", "import torch\nx = torch.ones(8)\nprint(x)"], "python3 -c ..."),
         (["/usr/bin/python3", "-c", "print(1)"], "python3 -c print(1)"),
-        (["/opt/venv/bin/python", "/tmp/bench.py", "--size", "4096"],
-         "python /tmp/bench.py --size 4096"),
+        (
+            ["/opt/venv/bin/python", "/tmp/bench.py", "--size", "4096"],
+            "python /tmp/bench.py --size 4096",
+        ),
         ([], ""),
     ],
-)  # fmt: skip
+)
 def test_a_command_line_reads_from_its_start_as_nvitop_shows_it(cmdline, shown):
     assert clean_command(cmdline) == shown
     assert "\n" not in clean_command(cmdline)
@@ -75,8 +77,7 @@ def test_processes_sort_and_filter_by_nvitops_keys():
     assert [p.pid for p in arrange(procs, kind="G")] == [10, 20]
     assert [p.pid for p in arrange(procs, users=("ann",))] == [20, 30]
     assert [p.pid for p in arrange(procs, pids=(10,))] == [10]
-    assert set(SORT_KEYS) >= {"pid", "user", "gpu_memory", "cpu_percent", "memory_percent",
-                              "time"}  # fmt: skip
+    assert set(SORT_KEYS) >= {"pid", "user", "gpu_memory", "cpu_percent", "memory_percent", "time"}
 
 
 def test_the_simulated_gpu_names_its_processes_shares_the_sm_and_counts_memory(sim):
@@ -215,16 +216,17 @@ def test_a_wide_user_or_command_keeps_the_process_table_aligned(sim, vclock):
     in a command takes two columns a character, and the columns after it stay in place."""
     from gpuenv.table import display_width
 
-    procs = [ProcView(101, "ann", "python3 bench.py --size 4096", 100, 5),
-             ProcView(102, "山田太郎", "python3 训练脚本.py 🚀 --size 4096 --steps 100", 200, 50),
-             ProcView(103, "データサイエンティスト", "python3 評価.py", 300, 7)]  # fmt: skip
+    procs = [
+        ProcView(101, "ann", "python3 bench.py --size 4096", 100, 5),
+        ProcView(102, "山田太郎", "python3 训练脚本.py 🚀 --size 4096 --steps 100", 200, 50),
+        ProcView(103, "データサイエンティスト", "python3 評価.py", 300, 7),
+    ]
     model = MonitorModel(sim, [0], clock=vclock, processes=lambda i: procs)
     for width in (120, 90, 70):
         lines = plain(render(model.update(), Frame(), width, 30)).splitlines()
         assert all(display_width(line) <= width for line in lines), (width, lines)
         head = next(line for line in lines if "COMMAND" in line)
-        rows = [next(line for line in lines if line.lstrip().startswith(str(p.pid)))
-                for p in procs]  # fmt: skip
+        rows = [next(line for line in lines if line.lstrip().startswith(str(p.pid))) for p in procs]
         # the command starts in the header's COMMAND column on every row
         at = display_width(head[: head.index("COMMAND")])
         for row, p in zip(rows, procs, strict=True):

@@ -105,8 +105,14 @@ def _fits(text: str, width: int, height: int) -> None:
 def test_memory_processes_and_help_at_each_size(term, width, height):
     t = term("--sim monitor -d 0.25 --scenario shared", width=width, height=height)
     text = t.wait_for(
-        lambda s: "400000" in s and "512 MiB" in s and "60%" in s and " history " in s
-        and "board" in s and "host" in s
+        lambda s: (
+            "400000" in s
+            and "512 MiB" in s
+            and "60%" in s
+            and " history " in s
+            and "board" in s
+            and "host" in s
+        )
     )
     _fits(text, width, height)
     rows = text.splitlines()

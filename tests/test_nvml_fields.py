@@ -96,7 +96,10 @@ def test_memory_falls_back_to_v1_on_a_driver_without_v2(monkeypatch: pytest.Monk
     usage = q.memory(0)  # type: ignore[attr-defined]
     assert (usage.used_mib, usage.total_mib) == (1_530, 16_384)
     tries = []
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo",
-                        lambda h, version=None: tries.append(version) or info(h, version))
+    monkeypatch.setattr(
+        pynvml,
+        "nvmlDeviceGetMemoryInfo",
+        lambda h, version=None: tries.append(version) or info(h, version),
+    )
     assert q.memory(0).used_mib == 1_530  # type: ignore[attr-defined]
     assert tries == [None]  # v2 is not asked again on this driver

@@ -26,11 +26,17 @@ HELP = DATA / "help-query-gpu.txt"
 
 # Words that are one form: either of them is the same kind of answer.
 _WORDS = {
-    "Enabled": "<on/off>", "Disabled": "<on/off>", "Yes": "<yes/no>", "No": "<yes/no>",
-    "Active": "<active>", "Not Active": "<active>", "Default": "<compute mode>",
-    "Exclusive_Process": "<compute mode>", "Prohibited": "<compute mode>",
+    "Enabled": "<on/off>",
+    "Disabled": "<on/off>",
+    "Yes": "<yes/no>",
+    "No": "<yes/no>",
+    "Active": "<active>",
+    "Not Active": "<active>",
+    "Default": "<compute mode>",
+    "Exclusive_Process": "<compute mode>",
+    "Prohibited": "<compute mode>",
     "Exclusive_Thread": "<compute mode>",
-}  # fmt: skip
+}
 _UUID = re.compile(r"\b(GPU|MIG)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 _HEX = re.compile(r"\b0x([0-9A-Fa-f]+)\b")
 
@@ -66,29 +72,61 @@ def _recorded() -> list[dict[str, str]]:
 NOT_READ = {
     # values gpuenv has no reader for: vGPU, addressing, inforom check, recovery, GSP, C2C,
     # confidential computing, SRAM ECC detail, row-remapper histogram, platform
-    "addressing_mode", "inforom.checksum_validation", "gpu_recovery_action",
-    "gsp.mode.current", "gsp.mode.default", "c2c.mode",
-    "protected_memory.total", "protected_memory.used", "protected_memory.free",
-    "remapped_rows.correctable_inactive", "remapped_rows.uncorrectable_inactive",
+    "addressing_mode",
+    "inforom.checksum_validation",
+    "gpu_recovery_action",
+    "gsp.mode.current",
+    "gsp.mode.default",
+    "c2c.mode",
+    "protected_memory.total",
+    "protected_memory.used",
+    "protected_memory.free",
+    "remapped_rows.correctable_inactive",
+    "remapped_rows.uncorrectable_inactive",
     *(f"remapped_rows.histogram.{k}" for k in ("max", "high", "partial", "low", "none")),
-    *(f"ecc.errors.uncorrected.{c}.sram.{k}" for c in ("volatile", "aggregate")
-      for k in ("parity", "secded")),
-    *(f"ecc.errors.uncorrected.aggregate.sram.{k}"
-      for k in ("thresholdExceeded", "l2", "sm", "mcu", "pcie", "other")),
+    *(
+        f"ecc.errors.uncorrected.{c}.sram.{k}"
+        for c in ("volatile", "aggregate")
+        for k in ("parity", "secded")
+    ),
+    *(
+        f"ecc.errors.uncorrected.aggregate.sram.{k}"
+        for k in ("thresholdExceeded", "l2", "sm", "mcu", "pcie", "other")
+    ),
     # PCI class codes (nvmlDeviceGetPciInfoExt; on the H100 0x3 / 0x2): not read yet
-    "pci.baseClass", "pci.subClass",
-    "platform.chassis_serial_number", "platform.slot_number", "platform.tray_index",
-    "platform.host_id", "platform.peer_type", "platform.module_id", "platform.gpu_fabric_guid",
+    "pci.baseClass",
+    "pci.subClass",
+    "platform.chassis_serial_number",
+    "platform.slot_number",
+    "platform.tray_index",
+    "platform.host_id",
+    "platform.peer_type",
+    "platform.module_id",
+    "platform.gpu_fabric_guid",
     # NVML's field ids for these counters changed between headers and answer unrelated
     # values on driver 580 (GPU_FACTS.md); sw_power_cap and sync_boost (ids 74, 76) are read
-    *(f"clocks_event_reasons_counters.{k}" for k in (
-      "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")),
+    *(
+        f"clocks_event_reasons_counters.{k}"
+        for k in ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+    ),
     # nvidia-smi writes a bare N/A when the GPU has no fabric; gpuenv does not ask
-    "fabric.state", "fabric.status", "fabric.cliqueId", "fabric.clusterUuid",
-    *(f"fabric.health.{k}" for k in ("summary", "bandwidth", "route_recovery_in_progress",
-      "route_unhealthy", "access_timeout_recovery", "incorrect_configuration",
-      "partition_assigned")),
-}  # fmt: skip
+    "fabric.state",
+    "fabric.status",
+    "fabric.cliqueId",
+    "fabric.clusterUuid",
+    *(
+        f"fabric.health.{k}"
+        for k in (
+            "summary",
+            "bandwidth",
+            "route_recovery_in_progress",
+            "route_unhealthy",
+            "access_timeout_recovery",
+            "incorrect_configuration",
+            "partition_assigned",
+        )
+    ),
+}
 
 
 @pytest.mark.skipif(not RECORDED.exists(), reason="no nvidia-smi recording in tests/data")
@@ -99,8 +137,10 @@ def test_headers_and_value_forms_match_nvidia_smi(sim) -> None:
     for row in _recorded():
         name = row["field"]
         fields = parse_fields(name)  # every recorded name is known
-        for fmt, head, value in ((CsvFormat(), "header", "value"),
-                                 (CsvFormat(units=False), "header_nounits", "value_nounits")):
+        for fmt, head, value in (
+            (CsvFormat(), "header", "value"),
+            (CsvFormat(units=False), "header_nounits", "value_nounits"),
+        ):
             assert header_line(fields, fmt) == row[head], name
             lines, errors = query_rows(sim, [0], fields, fmt)
             assert errors == [] and len(lines) == 1
@@ -164,14 +204,17 @@ def test_on_a_real_gpu_gpuenv_and_nvidia_smi_agree_field_by_field() -> None:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         pytest.skip("nvidia-smi is not installed here")
-    names = [names[0] for names in _help_entries(help_text())
-             if not names[0].startswith("gpuenv.")]  # fmt: skip
+    names = [names[0] for names in _help_entries(help_text()) if not names[0].startswith("gpuenv.")]
     backend = NvmlBackend()
     differ = []
     try:
         for name in names:
-            done = subprocess.run([smi, f"--query-gpu={name}", "--format=csv", "-i", "0"],
-                                  capture_output=True, text=True, timeout=30)  # fmt: skip
+            done = subprocess.run(
+                [smi, f"--query-gpu={name}", "--format=csv", "-i", "0"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             if done.returncode != 0:  # a name this driver does not know
                 continue
             head, value = done.stdout.splitlines()[:2]

@@ -30,8 +30,14 @@ def make_run(tmp_path, *, trace=True):
     with session_mod.stable(backend=sim, mode="burst", output=str(path)) as env:
         env.bench(timing.sim_kernel(sim, 0, seconds=1.4e-3), name="cold", budget_s=1)
         timing.sim_kernel(sim, 0, seconds=5.0)()
-        env.bench(timing.sim_kernel(sim, 0, seconds=1.4e-3), name="hot", budget_s=1,
-                  condition=None, policy="reject", reps=30)
+        env.bench(
+            timing.sim_kernel(sim, 0, seconds=1.4e-3),
+            name="hot",
+            budget_s=1,
+            condition=None,
+            policy="reject",
+            reps=30,
+        )
     if not trace:
         strip_traces(path)
     return path
@@ -95,8 +101,10 @@ def test_missing_matplotlib_says_what_to_install(tmp_path, monkeypatch):
 
 # -- what the figure shows (its artists, not its pixels) -----------------------------------
 
-TITLE = re.compile(r"^gpuenv session · NVIDIA H100 80GB HBM3 · GPU 0 · "
-                   r"\d{4}-\d\d-\d\d \d\d:\d\d UTC · (\d+) measurements?$")
+TITLE = re.compile(
+    r"^gpuenv session · NVIDIA H100 80GB HBM3 · GPU 0 · "
+    r"\d{4}-\d\d-\d\d \d\d:\d\d UTC · (\d+) measurements?$"
+)
 
 
 def texts(fig) -> list[str]:
@@ -109,21 +117,24 @@ def shaded(ax) -> dict[str, int]:
     for patch in ax.patches:
         gid = patch.get_gid() or ""
         if gid.startswith("region:"):
-            out[gid[len("region:"):]] = out.get(gid[len("region:"):], 0) + 1
+            out[gid[len("region:") :]] = out.get(gid[len("region:") :], 0) + 1
     return out
 
 
 def names(fig) -> dict[str, object]:
     """Each region name above the panels, with its drawn extent."""
     renderer = fig.canvas.get_renderer()
-    return {t.get_text(): t.get_window_extent(renderer) for t in fig.axes[0].texts
-            if (t.get_gid() or "").startswith("name:")}
+    return {
+        t.get_text(): t.get_window_extent(renderer)
+        for t in fig.axes[0].texts
+        if (t.get_gid() or "").startswith("name:")
+    }
 
 
 def assert_apart(boxes) -> None:
     boxes = list(boxes)
     for i, a in enumerate(boxes):
-        for b in boxes[i + 1:]:
+        for b in boxes[i + 1 :]:
             assert not a.overlaps(b), (a, b)
 
 
@@ -205,8 +216,12 @@ def test_a_run_file_draws_its_trace_and_shades_its_regions_not_the_whole_run(tmp
     session = load_run(session_with_load(tmp_path, sim))
     pieces = [m.extra["trace"] for m in session.measurements]
     whole = {k: [v for p in pieces for v in p[k]] for k in ("t_s", "sm_mhz", "power_w", "temp_c")}
-    run_m = Measurement.build("(run)", [20.0], gpus=(0,), extra={
-        "command": ["python", "train.py"], "trace": {"t0": pieces[0]["t0"], **whole}})
+    run_m = Measurement.build(
+        "(run)",
+        [20.0],
+        gpus=(0,),
+        extra={"command": ["python", "train.py"], "trace": {"t0": pieces[0]["t0"], **whole}},
+    )
     regions = [dataclasses.replace(m, extra={}) for m in session.measurements]
     meta = {**session.metadata, "tool": "gpuenv run", "command": ["python", "train.py"]}
     meta.pop("session")
@@ -232,7 +247,10 @@ def test_the_docs_script_makes_a_session_file_and_its_figure_on_the_sim(tmp_path
         assert mod.main([str(tmp_path / "s.jsonl"), "--sim", "--png", str(tmp_path / "s.png")]) == 0
     run = load_run(tmp_path / "s.jsonl")
     assert [m.name for m in run.measurements] == [
-        "matmul (cold)", "heavy load (12 s)", "matmul (after)"]
+        "matmul (cold)",
+        "heavy load (12 s)",
+        "matmul (after)",
+    ]
     heavy = run.measurements[1].extra["trace"]["sm_mhz"]
     assert max(heavy) - min(heavy) > 300
     assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

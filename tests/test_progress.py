@@ -25,8 +25,13 @@ print("done")
 def on_a_terminal(argv: list[str], **env: str) -> tuple[int, str, bytes]:
     """Run `argv` with stderr on a pty; (exit code, stdout, what the terminal got)."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=slave, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), **env})  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+    )
     os.close(slave)
     seen = b""
     while True:
@@ -55,8 +60,13 @@ def test_the_line_is_redrawn_in_place_and_removed_at_the_end() -> None:
 def test_quiet_or_not_a_terminal_draws_nothing() -> None:
     code, _, seen = on_a_terminal([sys.executable, "-c", STEPS], GPUENV_QUIET="1")
     assert code == 0 and seen == b""
-    piped = subprocess.run([sys.executable, "-c", STEPS], capture_output=True, cwd=ROOT,
-                           env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)  # fmt: skip
+    piped = subprocess.run(
+        [sys.executable, "-c", STEPS],
+        capture_output=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    )
     assert piped.stderr == b"" and piped.stdout == b"done\n"
 
 
@@ -95,21 +105,54 @@ def test_gpuenv_plot_says_what_it_is_doing_on_a_terminal(tmp_path: Path) -> None
     import pytest
 
     pytest.importorskip("matplotlib")
-    made = subprocess.run([sys.executable, "-m", "gpuenv", "--sim", "run", "-q", "-o",
-                           str(tmp_path / "r.jsonl"), "--", "sleep", "0.3"], cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "GPUENV_SIM_STATE": "none"},
-                          capture_output=True, check=False)  # fmt: skip
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuenv",
+            "--sim",
+            "run",
+            "-q",
+            "-o",
+            str(tmp_path / "r.jsonl"),
+            "--",
+            "sleep",
+            "0.3",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "GPUENV_SIM_STATE": "none"},
+        capture_output=True,
+        check=False,
+    )
     assert made.returncode == 0, made.stderr
     code, out, seen = on_a_terminal(
-        [sys.executable, "-m", "gpuenv", "plot", str(tmp_path / "r.jsonl"), "-o",
-         str(tmp_path / "r.png")], GPUENV_PROGRESS_DELAY_S="0")  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gpuenv",
+            "plot",
+            str(tmp_path / "r.jsonl"),
+            "-o",
+            str(tmp_path / "r.png"),
+        ],
+        GPUENV_PROGRESS_DELAY_S="0",
+    )
     assert code == 0 and out.strip() == str(tmp_path / "r.png")
     assert b"\rgpuenv plot: reading " + str(tmp_path).encode()[:20] in seen  # cut at 80 columns
     assert seen.endswith(b"\r\x1b[K")
     for quiet in (["--quiet", "plot"], ["plot", "--quiet"]):  # the group's flag, either side
         code, _, seen = on_a_terminal(
-            [sys.executable, "-m", "gpuenv", *quiet, str(tmp_path / "r.jsonl"), "-o",
-             str(tmp_path / "q.png")], GPUENV_PROGRESS_DELAY_S="0")  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "gpuenv",
+                *quiet,
+                str(tmp_path / "r.jsonl"),
+                "-o",
+                str(tmp_path / "q.png"),
+            ],
+            GPUENV_PROGRESS_DELAY_S="0",
+        )
         assert code == 0 and seen == b""
 
 
@@ -126,8 +169,15 @@ def test_a_wait_for_the_gpu_says_which_clock_it_waits_for() -> None:
         def latest(self, gpu: int) -> Sample | None:
             return self.sample
 
-    capped = Sample(t=1.0, gpu=0, sm_mhz=1420, mem_mhz=2619, power_w=699.0, temp_c=61.0,
-                    reasons=int(Reason.SW_POWER_CAP))  # fmt: skip
+    capped = Sample(
+        t=1.0,
+        gpu=0,
+        sm_mhz=1420,
+        mem_mhz=2619,
+        power_w=699.0,
+        temp_c=61.0,
+        reasons=int(Reason.SW_POWER_CAP),
+    )
     line = _waiting(Latest(capped), 0, {0: GpuFacts(max_sm_mhz=1980)}, 30.0)
     assert line.startswith("gpuenv: waiting for GPU 0 to recover (at most 30 s)")
     assert "clock 1420 -> 1980 MHz, 61 C, power cap" in line, line
@@ -140,7 +190,9 @@ def test_a_wait_for_the_gpu_says_which_clock_it_waits_for() -> None:
 def test_gpuenv_calibrate_redraws_one_line_on_a_terminal(tmp_path: Path) -> None:
     code, out, seen = on_a_terminal(
         [sys.executable, "-m", "gpuenv", "--sim", "calibrate", "--no-save"],
-        GPUENV_SIM_STATE="none", GPUENV_STATE_DIR=str(tmp_path / "state"))  # fmt: skip
+        GPUENV_SIM_STATE="none",
+        GPUENV_STATE_DIR=str(tmp_path / "state"),
+    )
     assert code == 0, (out, seen[-300:])
     assert b"\rgpuenv calibrate GPU 0: load" in seen and seen.endswith(b"\r\x1b[K")
     assert b"\n" not in seen  # the lines every 5 s are for a log, not a terminal
@@ -156,8 +208,11 @@ def test_a_silent_daemon_socket_is_waited_for_with_a_word(tmp_path: Path) -> Non
     server.listen(8)  # the kernel accepts; nobody ever answers
     try:
         code, _, seen = on_a_terminal(
-            [sys.executable, "-m", "gpuenv", "--sim", "status"], GPUENV_SOCKET=str(path),
-            GPUENV_SIM_STATE="none", GPUENV_PROGRESS_DELAY_S="0")  # fmt: skip
+            [sys.executable, "-m", "gpuenv", "--sim", "status"],
+            GPUENV_SOCKET=str(path),
+            GPUENV_SIM_STATE="none",
+            GPUENV_PROGRESS_DELAY_S="0",
+        )
     finally:
         server.close()
     assert code == 0, seen[-400:]

@@ -54,8 +54,12 @@ def _served_text(tmp_path: Path) -> str:
     from gpuenv.clocks.calibration_store import save_calibration
 
     save_calibration(backend.device_info(0).uuid, 1392, state_dir=tmp_path / "journal")
-    server = Server(parse_config("[lock]\nuser:alice = all\n").with_socket(str(tmp_path / "s")),
-                    backend, journal=Journal(tmp_path / "journal"), peer_of=lambda sock: alice)
+    server = Server(
+        parse_config("[lock]\nuser:alice = all\n").with_socket(str(tmp_path / "s")),
+        backend,
+        journal=Journal(tmp_path / "journal"),
+        peer_of=lambda sock: alice,
+    )
     server.start()
     try:
         time.sleep(1.2)  # the energy and violation counters are read once a second
@@ -69,22 +73,34 @@ def _served_text(tmp_path: Path) -> str:
 
 def test_rules_pass_promtool_check_and_their_unit_tests() -> None:
     promtool = _tool("promtool")
-    check = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True,
-                           text=True, timeout=60)
+    check = subprocess.run(
+        [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert "SUCCESS: 8 rules found" in check.stdout
-    test = subprocess.run([promtool, "test", "rules", RULE_TESTS.name], capture_output=True,
-                          text=True, timeout=60, cwd=RULE_TESTS.parent)
+    test = subprocess.run(
+        [promtool, "test", "rules", RULE_TESTS.name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=RULE_TESTS.parent,
+    )
     assert test.returncode == 0, test.stdout + test.stderr
 
 
 def test_the_exposition_passes_promtool_lint_but_for_dcgm_exporters_label_names(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """The one complaint allowed: dcgm-exporter's camelCase labels (UUID, modelName,
     Hostname), kept as it spells them so that the two exporters' series join."""
     promtool = _tool("promtool")
-    out = subprocess.run([promtool, "check", "metrics"], input=_served_text(tmp_path),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=_served_text(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     complaints = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
     assert complaints, "promtool no longer objects to camelCase labels: drop this exception"
     other = [ln for ln in complaints if "label names should be written in 'snake_case'" not in ln]
@@ -93,12 +109,18 @@ def test_the_exposition_passes_promtool_lint_but_for_dcgm_exporters_label_names(
 
 def test_dashboard_and_rules_ask_only_for_series_the_daemon_serves(tmp_path: Path) -> None:
     """A renamed metric must not leave a dashboard panel or an alert silently empty."""
-    served = {ln.split("{")[0].split(" ")[0] for ln in _served_text(tmp_path).splitlines()
-              if ln.startswith("gpuenv_")}
+    served = {
+        ln.split("{")[0].split(" ")[0]
+        for ln in _served_text(tmp_path).splitlines()
+        if ln.startswith("gpuenv_")
+    }
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
-    exprs += [v["query"]["query"] for v in dashboard["templating"]["list"] if "query" in v
-              and isinstance(v["query"], dict)]
+    exprs += [
+        v["query"]["query"]
+        for v in dashboard["templating"]["list"]
+        if "query" in v and isinstance(v["query"], dict)
+    ]
     asked = {m for e in exprs for m in re.findall(r"\bgpuenv_\w+", e)}
     asked |= set(re.findall(r"\bgpuenv_[a-z_]+\b", RULES.read_text()))
     assert len(asked) > 10
@@ -118,10 +140,23 @@ def _serving(tmp_path: Path, env: dict[str, str]) -> Iterator[int]:
     """`gpuenv daemon` with metrics on a free port of 127.0.0.1, once it answers a scrape."""
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuenv", "daemon", "--socket", str(tmp_path / "gpuenvd.sock"),
-         "--metrics", f"127.0.0.1:{port}", "--log-level", "warning"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gpuenv",
+            "daemon",
+            "--socket",
+            str(tmp_path / "gpuenvd.sock"),
+            "--metrics",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         _wait(lambda: _get(f"http://127.0.0.1:{port}/metrics"), 30, proc)
         yield port
@@ -172,10 +207,17 @@ def test_a_real_prometheus_scrapes_gpuenvd(gpuenvd: int, tmp_path: Path) -> None
         f"    static_configs:\n      - targets: ['127.0.0.1:{gpuenvd}']\n"
     )
     proc = subprocess.Popen(
-        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{web}", "--log.level=warn"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{web}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     api = f"http://127.0.0.1:{web}/api/v1/query?query="
 
     def query(q: str) -> list[dict] | None:  # type: ignore[type-arg]
@@ -217,12 +259,17 @@ def _fake_dcgm_exporter(gpus: list[dict[str, str]]) -> tuple[object, int]:
 
     lines = []
     for g in gpus:
-        common = (f'gpu="{g["gpu"]}",UUID="{g["UUID"]}",pci_bus_id="{g["pci_bus_id"]}",'
-                  f'device="nvidia{g["gpu"]}",modelName="{g["modelName"]}"')  # fmt: skip
+        common = (
+            f'gpu="{g["gpu"]}",UUID="{g["UUID"]}",pci_bus_id="{g["pci_bus_id"]}",'
+            f'device="nvidia{g["gpu"]}",modelName="{g["modelName"]}"'
+        )
         lines.append(f'DCGM_FI_DEV_SM_CLOCK{{{common},Hostname="{g["Hostname"]}"}} 1980')
         lines.append(f'DCGM_FI_DEV_GPU_TEMP{{{common},hostname="{g["Hostname"]}"}} 36')
-    body = ("# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
-            + "\n".join(sorted(lines)) + "\n").encode()  # fmt: skip
+    body = (
+        "# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
+        + "\n".join(sorted(lines))
+        + "\n"
+    ).encode()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # the name http.server calls
@@ -242,17 +289,27 @@ def _fake_dcgm_exporter(gpus: list[dict[str, str]]) -> tuple[object, int]:
 @pytest.fixture
 def two_gpus_one_locked(tmp_path: Path) -> Iterator[int]:
     """gpuenvd on two simulated GPUs, GPU 0 locked by `gpuenv lock` (GPU 1 not)."""
-    env = {**os.environ, "GPUENV_BACKEND": "sim", "GPUENV_SIM_GPUS": "2",
-           "GPUENV_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
-    lock = subprocess.run([sys.executable, "-m", "gpuenv", "lock", "--sm", "1350", "-i", "0"],
-                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    env = {
+        **os.environ,
+        "GPUENV_BACKEND": "sim",
+        "GPUENV_SIM_GPUS": "2",
+        "GPUENV_STATE_DIR": str(tmp_path / "state"),
+    }
+    lock = subprocess.run(
+        [sys.executable, "-m", "gpuenv", "lock", "--sm", "1350", "-i", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert lock.returncode == 0, lock.stdout + lock.stderr
     try:
         with _serving(tmp_path, env) as port:
             yield port
     finally:
-        subprocess.run([sys.executable, "-m", "gpuenv", "restore"], env=env,
-                       capture_output=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "gpuenv", "restore"], env=env, capture_output=True, timeout=60
+        )
 
 
 def _dashboard_exprs() -> list[str]:
@@ -270,7 +327,8 @@ def _readme_promql() -> list[tuple[str, str]]:
 
 
 def test_beside_dcgm_exporter_the_scrape_snippet_and_the_readme_joins_work(
-        two_gpus_one_locked: int, tmp_path: Path) -> None:
+    two_gpus_one_locked: int, tmp_path: Path
+) -> None:
     """With contrib/prometheus/dcgm-scrape.yml both jobs name the node the same (instance
     without the port), so NVIDIA's dashboard filter and `on(instance, UUID)` joins match;
     both of dcgm-exporter's host label spellings join; each README query answers as its
@@ -282,19 +340,27 @@ def test_beside_dcgm_exporter_the_scrape_snippet_and_the_readme_joins_work(
     assert {g["device"] for g in gpus} == {"nvidia0", "nvidia1"}
     httpd, dcgm = _fake_dcgm_exporter(gpus)
     snippet = SCRAPE.read_text()  # as written: only the example targets are replaced
-    for example, real in (('["gpu-node-1:9400", "gpu-node-2:9400"]', f'["127.0.0.1:{dcgm}"]'),
-                          ('["gpu-node-1:19400", "gpu-node-2:19400"]',
-                           f'["127.0.0.1:{two_gpus_one_locked}"]')):  # fmt: skip
+    for example, real in (
+        ('["gpu-node-1:9400", "gpu-node-2:9400"]', f'["127.0.0.1:{dcgm}"]'),
+        ('["gpu-node-1:19400", "gpu-node-2:19400"]', f'["127.0.0.1:{two_gpus_one_locked}"]'),
+    ):
         assert example in snippet
         snippet = snippet.replace(example, real)
     config = tmp_path / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 1s\n" + snippet)
     web = _free_port()
     proc = subprocess.Popen(
-        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{web}", "--log.level=warn"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{web}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
     def query(q: str) -> list[dict] | None:  # type: ignore[type-arg]
         text = _get(f"http://127.0.0.1:{web}/api/v1/query?query=" + urllib.parse.quote(q))
@@ -318,14 +384,21 @@ def test_beside_dcgm_exporter_the_scrape_snippet_and_the_readme_joins_work(
         locked = [g["UUID"] for g in gpus if g["gpu"] == "0"]
         # gpuenv's dashboard: its node variable drops the port (the regex Grafana applies),
         # so the same node name picks gpuenvd's series with or without the relabeling
-        var = next(v for v in json.loads(DASHBOARD.read_text())["templating"]["list"]
-                   if v["name"] == "instance")  # fmt: skip
+        var = next(
+            v
+            for v in json.loads(DASHBOARD.read_text())["templating"]["list"]
+            if v["name"] == "instance"
+        )
         node = re.fullmatch(var["regex"].strip("/"), f"127.0.0.1:{two_gpus_one_locked}")
         assert node is not None and node.group(1) == "127.0.0.1"
         host = gpus[0]["Hostname"]
         for expr in _dashboard_exprs():
-            q = (expr.replace("$instance", "127.0.0.1").replace("$Hostname", host)
-                 .replace("$gpu", ".*").replace("$__rate_interval", "1m"))  # fmt: skip
+            q = (
+                expr.replace("$instance", "127.0.0.1")
+                .replace("$Hostname", host)
+                .replace("$gpu", ".*")
+                .replace("$__rate_interval", "1m")
+            )
             # counted live owners: none after `gpuenv lock`; a Slurm job's GPUs and the fleet's
             # sustained clocks: no job and no calibration here, no recording rules loaded
             # (test_dashboard_and_rules_ask_only_for_series_the_daemon_serves serves them)
@@ -344,10 +417,24 @@ def test_beside_dcgm_exporter_the_scrape_snippet_and_the_readme_joins_work(
 def _daemon_with_metrics(tmp_path: Path, listen: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GPUENV_BACKEND": "sim", "GPUENV_STATE_DIR": str(tmp_path / "state")}
     return subprocess.run(
-        [sys.executable, "-m", "gpuenv", "daemon", "--socket", str(tmp_path / "gpuenvd.sock"),
-         "--metrics", listen, "--log-level", "warning"],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gpuenv",
+            "daemon",
+            "--socket",
+            str(tmp_path / "gpuenvd.sock"),
+            "--metrics",
+            listen,
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_a_metrics_port_in_use_stops_the_daemon_and_leaves_no_socket(tmp_path: Path) -> None:

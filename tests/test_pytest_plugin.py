@@ -24,12 +24,18 @@ class TestPytestPluginAnnotate:
         sampler.start()
         from gpuenv.judge import read_facts
 
-        return SimpleNamespace(sampler=sampler, backend=warm_sim, gpus=[0], policy=policy,
-                               facts=read_facts(warm_sim, [0]))
+        return SimpleNamespace(
+            sampler=sampler,
+            backend=warm_sim,
+            gpus=[0],
+            policy=policy,
+            facts=read_facts(warm_sim, [0]),
+        )
 
     def fixture(self, data):
-        return SimpleNamespace(extra_info={},
-                               stats=SimpleNamespace(stats=SimpleNamespace(data=data)))
+        return SimpleNamespace(
+            extra_info={}, stats=SimpleNamespace(stats=SimpleNamespace(data=data))
+        )
 
     def annotate(self, st, sim, rounds, per_round=None):
         """`rounds` rounds (`per_round()` each, or the next of `rounds` seconds of idle
@@ -39,7 +45,7 @@ class TestPytestPluginAnnotate:
 
         t0 = st.sampler.mark()
         spans, data = [], []
-        for r in (rounds if isinstance(rounds, list) else range(rounds)):
+        for r in rounds if isinstance(rounds, list) else range(rounds):
             start = sim.clock.now()
             if per_round is None:
                 sim.clock.sleep(r)
@@ -79,7 +85,6 @@ class TestPytestPluginAnnotate:
         assert "other_process" in {f["kind"] for f in info["findings"]}
         assert info["verdict"] == "rejected"
 
-
     def test_cpu_only_rounds_on_an_idle_gpu_are_no_gpu_work_not_warmup(self, sim):
         """A CPU-only benchmark whose first rounds are slow (caches, the interpreter) on a GPU
         that stayed idle: judged 'no GPU work', never 'GPU 0 was still warming up'."""
@@ -97,8 +102,12 @@ class TestPytestPluginAnnotate:
         (f,) = [f for f in info["findings"] if f["kind"] == "warmup_ramp"]
         assert "gpuenv.bench" not in f["message"] and " rep" not in f["message"]
         assert "round" in f["message"]
-        for option in ("--benchmark-warmup=on", "--benchmark-warmup-iterations",
-                       "warmup_iterations=", "warmup_rounds="):
+        for option in (
+            "--benchmark-warmup=on",
+            "--benchmark-warmup-iterations",
+            "warmup_iterations=",
+            "warmup_rounds=",
+        ):
             assert option in f["message"]
 
     def test_slow_first_rounds_on_a_steady_gpu_are_not_called_the_gpus_warmup(self, warm_sim):
@@ -133,8 +142,9 @@ def plugin_args() -> list[str]:
     (loading it twice is an error)."""
     from importlib.metadata import entry_points
 
-    registered = any(ep.value == "gpuenv.integrations.pytest_plugin"
-                     for ep in entry_points(group="pytest11"))
+    registered = any(
+        ep.value == "gpuenv.integrations.pytest_plugin" for ep in entry_points(group="pytest11")
+    )
     return [] if registered else ["-p", "gpuenv.integrations.pytest_plugin"]
 
 
@@ -143,8 +153,13 @@ def test_plugin_adds_extra_info_in_a_real_pytest_run(pytester, sim_env, tmp_path
     pytester.makepyfile(INNER_TEST)
     out_json = tmp_path / "bench.json"
     result = pytester.runpytest_subprocess(
-        *plugin_args(), "--gpuenv", "--benchmark-max-time=0.05",
-        "--benchmark-min-rounds=5", f"--benchmark-json={out_json}", "-p", "no:cacheprovider",
+        *plugin_args(),
+        "--gpuenv",
+        "--benchmark-max-time=0.05",
+        "--benchmark-min-rounds=5",
+        f"--benchmark-json={out_json}",
+        "-p",
+        "no:cacheprovider",
     )
     result.assert_outcomes(passed=2)
     data = json.loads(out_json.read_text())
@@ -160,8 +175,9 @@ def test_plugin_is_inert_without_the_flag_or_without_pytest_benchmark(pytester, 
     """Without pytest-benchmark, --gpuenv says so in the summary: no warning that -W error
     would turn into an INTERNALERROR."""
     pytester.makepyfile("def test_plain():\n    assert True\n")
-    result = pytester.runpytest_subprocess(*plugin_args(), "-p", "no:benchmark", "--gpuenv",
-                                           "-W", "error", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        *plugin_args(), "-p", "no:benchmark", "--gpuenv", "-W", "error", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=1)
     assert result.ret == 0
     result.stdout.fnmatch_lines(["gpuenv: pytest-benchmark is not installed*"])
@@ -235,8 +251,15 @@ def test_a_telemetry_error_at_start_is_said_not_raised(pytester, monkeypatch):
     monkeypatch.setenv("GPUENV_BACKEND", "sim")
     monkeypatch.setenv("GPUENV_SIM_GPUS", "none")  # the backend refuses to open
     pytester.makepyfile(INNER_TEST)
-    result = pytester.runpytest_subprocess(*plugin_args(), "--gpuenv", "-W", "error",
-                                           "--benchmark-max-time=0.01", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        *plugin_args(),
+        "--gpuenv",
+        "-W",
+        "error",
+        "--benchmark-max-time=0.01",
+        "-p",
+        "no:cacheprovider",
+    )
     assert result.ret == 0
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["gpuenv: no GPU telemetry (GPUENV_SIM_GPUS='none'*"])
@@ -268,16 +291,24 @@ def test_a_gpu_lost_mid_session_is_said_not_raised(pytester, sim_env, tmp_path):
     pytester.makepyfile(LOST_GPU_SUITE)
     out_json = tmp_path / "bench.json"
     result = pytester.runpytest_subprocess(
-        *plugin_args(), "--gpuenv", "-W", "error", "--benchmark-max-time=0.01",
-        f"--benchmark-json={out_json}", "-p", "no:cacheprovider")
+        *plugin_args(),
+        "--gpuenv",
+        "-W",
+        "error",
+        "--benchmark-max-time=0.01",
+        f"--benchmark-json={out_json}",
+        "-p",
+        "no:cacheprovider",
+    )
     text = result.stdout.str() + result.stderr.str()
     assert result.ret == 0, text
     result.assert_outcomes(passed=2)
     assert "INTERNALERROR" not in text
     infos = [b["extra_info"]["gpuenv"] for b in json.loads(out_json.read_text())["benchmarks"]]
     assert all(i.get("verdict") != "ok" or "error" in i for i in infos), infos
-    result.stdout.fnmatch_lines(["*gpuenv: GPU verdicts*", "test_lost  *telemetry_gap*rounds*",
-                                 "gpuenv: 2 flagged"])
+    result.stdout.fnmatch_lines(
+        ["*gpuenv: GPU verdicts*", "test_lost  *telemetry_gap*rounds*", "gpuenv: 2 flagged"]
+    )
 
 
 GPU_CONFTEST = """
@@ -303,8 +334,16 @@ def test_flagged_benchmarks_are_named_after_pytest_benchmarks_table(pytester, si
     pytest.importorskip("pytest_benchmark")
     pytester.makeconftest(GPU_CONFTEST)
     pytester.makepyfile(test_cpu=DOCS_SUITE, test_gpu=GPU_SUITE)
-    result = pytester.runpytest_subprocess(*plugin_args(), "--gpuenv", "-q", "-W", "error",
-                                           "--benchmark-max-time=0.01", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        *plugin_args(),
+        "--gpuenv",
+        "-q",
+        "-W",
+        "error",
+        "--benchmark-max-time=0.01",
+        "-p",
+        "no:cacheprovider",
+    )
     assert result.ret == 0
     lines = result.stdout.lines
     table = min(i for i, x in enumerate(lines) if x.startswith("test_cold_kernel "))
@@ -319,12 +358,14 @@ def test_flagged_benchmarks_are_named_after_pytest_benchmarks_table(pytester, si
 def test_all_ok_is_one_line(pytester, sim_env):
     pytest.importorskip("pytest_benchmark")
     pytester.makepyfile(INNER_TEST)
-    result = pytester.runpytest_subprocess(*plugin_args(), "--gpuenv",
-                                           "--benchmark-max-time=0.01", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        *plugin_args(), "--gpuenv", "--benchmark-max-time=0.01", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=2)
     assert [x for x in result.stdout.lines if x.startswith("gpuenv")] == [
         "gpuenv: 1 with no GPU work (every sampled GPU idle throughout: nothing for gpuenv to "
-        "judge)"]
+        "judge)"
+    ]
 
 
 ROUND_HOOK_MOVED = """
@@ -348,15 +389,18 @@ def test_the_private_pytest_benchmark_surface_the_plugin_relies_on():
     where = ".".join(ROUND_HOOK)
     assert callable(getattr(owner, attr, None)), f"pytest-benchmark has no {where}"
     assert list(inspect.signature(getattr(owner, attr)).parameters) == ["self", "duration"], (
-        f"{where} changed its signature")
+        f"{where} changed its signature"
+    )
     from pytest_benchmark.fixture import BenchmarkFixture
 
     source = inspect.getsource(BenchmarkFixture)
     assert f"self.{TIMER_ATTR} = timer.target" in source, (
-        f"pytest_benchmark.fixture.BenchmarkFixture.{TIMER_ATTR} moved (--gpuenv-sync wraps it)")
+        f"pytest_benchmark.fixture.BenchmarkFixture.{TIMER_ATTR} moved (--gpuenv-sync wraps it)"
+    )
     assert source.count("stats.update(") >= 3, (
         f"BenchmarkFixture no longer calls {where} once per round (benchmark(), pedantic, "
-        "--benchmark-precision)")
+        "--benchmark-precision)"
+    )
 
 
 def test_a_moved_round_hook_judges_the_benchmark_as_one_region(pytester, sim_env, tmp_path):
@@ -365,11 +409,22 @@ def test_a_moved_round_hook_judges_the_benchmark_as_one_region(pytester, sim_env
     pytester.makepyfile(INNER_TEST)
     out_json = tmp_path / "bench.json"
     result = pytester.runpytest_subprocess(
-        *plugin_args(), "--gpuenv", "-W", "error", "--benchmark-max-time=0.01",
-        f"--benchmark-json={out_json}", "-p", "no:cacheprovider")
+        *plugin_args(),
+        "--gpuenv",
+        "-W",
+        "error",
+        "--benchmark-max-time=0.01",
+        f"--benchmark-json={out_json}",
+        "-p",
+        "no:cacheprovider",
+    )
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["gpuenv: pytest-benchmark * has no pytest_benchmark.stats."
-                                 "Metadata.moved_away: rounds judged as one region*"])
+    result.stdout.fnmatch_lines(
+        [
+            "gpuenv: pytest-benchmark * has no pytest_benchmark.stats."
+            "Metadata.moved_away: rounds judged as one region*"
+        ]
+    )
     info = json.loads(out_json.read_text())["benchmarks"][0]["extra_info"]["gpuenv"]
     assert info["rounds_sampled"] == 0 and info["verdict"] == "ok"
 
@@ -390,8 +445,9 @@ def test_the_entry_point_registers_the_plugin():
 
     eps = {ep.name: ep.value for ep in entry_points(group="pytest11")}
     assert eps.get("gpuenv") == "gpuenv.integrations.pytest_plugin"
-    out = subprocess.run([sys.executable, "-m", "pytest", "--help"], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--help"], capture_output=True, text=True, check=True
+    )
     assert "--gpuenv-sync" in out.stdout
 
 
@@ -400,16 +456,21 @@ def _saved(path):
     return found
 
 
-def test_compare_is_quiet_between_two_runs_and_names_a_driver_change(
-        pytester, sim_env, tmp_path):
+def test_compare_is_quiet_between_two_runs_and_names_a_driver_change(pytester, sim_env, tmp_path):
     """machine_info holds only what stays put: two runs in a row compare without pytest-
     benchmark's 'machine_info is different' warning; a changed driver is named by GPU."""
     pytest.importorskip("pytest_benchmark")
     pytester.makepyfile(INNER_TEST)
     storage = pytester.path / "storage"  # inside the cwd: pytest-benchmark 5.x needs it
-    common = [*plugin_args(), "--gpuenv", "--benchmark-max-time=0.02",
-              "--benchmark-min-rounds=3", f"--benchmark-storage=file://{storage}",
-              "-p", "no:cacheprovider"]
+    common = [
+        *plugin_args(),
+        "--gpuenv",
+        "--benchmark-max-time=0.02",
+        "--benchmark-min-rounds=3",
+        f"--benchmark-storage=file://{storage}",
+        "-p",
+        "no:cacheprovider",
+    ]
     pytester.runpytest_subprocess(*common, "--benchmark-save=first").assert_outcomes(passed=2)
     saved = json.loads(_saved(storage).read_text())
     info = saved["machine_info"]["gpuenv"]
@@ -433,14 +494,23 @@ def test_compare_is_quiet_between_two_runs_and_names_a_driver_change(
 def test_changes_name_what_makes_runs_incomparable():
     from gpuenv.integrations.pytest_plugin import changes, steady
 
-    gpu = {"index": 0, "name": "H100", "uuid": "GPU-1", "power_limit_w": 700.0,
-           "lock": {"state": "none", "sm_mhz": None, "mem_mhz": None}, "sm_mhz": 1980}
+    gpu = {
+        "index": 0,
+        "name": "H100",
+        "uuid": "GPU-1",
+        "power_limit_w": 700.0,
+        "lock": {"state": "none", "sm_mhz": None, "mem_mhz": None},
+        "sm_mhz": 1980,
+    }
     meta = {"driver_version": "580", "time_utc": "now", "gpus": [gpu]}
     a = steady(meta)
     assert "time_utc" not in a and "sm_mhz" not in a["gpus"][0]
     assert changes(a, steady({**meta, "time_utc": "later"})) == []
-    locked = {**gpu, "power_limit_w": 600.0,
-              "lock": {"state": "locked", "sm_mhz": [1350, 1350], "mem_mhz": None}}
+    locked = {
+        **gpu,
+        "power_limit_w": 600.0,
+        "lock": {"state": "locked", "sm_mhz": [1350, 1350], "mem_mhz": None},
+    }
     found = changes(a, steady({**meta, "gpus": [locked]}))
     assert [f.split(":")[0] for f in found] == ["GPU 0 lock", "GPU 0 power_limit_w"]
     assert changes(a, {**a, "gpus": [{**gpu, "index": 1}]}) == ["GPU 1 was not in the saved run"]
@@ -460,7 +530,6 @@ def pytest_sessionfinish(session):
 """
 
 
-
 def test_sync_waits_for_every_device_at_each_round_edge(pytester, sim_env, tmp_path):
     """--gpuenv-sync calls torch.cuda.synchronize(d) for every device before each timer read
     (a fake torch, imported by the tests' conftest, counts the calls)."""
@@ -469,8 +538,13 @@ def test_sync_waits_for_every_device_at_each_round_edge(pytester, sim_env, tmp_p
     pytester.makepyfile(INNER_TEST)
     out_json = tmp_path / "bench.json"
     result = pytester.runpytest_subprocess(
-        *plugin_args(), "--gpuenv-sync", "--benchmark-max-time=0.02",
-        "--benchmark-min-rounds=5", f"--benchmark-json={out_json}", "-p", "no:cacheprovider",
+        *plugin_args(),
+        "--gpuenv-sync",
+        "--benchmark-max-time=0.02",
+        "--benchmark-min-rounds=5",
+        f"--benchmark-json={out_json}",
+        "-p",
+        "no:cacheprovider",
     )
     result.assert_outcomes(passed=2)
     devices = (pytester.path / "syncs.txt").read_text().split()
@@ -485,9 +559,15 @@ def test_sync_without_torch_says_so_and_times_as_before(pytester, sim_env):
     pytest.importorskip("pytest_benchmark")
     pytester.makepyfile(INNER_TEST)
     result = pytester.runpytest_subprocess(
-        *plugin_args(), "--gpuenv-sync", "--benchmark-max-time=0.02", "-p", "no:cacheprovider",
-        "-W", "error",
+        *plugin_args(),
+        "--gpuenv-sync",
+        "--benchmark-max-time=0.02",
+        "-p",
+        "no:cacheprovider",
+        "-W",
+        "error",
     )
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
-        ["gpuenv: --gpuenv-sync: not synchronizing (the tests have not imported torch)"])
+        ["gpuenv: --gpuenv-sync: not synchronizing (the tests have not imported torch)"]
+    )

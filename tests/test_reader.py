@@ -66,32 +66,47 @@ CASES: dict[str, tuple[Callable[[dict], None], str, str]] = {
     "NaN time": (lambda r: r["times_s"].__setitem__(0, math.nan), "times_s[0]", "NaN"),
     "string time": (lambda r: r["times_s"].__setitem__(0, "x"), "times_s[0]", '"x"'),
     "windows null": (lambda r: r.__setitem__("windows", None), "windows", "null"),
-    "trace value x": (lambda r: r["extra"]["trace"]["sm_mhz"].__setitem__(0, "x"),
-                      "extra.trace.sm_mhz[0]", '"x"'),
-    "trace value inf": (lambda r: r["extra"]["trace"]["power_w"].__setitem__(0, math.inf),
-                        "extra.trace.power_w[0]", "Infinity"),
+    "trace value x": (
+        lambda r: r["extra"]["trace"]["sm_mhz"].__setitem__(0, "x"),
+        "extra.trace.sm_mhz[0]",
+        '"x"',
+    ),
+    "trace value inf": (
+        lambda r: r["extra"]["trace"]["power_w"].__setitem__(0, math.inf),
+        "extra.trace.power_w[0]",
+        "Infinity",
+    ),
     "no times": (lambda r: r.pop("times_s"), "times_s", "missing"),
-    "rejected rep out of range": (lambda r: r.__setitem__("rejected_reps", [99]),
-                                  "rejected_reps[0]", "rep 99"),
+    "rejected rep out of range": (
+        lambda r: r.__setitem__("rejected_reps", [99]),
+        "rejected_reps[0]",
+        "rep 99",
+    ),
     # compare said "every rep was rejected there"; summary() raised TypeError on a None
     "no times at all": (lambda r: r.__setitem__("times_s", []), "times_s", "no times"),
     # (a one-rep measurement writes its window once: its summary is that window)
-    "min null beside mean": (lambda r: r["windows"][0].__setitem__("sm_mhz_min", None),
-                             "windows[0].sm_mhz_min", "null beside sm_mhz_mean"),
+    "min null beside mean": (
+        lambda r: r["windows"][0].__setitem__("sm_mhz_min", None),
+        "windows[0].sm_mhz_min",
+        "null beside sm_mhz_mean",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_bad_record_is_refused_by_file_line_and_field(case: str, good: Path,
-                                                        tmp_path: Path) -> None:  # fmt: skip
+def test_a_bad_record_is_refused_by_file_line_and_field(
+    case: str, good: Path, tmp_path: Path
+) -> None:
     change, field, shown = CASES[case]
     bad = mutated(good, tmp_path, change)
     with pytest.raises(reader.BadRecord) as info:
         load_runs(bad)
     assert (info.value.line, info.value.field) == (2, field)
     assert shown in str(info.value)
-    for args in (["compare", str(good), str(bad)], ["plot", str(bad), "-o",
-                                                    str(tmp_path / "x.png")]):
+    for args in (
+        ["compare", str(good), str(bad)],
+        ["plot", str(bad), "-o", str(tmp_path / "x.png")],
+    ):
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 2, result.output
         assert "Traceback" not in result.output
@@ -99,8 +114,9 @@ def test_a_bad_record_is_refused_by_file_line_and_field(case: str, good: Path,
     assert not (tmp_path / "x.png").exists()
 
 
-def test_a_torn_last_line_is_skipped_with_a_warning_and_the_rest_loads(good: Path,
-                                                                        tmp_path: Path) -> None:
+def test_a_torn_last_line_is_skipped_with_a_warning_and_the_rest_loads(
+    good: Path, tmp_path: Path
+) -> None:
     torn = tmp_path / "torn.jsonl"
     torn.write_text(good.read_text() + '{"type": "measurement", "na')
     with pytest.warns(UserWarning, match=r"skipped 1 unreadable line\(s\): 3"):
@@ -141,8 +157,10 @@ def test_a_file_over_the_limit_is_refused_before_it_is_read(tmp_path: Path) -> N
 
 
 def test_sim_state_that_is_a_device_or_in_a_missing_directory_is_refused(tmp_path: Path) -> None:
-    for value, needle in (("/dev/full", "is a character device"),
-                          (str(tmp_path / "no/such/dir/s.json"), "does not exist")):  # fmt: skip
+    for value, needle in (
+        ("/dev/full", "is a character device"),
+        (str(tmp_path / "no/such/dir/s.json"), "does not exist"),
+    ):
         result = CliRunner().invoke(cli, ["--sim", "status"], env={"GPUENV_SIM_STATE": value})
         assert result.exit_code == 2, result.output
         assert needle in result.output and "GPUENV_SIM_STATE" in result.output
@@ -155,9 +173,10 @@ def test_a_damaged_calibration_names_its_field(tmp_path: Path) -> None:
 
     folder = tmp_path / "calibration"
     folder.mkdir()
-    (folder / "GPU-1.json").write_text(json.dumps(
-        {"uuid": "GPU-1", "sustained_mhz": "fast", "measured_at": 1.0}))  # fmt: skip
-    with pytest.raises(ConfigError, match="field sustained_mhz: \"fast\" is not a whole number"):
+    (folder / "GPU-1.json").write_text(
+        json.dumps({"uuid": "GPU-1", "sustained_mhz": "fast", "measured_at": 1.0})
+    )
+    with pytest.raises(ConfigError, match='field sustained_mhz: "fast" is not a whole number'):
         load_calibration("GPU-1", state_dir=tmp_path)
     os.unlink(folder / "GPU-1.json")
     os.mkfifo(folder / "GPU-1.json")

@@ -51,8 +51,13 @@ def test_masks_decode_lowest_first_and_unknown_bits_generically() -> None:
 
 def test_masks_mean_what_the_judges_need() -> None:
     # burst mode waits while any of these is active: the power brake included
-    for r in (Reason.SW_POWER_CAP, Reason.SW_THERMAL, Reason.HW_THERMAL, Reason.HW_SLOWDOWN,
-              Reason.HW_POWER_BRAKE):
+    for r in (
+        Reason.SW_POWER_CAP,
+        Reason.SW_THERMAL,
+        Reason.HW_THERMAL,
+        Reason.HW_SLOWDOWN,
+        Reason.HW_POWER_BRAKE,
+    ):
         assert r & reasons.HELD_DOWN
     assert not reasons.HELD_DOWN & (Reason.GPU_IDLE | Reason.APP_CLOCKS | Reason.SYNC_BOOST)
     assert not reasons.BAD & reasons.WARN

@@ -25,10 +25,25 @@ from gpuenv.verdict import Finding
 
 
 def measurement(name: str = "gemm", times=(0.0015, 0.0014, 0.0016, 0.0030), **kw) -> Measurement:
-    w = Window(gpu=0, t0=1.0, t1=1.1, n_samples=4, sm_mhz_mean=1452.0, sm_mhz_min=1380.0,
-               sm_mhz_max=1980.0, reasons=4, reason_s={"power": 0.09})
-    f = Finding("power_cap", "info", (0, 1), "the SW power cap held GPU 0 back", 0,
-                {"time_under_cap_s": 0.09})
+    w = Window(
+        gpu=0,
+        t0=1.0,
+        t1=1.1,
+        n_samples=4,
+        sm_mhz_mean=1452.0,
+        sm_mhz_min=1380.0,
+        sm_mhz_max=1980.0,
+        reasons=4,
+        reason_s={"power": 0.09},
+    )
+    f = Finding(
+        "power_cap",
+        "info",
+        (0, 1),
+        "the SW power cap held GPU 0 back",
+        0,
+        {"time_under_cap_s": 0.09},
+    )
     kw.setdefault("windows", (w,) * len(times))
     kw.setdefault("findings", (f,))
     kw.setdefault("verdict", "annotated")
@@ -125,8 +140,9 @@ def test_a_one_rep_measurement_writes_its_window_once_and_reads_back_whole(tmp_p
 
 def test_the_store_writes_what_to_dict_gives(tmp_path):
     # the store encodes records from their fields (json_default), without a to_dict copy
-    m = measurement("gemm", extra={"labels": {"size": 4096}, "ci_s": (0.0014, None),
-                                   7: {"nested": [1, 2.5]}})  # fmt: skip
+    m = measurement(
+        "gemm", extra={"labels": {"size": 4096}, "ci_s": (0.0014, None), 7: {"nested": [1, 2.5]}}
+    )
     path = tmp_path / "run.jsonl"
     with ResultStore(path, {}) as store:
         store.append(m)

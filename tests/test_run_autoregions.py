@@ -28,7 +28,8 @@ from gpuenv.run.report import RUN_NAME
 ROOT = Path(__file__).resolve().parent.parent
 GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
 
-FAKE_TRITON = """
+FAKE_TRITON = (
+    """
 import os
 import time
 RESULT = [1.5, 1.0, 2.0]  # one object: the wrapper must hand back this very one
@@ -43,7 +44,9 @@ def do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_m
 def do_bench_cudagraph(fn, rep=20):
     fn()
     return 0.25
-""" + PERF_REPORT
+"""
+    + PERF_REPORT
+)
 FAKE_TIMER = """
 import time
 from types import SimpleNamespace
@@ -93,13 +96,24 @@ def fakes(tmp_path: Path) -> Path:
     return root
 
 
-def gpuenv_run(*args: str, pythonpath: str | None = None, env: dict | None = None,
-               cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+def gpuenv_run(
+    *args: str,
+    pythonpath: str | None = None,
+    env: dict | None = None,
+    cwd: Path | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess:
     full = dict(os.environ)
     full["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, str(ROOT)) if p)
     full.update(env or {})
-    return subprocess.run([*GPUENV, "--sim", "run", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full, cwd=cwd)  # fmt: skip
+    return subprocess.run(
+        [*GPUENV, "--sim", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full,
+        cwd=cwd,
+    )
 
 
 def write(tmp_path: Path, body: str, name: str = "bench.py") -> str:
@@ -130,18 +144,29 @@ print(json.dumps({"same": same, "graph": graph, "raised": raised,
 def test_each_do_bench_call_is_a_measurement_named_by_its_line(tmp_path, fakes):
     child = write(tmp_path, DO_BENCH_CHILD)
     out = tmp_path / "run.jsonl"
-    result = gpuenv_run("-o", str(out), "--", sys.executable, child, pythonpath=str(fakes),
-                        cwd=tmp_path)  # fmt: skip
+    result = gpuenv_run(
+        "-o", str(out), "--", sys.executable, child, pythonpath=str(fakes), cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     told = json.loads(result.stdout)
     # what the command sees is what the originals give, errors included
-    assert told == {"same": True, "graph": 0.25, "raised": "rep must not be negative",
-                    "name": "do_bench", "wrapped": True}  # fmt: skip
+    assert told == {
+        "same": True,
+        "graph": 0.25,
+        "raised": "rep must not be negative",
+        "name": "do_bench",
+        "wrapped": True,
+    }
     by_name = {m.name: m for m in load_run(out).measurements}
     # three calls from one line are three measurements, numbered, never three reps of one
-    assert list(by_name) == [RUN_NAME, "do_bench bench.py:5", "do_bench bench.py:7 #1",
-                             "do_bench bench.py:7 #2", "do_bench bench.py:7 #3",
-                             "do_bench_cudagraph bench.py:8"]  # fmt: skip
+    assert list(by_name) == [
+        RUN_NAME,
+        "do_bench bench.py:5",
+        "do_bench bench.py:7 #1",
+        "do_bench bench.py:7 #2",
+        "do_bench bench.py:7 #3",
+        "do_bench_cudagraph bench.py:8",
+    ]
     for k in (1, 2, 3):
         m = by_name[f"do_bench bench.py:7 #{k}"]
         assert len(m.times_s) == 1 and m.times_s[0] >= 0.03 and len(m.windows) == 1
@@ -151,8 +176,7 @@ def test_each_do_bench_call_is_a_measurement_named_by_its_line(tmp_path, fakes):
     assert by_name[RUN_NAME].extra["discarded_regions"] == {"do_bench bench.py:10": 1}
     assert "do_bench bench.py:10: 1 call(s) raised an error: not measured" in result.stderr
     # the summary: one row for the site, with its calls, their verdicts and median
-    assert re.search(r"do_bench bench.py:7 +3 calls +med 1.50 ms returned .* 3 ok\n",
-                     result.stderr)  # fmt: skip
+    assert re.search(r"do_bench bench.py:7 +3 calls +med 1.50 ms returned .* 3 ok\n", result.stderr)
     assert "do_bench bench.py:7 #1" not in result.stderr
     verbose = gpuenv_run("-v", "--", sys.executable, child, pythonpath=str(fakes), cwd=tmp_path)
     assert verbose.returncode == 0, verbose.stderr
@@ -160,10 +184,10 @@ def test_each_do_bench_call_is_a_measurement_named_by_its_line(tmp_path, fakes):
         assert re.search(rf"\n +do_bench bench.py:7 #{k} +1 ", verbose.stderr), verbose.stderr
 
 
-def test_nested_calls_mark_the_outermost_only_and_autotuning_is_named_by_config(
-    tmp_path, fakes
-):
-    child = write(tmp_path, """
+def test_nested_calls_mark_the_outermost_only_and_autotuning_is_named_by_config(tmp_path, fakes):
+    child = write(
+        tmp_path,
+        """
         import torch.utils.benchmark as tb
         from triton.runtime.autotuner import Autotuner, Config
         import gpuenv
@@ -179,31 +203,45 @@ def test_nested_calls_mark_the_outermost_only_and_autotuning_is_named_by_config(
         timer.blocked_autorange()                                 # line 14: autotunes inside
         with gpuenv.region("mine"):
             timer.timeit(5)                                       # line 16: in a user region
-    """)
+    """,
+    )
     out = tmp_path / "run.jsonl"
-    result = gpuenv_run("-o", str(out), "--", sys.executable, child, pythonpath=str(fakes),
-                        cwd=tmp_path)  # fmt: skip
+    result = gpuenv_run(
+        "-o", str(out), "--", sys.executable, child, pythonpath=str(fakes), cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     ms = load_run(out).measurements
     # top-level autotuning: one measurement per config and key, named by the config; inside
     # the Timer: the Timer's region only; a user's region still holds automatic ones
-    configs = ["add_kernel BLOCK_M=64 num_warps=4 num_stages=3",
-               "add_kernel BLOCK_M=128 num_warps=8 num_stages=3",
-               "add_kernel BLOCK_M=128 num_warps=8 num_stages=4 num_ctas=2"]  # fmt: skip
+    configs = [
+        "add_kernel BLOCK_M=64 num_warps=4 num_stages=3",
+        "add_kernel BLOCK_M=128 num_warps=8 num_stages=3",
+        "add_kernel BLOCK_M=128 num_warps=8 num_stages=4 num_ctas=2",
+    ]
     assert [m.name for m in ms] == [
-        RUN_NAME, *(f"{c} #1" for c in configs), *(f"{c} #2" for c in configs),
-        "Timer mm / bf16 (Timer bench.py:14)", "mine", "Timer mm / bf16 (Timer bench.py:16)",
-    ]  # fmt: skip  (one name at two sites: the site tells them apart)
+        RUN_NAME,
+        *(f"{c} #1" for c in configs),
+        *(f"{c} #2" for c in configs),
+        "Timer mm / bf16 (Timer bench.py:14)",
+        "mine",
+        "Timer mm / bf16 (Timer bench.py:16)",
+    ]  # one name at two sites: the site tells them apart
     tuned = ms[1:7]
     assert {m.extra["site"] for m in tuned} == {"do_bench (autotune) bench.py:11"}
-    assert tuned[2].extra["config"] == {"BLOCK_M": 128, "num_warps": 8, "num_stages": 4,
-                                        "num_ctas": 2}  # fmt: skip
+    assert tuned[2].extra["config"] == {
+        "BLOCK_M": 128,
+        "num_warps": 8,
+        "num_stages": 4,
+        "num_ctas": 2,
+    }
     assert all(len(m.times_s) == 1 for m in ms)
     assert re.search(r"do_bench \(autotune\) bench.py:11 +6 calls ", result.stderr)
 
 
 def test_timer_regions_return_torchs_measurement_and_name_the_statement(tmp_path, fakes):
-    child = write(tmp_path, """
+    child = write(
+        tmp_path,
+        """
         import json
         from torch.utils.benchmark import Timer
         from torch.utils.benchmark.utils.timer import Measurement
@@ -211,7 +249,8 @@ def test_timer_regions_return_torchs_measurement_and_name_the_statement(tmp_path
         m1 = Timer(long).timeit(3)
         m2 = Timer("pass", description="noop").adaptive_autorange(max_run_time=1.0)
         print(json.dumps([type(m).__name__ for m in (m1, m2)] + [len(m2.times)]))
-    """)
+    """,
+    )
     out = tmp_path / "run.jsonl"
     result = gpuenv_run("-o", str(out), "--", sys.executable, child, pythonpath=str(fakes))
     assert result.returncode == 0, result.stderr
@@ -273,20 +312,37 @@ def test_a_perf_report_sweep_is_a_measurement_per_point_with_its_grid(tmp_path, 
     bare_dir.mkdir()
     run_dir.mkdir()
     full = dict(os.environ, PYTHONPATH=str(fakes), **env)
-    bare = subprocess.run([sys.executable, child, str(bare_dir)], capture_output=True, env=full,
-                          cwd=tmp_path, timeout=60)  # fmt: skip
+    bare = subprocess.run(
+        [sys.executable, child, str(bare_dir)],
+        capture_output=True,
+        env=full,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert bare.returncode == 0, bare.stderr
     out = tmp_path / "run.jsonl"
-    result = gpuenv_run("-o", str(out), "--", sys.executable, child, str(run_dir),
-                        pythonpath=str(fakes), env=env, cwd=tmp_path)  # fmt: skip
+    result = gpuenv_run(
+        "-o",
+        str(out),
+        "--",
+        sys.executable,
+        child,
+        str(run_dir),
+        pythonpath=str(fakes),
+        env=env,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     # the child's own output, return values and files are what they are without gpuenv
     assert result.stdout.encode() == bare.stdout and b"vector-add-performance:" in bare.stdout
     for name in ("vector-add-performance.csv", "results.html"):
         assert (run_dir / name).read_bytes() == (bare_dir / name).read_bytes()
     calls = load_run(out).measurements[1:]
-    names = [f"vector-add-performance size={2**i} provider={p}" for i in range(12, 20)
-             for p in ("triton", "torch")]  # fmt: skip
+    names = [
+        f"vector-add-performance size={2**i} provider={p}"
+        for i in range(12, 20)
+        for p in ("triton", "torch")
+    ]
     assert [m.name for m in calls] == names  # 16 measurements, each named by its point
     assert all(len(m.times_s) == 1 and m.extra["site"] == "do_bench bench.py:30" for m in calls)
     assert calls[0].times_s[0] > 5 * calls[1].times_s[0]  # the compiling call, by itself:
@@ -299,27 +355,47 @@ def test_a_perf_report_sweep_is_a_measurement_per_point_with_its_grid(tmp_path, 
     rows = grid.read_text().splitlines()
     assert rows == ["size,Triton,Torch", *(f"{2**i},ok,ok" for i in range(12, 20))]
     assert not (bare_dir / grid.name).exists()
-    verbose = gpuenv_run("-v", "--", sys.executable, child, str(run_dir), pythonpath=str(fakes),
-                         env=env, cwd=tmp_path)  # fmt: skip
+    verbose = gpuenv_run(
+        "-v",
+        "--",
+        sys.executable,
+        child,
+        str(run_dir),
+        pythonpath=str(fakes),
+        env=env,
+        cwd=tmp_path,
+    )
     assert verbose.returncode == 0, verbose.stderr
     assert "vector-add-performance (perf_report): each point's verdict" in verbose.stderr
     assert re.search(r"\n +7 +524288 +ok +ok\n", verbose.stderr), verbose.stderr
 
 
 def test_a_thousand_calls_keep_the_summary_short(tmp_path, fakes):
-    child = write(tmp_path, """
+    child = write(
+        tmp_path,
+        """
         import triton.testing as tt
         for _ in range(1000):
             tt.do_bench_cudagraph(lambda: None)
         tt.do_bench_cudagraph(lambda: None)
-    """)
+    """,
+    )
     out = tmp_path / "run.jsonl"
-    result = gpuenv_run("-o", str(out), "--", sys.executable, child, pythonpath=str(fakes),
-                        cwd=tmp_path, timeout=300)  # fmt: skip
+    result = gpuenv_run(
+        "-o",
+        str(out),
+        "--",
+        sys.executable,
+        child,
+        pythonpath=str(fakes),
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert len(result.stderr.splitlines()) <= 6, result.stderr
-    assert re.search(r"do_bench_cudagraph bench.py:4 +1000 calls +med 250.0 us returned",
-                     result.stderr)  # fmt: skip
+    assert re.search(
+        r"do_bench_cudagraph bench.py:4 +1000 calls +med 250.0 us returned", result.stderr
+    )
     ms = load_run(out).measurements
     assert len(ms) == 1002 and len({m.name for m in ms}) == 1002
     assert ms[1000].name == "do_bench_cudagraph bench.py:4 #1000"
@@ -347,20 +423,38 @@ def test_each_pytest_benchmark_is_a_region_named_by_its_test_id(tmp_path):
     pytest.importorskip("pytest_benchmark")
     write(tmp_path, PYTEST_CHILD, "test_bench.py")
     out = tmp_path / "run.jsonl"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_bench.py",
-           "--benchmark-max-time=0.05"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "test_bench.py",
+        "--benchmark-max-time=0.05",
+    ]
     result = gpuenv_run("-o", str(out), "--", *cmd, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     ms = load_run(out).measurements
-    assert [m.name for m in ms] == [RUN_NAME, "test_bench.py::test_sum[100]",
-                                    "test_bench.py::test_sum[2000]",
-                                    "test_bench.py::test_pedantic"]  # fmt: skip
+    assert [m.name for m in ms] == [
+        RUN_NAME,
+        "test_bench.py::test_sum[100]",
+        "test_bench.py::test_sum[2000]",
+        "test_bench.py::test_pedantic",
+    ]
     assert [m.extra["site"] for m in ms[1:3]] == ["test_bench.py::test_sum"] * 2
     assert [m.extra.get("labels") for m in ms[1:]] == [{"n": 100}, {"n": 2000}, None]
     assert re.search(r"test_bench.py::test_sum +2 calls ", result.stderr), result.stderr
     # --benchmark-disable runs each function once, unmeasured: no region
-    off = gpuenv_run("-o", str(tmp_path / "off.jsonl"), "--", *cmd, "--benchmark-disable",
-                     cwd=tmp_path, timeout=120)  # fmt: skip
+    off = gpuenv_run(
+        "-o",
+        str(tmp_path / "off.jsonl"),
+        "--",
+        *cmd,
+        "--benchmark-disable",
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert off.returncode == 0, off.stdout + off.stderr
     assert [m.name for m in load_run(tmp_path / "off.jsonl").measurements] == [RUN_NAME]
 
@@ -369,17 +463,27 @@ def test_each_pytest_benchmark_is_a_region_named_by_its_test_id(tmp_path):
 
 
 def test_no_auto_regions_and_picking_kinds(tmp_path, fakes):
-    child = write(tmp_path, """
+    child = write(
+        tmp_path,
+        """
         import triton.testing as tt, torch.utils.benchmark as tb
         tt.do_bench(lambda: None)
         tb.Timer("pass", label="t").timeit(2)
         print(hasattr(tt.do_bench, "__wrapped__"))
-    """)
+    """,
+    )
     off = gpuenv_run("--no-auto-regions", "--", sys.executable, child, pythonpath=str(fakes))
     assert off.returncode == 0, off.stderr
     assert off.stdout.strip() == "False" and "do_bench bench.py" not in off.stderr
-    timer_only = gpuenv_run("-o", str(tmp_path / "t.jsonl"), "--", sys.executable, child,
-                            pythonpath=str(fakes), env={"GPUENV_AUTO_REGIONS": "timer"})
+    timer_only = gpuenv_run(
+        "-o",
+        str(tmp_path / "t.jsonl"),
+        "--",
+        sys.executable,
+        child,
+        pythonpath=str(fakes),
+        env={"GPUENV_AUTO_REGIONS": "timer"},
+    )
     assert timer_only.returncode == 0, timer_only.stderr
     assert timer_only.stdout.strip() == "False"
     run = load_run(tmp_path / "t.jsonl")
@@ -393,7 +497,9 @@ def test_no_call_is_judged_by_another_and_retry_is_refused(tmp_path, fakes):
     # another tool moves the locked clock between do_bench calls: before, the calls were reps
     # of one measurement and a clock_drift between them rejected the site; each call is its
     # own measurement now, and the simulated GPU, idle in every call, held each call's clock
-    child = write(tmp_path, """
+    child = write(
+        tmp_path,
+        """
         import os, time
         import triton.testing as tt
         from gpuenv.backend.sim import SimBackend
@@ -403,10 +509,22 @@ def test_no_call_is_judged_by_another_and_retry_is_refused(tmp_path, fakes):
                     0, 1200, 1200)
                 time.sleep(0.3)
             tt.do_bench(lambda: time.sleep(0.1))
-    """)
+    """,
+    )
     out = tmp_path / "run.jsonl"
-    result = gpuenv_run("--sm", "1350", "--policy", "reject", "-o", str(out), "--",
-                        sys.executable, child, pythonpath=str(fakes), cwd=tmp_path)  # fmt: skip
+    result = gpuenv_run(
+        "--sm",
+        "1350",
+        "--policy",
+        "reject",
+        "-o",
+        str(out),
+        "--",
+        sys.executable,
+        child,
+        pythonpath=str(fakes),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     calls = load_run(out).measurements[1:]
     assert len(calls) == 6 and all(len(m.times_s) == 1 for m in calls)
@@ -421,14 +539,17 @@ def test_no_call_is_judged_by_another_and_retry_is_refused(tmp_path, fakes):
 
 
 def test_a_command_importing_nothing_watched_imports_nothing_of_gpuenvs(tmp_path):
-    child = write(tmp_path, """
+    child = write(
+        tmp_path,
+        """
         import json, sys
         print(json.dumps({
             "gpuenv": sorted(m for m in sys.modules if m.startswith("gpuenv")),
             "finders": [type(f).__name__ for f in sys.meta_path],
             "torch": "torch" in sys.modules,
         }))
-    """)
+    """,
+    )
     result = gpuenv_run("--", sys.executable, child)
     assert result.returncode == 0, result.stderr
     told = json.loads(result.stdout)
@@ -440,10 +561,13 @@ def test_an_existing_sitecustomize_still_runs(tmp_path, fakes):
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "sitecustomize.py").write_text("import os\nos.environ['THEIRS_RAN'] = 'yes'\n")
-    child = write(tmp_path, """
+    child = write(
+        tmp_path,
+        """
         import os, triton.testing as tt
         print(os.environ.get("THEIRS_RAN"), hasattr(tt.do_bench, "__wrapped__"))
-    """)
+    """,
+    )
     path = os.pathsep.join([str(theirs), str(fakes)])
     result = gpuenv_run("--", sys.executable, child, pythonpath=path)
     assert result.returncode == 0, result.stderr
@@ -452,19 +576,32 @@ def test_an_existing_sitecustomize_still_runs(tmp_path, fakes):
 
 def test_a_python_without_gpuenv_installed_gets_it_from_gpuenvs_tree(tmp_path, fakes):
     python = shutil.which("python3")
-    if python is None or subprocess.run([python, "-c", "import gpuenv"], cwd=tmp_path,
-                                        capture_output=True).returncode == 0:
+    if (
+        python is None
+        or subprocess.run(
+            [python, "-c", "import gpuenv"], cwd=tmp_path, capture_output=True
+        ).returncode
+        == 0
+    ):
         pytest.skip("needs a python3 on PATH without gpuenv installed")
-    child = write(tmp_path, """
+    child = write(
+        tmp_path,
+        """
         import sys, triton.testing as tt
         tt.do_bench(lambda: None)
         print(hasattr(tt.do_bench, "__wrapped__"), sys.argv[1] in sys.path)  # borrowed, put back
-    """)
+    """,
+    )
     full = dict(os.environ, PYTHONPATH=str(fakes))  # gpuenv itself not on the child's path
     out = tmp_path / "run.jsonl"
-    result = subprocess.run([*GPUENV, "--sim", "run", "-o", str(out), "--", python, child,
-                             str(ROOT)],
-                            capture_output=True, text=True, timeout=60, env=full, cwd=tmp_path)
+    result = subprocess.run(
+        [*GPUENV, "--sim", "run", "-o", str(out), "--", python, child, str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=full,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "False"]
     assert [m.name for m in load_run(out).measurements] == [RUN_NAME, "do_bench bench.py:3"]
@@ -522,8 +659,14 @@ def test_do_bench_before_and_after_load_on_the_gpu(tmp_path):
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=path, GPUENV_READONLY="1")  # never write the GPU
     out = tmp_path / "run.jsonl"
-    wrapped = subprocess.run([*GPUENV, "run", "-i", "0", "-o", str(out), "--", *child],
-                             capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    wrapped = subprocess.run(
+        [*GPUENV, "run", "-i", "0", "-o", str(out), "--", *child],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert wrapped.returncode == 0, wrapped.stderr
     bare = subprocess.run(child, capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
     assert bare.returncode == 0, bare.stderr
@@ -556,21 +699,33 @@ def test_the_vector_add_tutorial_gets_a_verdict_per_point_on_the_gpu(tmp_path):
     env = dict(os.environ, PYTHONPATH=path, GPUENV_READONLY="1", MPLBACKEND="Agg")
     out, saved = tmp_path / "run.jsonl", tmp_path / "plots"
     saved.mkdir()
-    child = [sys.executable, str(ROOT / "benchmarks" / "workloads" / "perf_report_vadd.py"),
-             str(saved)]
-    result = subprocess.run([*GPUENV, "run", "-i", "0", "-o", str(out), "--", *child],
-                            capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    child = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "workloads" / "perf_report_vadd.py"),
+        str(saved),
+    ]
+    result = subprocess.run(
+        [*GPUENV, "run", "-i", "0", "-o", str(out), "--", *child],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     assert "vector-add-performance:" in result.stdout
     calls = load_run(out).measurements[1:]
     sizes = [2**i for i in range(12, 28)]
-    assert [m.name for m in calls] == [f"vector-add-performance size={s} provider={p}"
-                                       for s in sizes for p in ("triton", "torch")]  # fmt: skip
+    assert [m.name for m in calls] == [
+        f"vector-add-performance size={s} provider={p}" for s in sizes for p in ("triton", "torch")
+    ]
     assert all(len(m.times_s) == 1 for m in calls)
     assert [m.name for m in calls if any(f.kind == "warmup_ramp" for f in m.findings)] == []
     sites = {m.extra["site"] for m in calls}
-    assert sites == {"do_bench benchmarks/workloads/perf_report_vadd.py:75",
-                     "do_bench benchmarks/workloads/perf_report_vadd.py:77"}  # fmt: skip
+    assert sites == {
+        "do_bench benchmarks/workloads/perf_report_vadd.py:75",
+        "do_bench benchmarks/workloads/perf_report_vadd.py:77",
+    }
     grid = (saved / "vector-add-performance.gpuenv.csv").read_text().splitlines()
     assert grid[0] == "size,Triton,Torch" and len(grid) == 17
     assert (saved / "vector-add-performance.csv").exists()

@@ -31,15 +31,20 @@ needs_cc = pytest.mark.skipif(CC is None, reason="needs a C compiler (cc)")
 def gpuenv_run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     full = dict(os.environ, PYTHONPATH=str(ROOT), GPUENV_CACHE_DIR=str(tmp_path / "cache"))
     full.update(env)
-    return subprocess.run([*GPUENV, "--sim", "run", *args], capture_output=True, text=True,
-                          timeout=120, env=full)  # fmt: skip
+    return subprocess.run(
+        [*GPUENV, "--sim", "run", *args], capture_output=True, text=True, timeout=120, env=full
+    )
 
 
 def compile_c(tmp_path: Path, source: str, *flags: str) -> str:
     src, exe = tmp_path / "prog.c", tmp_path / "prog"
     src.write_text(source)
-    subprocess.run([str(CC), "-Wall", "-o", str(exe), str(src), *flags], check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [str(CC), "-Wall", "-o", str(exe), str(src), *flags],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return str(exe)
 
 
@@ -111,16 +116,23 @@ def test_nvtx_ranges_become_regions_without_a_profiler(tmp_path):
 def test_nvtx_refuses_to_replace_a_profilers_injection(tmp_path):
     if CC is None:
         pytest.skip("needs a C compiler (cc)")
-    result = gpuenv_run(tmp_path, "--regions", "nvtx", "--", "true",
-                        NVTX_INJECTION64_PATH="/opt/nsight/libToolsInjection64.so")
+    result = gpuenv_run(
+        tmp_path,
+        "--regions",
+        "nvtx",
+        "--",
+        "true",
+        NVTX_INJECTION64_PATH="/opt/nsight/libToolsInjection64.so",
+    )
     assert result.returncode == 2
     assert "already has an NVTX injection library" in result.stderr
 
 
 def test_nvtx_without_a_compiler_says_so_and_runs_nothing(tmp_path):
     marker = tmp_path / "ran"
-    result = gpuenv_run(tmp_path, "--regions", "nvtx", "--", "touch", str(marker),
-                        CC=str(tmp_path / "no-such-cc"))  # fmt: skip
+    result = gpuenv_run(
+        tmp_path, "--regions", "nvtx", "--", "touch", str(marker), CC=str(tmp_path / "no-such-cc")
+    )
     assert result.returncode == 2
     assert "cannot run the C compiler" in result.stderr and not marker.exists()
 
@@ -131,7 +143,8 @@ def test_torch_nvtx_ranges_become_regions(tmp_path):
     """PyTorch's NVTX (torch.cuda.nvtx) loads gpuenv's injection like any NVTX client."""
     pytest.importorskip("torch")
     child = tmp_path / "child.py"
-    child.write_text(textwrap.dedent("""
+    child.write_text(
+        textwrap.dedent("""
         import time, torch
         x = torch.ones(1024, 1024, device="cuda")
         for _ in range(3):
@@ -140,11 +153,21 @@ def test_torch_nvtx_ranges_become_regions(tmp_path):
             torch.cuda.synchronize()
             time.sleep(0.05)
             torch.cuda.nvtx.range_pop()
-    """))
+    """)
+    )
     out = tmp_path / "run.jsonl"
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    result = gpuenv_run(tmp_path, "--regions", "nvtx", "-o", str(out), "--", sys.executable,
-                        str(child), PYTHONPATH=path)  # fmt: skip
+    result = gpuenv_run(
+        tmp_path,
+        "--regions",
+        "nvtx",
+        "-o",
+        str(out),
+        "--",
+        sys.executable,
+        str(child),
+        PYTHONPATH=path,
+    )
     assert result.returncode == 0, result.stderr
     by_name = {m.name: m for m in load_run(out).measurements}
     assert len(by_name["step"].times_s) == 3 and min(by_name["step"].times_s) >= 0.05

@@ -9,8 +9,18 @@ import pytest
 from gpuenv.errors import ConfigError
 from gpuenv.run.plan import plan_run
 
-OK = dict(sm=None, sm_max=None, mem=None, power_limit=None, period=None, policy="annotate",
-          no_auto_regions=False, gpu="0", output=None, env={})
+OK = dict(
+    sm=None,
+    sm_max=None,
+    mem=None,
+    power_limit=None,
+    period=None,
+    policy="annotate",
+    no_auto_regions=False,
+    gpu="0",
+    output=None,
+    env={},
+)
 
 
 @pytest.mark.parametrize(

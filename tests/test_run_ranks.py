@@ -29,15 +29,26 @@ with gpuenv.region("step"):
 def start_rank(rank: int, world: int, tmp_path: Path, *args: str, **env: str) -> subprocess.Popen:
     child = tmp_path / "child.py"
     child.write_text(textwrap.dedent(CHILD))
-    full = dict(os.environ, PYTHONPATH=str(ROOT), RANK=str(rank), LOCAL_RANK=str(rank),
-                WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT="29517",
-                TORCHELASTIC_RUN_ID="t1", GPUENV_SIM_GPUS=str(world),
-                GPUENV_RANKS_DIR=str(tmp_path / "ranks"))  # fmt: skip
+    full = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="29517",
+        TORCHELASTIC_RUN_ID="t1",
+        GPUENV_SIM_GPUS=str(world),
+        GPUENV_RANKS_DIR=str(tmp_path / "ranks"),
+    )
     full.update(env)
     return subprocess.Popen(
         [*GPUENV, "--sim", "run", "--summary", "rank0", *args, "--", sys.executable, str(child)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full,
+    )
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str]:
@@ -53,8 +64,10 @@ def test_rank0_prints_one_table_for_all_ranks_and_the_others_none(tmp_path):
     lines = e0.splitlines()
     assert lines[0].startswith("gpuenv run: ") and "on 3 ranks" in lines[0]
     for r in range(3):
-        assert any(ln.startswith(f"  rank {r} (") and "exited with 0" in ln and f"GPU {r}" in ln
-                   for ln in lines), e0  # fmt: skip
+        assert any(
+            ln.startswith(f"  rank {r} (") and "exited with 0" in ln and f"GPU {r}" in ln
+            for ln in lines
+        ), e0
         assert f"rank {r}: results: {tmp_path / f'run.rank{r}.jsonl'}" in e0
     header = next(ln for ln in lines if "region" in ln and "verdict" in ln)
     assert header.split()[:2] == ["rank", "region"]
@@ -72,10 +85,24 @@ def test_rank0_waits_a_bounded_time_and_names_the_ranks_that_did_not_report(tmp_
 
 
 def test_a_stale_summary_of_an_earlier_job_is_not_read(tmp_path):
-    env = {"TORCHELASTIC_RUN_ID": "t1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517",
-           "GPUENV_RANKS_DIR": str(tmp_path / "ranks")}  # fmt: skip
-    old = publish(ranks_dir(env), {"rank": 1, "command": "x", "outcome": "exited with 0",
-                                   "duration_s": 1.0, "where": "GPU 1", "state": "-"}, [])
+    env = {
+        "TORCHELASTIC_RUN_ID": "t1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29517",
+        "GPUENV_RANKS_DIR": str(tmp_path / "ranks"),
+    }
+    old = publish(
+        ranks_dir(env),
+        {
+            "rank": 1,
+            "command": "x",
+            "outcome": "exited with 0",
+            "duration_s": 1.0,
+            "where": "GPU 1",
+            "state": "-",
+        },
+        [],
+    )
     past = time.time() - 3600
     data = json.loads(old.read_text())
     data["ended_at"] = past
@@ -91,8 +118,11 @@ def test_without_a_job_the_option_changes_nothing(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     result = subprocess.run(
         [*GPUENV, "--sim", "run", "--summary", "rank0", "--", sys.executable, str(child)],
-        capture_output=True, text=True, env=env, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert result.returncode == 0 and result.stderr.startswith("gpuenv run: "), result.stderr
     assert "rank" not in result.stderr
 

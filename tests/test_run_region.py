@@ -203,4 +203,5 @@ def test_the_cheap_paths_of_facts_send_what_the_encoder_would():
     assert parse_line(first).meta == parse_line(again).meta == plain
     for value in (1.5e-3, 2.0, float("inf")):
         assert parse_line(region_mod.meta_line(1, 2, {"returned_s": value})).meta == {
-            "returned_s": value}
+            "returned_s": value
+        }

@@ -22,8 +22,17 @@ def _w(t0, t1, **kw) -> Window:
 
 def _idle_start_window(t0: float, t1: float) -> Window:
     # a command's start on a real GPU: idle (GpuIdle) until its CUDA context exists
-    return _w(t0, t1, sm_mhz_start=345, sm_mhz_mean=1500, sm_mhz_min=345, sm_mhz_max=1980,
-              reasons=0x1, reasons_start=0x1, reasons_end=0x0)  # fmt: skip
+    return _w(
+        t0,
+        t1,
+        sm_mhz_start=345,
+        sm_mhz_mean=1500,
+        sm_mhz_min=345,
+        sm_mhz_max=1980,
+        reasons=0x1,
+        reasons_start=0x1,
+        reasons_end=0x0,
+    )
 
 
 def test_the_idle_start_of_a_command_is_not_held_against_it_but_a_regions_is():
@@ -97,13 +106,22 @@ def test_calls_of_one_site_are_never_reps_of_one_measurement():
     run.windows = {0: _steady(0.0, 20.0)}
     site = "do_bench bench.py:33"
     times = [(0.0, 0.5)] + [(1.0 + k, 1.1 + k) for k in range(7)]
-    calls = [_call(site, site, a, b, _steady(a, b), labels={"size": 2**k})
-             for k, (a, b) in enumerate(times)]  # fmt: skip
+    calls = [
+        _call(site, site, a, b, _steady(a, b), labels={"size": 2**k})
+        for k, (a, b) in enumerate(times)
+    ]
     step = [Region("step", 1, 10.0 + k, 10.5 + k) for k in range(3)]
     for r in step:
         r.windows = {0: _steady(r.t0, r.t1 or r.t0)}
-    ms = build_measurements([*calls, *step], run, gpus=[0], facts=facts, policy="annotate",
-                            stable_clocks=False, wall_at=float)  # fmt: skip
+    ms = build_measurements(
+        [*calls, *step],
+        run,
+        gpus=[0],
+        facts=facts,
+        policy="annotate",
+        stable_clocks=False,
+        wall_at=float,
+    )
     assert [m.name for m in ms] == [RUN_NAME, *(f"{site} #{k}" for k in range(1, 9)), "step"]
     assert all(len(m.times_s) == 1 and not m.findings for m in ms[1:9])
     assert [m.extra["call"] for m in ms[1:9]] == list(range(1, 9))
@@ -113,22 +131,34 @@ def test_calls_of_one_site_are_never_reps_of_one_measurement():
 
 def test_call_names_number_repeats_and_tell_sites_apart():
     w = _steady(0.0, 1.0)
-    calls = [_call("do_bench a.py:3", "do_bench a.py:3", 0, 1, w),
-             _call("Timer mm", "Timer a.py:5", 1, 2, w),
-             _call("do_bench a.py:3", "do_bench a.py:3", 2, 3, w),
-             _call("Timer mm", "Timer a.py:9", 3, 4, w),
-             _call("k BLOCK=64", "do_bench (autotune) a.py:12", 4, 5, w)]  # fmt: skip
-    assert call_names(calls) == ["do_bench a.py:3 #1", "Timer mm (Timer a.py:5)",
-                                 "do_bench a.py:3 #2", "Timer mm (Timer a.py:9)",
-                                 "k BLOCK=64"]  # fmt: skip
+    calls = [
+        _call("do_bench a.py:3", "do_bench a.py:3", 0, 1, w),
+        _call("Timer mm", "Timer a.py:5", 1, 2, w),
+        _call("do_bench a.py:3", "do_bench a.py:3", 2, 3, w),
+        _call("Timer mm", "Timer a.py:9", 3, 4, w),
+        _call("k BLOCK=64", "do_bench (autotune) a.py:12", 4, 5, w),
+    ]
+    assert call_names(calls) == [
+        "do_bench a.py:3 #1",
+        "Timer mm (Timer a.py:5)",
+        "do_bench a.py:3 #2",
+        "Timer mm (Timer a.py:9)",
+        "k BLOCK=64",
+    ]
 
 
 def _measured(name: str, site: str, k: int, flagged: bool) -> Measurement:
     w = _w(0, 1, sm_mhz_mean=1980, power_w_mean=650)
     f = (Finding("power_cap", "warning", (0,), "the SW power cap held GPU 0 back", 0),)
-    return Measurement.build(name, [0.1], summary_windows=(w,), findings=f if flagged else (),
-                             verdict="annotated" if flagged else "ok", gpus=(0,),
-                             extra={"site": site, "call": k, "returned_s": 1e-5 * k})  # fmt: skip
+    return Measurement.build(
+        name,
+        [0.1],
+        summary_windows=(w,),
+        findings=f if flagged else (),
+        verdict="annotated" if flagged else "ok",
+        gpus=(0,),
+        extra={"site": site, "call": k, "returned_s": 1e-5 * k},
+    )
 
 
 def test_a_thousand_calls_are_a_row_and_their_flagged_ones_a_few_lines():
@@ -150,10 +180,17 @@ def test_a_thousand_calls_are_a_row_and_their_flagged_ones_a_few_lines():
 def test_the_rank0_table_groups_calls_per_rank():
     from gpuenv.run.ranks import combined_text
 
-    record = {"command": "python b.py", "state": "clocks not locked", "outcome": "exited with 0",
-              "duration_s": 1.0, "where": "GPU 0"}  # fmt: skip
-    runs = [(r, record, [_measured(f"n={k}", "do_bench b.py:3", k, False) for k in (1, 2)])
-            for r in (0, 1)]  # fmt: skip
+    record = {
+        "command": "python b.py",
+        "state": "clocks not locked",
+        "outcome": "exited with 0",
+        "duration_s": 1.0,
+        "where": "GPU 0",
+    }
+    runs = [
+        (r, record, [_measured(f"n={k}", "do_bench b.py:3", k, False) for k in (1, 2)])
+        for r in (0, 1)
+    ]
     text = combined_text(runs, [], 1.0)
     assert len([line for line in text.splitlines() if "do_bench b.py:3" in line]) == 2
     assert re.search(r"\n  0 +do_bench b.py:3 +2 calls ", text)
@@ -165,32 +202,53 @@ def test_the_rank0_table_groups_calls_per_rank():
 
 def _point(size: int, line: str, flagged: bool, save_path: str = "") -> Measurement:
     m = _measured(f"vadd size={size} provider={line.lower()}", "do_bench b.py:30", 1, flagged)
-    plot = {"serial": 1, "name": "vadd", "x_names": ["size"], "line_names": ["Triton", "Torch"],
-            "save_path": save_path, "print": True, "x": [size], "line": line}  # fmt: skip
+    plot = {
+        "serial": 1,
+        "name": "vadd",
+        "x_names": ["size"],
+        "line_names": ["Triton", "Torch"],
+        "save_path": save_path,
+        "print": True,
+        "x": [size],
+        "line": line,
+    }
     return dataclasses.replace(m, extra={**m.extra, "pids": [7], "plot": plot})
 
 
 def test_the_grid_says_which_points_to_distrust(tmp_path):
-    ms = [_point(s, line, flagged=(s, line) == (8192, "Torch"), save_path=str(tmp_path))
-          for s in (4096, 8192) for line in ("Triton", "Torch")]  # fmt: skip
+    ms = [
+        _point(s, line, flagged=(s, line) == (8192, "Torch"), save_path=str(tmp_path))
+        for s in (4096, 8192)
+        for line in ("Triton", "Torch")
+    ]
     (grid,) = grids(ms)
-    assert grid.table() == [["size", "Triton", "Torch"], ["4096", "ok", "ok"],
-                            ["8192", "ok", "annotated: power_cap"]]  # fmt: skip
+    assert grid.table() == [
+        ["size", "Triton", "Torch"],
+        ["4096", "ok", "ok"],
+        ["8192", "ok", "annotated: power_cap"],
+    ]
     (tmp_path / "vadd.csv").write_text("the user's\n")
     lines = write_grids([grid])
     assert "gpuenv: vadd (perf_report): each point's verdict" in lines[0]
     assert re.search(r"\n +1 +8192 +ok +annotated: power_cap", lines[0])
     assert (tmp_path / "vadd.gpuenv.csv").read_text().splitlines()[2] == (
-        "8192,ok,annotated: power_cap")
+        "8192,ok,annotated: power_cap"
+    )
     assert (tmp_path / "vadd.csv").read_text() == "the user's\n"
 
 
 def test_the_grid_never_writes_over_a_users_csv(tmp_path):
     (tmp_path / "vadd.gpuenv.csv").write_text("the user's\n")
     mine = grids([_point(4096, "Triton", False, str(tmp_path))])
-    theirs = grids([dataclasses.replace(m, extra={**m.extra, "plot": {
-        **m.extra["plot"], "serial": 2, "name": "vadd.gpuenv"}})
-        for m in [_point(4096, "Triton", False, str(tmp_path))]])  # fmt: skip
+    theirs = grids(
+        [
+            dataclasses.replace(
+                m,
+                extra={**m.extra, "plot": {**m.extra["plot"], "serial": 2, "name": "vadd.gpuenv"}},
+            )
+            for m in [_point(4096, "Triton", False, str(tmp_path))]
+        ]
+    )
     lines = write_grids([*mine, *theirs])
     assert any("not writing" in line and "vadd.gpuenv.csv" in line for line in lines)
     assert (tmp_path / "vadd.gpuenv.csv").read_text() == "the user's\n"
@@ -207,8 +265,11 @@ def test_a_tool_that_warms_up_itself_is_not_blamed_for_starting_on_an_idle_gpu()
     run = Region(RUN_NAME, 1, 0.0, 10.0)
     run.windows = {0: _idle_start_window(0.0, 10.0)}
     calls = []
-    for kind, site in (("do_bench", "do_bench bench.py:7"), ("timer", "Timer t.py:3"),
-                       ("pytest", "test_x.py::test_y")):  # fmt: skip
+    for kind, site in (
+        ("do_bench", "do_bench bench.py:7"),
+        ("timer", "Timer t.py:3"),
+        ("pytest", "test_x.py::test_y"),
+    ):
         r = Region(f"{kind} call", 1, 0.0, 1.0, meta={"kind": kind, "site": site})
         r.windows = {0: _idle_start_window(0.0, 1.0)}
         calls.append(r)

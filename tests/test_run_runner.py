@@ -427,8 +427,11 @@ def test_run_on_the_real_gpu_samples_and_writes_results(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), GPUENV_READONLY="1")  # never write the GPU
     result = subprocess.run(
         [*GPUENV, "run", "-i", "0", "-o", str(out), "--", sys.executable, child],
-        capture_output=True, text=True, env=env, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     run = load_run(out)
     assert [m.name for m in run.measurements] == [RUN_NAME, "load", "step"]

@@ -23,9 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("lock", [[], ["--sm", "1350"]], ids=["no-lock", "locked"])
 def test_sigkill_of_gpuenv_run_takes_the_command_with_it(tmp_path: Path, lock: list[str]) -> None:
     pid_file = tmp_path / "pid"
-    code = (
-        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
-    )
+    code = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
     env = dict(os.environ, GPUENV_SIM_STATE=str(tmp_path / "sim.json"), PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuenv", "--sim", "run", *lock, "--", sys.executable, "-c", code],

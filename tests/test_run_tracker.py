@@ -53,18 +53,30 @@ def test_summariser_windows_are_those_of_the_whole_ring(monkeypatch):
         now = sim.clock.now()
         fast = sampler.samples(gpu=0)
         # from between two samples far apart in power
-        k = next(k for k, s in enumerate(fast)
-                 if s.t > busy and abs(s.power_instant_w - fast[k + 1].power_instant_w) > 100)
+        k = next(
+            k
+            for k, s in enumerate(fast)
+            if s.t > busy and abs(s.power_instant_w - fast[k + 1].power_instant_w) > 100
+        )
         step = (fast[k].t + fast[k + 1].t) / 2
-        intervals = [(fast[0].t - 0.5, fast[3].t), (busy, busy + 1.0), (step, step + 0.5),
-                     (idle, idle + 1.5), (now - 1.0, now)]
+        intervals = [
+            (fast[0].t - 0.5, fast[3].t),
+            (busy, busy + 1.0),
+            (step, step + 0.5),
+            (idle, idle + 1.5),
+            (now - 1.0, now),
+        ]
         got = [Summariser(sampler, [0]).windows(intervals, 0)]
         got += [Summariser(sampler, [0]).windows([one], 0) for one in intervals]
 
         def whole_ring(t0: float, gpu: int | None = None) -> WindowInputs:
             everything = sampler.samples(gpu=0)
-            return WindowInputs(everything, sampler.slow_samples(gpu=0), sampler.gaps,
-                                len(everything) == sampler.capacity)
+            return WindowInputs(
+                everything,
+                sampler.slow_samples(gpu=0),
+                sampler.gaps,
+                len(everything) == sampler.capacity,
+            )
 
         monkeypatch.setattr(sampler, "window_inputs", whole_ring)
         want = [Summariser(sampler, [0]).windows(intervals, 0)]

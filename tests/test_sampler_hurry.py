@@ -117,8 +117,9 @@ def test_an_explicit_period_shorter_than_the_hurry_is_never_slowed():
     assert sampler.ticks == pytest.approx(1 + 50, abs=1)
 
 
-def _recovery_wait(period: float | None, hurry_period: float = HURRY_PERIOD_S
-                   ) -> tuple[float, list[float]]:  # fmt: skip
+def _recovery_wait(
+    period: float | None, hurry_period: float = HURRY_PERIOD_S
+) -> tuple[float, list[float]]:
     """A conditioning wait after 3 s of heavy load (the power cap on, then held ~0.5 s):
     seconds waited, and the sampler's tick times from the wait's start."""
     sim = make_sim()
@@ -178,8 +179,15 @@ def test_the_reader_loop_follows_a_hurry_that_begins_and_ends_while_it_sleeps():
     sim = make_sim()
     clock = sim.clock
     sink = _Sink()
-    reader = Reader(sim, [0], sink, clock=clock, period=DEFAULT_PERIOD_S,
-                    hurry_period=HURRY_PERIOD_S, watch_processes=False)  # fmt: skip
+    reader = Reader(
+        sim,
+        [0],
+        sink,
+        clock=clock,
+        period=DEFAULT_PERIOD_S,
+        hurry_period=HURRY_PERIOD_S,
+        watch_processes=False,
+    )
     start = clock.now()
     # a hurry from 0.33 s to 0.83 s: wait() returns early when it begins (a wake-up)
     events = [(start + 0.33, 1), (start + 0.83, 0)]
@@ -200,8 +208,7 @@ def test_the_reader_loop_follows_a_hurry_that_begins_and_ends_while_it_sleeps():
     outside = [t for t in sink.times if t > start + 0.83 + DEFAULT_PERIOD_S]
     assert len(inside) == 1 + round(0.5 / HURRY_PERIOD_S)
     assert sink.times[len(sink.times) - len(outside) - 1] <= start + 0.83 + DEFAULT_PERIOD_S
-    assert all(b - a == pytest.approx(DEFAULT_PERIOD_S)
-               for a, b in itertools.pairwise(outside))
+    assert all(b - a == pytest.approx(DEFAULT_PERIOD_S) for a, b in itertools.pairwise(outside))
 
 
 # -- real time: the thread and the process wake for a hurry ------------------------------

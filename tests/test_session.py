@@ -344,8 +344,11 @@ def test_a_long_region_keeps_the_trace_of_its_clock_under_the_power_cap(tmp_path
                 sim.run_work(0, 0.1 * H100_HZ, power_intensity=1.0)
     trace = heavy.extra["trace"]
     start = trace["t0"]
-    inside = [c for t, c in zip(trace["t_s"], trace["sm_mhz"], strict=True)
-              if heavy.telemetry.t0 <= start + t <= heavy.telemetry.t1]
+    inside = [
+        c
+        for t, c in zip(trace["t_s"], trace["sm_mhz"], strict=True)
+        if heavy.telemetry.t0 <= start + t <= heavy.telemetry.t1
+    ]
     assert len(inside) >= 12.0 / env.sampler.period * 0.9  # every sample: nothing thinned yet
     assert max(inside) >= 1900 and min(inside) <= 1600  # from boost down under the cap
     assert heavy.telemetry.sm_mhz_mean == pytest.approx(sum(inside) / len(inside), rel=0.03)

@@ -97,8 +97,14 @@ def test_spec_of_a_read_only_sim_reopens_read_only(tmp_path, vclock, monkeypatch
     [
         {"kind": "tpu"},
         {"kind": "sim", "profile": "h100"},  # the rest is missing
-        {"kind": "sim", "profile": "h100", "n_gpus": "two", "root": True, "seed": 0,
-         "state_file": "/tmp/x.json"},
+        {
+            "kind": "sim",
+            "profile": "h100",
+            "n_gpus": "two",
+            "root": True,
+            "seed": 0,
+            "state_file": "/tmp/x.json",
+        },
         ["kind", "sim"],
     ],
 )

@@ -144,12 +144,27 @@ def srun_bench(slurm: SlurmCluster, tmp_path: Path, *args: str) -> tuple[str, li
     (tmp_path / "bench.py").write_text(BENCH)
     tmp_path.chmod(0o755)
     done = subprocess.run(
-        ["srun", "--ntasks-per-node=2", "--gres=gpu:2", f"--chdir={tmp_path}",
-         str(slurm.dir / "gpuenv"), "run", "--summary", "rank0", "-o", "run.jsonl", "--",
-         sys.executable, "bench.py", *args],
+        [
+            "srun",
+            "--ntasks-per-node=2",
+            "--gres=gpu:2",
+            f"--chdir={tmp_path}",
+            str(slurm.dir / "gpuenv"),
+            "run",
+            "--summary",
+            "rank0",
+            "-o",
+            "run.jsonl",
+            "--",
+            sys.executable,
+            "bench.py",
+            *args,
+        ],
         env={**slurm.env, "GPUENV_RANKS_WAIT_S": "3", "GPUENV_RANKS_DIR": str(tmp_path)},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     runs = []
     for rank in (0, 1):
         path = tmp_path / f"run.rank{rank}.jsonl"
@@ -182,8 +197,9 @@ def test_a_rank_that_dies_does_not_hang_the_summary(slurm: SlurmCluster, tmp_pat
 @pytest.fixture(scope="module")
 def timed_out(slurm: SlurmCluster) -> dict[str, object]:
     """A job on one GPU that outlives its 1-minute limit; started early, judged last."""
-    jobid = slurm.sbatch(SHOW + "sleep 300", "--gres=gpu:1", "--time=1",
-                         "--comment", "gpuenv:sm=1410")  # fmt: skip
+    jobid = slurm.sbatch(
+        SHOW + "sleep 300", "--gres=gpu:1", "--time=1", "--comment", "gpuenv:sm=1410"
+    )
     gpus = assert_locked_in_job(slurm, jobid, 1410)
     return {"job": jobid, "gpus": gpus, "t0": time.monotonic()}
 
@@ -197,8 +213,9 @@ def test_scancel_mid_job_restores(
 ) -> None:
     verdicts = tmp_path / "verdicts.txt"  # the job names where its verdict goes
     tmp_path.chmod(0o755)
-    jobid = slurm.sbatch(SHOW + "sleep 300", "--gres=gpu:1",
-                         "--comment", f"gpuenv:sm=1350,report={verdicts}")  # fmt: skip
+    jobid = slurm.sbatch(
+        SHOW + "sleep 300", "--gres=gpu:1", "--comment", f"gpuenv:sm=1350,report={verdicts}"
+    )
     gpus = assert_locked_in_job(slurm, jobid, 1350)
     assert gpus != timed_out["gpus"]
     slurm.cmd("scancel", jobid)
@@ -220,8 +237,13 @@ def test_a_users_job_is_theirs_in_the_report_and_its_verdict_written_as_them(
     mine.mkdir()
     os.chown(mine, user.pw_uid, user.pw_gid)
     for target, allowed in ((mine / "verdict.txt", True), (slurm.dir / "root-only.txt", False)):
-        jobid = slurm.sbatch("true", "--gres=gpu:1", f"--uid={user.pw_name}",
-                             "--comment", f"gpuenv:sm=1350,report={target}")  # fmt: skip
+        jobid = slurm.sbatch(
+            "true",
+            "--gres=gpu:1",
+            f"--uid={user.pw_name}",
+            "--comment",
+            f"gpuenv:sm=1350,report={target}",
+        )
         assert slurm.wait_done(jobid) == "COMPLETED"
         report = job_report(slurm, jobid)
         assert report["user"] == user.pw_name and report["lock"].startswith("locked sm=1350")

@@ -193,9 +193,10 @@ class TestStopRule:
         rule = stats.StopRule(rel_ci=0.5, budget_s=100, min_reps=8, max_reps=12)
         assert rule.check([1.0] * 7, elapsed_s=0) is None
         assert rule.check([1.0] * 8, elapsed_s=0) == "converged"
-        assert stats.StopRule(rel_ci=0, budget_s=100, min_reps=1, max_reps=12).check(
-            [1.0] * 12, 0
-        ) == "max_reps"
+        assert (
+            stats.StopRule(rel_ci=0, budget_s=100, min_reps=1, max_reps=12).check([1.0] * 12, 0)
+            == "max_reps"
+        )
 
     def test_rejects_nonsense(self):
         with pytest.raises(ValueError):

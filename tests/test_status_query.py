@@ -32,8 +32,7 @@ def rows(sim: SimBackend, fields: str, fmt: str = "csv", gpus=(0, 1)) -> list[st
 def test_header_names_each_field_canonically_with_its_unit() -> None:
     fields = parse_fields("index,name,clocks.sm,power.draw,temperature.gpu,utilization.gpu")
     assert header_line(fields, CsvFormat()) == (
-        "index, name, clocks.current.sm [MHz], power.draw [W], temperature.gpu, "
-        "utilization.gpu [%]"
+        "index, name, clocks.current.sm [MHz], power.draw [W], temperature.gpu, utilization.gpu [%]"
     )
     # nvidia-smi 580 keeps the header's units under nounits (tests/data/nvidia_smi)
     assert header_line(fields, CsvFormat(units=False)) == header_line(fields, CsvFormat())
@@ -51,13 +50,16 @@ def test_values_carry_units_as_nvidia_smi_prints_them(sim: SimBackend) -> None:
 
 def test_aliases_read_the_same_value_as_their_canonical_name(sim: SimBackend) -> None:
     pairs = [
-        ("clocks.sm", "clocks.current.sm"), ("clocks.gr", "clocks.current.graphics"),
-        ("clocks.mem", "clocks.current.memory"), ("gpu_name", "name"), ("gpu_uuid", "uuid"),
-        ("gpu_bus_id", "pci.bus_id"), ("clocks_throttle_reasons.active",
-                                       "clocks_event_reasons.active"),
-        ("gpu.power.current_limit", "enforced.power.limit"), ("clocks.max.gr",
-                                                             "clocks.max.graphics"),
-    ]  # fmt: skip
+        ("clocks.sm", "clocks.current.sm"),
+        ("clocks.gr", "clocks.current.graphics"),
+        ("clocks.mem", "clocks.current.memory"),
+        ("gpu_name", "name"),
+        ("gpu_uuid", "uuid"),
+        ("gpu_bus_id", "pci.bus_id"),
+        ("clocks_throttle_reasons.active", "clocks_event_reasons.active"),
+        ("gpu.power.current_limit", "enforced.power.limit"),
+        ("clocks.max.gr", "clocks.max.graphics"),
+    ]
     for alias, name in pairs:
         assert rows(sim, alias) == rows(sim, name), alias
         assert header_line(parse_fields(alias), CsvFormat()).split(" [")[0] == name
@@ -125,9 +127,13 @@ def test_an_unknown_field_is_refused_with_nvidia_smis_sentence() -> None:
 
 @pytest.mark.parametrize(
     ("text", "header", "units"),
-    [("csv", True, True), ("csv,noheader", False, True), ("nounits,csv", True, False),
-     ("csv,noheader,nounits", False, False)],
-)  # fmt: skip
+    [
+        ("csv", True, True),
+        ("csv,noheader", False, True),
+        ("nounits,csv", True, False),
+        ("csv,noheader,nounits", False, False),
+    ],
+)
 def test_format_options_in_any_order(text: str, header: bool, units: bool) -> None:
     assert parse_format(text) == CsvFormat(header=header, units=units)
 
@@ -161,8 +167,9 @@ def test_cli_query_gpu_as_in_the_readme() -> None:
     lines = result.output.splitlines()
     assert lines[0] == "index, clocks.current.sm [MHz], power.draw [W]"
     assert [line.split(", ")[0] for line in lines[1:]] == ["0", "1"]
-    quiet = run("--sim", "status", "--query-gpu=index,clocks.sm", "--format=csv,noheader,nounits",
-                "-i", "1")  # fmt: skip
+    quiet = run(
+        "--sim", "status", "--query-gpu=index,clocks.sm", "--format=csv,noheader,nounits", "-i", "1"
+    )
     assert quiet.output == "1, 345\n"
 
 
@@ -182,7 +189,7 @@ def test_cli_unknown_field_exits_2_with_one_line() -> None:
     result = run("--sim", "status", "--query-gpu=index,x")
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        "gpuenv: error: Field \"x\" is not a valid field to query. "
+        'gpuenv: error: Field "x" is not a valid field to query. '
         "'gpuenv status --help-query-gpu' lists the valid ones."
     ]
 
@@ -220,9 +227,11 @@ def test_gpu_query_matches_nvidia_smi_header_and_static_values() -> None:
     aliases = "clocks_throttle_reasons.active,gpu_name,gpu.power.current_limit"
     for fields in (STATIC, dynamic, aliases):
         theirs = subprocess.run(
-            [smi, f"--query-gpu={fields}", "--format=csv"], capture_output=True, text=True,
+            [smi, f"--query-gpu={fields}", "--format=csv"],
+            capture_output=True,
+            text=True,
             check=True,
-        ).stdout.splitlines()  # fmt: skip
+        ).stdout.splitlines()
         backend = NvmlBackend()
         try:
             parsed = parse_fields(fields)
@@ -256,14 +265,18 @@ def test_the_freest_gpu_one_liner_runs_and_free_is_what_is_left(sim: SimBackend)
 
 def test_fields_gpuenv_does_not_read_print_na_on_every_gpu_never_fail(sim: SimBackend) -> None:
     fields = "index,fan.speed,fabric.state,gom.current,retired_pages.sbe,protected_memory.total"
-    assert rows(sim, fields) == ["0, [N/A], [N/A], [N/A], [N/A], [N/A]",
-                                 "1, [N/A], [N/A], [N/A], [N/A], [N/A]"]  # fmt: skip
+    assert rows(sim, fields) == [
+        "0, [N/A], [N/A], [N/A], [N/A], [N/A]",
+        "1, [N/A], [N/A], [N/A], [N/A], [N/A]",
+    ]
 
 
 def test_board_link_and_ecc_fields_read_as_nvidia_smi_writes_them(sim: SimBackend) -> None:
-    fields = ("pci.domain,pci.bus,pci.device_id,pcie.link.gen.max,pcie.link.width.current,"
-              "compute_mode,ecc.mode.current,ecc.errors.uncorrected.volatile.total,"
-              "remapped_rows.pending,power.management,mig.mode.pending,clocks.video")  # fmt: skip
+    fields = (
+        "pci.domain,pci.bus,pci.device_id,pcie.link.gen.max,pcie.link.width.current,"
+        "compute_mode,ecc.mode.current,ecc.errors.uncorrected.volatile.total,"
+        "remapped_rows.pending,power.management,mig.mode.pending,clocks.video"
+    )
     assert rows(sim, fields, gpus=[0]) == [
         "0x0000, 0x18, 0x233010DE, 5, 16, Default, Enabled, 0, No, Enabled, Disabled, 765 MHz"
     ]
@@ -271,8 +284,9 @@ def test_board_link_and_ecc_fields_read_as_nvidia_smi_writes_them(sim: SimBacken
 
 def test_an_unreadable_detail_costs_its_cells_not_the_query(sim: SimBackend) -> None:
     sim.inject_fault(1, "gpu_lost", op="details")
-    lines, errors = query_rows(sim, [0, 1], parse_fields("index,fan.speed,pcie.link.gen.max"),
-                               CsvFormat())  # fmt: skip
+    lines, errors = query_rows(
+        sim, [0, 1], parse_fields("index,fan.speed,pcie.link.gen.max"), CsvFormat()
+    )
     assert lines == ["0, [N/A], 5", "1, [GPU is lost], [GPU is lost]"]
     assert len(errors) == 1 and errors[0].startswith("GPU 1:")
 
@@ -301,8 +315,9 @@ def test_cli_a_negative_number_after_l_is_ls_bad_value_not_options(value: str) -
 
 def test_cli_filename_writes_the_output_to_a_file(tmp_path) -> None:
     out = tmp_path / "q.csv"
-    result = run("--sim", "status", "--query-gpu=index,memory.free", "--format=csv,noheader",
-                 "-f", str(out))  # fmt: skip
+    result = run(
+        "--sim", "status", "--query-gpu=index,memory.free", "--format=csv,noheader", "-f", str(out)
+    )
     assert result.exit_code == 0 and result.output == ""
     assert out.read_text() == "0, 81079 MiB\n1, 81079 MiB\n"
 

@@ -49,8 +49,13 @@ def test_the_schedule_does_not_drift_when_a_tick_is_slow(sim: SimBackend) -> Non
         return real_read(index)
 
     sim.read_fast = slow_read  # type: ignore[method-assign]
-    show(sim, [0], StatusOptions(query_gpu="timestamp,clocks.sm", interval_s=1.0, count=3),
-         out, io.StringIO())  # fmt: skip
+    show(
+        sim,
+        [0],
+        StatusOptions(query_gpu="timestamp,clocks.sm", interval_s=1.0, count=3),
+        out,
+        io.StringIO(),
+    )
     stamps = [_stamp(line.split(", ")[0]) for line in out.getvalue().splitlines()[1:]]
     assert [(b - a).total_seconds() for a, b in itertools.pairwise(stamps)] == [1.0, 1.0]
 
@@ -128,9 +133,12 @@ def test_interval_from_l_or_lms(loop_s, loop_ms, want) -> None:
 
 @pytest.mark.parametrize(
     ("loop_s", "loop_ms", "text"),
-    [(1.0, 100, "disagree"), (0.0, None, "-l 0 is not a positive"),
-     (None, -5, "-lms -5 is not a positive")],
-)  # fmt: skip
+    [
+        (1.0, 100, "disagree"),
+        (0.0, None, "-l 0 is not a positive"),
+        (None, -5, "-lms -5 is not a positive"),
+    ],
+)
 def test_bad_intervals_are_refused(loop_s, loop_ms, text) -> None:
     with pytest.raises(ConfigError, match=text):
         interval(loop_s, loop_ms)

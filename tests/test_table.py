@@ -42,9 +42,17 @@ def test_display_width_counts_columns_not_characters():
 
 @pytest.mark.parametrize(
     ("text", "width", "kept"),
-    [("abcdef", 3, "abc"), ("山田太郎", 4, "山田"), ("山田太郎", 5, "山田"), ("a山b", 2, "a"),
-     ("🚀 go", 3, "🚀 "), ("e\u0301x", 1, "e\u0301"), ("abc", 0, ""), ("abc", -1, "")],
-)  # fmt: skip
+    [
+        ("abcdef", 3, "abc"),
+        ("山田太郎", 4, "山田"),
+        ("山田太郎", 5, "山田"),
+        ("a山b", 2, "a"),
+        ("🚀 go", 3, "🚀 "),
+        ("e\u0301x", 1, "e\u0301"),
+        ("abc", 0, ""),
+        ("abc", -1, ""),
+    ],
+)
 def test_cut_keeps_the_start_that_fits_in_display_columns(text, width, kept):
     assert cut(text, width) == kept
     assert display_width(cut(text, width)) <= max(0, width)

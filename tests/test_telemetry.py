@@ -124,9 +124,16 @@ def test_a_failed_read_in_the_region_marks_the_window():
 
 def test_records_round_trip_through_json():
     w = Window(
-        gpu=1, t0=1.0, t1=2.0, n_samples=3, sm_mhz_mean=1500.0, reason_s={"power": 0.5},
-        lock_range_mhz=(1350, 1350), other_pids=(4, 5), reasons=4,
-    )  # fmt: skip
+        gpu=1,
+        t0=1.0,
+        t1=2.0,
+        n_samples=3,
+        sm_mhz_mean=1500.0,
+        reason_s={"power": 0.5},
+        lock_range_mhz=(1350, 1350),
+        other_pids=(4, 5),
+        reasons=4,
+    )
     assert Window.from_dict(json.loads(json.dumps(w.to_dict()))) == w
     s = Sample(1.0, 0, 1980, 2619, 300.0, 40.0, 4, 123, 310.0)
     assert Sample.from_dict(json.loads(json.dumps(s.to_dict()))) == s
@@ -135,11 +142,22 @@ def test_records_round_trip_through_json():
 
 def test_window_summary_reads_like_a_sentence():
     w = Window(
-        gpu=0, t0=0.0, t1=2.0, n_samples=80, sm_mhz_min=1380.0, sm_mhz_mean=1452.0,
-        sm_mhz_max=1980.0, power_w_mean=690.0, power_w_max=699.0, energy_j=1380.0,
-        temp_c_start=45.0, temp_c_end=47.0, reasons=REASON_SW_POWER_CAP,
-        reason_s={"power": 1.9}, lock_held=False,
-    )  # fmt: skip
+        gpu=0,
+        t0=0.0,
+        t1=2.0,
+        n_samples=80,
+        sm_mhz_min=1380.0,
+        sm_mhz_mean=1452.0,
+        sm_mhz_max=1980.0,
+        power_w_mean=690.0,
+        power_w_max=699.0,
+        energy_j=1380.0,
+        temp_c_start=45.0,
+        temp_c_end=47.0,
+        reasons=REASON_SW_POWER_CAP,
+        reason_s={"power": 1.9},
+        lock_held=False,
+    )
     text = str(w)
     assert "SM 1452 MHz (1380-1980)" in text
     assert "SwPowerCap" in text and "under power cap 1.90 s" in text
@@ -359,8 +377,14 @@ def test_samples_from_a_time_on_are_those_of_the_whole_ring_from_then():
     with Sampler(sim, [0], capacity=64) as sampler:
         sim.idle(5.0)  # the ring wrapped
         ring = sampler.samples()
-        for t0 in (ring[0].t - 1, ring[0].t, ring[20].t, ring[20].t + 0.001, ring[-1].t,
-                   ring[-1].t + 1):
+        for t0 in (
+            ring[0].t - 1,
+            ring[0].t,
+            ring[20].t,
+            ring[20].t + 0.001,
+            ring[-1].t,
+            ring[-1].t + 1,
+        ):
             assert sampler.samples(t0) == [s for s in ring if s.t >= t0]
             assert sampler.samples(t0, ring[40].t) == [s for s in ring if t0 <= s.t <= ring[40].t]
 
@@ -438,9 +462,7 @@ def test_sampler_covers_several_gpus_independently():
         sampler.window(t0, t1, 5)
 
 
-@pytest.mark.parametrize(
-    "kwargs", [{"period": 0}, {"slow_period": -1}, {"capacity": 2}], ids=str
-)
+@pytest.mark.parametrize("kwargs", [{"period": 0}, {"slow_period": -1}, {"capacity": 2}], ids=str)
 def test_bad_settings_are_refused_with_a_clear_error(kwargs):
     with pytest.raises(ConfigError):
         Sampler(make_sim(), [0], **kwargs)

@@ -21,8 +21,17 @@ def _fill(buf: Buffers, n: int) -> tuple[list[Sample], list[SlowSample], list[Ga
     fast, slow, gaps = [], [], []
     for k in range(n):
         t = 100.0 + k * 0.025
-        s = Sample(t, 0, 1980 - k, 2619, 300.0 + k, 40.0 + k / 8, k & 0x7,
-                   None if k % 3 else 1_790_000_000_000_000 + k, None if k % 2 else 650.5 + k)
+        s = Sample(
+            t,
+            0,
+            1980 - k,
+            2619,
+            300.0 + k,
+            40.0 + k / 8,
+            k & 0x7,
+            None if k % 3 else 1_790_000_000_000_000 + k,
+            None if k % 2 else 650.5 + k,
+        )
         buf.fast(astuple(s))
         fast.append(s)
         if k % 2:  # a process check alone: other processes, and ours among them
@@ -31,9 +40,19 @@ def _fill(buf: Buffers, n: int) -> tuple[list[Sample], list[SlowSample], list[Ga
         else:
             reading = SlowReading(5_000 * k, {"power": 10 * k, "thermal": k}, 71.0 - k)
             buf.slow(t, 0, reading, None if k % 4 else frozenset({12}), k % 8 == 0, t - 0.05)
-            slow.append(SlowSample(t, 0, 5_000 * k, {"power": 10 * k, "thermal": k}, 71.0 - k,
-                                   () if k % 4 else (12,), k % 8 == 0, t - 0.05,
-                                   None if k % 4 else False))
+            slow.append(
+                SlowSample(
+                    t,
+                    0,
+                    5_000 * k,
+                    {"power": 10 * k, "thermal": k},
+                    71.0 - k,
+                    () if k % 4 else (12,),
+                    k % 8 == 0,
+                    t - 0.05,
+                    None if k % 4 else False,
+                )
+            )
         gap = Gap(t, 0, "read_fast", f"timeout {k}")
         buf.gap(gap)
         gaps.append(gap)
@@ -54,7 +73,7 @@ def test_readers_get_the_newest_records_in_order_after_the_rings_wrap():
     assert buf.samples([0], lo, fast[45].t, recent=True) == fast[40:46]
     got = buf.window_inputs(0, lo, 0.06, 1.0)
     assert got.fast == fast[39:] and got.truncated  # the one in force at lo, then the rest
-    assert got.slow == slow[38 - 3:]  # 0.06 s back is from read 38 on, and three more
+    assert got.slow == slow[38 - 3 :]  # 0.06 s back is from read 38 on, and three more
     assert got.gaps == [g for g in gaps[-16:] if g.t >= lo - 1.0]
 
 

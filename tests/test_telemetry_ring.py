@@ -136,7 +136,8 @@ def test_a_reader_racing_a_fast_writer_never_sees_a_torn_record():
     shm, fd = Shared.create(1, 16)  # a small ring: the writer laps the reader constantly
     writes = 300_000
     proc = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(fd), str(writes)], pass_fds=(fd,),
+        [sys.executable, "-c", _WRITER, str(fd), str(writes)],
+        pass_fds=(fd,),
         stdout=subprocess.PIPE,
     )
     try:

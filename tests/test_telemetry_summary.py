@@ -13,20 +13,33 @@ import window_oracle
 from gpuenv.reasons import COUNTER_NAMES, Reason
 from gpuenv.telemetry import Gap, Sample, Sampler, SlowSample, summarize, summarize_many
 
-REASONS = [0, int(Reason.GPU_IDLE), int(Reason.SW_POWER_CAP), Reason.SW_POWER_CAP,
-           int(Reason.GPU_IDLE | Reason.APP_CLOCKS),
-           int(Reason.SW_THERMAL | Reason.HW_SLOWDOWN), 1 << 40]  # fmt: skip
+REASONS = [
+    0,
+    int(Reason.GPU_IDLE),
+    int(Reason.SW_POWER_CAP),
+    Reason.SW_POWER_CAP,
+    int(Reason.GPU_IDLE | Reason.APP_CLOCKS),
+    int(Reason.SW_THERMAL | Reason.HW_SLOWDOWN),
+    1 << 40,
+]
 
 
 def _fast(rng: random.Random, t: float, n: int) -> list[Sample]:
     out = []
     for _ in range(n):
         t += rng.choice([0.025, 0.025, 0.024, 0.0, 0.3, 1e-9, 0.001])  # ticks, gaps, ties
-        out.append(Sample(
-            t, 0, rng.choice([1980, 1755, 1410, 345]), rng.choice([2619, 1593]),
-            rng.uniform(60, 700), rng.uniform(30, 90), rng.choice(REASONS),
-            power_instant_w=rng.choice([None, rng.uniform(60, 700)]),
-        ))  # fmt: skip
+        out.append(
+            Sample(
+                t,
+                0,
+                rng.choice([1980, 1755, 1410, 345]),
+                rng.choice([2619, 1593]),
+                rng.uniform(60, 700),
+                rng.uniform(30, 90),
+                rng.choice(REASONS),
+                power_instant_w=rng.choice([None, rng.uniform(60, 700)]),
+            )
+        )
     return out
 
 
@@ -41,16 +54,33 @@ def _slow(rng: random.Random, t: float, n: int) -> list[SlowSample]:
             ns[k] += rng.choice([0, 0, 20_000_000, 100_000_000])
         kind = rng.random()
         if kind < 0.2:  # a process check alone
-            out.append(SlowSample(t, 0, None, {}, None, tuple(rng.sample([7, 8, 9], 1)),
-                                  own_present=rng.choice([None, True, False])))  # fmt: skip
+            out.append(
+                SlowSample(
+                    t,
+                    0,
+                    None,
+                    {},
+                    None,
+                    tuple(rng.sample([7, 8, 9], 1)),
+                    own_present=rng.choice([None, True, False]),
+                )
+            )
             continue
         keys = list(ns) if kind < 0.7 else rng.sample(list(ns), rng.randint(0, len(ns)))
         value_t = rng.choice([None, t - rng.uniform(0, 0.1), t - 0.5])
-        out.append(SlowSample(
-            t, 0, rng.choice([energy, energy, None]), {k: ns[k] for k in keys},
-            rng.choice([None, rng.uniform(40, 80)]), tuple(rng.sample([7, 8, 1234], 2)),
-            rng.random() < 0.3, value_t, rng.choice([None, True]),
-        ))  # fmt: skip
+        out.append(
+            SlowSample(
+                t,
+                0,
+                rng.choice([energy, energy, None]),
+                {k: ns[k] for k in keys},
+                rng.choice([None, rng.uniform(40, 80)]),
+                tuple(rng.sample([7, 8, 1234], 2)),
+                rng.random() < 0.3,
+                value_t,
+                rng.choice([None, True]),
+            )
+        )
     return out
 
 
@@ -81,9 +111,13 @@ def test_summarize_many_gives_the_windows_of_the_summary_before_it(seed: int) ->
     end = max([t + 1.0] + [s.t for s in fast] + [s.t for s in slow])
     gaps = [Gap(rng.uniform(t, end), 0, "read_fast", "x") for _ in range(rng.randint(0, 3))]
     spans = _spans(rng, t - 0.2, end + 0.2, 300)
-    kw = dict(gpu=0, lock_range=rng.choice([None, (1755, 1755), (1400, 1980)]),
-              own_pids=rng.choice([(), (8,), (7, 8)]), period=0.025,
-              truncated=rng.random() < 0.3)  # fmt: skip
+    kw = dict(
+        gpu=0,
+        lock_range=rng.choice([None, (1755, 1755), (1400, 1980)]),
+        own_pids=rng.choice([(), (8,), (7, 8)]),
+        period=0.025,
+        truncated=rng.random() < 0.3,
+    )
     new = summarize_many(fast, slow, gaps, spans, **kw)  # type: ignore[arg-type]
     old = [window_oracle.summarize(fast, slow, gaps, a, b, **kw) for a, b in spans]  # type: ignore[arg-type]
     assert len(new) == len(old)
@@ -116,9 +150,20 @@ def test_a_samplers_windows_of_a_simulated_bench_are_those_of_the_summary_before
         spans = [(r.t0, r.t1) for r in reps] + [(reps[0].t0, reps[-1].t1)]
         new = sampler.windows(spans, 0)
         fast, slow, gaps = sampler.samples(), sampler.slow_samples(), sampler.gaps
-    old = [window_oracle.summarize(fast, slow, gaps, a, b, gpu=0, lock_range=(1400, 1980),
-                                   own_pids=sampler.own_pids, period=sampler.period)
-           for a, b in spans]  # fmt: skip
+    old = [
+        window_oracle.summarize(
+            fast,
+            slow,
+            gaps,
+            a,
+            b,
+            gpu=0,
+            lock_range=(1400, 1980),
+            own_pids=sampler.own_pids,
+            period=sampler.period,
+        )
+        for a, b in spans
+    ]
     assert [repr(w) for w in new] == [repr(w) for w in old]
     assert any(w.reason_s for w in new) and new[-1].energy_j is not None
 
@@ -127,9 +172,11 @@ def test_two_energy_values_read_at_one_instant_do_not_divide_by_zero() -> None:
     """A coarse clock can stamp two counter reads with one time: the later value stands
     (the extrapolation past the last change had a zero-length slope)."""
     fast = [Sample(10.0 + 0.025 * i, 0, 1980, 2619, 300.0, 50.0, 0) for i in range(8)]
-    slow = [SlowSample(10.0, 0, 1_000_000, {}, None, ()),
-            SlowSample(10.1, 0, 1_030_000, {}, None, ()),
-            SlowSample(10.1, 0, 1_031_000, {}, None, ())]  # fmt: skip
+    slow = [
+        SlowSample(10.0, 0, 1_000_000, {}, None, ()),
+        SlowSample(10.1, 0, 1_030_000, {}, None, ()),
+        SlowSample(10.1, 0, 1_031_000, {}, None, ()),
+    ]
     (w,) = summarize_many(fast, slow, [], [(10.05, 10.15)], gpu=0)
     assert w.energy_j is not None and w.energy_j > 0
 
@@ -141,11 +188,15 @@ def test_a_counter_not_refreshed_since_the_cap_cleared_does_not_carry_it_on(
     """The power-cap counter last refreshed while the cap held (1 ns per ns); a region
     right after, at full clock with no reason set, is not 'under power cap' for its whole
     length (it was, by extrapolation at the last rate); while the cap still shows, it is."""
-    fast = [Sample(10.0 + 0.025 * i, 0, 1380, 2619, 700.0, 60.0, int(Reason.SW_POWER_CAP))
-            for i in range(6)]  # fmt: skip
+    fast = [
+        Sample(10.0 + 0.025 * i, 0, 1380, 2619, 700.0, 60.0, int(Reason.SW_POWER_CAP))
+        for i in range(6)
+    ]
     fast += [Sample(10.15 + 0.005 * i, 0, 1980, 2619, 800.0, 60.0, reasons) for i in range(6)]
-    slow = [SlowSample(10.0, 0, None, {"power": 0}, None, ()),
-            SlowSample(10.1, 0, None, {"power": 100_000_000}, None, ())]  # fmt: skip
+    slow = [
+        SlowSample(10.0, 0, None, {"power": 0}, None, ()),
+        SlowSample(10.1, 0, None, {"power": 100_000_000}, None, ()),
+    ]
     (w,) = summarize_many(fast, slow, [], [(10.16, 10.17)], gpu=0)
     assert w.reason_s["power"] == pytest.approx(capped_s)
     assert w.reasons == reasons
@@ -155,8 +206,10 @@ def test_a_regions_energy_from_its_start_to_the_first_counter_read_is_the_works_
     # the power steps from 100 to 500 W as the region starts (at 0.05 s), between two
     # samples 100 ms apart: the stretch to the first counter read (0.5 s) drew 500 W all
     # along; the sample in force at the start, read before the work, is not its power
-    fast = [Sample(0.1 * k, 0, 1980, 2619, 300.0, 40.0, 0,
-                   power_instant_w=100.0 if k == 0 else 500.0) for k in range(21)]  # fmt: skip
+    fast = [
+        Sample(0.1 * k, 0, 1980, 2619, 300.0, 40.0, 0, power_instant_w=100.0 if k == 0 else 500.0)
+        for k in range(21)
+    ]
 
     def energy_mj(t: float) -> int:
         return round(1e3 * (100.0 * 0.05 + 500.0 * (t - 0.05)))

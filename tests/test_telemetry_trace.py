@@ -23,7 +23,7 @@ class Ring:
         self.keep = keep
 
     def put(self, s: Sample) -> None:
-        self.buf = [*self.buf[-(self.keep - 1):], s]
+        self.buf = [*self.buf[-(self.keep - 1) :], s]
 
     def samples(self, t0: float | None, t1: float | None, gpu: int) -> list[Sample]:
         lo = -math.inf if t0 is None else t0
@@ -32,8 +32,15 @@ class Ring:
 
 def test_the_record_is_one_gpus_samples_as_parallel_lists_from_t_ref():
     rec = trace_record([sample(10.0), sample(10.025, sm=1965)], 9.5)
-    assert rec == {"t0": 9.5, "t_s": [0.5, 0.525], "sm_mhz": [1980, 1965], "mem_mhz": [2619] * 2,
-                   "power_w": [310.0, 310.0], "temp_c": [40.0, 40.0], "reasons": [0, 0]}
+    assert rec == {
+        "t0": 9.5,
+        "t_s": [0.5, 0.525],
+        "sm_mhz": [1980, 1965],
+        "mem_mhz": [2619] * 2,
+        "power_w": [310.0, 310.0],
+        "temp_c": [40.0, 40.0],
+        "reasons": [0, 0],
+    }
 
 
 def test_the_log_holds_at_most_max_points_and_thins_evenly():

@@ -78,8 +78,13 @@ def test_warmup_runs_until_setup_and_clock_ramp_are_over():
 
 def test_without_warmup_the_ramp_is_in_the_numbers_and_found():
     sim = SimBackend(clock=VirtualClock())
-    m = timing.bench(timing.sim_kernel(sim, 0, seconds=MATMUL_S), backend=sim, warmup=0,
-                     budget_s=2, condition="none")  # raw: the default (burst) waits for the ramp
+    m = timing.bench(
+        timing.sim_kernel(sim, 0, seconds=MATMUL_S),
+        backend=sim,
+        warmup=0,
+        budget_s=2,
+        condition="none",
+    )  # raw: the default (burst) waits for the ramp
     assert m.stats.max_s > 2 * MATMUL_S  # the first reps ran at the idle clock
     assert "warmup_ramp" in {f.kind for f in m.findings}
     assert m.verdict == "annotated"
@@ -117,8 +122,9 @@ def cold_and_hot(**kwargs):
     out = []
     for hot in (False, True):
         backend = fresh_sim(hot)
-        out.append(timing.bench(timing.sim_kernel(backend, 0, seconds=MATMUL_S), backend=backend,
-                                **kwargs))
+        out.append(
+            timing.bench(timing.sim_kernel(backend, 0, seconds=MATMUL_S), backend=backend, **kwargs)
+        )
     return out
 
 
@@ -153,8 +159,13 @@ def test_sustained_mode_gives_the_same_number_cold_and_hot():
 
 def test_a_budget_that_ends_before_min_reps_says_so_not_that_the_ci_missed(sim):
     # the simulator has no noise: the CI is 0, and what was short is the number of reps
-    m = timing.bench(timing.sim_kernel(sim, 0, seconds=MATMUL_S), backend=sim,
-                     condition="sustained", budget_s=0.5, precondition_max_s=30)
+    m = timing.bench(
+        timing.sim_kernel(sim, 0, seconds=MATMUL_S),
+        backend=sim,
+        condition="sustained",
+        budget_s=0.5,
+        precondition_max_s=30,
+    )
     assert m.extra["stop_reason"] == "budget" and len(m.times_s) < 10
     assert [w for w in m.extra["warnings"] if w.startswith(f"only {len(m.times_s)} reps")]
     assert not [w for w in m.extra["warnings"] if "not within" in w]
@@ -163,9 +174,14 @@ def test_a_budget_that_ends_before_min_reps_says_so_not_that_the_ci_missed(sim):
 def test_reject_policy_raises_when_every_rep_is_capped(sim):
     heat(sim)
     with pytest.raises(MeasurementRejected, match="power_cap"):
-        timing.bench(timing.sim_kernel(sim, 0, seconds=MATMUL_S), backend=sim, policy="reject",
-                     verdict_config=VerdictConfig(stable_clocks=True), budget_s=1,
-                     condition="none")  # measured hot as it is: every rep under the cap
+        timing.bench(
+            timing.sim_kernel(sim, 0, seconds=MATMUL_S),
+            backend=sim,
+            policy="reject",
+            verdict_config=VerdictConfig(stable_clocks=True),
+            budget_s=1,
+            condition="none",
+        )  # measured hot as it is: every rep under the cap
 
 
 def intruder_kernel(sim: SimBackend, start: int, stop: int):
@@ -185,16 +201,14 @@ def intruder_kernel(sim: SimBackend, start: int, stop: int):
 
 
 def test_reject_policy_drops_reps_touched_by_another_process(sim):
-    m = timing.bench(intruder_kernel(sim, 20, 30), backend=sim, policy="reject", reps=40,
-                     warmup=10)
+    m = timing.bench(intruder_kernel(sim, 20, 30), backend=sim, policy="reject", reps=40, warmup=10)
     assert "other_process" in {f.kind for f in m.findings}
     assert 5 <= len(m.rejected_reps) < 20
     assert m.stats.n == 40 - len(m.rejected_reps)
 
 
 def test_retry_policy_reruns_affected_reps(sim):
-    m = timing.bench(intruder_kernel(sim, 20, 30), backend=sim, policy="retry", reps=40,
-                     warmup=10)
+    m = timing.bench(intruder_kernel(sim, 20, 30), backend=sim, policy="retry", reps=40, warmup=10)
     assert m.retried_reps
     assert not m.rejected_reps  # the re-runs, after the intruder left, were clean
     assert "other_process" not in {f.kind for f in m.findings}
@@ -202,8 +216,9 @@ def test_retry_policy_reruns_affected_reps(sim):
 
 def test_cpu_function_without_telemetry():
     clock = VirtualClock()
-    m = timing.bench(lambda: clock.sleep(0.002), device=timing.ClockDevice(clock), backend=None,
-                     budget_s=1)
+    m = timing.bench(
+        lambda: clock.sleep(0.002), device=timing.ClockDevice(clock), backend=None, budget_s=1
+    )
     assert m.timer == "host"
     assert m.stats.median_s == pytest.approx(0.002)
     assert m.windows == () and m.verdict == "ok"
@@ -239,11 +254,16 @@ def test_profiler_trace_is_split_into_reps_by_marker_spins():
 
     spin = "void at::cuda::(anonymous namespace)::spin_kernel(long)"
     events = [
-        ev(spin, 0, 1), ev("fill_kernel", 2, 30), ev(spin, 33, 50),
-        ev("gemm", 84, 100), ev("Memcpy DtoD", 190, 10, "gpu_memcpy"),
-        ev(spin, 300, 1), ev("fill_kernel", 302, 30), ev(spin, 333, 50),
+        ev(spin, 0, 1),
+        ev("fill_kernel", 2, 30),
+        ev(spin, 33, 50),
+        ev("gemm", 84, 100),
+        ev("Memcpy DtoD", 190, 10, "gpu_memcpy"),
+        ev(spin, 300, 1),
+        ev("fill_kernel", 302, 30),
+        ev(spin, 333, 50),
         ev("gemm", 384, 110),
-    ]  # fmt: skip
+    ]
     times, spins = timing._profiled_rep_times(events, 2)
     assert times == pytest.approx([110e-6, 110e-6])
     assert spins == pytest.approx([50e-6, 50e-6])
@@ -290,8 +310,9 @@ class _OneCallEvents(timing.SimDevice):
 
 def test_a_tiny_call_timed_alone_between_events_says_what_its_number_holds(sim) -> None:
     k = timing.sim_kernel(sim, 0, seconds=6e-6, power_intensity=0.3)
-    m = timing.bench(k, device=_OneCallEvents(sim, 0), backend=sim, mode="events", reps=40,
-                     probe_clock=False)  # fmt: skip
+    m = timing.bench(
+        k, device=_OneCallEvents(sim, 0), backend=sim, mode="events", reps=40, probe_clock=False
+    )
     f = [x for x in m.findings if x.kind == "tiny_kernel"]
     assert len(f) == 1 and f[0].severity == "info" and "launch and event overhead" in f[0].message
     assert m.verdict == "annotated"
@@ -299,8 +320,9 @@ def test_a_tiny_call_timed_alone_between_events_says_what_its_number_holds(sim) 
     m = timing.bench(k, device=_OneCallEvents(sim, 0), backend=sim, reps=40, probe_clock=False)
     assert "tiny_kernel" not in {x.kind for x in m.findings}
     big = timing.sim_kernel(sim, 0, seconds=30e-6, power_intensity=0.3)
-    m = timing.bench(big, device=_OneCallEvents(sim, 0), backend=sim, mode="events", reps=40,
-                     probe_clock=False)  # fmt: skip
+    m = timing.bench(
+        big, device=_OneCallEvents(sim, 0), backend=sim, mode="events", reps=40, probe_clock=False
+    )
     assert m.verdict == "ok", m.findings
 
 
@@ -313,8 +335,9 @@ def test_a_burst_measurement_whose_reps_split_in_two_says_so(sim) -> None:
         seconds = 35.5e-6 if rng.random() < 0.3 else 32e-6
         return float(sim.run_work(0, seconds * 1980e6, power_intensity=0.3))
 
-    m = timing.bench(two_modes, backend=sim, condition="burst", mode="events", reps=60,
-                     probe_clock=False)  # fmt: skip
+    m = timing.bench(
+        two_modes, backend=sim, condition="burst", mode="events", reps=60, probe_clock=False
+    )
     f = [x for x in m.findings if x.kind == "bimodal"]
     assert len(f) == 1 and "32.00 us" in f[0].message and "35.50 us" in f[0].message
     assert m.verdict == "annotated"

@@ -30,8 +30,13 @@ def sim_at(hot: bool, profile: str = "h100") -> SimBackend:
 
 
 def bench(sim: SimBackend, seconds: float = MATMUL_S, **kw):
-    return timing.bench(timing.sim_kernel(sim, 0, seconds=seconds), backend=sim,
-                        budget_s=1.0, keep_trace=False, **kw)
+    return timing.bench(
+        timing.sim_kernel(sim, 0, seconds=seconds),
+        backend=sim,
+        budget_s=1.0,
+        keep_trace=False,
+        **kw,
+    )
 
 
 def test_unlocked_and_cold_it_measures_in_bursts_without_waiting():
@@ -79,8 +84,9 @@ def test_a_reason_burst_mode_was_meant_to_avoid_is_a_warning_and_reject_rejects_
         return sim
 
     # 20 ms: the cap clears within ~0.1 s of the load stopping, so the reps start under it
-    cfg = timing.BenchConfig(conditioning=ConditionConfig(burst_timeout_s=0.02), budget_s=0.5,
-                             keep_trace=False)
+    cfg = timing.BenchConfig(
+        conditioning=ConditionConfig(burst_timeout_s=0.02), budget_s=0.5, keep_trace=False
+    )
     sim = hot_consumer_card()
     m = timing.bench(timing.sim_kernel(sim, 0, seconds=2e-3), cfg, backend=sim)
     cap = [f for f in m.findings if f.kind == "power_cap"]
@@ -138,36 +144,45 @@ class _Samples:
         return self.rows[-1] if self.rows else None
 
 
-@pytest.mark.parametrize(("rows", "reasons_ready", "clock_ready"), [
-    # after heavy load on the H100: the clock one step down, the cap bit still set
-    ([(1.0, 1965, 0x4), (1.1, 1965, 0x4)], False, True),
-    # the clock still held down: neither starts
-    ([(1.0, 1965, 0x4), (1.1, 1500, 0x4)], False, False),
-    ([(1.0, 1500, 0x4), (1.1, 1965, 0x4)], False, False),  # both newest must be back
-    # a thermal slowdown is waited for either way
-    ([(1.0, 1980, 0x20), (1.1, 1980, 0x20)], False, False),
-    ([(1.0, 1980, 0), (1.1, 1980, 0)], True, True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("rows", "reasons_ready", "clock_ready"),
+    [
+        # after heavy load on the H100: the clock one step down, the cap bit still set
+        ([(1.0, 1965, 0x4), (1.1, 1965, 0x4)], False, True),
+        # the clock still held down: neither starts
+        ([(1.0, 1965, 0x4), (1.1, 1500, 0x4)], False, False),
+        ([(1.0, 1500, 0x4), (1.1, 1965, 0x4)], False, False),  # both newest must be back
+        # a thermal slowdown is waited for either way
+        ([(1.0, 1980, 0x20), (1.1, 1980, 0x20)], False, False),
+        ([(1.0, 1980, 0), (1.1, 1980, 0)], True, True),
+    ],
+)
 def test_burst_ready_clock_starts_once_the_clock_is_back_with_the_cap_bit_still_set(
-        rows, reasons_ready, clock_ready):  # fmt: skip
+    rows, reasons_ready, clock_ready
+):
     from gpuenv import conditioning
     from gpuenv.verdict import GpuFacts
 
     facts = GpuFacts(max_sm_mhz=1980.0)
     for ready, how in ((reasons_ready, "reasons"), (clock_ready, "clock")):
         cc = ConditionConfig(burst_ready=how)
-        assert conditioning.recovered(_Samples(rows), 0, since=0.5, facts=facts,
-                                      config=cc) is ready, how
+        assert (
+            conditioning.recovered(_Samples(rows), 0, since=0.5, facts=facts, config=cc) is ready
+        ), how
     if rows[0][2] == 0x4 and clock_ready:  # no known maximum clock: the bit is all there is
-        assert not conditioning.recovered(_Samples(rows), 0, since=0.5, facts=None,
-                                          config=ConditionConfig(burst_ready="clock"))
+        assert not conditioning.recovered(
+            _Samples(rows), 0, since=0.5, facts=None, config=ConditionConfig(burst_ready="clock")
+        )
 
 
 def test_burst_ready_is_checked():
     with pytest.raises(ConfigError, match="burst_ready"):
         ConditionConfig(burst_ready="soon")
-    for bad in ({"burst_clock_fall_rel": 1.0}, {"burst_clock_fall_rel": -0.1},
-                {"burst_clock_redos": -1}):  # fmt: skip
+    for bad in (
+        {"burst_clock_fall_rel": 1.0},
+        {"burst_clock_fall_rel": -0.1},
+        {"burst_clock_redos": -1},
+    ):
         with pytest.raises(ConfigError, match="burst_clock"):
             ConditionConfig(**bad)
 

@@ -147,8 +147,7 @@ def test_a_tiny_kernels_default_number_is_its_cupti_device_time(backend, kernel)
     a = torch.randn(512, 512, device="cuda", dtype=torch.float16)
     x = torch.randn(1 << 20, device="cuda")
     y = torch.randn(1024, device="cuda")
-    fn = {"mm512": lambda: a @ a, "relu1m": lambda: torch.relu(x),
-          "add1k": lambda: y + y}[kernel]
+    fn = {"mm512": lambda: a @ a, "relu1m": lambda: torch.relu(x), "add1k": lambda: y + y}[kernel]
     timing.CudaGraph(calls=10).prepare(fn)  # a capture before: the number must not care
     m = timing.bench(fn, backend=backend)
     assert m.extra["tiny_kernel"]["timer"] == "cuda_profiler"

@@ -38,6 +38,7 @@ def test_remembered_per_function_and_forgotten_with_it():
     memo.remember(fn, "k", 3)
     assert memo.recall(fn, "k") == 3 and memo.recall(fn, "other") is None
     assert memo.recall(lambda: None, "k") is None  # another function knows nothing
+
     class Slotted:
         __slots__ = ()
 
@@ -67,8 +68,7 @@ def test_the_second_call_of_a_function_warms_up_shorter_and_agrees():
 
 
 def test_a_short_warmup_starts_the_first_burst_and_a_cool_gpu_is_not_waited_for():
-    m = timing.bench(timing.sim_kernel(sim(), 0, seconds=0.2e-3), backend=sim(),
-                     keep_trace=False)  # fmt: skip
+    m = timing.bench(timing.sim_kernel(sim(), 0, seconds=0.2e-3), backend=sim(), keep_trace=False)
     assert m.extra["burst_from_start"] is True
     assert m.extra["burst_first_wait_s"] < 0.05  # not a driver refresh and two samples
 
@@ -77,8 +77,9 @@ def test_a_short_warmup_on_a_capped_gpu_still_waits_for_the_cap_to_clear():
     s = sim(hot=True)
     hot = timing.bench(timing.sim_kernel(s, 0, seconds=0.2e-3), backend=s, keep_trace=False)
     cold_s = sim()
-    cold = timing.bench(timing.sim_kernel(cold_s, 0, seconds=0.2e-3), backend=cold_s,
-                        keep_trace=False)  # fmt: skip
+    cold = timing.bench(
+        timing.sim_kernel(cold_s, 0, seconds=0.2e-3), backend=cold_s, keep_trace=False
+    )
     assert hot.extra["burst_from_start"] is True and hot.extra["burst_first_wait_s"] > 0.05
     assert hot.median_s == pytest.approx(cold.median_s, rel=0.01)
 
@@ -87,7 +88,11 @@ def test_an_explicit_fresh_wait_keeps_the_refresh_after_the_warmup():
     from gpuenv.conditioning import ConditionConfig
 
     s = sim()
-    m = timing.bench(timing.sim_kernel(s, 0, seconds=0.2e-3), backend=s, keep_trace=False,
-                     conditioning=ConditionConfig())  # fmt: skip
+    m = timing.bench(
+        timing.sim_kernel(s, 0, seconds=0.2e-3),
+        backend=s,
+        keep_trace=False,
+        conditioning=ConditionConfig(),
+    )
     assert m.extra["burst_from_start"] is False
     assert m.extra["burst_first_wait_s"] >= 0.1  # samples one driver refresh after the warmup

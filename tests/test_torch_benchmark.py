@@ -59,8 +59,10 @@ def test_importing_the_adapter_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys, gpuenv.integrations.torch_benchmark as t; "
-            "from gpuenv.integrations.torch_benchmark import *; print('torch' in sys.modules)")
+    code = (
+        "import sys, gpuenv.integrations.torch_benchmark as t; "
+        "from gpuenv.integrations.torch_benchmark import *; print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -71,8 +73,10 @@ def test_importing_the_adapter_does_not_import_torch():
 @pytest.fixture
 def tb(monkeypatch):
     pytest.importorskip(
-        "torch", reason="torch is not installed (pip install torch; CI installs the CPU wheel "
-        "when the machine has one)")
+        "torch",
+        reason="torch is not installed (pip install torch; CI installs the CPU wheel "
+        "when the machine has one)",
+    )
     import torch.utils.benchmark as tb
 
     monkeypatch.setenv("GPUENV_BACKEND", "sim")
@@ -90,7 +94,8 @@ def test_timer_is_torchs_timer_with_torchs_signatures(tb):
         ours = inspect.signature(getattr(Timer, name)).parameters
         theirs = inspect.signature(getattr(tb.Timer, name)).parameters
         assert [(p.name, p.kind, p.default) for p in ours.values()] == [
-            (p.name, p.kind, p.default) for p in theirs.values()], name
+            (p.name, p.kind, p.default) for p in theirs.values()
+        ], name
 
 
 def test_autorange_keeps_callback_and_min_run_time_and_adds_telemetry(tb):
@@ -103,8 +108,9 @@ def test_autorange_keeps_callback_and_min_run_time_and_adds_telemetry(tb):
     assert m.metadata["gpuenv"]["verdict"] in ("ok", "annotated")
     assert m.metadata["gpuenv"]["telemetry"][0]["gpu"] == 0
     seen.clear()
-    m = t.adaptive_autorange(threshold=0.5, min_run_time=0.02, max_run_time=0.5,
-                             callback=lambda n, s: seen.append(n))
+    m = t.adaptive_autorange(
+        threshold=0.5, min_run_time=0.02, max_run_time=0.5, callback=lambda n, s: seen.append(n)
+    )
     assert seen and m.metadata["gpuenv"]["gpus"] == [0]
     assert t.timeit(10).number_per_run == 10
 
@@ -134,8 +140,9 @@ def test_functions_wrap_a_plain_torch_timer(tb):
 
     t = tb.Timer("sum(range(100))")
     seen = []
-    m = torch_benchmark.blocked_autorange(t, callback=lambda n, s: seen.append(n),
-                                          min_run_time=0.02)
+    m = torch_benchmark.blocked_autorange(
+        t, callback=lambda n, s: seen.append(n), min_run_time=0.02
+    )
     assert isinstance(m, Measurement) and seen and "gpuenv" in m.metadata
     m = torch_benchmark.adaptive_autorange(t, 0.5, min_run_time=0.02, max_run_time=0.3)
     assert m.metadata["gpuenv"]["gpus"] == [0]
@@ -147,8 +154,11 @@ def test_each_call_is_its_own_measurement_named_by_its_task(tb):
     from gpuenv.integrations.torch_benchmark import Timer
 
     t = Timer("sum(range(100))", label="sum", sub_label="100", description="py")
-    ms = [t.timeit(100), t.blocked_autorange(min_run_time=0.02),
-          t.adaptive_autorange(threshold=0.5, min_run_time=0.02, max_run_time=0.3)]
+    ms = [
+        t.timeit(100),
+        t.blocked_autorange(min_run_time=0.02),
+        t.adaptive_autorange(threshold=0.5, min_run_time=0.02, max_run_time=0.3),
+    ]
     recs = [m.metadata["gpuenv"] for m in ms]
     assert [r["name"] for r in recs] == ["sum / 100 / py"] * 3
     spans = [(r["telemetry"][0]["t0"], r["telemetry"][0]["t1"]) for r in recs]
@@ -184,8 +194,9 @@ def test_the_verdict_survives_pickling_and_torchs_compare_without_gpuenv(tb, war
 
     def timer(seconds: float, sub_label: str) -> object:
         kernel = timing.sim_kernel(warm_sim, 0, seconds=seconds)
-        return tb.Timer("k()", globals={"k": kernel}, label="mm", sub_label=sub_label,
-                        description="bf16")
+        return tb.Timer(
+            "k()", globals={"k": kernel}, label="mm", sub_label=sub_label, description="bf16"
+        )
 
     cool = torch_benchmark.timeit(timer(0.01, "cool"), 1, backend=warm_sim)
     capped = torch_benchmark.timeit(timer(0.5, "capped"), 1, backend=warm_sim)
@@ -195,8 +206,13 @@ def test_the_verdict_survives_pickling_and_torchs_compare_without_gpuenv(tb, war
     path = tmp_path / "ms.pkl"
     path.write_bytes(pickle.dumps([cool, capped]))
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-c", UNPICKLE_WITHOUT_GPUENV, str(path)],
-                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", UNPICKLE_WITHOUT_GPUENV, str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     header = next(x for x in out.stdout.splitlines() if "|" in x)
     assert "bf16 [gpuenv: annotated, power_cap]" in header  # torch's table, its column

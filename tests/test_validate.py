@@ -34,8 +34,10 @@ def be() -> SimBackend:
 
 # (call, the parameter the message must name): each was an internal error before
 INTERNAL_ERRORS = {
-    "lock power_limit_w='abc'": (lambda b: gpuenv.lock(power_limit_w="abc", backend=b),
-                                 "power_limit_w"),
+    "lock power_limit_w='abc'": (
+        lambda b: gpuenv.lock(power_limit_w="abc", backend=b),
+        "power_limit_w",
+    ),
     "lock sm=[1]": (lambda b: gpuenv.lock(sm=[1], backend=b), "sm"),
     "lock sm=1.5": (lambda b: gpuenv.lock(sm=1.5, backend=b), "sm"),
     "bench(None)": (lambda b: gpuenv.bench(None, backend=b), "fn"),
@@ -45,14 +47,12 @@ INTERNAL_ERRORS = {
     "bench warmup='bogus'": (lambda b: gpuenv.bench(fn, warmup="bogus", backend=b), "warmup"),
     "bench burst_s='x'": (lambda b: gpuenv.bench(fn, burst_s="x", backend=b), "burst_s"),
     "bench gpu='a'": (lambda b: gpuenv.bench(fn, gpu="a", backend=b), "gpu"),
-    "do_bench quantiles='abc'": (lambda b: do_bench(fn, quantiles="abc", backend=b),
-                                 "quantiles"),
+    "do_bench quantiles='abc'": (lambda b: do_bench(fn, quantiles="abc", backend=b), "quantiles"),
     "do_bench(None)": (lambda b: do_bench(None, backend=b), "fn"),
     "do_bench(lambda x: x)": (lambda b: do_bench(lambda x: x, backend=b), "fn"),
     "stable period='abc'": (lambda b: gpuenv.stable(period="abc", backend=b), "period"),
     "stable config='x'": (lambda b: gpuenv.stable(config="x", backend=b), "config"),
-    "stable mode_config='x'": (lambda b: gpuenv.stable(mode_config="x", backend=b),
-                               "mode_config"),
+    "stable mode_config='x'": (lambda b: gpuenv.stable(mode_config="x", backend=b), "mode_config"),
 }
 
 # each was taken as a (strange) setting before

@@ -29,10 +29,21 @@ H100 = {0: GpuFacts(max_sm_mhz=1980, slowdown_c=89, gpu_max_c=87, power_limit_w=
 
 def win(i: int = 0, *, gpu: int = 0, sm: float = 1980, dur: float = 0.1, **kw) -> Window:
     fields = dict(
-        gpu=gpu, t0=i * 1.0, t1=i * 1.0 + dur, n_samples=4, sm_mhz_min=sm, sm_mhz_mean=sm,
-        sm_mhz_max=sm, sm_mhz_start=sm, sm_mhz_end=sm, power_w_mean=300.0, power_w_max=300.0,
-        temp_c_start=40.0, temp_c_end=40.0, temp_c_max=40.0,
-    )  # fmt: skip
+        gpu=gpu,
+        t0=i * 1.0,
+        t1=i * 1.0 + dur,
+        n_samples=4,
+        sm_mhz_min=sm,
+        sm_mhz_mean=sm,
+        sm_mhz_max=sm,
+        sm_mhz_start=sm,
+        sm_mhz_end=sm,
+        power_w_mean=300.0,
+        power_w_max=300.0,
+        temp_c_start=40.0,
+        temp_c_end=40.0,
+        temp_c_max=40.0,
+    )
     fields.update(kw)
     return Window(**fields)  # type: ignore[arg-type]
 
@@ -80,20 +91,38 @@ def test_a_locked_gpu_starting_without_a_context_is_a_cold_start_too():
 def test_a_region_shorter_than_the_wake_up_is_cold_when_our_context_is_there():
     # idle readings throughout (the driver had not refreshed yet), but this process
     # holds a context on the GPU: it ran at the idle clock
-    ws = [win(0, sm=345, reasons_start=REASON_GPU_IDLE, reasons=REASON_GPU_IDLE,
-              reasons_end=REASON_GPU_IDLE, own_process=True)]
+    ws = [
+        win(
+            0,
+            sm=345,
+            reasons_start=REASON_GPU_IDLE,
+            reasons=REASON_GPU_IDLE,
+            reasons_end=REASON_GPU_IDLE,
+            own_process=True,
+        )
+    ]
     assert "warmup_ramp" in kinds(assess(ws, facts=H100))
 
 
 def test_a_gpu_idle_throughout_is_not_warming_up_it_is_unused():
-    ws = [win(i, sm=345, reasons_start=REASON_GPU_IDLE, reasons=REASON_GPU_IDLE,
-              reasons_end=REASON_GPU_IDLE) for i in range(5)]
+    ws = [
+        win(
+            i,
+            sm=345,
+            reasons_start=REASON_GPU_IDLE,
+            reasons=REASON_GPU_IDLE,
+            reasons_end=REASON_GPU_IDLE,
+        )
+        for i in range(5)
+    ]
     assert assess(ws, [0.01] * 5, facts=H100) == []
 
 
 def test_power_cap_is_info_by_default_with_time_under_it_and_the_clock_it_cost():
-    ws = [win(i, sm=1380, dur=1.0, reasons=REASON_SW_POWER_CAP, reason_s={"power": 0.9})
-          for i in range(3)]
+    ws = [
+        win(i, sm=1380, dur=1.0, reasons=REASON_SW_POWER_CAP, reason_s={"power": 0.9})
+        for i in range(3)
+    ]
     f = kinds(assess(ws, facts=H100))["power_cap"]
     assert f.severity == "info"
     assert f.details["time_under_cap_s"] == pytest.approx(2.7)
@@ -115,8 +144,15 @@ def test_a_power_cap_finding_never_says_zero_time_or_zero_share():
     ws = [win(i, reasons=REASON_SW_POWER_CAP, reason_s={"power": 0.0}) for i in range(3)]
     assert "power_cap" not in kinds(assess(ws, facts=H100))
     # the samples saw it for 20 ms of each rep: that is the time under the cap
-    ws = [win(i, reasons=REASON_SW_POWER_CAP, reason_s={"power": 0.0},
-              reason_sampled_s={"SwPowerCap": 0.02}) for i in range(3)]
+    ws = [
+        win(
+            i,
+            reasons=REASON_SW_POWER_CAP,
+            reason_s={"power": 0.0},
+            reason_sampled_s={"SwPowerCap": 0.02},
+        )
+        for i in range(3)
+    ]
     f = kinds(assess(ws, facts=H100))["power_cap"]
     assert "back for 60.0 ms of 300.0 ms (20%)" in f.message
     assert f.details["time_under_cap_s"] == pytest.approx(0.06)
@@ -130,8 +166,11 @@ def test_a_power_cap_finding_never_says_zero_time_or_zero_share():
 def test_thermal_slowdown_and_closeness_to_the_limit():
     sw = kinds(assess([win(0, reasons=REASON_SW_THERMAL, temp_c_max=84.0)], facts=H100))
     assert sw["thermal"].severity == "warning"
-    hw = kinds(assess([win(0, reasons=REASON_HW_THERMAL | REASON_HW_SLOWDOWN,
-                           temp_c_max=90.0)], facts=H100))
+    hw = kinds(
+        assess(
+            [win(0, reasons=REASON_HW_THERMAL | REASON_HW_SLOWDOWN, temp_c_max=90.0)], facts=H100
+        )
+    )
     assert hw["thermal"].severity == "error"
     assert "hw_slowdown" not in hw  # HwSlowdown is implied by HW thermal
     near = kinds(assess([win(0, temp_c_max=83.0)], facts=H100))
@@ -147,8 +186,16 @@ def test_hw_slowdown_and_power_brake():
 
 
 def test_lock_not_held_names_the_range_and_the_power_cap_as_the_cause():
-    ws = [win(0, sm=1290, sm_mhz_min=1275, lock_held=False, lock_range_mhz=(1350, 1350),
-              reasons=REASON_SW_POWER_CAP)]
+    ws = [
+        win(
+            0,
+            sm=1290,
+            sm_mhz_min=1275,
+            lock_held=False,
+            lock_range_mhz=(1350, 1350),
+            reasons=REASON_SW_POWER_CAP,
+        )
+    ]
     f = kinds(assess(ws, facts=H100))["lock_not_held"]
     assert f.severity == "warning"
     assert "not the locked 1350 MHz" in f.message and "power cap" in f.message
@@ -219,8 +266,9 @@ def test_noisy_but_steady_reps_hold_one_level(noise: float) -> None:
         for _ in range(40):
             times = steady(n, 2.9e-3, rng, noise)
             if rng.random() < 0.5:  # a preempted rep now and then, 10-50% slower
-                times = [t * (1 + rng.uniform(0.1, 0.5)) if rng.random() < 0.03 else t
-                         for t in times]  # fmt: skip
+                times = [
+                    t * (1 + rng.uniform(0.1, 0.5)) if rng.random() < 0.03 else t for t in times
+                ]
             times = [round(t, 7) for t in times]  # 0.1 us steps, as a timer reads
             found = assess([win(i) for i in range(n)], times, facts=H100)
             assert not [f for f in found if f.kind in ("drift", "bimodal")], found

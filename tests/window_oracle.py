@@ -141,7 +141,10 @@ def _energy_changes(slow: Sequence[SlowSample]) -> list[tuple[float, float]]:
 
 
 def _counter_energy_j(
-    slow: Sequence[SlowSample], fast: Sequence[Sample], times: Sequence[float], t0: float,
+    slow: Sequence[SlowSample],
+    fast: Sequence[Sample],
+    times: Sequence[float],
+    t0: float,
     t1: float,
 ) -> float | None:
     """Energy (J) over [t0, t1]: the counter's delta between the first and the last read
@@ -158,7 +161,7 @@ def _counter_energy_j(
             continue
         i0, i1 = bisect.bisect_right(times, a), bisect.bisect_right(times, b)
         if a == t0 and i0 < len(fast):
-            after = fast[i0:i1 + 1]
+            after = fast[i0 : i1 + 1]
             fill += _weighted([_power(s) for s in after], _back_weights(after, a, b)) * (b - a)
             continue
         held = ([fast[i0 - 1]] if i0 > 0 else []) + list(fast[i0:i1])
@@ -206,7 +209,11 @@ def _weighted(values: Sequence[float], weights: Sequence[float]) -> float:
 
 
 def _from_counters(
-    slow: Sequence[SlowSample], t0: float, t1: float, own_pids: Iterable[int], lag_s: float,
+    slow: Sequence[SlowSample],
+    t0: float,
+    t1: float,
+    own_pids: Iterable[int],
+    lag_s: float,
     fast: Sequence[Sample],
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -282,8 +289,9 @@ def _shown(fast: Sequence[Sample], a: float, b: float, key: str) -> float:
     return total
 
 
-def _counter_at(pts: Sequence[tuple[float, float]], t: float, lag_s: float,
-                shown: Any) -> float | None:  # fmt: skip
+def _counter_at(
+    pts: Sequence[tuple[float, float]], t: float, lag_s: float, shown: Any
+) -> float | None:
     """A cumulative ns counter at t: interpolated, or extrapolated up to ~2 refreshes past
     the last point at the last interval's rate (at most 1 ns per ns), growing no more
     than the samples show its reasons since that point."""

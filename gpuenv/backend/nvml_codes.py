@@ -61,8 +61,7 @@ _NO_NVML: dict[int, tuple[str, str | None]] = {
     UNINITIALIZED: ("NVML is not initialised", None),
     LIB_RM_VERSION_MISMATCH: (
         "NVML and the kernel driver have different versions",
-        "the driver was upgraded without reloading it: reboot, or reload the nvidia kernel "
-        "modules",
+        "the driver was upgraded without reloading it: reboot, or reload the nvidia kernel modules",
     ),
 }
 

@@ -20,10 +20,13 @@ from gpuenv.errors import BackendError, DriverTimeout, GpuLost
 
 FI_POWER_AVERAGE = 185  # NVML_FI_DEV_POWER_AVERAGE, mW
 
-_ECC_LOCATION_IDS = {name: getattr(nv, f"NVML_MEMORY_LOCATION_{name.upper()}", None)
-                     for name in ECC_LOCATIONS}  # fmt: skip
-_ECC_KIND_IDS = {"corrected": nv.NVML_MEMORY_ERROR_TYPE_CORRECTED,
-                 "uncorrected": nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED}  # fmt: skip
+_ECC_LOCATION_IDS = {
+    name: getattr(nv, f"NVML_MEMORY_LOCATION_{name.upper()}", None) for name in ECC_LOCATIONS
+}
+_ECC_KIND_IDS = {
+    "corrected": nv.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+    "uncorrected": nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+}
 _ECC_COUNTER_IDS = {"volatile": nv.NVML_VOLATILE_ECC, "aggregate": nv.NVML_AGGREGATE_ECC}
 
 
@@ -76,9 +79,13 @@ class NvmlDetails(NvmlCore):
             "pcie_width_max": _int(self._extra("nvmlDeviceGetMaxPcieLinkWidth", h, gpu=index)),
         }
         if pci is not None:
-            out.update(pci_domain=int(pci.domain), pci_bus=int(pci.bus), pci_device=int(pci.device),
-                       pci_device_id=int(pci.pciDeviceId),
-                       pci_sub_device_id=int(pci.pciSubSystemId))  # fmt: skip
+            out.update(
+                pci_domain=int(pci.domain),
+                pci_bus=int(pci.bus),
+                pci_device=int(pci.device),
+                pci_device_id=int(pci.pciDeviceId),
+                pci_sub_device_id=int(pci.pciSubSystemId),
+            )
         cache[index] = out
         return out
 
@@ -123,8 +130,10 @@ class NvmlDetails(NvmlCore):
             "ecc_pending": None if ecc is None else _on(ecc[1]),
             "ecc_errors": self._ecc_errors(index, h) if ecc is not None else {},
         }
-        causes = (("retired_sbe", nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
-                  ("retired_dbe", nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))  # fmt: skip
+        causes = (
+            ("retired_sbe", nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+            ("retired_dbe", nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
+        )
         for key, cause in causes:
             pages = self._extra("nvmlDeviceGetRetiredPages", h, cause, gpu=index)
             out[key] = None if pages is None else len(pages)
@@ -133,8 +142,12 @@ class NvmlDetails(NvmlCore):
         )
         rows = self._extra("nvmlDeviceGetRemappedRows", h, gpu=index)
         if rows is not None:
-            out.update(remapped_correctable=int(rows[0]), remapped_uncorrectable=int(rows[1]),
-                       remapped_pending=bool(rows[2]), remapped_failure=bool(rows[3]))  # fmt: skip
+            out.update(
+                remapped_correctable=int(rows[0]),
+                remapped_uncorrectable=int(rows[1]),
+                remapped_pending=bool(rows[2]),
+                remapped_failure=bool(rows[3]),
+            )
         return out
 
     def _power_average_w(self, index: int, h: Any) -> float | None:

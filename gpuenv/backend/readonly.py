@@ -35,6 +35,7 @@ class ReadOnlyBackend:
 
     def __getattr__(self, attr: str):  # reads: delegate
         if attr in WRITES:
+
             def refuse(index: int, *args: object, **kwargs: object) -> None:
                 raise ReadOnlyError(_describe_write(attr, args), gpu=index, reason=self.reason)
 

@@ -43,7 +43,6 @@ closes (or its process dies), the locked clocks, application clocks and power
 limit revert to defaults, as a real driver's do when it de-initialises the GPU.
 """
 
-
 from __future__ import annotations
 
 import dataclasses
@@ -134,8 +133,13 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
         """
         from gpuenv.timebase import VirtualClock
 
-        copy = SimBackend(self.profile, n_gpus=len(self._gpus), root=self.root, seed=self.seed,
-                          clock=VirtualClock(epoch=self.clock.wall()))  # fmt: skip
+        copy = SimBackend(
+            self.profile,
+            n_gpus=len(self._gpus),
+            root=self.root,
+            seed=self.seed,
+            clock=VirtualClock(epoch=self.clock.wall()),
+        )
         with self._lock:
             self._sync()
             for mine, fresh in zip(self._gpus, copy._gpus, strict=True):

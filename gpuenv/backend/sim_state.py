@@ -55,8 +55,7 @@ def lock_holders(fd: int) -> list[str]:
     st = os.fstat(fd)
     key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     out = []
-    with contextlib.suppress(OSError), open("/proc/locks", encoding="ascii",
-                                            errors="replace") as f:
+    with contextlib.suppress(OSError), open("/proc/locks", encoding="ascii", errors="replace") as f:
         for line in f:
             fields = line.split()
             if len(fields) > 5 and fields[5] == key and fields[4].isdigit():
@@ -116,8 +115,12 @@ class StateFile:
         where, setting = "the simulated GPU's state", "GPUENV_SIM_STATE"
         if not self.path.name or not self.path.parent.is_dir():
             folder = self.path.parent if self.path.name else self.path
-            raise FileError(folder, errno.ENOTDIR if folder.exists() else errno.ENOENT,
-                            where=where, setting=setting)  # fmt: skip
+            raise FileError(
+                folder,
+                errno.ENOTDIR if folder.exists() else errno.ENOENT,
+                where=where,
+                setting=setting,
+            )
         if os.path.lexists(self.path):
             reader.read_bytes(self.path, what=where, setting=setting, max_bytes=_MAX_BYTES)
 
@@ -134,8 +137,13 @@ class StateFile:
 
     def _dir(self) -> int:
         """The state file's directory, reached safely (made when missing)."""
-        return open_dir(self.path.parent, create=True, mode=0o755, own=None,
-                        what="the simulated GPU's state directory")  # fmt: skip
+        return open_dir(
+            self.path.parent,
+            create=True,
+            mode=0o755,
+            own=None,
+            what="the simulated GPU's state directory",
+        )
 
     def _open_lock(self, dfd: int) -> int:
         """The lock file, ours (a lock file of another account could be held by it forever:
@@ -217,8 +225,13 @@ class StateFile:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             return None
         # ours, but a value the model cannot take (NaN temperature, clients: 5): one sentence
-        reader.check_record(_Document, data, what="the simulated GPU's state", path=self.path,
-                            hint="delete it: the simulated GPU starts afresh")  # fmt: skip
+        reader.check_record(
+            _Document,
+            data,
+            what="the simulated GPU's state",
+            path=self.path,
+            hint="delete it: the simulated GPU starts afresh",
+        )
         return data
 
     def write(self, data: dict[str, Any]) -> None:

@@ -61,14 +61,18 @@ class SimWrites(SimCore):
     def _need_locked(self, index: int, op: str) -> None:
         if not self.profile.locked_clocks_supported:
             raise self._unsupported(
-                "locked clocks are not supported", index, op,
+                "locked clocks are not supported",
+                index,
+                op,
                 "use application clocks (nvidia-smi -ac) instead",
             )
 
     def _need_app_clocks(self, index: int, op: str) -> None:
         if not self.profile.app_clocks_supported:
             raise self._unsupported(
-                "application clocks cannot be set", index, op,
+                "application clocks cannot be set",
+                index,
+                op,
                 "lock clocks instead (nvidia-smi -lgc)",
             )
 

@@ -86,12 +86,16 @@ def _accept_global_flags(command: click.Command) -> None:
     --dry-run (lock, restore) keeps it; both mean the same.
     """
     have = {opt for p in command.params for opt in getattr(p, "opts", ())}
-    for flag, callback in (("--sim", _root_setter("backend_kind", "sim")),
-                           ("--dry-run", _root_setter("dry_run", True)), ("--quiet", _quiet)):
+    for flag, callback in (
+        ("--sim", _root_setter("backend_kind", "sim")),
+        ("--dry-run", _root_setter("dry_run", True)),
+        ("--quiet", _quiet),
+    ):
         if flag not in have:
             command.params.append(
-                click.Option([flag], is_flag=True, expose_value=False, hidden=True,
-                             callback=callback)
+                click.Option(
+                    [flag], is_flag=True, expose_value=False, hidden=True, callback=callback
+                )
             )
 
 
@@ -116,8 +120,13 @@ def _available(name: str) -> bool:
     is_flag=True,
     help="Change nothing on any GPU: writes are refused and reported (like GPUENV_READONLY=1).",
 )
-@click.option("--quiet", is_flag=True, expose_value=False, callback=_quiet,
-              help="No progress line on stderr (like GPUENV_QUIET=1).")
+@click.option(
+    "--quiet",
+    is_flag=True,
+    expose_value=False,
+    callback=_quiet,
+    help="No progress line on stderr (like GPUENV_QUIET=1).",
+)
 @click.version_option(package_name="gpuenv")
 @click.pass_context
 def cli(ctx: click.Context, sim: bool, dry_run: bool) -> None:

@@ -200,8 +200,10 @@ def guarded() -> Iterator[None]:
             fail(FileError.from_os_error(err, setting=_setting_for(err.filename)))
         _silence_stdout(out._stream)
         if _DONE:  # the effect happened: the exit code says so, stderr says what was lost
-            _echo_err(f"gpuenv: {_DONE[0]}; its report could not be written to standard "
-                      f"output ({out.error.strerror or out.error})")  # fmt: skip
+            _echo_err(
+                f"gpuenv: {_DONE[0]}; its report could not be written to standard "
+                f"output ({out.error.strerror or out.error})"
+            )
             sys.exit(0)
         if isinstance(out.error, BrokenPipeError):
             sys.exit(EXIT_PIPE_CLOSED)  # the reader left (| head): nothing to say

@@ -25,15 +25,20 @@ from gpuenv.cli._common import checked, gpu_option, handle_errors, open_from_ctx
 
 @click.command("calibrate")
 @gpu_option()
-@click.option("--duration", type=click.FloatRange(1.0), default=180.0, show_default=True,
-              callback=checked("--duration", lo=1, hi=86400),
-              metavar="S", help="Longest load per GPU, in seconds (virtual ones with --sim).")
+@click.option(
+    "--duration",
+    type=click.FloatRange(1.0),
+    default=180.0,
+    show_default=True,
+    callback=checked("--duration", lo=1, hi=86400),
+    metavar="S",
+    help="Longest load per GPU, in seconds (virtual ones with --sim).",
+)
 @click.option("--no-save", is_flag=True, help="Report only; do not store the calibration.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_context
 @handle_errors
-def calibrate(ctx: click.Context, gpu: str, duration: float, no_save: bool,
-              as_json: bool) -> None:
+def calibrate(ctx: click.Context, gpu: str, duration: float, no_save: bool, as_json: bool) -> None:
     """Load each selected GPU until it reaches equilibrium and report the sustained
     clock and the highest supported clock that held (saved for 'gpuenv lock --sm
     sustained'). With --sim: a fresh simulated GPU at idle, on virtual time."""
@@ -42,8 +47,13 @@ def calibrate(ctx: click.Context, gpu: str, duration: float, no_save: bool,
 
     backend = open_from_ctx(ctx, readonly=True)
     try:
-        results = run(backend, select_gpus(backend, gpu), duration_s=duration,
-                      save=not no_save, progress=sys.stderr)
+        results = run(
+            backend,
+            select_gpus(backend, gpu),
+            duration_s=duration,
+            save=not no_save,
+            progress=sys.stderr,
+        )
     finally:
         backend.close()
     if as_json:

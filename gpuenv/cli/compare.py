@@ -28,22 +28,37 @@ from gpuenv.errors import ConfigError
 @click.command("compare")
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
-@click.option("--alpha", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
-              default=0.05, show_default=True,
-              callback=checked("--alpha", lo=0, hi=1, lo_open=True, hi_open=True),
-              help="Significance level (Mann-Whitney U); the CI is at the 1 - alpha level.")
-@click.option("--min-change", type=click.FloatRange(0.0), default=0.01, show_default=True,
-              callback=checked("--min-change", lo=0),
-              help="Smallest relative change called faster or slower (0.01 = 1%); a "
-              "smaller one reads 'no change', whatever its p-value.")
-@click.option("--fail-above", type=click.FloatRange(0.0), default=None, metavar="FRACTION",
-              callback=checked("--fail-above", lo=0),  # a gate never passes on NaN
-              help="Exit 1 if a measurement is significantly slower by more than this "
-              "(0.05 = 5%) and by at least --min-change: a CI gate.")
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+    default=0.05,
+    show_default=True,
+    callback=checked("--alpha", lo=0, hi=1, lo_open=True, hi_open=True),
+    help="Significance level (Mann-Whitney U); the CI is at the 1 - alpha level.",
+)
+@click.option(
+    "--min-change",
+    type=click.FloatRange(0.0),
+    default=0.01,
+    show_default=True,
+    callback=checked("--min-change", lo=0),
+    help="Smallest relative change called faster or slower (0.01 = 1%); a "
+    "smaller one reads 'no change', whatever its p-value.",
+)
+@click.option(
+    "--fail-above",
+    type=click.FloatRange(0.0),
+    default=None,
+    metavar="FRACTION",
+    callback=checked("--fail-above", lo=0),  # a gate never passes on NaN
+    help="Exit 1 if a measurement is significantly slower by more than this "
+    "(0.05 = 5%) and by at least --min-change: a CI gate.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @handle_errors
-def compare(a: str, b: str, alpha: float, min_change: float, fail_above: float | None,
-            as_json: bool) -> None:
+def compare(
+    a: str, b: str, alpha: float, min_change: float, fail_above: float | None, as_json: bool
+) -> None:
     """Per measurement: the change in median time with its CI and p-value, and beside
     it what changed in the GPU state (SM clock, time under the power cap,
     temperature, lock) and in the environment (GPU model, driver, power limit).

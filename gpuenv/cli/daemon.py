@@ -95,8 +95,12 @@ def _config_option(fn: F) -> F:
 @click.group("daemon", invoke_without_command=True)
 @_socket_option
 @_config_option
-@click.option("--metrics", metavar="HOST:PORT", default=None,
-              help="Serve Prometheus metrics here (an address alone: port 19400).")
+@click.option(
+    "--metrics",
+    metavar="HOST:PORT",
+    default=None,
+    help="Serve Prometheus metrics here (an address alone: port 19400).",
+)
 @interval_option(
     "telemetry samples (default 0.1; config: [daemon] sample_period)", old=("--sample-period",)
 )

@@ -31,8 +31,17 @@ from gpuenv.cli._common import handle_errors, open_from_ctx
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 @handle_errors
-def job(ctx: click.Context, jobid: str, begin: bool, end: bool, gpu: str | None, user: str | None,
-        asked: str | None, lock: str | None, as_json: bool) -> None:  # fmt: skip
+def job(
+    ctx: click.Context,
+    jobid: str,
+    begin: bool,
+    end: bool,
+    gpu: str | None,
+    user: str | None,
+    asked: str | None,
+    lock: str | None,
+    as_json: bool,
+) -> None:
     """What job JOBID's GPUs did: clocks, throttling, power, energy, the lock, other processes."""
     from gpuenv.daemon.client import Client
     from gpuenv.daemon.jobreport import judge_job, render

@@ -37,13 +37,21 @@ if TYPE_CHECKING:
     help="SM clock: MHz, a range, 'max', 'base' (the TDP clock) or 'sustained' "
     "(the clock 'gpuenv calibrate' measured). Snapped to a supported clock.",
 )
-@click.option("--sm-max", type=int, metavar="MHZ",
-              callback=checked("--sm-max", validate.integer, lo=1),
-              help="Top of the SM range (with --sm MIN).")
+@click.option(
+    "--sm-max",
+    type=int,
+    metavar="MHZ",
+    callback=checked("--sm-max", validate.integer, lo=1),
+    help="Top of the SM range (with --sm MIN).",
+)
 @click.option("--mem", metavar="MHZ", help="Memory clock (not on Hopper: it cannot apply one now).")
-@click.option("--power-limit", type=float, metavar="W",
-              callback=checked("--power-limit", lo=0, lo_open=True),
-              help="Power limit in watts.")
+@click.option(
+    "--power-limit",
+    type=float,
+    metavar="W",
+    callback=checked("--power-limit", lo=0, lo_open=True),
+    help="Power limit in watts.",
+)
 @gpu_option()
 @click.option("--force", is_flag=True, help="Take over a lock another owner holds.")
 @click.option(
@@ -95,9 +103,15 @@ def lock(
                 reason=getattr(backend, "reason", "read-only"),
             )
         held = acquire(
-            sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit, gpus=gpu, backend=backend,
-            standing=True, force=force,
-        )  # fmt: skip
+            sm,
+            sm_max=sm_max,
+            mem=mem,
+            power_limit_w=power_limit,
+            gpus=gpu,
+            backend=backend,
+            standing=True,
+            force=force,
+        )
         effect_done("the lock is taken and stays until 'gpuenv restore'")
         for gp in held.plan.gpus:
             if gp.index in held.shared:
@@ -266,8 +280,12 @@ def _not_put_back(
     from gpuenv.devices import select_gpus
 
     lines = [
-        not_put_back(backend, index, f"its journal record is damaged ({err.why})",
-                     unrecorded_changes(backend, index))
+        not_put_back(
+            backend,
+            index,
+            f"its journal record is damaged ({err.why})",
+            unrecorded_changes(backend, index),
+        )
         for index, err in damaged
     ]
     bad = {index for index, _ in damaged}

@@ -14,8 +14,15 @@ from gpuenv.cli._common import checked, gpu_option, handle_errors, interval_opti
 _SCENARIO_NAMES = ("idle", "load", "bursts", "shared")  # gpuenv.monitor.SCENARIOS (checked there)
 
 
-_SORT_KEYS = ("pid", "user", "gpu_memory", "sm_utilization", "cpu_percent", "memory_percent",
-              "time")  # gpuenv.monitor.processes.SORT_KEYS (checked there)
+_SORT_KEYS = (
+    "pid",
+    "user",
+    "gpu_memory",
+    "sm_utilization",
+    "cpu_percent",
+    "memory_percent",
+    "time",
+)  # gpuenv.monitor.processes.SORT_KEYS (checked there)
 
 
 def _only_gpus(gpu: str, only: tuple[str, ...]) -> str:
@@ -38,25 +45,64 @@ def _only_gpus(gpu: str, only: tuple[str, ...]) -> str:
 @click.option("--csv", "as_csv", is_flag=True, help="Stream CSV, one row per GPU per tick.")
 @interval_option("updates (-d as in 'nvidia-smi dmon -d')", default=1.0, short="-d")
 @click.option(
-    "-n", "--count", type=int, default=None, metavar="N", help="Stop after N updates (top's -n).",
+    "-n",
+    "--count",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Stop after N updates (top's -n).",
     callback=checked("--count", validate.integer, lo=1),
 )
-@click.option("-o", "--only", "only", multiple=True, metavar="IDX",
-              help="nvitop's spelling of -i: the GPUs to show (-o 0 -o 1, or -o 0,1).")
+@click.option(
+    "-o",
+    "--only",
+    "only",
+    multiple=True,
+    metavar="IDX",
+    help="nvitop's spelling of -i: the GPUs to show (-o 0 -o 1, or -o 0,1).",
+)
 @click.option("-c", "--only-compute", is_flag=True, help="Only compute processes (nvitop -c).")
-@click.option("-g", "--only-graphics", is_flag=True,
-              help="Only graphics processes (nvitop -g).")
-@click.option("-u", "--user", "users", multiple=True, metavar="USER",
-              help="Only the processes of USER (repeatable; nvitop -u).")
-@click.option("--pid", "pids", multiple=True, type=int, metavar="PID",
-              help="Only process PID (repeatable; nvitop --pid).")
-@click.option("--sort", type=click.Choice(_SORT_KEYS), default="pid", show_default=True,
-              help="Sort the processes by this column (keys , and . in the live view).")
+@click.option("-g", "--only-graphics", is_flag=True, help="Only graphics processes (nvitop -g).")
+@click.option(
+    "-u",
+    "--user",
+    "users",
+    multiple=True,
+    metavar="USER",
+    help="Only the processes of USER (repeatable; nvitop -u).",
+)
+@click.option(
+    "--pid",
+    "pids",
+    multiple=True,
+    type=int,
+    metavar="PID",
+    help="Only process PID (repeatable; nvitop --pid).",
+)
+@click.option(
+    "--sort",
+    type=click.Choice(_SORT_KEYS),
+    default="pid",
+    show_default=True,
+    help="Sort the processes by this column (keys , and . in the live view).",
+)
 @click.option("--reverse", is_flag=True, help="Reverse the sort (key / in the live view).")
-@click.option("-U", "--ascii", "--no-unicode", "ascii_only", is_flag=True,
-              help="ASCII characters only (nvitop -U); automatic when the output is not UTF-8.")
-@click.option("--duration", type=float, default=None, metavar="S", help="Stop after S seconds.",
-              callback=checked("--duration", lo=0, lo_open=True))  # fmt: skip
+@click.option(
+    "-U",
+    "--ascii",
+    "--no-unicode",
+    "ascii_only",
+    is_flag=True,
+    help="ASCII characters only (nvitop -U); automatic when the output is not UTF-8.",
+)
+@click.option(
+    "--duration",
+    type=float,
+    default=None,
+    metavar="S",
+    help="Stop after S seconds.",
+    callback=checked("--duration", lo=0, lo_open=True),
+)
 @click.option(
     "--scenario",
     type=click.Choice(_SCENARIO_NAMES),
@@ -108,7 +154,11 @@ def monitor(
     from gpuenv.monitor.app import MonitorOptions, check_options, show
 
     fmt = check_options(
-        interval=interval, count=count, duration=duration, once=once, as_json=as_json,
+        interval=interval,
+        count=count,
+        duration=duration,
+        once=once,
+        as_json=as_json,
         as_csv=as_csv,
     )
     if scenario is not None and not _wants_sim(ctx):

@@ -18,8 +18,13 @@ from gpuenv.cli._common import gpu_option, handle_errors
 
 @click.command("plot")
 @click.argument("run_file", metavar="RUN.jsonl", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", default=None, metavar="FILE",
-              help="Image to write (.png, .svg, .pdf). Default: RUN.png beside the input.")
+@click.option(
+    "-o",
+    "--output",
+    default=None,
+    metavar="FILE",
+    help="Image to write (.png, .svg, .pdf). Default: RUN.png beside the input.",
+)
 @gpu_option(
     default=None,
     help="The GPU to draw, as the run recorded it: an NVML index, a UUID or a PCI bus id "
@@ -37,11 +42,13 @@ def plot(run_file: str, output: str | None, gpu: str | None, title: str | None) 
         validate.output_path(output, "-o")
     with Progress(f"gpuenv plot: reading {sized(run_file)}") as progress:
         run = load_run(run_file)
-        out = output if output is not None else \
-            (run_file[: -len(".jsonl")] if run_file.endswith(".jsonl") else run_file) + ".png"
+        out = (
+            output
+            if output is not None
+            else (run_file[: -len(".jsonl")] if run_file.endswith(".jsonl") else run_file) + ".png"
+        )
         chosen = None if gpu is None else recorded_gpu(run, gpu)
         n = len(run.measurements)
         progress.update(f"gpuenv plot: drawing {n:,} measurement{'' if n == 1 else 's'} to {out}")
         written = plot_run(run, out, title=title, gpu=chosen)
     click.echo(written)
-

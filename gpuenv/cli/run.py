@@ -34,13 +34,21 @@ from gpuenv.cli._common import (
     metavar="MHZ|MIN,MAX|max|base|sustained",
     help="Lock the SM clock for the run (as 'gpuenv lock --sm'); restored afterwards.",
 )
-@click.option("--sm-max", type=int, metavar="MHZ",
-              callback=checked("--sm-max", validate.integer, lo=1),
-              help="Top of the SM range (with --sm MIN).")
+@click.option(
+    "--sm-max",
+    type=int,
+    metavar="MHZ",
+    callback=checked("--sm-max", validate.integer, lo=1),
+    help="Top of the SM range (with --sm MIN).",
+)
 @click.option("--mem", metavar="MHZ", help="Lock the memory clock for the run.")
-@click.option("--power-limit", type=float, metavar="W",
-              callback=checked("--power-limit", lo=0, lo_open=True),
-              help="Set the power limit for the run.")
+@click.option(
+    "--power-limit",
+    type=float,
+    metavar="W",
+    callback=checked("--power-limit", lo=0, lo_open=True),
+    help="Set the power limit for the run.",
+)
 @click.option("--force", is_flag=True, help="Take over a lock another owner holds.")
 @gpu_option(default="auto")
 @click.option(

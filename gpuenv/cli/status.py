@@ -50,51 +50,88 @@ def _help_callback(table: str) -> Callable[[click.Context, click.Parameter, bool
 
 
 @click.command("status", cls=NumbersAfterOptionalValues)
-@click.option("-i", "--gpu", "--id", "gpu", cls=AliasedOption, hidden_opts=("--id",),
-              default="all", show_default=True, metavar="SEL",
-              help=GPU_HELP + " (--id=SEL: nvidia-smi's spelling)")  # fmt: skip
+@click.option(
+    "-i",
+    "--gpu",
+    "--id",
+    "gpu",
+    cls=AliasedOption,
+    hidden_opts=("--id",),
+    default="all",
+    show_default=True,
+    metavar="SEL",
+    help=GPU_HELP + " (--id=SEL: nvidia-smi's spelling)",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema in gpuenv/status/).")
 @click.option(
-    "--query-gpu", "query_gpu", metavar="FIELDS",
+    "--query-gpu",
+    "query_gpu",
+    metavar="FIELDS",
     help="Print these fields, as nvidia-smi --query-gpu does (e.g. index,clocks.sm,power.draw,"
     "gpuenv.lock); --help-query-gpu lists them.",
-)  # fmt: skip
+)
 @click.option(
-    "--format", "fmt", metavar="csv[,noheader][,nounits]",
+    "--format",
+    "fmt",
+    metavar="csv[,noheader][,nounits]",
     help="Output format of a query (default csv): as nvidia-smi's --format.",
-)  # fmt: skip
+)
 @click.option(
-    "--supported-clocks", is_flag=True,
+    "--supported-clocks",
+    is_flag=True,
     help="Each memory clock and the graphics clocks it supports (nvidia-smi -q -d "
     "SUPPORTED_CLOCKS); a table, --json or --format=csv.",
-)  # fmt: skip
+)
 @click.option(
-    "--query-supported-clocks", "query_supported_clocks", metavar="FIELDS",
+    "--query-supported-clocks",
+    "query_supported_clocks",
+    metavar="FIELDS",
     help="One row per supported clock pair, as nvidia-smi's (e.g. mem,gr).",
-)  # fmt: skip
+)
 @click.option(
-    "-l", "--loop", "--interval", "loop_s", type=float, metavar="SEC", is_flag=False,
-    flag_value=5.0, callback=checked("-l", validate.display_interval),
+    "-l",
+    "--loop",
+    "--interval",
+    "loop_s",
+    type=float,
+    metavar="SEC",
+    is_flag=False,
+    flag_value=5.0,
+    callback=checked("-l", validate.display_interval),
     help="Repeat every SEC seconds (5 when -l comes alone) until Ctrl-C (nvidia-smi -l).",
-)  # fmt: skip
+)
 @click.option(
-    "-f", "--filename", "filename", type=click.Path(dir_okay=False, writable=True),
+    "-f",
+    "--filename",
+    "filename",
+    type=click.Path(dir_okay=False, writable=True),
     help="Write the output to this file instead of standard output (nvidia-smi -f).",
-)  # fmt: skip
+)
 @click.option(
-    "-lms", "--loop-ms", "loop_ms", type=int, metavar="MS",
-    callback=checked("-lms", validate.integer, lo=1,
-                     hi=int(validate.MAX_DISPLAY_INTERVAL_S * 1e3)),
+    "-lms",
+    "--loop-ms",
+    "loop_ms",
+    type=int,
+    metavar="MS",
+    callback=checked("-lms", validate.integer, lo=1, hi=int(validate.MAX_DISPLAY_INTERVAL_S * 1e3)),
     help="Repeat every MS milliseconds until Ctrl-C (nvidia-smi -lms).",
-)  # fmt: skip
+)
 @click.option(
-    "--help-query-gpu", is_flag=True, expose_value=False, is_eager=True,
-    callback=_help_callback("gpu"), help="List the fields of --query-gpu and exit.",
-)  # fmt: skip
+    "--help-query-gpu",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_help_callback("gpu"),
+    help="List the fields of --query-gpu and exit.",
+)
 @click.option(
-    "--help-query-supported-clocks", is_flag=True, expose_value=False, is_eager=True,
-    callback=_help_callback("clocks"), help="List the fields of --query-supported-clocks.",
-)  # fmt: skip
+    "--help-query-supported-clocks",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_help_callback("clocks"),
+    help="List the fields of --query-supported-clocks.",
+)
 @click.pass_context
 @handle_errors
 def status(

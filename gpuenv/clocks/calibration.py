@@ -73,8 +73,11 @@ class CalibrationResult:
         if self.sustained_mhz is None:
             return f"{head}: no telemetry during the load"
         state = "reached equilibrium" if self.steady else "did NOT reach equilibrium"
-        limit = f" under the {self.power_limit_w:.0f} W power cap" if self.capped and \
-            self.power_limit_w else (" (never power capped)" if not self.capped else "")
+        limit = (
+            f" under the {self.power_limit_w:.0f} W power cap"
+            if self.capped and self.power_limit_w
+            else (" (never power capped)" if not self.capped else "")
+        )
         text = (
             f"{head}: {state} after {self.seconds:.0f} s of {self.load}; sustained SM clock "
             f"{self.sustained_mhz:.0f} MHz{limit} (lowest {self.min_mhz:.0f}), "
@@ -135,10 +138,19 @@ def calibrate(
         raise ConfigError(f"duration must be positive (got {duration_s} s)")
     model = _virtual_model(backend) if load is None else None
     try:
-        return [_calibrate_one(model or backend, g, duration_s=duration_s, load=load,
-                               fresh=model is not None, save=save, state_dir=state_dir,
-                               progress=progress)
-                for g in gpus]  # fmt: skip
+        return [
+            _calibrate_one(
+                model or backend,
+                g,
+                duration_s=duration_s,
+                load=load,
+                fresh=model is not None,
+                save=save,
+                state_dir=state_dir,
+                progress=progress,
+            )
+            for g in gpus
+        ]
     finally:
         if model is not None:
             model.close()
@@ -155,9 +167,17 @@ def _virtual_model(backend: Backend) -> Backend | None:
     return ReadOnlyBackend(model, reason="calibrate only reads") if backend.readonly else model
 
 
-def _calibrate_one(backend: Backend, g: int, *, duration_s: float,
-                   load: Callable[[int], Load] | None, fresh: bool, save: bool,
-                   state_dir: str | None, progress: IO[str] | None) -> CalibrationResult:
+def _calibrate_one(
+    backend: Backend,
+    g: int,
+    *,
+    duration_s: float,
+    load: Callable[[int], Load] | None,
+    fresh: bool,
+    save: bool,
+    state_dir: str | None,
+    progress: IO[str] | None,
+) -> CalibrationResult:
     from gpuenv.telemetry import Sampler
 
     fn, what, ordinal = (load or (lambda gpu: reference_load(backend, gpu)))(g)
@@ -174,9 +194,13 @@ def _calibrate_one(backend: Backend, g: int, *, duration_s: float,
     try:
         cc = ConditionConfig(sustained_timeout_s=duration_s, sustained_tol=CALIBRATE_TOL)
         cond = conditioning.precondition(
-            _runner(device, fn), sampler, [g], device.clock, config=cc,
+            _runner(device, fn),
+            sampler,
+            [g],
+            device.clock,
+            config=cc,
             progress=_progress(progress, g, line),
-        )  # fmt: skip
+        )
         end = device.clock.now()
         final = sampler.samples(end - cc.sustained_window_s, end, g)
     finally:
@@ -186,8 +210,16 @@ def _calibrate_one(backend: Backend, g: int, *, duration_s: float,
     return _result(backend, g, final, cond, what, save=save, state_dir=state_dir)
 
 
-def _result(backend: Backend, g: int, final: list[Any], cond: conditioning.Conditioning, what: str,
-            *, save: bool, state_dir: str | None) -> CalibrationResult:
+def _result(
+    backend: Backend,
+    g: int,
+    final: list[Any],
+    cond: conditioning.Conditioning,
+    what: str,
+    *,
+    save: bool,
+    state_dir: str | None,
+) -> CalibrationResult:
     info = backend.device_info(g)
     limits = backend.clock_limits(g)
     try:
@@ -195,8 +227,22 @@ def _result(backend: Backend, g: int, final: list[Any], cond: conditioning.Condi
     except Exception:
         limit_w = None
     if not final:
-        return CalibrationResult(g, info.uuid, info.name, None, None, None, limits.max_sm_mhz,
-                                 None, None, limit_w, False, cond.steady, cond.seconds, what)
+        return CalibrationResult(
+            g,
+            info.uuid,
+            info.name,
+            None,
+            None,
+            None,
+            limits.max_sm_mhz,
+            None,
+            None,
+            limit_w,
+            False,
+            cond.steady,
+            cond.seconds,
+            what,
+        )
     clocks = [float(s.sm_mhz) for s in final]
     held = stats.quantile(clocks, HOLD_QUANTILE)
     supported = sorted({c for cs in limits.supported_sm_mhz.values() for c in cs})
@@ -207,21 +253,38 @@ def _result(backend: Backend, g: int, final: list[Any], cond: conditioning.Condi
     lock_mhz = candidates[-1] if candidates else (int(held) if not supported else None)
     power = [s.power_instant_w if s.power_instant_w is not None else s.power_w for s in final]
     result = CalibrationResult(
-        gpu=g, uuid=info.uuid, name=info.name, sustained_mhz=stats.median(clocks),
-        lock_mhz=lock_mhz, min_mhz=min(clocks), max_supported_mhz=limits.max_sm_mhz,
-        temp_c=final[-1].temp_c, power_w=stats.median(power), power_limit_w=limit_w,
-        capped=capped, steady=cond.steady,
-        seconds=cond.seconds, load=what,
-    )  # fmt: skip
+        gpu=g,
+        uuid=info.uuid,
+        name=info.name,
+        sustained_mhz=stats.median(clocks),
+        lock_mhz=lock_mhz,
+        min_mhz=min(clocks),
+        max_supported_mhz=limits.max_sm_mhz,
+        temp_c=final[-1].temp_c,
+        power_w=stats.median(power),
+        power_limit_w=limit_w,
+        capped=capped,
+        steady=cond.steady,
+        seconds=cond.seconds,
+        load=what,
+    )
     if save and cond.steady and lock_mhz is not None:
         from gpuenv.clocks.calibration_store import save_calibration
 
         path = save_calibration(
-            info.uuid, lock_mhz, power_limit_w=limit_w, gpu_name=info.name,
-            details={"sustained_mhz": result.sustained_mhz, "min_mhz": result.min_mhz,
-                     "temp_c": result.temp_c, "seconds": result.seconds, "load": what},
+            info.uuid,
+            lock_mhz,
+            power_limit_w=limit_w,
+            gpu_name=info.name,
+            details={
+                "sustained_mhz": result.sustained_mhz,
+                "min_mhz": result.min_mhz,
+                "temp_c": result.temp_c,
+                "seconds": result.seconds,
+                "load": what,
+            },
             state_dir=state_dir,
-        )  # fmt: skip
+        )
         result = CalibrationResult(**{**result.to_dict(), "saved_to": str(path)})
     return result
 
@@ -230,8 +293,9 @@ def _runner(device: timing.Device, fn: Callable[[], Any]) -> Callable[[float], f
     return lambda seconds: device.run_for(fn, seconds)
 
 
-def _progress(out: IO[str] | None, gpu: int,
-              line: Progress | None) -> Callable[[str, bool], None] | None:  # fmt: skip
+def _progress(
+    out: IO[str] | None, gpu: int, line: Progress | None
+) -> Callable[[str, bool], None] | None:
     """Each chunk's line: redrawn in place on a terminal (gpuenv.progress), else one line
     every 5 s of load (a log keeps the history)."""
     if out is None:

@@ -49,8 +49,12 @@ def save_calibration(
     # reached without trusting a name (no link, ours): root's calibrate writes only there
     dfd = open_dir(path.parent, create=True, mode=0o755, what="the calibration directory")
     try:  # a failed write leaves the old file, no tmp
-        replace_at(dfd, path.name, json.dumps(record.__dict__, indent=1, sort_keys=True).encode(),
-                   mode=0o644)  # fmt: skip
+        replace_at(
+            dfd,
+            path.name,
+            json.dumps(record.__dict__, indent=1, sort_keys=True).encode(),
+            mode=0o644,
+        )
     finally:
         os.close(dfd)
     return path

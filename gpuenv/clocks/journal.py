@@ -304,8 +304,9 @@ class Journal:
                     kind = "a symbolic link" if stat.S_ISLNK(mode) else reader.kind_of(mode)
                 except OSError:
                     kind = None
-                raise JournalDamaged(uuid, path, f"it is {kind or 'not a regular file'}, "
-                                     "not a record") from None  # fmt: skip
+                raise JournalDamaged(
+                    uuid, path, f"it is {kind or 'not a regular file'}, not a record"
+                ) from None
             raise self._file_error(err, path) from err
 
     def uuids(self) -> list[str]:

@@ -32,9 +32,7 @@ def read_state(backend: Backend, index: int, *, journal: Journal | None = None) 
     return state_with(backend, index, uuid, journal.get(uuid))
 
 
-def state_with(
-    backend: Backend, index: int, uuid: str, entry: JournalEntry | None
-) -> ClockState:
+def state_with(backend: Backend, index: int, uuid: str, entry: JournalEntry | None) -> ClockState:
     """`read_state` with the GPU's journal entry (None: no gpuenv lock) already read."""
     try:
         app = backend.app_clocks(index)

@@ -292,7 +292,6 @@ class JournalEntry:
         )
 
 
-
 def _user_name() -> str:
     import pwd
 

@@ -62,7 +62,8 @@ def make_request(
             raise ConfigError(
                 f"{n['sm_max']} needs {n['sm']} as one number",
                 hint=f"e.g. {n['sm']} 1200 {n['sm_max']} 1500"
-                if n is CLI_NAMES else "e.g. sm=1200, sm_max=1500",
+                if n is CLI_NAMES
+                else "e.g. sm=1200, sm_max=1500",
             )
         sm_value = (sm_value, validate.integer(sm_max, n["sm_max"], lo=1))
         _parse_clock(sm_value, n["sm"], named=True)
@@ -70,8 +71,9 @@ def make_request(
     if isinstance(mem_value, str):  # unreachable: named=False
         raise ConfigError(f"{n['mem']} {mem_value!r} is not a clock")
     if power_limit_w is not None:
-        power_limit_w = validate.number(power_limit_w, n["power_limit_w"], lo=0, lo_open=True,
-                                        unit="watts")  # fmt: skip
+        power_limit_w = validate.number(
+            power_limit_w, n["power_limit_w"], lo=0, lo_open=True, unit="watts"
+        )
     if sm_value is None and mem_value is None and power_limit_w is None:
         raise ConfigError(
             "nothing to lock",
@@ -96,8 +98,8 @@ def _parse_clock(value: Any, flag: str, *, named: bool) -> int | tuple[int, int]
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ConfigError(
             f"{flag} {validate.shown(value)} is not a clock",
-            hint="give MHz (1350), a range (1200, 1500)" + (", 'max', 'base' or 'sustained'"
-                                                            if named else ""),
+            hint="give MHz (1350), a range (1200, 1500)"
+            + (", 'max', 'base' or 'sustained'" if named else ""),
         )
     if isinstance(value, int):
         return validate.integer(value, flag, lo=1)

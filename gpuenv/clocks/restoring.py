@@ -169,7 +169,10 @@ def _gone(entry: JournalEntry) -> GpuenvError:
 
 
 def restore_and_clear(
-    backend: Backend, journal: Journal, entry: JournalEntry, indices: dict[str, int],
+    backend: Backend,
+    journal: Journal,
+    entry: JournalEntry,
+    indices: dict[str, int],
     journal_errors: list[GpuenvError] | None = None,
 ) -> None:
     """Put `entry` back, then clear its record; with `journal_errors`, a record that cannot
@@ -191,8 +194,11 @@ def reset_to_defaults(backend: Backend, index: int) -> list[str]:
     steps = []
     for what, call, wanted in (
         ("locked SM clocks reset", backend.reset_locked_sm_clocks, limits.locked_clocks_supported),
-        ("locked memory clocks reset", backend.reset_locked_mem_clocks,
-         limits.locked_mem_supported),
+        (
+            "locked memory clocks reset",
+            backend.reset_locked_mem_clocks,
+            limits.locked_mem_supported,
+        ),
         ("application clocks to default", backend.reset_app_clocks, True),
     ):
         if not wanted:
@@ -225,10 +231,15 @@ def unrecorded_changes(backend: Backend, index: int) -> list[str]:
     try:
         limits, app = backend.clock_limits(index), backend.app_clocks(index)
         default = (limits.default_app_sm_mhz, limits.default_app_mem_mhz)
-        if None not in default and None not in (app.sm_mhz, app.mem_mhz) and (
-            app.sm_mhz, app.mem_mhz) != default:  # fmt: skip
-            seen.append(f"application clocks SM {app.sm_mhz}, memory {app.mem_mhz} MHz "
-                        f"(default {default[0]}, {default[1]} MHz)")  # fmt: skip
+        if (
+            None not in default
+            and None not in (app.sm_mhz, app.mem_mhz)
+            and (app.sm_mhz, app.mem_mhz) != default
+        ):
+            seen.append(
+                f"application clocks SM {app.sm_mhz}, memory {app.mem_mhz} MHz "
+                f"(default {default[0]}, {default[1]} MHz)"
+            )
     except GpuenvError:
         pass
     try:
@@ -236,8 +247,10 @@ def unrecorded_changes(backend: Backend, index: int) -> list[str]:
     except GpuenvError:
         pinned = None
     if pinned is not None:
-        seen.append(f"the SM clock reads {backend.read_fast(index).sm_mhz} MHz where an "
-                    "unlocked GPU would not: it looks locked")  # fmt: skip
+        seen.append(
+            f"the SM clock reads {backend.read_fast(index).sm_mhz} MHz where an "
+            "unlocked GPU would not: it looks locked"
+        )
     return seen
 
 
@@ -249,8 +262,10 @@ def defaults_would(backend: Backend, index: int) -> str:
         parts.append(f"power limit {power.default_w:g} W (now {power.limit_w:g} W)")
     except GpuenvError:
         parts.append("power limit to the default")
-    return (f"'gpuenv restore --defaults -i {index}' would: {', '.join(parts)}; the driver's "
-            "defaults, not necessarily what was there before")  # fmt: skip
+    return (
+        f"'gpuenv restore --defaults -i {index}' would: {', '.join(parts)}; the driver's "
+        "defaults, not necessarily what was there before"
+    )
 
 
 def not_put_back(backend: Backend, index: int, why: str, seen: Sequence[str]) -> str:
@@ -286,9 +301,7 @@ def unrecorded_report(backend: Backend, indices: Sequence[int], journal: Journal
     return lines
 
 
-def restore_defaults(
-    backend: Backend, indices: Sequence[int], journal: Journal
-) -> list[str]:
+def restore_defaults(backend: Backend, indices: Sequence[int], journal: Journal) -> list[str]:
     """'gpuenv restore --defaults' for GPUs whose record is damaged or gone: driver
     defaults, then their damaged records removed. One line per GPU."""
     if backend.readonly:

@@ -289,8 +289,9 @@ def _not_put_back(
             continue
         seen = unrecorded_changes(backend, index)
         if uuid in why or seen:
-            lines.append(not_put_back(backend, index, why.get(uuid, "no journal record is left"),
-                                      seen))  # fmt: skip
+            lines.append(
+                not_put_back(backend, index, why.get(uuid, "no journal record is left"), seen)
+            )
     return lines
 
 

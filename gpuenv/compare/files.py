@@ -58,8 +58,12 @@ def env_changes(runs_a: Sequence[Any], runs_b: Sequence[Any]) -> list[str]:
         return {str(r.metadata.get(key)) for r in runs if r.metadata.get(key) is not None}
 
     def gpu_values(runs: Sequence[Any], key: str) -> set[str]:
-        return {str(g.get(key)) for r in runs for g in (r.metadata.get("gpus") or [])
-                if isinstance(g, dict) and g.get(key) is not None}
+        return {
+            str(g.get(key))
+            for r in runs
+            for g in (r.metadata.get("gpus") or [])
+            if isinstance(g, dict) and g.get(key) is not None
+        }
 
     out = []
     for key in ENV_KEYS:

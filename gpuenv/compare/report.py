@@ -116,9 +116,16 @@ class _Test:
     significant: bool
 
 
-def _test(ta: Sequence[float], tb: Sequence[float], *, alpha: float, min_change: float,
-          n_boot: int, seed: int) -> _Test:
-    """"no change" below min_change whatever the p-value; "faster"/"slower" when tested,
+def _test(
+    ta: Sequence[float],
+    tb: Sequence[float],
+    *,
+    alpha: float,
+    min_change: float,
+    n_boot: int,
+    seed: int,
+) -> _Test:
+    """ "no change" below min_change whatever the p-value; "faster"/"slower" when tested,
     only if p < alpha and the (1 - alpha) CI excludes no change too (the table's star
     and its CI column agree); one time per side cannot be tested: its change, if not
     below min_change, is called by direction but never significant."""
@@ -144,11 +151,16 @@ def _test_text(t: _Test, *, alpha: float, min_change: float) -> str:
     change = t.ratio - 1.0
     untested = "one region per side: no significance test"
     if t.outcome == "no change":
-        return (f"no change ({change:+.1%}, under the {min_change:.1%} minimum change"
-                + ("" if t.tested else f"; {untested}") + ")")
+        return (
+            f"no change ({change:+.1%}, under the {min_change:.1%} minimum change"
+            + ("" if t.tested else f"; {untested}")
+            + ")"
+        )
     if t.outcome == "no significant change":
-        return (f"no significant change ({change:+.1%}, p={t.p:.2g}, {_level(alpha)} CI "
-                f"{t.ci[0] - 1:+.1%} .. {t.ci[1] - 1:+.1%}): within noise")
+        return (
+            f"no significant change ({change:+.1%}, p={t.p:.2g}, {_level(alpha)} CI "
+            f"{t.ci[0] - 1:+.1%} .. {t.ci[1] - 1:+.1%}): within noise"
+        )
     if not t.tested:
         return f"{t.outcome} {abs(change):.1%} ({untested})"
     return f"{t.outcome} {abs(change):.1%} (p={t.p:.2g})"
@@ -173,8 +185,9 @@ def compare_runs(
     comparisons = []
     for name in names:
         comparisons.append(
-            _compare_one(name, by_a[name], by_b[name], alpha=alpha, min_change=min_change,
-                         n_boot=n_boot)
+            _compare_one(
+                name, by_a[name], by_b[name], alpha=alpha, min_change=min_change, n_boot=n_boot
+            )
         )
     from gpuenv.daemon.fleet import sustained_note
 
@@ -190,9 +203,7 @@ def compare_runs(
     )
 
 
-def compare_files(
-    a: str | Iterable[str], b: str | Iterable[str], **kwargs: Any
-) -> CompareReport:
+def compare_files(a: str | Iterable[str], b: str | Iterable[str], **kwargs: Any) -> CompareReport:
     files_a, files_b = expand_paths(a), expand_paths(b)
     report = compare_runs(load_side(files_a), load_side(files_b), **kwargs)
     return dataclasses.replace(report, files_a=tuple(files_a), files_b=tuple(files_b))
@@ -226,26 +237,52 @@ def _compare_one(
     norm = normalized_ratio(ms_a, ms_b)
     note = _test_text(t, alpha=alpha, min_change=min_change)
     if sa.lock_mixed or sb.lock_mixed:
-        note += _like_with_like(ms_a, ms_b, sa, sb, alpha=alpha, min_change=min_change,
-                                n_boot=n_boot)
+        note += _like_with_like(
+            ms_a, ms_b, sa, sb, alpha=alpha, min_change=min_change, n_boot=n_boot
+        )
     elif t.outcome in ("faster", "slower"):
         note += attribution(t.ratio, sa, sb, changes, norm)
-    return Comparison(name, len(ta), len(tb), stats.median(ta), stats.median(tb), t.ratio,
-                      t.ci, t.p, t.significant, sa, sb, tuple(changes), norm, note, t.outcome)
+    return Comparison(
+        name,
+        len(ta),
+        len(tb),
+        stats.median(ta),
+        stats.median(tb),
+        t.ratio,
+        t.ci,
+        t.p,
+        t.significant,
+        sa,
+        sb,
+        tuple(changes),
+        norm,
+        note,
+        t.outcome,
+    )
 
 
 def _seed(name: str) -> int:
     return sum(ord(c) * (i + 1) for i, c in enumerate(name)) % 2**31
 
 
-def _like_with_like(ms_a: list[Any], ms_b: list[Any], sa: GpuState, sb: GpuState, *,
-                    alpha: float, min_change: float, n_boot: int) -> str:
+def _like_with_like(
+    ms_a: list[Any],
+    ms_b: list[Any],
+    sa: GpuState,
+    sb: GpuState,
+    *,
+    alpha: float,
+    min_change: float,
+    n_boot: int,
+) -> str:
     """A side pools measurements in different lock states: its median and mean clock mix
     them, so no change is put down to the GPU from them; the measurements under the same
     lock state on both sides are compared with each other instead, GPU state included."""
     mixed = [side for side, s in (("a", sa), ("b", sb)) if s.lock_mixed]
-    text = (f"; {' and '.join(mixed)} pool{'' if len(mixed) > 1 else 's'} measurements in "
-            "different lock states, so the pooled medians and clocks mix GPU states")
+    text = (
+        f"; {' and '.join(mixed)} pool{'' if len(mixed) > 1 else 's'} measurements in "
+        "different lock states, so the pooled medians and clocks mix GPU states"
+    )
     by_a: dict[Any, list[Any]] = {}
     by_b: dict[Any, list[Any]] = {}
     for ms, by in ((ms_a, by_a), (ms_b, by_b)):
@@ -259,11 +296,13 @@ def _like_with_like(ms_a: list[Any], ms_b: list[Any], sa: GpuState, sb: GpuState
         ga, gb = by_a[key], by_b[key]
         ta = [x for m in ga for x in m.kept_times_s]
         tb = [x for m in gb for x in m.kept_times_s]
-        t = _test(ta, tb, alpha=alpha, min_change=min_change, n_boot=n_boot,
-                  seed=_seed(lock_label(key)))
+        t = _test(
+            ta, tb, alpha=alpha, min_change=min_change, n_boot=n_boot, seed=_seed(lock_label(key))
+        )
         under = f"under {lock_label(key)}" if key else "without a lock"
-        text += (f"; like with like, {under} (n={len(ta)} vs {len(tb)}): "
-                 + _test_text(t, alpha=alpha, min_change=min_change))
+        text += f"; like with like, {under} (n={len(ta)} vs {len(tb)}): " + _test_text(
+            t, alpha=alpha, min_change=min_change
+        )
         if t.outcome in ("faster", "slower"):
             ua, ub = gpu_state(ga), gpu_state(gb)
             text += attribution(t.ratio, ua, ub, state_changes(ua, ub), normalized_ratio(ga, gb))
@@ -300,8 +339,10 @@ def format_report(report: CompareReport) -> str:
         lines += [f"  - {c}" for c in report.env_changes]
         lines.append("")
     if report.comparisons:
-        lines.append(f"| measurement | a median | b median | change | {_level(report.alpha)} CI "
-                     "| p | GPU a | GPU b |")
+        lines.append(
+            f"| measurement | a median | b median | change | {_level(report.alpha)} CI "
+            "| p | GPU a | GPU b |"
+        )
         lines.append("| --- | ---: | ---: | ---: | --- | ---: | --- | --- |")
         for c in report.comparisons:
             mark = " *" if c.significant else ""
@@ -312,8 +353,10 @@ def format_report(report: CompareReport) -> str:
                 f"{_fmt_state(c.state_b)} |"
             )
         lines.append("")
-        lines.append(f"* significant: p < {report.alpha:g}, the CI excludes no change, and at "
-                     f"least {report.min_change:.1%} (a smaller change is no change). Notes:")
+        lines.append(
+            f"* significant: p < {report.alpha:g}, the CI excludes no change, and at "
+            f"least {report.min_change:.1%} (a smaller change is no change). Notes:"
+        )
         for c in report.comparisons:
             lines.append(f"  - {c.name}: {c.note}")
             lines += [f"      state: {s}" for s in c.state_changes if c.note.find(s) < 0]

@@ -48,8 +48,15 @@ def _windows(m: Any) -> tuple[Any, ...]:
 
 def lock_key(m: Any) -> LockKey:
     """The locked SM range(s) a measurement was taken under; () when none was asked."""
-    return tuple(sorted({(int(w.lock_range_mhz[0]), int(w.lock_range_mhz[1]))
-                         for w in _windows(m) if w.lock_range_mhz is not None}))
+    return tuple(
+        sorted(
+            {
+                (int(w.lock_range_mhz[0]), int(w.lock_range_mhz[1]))
+                for w in _windows(m)
+                if w.lock_range_mhz is not None
+            }
+        )
+    )
 
 
 def lock_label(key: LockKey) -> str:
@@ -80,8 +87,10 @@ def _lock_text(ms: Sequence[Any]) -> tuple[str | None, bool]:
     for key, members in groups.items():
         if key:
             broke = sum(_lock_broke(m) for m in members)
-            parts.append(f"{len(members)} of {n} measurements under {lock_label(key)}"
-                         + (f" (NOT held in {broke})" if broke else ""))
+            parts.append(
+                f"{len(members)} of {n} measurements under {lock_label(key)}"
+                + (f" (NOT held in {broke})" if broke else "")
+            )
     return "; ".join(parts), True
 
 
@@ -91,16 +100,22 @@ def gpu_state(ms: Sequence[Any]) -> GpuState:
     sm = None
     if weighted:
         total = sum(d for _, d in weighted)
-        sm = (sum(v * d for v, d in weighted) / total if total > 0
-              else stats.median([v for v, _ in weighted]))
+        sm = (
+            sum(v * d for v, d in weighted) / total
+            if total > 0
+            else stats.median([v for v, _ in weighted])
+        )
     eff = [m.extra.get("rep_clock_mhz_median") for m in ms]
     eff_v = [float(e) for e in eff if e]
     dur = sum(w.duration_s for w in windows)
     # the findings' own reading of the time under the cap (the counter where a sample
     # shows the cap bit, else the samples), so compare and the findings agree
     cap = min(1.0, sum(cap_time_s(w) for w in windows) / dur) if windows and dur > 0 else None
-    temps = [(w.temp_c_start + w.temp_c_end) / 2 for w in windows
-             if w.temp_c_start is not None and w.temp_c_end is not None]
+    temps = [
+        (w.temp_c_start + w.temp_c_end) / 2
+        for w in windows
+        if w.temp_c_start is not None and w.temp_c_end is not None
+    ]
     tmax = [w.temp_c_max for w in windows if w.temp_c_max is not None]
     lock, mixed = _lock_text(ms)
     return GpuState(
@@ -118,12 +133,17 @@ def gpu_state(ms: Sequence[Any]) -> GpuState:
 
 def state_changes(a: GpuState, b: GpuState) -> list[str]:
     out = []
-    for label, va, vb in (("mean SM clock", a.sm_mhz, b.sm_mhz),
-                          ("effective SM clock", a.effective_mhz, b.effective_mhz)):
+    for label, va, vb in (
+        ("mean SM clock", a.sm_mhz, b.sm_mhz),
+        ("effective SM clock", a.effective_mhz, b.effective_mhz),
+    ):
         if va and vb and abs(vb / va - 1) > CLOCK_REL:
             out.append(f"{label} {va:.0f} -> {vb:.0f} MHz ({vb / va - 1:+.1%})")
-    if a.cap_fraction is not None and b.cap_fraction is not None and \
-            abs(a.cap_fraction - b.cap_fraction) > CAP_FRACTION:
+    if (
+        a.cap_fraction is not None
+        and b.cap_fraction is not None
+        and abs(a.cap_fraction - b.cap_fraction) > CAP_FRACTION
+    ):
         out.append(f"time under the power cap {a.cap_fraction:.0%} -> {b.cap_fraction:.0%}")
     if a.temp_c is not None and b.temp_c is not None and abs(a.temp_c - b.temp_c) > TEMP_C:
         out.append(f"temperature {a.temp_c:.0f} -> {b.temp_c:.0f} C")
@@ -148,8 +168,9 @@ def normalized_ratio(ms_a: Sequence[Any], ms_b: Sequence[Any]) -> float | None:
     return stats.median([float(x) for x in nb]) / stats.median([float(x) for x in na])
 
 
-def attribution(ratio: float, a: GpuState, b: GpuState, changes: Sequence[str],
-                norm: float | None) -> str:
+def attribution(
+    ratio: float, a: GpuState, b: GpuState, changes: Sequence[str], norm: float | None
+) -> str:
     """What a real change (faster or slower) of `ratio` coincides with in the GPU's
     state; "" when nothing moved. Only for sides each in one lock state."""
     clock_moved = [c for c in changes if "clock" in c or "power cap" in c or "temperature" in c]

@@ -32,6 +32,17 @@ from gpuenv.conditioning.burst import (
 from gpuenv.conditioning.config import CONDITIONS, DEFAULT, ConditionConfig
 from gpuenv.conditioning.sustained import Conditioning, fit_slope, precondition, residual
 
-__all__ = ["CONDITIONS", "DEFAULT", "MAX_CLOCK_REDOS", "Bursts", "ConditionConfig",
-           "Conditioning", "burst_rest_s", "fit_slope", "precondition", "recovered",
-           "residual", "wait_until_ready"]  # fmt: skip
+__all__ = [
+    "CONDITIONS",
+    "DEFAULT",
+    "MAX_CLOCK_REDOS",
+    "Bursts",
+    "ConditionConfig",
+    "Conditioning",
+    "burst_rest_s",
+    "fit_slope",
+    "precondition",
+    "recovered",
+    "residual",
+    "wait_until_ready",
+]

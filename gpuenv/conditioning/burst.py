@@ -41,8 +41,10 @@ def recovered(
     by_clock = _by_clock(facts, config)
     # "reasons": no held-down reason, and the newest clock back; "clock": both newest clocks
     # back, the cap's bit alone not waited for
-    if any(held_down(s, facts, config, lock_tolerance_mhz, clock=by_clock or s is newest[-1])
-           for s in newest):  # fmt: skip
+    if any(
+        held_down(s, facts, config, lock_tolerance_mhz, clock=by_clock or s is newest[-1])
+        for s in newest
+    ):
         return False
     s = newest[-1]
     idle = config.burst_idle_temp_c if config.burst_idle_temp_c is not None else idle_temp_c
@@ -53,12 +55,21 @@ def recovered(
 def _by_clock(facts: GpuFacts | None, config: ConditionConfig) -> bool:
     """burst_ready "clock", on a GPU whose maximum clock (or lock) is known (else the bit is
     all there is to go by)."""
-    return config.burst_ready == "clock" and facts is not None and bool(
-        facts.lock_range_mhz or facts.max_sm_mhz)
+    return (
+        config.burst_ready == "clock"
+        and facts is not None
+        and bool(facts.lock_range_mhz or facts.max_sm_mhz)
+    )
 
 
-def held_down(s: Any, facts: GpuFacts | None, config: ConditionConfig = DEFAULT,
-              lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ, *, clock: bool = True) -> bool:
+def held_down(
+    s: Any,
+    facts: GpuFacts | None,
+    config: ConditionConfig = DEFAULT,
+    lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
+    *,
+    clock: bool = True,
+) -> bool:
     """Does sample `s` show the GPU held down: a held-down reason (under burst_ready "clock"
     the SW power cap's bit alone does not count), or (`clock`) the SM clock below its
     maximum or outside the lock while the GPU is not idle?"""
@@ -100,13 +111,18 @@ def wait_until_ready(
         clock.sleep(min_rest_s)
         while True:
             pending = [
-                g for g in gpus
+                g
+                for g in gpus
                 if not recovered(
-                    sampler, g, since=since, facts=(facts or {}).get(g),
-                    idle_temp_c=(idle_temp_c or {}).get(g), config=config,
+                    sampler,
+                    g,
+                    since=since,
+                    facts=(facts or {}).get(g),
+                    idle_temp_c=(idle_temp_c or {}).get(g),
+                    config=config,
                     lock_tolerance_mhz=lock_tolerance_mhz,
                 )
-            ]  # fmt: skip
+            ]
             waited = clock.now() - start
             if not pending:
                 return waited, True, []
@@ -117,7 +133,7 @@ def wait_until_ready(
 
 
 def _waiting(sampler: Any, gpu: int, facts: Mapping[int, GpuFacts] | None, limit_s: float) -> str:
-    """"gpuenv: waiting for GPU 0 to recover (at most 30 s): clock 1420 -> 1980 MHz, 61 C"."""
+    """ "gpuenv: waiting for GPU 0 to recover (at most 30 s): clock 1420 -> 1980 MHz, 61 C"."""
     line = f"gpuenv: waiting for GPU {gpu} to recover (at most {limit_s:.0f} s)"
     s, f = sampler.latest(gpu), (facts or {}).get(gpu)
     if s is None:
@@ -125,7 +141,8 @@ def _waiting(sampler: Any, gpu: int, facts: Mapping[int, GpuFacts] | None, limit
     top = f and (f.lock_range_mhz[0] if f.lock_range_mhz else f.max_sm_mhz)
     clk = f"{s.sm_mhz:.0f} -> {top:.0f}" if top else f"{s.sm_mhz:.0f}"
     return f"{line}: clock {clk} MHz, {s.temp_c:.0f} C" + "".join(
-        f", {n}" for n in short_names(s.reasons & HELD_DOWN))
+        f", {n}" for n in short_names(s.reasons & HELD_DOWN)
+    )
 
 
 def burst_rest_s(burst_s: float, config: ConditionConfig = DEFAULT) -> float:
@@ -163,9 +180,19 @@ class Bursts:
             if bursts.due(): bursts.rest()
     """
 
-    def __init__(self, sampler: Any, gpu: int, clock: Clock, *, facts: GpuFacts | None,
-                 config: ConditionConfig, start: float, burst_start: float | None = None,
-                 rested_s: float = 0.0, lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ):
+    def __init__(
+        self,
+        sampler: Any,
+        gpu: int,
+        clock: Clock,
+        *,
+        facts: GpuFacts | None,
+        config: ConditionConfig,
+        start: float,
+        burst_start: float | None = None,
+        rested_s: float = 0.0,
+        lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
+    ):
         self.sampler, self.gpu, self.clock = sampler, gpu, clock
         self.facts, self.config, self.tol = facts, config, lock_tolerance_mhz
         self.burst_start = start if burst_start is None else burst_start
@@ -212,9 +239,16 @@ class Bursts:
             rest = burst_rest_s(burst, cc)
         if wait:
             self.waits += 1
-            wait_until_ready(self.sampler, [self.gpu], self.clock, since=now,
-                             facts={self.gpu: self.facts} if self.facts else None,
-                             config=cc, min_rest_s=rest, lock_tolerance_mhz=self.tol)  # fmt: skip
+            wait_until_ready(
+                self.sampler,
+                [self.gpu],
+                self.clock,
+                since=now,
+                facts={self.gpu: self.facts} if self.facts else None,
+                config=cc,
+                min_rest_s=rest,
+                lock_tolerance_mhz=self.tol,
+            )
         elif rest > 0:
             self.clock.sleep(rest)
         took = self.clock.now() - now
@@ -231,8 +265,7 @@ class Bursts:
         """The heaviest instant power seen in this measurement, and the power at rest."""
         # this measurement's samples only (a session's sampler holds hours of others)
         samples = self.sampler.samples(self.origin, None, self.gpu) if self.sampler else []
-        watts = [s.power_instant_w if s.power_instant_w is not None else s.power_w
-                 for s in samples]  # fmt: skip
+        watts = [s.power_instant_w if s.power_instant_w is not None else s.power_w for s in samples]
         limit = self.facts.power_limit_w if self.facts and self.facts.power_limit_w else 0.0
         return max(watts, default=0.0), min([*watts, REST_POWER_FRAC * limit])
 
@@ -251,8 +284,10 @@ class Bursts:
             before = max(low, first[0].power_w if first else low)
             left = _FILTER_LEFT.get(self.gpu)
             if left is not None and first and first[0].t >= left[0]:
-                before = max(before, left[2] + (left[1] - left[2])
-                             * math.exp(-(self.burst_start - left[0]) / tau))  # fmt: skip
+                before = max(
+                    before,
+                    left[2] + (left[1] - left[2]) * math.exp(-(self.burst_start - left[0]) / tau),
+                )
             self.filt_w = low + (before - low) * math.exp(-self.rested_s / tau)
         self.filt_w = heavy + (self.filt_w - heavy) * math.exp(-burst / tau)
         target = cc.burst_power_target * limit
@@ -271,8 +306,9 @@ class Bursts:
         if latest is None:
             return False
         # "reasons": a held-down reason; "clock": that, or the clock itself held down
-        return held_down(latest, self.facts, self.config, self.tol,
-                         clock=_by_clock(self.facts, self.config))
+        return held_down(
+            latest, self.facts, self.config, self.tol, clock=_by_clock(self.facts, self.config)
+        )
 
     def summary(self) -> dict[str, Any]:
         """What the schedule did, for Measurement.extra (the measurement ends here)."""
@@ -282,7 +318,12 @@ class Bursts:
             now = self.clock.now()
             end = heavy + (self.filt_w - heavy) * math.exp(-(now - self.burst_start) / tau)
             _FILTER_LEFT[self.gpu] = (now, end, low)
-        return {"burst_rests": self.rests, "bursts": len(self.bursts) + 1,
-                "burst_max_s": max([*self.bursts, self.clock.now() - self.burst_start]),
-                "burst_rest_s": self.rest_s, "burst_waits": self.waits,
-                "burst_clock_redos": self.redos, "in_bursts_s": self.in_bursts_s()}  # fmt: skip
+        return {
+            "burst_rests": self.rests,
+            "bursts": len(self.bursts) + 1,
+            "burst_max_s": max([*self.bursts, self.clock.now() - self.burst_start]),
+            "burst_rest_s": self.rest_s,
+            "burst_waits": self.waits,
+            "burst_clock_redos": self.redos,
+            "in_bursts_s": self.in_bursts_s(),
+        }

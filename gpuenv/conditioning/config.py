@@ -82,16 +82,23 @@ class ConditionConfig:
     temp_sensitivity: float = 0.01
 
     def __post_init__(self) -> None:
-        if self.burst_wait not in ("fresh", "seen") or not 0 < self.burst_duty <= 1 \
-                or self.burst_ready not in ("reasons", "clock"):
-            raise ConfigError(f"burst_wait {self.burst_wait!r} / burst_duty {self.burst_duty} / "
-                              f"burst_ready {self.burst_ready!r}",
-                              hint="burst_wait is 'fresh' or 'seen'; 0 < burst_duty <= 1; "
-                                   "burst_ready is 'reasons' or 'clock'")
+        if (
+            self.burst_wait not in ("fresh", "seen")
+            or not 0 < self.burst_duty <= 1
+            or self.burst_ready not in ("reasons", "clock")
+        ):
+            raise ConfigError(
+                f"burst_wait {self.burst_wait!r} / burst_duty {self.burst_duty} / "
+                f"burst_ready {self.burst_ready!r}",
+                hint="burst_wait is 'fresh' or 'seen'; 0 < burst_duty <= 1; "
+                "burst_ready is 'reasons' or 'clock'",
+            )
         if not 0 <= self.burst_clock_fall_rel < 1 or self.burst_clock_redos < 0:
-            raise ConfigError(f"burst_clock_fall_rel {self.burst_clock_fall_rel} / "
-                              f"burst_clock_redos {self.burst_clock_redos}",
-                              hint="0 <= burst_clock_fall_rel < 1; burst_clock_redos >= 0")
+            raise ConfigError(
+                f"burst_clock_fall_rel {self.burst_clock_fall_rel} / "
+                f"burst_clock_redos {self.burst_clock_redos}",
+                hint="0 <= burst_clock_fall_rel < 1; burst_clock_redos >= 0",
+            )
 
 
 DEFAULT = ConditionConfig()

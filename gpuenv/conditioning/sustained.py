@@ -48,9 +48,10 @@ class _Track:
 
 
 def residual(
-    pts: Sequence[tuple[float, float, float | None]], capped_from: int | None,
+    pts: Sequence[tuple[float, float, float | None]],
+    capped_from: int | None,
     config: ConditionConfig = DEFAULT,
-) -> float | None:  # fmt: skip
+) -> float | None:
     """The relative drift of the signal still to come; None while there is too little history.
 
     max(tau x |slope of the signal| / level, tau x |temperature slope| x sensitivity),
@@ -114,9 +115,14 @@ def precondition(
         return _precondition(run_chunk, sampler, gpus, clock, config, progress)
 
 
-def _precondition(run_chunk: Callable[[float], float | None], sampler: Any,
-                  gpus: Sequence[int], clock: Clock, config: ConditionConfig,
-                  progress: Callable[[str, bool], None] | None) -> Conditioning:  # fmt: skip
+def _precondition(
+    run_chunk: Callable[[float], float | None],
+    sampler: Any,
+    gpus: Sequence[int],
+    clock: Clock,
+    config: ConditionConfig,
+    progress: Callable[[str, bool], None] | None,
+) -> Conditioning:
     min_s = config.sustained_window_s if config.sustained_min_s is None else config.sustained_min_s
     start = clock.now()
     tracks = {g: _Track() for g in gpus}
@@ -149,13 +155,20 @@ def _precondition(run_chunk: Callable[[float], float | None], sampler: Any,
             return Conditioning(elapsed, settled, mhz, temp, any(s[3] for s in states), worst)
 
 
-def _progress_line(elapsed: float, per_call: float | None, states: Sequence[tuple[
-        int, float | None, float | None, bool, float | None]], worst: float | None,
-        settled: bool) -> str:  # fmt: skip
+def _progress_line(
+    elapsed: float,
+    per_call: float | None,
+    states: Sequence[tuple[int, float | None, float | None, bool, float | None]],
+    worst: float | None,
+    settled: bool,
+) -> str:
     from gpuenv.units import fmt_s
+
     parts = [
-        f"GPU {g}" + (f" {mhz:.0f} MHz" if mhz is not None else "")
-        + (f" {temp:.0f} C" if temp is not None else "") + (" capped" if limited else "")
+        f"GPU {g}"
+        + (f" {mhz:.0f} MHz" if mhz is not None else "")
+        + (f" {temp:.0f} C" if temp is not None else "")
+        + (" capped" if limited else "")
         for g, mhz, temp, limited, _ in states
     ]
     line = f"preconditioning {elapsed:5.1f} s: " + ", ".join(parts)

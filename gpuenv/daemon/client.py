@@ -176,10 +176,15 @@ class Client:
         self._sock: _socket.socket | None = sock
         limit = HELLO_TIMEOUT_S if timeout is None else min(timeout, HELLO_TIMEOUT_S)
         try:
-            with Progress(f"gpuenv: waiting for gpuenvd at {self.path} to answer "
-                          f"(at most {limit:g} s)"):  # fmt: skip
-                self.info = self.call("hello", versions=list(protocol.SUPPORTED_VERSIONS),
-                                      client=client, timeout=limit)  # fmt: skip
+            with Progress(
+                f"gpuenv: waiting for gpuenvd at {self.path} to answer (at most {limit:g} s)"
+            ):
+                self.info = self.call(
+                    "hello",
+                    versions=list(protocol.SUPPORTED_VERSIONS),
+                    client=client,
+                    timeout=limit,
+                )
         except BaseException:
             self.close()
             raise

@@ -46,8 +46,12 @@ def sustained_note(runs_a: Any, runs_b: Any, largest_change: float) -> str | Non
     more than `largest_change` (relative, the largest change compare reports), else None."""
 
     def clocks(runs: Any) -> list[float]:
-        return [float(g["sustained_sm_mhz"]) for r in runs for g in (r.metadata.get("gpus") or [])
-                if isinstance(g, dict) and g.get("sustained_sm_mhz")]  # fmt: skip
+        return [
+            float(g["sustained_sm_mhz"])
+            for r in runs
+            for g in (r.metadata.get("gpus") or [])
+            if isinstance(g, dict) and g.get("sustained_sm_mhz")
+        ]
 
     a, b = clocks(runs_a), clocks(runs_b)
     if not a or not b:
@@ -56,6 +60,8 @@ def sustained_note(runs_a: Any, runs_b: Any, largest_change: float) -> str | Non
     diff = mb / ma - 1.0
     if abs(diff) <= abs(largest_change):
         return None
-    return (f"GPU sustained clock: {ma:.0f} -> {mb:.0f} MHz ({diff:+.1%}), more than the "
-            f"largest change reported ({largest_change:+.1%}): the GPUs differ by more than "
-            "the code does ('gpuenv calibrate' on each; lock one clock both hold)")  # fmt: skip
+    return (
+        f"GPU sustained clock: {ma:.0f} -> {mb:.0f} MHz ({diff:+.1%}), more than the "
+        f"largest change reported ({largest_change:+.1%}): the GPUs differ by more than "
+        "the code does ('gpuenv calibrate' on each; lock one clock both hold)"
+    )

@@ -363,5 +363,13 @@ def command_of(pid: int) -> str | None:
 
 
 def owner_dict(o: Owner) -> dict[str, Any]:
-    return {"user": o.user, "uid": o.uid, "pid": o.pid, "kind": o.kind, "command": o.command,
-            "since": o.started_at, "request": o.request, "alive": o.alive()}  # fmt: skip
+    return {
+        "user": o.user,
+        "uid": o.uid,
+        "pid": o.pid,
+        "kind": o.kind,
+        "command": o.command,
+        "since": o.started_at,
+        "request": o.request,
+        "alive": o.alive(),
+    }

@@ -79,12 +79,19 @@ def verdict(report: dict[str, Any]) -> str:
     if p50:
         lo, hi = min(p50), max(p50)
         parts.append(f"SM p50 {lo:.0f} MHz" if lo == hi else f"SM p50 {lo:.0f}-{hi:.0f} MHz")
-    energy = [e["window"]["energy_j"] for e in report["gpus_report"]
-              if e["window"] and e["window"]["energy_j"] is not None]  # fmt: skip
+    energy = [
+        e["window"]["energy_j"]
+        for e in report["gpus_report"]
+        if e["window"] and e["window"]["energy_j"] is not None
+    ]
     if energy:
         parts.append(fmt_j(sum(energy)))
-    found = [f"GPU {f['gpu']} {f['kind']}" for e in report["gpus_report"] for f in e["findings"]
-             if f["severity"] != "info"]  # fmt: skip
+    found = [
+        f"GPU {f['gpu']} {f['kind']}"
+        for e in report["gpus_report"]
+        for f in e["findings"]
+        if f["severity"] != "info"
+    ]
     parts.append(("check: " + ", ".join(found)) if found else report["judged"])
     return "; ".join(parts)
 
@@ -108,8 +115,9 @@ def render(report: dict[str, Any]) -> str:
         lines.append("    " + Window.from_dict(w).summary())
         q = e["sm_quantiles"]
         if q:
-            lines.append("    SM clock p5/p50/p95: " + "/".join(f"{v:.0f}" for v in q.values())
-                         + " MHz")  # fmt: skip
+            lines.append(
+                "    SM clock p5/p50/p95: " + "/".join(f"{v:.0f}" for v in q.values()) + " MHz"
+            )
         timed = [(k, v) for k, v in (w.get("reason_s") or {}).items() if v > 0]
         if timed:
             order = list(COUNTER_NAMES)

@@ -108,11 +108,13 @@ class JobBook:
                 del self._open[old.job]
             if job not in self._open and len(self._open) >= MAX_OPEN:
                 oldest = min(self._open.values(), key=lambda j: j.started)
-                log.warning("job %s: more than %d jobs open, dropping %s", job, MAX_OPEN,
-                            oldest.job)  # fmt: skip
+                log.warning(
+                    "job %s: more than %d jobs open, dropping %s", job, MAX_OPEN, oldest.job
+                )
                 del self._open[oldest.job]
-            self._open[job] = _Job(job, user, list(gpus), asked, lock, time.time(), t0,
-                                   {g: _Gpu() for g in gpus})  # fmt: skip
+            self._open[job] = _Job(
+                job, user, list(gpus), asked, lock, time.time(), t0, {g: _Gpu() for g in gpus}
+            )
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="gpuenvd-jobs", daemon=True)
                 self._thread.start()
@@ -153,9 +155,11 @@ class JobBook:
             with contextlib.suppress(OSError, ValueError):
                 data: dict[str, Any] = json.loads(path.read_text())
                 return data
-        raise ConfigError(f"gpuenvd has no report of job {job}",
-                          hint="it ran on another node, did not use GPUs, or is older than the "
-                          f"last {self.keep} jobs kept")  # fmt: skip
+        raise ConfigError(
+            f"gpuenvd has no report of job {job}",
+            hint="it ran on another node, did not use GPUs, or is older than the "
+            f"last {self.keep} jobs kept",
+        )
 
     def running(self) -> list[tuple[int, str, str]]:
         """(GPU, job, user) of every open job: the metrics' job info series."""
@@ -209,11 +213,19 @@ class JobBook:
             info, w = self.infos[g], merged.get(g)
             hist = {str(k): n for k, n in sorted(hists.get(g, {}).items())}
             window = w.to_dict() if w is not None else None
-            gpus.append({"gpu": g, "uuid": info.uuid, "name": info.name, "window": window,
-                         "sm_hist": hist})  # fmt: skip
-        return {"job": record.job, "user": record.user, "gpus": record.gpus,
-                "asked": record.asked, "lock": record.lock, "started": record.started,
-                "ended": ended, "gpus_report": gpus}  # fmt: skip
+            gpus.append(
+                {"gpu": g, "uuid": info.uuid, "name": info.name, "window": window, "sm_hist": hist}
+            )
+        return {
+            "job": record.job,
+            "user": record.user,
+            "gpus": record.gpus,
+            "asked": record.asked,
+            "lock": record.lock,
+            "started": record.started,
+            "ended": ended,
+            "gpus_report": gpus,
+        }
 
     def _path(self, job: str) -> Path | None:
         return None if self.dir is None else self.dir / f"{job}.json"
@@ -229,8 +241,7 @@ class JobBook:
                 json.dump(report, fh, separators=(",", ":"))
             self._prune()
         except OSError as err:  # a full disk loses a report, never the epilog
-            log.warning("job %s: could not keep its report in %s: %s", report["job"], self.dir,
-                        err)  # fmt: skip
+            log.warning("job %s: could not keep its report in %s: %s", report["job"], self.dir, err)
 
     def _prune(self) -> None:
         assert self.dir is not None
@@ -272,8 +283,15 @@ def job_ops() -> tuple[Any, Any, Any]:
                 hint="run it from the prolog/epilog as root; 'gpuenv job JOBID' reads a report",
             )
 
-    def op_job_begin(self: Any, conn: Any, job: str, user: str | None, gpus: Any,
-                     asked: str | None, lock: str | None) -> dict[str, Any]:  # fmt: skip
+    def op_job_begin(
+        self: Any,
+        conn: Any,
+        job: str,
+        user: str | None,
+        gpus: Any,
+        asked: str | None,
+        lock: str | None,
+    ) -> dict[str, Any]:
         admin(self, conn, "begin a job")
         indices = self._gpus(gpus)
         self.jobs.begin(job, user or "?", indices, asked, lock or "not asked")
@@ -298,9 +316,10 @@ def job_metrics(server: Any) -> Any:
     if ops is None:
         return
     fam = GaugeMetricFamily(
-        "gpuenv_gpu_job", "1 for each GPU and the batch job that holds it (Slurm prolog to "
-        "epilog); join on UUID", labels=["UUID", "jobid", "user"],
-    )  # fmt: skip
+        "gpuenv_gpu_job",
+        "1 for each GPU and the batch job that holds it (Slurm prolog to epilog); join on UUID",
+        labels=["UUID", "jobid", "user"],
+    )
     uuids = {info.index: info.uuid for info in server.infos}
     for gpu, job, user in ops.jobs.running():
         fam.add_metric([uuids.get(gpu, str(gpu)), job, user], 1.0)

@@ -135,11 +135,19 @@ class LeaseManager:
         mine = hold.lock.token if hold is not None and hold.lock is not None else None
         owners = [owner_dict(o) for o in (entry.owners if entry else ()) if o.token != mine]
         owners += [
-            {"user": lease.user, "uid": lease.uid, "pid": lease.pid, "kind": "lease",
-             "command": f"{lease.command} {DAEMON_MARK}", "since": lease.granted_at,
-             "request": lease.request, "alive": True}
-            for lease in held if not lease.standing
-        ]  # fmt: skip
+            {
+                "user": lease.user,
+                "uid": lease.uid,
+                "pid": lease.pid,
+                "kind": "lease",
+                "command": f"{lease.command} {DAEMON_MARK}",
+                "since": lease.granted_at,
+                "request": lease.request,
+                "alive": True,
+            }
+            for lease in held
+            if not lease.standing
+        ]
         if who is not None:
             status = replace(status, owner=who)
         return {

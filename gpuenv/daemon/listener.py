@@ -54,8 +54,13 @@ class SocketPlace:
     def _open_directory(self) -> int:
         default = self.path == DEFAULT_SOCKET  # /run/gpuenv is the daemon's own to make
         try:
-            fd = open_dir(self.directory, create=default, mode=0o755, own=True if default else None,
-                          what="the socket's directory")  # fmt: skip
+            fd = open_dir(
+                self.directory,
+                create=default,
+                mode=0o755,
+                own=True if default else None,
+                what="the socket's directory",
+            )
         except FileNotFoundError:  # a typo in --socket must not grow a tree from '/'
             raise ConfigError(
                 f"the socket's directory {self.directory} does not exist",

@@ -65,8 +65,12 @@ DEFAULT_PORT = METRICS_PORT
 # dcgm-exporter's per-GPU labels (its render_metrics.go): the join keys. The host twice:
 # `Hostname` in its releases up to 4.x, `hostname` on its main branch (renamed May 2026).
 GPU_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname"]
-THRESHOLDS = {"slowdown": "slowdown_c", "shutdown": "shutdown_c",
-              "gpu_max_operating": "gpu_max_c", "memory_max_operating": "mem_max_c"}
+THRESHOLDS = {
+    "slowdown": "slowdown_c",
+    "shutdown": "shutdown_c",
+    "gpu_max_operating": "gpu_max_c",
+    "memory_max_operating": "mem_max_c",
+}
 
 
 def counter_reason(counter: str) -> str | None:
@@ -146,8 +150,15 @@ class GpuenvCollector:
     def _add_gpu(self, fams: dict[str, Any], dev: Any) -> None:
         server, index = self.server, dev.index
         static = self.static(index)
-        labels = [str(index), dev.uuid, dev.pci_bus_id, static["device"], dev.name,
-                  self.hostname, self.hostname]  # fmt: skip
+        labels = [
+            str(index),
+            dev.uuid,
+            dev.pci_bus_id,
+            static["device"],
+            dev.name,
+            self.hostname,
+            self.hostname,
+        ]
         fams["info"].add_metric([*labels, static["driver"]], {})
         for kind, value in static["thresholds"].items():
             fams["threshold"].add_metric([*labels, kind], value)
@@ -338,14 +349,19 @@ def _bind_hint(err: OSError, host: str, port: int) -> str:
     import socket
 
     if err.errno == errno.EADDRINUSE:
-        return (f"choose another port (--metrics {host}:{port + 1}), or stop what listens "
-                f"on {port} (ss -ltnp 'sport = :{port}')")  # fmt: skip
+        return (
+            f"choose another port (--metrics {host}:{port + 1}), or stop what listens "
+            f"on {port} (ss -ltnp 'sport = :{port}')"
+        )
     if err.errno == errno.EACCES:
-        return ("ports below 1024 need root: choose one above 1023 "
-                f"(--metrics {host}:{METRICS_PORT})")
+        return (
+            f"ports below 1024 need root: choose one above 1023 (--metrics {host}:{METRICS_PORT})"
+        )
     if isinstance(err, socket.gaierror) or err.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
-        return (f"{host} is not an address of this machine: listen on 127.0.0.1, 0.0.0.0 "
-                f"or one of its own addresses (ip -brief addr)")  # fmt: skip
+        return (
+            f"{host} is not an address of this machine: listen on 127.0.0.1, 0.0.0.0 "
+            f"or one of its own addresses (ip -brief addr)"
+        )
     return f"check the address, or choose another port (--metrics 127.0.0.1:{METRICS_PORT})"
 
 

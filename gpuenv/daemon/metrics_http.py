@@ -200,8 +200,9 @@ class MetricsHTTP:
 
 
 def _response(code: int, body: bytes, ctype: str, *, head: bool = False) -> bytes:
-    reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed",
-              500: "Internal Server Error"}[code]  # fmt: skip
+    reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}[
+        code
+    ]
     header = (
         f"HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"

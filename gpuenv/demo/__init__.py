@@ -1,8 +1,8 @@
 """`gpuenv demo`: why the same kernel, measured twice, gives two different numbers.
 
-    tour.py      the two tours people watch: sim_tour (simulated GPU, virtual time)
-                 and real_tour (a real GPU, read-only)
-    measure.py   the measurements behind them: one kernel, cold and hot, several ways
+tour.py      the two tours people watch: sim_tour (simulated GPU, virtual time)
+             and real_tour (a real GPU, read-only)
+measure.py   the measurements behind them: one kernel, cold and hot, several ways
 """
 
 from __future__ import annotations

@@ -261,8 +261,12 @@ def naive(rig: Rig, watch: Sampler) -> Taken:
     seconds = rig.time_calls(rig.kernel, n)
     t1 = watch.mark()
     window = watch.window(t0, t1, rig.gpu)
-    m = judge("naive", [seconds / n], Evidence.given([window], [rig.gpu]),
-              facts={rig.gpu: facts(rig.backend, rig.gpu)})
+    m = judge(
+        "naive",
+        [seconds / n],
+        Evidence.given([window], [rig.gpu]),
+        facts={rig.gpu: facts(rig.backend, rig.gpu)},
+    )
     return Taken(seconds / n, window.sm_mhz_mean, m.findings, (), window)
 
 
@@ -280,10 +284,17 @@ def gpuenv_way(
 
     def way(rig: Rig, watch: Sampler) -> Taken:
         m = timing.bench(
-            rig.kernel, name="demo kernel", backend=rig.backend, gpu=rig.gpu,
-            device=rig.device(), condition=condition, budget_s=budget_s,
-            precondition_max_s=precondition_max_s, keep_trace=False, **bench_kw,
-        )  # fmt: skip
+            rig.kernel,
+            name="demo kernel",
+            backend=rig.backend,
+            gpu=rig.gpu,
+            device=rig.device(),
+            condition=condition,
+            budget_s=budget_s,
+            precondition_max_s=precondition_max_s,
+            keep_trace=False,
+            **bench_kw,
+        )
         x = m.extra
         notes = []
         found = tuple(m.findings)
@@ -300,10 +311,12 @@ def gpuenv_way(
             spans = [(w.t0, w.t1) for w in m.windows]
             windows = watch.windows(spans, rig.gpu, lock_range=lock_range)
             found = judge(
-                m.name, list(m.times_s), Evidence.given(windows, [rig.gpu]),
+                m.name,
+                list(m.times_s),
+                Evidence.given(windows, [rig.gpu]),
                 config=VerdictConfig(stable_clocks=True),
                 facts={rig.gpu: facts(rig.backend, rig.gpu, lock_range)},
-            ).findings  # fmt: skip
+            ).findings
             if all(w.lock_held for w in windows):
                 notes.append("lock held")
         tel = m.telemetry
@@ -366,10 +379,6 @@ def cold_and_hot(
 
 
 # -- what a person reads -----------------------------------------------------------------
-
-
-
-
 
 
 def describe_load(w: Window) -> str:

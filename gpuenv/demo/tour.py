@@ -202,12 +202,18 @@ def _sim_ways(sim: Any, say: _Pacer, seconds: float, rest_s: float, lock_sm: int
     watch = Sampler(sim, [0], clock=sim.clock)  # gpuenv's eyes on every way, naive included
     watch.start()
     try:
-        rows = cold_and_hot(rig, {
-            "naive (do_bench-like)": naive,
-            "gpuenv burst": gpuenv_way("burst"),
-            # sustained reps are 0.2 s of calls back to back: room for 10 of them
-            "gpuenv sustained": gpuenv_way("sustained", budget_s=2.5),
-        }, watch, rest_s=rest_s, load_s=seconds)  # fmt: skip
+        rows = cold_and_hot(
+            rig,
+            {
+                "naive (do_bench-like)": naive,
+                "gpuenv burst": gpuenv_way("burst"),
+                # sustained reps are 0.2 s of calls back to back: room for 10 of them
+                "gpuenv sustained": gpuenv_way("sustained", budget_s=2.5),
+            },
+            watch,
+            rest_s=rest_s,
+            load_s=seconds,
+        )
         why = "the clock you asked for"
         if lock_sm is None:  # the clock a sustained load holds, less a step: as a user would
             cal = calibrate(sim, [0], save=False)[0]
@@ -277,7 +283,10 @@ def _locked_row(
             )
         name = f"locked at {lo} MHz" if lo == hi else f"locked at {lo}-{hi} MHz"
         [row] = cold_and_hot(
-            rig, {name: gpuenv_way("none", lock_range=(lo, hi))}, watch, rest_s=rest_s,
+            rig,
+            {name: gpuenv_way("none", lock_range=(lo, hi))},
+            watch,
+            rest_s=rest_s,
             load_s=load_s,
         )
     return row, how
@@ -463,11 +472,18 @@ def _measure_real(rig: Any, say: _Pacer, load_s: float, rest_s: float) -> list[A
     watch = Sampler(rig.backend, [rig.gpu], clock=rig.clock)
     watch.start()
     try:
-        rows = cold_and_hot(rig, {
-            "naive (do_bench-like)": naive,
-            "gpuenv burst": gpuenv_way("burst", budget_s=1.5, warmup_max_s=2.0),
-        }, watch, rest_s=rest_s, load_s=load_s, shared=True,
-            progress=lambda text: say("   " + text, pause=0.2))  # fmt: skip
+        rows = cold_and_hot(
+            rig,
+            {
+                "naive (do_bench-like)": naive,
+                "gpuenv burst": gpuenv_way("burst", budget_s=1.5, warmup_max_s=2.0),
+            },
+            watch,
+            rest_s=rest_s,
+            load_s=load_s,
+            shared=True,
+            progress=lambda text: say("   " + text, pause=0.2),
+        )
     finally:
         watch.stop()
     say()

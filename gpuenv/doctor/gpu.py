@@ -97,8 +97,11 @@ def _ask_daemon(path: str) -> tuple[str, str, str | None]:
             return "ok", f"gpuenvd answers on {path}", None
     except DaemonNotTrusted as err:
         return "error", err.message, err.hint
-    return "warning", f"{path} exists but no gpuenv daemon answers there", (
-        "restart it: sudo gpuenv daemon (or systemctl restart gpuenvd)")  # fmt: skip
+    return (
+        "warning",
+        f"{path} exists but no gpuenv daemon answers there",
+        ("restart it: sudo gpuenv daemon (or systemctl restart gpuenvd)"),
+    )
 
 
 def _each_gpu(ctx: Context) -> Iterable[tuple[Backend, int]]:
@@ -170,12 +173,14 @@ def check_reasons(ctx: Context) -> Iterable[Check]:
     for b, i in _each_gpu(ctx):
         reasons = b.read_fast(i).reasons & ~REASON_GPU_IDLE
         yield _warning_or_ok(
-            "reasons", i,
+            "reasons",
+            i,
             f"GPU {i} clocks are already held down by: {', '.join(reason_names(reasons))}"
-            if reasons else None,
+            if reasons
+            else None,
             "find the cause before measuring (other load, power limit, cooling, app clocks)",
             ok=f"GPU {i}: no clock-event reason besides idle",
-        )  # fmt: skip
+        )
 
 
 def check_power_limit(ctx: Context) -> Iterable[Check]:
@@ -184,12 +189,15 @@ def check_power_limit(ctx: Context) -> Iterable[Check]:
         if p is None:
             continue
         yield _warning_or_ok(
-            "power_limit", i,
+            "power_limit",
+            i,
             f"GPU {i} power limit is {p.limit_w:g} W, below its default {p.default_w:g} W: "
-            "the power cap will pull clocks down sooner" if p.limit_w < p.default_w - 0.5 else None,
+            "the power cap will pull clocks down sooner"
+            if p.limit_w < p.default_w - 0.5
+            else None,
             f"sudo nvidia-smi -i {i} -pl {p.default_w:g} (or 'gpuenv restore' if gpuenv set it)",
             ok=f"GPU {i} power limit {p.limit_w:g} W",
-        )  # fmt: skip
+        )
 
 
 def check_persistence(ctx: Context) -> Iterable[Check]:
@@ -199,23 +207,27 @@ def check_persistence(ctx: Context) -> Iterable[Check]:
             yield Check("persistence", "info", f"GPU {i} has no persistence mode", gpu=i)
             continue
         yield _warning_or_ok(
-            "persistence", i,
-            None if mode else f"GPU {i} persistence mode is off: the driver re-initialises the "
+            "persistence",
+            i,
+            None
+            if mode
+            else f"GPU {i} persistence mode is off: the driver re-initialises the "
             "GPU when its last client exits (slow first calls, settings revert)",
             f"sudo nvidia-smi -i {i} -pm 1 (or run nvidia-persistenced)",
             ok=f"GPU {i} persistence mode is on",
-        )  # fmt: skip
+        )
 
 
 def check_mig(ctx: Context) -> Iterable[Check]:
     for b, i in _each_gpu(ctx):
         if b.device_info(i).mig_mode:
             yield _warning(
-                "mig", i,
+                "mig",
+                i,
                 f"GPU {i} is in MIG mode: slices share its clocks and power, so work on another "
                 "slice changes your numbers, and clocks lock only for the whole GPU",
                 "benchmark on a GPU without MIG, or hold every slice",
-            )  # fmt: skip
+            )
 
 
 def check_app_clocks(ctx: Context) -> Iterable[Check]:
@@ -230,11 +242,12 @@ def check_app_clocks(ctx: Context) -> Iterable[Check]:
         )
         if changed and None not in (app.sm_mhz, app.mem_mhz):
             yield _warning(
-                "app_clocks", i,
+                "app_clocks",
+                i,
                 f"GPU {i} application clocks are {app.mem_mhz}/{app.sm_mhz} MHz (mem/SM), not the "
                 f"default {limits.default_app_mem_mhz}/{limits.default_app_sm_mhz}",
                 f"sudo nvidia-smi -i {i} -rac (or 'gpuenv restore' if gpuenv set them)",
-            )  # fmt: skip
+            )
 
 
 def check_temperature(ctx: Context) -> Iterable[Check]:
@@ -245,11 +258,12 @@ def check_temperature(ctx: Context) -> Iterable[Check]:
         limit = (t.gpu_max_c or t.slowdown_c) if t is not None else None
         if limit is not None and temp >= limit - 15:
             yield _warning(
-                "temperature", i,
+                "temperature",
+                i,
                 f"GPU {i} is at {temp:.0f} C, within 15 C of its {limit:.0f} C limit: "
                 "it will slow down thermally under load",
                 "let it cool, check its airflow, or look for other load",
-            )  # fmt: skip
+            )
 
 
 def check_journal(ctx: Context) -> Iterable[Check]:

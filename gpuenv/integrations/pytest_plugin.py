@@ -52,19 +52,34 @@ TIMER_ATTR = "_timer"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuenv", "GPU telemetry for pytest-benchmark (gpuenv)")
-    group.addoption("--gpuenv", action="store_true", default=False,
-                    help="sample GPU telemetry during each benchmark and add it, with "
-                    "findings and a verdict, to the benchmark's extra_info; flagged "
-                    "benchmarks are named in the terminal summary")
-    group.addoption("--gpuenv-policy", default="annotate", choices=("annotate", "reject"),
-                    help="reject: fail a benchmark whose verdict is 'rejected' "
-                    "(default: annotate)")
-    group.addoption("--gpuenv-gpu", default="all", metavar="SEL",
-                    help="GPUs to sample: indices, UUIDs, 'cuda:N', 'all' (default)")
-    group.addoption("--gpuenv-sync", action="store_true", default=False,
-                    help="torch.cuda.synchronize() at each round's start and end, so a round "
-                    "includes the GPU work it queued (implies --gpuenv; only when the tests "
-                    "have imported torch and CUDA is available)")
+    group.addoption(
+        "--gpuenv",
+        action="store_true",
+        default=False,
+        help="sample GPU telemetry during each benchmark and add it, with "
+        "findings and a verdict, to the benchmark's extra_info; flagged "
+        "benchmarks are named in the terminal summary",
+    )
+    group.addoption(
+        "--gpuenv-policy",
+        default="annotate",
+        choices=("annotate", "reject"),
+        help="reject: fail a benchmark whose verdict is 'rejected' (default: annotate)",
+    )
+    group.addoption(
+        "--gpuenv-gpu",
+        default="all",
+        metavar="SEL",
+        help="GPUs to sample: indices, UUIDs, 'cuda:N', 'all' (default)",
+    )
+    group.addoption(
+        "--gpuenv-sync",
+        action="store_true",
+        default=False,
+        help="torch.cuda.synchronize() at each round's start and end, so a round "
+        "includes the GPU work it queued (implies --gpuenv; only when the tests "
+        "have imported torch and CUDA is available)",
+    )
 
 
 class _State:
@@ -105,8 +120,10 @@ class _State:
             self.sampler.start()
         except Exception as err:  # telemetry must never break the test run
             self.error = str(err)
-            self.note(f"no GPU telemetry ({err}); the benchmarks ran and were timed as "
-                      "without --gpuenv, with no verdicts")
+            self.note(
+                f"no GPU telemetry ({err}); the benchmarks ran and were timed as "
+                "without --gpuenv, with no verdicts"
+            )
             self.stop()
 
     def stop(self) -> None:
@@ -177,8 +194,9 @@ COMPARED = ("name", "uuid", "lock", "power_limit_w", "app_sm_mhz", "app_mem_mhz"
 def steady(meta: dict[str, Any]) -> dict[str, Any]:
     """environment_metadata less the volatile values (time, current clock, power, temp)."""
     out = {k: v for k, v in meta.items() if k not in VOLATILE}
-    out["gpus"] = [{k: v for k, v in g.items() if k not in VOLATILE_GPU}
-                   for g in meta.get("gpus", [])]
+    out["gpus"] = [
+        {k: v for k, v in g.items() if k not in VOLATILE_GPU} for g in meta.get("gpus", [])
+    ]
     return out
 
 
@@ -206,14 +224,18 @@ def _state(config: pytest.Config) -> _State | None:
 # before pytest-benchmark's (trylast) configure, which compares machine_info with a saved run
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if not (config.getoption("--gpuenv", default=False)
-            or config.getoption("--gpuenv-sync", default=False)):
+    if not (
+        config.getoption("--gpuenv", default=False)
+        or config.getoption("--gpuenv-sync", default=False)
+    ):
         return
     state = _State(config)
     setattr(config, _STATE_KEY, state)
     if not config.pluginmanager.hasplugin("benchmark"):
-        state.note("pytest-benchmark is not installed (pip install pytest-benchmark): "
-                   "there are no benchmarks to annotate")
+        state.note(
+            "pytest-benchmark is not installed (pip install pytest-benchmark): "
+            "there are no benchmarks to annotate"
+        )
         return
     state.start()
 
@@ -243,8 +265,10 @@ class _Rounds:
         owner = getattr(sys.modules.get(module), cls_name, None)
         original = getattr(owner, attr, None)
         if not callable(original):
-            return (f"pytest-benchmark {_version()} has no {'.'.join(ROUND_HOOK)}: rounds "
-                    "judged as one region (the warm-up and calibration included)")
+            return (
+                f"pytest-benchmark {_version()} has no {'.'.join(ROUND_HOOK)}: rounds "
+                "judged as one region (the warm-up and calibration included)"
+            )
         ends, durations, now = self.ends.append, self.durations.append, self.now
 
         def update(meta: Any, duration: float) -> Any:
@@ -282,8 +306,10 @@ def _sync_timer(state: _State, fixture: Any) -> Callable[[], None]:
     if sync is None:
         return lambda: None
     if not callable(timer):
-        state.note(f"--gpuenv-sync: pytest-benchmark {_version()} has no BenchmarkFixture."
-                   f"{TIMER_ATTR}: not synchronizing")
+        state.note(
+            f"--gpuenv-sync: pytest-benchmark {_version()} has no BenchmarkFixture."
+            f"{TIMER_ATTR}: not synchronizing"
+        )
         return lambda: None
 
     def synced() -> Any:
@@ -328,12 +354,12 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     return result
 
 
-def _judged(state: _State, item: pytest.Item, fixture: Any, t0: float, rounds: _Rounds
-            ) -> dict[str, Any]:  # fmt: skip
+def _judged(
+    state: _State, item: pytest.Item, fixture: Any, t0: float, rounds: _Rounds
+) -> dict[str, Any]:
     """`_annotate`, kept in extra_info and for the summary; an error becomes the record."""
     try:
-        info = _annotate(state, fixture, t0, state.sampler.mark(), rounds.spans(),
-                         rounds.durations)  # fmt: skip
+        info = _annotate(state, fixture, t0, state.sampler.mark(), rounds.spans(), rounds.durations)
     except Exception as err:  # a telemetry error is said, never raised into the test
         info = {"error": f"{type(err).__name__}: {err}"}
         state.note(f"{item.nodeid}: not judged ({info['error']})")
@@ -351,9 +377,13 @@ IDLE_SHARE = 0.99
 
 
 def _annotate(
-    state: Any, fixture: Any, t0: float, t1: float,
-    spans: list[tuple[float, float]], durations: list[float],
-) -> dict[str, Any]:  # fmt: skip
+    state: Any,
+    fixture: Any,
+    t0: float,
+    t1: float,
+    spans: list[tuple[float, float]],
+    durations: list[float],
+) -> dict[str, Any]:
     """Telemetry, findings and verdict of one benchmark, as plain JSON values. `spans` and
     `durations` are its timed rounds (none: the benchmark is judged as one region)."""
     from gpuenv.judge import Evidence, judge
@@ -361,23 +391,29 @@ def _annotate(
     sampler = state.sampler
     data = list(durations)
     whole = Evidence.sampled(sampler, [(t0, t1)], state.gpus)
-    out: dict[str, Any] = {"gpus": state.gpus, "policy": state.policy,
-                           "telemetry": [w.to_dict() for w in whole.windows]}
+    out: dict[str, Any] = {
+        "gpus": state.gpus,
+        "policy": state.policy,
+        "telemetry": [w.to_dict() for w in whole.windows],
+    }
     per = -(-len(spans) // MAX_JUDGED_ROUNDS)  # rounds per judged block (ceil)
     if per > 1:  # a window per round of a 10^5-round benchmark costs seconds: judge blocks
-        data = [sum(data[i:i + per]) for i in range(0, len(spans), per)]
-        spans = [(spans[i][0], spans[min(i + per, len(spans)) - 1][1])
-                 for i in range(0, len(spans), per)]
+        data = [sum(data[i : i + per]) for i in range(0, len(spans), per)]
+        spans = [
+            (spans[i][0], spans[min(i + per, len(spans)) - 1][1]) for i in range(0, len(spans), per)
+        ]
         out["rounds_per_block"] = per
     gpu_work = not whole.windows or not all(_idle_throughout(w) for w in whole.windows)
     # pytest-benchmark ran the rounds: "reject" can drop them, nothing can re-run them
     m = judge(
-        str(getattr(fixture, "name", "benchmark")), data if spans else [t1 - t0],
+        str(getattr(fixture, "name", "benchmark")),
+        data if spans else [t1 - t0],
         Evidence.sampled(sampler, spans, state.gpus) if spans else whole,
-        facts=state.facts, policy="reject" if state.policy == "reject" else "annotate",
+        facts=state.facts,
+        policy="reject" if state.policy == "reject" else "annotate",
         raise_if_too_few=False,
         amend=lambda found: _in_pytest_words(found, gpu_work, per),
-    )  # fmt: skip
+    )
     out["findings"] = [f.to_dict() for f in m.findings]
     out["verdict"] = m.verdict
     out["gpu_work"] = gpu_work
@@ -393,8 +429,11 @@ def _idle_throughout(w: Any) -> bool:
     from gpuenv.reasons import Reason
 
     idle_s = sum(v for k, v in w.reason_sampled_s.items() if k == "GpuIdle")
-    return (bool(w.reasons_start & w.reasons_end & Reason.GPU_IDLE) and w.duration_s > 0
-            and idle_s >= IDLE_SHARE * w.duration_s)
+    return (
+        bool(w.reasons_start & w.reasons_end & Reason.GPU_IDLE)
+        and w.duration_s > 0
+        and idle_s >= IDLE_SHARE * w.duration_s
+    )
 
 
 WARMUP_ADVICE = (
@@ -410,8 +449,9 @@ def _in_pytest_words(found: list[Any], gpu_work: bool, per: int) -> list[Any]:
     CPU's: not gpuenv's to judge); a warm-up finding says whose warm-up it was (slow first
     rounds with no round starting cold: the code's, not the GPU's clock) and points to
     pytest-benchmark's options."""
-    one, many = ("round", "rounds") if per == 1 else (
-        f"block of {per} rounds", f"blocks of {per} rounds")
+    one, many = (
+        ("round", "rounds") if per == 1 else (f"block of {per} rounds", f"blocks of {per} rounds")
+    )
     out = []
     for f in found:
         if f.kind in ("warmup_ramp", "drift", "bimodal") and not gpu_work:
@@ -422,7 +462,8 @@ def _in_pytest_words(found: list[Any], gpu_work: bool, per: int) -> list[Any]:
             if not f.details.get("cold_start_reps", 1):
                 text = text.split(": ", 1)[-1] + (
                     f" (no round started with GPU {f.gpu} idle or at a low clock: the code, "
-                    "its caches or the CPU warming up, not the GPU's clock)")
+                    "its caches or the CPU warming up, not the GPU's clock)"
+                )
             text = f"{text}; {WARMUP_ADVICE}"
         text = re.sub(r"\breps\b", many, re.sub(r"\brep\b", one, text))
         out.append(dataclasses.replace(f, message=text))
@@ -437,8 +478,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(line)
 
 
-def summary_lines(judged: list[tuple[str, str, dict[str, Any]]], notes: list[str]
-                  ) -> list[str]:  # fmt: skip
+def summary_lines(judged: list[tuple[str, str, dict[str, Any]]], notes: list[str]) -> list[str]:
     """The terminal section: gpuenv's notes, one line per flagged benchmark (name, verdict,
     findings in words), one line counting the rest. A single line when all are ok."""
     names = [name for name, _, _ in judged]
@@ -457,8 +497,10 @@ def summary_lines(judged: list[tuple[str, str, dict[str, Any]]], notes: list[str
     if counts["ok"]:
         parts.append(f"{counts['ok']} benchmark{'s' * (counts['ok'] > 1)} ok")
     if counts["no GPU work"]:
-        parts.append(f"{counts['no GPU work']} with no GPU work (every sampled GPU idle "
-                     "throughout: nothing for gpuenv to judge)")
+        parts.append(
+            f"{counts['no GPU work']} with no GPU work (every sampled GPU idle "
+            "throughout: nothing for gpuenv to judge)"
+        )
     if flagged:
         parts.append(f"{len(flagged)} flagged")
     tail = "gpuenv: " + (", ".join(parts) or "no benchmark judged")
@@ -479,7 +521,9 @@ def pytest_benchmark_update_machine_info(
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_compare_machine_info(
-    config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any],
+    config: pytest.Config,
+    benchmarksession: Any,
+    machine_info: dict[str, Any],
     compared_benchmark: dict[str, Any],
 ) -> None:
     """Say which GPU, driver or lock change makes the saved run incomparable (pytest-benchmark

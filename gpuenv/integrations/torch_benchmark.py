@@ -59,8 +59,12 @@ def _annotated(run: Callable[[], Any], **kwargs: Any) -> Any:
     return measurement  # not torch's (a stand-in in tests): annotated in place
 
 
-def blocked_autorange(timer: Any, callback: Callable[[int, float], Any] | None = None,
-                      min_run_time: float = 0.2, **kwargs: Any) -> Any:
+def blocked_autorange(
+    timer: Any,
+    callback: Callable[[int, float], Any] | None = None,
+    min_run_time: float = 0.2,
+    **kwargs: Any,
+) -> Any:
     """`timer.blocked_autorange(callback, min_run_time)` with telemetry in its metadata.
     kwargs: session, backend, gpus (see `observe`)."""
     return _annotated(
@@ -68,16 +72,25 @@ def blocked_autorange(timer: Any, callback: Callable[[int, float], Any] | None =
     )
 
 
-def adaptive_autorange(timer: Any, threshold: float = 0.1, *, min_run_time: float = 0.01,
-                       max_run_time: float = 10.0,
-                       callback: Callable[[int, float], Any] | None = None,
-                       **kwargs: Any) -> Any:  # fmt: skip
+def adaptive_autorange(
+    timer: Any,
+    threshold: float = 0.1,
+    *,
+    min_run_time: float = 0.01,
+    max_run_time: float = 10.0,
+    callback: Callable[[int, float], Any] | None = None,
+    **kwargs: Any,
+) -> Any:
     """`timer.adaptive_autorange(...)` (torch's keywords) with telemetry in its metadata."""
     return _annotated(
-        lambda: timer.adaptive_autorange(threshold=threshold, min_run_time=min_run_time,
-                                         max_run_time=max_run_time, callback=callback),
+        lambda: timer.adaptive_autorange(
+            threshold=threshold,
+            min_run_time=min_run_time,
+            max_run_time=max_run_time,
+            callback=callback,
+        ),
         **kwargs,
-    )  # fmt: skip
+    )
 
 
 def timeit(timer: Any, number: int = 1_000_000, **kwargs: Any) -> Any:

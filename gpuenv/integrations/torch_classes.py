@@ -45,16 +45,21 @@ class Measurement(tb.Measurement):
             record = {**record, "name": task_name(task)}
             meta["gpuenv"] = record
             task = dataclasses.replace(
-                task, description=marked_description(task.description, record))
+                task, description=marked_description(task.description, record)
+            )
         return cls(
-            number_per_run=measurement.number_per_run, raw_times=list(measurement.raw_times),
-            task_spec=task, metadata=meta or None,
-        )  # fmt: skip
+            number_per_run=measurement.number_per_run,
+            raw_times=list(measurement.raw_times),
+            task_spec=task,
+            metadata=meta or None,
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # torch's class: the pickle needs torch alone, and the record is plain values
-        return (tb.Measurement,
-                (self.number_per_run, list(self.raw_times), self.task_spec, self.metadata))
+        return (
+            tb.Measurement,
+            (self.number_per_run, list(self.raw_times), self.task_spec, self.metadata),
+        )
 
     @staticmethod
     def merge(measurements: Iterable[tb.Measurement]) -> list[tb.Measurement]:
@@ -80,8 +85,9 @@ class Timer(tb.Timer):
     its sampler, facts and policy) and `gpuenv_gpus` (which GPUs to sample, default all).
     """
 
-    def __init__(self, *args: Any, gpuenv_session: Any = None, gpuenv_gpus: Any = None,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self, *args: Any, gpuenv_session: Any = None, gpuenv_gpus: Any = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._gpuenv = {"session": gpuenv_session, "gpus": gpuenv_gpus}
 
@@ -93,20 +99,28 @@ class Timer(tb.Timer):
     ) -> Measurement:
         return _measured(
             lambda: super(Timer, self).blocked_autorange(
-                callback=callback, min_run_time=min_run_time),
+                callback=callback, min_run_time=min_run_time
+            ),
             **self._gpuenv,
-        )  # fmt: skip
+        )
 
     def adaptive_autorange(
-        self, threshold: float = 0.1, *, min_run_time: float = 0.01, max_run_time: float = 10.0,
+        self,
+        threshold: float = 0.1,
+        *,
+        min_run_time: float = 0.01,
+        max_run_time: float = 10.0,
         callback: Callable[[int, float], Any] | None = None,
-    ) -> Measurement:  # fmt: skip
+    ) -> Measurement:
         return _measured(
             lambda: super(Timer, self).adaptive_autorange(
-                threshold=threshold, min_run_time=min_run_time, max_run_time=max_run_time,
-                callback=callback),
+                threshold=threshold,
+                min_run_time=min_run_time,
+                max_run_time=max_run_time,
+                callback=callback,
+            ),
             **self._gpuenv,
-        )  # fmt: skip
+        )
 
 
 class Compare(tb.Compare):

@@ -63,8 +63,14 @@ def observe(
     return result, record(evidence, t1 - t0, facts=facts, session=session, name=name)
 
 
-def record(evidence: Any, seconds: float, *, facts: dict[int, Any], session: Any = None,
-           name: str = "torch.utils.benchmark") -> dict[str, Any]:  # fmt: skip
+def record(
+    evidence: Any,
+    seconds: float,
+    *,
+    facts: dict[int, Any],
+    session: Any = None,
+    name: str = "torch.utils.benchmark",
+) -> dict[str, Any]:
     """The judged telemetry record of one timed call (what `observe` attaches): the call is
     one rep for gpuenv.judge, under the session's policy and verdict config. Plain values
     only (and "note", one string): it unpickles and prints where gpuenv is not installed."""
@@ -75,9 +81,13 @@ def record(evidence: Any, seconds: float, *, facts: dict[int, Any], session: Any
     if policy == "retry":
         policy = "reject"  # torch's Timer ran the reps: they cannot be re-run from here
     m = judge(
-        name, [seconds], evidence, facts=facts, policy=policy,
+        name,
+        [seconds],
+        evidence,
+        facts=facts,
+        policy=policy,
         config=getattr(session, "config", None) or DEFAULT_CONFIG,
-    )  # fmt: skip
+    )
     rec = {
         "name": name,
         "gpus": list(evidence.gpus),
@@ -132,8 +142,12 @@ def merge_records(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     judged = [r for r in records if "error" not in r]
     name = records[0].get("name", "torch.utils.benchmark")
     if not judged:
-        return {"name": name, "error": errors[0], "note": f"no telemetry: {errors[0]}",
-                "replicates": len(records)}
+        return {
+            "name": name,
+            "error": errors[0],
+            "note": f"no telemetry: {errors[0]}",
+            "replicates": len(records),
+        }
     by_gpu: dict[int, list[Any]] = {}
     for r in judged:
         for w in r.get("telemetry", []):
@@ -166,5 +180,13 @@ def note(record: dict[str, Any] | None) -> str:
     return f"{head}: {record.get('summary', '')}"
 
 
-__all__ = ["MARK", "VERDICT_ORDER", "marked_description", "merge_records", "note", "observe",
-           "record", "task_name"]
+__all__ = [
+    "MARK",
+    "VERDICT_ORDER",
+    "marked_description",
+    "merge_records",
+    "note",
+    "observe",
+    "record",
+    "task_name",
+]

@@ -106,9 +106,16 @@ def _view(model: Any, opts: MonitorOptions, source: str, simulated: bool, out: I
     from gpuenv.monitor.tui import run_tui
     from gpuenv.monitor.view import render
 
-    frame = Frame(source=source, simulated=simulated, interval_s=opts.interval_s,
-                  sort=opts.sort, reverse=opts.reverse, kind=opts.kind, users=opts.users,
-                  pids=opts.pids)  # fmt: skip
+    frame = Frame(
+        source=source,
+        simulated=simulated,
+        interval_s=opts.interval_s,
+        sort=opts.sort,
+        reverse=opts.reverse,
+        kind=opts.kind,
+        users=opts.users,
+        pids=opts.pids,
+    )
     if opts.once or not out.isatty():
         if not opts.once:
             raise ConfigError(
@@ -119,8 +126,7 @@ def _view(model: Any, opts: MonitorOptions, source: str, simulated: bool, out: I
 
         frame.keys = False
         # what `out` can write: ASCII unless it is UTF-8 (PYTHONIOENCODING=ascii, LANG=C)
-        frame.glyphs = Glyphs.for_output(getattr(out, "encoding", None),
-                                         ascii_only=opts.ascii_only)  # fmt: skip
+        frame.glyphs = Glyphs.for_output(getattr(out, "encoding", None), ascii_only=opts.ascii_only)
         width = shutil.get_terminal_size((120, 24)).columns
         views = model.update()
         frame.host = model.host
@@ -133,8 +139,13 @@ def _view(model: Any, opts: MonitorOptions, source: str, simulated: bool, out: I
         stop_after = opts.duration_s
     else:
         stop_after = None if opts.count is None else opts.count * opts.interval_s
-    run_tui(model, frame, interval_s=opts.interval_s, stop_after_s=stop_after,
-            ascii_only=opts.ascii_only)
+    run_tui(
+        model,
+        frame,
+        interval_s=opts.interval_s,
+        stop_after_s=stop_after,
+        ascii_only=opts.ascii_only,
+    )
 
 
 def _source(backend: Any, simulated: bool, scenario: str | None) -> str:

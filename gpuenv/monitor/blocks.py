@@ -230,14 +230,17 @@ def _board_part(v: GpuView, rows: _Rows) -> Part:
 
     na = "N/A"
     ecc_style = "bad" if v.ecc_errors else ""
-    line: Line = [rows.label("board"),
-                  (f"{'P' + str(v.pstate) if v.pstate is not None else na:>{rows.value_w - 2}}  ",
-                   ""),
-                  (f"fan {na if v.fan_pct is None else str(v.fan_pct) + '%'}  ", ""),
-                  (f"ECC {na if v.ecc_errors is None else v.ecc_errors}", ecc_style),
-                  (f"  persist {on(v.persistence)}  compute {v.compute_mode or na}  "
-                   f"MIG {on(v.mig_mode)}", "dim"),
-                  (f"  bus {v.bus_id or na}", "dim")]  # fmt: skip
+    line: Line = [
+        rows.label("board"),
+        (f"{'P' + str(v.pstate) if v.pstate is not None else na:>{rows.value_w - 2}}  ", ""),
+        (f"fan {na if v.fan_pct is None else str(v.fan_pct) + '%'}  ", ""),
+        (f"ECC {na if v.ecc_errors is None else v.ecc_errors}", ecc_style),
+        (
+            f"  persist {on(v.persistence)}  compute {v.compute_mode or na}  MIG {on(v.mig_mode)}",
+            "dim",
+        ),
+        (f"  bus {v.bus_id or na}", "dim"),
+    ]
     return Part(45, [line])
 
 
@@ -298,8 +301,9 @@ _COLUMNS: tuple[tuple[str, int, int, Callable[[ProcView], str]], ...] = (
 )
 
 
-def proc_lines(v: GpuView, width: int, g: Glyphs, max_rows: int | None,
-               frame: Frame | None = None) -> list[Line]:  # fmt: skip
+def proc_lines(
+    v: GpuView, width: int, g: Glyphs, max_rows: int | None, frame: Frame | None = None
+) -> list[Line]:
     """The process table as nvitop's: PID, TYPE, USER, GPU MEM, SM, %CPU, %MEM, TIME and
     the COMMAND from its start, sorted and filtered as `frame` says (its sort column's
     header marked). Narrow terminals drop USER, TIME, then %CPU/%MEM, then SM."""
@@ -319,8 +323,9 @@ def proc_lines(v: GpuView, width: int, g: Glyphs, max_rows: int | None,
         text = text if display_width(text) <= w - 1 else cut(text, w - 2) + g.more
         return pad(text, w) if left else pad(text, w - 1, right=True) + " "
 
-    head = "".join(cell(h + (arrow if h == marked else ""), w, h in ("USER", "T"))
-                   for h, w, _, _ in cols)  # fmt: skip
+    head = "".join(
+        cell(h + (arrow if h == marked else ""), w, h in ("USER", "T")) for h, w, _, _ in cols
+    )
     cmd_w = max(0, width - len(lead) - display_width(head) - 1)
     lines: list[Line] = [[(lead, "dim"), (head + " COMMAND", "dim")]]
     shown = list(procs) if max_rows is None else list(procs[: max(0, max_rows)])
@@ -354,8 +359,12 @@ def gpu_parts(v: GpuView, width: int, frame: Frame, *, graph_rows: int = 1) -> l
     if v.error is not None:
         return [Part(100, [[("    error: ", "bad"), (v.error, "bad")]])]
     rows = _Rows(width, frame.glyphs)
-    return [*_clock_parts(v, rows, graph_rows), *_gauge_parts(v, rows), _board_part(v, rows),
-            *_why_parts(v, rows)]  # fmt: skip
+    return [
+        *_clock_parts(v, rows, graph_rows),
+        *_gauge_parts(v, rows),
+        _board_part(v, rows),
+        *_why_parts(v, rows),
+    ]
 
 
 def fit(parts: list[Part], budget: int) -> list[Part]:

@@ -129,8 +129,12 @@ def graph(
     for r in range(rows - 1, -1, -1):  # each row, its cells by comparison (no min/max a cell)
         base = r * steps
         top = base + steps
-        out.append(pad + "".join([empty if h <= base else full if h >= top else levels[h - base]
-                                  for h in heights]))  # fmt: skip
+        out.append(
+            pad
+            + "".join(
+                [empty if h <= base else full if h >= top else levels[h - base] for h in heights]
+            )
+        )
     return out
 
 

@@ -81,8 +81,12 @@ def host_segments(h: HostView) -> list[tuple[str, str]]:
         out.append((f"  CPU {h.cpu_pct:.0f}%" + (f" of {h.cpus}" if h.cpus else ""), style))
     if h.mem_used_gib is not None and h.mem_total_gib:
         frac = h.mem_used_gib / h.mem_total_gib
-        out.append((f"  mem {h.mem_used_gib:.1f}/{h.mem_total_gib:.1f} GiB ({frac:.0%})",
-                    "warn" if frac >= 0.9 else ""))  # fmt: skip
+        out.append(
+            (
+                f"  mem {h.mem_used_gib:.1f}/{h.mem_total_gib:.1f} GiB ({frac:.0%})",
+                "warn" if frac >= 0.9 else "",
+            )
+        )
     if h.swap_total_gib:
         used = h.swap_used_gib or 0.0
         out.append((f"  swap {used:.1f}/{h.swap_total_gib:.1f} GiB", "warn" if used > 0.1 else ""))

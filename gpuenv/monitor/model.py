@@ -128,8 +128,9 @@ class _JournalLocks:
         return clocks_lock_view(backend, index, self.journal)
 
 
-def _every(cache: dict[int, tuple[float, Any]], i: int, t: float, period: float,
-           read: Callable[[], Any]) -> tuple[float, Any]:  # fmt: skip
+def _every(
+    cache: dict[int, tuple[float, Any]], i: int, t: float, period: float, read: Callable[[], Any]
+) -> tuple[float, Any]:
     """GPU i's (time read, value) in `cache`, read again once it is `period` old."""
     cached = cache.get(i)
     if cached is None or t - cached[0] >= period:
@@ -236,9 +237,11 @@ class MonitorModel:
             with contextlib.suppress(GpuenvError):
                 d = self.backend.details(i)
                 mode = d.compute_mode
-                slow.update(fan_pct=d.fan_pct, ecc_errors=d.ecc_total(),
-                            compute_mode=None if mode is None
-                            else COMPUTE_MODES.get(mode, "?"))  # fmt: skip
+                slow.update(
+                    fan_pct=d.fan_pct,
+                    ecc_errors=d.ecc_total(),
+                    compute_mode=None if mode is None else COMPUTE_MODES.get(mode, "?"),
+                )
             return slow
 
         return {**out, **_every(self._board, i, t, self.board_period, board)[1]}
@@ -262,8 +265,12 @@ class MonitorModel:
         except GpuenvError:
             listed = None  # the reader says why, if it cannot read them either
         cached = self._snaps.get(i)
-        if (listed is not None and cached is not None and t - cached[0] < self.process_period
-                and cached[1] == frozenset(listed)):  # fmt: skip
+        if (
+            listed is not None
+            and cached is not None
+            and t - cached[0] < self.process_period
+            and cached[1] == frozenset(listed)
+        ):
             return tuple(_fresh(row, listed.get(row.pid)) for row in cached[2])
         rows = reader(i)
         if listed is not None:

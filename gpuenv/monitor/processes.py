@@ -52,14 +52,23 @@ SORT_KEYS: dict[str, tuple[str, Callable[[ProcView], Any]]] = {
 KINDS = ("all", "C", "G")  # the `f` key's filter: every process, compute ones, graphics ones
 
 
-def arrange(procs: tuple[ProcView, ...], sort: str = "pid", reverse: bool = False,
-            kind: str = "all", users: tuple[str, ...] = (),
-            pids: tuple[int, ...] = ()) -> tuple[ProcView, ...]:  # fmt: skip
+def arrange(
+    procs: tuple[ProcView, ...],
+    sort: str = "pid",
+    reverse: bool = False,
+    kind: str = "all",
+    users: tuple[str, ...] = (),
+    pids: tuple[int, ...] = (),
+) -> tuple[ProcView, ...]:
     """`procs` filtered (by kind: "C" keeps C and C+G; by user; by pid) and sorted by a
     SORT_KEYS key; ties in pid order."""
-    kept = [p for p in procs
-            if (kind == "all" or kind in p.kind.split("+"))
-            and (not users or p.user in users) and (not pids or p.pid in pids)]  # fmt: skip
+    kept = [
+        p
+        for p in procs
+        if (kind == "all" or kind in p.kind.split("+"))
+        and (not users or p.user in users)
+        and (not pids or p.pid in pids)
+    ]
     kept.sort(key=lambda p: p.pid)
     kept.sort(key=SORT_KEYS[sort][1], reverse=reverse)
     return tuple(kept)
@@ -105,9 +114,19 @@ class BackendProcesses:
                 out.append(ProcView(p.pid, p.user, p.command, p.used_memory_mib, p.sm_pct, kind))
                 continue
             host = self._names.lookup(p.pid)
-            out.append(ProcView(p.pid, p.user or host.user, p.command or host.command,
-                                p.used_memory_mib, p.sm_pct, kind, host.cpu_pct, host.mem_pct,
-                                host.time_s))  # fmt: skip
+            out.append(
+                ProcView(
+                    p.pid,
+                    p.user or host.user,
+                    p.command or host.command,
+                    p.used_memory_mib,
+                    p.sm_pct,
+                    kind,
+                    host.cpu_pct,
+                    host.mem_pct,
+                    host.time_s,
+                )
+            )
         return tuple(out)
 
 
@@ -149,11 +168,16 @@ def _from_snapshot(s: Any) -> ProcView:
     running: Any = getattr(s, "running_time", None)
     mem_pct = getattr(s, "memory_percent", getattr(s, "host_memory_percent", None))
     return ProcView(
-        int(s.pid), user, cmd, None if mem is None else mem // MIB, sm,
+        int(s.pid),
+        user,
+        cmd,
+        None if mem is None else mem // MIB,
+        sm,
         kind if isinstance(kind, str) and kind in ("C", "G", "C+G") else "C",
-        _number(getattr(s, "cpu_percent", None)), _number(mem_pct),
+        _number(getattr(s, "cpu_percent", None)),
+        _number(mem_pct),
         running.total_seconds() if hasattr(running, "total_seconds") else None,
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,7 @@ KEYS_HELP = ("?", "h", "H", "KEY_F(1)")
 class Ui:
     """Key handling and state of the interactive view, apart from curses (tested directly)."""
 
-    def __init__(self, n_gpus: int, *, sort: str = "pid", reverse: bool = False,
-                 kind: str = "all"):  # fmt: skip
+    def __init__(self, n_gpus: int, *, sort: str = "pid", reverse: bool = False, kind: str = "all"):
         self.n = n_gpus
         self.selected = 0
         self.paused = False
@@ -66,7 +65,11 @@ class Ui:
 
 
 def run_tui(
-    model: MonitorModel, frame: Frame, *, interval_s: float, stop_after_s: float | None = None,
+    model: MonitorModel,
+    frame: Frame,
+    *,
+    interval_s: float,
+    stop_after_s: float | None = None,
     ascii_only: bool = False,
 ) -> None:
     """The interactive view until `q` (or `stop_after_s`): erase + noutrefresh + doupdate

@@ -177,8 +177,22 @@ def render(views: Sequence[GpuView], frame: Frame, width: int, height: int | Non
 
 
 # What the ASCII glyph set writes for the other characters the view uses
-_ASCII = str.maketrans({"→": ">", "←": "<", "↑": "^", "↓": "v", "…": "~", "·": "|",
-                        "▲": "^", "▼": "v", "—": "-", "–": "-", "≥": ">", "°": " "})  # fmt: skip
+_ASCII = str.maketrans(
+    {
+        "→": ">",
+        "←": "<",
+        "↑": "^",
+        "↓": "v",
+        "…": "~",
+        "·": "|",
+        "▲": "^",
+        "▼": "v",
+        "—": "-",
+        "–": "-",
+        "≥": ">",
+        "°": " ",
+    }
+)
 
 
 def _finish(lines: list[Line], frame: Frame, width: int) -> list[Line]:

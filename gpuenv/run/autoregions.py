@@ -78,8 +78,19 @@ CHILD_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "childsite
 MAX_STMT = 60  # characters of a Timer's statement in a region name
 MAX_LABEL = 40  # characters of a label's value (a shape, a dtype) in a call's name
 # frames of these top-level packages are machinery, not the line the user wrote
-_MACHINERY = frozenset({"triton", "torch", "gpuenv", "pytest_benchmark", "_pytest", "pluggy",
-                        "functools", "contextlib", "sitecustomize"})  # fmt: skip
+_MACHINERY = frozenset(
+    {
+        "triton",
+        "torch",
+        "gpuenv",
+        "pytest_benchmark",
+        "_pytest",
+        "pluggy",
+        "functools",
+        "contextlib",
+        "sitecustomize",
+    }
+)
 _AUTOTUNER = "triton.runtime.autotuner"
 _PERF_MODULE = "triton.testing"  # Mark._run: calls the benchmark function at each point
 
@@ -259,8 +270,12 @@ def config_labels(config: Any) -> dict[str, Any]:
     """A triton Config as labels: its kwargs, num_warps, num_stages, and num_ctas / maxnreg
     when not their defaults (`BLOCK_M=128 num_warps=8 num_stages=3`)."""
     out = {str(k): _value(v) for k, v in (getattr(config, "kwargs", None) or {}).items()}
-    for attr, default in (("num_warps", None), ("num_stages", None), ("num_ctas", 1),
-                          ("maxnreg", None)):  # fmt: skip
+    for attr, default in (
+        ("num_warps", None),
+        ("num_stages", None),
+        ("num_ctas", 1),
+        ("maxnreg", None),
+    ):
         v = getattr(config, attr, None)
         if v is not None and v != default:
             out[attr] = _value(v)
@@ -272,8 +287,10 @@ def _context(frame: Any, kind: str, label: str) -> tuple[list[str], dict[str, An
     stack = getattr(_perf, "stack", None)
     site, tune, run = _scan(frame, bool(stack))
     where = f"{_short_path(site.f_code.co_filename)}:{site.f_lineno}"
-    meta: dict[str, Any] = {"kind": kind,
-                            "site": f"{label} (autotune) {where}" if tune else f"{label} {where}"}
+    meta: dict[str, Any] = {
+        "kind": kind,
+        "site": f"{label} (autotune) {where}" if tune else f"{label} {where}",
+    }
     words: list[str] = []
     labels: dict[str, Any] = {}
     info = stack[-1] if stack else None
@@ -308,8 +325,7 @@ def _perf_point(local: dict[str, Any], info: dict[str, Any]) -> dict[str, Any] |
         line = info["line_names"][info["line_vals"].index(y)]
     except (ValueError, IndexError, KeyError):
         line = str(y)
-    plot = {k: info[k] for k in ("serial", "name", "x_names", "line_names", "save_path",
-                                 "print")}  # fmt: skip
+    plot = {k: info[k] for k in ("serial", "name", "x_names", "line_names", "save_path", "print")}
     plot["x"] = [labels.get(n) for n in info["x_names"]]
     plot["line"] = line
     return {"labels": labels, "plot": plot}
@@ -376,16 +392,23 @@ def patch(module: Any) -> None:
     kind = MODULES.get(getattr(module, "__name__", ""))
     if kind == "do_bench":
         for attr in ("do_bench", "do_bench_cudagraph"):
-            _patch_functions(module, (attr,), functools.partial(
-                _wrap, facts_of=_do_bench_facts(attr), returned=_ms_returned))  # fmt: skip
+            _patch_functions(
+                module,
+                (attr,),
+                functools.partial(_wrap, facts_of=_do_bench_facts(attr), returned=_ms_returned),
+            )
         if isinstance(getattr(module, "Mark", None), type):
             _patch_functions(module.Mark, ("_run",), _wrap_perf_run)
     elif kind == "timer" and hasattr(module, "Timer"):
-        _patch_functions(module.Timer, ("timeit", "blocked_autorange", "adaptive_autorange"),
-                         lambda f: _wrap(f, _timer_facts, _timer_returned))  # fmt: skip
+        _patch_functions(
+            module.Timer,
+            ("timeit", "blocked_autorange", "adaptive_autorange"),
+            lambda f: _wrap(f, _timer_facts, _timer_returned),
+        )
     elif kind == "pytest" and hasattr(module, "BenchmarkFixture"):
-        _patch_functions(module.BenchmarkFixture, ("__call__", "pedantic"),
-                         lambda f: _wrap(f, _pytest_facts))  # fmt: skip
+        _patch_functions(
+            module.BenchmarkFixture, ("__call__", "pedantic"), lambda f: _wrap(f, _pytest_facts)
+        )
 
 
 __all__ = [

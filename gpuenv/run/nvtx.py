@@ -67,8 +67,7 @@ def build(env: Mapping[str, str] | None = None) -> Path:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".nvtx-inject-", suffix=".so")
     except OSError as err:
         raise ConfigError(
-            f"--regions nvtx: cannot write the injection library under {directory}: "
-            f"{err.strerror}",
+            f"--regions nvtx: cannot write the injection library under {directory}: {err.strerror}",
             hint=f"set {ENV_CACHE} to a directory you may write",
         ) from err
     os.close(fd)

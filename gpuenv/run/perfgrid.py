@@ -51,8 +51,12 @@ class Grid:
         """The grid as rows of text, its header first (x names, then line names)."""
         out = [[*self.x_names, *self.line_names]]
         for x in self.rows:
-            out.append([*("" if v is None else str(v) for v in x),
-                        *(self.cell(x, line) for line in self.line_names)])  # fmt: skip
+            out.append(
+                [
+                    *("" if v is None else str(v) for v in x),
+                    *(self.cell(x, line) for line in self.line_names),
+                ]
+            )
         return out
 
     def all_ok(self) -> bool:
@@ -70,10 +74,13 @@ def grids(measurements: Sequence[Measurement]) -> list[Grid]:
             key = (tuple(m.extra.get("pids") or ()), plot["serial"])
             grid = found.get(key)
             if grid is None:
-                grid = found[key] = Grid(str(plot["name"]), [str(n) for n in plot["x_names"]],
-                                         [str(n) for n in plot["line_names"]],
-                                         str(plot.get("save_path") or ""),
-                                         bool(plot.get("print")))  # fmt: skip
+                grid = found[key] = Grid(
+                    str(plot["name"]),
+                    [str(n) for n in plot["x_names"]],
+                    [str(n) for n in plot["line_names"]],
+                    str(plot.get("save_path") or ""),
+                    bool(plot.get("print")),
+                )
             x, line = tuple(plot["x"]), str(plot["line"])
         except (KeyError, TypeError):
             continue  # facts from a child we do not understand: no grid, never an error

@@ -77,8 +77,9 @@ def plan_run(
         from gpuenv.clocks import make_request
         from gpuenv.clocks.request import CLI_NAMES
 
-        make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit,
-                     names=CLI_NAMES)  # validate now
+        make_request(
+            sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit, names=CLI_NAMES
+        )  # validate now
         lock_args = {"sm": sm, "sm_max": sm_max, "mem": mem, "power_limit_w": power_limit}
     selector = default_gpu_selector(env) if gpu == "auto" else gpu
     if output is not None:  # '' is a bad path, not "no output" (it wrote nothing, silently)

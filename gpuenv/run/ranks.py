@@ -106,8 +106,18 @@ def job_key(env: Mapping[str, str]) -> str:
     if env.get("SLURM_JOB_ID"):
         parts = ["slurm", env["SLURM_JOB_ID"], env.get("SLURM_STEP_ID", "")]
     else:
-        parts = ["torch", *(env.get(k, "") for k in (
-            "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT"))]
+        parts = [
+            "torch",
+            *(
+                env.get(k, "")
+                for k in (
+                    "TORCHELASTIC_RUN_ID",
+                    "MASTER_ADDR",
+                    "MASTER_PORT",
+                    "TORCHELASTIC_RESTART_COUNT",
+                )
+            ),
+        ]
     return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(parts))
 
 
@@ -133,8 +143,12 @@ def publish(
     directory: Path, record: Mapping[str, Any], measurements: Sequence[Measurement]
 ) -> Path:
     """Write one rank's summary, atomically (rank 0 never reads half a file)."""
-    data = dict(record, host=socket.gethostname(), ended_at=time.time(),
-                measurements=[_slim(m) for m in measurements])  # fmt: skip
+    data = dict(
+        record,
+        host=socket.gethostname(),
+        ended_at=time.time(),
+        measurements=[_slim(m) for m in measurements],
+    )
     name = f"rank{record['rank']}.json"
     dfd = _open_ranks_dir(directory)
     try:
@@ -229,8 +243,10 @@ def report_ranks(
         with contextlib.suppress(OSError):
             directory.rmdir()  # only when empty: a straggler's file stays for no one
     runs = [(0, dict(record, host=socket.gethostname()), list(measurements))]
-    runs += [(r, d, [Measurement.from_dict(m) for m in d["measurements"]])
-             for r, d in sorted(found.items())]  # fmt: skip
+    runs += [
+        (r, d, [Measurement.from_dict(m) for m in d["measurements"]])
+        for r, d in sorted(found.items())
+    ]
     missing = [r for r in others if r not in found]
     return combined_text(runs, missing, wait_s, verbose=verbose) + refused
 
@@ -249,12 +265,16 @@ def combined_text(
     lines = [f"gpuenv run: '{first['command']}' on {n} ranks; {first['state']}"]
     for r, rec, _ in runs:
         host = f" ({rec['host']})" if rec.get("host") else ""
-        lines.append(f"  rank {r}{host}: {rec['outcome']} after {fmt_time(rec['duration_s'])} "
-                     f"on {rec['where']}")  # fmt: skip
+        lines.append(
+            f"  rank {r}{host}: {rec['outcome']} after {fmt_time(rec['duration_s'])} "
+            f"on {rec['where']}"
+        )
     if missing:
         names = ", ".join(str(r) for r in missing)
-        lines.append(f"  rank {names}: no summary within {wait_s:g} s (still running, killed, or "
-                     f"on another node: set {ENV_DIR} to a shared directory)")  # fmt: skip
+        lines.append(
+            f"  rank {names}: no summary within {wait_s:g} s (still running, killed, or "
+            f"on another node: set {ENV_DIR} to a shared directory)"
+        )
     table = summary_table(
         [m for _, _, ms in runs for m in ms],
         header="\n".join(lines),

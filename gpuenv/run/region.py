@@ -80,8 +80,11 @@ def parse_line(line: str) -> Edge | None:
     try:
         if parts[0] == "l" and len(parts) >= 4:  # its 4th field is JSON, not a time
             meta = json.loads(line.rstrip("\n").split(" ", 3)[3])
-            return Edge("l", int(parts[1]), int(parts[2]), 0.0, None, meta) \
-                if isinstance(meta, dict) else None
+            return (
+                Edge("l", int(parts[1]), int(parts[2]), 0.0, None, meta)
+                if isinstance(meta, dict)
+                else None
+            )
         t = float(parts[3]) if len(parts) >= 4 else math.nan
         if not (math.isfinite(t) and t >= 0):  # a nan time cost the run its summary
             return None
@@ -97,8 +100,10 @@ def parse_line(line: str) -> Edge | None:
 def meta_line(pid: int, rid: int, meta: Mapping[str, Any]) -> str:
     """The "l" line of `meta` for region `rid`: only its "site" and "kind" when the whole
     would not fit in MAX_META (a call stays a call), "" when not even those do."""
-    if len(meta) == 1 and type(meta.get("returned_s")) is float and math.isfinite(
-        meta["returned_s"]
+    if (
+        len(meta) == 1
+        and type(meta.get("returned_s")) is float
+        and math.isfinite(meta["returned_s"])
     ):  # the usual end facts: repr is JSON for a finite float, and 10x cheaper
         return f'l {pid} {rid} {{"returned_s":{meta["returned_s"]!r}}}\n'
     key = (meta.get("kind"), meta.get("site")) if len(meta) == 2 else None

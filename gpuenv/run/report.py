@@ -30,8 +30,10 @@ MAX_REP_WINDOWS = 1_000  # per-rep windows stored in the results file (findings 
 # tools that warm up before they measure: a call that starts on an idle GPU is no warm-up
 # problem of the number it returns (triton's do_bench runs ~25 ms of calls first, a torch
 # Timer a hundredth of its calls or its block-size estimate); pytest-benchmark does not
-WARMED_BY_TOOL = {"do_bench": "do_bench warms up before the reps it returns",
-                  "timer": "the Timer warms up before it measures"}
+WARMED_BY_TOOL = {
+    "do_bench": "do_bench warms up before the reps it returns",
+    "timer": "the Timer warms up before it measures",
+}
 
 
 def _demote_cold_start(findings: list[Finding]) -> list[Finding]:
@@ -40,9 +42,10 @@ def _demote_cold_start(findings: list[Finding]) -> list[Finding]:
     for f in findings:
         if f.kind == "warmup_ramp" and f.severity != "info":
             f = dataclasses.replace(
-                f, severity="info",
+                f,
+                severity="info",
                 message=f"{f.message} (expected: a command starts with the GPU idle)",
-            )  # fmt: skip
+            )
         out.append(f)
     return out
 
@@ -97,9 +100,19 @@ def build_measurements(
         if incomplete:
             extra["incomplete_reps"] = incomplete
         why = WARMED_BY_TOOL.get(str(extra.get("kind"))) if isinstance(key, int) else None
-        out.append(_measurement(name, reps, gpus, facts, policy, config, wall_at, extra=extra,
-                                amend=functools.partial(_warmed_by_tool, why=why, extra=extra)
-                                if why else None))  # fmt: skip
+        out.append(
+            _measurement(
+                name,
+                reps,
+                gpus,
+                facts,
+                policy,
+                config,
+                wall_at,
+                extra=extra,
+                amend=functools.partial(_warmed_by_tool, why=why, extra=extra) if why else None,
+            )
+        )
     return out
 
 
@@ -156,16 +169,31 @@ def _measurement(
     if not keep:
         extra = {**extra, "rep_windows_omitted": len(reps)}
     return judge(
-        name, times, Evidence.given(windows, gpus), facts=facts, config=config, policy=policy,
-        amend=_demote_cold_start if run_level else amend, raise_if_too_few=False,
-        summary_windows=summary, keep_rep_windows=keep, timer="host",
-        started_at=wall_at(reps[0].t0), extra=extra,
-    )  # fmt: skip
+        name,
+        times,
+        Evidence.given(windows, gpus),
+        facts=facts,
+        config=config,
+        policy=policy,
+        amend=_demote_cold_start if run_level else amend,
+        raise_if_too_few=False,
+        summary_windows=summary,
+        keep_rep_windows=keep,
+        timer="host",
+        started_at=wall_at(reps[0].t0),
+        extra=extra,
+    )
 
 
 # the time-under-reason counters the summary table shows (gpuenv.reasons.COUNTERS)
-_TABLE_COUNTERS = ("power", "thermal", "sync_boost", "board_limit", "low_utilization",
-                   "reliability")
+_TABLE_COUNTERS = (
+    "power",
+    "thermal",
+    "sync_boost",
+    "board_limit",
+    "low_utilization",
+    "reliability",
+)
 
 
 def fmt_time(seconds: float | None) -> str:
@@ -204,9 +232,19 @@ def summary_table(
     verdicts and median), their flagged ones named below; `verbose` adds a row per call.
     `ranks` (one per measurement) adds a rank column: the table of all ranks of a job."""
     multi = len({g for m in measurements for g in m.gpus}) > 1
-    cols = [*(["rank"] if ranks is not None else []), "region", *(["gpu"] if multi else []),
-            "reps", "time", "SM MHz", "power", "energy", "temp C", "time under",
-            "verdict"]  # fmt: skip
+    cols = [
+        *(["rank"] if ranks is not None else []),
+        "region",
+        *(["gpu"] if multi else []),
+        "reps",
+        "time",
+        "SM MHz",
+        "power",
+        "energy",
+        "temp C",
+        "time under",
+        "verdict",
+    ]
     sites: dict[tuple[int | None, str], list[Measurement]] = {}
     for i, m in enumerate(measurements):
         site = _site(m)
@@ -287,15 +325,17 @@ def _site_rows(
 ) -> list[list[str]]:
     """One site's row: its calls, the median of what they returned (do_bench's time, a
     Timer's median) or else of their durations, their telemetry merged (display only)."""
-    returned = [c.extra["returned_s"] for c in calls
-                if isinstance(c.extra.get("returned_s"), (int, float))]  # fmt: skip
+    returned = [
+        c.extra["returned_s"] for c in calls if isinstance(c.extra.get("returned_s"), (int, float))
+    ]
     if returned:
         when = f"med {fmt_time(statistics.median(returned))} returned"
     else:
         when = f"med {fmt_time(statistics.median(t for c in calls for t in c.times_s[:1]))}"
     gpus = sorted({w.gpu for c in calls for w in c.summary_windows})
-    windows = [merge_windows([w for c in calls for w in c.summary_windows if w.gpu == g])
-               for g in gpus]  # fmt: skip
+    windows = [
+        merge_windows([w for c in calls for w in c.summary_windows if w.gpu == g]) for g in gpus
+    ]
     count = Counter(c.verdict for c in calls)
     verdict = ", ".join(f"{count[v]} {v}" for v in ("ok", "annotated", "rejected") if count[v])
     return _per_gpu(windows, site, rank, multi, [f"{len(calls)} calls", when], verdict)
@@ -326,9 +366,11 @@ def _flagged(site: str, calls: Sequence[Measurement], who: str) -> list[str]:
     rest = flagged[MAX_FLAGGED:]
     if rest:
         kinds = Counter(f.kind for c in rest for f in c.findings)
-        lines.append(f"    ... and {len(rest)} more ("
-                     + ", ".join(f"{k} {n}" for k, n in kinds.most_common())
-                     + "): gpuenv run -v names every call")  # fmt: skip
+        lines.append(
+            f"    ... and {len(rest)} more ("
+            + ", ".join(f"{k} {n}" for k, n in kinds.most_common())
+            + "): gpuenv run -v names every call"
+        )
     return lines
 
 

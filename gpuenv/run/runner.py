@@ -250,8 +250,14 @@ class Runner:
         store = self._store(lock)
         # a thread unless GPUENV_SAMPLER says: the command is another process already
         mode = None if os.environ.get("GPUENV_SAMPLER", "").strip() else "thread"
-        sampler = Sampler(self.backend, self.gpus, period=self.period, lock_ranges=ranges,
-                          own_pids=[os.getpid()], mode=mode)  # fmt: skip
+        sampler = Sampler(
+            self.backend,
+            self.gpus,
+            period=self.period,
+            lock_ranges=ranges,
+            own_pids=[os.getpid()],
+            mode=mode,
+        )
         tracker = RegionTracker()
         summariser = Summariser(sampler, self.gpus)
         r_fd, w_fd = os.pipe()
@@ -297,8 +303,11 @@ class Runner:
             if w_open:
                 os.close(w_fd)
         # thousands of regions take seconds to judge and write: a terminal is told so
-        with Progress(f"gpuenv run: judging {len(tracker.finished) + 1:,} regions",
-                      stream=self.stderr, show=False if self.quiet else None):  # fmt: skip
+        with Progress(
+            f"gpuenv run: judging {len(tracker.finished) + 1:,} regions",
+            stream=self.stderr,
+            show=False if self.quiet else None,
+        ):
             try:
                 run.t1 = t_end
                 tracker.close_all(t_end)
@@ -308,8 +317,15 @@ class Runner:
             wall0 = time.time() - time.monotonic()
             extra_run = self._run_extra(status, t_start, summariser, tracker, forwarded)
             measurements = build_measurements(
-                tracker.finished, run, gpus=self.gpus, facts=facts, policy=self.policy,
-                stable_clocks=lock is not None, wall_at=lambda t: wall0 + t, extra_run=extra_run)
+                tracker.finished,
+                run,
+                gpus=self.gpus,
+                facts=facts,
+                policy=self.policy,
+                stable_clocks=lock is not None,
+                wall_at=lambda t: wall0 + t,
+                extra_run=extra_run,
+            )
             if store is not None:
                 with store:
                     store.extend(measurements)
@@ -324,8 +340,13 @@ class Runner:
         if self.summary == "rank0" and rank is not None:
             from gpuenv.run.ranks import report_ranks
 
-            text = report_ranks(record, result.measurements, os.environ, started_wall=started_wall,
-                                verbose=self.verbose)  # fmt: skip
+            text = report_ranks(
+                record,
+                result.measurements,
+                os.environ,
+                started_wall=started_wall,
+                verbose=self.verbose,
+            )
         else:
             text = run_text(record, result.measurements, verbose=self.verbose)
         # perf_report tables' verdicts: the CSVs always, the grids with the table
@@ -351,7 +372,8 @@ class Runner:
         if self.output is None:
             return None
         meta = environment_metadata(
-            self.backend, self.gpus,
+            self.backend,
+            self.gpus,
             extra={
                 "tool": "gpuenv run",
                 "command": self.argv,

@@ -184,10 +184,17 @@ class Summariser:
         # one preparation of the samples for every interval (a few bisects each): a
         # command that ends 10,000 regions at once pays it once, not 10,000 times
         return summarize_many(
-            fast, slow, gaps, intervals, gpu=g, lock_range=sampler.lock_ranges.get(g),
-            lock_tolerance_mhz=sampler.lock_tolerance_mhz, own_pids=sampler.own_pids,
-            period=sampler.period, truncated=truncated,
-        )  # fmt: skip
+            fast,
+            slow,
+            gaps,
+            intervals,
+            gpu=g,
+            lock_range=sampler.lock_ranges.get(g),
+            lock_tolerance_mhz=sampler.lock_tolerance_mhz,
+            own_pids=sampler.own_pids,
+            period=sampler.period,
+            truncated=truncated,
+        )
 
     def flush(self, safe_t: float, regions: Sequence[Region], *, final: bool = False) -> None:
         """Summarise finished regions that end before `safe_t` (all when final) and chunk

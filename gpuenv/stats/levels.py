@@ -67,13 +67,20 @@ class Levels:
         """Of `values` (the series it was found in), how many lie nearer each level."""
         mid = (self.first + self.second) / 2
         above = sum(1 for v in values if v > mid)
-        return (len(values) - above, above) if self.second >= self.first else (
-            above, len(values) - above)
+        return (
+            (len(values) - above, above)
+            if self.second >= self.first
+            else (above, len(values) - above)
+        )
 
     def details(self, values: Sequence[float], offset: int = 0) -> dict[str, Any]:
         """The numbers behind `describe`, for a finding's details (rep indices + offset)."""
-        out: dict[str, Any] = {"shape": self.shape, "first_s": self.first,
-                               "second_s": self.second, "rel": self.rel}  # fmt: skip
+        out: dict[str, Any] = {
+            "shape": self.shape,
+            "first_s": self.first,
+            "second_s": self.second,
+            "rel": self.rel,
+        }
         if self.shape == "split":
             out["low_reps"], out["high_reps"] = self.counts(values)
         if self.at is not None:
@@ -85,17 +92,23 @@ class Levels:
         a, b, n = fmt_s(self.first), fmt_s(self.second), len(values)
         if self.shape == "split":
             lo, hi = self.counts(values)
-            return (f"the reps split into two levels, {a} ({lo} reps) and {b} ({hi} reps), "
-                    f"{abs(self.rel):.1%} apart: the median stands for neither; look for what "
-                    "alternates (the kernel chosen, where memory lands, a graph's capture)")
+            return (
+                f"the reps split into two levels, {a} ({lo} reps) and {b} ({hi} reps), "
+                f"{abs(self.rel):.1%} apart: the median stands for neither; look for what "
+                "alternates (the kernel chosen, where memory lands, a graph's capture)"
+            )
         if self.shape == "step":
-            how = (f"stepped from {a} to {b} ({self.rel:+.1%}) at rep "
-                   f"{offset + (self.at or 0)} of {offset + n}")
+            how = (
+                f"stepped from {a} to {b} ({self.rel:+.1%}) at rep "
+                f"{offset + (self.at or 0)} of {offset + n}"
+            )
         else:
             how = f"drifted from {a} to {b} ({self.rel:+.1%}) over {n} reps"
-        return (f"the reps {how}: something changed while they ran (the GPU's clock under "
-                "the power cap or heat, another process, the host); the median mixes both "
-                "levels")
+        return (
+            f"the reps {how}: something changed while they ran (the GPU's clock under "
+            "the power cap or heat, another process, the host); the median mixes both "
+            "levels"
+        )
 
 
 def levels(values: Sequence[float], *, min_rel: float = 0.02) -> Levels | None:
@@ -115,8 +128,9 @@ def levels(values: Sequence[float], *, min_rel: float = 0.02) -> Levels | None:
     return _split(xs, max(SPLIT_MIN_SIDE, math.ceil(SPLIT_MIN_SHARE * n)), min_rel)
 
 
-def slow_head(times: Sequence[float], *, rel: float, mad_k: float,
-              min_reps: int) -> tuple[list[int], float | None]:  # fmt: skip
+def slow_head(
+    times: Sequence[float], *, rel: float, mad_k: float, min_reps: int
+) -> tuple[list[int], float | None]:
     """The leading reps slower than the settled median (that of the last half) by more than
     `rel` of it and `mad_k` median absolute deviations (a warmup ramp), and that median."""
     if len(times) < min_reps:
@@ -204,8 +218,9 @@ def _split(xs: list[float], m: int, min_rel: float) -> Levels | None:
     # two modes leave an empty band between them, several times wider than either's IQR;
     # noise cut at its widest gap does not. A timer's resolution (values in steps) must not
     # pass for a narrow mode.
-    quantum = min((b - a for side in (lo, hi) for a, b in itertools.pairwise(side) if b > a),
-                  default=0.0)  # fmt: skip
+    quantum = min(
+        (b - a for side in (lo, hi) for a, b in itertools.pairwise(side) if b > a), default=0.0
+    )
     spread = max(_iqr_sorted(lo), _iqr_sorted(hi), 2 * quantum)
     if hi_med - lo_med <= min_rel * lo_med or best <= SPLIT_GAP_IQR * spread:
         return None
@@ -223,8 +238,9 @@ def _split(xs: list[float], m: int, min_rel: float) -> Levels | None:
 def _residual_step(blocks: list[float], step: Levels, n: int) -> float:
     k = len(blocks)
     at = (step.at or 0) * k / n
-    return math.fsum(abs(b - (step.first if i + 0.5 < at else step.second))
-                     for i, b in enumerate(blocks))  # fmt: skip
+    return math.fsum(
+        abs(b - (step.first if i + 0.5 < at else step.second)) for i, b in enumerate(blocks)
+    )
 
 
 def _line(blocks: list[float]) -> tuple[float, float]:

@@ -32,11 +32,16 @@ SUPPORTED_FIELDS: tuple[QueryField, ...] = (
     _named("pci.bus_id", "gpu_bus_id", "pci.bus_id"),
     _named("serial", "gpu_serial", "serial"),
     _named("uuid", "gpu_uuid", "uuid"),
-    QueryField(("memory", "mem"), "Memory clock of this supported pair.",
-               lambda r: r.pair[0], unit="MHz"),
-    QueryField(("graphics", "gr"), "Graphics (and SM) clock of this supported pair.",
-               lambda r: r.pair[1], unit="MHz"),
-)  # fmt: skip
+    QueryField(
+        ("memory", "mem"), "Memory clock of this supported pair.", lambda r: r.pair[0], unit="MHz"
+    ),
+    QueryField(
+        ("graphics", "gr"),
+        "Graphics (and SM) clock of this supported pair.",
+        lambda r: r.pair[1],
+        unit="MHz",
+    ),
+)
 
 
 def supported_reads(backend: Backend, gpus: Sequence[int]) -> tuple[list[GpuReads], list[str]]:
@@ -63,8 +68,13 @@ def supported_clocks(backend: Backend, gpus: Sequence[int]) -> dict[str, Any]:
     int, "graphics_mhz": [int, ...]}], "error": str | None}]}`, clocks descending."""
     out = []
     for index in gpus:
-        entry: dict[str, Any] = {"index": index, "uuid": None, "name": None, "clocks": [],
-                                 "error": None}  # fmt: skip
+        entry: dict[str, Any] = {
+            "index": index,
+            "uuid": None,
+            "name": None,
+            "clocks": [],
+            "error": None,
+        }
         try:
             info = backend.device_info(index)
             limits = backend.clock_limits(index)

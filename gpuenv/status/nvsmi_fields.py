@@ -46,8 +46,9 @@ def _watts(v: Any) -> str:
     return f"{float(v):.2f}"
 
 
-def _spec(names: str, help_: str, attr: str, unit: str | None = None,
-          show: Callable[[Any], str] = str) -> Spec:  # fmt: skip
+def _spec(
+    names: str, help_: str, attr: str, unit: str | None = None, show: Callable[[Any], str] = str
+) -> Spec:
     return (tuple(names.split()), help_, _detail(attr), unit, show)
 
 
@@ -84,96 +85,255 @@ DETAIL_SPECS: list[Spec] = [
     _spec("pci.device", "PCI device number, in hex.", "pci_device", show=_hex(2)),
     _spec("pci.device_id", "PCI vendor device id, in hex.", "pci_device_id", show=_hex(8)),
     _spec("pci.sub_device_id", "PCI Sub System id, in hex.", "pci_sub_device_id", show=_hex(8)),
-    _spec("pcie.link.gen.current", "The current PCIe link generation (drops while idle); "
-          "nvidia-smi calls it deprecated in favour of pcie.link.gen.gpucurrent.",
-          "pcie_gen_current", show=_num),
-    _spec("pcie.link.gen.gpucurrent", "The current PCIe link generation (drops while idle).",
-          "pcie_gen_current", show=_num),
-    _spec("pcie.link.gen.max", "The highest PCIe generation this GPU and this system allow.",
-          "pcie_gen_max", show=_num),
-    _spec("pcie.link.gen.gpumax", "The highest PCIe generation the GPU supports.",
-          "pcie_gen_gpu_max", show=_num),
-    _spec("pcie.link.width.current", "The current PCIe link width (lanes).",
-          "pcie_width_current", show=_num),
-    _spec("pcie.link.width.max", "The widest PCIe link this GPU and this system allow.",
-          "pcie_width_max", show=_num),
-    (("display_mode",), "Deprecated by nvidia-smi 580 for display_attached: prints its "
-     "deprecation notice, as nvidia-smi does.", lambda r: DEPRECATED, None, str),
-    _spec("display_attached", "Whether a physical display is connected: Yes or No.",
-          "display_mode", show=_yes),
-    _spec("display_active", "Whether a display is initialised on the GPU: Enabled or "
-          "Disabled.", "display_active", show=enabled),
-    _spec("accounting.mode", "Whether per-process accounting is on: Enabled or Disabled.",
-          "accounting_mode", show=enabled),
-    _spec("accounting.buffer_size", "How many processes the accounting buffer holds.",
-          "accounting_buffer_size", show=_num),
+    _spec(
+        "pcie.link.gen.current",
+        "The current PCIe link generation (drops while idle); "
+        "nvidia-smi calls it deprecated in favour of pcie.link.gen.gpucurrent.",
+        "pcie_gen_current",
+        show=_num,
+    ),
+    _spec(
+        "pcie.link.gen.gpucurrent",
+        "The current PCIe link generation (drops while idle).",
+        "pcie_gen_current",
+        show=_num,
+    ),
+    _spec(
+        "pcie.link.gen.max",
+        "The highest PCIe generation this GPU and this system allow.",
+        "pcie_gen_max",
+        show=_num,
+    ),
+    _spec(
+        "pcie.link.gen.gpumax",
+        "The highest PCIe generation the GPU supports.",
+        "pcie_gen_gpu_max",
+        show=_num,
+    ),
+    _spec(
+        "pcie.link.width.current",
+        "The current PCIe link width (lanes).",
+        "pcie_width_current",
+        show=_num,
+    ),
+    _spec(
+        "pcie.link.width.max",
+        "The widest PCIe link this GPU and this system allow.",
+        "pcie_width_max",
+        show=_num,
+    ),
+    (
+        ("display_mode",),
+        "Deprecated by nvidia-smi 580 for display_attached: prints its "
+        "deprecation notice, as nvidia-smi does.",
+        lambda r: DEPRECATED,
+        None,
+        str,
+    ),
+    _spec(
+        "display_attached",
+        "Whether a physical display is connected: Yes or No.",
+        "display_mode",
+        show=_yes,
+    ),
+    _spec(
+        "display_active",
+        "Whether a display is initialised on the GPU: Enabled or Disabled.",
+        "display_active",
+        show=enabled,
+    ),
+    _spec(
+        "accounting.mode",
+        "Whether per-process accounting is on: Enabled or Disabled.",
+        "accounting_mode",
+        show=enabled,
+    ),
+    _spec(
+        "accounting.buffer_size",
+        "How many processes the accounting buffer holds.",
+        "accounting_buffer_size",
+        show=_num,
+    ),
     _spec("vbios_version", "The BIOS of the GPU board.", "vbios_version"),
     _spec("inforom.img inforom.image", "Version of the infoROM image.", "inforom_image"),
     _spec("inforom.oem", "infoROM version of the OEM configuration data.", "inforom_oem"),
     _spec("inforom.ecc", "infoROM version of the ECC recording data.", "inforom_ecc"),
-    _spec("inforom.pwr inforom.power", "infoROM version of the power management data.",
-          "inforom_power"),
-    _spec("fan.speed", "The intended fan speed, in percent of its maximum; [N/A] on boards "
-          "cooled by the chassis (SXM).", "fan_pct", unit="%", show=_num),
-    _spec("memory.reserved", "Memory reserved by the driver and firmware.",
-          "memory_reserved_mib", unit="MiB", show=_num),
-    _spec("memory.free", "Memory free (total - reserved - used).", "memory_free_mib",
-          unit="MiB", show=_num),
-    _spec("compute_mode", "Whether one or many compute contexts may run: Default, "
-          "Exclusive_Thread, Prohibited or Exclusive_Process.", "compute_mode",
-          show=lambda v: COMPUTE_MODES.get(int(v), f"Unknown({int(v)})")),
-    _spec("utilization.encoder", "Percent of time the encoder engine was busy over the "
-          "driver's last sample period.", "encoder_pct", unit="%", show=_num),
-    _spec("utilization.decoder", "Percent of time the decoder engine was busy.",
-          "decoder_pct", unit="%", show=_num),
-    _spec("utilization.jpeg", "Percent of time the JPEG engine was busy.", "jpeg_pct",
-          unit="%", show=_num),
-    _spec("utilization.ofa", "Percent of time the optical flow accelerator was busy.",
-          "ofa_pct", unit="%", show=_num),
-    _spec("encoder.stats.sessionCount", "Number of encoder sessions running.",
-          "encoder_sessions", show=_num),
-    _spec("encoder.stats.averageFps", "Average frames per second of all encoder sessions.",
-          "encoder_fps", show=_num),
-    _spec("encoder.stats.averageLatency", "Average latency of all encoder sessions, in us.",
-          "encoder_latency_us", show=_num),
-    _spec("ecc.mode.current", "The ECC mode now: Enabled or Disabled.", "ecc_current",
-          show=enabled),
-    _spec("ecc.mode.pending", "The ECC mode after the next reboot.", "ecc_pending",
-          show=enabled),
+    _spec(
+        "inforom.pwr inforom.power",
+        "infoROM version of the power management data.",
+        "inforom_power",
+    ),
+    _spec(
+        "fan.speed",
+        "The intended fan speed, in percent of its maximum; [N/A] on boards "
+        "cooled by the chassis (SXM).",
+        "fan_pct",
+        unit="%",
+        show=_num,
+    ),
+    _spec(
+        "memory.reserved",
+        "Memory reserved by the driver and firmware.",
+        "memory_reserved_mib",
+        unit="MiB",
+        show=_num,
+    ),
+    _spec(
+        "memory.free",
+        "Memory free (total - reserved - used).",
+        "memory_free_mib",
+        unit="MiB",
+        show=_num,
+    ),
+    _spec(
+        "compute_mode",
+        "Whether one or many compute contexts may run: Default, "
+        "Exclusive_Thread, Prohibited or Exclusive_Process.",
+        "compute_mode",
+        show=lambda v: COMPUTE_MODES.get(int(v), f"Unknown({int(v)})"),
+    ),
+    _spec(
+        "utilization.encoder",
+        "Percent of time the encoder engine was busy over the driver's last sample period.",
+        "encoder_pct",
+        unit="%",
+        show=_num,
+    ),
+    _spec(
+        "utilization.decoder",
+        "Percent of time the decoder engine was busy.",
+        "decoder_pct",
+        unit="%",
+        show=_num,
+    ),
+    _spec(
+        "utilization.jpeg",
+        "Percent of time the JPEG engine was busy.",
+        "jpeg_pct",
+        unit="%",
+        show=_num,
+    ),
+    _spec(
+        "utilization.ofa",
+        "Percent of time the optical flow accelerator was busy.",
+        "ofa_pct",
+        unit="%",
+        show=_num,
+    ),
+    _spec(
+        "encoder.stats.sessionCount",
+        "Number of encoder sessions running.",
+        "encoder_sessions",
+        show=_num,
+    ),
+    _spec(
+        "encoder.stats.averageFps",
+        "Average frames per second of all encoder sessions.",
+        "encoder_fps",
+        show=_num,
+    ),
+    _spec(
+        "encoder.stats.averageLatency",
+        "Average latency of all encoder sessions, in us.",
+        "encoder_latency_us",
+        show=_num,
+    ),
+    _spec(
+        "ecc.mode.current", "The ECC mode now: Enabled or Disabled.", "ecc_current", show=enabled
+    ),
+    _spec("ecc.mode.pending", "The ECC mode after the next reboot.", "ecc_pending", show=enabled),
     *_ecc_specs(),
-    _spec("retired_pages.single_bit_ecc.count retired_pages.sbe", "Device memory pages "
-          "retired after multiple single-bit ECC errors.", "retired_sbe", show=_num),
-    _spec("retired_pages.double_bit.count retired_pages.dbe", "Device memory pages retired "
-          "after a double-bit ECC error.", "retired_dbe", show=_num),
-    _spec("retired_pages.pending", "Whether pages wait to be retired at the next reboot: Yes "
-          "or No.", "retired_pending", show=_yes),
-    _spec("remapped_rows.correctable remapped_rows.sbe", "Rows remapped after correctable "
-          "errors.",
-          "remapped_correctable", show=_num),
-    _spec("remapped_rows.uncorrectable remapped_rows.dbe", "Rows remapped after "
-          "uncorrectable errors.",
-          "remapped_uncorrectable", show=_num),
-    _spec("remapped_rows.pending", "Whether a row remapping waits for a GPU reset: Yes or No.",
-          "remapped_pending", show=_yes),
-    _spec("remapped_rows.failure", "Whether a row remapping failed: Yes or No.",
-          "remapped_failure", show=_yes),
-    _spec("temperature.gpu.tlimit", "Degrees C below the GPU's throttle limit (T.Limit).",
-          "tlimit_c", show=_num),
-    _spec("power.management", "Whether power management is on: Enabled or Disabled.",
-          "power_management", show=enabled),
-    _spec("power.draw.average gpu.power.draw.average", "Average power draw of the board "
-          "over the last second, in watts.", "power_average_w", unit="W", show=_watts),
-    _spec("clocks.current.video clocks.video", "Current frequency of the video encoder/"
-          "decoder clock.", "video_mhz", unit="MHz", show=_num),
+    _spec(
+        "retired_pages.single_bit_ecc.count retired_pages.sbe",
+        "Device memory pages retired after multiple single-bit ECC errors.",
+        "retired_sbe",
+        show=_num,
+    ),
+    _spec(
+        "retired_pages.double_bit.count retired_pages.dbe",
+        "Device memory pages retired after a double-bit ECC error.",
+        "retired_dbe",
+        show=_num,
+    ),
+    _spec(
+        "retired_pages.pending",
+        "Whether pages wait to be retired at the next reboot: Yes or No.",
+        "retired_pending",
+        show=_yes,
+    ),
+    _spec(
+        "remapped_rows.correctable remapped_rows.sbe",
+        "Rows remapped after correctable errors.",
+        "remapped_correctable",
+        show=_num,
+    ),
+    _spec(
+        "remapped_rows.uncorrectable remapped_rows.dbe",
+        "Rows remapped after uncorrectable errors.",
+        "remapped_uncorrectable",
+        show=_num,
+    ),
+    _spec(
+        "remapped_rows.pending",
+        "Whether a row remapping waits for a GPU reset: Yes or No.",
+        "remapped_pending",
+        show=_yes,
+    ),
+    _spec(
+        "remapped_rows.failure",
+        "Whether a row remapping failed: Yes or No.",
+        "remapped_failure",
+        show=_yes,
+    ),
+    _spec(
+        "temperature.gpu.tlimit",
+        "Degrees C below the GPU's throttle limit (T.Limit).",
+        "tlimit_c",
+        show=_num,
+    ),
+    _spec(
+        "power.management",
+        "Whether power management is on: Enabled or Disabled.",
+        "power_management",
+        show=enabled,
+    ),
+    _spec(
+        "power.draw.average gpu.power.draw.average",
+        "Average power draw of the board over the last second, in watts.",
+        "power_average_w",
+        unit="W",
+        show=_watts,
+    ),
+    _spec(
+        "clocks.current.video clocks.video",
+        "Current frequency of the video encoder/decoder clock.",
+        "video_mhz",
+        unit="MHz",
+        show=_num,
+    ),
     # field ids 74 and 76 (gpuenv's read_slow counters "power" and "sync_boost"); nvidia-smi's
     # thermal ones (269-271) answer unrelated values on driver 580 (GPU_FACTS.md): not read
-    (("clocks_event_reasons_counters.sw_power_cap",), "Time the SW power cap has held the "
-     "clocks down since the driver loaded, in us.", _counter("power"), "us", _num),
-    (("clocks_event_reasons_counters.sync_boost",), "Time sync boost has held the clocks "
-     "down since the driver loaded, in us.", _counter("sync_boost"), "us", _num),
-    _spec("mig.mode.pending", "The MIG mode after the next GPU reset: Enabled or Disabled.",
-          "mig_pending", show=enabled),
-]  # fmt: skip
+    (
+        ("clocks_event_reasons_counters.sw_power_cap",),
+        "Time the SW power cap has held the clocks down since the driver loaded, in us.",
+        _counter("power"),
+        "us",
+        _num,
+    ),
+    (
+        ("clocks_event_reasons_counters.sync_boost",),
+        "Time sync boost has held the clocks down since the driver loaded, in us.",
+        _counter("sync_boost"),
+        "us",
+        _num,
+    ),
+    _spec(
+        "mig.mode.pending",
+        "The MIG mode after the next GPU reset: Enabled or Disabled.",
+        "mig_pending",
+        show=enabled,
+    ),
+]
 
 # nvidia-smi 580's names that gpuenv does not read: "[N/A]" on every GPU. "names [unit]"
 UNANSWERED: list[str] = """

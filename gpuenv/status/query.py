@@ -150,23 +150,50 @@ def _lock_state(r: GpuReads) -> str:
 
 
 _REASON_FIELDS = (
-    ("gpu_idle", Reason.GPU_IDLE, "Nothing is running on the GPU and the clocks are dropping "
-     "to Idle state."),
-    ("applications_clocks_setting", Reason.APP_CLOCKS, "GPU clocks are limited by the "
-     "applications clocks setting."),
-    ("sw_power_cap", Reason.SW_POWER_CAP, "SW Power Scaling algorithm is reducing the clocks "
-     "below requested clocks because the GPU is consuming too much power."),
-    ("hw_slowdown", Reason.HW_SLOWDOWN, "HW Slowdown (reducing the core clocks by a factor of "
-     "2 or more) is engaged (thermal or power brake)."),
-    ("hw_thermal_slowdown", Reason.HW_THERMAL, "HW Thermal Slowdown is engaged: the "
-     "temperature is too high."),
-    ("hw_power_brake_slowdown", Reason.HW_POWER_BRAKE, "HW Power Brake Slowdown is engaged "
-     "(External Power Brake Assertion, e.g. by the power supply)."),
-    ("sw_thermal_slowdown", Reason.SW_THERMAL, "SW Thermal capping is reducing clocks: the GPU "
-     "is hotter than its Max Operating Temp."),
-    ("sync_boost", Reason.SYNC_BOOST, "This GPU is in a Sync Boost group and runs at the "
-     "group's lowest possible clock."),
-)  # fmt: skip
+    (
+        "gpu_idle",
+        Reason.GPU_IDLE,
+        "Nothing is running on the GPU and the clocks are dropping to Idle state.",
+    ),
+    (
+        "applications_clocks_setting",
+        Reason.APP_CLOCKS,
+        "GPU clocks are limited by the applications clocks setting.",
+    ),
+    (
+        "sw_power_cap",
+        Reason.SW_POWER_CAP,
+        "SW Power Scaling algorithm is reducing the clocks "
+        "below requested clocks because the GPU is consuming too much power.",
+    ),
+    (
+        "hw_slowdown",
+        Reason.HW_SLOWDOWN,
+        "HW Slowdown (reducing the core clocks by a factor of "
+        "2 or more) is engaged (thermal or power brake).",
+    ),
+    (
+        "hw_thermal_slowdown",
+        Reason.HW_THERMAL,
+        "HW Thermal Slowdown is engaged: the temperature is too high.",
+    ),
+    (
+        "hw_power_brake_slowdown",
+        Reason.HW_POWER_BRAKE,
+        "HW Power Brake Slowdown is engaged "
+        "(External Power Brake Assertion, e.g. by the power supply).",
+    ),
+    (
+        "sw_thermal_slowdown",
+        Reason.SW_THERMAL,
+        "SW Thermal capping is reducing clocks: the GPU is hotter than its Max Operating Temp.",
+    ),
+    (
+        "sync_boost",
+        Reason.SYNC_BOOST,
+        "This GPU is in a Sync Boost group and runs at the group's lowest possible clock.",
+    ),
+)
 
 
 def _reason_fields() -> list[QueryField]:
@@ -213,104 +240,243 @@ def _app(r: GpuReads) -> Any:
 
 # nvidia-smi's fields that gpuenv reads itself, then gpuenv's own; FIELDS adds nvsmi_fields'.
 _OWN_FIELDS: tuple[QueryField, ...] = (
-    QueryField(("timestamp",), 'When the query was made, as "YYYY/MM/DD HH:MM:SS.msec".',
-               timestamp_text),
-    QueryField(("driver_version",), "The version of the installed NVIDIA display driver.",
-               lambda r: r.get("driver_version")),
-    QueryField(("count",), "The number of NVIDIA GPUs in the system.",
-               lambda r: r.get("device_count")),
-    QueryField(("name", "gpu_name"), "The official product name of the GPU.",
-               lambda r: r.get("device_info").name),
-    QueryField(("serial", "gpu_serial"), "The serial number printed on the board.",
-               lambda r: present(r.get("device_info").serial)),
-    QueryField(("uuid", "gpu_uuid"), "The globally unique immutable identifier of the GPU.",
-               lambda r: r.get("device_info").uuid),
-    QueryField(("pci.bus_id", "gpu_bus_id"), 'PCI bus id as "domain:bus:device.function".',
-               lambda r: r.get("device_info").pci_bus_id),
-    QueryField(("index",), "Zero based NVML index of the GPU (nvidia-smi's order).",
-               lambda r: r.index),
-    QueryField(("persistence_mode",), 'Whether persistence mode is on: "Enabled" or '
-               '"Disabled".', lambda r: r.get("persistence_mode"), show=enabled),
-    QueryField(("pstate",), "The performance state, P0 (maximum performance) to P12.",
-               lambda r: r.get("performance_state"), show=lambda v: f"P{v}"),
+    QueryField(
+        ("timestamp",), 'When the query was made, as "YYYY/MM/DD HH:MM:SS.msec".', timestamp_text
+    ),
+    QueryField(
+        ("driver_version",),
+        "The version of the installed NVIDIA display driver.",
+        lambda r: r.get("driver_version"),
+    ),
+    QueryField(
+        ("count",), "The number of NVIDIA GPUs in the system.", lambda r: r.get("device_count")
+    ),
+    QueryField(
+        ("name", "gpu_name"),
+        "The official product name of the GPU.",
+        lambda r: r.get("device_info").name,
+    ),
+    QueryField(
+        ("serial", "gpu_serial"),
+        "The serial number printed on the board.",
+        lambda r: present(r.get("device_info").serial),
+    ),
+    QueryField(
+        ("uuid", "gpu_uuid"),
+        "The globally unique immutable identifier of the GPU.",
+        lambda r: r.get("device_info").uuid,
+    ),
+    QueryField(
+        ("pci.bus_id", "gpu_bus_id"),
+        'PCI bus id as "domain:bus:device.function".',
+        lambda r: r.get("device_info").pci_bus_id,
+    ),
+    QueryField(
+        ("index",), "Zero based NVML index of the GPU (nvidia-smi's order).", lambda r: r.index
+    ),
+    QueryField(
+        ("persistence_mode",),
+        'Whether persistence mode is on: "Enabled" or "Disabled".',
+        lambda r: r.get("persistence_mode"),
+        show=enabled,
+    ),
+    QueryField(
+        ("pstate",),
+        "The performance state, P0 (maximum performance) to P12.",
+        lambda r: r.get("performance_state"),
+        show=lambda v: f"P{v}",
+    ),
     *_reason_fields(),
-    QueryField(("memory.total",), "Total installed GPU memory.",
-               lambda r: r.get("memory").total_mib, unit="MiB"),
-    QueryField(("memory.used",), "Total memory allocated by active contexts.",
-               lambda r: r.get("memory").used_mib, unit="MiB"),
-    QueryField(("compute_cap",), "The CUDA Compute Capability, as major.minor.",
-               lambda r: ".".join(map(str, present(r.get("device_info").compute_capability)))),
-    QueryField(("utilization.gpu",), "Percent of time over the past sample period during "
-               "which one or more kernels was executing on the GPU.",
-               lambda r: r.get("utilization")[0], unit="%"),
-    QueryField(("utilization.memory",), "Percent of time over the past sample period during "
-               "which device memory was being read or written.",
-               lambda r: r.get("utilization")[1], unit="%"),
-    QueryField(("temperature.gpu",), "Core GPU temperature, in degrees C.",
-               lambda r: r.get("read_fast").temp_c, show=_int),
-    QueryField(("temperature.memory",), "HBM memory temperature, in degrees C.",
-               lambda r: present(r.get("read_slow_cheap").mem_temp_c), show=_int),
-    QueryField(("power.draw",), "The last measured power draw of the board, in watts (a 1 s "
-               "average on Ampere and newer).", lambda r: r.get("read_fast").power_w, **_WATT),
-    QueryField(("power.draw.instant", "gpu.power.draw.instant"), "The last measured instant "
-               "power draw of the board, in watts.",
-               lambda r: present(r.get("read_fast").power_instant_w), **_WATT),
-    QueryField(("power.limit", "gpu.power.requested_limit"), "The software power limit, "
-               "in watts (nvidia-smi -pl).", lambda r: _power(r).limit_w, **_WATT),
-    QueryField(("enforced.power.limit", "gpu.power.current_limit"), "The power ceiling the "
-               "power management algorithm enforces, in watts (gpuenv reads the limit set: "
-               "they differ only when another limiter is lower).",
-               lambda r: _power(r).limit_w, **_WATT),
-    QueryField(("power.default_limit", "gpu.power.default_limit"), "The default power limit, "
-               "in watts.", lambda r: _power(r).default_w, **_WATT),
-    QueryField(("power.min_limit", "gpu.power.min_limit"), "The lowest power limit that can "
-               "be set, in watts.", lambda r: _power(r).min_w, **_WATT),
-    QueryField(("power.max_limit", "gpu.power.max_limit"), "The highest power limit that can "
-               "be set, in watts.", lambda r: _power(r).max_w, **_WATT),
-    QueryField(("clocks.current.graphics", "clocks.gr"), "Current frequency of the graphics "
-               "(shader) clock.", lambda r: r.get("read_fast").sm_mhz, **_CLOCK),
-    QueryField(("clocks.current.sm", "clocks.sm"), "Current frequency of the SM (Streaming "
-               "Multiprocessor) clock.", lambda r: r.get("read_fast").sm_mhz, **_CLOCK),
-    QueryField(("clocks.current.memory", "clocks.mem"), "Current frequency of the memory "
-               "clock.", lambda r: r.get("read_fast").mem_mhz, **_CLOCK),
-    QueryField(("clocks.applications.graphics", "clocks.applications.gr"), "Applications "
-               "clock of graphics (nvidia-smi -ac).", lambda r: _app(r).sm_mhz, **_CLOCK),
-    QueryField(("clocks.applications.memory", "clocks.applications.mem"), "Applications "
-               "clock of memory (nvidia-smi -ac).", lambda r: _app(r).mem_mhz, **_CLOCK),
-    QueryField(("clocks.default_applications.graphics", "clocks.default_applications.gr"),
-               "Default applications clock of graphics.",
-               lambda r: _lim(r).default_app_sm_mhz, **_CLOCK),
-    QueryField(("clocks.default_applications.memory", "clocks.default_applications.mem"),
-               "Default applications clock of memory.",
-               lambda r: _lim(r).default_app_mem_mhz, **_CLOCK),
-    QueryField(("clocks.max.graphics", "clocks.max.gr"), "Maximum frequency of the graphics "
-               "clock.", lambda r: _lim(r).max_sm_mhz, **_CLOCK),
-    QueryField(("clocks.max.sm",), "Maximum frequency of the SM clock.",
-               lambda r: _lim(r).max_sm_mhz, **_CLOCK),
-    QueryField(("clocks.max.memory", "clocks.max.mem"), "Maximum frequency of the memory "
-               "clock.", lambda r: _lim(r).max_mem_mhz, **_CLOCK),
-    QueryField(("mig.mode.current",), 'Whether MIG mode is on: "Enabled" or "Disabled".',
-               lambda r: present(r.get("device_info").mig_mode), show=enabled),
+    QueryField(
+        ("memory.total",),
+        "Total installed GPU memory.",
+        lambda r: r.get("memory").total_mib,
+        unit="MiB",
+    ),
+    QueryField(
+        ("memory.used",),
+        "Total memory allocated by active contexts.",
+        lambda r: r.get("memory").used_mib,
+        unit="MiB",
+    ),
+    QueryField(
+        ("compute_cap",),
+        "The CUDA Compute Capability, as major.minor.",
+        lambda r: ".".join(map(str, present(r.get("device_info").compute_capability))),
+    ),
+    QueryField(
+        ("utilization.gpu",),
+        "Percent of time over the past sample period during "
+        "which one or more kernels was executing on the GPU.",
+        lambda r: r.get("utilization")[0],
+        unit="%",
+    ),
+    QueryField(
+        ("utilization.memory",),
+        "Percent of time over the past sample period during "
+        "which device memory was being read or written.",
+        lambda r: r.get("utilization")[1],
+        unit="%",
+    ),
+    QueryField(
+        ("temperature.gpu",),
+        "Core GPU temperature, in degrees C.",
+        lambda r: r.get("read_fast").temp_c,
+        show=_int,
+    ),
+    QueryField(
+        ("temperature.memory",),
+        "HBM memory temperature, in degrees C.",
+        lambda r: present(r.get("read_slow_cheap").mem_temp_c),
+        show=_int,
+    ),
+    QueryField(
+        ("power.draw",),
+        "The last measured power draw of the board, in watts (a 1 s average on Ampere and newer).",
+        lambda r: r.get("read_fast").power_w,
+        **_WATT,
+    ),
+    QueryField(
+        ("power.draw.instant", "gpu.power.draw.instant"),
+        "The last measured instant power draw of the board, in watts.",
+        lambda r: present(r.get("read_fast").power_instant_w),
+        **_WATT,
+    ),
+    QueryField(
+        ("power.limit", "gpu.power.requested_limit"),
+        "The software power limit, in watts (nvidia-smi -pl).",
+        lambda r: _power(r).limit_w,
+        **_WATT,
+    ),
+    QueryField(
+        ("enforced.power.limit", "gpu.power.current_limit"),
+        "The power ceiling the "
+        "power management algorithm enforces, in watts (gpuenv reads the limit set: "
+        "they differ only when another limiter is lower).",
+        lambda r: _power(r).limit_w,
+        **_WATT,
+    ),
+    QueryField(
+        ("power.default_limit", "gpu.power.default_limit"),
+        "The default power limit, in watts.",
+        lambda r: _power(r).default_w,
+        **_WATT,
+    ),
+    QueryField(
+        ("power.min_limit", "gpu.power.min_limit"),
+        "The lowest power limit that can be set, in watts.",
+        lambda r: _power(r).min_w,
+        **_WATT,
+    ),
+    QueryField(
+        ("power.max_limit", "gpu.power.max_limit"),
+        "The highest power limit that can be set, in watts.",
+        lambda r: _power(r).max_w,
+        **_WATT,
+    ),
+    QueryField(
+        ("clocks.current.graphics", "clocks.gr"),
+        "Current frequency of the graphics (shader) clock.",
+        lambda r: r.get("read_fast").sm_mhz,
+        **_CLOCK,
+    ),
+    QueryField(
+        ("clocks.current.sm", "clocks.sm"),
+        "Current frequency of the SM (Streaming Multiprocessor) clock.",
+        lambda r: r.get("read_fast").sm_mhz,
+        **_CLOCK,
+    ),
+    QueryField(
+        ("clocks.current.memory", "clocks.mem"),
+        "Current frequency of the memory clock.",
+        lambda r: r.get("read_fast").mem_mhz,
+        **_CLOCK,
+    ),
+    QueryField(
+        ("clocks.applications.graphics", "clocks.applications.gr"),
+        "Applications clock of graphics (nvidia-smi -ac).",
+        lambda r: _app(r).sm_mhz,
+        **_CLOCK,
+    ),
+    QueryField(
+        ("clocks.applications.memory", "clocks.applications.mem"),
+        "Applications clock of memory (nvidia-smi -ac).",
+        lambda r: _app(r).mem_mhz,
+        **_CLOCK,
+    ),
+    QueryField(
+        ("clocks.default_applications.graphics", "clocks.default_applications.gr"),
+        "Default applications clock of graphics.",
+        lambda r: _lim(r).default_app_sm_mhz,
+        **_CLOCK,
+    ),
+    QueryField(
+        ("clocks.default_applications.memory", "clocks.default_applications.mem"),
+        "Default applications clock of memory.",
+        lambda r: _lim(r).default_app_mem_mhz,
+        **_CLOCK,
+    ),
+    QueryField(
+        ("clocks.max.graphics", "clocks.max.gr"),
+        "Maximum frequency of the graphics clock.",
+        lambda r: _lim(r).max_sm_mhz,
+        **_CLOCK,
+    ),
+    QueryField(
+        ("clocks.max.sm",),
+        "Maximum frequency of the SM clock.",
+        lambda r: _lim(r).max_sm_mhz,
+        **_CLOCK,
+    ),
+    QueryField(
+        ("clocks.max.memory", "clocks.max.mem"),
+        "Maximum frequency of the memory clock.",
+        lambda r: _lim(r).max_mem_mhz,
+        **_CLOCK,
+    ),
+    QueryField(
+        ("mig.mode.current",),
+        'Whether MIG mode is on: "Enabled" or "Disabled".',
+        lambda r: present(r.get("device_info").mig_mode),
+        show=enabled,
+    ),
     # gpuenv's own: what nvidia-smi cannot say (NVML has no getter for locked clocks)
-    QueryField(("gpuenv.lock",), "gpuenv's clock lock on the GPU: none, held, not held "
-               "(the SM clock is outside the locked range now), stale or unknown.",
-               _lock_state),
-    QueryField(("gpuenv.lock.sm",), "The SM clock range gpuenv locked, in MHz (\"1350\" or "
-               "\"1200-1350\"), or [N/A] when gpuenv holds no lock.", _lock_range),
-    QueryField(("gpuenv.reasons",), "The active clock event reasons in words, joined by "
-               "'|' (GpuIdle, SwPowerCap, ...), or None.",
-               lambda r: "|".join(reason_names(r.get("read_fast").reasons)) or "None"),
-    QueryField(("gpuenv.slowdown_temp",), "The temperature at which the GPU slows down (HW "
-               "slowdown threshold), in degrees C.",
-               lambda r: present(r.get("thresholds").slowdown_c), show=_int),
-)  # fmt: skip
+    QueryField(
+        ("gpuenv.lock",),
+        "gpuenv's clock lock on the GPU: none, held, not held "
+        "(the SM clock is outside the locked range now), stale or unknown.",
+        _lock_state,
+    ),
+    QueryField(
+        ("gpuenv.lock.sm",),
+        'The SM clock range gpuenv locked, in MHz ("1350" or '
+        '"1200-1350"), or [N/A] when gpuenv holds no lock.',
+        _lock_range,
+    ),
+    QueryField(
+        ("gpuenv.reasons",),
+        "The active clock event reasons in words, joined by "
+        "'|' (GpuIdle, SwPowerCap, ...), or None.",
+        lambda r: "|".join(reason_names(r.get("read_fast").reasons)) or "None",
+    ),
+    QueryField(
+        ("gpuenv.slowdown_temp",),
+        "The temperature at which the GPU slows down (HW slowdown threshold), in degrees C.",
+        lambda r: present(r.get("thresholds").slowdown_c),
+        show=_int,
+    ),
+)
 
 
 def _unanswered(line: str) -> QueryField:
-    """"names [unit]" of a field gpuenv does not read: [N/A] on every GPU."""
+    """ "names [unit]" of a field gpuenv does not read: [N/A] on every GPU."""
     names, _, unit = line.partition(" [")
-    return QueryField(tuple(names.split()), "Not read by gpuenv: always [N/A].",
-                      lambda r: None, unit=unit.rstrip("]") or None)  # fmt: skip
+    return QueryField(
+        tuple(names.split()),
+        "Not read by gpuenv: always [N/A].",
+        lambda r: None,
+        unit=unit.rstrip("]") or None,
+    )
 
 
 # Every field, in --help-query-gpu's order (nvidia-smi's), gpuenv's own last.
@@ -318,13 +484,15 @@ FIELDS: tuple[QueryField, ...] = tuple(
     sorted(
         (
             *_OWN_FIELDS,
-            *(QueryField(names, help_, read, unit, show)
-              for names, help_, read, unit, show in DETAIL_SPECS),
+            *(
+                QueryField(names, help_, read, unit, show)
+                for names, help_, read, unit, show in DETAIL_SPECS
+            ),
             *(_unanswered(line) for line in UNANSWERED),
         ),
         key=lambda f: order_key(f.name),
     )
-)  # fmt: skip
+)
 
 
 def field(name: str) -> QueryField:

@@ -42,8 +42,9 @@ def interval(loop_s: float | None, loop_ms: int | None) -> float | None:
         raise ConfigError("-l and -lms disagree", hint="give the period once: -l 1 or -lms 500")
     if loop_ms is not None:
         if loop_ms <= 0:
-            raise ConfigError(f"-lms {loop_ms} is not a positive number of milliseconds",
-                              hint="e.g. -lms 500")  # fmt: skip
+            raise ConfigError(
+                f"-lms {loop_ms} is not a positive number of milliseconds", hint="e.g. -lms 500"
+            )
         return loop_ms / 1000.0
     if loop_s is not None and loop_s <= 0:
         raise ConfigError(f"-l {loop_s:g} is not a positive number of seconds", hint="e.g. -l 1")

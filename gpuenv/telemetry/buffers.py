@@ -24,9 +24,17 @@ from gpuenv.telemetry.samples import FastRecord, Gap, Sample, SlowSample
 # t, gpu, energy_mj, counter names, counter values, mem_temp_c, other_pids, edge, value_t,
 # own_present: a SlowSample whose reason_ns dict is two tuples (a dict stays tracked)
 SlowRecord = tuple[
-    float, int, int | None, tuple[str, ...], tuple[int, ...], float | None, tuple[int, ...], bool,
-    float | None, bool | None,
-]  # fmt: skip
+    float,
+    int,
+    int | None,
+    tuple[str, ...],
+    tuple[int, ...],
+    float | None,
+    tuple[int, ...],
+    bool,
+    float | None,
+    bool | None,
+]
 GapRecord = tuple[float, int, str, str]  # a Gap's fields
 
 
@@ -67,8 +75,13 @@ class Buffers:
             self.fast_q[rec[1]].append(rec)
 
     def slow(
-        self, t: float, gpu: int, reading: SlowReading | None, pids: Iterable[int] | None,
-        edge: bool, value_t: float | None,
+        self,
+        t: float,
+        gpu: int,
+        reading: SlowReading | None,
+        pids: Iterable[int] | None,
+        edge: bool,
+        value_t: float | None,
     ) -> None:
         """One read: processes other than `own_pids` are the sample's `other_pids`."""
         others: tuple[int, ...] = ()
@@ -84,9 +97,17 @@ class Buffers:
             if names != self._names:
                 self._names = names
             rec = (
-                t, gpu, reading.energy_mj, self._names, tuple(reading.reason_ns.values()),
-                reading.mem_temp_c, others, edge, value_t, own,
-            )  # fmt: skip
+                t,
+                gpu,
+                reading.energy_mj,
+                self._names,
+                tuple(reading.reason_ns.values()),
+                reading.mem_temp_c,
+                others,
+                edge,
+                value_t,
+                own,
+            )
         with self.lock:
             self.slow_q[gpu].append(rec)
 
@@ -103,10 +124,12 @@ class Buffers:
         """The cheap samples of `gpus` in [lo, hi], GPU after GPU. `recent`: walk back from
         the newest (a trace's pull asks for the last second of a ring that holds minutes)."""
         with self.lock:
-            recs = [r for g in gpus
-                    for r in (_since(self.fast_q[g], lo, keep_before=1) if recent
-                              else self.fast_q[g])
-                    if lo <= r[0] <= hi]  # fmt: skip
+            recs = [
+                r
+                for g in gpus
+                for r in (_since(self.fast_q[g], lo, keep_before=1) if recent else self.fast_q[g])
+                if lo <= r[0] <= hi
+            ]
         return [Sample(*r) for r in recs]
 
     def slow_samples(self, gpus: Sequence[int], lo: float, hi: float) -> list[SlowSample]:
@@ -146,9 +169,11 @@ class Buffers:
             gaps = [r for r in self.gap_q if r[1] == gpu and r[0] >= lo - gap_margin]
             truncated = len(self.fast_q[gpu]) == self.capacity
         return WindowInputs(
-            [Sample(*r) for r in fast], [slow_sample(r) for r in slow], [Gap(*r) for r in gaps],
+            [Sample(*r) for r in fast],
+            [slow_sample(r) for r in slow],
+            [Gap(*r) for r in gaps],
             truncated,
-        )  # fmt: skip
+        )
 
 
 def _since(buf: deque[Any], t: float, keep_before: int) -> list[Any]:

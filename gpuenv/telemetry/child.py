@@ -39,8 +39,15 @@ class _RingSink:
     def fast(self, rec: FastRecord) -> None:
         self.shared.fast[self.slot[rec[1]]].put(*pack_fast(rec))
 
-    def slow(self, t: float, gpu: int, reading: SlowReading | None, pids: frozenset[int] | None,
-             edge: bool, value_t: float | None) -> None:
+    def slow(
+        self,
+        t: float,
+        gpu: int,
+        reading: SlowReading | None,
+        pids: frozenset[int] | None,
+        edge: bool,
+        value_t: float | None,
+    ) -> None:
         self.shared.slow[self.slot[gpu]].put(*pack_slow(t, reading, pids, edge, value_t))
 
     def gap(self, gap: Gap) -> None:
@@ -84,6 +91,7 @@ def _die_with_parent(parent: int, from_main_thread: bool) -> None:
     the parent is gone (a thread of a live parent ending is no reason to stop)."""
     sig = signal.SIGKILL
     if not from_main_thread:
+
         def on_signal(signum: int, frame: object) -> None:
             if os.getppid() != parent:
                 os._exit(0)
@@ -117,10 +125,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     gpus = [int(g) for g in config["gpus"]]
     reader = Reader(
-        backend, gpus, _RingSink(shared, gpus), clock=RealClock(), period=config["period"],
-        hurry_period=config["hurry_period"], slow_period=config["slow_period"],
+        backend,
+        gpus,
+        _RingSink(shared, gpus),
+        clock=RealClock(),
+        period=config["period"],
+        hurry_period=config["hurry_period"],
+        slow_period=config["slow_period"],
         process_period=config["process_period"],
-        energy_period=config["energy_period"], watch_processes=config["watch_processes"],
+        energy_period=config["energy_period"],
+        watch_processes=config["watch_processes"],
     )
     child = _Child(shared, reader, int(config["wake_fd"]))
     try:

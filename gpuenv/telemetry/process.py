@@ -67,8 +67,9 @@ class SamplerProcess:
     """The parent's handle on one sampler process: start it, wake it for edge reads, see
     whether it died, stop it. `Cursor`s read its rings."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], shared: Shared, wake_fd: int,
-                 gpus: Sequence[int]):
+    def __init__(
+        self, proc: subprocess.Popen[bytes], shared: Shared, wake_fd: int, gpus: Sequence[int]
+    ):
         self.proc = proc
         self.pid = proc.pid
         self.owner = os.getpid()  # a forked copy of the parent does not own it
@@ -84,7 +85,12 @@ class SamplerProcess:
 
     @classmethod
     def start(
-        cls, spec: dict[str, Any], gpus: Sequence[int], *, capacity: int, options: dict[str, Any],
+        cls,
+        spec: dict[str, Any],
+        gpus: Sequence[int],
+        *,
+        capacity: int,
+        options: dict[str, Any],
         ready_timeout_s: float = READY_TIMEOUT_S,
     ) -> SamplerProcess:
         """Spawn it and wait until its first reading is in the ring; SamplerError if not."""
@@ -98,13 +104,24 @@ class SamplerProcess:
         root = str(Path(gpuenv.__file__).resolve().parent.parent)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        config = {"spec": spec, "gpus": list(gpus), "parent": os.getpid(), "shm_fd": shm_fd,
-                  "wake_fd": read_fd, **options,
-                  "main_thread": threading.current_thread() is threading.main_thread()}
+        config = {
+            "spec": spec,
+            "gpus": list(gpus),
+            "parent": os.getpid(),
+            "shm_fd": shm_fd,
+            "wake_fd": read_fd,
+            **options,
+            "main_thread": threading.current_thread() is threading.main_thread(),
+        }
         cmd = [sys.executable, "-m", "gpuenv.telemetry.child", json.dumps(config)]
         try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    pass_fds=(shm_fd, read_fd), env=env)
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=(shm_fd, read_fd),
+                env=env,
+            )
         except OSError as err:
             os.close(write_fd)
             shared.close()
@@ -132,8 +149,7 @@ class SamplerProcess:
                 raise SamplerError(f"the sampler process did not start within {timeout_s:.0f} s")
             time.sleep(0.002)
         if self.shared.status == FAILED:
-            raise SamplerError(f"the sampler process could not read the GPU: "
-                               f"{self.shared.error}")
+            raise SamplerError(f"the sampler process could not read the GPU: {self.shared.error}")
 
     def request_edge(self) -> None:
         """Ask for an edge read: a counter in shared memory, and one wake-up byte if none

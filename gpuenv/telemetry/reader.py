@@ -59,8 +59,13 @@ class Sink(Protocol):
         ...
 
     def slow(
-        self, t: float, gpu: int, reading: SlowReading | None, pids: frozenset[int] | None,
-        edge: bool, value_t: float | None,
+        self,
+        t: float,
+        gpu: int,
+        reading: SlowReading | None,
+        pids: frozenset[int] | None,
+        edge: bool,
+        value_t: float | None,
     ) -> None:
         """A counter read (`reading`) and/or a process check (`pids`: every process on the
         GPU; None when not read)."""
@@ -142,9 +147,7 @@ class Reader:
         self._last_due = self.clock.now()
         self.tick(start=self.ticks == 0)
 
-    def run(
-        self, stopped: Callable[[], bool], wait: Callable[[float], None], edges: Edges
-    ) -> None:
+    def run(self, stopped: Callable[[], bool], wait: Callable[[float], None], edges: Edges) -> None:
         """Tick every period (the hurried one while `hurrying`) and serve edge reads until
         `stopped()`; `wait(s)` sleeps up to s seconds, returning early when woken (a new
         edge request, a hurry, or a stop)."""
@@ -191,10 +194,19 @@ class Reader:
                 continue
             finally:
                 self._timed("fast", w0, c0)
-            self.sink.fast((
-                t, g, r.sm_mhz, r.mem_mhz, r.power_w, r.temp_c, r.reasons,
-                r.driver_ts_us, r.power_instant_w,
-            ))  # fmt: skip
+            self.sink.fast(
+                (
+                    t,
+                    g,
+                    r.sm_mhz,
+                    r.mem_mhz,
+                    r.power_w,
+                    r.temp_c,
+                    r.reasons,
+                    r.driver_ts_us,
+                    r.power_instant_w,
+                )
+            )
         t = self.clock.now()
         if edge and not start:
             self._last_edge_t = t
@@ -210,12 +222,17 @@ class Reader:
         if procs:
             self._next_proc_t = _next_on_grid(self._next_proc_t, self.process_period, t)
         energy = t - self._last_energy_t >= self.energy_period - 1e-9 and (
-            edge or since_edge <= ACTIVE_PERIODS * self.energy_period)
+            edge or since_edge <= ACTIVE_PERIODS * self.energy_period
+        )
         if energy:
             self._last_energy_t = t
         if edge or counters or procs or energy:
-            self._read_slow(edge, counters=edge or counters or energy, energy=energy,
-                            procs=self.watch_processes and (edge or procs))
+            self._read_slow(
+                edge,
+                counters=edge or counters or energy,
+                energy=energy,
+                procs=self.watch_processes and (edge or procs),
+            )
 
     def _read_slow(self, edge: bool, *, counters: bool, energy: bool, procs: bool) -> None:
         for g in self.gpus:
@@ -228,8 +245,9 @@ class Reader:
                     r = self.backend.read_slow(g, energy=energy)
                 except NotSupported as err:
                     skip.add("read_slow")
-                    log.info("GPU %s: slow counters unavailable (%s); no energy or reason times",
-                             g, err)
+                    log.info(
+                        "GPU %s: slow counters unavailable (%s); no energy or reason times", g, err
+                    )
                 except Exception as err:
                     self.gap(t, g, "read_slow", err)
                 finally:

@@ -92,7 +92,7 @@ class Ring:
         off = self.base + (n % self.capacity) * self.slot
         payload = self.fmt.pack(*values)
         _U64.pack_into(self.buf, off, 2 * n + 1)
-        self.buf[off + _SLOT_HEAD: off + _SLOT_HEAD + len(payload)] = payload
+        self.buf[off + _SLOT_HEAD : off + _SLOT_HEAD + len(payload)] = payload
         _U32.pack_into(self.buf, off + 8, zlib.crc32(payload))
         _U64.pack_into(self.buf, off, 2 * n + 2)
         _U64.pack_into(self.buf, self.head_off, n + 1)
@@ -103,7 +103,7 @@ class Ring:
         want = 2 * n + 2
         if _U64.unpack_from(self.buf, off)[0] != want:
             return None
-        raw = self.buf[off + 8: off + _SLOT_HEAD + self.fmt.size]
+        raw = self.buf[off + 8 : off + _SLOT_HEAD + self.fmt.size]
         if _U64.unpack_from(self.buf, off)[0] != want:
             return None
         payload = raw[4:]
@@ -159,8 +159,21 @@ class Shared:
         except BaseException:
             os.close(fd)
             raise
-        _HEAD.pack_into(shared.buf, 0, MAGIC, n_gpus, capacity, shared.gaps.capacity,
-                        STARTING, 0, 0, 0, 0, 0.0, 0.0)
+        _HEAD.pack_into(
+            shared.buf,
+            0,
+            MAGIC,
+            n_gpus,
+            capacity,
+            shared.gaps.capacity,
+            STARTING,
+            0,
+            0,
+            0,
+            0,
+            0.0,
+            0.0,
+        )
         return shared, fd
 
     @classmethod
@@ -190,12 +203,12 @@ class Shared:
     def set_status(self, status: int, error: str = "") -> None:
         if error:
             text = error.encode("utf-8", "replace")[: _ERROR_SIZE - 1]
-            self.buf[_OFF_ERROR: _OFF_ERROR + _ERROR_SIZE] = text.ljust(_ERROR_SIZE, b"\0")
+            self.buf[_OFF_ERROR : _OFF_ERROR + _ERROR_SIZE] = text.ljust(_ERROR_SIZE, b"\0")
         _U32.pack_into(self.buf, _OFF_STATUS, status)
 
     @property
     def error(self) -> str:
-        raw = self.buf[_OFF_ERROR: _OFF_ERROR + _ERROR_SIZE]
+        raw = self.buf[_OFF_ERROR : _OFF_ERROR + _ERROR_SIZE]
         return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
     def edges_requested(self) -> int:
@@ -276,22 +289,38 @@ def pack_fast(rec: FastRecord) -> tuple[Any, ...]:
     """A cheap reading (a Sample's fields) as a ring record (the GPU is the ring's)."""
     t, _, sm, mem, power, temp, reasons, ts, inst = rec
     return (
-        t, sm, mem, power, temp, reasons, -1 if ts is None else ts,
+        t,
+        sm,
+        mem,
+        power,
+        temp,
+        reasons,
+        -1 if ts is None else ts,
         math.nan if inst is None else inst,
-    )  # fmt: skip
+    )
 
 
 def unpack_fast(rec: tuple[Any, ...], gpu: int) -> FastRecord:
     """`pack_fast` undone: `Sample(*unpack_fast(rec, gpu))` is the Sample."""
     t, sm, mem, power, temp, reasons, ts, inst = rec
     return (
-        t, gpu, sm, mem, power, temp, reasons, None if ts < 0 else ts,
+        t,
+        gpu,
+        sm,
+        mem,
+        power,
+        temp,
+        reasons,
+        None if ts < 0 else ts,
         None if math.isnan(inst) else inst,
-    )  # fmt: skip
+    )
 
 
 def pack_slow(
-    t: float, reading: SlowReading | None, pids: frozenset[int] | None, edge: bool,
+    t: float,
+    reading: SlowReading | None,
+    pids: frozenset[int] | None,
+    edge: bool,
     value_t: float | None,
 ) -> tuple[Any, ...]:
     flags = (_S_EDGE if edge else 0) | (_S_VALUE_T if value_t is not None else 0)
@@ -310,9 +339,16 @@ def pack_slow(
     if pids is not None:
         flags |= _S_PIDS
     return (
-        t, flags, energy, mem_temp, math.nan if value_t is None else value_t, len(kept),
-        *counters, *kept, *([0] * (MAX_PIDS - len(kept))),
-    )  # fmt: skip
+        t,
+        flags,
+        energy,
+        mem_temp,
+        math.nan if value_t is None else value_t,
+        len(kept),
+        *counters,
+        *kept,
+        *([0] * (MAX_PIDS - len(kept))),
+    )
 
 
 def unpack_slow(
@@ -320,7 +356,7 @@ def unpack_slow(
 ) -> tuple[float, SlowReading | None, frozenset[int] | None, bool, float | None]:
     """(t, reading, pids, edge, value_t): what `Sink.slow` takes."""
     t, flags, energy, mem_temp, value_t, npids = rec[:6]
-    counters = rec[6: 6 + _NC]
+    counters = rec[6 : 6 + _NC]
     reading = None
     if flags & _S_READING:
         reading = SlowReading(
@@ -328,7 +364,7 @@ def unpack_slow(
             {name: v for name, v in zip(COUNTER_NAMES, counters, strict=True) if v >= 0},
             mem_temp if flags & _S_MEMT else None,
         )
-    pids = frozenset(rec[6 + _NC: 6 + _NC + npids]) if flags & _S_PIDS else None
+    pids = frozenset(rec[6 + _NC : 6 + _NC + npids]) if flags & _S_PIDS else None
     return t, reading, pids, bool(flags & _S_EDGE), value_t if flags & _S_VALUE_T else None
 
 
@@ -339,4 +375,3 @@ def pack_gap(gap: Gap) -> tuple[Any, ...]:
 def unpack_gap(rec: tuple[Any, ...]) -> Gap:
     t, gpu, op, error = rec
     return Gap(t, gpu, op.rstrip(b"\0").decode(), error.rstrip(b"\0").decode("utf-8", "replace"))
-

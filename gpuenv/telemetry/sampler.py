@@ -145,11 +145,17 @@ class Sampler:
         self.mode, self.mode_reason = choose_mode(backend, self.clock, mode)
         self._buf = Buffers(self.gpus, capacity, self.own_pids)
         self._reader = Reader(
-            backend, self.gpus, self._buf, clock=self.clock, period=period,
-            hurry_period=self.hurry_period, slow_period=self.slow_period,
+            backend,
+            self.gpus,
+            self._buf,
+            clock=self.clock,
+            period=period,
+            hurry_period=self.hurry_period,
+            slow_period=self.slow_period,
             process_period=self.process_period,
-            energy_period=self.energy_period, watch_processes=watch_processes,
-        )  # fmt: skip
+            energy_period=self.energy_period,
+            watch_processes=watch_processes,
+        )
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._edge_requested = 0
@@ -211,11 +217,13 @@ class Sampler:
     def _start_process(self) -> bool:
         spec = self.backend.spec()
         options = {
-            "period": self.period, "hurry_period": self.hurry_period,
+            "period": self.period,
+            "hurry_period": self.hurry_period,
             "slow_period": self.slow_period,
-            "process_period": self.process_period, "energy_period": self.energy_period,
+            "process_period": self.process_period,
+            "energy_period": self.energy_period,
             "watch_processes": self.watch_processes,
-        }  # fmt: skip
+        }
         try:
             assert spec is not None
             proc = attach(spec, self.gpus, capacity=self.capacity, options=options)
@@ -238,8 +246,11 @@ class Sampler:
             self._timer.cancel()
         reader, now = self._reader, self.clock.now()
         call_every = self.clock.call_every  # type: ignore[attr-defined]
-        self._timer = call_every(reader.current_period(), reader.periodic_tick,
-                                 first_in=max(0.0, reader.next_due() - now))
+        self._timer = call_every(
+            reader.current_period(),
+            reader.periodic_tick,
+            first_in=max(0.0, reader.next_due() - now),
+        )
 
     @contextlib.contextmanager
     def hurry(self) -> Iterator[None]:
@@ -414,15 +425,24 @@ class Sampler:
         fast, slow, gaps, truncated = self.window_inputs(lo, g)
         rng = lock_range if lock_range is not None else self.lock_ranges.get(g)
         windows = summarize_many(
-            fast, slow, gaps, intervals, gpu=g, lock_range=rng,
-            lock_tolerance_mhz=self.lock_tolerance_mhz, own_pids=self.own_pids,
-            period=self.period, truncated=truncated,
-        )  # fmt: skip
+            fast,
+            slow,
+            gaps,
+            intervals,
+            gpu=g,
+            lock_range=rng,
+            lock_tolerance_mhz=self.lock_tolerance_mhz,
+            own_pids=self.own_pids,
+            period=self.period,
+            truncated=truncated,
+        )
         if self._died is None:
             return windows
         # the death gap lies inside any region it concerns: the region is marked a gap
-        return [dataclasses.replace(w, gap=True) if self._death_gap(g, w.t0, w.t1) else w
-                for w in windows]  # fmt: skip
+        return [
+            dataclasses.replace(w, gap=True) if self._death_gap(g, w.t0, w.t1) else w
+            for w in windows
+        ]
 
     def _death_gap(self, gpu: int, t0: float, t1: float) -> list[Gap]:
         """A region that ends after the sampler process died was not sampled to its end."""
@@ -467,4 +487,3 @@ class Sampler:
             if (last is not None and last >= t1) or self._died or time.monotonic() > deadline:
                 return
             time.sleep(0.001)
-

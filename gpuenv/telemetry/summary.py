@@ -54,10 +54,18 @@ def summarize(
     also counts for min/max, reasons and the end temperature.
     """
     return summarize_many(
-        fast, slow, gaps, [(t0, t1)], gpu=gpu, lock_range=lock_range,
-        lock_tolerance_mhz=lock_tolerance_mhz, own_pids=own_pids, period=period,
-        lag_s=lag_s, truncated=truncated,
-    )[0]  # fmt: skip
+        fast,
+        slow,
+        gaps,
+        [(t0, t1)],
+        gpu=gpu,
+        lock_range=lock_range,
+        lock_tolerance_mhz=lock_tolerance_mhz,
+        own_pids=own_pids,
+        period=period,
+        lag_s=lag_s,
+        truncated=truncated,
+    )[0]
 
 
 def summarize_many(
@@ -85,7 +93,8 @@ def summarize_many(
         if rng is not None:
             values["lock_range_mhz"] = rng
         gap = streams.gap_near(t0 - period, t1 + period) or (
-            truncated and (not fast or fast[0].t > t0))
+            truncated and (not fast or fast[0].t > t0)
+        )
         values.update(streams.from_counters(t0, t1, own))
         counted = streams.counter_energy_j(t0, t1) if t1 - t0 >= ENERGY_EXACT_MIN_S else None
         if counted is not None:
@@ -106,8 +115,9 @@ class _Streams:
     """One GPU's samples, prepared for summarising many regions: time arrays to bisect,
     the energy counter's changes, and each reason counter's points and end rate."""
 
-    def __init__(self, fast: Sequence[Sample], slow: Sequence[SlowSample], gaps: Sequence[Gap],
-                 lag_s: float):  # fmt: skip
+    def __init__(
+        self, fast: Sequence[Sample], slow: Sequence[SlowSample], gaps: Sequence[Gap], lag_s: float
+    ):
         self.fast, self.slow, self.lag_s = fast, slow, lag_s
         self.times = [s.t for s in fast]
         self.slow_t = [s.t for s in slow]
@@ -125,8 +135,9 @@ class _Streams:
         k = bisect.bisect_left(self.gap_t, lo)
         return k < len(self.gap_t) and self.gap_t[k] <= hi
 
-    def from_samples(self, t0: float, t1: float, lock_range: tuple[int, int] | None,
-                     lock_tolerance_mhz: float) -> dict[str, Any]:  # fmt: skip
+    def from_samples(
+        self, t0: float, t1: float, lock_range: tuple[int, int] | None, lock_tolerance_mhz: float
+    ) -> dict[str, Any]:
         """What the cheap samples say: the sample in force at t0 and those inside hold
         over the region; the reading just after it (within lag_s) covers it too."""
         fast, times = self.fast, self.times
@@ -136,8 +147,7 @@ class _Streams:
         key = (i0, i1, has_after)
         held = self._held.get(key)
         if held is None:  # consecutive reps between two ticks share their samples
-            held = self._held[key] = _Held(fast, i0, i1, has_after, lock_range,
-                                           lock_tolerance_mhz)  # fmt: skip
+            held = self._held[key] = _Held(fast, i0, i1, has_after, lock_range, lock_tolerance_mhz)
         return held.values(t0, t1)
 
     def from_counters(self, t0: float, t1: float, own: set[int]) -> dict[str, Any]:
@@ -218,7 +228,7 @@ class _Streams:
                 # up to the first at or past the read. The one in force at t0 was taken
                 # before the work began: held, it would count up to a tick (100 ms) of the
                 # work at the power before it
-                after = self.fast[i0:i1 + 1]
+                after = self.fast[i0 : i1 + 1]
                 fill += _weighted([_power(s) for s in after], _back_weights(after, a, b)) * (b - a)
                 continue
             held = ([self.fast[i0 - 1]] if i0 > 0 else []) + list(self.fast[i0:i1])
@@ -234,8 +244,15 @@ class _Held:
     sample in force at t0 and those inside hold over it (`held`); the reading just
     `after` it, if any, covers it too (see `summarize`)."""
 
-    def __init__(self, fast: Sequence[Sample], i0: int, i1: int, has_after: bool,
-                 lock_range: tuple[int, int] | None, lock_tolerance_mhz: float):  # fmt: skip
+    def __init__(
+        self,
+        fast: Sequence[Sample],
+        i0: int,
+        i1: int,
+        has_after: bool,
+        lock_range: tuple[int, int] | None,
+        lock_tolerance_mhz: float,
+    ):
         inside = list(fast[i0:i1])
         after = fast[i1] if has_after else None
         held = ([fast[i0 - 1]] if i0 > 0 else []) + inside
@@ -329,8 +346,9 @@ class _Counters:
             groups.setdefault(tuple(ts), []).append((key, vs, rate))
         self.groups = [(list(ts), ts[-1] + 2 * lag_s, members) for ts, members in groups.items()]
 
-    def reason_s(self, t0: float, t1: float,
-                 sampled_s: Callable[[float, float, str], float]) -> dict[str, float]:  # fmt: skip
+    def reason_s(
+        self, t0: float, t1: float, sampled_s: Callable[[float, float, str], float]
+    ) -> dict[str, float]:
         """Seconds under each counter over [t0, t1]; `sampled_s(a, b, key)`: the seconds
         of [a, b] the cheap samples show the counter's reasons (bounds extrapolation)."""
         got: dict[str, float] = {}
@@ -339,8 +357,9 @@ class _Counters:
             p0, p1 = _place(ts, until, t0), _place(ts, until, t1)
             if p0 is None or p1 is None:
                 continue
-            for (key, vs, _), a, b in zip(members, _at(ts, members, p0, t0),
-                                          _at(ts, members, p1, t1), strict=True):  # fmt: skip
+            for (key, vs, _), a, b in zip(
+                members, _at(ts, members, p0, t0), _at(ts, members, p1, t1), strict=True
+            ):
                 if p0 < 0:  # past the last point: grown no more than the samples show
                     a = min(a, vs[-1] + sampled_s(ts[-1], t0, key) * 1e9)
                 if p1 < 0:
@@ -359,8 +378,9 @@ def _place(ts: list[float], until: float, t: float) -> int | None:
     return -1 if t <= until else None
 
 
-def _at(ts: list[float], members: list[tuple[str, list[float], float]], k: int,
-        t: float) -> list[float]:  # fmt: skip
+def _at(
+    ts: list[float], members: list[tuple[str, list[float], float]], k: int, t: float
+) -> list[float]:
     """The counters' values at t, placed at k by `_place`: interpolated, or past the last
     point at the last interval's rate."""
     if k < 0:

@@ -79,8 +79,11 @@ class SampleLog:
         holds DEFAULT_CAPACITY samples per GPU (55 min at 100 ms): pull at least that often."""
         for g in self.points:
             since = self.upto.get(g, -math.inf)
-            new = [s for s in sampler.samples(None if since == -math.inf else since, None, g)
-                   if s.t > since]
+            new = [
+                s
+                for s in sampler.samples(None if since == -math.inf else since, None, g)
+                if s.t > since
+            ]
             if new:
                 self.add(new)
                 self.upto[g] = new[-1].t
@@ -92,7 +95,7 @@ class SampleLog:
     def after(self, gpu: int, t: float) -> list[Sample]:
         """The samples of `gpu` kept with a time after t."""
         pts = self.points.get(gpu, [])
-        return pts[bisect.bisect_right([p.t for p in pts], t):]
+        return pts[bisect.bisect_right([p.t for p in pts], t) :]
 
 
 class TracePieces:
@@ -102,8 +105,9 @@ class TracePieces:
     `t_ref`, the session's start), as the log kept them (module docstring for the bound).
     """
 
-    def __init__(self, sampler: Any, gpus: Sequence[int], t_ref: float,
-                 max_points: int | None = None):
+    def __init__(
+        self, sampler: Any, gpus: Sequence[int], t_ref: float, max_points: int | None = None
+    ):
         self.sampler = sampler
         self.gpus = list(gpus)
         self.t_ref = t_ref
@@ -130,8 +134,9 @@ class TracePieces:
         return {"trace": out[self.gpus[0]], "traces": {str(g): t for g, t in out.items()}}
 
 
-def written_bound(seconds: float, period: float = HURRY_PERIOD_S,
-                  max_points: int = MAX_POINTS) -> int:
+def written_bound(
+    seconds: float, period: float = HURRY_PERIOD_S, max_points: int = MAX_POINTS
+) -> int:
     """The most samples per GPU the pieces of a session `seconds` long add up to, its
     sampler ticking at most every `period` (default: the hurried tick, the fastest).
 
@@ -144,8 +149,9 @@ def written_bound(seconds: float, period: float = HURRY_PERIOD_S,
     return math.floor(max_points * (2 + math.log2(max(seconds, fill_s) / fill_s) / 2)) + 1
 
 
-def envelope(ts: Sequence[float], ys: Sequence[float],
-             slices: int) -> tuple[list[float], list[float]]:  # fmt: skip
+def envelope(
+    ts: Sequence[float], ys: Sequence[float], slices: int
+) -> tuple[list[float], list[float]]:
     """`ys` over `ts` in about 2 * `slices` points: each slice's lowest and highest sample in
     time order, so a one-sample spike is still drawn; a NaN (a break in the line) kept."""
     n = len(ts)

@@ -99,9 +99,7 @@ class Window:
         if timed:
             order = list(COUNTER_NAMES)
             timed.sort(key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
-            parts.append(
-                ", ".join(f"{_counter_label(k)} {fmt_s(v, 'short')}" for k, v in timed)
-            )
+            parts.append(", ".join(f"{_counter_label(k)} {fmt_s(v, 'short')}" for k, v in timed))
         if self.lock_held is not None:
             parts.append("lock held" if self.lock_held else "lock NOT held")
         if self.other_pids:

@@ -106,34 +106,66 @@ class BenchConfig:
         if self.reps is not None:
             self._set("reps", v.integer(self.reps, "reps", lo=1))
         if self.budget_s is not None:
-            v.number(self.budget_s, "budget_s", lo=0, lo_open=True, unit="seconds",
-                     hint="None (the default) measures for 10 s, or until reps= is done")
-        v.number(self.rel_ci, "rel_ci", lo=0, hi=1, lo_open=True, hi_open=True,
-                 hint="a fraction of the median: 0.01 stops at +-1%")  # fmt: skip
+            v.number(
+                self.budget_s,
+                "budget_s",
+                lo=0,
+                lo_open=True,
+                unit="seconds",
+                hint="None (the default) measures for 10 s, or until reps= is done",
+            )
+        v.number(
+            self.rel_ci,
+            "rel_ci",
+            lo=0,
+            hi=1,
+            lo_open=True,
+            hi_open=True,
+            hint="a fraction of the median: 0.01 stops at +-1%",
+        )
         self._set("min_reps", v.integer(self.min_reps, "min_reps", lo=1))
         self._set("max_reps", v.integer(self.max_reps, "max_reps", lo=1))
         v.ordered("min_reps", self.min_reps, "max_reps", self.max_reps)
         v.number(self.confidence, "confidence", lo=0, hi=1, lo_open=True, hi_open=True)
         if self.warmup != "auto":
-            self._set("warmup", v.integer(self.warmup, "warmup", lo=0,
-                                          hint="'auto' (the default) or a number of reps"))
+            self._set(
+                "warmup",
+                v.integer(
+                    self.warmup, "warmup", lo=0, hint="'auto' (the default) or a number of reps"
+                ),
+            )
         v.number(self.warmup_max_s, "warmup_max_s", lo=0, unit="seconds")
         self._set("warmup_max_reps", v.integer(self.warmup_max_reps, "warmup_max_reps", lo=0))
         for flag in ("flush_l2", "saturate", "burst_from_start", "probe_clock", "keep_trace"):
             v.boolean(getattr(self, flag), flag)
         if self.calls_per_rep != "auto":
-            self._set("calls_per_rep", v.integer(self.calls_per_rep, "calls_per_rep", lo=1,
-                                                 hint="'auto' (the default) or a count >= 1"))
+            self._set(
+                "calls_per_rep",
+                v.integer(
+                    self.calls_per_rep,
+                    "calls_per_rep",
+                    lo=1,
+                    hint="'auto' (the default) or a count >= 1",
+                ),
+            )
         if self.condition is not None and self.condition not in CONDITIONS:
             raise ConfigError(
                 f"unknown condition {self.condition!r}",
                 hint="use 'auto' (the default), 'burst', 'sustained' or 'none'",
             )
-        v.instance(self.conditioning, "conditioning", ConditionConfig,
-                   "a gpuenv.conditioning.ConditionConfig")  # fmt: skip
+        v.instance(
+            self.conditioning,
+            "conditioning",
+            ConditionConfig,
+            "a gpuenv.conditioning.ConditionConfig",
+        )
         if self.verdict_config is not None:
-            v.instance(self.verdict_config, "verdict_config", VerdictConfig,
-                       "a gpuenv.VerdictConfig (or None)")  # fmt: skip
+            v.instance(
+                self.verdict_config,
+                "verdict_config",
+                VerdictConfig,
+                "a gpuenv.VerdictConfig (or None)",
+            )
         if self.policy is not None:
             check_policy(self.policy)
 
@@ -156,8 +188,10 @@ class BenchConfig:
             cond = dataclasses.replace(cond, burst_s=burst_s)
         if "precondition_max_s" in settings:
             cond = dataclasses.replace(
-                cond, sustained_timeout_s=v.number(settings.pop("precondition_max_s"),
-                                                   "precondition_max_s", lo=0)
+                cond,
+                sustained_timeout_s=v.number(
+                    settings.pop("precondition_max_s"), "precondition_max_s", lo=0
+                ),
             )
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(settings) - known)
@@ -170,5 +204,11 @@ class BenchConfig:
         return dataclasses.replace(base, **settings)
 
 
-__all__ = ["BENCH_CONDITIONING", "CONDITIONS", "DEFAULT_BUDGET_S", "TINY_REP_S", "TINY_TARGET_S",
-           "BenchConfig"]
+__all__ = [
+    "BENCH_CONDITIONING",
+    "CONDITIONS",
+    "DEFAULT_BUDGET_S",
+    "TINY_REP_S",
+    "TINY_TARGET_S",
+    "BenchConfig",
+]

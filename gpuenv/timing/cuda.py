@@ -41,8 +41,10 @@ from gpuenv.timing.devices import CLOCK_PROBE_S, MODES, REP_PROBE_CYCLES, Device
 log = logging.getLogger(__name__)
 
 PROFILER_BATCH = 10  # profiled reps per torch.profiler session
-PROFILED_HOW = ("back to back, each call's time the device time of its kernels, copies and "
-                "memsets from CUPTI (torch.profiler: launch gaps left out)")
+PROFILED_HOW = (
+    "back to back, each call's time the device time of its kernels, copies and "
+    "memsets from CUPTI (torch.profiler: launch gaps left out)"
+)
 GRAPH_HOW = "in a CUDA graph (the gaps between its kernels, ~0.3 us each on an H100, counted)"
 PROFILER_MAX_REPS = 200
 PROBE_MAX_S = 2e-3  # past this much spin, fn is host-bound: its launch gaps are its time
@@ -260,9 +262,13 @@ def _tiny(dev: CudaEvents, fn: Callable[[], Any], calls: int) -> tuple[Device, s
     the events. Why CUPTI first (H100, GPU_FACTS.md "Tiny kernels"): a graph adds the gaps
     between its kernels and depends on the process's capture history; one call per event
     pair adds 3-5 us of launch and event overhead."""
-    kw: dict[str, Any] = {"flush_l2": dev.flush_l2, "saturate": dev.saturate,
-                          "device": dev.device, "clock": dev.clock,
-                          "flush_bytes": dev.flush_bytes_asked}
+    kw: dict[str, Any] = {
+        "flush_l2": dev.flush_l2,
+        "saturate": dev.saturate,
+        "device": dev.device,
+        "clock": dev.clock,
+        "flush_bytes": dev.flush_bytes_asked,
+    }
     try:  # CUPTI may be held by another profiler: a trial rep finds out, once a process
         profiled = CudaProfiler(batch=calls, **kw)
         profiled.prepare(fn)
@@ -455,24 +461,42 @@ def cupti_median_s(fn: Callable[[], Any], calls: int = 200, warmup: int = 30) ->
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    events = sorted((e for e in _trace_events(prof) if "spin_kernel" not in str(e.get("name"))),
-                    key=lambda e: float(e["ts"]))  # fmt: skip
+    events = sorted(
+        (e for e in _trace_events(prof) if "spin_kernel" not in str(e.get("name"))),
+        key=lambda e: float(e["ts"]),
+    )
     per_call, extra = divmod(len(events), calls)
     if per_call == 0 or extra:
-        raise GpuenvError(f"{len(events)} GPU activities in {calls} calls: fn does not launch "
-                          "the same work each call")  # fmt: skip
+        raise GpuenvError(
+            f"{len(events)} GPU activities in {calls} calls: fn does not launch "
+            "the same work each call"
+        )
     durations = [float(e.get("dur", 0.0)) for e in events]
-    return stats.median([sum(durations[i:i + per_call])
-                         for i in range(0, len(durations), per_call)]) / 1e6
+    return (
+        stats.median([sum(durations[i : i + per_call]) for i in range(0, len(durations), per_call)])
+        / 1e6
+    )
 
 
-def cuda_device(mode: str, *, flush_l2: bool = True, saturate: bool = True,
-                calls_per_rep: int | str = "auto", device: Any = None,
-                clock: Clock | None = None, flush_bytes: int | None = None) -> Device:
+def cuda_device(
+    mode: str,
+    *,
+    flush_l2: bool = True,
+    saturate: bool = True,
+    calls_per_rep: int | str = "auto",
+    device: Any = None,
+    clock: Clock | None = None,
+    flush_bytes: int | None = None,
+) -> Device:
     """The CUDA device for `mode` ("events", "graph", "profiler"); `flush_bytes`: the L2
     flush's size (default twice the device's L2)."""
-    kwargs: dict[str, Any] = {"flush_l2": flush_l2, "saturate": saturate, "device": device,
-                              "clock": clock, "flush_bytes": flush_bytes}
+    kwargs: dict[str, Any] = {
+        "flush_l2": flush_l2,
+        "saturate": saturate,
+        "device": device,
+        "clock": clock,
+        "flush_bytes": flush_bytes,
+    }
     if mode == "events":
         return CudaEvents(**kwargs)
     if mode == "graph":
@@ -496,5 +520,3 @@ def nvml_index_of_cuda(backend: Backend, device: Any = None) -> int:
     from gpuenv.devices import select_gpus
 
     return select_gpus(backend, f"cuda:{ordinal}")[0]
-
-

@@ -132,9 +132,16 @@ class SimDevice(ClockDevice):
 
     kind = "sim"
 
-    def __init__(self, backend: Any, gpu: int, *, rep_probe_cycles: float = REP_PROBE_CYCLES,
-                 flush_bytes: int = 0, rep_overhead_s: float = 0.0,
-                 batch: int = 1):  # fmt: skip
+    def __init__(
+        self,
+        backend: Any,
+        gpu: int,
+        *,
+        rep_probe_cycles: float = REP_PROBE_CYCLES,
+        flush_bytes: int = 0,
+        rep_overhead_s: float = 0.0,
+        batch: int = 1,
+    ):
         super().__init__(backend.clock, batch=batch)
         self.backend = backend
         self.gpu = gpu
@@ -144,8 +151,12 @@ class SimDevice(ClockDevice):
 
     def rep(self, fn: Callable[[], Any]) -> Rep:
         if self.flush_bytes:
-            self.backend.run_work(self.gpu, 0, power_intensity=0.3,
-                                  mem_cycles=self.flush_bytes / SIM_FLUSH_BYTES_PER_MEM_CYCLE)
+            self.backend.run_work(
+                self.gpu,
+                0,
+                power_intensity=0.3,
+                mem_cycles=self.flush_bytes / SIM_FLUSH_BYTES_PER_MEM_CYCLE,
+            )
         if self.rep_overhead_s:
             self.clock.sleep(self.rep_overhead_s)
         return super().rep(fn)
@@ -222,5 +233,3 @@ def sim_kernel(
 
     kernel.__name__ = f"sim_kernel_{seconds * 1e6:.0f}us"
     return kernel
-
-

@@ -109,8 +109,14 @@ class _Place:
         return self.device.clock
 
     @classmethod
-    def open(cls, cfg: BenchConfig, session: Any, backend: Backend | None, gpu: int | None,
-             device: Device | None) -> _Place:  # fmt: skip
+    def open(
+        cls,
+        cfg: BenchConfig,
+        session: Any,
+        backend: Backend | None,
+        gpu: int | None,
+        device: Device | None,
+    ) -> _Place:
         sampler = None
         gpus: list[int] = []
         if session is not None:
@@ -124,9 +130,13 @@ class _Place:
                 device = SimDevice(backend, gpu)
             else:
                 mode = "events" if cfg.mode == "auto" else cfg.mode
-                device = cuda_device(mode, flush_l2=cfg.flush_l2, saturate=cfg.saturate,
-                                     calls_per_rep=cfg.calls_per_rep,
-                                     clock=sampler.clock if sampler is not None else None)
+                device = cuda_device(
+                    mode,
+                    flush_l2=cfg.flush_l2,
+                    saturate=cfg.saturate,
+                    calls_per_rep=cfg.calls_per_rep,
+                    clock=sampler.clock if sampler is not None else None,
+                )
         if gpu is None and backend is not None and device.kind.startswith("cuda"):
             gpu = _safe(lambda: nvml_index_of_cuda(backend, getattr(device, "device", None)))
         if gpu is None:
@@ -143,21 +153,24 @@ class _Place:
             from gpuenv.telemetry import Sampler
 
             rng = facts[gpu].lock_range_mhz if gpu in facts else None
-            sampler = Sampler(backend, [gpu], clock=device.clock,
-                              lock_ranges={gpu: rng} if rng else None)
+            sampler = Sampler(
+                backend, [gpu], clock=device.clock, lock_ranges={gpu: rng} if rng else None
+            )
             sampler.start()
         condition, why = _choose_condition(cfg, session, facts.get(gpu), holds)
         policy = cfg.policy or getattr(session, "policy", None) or "annotate"
-        return cls(backend, gpu, sampler, own, device, facts, condition, why, policy, session,
-                   opened)
+        return cls(
+            backend, gpu, sampler, own, device, facts, condition, why, policy, session, opened
+        )
 
     def close(self) -> None:
         if self.own_sampler:
             self.sampler.stop()
 
 
-def _facts(session: Any, backend: Backend | None,
-           gpu: int) -> tuple[dict[int, GpuFacts], bool | None]:  # fmt: skip
+def _facts(
+    session: Any, backend: Backend | None, gpu: int
+) -> tuple[dict[int, GpuFacts], bool | None]:
     """The session's facts, else read now with the lock gpuenv holds on the GPU if any; and
     whether that lock holds now (None: no lock). The lock is read once."""
     holds = None
@@ -189,8 +202,9 @@ def _lock_now(backend: Backend, gpu: int) -> tuple[tuple[int, int] | None, bool 
     return (int(st.range[0]), int(st.range[1])), st.holds
 
 
-def _choose_condition(cfg: BenchConfig, session: Any, facts: GpuFacts | None,
-                      holds: bool | None) -> tuple[str, str]:  # fmt: skip
+def _choose_condition(
+    cfg: BenchConfig, session: Any, facts: GpuFacts | None, holds: bool | None
+) -> tuple[str, str]:
     """The condition to measure in, and why: the safe default unless one was asked for."""
     if cfg.condition not in (None, "auto"):
         return str(cfg.condition), "asked for"
@@ -200,8 +214,10 @@ def _choose_condition(cfg: BenchConfig, session: Any, facts: GpuFacts | None,
         if holds:
             return "none", f"clocks locked by gpuenv ({text}) and holding: measured as they are"
         if session is None or getattr(session, "mode", None) in (None, "burst"):
-            return "burst", (f"clocks locked by gpuenv ({text}) but not holding now: each "
-                             "burst starts once the clock is back inside the lock")
+            return "burst", (
+                f"clocks locked by gpuenv ({text}) but not holding now: each "
+                "burst starts once the clock is back inside the lock"
+            )
     if session is not None and getattr(session, "mode", None):
         return str(session.mode), "the session's mode"
     return "burst", "clocks not locked: each burst starts from the cool, uncapped state"
@@ -210,9 +226,16 @@ def _choose_condition(cfg: BenchConfig, session: Any, facts: GpuFacts | None,
 class _Run:
     """One bench: warmup, conditioning, reps, judging. The steps in the order they run."""
 
-    def __init__(self, cfg: BenchConfig, place: _Place, fn: Callable[[], Any], name: str,
-                 say: Callable[[str], None], verbose: bool,
-                 line: Progress | None = None):  # fmt: skip
+    def __init__(
+        self,
+        cfg: BenchConfig,
+        place: _Place,
+        fn: Callable[[], Any],
+        name: str,
+        say: Callable[[str], None],
+        verbose: bool,
+        line: Progress | None = None,
+    ):
         self.cfg, self.place, self.fn, self.name, self.say = cfg, place, fn, name, say
         self.verbose = verbose
         self.from_start = False  # the first burst began with bench (see _condition)
@@ -220,9 +243,11 @@ class _Run:
         self.device = place.device
         self.clock = place.clock
         self.extra: dict[str, Any] = {
-            "mode": cfg.mode, "condition": place.condition,
-            "condition_why": place.condition_why, "policy": place.policy,
-        }  # fmt: skip
+            "mode": cfg.mode,
+            "condition": place.condition,
+            "condition_why": place.condition_why,
+            "policy": place.policy,
+        }
 
     def mark(self) -> float:
         s = self.place.sampler
@@ -233,16 +258,28 @@ class _Run:
         t_begin, started_at = self.mark(), self.clock.wall()
         # a function warmed up before in this process needs only the clock's ramp
         known = memo.recall(self.fn, "warmed") is not None
-        warm = _warmup(self.device, self.fn, place.sampler, place.gpu, cfg.warmup,
-                       cfg.warmup_max_s, cfg.warmup_max_reps,
-                       WARMUP_KNOWN_WINDOW if known else WARMUP_WINDOW)  # fmt: skip
+        warm = _warmup(
+            self.device,
+            self.fn,
+            place.sampler,
+            place.gpu,
+            cfg.warmup,
+            cfg.warmup_max_s,
+            cfg.warmup_max_reps,
+            WARMUP_KNOWN_WINDOW if known else WARMUP_WINDOW,
+        )
         if warm.steady:
             memo.remember(self.fn, "warmed", warm.median_s)
-        self.extra.update(warmup_reps=warm.reps, warmup_s=warm.seconds,
-                          warmup_steady=warm.steady, warmup_known=known)
+        self.extra.update(
+            warmup_reps=warm.reps,
+            warmup_s=warm.seconds,
+            warmup_steady=warm.steady,
+            warmup_known=known,
+        )
         if not warm.steady:
-            self.say(f"{self.name}: warmup did not settle in {warm.seconds:.1f} s "
-                     f"({warm.reps} reps)")
+            self.say(
+                f"{self.name}: warmup did not settle in {warm.seconds:.1f} s ({warm.reps} reps)"
+            )
         if not self._tiny_switch(warm.median_s):
             self.device.prepare(self.fn)
         clock_before = self.device.probe_clock_mhz() if cfg.probe_clock else None
@@ -253,16 +290,23 @@ class _Run:
         # the power model (burst_power_tau_s: the drop-in) rests by the instant power of each
         # burst: the sampler ticks at its hurried period while such a measurement runs
         model = place.condition == "burst" and cfg.conditioning.burst_power_tau_s is not None
-        with place.sampler.hurry() if model and place.sampler is not None \
-                else contextlib.nullcontext():  # fmt: skip
+        with (
+            place.sampler.hurry()
+            if model and place.sampler is not None
+            else contextlib.nullcontext()
+        ):
             reps, stop = self._measure()
         self.mark()  # an edge read after the last rep: its window need not wait for one
         m = self._judge(reps, started_at)
         t_end = self.mark()
         clock_after = self.device.probe_clock_mhz() if cfg.probe_clock else None
-        self.extra.update(stop_reason=stop, measure_s=t_end - t_measure,
-                          clock_mhz_before=clock_before, clock_mhz_after=clock_after,
-                          **self.device.settings())
+        self.extra.update(
+            stop_reason=stop,
+            measure_s=t_end - t_measure,
+            clock_mhz_before=clock_before,
+            clock_mhz_after=clock_after,
+            **self.device.settings(),
+        )
         self.extra.update(_rep_stats(m, reps, cfg, stop, self._rule(), place, self.name))
         # a session's keep() gives the measurement its trace (the samples since the last
         # one kept), which would replace this one
@@ -279,24 +323,30 @@ class _Run:
         calls = max(1, min(1000, math.ceil(TINY_TARGET_S / max(call_s, 1e-7))))
         self.device, how = self.device.for_tiny(self.fn, calls)
         self.extra["tiny_kernel"] = {
-            "call_s": call_s, "threshold_s": TINY_REP_S, "calls_per_rep": calls,
-            "timer": self.device.kind, "method": how,
+            "call_s": call_s,
+            "threshold_s": TINY_REP_S,
+            "calls_per_rep": calls,
+            "timer": self.device.kind,
+            "method": how,
             "note": f"one call took {call_s * 1e6:.1f} us, under {TINY_REP_S * 1e6:.0f} us: "
-                    f"each rep is {calls} calls {how}; the time per call is their mean "
-                    "(calls after the first find fn's data in L2)",
-        }  # fmt: skip
+            f"each rep is {calls} calls {how}; the time per call is their mean "
+            "(calls after the first find fn's data in L2)",
+        }
         return True
 
     def _condition(self) -> None:
         place, cc = self.place, self.cfg.conditioning
         if place.condition == "sustained":
+
             def chunk(seconds: float) -> float:
                 return self.device.run_for(self.fn, seconds)
 
-            show = (lambda line, _settled: self.say(f"{self.name}: {line}")) \
-                if self.verbose else None
-            cond = conditioning.precondition(chunk, place.sampler, [place.gpu], self.clock,
-                                             config=cc, progress=show)
+            show = (
+                (lambda line, _settled: self.say(f"{self.name}: {line}")) if self.verbose else None
+            )
+            cond = conditioning.precondition(
+                chunk, place.sampler, [place.gpu], self.clock, config=cc, progress=show
+            )
             self.extra.update(cond.to_dict())
         elif place.condition == "burst":
             if place.session is not None and hasattr(place.session, "wait_until_recovered"):
@@ -313,7 +363,8 @@ class _Run:
                 # and shows in those samples)
                 lead = self.extra.get("warmup_s", 0.0) + self.cfg.burst_lead_s
                 self.from_start = self.cfg.burst_from_start or (
-                    cc.burst_wait == "seen" and lead <= cc.burst_s)
+                    cc.burst_wait == "seen" and lead <= cc.burst_s
+                )
                 self.extra["burst_from_start"] = self.from_start
                 since = place.opened - DRIVER_REFRESH_S if self.from_start else None
                 waited, ready = self._wait(since=since)
@@ -323,23 +374,32 @@ class _Run:
         place = self.place
         since = self.clock.now() if since is None else since
         waited, ready, _ = conditioning.wait_until_ready(
-            place.sampler, [place.gpu], self.clock, since=since, facts=place.facts,
-            config=self.cfg.conditioning, min_rest_s=min_rest_s,
-        )  # fmt: skip
+            place.sampler,
+            [place.gpu],
+            self.clock,
+            since=since,
+            facts=place.facts,
+            config=self.cfg.conditioning,
+            min_rest_s=min_rest_s,
+        )
         return waited, ready
 
     def _rule(self) -> stats.StopRule:
         cfg = self.cfg
         if cfg.budget_s is not None and cfg.budget_s <= 0:
             return stats.StopRule()
-        budget = cfg.budget_s if cfg.budget_s is not None else (
-            math.inf if cfg.reps else DEFAULT_BUDGET_S)
+        budget = (
+            cfg.budget_s
+            if cfg.budget_s is not None
+            else (math.inf if cfg.reps else DEFAULT_BUDGET_S)
+        )
         return stats.StopRule(
-            rel_ci=0.0 if cfg.reps is not None else cfg.rel_ci, budget_s=budget,
+            rel_ci=0.0 if cfg.reps is not None else cfg.rel_ci,
+            budget_s=budget,
             min_reps=cfg.reps if cfg.reps is not None else min(cfg.min_reps, cfg.max_reps),
             max_reps=cfg.reps if cfg.reps is not None else cfg.max_reps,
             confidence=cfg.confidence,
-        )  # fmt: skip
+        )
 
     def _measure(self) -> tuple[list[Rep], str]:
         """Reps until the stopping rule says stop; in burst mode, in bursts with rests
@@ -353,13 +413,19 @@ class _Run:
         bursts = None
         if place.condition == "burst":
             # from the start: the warmup was the first burst's beginning
-            lead = self.extra.get("warmup_s", 0.0) + self.cfg.burst_lead_s \
-                if self.from_start else 0.0
-            bursts = conditioning.Bursts(place.sampler, place.gpu, clock,
-                                         facts=place.facts.get(place.gpu),
-                                         config=self.cfg.conditioning, start=start,
-                                         burst_start=start - lead,
-                                         rested_s=self.extra.get("burst_first_wait_s", 0.0))
+            lead = (
+                self.extra.get("warmup_s", 0.0) + self.cfg.burst_lead_s if self.from_start else 0.0
+            )
+            bursts = conditioning.Bursts(
+                place.sampler,
+                place.gpu,
+                clock,
+                facts=place.facts.get(place.gpu),
+                config=self.cfg.conditioning,
+                start=start,
+                burst_start=start - lead,
+                rested_s=self.extra.get("burst_first_wait_s", 0.0),
+            )
         out: list[Rep] = []
         times: list[float] = []
         while True:
@@ -368,11 +434,16 @@ class _Run:
                 got = [r for r in got if not bursts.clock_fell(r.clock_mhz)]
             out.extend(got)
             times.extend(r.time_s for r in got)
-            counted = bursts.in_bursts_s() if bursts is not None and self.cfg.budget_in_bursts \
+            counted = (
+                bursts.in_bursts_s()
+                if bursts is not None and self.cfg.budget_in_bursts
                 else clock.now() - start
+            )
             reason = rule.check(times, counted) if times else None
-            self.line.update(f"gpuenv.bench {self.name}: {len(out)} reps, {counted:.1f} s" + (
-                f" of {rule.budget_s:g} s" if math.isfinite(rule.budget_s) else ""))
+            self.line.update(
+                f"gpuenv.bench {self.name}: {len(out)} reps, {counted:.1f} s"
+                + (f" of {rule.budget_s:g} s" if math.isfinite(rule.budget_s) else "")
+            )
             if reason is None and max_reps is not None and len(out) >= max_reps:
                 reason = "max_reps"
             if reason is not None:
@@ -386,8 +457,9 @@ class _Run:
     def _judge(self, reps: list[Rep], started_at: float) -> Any:
         place, cfg = self.place, self.cfg
         config = cfg.verdict_config or getattr(place.session, "config", None) or DEFAULT_CONFIG
-        if place.condition == "burst" or (place.condition == "none" and
-                                          place.facts.get(place.gpu, GpuFacts()).lock_range_mhz):
+        if place.condition == "burst" or (
+            place.condition == "none" and place.facts.get(place.gpu, GpuFacts()).lock_range_mhz
+        ):
             # the condition was chosen to keep these reasons out: seeing one is a warning
             config = dataclasses.replace(config, stable_clocks=True)
 
@@ -399,22 +471,43 @@ class _Run:
             return [(r.time_s, (r.t0, r.t1)) for r in redone]
 
         recover = self._wait if place.condition == "burst" else None
-        evidence = Evidence.sampled(place.sampler, [(r.t0, r.t1) for r in reps], [place.gpu]) \
-            if place.sampler is not None else Evidence.given([], [place.gpu])
+        evidence = (
+            Evidence.sampled(place.sampler, [(r.t0, r.t1) for r in reps], [place.gpu])
+            if place.sampler is not None
+            else Evidence.given([], [place.gpu])
+        )
         times = [r.time_s for r in reps]
         # one tiny call per event pair (mode "events", the drop-in): say what the number holds
-        tiny = [tiny_call(stats.median(times), TINY_REP_S, len(times), place.gpu)] \
-            if self.device.kind == "cuda_events" and getattr(self.device, "batch", 1) == 1 \
-            and stats.median(times) < TINY_REP_S else []  # fmt: skip
+        tiny = (
+            [tiny_call(stats.median(times), TINY_REP_S, len(times), place.gpu)]
+            if self.device.kind == "cuda_events"
+            and getattr(self.device, "batch", 1) == 1
+            and stats.median(times) < TINY_REP_S
+            else []
+        )
         return judge(
-            self.name, times, evidence, facts=place.facts, config=config,
-            policy=place.policy, retry=Retry(rerun, self.clock, recover),
-            timer=self.device.kind, started_at=started_at, extra_findings=tiny,
-        )  # fmt: skip
+            self.name,
+            times,
+            evidence,
+            facts=place.facts,
+            config=config,
+            policy=place.policy,
+            retry=Retry(rerun, self.clock, recover),
+            timer=self.device.kind,
+            started_at=started_at,
+            extra_findings=tiny,
+        )
 
 
-def _rep_stats(m: Any, reps: list[Rep], cfg: BenchConfig, stop: str, rule: stats.StopRule,
-               place: _Place, name: str) -> dict[str, Any]:  # fmt: skip
+def _rep_stats(
+    m: Any,
+    reps: list[Rep],
+    cfg: BenchConfig,
+    stop: str,
+    rule: stats.StopRule,
+    place: _Place,
+    name: str,
+) -> dict[str, Any]:
     """Statistics of the kept reps, effective clocks, and what makes the number weak."""
     extra: dict[str, Any] = {"confidence": cfg.confidence, "rel_ci_target": rule.rel_ci}
     rejected = set(m.rejected_reps)
@@ -424,8 +517,9 @@ def _rep_stats(m: Any, reps: list[Rep], cfg: BenchConfig, stop: str, rule: stats
     if not kept:
         return extra
     summary = stats.summarize([r.time_s for r in kept], cfg.confidence)
-    extra.update(summary=summary.to_dict(), ci_s=[summary.ci_lo, summary.ci_hi],
-                 rel_ci=summary.rel_ci)
+    extra.update(
+        summary=summary.to_dict(), ci_s=[summary.ci_lo, summary.ci_hi], rel_ci=summary.rel_ci
+    )
     facts = place.facts.get(place.gpu)
     ref_mhz = facts.max_sm_mhz if facts is not None and facts.max_sm_mhz else None
     if rep_clocks:
@@ -434,18 +528,25 @@ def _rep_stats(m: Any, reps: list[Rep], cfg: BenchConfig, stop: str, rule: stats
         # time x effective clock / reference clock: what the rep would take at the
         # reference clock. Meaningful for compute-bound kernels only.
         extra["time_at_ref_clock_s"] = stats.median(
-            [r.time_s * (r.clock_mhz or 0.0) / ref_mhz for r in kept])
+            [r.time_s * (r.clock_mhz or 0.0) / ref_mhz for r in kept]
+        )
         extra["ref_clock_mhz"] = ref_mhz
     warnings_ = []
     if summary.high_spread:
-        warnings_.append(f"high spread: IQR is {summary.rel_iqr:.1%} of the median "
-                         f"(over {stats.HIGH_SPREAD_REL_IQR:.0%})")
+        warnings_.append(
+            f"high spread: IQR is {summary.rel_iqr:.1%} of the median "
+            f"(over {stats.HIGH_SPREAD_REL_IQR:.0%})"
+        )
     if rule.rel_ci > 0 and stop != "converged" and summary.rel_ci > rule.rel_ci:
-        warnings_.append(f"the median's CI is +-{summary.rel_ci:.2%}, not within the "
-                         f"{rule.rel_ci:.2%} target ({stop})")
+        warnings_.append(
+            f"the median's CI is +-{summary.rel_ci:.2%}, not within the "
+            f"{rule.rel_ci:.2%} target ({stop})"
+        )
     elif rule.rel_ci > 0 and stop != "converged":
-        warnings_.append(f"only {summary.n} reps before the {stop} ran out (min_reps is "
-                         f"{rule.min_reps}): the CI of +-{summary.rel_ci:.2%} rests on few reps")
+        warnings_.append(
+            f"only {summary.n} reps before the {stop} ran out (min_reps is "
+            f"{rule.min_reps}): the CI of +-{summary.rel_ci:.2%} rests on few reps"
+        )
     if warnings_:
         extra["warnings"] = warnings_
         for w in warnings_:

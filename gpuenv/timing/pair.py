@@ -54,7 +54,7 @@ class Pair:
 
     @property
     def outcome(self) -> str:
-        """"faster" / "slower" (b against a) when the interval excludes 1, else "no change
+        """ "faster" / "slower" (b against a) when the interval excludes 1, else "no change
         shown"."""
         lo, hi = self.ci
         return "faster" if hi < 1.0 else "slower" if lo > 1.0 else "no change shown"
@@ -62,20 +62,25 @@ class Pair:
     def __str__(self) -> str:
         a, b = self.names
         lo, hi = self.ci
-        what = {"faster": f"{b} is {-self.change:.2%} faster than {a}",
-                "slower": f"{b} is {self.change:.2%} slower than {a}",
-                "no change shown": "no difference shown: the interval holds 1"}[self.outcome]
+        what = {
+            "faster": f"{b} is {-self.change:.2%} faster than {a}",
+            "slower": f"{b} is {self.change:.2%} slower than {a}",
+            "no change shown": "no difference shown: the interval holds 1",
+        }[self.outcome]
         meds = [stats.median([m.median_s for m in side]) for side in (self.a, self.b)]
-        text = (f"{b} / {a}: {self.ratio:.4f} ({self.confidence:.1%} CI {lo:.4f}-{hi:.4f}) "
-                f"over {len(self.ratios)} pairs, alternating: {what}\n"
-                f"  {a}: {fmt_s(meds[0])}, {b}: {fmt_s(meds[1])} (medians of the calls)")
+        text = (
+            f"{b} / {a}: {self.ratio:.4f} ({self.confidence:.1%} CI {lo:.4f}-{hi:.4f}) "
+            f"over {len(self.ratios)} pairs, alternating: {what}\n"
+            f"  {a}: {fmt_s(meds[0])}, {b}: {fmt_s(meds[1])} (medians of the calls)"
+        )
         if self.findings:
             text += f"\n  findings in some calls: {', '.join(self.findings)} (see .a and .b)"
         return text
 
 
-def pair_ratio(a_s: Sequence[float], b_s: Sequence[float],
-               confidence: float = 0.95) -> tuple[float, tuple[float, float], float]:  # fmt: skip
+def pair_ratio(
+    a_s: Sequence[float], b_s: Sequence[float], confidence: float = 0.95
+) -> tuple[float, tuple[float, float], float]:
     """The median of the pairs' ratios b / a, its order-statistic interval and that
     interval's coverage (>= `confidence`, or less where there are too few pairs)."""
     if len(a_s) != len(b_s) or not a_s:
@@ -110,27 +115,42 @@ def bench_pair(
     v.no_arg_callable(b, "b")
     v.number(confidence, "confidence", lo=0, hi=1, lo_open=True, hi_open=True)
     least = min_pairs(confidence)
-    pairs = v.integer(pairs, "pairs", lo=least,
-                      hint=f"fewer than {least} pairs cannot give a {confidence:.0%} interval "
-                           f"(their widest, smallest to largest ratio, covers less); "
-                           f"the default is {DEFAULT_PAIRS}")  # fmt: skip
-    if (not isinstance(names, tuple | list) or len(names) != 2
-            or not all(isinstance(n, str) and n for n in names)):  # fmt: skip
+    pairs = v.integer(
+        pairs,
+        "pairs",
+        lo=least,
+        hint=f"fewer than {least} pairs cannot give a {confidence:.0%} interval "
+        f"(their widest, smallest to largest ratio, covers less); "
+        f"the default is {DEFAULT_PAIRS}",
+    )
+    if (
+        not isinstance(names, tuple | list)
+        or len(names) != 2
+        or not all(isinstance(n, str) and n for n in names)
+    ):
         from gpuenv.errors import ConfigError
 
-        raise ConfigError(f"names must be two non-empty strings, not {names!r}",
-                          hint='e.g. names=("old", "new")')  # fmt: skip
+        raise ConfigError(
+            f"names must be two non-empty strings, not {names!r}", hint='e.g. names=("old", "new")'
+        )
     from gpuenv.timing.harness import bench
 
     got: dict[int, list[Any]] = {0: [], 1: []}
     fns = (a, b)
     for i in range(pairs):
-        for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+        for side in (0, 1) if i % 2 == 0 else (1, 0):
             got[side].append(bench(fns[side], name=names[side], **settings))
-    ratio, ci, coverage = pair_ratio([m.median_s for m in got[0]],
-                                     [m.median_s for m in got[1]], confidence)  # fmt: skip
+    ratio, ci, coverage = pair_ratio(
+        [m.median_s for m in got[0]], [m.median_s for m in got[1]], confidence
+    )
     kinds = sorted({f.kind for side in got.values() for m in side for f in m.findings})
-    return Pair(names=(names[0], names[1]), a=tuple(got[0]), b=tuple(got[1]),
-                ratios=tuple(mb.median_s / ma.median_s for ma, mb in zip(got[0], got[1],
-                                                                        strict=True)),
-                ratio=ratio, ci=ci, confidence=coverage, findings=tuple(kinds))  # fmt: skip
+    return Pair(
+        names=(names[0], names[1]),
+        a=tuple(got[0]),
+        b=tuple(got[1]),
+        ratios=tuple(mb.median_s / ma.median_s for ma, mb in zip(got[0], got[1], strict=True)),
+        ratio=ratio,
+        ci=ci,
+        confidence=coverage,
+        findings=tuple(kinds),
+    )

@@ -13,7 +13,7 @@ WARMUP_WINDOW = 8  # reps whose times and clocks must not trend for warmup to en
 WARMUP_MIN_REPS = 3  # the first call is set-up (cuBLAS handles, lazy loading): never enough
 WARMUP_REL_TOL = 0.01  # a trend moving times by less than this across the window is steady
 WARMUP_KNOWN_WINDOW = 4  # a function warmed up before in this process (gpuenv.timing.memo):
-                         # its first-call set-up is done; only the clock's ramp is left
+# its first-call set-up is done; only the clock's ramp is left
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,12 @@ def _warmup(
     start = clock.now()
     if warmup != "auto":
         fixed = [device.rep(fn).time_s for _ in range(int(warmup))]
-        return _Warmup(int(warmup), clock.now() - start, True,
-                       stats.median(fixed[-WARMUP_WINDOW:]) if fixed else None)
+        return _Warmup(
+            int(warmup),
+            clock.now() - start,
+            True,
+            stats.median(fixed[-WARMUP_WINDOW:]) if fixed else None,
+        )
     times: list[float] = []
     clocks: list[float | None] = []
     while True:

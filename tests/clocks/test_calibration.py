@@ -116,7 +116,9 @@ def test_cli_on_the_simulator_forgets_what_heated_it(monkeypatch, tmp_path):
     hot = SimBackend(clock=VirtualClock(), state_file=state)
     (as_it_stands,) = calibrate(hot, [0], save=False)  # calibrated hot, the answer differs
     assert (as_it_stands.sustained_mhz, as_it_stands.seconds) != (
-        fresh["sustained_mhz"], fresh["seconds"])  # fmt: skip
+        fresh["sustained_mhz"],
+        fresh["seconds"],
+    )
     hot.close()
     seen.close()
     heated, _ = _cli_calibrate(monkeypatch, state)
@@ -144,8 +146,9 @@ def test_a_calibration_cut_by_a_file_size_limit_keeps_the_old_one_and_no_tmp(tmp
         "except OSError as err:\n"
         "    print('refused', err.errno)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert out.stdout.startswith("refused"), out.stdout + out.stderr
     stored = load_calibration("GPU-x", state_dir=tmp_path)
     assert stored is not None and stored.sustained_mhz == 1320

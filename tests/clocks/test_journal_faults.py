@@ -59,8 +59,14 @@ def test_a_cut_journal_fails_the_lock_before_any_setting_changes(tmp_path: Path)
     sim = machine()
     before = settings(sim)
     with pytest.raises(FileError, match=r"size limit.*GPUENV_STATE_DIR"):
-        lock(sm=1350, power_limit_w=500.0, gpus="0,1", backend=sim,
-             journal=CutJournal(tmp_path, 700), supervise=False)
+        lock(
+            sm=1350,
+            power_limit_w=500.0,
+            gpus="0,1",
+            backend=sim,
+            journal=CutJournal(tmp_path, 700),
+            supervise=False,
+        )
     assert settings(sim) == before
     # no half record, no .tmp: at most the journal's own lock file
     assert [p.name for p in tmp_path.iterdir()] in ([], [".lock-private"])
@@ -114,8 +120,9 @@ def test_a_library_release_with_one_damaged_record_restores_both(tmp_path: Path)
     sim = machine()
     journal = Journal(tmp_path)
     before = settings(sim)
-    held = lock(sm=1350, power_limit_w=500.0, gpus="0,1", backend=sim, journal=journal,
-                supervise=False)
+    held = lock(
+        sm=1350, power_limit_w=500.0, gpus="0,1", backend=sim, journal=journal, supervise=False
+    )
     uuid1 = sim.device_info(1).uuid
     for name in (f"{uuid1}.json", f"{uuid1}.json{BACKUP}"):
         (tmp_path / name).write_bytes(b"\xff\x00garbage")

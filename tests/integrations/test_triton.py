@@ -152,8 +152,12 @@ class TestReturnSemantics:
         m = gtriton.last_measurement()
         assert isinstance(times, list) and times == [t * 1e3 for t in m.times_s]
         assert len({round(t, 4) for t in times}) == len(self.DURATIONS)  # each one among them
-        for mode, expect in [("min", min), ("max", max), ("mean", statistics.mean),
-                             ("median", statistics.median)]:  # fmt: skip
+        for mode, expect in [
+            ("min", min),
+            ("max", max),
+            ("mean", statistics.mean),
+            ("median", statistics.median),
+        ]:
             value = gtriton.do_bench(k, backend=gpu, return_mode=mode)
             assert isinstance(value, float)
             got = [t * 1e3 for t in gtriton.last_measurement().times_s]
@@ -200,15 +204,23 @@ def test_mode_auto_takes_bench_tiny_kernel_switch_and_keeps_the_drop_in(gpu):
     calls = m.extra["tiny_kernel"]["calls_per_rep"]
     assert calls > 1 and m.extra["calls_per_rep"] == calls and "dropin" in m.extra
     assert ms == pytest.approx(5e-3, rel=1e-3)  # per call
-    assert seen[-calls * len(m.times_s):] == [None] * (calls * len(m.times_s))
+    assert seen[-calls * len(m.times_s) :] == [None] * (calls * len(m.times_s))
 
 
 class TestErrors:
-    @pytest.mark.parametrize("kwargs", [
-        {"return_mode": "p99"}, {"quantiles": [0.5, 1.5]}, {"quantiles": [-0.1]},
-        {"warmup": -1}, {"rep": math.nan}, {"rep": math.inf}, {"mode": "nvtx"},
-        {"flush_bytes": -1},
-    ])  # fmt: skip
+    @pytest.mark.parametrize(
+        "kwargs",
+        [
+            {"return_mode": "p99"},
+            {"quantiles": [0.5, 1.5]},
+            {"quantiles": [-0.1]},
+            {"warmup": -1},
+            {"rep": math.nan},
+            {"rep": math.inf},
+            {"mode": "nvtx"},
+            {"flush_bytes": -1},
+        ],
+    )
     def test_bad_arguments_raise_value_error_before_any_work(self, gpu, kwargs):
         calls = []
         with pytest.raises(ValueError) as err:

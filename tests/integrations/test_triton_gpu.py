@@ -78,8 +78,9 @@ def test_do_bench_cudagraph_times_a_graph_and_agrees_with_triton():
 def test_patch_autotuner_makes_triton_autotune_measure_with_the_drop_in():
     import triton.language as tl
 
-    @triton.autotune(configs=[triton.Config({"BLOCK": 256}), triton.Config({"BLOCK": 1024})],
-                     key=["n"])  # fmt: skip
+    @triton.autotune(
+        configs=[triton.Config({"BLOCK": 256}), triton.Config({"BLOCK": 1024})], key=["n"]
+    )
     @triton.jit
     def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -106,8 +107,10 @@ def test_an_mlp_block_reads_the_same_cold_and_hot_and_its_reps_hold_one_level():
     """The MLP block of issue 18 (2.9 ms at 700 W): back to back, triton's budget runs it
     into the power cap (2.89 -> 3.0-3.2 ms); in bursts it is measured uncapped, whether the
     GPU was rested or just came off heavy work."""
-    x, w1, w2 = (torch.randn(*s, device="cuda", dtype=torch.bfloat16)
-                 for s in ((8192, 4096), (4096, 16384), (16384, 4096)))  # fmt: skip
+    x, w1, w2 = (
+        torch.randn(*s, device="cuda", dtype=torch.bfloat16)
+        for s in ((8192, 4096), (4096, 16384), (16384, 4096))
+    )
     a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
 
     def mlp() -> Any:

@@ -31,8 +31,9 @@ def onset_s(seconds: float = MLP_S) -> float:
 
 def capped_reps(m) -> list[int]:
     cap = Reason.SW_POWER_CAP
-    return [i for i, w in enumerate(m.windows)
-            if (w.reasons | w.reasons_start | w.reasons_end) & cap]  # fmt: skip
+    return [
+        i for i, w in enumerate(m.windows) if (w.reasons | w.reasons_start | w.reasons_end) & cap
+    ]
 
 
 @pytest.mark.parametrize("hot", [False, True])
@@ -74,7 +75,8 @@ def test_a_light_kernel_never_rests(gpu) -> None:
 
 
 def test_a_clock_that_falls_under_a_rep_ends_the_burst_and_the_rep_is_redone(
-        gpu, monkeypatch) -> None:  # fmt: skip
+    gpu, monkeypatch
+) -> None:
     """Where the power model is wrong (here: told the limit is half again as high), the cap
     comes on inside a burst; each rep's clock probe sees it before NVML reports it: the
     burst ends, the GPU recovers, and the rep is measured again."""

@@ -22,8 +22,17 @@ from gpuenv.integrations import triton as gtriton
 def settings(sim: SimBackend, gpu: int = 0) -> dict[str, Any]:
     """Everything a clock lock may touch, as the simulated GPU really has it."""
     t = sim.truth(gpu)
-    return {k: getattr(t, k) for k in ("locked_sm", "locked_mem", "app_sm_mhz", "app_mem_mhz",
-                                       "power_limit_w", "persistence")}  # fmt: skip
+    return {
+        k: getattr(t, k)
+        for k in (
+            "locked_sm",
+            "locked_mem",
+            "app_sm_mhz",
+            "app_mem_mhz",
+            "power_limit_w",
+            "persistence",
+        )
+    }
 
 
 class TestSetGpuClock:
@@ -33,8 +42,11 @@ class TestSetGpuClock:
         sim.set_persistence_mode(0, True)  # triton's set_gpu_clock turns it off on exit
         before, other = settings(sim), settings(sim, 1)
         with gtriton.set_gpu_clock(1350, 5001, backend=sim) as ref:
-            assert settings(sim) == {**before, "locked_sm": (1350, 1350),
-                                     "locked_mem": (5001, 5001)}  # fmt: skip
+            assert settings(sim) == {
+                **before,
+                "locked_sm": (1350, 1350),
+                "locked_mem": (5001, 5001),
+            }
             assert settings(sim, 1) == other  # GPU 0 only, as triton
             tflops, gbps = ref
             assert (tflops, gbps) == gtriton.ClockRef.of(1350, 5001)
@@ -45,8 +57,10 @@ class TestSetGpuClock:
         sim = SimBackend(clock=vclock)
         sim.set_app_clocks(0, 2619, 1590)
         before = settings(sim)
-        with pytest.raises(RuntimeError, match="boom"), \
-                gtriton.set_gpu_clock(1350, None, backend=sim) as ref:  # fmt: skip
+        with (
+            pytest.raises(RuntimeError, match="boom"),
+            gtriton.set_gpu_clock(1350, None, backend=sim) as ref,
+        ):
             assert sim.truth(0).locked_sm == (1350, 1350) and ref.gbps is None
             raise RuntimeError("boom")
         assert settings(sim) == before
@@ -62,13 +76,17 @@ class TestSetGpuClock:
         sim = SimBackend(clock=vclock)
         before = settings(sim)
         monkeypatch.setenv("GPUENV_READONLY", "1")
-        with pytest.raises(ReadOnlyError, match="GPUENV_READONLY") as err, \
-                gtriton.set_gpu_clock(1350, None, backend=sim):  # fmt: skip
+        with (
+            pytest.raises(ReadOnlyError, match="GPUENV_READONLY") as err,
+            gtriton.set_gpu_clock(1350, None, backend=sim),
+        ):
             pass
         assert "set_gpu_clock" in str(err.value) and "nothing was changed" in str(err.value)
         monkeypatch.delenv("GPUENV_READONLY")
-        with pytest.raises(ReadOnlyError), \
-                gtriton.set_gpu_clock(1350, None, backend=ReadOnlyBackend(sim)):  # fmt: skip
+        with (
+            pytest.raises(ReadOnlyError),
+            gtriton.set_gpu_clock(1350, None, backend=ReadOnlyBackend(sim)),
+        ):
             pass
         assert settings(sim) == before
 
@@ -92,8 +110,10 @@ class FakeTriton:
 
 def fake_triton(monkeypatch: pytest.MonkeyPatch, style: str) -> FakeTriton:
     """triton, triton.testing and triton.runtime.autotuner as the autotuner uses them."""
-    mods = {n: types.ModuleType(n) for n in
-            ("triton", "triton.testing", "triton.runtime", "triton.runtime.autotuner")}  # fmt: skip
+    mods = {
+        n: types.ModuleType(n)
+        for n in ("triton", "triton.testing", "triton.runtime", "triton.runtime.autotuner")
+    }
     testing, autotuner = mods["triton.testing"], mods["triton.runtime.autotuner"]
     calls: list[str] = []
 
@@ -119,6 +139,7 @@ def fake_triton(monkeypatch: pytest.MonkeyPatch, style: str) -> FakeTriton:
         return self.do_bench(self.fn, quantiles=QS)
 
     if style == "property":
+
         def init(self, fn, do_bench=None):
             self.fn, self._do_bench = fn, do_bench
 
@@ -128,6 +149,7 @@ def fake_triton(monkeypatch: pytest.MonkeyPatch, style: str) -> FakeTriton:
         body = {"__init__": init, "do_bench": functools.cached_property(prop), "_bench": bench}
         body["do_bench"].__set_name__(None, "do_bench")
     elif style == "constructor":
+
         def init(self, fn, do_bench=None):
             self.fn = fn
             self.do_bench = get_benchmarker() if do_bench is None else do_bench

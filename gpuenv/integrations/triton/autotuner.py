@@ -19,12 +19,16 @@ def patch_autotuner(**defaults: Any) -> None:
     and the autotuners made before this call (an Autotuner keeps the do_bench it first
     resolved). `defaults` go to every call (e.g. `condition="none"`). An autotuner given
     its own `do_bench=` keeps it. Undo with `unpatch_autotuner()`."""
-    known = {*inspect.signature(do_bench).parameters,
-             *inspect.signature(do_bench_cudagraph).parameters}  # fmt: skip
+    known = {
+        *inspect.signature(do_bench).parameters,
+        *inspect.signature(do_bench_cudagraph).parameters,
+    }
     unknown = sorted(set(defaults) - known)
     if unknown:
-        raise ConfigError(f"patch_autotuner got unknown settings: {', '.join(unknown)}",
-                          hint="pass keywords of do_bench or do_bench_cudagraph")  # fmt: skip
+        raise ConfigError(
+            f"patch_autotuner got unknown settings: {', '.join(unknown)}",
+            hint="pass keywords of do_bench or do_bench_cudagraph",
+        )
     try:
         import triton.runtime.autotuner as autotuner
         import triton.testing as testing
@@ -33,8 +37,9 @@ def patch_autotuner(**defaults: Any) -> None:
     unpatch_autotuner()
     bench = _with_defaults(do_bench, defaults)
     graph = _with_defaults(do_bench_cudagraph, defaults)
-    _patched.update(do_bench=testing.do_bench, do_bench_cudagraph=testing.do_bench_cudagraph,
-                    ours=bench)  # fmt: skip
+    _patched.update(
+        do_bench=testing.do_bench, do_bench_cudagraph=testing.do_bench_cudagraph, ours=bench
+    )
     testing.do_bench, testing.do_bench_cudagraph = bench, graph
     for attr, ours in (("do_bench", bench), ("do_bench_cudagraph", graph)):
         if attr in vars(autotuner):  # triton 2.x-3.0 imported them into the module

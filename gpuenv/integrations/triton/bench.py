@@ -35,7 +35,6 @@ _recent: deque[Any] = deque(maxlen=256)
 _default_backend: list[Any] = []  # opened once per process (NVML start-up is not free)
 
 
-
 def do_bench(
     fn: Callable[[], Any],
     warmup: float = 25,
@@ -74,8 +73,9 @@ def do_bench(
     if flush_bytes is not None and flush_bytes < 0:
         raise ConfigError(f"flush_bytes must be >= 0 (got {flush_bytes})", hint="0: no flush")
     if mode not in ("auto", *MODES):
-        raise ConfigError(f"unknown timing mode {mode!r}",
-                          hint=f"use one of auto, {', '.join(MODES)}")  # fmt: skip
+        raise ConfigError(
+            f"unknown timing mode {mode!r}", hint=f"use one of auto, {', '.join(MODES)}"
+        )
     backend, gpu = _where(session, backend)
     dev = device or _device(mode, backend, gpu, session, flush_bytes=flush_bytes)
     call = _Call(fn, grad_to_none)
@@ -85,12 +85,31 @@ def do_bench(
     setup_s = dev.clock.now() - t_setup  # work the first burst began with
     n_warmup = max(1, int(warmup / 1e3 / per_rep_s))
     n_rep = max(1, int(rep / 1e3 / per_rep_s))
-    plan = {"warmup_ms": warmup, "rep_ms": rep, "rep_cost_s": per_rep_s,
-            "estimate_reps": n_est, "warmup_max_reps": n_warmup, "reps": n_rep}  # fmt: skip
-    m = _bench(call, _Phases(dev, call, plan), name or _name(fn, "do_bench"), session, backend,
-               output, mode=mode, reps=n_rep, budget_s=rep / 1e3 or None, warmup="auto",
-               warmup_max_s=warmup / 1e3, warmup_max_reps=n_warmup, condition=condition,
-               policy=policy, burst_lead_s=setup_s)  # fmt: skip
+    plan = {
+        "warmup_ms": warmup,
+        "rep_ms": rep,
+        "rep_cost_s": per_rep_s,
+        "estimate_reps": n_est,
+        "warmup_max_reps": n_warmup,
+        "reps": n_rep,
+    }
+    m = _bench(
+        call,
+        _Phases(dev, call, plan),
+        name or _name(fn, "do_bench"),
+        session,
+        backend,
+        output,
+        mode=mode,
+        reps=n_rep,
+        budget_s=rep / 1e3 or None,
+        warmup="auto",
+        warmup_max_s=warmup / 1e3,
+        warmup_max_reps=n_warmup,
+        condition=condition,
+        policy=policy,
+        burst_lead_s=setup_s,
+    )
     return _summarize(_times_ms(m), quantiles, return_mode)
 
 
@@ -131,12 +150,26 @@ def do_bench_cudagraph(
     per_call_s, _ = _estimate(probe, call, budget_s=rep / 1e3, gpu_time=True)
     calls = max(1, int(rep / 1e3 / per_call_s)) if per_call_s > 0 else 1000
     dev = _device("graph", backend, gpu, session, flush_bytes=0, calls=calls)
-    plan = {"rep_ms": rep, "call_s": per_call_s, "calls_per_replay": calls,
-            "replays": CUDAGRAPH_REPLAYS}  # fmt: skip
-    m = _bench(call, _Phases(dev, call, plan, clear_in_capture=True),
-               name or _name(fn, "do_bench_cudagraph"), session, backend, output, mode="graph",
-               reps=CUDAGRAPH_REPLAYS, budget_s=None, warmup=0, condition=condition,
-               policy=policy)  # fmt: skip
+    plan = {
+        "rep_ms": rep,
+        "call_s": per_call_s,
+        "calls_per_replay": calls,
+        "replays": CUDAGRAPH_REPLAYS,
+    }
+    m = _bench(
+        call,
+        _Phases(dev, call, plan, clear_in_capture=True),
+        name or _name(fn, "do_bench_cudagraph"),
+        session,
+        backend,
+        output,
+        mode="graph",
+        reps=CUDAGRAPH_REPLAYS,
+        budget_s=None,
+        warmup=0,
+        condition=condition,
+        policy=policy,
+    )
     return _summarize(_times_ms(m), quantiles, return_mode)
 
 
@@ -153,8 +186,7 @@ def measurements() -> list[Any]:
 # -- the measurement -------------------------------------------------------------------
 
 
-def _check(return_mode: str, quantiles: Sequence[float] | None, fn: Any,
-           **budgets: float) -> None:  # fmt: skip
+def _check(return_mode: str, quantiles: Sequence[float] | None, fn: Any, **budgets: float) -> None:
     """Refuse what triton refuses (it asserts on return_mode; ValueError on a quantile), and
     what it would fail on later (fn None or needing arguments): gpuenv.validate's words."""
     from gpuenv import validate
@@ -180,8 +212,16 @@ def _where(session: Any, backend: Any) -> tuple[Any, int]:
     return backend, 0
 
 
-def _device(mode: str, backend: Any, gpu: int, session: Any, *, flush_bytes: int | None,
-            calls: int | None = None, cover: bool = True) -> Any:  # fmt: skip
+def _device(
+    mode: str,
+    backend: Any,
+    gpu: int,
+    session: Any,
+    *,
+    flush_bytes: int | None,
+    calls: int | None = None,
+    cover: bool = True,
+) -> Any:
     """What runs fn: the simulated GPU when the backend has one, else CUDA through torch.
     `cover=False`: no spin before fn, so a rep's time includes fn's launch latency (the
     simulated GPU has none)."""
@@ -189,13 +229,23 @@ def _device(mode: str, backend: Any, gpu: int, session: Any, *, flush_bytes: int
 
     if backend is not None and backend.workload is not None:
         flush = 2 * SIM_L2_BYTES if flush_bytes is None else flush_bytes
-        return timing.SimDevice(backend, gpu, flush_bytes=flush, batch=calls or 1,
-                                rep_overhead_s=SIM_REP_OVERHEAD_S,
-                                **({} if cover else {"rep_probe_cycles": 0}))  # fmt: skip
+        return timing.SimDevice(
+            backend,
+            gpu,
+            flush_bytes=flush,
+            batch=calls or 1,
+            rep_overhead_s=SIM_REP_OVERHEAD_S,
+            **({} if cover else {"rep_probe_cycles": 0}),
+        )
     clock = session.sampler.clock if session is not None else None
-    return timing.cuda_device("events" if mode == "auto" else mode, flush_l2=flush_bytes != 0,
-                              flush_bytes=flush_bytes, calls_per_rep=calls or "auto", clock=clock,
-                              saturate=cover)  # fmt: skip
+    return timing.cuda_device(
+        "events" if mode == "auto" else mode,
+        flush_l2=flush_bytes != 0,
+        flush_bytes=flush_bytes,
+        calls_per_rep=calls or "auto",
+        clock=clock,
+        saturate=cover,
+    )
 
 
 def _estimate(dev: Any, call: _Call, *, budget_s: float, gpu_time: bool) -> tuple[float, int]:
@@ -215,22 +265,35 @@ def _estimate(dev: Any, call: _Call, *, budget_s: float, gpu_time: bool) -> tupl
     return (per if gpu_time else max(per, 1e-7)), len(costs)
 
 
-def _bench(call: _Call, dev: _Phases, name: str, session: Any, backend: Any, output: Any,
-           **settings: Any) -> Any:  # fmt: skip
+def _bench(
+    call: _Call, dev: _Phases, name: str, session: Any, backend: Any, output: Any, **settings: Any
+) -> Any:
     """gpuenv.bench with the drop-in's settings: budgeted counts, the budget counted in
     bursts (see the package docstring), no before/after clock probe (each rep probes its own),
     no telemetry trace in `m.extra` (for `gpuenv plot`: an autotuner's calls need none)."""
     from gpuenv import timing
 
-    cond = dataclasses.replace(ConditionConfig(), burst_s=DROPIN_BURST_S,
-                               burst_duty=DROPIN_DUTY, burst_wait="seen",
-                               burst_power_tau_s=DROPIN_POWER_TAU_S,
-                               burst_power_target=DROPIN_POWER_TARGET,
-                               burst_timeout_s=WAIT_MAX_S, poll_s=POLL_S)  # fmt: skip
-    cfg = timing.BenchConfig(conditioning=cond, probe_clock=False, burst_from_start=True,
-                             budget_in_bursts=True, keep_trace=False, **settings)  # fmt: skip
-    m = timing.bench(call, cfg, name=name, session=session, backend=backend, device=dev,
-                     output=output)  # fmt: skip
+    cond = dataclasses.replace(
+        ConditionConfig(),
+        burst_s=DROPIN_BURST_S,
+        burst_duty=DROPIN_DUTY,
+        burst_wait="seen",
+        burst_power_tau_s=DROPIN_POWER_TAU_S,
+        burst_power_target=DROPIN_POWER_TARGET,
+        burst_timeout_s=WAIT_MAX_S,
+        poll_s=POLL_S,
+    )
+    cfg = timing.BenchConfig(
+        conditioning=cond,
+        probe_clock=False,
+        burst_from_start=True,
+        budget_in_bursts=True,
+        keep_trace=False,
+        **settings,
+    )
+    m = timing.bench(
+        call, cfg, name=name, session=session, backend=backend, device=dev, output=output
+    )
     _recent.append(m)
     return m
 
@@ -241,8 +304,9 @@ def _times_ms(m: Any) -> list[float]:
     return [t * 1e3 for t in (m.kept_times_s or m.times_s)]
 
 
-def _summarize(times_ms: list[float], quantiles: Sequence[float] | None,
-               return_mode: str) -> float | list[float]:  # fmt: skip
+def _summarize(
+    times_ms: list[float], quantiles: Sequence[float] | None, return_mode: str
+) -> float | list[float]:
     """triton's statistics: quantiles interpolate linearly between order statistics."""
     if quantiles is not None:
         out = [stats.quantile(times_ms, float(q)) for q in quantiles]
@@ -285,8 +349,9 @@ class _Phases:
     plan to the Measurement's `extra["dropin"]`. A CUDA graph's capture is the measured
     calls (`clear_in_capture`: triton clears inside its capture loop)."""
 
-    def __init__(self, inner: Any, call: _Call, plan: dict[str, Any],
-                 clear_in_capture: bool = False):  # fmt: skip
+    def __init__(
+        self, inner: Any, call: _Call, plan: dict[str, Any], clear_in_capture: bool = False
+    ):
         self.inner, self.call, self.plan = inner, call, plan
         self.clear_in_capture = clear_in_capture
         self.kind: str = inner.kind

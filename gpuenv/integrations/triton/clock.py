@@ -49,13 +49,15 @@ def set_gpu_clock(
     from gpuenv.locking import acquire
 
     what = f"lock GPU clocks for set_gpu_clock (SM {ref_sm_clock} MHz" + (
-        f", memory {ref_mem_clock} MHz)" if ref_mem_clock is not None else ")")
+        f", memory {ref_mem_clock} MHz)" if ref_mem_clock is not None else ")"
+    )
     if env_readonly():
         raise ReadOnlyError(what, gpu=gpus)
     if backend is not None and backend.readonly:
         raise ReadOnlyError(what, gpu=gpus, reason=getattr(backend, "reason", "read-only"))
-    held = acquire(ref_sm_clock, mem=ref_mem_clock, gpus=gpus, backend=backend,
-                   command="set_gpu_clock")  # fmt: skip
+    held = acquire(
+        ref_sm_clock, mem=ref_mem_clock, gpus=gpus, backend=backend, command="set_gpu_clock"
+    )
     for note in held.notes:
         log.info("set_gpu_clock: %s", note)
     try:

@@ -17,6 +17,10 @@ The conventions the docs follow (one per block, read from its fence and the line
   yaml) needs this or the next marker.
 - `<!-- file: NAME -->` on the line before the fence: the block is a file a later block uses
   (`python bench.py`): it is written to NAME in the working directory, not run itself.
+- `<!-- needs: MODULE[, MODULE] -->` on the line before the fence: the block runs as its fence
+  says where each MODULE imports (an optional package: torch, triton); where one does not, it
+  is skipped and the test of its file skips naming it (the README's test command passes on a
+  machine with nothing else installed).
 
 Each markdown file's blocks run in order in one fresh directory that is their working
 directory, HOME, gpuenv's state dir and the simulated GPU's state file, with
@@ -29,6 +33,7 @@ left a process behind.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -50,7 +55,7 @@ OUTPUT = ("text",)
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _EXIT = re.compile(r"^exit \d+\s*$")
-_MARKER = re.compile(r"^\s*<!--\s*(?P<key>not[ -]?run|file)\b(?P<rest>.*?)-->\s*$", re.I)
+_MARKER = re.compile(r"^\s*<!--\s*(?P<key>not[ -]?run|file|needs)\b(?P<rest>.*?)-->\s*$", re.I)
 
 
 class ConventionError(ValueError):
@@ -74,14 +79,16 @@ class Block:
         if self.marker:
             m = _MARKER.match(self.marker)
             assert m is not None
-            key = "file" if m["key"].lower() == "file" else "not run"
+            key = m["key"].lower()
+            key = key if key in ("file", "needs") else "not run"
             if not self.reason():
-                what = "NAME" if key == "file" else "REASON"
+                what = {"file": "NAME", "needs": "MODULE"}.get(key, "REASON")
                 raise ConventionError(
                     f"{self.where}: `{self.marker.strip()}` says nothing: "
                     f"write `<!-- {key}: {what} -->`"
                 )
-            return key
+            if key != "needs":
+                return key
         if self.lang in OUTPUT:
             return "output"
         if self.lang in RUNS:
@@ -93,9 +100,17 @@ class Block:
         )
 
     def reason(self) -> str:
-        """A not-run block's REASON, a file block's NAME."""
+        """A not-run block's REASON, a file block's NAME, a needs block's MODULEs."""
         m = _MARKER.match(self.marker)
         return m["rest"].strip()[1:].strip() if m else ""
+
+    def missing(self) -> list[str]:
+        """The modules a `needs:` block names that do not import here."""
+        m = _MARKER.match(self.marker)
+        if not m or m["key"].lower() != "needs":
+            return []
+        names = [n.strip() for n in self.reason().split(",") if n.strip()]
+        return [n for n in names if importlib.util.find_spec(n) is None]
 
 
 def markdown_files(root: Path = ROOT) -> list[Path]:
@@ -275,7 +290,7 @@ def run_block(block: Block, work: Workdir) -> list[Failure]:
         kind = block.kind()
     except ConventionError as err:
         return [Failure(block.where, str(err).split(": ", 1)[1])]
-    if kind in ("output", "not run"):
+    if kind in ("output", "not run") or block.missing():
         return []
     if kind == "file":
         target = work.path / block.reason()
@@ -325,6 +340,11 @@ class FileResult:
     failures: list[Failure]
     seconds: float
     block_seconds: dict[int, float] = field(default_factory=dict)  # by the block's line
+
+    @property
+    def skipped(self) -> list[str]:
+        """The blocks not run for a module that does not import here, with the module."""
+        return [f"{b.where} (needs {', '.join(b.missing())})" for b in self.blocks if b.missing()]
 
 
 def run_file(path: Path, root: Path = ROOT) -> FileResult:

@@ -34,6 +34,8 @@ def test_every_block_is_run_output_a_file_or_marked_with_a_reason() -> None:
 def test_the_examples_run_on_the_simulated_gpu(path: Path) -> None:
     result = dx.run_file(path)
     assert not result.failures, "\n".join(str(f) for f in result.failures)
+    if result.skipped:
+        pytest.skip(f"the other blocks ran; not run here: {'; '.join(result.skipped)}")
 
 
 # -- the harness itself, on markdown written here ---------------------------------------------
@@ -123,3 +125,23 @@ def test_a_lock_an_example_leaves_fails_its_file_and_each_file_starts_fresh(
     # a fresh state dir: the lock above is gone, so the same file fails the same way again
     again = dx.run_file(page, tmp_path)
     assert [f.what for f in again.failures] == [f.what for f in first.failures]
+
+
+def test_a_block_that_needs_a_missing_module_is_skipped_by_name(tmp_path: Path) -> None:
+    # the README's test command runs on a machine with nothing else installed: a block that
+    # needs torch is not run there (and its file's test skips naming it), where it runs
+    page = _md(
+        tmp_path,
+        "<!-- needs: no_such_module_gpuenv -->\n```python\nraise SystemExit(4)\n```\n"
+        "<!-- needs: json, no_such_module_gpuenv -->\n```console\n$ false\n```\n"
+        "<!-- needs: json -->\n```python\nimport json\nraise SystemExit(5)\n```\n"
+        "<!-- needs: -->\n```python\nprint(1)\n```\n",
+    )
+    result = dx.run_file(page, tmp_path)
+    assert [f.where for f in result.failures] == ["page.md:10", "page.md:15"], result.failures
+    assert "exited 5" in result.failures[0].what
+    assert "write `<!-- needs: MODULE -->`" in result.failures[1].what
+    assert result.skipped == [
+        "page.md:2 (needs no_such_module_gpuenv)",
+        "page.md:6 (needs no_such_module_gpuenv)",
+    ]

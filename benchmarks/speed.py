@@ -160,7 +160,7 @@ def _gpuenv(m: Any) -> tuple[float, dict[str, Any]]:
         stop=x.get("stop_reason"),
         verdict=m.verdict,
         rests_s=x.get("burst_rest_s"),
-        tiny=(x.get("tiny_kernel") or {}).get("method"),
+        tiny=x.get("method"),
         rel_ci=x.get("rel_ci"),
         warmup_reps=x.get("warmup_reps"),
         clock_mhz=x.get("rep_clock_mhz_median"),

@@ -172,7 +172,7 @@ def cupti_timers(kit: Kit) -> Callable[[str, Callable[[], Any]], tuple[float, di
             "verdict": str(m.verdict),
             "findings": [f.kind for f in m.findings],
             "timer": m.timer,
-            "tiny": m.extra.get("tiny_kernel", {}).get("method"),
+            "tiny": m.extra.get("method"),
             "reps": len(m.times_s),
         }
 

@@ -318,18 +318,28 @@ def _levels(g: int | None, times: Sequence[float], c: VerdictConfig) -> list[Fin
     ]
 
 
-def tiny_call(call_s: float, threshold_s: float, n_reps: int, gpu: int | None) -> Finding:
-    """A call under `threshold_s` timed alone between CUDA events (mode "events", the
-    do_bench drop-in): what its number holds besides the kernel, and why it moves."""
+def tiny_call(
+    call_s: float, threshold_s: float, n_reps: int, gpu: int | None, *, asked_events: bool = True
+) -> Finding:
+    """A call under `threshold_s` timed alone between CUDA events: what its number holds
+    besides the kernel, why it moves, and what times the kernel alone. `asked_events`: the
+    caller chose the events (mode "events", the do_bench drop-in); otherwise it asked for
+    the default, whose CUPTI another profiler of the process holds."""
+    remedy = (
+        "for the kernel's own time use gpuenv.bench's default (mode='auto': its device "
+        "time from CUPTI)"
+        if asked_events
+        else "gpuenv.bench's default times the kernel's device time from CUPTI, which "
+        "another profiler of this process holds (torch.profiler, Nsight): measure outside it"
+    )
     return Finding(
         "tiny_kernel",
         "info",
         tuple(range(n_reps)),
         f"one call took {fmt_s(call_s)}, under {fmt_s(threshold_s, 'short')}, timed alone "
-        "between CUDA events: the time holds ~3-5 us of launch and event overhead besides "
-        "the kernel, and on an H100 such times moved 7-14% between runs at the same SM clock; "
-        "for the kernel's own time use gpuenv.bench's default (mode='auto': the device "
-        "time of back-to-back calls, from CUPTI)",
+        "between CUDA events: the time holds ~2-5 us of launch and event overhead besides "
+        f"the kernel, and on an H100 such times moved 7-14% between runs at the same SM clock; "
+        f"{remedy}",
         gpu,
         {"call_s": call_s, "threshold_s": threshold_s},
     )

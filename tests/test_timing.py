@@ -303,9 +303,28 @@ class TestSession:
 
 
 class _OneCallEvents(timing.SimDevice):
-    """The simulated GPU timed as CUDA events time one call a rep (mode "events")."""
+    """The simulated GPU timed as CUDA events time one call a rep (mode "events"); mode
+    "auto" moves to its device time (CUPTI), as CudaEvents does where CUPTI can be had."""
 
     kind = "cuda_events"
+    flush_l2 = True
+
+    def for_auto(self, fn):
+        device = _DeviceTime(self.backend, self.gpu)
+        device.prepare(fn)
+        return device, "device time (a stand-in for CUPTI)"
+
+
+class _DeviceTime(timing.SimDevice):
+    kind = "cuda_profiler"
+    flush_l2 = True
+
+
+class _CuptiHeld(_OneCallEvents):
+    """Another profiler holds CUPTI: mode "auto" stays on the events, as CudaEvents does."""
+
+    def for_auto(self, fn):
+        return self, "CUDA events around each call: CUPTI is held by another profiler"
 
 
 def test_a_tiny_call_timed_alone_between_events_says_what_its_number_holds(sim) -> None:
@@ -316,9 +335,17 @@ def test_a_tiny_call_timed_alone_between_events_says_what_its_number_holds(sim) 
     f = [x for x in m.findings if x.kind == "tiny_kernel"]
     assert len(f) == 1 and f[0].severity == "info" and "launch and event overhead" in f[0].message
     assert m.verdict == "annotated"
-    # the default times it as many calls a rep: nothing to say; nor for a call over 20 us
+    assert "use gpuenv.bench's default" in f[0].message
+    # the default times its device time: nothing to say; nor for a call over 20 us
     m = timing.bench(k, device=_OneCallEvents(sim, 0), backend=sim, reps=40, probe_clock=False)
     assert "tiny_kernel" not in {x.kind for x in m.findings}
+    assert m.extra["method"] == "device time (a stand-in for CUPTI)"
+    assert m.extra["l2"] == "flushed before each call"
+    # where another profiler holds CUPTI the default says so, and never advises itself
+    m = timing.bench(k, device=_CuptiHeld(sim, 0), backend=sim, reps=40, probe_clock=False)
+    (f,) = [x for x in m.findings if x.kind == "tiny_kernel"]
+    assert "another profiler of this process holds" in f.message
+    assert "use gpuenv.bench's default" not in f.message
     big = timing.sim_kernel(sim, 0, seconds=30e-6, power_intensity=0.3)
     m = timing.bench(
         big, device=_OneCallEvents(sim, 0), backend=sim, mode="events", reps=40, probe_clock=False

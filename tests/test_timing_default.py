@@ -97,18 +97,31 @@ def test_a_reason_burst_mode_was_meant_to_avoid_is_a_warning_and_reject_rejects_
         timing.bench(timing.sim_kernel(sim, 0, seconds=2e-3), cfg, backend=sim, policy="reject")
 
 
-def test_a_tiny_kernel_is_timed_as_many_calls_a_rep_and_says_so():
-    m = bench(sim_at(hot=False), seconds=5e-6)
-    tiny = m.extra["tiny_kernel"]
-    assert tiny["calls_per_rep"] == pytest.approx(timing.config.TINY_TARGET_S / 5e-6, rel=0.1)
-    assert "under 20 us" in tiny["note"]
-    assert m.extra["calls_per_rep"] == tiny["calls_per_rep"]
-    assert m.median_s == pytest.approx(5e-6, rel=0.02)  # per call, not per rep
+def test_a_kernel_is_timed_one_call_a_rep_by_one_method_at_every_size():
+    # one meaning at every size: no threshold where the method (and what the number holds)
+    # changes; the time is per call, the method named in the measurement
+    tiny, big = (bench(sim_at(hot=False), seconds=s) for s in (5e-6, 50e-6))
+    assert tiny.median_s == pytest.approx(5e-6, rel=0.02)
+    assert big.median_s == pytest.approx(50e-6, rel=0.02)
+    for m in (tiny, big):
+        assert m.extra["method"] == "the simulated GPU's time of each call"
+        assert m.extra["calls_per_rep"] == 1 and "tiny_kernel" not in m.extra
+    events = bench(sim_at(hot=False), seconds=5e-6, mode="events")
+    assert events.extra["method"] == "mode='events': sim"
 
 
-def test_kernels_above_the_threshold_or_an_explicit_mode_are_not_switched():
-    assert "tiny_kernel" not in bench(sim_at(hot=False), seconds=50e-6).extra
-    assert "tiny_kernel" not in bench(sim_at(hot=False), seconds=5e-6, mode="events").extra
+def test_a_kernel_whose_time_straddles_the_old_threshold_keeps_one_method_over_200_calls():
+    sim = sim_at(hot=False)
+    kernels = [timing.sim_kernel(sim, 0, seconds=s) for s in (19.5e-6, 20.5e-6)]
+    methods = {
+        (
+            m.extra["method"],
+            m.extra["calls_per_rep"],
+        )
+        for i in range(200)
+        for m in [timing.bench(kernels[i % 2], backend=sim, reps=10, keep_trace=False)]
+    }
+    assert methods == {("the simulated GPU's time of each call", 1)}
 
 
 def test_bench_config_refuses_unknown_settings_and_conditions():

@@ -24,13 +24,11 @@ from gpuenv.verdict import VerdictConfig
 
 CONDITIONS = ("auto", "burst", "sustained", "none")
 DEFAULT_BUDGET_S = 10.0  # measuring time when no rep count is given
-# Below this a call is timed as many calls a rep (mode "auto"). On the lent H100
-# (benchmarks/tiny.py --part ways, then scripts/probe_tiny.py, 2026-11-22) a 6.4 us
-# matmul timed one call per event pair read +13% slower in one of three hot runs with
-# the SM clock at its maximum, while a CUDA graph of calls agreed within 0.6% cold vs
-# hot for kernels of 1.4 to 7 us.
+# Below this a call timed alone between CUDA events (mode "events", the do_bench drop-in)
+# gets a tiny_kernel finding: on the lent H100 one call per event pair held 1.6-5 us of
+# launch and event overhead, and a 6.4 us matmul so timed read +13% slower in one of
+# three hot runs with the SM clock at its maximum (benchmarks/tiny.py --part ways).
 TINY_REP_S = 20e-6
-TINY_TARGET_S = 1e-3  # a tiny kernel's rep: about this much GPU time of calls
 # bench()'s burst schedule (issue 22: time to the answer). Between bursts a rest as long as
 # the burst (duty 0.5, the do_bench drop-in's; 0.2 rested 4x each burst), then a wait only
 # while the GPU is seen held down (the drop-in's "seen", which kept cold vs hot within
@@ -48,11 +46,15 @@ class BenchConfig:
     `budget_s` of measuring (default 10 s; unlimited when `reps` fixes the count)
     or `max_reps` run out; `reps=N` takes exactly N. `warmup="auto"` runs reps
     until their times and clocks stop trending (at most `warmup_max_s`); an int
-    runs that many. `mode`: "auto" (default: CUDA events per rep, and for a call
-    under `TINY_REP_S` a CUDA graph of calls per rep, or calls back to back between
-    the events when fn cannot be captured; `m.extra["tiny_kernel"]` says which),
+    runs that many. `mode`: "auto" (default: the device time of each call's
+    kernels, copies and memsets from CUPTI, one method at every size; CUDA events
+    where another profiler of the process holds CUPTI; `m.extra["method"]` says which),
     "events" (CUDA events around one call per rep), "graph" (a CUDA graph of
-    `calls_per_rep` calls), "profiler" (summed device time of fn's kernels).
+    `calls_per_rep` calls), "profiler" (CUPTI, as "auto" but never falling back).
+    `flush_l2`: the L2 state a call starts in, `m.extra["l2"]`: flushed before each
+    call (default: what the call costs when its inputs come from memory, as triton's
+    do_bench and NVBench's cold measurement) or warm (False: back to back, its inputs
+    left in L2 by the call before).
     `condition`: "auto" (default: "none" when gpuenv's clock lock
     holds on the GPU, else the session's mode, else "burst"), "burst", "sustained"
     (precondition to equilibrium, then reps of fn back to back) or "none" (measure
@@ -209,6 +211,5 @@ __all__ = [
     "CONDITIONS",
     "DEFAULT_BUDGET_S",
     "TINY_REP_S",
-    "TINY_TARGET_S",
     "BenchConfig",
 ]

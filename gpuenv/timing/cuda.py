@@ -42,10 +42,13 @@ log = logging.getLogger(__name__)
 
 PROFILER_BATCH = 10  # profiled reps per torch.profiler session
 PROFILED_HOW = (
-    "back to back, each call's time the device time of its kernels, copies and "
-    "memsets from CUPTI (torch.profiler: launch gaps left out)"
+    "the device time of each call's kernels, copies and memsets, from CUPTI "
+    "(torch.profiler: no launch or event overhead)"
 )
-GRAPH_HOW = "in a CUDA graph (the gaps between its kernels, ~0.3 us each on an H100, counted)"
+EVENTS_FALLBACK_HOW = (
+    "CUDA events around each call (~2 us of launch and event overhead included): CUPTI "
+    "is held by another profiler in this process"
+)
 PROFILER_MAX_REPS = 200
 PROBE_MAX_S = 2e-3  # past this much spin, fn is host-bound: its launch gaps are its time
 COVER_ATTEMPTS = 4  # a rep whose launch the spin did not cover is redone with 2x the spin
@@ -196,8 +199,8 @@ class CudaEvents:
     def reps(self, fn: Callable[[], Any], n: int) -> list[Rep]:
         return [self.rep(fn) for _ in range(n)]
 
-    def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
-        return _tiny(self, fn, calls)
+    def for_auto(self, fn: Callable[[], Any]) -> tuple[Device, str]:
+        return _device_time(self, fn)
 
     def run_for(self, fn: Callable[[], Any], seconds: float) -> float:
         with self.torch.cuda.device(self.device):
@@ -255,22 +258,25 @@ class CudaEvents:
         }
 
 
-def _tiny(dev: CudaEvents, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
-    """The device a tiny kernel is timed on: `calls` calls a rep, back to back, their device
-    time from CUPTI (torch.profiler); where CUPTI cannot be had (another profiler holds it),
-    a CUDA graph of the calls; where fn cannot be captured, the calls back to back between
-    the events. Why CUPTI first (H100, GPU_FACTS.md "Tiny kernels"): a graph adds the gaps
-    between its kernels and depends on the process's capture history; one call per event
-    pair adds 3-5 us of launch and event overhead."""
-    kw: dict[str, Any] = {
-        "flush_l2": dev.flush_l2,
-        "saturate": dev.saturate,
-        "device": dev.device,
-        "clock": dev.clock,
-        "flush_bytes": dev.flush_bytes_asked,
-    }
+def _device_time(dev: CudaEvents, fn: Callable[[], Any]) -> tuple[Device, str]:
+    """mode "auto": the device that times fn's own device time, one call a rep in the L2
+    state `dev` was made for (flushed before each call by default), prepared for fn, and how
+    in words. CUPTI (torch.profiler) sums the device time of fn's kernels, copies and
+    memsets: no launch or event overhead at any size, so the number means the same for a
+    1 us kernel as for a 10 ms one. On an H100 one call per CUDA event pair read 2.1-2.6 us
+    over that device time (22.0 us for an add whose flushed device time is 19.6 us), the
+    profiler within 0.4% of it from 20 us up (benchmarks/one_meaning.py, its kept results
+    in benchmarks/results/one_meaning-sweep.json). Where CUPTI cannot be had (another profiler of
+    the process, or a tool attached to it, holds it) the events stay, decided once a
+    process and said in the measurement."""
     try:  # CUPTI may be held by another profiler: a trial rep finds out, once a process
-        profiled = CudaProfiler(batch=calls, **kw)
+        profiled = CudaProfiler(
+            flush_l2=dev.flush_l2,
+            saturate=dev.saturate,
+            device=dev.device,
+            clock=dev.clock,
+            flush_bytes=dev.flush_bytes_asked,
+        )
         profiled.prepare(fn)
         if not memo.cupti_known() or memo.torch_profiler_active(dev.torch):
             profiled.reps(fn, 1)
@@ -278,16 +284,9 @@ def _tiny(dev: CudaEvents, fn: Callable[[], Any], calls: int) -> tuple[Device, s
         return profiled, PROFILED_HOW
     except Exception as err:
         memo.cupti_found(False)
-        log.info("cannot profile fn (%s): timing a CUDA graph of its calls", err)
-    try:
-        graph = CudaGraph(calls=calls, **kw)
-        graph.prepare(fn)
-        return graph, GRAPH_HOW
-    except Exception as err:
-        log.info("cannot capture fn in a CUDA graph (%s): timing calls back to back", err)
-        batched = CudaEvents(batch=calls, **kw)
-        batched.prepare(fn)
-        return batched, "back to back between one pair of CUDA events (launch gaps counted)"
+        log.info("cannot profile fn (%s): timing each call between CUDA events", err)
+    dev.prepare(fn)
+    return dev, EVENTS_FALLBACK_HOW
 
 
 class CudaGraph(CudaEvents):
@@ -333,9 +332,6 @@ class CudaGraph(CudaEvents):
         torch.cuda.synchronize(self.device)
         self.graph = graph
         self.rep_probe_cycles = REP_PROBE_CYCLES if self.saturate else 0
-
-    def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
-        return self, GRAPH_HOW  # already many calls a rep
 
     def _call(self, fn: Callable[[], Any]) -> None:
         if self.graph is None:
@@ -446,16 +442,34 @@ def _profiled_rep_times(events: list[dict[str, Any]], n: int) -> tuple[list[floa
     return times, spin_s
 
 
-def cupti_median_s(fn: Callable[[], Any], calls: int = 200, warmup: int = 30) -> float:
-    """The reference a tiny kernel's number is checked against: the median device time of
-    one call of fn (its kernels, copies and memsets summed) over `calls` calls under
-    torch.profiler (CUPTI), L2 warm, queued back to back behind a spin so the GPU never
-    idles between them (launched one by one from a launch-bound loop, the same kernels
-    read 7-14% longer each on the H100: GPU_FACTS.md "Tiny kernels")."""
+def cupti_median_s(
+    fn: Callable[[], Any], calls: int = 200, warmup: int = 30, *, flush_l2: bool = False
+) -> float:
+    """The reference a number is checked against: the median device time of one call of
+    fn (its kernels, copies and memsets summed) over `calls` calls under torch.profiler
+    (CUPTI), all queued behind a spin so the GPU never idles between them (launched one by
+    one from a launch-bound loop, the same kernels read 7-14% longer each on the H100).
+    `flush_l2=False`: back to back, L2 warm; True: each call after a flush of twice the L2
+    and a short spin, as bench() measures by default. No sync between calls: the harness's
+    own schedule of reps takes no part."""
     torch = _torch()
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    if flush_l2:
+        l2 = int(getattr(torch.cuda.get_device_properties(None), "L2_cache_size", 0) or 0)
+        flush = torch.empty(max(2 * l2, 8 << 20) // 4, dtype=torch.int32, device="cuda")
+        with _profiling() as prof:
+            torch.cuda._sleep(int(20e-3 * 2e9))
+            for _ in range(calls):
+                torch.cuda._sleep(1000)  # marker: the flush follows
+                flush.zero_()
+                torch.cuda._sleep(20_000)  # marker: fn follows (covers its launch)
+                fn()
+            torch.cuda.synchronize()
+        events = sorted(_trace_events(prof), key=lambda e: float(e["ts"]))
+        lead = next(i for i, e in enumerate(events) if "spin_kernel" in str(e.get("name")))
+        return stats.median(_profiled_rep_times(events[:lead] + events[lead + 1 :], calls)[0])
     with _profiling() as prof:
         torch.cuda._sleep(int(20e-3 * 2e9))  # ~10-20 ms: every call is queued before it ends
         for _ in range(calls):

@@ -4,7 +4,6 @@ devices on a clock (CPU code, the simulated GPU: `SimDevice`, `sim_kernel`), plu
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -59,9 +58,9 @@ class Device(Protocol):
         """What the device did, for Measurement.extra (flush size, calls per rep...)."""
         ...
 
-    def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
-        """A device whose rep is `calls` calls of fn (time per call), prepared for fn, and
-        how it runs them in words: what a call too short to time alone is measured with."""
+    def for_auto(self, fn: Callable[[], Any]) -> tuple[Device, str]:
+        """mode "auto": the device that times fn's own time per call (on CUDA its device
+        time from CUPTI, at every size), prepared for fn, and how it times in words."""
         ...
 
 
@@ -115,10 +114,11 @@ class ClockDevice:
     def settings(self) -> dict[str, Any]:
         return {"flush_l2": False, "calls_per_rep": self.batch}
 
-    def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
-        tiny = copy.copy(self)
-        tiny.batch = calls
-        return tiny, "back to back (launch gaps counted)"
+    how = "the host's clock around each call"
+
+    def for_auto(self, fn: Callable[[], Any]) -> tuple[Device, str]:
+        self.prepare(fn)
+        return self, self.how
 
 
 class SimDevice(ClockDevice):
@@ -131,6 +131,7 @@ class SimDevice(ClockDevice):
     per call (a CUDA graph's replay)."""
 
     kind = "sim"
+    how = "the simulated GPU's time of each call"
 
     def __init__(
         self,
@@ -217,8 +218,10 @@ class BackToBack:
     def settings(self) -> dict[str, Any]:
         return {**self.inner.settings(), "flush_l2": False, "sustained_rep_s": self.seconds}
 
-    def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Device, str]:
-        return self, "back to back (launch gaps counted)"  # a sustained rep is many calls
+    def for_auto(self, fn: Callable[[], Any]) -> tuple[Device, str]:
+        inner, how = self.inner.for_auto(fn)
+        self.inner = inner
+        return self, how  # a sustained rep is many calls back to back
 
 
 def sim_kernel(

@@ -23,7 +23,7 @@ from gpuenv.progress import Progress
 from gpuenv.telemetry import DRIVER_REFRESH_S, trace_record
 from gpuenv.timebase import Clock
 from gpuenv.timing import memo
-from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, TINY_TARGET_S, BenchConfig
+from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
 from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
 from gpuenv.timing.warmup import WARMUP_KNOWN_WINDOW, WARMUP_WINDOW, _warmup
@@ -280,8 +280,7 @@ class _Run:
             self.say(
                 f"{self.name}: warmup did not settle in {warm.seconds:.1f} s ({warm.reps} reps)"
             )
-        if not self._tiny_switch(warm.median_s):
-            self.device.prepare(self.fn)
+        self._choose_method()
         clock_before = self.device.probe_clock_mhz() if cfg.probe_clock else None
         self._condition()
         t_measure = self.mark()
@@ -314,25 +313,20 @@ class _Run:
             self.extra["trace"] = _trace(place.sampler, place.gpu, t_begin, t_end)
         return dataclasses.replace(m, extra={**m.extra, **self.extra})
 
-    def _tiny_switch(self, call_s: float | None) -> bool:
-        """mode "auto": a call under TINY_REP_S (as warmup last saw it) is timed as many
-        calls a rep: on CUDA a graph of them (or back to back between the events when fn
-        cannot be captured). True when the device was switched (it is then prepared)."""
-        if self.cfg.mode != "auto" or call_s is None or call_s >= TINY_REP_S:
-            return False
-        calls = max(1, min(1000, math.ceil(TINY_TARGET_S / max(call_s, 1e-7))))
-        self.device, how = self.device.for_tiny(self.fn, calls)
-        self.extra["tiny_kernel"] = {
-            "call_s": call_s,
-            "threshold_s": TINY_REP_S,
-            "calls_per_rep": calls,
-            "timer": self.device.kind,
-            "method": how,
-            "note": f"one call took {call_s * 1e6:.1f} us, under {TINY_REP_S * 1e6:.0f} us: "
-            f"each rep is {calls} calls {how}; the time per call is their mean "
-            "(calls after the first find fn's data in L2)",
-        }
-        return True
+    def _choose_method(self) -> None:
+        """mode "auto": fn's own time per call, by one method at every size (on CUDA its
+        device time from CUPTI), so a number never changes meaning where a kernel's
+        estimate crosses a threshold; the L2 state is `flush_l2`'s (flushed before each
+        call by default, warm with flush_l2=False). Another mode is the one asked for."""
+        if self.cfg.mode == "auto":
+            self.device, how = self.device.for_auto(self.fn)
+        else:
+            self.device.prepare(self.fn)
+            how = f"mode={self.cfg.mode!r}: {self.device.kind}"
+        self.extra["method"] = how
+        flushed = getattr(self.device, "flush_l2", None)  # None: a device with no cache
+        if flushed is not None:
+            self.extra["l2"] = "flushed before each call" if flushed else "warm"
 
     def _condition(self) -> None:
         place, cc = self.place, self.cfg.conditioning
@@ -477,9 +471,18 @@ class _Run:
             else Evidence.given([], [place.gpu])
         )
         times = [r.time_s for r in reps]
-        # one tiny call per event pair (mode "events", the drop-in): say what the number holds
+        # one tiny call per event pair (mode "events", the drop-in, or the default where
+        # CUPTI is held): say what the number holds, and what would time the kernel alone
         tiny = (
-            [tiny_call(stats.median(times), TINY_REP_S, len(times), place.gpu)]
+            [
+                tiny_call(
+                    stats.median(times),
+                    TINY_REP_S,
+                    len(times),
+                    place.gpu,
+                    asked_events=self.cfg.mode != "auto",
+                )
+            ]
             if self.device.kind == "cuda_events"
             and getattr(self.device, "batch", 1) == 1
             and stats.median(times) < TINY_REP_S

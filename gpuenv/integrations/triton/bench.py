@@ -365,12 +365,12 @@ class _Phases:
         self.inner.prepare(fn)
         self.call.clear = True
 
-    def for_tiny(self, fn: Callable[[], Any], calls: int) -> tuple[Any, str]:
-        """mode="auto" on a tiny kernel: the device bench switches to (prepared here)."""
+    def for_auto(self, fn: Callable[[], Any]) -> tuple[Any, str]:
+        """mode="auto": the device bench times fn's device time with (prepared here)."""
         self.call.clear = self.clear_in_capture
-        tiny, how = self.inner.for_tiny(fn, calls)
+        timed, how = self.inner.for_auto(fn)
         self.call.clear = True
-        return _Phases(tiny, self.call, self.plan, self.clear_in_capture), how
+        return _Phases(timed, self.call, self.plan, self.clear_in_capture), how
 
     def rep(self, fn: Callable[[], Any]) -> Any:
         return self.inner.rep(fn)

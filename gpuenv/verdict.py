@@ -84,6 +84,11 @@ class VerdictConfig:
         (severity warning: the reject and retry policies act on them). False
         (the default unless a lock is asked for): capping at the default power
         limit is normal for heavy kernels and is reported at severity info.
+      power_cap_moved_rel: even with stable_clocks, the cap is a warning only where
+        it moved the number: the capped reps' SM clock (while busy) averaged this
+        fraction or more below the maximum (one 15 MHz step of an H100 is 0.76%), or
+        their median time was this much over the other reps'. The cap's bit lingers
+        ~0.5 s after heavy load with the clock already back at its maximum.
     thermal
       thermal_margin_c: a temperature within this of the GPU's max operating
         temperature (else its slowdown threshold) is reported (info) before the
@@ -113,6 +118,7 @@ class VerdictConfig:
     ramp_mad_k: float = 5.0
     ramp_min_reps: int = 5
     power_cap_min_fraction: float = 0.01
+    power_cap_moved_rel: float = 0.005
     stable_clocks: bool = False
     thermal_margin_c: float = 5.0
     lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ
@@ -136,6 +142,7 @@ class VerdictConfig:
             "clock_drift_rel",
             "level_rel",
             "power_cap_min_fraction",
+            "power_cap_moved_rel",
             "retry_delay_s",
         ):
             if getattr(self, name) < 0:
@@ -194,7 +201,7 @@ def assess(
         f = facts.get(g, GpuFacts())
         findings += _gaps(g, per_rep)
         findings += _warmup(g, per_rep, times_s if g == gpus[0] else None, f, config)
-        findings += _power_cap(g, per_rep, f, config)
+        findings += _power_cap(g, per_rep, f, config, times_s if g == gpus[0] else None)
         findings += _thermal(g, per_rep, f, config)
         findings += _hw(g, per_rep)
         findings += _lock(g, per_rep, f, config)
@@ -361,7 +368,13 @@ def cap_time_s(w: Window) -> float:
     return counted if counted > 0 else w.reason_sampled_s.get("SwPowerCap", 0.0)
 
 
-def _power_cap(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Finding]:
+def _power_cap(
+    g: int,
+    ws: list[Window],
+    f: GpuFacts,
+    c: VerdictConfig,
+    times_s: Sequence[float] | None = None,
+) -> list[Finding]:
     reps = []
     for i, w in enumerate(ws):
         dur = w.duration_s
@@ -386,35 +399,80 @@ def _power_cap(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[
     else:
         text = f"the SW power cap was active on GPU {g}"
     text += f" in {_reps_text(reps, len(ws))}"
-    clocked = [ws[i] for i in reps if ws[i].sm_mhz_mean is not None]
-    if clocked:
-        weight = sum(w.duration_s for w in clocked)
-        if weight > 0:
-            mean = sum((w.sm_mhz_mean or 0.0) * w.duration_s for w in clocked) / weight
-        else:
-            mean = sum(w.sm_mhz_mean or 0.0 for w in clocked) / len(clocked)
-        details["sm_mhz_mean"] = mean
-        details["sm_mhz_min"] = min(w.sm_mhz_min or mean for w in clocked)
-        if f.max_sm_mhz:
-            cost = f.max_sm_mhz - mean
-            details["clock_cost_mhz"] = cost
-            details["max_sm_mhz"] = f.max_sm_mhz
-            text += (
-                f": SM clock averaged {mean:.0f} MHz, {cost:.0f} MHz"
-                f" ({100 * cost / f.max_sm_mhz:.0f}%) below its {f.max_sm_mhz:.0f} MHz maximum"
-            )
-        else:
-            text += f": SM clock averaged {mean:.0f} MHz"
+    text += _cap_clock_text([ws[i] for i in reps], f, details)
     if f.power_limit_w:
         details["power_limit_w"] = f.power_limit_w
         text += f", at the {f.power_limit_w:.0f} W power limit"
-    if c.stable_clocks:
+    moved = _cap_moved(reps, times_s, details, f, c)
+    details["moved"] = moved
+    if c.stable_clocks and moved:
         severity = "warning"
         text += " (lock a clock the cap can hold: gpuenv calibrate)"
+    elif c.stable_clocks:
+        severity = "info"
+        text += (
+            " (the cap's bit only: the SM clock stayed at its maximum and the reps' times "
+            "did not move)"
+        )
     else:
         severity = "info"
         text += " (normal for heavy kernels; numbers depend on power and temperature)"
     return [Finding("power_cap", severity, tuple(reps), text, g, details)]
+
+
+def _cap_clock_text(clocked: list[Window], f: GpuFacts, details: dict[str, Any]) -> str:
+    """The SM clock of the capped reps, while busy where their windows saw idle time (a
+    long region's mean counts its idle 345 MHz too); fills `details`."""
+    clocked = [w for w in clocked if w.sm_mhz_mean is not None]
+    if not clocked:
+        return ""
+    idle = any(w.reason_sampled_s.get("GpuIdle", 0.0) > 0 for w in clocked)
+    means = [
+        (w.sm_mhz_busy_mean if idle and w.sm_mhz_busy_mean is not None else w.sm_mhz_mean or 0.0)
+        for w in clocked
+    ]
+    weight = sum(w.duration_s for w in clocked)
+    if weight > 0:
+        mean = sum(m * w.duration_s for m, w in zip(means, clocked, strict=True)) / weight
+    else:
+        mean = sum(means) / len(means)
+    details["sm_mhz_mean"] = mean
+    details["sm_mhz_min"] = min(w.sm_mhz_min or mean for w in clocked)
+    what = "SM clock averaged" + (" (while busy)" if idle else "")
+    if not f.max_sm_mhz:
+        return f": {what} {mean:.0f} MHz"
+    cost = f.max_sm_mhz - mean
+    details["clock_cost_mhz"] = cost
+    details["max_sm_mhz"] = f.max_sm_mhz
+    return (
+        f": {what} {mean:.0f} MHz, {cost:.0f} MHz"
+        f" ({100 * cost / f.max_sm_mhz:.0f}%) below its {f.max_sm_mhz:.0f} MHz maximum"
+    )
+
+
+def _cap_moved(
+    reps: list[int],
+    times_s: Sequence[float] | None,
+    details: dict[str, Any],
+    f: GpuFacts,
+    c: VerdictConfig,
+) -> bool:
+    """Whether the cap moved the number: the capped reps' clock under the maximum, or
+    their times over the other reps'. Unknown (no clock, no maximum): it did."""
+    cost = details.get("clock_cost_mhz")
+    if cost is None or not f.max_sm_mhz:
+        return True
+    if cost / f.max_sm_mhz >= c.power_cap_moved_rel:
+        return True
+    if times_s is None:
+        return False
+    capped = set(reps)
+    free = [t for i, t in enumerate(times_s) if i not in capped]
+    if not free:
+        return False
+    slower = stats_median([times_s[i] for i in reps]) / stats_median(free) - 1
+    details["capped_reps_slower_rel"] = slower
+    return slower >= c.power_cap_moved_rel
 
 
 def _thermal(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> list[Finding]:

@@ -133,6 +133,45 @@ def test_power_cap_is_info_by_default_with_time_under_it_and_the_clock_it_cost()
     assert strict["power_cap"].severity == "warning"
 
 
+def test_power_cap_is_a_warning_only_where_it_moved_the_number():
+    strict = VerdictConfig(stable_clocks=True)
+    # the cap's bit lingering after heavy load, the clock at its maximum: a tiny kernel once
+    # got "SM clock averaged 1980 MHz, 0 MHz (0%) below its 1980 MHz maximum" as a warning
+    ws = [win(i, reasons=REASON_SW_POWER_CAP, reason_s={"power": 0.05}) for i in range(4)]
+    f = kinds(assess(ws, [1e-3] * 4, facts=H100, config=strict))["power_cap"]
+    assert f.severity == "info" and f.details["moved"] is False
+    assert "the SM clock stayed at its maximum and the reps' times did not move" in f.message
+    # one 15 MHz step down moved it (0.76% of 1980 MHz)
+    ws = [win(i, sm=1965, reasons=REASON_SW_POWER_CAP, reason_s={"power": 0.05}) for i in range(4)]
+    assert kinds(assess(ws, facts=H100, config=strict))["power_cap"].severity == "warning"
+    # the clock at its maximum, but the capped reps 3% slower than the others: moved
+    ws = [win(i) for i in range(6)]
+    for i in (1, 3, 5):
+        ws[i] = win(i, reasons=REASON_SW_POWER_CAP, reason_s={"power": 0.05})
+    times = [1.00e-3, 1.03e-3, 1.00e-3, 1.03e-3, 1.00e-3, 1.03e-3]
+    f = kinds(assess(ws, times, facts=H100, config=strict))["power_cap"]
+    assert f.severity == "warning" and f.details["capped_reps_slower_rel"] == pytest.approx(0.03)
+    times = [1.000e-3, 1.001e-3] * 3
+    assert kinds(assess(ws, times, facts=H100, config=strict))["power_cap"].severity == "info"
+
+
+def test_a_long_regions_cap_sentence_gives_the_clock_while_busy_not_over_idle_time():
+    # a (run) region of 19.27 s, mostly idle at 345 MHz: its mean clock (615 MHz) is no
+    # clock the cap set
+    w = win(
+        0,
+        sm=615,
+        dur=19.27,
+        sm_mhz_busy_mean=1905.0,
+        reasons=REASON_SW_POWER_CAP,
+        reason_s={"power": 0.5},
+        reason_sampled_s={"GpuIdle": 15.0, "SwPowerCap": 0.5},
+    )
+    f = kinds(assess([w], facts=H100))["power_cap"]
+    assert "SM clock averaged (while busy) 1905 MHz, 75 MHz (4%) below" in f.message
+    assert "615" not in f.message
+
+
 def test_a_counter_tick_of_power_cap_noise_is_not_reported():
     ws = [win(0, dur=10.0, reason_s={"power": 0.001})]
     assert assess(ws, facts=H100) == []

@@ -108,6 +108,7 @@ def _from_samples(
         sm_mhz_min=float(min(sm)),
         sm_mhz_max=float(max(sm)),
         sm_mhz_mean=_weighted([s.sm_mhz for s in held], weights),
+        sm_mhz_busy_mean=_busy_mean(held, weights),
         sm_mhz_start=float(first.sm_mhz),
         sm_mhz_end=float(last.sm_mhz),
         mem_mhz_mean=_weighted([s.mem_mhz for s in held], weights),
@@ -201,6 +202,12 @@ def _back_weights(after: Sequence[Sample], t0: float, t1: float) -> list[float]:
     if not any(weights):
         weights[-1] = 1.0
     return weights
+
+
+def _busy_mean(held: Sequence[Sample], weights: Sequence[float]) -> float | None:
+    """The clock over the samples without GpuIdle, each holding as in the mean."""
+    busy = [0.0 if s.reasons & Reason.GPU_IDLE else w for s, w in zip(held, weights, strict=True)]
+    return _weighted([s.sm_mhz for s in held], busy) if any(busy) else None
 
 
 def _weighted(values: Sequence[float], weights: Sequence[float]) -> float:

@@ -266,6 +266,7 @@ class _Held:
         first, last = held[0], covering[-1]
         self.names = [_names(s.reasons) for s in held]
         self.sm = [s.sm_mhz for s in held]
+        self.busy = [not s.reasons & _IDLE for s in held]
         self.mem = [s.mem_mhz for s in held]
         self.power = [_power(s) for s in held]
         union = 0
@@ -301,6 +302,7 @@ class _Held:
             return {
                 **self.fixed,
                 "sm_mhz_mean": (self.sm[0] * w) / w,
+                "sm_mhz_busy_mean": (self.sm[0] * w) / w if self.busy[0] else None,
                 "mem_mhz_mean": (self.mem[0] * w) / w,
                 "power_w_mean": (self.power[0] * w) / w,
                 "reason_sampled_s": {name: 0.0 + w for name in self.names[0]},
@@ -310,9 +312,11 @@ class _Held:
         for names, w in zip(self.names, weights, strict=True):
             for name in names:
                 bits_s[name] = bits_s.get(name, 0.0) + w
+        busy_w = [w if b else 0.0 for w, b in zip(weights, self.busy, strict=True)]
         return {
             **self.fixed,
             "sm_mhz_mean": _weighted(self.sm, weights),
+            "sm_mhz_busy_mean": _weighted(self.sm, busy_w) if any(busy_w) else None,
             "mem_mhz_mean": _weighted(self.mem, weights),
             "power_w_mean": _weighted(self.power, weights),
             "reason_sampled_s": bits_s,

@@ -40,6 +40,9 @@ class Window:
     sm_mhz_max: float | None = None
     sm_mhz_start: float | None = None  # the clock in force when the region began
     sm_mhz_end: float | None = None
+    # the time-weighted clock over the samples without GpuIdle: what the clock was while
+    # the GPU had work (a long region's mean counts its idle 345 MHz stretches too)
+    sm_mhz_busy_mean: float | None = None
     mem_mhz_mean: float | None = None
     power_w_mean: float | None = None
     power_w_max: float | None = None
@@ -119,6 +122,21 @@ def _counter_label(name: str) -> str:
         return name
 
 
+def _busy_mean(ws: Sequence[Window]) -> float | None:
+    """The busy clock of merged windows: each one's weighted by its time not GpuIdle."""
+    pairs = [
+        (w.sm_mhz_busy_mean, max(w.duration_s - w.reason_sampled_s.get("GpuIdle", 0.0), 0.0))
+        for w in ws
+        if w.sm_mhz_busy_mean is not None
+    ]
+    total = sum(t for _, t in pairs)
+    if not pairs:
+        return None
+    if total <= 0:
+        return sum(m for m, _ in pairs) / len(pairs)
+    return sum(m * t for m, t in pairs) / total
+
+
 def merge_windows(windows: Sequence[Window]) -> Window:
     """One Window from consecutive (or separate) ones of the same GPU.
 
@@ -146,6 +164,7 @@ def merge_windows(windows: Sequence[Window]) -> Window:
         n_samples=sum(w.n_samples for w in ws),
         sm_mhz_min=c.pick(min, "sm_mhz_min"),
         sm_mhz_mean=c.mean("sm_mhz_mean"),
+        sm_mhz_busy_mean=_busy_mean(ws),
         sm_mhz_max=c.pick(max, "sm_mhz_max"),
         sm_mhz_start=c.first("sm_mhz_start"),
         sm_mhz_end=c.last("sm_mhz_end"),

@@ -139,9 +139,15 @@ def _wrap(
     orig: Callable[..., Any],
     facts_of: Callable[..., Facts | None],
     returned: Callable[[Any], float | None] | None = None,
+    *,
+    after_first_call: bool = False,
 ) -> Callable[..., Any]:
     """`orig`, marked as a region `facts_of(*args)` names, when it is the thread's outermost;
-    `returned(result)`: the time in seconds the call returned, sent with its end."""
+    `returned(result)`: the time in seconds the call returned, sent with its end.
+    `after_first_call` (do_bench): the region begins once the function it was given has
+    returned from its first call, so that what that call sets off (an `@triton.autotune`
+    kernel benchmarking its configs, a lazy compile) stays out of the call's window; the
+    autotuner's own do_bench calls in it are then regions of their own."""
     from gpuenv.run.region import active, region
 
     @functools.wraps(orig)
@@ -155,21 +161,46 @@ def _wrap(
                 facts = None
         if not facts:
             return orig(*args, **kwargs)
-        _depth.n = depth + 1
+        r = region(facts[0], discard_on_error=True, meta=facts[1])
+        if after_first_call and args and callable(args[0]):
+            args = (_begins_after_first_call(args[0], r, depth), *args[1:])
+        else:
+            r.__enter__()
+            _depth.n = depth + 1
         try:
-            with region(facts[0], discard_on_error=True, meta=facts[1]) as r:
-                result = orig(*args, **kwargs)
-                if returned is not None:
-                    with contextlib.suppress(Exception):
-                        value = returned(result)
-                        if value is not None:
-                            r.end_meta = {"returned_s": value}
-                return result
+            result = orig(*args, **kwargs)
+        except BaseException:
+            if r.t0 is not None:
+                r.__exit__(*sys.exc_info())
+            raise
         finally:
             _depth.n = depth
+        if r.t0 is not None:
+            if returned is not None:
+                with contextlib.suppress(Exception):
+                    value = returned(result)
+                    if value is not None:
+                        r.end_meta = {"returned_s": value}
+            r.__exit__(None, None, None)
+        return result
 
     wrapper.__gpuenv_auto__ = True  # type: ignore[attr-defined]
     return wrapper
+
+
+def _begins_after_first_call(fn: Callable[..., Any], r: Any, depth: int) -> Callable[..., Any]:
+    """fn, entering region `r` (and the thread's nesting) when its first call returns."""
+
+    @functools.wraps(fn)
+    def called(*args: Any, **kwargs: Any) -> Any:
+        if r.t0 is not None:
+            return fn(*args, **kwargs)
+        out = fn(*args, **kwargs)  # outside: an autotuner's do_bench calls are regions too
+        r.__enter__()
+        _depth.n = depth + 1
+        return out
+
+    return called
 
 
 def _wrap_perf_run(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -395,7 +426,12 @@ def patch(module: Any) -> None:
             _patch_functions(
                 module,
                 (attr,),
-                functools.partial(_wrap, facts_of=_do_bench_facts(attr), returned=_ms_returned),
+                functools.partial(
+                    _wrap,
+                    facts_of=_do_bench_facts(attr),
+                    returned=_ms_returned,
+                    after_first_call=True,
+                ),
             )
         if isinstance(getattr(module, "Mark", None), type):
             _patch_functions(module.Mark, ("_run",), _wrap_perf_run)

@@ -4,7 +4,7 @@
     print(m.stats.median_s, m.extra["ci_s"], m.findings)
 
 What a rep is on CUDA (CUDA events around fn behind a clock-probe spin, a CUDA graph
-of several calls, or the profiler's summed kernel time) is described in `cuda.py`.
+of several calls, or the profiler's summed kernel time) is described in `cuda/`.
 
 The harness around the device is device-agnostic and runs on the simulated GPU
 in tests (`SimDevice`, `sim_kernel`): warmup until rep times and clocks stop
@@ -19,7 +19,8 @@ torch is imported here lazily, only when a CUDA device is timed.
 
 The package:
     devices.py           the Device protocol, Rep, ClockDevice, SimDevice, BackToBack, sim_kernel
-    cuda.py              CUDA events, graphs, the profiler (the only module importing torch)
+    cuda/events.py       CUDA events, graphs, the profiler's device; what a tiny call gets
+    cuda/profiler.py     torch and its profiler: traces, CUPTI device time (cupti_median_s)
     warmup.py            reps until times and clocks stop trending
     config.py            BenchConfig: every setting of bench(), the safe defaults
     harness.py           bench(): warmup, conditioning, reps, windows, findings -> Measurement

@@ -10,12 +10,13 @@ What a rep is (mode="events", the default), on the current CUDA stream:
     time = e_start->e_end; effective SM clock = probe cycles / (e0->e_start)
 
 `torch.cuda._sleep(cycles)` spins for a number of SM cycles, so timing it with
-events gives the clock the GPU really ran at just before the rep (NVML's clock is
-a coarse sample: GPU_FACTS.md). mode="graph" captures several calls of fn in a
-CUDA graph and replays it (tiny kernels: no launch overhead between calls);
-mode="profiler" sums each rep's GPU activity (kernels, copies, memsets) from
-torch.profiler with CUDA-only activity, which leaves out idle bubbles between
-kernels.
+events gives the clock the GPU really ran at just before the rep. NVML's clock is
+a coarse sample, not that clock: on an H100 under the power cap, an in-kernel
+measurement (cycles over globaltimer, as NVBench does) read ~1360 MHz while NVML
+reported ~1500 MHz. mode="graph" captures several calls of fn in a CUDA graph and
+replays it (tiny kernels: no launch overhead between calls); mode="profiler" sums
+each rep's GPU activity (kernels, copies, memsets) from torch.profiler with
+CUDA-only activity, which leaves out idle bubbles between kernels.
 
 The package:
     events.py     the devices: CudaEvents (a rep between events behind the clock-probe

@@ -54,7 +54,6 @@ LAYERS = (
     (
         "gpuenv.timing",
         "gpuenv.session",
-        "gpuenv.measure",
         "gpuenv.run",
         "gpuenv.clocks.calibration",
         "gpuenv.daemon.jobreport",

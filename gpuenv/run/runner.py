@@ -44,7 +44,7 @@ from gpuenv.progress import Progress
 from gpuenv.results import Measurement
 from gpuenv.run.autoregions import child_env
 from gpuenv.run.perfgrid import grids, write_grids
-from gpuenv.run.ranks import default_gpu_selector, rank_of, rank_output_path, selector_env
+from gpuenv.run.ranks import rank_of
 from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
 from gpuenv.run.report import RUN_NAME, build_measurements, run_text
 from gpuenv.run.tracker import (
@@ -510,9 +510,5 @@ __all__ = [
     "RunResult",
     "Runner",
     "check_run_policy",
-    "default_gpu_selector",
-    "rank_of",
-    "rank_output_path",
     "resolve_command",
-    "selector_env",
 ]

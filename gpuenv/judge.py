@@ -239,15 +239,7 @@ def judge(
     `MeasurementRejected` when reject leaves fewer than `config.min_reps`.
     """
     check_policy(policy)
-    times = [float(t) for t in times_s]
-    if not times:
-        raise ConfigError(f"{name!r}: a measurement needs at least one rep")
-    if evidence.windows and len(evidence.windows) != len(times) * len(evidence.gpus):
-        raise ConfigError(
-            f"{name!r}: {len(evidence.windows)} windows for {len(times)} reps on "
-            f"{len(evidence.gpus)} GPU(s)",
-            hint="pass one window per rep and GPU, rep-major",
-        )
+    times = _rep_times(name, times_s, evidence)
 
     def findings_now() -> list[Finding]:
         # without telemetry the rep times still say whether they held one level
@@ -258,19 +250,7 @@ def judge(
     findings = findings_now()
     retried: list[int] = []
     if policy == "retry" and retry is not None:
-        for delay in retry_delays(config):
-            bad = affected_reps(findings, config)
-            if not bad:
-                break
-            retry.clock.sleep(delay)
-            if retry.recover is not None:
-                retry.recover()
-            redone = retry.rerun(bad)
-            for i, (t, _) in zip(bad, redone, strict=True):
-                times[i] = float(t)
-            evidence.replace_reps(bad, [span for _, span in redone])
-            retried = sorted(set(retried) | set(bad))
-            findings = findings_now()
+        findings, retried = _retry(retry, times, evidence, findings, findings_now, config)
     result = apply_policy(
         findings,
         len(times),
@@ -295,6 +275,48 @@ def judge(
         started_at=started_at,
         extra=dict(extra or {}),
     )
+
+
+def _rep_times(name: str, times_s: Sequence[float], evidence: Evidence) -> list[float]:
+    """The rep times as floats, refused when there are none or the windows do not match."""
+    times = [float(t) for t in times_s]
+    if not times:
+        raise ConfigError(f"{name!r}: a measurement needs at least one rep")
+    if evidence.windows and len(evidence.windows) != len(times) * len(evidence.gpus):
+        raise ConfigError(
+            f"{name!r}: {len(evidence.windows)} windows for {len(times)} reps on "
+            f"{len(evidence.gpus)} GPU(s)",
+            hint="pass one window per rep and GPU, rep-major",
+        )
+    return times
+
+
+def _retry(
+    retry: Retry,
+    times: list[float],
+    evidence: Evidence,
+    findings: list[Finding],
+    findings_now: Callable[[], list[Finding]],
+    config: VerdictConfig,
+) -> tuple[list[Finding], list[int]]:
+    """The retry policy's rounds: after each of `retry_delays(config)` (and `recover`), the
+    affected reps are re-run until none is; `times` and `evidence` are updated in place.
+    Returns the findings of the last round and the reps re-run."""
+    retried: list[int] = []
+    for delay in retry_delays(config):
+        bad = affected_reps(findings, config)
+        if not bad:
+            break
+        retry.clock.sleep(delay)
+        if retry.recover is not None:
+            retry.recover()
+        redone = retry.rerun(bad)
+        for i, (t, _) in zip(bad, redone, strict=True):
+            times[i] = float(t)
+        evidence.replace_reps(bad, [span for _, span in redone])
+        retried = sorted(set(retried) | set(bad))
+        findings = findings_now()
+    return findings, retried
 
 
 __all__ = [

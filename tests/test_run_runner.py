@@ -24,14 +24,9 @@ import pytest
 from gpuenv.backend.sim import SimBackend
 from gpuenv.clocks.journal import Journal
 from gpuenv.results import load_run
+from gpuenv.run.ranks import default_gpu_selector, rank_of, rank_output_path, selector_env
 from gpuenv.run.report import RUN_NAME
-from gpuenv.run.runner import (
-    RunResult,
-    default_gpu_selector,
-    rank_of,
-    rank_output_path,
-    selector_env,
-)
+from gpuenv.run.runner import RunResult
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]

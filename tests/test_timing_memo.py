@@ -12,7 +12,7 @@ from gpuenv import timing
 from gpuenv.backend.sim import SimBackend
 from gpuenv.timebase import VirtualClock
 from gpuenv.timing import memo
-from gpuenv.timing.warmup import WARMUP_KNOWN_WINDOW, WARMUP_WINDOW
+from gpuenv.timing.harness import WARMUP_KNOWN_WINDOW, WARMUP_WINDOW
 
 
 @pytest.fixture(autouse=True)

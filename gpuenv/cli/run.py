@@ -136,7 +136,8 @@ def run(
     """
     from gpuenv.devices import select_gpus
     from gpuenv.run.plan import dry_run_lines, exit_like, plan_run
-    from gpuenv.run.runner import Runner, selector_env
+    from gpuenv.run.ranks import selector_env
+    from gpuenv.run.runner import Runner
 
     env = os.environ
     plan = plan_run(

@@ -51,13 +51,8 @@ def plan_run(
 ) -> RunPlan:
     """Check the options in the order a user fixes them; a typo fails before any lock."""
     from gpuenv.run.autoregions import ENV_SELECT, select_kinds
-    from gpuenv.run.runner import (
-        check_run_policy,
-        default_gpu_selector,
-        rank_of,
-        rank_output_path,
-        resolve_command,
-    )
+    from gpuenv.run.ranks import default_gpu_selector, rank_of, rank_output_path
+    from gpuenv.run.runner import check_run_policy, resolve_command
 
     argv = list(command)
     if argv and argv[0] == "--":

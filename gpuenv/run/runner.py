@@ -44,7 +44,7 @@ from gpuenv.progress import Progress
 from gpuenv.results import Measurement
 from gpuenv.run.autoregions import child_env
 from gpuenv.run.perfgrid import grids, write_grids
-from gpuenv.run.ranks import default_gpu_selector, rank_of, rank_output_path, selector_env
+from gpuenv.run.ranks import rank_of
 from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
 from gpuenv.run.report import RUN_NAME, build_measurements, run_text
 from gpuenv.run.tracker import (
@@ -56,6 +56,7 @@ from gpuenv.run.tracker import (
     Summariser,
 )
 from gpuenv.telemetry import Sampler
+from gpuenv.verdict import GpuFacts
 
 RUN_POLICIES = ("annotate", "reject")  # retry cannot re-run a command's regions
 SUMMARIES = ("each", "rank0")  # each rank prints its table / rank 0 prints all ranks' in one
@@ -260,10 +261,55 @@ class Runner:
         )
         tracker = RegionTracker()
         summariser = Summariser(sampler, self.gpus)
+        forwarded: list[int] = []
+        run, status, t_end, facts = self._command(sampler, tracker, summariser, ranges, forwarded)
+        t_start = run.t0
+        # thousands of regions take seconds to judge and write: a terminal is told so
+        with Progress(
+            f"gpuenv run: judging {len(tracker.finished) + 1:,} regions",
+            stream=self.stderr,
+            show=False if self.quiet else None,
+        ):
+            try:
+                run.t1 = t_end
+                tracker.close_all(t_end)
+                summariser.flush(t_end, [run, *tracker.finished], final=True)
+            finally:
+                sampler.stop()
+            wall0 = time.time() - time.monotonic()
+            extra_run = self._run_extra(status, t_start, summariser, tracker, forwarded)
+            measurements = build_measurements(
+                tracker.finished,
+                run,
+                gpus=self.gpus,
+                facts=facts,
+                policy=self.policy,
+                stable_clocks=lock is not None,
+                wall_at=lambda t: wall0 + t,
+                extra_run=extra_run,
+            )
+            if store is not None:
+                with store:
+                    store.extend(measurements)
+        result = RunResult(status, measurements, self.output, t_end - t_start, forwarded)
+        self._report(result, lock, started_wall=wall0 + t_start)
+        return result
+
+    def _command(
+        self,
+        sampler: Sampler,
+        tracker: RegionTracker,
+        summariser: Summariser,
+        ranges: dict[int, tuple[int, int]],
+        forwarded: list[int],
+    ) -> tuple[Region, int, float, dict[int, GpuFacts]]:
+        """Spawn the command with the region pipe, start sampling, wait for it to end
+        (forwarding signals into `forwarded`). Returns the "(run)" region (t0: the start),
+        the command's status, the end, and the GPUs' facts; the sampler still runs unless
+        this raised."""
         r_fd, w_fd = os.pipe()
         os.set_inheritable(w_fd, True)
         env = self._child_env(w_fd)
-        forwarded: list[int] = []
         family = _Family()
         reader = RegionReader(r_fd, tracker, sampler)
         w_open = True
@@ -302,36 +348,7 @@ class Runner:
             os.close(r_fd)
             if w_open:
                 os.close(w_fd)
-        # thousands of regions take seconds to judge and write: a terminal is told so
-        with Progress(
-            f"gpuenv run: judging {len(tracker.finished) + 1:,} regions",
-            stream=self.stderr,
-            show=False if self.quiet else None,
-        ):
-            try:
-                run.t1 = t_end
-                tracker.close_all(t_end)
-                summariser.flush(t_end, [run, *tracker.finished], final=True)
-            finally:
-                sampler.stop()
-            wall0 = time.time() - time.monotonic()
-            extra_run = self._run_extra(status, t_start, summariser, tracker, forwarded)
-            measurements = build_measurements(
-                tracker.finished,
-                run,
-                gpus=self.gpus,
-                facts=facts,
-                policy=self.policy,
-                stable_clocks=lock is not None,
-                wall_at=lambda t: wall0 + t,
-                extra_run=extra_run,
-            )
-            if store is not None:
-                with store:
-                    store.extend(measurements)
-        result = RunResult(status, measurements, self.output, t_end - t_start, forwarded)
-        self._report(result, lock, started_wall=wall0 + t_start)
-        return result
+        return run, status, t_end, facts
 
     def _report(self, result: RunResult, lock: Any, *, started_wall: float) -> None:
         """Print the summary: this run's table, or under --summary rank0 all ranks' at rank 0."""
@@ -510,9 +527,5 @@ __all__ = [
     "RunResult",
     "Runner",
     "check_run_policy",
-    "default_gpu_selector",
-    "rank_of",
-    "rank_output_path",
     "resolve_command",
-    "selector_env",
 ]

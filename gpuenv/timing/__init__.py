@@ -4,7 +4,7 @@
     print(m.stats.median_s, m.extra["ci_s"], m.findings)
 
 What a rep is on CUDA (CUDA events around fn behind a clock-probe spin, a CUDA graph
-of several calls, or the profiler's summed kernel time) is described in `cuda.py`.
+of several calls, or the profiler's summed kernel time) is described in `cuda/`.
 
 The harness around the device is device-agnostic and runs on the simulated GPU
 in tests (`SimDevice`, `sim_kernel`): warmup until rep times and clocks stop
@@ -19,10 +19,11 @@ torch is imported here lazily, only when a CUDA device is timed.
 
 The package:
     devices.py           the Device protocol, Rep, ClockDevice, SimDevice, BackToBack, sim_kernel
-    cuda.py              CUDA events, graphs, the profiler (the only module importing torch)
-    warmup.py            reps until times and clocks stop trending
+    cuda/events.py       CUDA events, graphs, the profiler's device; what a tiny call gets
+    cuda/profiler.py     torch and its profiler: traces, CUPTI device time (cupti_median_s)
     config.py            BenchConfig: every setting of bench(), the safe defaults
-    harness.py           bench(): warmup, conditioning, reps, windows, findings -> Measurement
+    harness.py           bench(): warmup (until times and clocks stop trending), conditioning,
+                         reps, windows, findings -> Measurement
     pair.py              bench_pair(a, b): calls of the two alternating, the ratio of each pair
 """
 
@@ -56,9 +57,8 @@ from gpuenv.timing.devices import (
     SimDevice,
     sim_kernel,
 )
-from gpuenv.timing.harness import bench
+from gpuenv.timing.harness import WARMUP_MIN_REPS, WARMUP_REL_TOL, WARMUP_WINDOW, bench
 from gpuenv.timing.pair import Pair, bench_pair, pair_ratio
-from gpuenv.timing.warmup import WARMUP_MIN_REPS, WARMUP_REL_TOL, WARMUP_WINDOW
 
 # _torch is used by clocks.calibration and demo.measure, _profiled_rep_times by tests
 __all__ = [

@@ -1,6 +1,6 @@
 """What runs and times `fn` for the harness: the `Device` protocol, `Rep`, and the
 devices on a clock (CPU code, the simulated GPU: `SimDevice`, `sim_kernel`), plus
-`BackToBack`, sustained mode's reps. No torch here: CUDA devices are in `cuda.py`."""
+`BackToBack`, sustained mode's reps. No torch here: CUDA devices are in `cuda/`."""
 
 from __future__ import annotations
 

@@ -1,46 +1,33 @@
-"""CUDA devices through torch: the only module of gpuenv.timing that imports torch
-(lazily, in `_torch()`, when a CUDA device is made).
-
-What a rep is (mode="events", the default), on the current CUDA stream:
-
-    flush L2 (write 2x the device's L2), synchronize       -- outside the timed window
-    _sleep(short)     keeps the GPU busy while the rest is enqueued, so launch latency
-                      never lands between the events (checked each rep: see _rep)
-    e0, _sleep(probe cycles), e_start, fn(), e_end, synchronize
-    time = e_start->e_end; effective SM clock = probe cycles / (e0->e_start)
-
-`torch.cuda._sleep(cycles)` spins for a number of SM cycles, so timing it with
-events gives the clock the GPU really ran at just before the rep (NVML's clock is
-a coarse sample: GPU_FACTS.md). mode="graph" captures several calls of fn in a
-CUDA graph and replays it (tiny kernels: no launch overhead between calls);
-mode="profiler" sums each rep's GPU activity (kernels, copies, memsets) from
-torch.profiler with CUDA-only activity, which leaves out idle bubbles between
-kernels.
-"""
+"""The CUDA devices: CudaEvents (a rep between CUDA events behind the clock-probe spin),
+CudaGraph (a CUDA graph of calls, replayed), CudaProfiler (each rep's device time from
+CUPTI, set up as CudaEvents); what mode "auto" times a call with (`for_auto`: its
+device time from CUPTI, at every size); `cuda_device(mode)`; a torch device's NVML
+index. What a rep is: the package's docstring."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import math
-import os
-import tempfile
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from gpuenv import stats
 from gpuenv.backend import Backend
-from gpuenv.errors import ConfigError, GpuenvError
+from gpuenv.errors import ConfigError
 from gpuenv.timebase import REAL_CLOCK, Clock
 from gpuenv.timing import memo
+from gpuenv.timing.cuda.profiler import (
+    PROFILER_BATCH,
+    _profiled_rep_times,
+    _profiling,
+    _torch,
+    _trace_events,
+)
 from gpuenv.timing.devices import CLOCK_PROBE_S, MODES, REP_PROBE_CYCLES, Device, Rep
 
 log = logging.getLogger(__name__)
 
-PROFILER_BATCH = 10  # profiled reps per torch.profiler session
 PROFILED_HOW = (
     "the device time of each call's kernels, copies and memsets, from CUPTI "
     "(torch.profiler: no launch or event overhead)"
@@ -49,25 +36,9 @@ EVENTS_FALLBACK_HOW = (
     "CUDA events around each call (~2 us of launch and event overhead included): CUPTI "
     "is held by another profiler in this process"
 )
-PROFILER_MAX_REPS = 200
 PROBE_MAX_S = 2e-3  # past this much spin, fn is host-bound: its launch gaps are its time
 COVER_ATTEMPTS = 4  # a rep whose launch the spin did not cover is redone with 2x the spin
 SIZE_PROBE_S = 5e-4  # the clock probe that sizes the launch cover: 3 x 0.5 ms, not 3 x 5 ms
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError as err:
-        raise ConfigError(
-            "timing a CUDA function needs PyTorch", hint="pip install 'gpuenv[torch]'"
-        ) from err
-    if not torch.cuda.is_available():
-        raise ConfigError(
-            "torch sees no CUDA GPU",
-            hint="check nvidia-smi and CUDA_VISIBLE_DEVICES, or time the simulated GPU with --sim",
-        )
-    return torch
 
 
 class CudaEvents:
@@ -354,7 +325,6 @@ class CudaProfiler(CudaEvents):
 
     kind = "cuda_profiler"
     rep_batch = PROFILER_BATCH  # a profiler session costs milliseconds: reps in batches
-    _ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
 
     # rep() stays CudaEvents': warmup and set-up need no profiler session each
 
@@ -385,111 +355,6 @@ class CudaProfiler(CudaEvents):
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "profiled": "kernels+memcpy+memset device time"}
-
-
-@contextlib.contextmanager
-def _profiling() -> Iterator[Any]:
-    """A torch.profiler session of CUDA activity. Warnings torch raises as it starts and
-    stops concern gpuenv's use of the profiler (torch 2.11: events cleared at its end), and
-    under `-W error` would end the measurement: silenced there alone, not fn's own."""
-    from torch.profiler import ProfilerActivity, profile
-
-    prof = profile(activities=[ProfilerActivity.CUDA])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        prof.start()
-    try:
-        yield prof
-    finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            prof.stop()
-
-
-def _trace_events(prof: Any) -> list[dict[str, Any]]:
-    """GPU activity from a profiler session, through its Chrome trace (stable across torch
-    versions, unlike the in-memory event API)."""
-    fd, path = tempfile.mkstemp(suffix=".json", prefix="gpuenv-prof-")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            data = json.load(f)
-    finally:
-        os.unlink(path)
-    events = data["traceEvents"] if isinstance(data, dict) else data
-    return [e for e in events if e.get("ph") == "X" and e.get("cat") in CudaProfiler._ACTIVITY]
-
-
-def _profiled_rep_times(events: list[dict[str, Any]], n: int) -> tuple[list[float], list[float]]:
-    """Per-rep device time (s) and the fn-marker spin duration (s) from trace events: in
-    device order, spins alternate (before flush, before fn); fn's activity lies between a
-    before-fn spin and the next before-flush spin."""
-    events = sorted(events, key=lambda e: float(e["ts"]))
-    spins = [i for i, e in enumerate(events) if "spin_kernel" in str(e.get("name", ""))]
-    if len(spins) != 2 * n:
-        raise GpuenvError(
-            f"the profiler trace has {len(spins)} marker kernels where {2 * n} were launched",
-            hint="does fn call torch.cuda._sleep itself? use mode='events' for it",
-        )
-    times, spin_s = [], []
-    for r in range(n):
-        start = spins[2 * r + 1]
-        stop = spins[2 * r + 2] if 2 * r + 2 < len(spins) else len(events)
-        total_us = sum(float(e.get("dur", 0.0)) for e in events[start + 1 : stop])
-        times.append(total_us / 1e6)
-        spin_s.append(float(events[start].get("dur", 0.0)) / 1e6)
-    return times, spin_s
-
-
-def cupti_median_s(
-    fn: Callable[[], Any], calls: int = 200, warmup: int = 30, *, flush_l2: bool = False
-) -> float:
-    """The reference a number is checked against: the median device time of one call of
-    fn (its kernels, copies and memsets summed) over `calls` calls under torch.profiler
-    (CUPTI), all queued behind a spin so the GPU never idles between them (launched one by
-    one from a launch-bound loop, the same kernels read 7-14% longer each on the H100).
-    `flush_l2=False`: back to back, L2 warm; True: each call after a flush of twice the L2
-    and a short spin, as bench() measures by default. No sync between calls: the harness's
-    own schedule of reps takes no part."""
-    torch = _torch()
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    if flush_l2:
-        l2 = int(getattr(torch.cuda.get_device_properties(None), "L2_cache_size", 0) or 0)
-        flush = torch.empty(max(2 * l2, 8 << 20) // 4, dtype=torch.int32, device="cuda")
-        with _profiling() as prof:
-            torch.cuda._sleep(int(20e-3 * 2e9))
-            for _ in range(calls):
-                torch.cuda._sleep(1000)  # marker: the flush follows
-                flush.zero_()
-                torch.cuda._sleep(20_000)  # marker: fn follows (covers its launch)
-                fn()
-            torch.cuda.synchronize()
-        events = sorted(_trace_events(prof), key=lambda e: float(e["ts"]))
-        lead = next(i for i, e in enumerate(events) if "spin_kernel" in str(e.get("name")))
-        return stats.median(_profiled_rep_times(events[:lead] + events[lead + 1 :], calls)[0])
-    with _profiling() as prof:
-        torch.cuda._sleep(int(20e-3 * 2e9))  # ~10-20 ms: every call is queued before it ends
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    events = sorted(
-        (e for e in _trace_events(prof) if "spin_kernel" not in str(e.get("name"))),
-        key=lambda e: float(e["ts"]),
-    )
-    per_call, extra = divmod(len(events), calls)
-    if per_call == 0 or extra:
-        raise GpuenvError(
-            f"{len(events)} GPU activities in {calls} calls: fn does not launch "
-            "the same work each call"
-        )
-    durations = [float(e.get("dur", 0.0)) for e in events]
-    return (
-        stats.median([sum(durations[i : i + per_call]) for i in range(0, len(durations), per_call)])
-        / 1e6
-    )
 
 
 def cuda_device(

@@ -770,3 +770,46 @@ def test_the_vector_add_tutorial_gets_a_verdict_per_point_on_the_gpu(tmp_path):
     assert grid[0] == "size,Triton,Torch" and len(grid) == 17
     assert (saved / "vector-add-performance.csv").exists()
     sys.stderr.write(result.stderr)  # the summary and the grid, for the device log
+
+
+@pytest.mark.gpu
+def test_the_matmul_tutorial_judges_each_point_on_its_own_reps_on_the_gpu(tmp_path):
+    """triton's tutorial 03 (an @triton.autotune kernel inside a perf_report sweep, written as
+    the tutorial writes it: benchmarks/workloads/perf_report_matmul.py) under gpuenv run:
+    each point a measurement of its own reps, the autotuner's configs measurements apart,
+    and no point's window holding any of the autotuning."""
+    for module in ("torch", "triton", "pandas", "matplotlib"):
+        pytest.importorskip(module)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, GPUENV_READONLY="1", MPLBACKEND="Agg")
+    out, saved = tmp_path / "run.jsonl", tmp_path / "plots"
+    saved.mkdir()
+    child = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "workloads" / "perf_report_matmul.py"),
+        str(saved),
+    ]
+    result = subprocess.run(
+        [*GPUENV, "run", "-i", "0", "-o", str(out), "--", *child],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=400,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    ms = load_run(out).measurements[1:]
+    tuned = [m for m in ms if "(autotune)" in m.extra["site"]]
+    points = [m for m in ms if m not in tuned]
+    sizes = [128 * i for i in range(2, 33, 6)]
+    assert [m.name for m in points] == [
+        f"matmul-performance-fp16 M={s} N={s} K={s} provider={p}"
+        for s in sizes
+        for p in ("cublas", "triton")
+    ]
+    assert len(tuned) >= len(sizes)  # every size tuned: configs named, timed apart
+    assert all("BLOCK_SIZE_M=" in m.name for m in tuned), [m.name for m in tuned][:4]
+    for m in points:
+        w = m.windows[0]
+        assert not [t.name for t in tuned if t.windows[0].t0 < w.t1 and w.t0 < t.windows[0].t1]
+    sys.stderr.write(result.stderr)  # the summary and the grid, for the device log

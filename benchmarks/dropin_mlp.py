@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Does the do_bench drop-in keep a heavy kernel off the power cap? The MLP block of the gpu
+test `test_an_mlp_block_reads_the_same_cold_and_hot_and_its_reps_hold_one_level`
+(gelu(X @ W1) @ W2, 8192x4096x16384 bf16, ~2.9 ms at 700 W), that test's scenario
+repeated: a set-up call, 3 s idle, a cold call, 3 s of heavy 8192^3 bf16 matmuls, a hot
+call. Per trial and call: the reps whose telemetry window shows the SW power cap's bit,
+the findings, whether the test's checks hold (no drift, bimodal or power_cap finding, the
+longest burst under 0.1 s, hot within 1% of cold).
+
+Variants (--variants) of the drop-in's schedule, interleaved trial by trial so that the
+GPU's state is shared: `now` (the schedule as it is), `target=X` (the rests keep the
+modelled power under X of the limit, DROPIN_POWER_TARGET), `burst=S` (bursts of S
+seconds, DROPIN_BURST_S). Read-only; needs torch and a GPU.
+
+    GPUENV_READONLY=1 python -m benchmarks.dropin_mlp --trials 10 --variants now,target=0.8
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from benchmarks import runner
+
+IDLE_S = 3.0
+LOAD_S = 3.0
+
+
+@contextlib.contextmanager
+def _variant(spec: str) -> Iterator[None]:
+    """The drop-in's module constants as `spec` says, for the calls inside."""
+    from gpuenv.integrations.triton import bench as dropin
+
+    saved = (dropin.DROPIN_POWER_TARGET, dropin.DROPIN_BURST_S)
+    key, _, value = spec.partition("=")
+    if key == "target":
+        dropin.DROPIN_POWER_TARGET = float(value)
+    elif key == "burst":
+        dropin.DROPIN_BURST_S = float(value)
+    elif key != "now":
+        raise SystemExit(f"unknown variant {spec!r}: now, target=X or burst=S")
+    try:
+        yield
+    finally:
+        dropin.DROPIN_POWER_TARGET, dropin.DROPIN_BURST_S = saved
+
+
+def _call(mlp: Callable[[], Any]) -> dict[str, Any]:
+    from gpuenv.integrations import triton as gt
+    from gpuenv.reasons import Reason
+
+    ms = gt.do_bench(mlp, return_mode="median")
+    m = gt.last_measurement()
+    capped = sum(1 for w in m.windows if w.reasons & Reason.SW_POWER_CAP)
+    kinds = sorted({f.kind for f in m.findings})
+    return {
+        "ms": ms,
+        "reps": len(m.times_s),
+        "capped_reps": capped,
+        "kinds": kinds,
+        "ok": not set(kinds) & {"drift", "bimodal", "power_cap"} and m.extra["burst_max_s"] < 0.1,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    x, w1, w2 = (
+        torch.randn(*s, device="cuda", dtype=torch.bfloat16)
+        for s in ((8192, 4096), (4096, 16384), (16384, 4096))
+    )
+    a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+
+    def mlp() -> Any:
+        return torch.nn.functional.gelu(x @ w1) @ w2
+
+    def heavy(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for _ in range(8):
+                _ = a @ b
+            torch.cuda.synchronize()
+
+    variants = args.variants.split(",")
+    rows: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    from gpuenv.integrations import triton as gt
+
+    gt.do_bench(mlp)  # set-up
+    for trial in range(args.trials):
+        for v in variants:
+            with _variant(v):
+                torch.cuda.synchronize()
+                time.sleep(IDLE_S)
+                cold = _call(mlp)
+                heavy(LOAD_S)
+                hot = _call(mlp)
+            passed = cold["ok"] and hot["ok"] and abs(hot["ms"] / cold["ms"] - 1) <= 0.01
+            rows[v].append({"trial": trial, "cold": cold, "hot": hot, "passed": passed})
+            print(f"trial {trial} {v}: {rows[v][-1]}", file=sys.stderr)
+    print(
+        "| variant | test passed | calls with a capped rep | capped reps / reps "
+        "| calls with power_cap | hot / cold, median (range) |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for v, trials in rows.items():
+        calls = [t[k] for t in trials for k in ("cold", "hot")]
+        ratios = [t["hot"]["ms"] / t["cold"]["ms"] for t in trials]
+        passed = sum(t["passed"] for t in trials)
+        print(
+            f"| {v} | {passed} of {len(trials)} | {sum(c['capped_reps'] > 0 for c in calls)} "
+            f"of {len(calls)} | {sum(c['capped_reps'] for c in calls)} / "
+            f"{sum(c['reps'] for c in calls)} | "
+            f"{sum('power_cap' in c['kinds'] for c in calls)} | "
+            f"{statistics.median(ratios):.4f} ({min(ratios):.4f}-{max(ratios):.4f}) |"
+        )
+        runner.metric(f"{v}: trials failed", len(trials) - passed, "", slack=1.0)
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--variants", default="now", help="now, target=X, burst=S (comma list)")
+
+
+if __name__ == "__main__":
+    sys.exit(runner.main("dropin_mlp", __doc__, add_arguments, run, quick={"trials": 2}))

@@ -58,8 +58,16 @@ def _call(mlp: Callable[[], Any]) -> dict[str, Any]:
     m = gt.last_measurement()
     capped = sum(1 for w in m.windows if w.reasons & Reason.SW_POWER_CAP)
     kinds = sorted({f.kind for f in m.findings})
+    x = m.extra
     return {
         "ms": ms,
+        # the schedule, and the power the model saw (for why a call met the cap)
+        "schedule": {
+            k: x.get(k)
+            for k in ("bursts", "burst_rests", "burst_rest_s", "burst_max_s", "warmup_reps")
+        },
+        "power_w_max": [round(w.power_w_max or 0) for w in m.windows[:6]],
+        "capped_at": [i for i, w in enumerate(m.windows) if w.reasons & Reason.SW_POWER_CAP][:6],
         "reps": len(m.times_s),
         "capped_reps": capped,
         "kinds": kinds,

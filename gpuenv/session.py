@@ -39,7 +39,7 @@ from typing import IO, Any, ParamSpec
 from gpuenv import conditioning
 from gpuenv import validate as v
 from gpuenv.backend import Backend
-from gpuenv.conditioning import ConditionConfig
+from gpuenv.conditioning import ConditionConfig, Sensitivity
 from gpuenv.environment import environment_metadata
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, check_policy, judge, read_facts
@@ -114,6 +114,8 @@ class Session:
         self._owns_backend = False
         self._store: ResultStore | None = None
         self._idle_temp_c: dict[int, float] = {}
+        # how each function's time moves with the temperature, from its own measurements
+        self.sensitivity = Sensitivity()
         self._last_end = -math.inf  # when this session's last measured work ended
         self._preconditioned = False
         self._warned: set[str] = set()
@@ -367,10 +369,14 @@ class Session:
         warnings.warn(text, category, stacklevel=4)
 
     # -- modes ---------------------------------------------------------------------------
-    def wait_until_recovered(self) -> float:
+    def wait_until_recovered(self, fn: Callable[..., object] | None = None) -> float:
         """Burst mode: wait until every GPU is cool and uncapped (gpuenv.conditioning), at
-        most `mode_config.burst_timeout_s`; returns seconds waited."""
-        mc = self.mode_config
+        most `mode_config.burst_timeout_s`; returns seconds waited. With `fn` (a bench of
+        it) "cool" is what fn's own temperature slope asks for (`conditioning.temperature`):
+        nothing for a function not learned yet or whose time does not rise with the
+        temperature. A GPU still too warm when the wait runs out, but uncapped at its full
+        clock, is no warning: `temperature_facts(fn)` says what that costs fn."""
+        mc = self._config_for(fn)
         waited, ready, pending = conditioning.wait_until_ready(
             self.sampler,
             self.gpus,
@@ -381,7 +387,7 @@ class Session:
             config=mc,
             lock_tolerance_mhz=self.config.lock_tolerance_mhz,
         )
-        if not ready:
+        if not ready and not self._only_warm(pending, mc):
             s = self.sampler.latest(pending[0])
             state = f" ({s.sm_mhz} MHz, {s.temp_c:.0f} C)" if s is not None else ""
             self._warn_once(
@@ -391,6 +397,71 @@ class Session:
                 NotRecoveredWarning,
             )
         return waited
+
+    def _config_for(self, fn: Callable[..., object] | None) -> ConditionConfig:
+        """The wait's config: the temperature margin fn's slope allows (None: not waited)."""
+        mc = self.mode_config
+        if fn is None or mc.burst_temp_margin_c is None:
+            return mc
+        return replace(
+            mc, burst_temp_margin_c=self.sensitivity.margin_c(fn, mc.burst_temp_shift_rel)
+        )
+
+    def _only_warm(self, pending: list[int], mc: ConditionConfig) -> bool:
+        """Whether the GPUs still pending are held back by their temperature alone."""
+        if mc.burst_temp_margin_c is None:
+            return False
+        uncapped = replace(mc, burst_temp_margin_c=None)
+        return all(
+            conditioning.recovered(
+                self.sampler,
+                g,
+                since=self._last_end,
+                facts=self.facts.get(g),
+                config=uncapped,
+                lock_tolerance_mhz=self.config.lock_tolerance_mhz,
+            )
+            for g in pending
+        )
+
+    def temperature_facts(self, fn: Callable[..., object], gpu: int) -> dict[str, Any]:
+        """What the wait before a bench of fn on `gpu` knew of the temperature: where the
+        session began, where the GPU is now, fn's slope (relative change per C, None
+        until learned), the margin waited for (None: not waited), and a note where the
+        GPU is warmer than that margin (what it costs fn)."""
+        mc, latest = self._config_for(fn), self.sampler.latest(gpu)
+        idle, now = self._idle_temp_c.get(gpu), latest.temp_c if latest is not None else None
+        slope = self.sensitivity.slope(fn)
+        out: dict[str, Any] = {
+            "idle_c": idle,
+            "start_c": now,
+            "slope_per_c": slope,
+            "margin_c": mc.burst_temp_margin_c,
+        }
+        if idle is None or now is None:
+            return out
+        if slope is None and now > idle + (self.mode_config.burst_temp_margin_c or 0.0):
+            out["note"] = (
+                f"measured at {now:.0f} C, {now - idle:.0f} C above the session's start, "
+                "without waiting to cool: this kernel's time against the temperature is "
+                "not known yet (its measurements at other temperatures will show it)"
+            )
+        elif slope is not None and mc.burst_temp_margin_c is not None:
+            over = now - idle - mc.burst_temp_margin_c
+            if over > 0:
+                out["note"] = (
+                    f"the wait ran out at {now:.0f} C, {over:.1f} C over the "
+                    f"{mc.burst_temp_margin_c:.1f} C this kernel allows: at "
+                    f"{slope * 100:+.3f}%/C it reads ~{slope * (now - idle) * 100:+.2f}% "
+                    "against the session's start"
+                )
+        return out
+
+    def learn_temperature(
+        self, fn: Callable[..., object], temp_c: float | None, median_s: float
+    ) -> None:
+        """A bench of fn began at `temp_c` and read `median_s`: a point of its slope."""
+        self.sensitivity.observe(fn, temp_c, median_s)
 
     def _recover(self) -> None:
         """Before a retry: back to the state this session measures in."""

@@ -9,6 +9,7 @@ import warnings
 import pytest
 
 import gpuenv
+from gpuenv import timing
 from gpuenv.backend import REASON_SW_POWER_CAP
 from gpuenv.backend.sim import SimBackend
 from gpuenv.conditioning import ConditionConfig
@@ -229,15 +230,30 @@ def test_burst_mode_waits_until_the_gpu_is_uncapped_before_measuring():
     assert m.windows[0].sm_mhz_start == 1980
 
 
-def test_burst_mode_gives_up_after_its_timeout_with_one_warning():
+def test_burst_mode_gives_up_after_its_timeout_with_one_warning_where_the_gpu_is_held_down():
+    # right after heavy load the cap (or a thermal slowdown) still holds the clock: a wait
+    # that runs out first warns
     sim = make_sim("rtx4090")
-    mc = ConditionConfig(burst_timeout_s=2.0)
-    with stable(backend=sim, mode="burst", mode_config=mc) as env:
+    with stable(backend=sim, mode="burst", mode_config=ConditionConfig(burst_timeout_s=0.1)) as env:
         warm(sim)
         with env.measure("heavy"):
             sim.run_work(0, 30e9)
-        with pytest.warns(NotRecoveredWarning, match="within 2 s"):
+        with pytest.warns(NotRecoveredWarning, match="did not return to its cool, uncapped"):
             waited = env.wait_until_recovered()
+    assert waited == pytest.approx(0.1, abs=0.06)
+    # back at its full clock with no reason set, only warmer than at the start (48 against
+    # 33 C): the wait runs out without a warning (it once said "did not return to its
+    # cool, uncapped state within 30 s (1980 MHz, 45 C)")
+    sim = make_sim("rtx4090")
+    with stable(backend=sim, mode="burst", mode_config=ConditionConfig(burst_timeout_s=2.0)) as env:
+        warm(sim)
+        with env.measure("heavy"):
+            sim.run_work(0, 30e9)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", NotRecoveredWarning)
+            waited = env.wait_until_recovered()
+        latest = env.sampler.latest(0)
+        assert latest.reasons == 0 and latest.temp_c > env._idle_temp_c[0] + 5
     assert waited == pytest.approx(2.0, abs=0.2)
 
 
@@ -413,3 +429,62 @@ def test_a_region_longer_than_the_sampler_ring_says_its_telemetry_is_incomplete(
             while sim.clock.now() - t0 < 10.0:
                 sim.run_work(0, 0.05 * H100_HZ, power_intensity=0.3)
     assert "telemetry_gap" in [f.kind for f in m.findings]
+
+
+def _heavy(sim: SimBackend, seconds: float = 20.0) -> None:
+    timing.sim_kernel(sim, 0, seconds=seconds)()  # back to back: capped and hot
+
+
+def test_a_kernel_whose_time_does_not_move_with_the_temperature_is_not_waited_for():
+    # a memory-bound kernel (its time is memory cycles: 1 GiB read at 3.35 TB/s) after 20 s
+    # of heavy load: the session waits for the cap to clear, not for the chip to cool
+    sim = make_sim()
+    copy = lambda: sim.run_work(0, 0.0, mem_cycles=0.3e-3 * 2619e6, power_intensity=0.3)  # noqa: E731
+    with stable(backend=sim) as env:
+        warm(sim)
+        cold = env.bench(copy, name="copy", reps=10)
+        _heavy(sim)
+        t0 = sim.clock.now()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", NotRecoveredWarning)
+            hot = env.bench(copy, name="copy", reps=10)
+        took = sim.clock.now() - t0
+    facts = hot.extra["temperature"]
+    assert facts["start_c"] > facts["idle_c"] + 5 and facts["margin_c"] is None
+    assert "not known yet" in facts["note"]
+    assert hot.extra["burst_first_wait_s"] < 1.5 and took < 3.0
+    assert hot.median_s == pytest.approx(cold.median_s, rel=0.005)
+
+
+def test_a_kernel_whose_time_rises_with_the_temperature_is_waited_for_once_learned():
+    # +0.1%/C at the same clock (leakage, as an H100's heavy matmuls +0.05-0.08%/C): its
+    # first measurement after load is not waited for and teaches the session its slope;
+    # the next one waits until its expected shift is under half a percent (5 C), at most
+    # the wait's timeout
+    sim = make_sim()
+
+    def leaky() -> float:
+        hot_by = max(sim.truth(0).temp_c - 30.0, 0.0)
+        return sim.run_work(0, 1e-3 * H100_HZ * (1 + 0.001 * hot_by), power_intensity=0.3)
+
+    with stable(backend=sim) as env:
+        warm(sim)
+        cold = env.bench(leaky, name="leaky", reps=10)
+        _heavy(sim)
+        first = env.bench(leaky, name="leaky", reps=10)
+        _heavy(sim)
+        second = env.bench(leaky, name="leaky", reps=10)
+    assert first.extra["temperature"]["slope_per_c"] is None
+    assert first.extra["burst_first_wait_s"] < 1.5
+    learned = second.extra["temperature"]
+    assert learned["slope_per_c"] == pytest.approx(0.001, rel=0.2)
+    assert learned["margin_c"] == pytest.approx(5.0, rel=0.2)
+    assert second.extra["burst_first_wait_s"] > 3 * first.extra["burst_first_wait_s"]
+    # the simulated H100 cools from 57 to 49 C in the 30 s the wait may take: it ran out,
+    # no warning (full clock, no reason), and the note says what that costs this kernel
+    start = second.windows[0].temp_c_start
+    assert start > learned["idle_c"] + learned["margin_c"]
+    shift = learned["slope_per_c"] * (start - learned["idle_c"])
+    assert f"reads ~{shift * 100:+.2f}% against the session's start" in learned["note"]
+    assert second.median_s / cold.median_s - 1 == pytest.approx(shift, abs=0.001)
+    assert first.median_s > second.median_s > cold.median_s

@@ -19,7 +19,8 @@ Two states a GPU that cannot be locked can still be measured in, the same way tw
 
 `gpuenv.session` (stable()) and `gpuenv.timing` (bench) both condition through
 this package, with `ConditionConfig` (config.py); burst.py waits and schedules bursts,
-sustained.py preconditions to equilibrium.
+sustained.py preconditions to equilibrium, temperature.py learns how far a kernel's time
+moves with the temperature (how long a session waits for the chip to cool).
 """
 
 from gpuenv.conditioning.burst import (
@@ -31,6 +32,7 @@ from gpuenv.conditioning.burst import (
 )
 from gpuenv.conditioning.config import CONDITIONS, DEFAULT, ConditionConfig
 from gpuenv.conditioning.sustained import Conditioning, fit_slope, precondition, residual
+from gpuenv.conditioning.temperature import Sensitivity
 
 __all__ = [
     "CONDITIONS",
@@ -39,6 +41,7 @@ __all__ = [
     "Bursts",
     "ConditionConfig",
     "Conditioning",
+    "Sensitivity",
     "burst_rest_s",
     "fit_slope",
     "precondition",

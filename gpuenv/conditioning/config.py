@@ -39,6 +39,11 @@ class ConditionConfig:
       burst_temp_margin_c: "cool" is within this of the idle temperature (the
         session's starting temperature, or `burst_idle_temp_c`); checked before a
         measurement, not between its bursts. None: temperature is not waited for.
+        A `stable()` session narrows or lifts it per function (`temperature.py`):
+        a kernel is waited for only until its expected shift, from the slope its
+        own measurements showed, is under `burst_temp_shift_rel`; one not learned
+        yet, or whose time does not rise with the temperature, is not waited for.
+      burst_temp_shift_rel: that target.
       burst_clock_rel: "uncapped" is an SM clock within this fraction of the
         maximum (or inside the locked range).
       burst_ready: "reasons": ready when the newest samples show no held-down reason
@@ -69,6 +74,7 @@ class ConditionConfig:
     burst_clock_redos: int = 3
     burst_timeout_s: float = 30.0
     burst_temp_margin_c: float | None = 5.0
+    burst_temp_shift_rel: float = 0.005
     burst_clock_rel: float = 0.02
     burst_ready: str = "reasons"
     burst_idle_temp_c: float | None = None
@@ -98,6 +104,11 @@ class ConditionConfig:
                 f"burst_clock_fall_rel {self.burst_clock_fall_rel} / "
                 f"burst_clock_redos {self.burst_clock_redos}",
                 hint="0 <= burst_clock_fall_rel < 1; burst_clock_redos >= 0",
+            )
+        if not self.burst_temp_shift_rel > 0:
+            raise ConfigError(
+                f"burst_temp_shift_rel {self.burst_temp_shift_rel}",
+                hint="a fraction above 0 (0.005: half a percent)",
             )
 
 

@@ -302,6 +302,11 @@ class _Run:
             reps, stop = self._measure()
         self.mark()  # an edge read after the last rep: its window need not wait for one
         m = self._judge(reps, started_at)
+        if place.session is not None and hasattr(place.session, "learn_temperature") and reps:
+            first = next((w for w in m.windows if w.gpu == place.gpu), None)
+            place.session.learn_temperature(
+                self.fn, first.temp_c_start if first else None, m.stats.median_s
+            )
         t_end = self.mark()
         clock_after = self.device.probe_clock_mhz() if cfg.probe_clock else None
         self.extra.update(
@@ -351,8 +356,9 @@ class _Run:
             if place.session is not None and hasattr(place.session, "wait_until_recovered"):
                 t_wait = self.clock.now()
                 place.session.work_ended(self.clock.now())  # the warmup was work
-                place.session.wait_until_recovered()
+                place.session.wait_until_recovered(self.fn)
                 waited, ready = self.clock.now() - t_wait, True
+                self.extra["temperature"] = place.session.temperature_facts(self.fn, place.gpu)
             else:
                 # from the start: the warmup is part of the first burst, so the samples
                 # since bench began tell whether the GPU is cool (no driver refresh to

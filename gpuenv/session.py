@@ -374,19 +374,19 @@ class Session:
         most `mode_config.burst_timeout_s`; returns seconds waited. With `fn` (a bench of
         it) "cool" is what fn's own temperature slope asks for (`conditioning.temperature`):
         nothing for a function not learned yet or whose time does not rise with the
-        temperature. A GPU still too warm when the wait runs out, but uncapped at its full
-        clock, is no warning: `temperature_facts(fn)` says what that costs fn."""
+        temperature, and at most `burst_temp_wait_s` beyond the clock and the cap. A GPU
+        still too warm when the wait runs out, but uncapped at its full clock, is no
+        warning: `temperature_facts(fn)` says what that costs fn."""
         mc = self._config_for(fn)
-        waited, ready, pending = conditioning.wait_until_ready(
-            self.sampler,
-            self.gpus,
-            self.clock,
-            since=self._last_end,
-            facts=self.facts,
-            idle_temp_c=self._idle_temp_c,
-            config=mc,
-            lock_tolerance_mhz=self.config.lock_tolerance_mhz,
-        )
+        if fn is not None and mc.burst_temp_margin_c is not None:
+            # the clock and the cap first, then a short wait for the chip to cool
+            waited, ready, pending = self._wait(replace(mc, burst_temp_margin_c=None))
+            if ready:
+                more = replace(mc, burst_timeout_s=mc.burst_temp_wait_s)
+                extra_s, ready, pending = self._wait(more)
+                waited += extra_s
+        else:
+            waited, ready, pending = self._wait(mc)
         if not ready and not self._only_warm(pending, mc):
             s = self.sampler.latest(pending[0])
             state = f" ({s.sm_mhz} MHz, {s.temp_c:.0f} C)" if s is not None else ""
@@ -397,6 +397,18 @@ class Session:
                 NotRecoveredWarning,
             )
         return waited
+
+    def _wait(self, mc: ConditionConfig) -> tuple[float, bool, list[int]]:
+        return conditioning.wait_until_ready(
+            self.sampler,
+            self.gpus,
+            self.clock,
+            since=self._last_end,
+            facts=self.facts,
+            idle_temp_c=self._idle_temp_c,
+            config=mc,
+            lock_tolerance_mhz=self.config.lock_tolerance_mhz,
+        )
 
     def _config_for(self, fn: Callable[..., object] | None) -> ConditionConfig:
         """The wait's config: the temperature margin fn's slope allows (None: not waited)."""
@@ -450,7 +462,7 @@ class Session:
             over = now - idle - mc.burst_temp_margin_c
             if over > 0:
                 out["note"] = (
-                    f"the wait ran out at {now:.0f} C, {over:.1f} C over the "
+                    f"the wait for the chip to cool ran out at {now:.0f} C, {over:.1f} C over the "
                     f"{mc.burst_temp_margin_c:.1f} C this kernel allows: at "
                     f"{slope * 100:+.3f}%/C it reads ~{slope * (now - idle) * 100:+.2f}% "
                     "against the session's start"

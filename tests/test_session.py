@@ -460,7 +460,7 @@ def test_a_kernel_whose_time_rises_with_the_temperature_is_waited_for_once_learn
     # +0.1%/C at the same clock (leakage, as an H100's heavy matmuls +0.05-0.08%/C): its
     # first measurement after load is not waited for and teaches the session its slope;
     # the next one waits until its expected shift is under half a percent (5 C), at most
-    # the wait's timeout
+    # burst_temp_wait_s
     sim = make_sim()
 
     def leaky() -> float:
@@ -479,12 +479,16 @@ def test_a_kernel_whose_time_rises_with_the_temperature_is_waited_for_once_learn
     learned = second.extra["temperature"]
     assert learned["slope_per_c"] == pytest.approx(0.001, rel=0.2)
     assert learned["margin_c"] == pytest.approx(5.0, rel=0.2)
-    assert second.extra["burst_first_wait_s"] > 3 * first.extra["burst_first_wait_s"]
-    # the simulated H100 cools from 57 to 49 C in the 30 s the wait may take: it ran out,
-    # no warning (full clock, no reason), and the note says what that costs this kernel
+    # it waited for the chip to cool, beyond the clock and the cap, at most 2 s
+    # (burst_temp_wait_s): the simulated H100 cools far slower than that, so the wait ran
+    # out, with no warning (full clock, no reason), and the note says what that costs
+    waited = second.extra["burst_first_wait_s"]
+    assert (
+        first.extra["burst_first_wait_s"] + 1.5 < waited < first.extra["burst_first_wait_s"] + 2.5
+    )
     start = second.windows[0].temp_c_start
     assert start > learned["idle_c"] + learned["margin_c"]
     shift = learned["slope_per_c"] * (start - learned["idle_c"])
     assert f"reads ~{shift * 100:+.2f}% against the session's start" in learned["note"]
     assert second.median_s / cold.median_s - 1 == pytest.approx(shift, abs=0.001)
-    assert first.median_s > second.median_s > cold.median_s
+    assert second.median_s > cold.median_s

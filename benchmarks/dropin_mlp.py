@@ -21,11 +21,11 @@ import argparse
 import contextlib
 import statistics
 import sys
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks import runner
+from benchmarks._kernels import GpuEnv, kernels
 
 IDLE_S = 3.0
 LOAD_S = 3.0
@@ -78,21 +78,8 @@ def _call(mlp: Callable[[], Any]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    x, w1, w2 = (
-        torch.randn(*s, device="cuda", dtype=torch.bfloat16)
-        for s in ((8192, 4096), (4096, 16384), (16384, 4096))
-    )
-    a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-
-    def mlp() -> Any:
-        return torch.nn.functional.gelu(x @ w1) @ w2
-
-    def heavy(seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            for _ in range(8):
-                _ = a @ b
-            torch.cuda.synchronize()
+    ks = kernels(torch)  # the MLP block and the 8192^3 matmul of the gpu test, set up
+    mlp, gpu = ks["mlp"], GpuEnv(torch, ks["mm8192"])
 
     variants = args.variants.split(",")
     rows: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
@@ -102,10 +89,9 @@ def run(args: argparse.Namespace) -> int:
     for trial in range(args.trials):
         for v in variants:
             with _variant(v):
-                torch.cuda.synchronize()
-                time.sleep(IDLE_S)
+                gpu.idle(IDLE_S)
                 cold = _call(mlp)
-                heavy(LOAD_S)
+                gpu.load(LOAD_S)
                 hot = _call(mlp)
             passed = cold["ok"] and hot["ok"] and abs(hot["ms"] / cold["ms"] - 1) <= 0.01
             rows[v].append({"trial": trial, "cold": cold, "hot": hot, "passed": passed})

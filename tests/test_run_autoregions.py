@@ -728,30 +728,35 @@ def test_do_bench_before_and_after_load_on_the_gpu(tmp_path):
         assert ms_wrapped[key] == pytest.approx(ms_bare[key], rel=0.1), (ms_wrapped, ms_bare)
 
 
-@pytest.mark.gpu
-def test_the_vector_add_tutorial_gets_a_verdict_per_point_on_the_gpu(tmp_path):
-    """triton's tutorial 01-vector-add, unmodified (benchmarks/workloads/perf_report_vadd.py),
-    under gpuenv run: 32 measurements named by their points, no warm-up ramp from the call that
-    compiled the kernel, the grid of verdicts beside triton's CSV."""
+def _tutorial_under_gpuenv_run(
+    tmp_path: Path, script: str, timeout: float
+) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """benchmarks/workloads/SCRIPT under `gpuenv run -i 0 -o run.jsonl`, read-only, its
+    plots saved to tmp_path/plots: (the run, its results file, the plots' folder)."""
     for module in ("torch", "triton", "pandas", "matplotlib"):
         pytest.importorskip(module)
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=path, GPUENV_READONLY="1", MPLBACKEND="Agg")
     out, saved = tmp_path / "run.jsonl", tmp_path / "plots"
     saved.mkdir()
-    child = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "workloads" / "perf_report_vadd.py"),
-        str(saved),
-    ]
+    child = [sys.executable, str(ROOT / "benchmarks" / "workloads" / script), str(saved)]
     result = subprocess.run(
         [*GPUENV, "run", "-i", "0", "-o", str(out), "--", *child],
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=timeout,
         cwd=ROOT,
     )
+    return result, out, saved
+
+
+@pytest.mark.gpu
+def test_the_vector_add_tutorial_gets_a_verdict_per_point_on_the_gpu(tmp_path):
+    """triton's tutorial 01-vector-add, unmodified (benchmarks/workloads/perf_report_vadd.py),
+    under gpuenv run: 32 measurements named by their points, no warm-up ramp from the call that
+    compiled the kernel, the grid of verdicts beside triton's CSV."""
+    result, out, saved = _tutorial_under_gpuenv_run(tmp_path, "perf_report_vadd.py", 300)
     assert result.returncode == 0, result.stderr
     assert "vector-add-performance:" in result.stdout
     calls = load_run(out).measurements[1:]
@@ -778,25 +783,7 @@ def test_the_matmul_tutorial_judges_each_point_on_its_own_reps_on_the_gpu(tmp_pa
     the tutorial writes it: benchmarks/workloads/perf_report_matmul.py) under gpuenv run:
     each point a measurement of its own reps, the autotuner's configs measurements apart,
     and no point's window holding any of the autotuning."""
-    for module in ("torch", "triton", "pandas", "matplotlib"):
-        pytest.importorskip(module)
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path, GPUENV_READONLY="1", MPLBACKEND="Agg")
-    out, saved = tmp_path / "run.jsonl", tmp_path / "plots"
-    saved.mkdir()
-    child = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "workloads" / "perf_report_matmul.py"),
-        str(saved),
-    ]
-    result = subprocess.run(
-        [*GPUENV, "run", "-i", "0", "-o", str(out), "--", *child],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=400,
-        cwd=ROOT,
-    )
+    result, out, _ = _tutorial_under_gpuenv_run(tmp_path, "perf_report_matmul.py", 400)
     assert result.returncode == 0, result.stderr
     ms = load_run(out).measurements[1:]
     tuned = [m for m in ms if "(autotune)" in m.extra["site"]]

@@ -4,11 +4,13 @@ measurement's reps in short bursts with rests between (`Bursts`, the one schedul
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
 from gpuenv.conditioning.config import DEFAULT, ConditionConfig
+from gpuenv.errors import GpuenvError
 from gpuenv.progress import Progress
 from gpuenv.reasons import HELD_DOWN, Reason, short_names
 from gpuenv.telemetry import DRIVER_REFRESH_S
@@ -156,8 +158,13 @@ MAX_CLOCK_REDOS = DEFAULT.burst_clock_redos  # the default's redos a measurement
 REST_POWER_FRAC = 0.25  # the power at rest is at most this of the limit (H100: 120 of 700 W)
 # The modelled filtered power each GPU was left at (clock time, watts, watts at rest): the
 # GPU's state outlives a measurement, so the next one (an autotuner's next config, a
-# moment later) starts from it, not from the 1 s average that lags it.
-_FILTER_LEFT: dict[int, tuple[float, float, float]] = {}
+# moment later) starts from it, not from the 1 s average that lags it. By the clock its
+# times are on (a time means nothing on another clock: each simulated GPU's virtual one),
+# then by the GPU's UUID (the same GPU through another backend object, as each
+# gpuenv.bench call opens its own), never by an index another GPU may hold.
+_FILTER_LEFT: weakref.WeakKeyDictionary[Any, dict[str, tuple[float, float, float]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class Bursts:
@@ -282,7 +289,7 @@ class Bursts:
         if self.filt_w is None:  # from the 1 s average read first, or where the last
             first = self.sampler.samples(self.origin, None, self.gpu)[:1]  # last one left it
             before = max(low, first[0].power_w if first else low)
-            left = _FILTER_LEFT.get(self.gpu)
+            left = self._left().get(self._uuid() or "")
             if left is not None and first and first[0].t >= left[0]:
                 before = max(
                     before,
@@ -301,6 +308,21 @@ class Bursts:
             return 0.0
         return tau * math.log((self.filt_w - low) / (start_max - low))
 
+    def _left(self) -> dict[str, tuple[float, float, float]]:
+        """Where the GPUs were left, on this measurement's clock."""
+        try:
+            return _FILTER_LEFT.setdefault(self.clock, {})
+        except TypeError:  # a clock that cannot be weakly referenced: nothing carried
+            return {}
+
+    def _uuid(self) -> str | None:
+        """The GPU's UUID (None: no backend to ask)."""
+        backend = getattr(self.sampler, "backend", None)
+        try:
+            return str(backend.device_info(self.gpu).uuid) if backend is not None else None
+        except GpuenvError:
+            return None
+
     def _held_down(self) -> bool:
         latest = self.sampler.latest(self.gpu) if self.sampler is not None else None
         if latest is None:
@@ -317,7 +339,9 @@ class Bursts:
             heavy, low = self._watts()
             now = self.clock.now()
             end = heavy + (self.filt_w - heavy) * math.exp(-(now - self.burst_start) / tau)
-            _FILTER_LEFT[self.gpu] = (now, end, low)
+            uuid = self._uuid()
+            if uuid is not None:
+                self._left()[uuid] = (now, end, low)
         return {
             "burst_rests": self.rests,
             "bursts": len(self.bursts) + 1,

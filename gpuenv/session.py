@@ -470,7 +470,7 @@ class Session:
         return out
 
     def learn_temperature(
-        self, fn: Callable[..., object], temp_c: float | None, median_s: float
+        self, fn: Callable[..., object], temp_c: float | None, median_s: float | None
     ) -> None:
         """A bench of fn began at `temp_c` and read `median_s`: a point of its slope."""
         self.sensitivity.observe(fn, temp_c, median_s)

@@ -41,9 +41,10 @@ class Sensitivity:
             weakref.WeakKeyDictionary()
         )
 
-    def observe(self, fn: Callable[..., Any], temp_c: float | None, median_s: float) -> None:
-        """A measurement of fn that began at `temp_c` and read `median_s`."""
-        if temp_c is None or not median_s > 0:
+    def observe(self, fn: Callable[..., Any], temp_c: float | None, median_s: float | None) -> None:
+        """A measurement of fn that began at `temp_c` and read `median_s` (None: all its
+        reps were rejected, nothing to learn)."""
+        if temp_c is None or median_s is None or not median_s > 0:
             return
         try:
             points = self._points.setdefault(fn, [])

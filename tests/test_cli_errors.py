@@ -153,6 +153,17 @@ def test_sim_and_dry_run_are_accepted_after_the_command() -> None:
     assert result.exit_code == 0 and "would run: true" in result.output
 
 
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_sim_reaches_the_command_run_wraps(tmp_path: Path, where: str) -> None:
+    # `--sim` is GPUENV_BACKEND=sim, for what `gpuenv run` starts too: the wrapped program
+    # opens the simulated GPU, where it used to get no backend and die of NvmlUnavailable
+    child = "import gpuenv.backend as b; print('child sees', b.open_backend().device_info(0).name)"
+    flags = ["--sim", "run", "-q"] if where == "before" else ["run", "--sim", "-q"]
+    proc = gpuenv(*flags, "--", sys.executable, "-c", child, tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert b"child sees " in proc.stdout, proc.stdout
+
+
 def test_monitor_refuses_json_and_csv_together() -> None:
     one_error(run("--sim", "monitor", "--json", "--csv", "-n", "1"), 2, "--json and --csv")
 

@@ -185,6 +185,7 @@ class Runner:
         force: bool = False,
         policy: str = "annotate",
         output: str | os.PathLike[str] | None = None,
+        append: bool = False,
         period: float | None = None,
         stderr: IO[str] | None = None,
         quiet: bool = False,
@@ -204,6 +205,7 @@ class Runner:
         self.force = force
         self.policy = policy
         self.output = Path(output) if output is not None else None
+        self.append = append  # to an output file holding other runs (else refused)
         self.period = period
         self.stderr = stderr if stderr is not None else sys.stderr
         self.quiet = quiet
@@ -384,7 +386,7 @@ class Runner:
                 "nvtx_regions": self.nvtx_lib is not None,
             },
         )
-        return ResultStore(self.output, meta)
+        return ResultStore(self.output, meta, append=self.append, name="-o")
 
     def _run_extra(
         self,

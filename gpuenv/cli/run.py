@@ -53,11 +53,12 @@ from gpuenv.cli._common import (
 @gpu_option(default="auto")
 @click.option(
     "--policy",
-    type=click.Choice(["annotate", "reject", "retry"]),
+    metavar="[annotate|reject]",  # checked by plan_run: retry is refused with its reason
     default="annotate",
     show_default=True,
     help="reject: exit 1 when a region's telemetry makes it untrustworthy (for CI). "
-    "retry is refused: gpuenv cannot re-run a call it did not make.",
+    "(To retry, use policy='retry' inside the program: gpuenv cannot re-run a call it "
+    "did not make.)",
 )
 @click.option(
     "--regions",

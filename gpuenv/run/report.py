@@ -323,8 +323,9 @@ def _rows(m: Measurement, name: str, rank: int | None, multi: bool) -> list[list
     if isinstance(returned, (int, float)):
         when += f" (returned {fmt_time(returned)})"
     verdict = m.verdict
-    if m.rejected_reps and len(m.times_s) > 1:
-        verdict += f" ({len(m.rejected_reps)} reps)"
+    if m.rejected_reps and len(m.times_s) > 1:  # what the reject policy did, in its word
+        k, n = len(m.rejected_reps), len(m.times_s)
+        verdict += f" ({k} of {n} reps)" if verdict == "rejected" else f", {k} of {n} reps rejected"
     return _per_gpu(m.summary_windows, name, rank, multi, [str(len(m.times_s)), when], verdict)
 
 
@@ -407,7 +408,7 @@ def run_text(
     """What `gpuenv run` prints at the end: the header, the table, then what was not measured,
     where the results are, and what --policy reject rejected. `record`: runner._record."""
     head = (
-        f"gpuenv run: '{record['command']}' {record['outcome']} after "
+        f"gpuenv run: {record['command']} {record['outcome']} after "
         f"{fmt_time(record['duration_s'])} on {record['where']}; {record['state']}"
     )
     table = summary_table(measurements, header=head, verbose=verbose)

@@ -82,6 +82,10 @@ class CommandNotFound(ConfigError):
 
 def check_run_policy(policy: str) -> str:
     """annotate or reject; retry is refused with the reason."""
+    if policy not in RUN_POLICIES and policy != "retry":
+        raise ConfigError(
+            f"--policy {policy}: not a policy of 'gpuenv run'", hint="use annotate or reject"
+        )
     if policy not in RUN_POLICIES:
         raise ConfigError(
             f"--policy {policy} does not apply to 'gpuenv run': gpuenv cannot re-run a call "

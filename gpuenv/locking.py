@@ -59,8 +59,12 @@ def _connect(backend: Backend, socket: str | os.PathLike[str] | None) -> Any:
     try:
         if not stat.S_ISSOCK(os.stat(path).st_mode):
             return None
+    except PermissionError:  # its directory is closed to us: gpuenvd's, for its group
+        raise socket_denied(path) from None
     except OSError:
         return None
+    if not os.access(path, os.W_OK):  # connecting needs write access: gpuenvd's group has it
+        raise socket_denied(path)
     try:
         client = Client(path, client="gpuenv")
     except DaemonNotTrusted:
@@ -158,6 +162,37 @@ def _no_daemon_hint() -> str:
         f"'systemctl start gpuenvd') with 'user:{user} = all' under [lock] in "
         f"/etc/gpuenv/gpuenvd.conf; then retry as you are (no daemon answers on "
         f"{default_socket()})"
+    )
+
+
+def socket_denied(path: str) -> PermissionDenied:
+    """gpuenvd's socket (or its directory) refused this account: name the group it is open
+    to and how to join it, not "have an admin start gpuenvd" while it runs."""
+    import grp
+
+    group = None
+    for where in (path, os.path.dirname(path)):
+        try:
+            gid = os.stat(where).st_gid
+        except OSError:
+            continue
+        try:
+            group = grp.getgrgid(gid).gr_name
+        except KeyError:
+            group = str(gid)
+        break
+    user = _user()
+    if group is None:
+        return PermissionDenied(
+            f"permission denied on gpuenvd's socket {path}",
+            hint="ask the admin which group gpuenvd's socket is open to (socket_group in "
+            "/etc/gpuenv/gpuenvd.conf) and to add you to it",
+        )
+    return PermissionDenied(
+        f"permission denied on gpuenvd's socket {path}: it is open to the group "
+        f"'{group}', and {user} is not in it",
+        hint=f"ask an admin to add you ('sudo usermod -aG {group} {user}'), then log in "
+        f"again (or run 'newgrp {group}') and retry",
     )
 
 

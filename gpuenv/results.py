@@ -4,6 +4,8 @@ Records are immutable with units in field names and round-trip through JSON.
 A run file is JSON lines: a first line {"type": "run", "metadata": {...}},
 then one {"type": "measurement", ...} line per measurement, appended, flushed
 and fsynced as each measurement ends, so a crash loses nothing already measured.
+One run per file unless the writer asked to append; a reader takes a file's last run
+and says when it holds several (`load_run`, `several_runs`).
 """
 
 from __future__ import annotations
@@ -192,9 +194,10 @@ class ResultStore:
 
     Each line is written, flushed and fsynced before `append` returns, so a crash
     loses nothing already measured; `extend` writes measurements that are all ready at
-    once (a `gpuenv run` ends with 10,000 of them) as one write and one fsync. Several
-    runs may share a file (each has a `run_id`); `load_runs` reads them all, `load_run`
-    the last.
+    once (a `gpuenv run` ends with 10,000 of them) as one write and one fsync. One run
+    per file: a file that already holds something is refused unless `append` (then
+    several runs share it, each with its `run_id`; `load_runs` reads them all, `load_run`
+    and every other reader the last, saying the file holds several).
     """
 
     def __init__(
@@ -204,13 +207,17 @@ class ResultStore:
         *,
         fsync: bool = True,
         mkdir: bool = False,
+        append: bool = False,
+        name: str = "output",
     ):
         """`mkdir`: create a missing directory (else a missing one is an error: gpuenv
-        creates no directory it was not asked for)."""
+        creates no directory it was not asked for). `append`: add this run to a file that
+        holds others (else such a file is refused: one run per file). `name`: the option
+        as its caller knows it (`-o`), for the error."""
         from gpuenv import validate
 
-        self.path = validate.output_path(
-            path, "output", mkdir=mkdir, where="cannot write results"
+        self.path = validate.results_path(
+            path, name, append=append, mkdir=mkdir, where="cannot write results"
         ) or Path(path)
         self.run_id = uuid.uuid4().hex
         self.fsync = fsync
@@ -391,8 +398,20 @@ def _measurement(record: dict[str, Any], path: Path, lineno: int) -> Measurement
 
 
 def load_run(path: str | os.PathLike[str]) -> Run:
-    """The last run in a gpuenv JSONL file (see `load_runs` for all of them)."""
-    return load_runs(path)[-1]
+    """The last run in a gpuenv JSONL file (see `load_runs` for all of them), as every
+    reader takes it (`gpuenv compare`, `gpuenv plot`); a file that holds several (written
+    with --append) is said, with a warning."""
+    runs = load_runs(path)
+    if len(runs) > 1:
+        warnings.warn(several_runs(path, runs), stacklevel=2)
+    return runs[-1]
+
+
+def several_runs(path: str | os.PathLike[str], runs: Sequence[Run]) -> str:
+    """The sentence a reader says when a file holds several runs and it takes the last."""
+    when = runs[-1].metadata.get("time_utc")
+    last = f"the last (written {when})" if when else "the last"
+    return f"{os.fspath(path)} holds {len(runs)} runs (written with --append): reading {last}"
 
 
 class Results(Sequence[Measurement]):
@@ -438,10 +457,13 @@ class Results(Sequence[Measurement]):
     def run(self) -> Run:
         return Run(dict(self.metadata), tuple(self._items))
 
-    def save(self, path: str | os.PathLike[str], *, mkdir: bool = False) -> Path:
-        """Append this run (metadata and every measurement) to a JSONL file (`mkdir`: create
-        its directory when missing)."""
-        with ResultStore(path, self.metadata, mkdir=mkdir) as store:
+    def save(
+        self, path: str | os.PathLike[str], *, mkdir: bool = False, append: bool = False
+    ) -> Path:
+        """Write this run (metadata and every measurement) to a JSONL file of its own
+        (`mkdir`: create its directory when missing; `append`: add it to a file that holds
+        other runs, which is refused otherwise)."""
+        with ResultStore(path, self.metadata, mkdir=mkdir, append=append) as store:
             store.extend(self._items)
         return store.path
 

@@ -77,6 +77,7 @@ class Session:
         backend: Backend | None = None,
         clock: Clock | None = None,
         output: str | os.PathLike[str] | None = None,
+        append: bool = False,
         period: float | None = None,
         config: VerdictConfig | None = None,
         mode_config: ConditionConfig | None = None,
@@ -87,7 +88,7 @@ class Session:
         progress: IO[str] | None = None,
     ):
         self.policy = check_policy(policy)
-        _check_args(period, config, mode_config, load, output, stable_clocks)
+        _check_args(period, config, mode_config, load, output, stable_clocks, append)
         if mode not in MODES:
             raise ConfigError(f"unknown mode {mode!r}", hint="use mode='burst' or 'sustained'")
         self.mode = mode
@@ -96,6 +97,7 @@ class Session:
         self._backend_arg = backend
         self._clock_arg = clock
         self.output = output
+        self.append = append
         self.period = period
         config = config or DEFAULT_CONFIG
         wants_stable = (sm is not None) if stable_clocks is None else stable_clocks
@@ -177,7 +179,7 @@ class Session:
         )
         self.results.metadata = self.metadata
         if self.output is not None:
-            self._store = ResultStore(self.output, self.metadata)
+            self._store = ResultStore(self.output, self.metadata, append=self.append)
             self.results.store = self._store
         if self.mode == "sustained" and self._default_load() is not None:
             self.precondition()
@@ -657,7 +659,13 @@ def _parameters_of(
 
 
 def _check_args(
-    period: Any, config: Any, mode_config: Any, load: Any, output: Any, stable_clocks: Any
+    period: Any,
+    config: Any,
+    mode_config: Any,
+    load: Any,
+    output: Any,
+    stable_clocks: Any,
+    append: Any,
 ) -> None:
     """stable()'s arguments, judged before anything opens (gpuenv.validate)."""
     if period is not None:
@@ -670,7 +678,7 @@ def _check_args(
         v.no_arg_callable(load, "load")
     if stable_clocks is not None:
         v.boolean(stable_clocks, "stable_clocks")
-    v.output_path(output, "output")
+    v.results_path(output, "output", append=append)  # one run per file
 
 
 @_parameters_of(Session)
@@ -687,7 +695,8 @@ def stable(*args: Any, **kwargs: Any) -> Session:
       mode preconditions with (default: the simulated GPU's own heavy load, or the
       function given to `repeat`/`bench`).
     backend, clock: injected (default: open_backend(), the backend's clock).
-    output: a JSONL path; each measurement is appended as it ends.
+    output: a JSONL path of this session's run alone; each measurement is appended as it
+      ends. A file that already holds results is refused unless `append=True`.
     period: seconds between telemetry samples, the CLI's `--interval` (default
       telemetry.DEFAULT_PERIOD_S).
     config: verdict thresholds. stable_clocks: treat power capping and clock drift

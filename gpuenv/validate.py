@@ -225,6 +225,30 @@ def output_path(
     return p
 
 
+def results_path(
+    path: Any, name: str, *, append: bool, mkdir: bool = False, where: str | None = None
+) -> Path | None:
+    """A results file to write, one run per file: `output_path`'s checks, and a file that
+    already holds something is refused unless `append` (the CLI's --append): two runs in
+    one file were pooled by readers that could not tell them apart."""
+    boolean(append, "--append" if name.startswith("-") else "append")
+    p = output_path(path, name, mkdir=mkdir, where=where)
+    if p is None or append:
+        return p
+    try:
+        size = p.stat().st_size
+    except OSError:  # not there yet (or unreadable: the write says so)
+        return p
+    if size and p.is_file():
+        flag = "--append" if name.startswith("-") else "append=True"
+        raise ConfigError(
+            f"{p} already holds results: {name} writes one run per file",
+            hint=f"write another file or remove this one; {flag} adds this run beside the "
+            "ones there (a reader then takes the last and says the file holds several)",
+        )
+    return p
+
+
 # A telemetry sample at least this often: a region is judged on its samples, and a burst
 # waits for them (stable(period=1e9) waited its whole 30 s timeout, then blamed the GPU).
 MAX_SAMPLE_PERIOD_S = 10.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -49,7 +50,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _isolate_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+def _isolate_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
     """No test reads the developer's GPUENV_* settings or writes their state dirs."""
     import os
 
@@ -61,6 +64,12 @@ def _isolate_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempP
     monkeypatch.setenv("GPUENV_SIM_STATE", str(state / "sim.json"))
     # no gpuenvd unless a test starts one: a daemon on this machine must not take the locks
     monkeypatch.setenv("GPUENV_SOCKET", str(state / "no-daemon.sock"))
+    yield
+    # what the code under test set (`--sim` is GPUENV_BACKEND=sim, `--quiet` GPUENV_QUIET=1)
+    # goes too; monkeypatch then puts back what the developer had
+    for key in list(os.environ):
+        if key.startswith("GPUENV_"):
+            del os.environ[key]
 
 
 @pytest.fixture

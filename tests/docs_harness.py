@@ -23,10 +23,13 @@ The conventions the docs follow (one per block, read from its fence and the line
   machine with nothing else installed).
 
 Each markdown file's blocks run in order in one fresh directory that is their working
-directory, HOME, gpuenv's state dir and the simulated GPU's state file, with
-GPUENV_BACKEND=sim (as `export GPUENV_BACKEND=sim` would do) and no gpuenvd. Files that one
-block writes (run.jsonl) are there for the next; Python names are not: each python block
-stands alone (it imports and defines what it uses), as a reader who copies one block needs.
+directory, HOME, XDG_RUNTIME_DIR (where the simulated GPU keeps its state, as for a reader)
+and gpuenv's state dir, with no gpuenvd, and with no GPUENV_* variable a reader would set:
+a block gets the simulated GPU only as the page shows it (`--sim`, or an `export
+GPUENV_BACKEND=sim` line, which carries to the page's later blocks as in a reader's shell;
+`export` is the only command that carries). Files that one block writes (run.jsonl) are
+there for the next; Python names are not: each python block stands alone (it imports and
+defines what it uses), as a reader who copies one block needs.
 After the last block no clock lock may be left (the journal is empty) and no command may have
 left a process behind.
 """
@@ -36,6 +39,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -221,11 +225,8 @@ class Workdir:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUENV_")}
         bindir = str(Path(sys.executable).parent)
         env.update(
-            GPUENV_BACKEND="sim",
             GPUENV_STATE_DIR=str(base / "state" / "journal"),
-            GPUENV_SIM_STATE=str(base / "state" / "sim.json"),
             GPUENV_SOCKET=str(base / "run" / "no-daemon.sock"),
-            GPUENV_CACHE_DIR=str(base / "cache" / "gpuenv"),
             HOME=str(base / "home"),
             XDG_RUNTIME_DIR=str(base / "run"),
             XDG_STATE_HOME=str(base / "state"),
@@ -324,7 +325,24 @@ def run_block(block: Block, work: Workdir) -> list[Failure]:
         elif not cmd.fails and rc != 0:
             failures.append(Failure(block.where, f"`{cmd.text}` exited {rc}:\n{out}"))
         failures += [Failure(block.where, f"`{cmd.text}` left running: {p}") for p in left]
+        if rc == 0:
+            work.env.update(exported(cmd.text))
     return failures
+
+
+def exported(command: str) -> dict[str, str]:
+    """What `export NAME=VALUE ...` sets for the page's later blocks, as in a reader's shell;
+    {} for any other command (each runs in a shell of its own: only an export carries)."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:
+        return {}
+    if len(words) < 2 or words[0] != "export":
+        return {}
+    pairs = [w.split("=", 1) for w in words[1:]]
+    if not all(len(p) == 2 and re.fullmatch(r"[A-Za-z_]\w*", p[0]) for p in pairs):
+        return {}
+    return {name: os.path.expandvars(value) for name, value in pairs}
 
 
 def left_locks(work: Workdir) -> list[str]:

@@ -159,3 +159,19 @@ def test_doctor_and_sim_demo_do_not_import_torch(fake_torch: Path) -> None:
     for args in (("--sim", "doctor"), ("--sim", "demo", "--fast")):
         r = probe(fake_torch, *args)
         assert not r["torch_marked"], args
+
+
+def test_o_is_output_in_every_command_and_help_lists_only_what_is_accepted() -> None:
+    # -o was --only in monitor but --output in run and plot; run --policy listed retry,
+    # which it always refuses
+    for name in ("run", "plot"):
+        out = run_cli(name, "--help").output
+        assert "-o, --output" in out, out
+    monitor = run_cli("monitor", "--help").output
+    assert "--only IDX" in monitor and "-o," not in monitor
+    assert run_cli("--sim", "monitor", "-1", "-o", "0").exit_code == 2
+    assert run_cli("--sim", "monitor", "-1", "--only", "0").exit_code == 0
+    policy = run_cli("run", "--help").output.split("\n  --policy")[1].split("\n  -")[0]
+    assert "[annotate|reject]" in policy and "retry" not in policy.split("(To retry")[0]
+    refused = run_cli("--sim", "run", "--policy", "retry", "--", "true")
+    assert refused.exit_code == 2 and "cannot re-run a call it did not make" in refused.output

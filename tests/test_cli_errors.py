@@ -153,6 +153,44 @@ def test_sim_and_dry_run_are_accepted_after_the_command() -> None:
     assert result.exit_code == 0 and "would run: true" in result.output
 
 
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_sim_reaches_the_command_run_wraps(tmp_path: Path, where: str) -> None:
+    # `--sim` is GPUENV_BACKEND=sim, for what `gpuenv run` starts too: the wrapped program
+    # opens the simulated GPU, where it used to get no backend and die of NvmlUnavailable
+    child = "import gpuenv.backend as b; print('child sees', b.open_backend().device_info(0).name)"
+    flags = ["--sim", "run", "-q"] if where == "before" else ["run", "--sim", "-q"]
+    proc = gpuenv(*flags, "--", sys.executable, "-c", child, tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert b"child sees " in proc.stdout, proc.stdout
+
+
+def test_run_writes_one_run_per_file_and_a_failed_command_is_no_ok(tmp_path: Path) -> None:
+    from gpuenv.results import load_runs
+
+    out = tmp_path / "run.jsonl"
+    fails = [sys.executable, "-c", "raise SystemExit(3)"]
+    proc = gpuenv("--sim", "run", "-q", "-o", str(out), "--", *fails, tmp=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    (run,) = load_runs(out)
+    whole = run.measurements[0]  # "(run)": its verdict says the command failed
+    assert whole.verdict != "ok" and [f.kind for f in whole.findings] == ["command_failed"]
+    assert "the command exited 3" in whole.findings[0].message
+    # a second run into the same file is refused before the command runs
+    marker = tmp_path / "ran"
+    touch = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    proc = gpuenv("--sim", "run", "-q", "-o", str(out), "--", *touch, tmp=tmp_path)
+    assert proc.returncode == 2 and not marker.exists(), proc.stderr
+    assert b"already holds results: -o writes one run per file" in proc.stderr
+    assert b"--append" in proc.stderr and b"Traceback" not in proc.stderr
+    proc = gpuenv("--sim", "run", "-q", "--append", "-o", str(out), "--", *touch, tmp=tmp_path)
+    assert proc.returncode == 0 and marker.exists(), proc.stderr
+    assert [r.measurements[0].verdict for r in load_runs(out)] == ["annotated", "ok"]
+    # a reader of a file that holds several runs takes the last and says so
+    proc = gpuenv("plot", str(out), "-o", str(tmp_path / "run.png"), tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert b"gpuenv: warning: " in proc.stderr and b"holds 2 runs" in proc.stderr
+
+
 def test_monitor_refuses_json_and_csv_together() -> None:
     one_error(run("--sim", "monitor", "--json", "--csv", "-n", "1"), 2, "--json and --csv")
 

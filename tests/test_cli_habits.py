@@ -70,17 +70,20 @@ def test_monitor_n_counts_and_1_is_once() -> None:
     assert len(result.output.splitlines()) == 2 * 2  # 2 ticks x 2 GPUs
 
 
-def test_monitor_speaks_nvitops_letters_o_c_g_u_and_U() -> None:
+def test_monitor_speaks_nvitops_letters_c_g_u_and_U_and_only() -> None:
+    # nvitop's -o is --only; gpuenv's -o is --output in every command: --only keeps the word
     cmd = command("monitor")
-    params = cmd.make_context("monitor", ["-o", "1", "-o", "0", "-c", "-u", "ann", "-U"]).params
+    params = cmd.make_context(
+        "monitor", ["--only", "1", "--only", "0", "-c", "-u", "ann", "-U"]
+    ).params
     assert params["only"] == ("1", "0") and params["only_compute"] is True
     assert params["users"] == ("ann",) and params["ascii_only"] is True
     assert cmd.make_context("monitor", ["-g", "--pid", "7"]).params["pids"] == (7,)
-    shown = run("--sim", "monitor", "--once", "-o", "1", "--no-color")
+    shown = run("--sim", "monitor", "--once", "--only", "1", "--no-color")
     assert shown.exit_code == 0, shown.output
     assert "GPU 1" in shown.output and "GPU 0" not in shown.output
-    both = run("--sim", "monitor", "--once", "-o", "1", "-i", "0")
-    assert both.exit_code == 2 and "-i and -o both choose GPUs" in both.output
+    both = run("--sim", "monitor", "--once", "--only", "1", "-i", "0")
+    assert both.exit_code == 2 and "-i and --only both choose GPUs" in both.output
     assert run("--sim", "monitor", "--once", "-c", "-g").exit_code == 2
 
 

@@ -32,6 +32,16 @@ def test_check_config_says_who_may_lock_what(sim_env: Path) -> None:
     assert "mode 0666" in result.output
 
 
+def test_check_config_needs_no_driver(tmp_path: Path) -> None:
+    # it parses a file: on a machine without NVML it exited 12 (no driver) on a good one
+    conf = tmp_path / "gpuenvd.conf"
+    conf.write_text("[lock]\nuser:alice = all\ngroup:bench = 1\n")
+    result = CliRunner().invoke(cli, ["daemon", "check-config", "--config", str(conf)])
+    assert result.exit_code == 0, result.output
+    assert "lock: user:alice -> all" in result.output and "lock: group:bench -> 1" in result.output
+    assert "no NVIDIA driver here" in result.output
+
+
 def test_check_config_reports_a_bad_file_in_one_line(sim_env: Path) -> None:
     conf = sim_env / "gpuenvd.conf"
     conf.write_text("[lock]\nuser:alice = 9\n")

@@ -145,3 +145,21 @@ def test_a_block_that_needs_a_missing_module_is_skipped_by_name(tmp_path: Path) 
         "page.md:2 (needs no_such_module_gpuenv)",
         "page.md:6 (needs no_such_module_gpuenv)",
     ]
+
+
+def test_a_block_gets_the_simulated_gpu_only_as_its_page_shows_it(tmp_path: Path) -> None:
+    # a reader's shell has no GPUENV_BACKEND: a page that does not say `--sim` or export it
+    # fails here as it fails for the reader; an `export` line carries to the later blocks
+    page = _md(
+        tmp_path,
+        "```python\nimport os\nassert 'GPUENV_BACKEND' not in os.environ\n```\n"  # 1: passes
+        "```console\n$ gpuenv status\n```\n"  # 5: no GPU, no --sim: fails
+        "```console\n$ gpuenv --sim status\n$ export GPUENV_BACKEND=sim X=1\n```\n"  # 8
+        "```python\nimport gpuenv.backend as b\nb.open_backend().device_info(0)\n```\n"  # 12
+        '```bash\ntest "$GPUENV_BACKEND$X" = sim1\n```\n',  # 16
+    )
+    result = dx.run_file(page, tmp_path)
+    assert [f.where for f in result.failures] == ["page.md:5"], result.failures
+    assert dx.exported("export A=1 B='two words'  # why") == {"A": "1", "B": "two words"}
+    assert dx.exported("export A=1 && rm -rf x") == {}
+    assert dx.exported("echo export A=1") == {}

@@ -337,3 +337,36 @@ def test_a_conflict_tells_a_user_what_they_can_do(
     assert same.returncode == 0 and "now shared" in same.stdout, same.stderr
     assert subprocess.run([*as_root, "restore", "--all"], env=daemon.env).returncode == 0
     assert daemon.wait_pristine(timeout=5.0) is not None
+
+
+def test_a_socket_closed_to_this_account_names_its_group_and_how_to_join() -> None:
+    # gpuenvd runs, its socket is open to a group this user is not in: the user was told
+    # "have an admin start gpuenvd", which sends them the wrong way
+    import grp
+    import socket
+
+    from daemon_harness import run_as, shared_workdir
+
+    nobody = pwd.getpwnam("nobody")
+    work = shared_workdir()
+    srv = socket.socket(socket.AF_UNIX)
+    try:
+        path = work / "gpuenv.sock"
+        srv.bind(str(path))
+        srv.listen()
+        os.chown(path, 0, 0)
+        path.chmod(0o660)
+        group = grp.getgrgid(0).gr_name
+        code = (
+            "import sys\nfrom gpuenv.backend.sim import SimBackend\n"
+            "from gpuenv.locking import daemon_client\ntry:\n"
+            "    daemon_client(SimBackend('h100'), socket=sys.argv[1])\n"
+            "except Exception as err:\n    print(type(err).__name__, err, '|', err.hint)\n"
+        )
+        out = run_as(nobody, code, str(path), env=dict(os.environ)).stdout
+    finally:
+        srv.close()
+        shutil.rmtree(work)
+    assert out.startswith("PermissionDenied permission denied on gpuenvd's socket"), out
+    assert f"open to the group '{group}', and nobody is not in it" in out
+    assert f"sudo usermod -aG {group} nobody" in out and "start gpuenvd" not in out

@@ -488,7 +488,8 @@ def test_compare_is_quiet_between_two_runs_and_names_a_driver_change(pytester, s
     result = pytester.runpytest_subprocess(*common, "--benchmark-compare=0001")
     text = result.stdout.str() + result.stderr.str()
     assert "gpuenv: the GPUs are not in the state of the saved run" in text
-    assert "driver 1.0 ->" in text and "GPU 0 lock:" in text
+    assert "driver 1.0 ->" in text and "GPU 0 clock lock: locked -> none" in text
+    assert "{'state'" not in text  # in words, not Python dicts
 
 
 def test_changes_name_what_makes_runs_incomparable():
@@ -512,7 +513,8 @@ def test_changes_name_what_makes_runs_incomparable():
         "lock": {"state": "locked", "sm_mhz": [1350, 1350], "mem_mhz": None},
     }
     found = changes(a, steady({**meta, "gpus": [locked]}))
-    assert [f.split(":")[0] for f in found] == ["GPU 0 lock", "GPU 0 power_limit_w"]
+    # in words, not Python dicts ("{'state': 'none', ...} -> {'state': 'locked', ...}")
+    assert found == ["GPU 0 clock lock: none -> SM 1350 MHz", "GPU 0 power limit: 700 W -> 600 W"]
     assert changes(a, {**a, "gpus": [{**gpu, "index": 1}]}) == ["GPU 1 was not in the saved run"]
 
 

@@ -161,14 +161,39 @@ def test_a_line_cut_short_by_a_crash_is_skipped_with_a_warning(tmp_path):
     assert [m.name for m in run.measurements] == ["a"]
 
 
-def test_several_runs_in_one_file(tmp_path):
+def test_several_runs_in_one_file_only_when_asked_and_load_run_says_so(tmp_path):
+    # one run per file: a second run into the same file is refused unless it appends
+    # (a failed first attempt stayed in baseline.jsonl and was pooled with the good one)
     path = tmp_path / "run.jsonl"
-    for name in ("first", "second"):
-        with ResultStore(path, {"label": name}) as store:
-            store.append(measurement(name))
+    with ResultStore(path, {"label": "first"}) as store:
+        store.append(measurement("first"))
+    with pytest.raises(ConfigError, match="already holds results: output writes one run") as e:
+        ResultStore(path, {"label": "second"})
+    assert "append=True" in e.value.hint
+    with pytest.raises(ConfigError, match="already holds results"):
+        Results({}).save(path)
+    assert len(load_runs(path)) == 1  # the refused writes left it as it was
+    with ResultStore(path, {"label": "second"}, append=True) as store:
+        store.append(measurement("second"))
     runs = load_runs(path)
     assert [r.metadata["label"] for r in runs] == ["first", "second"]
-    assert load_run(path).measurements[0].name == "second"
+    with pytest.warns(UserWarning, match=r"run.jsonl holds 2 runs \(written with --append\)"):
+        assert load_run(path).measurements[0].name == "second"
+    Results({"label": "third"}).save(path, append=True)
+    assert len(load_runs(path)) == 3
+
+
+def test_stable_and_bench_refuse_a_results_file_before_they_measure(tmp_path):
+    import gpuenv
+
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"type": "run", "run_id": "x", "metadata": {}}\n')
+    with pytest.raises(ConfigError, match="already holds results"):
+        gpuenv.stable(output=path)
+    with pytest.raises(ConfigError, match="already holds results"):
+        gpuenv.bench(lambda: None, output=path)
+    with pytest.raises(ConfigError, match="append must be"):
+        gpuenv.stable(output=path, append="yes")
 
 
 def test_unreadable_or_empty_files_give_a_clear_error(tmp_path):

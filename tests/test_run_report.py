@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 
 from gpuenv.results import Measurement
 from gpuenv.run.perfgrid import grids, write_grids
@@ -281,3 +282,28 @@ def test_a_tool_that_warms_up_itself_is_not_blamed_for_starting_on_an_idle_gpu()
         assert tool in m.extra["cold_start"]
     assert next(f for f in test.findings if f.kind == "warmup_ramp").severity == "warning"
     assert test.verdict == "rejected"
+
+
+def test_the_verdict_column_says_rejected_where_the_reject_policy_dropped_reps():
+    # it read "annotated (1 reps)": the word the policy acted in was missing
+    dropped = Measurement.build("step", [1.0, 1.0, 1.0], rejected_reps=(1,), verdict="annotated")
+    gone = Measurement.build("drift", [1.0, 1.0], rejected_reps=(0, 1), verdict="rejected")
+    text = summary_table([dropped, gone], header="gpuenv run: x")
+    rows = {ln.split()[0]: ln for ln in text.splitlines()[1:] if ln.strip()}
+    assert rows["step"].rstrip().endswith("annotated, 1 of 3 reps rejected"), text
+    assert rows["drift"].rstrip().endswith("rejected (2 of 2 reps)"), text
+
+
+def test_the_header_quotes_the_command_as_it_was_typed():
+    from gpuenv.run.report import run_text
+
+    record = {
+        "command": shlex.join(["python", "-c", "print(42)"]),
+        "outcome": "exited with 0",
+        "duration_s": 1.0,
+        "where": "GPU 0",
+        "state": "clocks not locked",
+    }
+    m = Measurement.build(RUN_NAME, [1.0])
+    head = run_text(record, [m]).splitlines()[0]
+    assert head.startswith("gpuenv run: python -c 'print(42)' exited with 0"), head

@@ -87,7 +87,7 @@ def _accept_global_flags(command: click.Command) -> None:
     """
     have = {opt for p in command.params for opt in getattr(p, "opts", ())}
     for flag, callback in (
-        ("--sim", _root_setter("backend_kind", "sim")),
+        ("--sim", _sim),
         ("--dry-run", _root_setter("dry_run", True)),
         ("--quiet", _quiet),
     ):
@@ -97,6 +97,17 @@ def _accept_global_flags(command: click.Command) -> None:
                     [flag], is_flag=True, expose_value=False, hidden=True, callback=callback
                 )
             )
+
+
+def _sim(ctx: click.Context, _param: click.Parameter | None, value: bool) -> None:
+    """--sim is GPUENV_BACKEND=sim, for this command and every process it starts (what
+    `gpuenv run` wraps, gpuenvd, a sampler process): one switch, one meaning."""
+    obj = ctx.find_root().obj
+    if value and obj is not None:
+        import os
+
+        os.environ["GPUENV_BACKEND"] = "sim"
+        obj["backend_kind"] = "sim"
 
 
 def _quiet(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -114,7 +125,12 @@ def _available(name: str) -> bool:
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--sim", is_flag=True, help="Use the simulated GPU (same as GPUENV_BACKEND=sim).")
+@click.option(
+    "--sim",
+    is_flag=True,
+    help="Use the simulated GPU: the same as GPUENV_BACKEND=sim, for the command gpuenv "
+    "runs too (gpuenv --sim run -- python bench.py).",
+)
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -137,7 +153,8 @@ def cli(ctx: click.Context, sim: bool, dry_run: bool) -> None:
     thermal throttling touched a number.
     """
     ctx.ensure_object(dict)
-    ctx.obj["backend_kind"] = "sim" if sim else None
+    ctx.obj["backend_kind"] = None
+    _sim(ctx, None, sim)
     ctx.obj["dry_run"] = dry_run
 
 

@@ -214,25 +214,38 @@ def leases(socket_path: str | None, as_json: bool) -> None:
 @click.pass_context
 @handle_errors
 def check_config(ctx: click.Context, config_path: str | None) -> None:
-    """Parse the config and say who may lock which GPUs on this machine."""
+    """Parse the config and say who may lock which GPUs on this machine (without a GPU
+    driver, e.g. on the machine that writes the file: the rules as written)."""
     from gpuenv.daemon.auth import Authorizer, load_config
+    from gpuenv.errors import NvmlUnavailable
 
     config = load_config(config_path)
     _check_socket_group(config.socket_group)
-    backend = open_from_ctx(ctx, readonly=True)
     try:
-        uuids = [backend.device_info(i).uuid for i in range(backend.device_count())]
-    finally:
-        backend.close()
-    auth = Authorizer(config, uuids)
+        backend = open_from_ctx(ctx, readonly=True)
+    except NvmlUnavailable:  # parsing needs no driver; resolving GPU selectors does
+        uuids = None
+    else:
+        try:
+            uuids = [backend.device_info(i).uuid for i in range(backend.device_count())]
+        finally:
+            backend.close()
+    rules: dict[str, Any] = (
+        dict(config.lock_rules) if uuids is None else Authorizer(config, uuids).rules()
+    )
     click.echo(f"config: {config.source or 'defaults (no config file)'}")
     click.echo(
         f"socket: {config.socket} (mode {config.socket_permissions():04o}"
         f"{', group ' + config.socket_group if config.socket_group else ''})"
     )
     click.echo(f"metrics: {config.metrics or 'off'}")
-    for key, gpus in sorted(auth.rules().items()):
+    for key, gpus in sorted(rules.items()):
         click.echo(f"lock: {key} -> {', '.join(map(str, sorted(gpus))) or 'none'}")
+    if uuids is None:
+        click.echo(
+            "GPUs: no NVIDIA driver here: the [lock] rules are shown as written, not "
+            "matched to GPUs (run check-config on the GPU machine for that)"
+        )
     admins = sorted(config.admin_users) + [f"group:{g}" for g in sorted(config.admin_groups)]
     click.echo(f"admins: root{', ' + ', '.join(admins) if admins else ''}")
 

@@ -26,13 +26,16 @@ _SORT_KEYS = (
 
 
 def _only_gpus(gpu: str, only: tuple[str, ...]) -> str:
-    """nvitop's `-o/--only 0 -o 1` (or `-o 0,1`) as the GPU selector; not both with -i."""
+    """nvitop's `--only 0 --only 1` (or `--only 0,1`) as the GPU selector; not both with -i.
+    (nvitop's short `-o` is not taken: in gpuenv `-o` is --output, in every command.)"""
     if not only:
         return gpu
     if gpu != "all":
         from gpuenv.errors import ConfigError
 
-        raise ConfigError("-i and -o both choose GPUs", hint="use one: -i 0,1 or -o 0 -o 1")
+        raise ConfigError(
+            "-i and --only both choose GPUs", hint="use one: -i 0,1 or --only 0 --only 1"
+        )
     return ",".join(only)
 
 
@@ -54,12 +57,11 @@ def _only_gpus(gpu: str, only: tuple[str, ...]) -> str:
     callback=checked("--count", validate.integer, lo=1),
 )
 @click.option(
-    "-o",
     "--only",
     "only",
     multiple=True,
     metavar="IDX",
-    help="nvitop's spelling of -i: the GPUs to show (-o 0 -o 1, or -o 0,1).",
+    help="nvitop's spelling of -i: the GPUs to show (--only 0 --only 1, or --only 0,1).",
 )
 @click.option("-c", "--only-compute", is_flag=True, help="Only compute processes (nvitop -c).")
 @click.option("-g", "--only-graphics", is_flag=True, help="Only graphics processes (nvitop -g).")

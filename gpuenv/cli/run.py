@@ -53,11 +53,12 @@ from gpuenv.cli._common import (
 @gpu_option(default="auto")
 @click.option(
     "--policy",
-    type=click.Choice(["annotate", "reject", "retry"]),
+    metavar="[annotate|reject]",  # checked by plan_run: retry is refused with its reason
     default="annotate",
     show_default=True,
     help="reject: exit 1 when a region's telemetry makes it untrustworthy (for CI). "
-    "retry is refused: gpuenv cannot re-run a call it did not make.",
+    "(To retry, use policy='retry' inside the program: gpuenv cannot re-run a call it "
+    "did not make.)",
 )
 @click.option(
     "--regions",
@@ -78,7 +79,14 @@ from gpuenv.cli._common import (
     "--output",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Append the run to this JSONL file (run.jsonl -> run.rankN.jsonl under torchrun/Slurm).",
+    help="Write the run to this JSONL file, one run per file: a file that holds results is "
+    "refused without --append (run.jsonl -> run.rankN.jsonl under torchrun/Slurm).",
+)
+@click.option(
+    "--append",
+    is_flag=True,
+    help="Add the run to the -o file when it already holds runs (readers then take the last, "
+    "and say the file holds several; gpuenv compare --all-runs pools them).",
 )
 @interval_option("telemetry samples (default 0.1; 0.025 while a wait polls)", old=("--period",))
 @click.option("-q", "--quiet", is_flag=True, help="No summary table on stderr.")
@@ -110,6 +118,7 @@ def run(
     gpu: str,
     policy: str,
     output: str | None,
+    append: bool,
     interval: float | None,
     quiet: bool,
     verbose: bool,
@@ -139,7 +148,6 @@ def run(
     from gpuenv.run.ranks import selector_env
     from gpuenv.run.runner import Runner
 
-    env = os.environ
     plan = plan_run(
         command,
         sm=sm,
@@ -151,12 +159,13 @@ def run(
         no_auto_regions=no_auto_regions,
         gpu=gpu,
         output=output,
-        env=env,
+        env=os.environ,
+        append=append,
     )
     dry = is_dry_run(ctx)
     backend = open_from_ctx(ctx)
     try:
-        gpus = select_gpus(backend, plan.selector, env=selector_env(env))
+        gpus = select_gpus(backend, plan.selector, env=selector_env(os.environ))
         if dry:
             for line in dry_run_lines(backend, gpus, plan):
                 click.echo(line)
@@ -169,6 +178,7 @@ def run(
             force=force,
             policy=policy,
             output=plan.output,
+            append=append,
             period=interval,
             quiet=quiet,
             verbose=verbose,

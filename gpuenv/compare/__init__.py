@@ -3,7 +3,7 @@
     report = compare_files(["a.jsonl"], ["b-rank0.jsonl", "b-rank1.jsonl"])
     print(format_report(report))
 
-report.py compares (outcomes: faster, slower, no change, no significant change) and
+report.py compares (outcomes: faster, slower, no change, can't tell) and
 writes the text; state.py says what the GPU did on each side (clock, power cap,
 temperature, lock: claimed only for the measurements taken under it) and what
 differs; files.py reads each side's files and their environment.

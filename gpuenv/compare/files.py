@@ -43,14 +43,30 @@ def expand_paths(spec: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     return out
 
 
-def load_side(paths: Sequence[str | os.PathLike[str]]) -> list[Any]:
-    """Every run in every file of one side."""
-    from gpuenv.results import load_runs
+def load_side(paths: Sequence[str | os.PathLike[str]], *, all_runs: bool = False) -> list[Any]:
+    """The runs of one side: each file's last run (as `gpuenv.load_run` reads it), or with
+    `all_runs` every run of every file."""
+    return read_side(paths, all_runs=all_runs)[0]
 
-    runs = []
+
+def read_side(
+    paths: Sequence[str | os.PathLike[str]], *, all_runs: bool = False
+) -> tuple[list[Any], list[str]]:
+    """`load_side`'s runs, and a sentence for each file that holds several runs (written
+    with --append): which of them were read."""
+    from gpuenv.results import load_runs, several_runs
+
+    runs, notes = [], []
     for p in paths:
-        runs += load_runs(p)
-    return runs
+        found = load_runs(p)
+        if len(found) > 1:
+            notes.append(
+                f"{os.fspath(p)} holds {len(found)} runs (written with --append): all pooled"
+                if all_runs
+                else several_runs(p, found) + "; --all-runs pools them"
+            )
+        runs += found if all_runs else found[-1:]
+    return runs, notes
 
 
 def env_changes(runs_a: Sequence[Any], runs_b: Sequence[Any]) -> list[str]:
@@ -78,4 +94,4 @@ def env_changes(runs_a: Sequence[Any], runs_b: Sequence[Any]) -> list[str]:
     return out
 
 
-__all__ = ["env_changes", "expand_paths", "load_side"]
+__all__ = ["env_changes", "expand_paths", "load_side", "read_side"]

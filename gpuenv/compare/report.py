@@ -1,14 +1,17 @@
 """Per measurement name: the change in median time, and what the GPU's state had to do with it.
 
 For each name found on both sides, the repetitions of every file on a side are
-pooled (per-rank files of one distributed run, repeated runs) and compared: the
-ratio of medians b/a with a bootstrap (1 - alpha) CI, and a two-sided
-Mann-Whitney U test. Each comparison has one outcome:
-  - "no change": |change| below `min_change`, whatever the p-value;
+pooled (per-rank files of one distributed run; each file's last run, or all of a
+file's runs with `all_runs`) and compared: the ratio of medians b/a with a bootstrap
+(1 - alpha) CI, and a two-sided Mann-Whitney U test. Each comparison has one outcome:
   - "faster" / "slower": at least `min_change`, p < alpha and the CI excludes no
-    change (`significant`); with one region per side no test is possible: the
-    direction is named, untested, and never `significant`;
-  - "no significant change": at least `min_change` but within noise.
+    change (`significant`);
+  - "no change": the whole CI lies within +-`min_change`;
+  - "can't tell": neither; the CI is wider than the minimum change allows, and
+    `reps_needed` estimates the reps per side that would tell (the CI narrows as
+    1/sqrt(reps)).
+With one region per side there is no CI and no test: a change under `min_change` is
+"no change", a larger one is named by its direction, untested and never `significant`.
 Beside it, what differed in the GPU's state (state.py) and in the environment
 (files.py). A real change (faster or slower) that coincides with a state change
 says so: the speed-up may belong to the GPU, not to the code. A side that pools
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuenv import stats
-from gpuenv.compare.files import env_changes, expand_paths, load_side
+from gpuenv.compare.files import env_changes, expand_paths, read_side
 from gpuenv.compare.state import (
     GpuState,
     attribution,
@@ -40,7 +43,8 @@ from gpuenv.units import fmt_s
 
 ALPHA = 0.05  # significance level of the Mann-Whitney test, and 1 - the CI's level
 MIN_CHANGE = 0.01  # a change smaller than this (relative) is "no change", whatever its p
-OUTCOMES = ("faster", "slower", "no change", "no significant change")
+OUTCOMES = ("faster", "slower", "no change", "can't tell")
+CANT_TELL = "can't tell"
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Comparison:
     normalized_ratio: float | None = None  # the same, on time at the reference clock
     note: str = ""
     outcome: str = "no change"  # one of OUTCOMES (module docstring)
+    reps_needed: int | None = None  # "can't tell": about how many reps per side would tell
 
     @property
     def change(self) -> float:
@@ -82,11 +87,16 @@ class CompareReport:
     alpha: float = ALPHA
     extra: dict[str, Any] = field(default_factory=dict)
     min_change: float = MIN_CHANGE
+    notes: tuple[str, ...] = ()  # which runs were read, where a file holds several
 
     def regressions(self, above: float = 0.0) -> list[Comparison]:
-        """Significant slowdowns larger than `above` (relative). "no change" rows (below
-        min_change) and untested ones (one region per side) are never among them."""
+        """Significant slowdowns larger than `above` (relative). "no change" and "can't
+        tell" rows are never among them (`cant_tell` lists the latter)."""
         return [c for c in self.comparisons if c.significant and c.change > above]
+
+    def cant_tell(self) -> list[Comparison]:
+        """The rows whose interval is too wide to say "no change" or a change."""
+        return [c for c in self.comparisons if c.outcome == CANT_TELL]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +108,7 @@ class CompareReport:
             "files_b": list(self.files_b),
             "alpha": self.alpha,
             "min_change": self.min_change,
+            "notes": list(self.notes),
         }
 
 
@@ -114,6 +125,8 @@ class _Test:
     tested: bool  # both sides had two or more times: the test and the CI mean something
     outcome: str  # one of OUTCOMES
     significant: bool
+    n: int = 0  # the fewer reps of the two sides
+    reps_needed: int | None = None  # "can't tell": about how many per side would tell
 
 
 def _test(
@@ -125,45 +138,63 @@ def _test(
     n_boot: int,
     seed: int,
 ) -> _Test:
-    """ "no change" below min_change whatever the p-value; "faster"/"slower" when tested,
-    only if p < alpha and the (1 - alpha) CI excludes no change too (the table's star
-    and its CI column agree); one time per side cannot be tested: its change, if not
-    below min_change, is called by direction but never significant."""
+    """ "faster"/"slower" when at least min_change, p < alpha and the (1 - alpha) CI
+    excludes no change (the table's star and its CI column agree); "no change" when the
+    whole CI lies within +-min_change (a p-value below alpha for a tiny change included);
+    else "can't tell", with the reps per side that would tell. One time per side has no
+    CI: its change is "no change" under min_change, else named by direction, untested."""
     med_a, med_b = stats.median(ta), stats.median(tb)
     ratio = med_b / med_a if med_a else math.inf
-    tested = len(ta) >= 2 and len(tb) >= 2
-    if tested:
-        p = stats.mann_whitney(ta, tb).p_value
-        ci = stats.bootstrap_ratio_ci(ta, tb, 1.0 - alpha, n_boot=n_boot, seed=seed)
-    else:
-        p, ci = 1.0, (ratio, ratio)
-    word = "faster" if ratio < 1 else "slower"
-    if abs(ratio - 1.0) < min_change:
-        return _Test(ratio, ci, p, tested, "no change", False)
-    if not tested:
-        return _Test(ratio, ci, p, tested, word, False)
-    if p < alpha and (ci[0] > 1.0 or ci[1] < 1.0):
-        return _Test(ratio, ci, p, tested, word, True)
-    return _Test(ratio, ci, p, tested, "no significant change", False)
+    n = min(len(ta), len(tb))
+    if n < 2:
+        word = "faster" if ratio < 1 else "slower"
+        outcome = "no change" if abs(ratio - 1.0) < min_change else word
+        return _Test(ratio, (ratio, ratio), 1.0, False, outcome, False, n)
+    p = stats.mann_whitney(ta, tb).p_value
+    ci = stats.bootstrap_ratio_ci(ta, tb, 1.0 - alpha, n_boot=n_boot, seed=seed)
+    if abs(ratio - 1.0) >= min_change and p < alpha and (ci[0] > 1.0 or ci[1] < 1.0):
+        return _Test(ratio, ci, p, True, "faster" if ratio < 1 else "slower", True, n)
+    if -min_change < ci[0] - 1.0 and ci[1] - 1.0 < min_change:
+        return _Test(ratio, ci, p, True, "no change", False, n)
+    return _Test(ratio, ci, p, True, CANT_TELL, False, n, reps_needed(ratio, ci, n, min_change))
+
+
+def reps_needed(ratio: float, ci: tuple[float, float], n: int, min_change: float) -> int | None:
+    """About how many reps per side would make the CI narrow enough to tell, were the
+    estimate to stay where it is: the CI's half-width shrinks as 1/sqrt(reps), and must
+    come under the distance from the change to the minimum change (half the minimum change
+    at least, near it). None where no number would (a minimum change of 0, no change)."""
+    change = abs(ratio - 1.0)
+    target = max(abs(change - min_change), min_change / 2)
+    half = max(ci[1] - ratio, ratio - ci[0])
+    if not (target > 0 and math.isfinite(half)):
+        return None
+    return max(n + 1, math.ceil(n * (half / target) ** 2))
 
 
 def _test_text(t: _Test, *, alpha: float, min_change: float) -> str:
     change = t.ratio - 1.0
+    ci = f"{_level(alpha)} CI {t.ci[0] - 1:+.1%} .. {t.ci[1] - 1:+.1%}"
     untested = "one region per side: no significance test"
-    if t.outcome == "no change":
-        return (
-            f"no change ({change:+.1%}, under the {min_change:.1%} minimum change"
-            + ("" if t.tested else f"; {untested}")
-            + ")"
-        )
-    if t.outcome == "no significant change":
-        return (
-            f"no significant change ({change:+.1%}, p={t.p:.2g}, {_level(alpha)} CI "
-            f"{t.ci[0] - 1:+.1%} .. {t.ci[1] - 1:+.1%}): within noise"
-        )
     if not t.tested:
+        if t.outcome == "no change":
+            return (
+                f"no change ({change:+.1%}, under the {min_change:.1%} minimum change; {untested})"
+            )
         return f"{t.outcome} {abs(change):.1%} ({untested})"
-    return f"{t.outcome} {abs(change):.1%} (p={t.p:.2g})"
+    if t.outcome == "no change":
+        return f"no change ({change:+.1%}, {ci}: within the {min_change:.1%} minimum change)"
+    if t.outcome != CANT_TELL:
+        return f"{t.outcome} {abs(change):.1%} (p={t.p:.2g})"
+    need = (
+        f"about {t.reps_needed:,} reps per side would tell (now {t.n:,})"
+        if t.reps_needed is not None
+        else "no number of reps can show no change under a minimum change of 0"
+    )
+    return (
+        f"can't tell ({change:+.1%}, p={t.p:.2g}, {ci}: wider than the {min_change:.1%} "
+        f"minimum change; {need})"
+    )
 
 
 def _level(alpha: float) -> str:
@@ -203,10 +234,19 @@ def compare_runs(
     )
 
 
-def compare_files(a: str | Iterable[str], b: str | Iterable[str], **kwargs: Any) -> CompareReport:
+def compare_files(
+    a: str | Iterable[str], b: str | Iterable[str], *, all_runs: bool = False, **kwargs: Any
+) -> CompareReport:
+    """Compare the files of side a with those of side b: each file's last run, as every
+    reader takes it (`all_runs`: every run of a file written with --append); the report's
+    `notes` say where a file holds several runs."""
     files_a, files_b = expand_paths(a), expand_paths(b)
-    report = compare_runs(load_side(files_a), load_side(files_b), **kwargs)
-    return dataclasses.replace(report, files_a=tuple(files_a), files_b=tuple(files_b))
+    runs_a, notes_a = read_side(files_a, all_runs=all_runs)
+    runs_b, notes_b = read_side(files_b, all_runs=all_runs)
+    report = compare_runs(runs_a, runs_b, **kwargs)
+    return dataclasses.replace(
+        report, files_a=tuple(files_a), files_b=tuple(files_b), notes=(*notes_a, *notes_b)
+    )
 
 
 def _by_name(runs: Sequence[Any]) -> dict[str, list[Any]]:
@@ -258,6 +298,7 @@ def _compare_one(
         norm,
         note,
         t.outcome,
+        t.reps_needed,
     )
 
 
@@ -333,6 +374,7 @@ def format_report(report: CompareReport) -> str:
     if report.files_a or report.files_b:
         lines.append(f"a: {', '.join(report.files_a)}")
         lines.append(f"b: {', '.join(report.files_b)}")
+        lines += [f"note: {n}" for n in report.notes]
         lines.append("")
     if report.env_changes:
         lines.append("Environment changed between a and b:")
@@ -355,7 +397,8 @@ def format_report(report: CompareReport) -> str:
         lines.append("")
         lines.append(
             f"* significant: p < {report.alpha:g}, the CI excludes no change, and at "
-            f"least {report.min_change:.1%} (a smaller change is no change). Notes:"
+            f"least {report.min_change:.1%}; no change: the CI within +-"
+            f"{report.min_change:.1%}; else can't tell. Notes:"
         )
         for c in report.comparisons:
             lines.append(f"  - {c.name}: {c.note}")
@@ -370,10 +413,12 @@ def format_report(report: CompareReport) -> str:
 
 
 __all__ = [
+    "CANT_TELL",
     "OUTCOMES",
     "CompareReport",
     "Comparison",
     "compare_files",
     "compare_runs",
     "format_report",
+    "reps_needed",
 ]

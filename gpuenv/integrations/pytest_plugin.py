@@ -213,8 +213,44 @@ def changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
             continue
         for key in COMPARED:
             if before.get(key) != gpu.get(key):
-                out.append(f"GPU {gpu.get('index')} {key}: {before.get(key)} -> {gpu.get(key)}")
+                was, is_ = _in_words(key, before.get(key)), _in_words(key, gpu.get(key))
+                out.append(f"GPU {gpu.get('index')} {_LABELS[key]}: {was} -> {is_}")
     return out
+
+
+_LABELS = {
+    "name": "model",
+    "uuid": "UUID",
+    "lock": "clock lock",
+    "power_limit_w": "power limit",
+    "app_sm_mhz": "application SM clock",
+    "app_mem_mhz": "application memory clock",
+}
+
+
+def _in_words(key: str, value: Any) -> str:
+    """A machine_info value as the note says it: 'SM 1350 MHz', '700 W', 'none'."""
+    if value is None:
+        return "none"
+    if key == "lock" and isinstance(value, dict):
+        if value.get("state") != "locked":
+            return str(value.get("state") or "none")
+        parts = [
+            f"{what} {_mhz_range(value[k])}"
+            for what, k in (("SM", "sm_mhz"), ("memory", "mem_mhz"))
+            if value.get(k)
+        ]
+        return " and ".join(parts) or "locked"
+    if key == "power_limit_w" and isinstance(value, (int, float)):
+        return f"{value:g} W"
+    if key.endswith("_mhz") and isinstance(value, (int, float)):
+        return f"{value:g} MHz"
+    return str(value)
+
+
+def _mhz_range(pair: Any) -> str:
+    lo, hi = (pair, pair) if isinstance(pair, (int, float)) else pair
+    return f"{lo} MHz" if lo == hi else f"{lo}-{hi} MHz"
 
 
 def _state(config: pytest.Config) -> _State | None:

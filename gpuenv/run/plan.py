@@ -48,6 +48,7 @@ def plan_run(
     gpu: str,
     output: str | None,
     env: Mapping[str, str],
+    append: bool = False,
 ) -> RunPlan:
     """Check the options in the order a user fixes them; a typo fails before any lock."""
     from gpuenv.run.autoregions import ENV_SELECT, select_kinds
@@ -82,6 +83,7 @@ def plan_run(
     out_path = rank_output_path(output, rank_of(env)) if output is not None else None
     if out_path is not None:
         check_output_dir(out_path)
+        validate.results_path(out_path, "-o", append=append)  # before the command runs
     return RunPlan(argv, auto, lock_args, selector, out_path)
 
 

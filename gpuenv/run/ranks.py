@@ -262,7 +262,7 @@ def combined_text(
     (the calls of a site grouped per rank)."""
     first = runs[0][1]
     n = len(runs) + len(missing)
-    lines = [f"gpuenv run: '{first['command']}' on {n} ranks; {first['state']}"]
+    lines = [f"gpuenv run: {first['command']} on {n} ranks; {first['state']}"]
     for r, rec, _ in runs:
         host = f" ({rec['host']})" if rec.get("host") else ""
         lines.append(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import signal
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -83,6 +84,7 @@ def build_measurements(
             wall_at,
             run_level=True,
             extra=extra_run or {},
+            extra_findings=command_failed((extra_run or {}).get("returncode")),
         )
     ]
     calls = [reps[0] for reps in groups.values() if is_call(reps[0])]
@@ -114,6 +116,29 @@ def build_measurements(
             )
         )
     return out
+
+
+def command_failed(returncode: Any) -> list[Finding]:
+    """A command that failed (exit code not 0, or killed by a signal) makes its run's
+    verdict say so: the whole run's numbers are those of a run that did not finish well."""
+    if not isinstance(returncode, int) or returncode == 0:
+        return []
+    if returncode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"was killed by signal {-returncode}"
+    else:
+        how = f"exited {returncode}"
+    return [
+        Finding(
+            "command_failed",
+            "error",
+            (0,),
+            f"the command {how}: the run's numbers are those of a run that failed",
+            details={"returncode": returncode},
+        )
+    ]
 
 
 def _warmed_by_tool(findings: list[Finding], why: str, extra: dict[str, Any]) -> list[Finding]:
@@ -161,6 +186,7 @@ def _measurement(
     run_level: bool = False,
     extra: dict[str, Any],
     amend: Any = None,
+    extra_findings: Sequence[Finding] = (),
 ) -> Measurement:
     times = [float((r.t1 or r.t0) - r.t0) for r in reps]
     windows = [r.windows[g] for r in reps for g in gpus if r.windows is not None]
@@ -176,6 +202,7 @@ def _measurement(
         config=config,
         policy=policy,
         amend=_demote_cold_start if run_level else amend,
+        extra_findings=extra_findings,
         raise_if_too_few=False,
         summary_windows=summary,
         keep_rep_windows=keep,
@@ -296,8 +323,9 @@ def _rows(m: Measurement, name: str, rank: int | None, multi: bool) -> list[list
     if isinstance(returned, (int, float)):
         when += f" (returned {fmt_time(returned)})"
     verdict = m.verdict
-    if m.rejected_reps and len(m.times_s) > 1:
-        verdict += f" ({len(m.rejected_reps)} reps)"
+    if m.rejected_reps and len(m.times_s) > 1:  # what the reject policy did, in its word
+        k, n = len(m.rejected_reps), len(m.times_s)
+        verdict += f" ({k} of {n} reps)" if verdict == "rejected" else f", {k} of {n} reps rejected"
     return _per_gpu(m.summary_windows, name, rank, multi, [str(len(m.times_s)), when], verdict)
 
 
@@ -380,7 +408,7 @@ def run_text(
     """What `gpuenv run` prints at the end: the header, the table, then what was not measured,
     where the results are, and what --policy reject rejected. `record`: runner._record."""
     head = (
-        f"gpuenv run: '{record['command']}' {record['outcome']} after "
+        f"gpuenv run: {record['command']} {record['outcome']} after "
         f"{fmt_time(record['duration_s'])} on {record['where']}; {record['state']}"
     )
     table = summary_table(measurements, header=head, verbose=verbose)

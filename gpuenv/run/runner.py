@@ -83,6 +83,10 @@ class CommandNotFound(ConfigError):
 
 def check_run_policy(policy: str) -> str:
     """annotate or reject; retry is refused with the reason."""
+    if policy not in RUN_POLICIES and policy != "retry":
+        raise ConfigError(
+            f"--policy {policy}: not a policy of 'gpuenv run'", hint="use annotate or reject"
+        )
     if policy not in RUN_POLICIES:
         raise ConfigError(
             f"--policy {policy} does not apply to 'gpuenv run': gpuenv cannot re-run a call "
@@ -186,6 +190,7 @@ class Runner:
         force: bool = False,
         policy: str = "annotate",
         output: str | os.PathLike[str] | None = None,
+        append: bool = False,
         period: float | None = None,
         stderr: IO[str] | None = None,
         quiet: bool = False,
@@ -205,6 +210,7 @@ class Runner:
         self.force = force
         self.policy = policy
         self.output = Path(output) if output is not None else None
+        self.append = append  # to an output file holding other runs (else refused)
         self.period = period
         self.stderr = stderr if stderr is not None else sys.stderr
         self.quiet = quiet
@@ -401,7 +407,7 @@ class Runner:
                 "nvtx_regions": self.nvtx_lib is not None,
             },
         )
-        return ResultStore(self.output, meta)
+        return ResultStore(self.output, meta, append=self.append, name="-o")
 
     def _run_extra(
         self,

@@ -47,6 +47,7 @@ def bench(
     gpu: int | None = None,
     device: Device | None = None,
     output: str | os.PathLike[str] | None = None,
+    append: bool = False,
     progress: bool | Callable[[str], None] = False,
     **settings: Any,
 ) -> Any:
@@ -57,7 +58,9 @@ def bench(
     default (BenchConfig's docstring). `session` (a gpuenv.stable() session) lends
     its sampler, policy and mode; `device` injects what runs fn (tests: `SimDevice`
     with `sim_kernel`; default: the backend's synthetic workload when it has one,
-    else CUDA via torch). `output` appends the Measurement to a JSONL file. The stats
+    else CUDA via torch). `output` writes the Measurement as a run to a JSONL file of its
+    own (`append=True`: beside the runs a file already holds; else such a file is refused
+    before measuring). The stats
     of the kept reps are in `m.stats`; CI, warmup, conditioning, effective clocks and
     settings in `m.extra`.
     """
@@ -67,7 +70,7 @@ def bench(
         v.text(name, "name")
     if gpu is not None:
         v.integer(gpu, "gpu", lo=0)
-    v.output_path(output, "output")  # before measuring: a missing directory is refused now
+    v.results_path(output, "output", append=append)  # before measuring: refused now
     name = name or getattr(fn, "__name__", None) or "bench"
     if name == "<lambda>":
         name = "bench"
@@ -88,7 +91,7 @@ def bench(
 
         be = place.backend
         meta = environment_metadata(be, [place.gpu], clock=place.clock) if be is not None else {}
-        with ResultStore(output, meta) as store:
+        with ResultStore(output, meta, append=append) as store:
             store.append(m)
     return m
 

@@ -26,6 +26,7 @@ KINDS = (
     "bimodal",
     "tiny_kernel",
     "telemetry_gap",
+    "command_failed",  # gpuenv run: the wrapped command exited non-zero or was killed
 )
 
 

@@ -11,6 +11,7 @@ lock held by another owner. The rest: gpuenv.errors.EXIT_CODES.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import click
 
@@ -23,6 +24,10 @@ from gpuenv.cli._common import (
     is_dry_run,
     open_from_ctx,
 )
+
+if TYPE_CHECKING:
+    from gpuenv.run.plan import RunPlan
+    from gpuenv.run.runner import RunResult
 
 
 @click.command(
@@ -143,10 +148,7 @@ def run(
     -i defaults to the rank's own GPU under torchrun (LOCAL_RANK) or Slurm
     (SLURM_LOCALID), else the GPUs CUDA_VISIBLE_DEVICES shows, else all.
     """
-    from gpuenv.devices import select_gpus
-    from gpuenv.run.plan import dry_run_lines, exit_like, plan_run
-    from gpuenv.run.ranks import selector_env
-    from gpuenv.run.runner import Runner
+    from gpuenv.run.plan import exit_like, plan_run
 
     plan = plan_run(
         command,
@@ -162,15 +164,40 @@ def run(
         env=os.environ,
         append=append,
     )
-    dry = is_dry_run(ctx)
+    result = _run_plan(
+        ctx, plan, force, policy, append, interval, quiet, verbose, summary, regions_from
+    )
+    if result is None:
+        return
+    exit_like(result, policy)
+
+
+def _run_plan(
+    ctx: click.Context,
+    plan: RunPlan,
+    force: bool,
+    policy: str,
+    append: bool,
+    interval: float | None,
+    quiet: bool,
+    verbose: bool,
+    summary: str,
+    regions_from: str | None,
+) -> RunResult | None:
+    """The run `plan` asks for on the GPUs it selects (None: a dry run, its lines printed)."""
+    from gpuenv.devices import select_gpus
+    from gpuenv.run.plan import dry_run_lines
+    from gpuenv.run.ranks import selector_env
+    from gpuenv.run.runner import Runner
+
     backend = open_from_ctx(ctx)
     try:
         gpus = select_gpus(backend, plan.selector, env=selector_env(os.environ))
-        if dry:
+        if is_dry_run(ctx):
             for line in dry_run_lines(backend, gpus, plan):
                 click.echo(line)
-            return
-        result = Runner(
+            return None
+        return Runner(
             plan.argv,
             backend=backend,
             gpus=gpus,
@@ -188,4 +215,3 @@ def run(
         ).run()
     finally:
         backend.close()
-    exit_like(result, policy)

@@ -6,16 +6,20 @@ interleaving it wants, deterministically, with no sleeps standing in for an orde
 
 from __future__ import annotations
 
+import os
+import pwd
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from daemon_harness import DaemonProcess, metrics_port, stress
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from race_harness import ALICE, BOB, OPS, Race
 
 from gpuenv.daemon import holds
+from gpuenv.daemon.client import Client
 from gpuenv.errors import GpuenvError
 
 
@@ -223,3 +227,35 @@ def test_any_interleaving_leaves_every_gpu_free_at_its_prior_state_or_held_by_a_
             assert race.journal.entries() == []
         finally:
             race.close()
+
+
+# -- the stress it was found with ------------------------------------------------------------
+
+
+def test_a_scrape_flood_while_clients_lock_and_release_in_a_loop_fails_no_request(
+    tmp_path: Path,
+) -> None:
+    """Issue 31's stress, bounded: a real gpuenvd, its metrics endpoint scraped in a loop
+    while three clients lock and release in a loop, on GPUs 0 and 1, on 0, and on 1, all in
+    one state (so a grant often shares one GPU while it writes the other). No request fails
+    inside the daemon, no GPU is left held, and scrapes are served throughout. (On this
+    2-core box it did not hit the race on the old code in 3 runs: the gated tests above are
+    the ones that show it. Timings are measured by benchmarks/daemon_race.py, never
+    asserted here.)"""
+    user = pwd.getpwuid(os.getuid()).pw_name
+    d = DaemonProcess(
+        tmp_path / "d", config=f"[daemon]\nmetrics = 127.0.0.1:0\n[lock]\nuser:{user} = all\n"
+    )
+    d.start()
+    try:
+        out = stress(d.socket, metrics_port(d), cycles=60, scrapers=2, lockers=((0, 1), (0,), (1,)))
+        assert out.internal == [], out.internal
+        assert out.failed == [], out.failed
+        assert out.cycles == 3 * 60 and out.scrapes > 0
+        assert d.wait_pristine(timeout=10.0) is not None, "a GPU was left changed"
+        with Client(d.socket) as c:
+            assert c.status()["leases"] == []
+            assert c.lock(sm=1500, gpus=[0, 1]).release() is None  # both free, any state
+        assert "failed" not in d.log.read_text()
+    finally:
+        d.close()

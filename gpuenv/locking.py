@@ -101,9 +101,12 @@ def acquire(
     the lock outlives this process until `restore()` ('gpuenv lock'). A `journal`
     forces the local path (tests, the daemon itself).
     """
+    from gpuenv import validate
     from gpuenv.clocks import locks
 
     request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit_w)
+    gpus = validate.gpu_selector(gpus, "gpus")
+    socket = validate.path_like(socket, "socket")
     held: Any = None
     if journal is None:
         probe = backend if backend is not None else _open()

@@ -141,6 +141,46 @@ def instance(value: Any, name: str, cls: type | tuple[type, ...], what: str) -> 
     return value
 
 
+def gpu_selector(value: Any, name: str) -> Any:
+    """A GPU selector's shape (devices.select_gpus judges what it names): None, a string
+    ('all', '0,1', a UUID, a bus id, 'cuda:0'), an index, or a list or tuple of those."""
+
+    def one(x: Any) -> bool:
+        return isinstance(x, str) or (isinstance(x, int) and not isinstance(x, bool))
+
+    if value is None or one(value):
+        return value
+    if isinstance(value, (list, tuple)) and all(one(x) for x in value):
+        return value
+    raise ConfigError(
+        f"{name} must be 'all', a GPU index, a UUID or a list of them, not {shown(value)}",
+        hint="e.g. gpus=0, gpus=[0, 1], gpus='0,1' or gpus='GPU-5d3c...'",
+    )
+
+
+def path_like(value: Any, name: str) -> str | None:
+    """A file system path (a string or os.PathLike, not empty), or None: returned as str."""
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        path = os.fspath(value)
+        if isinstance(path, str) and path:
+            return path
+    raise ConfigError(f"{name} must be a path (a non-empty string), not {shown(value)}")
+
+
+def grads(value: Any, name: str) -> list[Any]:
+    """Tensors whose .grad gpuenv clears (triton's grad_to_none): None or a list of them."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)) and all(hasattr(x, "grad") for x in value):
+        return list(value)
+    raise ConfigError(
+        f"{name} must be a list of tensors (each with a .grad), not {shown(value)}",
+        hint="e.g. grad_to_none=[x, w]",
+    )
+
+
 def no_arg_callable(fn: Any, name: str) -> Callable[[], Any]:
     """A function gpuenv can call with no arguments (wrap others: lambda: f(x, y))."""
     if not callable(fn):

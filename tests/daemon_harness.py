@@ -411,3 +411,97 @@ def mixed_load(socket_path: str, requests: int) -> int:
                 long.status()
                 sent += 1
     return sent
+
+
+# -- issue 31's stress: a scrape flood while clients lock and release in a loop ------------------
+
+
+def metrics_port(d: DaemonProcess, timeout: float = 15.0) -> int:
+    """The port of the daemon's metrics endpoint (config `metrics = 127.0.0.1:0`), from its log."""
+    import re
+
+    deadline = time.monotonic() + timeout
+    while not (m := re.search(r"metrics on http://127.0.0.1:(\d+)/", d.log.read_text())):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no metrics endpoint in the log:\n{d.log.read_text()}")
+        time.sleep(0.05)
+    return int(m.group(1))
+
+
+class StressResult:
+    """What `stress` saw: lock/release round trips, scrapes, and every failure."""
+
+    def __init__(self) -> None:
+        self.cycles = 0
+        self.lease_s: list[float] = []  # each lock + release round trip, seconds
+        self.scrapes = 0
+        self.scrape_s = 0.0  # how long the scrapers ran
+        self.internal: list[str] = []  # requests that failed inside the daemon
+        self.failed: list[str] = []  # any other failure of a lock or release
+
+
+def stress(
+    sock: str,
+    port: int,
+    *,
+    cycles: int,
+    scrapers: int,
+    lockers: tuple[tuple[int, ...], ...] = ((0, 1), (0,)),
+) -> StressResult:
+    """Scrape the metrics endpoint from `scrapers` threads while each of `lockers` (the GPUs
+    one client asks for) locks SM 1350 MHz and releases, `cycles` times, on a new connection
+    each time. Returns what happened; asserts nothing."""
+    import threading
+
+    from gpuenv.daemon.client import Client
+    from gpuenv.errors import GpuenvError
+
+    out = StressResult()
+    done = threading.Event()
+    mutex = threading.Lock()
+
+    def locker(gpus: tuple[int, ...]) -> None:
+        for _ in range(cycles):
+            t0 = time.perf_counter()
+            try:
+                with Client(sock, timeout=60) as c:
+                    c.lock(sm=1350, gpus=list(gpus), wait=30).release()
+            except GpuenvError as err:
+                where = out.internal if "the daemon failed" in str(err) else out.failed
+                with mutex:
+                    where.append(f"GPUs {gpus}: {err}")
+                continue
+            except Exception as err:
+                with mutex:
+                    out.failed.append(f"GPUs {gpus}: {err!r}")
+                continue
+            with mutex:
+                out.cycles += 1
+                out.lease_s.append(time.perf_counter() - t0)
+
+    def scraper() -> None:
+        while not done.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+                    c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+                    data = b""
+                    while chunk := c.recv(65536):
+                        data += chunk
+            except OSError:
+                continue
+            if data.startswith((b"HTTP/1.1 200", b"HTTP/1.0 200")):
+                with mutex:
+                    out.scrapes += 1
+
+    scraping = [threading.Thread(target=scraper, daemon=True) for _ in range(scrapers)]
+    locking = [threading.Thread(target=locker, args=(g,), daemon=True) for g in lockers]
+    t0 = time.perf_counter()
+    for t in scraping + locking:
+        t.start()
+    for t in locking:
+        t.join()
+    done.set()
+    for t in scraping:
+        t.join()
+    out.scrape_s = time.perf_counter() - t0
+    return out

@@ -152,6 +152,44 @@ def test_restore_leaves_a_running_owner_alone_unless_all() -> None:
         sim.close()
 
 
+def _set_power_limit(index: int, watts: float) -> None:
+    """An admin's power limit, set outside gpuenv (nvidia-smi -pl)."""
+    sim = SimBackend.from_env()
+    try:
+        sim.set_power_limit(index, watts)
+    finally:
+        sim.close()
+
+
+def test_restore_of_a_gpu_never_locked_exits_0_changes_nothing_and_says_what_it_saw() -> None:
+    """Issue 31: a power limit an admin set on purpose made 'gpuenv restore' exit 2 on a GPU
+    gpuenv never locked, which fails every cleanup script (a Slurm epilog, a CI teardown)."""
+    _set_power_limit(1, 650)
+    before = state()
+    res = run("restore")
+    assert res.exit_code == 0, res.output
+    assert "nothing to restore" in res.output
+    assert "GPU 1" in res.output and "power limit 650 W (default 700 W)" in res.output
+    assert "left as it is" in res.output and "GPU 0" not in res.output  # GPU 0 is at defaults
+    assert state() == before
+
+
+def test_a_second_restore_after_a_first_exits_0() -> None:
+    """Issue 31: the CLI chaos run's second restore exited 2 (88 of 120 trials) although every
+    GPU was exactly back at its prior state, a power limit other than the default."""
+    _set_power_limit(0, 600)
+    _set_power_limit(1, 650)
+    before = state()
+    assert run("lock", "--sm", "1350", "--power-limit", "500").exit_code == 0
+    first = run("restore")
+    assert first.exit_code == 0, first.output
+    assert state() == before
+    for _ in range(2):
+        again = run("restore")
+        assert again.exit_code == 0, again.output
+        assert "nothing to restore" in again.output and state() == before
+
+
 def test_separate_commands_see_each_other() -> None:
     """`gpuenv --sim lock`, `status` and `restore` as separate processes."""
     cmd = [sys.executable, "-c", "from gpuenv.cli import main; main()", "--sim"]

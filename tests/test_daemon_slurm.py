@@ -73,6 +73,32 @@ def test_a_job_that_asks_is_locked_and_restored(env: dict[str, str]) -> None:
         backend.close()
 
 
+def test_an_epilog_run_twice_on_a_node_with_an_admins_power_limit_does_not_drain_it(
+    env: dict[str, str],
+) -> None:
+    """Slurm runs an epilog again when the first was cut short after its restore (slurmd
+    killed). The second 'gpuenv restore' finds no record; with a power limit the site set on
+    purpose on GPU 1 it exited 2 (issue 31), the epilog 1, and Slurm drained a node whose
+    GPUs were exactly as before."""
+    backend = sim(env)
+    try:
+        backend.set_power_limit(1, 650)  # the site's own setting, outside gpuenv
+        before = [backend.truth(i).power_limit_w for i in range(2)]
+        assert run(PROLOG, env, SLURM_JOB_COMMENT="gpuenv:sm=1350").returncode == 0
+        record = Path(env["GPUENV_SLURM_STATE"]) / "job-4242.gpus"
+        kept = record.read_text()
+        out = run(EPILOG, env)
+        assert out.returncode == 0, out.stderr
+        record.write_text(kept)  # the first epilog died before it removed the job's record
+        again = run(EPILOG, env)
+        assert again.returncode == 0, again.stderr
+        assert "power limit 650 W (default 700 W)" in again.stderr  # said, and left as it is
+        assert [backend.truth(i).power_limit_w for i in range(2)] == before
+        assert backend.truth(0).locked_sm is None and backend.truth(1).locked_sm is None
+    finally:
+        backend.close()
+
+
 def test_a_job_that_does_not_ask_costs_nothing(env: dict[str, str]) -> None:
     out = run(PROLOG, env, SLURM_JOB_COMMENT="just a job")
     assert out.returncode == 0 and out.stderr == ""

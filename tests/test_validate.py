@@ -53,6 +53,14 @@ INTERNAL_ERRORS = {
     "stable period='abc'": (lambda b: gpuenv.stable(period="abc", backend=b), "period"),
     "stable config='x'": (lambda b: gpuenv.stable(config="x", backend=b), "config"),
     "stable mode_config='x'": (lambda b: gpuenv.stable(mode_config="x", backend=b), "mode_config"),
+    # issue 31: a TypeError from inside, or (rep=0) a number for a budget of nothing
+    "lock socket=123": (lambda b: gpuenv.lock(sm=1350, socket=123, backend=b), "socket"),
+    "lock gpus=object()": (lambda b: gpuenv.lock(sm=1350, gpus=object(), backend=b), "gpus"),
+    "do_bench grad_to_none=123": (
+        lambda b: do_bench(fn, grad_to_none=123, backend=b),
+        "grad_to_none",
+    ),
+    "do_bench rep=0": (lambda b: do_bench(fn, rep=0, backend=b), "rep"),
 }
 
 # each was taken as a (strange) setting before

@@ -1,8 +1,9 @@
 """`gpuenv lock` and `gpuenv restore` (alias `unlock`): parse, call gpuenv.clocks, print.
 
-Exit codes: 0 done (or nothing to do, or a dry run); 2 an error (bad input,
-read-only mode refused a write, a damaged journal record); 3 not supported; 4 no
-permission; 5 a lock held by another owner. The rest: gpuenv.errors.EXIT_CODES.
+Exit codes: 0 done (or nothing to do, a GPU with no record left as it is, or a dry
+run); 2 an error (bad input, read-only mode refused a write, a journal record that
+could not be put back); 3 not supported; 4 no permission; 5 a lock held by another
+owner. The rest: gpuenv.errors.EXIT_CODES.
 """
 
 from __future__ import annotations
@@ -177,13 +178,15 @@ def restore(
 
     Restores standing locks and locks whose owner died. A lock held by a running
     process is left alone (exit 5, naming it) unless --all is given. The journal
-    entry is cleared only after its restore succeeded. A GPU whose record is
-    damaged is reported (exit 2) after the others are restored; --defaults resets
-    it (and any selected GPU with no record) to the driver's defaults, which is not
-    necessarily what was there before the lock.
+    entry is cleared only after its restore succeeded. A GPU gpuenv holds no record
+    of is left as it is (exit 0), and named when it is not at the driver's defaults
+    (a power limit, application clocks): so a second restore always exits 0. A GPU
+    whose record is damaged is reported (exit 2) after the others are restored;
+    --defaults resets it (and any selected GPU with no record) to the driver's
+    defaults, which is not necessarily what was there before the lock.
     """
     from gpuenv.clocks.journal import Journal
-    from gpuenv.clocks.restoring import NotRestored, damaged_records, plan_restore
+    from gpuenv.clocks.restoring import damaged_records, plan_restore
     from gpuenv.devices import select_gpus
     from gpuenv.locking import daemon_client
 
@@ -204,16 +207,13 @@ def restore(
         if not items and not damaged and not reset:
             click.echo("nothing to restore: no gpuenv lock is journaled on these GPUs")
         _restore_items(backend, journal, items, reset, dry=dry, all_owners=all_owners)
-        lost = [] if defaults else _not_put_back(backend, journal, gpu, journaled, damaged)
-        for line in lost:
+        for line in [] if defaults else _not_put_back(backend, journal, gpu, journaled, damaged):
             click.echo(line)
         blocked = [it for it in items if it.blocked_by is not None]
         for it in blocked:
             click.echo(f"left alone: {it.entry.name} is held by {it.blocked_by}")
         if damaged and not defaults:
             raise damaged[0][1]
-        if lost and not dry:
-            raise NotRestored(lost)
         if blocked:
             raise LockConflict(
                 blocked[0].index,
@@ -273,9 +273,10 @@ def _restore_items(
 def _not_put_back(
     backend: Backend, journal: Journal, gpu: str, journaled: set[int], damaged: Sequence[Any]
 ) -> list[str]:
-    """Every selected GPU restore could not put back, each with what it shows and what
-    --defaults would do: a damaged record, or none at all but a state that is not the
-    driver's default (both copies deleted: it used to exit 0 and say nothing of them)."""
+    """A line for every selected GPU restore did not put back, each with what it shows and
+    what --defaults would do: a damaged record (restore then exits 2: it had a record and
+    could not use it), or none at all but a state that is not the driver's default (left
+    as it is, exit 0: an admin's power limit is no failure of a restore, issue 31)."""
     from gpuenv.clocks.restoring import not_put_back, unrecorded_changes, unrecorded_report
     from gpuenv.devices import select_gpus
 

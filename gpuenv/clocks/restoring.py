@@ -275,21 +275,22 @@ def not_put_back(backend: Backend, index: int, why: str, seen: Sequence[str]) ->
     return f"not restored: GPU {index} ({name}): {why}{saw}; {defaults_would(backend, index)}"
 
 
-class NotRestored(GpuenvError):
-    """GPUs gpuenv could not put back: no trustworthy record of what was there before."""
-
-    def __init__(self, lines: Sequence[str]):
-        self.lines = list(lines)
-        super().__init__(
-            f"{len(self.lines)} GPU(s) could not be put back: " + "; ".join(self.lines),
-            hint="check 'gpuenv status'; if the state shown is wanted (set on purpose), there "
-            "is nothing to do; else reset with the 'gpuenv restore --defaults -i N' named above",
-        )
+def left_as_is(backend: Backend, index: int, seen: Sequence[str]) -> str:
+    """One line on a GPU gpuenv holds no record of but that is not at the driver's defaults:
+    what it shows, and that restore changed nothing (not an error: an admin's power limit,
+    another tool's lock; if it is unwanted, what would reset it)."""
+    name = backend.device_info(index).name
+    return (
+        f"left as it is: GPU {index} ({name}): gpuenv has no journal record of it, so nothing "
+        f"of gpuenv's to put back; it shows {', '.join(seen)}; if that is not wanted, "
+        f"{defaults_would(backend, index)}"
+    )
 
 
 def unrecorded_report(backend: Backend, indices: Sequence[int], journal: Journal) -> list[str]:
     """One line per GPU among `indices` that has no journal record (none, not damaged) but a
-    state that differs from the driver's defaults (both copies deleted, a tool's lock)."""
+    state that differs from the driver's defaults (an admin's setting, a tool's lock, both
+    copies of a record deleted): what restore saw and left as it is."""
     recorded = set(journal.uuids())
     lines = []
     for index in indices:
@@ -297,7 +298,7 @@ def unrecorded_report(backend: Backend, indices: Sequence[int], journal: Journal
             continue
         seen = unrecorded_changes(backend, index)
         if seen:
-            lines.append(not_put_back(backend, index, "gpuenv has no journal record of it", seen))
+            lines.append(left_as_is(backend, index, seen))
     return lines
 
 

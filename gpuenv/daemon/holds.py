@@ -13,6 +13,18 @@ client that forks and exits keeps its lease for as long as its connection
 lives). Standing leases, which outlive the daemon, keep one journal owner each
 (the client's uid and name), so that a restarted daemon finds them again.
 
+One state machine per GPU. A GPU is free (no hold), held (a hold with at least one lease),
+or changing: one transition is in flight on it (`HoldTable.changing`: writing, releasing,
+restoring), which writes the journal and the GPU outside the lock. Every transition takes
+all the GPUs it touches at once under the lease manager's lock, and only when none of them
+is changing: a grant takes the GPUs it shares as well as those it writes (else a release
+could put a shared GPU back under it), a release the GPUs it writes, an admin's restore
+every GPU it names and every GPU of the leases it ends. Nothing waits for one GPU while
+holding another, so no two transitions can wait for each other. Each transition frees its
+GPUs in a `finally`, after undoing what it wrote if it failed: so a GPU nobody is changing
+is, always, either free at its prior state or held by a lease, never "being written" with
+no one writing it.
+
 Fair queuing: requests that cannot be granted now wait in arrival order. A
 request is granted when every GPU it asks for is free or held in the state it
 wants, and no earlier waiter wants another state on one of them. So a request
@@ -105,7 +117,6 @@ class Hold:
     leases: dict[str, Lease] = field(default_factory=dict)
     connection_leases: int = 0
     lock: Lock | None = None  # the daemon's own journal owner; None while no connection lease
-    busy: int = 0  # journal or GPU writes in flight on this GPU: wait for them
     batch: int = 0  # waiters queued up to this number when the state got its turn join it
 
     def add(self, lease: Lease) -> None:
@@ -117,12 +128,12 @@ class Hold:
             self.connection_leases -= not lease.standing
 
     def idle(self) -> bool:
-        return not self.leases and not self.busy and self.lock is None
+        return not self.leases and self.lock is None
 
     def holders(self) -> str:
         """The oldest lease, and how many share it."""
         first = next(iter(self.leases.values()), None)
-        if first is None:
+        if first is None:  # seen only while a transition is in flight on the GPU
             return "gpuenvd (writing this GPU's lock now)"
         more = len(self.leases) - 1
         return first.holder() + (
@@ -159,14 +170,44 @@ class Waiter:
 
 
 class HoldTable:
-    """The holds by GPU and the queue of waiting requests. Every method is called under
-    `cond` (the lease manager's), and none of them writes the journal or the GPU."""
+    """The holds by GPU, the transitions in flight, and the queue of waiting requests. Every
+    method is called under `cond` (the lease manager's), and none of them writes the journal
+    or the GPU."""
 
     def __init__(self, cond: threading.Condition):
         self.cond = cond
         self.holds: dict[int, Hold] = {}
         self.queue: list[Waiter] = []
+        self._changing: dict[int, str] = {}  # GPU -> the transition in flight on it
         self._seq = 0
+
+    # -- transitions ----------------------------------------------------------------------------
+
+    def changing(self) -> dict[int, str]:
+        """The GPUs a transition is writing now, and which ("writing", "releasing", ...)."""
+        return dict(self._changing)
+
+    def still(self, gpus: Iterable[int]) -> bool:
+        """Is no transition in flight on any of `gpus`?"""
+        return not any(gpu in self._changing for gpu in gpus)
+
+    def take(self, gpus: Iterable[int], what: str) -> None:
+        """Start a transition on `gpus` (all still: callers wait for `still` first)."""
+        gpus = list(gpus)
+        if not self.still(gpus):
+            raise RuntimeError(f"GPUs {gpus} taken by two transitions at once")
+        for gpu in gpus:
+            self._changing[gpu] = what
+
+    def free(self, gpus: Iterable[int]) -> None:
+        """The transition on `gpus` is over (done or undone): forget the holds it left with
+        no lease, and wake everyone who waits."""
+        for gpu in gpus:
+            self._changing.pop(gpu, None)
+            hold = self.holds.get(gpu)
+            if hold is not None and hold.idle():
+                del self.holds[gpu]
+        self.cond.notify_all()
 
     def enqueue(self, me: Waiter) -> None:
         self._seq += 1
@@ -201,7 +242,7 @@ class HoldTable:
         """Is the state `plan` leads to held (and settled) on every GPU it names?"""
         for gp in plan.gpus:
             hold = self.holds.get(gp.index)
-            if hold is None or hold.busy or hold.applied != gp.applied:
+            if hold is None or gp.index in self._changing or hold.applied != gp.applied:
                 return False
         return True
 
@@ -215,13 +256,12 @@ class HoldTable:
         now = time.monotonic()
         for gpu, want in me.applied.items():
             hold = self.holds.get(gpu)
-            if hold is not None:
-                if hold.busy and (hold.applied == want or not hold.leases):
-                    return gpu, hold.describe(), True, False  # being written: wait anyway
-                if hold.applied != want:
-                    return gpu, hold.describe(), False, False
-                if me.rank <= hold.batch:
-                    continue  # it waited for this state's turn: it goes with the batch
+            if hold is not None and hold.leases and hold.applied != want:
+                return gpu, hold.describe(), False, False
+            if gpu in self._changing:  # being written: wait anyway (milliseconds)
+                return gpu, self._describe_change(gpu), True, False
+            if hold is not None and me.rank <= hold.batch:
+                continue  # it waited for this state's turn: it goes with the batch
             for waiter in self.queue:
                 if waiter.seq >= me.rank:
                     break
@@ -238,10 +278,18 @@ class HoldTable:
                     kept = kept or (gpu, waiter.describe(), False, True)
         return kept
 
+    def _describe_change(self, gpu: int) -> str:
+        hold = self.holds.get(gpu)
+        if hold is not None and hold.leases:
+            return hold.describe()
+        return f"gpuenvd ({self._changing[gpu]} this GPU's lock now)"
+
     def reserve(self, lease: Lease, me: Waiter) -> list[int]:
-        """Our turn: make the holds; return the GPUs whose journal must be written (marked
-        busy): where no connection lease holds the state yet, or all for a standing lease.
-        An empty list means sharing: nothing to write, the O(1) path."""
+        """Our turn (no blocker, so none of our GPUs is changing): make the holds; return the
+        GPUs whose journal must be written: where no connection lease holds the state yet, or
+        all for a standing lease. When there are any, the grant takes every GPU it names,
+        those it only shares too, until it is recorded or undone (`free`). An empty list
+        means sharing: nothing to write, the O(1) path, recorded at once by the caller."""
         writes = []
         for gp in me.plan.gpus:
             hold = self.holds.get(gp.index)
@@ -249,19 +297,21 @@ class HoldTable:
                 # a new turn: every request queued now for this state goes with it
                 hold = self.holds[gp.index] = Hold(gp.index, gp.applied, batch=self._seq)
             if lease.standing or hold.lock is None:
-                hold.busy += 1
                 writes.append(gp.index)
+        if writes:
+            self.take(lease.gpus, "writing")
         return writes
 
     def attach(self, lease: Lease, me: Waiter, made: dict[int, Lock]) -> None:
-        """The lease is granted: it joins its holds and leaves the queue."""
+        """The lease is granted: it joins its holds and leaves the queue. Every hold is
+        looked up before any is changed: a lease joins all its GPUs or none."""
+        holds = [self.holds[gpu] for gpu in lease.gpus]
         shared = []
-        for gpu in lease.gpus:
-            hold = self.holds[gpu]
-            if gpu in made:
-                hold.lock = made[gpu]
+        for hold in holds:
+            if hold.index in made:
+                hold.lock = made[hold.index]
             elif hold.leases:
-                shared.append(gpu)
+                shared.append(hold.index)
             hold.add(lease)
         lease.shared = tuple(shared)
         self.leave(me)
@@ -272,10 +322,12 @@ class HoldTable:
             self.cond.notify_all()  # those queued behind it may go now
 
     def detach(self, lease: Lease) -> tuple[list[Lock], list[int]]:
-        """The lease ends: the daemon owners to release (it was the last connection lease of
-        its state), and the GPUs marked busy until that and its own release are written."""
+        """The lease ends (none of its GPUs changing: the caller waited for `still`): the
+        daemon owners to release (it was the last connection lease of its state), and the
+        GPUs whose release must be written, which the caller takes before it lets go of the
+        lock. Holds left with nothing to write and no lease are forgotten at once."""
         locks: list[Lock] = []
-        busy: list[int] = []
+        writes: list[int] = []
         for gpu in lease.gpus:
             hold = self.holds.get(gpu)
             if hold is None:
@@ -286,22 +338,10 @@ class HoldTable:
                 locks.append(hold.lock)  # type: ignore[arg-type]
                 hold.lock = None
             if last or lease.standing:
-                hold.busy += 1
-                busy.append(gpu)
+                writes.append(gpu)
             elif hold.idle():
                 del self.holds[gpu]
-        return locks, busy
-
-    def settle(self, gpus: Iterable[int]) -> None:
-        """Writes on `gpus` are done: forget holds left empty, wake the waiters."""
-        for gpu in gpus:
-            hold = self.holds.get(gpu)
-            if hold is None:
-                continue
-            hold.busy -= 1
-            if hold.idle():
-                del self.holds[gpu]
-        self.cond.notify_all()
+        return locks, writes
 
     def adopt(self, lease: Lease, index: int, applied: Applied) -> None:
         hold = self.holds.get(index)

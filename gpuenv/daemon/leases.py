@@ -132,7 +132,7 @@ class LeaseManager:
             hold = self._table.holds.get(index)
             held = list(hold.leases.values()) if hold is not None else []
             who = hold.holders() if hold is not None and held else None
-        mine = hold.lock.token if hold is not None and hold.lock is not None else None
+            mine = hold.lock.token if hold is not None and hold.lock is not None else None
         owners = [owner_dict(o) for o in (entry.owners if entry else ()) if o.token != mine]
         owners += [
             {
@@ -304,8 +304,9 @@ class LeaseManager:
                         left = (busy_deadline if busy else deadline) - now
                         self._cond.wait(min(left, WAIT_POLL_S))
                     writes = self._table.reserve(lease, me)
-                    if not writes:
+                    if not writes:  # sharing: nothing to write, recorded at once
                         self._granted(lease, me, {})
+                        return
                 try:
                     self._write(lease, owner, me, writes)
                     return
@@ -332,10 +333,10 @@ class LeaseManager:
         self._grants += 1
 
     def _write(self, lease: Lease, owner: Owner | None, me: Waiter, writes: list[int]) -> None:
-        """Journal and apply, outside _cond: a daemon owner on each GPU in `writes`, or a
-        standing lease's own owner on all its GPUs. All or nothing."""
-        if not writes:
-            return
+        """Journal and apply, outside _cond, with every GPU of the lease taken (reserve): a
+        daemon owner on each GPU in `writes`, or a standing lease's own owner on all its
+        GPUs. All or nothing: whatever fails, what was written is undone and the GPUs are
+        free again before this returns."""
         made: dict[int, Lock] = {}
         try:
             if owner is not None:
@@ -344,15 +345,25 @@ class LeaseManager:
                 for gp in me.plan.gpus:
                     if gp.index in writes:
                         made[gp.index] = self._lock(LockPlan(me.plan.request, (gp,)), None)
-        except BaseException:
-            for lk in made.values():
-                lk.release()
             with self._cond:
-                self._table.settle(writes)
+                self._granted(lease, me, made)
+        except BaseException:
+            self._undo(lease, made)
             raise
-        with self._cond:
-            self._granted(lease, me, made)
-            self._table.settle(writes)
+        finally:
+            with self._cond:
+                self._table.free(lease.gpus)
+
+    def _undo(self, lease: Lease, made: dict[int, Lock]) -> None:
+        """A grant failed after writing some GPUs: put them back (a failed undo is logged,
+        and its journal record stays for 'gpuenv restore')."""
+        locks = list(made.values()) + ([lease.lock] if lease.lock is not None else [])
+        lease.lock = None
+        for lk in locks:
+            try:
+                lk.release()
+            except GpuenvError as err:
+                log.error("undoing %s failed: %s; 'gpuenv restore' retries", lease.describe(), err)
 
     def _lock(self, plan: LockPlan, owner: Owner | None) -> Lock:
         standing = owner is not None
@@ -400,52 +411,96 @@ class LeaseManager:
         connection leases too). An admin with `all_owners` ends every lease on
         them and puts back any other gpuenv lock (clocks.restore(all_owners=True));
         without it, every standing lease on them. Returns the GPUs put back.
+
+        One transition: it waits until no grant or release is in flight on the GPUs it
+        touches, and takes them until it is done, so that no lease is granted between
+        the leases it ends and the restore, nor restored from under a grant.
         """
         admin = self.auth.is_admin(peer)
         wanted = set(gpus)
+        reason = f"restored by {peer.describe()}"
         with self._cond:
-            chosen = [
-                lease
-                for lease in self._leases.values()
-                if wanted & set(lease.gpus)
-                and (admin or lease.uid == peer.uid)
-                and (lease.standing or all_owners)
+            while True:
+                chosen = [
+                    lease
+                    for lease in self._leases.values()
+                    if wanted & set(lease.gpus)
+                    and (admin or lease.uid == peer.uid)
+                    and (lease.standing or all_owners)
+                ]
+                taken = (wanted if admin else set()).union(*(lease.gpus for lease in chosen))
+                if self._table.still(taken):
+                    break
+                self._cond.wait(WAIT_POLL_S)
+            self._table.take(taken, "restoring")
+            ended = [
+                (lease, self._table.detach(lease)[0]) for lease in chosen if self._forget(lease)
             ]
-        before = self._locked(gpus)
-        for lease in chosen:
-            self._end(lease, f"restored by {peer.describe()}")
-        if admin:
-            # and what the daemon does not hold: standing locks made as root, stale locks;
-            # a live process's lock only with all_owners (else LockConflict names it)
-            try:
-                clocks_restore(
-                    gpus, backend=self.backend, journal=self.journal, all_owners=all_owners
-                )
-            finally:
-                log.info(
-                    "%s restored GPUs %s%s",
-                    peer.describe(),
-                    _gpu_list(gpus),
-                    " (all owners)" if all_owners else "",
-                )
-        after = self._locked(gpus)
+        try:
+            before = self._locked(gpus)
+            for lease, locks in ended:
+                self._let_go(lease, locks, reason)
+            if admin:
+                # and what the daemon does not hold: standing locks made as root, stale locks;
+                # a live process's lock only with all_owners (else LockConflict names it)
+                try:
+                    clocks_restore(
+                        gpus, backend=self.backend, journal=self.journal, all_owners=all_owners
+                    )
+                finally:
+                    log.info(
+                        "%s restored GPUs %s%s",
+                        peer.describe(),
+                        _gpu_list(gpus),
+                        " (all owners)" if all_owners else "",
+                    )
+            after = self._locked(gpus)
+        finally:
+            with self._cond:
+                self._table.free(taken)
+        for lease, _ in ended:
+            self._notify("released", lease)
         return sorted(before - after)
 
     def _locked(self, gpus: list[int]) -> set[int]:
         return {i for i in gpus if self.journal.get(self._uuids[i]) is not None}
 
     def _end(self, lease: Lease, reason: str) -> None:
-        """Forget the lease; write the journal only where it was the last of its kind."""
+        """Forget the lease; write the journal only where it was the last of its kind. Waits
+        for any transition in flight on its GPUs first (a grant that shares one of them
+        joins before it is judged the last)."""
         with self._cond:
-            if self._leases.pop(lease.id, None) is None:
-                return  # ended by another thread meanwhile
-            if lease.conn is not None:
-                mine = self._by_conn.get(lease.conn, {})
-                mine.pop(lease.id, None)
-                if not mine:  # else one empty dict stayed per connection that ever held one
-                    self._by_conn.pop(lease.conn, None)
-            locks, busy = self._table.detach(lease)
-            self._releases += 1
+            while not self._table.still(lease.gpus):
+                if lease.id not in self._leases:
+                    return  # ended by another thread meanwhile
+                self._cond.wait(WAIT_POLL_S)
+            if not self._forget(lease):
+                return
+            locks, writes = self._table.detach(lease)
+            self._table.take(writes, "releasing")
+        try:
+            self._let_go(lease, locks, reason)
+        finally:
+            if writes:
+                with self._cond:
+                    self._table.free(writes)
+        self._notify("released", lease)
+
+    def _forget(self, lease: Lease) -> bool:
+        """Under _cond: drop the lease from the tables; False if it was already gone."""
+        if self._leases.pop(lease.id, None) is None:
+            return False
+        if lease.conn is not None:
+            mine = self._by_conn.get(lease.conn, {})
+            mine.pop(lease.id, None)
+            if not mine:  # else one empty dict stayed per connection that ever held one
+                self._by_conn.pop(lease.conn, None)
+        self._releases += 1
+        return True
+
+    def _let_go(self, lease: Lease, locks: list[Lock], reason: str) -> None:
+        """Outside _cond, its GPUs taken: release the daemon owners the lease was the last
+        of, and a standing lease's own; log it."""
         done: list[str] = []
         try:
             for lk in locks:
@@ -462,14 +517,9 @@ class LeaseManager:
                 reason,
                 err,
             )
-        finally:
-            if busy:
-                with self._cond:
-                    self._table.settle(busy)
         log.info(
             "released %s: %s%s", lease.describe(), reason, f" ({'; '.join(done)})" if done else ""
         )
-        self._notify("released", lease)
 
     def _notify(self, kind: str, lease: Lease) -> None:
         info = lease.to_dict()

@@ -4,10 +4,13 @@
 #   slurm.conf:  Epilog=/etc/slurm/gpuenv-epilog.sh
 #
 # Runs as root on the compute node after the job. 'gpuenv restore' puts back
-# exactly the state journaled before the prolog's lock. If that fails the
-# epilog exits 1, which makes Slurm take the node out of service: a node whose
-# clocks are in an unknown state should not run the next job (an admin runs
-# 'gpuenv restore --all' and resumes it). Jobs that did not ask are not touched; their
+# exactly the state journaled before the prolog's lock. It exits 0 too when there
+# is nothing of gpuenv's to put back (an epilog run again, a GPU never locked): a
+# GPU not at the driver's defaults then (a power limit the site set on purpose) is
+# left as it is and named in the log. It fails (exit 2) only when it had a record
+# and could not put it back: then the epilog exits 1, which makes Slurm take the
+# node out of service: a node whose clocks are in an unknown state should not run
+# the next job (an admin runs 'gpuenv restore --all' and resumes it). Jobs that did not ask are not touched; their
 # report (gpuenvd's record of every GPU job) is closed like any other.
 
 set -u

@@ -119,8 +119,14 @@ class TestBudget:
         assert m.extra["warmup_reps"] <= m.extra["dropin"]["warmup_max_reps"]
         assert m.extra["warmup_s"] <= 0.010 + rep_cost_s(40e-6)
 
-    def test_rep_zero_is_one_rep(self, gpu):
-        assert len(gtriton.do_bench(light(gpu, 1e-3), rep=0, backend=gpu, return_mode="all")) == 1
+    def test_rep_zero_is_refused_with_a_sentence(self, gpu):
+        # triton measures one rep for rep=0 (its max(1, ...)); a budget of nothing is no
+        # request a person means, and one rep is no measurement: refused (issue 31)
+        with pytest.raises(ConfigError, match=r"^rep must be a finite number of milliseconds > 0"):
+            gtriton.do_bench(light(gpu, 1e-3), rep=0, backend=gpu, return_mode="all")
+        assert (
+            len(gtriton.do_bench(light(gpu, 1e-3), rep=1e-3, backend=gpu, return_mode="all")) == 1
+        )
 
     def test_a_hot_gpu_is_waited_for_then_measured_in_one_burst(self, gpu):
         timing.sim_kernel(gpu, 0, seconds=5.0)()  # heavy load: the power cap engages

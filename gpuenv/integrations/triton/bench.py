@@ -69,7 +69,7 @@ def do_bench(
     """
     from gpuenv.timing import MODES
 
-    _check(return_mode, quantiles, fn, warmup=warmup, rep=rep)
+    _check(return_mode, quantiles, fn, grad_to_none=grad_to_none, warmup=warmup, rep=rep)
     if flush_bytes is not None and flush_bytes < 0:
         raise ConfigError(f"flush_bytes must be >= 0 (got {flush_bytes})", hint="0: no flush")
     if mode not in ("auto", *MODES):
@@ -137,7 +137,7 @@ def do_bench_cudagraph(
     to 5 such calls, where triton times one). A tiny kernel so gets as many calls as in
     triton's graph (for a few-us kernel, several times fewer than its time alone
     gives), and capturing them, host time per call, costs what triton's costs."""
-    _check(return_mode, quantiles, fn, rep=rep)
+    _check(return_mode, quantiles, fn, grad_to_none=grad_to_none, rep=rep)
     backend, gpu = _where(session, backend)
     probe = _device("events", backend, gpu, session, flush_bytes=0, cover=False)
     call = _Call(fn, grad_to_none)
@@ -186,17 +186,27 @@ def measurements() -> list[Any]:
 # -- the measurement -------------------------------------------------------------------
 
 
-def _check(return_mode: str, quantiles: Sequence[float] | None, fn: Any, **budgets: float) -> None:
+def _check(
+    return_mode: str,
+    quantiles: Sequence[float] | None,
+    fn: Any,
+    *,
+    grad_to_none: Sequence[Any] | None = None,
+    **budgets: float,
+) -> None:
     """Refuse what triton refuses (it asserts on return_mode; ValueError on a quantile), and
-    what it would fail on later (fn None or needing arguments): gpuenv.validate's words."""
+    what it would fail on later (fn None or needing arguments, rep=0): gpuenv.validate's
+    words."""
     from gpuenv import validate
 
     validate.no_arg_callable(fn, "fn")
+    validate.grads(grad_to_none, "grad_to_none")
     if return_mode not in RETURN_MODES:
         raise ConfigError(f"return_mode {return_mode!r} is not one of {', '.join(RETURN_MODES)}")
     validate.quantiles(quantiles)
     for key, ms in budgets.items():
-        validate.number(ms, key, lo=0, unit="milliseconds")
+        # rep=0 measured one rep (triton's max(1, ...)): a budget of nothing is no request
+        validate.number(ms, key, lo=0, lo_open=key == "rep", unit="milliseconds")
 
 
 def _where(session: Any, backend: Any) -> tuple[Any, int]:

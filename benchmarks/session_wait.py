@@ -31,7 +31,8 @@ from benchmarks import runner
 from benchmarks._kernels import GpuEnv
 
 
-def _kernels(torch: Any) -> dict[str, Callable[[], Any]]:
+def state_kernels(torch: Any) -> dict[str, Callable[[], Any]]:
+    """Three memory-bound kernels and three heavy ones, set up (each called once)."""
     F = torch.nn.functional
 
     def randn(*shape: int, dtype: Any = torch.bfloat16) -> Any:
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     import gpuenv
 
-    ks = _kernels(torch)
+    ks = state_kernels(torch)
     names = args.kernels.split(",") if args.kernels else list(ks)
     a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     gpu = GpuEnv(torch, lambda: a @ b)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuenv._files import UnsafePath, open_dir, read_at, replace_at
+from gpuenv.backend import Backend
 from gpuenv.results import Measurement
 from gpuenv.run.report import fmt_time, summary_table, tail_lines
 
@@ -88,6 +89,25 @@ def rank_of(env: Mapping[str, str]) -> int | None:
         if rank.isdigit() and (not size.isdigit() or int(size) > 1):
             return int(rank)
     return None
+
+
+def worker_of(
+    facts: Mapping[str, Any], backend: Backend, gpus: Sequence[int]
+) -> tuple[int | None, int | None]:
+    """A launcher's worker's rank and NVML GPU, from the rank variables it sent ("p" line,
+    gpuenv/run/region.py), by the rule a rank's own `gpuenv run` follows (its LOCAL_RANK's
+    CUDA device under its CUDA_VISIBLE_DEVICES). The GPU is None where that names none of
+    `gpus` (the ones sampled) or not exactly one."""
+    from gpuenv.devices import select_gpus
+    from gpuenv.errors import GpuenvError
+
+    env = {str(k): str(v) for k, v in facts.items()}
+    rank = rank_of(env)
+    try:
+        chosen = select_gpus(backend, default_gpu_selector(env), env=selector_env(env))
+    except GpuenvError:
+        return rank, None
+    return rank, chosen[0] if len(chosen) == 1 and chosen[0] in gpus else None
 
 
 def rank_output_path(path: str | os.PathLike[str], rank: int | None) -> Path:
@@ -298,5 +318,6 @@ __all__ = [
     "report_ranks",
     "selector_env",
     "wait_time",
+    "worker_of",
     "world_size",
 ]

@@ -180,6 +180,9 @@ def publish(
 
 def _slim(m: Measurement) -> dict[str, Any]:
     data = m.to_dict()
+    # a one-rep measurement's JSON holds its summary only as its one rep's window
+    # (Measurement.json_omit): keep it, or rank 0's table shows "-" for this rank
+    data.setdefault("summary_windows", data["windows"])
     data["windows"] = []
     data["extra"] = {k: v for k, v in m.extra.items() if k not in _DROP_EXTRA}
     return data

@@ -75,7 +75,9 @@ def files(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def gpuenv_run(tmp_path: Path, *cmd: str, gpus: int = 4) -> subprocess.CompletedProcess:
+def gpuenv_run(
+    tmp_path: Path, *cmd: str, gpus: int = 4, args: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
     env = dict(os.environ, GPUENV_SIM_GPUS=str(gpus))
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "fake"), str(ROOT)])
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES"):
@@ -83,7 +85,7 @@ def gpuenv_run(tmp_path: Path, *cmd: str, gpus: int = 4) -> subprocess.Completed
     env["TMPDIR"] = str(tmp_path / "tmp")  # where the named pipe's directory is made
     (tmp_path / "tmp").mkdir(exist_ok=True)
     return subprocess.run(
-        [*GPUENV, "--sim", "run", "-o", str(tmp_path / "run.jsonl"), "--", *cmd],
+        [*GPUENV, "--sim", "run", *args, "-o", str(tmp_path / "run.jsonl"), "--", *cmd],
         capture_output=True,
         text=True,
         env=env,
@@ -118,6 +120,18 @@ def test_a_launcher_that_closes_fds_reaches_every_worker(tmp_path):
     files(tmp_path)
     result = gpuenv_run(tmp_path, sys.executable, "popen_launcher.py", "4", "worker.py")
     assert_every_worker(tmp_path, result, 4)
+
+
+def test_a_worker_on_a_gpu_not_sampled_gets_no_other_gpus_telemetry(tmp_path):
+    files(tmp_path)
+    result = gpuenv_run(
+        tmp_path, sys.executable, "popen_launcher.py", "2", "worker.py", args=("-i", "0")
+    )
+    assert result.returncode == 0, result.stderr
+    ms = load_run(tmp_path / "run.jsonl").measurements
+    assert {m.gpus for m in ms if m.extra.get("rank") == 0} == {(0,)}
+    assert {m.gpus for m in ms if m.extra.get("rank") == 1} == {()}  # never GPU 0's
+    assert "rank 1 ran on GPU 1, which this run does not sample (-i)" in result.stderr
 
 
 def _torchrun() -> str:
@@ -178,5 +192,5 @@ def test_a_workers_gpu_follows_its_local_rank_through_cuda_visible_devices(vcloc
     facts = {"RANK": "4", "LOCAL_RANK": "0", "WORLD_SIZE": "8", "CUDA_VISIBLE_DEVICES": "3,1"}
     assert worker_of(facts, backend, gpus) == (4, 3)
     assert worker_of(dict(facts, LOCAL_RANK="1"), backend, gpus) == (4, 1)
-    assert worker_of(dict(facts, LOCAL_RANK="1"), backend, [0, 3]) == (4, None)  # not sampled
+    assert worker_of(dict(facts, LOCAL_RANK="1"), backend, [0, 3]) == (4, 1)  # not sampled
     assert worker_of({"RANK": "2", "WORLD_SIZE": "4"}, backend, gpus) == (2, None)  # which GPU?

@@ -96,8 +96,8 @@ def worker_of(
 ) -> tuple[int | None, int | None]:
     """A launcher's worker's rank and NVML GPU, from the rank variables it sent ("p" line,
     gpuenv/run/region.py), by the rule a rank's own `gpuenv run` follows (its LOCAL_RANK's
-    CUDA device under its CUDA_VISIBLE_DEVICES). The GPU is None where that names none of
-    `gpus` (the ones sampled) or not exactly one."""
+    CUDA device under its CUDA_VISIBLE_DEVICES). The GPU is None where that names not
+    exactly one; it may be one this run does not sample (not in `gpus`)."""
     from gpuenv.devices import select_gpus
     from gpuenv.errors import GpuenvError
 
@@ -107,7 +107,7 @@ def worker_of(
         chosen = select_gpus(backend, default_gpu_selector(env), env=selector_env(env))
     except GpuenvError:
         return rank, None
-    return rank, chosen[0] if len(chosen) == 1 and chosen[0] in gpus else None
+    return rank, chosen[0] if len(chosen) == 1 else None
 
 
 def rank_output_path(path: str | os.PathLike[str], rank: int | None) -> Path:

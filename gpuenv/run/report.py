@@ -109,6 +109,8 @@ def build_measurements(
         extra: dict[str, Any] = {"pids": sorted({r.pid for r in reps})}
         if rank is not None:
             extra["rank"] = rank
+        if gpu is not None and gpu not in gpus:
+            extra["gpu_not_sampled"] = gpu
         name = key[1] if isinstance(key, tuple) else key
         if isinstance(key, int):  # one call
             meta = reps[0].meta or {}
@@ -123,7 +125,8 @@ def build_measurements(
             _measurement(
                 name,
                 reps,
-                [gpu] if gpu is not None else gpus,
+                gpus if gpu is None else [gpu] if gpu in gpus else [],  # [] not sampled: no
+                # other GPU's telemetry stands in for it
                 facts,
                 policy,
                 config,
@@ -426,6 +429,19 @@ def tail_lines(record: Mapping[str, Any], measurements: Sequence[Measurement]) -
     run_extra = measurements[0].extra if measurements else {}
     for name, n in (run_extra.get("discarded_regions") or {}).items():
         lines.append(f"\n  {who}{name}: {n} call(s) raised an error: not measured")
+    unsampled = sorted(
+        {
+            (m.extra.get("rank", -1), m.extra["gpu_not_sampled"])
+            for m in measurements
+            if "gpu_not_sampled" in m.extra
+        }
+    )
+    if unsampled:
+        lines.append(
+            "\n  "
+            + "; ".join(f"rank {r} ran on GPU {g}" for r, g in unsampled)
+            + ", which this run does not sample (-i): no telemetry in its rows"
+        )
     unreached = run_extra.get("unreached_workers")
     if isinstance(unreached, dict):
         lines.append(

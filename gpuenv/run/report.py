@@ -78,12 +78,7 @@ def build_measurements(
     """
     config = VerdictConfig(stable_clocks=stable_clocks)
     workers = workers or {}
-    groups: dict[Any, list[Region]] = {}  # a rank's name's reps, or one call (keyed by itself)
-    for r in sorted(regions, key=lambda r: r.t0):
-        rank = workers.get(r.pid, (None, None))[0]
-        groups.setdefault(id(r) if is_call(r) else (rank, r.name), []).append(r)
-    # the command's own first, then rank by rank (each in time order)
-    order = sorted(groups, key=lambda k: _rank_key(workers.get(groups[k][0].pid, (None, None))[0]))
+    groups, names = _grouped(regions, workers)
     out = [
         _measurement(
             RUN_NAME,
@@ -97,14 +92,8 @@ def build_measurements(
             extra=extra_run or {},
         )
     ]
-    calls = [groups[k][0] for k in order if isinstance(k, int)]
-    names: dict[int, str] = {}
-    for rank in {workers.get(c.pid, (None, None))[0] for c in calls}:  # numbered per rank
-        mine = [c for c in calls if workers.get(c.pid, (None, None))[0] == rank]
-        names.update(zip(map(id, mine), call_names(mine), strict=True))
     per_site: dict[tuple[int | None, str], int] = {}
-    for key in order:
-        reps = groups[key]
+    for key, reps in groups.items():
         rank, gpu = workers.get(reps[0].pid, (None, None))
         extra: dict[str, Any] = {"pids": sorted({r.pid for r in reps})}
         if rank is not None:
@@ -138,8 +127,28 @@ def build_measurements(
     return out
 
 
-def _rank_key(rank: int | None) -> tuple[bool, int]:
-    return (rank is not None, rank or 0)
+def _grouped(
+    regions: Sequence[Region], workers: Mapping[int, Worker]
+) -> tuple[dict[Any, list[Region]], dict[int, str]]:
+    """The regions grouped into measurements (a rank's name's reps, or one call keyed by
+    id()), the command's own first, then rank by rank, each in time order; and each call's
+    name (`call_names`, numbered within its rank)."""
+
+    def rank(r: Region) -> int | None:
+        return workers.get(r.pid, (None, None))[0]
+
+    groups: dict[Any, list[Region]] = {}
+    for r in sorted(regions, key=lambda r: r.t0):
+        groups.setdefault(id(r) if is_call(r) else (rank(r), r.name), []).append(r)
+    ordered = dict(
+        sorted(groups.items(), key=lambda kv: (rank(kv[1][0]) is not None, rank(kv[1][0]) or 0))
+    )
+    calls = [reps[0] for k, reps in ordered.items() if isinstance(k, int)]
+    names: dict[int, str] = {}
+    for who in {rank(c) for c in calls}:
+        mine = [c for c in calls if rank(c) == who]
+        names.update(zip(map(id, mine), call_names(mine), strict=True))
+    return ordered, names
 
 
 def _warmed_by_tool(findings: list[Finding], why: str, extra: dict[str, Any]) -> list[Finding]:

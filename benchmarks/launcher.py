@@ -15,7 +15,8 @@ steps per worker. Forms:
 
 For each: the workers' calls and steps that became measurements, how many of those carry
 their own rank's GPU (and its telemetry), the GPUs sampled, the wall time; for `each rank`,
-the rows of ranks 1.. in rank 0's table that show telemetry rather than "-". Read-only
+the rows of ranks 1.. in rank 0's table that show telemetry rather than "-". Then
+`gpuenv check` on the same GPUs: its table and its wall time (--no-check: not). Read-only
 (GPUENV_READONLY=1); every process gets NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1.
 
@@ -54,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=8192, help="matmul size")
     parser.add_argument("--calls", type=int, default=2, help="do_bench calls per worker")
     parser.add_argument("--steps", type=int, default=3, help="marked steps per worker")
+    parser.add_argument("--no-check", action="store_true", help="skip `gpuenv check`")
 
 
 def gpu_count(sim: bool) -> int:
@@ -205,7 +207,26 @@ def run(args: argparse.Namespace) -> int:
             f"\nUnder --summary rank0, rank 0's table rows of ranks 1-{n - 1} with their GPU's "
             f"telemetry (SM MHz, power): {summary_rows}."
         )
+    if not args.no_check:
+        rc = max(rc, node_check(env))
     return rc
+
+
+def node_check(env: dict[str, str]) -> int:
+    """`gpuenv check` on the same GPUs: its table and its wall time (exit 1 names a GPU)."""
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [*GPUENV, "check"], env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        print(f"\n`gpuenv check` timed out after {TIMEOUT_S} s")
+        return 1
+    wall = time.perf_counter() - t0
+    runner.metric("check_wall_s", wall, "s", slack=5.0)
+    print(f"\n`gpuenv check` (exit {proc.returncode}, {wall:.1f} s wall):\n")
+    print("```text\n" + (proc.stdout or proc.stderr[-3000:]).rstrip() + "\n```")
+    return 0 if proc.returncode in (0, 1) else 1
 
 
 if __name__ == "__main__":

@@ -56,7 +56,8 @@ def kernels_for(backend: Backend, gpu: int) -> GpuKernels:
     src = torch.empty(COPY_BYTES // 4, device=dev, dtype=torch.float32)
     dst = torch.empty_like(src)
     small = torch.zeros(1024, device=dev)
-    device = timing.CudaEvents(flush_l2=False, saturate=False, device=ordinal)
+    # saturate: a spin before each rep keeps launch latency out of the tiny kernel's time
+    device = timing.CudaEvents(flush_l2=False, saturate=True, device=ordinal)
     return GpuKernels(
         gpu,
         device,

@@ -134,6 +134,7 @@ def _phase(k: GpuKernels, sampler: Sampler, sustain_s: float) -> Steps:
     for name in KERNELS:
         fn = k.kernels[name]
         k.device.run_for(fn, WARM_S)
+        k.device.prepare(fn)  # on CUDA: the spin that covers fn's launch, sized
         yield
         times[name] = statistics.median(r.time_s for r in k.device.reps(fn, REPS[name]))
         yield

@@ -45,6 +45,7 @@ LAYERS = (
         "gpuenv.monitor",
         "gpuenv.status",
         "gpuenv.doctor",
+        "gpuenv.check",
         "gpuenv.compare",
         "gpuenv.plot",
         "gpuenv.demo",

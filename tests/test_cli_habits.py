@@ -120,6 +120,7 @@ def test_every_command_that_takes_a_gpu_takes_i() -> None:
         "monitor",
         "run",
         "calibrate",
+        "check",
         "plot",
     ):
         assert "-i, --gpu SEL" in run(name, "--help").output, name

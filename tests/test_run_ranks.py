@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -136,3 +137,20 @@ def test_job_keys_and_world_size():
     assert job_key({"MASTER_ADDR": "a/../b"}).count("/") == 0  # a file name, never a path
     assert world_size({"WORLD_SIZE": "8"}) == 8 and world_size({"SLURM_NTASKS": "4"}) == 4
     assert world_size({}) is None
+
+
+def test_rank0s_table_carries_every_ranks_telemetry(tmp_path):
+    # each rank's own windows travel with its summary: no "-" row for ranks 1.. (issue 33)
+    procs = [start_rank(r, 3, tmp_path) for r in (2, 1, 0)]
+    (c2, e2), (c1, e1), (c0, e0) = (finish(p) for p in procs)
+    assert (c0, c1, c2) == (0, 0, 0), e0 + e1 + e2
+    rows = {}
+    for ln in e0.splitlines():
+        cells = ln.split()
+        if len(cells) > 2 and cells[0].isdigit() and cells[1] in ("(run)", "step"):
+            rows[int(cells[0]), cells[1]] = cells
+    assert sorted(rows) == [(r, n) for r in range(3) for n in ("(run)", "step")], e0
+    for (rank, _), cells in rows.items():
+        assert cells[2] == str(rank), e0  # its own GPU
+        # SM MHz, power, energy, temperature and time under, where "-" stood before
+        assert re.search(r" \d+ +\d+ W +~?[\d.]+ J +\d+-\d+ +idle ", " ".join(cells) + " "), e0

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "monitor": ("monitor", "monitor", "Live view of clocks, power, temperature and reasons."),
     "run": ("run", "run", "Run a command under gpuenv: lock, sample, restore, report."),
     "calibrate": ("calibrate", "calibrate", "Find the clock a sustained load holds (to lock)."),
+    "check": ("check", "check", "Run the same kernels on every GPU; name a slower one, and why."),
     "compare": ("compare", "compare", "Compare two runs, and whether the GPU was in one state."),
     "plot": ("plot", "plot", "Plot clocks, power and temperature of a run, with its regions."),
     "job": ("job", "job", "What a batch job's GPUs did, prolog to epilog (gpuenvd's record)."),

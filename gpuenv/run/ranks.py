@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuenv._files import UnsafePath, open_dir, read_at, replace_at
+from gpuenv.backend import Backend
 from gpuenv.results import Measurement
 from gpuenv.run.report import fmt_time, summary_table, tail_lines
 
@@ -88,6 +89,25 @@ def rank_of(env: Mapping[str, str]) -> int | None:
         if rank.isdigit() and (not size.isdigit() or int(size) > 1):
             return int(rank)
     return None
+
+
+def worker_of(
+    facts: Mapping[str, Any], backend: Backend, gpus: Sequence[int]
+) -> tuple[int | None, int | None]:
+    """A launcher's worker's rank and NVML GPU, from the rank variables it sent ("p" line,
+    gpuenv/run/region.py), by the rule a rank's own `gpuenv run` follows (its LOCAL_RANK's
+    CUDA device under its CUDA_VISIBLE_DEVICES). The GPU is None where that names not
+    exactly one; it may be one this run does not sample (not in `gpus`)."""
+    from gpuenv.devices import select_gpus
+    from gpuenv.errors import GpuenvError
+
+    env = {str(k): str(v) for k, v in facts.items()}
+    rank = rank_of(env)
+    try:
+        chosen = select_gpus(backend, default_gpu_selector(env), env=selector_env(env))
+    except GpuenvError:
+        return rank, None
+    return rank, chosen[0] if len(chosen) == 1 else None
 
 
 def rank_output_path(path: str | os.PathLike[str], rank: int | None) -> Path:
@@ -160,6 +180,9 @@ def publish(
 
 def _slim(m: Measurement) -> dict[str, Any]:
     data = m.to_dict()
+    # a one-rep measurement's JSON holds its summary only as its one rep's window
+    # (Measurement.json_omit): keep it, or rank 0's table shows "-" for this rank
+    data.setdefault("summary_windows", data["windows"])
     data["windows"] = []
     data["extra"] = {k: v for k, v in m.extra.items() if k not in _DROP_EXTRA}
     return data
@@ -298,5 +321,6 @@ __all__ = [
     "report_ranks",
     "selector_env",
     "wait_time",
+    "worker_of",
     "world_size",
 ]

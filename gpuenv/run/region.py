@@ -22,6 +22,8 @@ The wire format, for programs in other languages (one line per edge, ASCII):
     x <pid> <id> <t>\\n            it ended in an error: drop it (not a measurement)
     l <pid> <id> <json>\\n         optional: facts about the open region <id>, a JSON object
                                   on one line; may come any time before its end, keys merge
+    p <pid> <json>\\n              optional: facts about process <pid> (its launcher's rank
+                                  variables: RANK, LOCAL_RANK, CUDA_VISIBLE_DEVICES ...)
 
 <t> is CLOCK_MONOTONIC in seconds; <id> is unique within <pid> (a library that
 writes edges beside others in one process takes its own range of ids); <name>
@@ -36,6 +38,13 @@ docs/how-to/run.md has a C example. The fd is in GPUENV_REGION_FD; GPUENV_REGION
 "<st_dev>:<st_ino>" of that pipe, so that a process which inherited the
 variable but not the fd (a grandchild started with close_fds) does not write
 into whatever file now has that number: it checks with fstat first.
+
+The pipe is a named one (a FIFO in a private directory), and GPUENV_REGION_PATH names
+it: a process that inherited the environment but not the fd (the workers of torchrun,
+`python -m torch.distributed.run` or `accelerate launch`, which start them with
+close_fds) opens it by that path, checks it is the same pipe, and writes there as an
+heir of the fd would. Such a process first says who it is, once ("p" line: the rank
+variables its launcher gave it), so the parent knows each worker's rank and GPU.
 """
 
 from __future__ import annotations
@@ -55,6 +64,20 @@ from typing import Any
 
 ENV_FD = "GPUENV_REGION_FD"
 ENV_PIPE = "GPUENV_REGION_PIPE"
+ENV_PATH = "GPUENV_REGION_PATH"
+# what a launcher tells its workers, sent in a process's "p" line (see the module doc)
+RANK_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+)
+WORKER_KEYS = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID")  # one makes a worker
 MAX_NAME = 200  # keeps every line far below PIPE_BUF (4096), so each write is atomic
 MAX_META = 2048  # a begin edge and its facts, written at once, stay below PIPE_BUF too
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)  # made once: json.dumps
@@ -66,18 +89,21 @@ _PLAIN: dict[tuple[Any, Any], str] = {}  # (kind, site) -> the facts of a call w
 class Edge:
     """One parsed line of the region protocol."""
 
-    kind: str  # "b" (begin) | "e" (end) | "x" (end, discarded) | "l" (facts)
+    kind: str  # "b" (begin) | "e" (end) | "x" (end, discarded) | "l" (facts) | "p" (process)
     pid: int
-    id: int
-    t: float  # CLOCK_MONOTONIC seconds (0.0 on "l")
+    id: int  # 0 on "p"
+    t: float  # CLOCK_MONOTONIC seconds (0.0 on "l" and "p")
     name: str | None  # only on "b"
-    meta: dict[str, Any] | None = None  # only on "l"
+    meta: dict[str, Any] | None = None  # only on "l" and "p"
 
 
 def parse_line(line: str) -> Edge | None:
     """Parse one protocol line; None for a line that is not one (ignored, never fatal)."""
     parts = line.rstrip("\n").split(" ", 4)
     try:
+        if parts[0] == "p" and len(parts) >= 3:  # process facts: "p <pid> <json>"
+            meta = json.loads(line.rstrip("\n").split(" ", 2)[2])
+            return Edge("p", int(parts[1]), 0, 0.0, None, meta) if isinstance(meta, dict) else None
         if parts[0] == "l" and len(parts) >= 4:  # its 4th field is JSON, not a time
             meta = json.loads(line.rstrip("\n").split(" ", 3)[3])
             return (
@@ -127,6 +153,14 @@ def pipe_identity(fd: int) -> str:
     return f"{st.st_dev}:{st.st_ino}"
 
 
+def process_line(pid: int, env: Mapping[str, str]) -> str:
+    """The "p" line of a launcher's worker (its rank variables), "" for any other process."""
+    if not any(env.get(k, "").strip() for k in WORKER_KEYS):
+        return ""
+    facts = {k: env[k] for k in RANK_VARS if k in env}
+    return f"p {pid} {_ENCODER.encode(facts)}\n"
+
+
 class _Channel:
     """The write end this process uses, found once per process (fork-aware)."""
 
@@ -144,17 +178,23 @@ class _Channel:
                     self._fd = _find_fd()
                     self._ids = itertools.count(1)
                     self._pid = pid
+                    hello = process_line(pid, os.environ) if self._fd is not None else ""
+                    if hello:
+                        self._write(hello.encode())
         return self._fd
 
     def next_id(self) -> int:
         return next(self._ids)
 
     def send(self, data: bytes) -> None:
-        fd = self.fd()
-        if fd is None:
+        if self.fd() is not None:
+            self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        if self._fd is None:
             return
         try:
-            os.write(fd, data)
+            os.write(self._fd, data)
         except OSError:  # the parent went away (EPIPE) or the fd was closed: stop trying
             self._fd = None
 
@@ -164,19 +204,43 @@ class _Channel:
 
 
 def _find_fd() -> int | None:
+    """The inherited write end, else the named pipe opened by its path (a launcher's worker
+    started with close_fds), else None."""
     raw = os.environ.get(ENV_FD)
-    if not raw:
+    if raw:
+        try:
+            fd = int(raw)
+            if _is_our_pipe(os.fstat(fd)):
+                return fd
+        except (ValueError, OSError):
+            pass
+    return _open_path()
+
+
+def _is_our_pipe(st: os.stat_result) -> bool:
+    if not stat.S_ISFIFO(st.st_mode):
+        return False
+    want = os.environ.get(ENV_PIPE)
+    return not want or want == f"{st.st_dev}:{st.st_ino}"  # else: a number reused
+
+
+def _open_path() -> int | None:
+    path = os.environ.get(ENV_PATH)
+    if not path or not os.environ.get(ENV_PIPE):
+        return None  # a path is trusted only with the identity to check it against
+    try:
+        # O_NONBLOCK: fails (ENXIO) at once when no gpuenv reads it, never waits for one
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return None
     try:
-        fd = int(raw)
-        st = os.fstat(fd)
-    except (ValueError, OSError):
+        if not _is_our_pipe(os.fstat(fd)):
+            os.close(fd)
+            return None
+        os.set_blocking(fd, True)  # as the inherited fd: a full pipe waits, loses nothing
+    except OSError:
+        os.close(fd)
         return None
-    if not stat.S_ISFIFO(st.st_mode):
-        return None
-    want = os.environ.get(ENV_PIPE)
-    if want and want != f"{st.st_dev}:{st.st_ino}":
-        return None  # the number was reused for another pipe
     return fd
 
 
@@ -254,11 +318,15 @@ class region(contextlib.ContextDecorator):  # lower case: used like a function, 
 
 __all__ = [
     "ENV_FD",
+    "ENV_PATH",
     "ENV_PIPE",
+    "RANK_VARS",
+    "WORKER_KEYS",
     "Edge",
     "active",
     "meta_line",
     "parse_line",
     "pipe_identity",
+    "process_line",
     "region",
 ]

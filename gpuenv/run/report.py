@@ -51,6 +51,9 @@ def _demote_cold_start(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+Worker = tuple[int | None, int | None]  # a launcher's worker's rank and NVML GPU (None: unknown)
+
+
 def build_measurements(
     regions: Sequence[Region],
     run: Region,
@@ -61,18 +64,22 @@ def build_measurements(
     stable_clocks: bool,
     wall_at: Any,
     extra_run: dict[str, Any] | None = None,
+    workers: Mapping[int, Worker] | None = None,
 ) -> list[Measurement]:
-    """One Measurement for the whole run, then, in time order, one per region name (reps in
-    time order) and one per call of a measuring function (a region with a "site": see
-    region.py), named by `call_names`: calls are never reps of one measurement.
+    """One Measurement for the whole run, then one per region name (reps in time order) and
+    one per call of a measuring function (a region with a "site": see region.py), named by
+    `call_names`: calls are never reps of one measurement.
+
+    `workers` (pid -> rank and GPU: the workers of a launcher `gpuenv run` wraps whole) makes
+    each rank's regions its own measurements, with its rank in `extra["rank"]` and only its
+    GPU's telemetry, listed rank by rank after the command's own.
 
     With regions, the policy applies to them and the whole run is only annotated;
     without, it applies to the whole run (whose idle start is not held against it).
     """
     config = VerdictConfig(stable_clocks=stable_clocks)
-    groups: dict[Any, list[Region]] = {}  # a name's reps, or one call (keyed by itself)
-    for r in sorted(regions, key=lambda r: r.t0):
-        groups.setdefault(id(r) if is_call(r) else r.name, []).append(r)
+    workers = workers or {}
+    groups, names = _grouped(regions, workers)
     out = [
         _measurement(
             RUN_NAME,
@@ -87,17 +94,20 @@ def build_measurements(
             extra_findings=command_failed((extra_run or {}).get("returncode")),
         )
     ]
-    calls = [reps[0] for reps in groups.values() if is_call(reps[0])]
-    names = dict(zip(map(id, calls), call_names(calls), strict=True))
-    per_site: dict[str, int] = {}
+    per_site: dict[tuple[int | None, str], int] = {}
     for key, reps in groups.items():
+        rank, gpu = workers.get(reps[0].pid, (None, None))
         extra: dict[str, Any] = {"pids": sorted({r.pid for r in reps})}
-        name = key
+        if rank is not None:
+            extra["rank"] = rank
+        if gpu is not None and gpu not in gpus:
+            extra["gpu_not_sampled"] = gpu
+        name = key[1] if isinstance(key, tuple) else key
         if isinstance(key, int):  # one call
             meta = reps[0].meta or {}
             name = names[key]
-            per_site[meta["site"]] = per_site.get(meta["site"], 0) + 1
-            extra.update(meta, call=per_site[meta["site"]])
+            n = per_site[rank, meta["site"]] = per_site.get((rank, meta["site"]), 0) + 1
+            extra.update(meta, call=n)
         incomplete = [k for k, r in enumerate(reps) if not r.complete]
         if incomplete:
             extra["incomplete_reps"] = incomplete
@@ -106,7 +116,8 @@ def build_measurements(
             _measurement(
                 name,
                 reps,
-                gpus,
+                gpus if gpu is None else [gpu] if gpu in gpus else [],  # [] not sampled: no
+                # other GPU's telemetry stands in for it
                 facts,
                 policy,
                 config,
@@ -139,6 +150,30 @@ def command_failed(returncode: Any) -> list[Finding]:
             details={"returncode": returncode},
         )
     ]
+
+
+def _grouped(
+    regions: Sequence[Region], workers: Mapping[int, Worker]
+) -> tuple[dict[Any, list[Region]], dict[int, str]]:
+    """The regions grouped into measurements (a rank's name's reps, or one call keyed by
+    id()), the command's own first, then rank by rank, each in time order; and each call's
+    name (`call_names`, numbered within its rank)."""
+
+    def rank(r: Region) -> int | None:
+        return workers.get(r.pid, (None, None))[0]
+
+    groups: dict[Any, list[Region]] = {}
+    for r in sorted(regions, key=lambda r: r.t0):
+        groups.setdefault(id(r) if is_call(r) else (rank(r), r.name), []).append(r)
+    ordered = dict(
+        sorted(groups.items(), key=lambda kv: (rank(kv[1][0]) is not None, rank(kv[1][0]) or 0))
+    )
+    calls = [reps[0] for k, reps in ordered.items() if isinstance(k, int)]
+    names: dict[int, str] = {}
+    for who in {rank(c) for c in calls}:
+        mine = [c for c in calls if rank(c) == who]
+        names.update(zip(map(id, mine), call_names(mine), strict=True))
+    return ordered, names
 
 
 def _warmed_by_tool(findings: list[Finding], why: str, extra: dict[str, Any]) -> list[Finding]:
@@ -251,13 +286,14 @@ def summary_table(
     measurements: Sequence[Measurement],
     *,
     header: str,
-    ranks: Sequence[int] | None = None,
+    ranks: Sequence[int | None] | None = None,
     verbose: bool = False,
 ) -> str:
     """The table `gpuenv run` prints on stderr: a row per region and GPU, findings below.
     Calls of one site (a do_bench line, a Timer, a pytest test) share one row (their count,
     verdicts and median), their flagged ones named below; `verbose` adds a row per call.
-    `ranks` (one per measurement) adds a rank column: the table of all ranks of a job."""
+    `ranks` (one per measurement; None: the launcher's own) adds a rank column: the table
+    of all ranks of a job."""
     multi = len({g for m in measurements for g in m.gpus}) > 1
     cols = [
         *(["rank"] if ranks is not None else []),
@@ -282,22 +318,23 @@ def summary_table(
     for i, m in enumerate(measurements):
         rank = None if ranks is None else ranks[i]
         who = "" if rank is None else f"rank {rank}: "
+        cell = None if ranks is None else ("" if rank is None else str(rank))
         site = _site(m)
         if site is None:
-            rows += _rows(m, m.name, rank, multi)
+            rows += _rows(m, m.name, cell, multi)
             notes += _notes(m, who)
             continue
         calls = sites.pop((rank, site), None)
         if calls is None:
             continue  # its site's row is already in
         if len(calls) == 1:  # a site of one call: the call's own row
-            rows += _rows(m, m.name, rank, multi)
+            rows += _rows(m, m.name, cell, multi)
             notes += _notes(m, who)
             continue
-        rows += _site_rows(site, calls, rank, multi)
+        rows += _site_rows(site, calls, cell, multi)
         if verbose:
             for c in calls:
-                rows += _rows(c, "  " + c.name, rank, multi)
+                rows += _rows(c, "  " + c.name, cell, multi)
                 notes += _notes(c, who)
         else:
             notes += _flagged(site, calls, who)
@@ -310,8 +347,9 @@ def _site(m: Measurement) -> str | None:
     return site if isinstance(site, str) else None
 
 
-def _rows(m: Measurement, name: str, rank: int | None, multi: bool) -> list[list[str]]:
-    """A measurement's rows: one per GPU (nothing for one that has no reps)."""
+def _rows(m: Measurement, name: str, rank: str | None, multi: bool) -> list[list[str]]:
+    """A measurement's rows: one per GPU (nothing for one that has no reps); `rank`: the
+    rank column's cell (None: no such column)."""
     if m.stats.n == 0 and not m.times_s:
         return []
     if len(m.times_s) == 1:
@@ -332,7 +370,7 @@ def _rows(m: Measurement, name: str, rank: int | None, multi: bool) -> list[list
 def _per_gpu(
     windows: Sequence[Window],
     name: str,
-    rank: int | None,
+    rank: str | None,
     multi: bool,
     lead: list[str],
     verdict: str,
@@ -340,7 +378,7 @@ def _per_gpu(
     rows = []
     for k, w in enumerate(windows or (None,)):
         top = k == 0
-        row = [*([] if rank is None else [str(rank) if top else ""]), name if top else ""]
+        row = [*([] if rank is None else [rank if top else ""]), name if top else ""]
         row += [str(w.gpu) if w else "-"] if multi else []
         row += lead if top else [""] * len(lead)
         row += [*_window_cells(w), verdict if top else ""]
@@ -349,7 +387,7 @@ def _per_gpu(
 
 
 def _site_rows(
-    site: str, calls: Sequence[Measurement], rank: int | None, multi: bool
+    site: str, calls: Sequence[Measurement], rank: str | None, multi: bool
 ) -> list[list[str]]:
     """One site's row: its calls, the median of what they returned (do_bench's time, a
     Timer's median) or else of their durations, their telemetry merged (display only)."""
@@ -411,7 +449,13 @@ def run_text(
         f"gpuenv run: {record['command']} {record['outcome']} after "
         f"{fmt_time(record['duration_s'])} on {record['where']}; {record['state']}"
     )
-    table = summary_table(measurements, header=head, verbose=verbose)
+    ranks = [m.extra.get("rank") for m in measurements]  # a launcher's workers' (-> Worker)
+    table = summary_table(
+        measurements,
+        header=head,
+        ranks=ranks if any(r is not None for r in ranks) else None,
+        verbose=verbose,
+    )
     return table + "".join(tail_lines(record, measurements))
 
 
@@ -422,6 +466,26 @@ def tail_lines(record: Mapping[str, Any], measurements: Sequence[Measurement]) -
     run_extra = measurements[0].extra if measurements else {}
     for name, n in (run_extra.get("discarded_regions") or {}).items():
         lines.append(f"\n  {who}{name}: {n} call(s) raised an error: not measured")
+    unsampled = sorted(
+        {
+            (m.extra.get("rank", -1), m.extra["gpu_not_sampled"])
+            for m in measurements
+            if "gpu_not_sampled" in m.extra
+        }
+    )
+    if unsampled:
+        lines.append(
+            "\n  "
+            + "; ".join(f"rank {r} ran on GPU {g}" for r, g in unsampled)
+            + ", which this run does not sample (-i): no telemetry in its rows"
+        )
+    unreached = run_extra.get("unreached_workers")
+    if isinstance(unreached, dict):
+        lines.append(
+            f"\n  {who}{unreached.get('count')} worker(s) of '{unreached.get('launcher')}' "
+            "not reached: it started them without gpuenv's environment, so none of their "
+            f"regions or calls is measured here; {unreached.get('hint')}"
+        )
     if record.get("output"):
         lines.append(f"\n  {who}results: {record['output']}")
     rejected = [m.name for m in measurements if m.verdict == "rejected"]
@@ -436,6 +500,7 @@ def tail_lines(record: Mapping[str, Any], measurements: Sequence[Measurement]) -
 __all__ = [
     "MAX_FLAGGED",
     "RUN_NAME",
+    "Worker",
     "build_measurements",
     "call_names",
     "fmt_time",

@@ -45,12 +45,13 @@ from gpuenv.results import Measurement
 from gpuenv.run.autoregions import child_env
 from gpuenv.run.perfgrid import grids, write_grids
 from gpuenv.run.ranks import rank_of
-from gpuenv.run.region import ENV_FD, ENV_PIPE, pipe_identity
-from gpuenv.run.report import RUN_NAME, build_measurements, run_text
+from gpuenv.run.region import ENV_PATH, WORKER_KEYS
+from gpuenv.run.report import RUN_NAME, Worker, build_measurements, run_text
 from gpuenv.run.tracker import (
     FLUSH_S,
     MAX_REGION_LIST,
     Region,
+    RegionPipe,
     RegionReader,
     RegionTracker,
     Summariser,
@@ -219,6 +220,7 @@ class Runner:
         if summary not in SUMMARIES:
             raise ConfigError(f"--summary {summary}: use one of {', '.join(SUMMARIES)}")
         self.summary = summary
+        self.unreached: set[int] = set()  # launcher workers not reached (see _Family)
         self.nvtx_lib = None
         if nvtx:  # built and checked now, before anything is locked
             from gpuenv.run import nvtx as nvtx_mod
@@ -287,6 +289,7 @@ class Runner:
             measurements = build_measurements(
                 tracker.finished,
                 run,
+                workers=self._workers(tracker),
                 gpus=self.gpus,
                 facts=facts,
                 policy=self.policy,
@@ -313,12 +316,10 @@ class Runner:
         (forwarding signals into `forwarded`). Returns the "(run)" region (t0: the start),
         the command's status, the end, and the GPUs' facts; the sampler still runs unless
         this raised."""
-        r_fd, w_fd = os.pipe()
-        os.set_inheritable(w_fd, True)
-        env = self._child_env(w_fd)
+        pipe = RegionPipe()
+        env = self._child_env(pipe)
         family = _Family()
-        reader = RegionReader(r_fd, tracker, sampler)
-        w_open = True
+        reader = RegionReader(pipe.r_fd, tracker, sampler)
         try:
             with _signals_blocked([*FORWARDED, signal.SIGCHLD]) as old_mask:
                 # Threads started now inherit the blocked mask: signals come only to sigtimedwait.
@@ -339,8 +340,7 @@ class Runner:
                         why=err.strerror or "cannot run",
                     ) from err
                 finally:
-                    os.close(w_fd)  # the command holds the write end now; EOF once it is done
-                    w_open = False
+                    pipe.close_writer()  # the command holds its end now
                 sampler.own_pids.add(pid)
                 facts = read_facts(self.backend, self.gpus, ranges)  # while the command starts
                 run = Region(RUN_NAME, pid, t_start)
@@ -351,10 +351,20 @@ class Runner:
             raise
         finally:
             reader.stop()
-            os.close(r_fd)
-            if w_open:
-                os.close(w_fd)
+            pipe.close()
+        self.unreached = family.unreached
         return run, status, t_end, facts
+
+    def _workers(self, tracker: RegionTracker) -> dict[int, Worker]:
+        """The rank and GPU of each launcher worker that said who it is ("p" line), when this
+        `gpuenv run` wraps the launcher whole (a rank's own `gpuenv run` is that rank)."""
+        if rank_of(os.environ) is not None:
+            return {}
+        from gpuenv.run.ranks import worker_of
+
+        with tracker.lock:
+            procs = dict(tracker.procs)
+        return {pid: worker_of(f, self.backend, self.gpus) for pid, f in procs.items()}
 
     def _report(self, result: RunResult, lock: Any, *, started_wall: float) -> None:
         """Print the summary: this run's table, or under --summary rank0 all ranks' at rank 0."""
@@ -377,11 +387,10 @@ class Runner:
         if text and not self.quiet:
             print("\n".join([text, *grid_lines]), file=self.stderr)
 
-    def _child_env(self, w_fd: int) -> dict[str, str]:
+    def _child_env(self, pipe: RegionPipe) -> dict[str, str]:
         """The command's environment: the region pipe, automatic regions, NVTX's injection."""
         env = dict(os.environ)
-        env[ENV_FD] = str(w_fd)
-        env[ENV_PIPE] = pipe_identity(w_fd)
+        env.update(pipe.env())
         child_env(env, self.auto_regions)
         if self.nvtx_lib is not None:
             env["NVTX_INJECTION64_PATH"] = str(self.nvtx_lib)
@@ -443,6 +452,14 @@ class Runner:
             extra_run["ignored_edges"] = tracker.ignored
         if tracker.discarded:
             extra_run["discarded_regions"] = dict(tracker.discarded)
+        if self.unreached:
+            launcher = launcher_name(self.argv)
+            extra_run["unreached_workers"] = {
+                "count": len(self.unreached),
+                "launcher": launcher,
+                "pids": sorted(self.unreached),
+                "hint": wrap_hint(launcher),
+            }
         return extra_run
 
     def _wait(
@@ -514,17 +531,62 @@ class Runner:
 
 
 class _Family:
-    """The command's descendants, remembered once seen (workers that exit early still count)."""
+    """The command's descendants, remembered once seen (workers that exit early still count),
+    and those of them gpuenv cannot reach: a launcher's workers (rank variables in their
+    environment) started without the region pipe's path (an environment cleared)."""
 
     def __init__(self) -> None:
         self.seen: set[int] = set()
+        self.unreached: set[int] = set()
 
     def of(self, pid: int) -> set[int]:
         import psutil
 
         with contextlib.suppress(psutil.Error):
-            self.seen.update(p.pid for p in psutil.Process(pid).children(recursive=True))
+            for p in psutil.Process(pid).children(recursive=True):
+                if p.pid not in self.seen:
+                    self.seen.add(p.pid)
+                    self._check(p)
         return self.seen
+
+    def _check(self, p: Any) -> None:
+        import psutil
+
+        try:
+            env = p.environ()  # as it was at exec: /proc/<pid>/environ
+        except psutil.Error:
+            return
+        if ENV_PATH not in env and any(env.get(k, "").strip() for k in WORKER_KEYS):
+            self.unreached.add(p.pid)
+
+
+def launcher_name(argv: Sequence[str]) -> str:
+    """What the command is called: 'torchrun', 'python -m torch.distributed.run',
+    'python launch.py' ..."""
+    name = os.path.basename(argv[0]) if argv else "?"
+    if name.startswith("python") and len(argv) > 2 and argv[1] == "-m":
+        return f"{name} -m {argv[2]}"
+    if name.startswith("python") and len(argv) > 1 and not argv[1].startswith("-"):
+        return f"{name} {os.path.basename(argv[1])}"
+    return name
+
+
+def wrap_hint(launcher: str) -> str:
+    """The form that reaches every worker: gpuenv run started as each worker's command."""
+    if launcher == "torchrun" or launcher.endswith("torch.distributed.run"):
+        return (
+            f"wrap each worker instead: {launcher} ... --no-python gpuenv run "
+            "--summary rank0 -- python script.py"
+        )
+    if launcher == "accelerate":
+        return (
+            "wrap each worker instead: accelerate launch ... --no_python gpuenv run "
+            "--summary rank0 -- python script.py"
+        )
+    return (
+        "start gpuenv run as each worker's command instead (torchrun: "
+        "torchrun ... --no-python gpuenv run --summary rank0 -- python script.py)"
+    )
 
 
 __all__ = [
@@ -533,5 +595,7 @@ __all__ = [
     "RunResult",
     "Runner",
     "check_run_policy",
+    "launcher_name",
     "resolve_command",
+    "wrap_hint",
 ]

@@ -10,14 +10,16 @@ the samples `gpuenv plot` draws. Measurements and the table are in report.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuenv.run.region import Edge, parse_line
+from gpuenv.run.region import ENV_FD, ENV_PATH, ENV_PIPE, Edge, parse_line, pipe_identity
 from gpuenv.telemetry import (
     SampleLog,
     Sampler,
@@ -58,11 +60,15 @@ class RegionTracker:
         self.names: list[str] = []  # in order of first appearance
         self.ignored = 0  # ends without a begin, repeated begins
         self.discarded: dict[str, int] = {}  # per name, regions that ended in an error ("x")
+        self.procs: dict[int, dict[str, Any]] = {}  # per pid, its "p" facts (rank variables)
         self.lock = threading.Lock()
 
     def feed(self, edge: Edge) -> None:
         key = (edge.pid, edge.id)
         with self.lock:
+            if edge.kind == "p":
+                self.procs.setdefault(edge.pid, {}).update(edge.meta or {})
+                return
             if edge.kind == "l":
                 open_region = self.open.get(key)
                 if open_region is None or edge.meta is None:
@@ -100,6 +106,54 @@ class RegionTracker:
             self.open.clear()
 
 
+class RegionPipe:
+    """The pipe region edges come through: a named pipe in a private directory (0700, an
+    unpredictable name), so that a launcher's workers, which inherit the environment but
+    not the fd, can open it by its path (region.py). `r_fd` is opened read-write: it never
+    reads EOF, however many writers come and go; `w_fd` is the end the command inherits."""
+
+    def __init__(self) -> None:
+        self.dir: str | None = tempfile.mkdtemp(prefix="gpuenv-run-")
+        self.path: str | None = os.path.join(self.dir, "regions")
+        self.r_fd = self.w_fd = -1
+        try:
+            os.mkfifo(self.path, 0o600)
+            self.r_fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+            self.w_fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:  # a temp directory that holds no FIFO: heirs of the fd only
+            self.close()
+            self.dir = self.path = None
+            self.r_fd, self.w_fd = os.pipe()
+        self.identity = pipe_identity(self.r_fd)
+
+    def env(self) -> dict[str, str]:
+        """The variables that lead the command (and its workers) to it; w_fd made inheritable."""
+        os.set_inheritable(self.w_fd, True)
+        env = {ENV_FD: str(self.w_fd), ENV_PIPE: self.identity}
+        if self.path is not None:
+            env[ENV_PATH] = self.path
+        return env
+
+    def close_writer(self) -> None:
+        """Once the command holds its end: a worker opens its own by the path."""
+        if self.w_fd >= 0:
+            os.close(self.w_fd)
+            self.w_fd = -1
+
+    def close(self) -> None:
+        """Remove the path (no new writer can come) and close both ends: a writer still
+        holding one gets EPIPE, as from an anonymous pipe's closed reader."""
+        if self.path is not None and self.dir is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            with contextlib.suppress(OSError):
+                os.rmdir(self.dir)
+        self.close_writer()
+        if self.r_fd >= 0:
+            os.close(self.r_fd)
+            self.r_fd = -1
+
+
 class RegionReader:
     """Reads region edges from the pipe's read end on a small thread."""
 
@@ -117,6 +171,10 @@ class RegionReader:
     def stop(self, timeout: float = 2.0) -> None:
         """Read what is already in the pipe, then stop (a grandchild may keep it open)."""
         self._stop.set()
+        # A named pipe opened read-write never reads EOF: an empty line (ignored) wakes
+        # the poll; on a read-only fd the write fails and the poll's timeout does it.
+        with contextlib.suppress(OSError):
+            os.write(self.fd, b"\n")
         if self._thread.ident is not None:
             self._thread.join(timeout)
 
@@ -125,8 +183,8 @@ class RegionReader:
         poller.register(self.fd, select.POLLIN | select.POLLHUP)
         pending = b""
         while True:
-            try:
-                ready = poller.poll(100)
+            try:  # once stopping, only what is in the pipe already
+                ready = poller.poll(0 if self._stop.is_set() else 100)
             except InterruptedError:
                 continue
             if not ready:
@@ -224,6 +282,7 @@ __all__ = [
     "FLUSH_S",
     "MAX_REGION_LIST",
     "Region",
+    "RegionPipe",
     "RegionReader",
     "RegionTracker",
     "Summariser",

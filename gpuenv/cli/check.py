@@ -1,0 +1,57 @@
+"""`gpuenv check`: run the same kernels on every GPU of the node and name a slower one.
+
+A heavy bf16 matmul, a memory-bound copy and a tiny kernel, then the matmul sustained,
+on each GPU alone and then on all at once (gpuenv.check says how); the GPUs ranked by
+time and by the clock each holds under sustained load, and any GPU more than 2% slower
+than the median of the others, or holding a lower sustained clock, named with the
+telemetry that explains it. Read-only on the GPU; within --budget seconds.
+
+Exit codes: 0 no GPU slower than the others; 1 a GPU named; 2 an error (no torch, bad
+input); 9 no driver; 130 interrupted. The rest: gpuenv.errors.EXIT_CODES.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from gpuenv.cli._common import checked, gpu_option, handle_errors, open_from_ctx
+
+
+@click.command("check")
+@gpu_option()
+@click.option(
+    "--budget",
+    type=float,
+    default=60.0,
+    show_default=True,
+    callback=checked("--budget", lo=5, hi=3600),
+    metavar="S",
+    help="Seconds for the whole check (the sustained load per GPU is cut to fit).",
+)
+@click.option("--alone-only", is_flag=True, help="Each GPU alone; not all at once as well.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.pass_context
+@handle_errors
+def check(ctx: click.Context, gpu: str, budget: float, alone_only: bool, as_json: bool) -> None:
+    """Run the same kernels on each GPU (alone, then all at once), rank the GPUs and name any
+    that is slower than the others or holds a lower clock, with why. Read-only."""
+    from gpuenv.check import check_node, report_text
+    from gpuenv.devices import select_gpus
+
+    backend = open_from_ctx(ctx, readonly=True)
+    try:
+        report = check_node(
+            backend,
+            select_gpus(backend, gpu),
+            budget_s=budget,
+            together=not alone_only,
+            progress=sys.stderr,
+        )
+    finally:
+        backend.close()
+    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report_text(report))
+    if report.named:
+        sys.exit(1)

@@ -1,0 +1,83 @@
+"""`gpuenv check` (gpuenv/check/): the same kernels on every GPU of a node, alone and all at
+once; the GPU that is slower, or holds a lower clock, named with why. On a simulated node
+of 4 H100s, on virtual time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gpuenv.backend import ReadOnlyBackend
+from gpuenv.check import check_node, report_text
+from gpuenv.check.node import BUDGET_S, sustain_for
+
+pytestmark = pytest.mark.sim_gpus(4)
+GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
+
+
+def test_a_gpu_with_a_lower_power_limit_is_named_with_its_limit_and_the_cap(sim):
+    sim.set_power_limit(2, 450)
+    report = check_node(sim, [0, 1, 2, 3])
+    assert report.named == [2]
+    gpu2 = report.gpus[2]
+    assert gpu2.rank == 4  # the slowest sustained matmul
+    assert any("sustained 8192^3 bf16 matmul" in s and "alone" in s for s in gpu2.slower)
+    assert any(
+        s.startswith("holds ") and "MHz under the sustained matmul" in s for s in gpu2.slower
+    )
+    assert any("with all GPUs at once" in s for s in gpu2.slower)
+    assert "its power limit is 450 W (the others' 700 W)" in gpu2.why
+    assert any(w.startswith("power-capped ") for w in gpu2.why)
+    assert gpu2.alone.sm_mhz < min(g.alone.sm_mhz for g in report.gpus if g.gpu != 2)
+    text = report_text(report)
+    assert "GPU 2 is slower than the others:" in text and "why: its power limit is 450 W" in text
+
+
+def test_four_alike_gpus_are_ranked_and_none_is_named(sim):
+    report = check_node(sim, [0, 1, 2, 3])
+    assert report.named == []
+    assert sorted(g.rank for g in report.gpus) == [1, 2, 3, 4]
+    for g in report.gpus:
+        assert g.together is not None and g.together.sm_mhz is not None
+        assert set(g.alone.times_s) == {"heavy", "copy", "tiny"}
+        assert g.alone.power_cap_s > 0  # a sustained H100 matmul meets the cap
+    assert "no GPU is slower than the others" in report_text(report)
+
+
+def test_it_only_reads(sim):
+    # read-only: every write refuses, and the check still runs
+    report = check_node(ReadOnlyBackend(sim, reason="test"), [0, 1, 2, 3], together=False)
+    assert report.named == [] and all(g.together is None for g in report.gpus)
+
+
+@pytest.mark.sim_gpus(8)
+def test_eight_gpus_fit_the_budget(sim):
+    report = check_node(sim, list(range(8)))
+    assert report.seconds <= BUDGET_S  # virtual seconds: what the real GPUs would take
+    assert sustain_for(BUDGET_S, 8) >= 1.0
+    assert sustain_for(10, 8) == 1.0 and sustain_for(600, 2) == 6.0
+
+
+def test_the_cli_names_the_gpu_and_exits_1(tmp_path):
+    env = dict(os.environ, GPUENV_SIM_GPUS="4")
+    lock = [*GPUENV, "--sim", "lock", "-i", "2", "--power-limit", "450"]
+    subprocess.run(lock, env=env, check=True, capture_output=True, timeout=60)
+    try:
+        result = subprocess.run(
+            [*GPUENV, "--sim", "check", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        subprocess.run([*GPUENV, "--sim", "restore"], env=env, capture_output=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert data["named"] == [2]
+    assert [g["gpu"] for g in data["gpus"] if g["named"]] == [2]
+    assert data["gpus"][2]["power_limit_w"] == 450

@@ -119,6 +119,8 @@ def run_form(argv: list[str], whole: bool, tmp: Path, env: dict[str, str]) -> di
         )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {TIMEOUT_S} s"}
+    except FileNotFoundError as err:  # the launcher itself is not installed (torchrun)
+        return {"error": f"not installed: {err.filename}"}
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-3000:])
@@ -185,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print("|---|---:|---:|---:|---:|---:|")
     rc = 0
-    summary_rows = None
+    summary_rows, table = None, ""
     for name, (argv, whole) in forms(n, work).items():
         tmp = Path(tempfile.mkdtemp(prefix="gpuenv-launcher-"))
         r = run_form(argv, whole, tmp, env)
@@ -202,12 +204,14 @@ def run(args: argparse.Namespace) -> int:
         if not whole:
             told, rows = other_ranks_rows(r["stderr"])
             summary_rows = f"{told} of {rows}"
+            table = r["stderr"]
         shutil.rmtree(tmp, ignore_errors=True)
     if summary_rows is not None:
         print(
             f"\nUnder --summary rank0, rank 0's table rows of ranks 1-{n - 1} with their GPU's "
-            f"telemetry (SM MHz, power): {summary_rows}."
+            f"telemetry (SM MHz, power): {summary_rows}. Rank 0's summary as printed:\n"
         )
+        print("```text\n" + table.rstrip()[-3000:] + "\n```")
     if not args.no_check:
         rc = max(rc, node_check(env))
     return rc

@@ -6,6 +6,7 @@ not the package is installed; `checkout_env` puts this checkout first on PYTHONP
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Mapping
@@ -22,3 +23,19 @@ def checkout_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[st
     env = {**(os.environ if base is None else base), **extra}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
+
+
+def add_tree_argument(parser: argparse.ArgumentParser) -> None:
+    """--tree DIR (repeatable): also measure the gpuenv of another checkout, side by side."""
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        action="append",
+        default=[],
+        help="also measure the daemon of this checkout (repeatable)",
+    )
+
+
+def trees(args: argparse.Namespace) -> list[tuple[str, Path | None]]:
+    """This tree (None), then each --tree, by the name a table shows."""
+    return [("this tree", None), *((str(t), t.resolve()) for t in args.tree)]

@@ -32,6 +32,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from daemon_harness import DaemonProcess  # noqa: E402
 
 from benchmarks import runner  # noqa: E402
+from benchmarks.checkout import add_tree_argument  # noqa: E402
+from benchmarks.checkout import trees as checkout_trees  # noqa: E402
 
 LOAD = (
     "import sys\nsys.path.insert(0, sys.argv[3])\nfrom daemon_harness import mixed_load\n"
@@ -84,18 +86,11 @@ def measure(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--sample-period", type=float, default=10.0)
-    parser.add_argument(
-        "--tree",
-        type=Path,
-        action="append",
-        default=[],
-        help="also measure the daemon of this checkout (repeatable)",
-    )
+    add_tree_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    trees: list[tuple[str, Path | None]] = [("this tree", None)]
-    trees += [(f"{t}", t.resolve()) for t in args.tree]
+    trees = checkout_trees(args)
     # side by side: every tree's daemon at once, under the same load on the machine (how
     # much a daemon grows depends on how many of its threads overlap, so on that load)
     with ThreadPoolExecutor(len(trees)) as pool:

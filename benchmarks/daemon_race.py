@@ -30,6 +30,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from daemon_harness import DaemonProcess, StressResult, metrics_port, stress  # noqa: E402
 
 from benchmarks import runner  # noqa: E402
+from benchmarks.checkout import add_tree_argument  # noqa: E402
+from benchmarks.checkout import trees as checkout_trees  # noqa: E402
 
 LOCKERS = ((0, 1), (0,), (1,))
 
@@ -68,18 +70,11 @@ def pct(values: list[float], q: float) -> float:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cycles", type=int, default=300, help="lock/release cycles per client")
     parser.add_argument("--scrapers", type=int, default=4, help="threads fetching /metrics")
-    parser.add_argument(
-        "--tree",
-        type=Path,
-        action="append",
-        default=[],
-        help="also measure the daemon of this checkout (repeatable)",
-    )
+    add_tree_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    trees: list[tuple[str, Path | None]] = [("this tree", None)]
-    trees += [(str(t), t.resolve()) for t in args.tree]
+    trees = checkout_trees(args)
     print(
         "| daemon | lease p50 / p99 quiet (ms) | lease p50 / p99 flooded (ms) | "
         "scrapes/s | cycles done | failed inside the daemon | other failures |"

@@ -295,6 +295,9 @@ MAX_SAMPLE_PERIOD_S = 10.0
 # A display loop (status -l, monitor -d) at least once a day: inf or 1e309 overflowed a
 # timer, NaN busy-looped.
 MAX_DISPLAY_INTERVAL_S = 86400.0
+# a view faster than this only burns a core: NVML's readings change every ~100 ms, and
+# nvidia-smi's fastest loop (-lms) is given in whole milliseconds
+MIN_DISPLAY_INTERVAL_S = 0.01
 
 
 def sample_period(value: Any, name: str) -> float:
@@ -304,7 +307,7 @@ def sample_period(value: Any, name: str) -> float:
 
 def display_interval(value: Any, name: str) -> float:
     """Seconds between updates of a view: status -l, monitor -d, daemon --interval."""
-    return number(value, name, lo=0, hi=MAX_DISPLAY_INTERVAL_S, lo_open=True, unit="seconds")
+    return number(value, name, lo=MIN_DISPLAY_INTERVAL_S, hi=MAX_DISPLAY_INTERVAL_S, unit="seconds")
 
 
 def env_number(

@@ -55,7 +55,7 @@ def test_run_refuses_a_bad_interval_by_its_new_name_whichever_spelling() -> None
     for flag in ("--interval", "--period"):
         result = run("--sim", "run", flag, "0", "--", "true")
         assert result.exit_code == 2
-        assert "--interval must be a finite number of seconds > 0" in result.output
+        assert "--interval must be a finite number of seconds >= 0.01" in result.output
 
 
 # -- monitor's letters mean what they mean in nvitop -----------------------------------------

@@ -83,6 +83,10 @@ def good_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["run", "-o", "", "--", "true"], "-o must be a file path, not ''"),
         (["demo", "-i", "9", "--fast"], "no GPU matches '9'"),
         (["daemon", "--socket", ""], "--socket must be a non-empty string"),
+        # issue 31: these exited 0 (a busy loop, a plain status, the h100 tour)
+        (["monitor", "-d", "1e-9", "--once"], "-d must be a finite number of seconds >= 0.01"),
+        (["status", "--query-supported-clocks="], "--query-supported-clocks needs at least"),
+        (["demo", "--profile", ""], "--profile must be a non-empty string"),
     ],
 )
 def test_a_bad_number_or_name_is_one_sentence(args: list[str], needle: str) -> None:

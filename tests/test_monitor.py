@@ -170,7 +170,7 @@ def test_cli_csv_with_a_scenario_shows_the_sim_moving():
     ("args", "message"),
     [
         (["monitor", "--scenario", "load", "--once"], "--scenario drives the simulated GPU"),
-        (["--sim", "monitor", "-d", "0"], "-d must be a finite number of seconds > 0"),
+        (["--sim", "monitor", "-d", "0"], "-d must be a finite number of seconds >= 0.01"),
         (["--sim", "monitor", "-n", "0", "--json"], "--count must be a whole number >= 1, not 0"),
         (["--sim", "monitor"], "the live view needs a terminal"),
         (["--sim", "monitor", "-i", "5", "--once"], "no GPU matches '5'"),

@@ -305,7 +305,7 @@ def test_cli_a_negative_number_after_l_is_ls_bad_value_not_options(value: str) -
     """click reads `-l -inf` as -l alone then `-i nf`: the number is -l's, judged as one."""
     result = run("--sim", "status", "-l", value)
     assert result.exit_code == 2
-    assert "-l must be a finite number of seconds > 0" in result.output
+    assert "-l must be a finite number of seconds >= 0.01" in result.output
     assert "no GPU matches" not in result.output
     from gpuenv.cli.status import status
 

@@ -17,6 +17,7 @@ import os
 
 import click
 
+from gpuenv import validate
 from gpuenv.cli._common import checked, gpu_option, handle_errors, open_from_ctx
 from gpuenv.errors import NvmlUnavailable
 
@@ -28,6 +29,7 @@ from gpuenv.errors import NvmlUnavailable
     "--profile",
     default=None,
     metavar="NAME",
+    callback=checked("--profile", validate.text),
     help="Simulated GPU for the sim tour: h100 (default), rtx4090, legacy.",
 )
 @click.option(

@@ -90,7 +90,9 @@ def _fields(opts: StatusOptions) -> tuple[list[Any], Any]:
     fmt = query.parse_format(opts.fmt or "csv")
     if opts.query_gpu is not None:
         return query.parse_fields(opts.query_gpu), fmt
-    text = opts.query_supported_clocks or "gpu_uuid,memory,graphics"
+    text = opts.query_supported_clocks
+    if text is None:  # --supported-clocks --format=csv: nvidia-smi's default columns
+        text = "gpu_uuid,memory,graphics"
     return query.parse_fields(text, clocks.SUPPORTED_FIELDS, "--query-supported-clocks"), fmt
 
 

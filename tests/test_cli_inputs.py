@@ -155,6 +155,18 @@ def test_check_config_refuses_a_socket_group_the_daemon_would_refuse(tmp_path: P
     )
 
 
+def test_check_config_refuses_a_relative_socket(tmp_path: Path) -> None:
+    # issue 31: accepted, and the daemon and each client would resolve it in their own
+    # working directory
+    config = tmp_path / "gpuenvd.conf"
+    config.write_text("[daemon]\nsocket = relative.sock\n")
+    refused(
+        run("daemon", "check-config", "--config", str(config)),
+        "socket 'relative.sock' is a relative path",
+        "give an absolute one",
+    )
+
+
 # -- sockets that are not gpuenvd -------------------------------------------------------------
 
 

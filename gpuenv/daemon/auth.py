@@ -168,6 +168,11 @@ def _daemon_settings(d: configparser.SectionProxy, source: str) -> dict:
                 hint="settings: " + ", ".join(_DAEMON_KEYS),
             )
     if d.get("socket"):
+        if not os.path.isabs(d["socket"]):  # the daemon and its clients start elsewhere
+            raise ConfigError(
+                f"{source}: socket {d['socket']!r} is a relative path",
+                hint="give an absolute one, e.g. /run/gpuenv/gpuenvd.sock",
+            )
         kwargs["socket"] = d["socket"]
     if d.get("socket_group"):
         kwargs["socket_group"] = d["socket_group"]

@@ -81,10 +81,13 @@ def read_bytes(
     max_bytes: int = SMALL_MAX_BYTES,
     setting: str | None = None,
     missing_ok: bool = False,
+    pipe_ok: bool = False,
 ) -> bytes | None:
     """The bytes of regular file `path`, at most `max_bytes`; None when it does not exist
     and `missing_ok`. `what` names the file for a person ("results", "the journal
-    record"); `setting` the variable or option that moves it."""
+    record"); `setting` the variable or option that moves it. `pipe_ok`: a shell's pipe
+    is read too, once, to its end (`<(cat run.jsonl)`: /dev/fd/63), at most `max_bytes`;
+    a named FIFO is still refused (with no writer it would wait forever)."""
     try:
         # O_NONBLOCK: opening a FIFO does not wait for a writer; fstat then refuses it
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
@@ -97,6 +100,8 @@ def read_bytes(
     try:
         st = os.fstat(fd)
         kind = kind_of(st.st_mode)
+        if pipe_ok and stat.S_ISFIFO(st.st_mode) and _anonymous_pipe(fd):
+            return _read_pipe(fd, path, what, max_bytes)
         if kind is not None:
             raise ConfigError(
                 f"{what}: {os.fspath(path)} is {kind}, not a file",
@@ -120,6 +125,43 @@ def read_bytes(
         os.close(fd)
 
 
+PIPE_WAIT_S = 30.0  # the longest a pipe may stay silent before its reader gives up
+
+
+def _anonymous_pipe(fd: int) -> bool:
+    """Whether `fd` is a pipe a process holds the other end of (a shell's process
+    substitution), not a named FIFO on a filesystem that may have no writer at all."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
+    except OSError:
+        return False
+
+
+def _read_pipe(fd: int, path: str | os.PathLike[str], what: str, max_bytes: int) -> bytes:
+    """A pipe read to its end, at most `max_bytes`, waiting at most PIPE_WAIT_S for each
+    next chunk (a writer that stalls is named, never waited for forever)."""
+    import select
+
+    chunks, size = [], 0
+    while True:
+        if not select.select([fd], [], [], PIPE_WAIT_S)[0]:
+            raise ConfigError(
+                f"{what}: nothing came from the pipe {os.fspath(path)} in {PIPE_WAIT_S:.0f} s",
+                hint="pass a file, or a pipe whose writer finishes",
+            )
+        try:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+        except BlockingIOError:  # readable, then taken: wait again
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > max_bytes:
+            raise _too_big(what, path, size, max_bytes)
+    return b"".join(chunks)
+
+
 def _too_big(what: str, path: str | os.PathLike[str], size: int, limit: int) -> ConfigError:
     return ConfigError(
         f"{what}: {os.fspath(path)} is {size / MiB:.1f} MiB, over the {limit / MiB:.0f} MiB "
@@ -136,10 +178,18 @@ def read_text(
     setting: str | None = None,
     missing_ok: bool = False,
     noun: str = "text",
+    pipe_ok: bool = False,
 ) -> str | None:
     """`read_bytes`, decoded as UTF-8; a file that is not text is named with the offset
     (`noun`: what it is not, e.g. "a results file")."""
-    data = read_bytes(path, what=what, max_bytes=max_bytes, setting=setting, missing_ok=missing_ok)
+    data = read_bytes(
+        path,
+        what=what,
+        max_bytes=max_bytes,
+        setting=setting,
+        missing_ok=missing_ok,
+        pipe_ok=pipe_ok,
+    )
     if data is None:
         return None
     try:

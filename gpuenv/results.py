@@ -305,7 +305,9 @@ def load_runs(path: str | os.PathLike[str]) -> list[Run]:
 
     p = Path(path)
     what = "cannot read results file"
-    text = reader.read_text(p, what=what, max_bytes=reader.RESULTS_MAX_BYTES, noun="a results file")
+    text = reader.read_text(
+        p, what=what, max_bytes=reader.RESULTS_MAX_BYTES, noun="a results file", pipe_ok=True
+    )
     runs: dict[str, tuple[dict[str, Any], list[Measurement]]] = {}
     bad: list[int] = []
     for lineno, line in enumerate(text.splitlines(), 1):  # type: ignore[union-attr]

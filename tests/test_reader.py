@@ -204,3 +204,33 @@ def test_a_journal_record_that_is_a_fifo_is_damage_not_a_hang(tmp_path: Path) ->
     os.mkfifo(tmp_path / "GPU-0.json")
     with pytest.raises(JournalDamaged, match="is a FIFO"):
         journal.get("GPU-0")
+
+
+def test_a_shells_process_substitution_is_read_once_and_a_named_fifo_still_refused(
+    tmp_path: Path,
+) -> None:
+    # `gpuenv compare <(cat a.jsonl) <(cat b.jsonl)` was refused ("a FIFO, not a file")
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("bash") is None:
+        pytest.skip("needs bash for process substitution")
+    for name in ("a", "b"):
+        out = str(tmp_path / f"{name}.jsonl")
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuenv", "--sim", "run", "-o", out, "--", "true"],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+    cmd = f"{sys.executable} -m gpuenv compare <(cat a.jsonl) <(cat b.jsonl)"
+    done = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "a: /dev/fd/" in done.stdout and "| (run) |" in done.stdout
+    # a pipe is read to its end once; what it holds is judged as a file's would be
+    r, w = os.pipe()
+    os.write(w, (tmp_path / "a.jsonl").read_bytes())
+    os.close(w)
+    assert load_runs(f"/dev/fd/{r}")[0].measurements[0].name == "(run)"
+    os.close(r)

@@ -218,3 +218,20 @@ def test_a_regions_energy_from_its_start_to_the_first_counter_read_is_the_works_
     w = summarize(fast, slow, [], 0.05, 1.95, gpu=0)
     assert not w.energy_interpolated
     assert w.energy_j == pytest.approx(500.0 * 1.9, rel=1e-6)  # held, it read 930 J
+
+
+# tests/window_oracle.py is what "identical" means: edited twice as if it were not frozen
+# (house issue, item 8). A deliberate change updates this hash, adds a line to the
+# oracle's docstring and says why in its commit.
+ORACLE_SHA256 = "a35a02a33bc68fd5eb8f19ff819db20632bc612014d07d9287a9f04fccec8f5f"
+
+
+def test_the_oracle_is_frozen() -> None:
+    import hashlib
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "window_oracle.py").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == ORACLE_SHA256, (
+        "tests/window_oracle.py changed: if on purpose, add a line to its docstring, say why "
+        "in the commit and update ORACLE_SHA256"
+    )

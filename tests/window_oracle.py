@@ -8,6 +8,9 @@ Another (2026-11-25): the energy of the stretch from a region's start to its fir
 read comes from the samples after the start, each covering the time back to the one
 before (`_back_weights`), not from the one in force at the start: at the 100 ms tick that
 one, read before the work began, stood for up to a tick of the work.
+And (2026-11-27) a new field, `sm_mhz_busy_mean`: the clock over the samples without
+GpuIdle, weighted as the mean is; no existing value changed. The file is held to its hash
+by tests/test_telemetry_summary.py: a change comes with a line here and its reason.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ door they came through.
 
     facts = read_facts(backend, gpus, lock_ranges)          # once per session
     m = judge("gemm", times, Evidence.sampled(sampler, spans, gpus), facts=facts,
-              config=config, policy="retry", retry=Retry(rerun, recover, clock))
+              config=config, policy="retry", retry=Retry(rerun, clock, recover))
 
 Policies (`policy=`): "annotate" keeps every rep and attaches the findings;
 "reject" drops the reps that findings at or above `config.reject_severity` touch;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Simulator fidelity: the simulated H100 against GPU_FACTS.md, as a markdown table.
+"""Simulator fidelity: the simulated H100 against what an H100 measured, as a markdown table.
 
 Runs the default profile on virtual time (the whole run takes about a second
 of CPU) and reads it only through the Backend API, as gpuenv would: idle and
@@ -33,7 +33,7 @@ from gpuenv.backend import REASON_GPU_IDLE, REASON_SW_POWER_CAP
 from gpuenv.backend.sim import SimBackend
 from gpuenv.timebase import VirtualClock
 
-T_1980_S = 1.37e-3  # GPU_FACTS.md: one matmul at 1980 MHz
+T_1980_S = 1.37e-3  # an H100: one matmul at 1980 MHz
 T_5S_S = 1.57e-3  # ... averaged over the first 5 s of sustained load
 SPLIT = {"cycles": 1.3085e6, "mem_cycles": 1.857e6}  # 0.661 ms SM-bound + 0.709 ms at 2619 MHz
 PURE = {"cycles": T_1980_S * 1980e6, "mem_cycles": 0.0}
@@ -42,7 +42,7 @@ PURE = {"cycles": T_1980_S * 1980e6, "mem_cycles": 0.0}
 @dataclass
 class Row:
     figure: str
-    fact: str  # as GPU_FACTS.md gives it
+    fact: str  # as the H100 measured it
     ref: float  # the number compared against
     sim: float
     unit: str
@@ -239,7 +239,7 @@ def fmt(value: float, unit: str) -> str:
 
 def render(rows: list[Row], wall_s: float) -> str:
     out = [
-        "| figure | GPU_FACTS.md | sim | error | within 10% |",
+        "| figure | H100, measured | sim | error | within 10% |",
         "| --- | --- | --- | --- | --- |",
     ]
     for r in rows:

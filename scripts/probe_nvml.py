@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Read-only NVML probe: prints what this machine's driver answers to the calls gpuenv uses.
 
-Never writes a GPU setting. Used to check GPU_FACTS.md against the lent device
+Never writes a GPU setting. Used to check the recorded H100 facts against the lent device
 before relying on a fact. Usage: python3 scripts/probe_nvml.py [--json FILE]
 """
 

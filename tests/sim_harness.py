@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpuenv.backend.sim import SimBackend
 
 # One 8192^3 bf16 matmul on an H100: 1.37 ms at 1980 MHz, about half of it not SM-clock bound
-# (GPU_FACTS.md: 1.57 ms in the first 5 s under the cap, 1.62 ms after 25 s).
+# (an H100: 1.57 ms in the first 5 s under the cap, 1.62 ms after 25 s).
 MATMUL = {"cycles": 1.3085e6, "mem_cycles": 1.857e6}
 
 

@@ -104,7 +104,7 @@ NOT_READ = {
     "platform.module_id",
     "platform.gpu_fabric_guid",
     # NVML's field ids for these counters changed between headers and answer unrelated
-    # values on driver 580 (GPU_FACTS.md); sw_power_cap and sync_boost (ids 74, 76) are read
+    # values on driver 580 (measured on an H100); sw_power_cap and sync_boost (ids 74, 76) are read
     *(
         f"clocks_event_reasons_counters.{k}"
         for k in ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")

@@ -1,4 +1,4 @@
-"""The simulated GPU's model behaves as GPU_FACTS.md says an H100 does: governor, power cap,
+"""The simulated GPU's model behaves as an H100 measured read-only does: governor, power cap,
 thermals, the driver's refresh periods and counters."""
 
 from __future__ import annotations

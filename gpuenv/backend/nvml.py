@@ -19,7 +19,7 @@ fallback twice:
   - application clocks: `nvmlDeviceGetApplicationsClock` (deprecated in NVML 13),
     else `nvmlDeviceGetClock(..., NVML_CLOCK_ID_APP_CLOCK_TARGET)`.
 
-Facts this module respects (shared/GPU_FACTS.md): there is no getter for locked
+Facts this module respects (measured read-only on an H100, 2026-11): there is no getter for locked
 clocks; `nvmlDeviceGetPowerUsage` is a 1 s average, the instantaneous power is
 field 186; `nvmlDeviceGetFieldValues` succeeds when any field was filled, so
 each entry's own return code is checked; time under each clock-event reason

@@ -85,7 +85,7 @@ class SimTruth:
 class SimBackend(SimDetails, SimWrites, SimWorkload):
     """A simulated machine of `n_gpus` identical GPUs (see the module docstring).
 
-    `profile`: "h100" (default, GPU_FACTS.md), "rtx4090", "legacy", or a `SimProfile`.
+    `profile`: "h100" (default, an H100 as measured), "rtx4090", "legacy", or a `SimProfile`.
     `clock`: `RealClock` (default) or a `VirtualClock` for tests.
     `root`: whether this process may write settings (else PermissionDenied, as NVML's).
     `state_file`: where the driver state lives across processes; None keeps it in memory.

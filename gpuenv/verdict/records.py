@@ -58,7 +58,7 @@ class MeasurementRejected(GpuenvError):
 
 @dataclass(frozen=True)
 class VerdictConfig:
-    """Every threshold the findings use. Defaults suit an H100 (GPU_FACTS.md).
+    """Every threshold the findings use. Defaults suit an H100, as measured read-only.
 
     warmup_ramp
       idle_clock_fraction: a region that starts with the SM clock below this

@@ -153,7 +153,8 @@ def seen(tmp: Path, whole: bool) -> dict[str, Any]:
 def other_ranks_rows(stderr: str) -> tuple[int, int]:
     """Rank 0's table: rows of ranks 1.. with SM MHz and power, and all rows of ranks 1.."""
     rows = [ln.split() for ln in stderr.splitlines() if re.match(r"  [1-9]\d* ", ln)]
-    told = sum(1 for r in rows if re.search(r" \d+ +\d+ W ", " ".join(r) + " "))
+    # SM MHz is its mean, then its range where it moved ("1452 (1440-1470)"), then power
+    told = sum(1 for r in rows if re.search(r" \d+(?: \(\d+-\d+\))? +\d+ W ", " ".join(r) + " "))
     return told, len(rows)
 
 

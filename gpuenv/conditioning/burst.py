@@ -3,6 +3,7 @@ measurement's reps in short bursts with rests between (`Bursts`, the one schedul
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from collections.abc import Mapping, Sequence
@@ -289,7 +290,7 @@ class Bursts:
         if self.filt_w is None:  # from the 1 s average read first, or where the last
             first = self.sampler.samples(self.origin, None, self.gpu)[:1]  # last one left it
             before = max(low, first[0].power_w if first else low)
-            left = self._left().get(self._uuid() or "")
+            left = self._left().get(self._uuid or "")
             if left is not None and first and first[0].t >= left[0]:
                 before = max(
                     before,
@@ -315,8 +316,9 @@ class Bursts:
         except TypeError:  # a clock that cannot be weakly referenced: nothing carried
             return {}
 
+    @functools.cached_property
     def _uuid(self) -> str | None:
-        """The GPU's UUID (None: no backend to ask)."""
+        """The GPU's UUID (None: no backend to ask), asked once a measurement."""
         backend = getattr(self.sampler, "backend", None)
         try:
             return str(backend.device_info(self.gpu).uuid) if backend is not None else None
@@ -339,7 +341,7 @@ class Bursts:
             heavy, low = self._watts()
             now = self.clock.now()
             end = heavy + (self.filt_w - heavy) * math.exp(-(now - self.burst_start) / tau)
-            uuid = self._uuid()
+            uuid = self._uuid
             if uuid is not None:
                 self._left()[uuid] = (now, end, low)
         return {

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuenv.conditioning.sustained import fit_slope
+from gpuenv.stats.descriptive import median
 
 MIN_SPAN_C = 3.0  # temperatures a slope is fitted over must span this much
 MAX_POINTS = 16  # the newest measurements of a function a slope is fitted to
@@ -63,7 +64,7 @@ class Sensitivity:
         temps = [t for t, _ in points]
         if len(points) < 2 or max(temps) - min(temps) < self.min_span_c:
             return None
-        ref = sorted(m for _, m in points)[len(points) // 2]
+        ref = median([m for _, m in points])
         return fit_slope(temps, [m / ref - 1 for _, m in points])
 
     def margin_c(self, fn: Callable[..., Any], target_rel: float) -> float | None:

@@ -165,6 +165,12 @@ REST_POWER_FRAC = 0.25  # the power at rest is at most this of the limit (H100: 
 # assumes the worst: the H200's 8192^3 bf16 matmuls drew up to 892 W against its 700 W
 # limit (1.27x), the simulated H100's heaviest kernel 1.57x.
 UNSEEN_POWER_FRAC = 1.6
+# A reading refreshed inside the work still reads under what the work draws where the
+# work had run only a little of the time the driver's value covers: an MLP block that
+# draws 760-941 W on an H100 read 575-591 W so, was scheduled for that, and met the cap.
+# A reading this far up the limit says the kernel is heavy, not how heavy: it is then
+# scheduled as the heaviest (UNSEEN_POWER_FRAC); a lower one says it is light.
+HEAVY_SEEN_FRAC = 0.5
 SEEN_AFTER_S = 0.005  # a refresh this far into a burst shows the burst's work
 # The modelled filtered power each GPU was left at (clock time, watts, watts at rest): the
 # GPU's state outlives a measurement, so the next one (an autotuner's next config, a
@@ -294,15 +300,16 @@ class Bursts:
 
     def _watts(self) -> tuple[float, float]:
         """The heaviest power this measurement's work draws, and the power at rest: the
-        highest reading, but UNSEEN_POWER_FRAC of the limit if that is more, until a
-        reading whose refresh fell inside a burst (`_shows_work`) has shown the work."""
+        highest reading where it shows a light kernel, else UNSEEN_POWER_FRAC of the
+        limit if that is more: until a reading whose refresh fell inside a burst
+        (`_shows_work`) has shown the work, and where one shows it heavy."""
         # this measurement's samples only (a session's sampler holds hours of others)
         samples = self.sampler.samples(self.origin, None, self.gpu) if self.sampler else []
         watts = [s.power_instant_w if s.power_instant_w is not None else s.power_w for s in samples]
         limit = self.facts.power_limit_w if self.facts and self.facts.power_limit_w else 0.0
         heavy = max(watts, default=0.0)
         self.power_seen = self.power_seen or any(self._shows_work(s) for s in samples)
-        if not self.power_seen:
+        if not self.power_seen or heavy >= HEAVY_SEEN_FRAC * limit:
             heavy = max(heavy, UNSEEN_POWER_FRAC * limit)
         return heavy, min([*watts, REST_POWER_FRAC * limit])
 

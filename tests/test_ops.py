@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
+import shutil
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tmpfs_harness import mount_tmpfs, unmount
+from tmpfs_harness import tmpfs
 
 from gpuenv import ops
 from gpuenv.cli import cli
@@ -157,49 +158,42 @@ def test_a_missing_directory_or_a_directory_in_the_way_is_named(tmp_path: Path) 
         ops.install("unit", tmp_path, force=True)
 
 
-def test_no_permission_exits_4_naming_the_place(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root may write anywhere: the mode cannot refuse it")
-    tmp_path.chmod(0o555)
+def test_an_account_that_may_not_write_there_exits_4_naming_the_place() -> None:
+    """`gpuenv ops install unit` without sudo: /etc/systemd/system is root's."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run it as another account (CI runs as root)")
+    from daemon_harness import run_as, shared_workdir
+
+    work = shared_workdir()
     try:
-        out = gpuenv("ops", "install", "unit", "--dest", str(tmp_path))
+        dest = work / "system"
+        dest.mkdir(mode=0o755)  # root's: others may look, not write
+        code = "import sys\nfrom gpuenv.cli import main\nsys.argv[0] = 'gpuenv'\nmain()\n"
+        argv = ("ops", "install", "unit", "--dest", str(dest))
+        out = run_as(pwd.getpwnam("nobody"), code, *argv, env=dict(os.environ))
+        assert list(dest.iterdir()) == []
     finally:
-        tmp_path.chmod(0o755)
-    assert out.exit_code == 4, out.output
-    assert "permission denied" in out.output
+        shutil.rmtree(work)
+    assert out.returncode == 4, out.stderr
+    assert f"installing unit: permission denied on {dest}/gpuenvd.service" in out.stderr
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs of its own, 64 KiB (root only)."""
-    mnt = tmp_path / "small"
-    mount_tmpfs(mnt, "size=64k")
-    try:
-        yield mnt
-    finally:
-        unmount(mnt)
-
-
-def test_a_full_disk_leaves_no_part_of_a_file(small_disk: Path) -> None:
-    with contextlib.suppress(OSError), open(small_disk / "filler", "wb") as f:
-        while True:
-            f.write(b"\0" * 4096)
-            f.flush()
-    (small_disk / "filler").write_bytes((small_disk / "filler").read_bytes()[:-8192])
-    out = gpuenv("ops", "install", "dashboard", "--dest", str(small_disk))  # 14 KiB
-    assert out.exit_code == 2, out.output
-    assert f"the disk holding {small_disk}/gpuenv-dashboard.json is full" in out.output
-    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]
+def test_a_full_disk_leaves_no_part_of_a_file(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "small", "size=64k") as disk:
+        with contextlib.suppress(OSError), open(disk / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        (disk / "filler").write_bytes((disk / "filler").read_bytes()[:-8192])
+        out = gpuenv("ops", "install", "dashboard", "--dest", str(disk))  # 14 KiB
+        assert out.exit_code == 2, out.output
+        assert f"the disk holding {disk}/gpuenv-dashboard.json is full" in out.output
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]
 
 
 def test_a_read_only_place_is_named(tmp_path: Path) -> None:
-    mnt = tmp_path / "ro"
-    mount_tmpfs(mnt, "size=64k,ro")
-    try:
-        with pytest.raises(FileError) as err:
-            ops.install("unit", mnt)
-    finally:
-        unmount(mnt)
+    with tmpfs(tmp_path / "ro", "size=64k,ro") as place, pytest.raises(FileError) as err:
+        ops.install("unit", place)
     assert str(err.value).startswith(
-        f"installing unit: {mnt}/gpuenvd.service is on a read-only file system"
+        f"installing unit: {place}/gpuenvd.service is on a read-only file system"
     )

@@ -150,6 +150,8 @@ def test_files_with_no_usual_place_need_a_destination(tmp_path: Path) -> None:
 
 
 def test_a_missing_directory_or_a_directory_in_the_way_is_named(tmp_path: Path) -> None:
+    out = gpuenv("ops", "install", "unit", "--dest", "")
+    assert out.exit_code == 2 and "--dest must be a path (a non-empty string)" in out.output
     out = gpuenv("ops", "install", "unit", "--dest", str(tmp_path / "nope"))
     assert out.exit_code == 2
     assert f"installing unit: {tmp_path / 'nope'} does not exist" in out.output

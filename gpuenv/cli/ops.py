@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import click
 
-from gpuenv.cli._common import handle_errors
+from gpuenv import validate
+from gpuenv.cli._common import checked, handle_errors
 from gpuenv.ops import FILES, NAMES
 
 
@@ -61,6 +62,7 @@ def show(name: str) -> None:
     "--dest",
     metavar="DIR",
     default=None,
+    callback=checked("--dest", validate.path_like),
     help="The directory to write into (it must exist). Default: where each file goes "
     "(gpuenv ops list).",
 )

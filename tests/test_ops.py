@@ -4,10 +4,12 @@ printing and installing them (whole or not at all, never over a file that differ
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pwd
 import shutil
 import stat
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,31 @@ def test_install_writes_each_file_with_its_mode_and_says_what_next(tmp_path: Pat
         "gpuenv-prolog.sh",
         "gpuenvd.service",
     ]  # no temporary file left
+
+
+def test_a_file_that_runs_gpuenv_says_so_where_root_would_not_find_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wheel in a virtual environment is on no path root's services search: the unit's
+    ExecStart and the Slurm scripts would fail at their first run, not at install."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setattr(ops, "ROOT_PATH", str(bin_dir))
+    prolog = ops.install("prolog", tmp_path)
+    assert prolog.note is not None
+    assert prolog.note.startswith("it runs gpuenv, which root's services will not find: ln -s ")
+    assert prolog.note.endswith(" /usr/local/bin/gpuenv")
+    out = gpuenv("ops", "install", "epilog", "--dest", str(tmp_path))
+    assert "\n  note: it runs gpuenv, which root's services will not find" in out.output
+    (bin_dir / "gpuenv").write_text("#!/bin/sh\n")
+    (bin_dir / "gpuenv").chmod(0o755)
+    assert prolog.note is None
+    assert ops.install("rules", tmp_path).note is None  # it runs nothing of gpuenv's
+    unit = dataclasses.replace(ops.FILES["unit"], runs=str(tmp_path / "gone" / "gpuenv"))
+    assert ops.Installed(unit, "x", "installed").note == (
+        f"it runs {tmp_path}/gone/gpuenv, which root's services will not find: "
+        f"ln -s {Path(sysconfig.get_path('scripts')) / 'gpuenv'} /usr/local/bin/gpuenv"
+    )
 
 
 def test_installing_again_leaves_the_same_file_and_refuses_one_that_differs(

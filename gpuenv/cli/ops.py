@@ -79,3 +79,5 @@ def install(names: tuple[str, ...], dest: str | None, force: bool) -> None:
     for name in dict.fromkeys(names):
         done = install_file(name, dest, force=force)
         click.echo(f"{done.action} {done.path}\n  next: {done.then}")
+        if done.note:
+            click.echo(f"  note: {done.note}")

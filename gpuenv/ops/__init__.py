@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +37,8 @@ from gpuenv.errors import ConfigError, FileError
 class OpsFile:
     """One shipped file. `resource`: its path in this package; `file`: its name once
     installed; `folder`: where it usually goes (None: nowhere usual, `--dest` says);
-    `then`: what to do once it is installed ({path} and {folder} filled in)."""
+    `then`: what to do once it is installed ({path} and {folder} filled in); `runs`: the
+    gpuenv it runs, as it names it (looked up in ROOT_PATH), where it runs one."""
 
     name: str
     resource: str
@@ -44,6 +47,11 @@ class OpsFile:
     mode: int
     what: str
     then: str
+    runs: str | None = None
+
+
+# where the Slurm scripts look for commands (they set it: slurmd gives them no PATH)
+ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 FILES: dict[str, OpsFile] = {
@@ -57,6 +65,7 @@ FILES: dict[str, OpsFile] = {
             0o644,
             "gpuenvd's systemd unit",
             "systemctl daemon-reload && systemctl enable --now gpuenvd",
+            runs="/usr/local/bin/gpuenv",  # its ExecStart
         ),
         OpsFile(
             "prolog",
@@ -66,6 +75,7 @@ FILES: dict[str, OpsFile] = {
             0o755,
             "Slurm Prolog: locks the clocks",
             "add Prolog={path} to slurm.conf, then scontrol reconfigure",
+            runs="gpuenv",
         ),
         OpsFile(
             "epilog",
@@ -75,6 +85,7 @@ FILES: dict[str, OpsFile] = {
             0o755,
             "Slurm Epilog: puts them back",
             "add Epilog={path} to slurm.conf, then scontrol reconfigure",
+            runs="gpuenv",
         ),
         OpsFile(
             "rules",
@@ -130,6 +141,20 @@ class Installed:
     def then(self) -> str:
         """The next step, for this path."""
         return self.file.then.format(path=self.path, folder=os.path.dirname(self.path))
+
+    @property
+    def note(self) -> str | None:
+        """What the installed file will not find: the gpuenv it runs (a wheel installed in
+        a virtual environment is on no path root's services look in), or None."""
+        runs = self.file.runs
+        if runs is None or shutil.which(runs, path=ROOT_PATH):
+            return None
+        mine = os.path.join(sysconfig.get_path("scripts"), "gpuenv")
+        link = mine if os.access(mine, os.X_OK) else "/path/to/venv/bin/gpuenv"
+        return (
+            f"it runs {runs}, which root's services will not find: "
+            f"ln -s {link} /usr/local/bin/gpuenv"
+        )
 
 
 def find(name: str) -> OpsFile:

@@ -15,7 +15,10 @@ as drawing X times the limit, conditioning.burst.UNSEEN_POWER_FRAC; `unseen=0`: 
 before it did, the highest reading), `first=S` (from a rested GPU, S s of work before the
 first rest while no reading has shown the power, UNSEEN_FIRST_S), `heavyseen=X` (a
 reading at X of the limit or more schedules the kernel as the heaviest; 0: every kernel,
-HEAVY_SEEN_FRAC). Read-only; needs torch and a GPU.
+HEAVY_SEEN_FRAC), `tau=S` (the power filter's time constant, DROPIN_POWER_TAU_S),
+`coldwait=0` (a call begun on an idle GPU does not wait for samples taken after its
+warmup, timing.harness.COLD_START_FRESH).
+Read-only; needs torch and a GPU.
 
     GPUENV_READONLY=1 python -m benchmarks.dropin_mlp --trials 10 --variants now,unseen=0
 """
@@ -43,6 +46,7 @@ def _variant(spec: str) -> Iterator[None]:
     from gpuenv.integrations.triton import bench as dropin
 
     saved = (
+        dropin.DROPIN_POWER_TAU_S,
         dropin.DROPIN_POWER_TARGET,
         dropin.DROPIN_BURST_S,
         burst.UNSEEN_POWER_FRAC,
@@ -56,18 +60,32 @@ def _variant(spec: str) -> Iterator[None]:
         dropin.DROPIN_BURST_S = float(value)
     elif key == "unseen":
         burst.UNSEEN_POWER_FRAC = float(value)
+    elif key == "coldwait":
+        from gpuenv.timing import harness
+
+        saved_cold = harness.COLD_START_FRESH
+        harness.COLD_START_FRESH = bool(int(value))
+        try:
+            yield
+        finally:
+            harness.COLD_START_FRESH = saved_cold
+        return
+    elif key == "tau":
+        dropin.DROPIN_POWER_TAU_S = float(value)
     elif key == "first":
         burst.UNSEEN_FIRST_S = float(value)
     elif key == "heavyseen":
         burst.HEAVY_SEEN_FRAC = float(value)
     elif key != "now":
         raise SystemExit(
-            f"unknown variant {spec!r}: now, target=X, burst=S, unseen=X, first=S, heavyseen=X"
+            f"unknown variant {spec!r}: now, target=X, burst=S, unseen=X, first=S, "
+            "heavyseen=X, tau=S, coldwait=0|1"
         )
     try:
         yield
     finally:
         (
+            dropin.DROPIN_POWER_TAU_S,
             dropin.DROPIN_POWER_TARGET,
             dropin.DROPIN_BURST_S,
             burst.UNSEEN_POWER_FRAC,

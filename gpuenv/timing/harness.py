@@ -20,6 +20,7 @@ from gpuenv.clocks.status import lock_holds
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
 from gpuenv.progress import Progress
+from gpuenv.reasons import Reason
 from gpuenv.telemetry import DRIVER_REFRESH_S, trace_record
 from gpuenv.timebase import Clock
 from gpuenv.timing import memo
@@ -30,6 +31,7 @@ from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, tiny_call
 
 log = logging.getLogger(__name__)
 
+COLD_START_FRESH = True  # see _condition: a call begun on an idle GPU waits for fresh samples
 WARMUP_WINDOW = 8  # reps whose times and clocks must not trend for warmup to end
 WARMUP_MIN_REPS = 3  # the first call is set-up (cuBLAS handles, lazy loading): never enough
 WARMUP_REL_TOL = 0.01  # a trend moving times by less than this across the window is steady
@@ -375,8 +377,24 @@ class _Run:
                 )
                 self.extra["burst_from_start"] = self.from_start
                 since = place.opened - DRIVER_REFRESH_S if self.from_start else None
+                if self.from_start and COLD_START_FRESH and self._began_idle():
+                    # heavy work begun on an idle GPU can set off the cap in its first
+                    # ~50 ms (an MLP block on the H100: reps 1-6 after a 50 ms warmup
+                    # capped, the clock a step down for the ~0.5 s the cap holds), and the
+                    # warmup's samples cannot show it yet: wait for samples taken a
+                    # driver refresh after it
+                    self.extra["burst_cold_start"] = True
+                    since = None
                 waited, ready = self._wait(since=since)
             self.extra.update(burst_first_wait_s=waited, burst_first_ready=ready)
+
+    def _began_idle(self) -> bool:
+        """Did the first sample of this call find the GPU idle (no context working)?"""
+        place = self.place
+        if place.sampler is None:
+            return False
+        first = place.sampler.samples(place.opened - DRIVER_REFRESH_S, None, place.gpu)[:1]
+        return bool(first and first[0].reasons & Reason.GPU_IDLE)
 
     def _wait(self, min_rest_s: float = 0.0, since: float | None = None) -> tuple[float, bool]:
         place = self.place

@@ -5,6 +5,7 @@ gloo) on a simulated node of 4 H100s whose GPU 2 has a lower power limit."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -119,6 +120,13 @@ def test_torchrun_ddp_step_names_the_gpu_with_the_lower_power_limit(tmp_path):
             cwd=tmp_path,
             timeout=300,
         )
+        check = subprocess.run(
+            [*GPUENV, "--sim", "check", "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
     finally:
         node.close()
     assert result.returncode == 0, result.stderr
@@ -129,6 +137,7 @@ def test_torchrun_ddp_step_names_the_gpu_with_the_lower_power_limit(tmp_path):
     assert s.slowest is not None and s.slowest.gpu == 2, result.stderr
     assert s.slowest.power_cap_s > 0 and s.wait_s is not None and s.wait_s > 0
     assert "step: GPU 2 (rank 2) held the step back" in result.stderr
+    assert check.returncode == 1 and json.loads(check.stdout)["named"] == [2], check.stderr
 
 
 def test_rank0s_table_under_summary_rank0_carries_the_row_and_no_run_step():

@@ -11,6 +11,7 @@ import pytest
 from gpuenv import timing
 from gpuenv.backend.sim import SimBackend
 from gpuenv.errors import ConfigError
+from gpuenv.results import load_run
 from gpuenv.timebase import VirtualClock
 from gpuenv.verdict import MeasurementRejected, VerdictConfig
 
@@ -368,3 +369,19 @@ def test_a_burst_measurement_whose_reps_split_in_two_says_so(sim) -> None:
     f = [x for x in m.findings if x.kind == "bimodal"]
     assert len(f) == 1 and "32.00 us" in f[0].message and "35.50 us" in f[0].message
     assert m.verdict == "annotated"
+
+
+def test_a_bench_under_cuda_visible_devices_samples_the_gpu_cuda_calls_device_0(
+    monkeypatch, tmp_path
+):
+    # as on CUDA, where bench samples torch's current device's GPU found by UUID: one
+    # process per GPU of a node (CUDA_VISIBLE_DEVICES=<its GPU>) measures its own GPU
+    node = SimBackend(n_gpus=4, clock=VirtualClock())
+    uuid = node.device_info(3).uuid
+    for visible in ("3,1", uuid, uuid[:12]):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        out = tmp_path / f"{len(visible)}.jsonl"
+        kernel = timing.sim_kernel(node, 3, seconds=MATMUL_S)
+        m = timing.bench(kernel, name="gemm", backend=node, max_reps=20, output=out)
+        assert m.gpus == (3,) and {w.gpu for w in m.windows} == {3}, visible
+        assert [g["uuid"] for g in load_run(out).metadata["gpus"]] == [uuid]

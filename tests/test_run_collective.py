@@ -65,6 +65,9 @@ def test_gpus_that_agree_name_none_and_regions_marked_differently_are_no_step():
     (s,) = collective_steps(pairs)
     assert s.ranks == (0, 1) and s.slowest is None and s.wait_s is None
     assert "no GPU held the step back" in "\n".join(collective_lines([s]))
+    # the low end of GPUs that each differ a little stands apart from none: no name
+    spread = [step(0, 1850, [0.05]), step(1, 1800, [0.05]), step(2, 1770, [0.05])]
+    assert collective_steps(spread)[0].slowest is None
 
 
 def _torchrun() -> str:

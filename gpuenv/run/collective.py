@@ -13,8 +13,8 @@ What it infers, and says it infers:
 - the GPU that held the step back is the one whose clock, while busy, was lowest: with the
   same work on every rank (data parallel) and compute-bound work, a rank's own share of a
   step takes time in inverse proportion to its clock. It is named only when its clock is
-  more than `SLOWER_REL` below the median of the others' (the threshold `gpuenv check`
-  uses);
+  more than `SLOWER_REL` (the threshold `gpuenv check` uses) below every other GPU's: one
+  that stands apart, not the low end of GPUs that differ a little each;
 - what it cost the others: their own share took `f_slow / f_them` of the slowest rank's,
   so they waited in the collective for the rest. With the slowest rank's share at most the
   step, that wait is at most `step * (1 - f_slow / f_them)` a step: an upper bound, exact
@@ -36,7 +36,7 @@ from gpuenv.table import render as render_table
 from gpuenv.telemetry import Window
 from gpuenv.units import fmt_s
 
-SLOWER_REL = 0.02  # a GPU's busy clock this far below the others' median names it
+SLOWER_REL = 0.02  # a GPU's busy clock this far below every other's names it
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class CollectiveStep:
     spread_s: float  # the median over steps of (slowest rank's time - fastest rank's)
     spread_max_s: float
     gpus: tuple[RankGpu, ...]  # the ranks whose GPU's telemetry was sampled
-    slowest: RankGpu | None  # the GPU named (None: none more than SLOWER_REL slower)
+    slowest: RankGpu | None  # the GPU named (None: none more than SLOWER_REL below the rest)
     others_mhz: float | None  # the median busy clock of the other ranks' GPUs
     wait_s: float | None  # inferred: the others' wait for it, at most, a step (their median)
 
@@ -142,14 +142,14 @@ def _rank_gpu(rank: int, m: Measurement) -> RankGpu | None:
 def _held_back(
     gpus: Sequence[RankGpu], step_s: float
 ) -> tuple[RankGpu | None, float | None, float | None]:
-    """The GPU with the lowest busy clock, when it is more than SLOWER_REL below the others'
-    median; the others' median clock; their inferred wait for it, at most, a step."""
+    """The GPU with the lowest busy clock, when it is more than SLOWER_REL below every
+    other's; the others' median clock; their inferred wait for it, at most, a step."""
     if len(gpus) < 2:
         return None, None, None
     low = min(gpus, key=lambda g: g.sm_mhz)
     others = [g.sm_mhz for g in gpus if g is not low]
     median = statistics.median(others)
-    if low.sm_mhz >= median * (1 - SLOWER_REL):
+    if low.sm_mhz >= min(others) * (1 - SLOWER_REL):
         return None, median, None
     wait = statistics.median(step_s * (1 - low.sm_mhz / f) for f in others)
     return low, median, wait
@@ -208,7 +208,8 @@ def step_sentence(s: CollectiveStep) -> str:
         mhz = sorted(g.sm_mhz for g in s.gpus)
         return (
             f"{s.name}: no GPU held the step back: the ranks' GPUs held "
-            f"{mhz[0]:.0f}-{mhz[-1]:.0f} MHz while busy (within {_pct(SLOWER_REL)})"
+            f"{mhz[0]:.0f}-{mhz[-1]:.0f} MHz while busy, none more than {_pct(SLOWER_REL)} below "
+            "all the others"
         )
     wait = (
         ""

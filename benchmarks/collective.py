@@ -7,9 +7,10 @@ benchmarks/workloads/ddp_step.py on every GPU under `gpuenv run -o X -- torchrun
 an NCCL all-reduce of --mb MB), twice:
 
   control    all GPUs as they are: the row should name no GPU (or say why it named one)
-  preheated  one GPU (--preheat-gpu, default the last) first heated --preheat-s seconds by a
-             separate process running the same matmuls; the job starts as it ends: the row
-             should name that GPU, with its state, and the others' inferred wait
+  preheated  one GPU (--preheat-gpu, default the last) heated --preheat-s seconds by a
+             separate process running the same matmuls while the ranks start up (torchrun,
+             NCCL); they take their first step as it ends: the row should name that GPU,
+             with its state, and the others' inferred wait
 
 Reported: the step's time and the ranks' spread, the GPU named, its clock while busy and
 power-cap share, the others' clock, the inferred wait, and whether the named GPU is the
@@ -105,36 +106,45 @@ def torchrun_path() -> str:
     return here or shutil.which("torchrun") or "torchrun"
 
 
-def job(n: int, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
-    """One wrapped torchrun of ddp_step.py: the collective step kind, and the summary."""
+def job(
+    n: int, args: argparse.Namespace, env: dict[str, str], heat: int | None = None
+) -> dict[str, Any]:
+    """One wrapped torchrun of ddp_step.py (GPU `heat` preheated while the ranks start): the
+    collective step kind, and the summary."""
     from gpuenv.results import load_run
     from gpuenv.run.collective import collective_steps
 
     tmp = Path(tempfile.mkdtemp(prefix="gpuenv-collective-"))
-    out = tmp / "run.jsonl"
-    torchrun = torchrun_path()
-    argv = [*GPUENV, "run", "-o", str(out), "--", torchrun, "--standalone"]
+    out, go = tmp / "run.jsonl", tmp / "go"
+    argv = [*GPUENV, "run", "-o", str(out), "--", torchrun_path(), "--standalone"]
     argv += ["--nproc-per-node", str(n), str(WORKLOAD), "--size", str(args.n)]
     argv += ["--matmuls", str(args.matmuls), "--mb", str(args.mb)]
-    argv += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
+    argv += ["--steps", str(args.steps), "--warmup", str(args.warmup), "--wait-for", str(go)]
     t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        argv, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:  # the ranks start up meanwhile, and wait for `go`
+        heat_s = 0.0 if heat is None else preheat(heat, args.preheat_s, args.n, env, args.sim)
+    finally:
+        go.touch()
     try:
-        proc = subprocess.run(
-            argv, env=env, cwd=tmp, capture_output=True, text=True, timeout=TIMEOUT_S
-        )
+        _, stderr = proc.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         return {"error": f"timed out after {TIMEOUT_S} s"}
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-3000:])
+        sys.stderr.write(stderr[-3000:])
         return {"error": f"exit {proc.returncode}", "wall_s": wall}
     ms = load_run(out).measurements
     steps = collective_steps([(m.extra["rank"], m) for m in ms if "rank" in m.extra])
     shutil.rmtree(tmp, ignore_errors=True)
     if len(steps) != 1:
         return {"error": f"{len(steps)} kinds of step, not 1", "wall_s": wall}
-    text = proc.stderr[proc.stderr.find("  the ranks' steps") :].split("\n  results:")[0]
-    return {"step": steps[0], "wall_s": wall, "text": text.rstrip()}
+    text = stderr[stderr.find("  the ranks' steps") :].split("\n  results:")[0]
+    return {"step": steps[0], "wall_s": wall, "heat_s": heat_s, "text": text.rstrip()}
 
 
 def row(name: str, r: dict[str, Any], heated: int | None) -> str:
@@ -173,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         f"\n{n} ranks under `gpuenv run -- torchrun`; a step: {args.matmuls} {args.n} bf16 "
         f"matmuls, then an all-reduce of {args.mb} MB; {args.steps} marked steps after "
         f"{args.warmup} unmarked. The preheated run heats GPU {heated} for "
-        f"{args.preheat_s:g} s first, with a separate process.\n"
+        f"{args.preheat_s:g} s with a separate process while the ranks start up.\n"
     )
     print(
         "| run | step (median) | ranks' spread (median) | GPU named | its MHz while busy "
@@ -183,8 +193,7 @@ def run(args: argparse.Namespace) -> int:
     print("|---|---:|---:|---|---:|---:|---:|---:|---|")
     control = job(n, args, env)
     print(row("control", control, heated))
-    heat_s = preheat(heated, args.preheat_s, args.n, env, sim)
-    hot = job(n, args, env)
+    hot = job(n, args, env, heat=heated)
     print(row(f"GPU {heated} preheated", hot, heated))
     shutil.rmtree(tmp, ignore_errors=True)
     ok = "step" in hot and hot["step"].slowest is not None and hot["step"].slowest.gpu == heated
@@ -193,7 +202,10 @@ def run(args: argparse.Namespace) -> int:
         runner.metric("control_named_none", float(control["step"].slowest is None), better="higher")
     for name, r in (("control", control), (f"GPU {heated} preheated", hot)):
         if "text" in r:
-            print(f"\n{name} ({r['wall_s']:.0f} s wall; preheat {heat_s:.0f} s), as printed:\n")
+            print(
+                f"\n{name} ({r['wall_s']:.0f} s wall, {r['heat_s']:.0f} s of it preheating), "
+                "as printed:\n"
+            )
             print("```text\n" + r["text"] + "\n```")
     return 0 if "step" in control and "step" in hot else 1
 

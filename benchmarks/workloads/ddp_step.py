@@ -2,7 +2,9 @@
 """One rank of a data-parallel training step as people write it, for `gpuenv run` to wrap
 (benchmarks/collective.py starts it under torchrun): each step is --matmuls N x N bf16
 matmuls (the rank's share of the work) then an all-reduce of --mb MB (the gradients), marked
-`gpuenv.region("step")`; --warmup steps first, unmarked. NCCL on CUDA.
+`gpuenv.region("step")`; --warmup steps first, unmarked. NCCL on CUDA. With --wait-for PATH
+every rank, once set up, waits for PATH to exist before its first step (benchmarks.collective
+preheats a GPU meanwhile, and makes PATH as the preheating ends).
 
 Without CUDA (torch's CPU build) it runs on the simulated GPU of GPUENV_BACKEND=sim: the
 matmuls are the simulator's work on its LOCAL_RANK's GPU (1.4 ms each at the top clock,
@@ -25,6 +27,7 @@ parser.add_argument("--matmuls", type=int, default=30)
 parser.add_argument("--mb", type=int, default=256)
 parser.add_argument("--steps", type=int, default=40)
 parser.add_argument("--warmup", type=int, default=10)
+parser.add_argument("--wait-for", default="")
 args = parser.parse_args()
 
 local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -66,6 +69,10 @@ def step() -> None:
     sync()
 
 
+deadline = time.monotonic() + 300
+while args.wait_for and not os.path.exists(args.wait_for) and time.monotonic() < deadline:
+    time.sleep(0.01)
+dist.barrier()
 for _ in range(args.warmup):
     step()
 dist.barrier()

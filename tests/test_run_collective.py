@@ -22,14 +22,22 @@ ROOT = Path(__file__).resolve().parent.parent
 GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
 
 
-def step(rank: int, mhz: float, times: list[float], *, cap_s: float = 0.0, name: str = "step"):
+def step(
+    rank: int,
+    mhz: float,
+    times: list[float],
+    *,
+    cap_s: float = 0.0,
+    name: str = "step",
+    busy: bool = True,
+):
     w = Window(
         gpu=rank,
         t0=0.0,
         t1=sum(times),
         n_samples=10,
         sm_mhz_mean=mhz,
-        sm_mhz_busy_mean=mhz,
+        sm_mhz_busy_mean=mhz if busy else None,
         temp_c_max=60.0,
         reason_s={"power": cap_s} if cap_s else {},
     )
@@ -156,3 +164,11 @@ def test_rank0s_table_under_summary_rank0_carries_the_row_and_no_run_step():
     text = combined_text(runs, [], 60.0)
     assert "step: GPU 2 (rank 2) held the step back" in text
     assert "(run): " not in text.split("regions every rank marked alike")[1]
+
+
+def test_gpus_idle_through_the_steps_are_said_idle_not_compared():
+    # a step that runs nothing on the GPU (the sampled clock is the idle 345 MHz)
+    idle = [step(r, 345, [0.05, 0.05], busy=False) for r in range(3)]
+    (s,) = collective_steps(idle)
+    assert s.gpus == () and s.idle_ranks == (0, 1, 2) and s.slowest is None
+    assert "were idle through their steps" in "\n".join(collective_lines([s]))

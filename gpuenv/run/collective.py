@@ -70,7 +70,8 @@ class CollectiveStep:
     step_s: float  # the median of every rank's step times
     spread_s: float  # the median over steps of (slowest rank's time - fastest rank's)
     spread_max_s: float
-    gpus: tuple[RankGpu, ...]  # the ranks whose GPU's telemetry was sampled
+    gpus: tuple[RankGpu, ...]  # the ranks whose GPU was sampled busy in its steps
+    idle_ranks: tuple[int, ...]  # the ranks whose GPU was sampled, idle through its steps
     slowest: RankGpu | None  # the GPU named (None: none more than SLOWER_REL below the rest)
     others_mhz: float | None  # the median busy clock of the other ranks' GPUs
     wait_s: float | None  # inferred: the others' wait for it, at most, a step (their median)
@@ -104,6 +105,7 @@ def _step(name: str, n: int, by_rank: dict[int, Measurement]) -> CollectiveStep:
         for k in range(n)
     ]
     gpus = tuple(g for r in ranks if (g := _rank_gpu(r, by_rank[r])) is not None)
+    idle = tuple(r for r in ranks if _idle(by_rank[r]))
     step_s = statistics.median(t for r in ranks for t in by_rank[r].times_s)
     slowest, others_mhz, wait_s = _held_back(gpus, step_s)
     return CollectiveStep(
@@ -114,10 +116,17 @@ def _step(name: str, n: int, by_rank: dict[int, Measurement]) -> CollectiveStep:
         spread_s=statistics.median(spreads),
         spread_max_s=max(spreads),
         gpus=gpus,
+        idle_ranks=idle,
         slowest=slowest,
         others_mhz=others_mhz,
         wait_s=wait_s,
     )
+
+
+def _idle(m: Measurement) -> bool:
+    """One GPU sampled through the rank's steps, never busy (no work of the steps on it)."""
+    ws = m.summary_windows
+    return len(ws) == 1 and ws[0].sm_mhz_mean is not None and ws[0].sm_mhz_busy_mean is None
 
 
 def _rank_gpu(rank: int, m: Measurement) -> RankGpu | None:
@@ -125,7 +134,7 @@ def _rank_gpu(rank: int, m: Measurement) -> RankGpu | None:
     if len(m.summary_windows) != 1:
         return None
     w: Window = m.summary_windows[0]
-    mhz = w.sm_mhz_busy_mean if w.sm_mhz_busy_mean is not None else w.sm_mhz_mean
+    mhz = w.sm_mhz_busy_mean
     if mhz is None:
         return None
     return RankGpu(
@@ -202,14 +211,19 @@ def collective_lines(steps: Sequence[CollectiveStep]) -> list[str]:
 def step_sentence(s: CollectiveStep) -> str:
     """The finding of one kind of step, measured and inferred said apart."""
     low = s.slowest
-    if not s.gpus:
-        return f"{s.name}: no rank's GPU telemetry: which GPU held the step back is not known"
-    if low is None:
-        mhz = sorted(g.sm_mhz for g in s.gpus)
+    if len(s.gpus) < 2 and s.idle_ranks:
+        return f"{s.name}: the ranks' GPUs were idle through their steps: none held them back"
+    if len(s.gpus) < 2:
         return (
-            f"{s.name}: no GPU held the step back: the ranks' GPUs held "
-            f"{mhz[0]:.0f}-{mhz[-1]:.0f} MHz while busy, none more than {_pct(SLOWER_REL)} below "
-            "all the others"
+            f"{s.name}: fewer than 2 ranks' GPUs sampled busy: which GPU held the step back "
+            "is not known"
+        )
+    if low is None:
+        lo, hi = min(g.sm_mhz for g in s.gpus), max(g.sm_mhz for g in s.gpus)
+        held = f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
+        return (
+            f"{s.name}: no GPU held the step back: the ranks' GPUs held {held} MHz while "
+            f"busy, none more than {_pct(SLOWER_REL)} below all the others"
         )
     wait = (
         ""

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import runner
-from benchmarks.checkout import GPUENV, ROOT, checkout_env
+from benchmarks.checkout import GPUENV, ROOT, checkout_env, finish_within
 from benchmarks.launcher import SAFE_ENV, gpu_count
 
 WORKLOAD = ROOT / "benchmarks" / "workloads" / "ddp_step.py"
@@ -128,12 +128,10 @@ def job(
         heat_s = 0.0 if heat is None else preheat(heat, args.preheat_s, args.n, env, args.sim)
     finally:
         go.touch()
-    try:
-        _, stderr = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+    done = finish_within(proc, TIMEOUT_S)
+    if done is None:
         return {"error": f"timed out after {TIMEOUT_S} s"}
+    stderr = done[1]
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.stderr.write(stderr[-3000:])

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import runner
-from benchmarks.checkout import ROOT, checkout_env
+from benchmarks.checkout import ROOT, checkout_env, finish_within
 from benchmarks.launcher import SAFE_ENV, gpu_count
 
 WORKLOAD = ROOT / "benchmarks" / "workloads" / "gpu_bench.py"
@@ -74,12 +74,10 @@ def start(
 
 
 def finish(proc: subprocess.Popen) -> dict[str, Any]:
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+    done = finish_within(proc, TIMEOUT_S)
+    if done is None:
         return {"error": f"timed out after {TIMEOUT_S} s"}
+    out, err = done
     if proc.returncode != 0:
         sys.stderr.write(err[-2000:])
         return {"error": f"exit {proc.returncode}"}

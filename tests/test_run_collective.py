@@ -110,26 +110,21 @@ dist.destroy_process_group()
 """
 
 
-def test_torchrun_ddp_step_names_the_gpu_with_the_lower_power_limit(tmp_path):
+def _ddp_job(tmp_path: Path, argv: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
+    """`argv` (a torchrun of ddp_step.py on 4 ranks) on a simulated node whose GPU 2 is held
+    to 450 W; then `gpuenv check --json` on the same node."""
     from gpuenv.backend.sim import SimBackend
 
-    torchrun = _torchrun()
     (tmp_path / "ddp_step.py").write_text(textwrap.dedent(DDP_STEP))
     env = dict(os.environ, GPUENV_SIM_GPUS="4", GPUENV_SIM_STATE=str(tmp_path / "sim.json"))
-    env["PYTHONPATH"] = str(ROOT)
+    env.update(PYTHONPATH=str(ROOT), GPUENV_BACKEND="sim", GPUENV_RANKS_DIR=str(tmp_path))
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES"):
         env.pop(k, None)
-    run = [*GPUENV, "--sim", "run", "-o", str(tmp_path / "run.jsonl"), "--", torchrun]
     node = SimBackend(n_gpus=4, state_file=tmp_path / "sim.json")  # held open: the limit stays
     node.set_power_limit(2, 450)
     try:
         result = subprocess.run(
-            [*run, "--standalone", "--nproc-per-node", "4", "ddp_step.py"],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-            timeout=300,
+            argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
         )
         check = subprocess.run(
             [*GPUENV, "--sim", "check", "--json"],
@@ -141,6 +136,16 @@ def test_torchrun_ddp_step_names_the_gpu_with_the_lower_power_limit(tmp_path):
     finally:
         node.close()
     assert result.returncode == 0, result.stderr
+    assert check.returncode == 1, check.stderr
+    return result, json.loads(check.stdout)
+
+
+def test_torchrun_ddp_step_names_the_gpu_with_the_lower_power_limit(tmp_path):
+    torchrun = _torchrun()
+    run = [*GPUENV, "--sim", "run", "-o", str(tmp_path / "run.jsonl"), "--", torchrun]
+    result, check = _ddp_job(
+        tmp_path, [*run, "--standalone", "--nproc-per-node", "4", "ddp_step.py"]
+    )
     ms = load_run(tmp_path / "run.jsonl").measurements
     pairs = [(m.extra["rank"], m) for m in ms if "rank" in m.extra]
     (s,) = collective_steps(pairs)
@@ -148,7 +153,20 @@ def test_torchrun_ddp_step_names_the_gpu_with_the_lower_power_limit(tmp_path):
     assert s.slowest is not None and s.slowest.gpu == 2, result.stderr
     assert s.slowest.power_cap_s > 0 and s.wait_s is not None and s.wait_s > 0
     assert "step: GPU 2 (rank 2) held the step back" in result.stderr
-    assert check.returncode == 1 and json.loads(check.stdout)["named"] == [2], check.stderr
+    assert check["named"] == [2]  # gpuenv check names the same GPU
+
+
+def test_each_rank_wrapped_under_summary_rank0_names_it_too(tmp_path):
+    import shutil
+
+    torchrun = _torchrun()
+    gpuenv = shutil.which("gpuenv", path=os.path.dirname(sys.executable))
+    if gpuenv is None:
+        pytest.skip("gpuenv is not installed as a command beside this Python")
+    argv = [torchrun, "--standalone", "--nproc-per-node", "4", "--no-python", gpuenv, "run"]
+    argv += ["--summary", "rank0", "--", sys.executable, "ddp_step.py"]
+    result, _ = _ddp_job(tmp_path, argv)
+    assert "step: GPU 2 (rank 2) held the step back" in result.stderr
 
 
 def test_rank0s_table_under_summary_rank0_carries_the_row_and_no_run_step():

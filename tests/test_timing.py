@@ -385,3 +385,17 @@ def test_a_bench_under_cuda_visible_devices_samples_the_gpu_cuda_calls_device_0(
         m = timing.bench(kernel, name="gemm", backend=node, max_reps=20, output=out)
         assert m.gpus == (3,) and {w.gpu for w in m.windows} == {3}, visible
         assert [g["uuid"] for g in load_run(out).metadata["gpus"]] == [uuid]
+
+
+def test_a_session_bench_under_cuda_visible_devices_samples_that_gpu_where_it_samples_it(
+    monkeypatch,
+):
+    import gpuenv
+
+    node = SimBackend(n_gpus=4, clock=VirtualClock())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    kernel = timing.sim_kernel(node, 3, seconds=MATMUL_S)
+    with gpuenv.stable(backend=node) as env:  # every GPU sampled: CUDA's device 0's is 3
+        assert env.bench(kernel, name="gemm", max_reps=20).gpus == (3,)
+    with gpuenv.stable(backend=node, gpus=[1]) as env:  # GPU 3 not sampled: the session's
+        assert env.bench(timing.sim_kernel(node, 1), name="gemm", max_reps=20).gpus == (1,)

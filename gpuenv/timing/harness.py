@@ -135,7 +135,8 @@ class _Place:
         if device is None:
             if backend is not None and backend.workload is not None:
                 if gpu is None:  # the GPU CUDA's device 0 would be: CUDA_VISIBLE_DEVICES's first
-                    gpu = gpus[0] if gpus else _safe(lambda: _cuda_zero(backend))
+                    zero = _safe(lambda: _cuda_zero(backend))  # (a session's, where it samples it)
+                    gpu = zero if not gpus or zero in gpus else gpus[0]
                 device = SimDevice(backend, gpu or 0)
             else:
                 mode = "events" if cfg.mode == "auto" else cfg.mode

@@ -7,7 +7,8 @@ benchmarks/workloads/gpu_bench.py (gpuenv.bench on an 8192 bf16 matmul and on x.
 once (the processes wait for each other before measuring). Each process is given its GPU
 through CUDA_VISIBLE_DEVICES in an order of its own: alone, by indices rotated so its GPU
 comes first ("2,3,0,1"); together, by UUIDs in that order; each must sample the GPU it
-was given (column "sampled", by UUID). Reported per GPU: both medians and the ratio
+ran on (CUDA's UUID of its device 0, checked against the UUID of the GPU gpuenv sampled:
+column "sampled right"). Rows are GPUs by UUID. Reported per GPU: both medians and the ratio
 together / alone (the goal: heavy within 0.5%, tiny within 2%), and the verdicts. Read-only
 (GPUENV_READONLY=1); about 1.5 minutes on 4 H100s.
 
@@ -85,7 +86,7 @@ def finish(proc: subprocess.Popen) -> dict[str, Any]:
 
 
 def alone(n: int, names: list[str], args: argparse.Namespace, env: dict[str, str]) -> list[dict]:
-    """One process on each GPU in turn, given its GPU by indices."""
+    """One process on each GPU in turn, given its GPU by CUDA indices."""
     index_names = [str(i) for i in range(len(names))]
     return [finish(start(visible(g, index_names), args, env, None, 1)) for g in range(n)]
 
@@ -107,20 +108,40 @@ def ratio(a: dict[str, Any], b: dict[str, Any], kernel: str) -> float | None:
     return float(b[kernel]["median_s"]) / float(a[kernel]["median_s"])
 
 
-def row(g: int, names: list[str], a: dict[str, Any], b: dict[str, Any]) -> tuple[str, dict]:
+def right(r: dict[str, Any], expect: str) -> bool:
+    """Both benches sampled the GPU the process ran on: CUDA's UUID of its device 0 where
+    CUDA answers (the simulated GPU has none: the UUID it was given first)."""
+    same = r["heavy"]["gpu"] == r["tiny"]["gpu"]
+    want = r.get("cuda_uuid") or expect
+    return same and str(r["uuid"]).lower() == str(want).lower()
+
+
+def row(uuid: str, a: dict[str, Any], b: dict[str, Any]) -> tuple[str, dict]:
+    """One GPU's row (by UUID): alone and together, and whether each sampled that GPU."""
     if "error" in a or "error" in b:
-        return f"| {g} | {a.get('error', '')} {b.get('error', '')} | | | | | | | |", {}
-    right = all(r[k]["gpu"] == g for r in (a, b) for k in ("heavy", "tiny"))
-    right = right and a["uuid"] == b["uuid"] == names[g]
+        return f"| {uuid[:12]}... | {a.get('error', '')} {b.get('error', '')} | | | | | | | |", {}
+    ok = a.get("right") and b.get("right")
     h, t = ratio(a, b, "heavy"), ratio(a, b, "tiny")
     verdicts = "/".join(r[k]["verdict"] for r in (a, b) for k in ("heavy", "tiny"))
     text = (
-        f"| {g} | {names[g][:12]}... {'yes' if right else 'NO'} "
+        f"| {a['heavy']['gpu']} | {uuid[:12]}... {'yes' if ok else 'NO'} "
         f"| {a['heavy']['median_s'] * 1e3:.4f} ms | {b['heavy']['median_s'] * 1e3:.4f} ms "
         f"| {h:.4f} | {a['tiny']['median_s'] * 1e6:.2f} us | {b['tiny']['median_s'] * 1e6:.2f} us "
         f"| {t:.4f} | {verdicts} |"
     )
-    return text, {"right": right, "heavy": h, "tiny": t}
+    return text, {"right": ok, "heavy": h, "tiny": t}
+
+
+def by_gpu(results: list[dict[str, Any]], given: list[str]) -> dict[str, dict[str, Any]]:
+    """Each process's result under the UUID of the GPU it sampled (its given one on error),
+    marked with whether that is the GPU it ran on."""
+    out = {}
+    for r, expect in zip(results, given, strict=True):
+        if "error" in r:
+            out[expect] = r
+            continue
+        out[str(r["uuid"])] = dict(r, right=right(r, expect))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,9 +172,12 @@ def run(args: argparse.Namespace) -> int:
         "| tiny together | ratio | verdicts (alone heavy/tiny, together heavy/tiny) |"
     )
     print("|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    # CUDA's index g (alone) is the GPU CUDA calls g, which need not be NVML's g: by UUID
+    first_by, second_by = by_gpu(first, names[:n]), by_gpu(second, names[:n])
     got = []
-    for g in range(n):
-        text, r = row(g, names, first[g], second[g])
+    for uuid in names[:n]:
+        missing = {"error": "no process sampled it"}
+        text, r = row(uuid, first_by.get(uuid, missing), second_by.get(uuid, missing))
         print(text)
         got.append(r)
     ok = [r for r in got if r]

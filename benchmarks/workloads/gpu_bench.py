@@ -4,7 +4,7 @@ bf16 matmul) and a tiny one (x.sum() on 64k fp32 floats) on CUDA's device 0, whi
 CUDA_VISIBLE_DEVICES makes the GPU it is given. With --ready DIR it first says it is ready
 (DIR/ready-<pid>) and waits until --together files are there, so that processes started
 together measure together. The last line is JSON: the NVML GPU each bench sampled, its
-UUID, the medians and verdicts.
+UUID, CUDA's UUID of its device 0 (None on the simulated GPU), the medians and verdicts.
 
 Without CUDA (torch absent, or its CPU build) it runs on the simulated GPU of
 GPUENV_BACKEND=sim: the kernels are the simulator's (1.4 ms and 7.4 us at the top clock) on
@@ -41,8 +41,19 @@ def cuda_kernels():
     return (lambda: a @ a), (lambda: x.sum())
 
 
+def cuda_uuid() -> str | None:
+    """CUDA's own word for the GPU this process runs on (device 0), to check gpuenv against."""
+    import torch
+
+    text = str(getattr(torch.cuda.get_device_properties(0), "uuid", "") or "")
+    if not text:
+        return None
+    return text if text.upper().startswith("GPU-") else f"GPU-{text}"
+
+
 kernels = cuda_kernels()
 backend = None
+truth = cuda_uuid() if kernels is not None else None
 if kernels is None:
     from gpuenv.devices import select_gpus
     from gpuenv.timing import sim_kernel
@@ -65,5 +76,6 @@ for name, fn in zip(("heavy", "tiny"), kernels, strict=True):
     out[name] = {"median_s": m.stats.median_s, "verdict": m.verdict, "gpu": m.gpus[0]}
 names = open_backend(None, readonly=True) if backend is None else backend
 out["uuid"] = names.device_info(out["heavy"]["gpu"]).uuid
+out["cuda_uuid"] = truth
 names.close()
 print(json.dumps(out))

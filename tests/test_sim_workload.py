@@ -62,3 +62,28 @@ def test_a_sampler_on_the_virtual_clock_sees_the_run_as_it_happens(sim, vclock):
     clocks = [mhz for mhz, _ in seen]
     assert 1980 in clocks and min(clocks) < 1600  # the ramp down happened while it ran
     assert any(r & REASON_SW_POWER_CAP for _, r in seen)
+
+
+def test_another_processs_work_weighs_on_the_gpu_as_it_publishes_it(vclock, tmp_path):
+    # two backends on one state file stand for two processes: the one that only reads (a
+    # `gpuenv run` parent) sees the other's work (a rank's) in clock, power and the cap
+    from gpuenv.backend.sim import SimBackend
+
+    worker = SimBackend(n_gpus=2, clock=vclock, state_file=tmp_path / "sim.json")
+    parent = SimBackend(n_gpus=2, clock=vclock, state_file=tmp_path / "sim.json")
+    try:
+        parent.set_power_limit(1, 450)
+        assert parent.read_fast(1).reasons == REASON_GPU_IDLE
+        seen = []  # the parent samples as gpuenv's sampler does, each driver update
+        vclock.call_every(0.1, lambda: seen.append(parent.read_fast(1).power_w))
+        for _ in range(30):  # 50 ms steps of a heavy matmul for 1.5 s
+            worker.run_work(1, 0.05 * 1.98e9, power_intensity=1.0)
+        busy = parent.read_fast(1)
+        assert busy.reasons & REASON_SW_POWER_CAP and busy.sm_mhz < 1500
+        assert max(seen) > 400  # near its 450 W limit, from an idle 71 W
+        assert parent.read_fast(0).reasons == REASON_GPU_IDLE  # the other GPU saw nothing
+        vclock.sleep(0.5)  # no more work: it stops weighing when its published hold ends
+        assert parent.read_fast(1).reasons == REASON_GPU_IDLE
+    finally:
+        worker.close()
+        parent.close()

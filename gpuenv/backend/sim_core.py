@@ -63,11 +63,15 @@ class SimCore:
         self.seed = int(seed)
         self._lock = threading.RLock()
         self._pid = os.getpid()
+        self._token = uuidlib.uuid4().hex[:12]  # this backend's published work (a pid may hold two)
         now = self._now_ns()
         self._gpus = [GpuModel(self.profile, i, now) for i in range(n_gpus)]
         self._faults: dict[int, list[Fault]] = {}
         self._closed = False
         self._thermal_saved_at = -math.inf
+        # this process's work per GPU as others see it: index -> (utilization, until s)
+        self._published: dict[int, tuple[float, float]] = {}
+        self._work_account: dict[int, tuple[float, float]] = {}  # index -> (since s, busy s)
         self._state = StateFile(state_file) if state_file is not None else None
         if self._state is not None:
             self._register()
@@ -147,7 +151,37 @@ class SimCore:
                 g.set_temperature(
                     settle + (temp - settle) * math.exp(-max(0.0, elapsed) / g.p.tau_s)
                 )
+            remote = self._others_work(entry, now)
+            if remote != g.remote:
+                g.remote = remote
+                g.load_changed()
             g.relatch_clock()
+
+    def _others_work(self, entry: dict[str, Any], now_ns: int) -> dict[str, tuple[float, int]]:
+        """The work other backends (processes) published on a GPU (their token -> utilization,
+        until ns), as a real driver sees every process's kernels: still running, on this clock."""
+        out: dict[str, tuple[float, int]] = {}
+        for item in entry.get("loads") or ():
+            try:
+                token, util, until, domain = str(item[0]), float(item[1]), float(item[2]), item[3]
+            except (TypeError, ValueError, IndexError):
+                continue
+            end = round(until * 1e9) if math.isfinite(until) else 0
+            if token != self._token and domain == self._clock_domain() and end > now_ns:
+                out[token] = (min(max(util, 0.0), 1.0), end) if util == util else (0.0, end)
+        return out
+
+    def _loads_entry(self, index: int, prev: dict[str, Any] | None) -> list[list[Any]]:
+        """A GPU's published work in the state file: the others' still running, and ours."""
+        now = self._now_ns()
+        mine = self._published.get(index)
+        kept = [
+            [token, u, end * 1e-9, self._clock_domain()]
+            for token, (u, end) in self._others_work(prev or {}, now).items()
+        ]
+        if mine is not None and mine[1] * 1e9 > now:
+            kept.append([self._token, mine[0], mine[1], self._clock_domain()])
+        return kept
 
     def _dump(self, clients: list[int], old: dict[str, Any] | None) -> dict[str, Any]:
         gpus = []
@@ -155,6 +189,9 @@ class SimCore:
             entry = g.settings.to_json()
             entry["uuid"] = self._uuid(i)
             prev = old["gpus"][i] if old is not None and self._matches(old) else None
+            loads = self._loads_entry(i, prev)
+            if loads:
+                entry["loads"] = loads
             if g.active_here or prev is None or "temp_c" not in prev:
                 entry.update(
                     temp_c=round(g.temp_c, 4), temp_t=self.clock.now(), clock=self._clock_domain()
@@ -232,6 +269,7 @@ class SimCore:
             if self._closed:
                 return
             self._closed = True
+            self._published.clear()  # our work leaves the GPU with us
             now = self._now_ns()
             for g in self._gpus:
                 g.advance(now)

@@ -100,6 +100,9 @@ class GpuModel:
         self.settings = Settings.defaults(p)
         self.contexts: list[int] = []
         self.background: dict[int, float] = {}
+        # other processes' work on this GPU, as they published it in the state file:
+        # its backend's token -> (utilization, until when in ns on this clock); SimCore._load
+        self.remote: dict[str, tuple[float, int]] = {}
         self.job: Job | None = None
         self.job_end_ns = t_ns
         self.active_here = False  # this SimBackend ran something here: its temperature is the truth
@@ -164,7 +167,14 @@ class GpuModel:
 
     @property
     def has_context(self) -> bool:
-        return bool(self.contexts or self.background)
+        return bool(self.contexts or self.background or self.remote)
+
+    def _others_load(self) -> float:
+        """The heaviest load another process puts on it (background or published work)."""
+        return max(
+            max(self.background.values(), default=0.0),
+            max((u for u, _ in self.remote.values()), default=0.0),
+        )
 
     def _power(self, temp_c: float) -> float:
         p = self.p
@@ -195,9 +205,7 @@ class GpuModel:
     def _refresh_caches(self) -> None:
         """Recompute what depends on clock and load only (they change at updates and job edges)."""
         p = self.p
-        self.load = max(
-            self.job.intensity if self.job else 0.0, max(self.background.values(), default=0.0)
-        )
+        self.load = max(self.job.intensity if self.job else 0.0, self._others_load())
         g = (self.sm_mhz / p.max_sm_mhz) ** p.dyn_exponent
         self._dyn = g * (p.p_clock_w + self.load * p.p_load_w)
         if self.job:
@@ -207,7 +215,7 @@ class GpuModel:
             self._rate = 1.0 / seconds if seconds > 0 else math.inf
         else:
             self._rate = 0.0
-        self.busy = 1.0 if self.job else max(self.background.values(), default=0.0)
+        self.busy = 1.0 if self.job else self._others_load()
 
     def load_changed(self) -> None:
         self.last_change_ns = self.t_ns
@@ -223,7 +231,18 @@ class GpuModel:
 
     # -- physics -------------------------------------------------------------------
     def advance(self, target_ns: int) -> None:
-        """Integrate up to `target_ns`, running driver updates on their boundaries."""
+        """Integrate up to `target_ns`, running driver updates on their boundaries; another
+        process's published work stops weighing on the GPU when it expires, not later."""
+        while self.remote:
+            until = min(end for _, end in self.remote.values())
+            if until > target_ns:
+                break
+            self._advance(until)
+            self.remote = {k: v for k, v in self.remote.items() if v[1] > until}
+            self.load_changed()
+        self._advance(target_ns)
+
+    def _advance(self, target_ns: int) -> None:
         upd = self.update_ns
         while self.t_ns < target_ns:
             t = self.t_ns

@@ -16,6 +16,13 @@ from gpuenv.backend.sim_core import SimCore
 from gpuenv.backend.sim_gpu import GpuModel, Job
 from gpuenv.errors import ConfigError, GpuLost
 
+# how this process's work shows to the other processes of the simulated machine (the state
+# file): its utilization over at least PUBLISH_S, written as a job ends (one write per
+# PUBLISH_S at most, however short the kernels), or at the start of a job that long; it
+# weighs on their model of the GPU until HOLD_S after it was written, or the job's end
+PUBLISH_S = 0.1
+HOLD_S = 0.3
+
 
 class SimWorkload(SimCore):
     """The synthetic workload side of `SimBackend`."""
@@ -96,6 +103,9 @@ class SimWorkload(SimCore):
             g.job = Job(float(cycles), float(mem_cycles), float(power_intensity))
             g.active_here = True
             g.load_changed()
+            expect_s = cycles / (g.sm_mhz * 1e6) + mem_cycles / (g.mem_mhz * 1e6)
+            if expect_s >= PUBLISH_S:
+                self._publish_work(index, power_intensity, expect_s + HOLD_S)
         while True:
             with self._lock:
                 g.advance(self._now_ns())
@@ -112,8 +122,34 @@ class SimWorkload(SimCore):
                     )
                 wait_ns = min(g.job_ns_left(), g.ns_to_update())
             self.clock.sleep(wait_ns * 1e-9)
+        seconds = (g.job_end_ns - start_ns) * 1e-9
+        self._account_work(index, seconds * power_intensity)
         self._save_thermal()
-        return (g.job_end_ns - start_ns) * 1e-9
+        return seconds
+
+    def _account_work(self, index: int, weighted_s: float) -> None:
+        """Add a finished job to this GPU's account; publish its utilization once PUBLISH_S
+        has passed since the last time (a state-file write: not one per tiny kernel)."""
+        if self._state is None:
+            return
+        now = self.clock.now()
+        since, done = self._work_account.get(index, (now, 0.0))
+        done += weighted_s
+        if now - since < PUBLISH_S:
+            self._work_account[index] = (since, done)
+            return
+        self._work_account[index] = (now, 0.0)
+        self._publish_work(index, min(done / (now - since), 1.0), HOLD_S)
+
+    def _publish_work(self, index: int, utilization: float, hold_s: float) -> None:
+        """Show this process's work on a GPU to the others (their model of it carries the
+        load: power, clock, cap), as a real driver shows every process's kernels."""
+        if self._state is None:
+            return
+        self._published[index] = (utilization, self.clock.now() + hold_s)
+        self._thermal_saved_at = self.clock.now()
+        with self._state.locked():
+            self._rewrite_state()
 
     def idle(self, seconds: float) -> None:
         """Let `seconds` pass with no work from this backend (virtual clock: advance it)."""

@@ -136,8 +136,10 @@ class _Place:
             backend = _open_backend_quietly()
         if device is None:
             if backend is not None and backend.workload is not None:
-                gpu = gpus[0] if gpu is None and gpus else (gpu or 0)
-                device = SimDevice(backend, gpu)
+                if gpu is None:  # the GPU CUDA's device 0 would be: CUDA_VISIBLE_DEVICES's first
+                    zero = _safe(lambda: _cuda_zero(backend))  # (a session's, where it samples it)
+                    gpu = zero if not gpus or zero in gpus else gpus[0]
+                device = SimDevice(backend, gpu or 0)
             else:
                 mode = "events" if cfg.mode == "auto" else cfg.mode
                 device = cuda_device(
@@ -664,6 +666,14 @@ def _open_backend_quietly() -> Backend | None:
     except BackendError as err:
         log.warning("timing without telemetry: %s", err)
         return None
+
+
+def _cuda_zero(backend: Backend) -> int:
+    """The NVML index of CUDA's device 0 under this process's CUDA_VISIBLE_DEVICES (the
+    simulated GPU's stand-in for torch's current device)."""
+    from gpuenv.devices import select_gpus
+
+    return select_gpus(backend, "cuda:0")[0]
 
 
 def _safe(get: Callable[[], int]) -> int | None:

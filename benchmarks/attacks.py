@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 21's attacks, counted: a second local account against root's gpuenv and gpuenvd.
+"""A hostile local user's attacks, counted: a second account against root's gpuenv and gpuenvd.
 
 On the simulated GPU. Prints the markdown table of docs/benchmarks.md (attack, attempts,
 successes: the goal is 0 in every row).

@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         ratio = cpus["gpuenv monitor (1 s)"] / cpus["nvitop (2 s)"]
         runner.metric("monitor_over_nvitop_cpu", ratio, "x", slack=0.2)
         print(
-            f"\ngpuenv monitor at 1 s uses {ratio:.2f}x nvitop's CPU (goal, issue 22: <= 0.5x); "
+            f"\ngpuenv monitor at 1 s uses {ratio:.2f}x nvitop's CPU (goal: <= 0.5x); "
             f"CPU seconds tick at 10 ms: +-{1 / args.seconds:.2f}% of a core at --seconds "
             f"{args.seconds:g}"
         )

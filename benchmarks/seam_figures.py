@@ -1,4 +1,4 @@
-"""Figures for the backend seam (issue "One measurement core", item 5), at two git revisions.
+"""Figures for the backend seam (nothing above it knows what GPU it talks to), at two revisions.
 
     python -m benchmarks.seam_figures [--before REV] [--after REV]
 

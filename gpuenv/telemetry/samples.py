@@ -11,7 +11,8 @@ from typing import Any
 from gpuenv._records import from_dict, to_dict
 
 # The driver refreshes SM/memory clock, power and the reasons bitmask about every
-# 100 ms, temperature every ~200 ms, and the energy counter every ~100 ms (measured on an H100).
+# 100 ms, temperature every ~200 ms, and the energy counter every ~100 ms (measured on an
+# H100: docs/explanation/what-gpus-do.md).
 DRIVER_REFRESH_S = 0.1
 # One sample per driver refresh while nobody waits on the sampler: reading faster finds
 # the same values, and on a launch-bound loop the sampler thread's cost follows how often

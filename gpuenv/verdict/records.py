@@ -58,7 +58,8 @@ class MeasurementRejected(GpuenvError):
 
 @dataclass(frozen=True)
 class VerdictConfig:
-    """Every threshold the findings use. Defaults suit an H100, as measured read-only.
+    """Every threshold the findings use. Defaults suit an H100, as measured read-only
+    (docs/explanation/what-gpus-do.md).
 
     warmup_ramp
       idle_clock_fraction: a region that starts with the SM clock below this

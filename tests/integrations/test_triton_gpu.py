@@ -21,7 +21,9 @@ tt = pytest.importorskip("triton.testing")
 
 from gpuenv.integrations import triton as gtriton  # noqa: E402
 
-IDLE_S = 1.0  # the power cap of a previous test clears within ~0.5 s (measured on an H100)
+IDLE_S = (
+    1.0  # the power cap of a previous test clears within ~0.5 s (docs/explanation/what-gpus-do.md)
+)
 
 
 def wall_s(call: Callable[[], Any], n: int = 3) -> float:

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-SECTIONS = ("tutorials", "how-to", "operations", "reference")
+SECTIONS = ("tutorials", "how-to", "explanation", "operations", "reference")
 # the `docs` extra of pyproject.toml, by the module each installs
 SITE_MODULES = (
     "mkdocs",
@@ -71,6 +71,9 @@ def _env() -> dict[str, str]:
 def test_the_site_builds_strict(site: Path) -> None:
     assert (site / "index.html").is_file()
     assert (site / "benchmarks" / "index.html").is_file()
+    # a page per benchmark, generated with the headline page (python -m benchmarks report)
+    assert (site / "benchmarks" / "startup" / "index.html").is_file()
+    assert (site / "explanation" / "what-gpus-do" / "index.html").is_file()
 
 
 def test_the_cli_reference_names_every_command_and_option(site: Path) -> None:
@@ -149,3 +152,71 @@ def test_the_readme_stays_the_door() -> None:
     for command in ("pip install -e . && gpuenv demo", "pip install -e '.[dev]' && pytest"):
         assert command in readme, f"the quick start lost `{command}`"
     assert re.search(r"!\[[^\]]+\]\(docs/[^)]+\.png\)", readme), "the README shows a picture"
+
+
+# Pages a user reads: README.md and docs/, but the ones for whoever changes gpuenv and the
+# history typed by hand at the time (docs/benchmarks/history.md, and the notes after a
+# benchmark page's generated section), which keep their words as measured.
+NOT_USER_PAGES = ("development.md", "ARCHITECTURE.md", "benchmarks/history.md")
+ISSUE_REF = re.compile(r"\b[Ii]ssues?\s+(#?\d+|\")|(?<![\w`#&])#\d+\b(?![`\w])")
+
+
+def _user_text(md: Path) -> str:
+    text = md.read_text(encoding="utf-8")
+    if md.parent == DOCS / "benchmarks":
+        from benchmarks import report
+
+        return text.split(report.END, 1)[0]  # the kept notes after it are history
+    return text
+
+
+def user_pages() -> list[Path]:
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    return [
+        p
+        for p in pages
+        if str(p.relative_to(DOCS) if DOCS in p.parents else "") not in NOT_USER_PAGES
+    ]
+
+
+def test_user_pages_name_no_issue_numbers():
+    """A reader does not have the issue tracker: "(issue 11)" or "#21" tells them nothing.
+    A generated benchmark heading takes its words from the benchmark's title: fix it there."""
+    found = []
+    for page in user_pages():
+        for k, line in enumerate(_user_text(page).splitlines(), start=1):
+            if ISSUE_REF.search(line):
+                found.append(f"{page.relative_to(ROOT)}:{k}: {line.strip()[:100]}")
+    assert not found, "issue numbers in user pages:\n" + "\n".join(found)
+
+
+def test_the_issue_pattern_finds_what_it_should():
+    for text in ("(issue 11)", "Issue 21's attacks", "issues 18 and 22", "see #12", 'issue "x"'):
+        assert ISSUE_REF.search(text), text
+    for text in ("gets `#1`, `#2`", "bench.py:10 #4`", "an issue with", "&#8203;", "1 #"):
+        assert not ISSUE_REF.search(text), text
+
+
+def test_the_code_and_docs_cite_only_files_of_the_repository():
+    """Facts about GPUs are cited from docs/explanation/what-gpus-do.md, a page of this
+    repository; a docs/... path named in the code is a file that exists."""
+    outside = "GPU_" + "FACTS"  # a steering file outside the repository
+    missing, cited = [], []
+    sources = [
+        p
+        for top in ("gpuenv", "benchmarks", "tests", "scripts")
+        for p in sorted((ROOT / top).rglob("*.py"))
+    ]
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        if outside in text:
+            cited.append(str(path.relative_to(ROOT)))
+        for target in re.findall(r"\bdocs/[\w./-]+\.md\b", text):
+            if not (ROOT / target).exists():
+                missing.append(f"{path.relative_to(ROOT)}: {target}")
+    for page in user_pages():
+        if outside in _user_text(page):
+            cited.append(str(page.relative_to(ROOT)))
+    assert not cited, f"cite docs/explanation/what-gpus-do.md instead: {cited}"
+    assert not missing, "the code names docs pages that do not exist:\n" + "\n".join(missing)
+    assert "docs/explanation/what-gpus-do.md" in (ROOT / "gpuenv/backend/nvml.py").read_text()

@@ -23,6 +23,7 @@ SITE_MODULES = (
     "mkdocstrings",
     "mkdocstrings_handlers.python",
     "mkdocs_click",
+    "ruff",  # the formatter mkdocstrings lays signatures out with
 )
 
 
@@ -104,6 +105,22 @@ def test_the_api_reference_renders_the_docstrings(site: Path) -> None:
         words = (obj.__doc__ or "").strip().replace("`", "").split()[:4]
         text = re.sub(r"<[^>]+>", "", html)
         assert words and " ".join(words) in text, f"{obj.__qualname__}'s docstring: {page}"
+
+
+def test_api_signatures_are_laid_out_one_parameter_a_line(site: Path) -> None:
+    """A long signature (gpuenv.bench's) is formatted, not one line of 300 columns: the
+    docs extra brings the formatter mkdocstrings uses."""
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    docs = extra["optional-dependencies"]["docs"]
+    assert any(d.startswith(("ruff", "black")) for d in docs), "the docs extra has no formatter"
+    html = (site / "reference" / "api" / "timing" / "index.html").read_text(encoding="utf-8")
+    start = html.index(">", html.index("doc-signature")) + 1
+    text = re.sub(r"<[^>]+>", "", html[start : html.index("</pre>", start)])
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines[0].strip() == "bench(" and len(lines) > 10, lines[:3]
+    assert max(len(line) for line in lines) <= 88
 
 
 def _links(md: Path) -> set[Path]:
@@ -220,3 +237,77 @@ def test_the_code_and_docs_cite_only_files_of_the_repository():
     assert not cited, f"cite docs/explanation/what-gpus-do.md instead: {cited}"
     assert not missing, "the code names docs pages that do not exist:\n" + "\n".join(missing)
     assert "docs/explanation/what-gpus-do.md" in (ROOT / "gpuenv/backend/nvml.py").read_text()
+
+
+PAGE_COLUMNS = 88  # what a page shows of a code block without a scrollbar
+FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+-]*)")
+
+
+def _fenced_blocks(text: str) -> list[tuple[str, int, list[str]]]:
+    """(language, first body line number, body lines) of each fenced block."""
+    out, lines, k = [], text.split("\n"), 0
+    while k < len(lines):
+        m = FENCE.match(lines[k].strip())
+        if not m:
+            k += 1
+            continue
+        fence, lang, start, body = m.group(1), m.group(2), k + 2, []
+        k += 1
+        while k < len(lines) and not re.fullmatch(
+            re.escape(fence[0]) + f"{{{len(fence)},}}", lines[k].strip()
+        ):
+            body.append(lines[k])
+            k += 1
+        out.append((lang, start, body))
+        k += 1
+    return out
+
+
+def _copied_lines(lang: str, body: list[str]) -> list[tuple[int, str]]:
+    """The lines of a block a reader copies: all of a code block; of a console block its
+    `$ ` commands and their `\\` continuations; of a pycon block its `>>> `/`... ` lines.
+    Output (a text block, the other lines of console and pycon) is quoted as the program
+    printed it: it may be wider, and the site wraps it (docs/stylesheets/extra.css)."""
+    if lang == "text":
+        return []
+    out, going_on = [], False
+    for k, line in enumerate(body):
+        if lang == "console":
+            if line.startswith("$ ") or going_on:
+                out.append((k, line))
+            going_on = (line.startswith("$ ") or going_on) and line.endswith("\\")
+        elif lang == "pycon":
+            if line.startswith((">>>", "...")):
+                out.append((k, line))
+        else:
+            out.append((k, line))
+    return out
+
+
+def test_code_a_reader_copies_fits_the_page():
+    """Every command and line of code in README.md and docs/ fits 88 columns: a longer one
+    hides its end behind a scrollbar (continue a command with `\\`, put a comment on its
+    own line). Output blocks are exempt: they quote what gpuenv printed, and wrap."""
+    from gpuenv.table import display_width
+
+    wide = []
+    for page in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        for lang, start, body in _fenced_blocks(page.read_text(encoding="utf-8")):
+            for k, line in _copied_lines(lang, body):
+                if display_width(line) > PAGE_COLUMNS:
+                    wide.append(f"{page.relative_to(ROOT)}:{start + k}: {line[:70]}...")
+    assert not wide, f"{len(wide)} lines wider than {PAGE_COLUMNS} columns:\n" + "\n".join(wide)
+
+
+def test_the_width_check_reads_commands_code_and_output_apart():
+    console = ["$ gpuenv --sim status \\", "    --query-gpu=" + "x" * 90, "y" * 100, "$ ok"]
+    assert [k for k, _ in _copied_lines("console", console)] == [0, 1, 3]
+    assert [k for k, _ in _copied_lines("pycon", [">>> f()", "z" * 100, "... g"])] == [0, 2]
+    assert _copied_lines("text", ["w" * 200]) == []
+    assert len(_copied_lines("python", ["a", "# b"])) == 2
+    blocks = _fenced_blocks("x\n```bash\nls\n```\n````text\n```\ninner\n```\n````\n")
+    assert blocks == [("bash", 3, ["ls"]), ("text", 6, ["```", "inner", "```"])]
+    css = (DOCS / "stylesheets" / "extra.css").read_text()
+    assert "pre-wrap" in css and ".language-text" in css and ".language-console" in css
+    mkdocs = (ROOT / "mkdocs.yml").read_text()
+    assert "stylesheets/extra.css" in mkdocs and "pygments_lang_class: true" in mkdocs

@@ -109,8 +109,23 @@ def bench_pair(
     **settings: Any,
 ) -> Pair:
     """Time `a` and `b` with `gpuenv.bench`, alternating, `pairs` calls of each; returns a
-    `Pair` (b / a). `settings` go to every `bench` call (its BenchConfig fields, backend=,
-    session=, gpu=, ...)."""
+    `Pair` (b / a).
+
+    Args:
+        a: the baseline's work (one rep).
+        b: the work compared with it.
+        pairs: how many calls of each, alternating a, b, a, b, ...
+        names: the two measurements' names.
+        confidence: the level of the ratio's confidence interval.
+        **settings: passed to every `bench` call (its BenchConfig fields, `backend=`,
+            `session=`, `gpu=`, ...).
+
+    Returns:
+        A `Pair`: `ratio` (b / a), its `ci`, the `outcome` and each side's Measurements.
+
+    Raises:
+        ConfigError: an argument out of range.
+    """
     v.no_arg_callable(a, "a")
     v.no_arg_callable(b, "b")
     v.number(confidence, "confidence", lo=0, hi=1, lo_open=True, hi_open=True)

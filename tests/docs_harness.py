@@ -398,7 +398,7 @@ def tally(found: list[Block]) -> Counter[str]:
 
 
 def main() -> int:
-    """Run every file; print the figures docs/benchmarks.md keeps."""
+    """Run every file; print the figures docs/benchmarks/history.md keeps."""
     total: Counter[str] = Counter()
     failed = 0
     start = time.monotonic()

@@ -6,7 +6,7 @@ but on an H100 that state moves from one call to the next by 0.3-4% (docs/how-to
 "Run to run"), for a and b alike. Two runs one after the other then differ by that much
 with nothing changed. Calls close in time share the state, so the ratio of a pair does not:
 on the H100 the same kernel against itself read 1.000 +-0.2-0.4% per round of four pairs
-where its calls moved 0.3-4% (docs/benchmarks.md, "what moves between calls").
+where its calls moved 0.3-4% (docs/benchmarks/run_to_run.md, "what moves between calls").
 
     p = gpuenv.bench_pair(old, new, names=("old", "new"))
     print(p)                  # new / old: 0.982 (97.9% CI 0.979-0.985) over 10 pairs: ...

@@ -50,7 +50,7 @@ def kernels() -> dict[str, Callable[[], Any]]:
 @pytest.mark.parametrize("name", ["relu_1m", "mm2048", "mm4096"])
 def test_do_bench_starts_at_once_when_cold_and_agrees_with_triton(name):
     # The wall time against triton's (issue 18's 1.5x cold, 3x hot) is a figure, measured
-    # side by side by benchmarks/dropin.py (docs/benchmarks.md), not a test's bound.
+    # side by side by benchmarks/dropin.py (docs/benchmarks/dropin.md), not a test's bound.
     fn = kernels()[name]
     wall_s(lambda: gtriton.do_bench(fn))
     m = gtriton.last_measurement()

@@ -42,6 +42,7 @@ from benchmarks import runner
 from benchmarks.checkout import GPUENV, ROOT, checkout_env
 
 ROWS, COLS = 40, 160
+HEADLINE = "monitor_over_nvitop_cpu"  # the headline page's figure (benchmarks/report.py)
 QUIET_S = 0.1  # a frame is done when the output pauses this long
 FIRST_FRAME_MAX_S = 30.0
 

@@ -3,7 +3,8 @@
 `python -m benchmarks report` writes, never by hand:
 
 - docs/benchmarks.md, the headline page: each benchmark, its goal (its module's title),
-  the latest value of each kind of machine it ran on, and a link to its own page;
+  the latest value of each kind of machine it ran on (the metric its module names as
+  `HEADLINE`, else the first it kept), and a link to its own page;
 - docs/benchmarks/<name>.md, one page per benchmark: its goal and command, then one
   section per results file (where and when, its tables and printed lines, the metrics a
   later run is checked against). What follows the generated section on such a page
@@ -181,6 +182,23 @@ def _machine(result: Mapping[str, Any]) -> str:
     return "no GPU" if gpu.startswith("none") else gpu
 
 
+def headline_metric(name: str, site: Site = SITE) -> str | None:
+    """The metric a benchmark's module names as its headline (`HEADLINE = "metric"` at
+    module level, read from the source), or None: the page then shows the first one."""
+    module = site.modules / f"{name}.py"
+    if not module.is_file():
+        return None
+    for node in ast.parse(module.read_text()).body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "HEADLINE" for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            return node.value.value
+    return None
+
+
 def goal(name: str, results: list[Mapping[str, Any]], site: Site = SITE) -> str:
     """What a benchmark asks: its module's title now (a benchmark gone from the suite:
     its newest result's title)."""
@@ -220,12 +238,15 @@ def page(name: str, results: list[Mapping[str, Any]], kept: str = "", site: Site
     return text + (kept if kept.strip() else "")
 
 
-def _headline_value(result: Mapping[str, Any]) -> str:
+def _headline_value(result: Mapping[str, Any], prefer: str | None = None) -> str:
+    """One metric of a result: `prefer` where it has it, else the first it kept."""
     metrics = result.get("metrics") or {}
     if not metrics:
         return "tables only (no metric kept)"
-    k, v = next(iter(metrics.items()))
-    return f"{k} = {v['value']:.4g} {v['unit']}".strip()
+    k = prefer if prefer in metrics else next(iter(metrics))
+    v = metrics[k]
+    value = 0.0 if abs(v["value"]) < 5e-5 else v["value"]  # a float's dust reads as 0
+    return f"{k} = {value:.4g} {v['unit']}".strip()
 
 
 def headline(grouped: Mapping[str, list[Mapping[str, Any]]], site: Site = SITE) -> str:
@@ -234,6 +255,7 @@ def headline(grouped: Mapping[str, list[Mapping[str, Any]]], site: Site = SITE) 
     lines = [HEADLINE_INTRO]
     for name, results in grouped.items():
         lines.append(f"- [**{name}**](benchmarks/{name}.md): {goal(name, results, site)}")
+        prefer = headline_metric(name, site)
         seen: set[str] = set()
         for r in results:  # newest first: the latest of each machine
             machine = _machine(r)
@@ -243,7 +265,7 @@ def headline(grouped: Mapping[str, list[Mapping[str, Any]]], site: Site = SITE) 
             anchor = _anchor(f"{_key(r)}: {machine}, {_when(r)[:10]}")
             lines.append(
                 f"    - [{machine}, {_when(r)[:10]}](benchmarks/{name}.md#{anchor}): "
-                f"{_headline_value(r)}"
+                f"{_headline_value(r, prefer)}"
             )
     return "\n".join(lines) + "\n"
 

@@ -86,9 +86,16 @@ def test_the_report_writes_a_page_per_benchmark_and_keeps_what_follows_it(tmp_pa
 
 def test_a_benchmarks_goal_is_its_modules_title_now(tmp_path: Path):
     site = _site(tmp_path)
-    (site.modules / "x.py").write_text('"""What x asks, now.\n\nMore."""\n')
+    (site.modules / "x.py").write_text('"""What x asks, now.\n\nMore."""\nHEADLINE = "u"\n')
     assert report.goal("x", [_result("x", {})], site) == "What x asks, now."
     assert report.goal("gone", [_result("gone", {})], site) == "gone: a benchmark"
+    # the headline page shows the metric the module names, else the first one kept
+    assert report.headline_metric("x", site) == "u"
+    assert report.headline_metric("gone", site) is None
+    two = _result("x", {"t": _m(1.0), "u": _m(2.0)})
+    assert report._headline_value(two, "u") == "u = 2 s"
+    assert report._headline_value(two, "missing") == "t = 1 s"
+    assert report._headline_value(_result("x", {})) == "tables only (no metric kept)"
 
 
 def test_the_anchor_of_a_section_is_the_one_mkdocs_gives_it():

@@ -12,7 +12,10 @@ GPU's state is shared: `now` (the schedule as it is), `target=X` (the rests keep
 modelled power under X of the limit, DROPIN_POWER_TARGET), `burst=S` (bursts of S
 seconds, DROPIN_BURST_S), `unseen=X` (a kernel whose power no reading has shown yet counts
 as drawing X times the limit, conditioning.burst.UNSEEN_POWER_FRAC; `unseen=0`: as
-before it did, the highest reading). Read-only; needs torch and a GPU.
+before it did, the highest reading), `first=S` (from a rested GPU, S s of work before the
+first rest while no reading has shown the power, UNSEEN_FIRST_S), `heavyseen=X` (a
+reading at X of the limit or more schedules the kernel as the heaviest; 0: every kernel,
+HEAVY_SEEN_FRAC). Read-only; needs torch and a GPU.
 
     GPUENV_READONLY=1 python -m benchmarks.dropin_mlp --trials 10 --variants now,unseen=0
 """
@@ -39,7 +42,13 @@ def _variant(spec: str) -> Iterator[None]:
     from gpuenv.conditioning import burst
     from gpuenv.integrations.triton import bench as dropin
 
-    saved = (dropin.DROPIN_POWER_TARGET, dropin.DROPIN_BURST_S, burst.UNSEEN_POWER_FRAC)
+    saved = (
+        dropin.DROPIN_POWER_TARGET,
+        dropin.DROPIN_BURST_S,
+        burst.UNSEEN_POWER_FRAC,
+        burst.UNSEEN_FIRST_S,
+        burst.HEAVY_SEEN_FRAC,
+    )
     key, _, value = spec.partition("=")
     if key == "target":
         dropin.DROPIN_POWER_TARGET = float(value)
@@ -47,12 +56,24 @@ def _variant(spec: str) -> Iterator[None]:
         dropin.DROPIN_BURST_S = float(value)
     elif key == "unseen":
         burst.UNSEEN_POWER_FRAC = float(value)
+    elif key == "first":
+        burst.UNSEEN_FIRST_S = float(value)
+    elif key == "heavyseen":
+        burst.HEAVY_SEEN_FRAC = float(value)
     elif key != "now":
-        raise SystemExit(f"unknown variant {spec!r}: now, target=X, burst=S or unseen=X")
+        raise SystemExit(
+            f"unknown variant {spec!r}: now, target=X, burst=S, unseen=X, first=S, heavyseen=X"
+        )
     try:
         yield
     finally:
-        dropin.DROPIN_POWER_TARGET, dropin.DROPIN_BURST_S, burst.UNSEEN_POWER_FRAC = saved
+        (
+            dropin.DROPIN_POWER_TARGET,
+            dropin.DROPIN_BURST_S,
+            burst.UNSEEN_POWER_FRAC,
+            burst.UNSEEN_FIRST_S,
+            burst.HEAVY_SEEN_FRAC,
+        ) = saved
 
 
 def _call(mlp: Callable[[], Any]) -> dict[str, Any]:
@@ -100,7 +121,9 @@ def run(args: argparse.Namespace) -> int:
     gt.do_bench(mlp)  # set-up
     for trial in range(args.trials):
         for v in variants:
-            with _variant(v):
+            with contextlib.ExitStack() as stack:
+                for part in v.split("+"):  # first=0+heavyseen=0: both at once
+                    stack.enter_context(_variant(part))
                 gpu.idle(IDLE_S)
                 cold = _call(mlp)
                 gpu.load(LOAD_S)

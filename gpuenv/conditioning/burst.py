@@ -165,13 +165,16 @@ REST_POWER_FRAC = 0.25  # the power at rest is at most this of the limit (H100: 
 # assumes the worst: the H200's 8192^3 bf16 matmuls drew up to 892 W against its 700 W
 # limit (1.27x), the simulated H100's heaviest kernel 1.57x.
 UNSEEN_POWER_FRAC = 1.6
+SEEN_AFTER_S = 0.005  # a refresh this far into a burst shows the burst's work
 # A reading refreshed inside the work still reads under what the work draws where the
 # work had run only a little of the time the driver's value covers: an MLP block that
 # draws 760-941 W on an H100 read 575-591 W so, was scheduled for that, and met the cap.
 # A reading this far up the limit says the kernel is heavy, not how heavy: it is then
 # scheduled as the heaviest (UNSEEN_POWER_FRAC); a lower one says it is light.
 HEAVY_SEEN_FRAC = 0.5
-SEEN_AFTER_S = 0.005  # a refresh this far into a burst shows the burst's work
+# From a rested GPU, the work that may run before the first rest while no reading has
+# shown its power (a refresh falls in it; the H200's cap engaged 127-178 ms into work).
+UNSEEN_FIRST_S = DRIVER_REFRESH_S + SEEN_AFTER_S
 # The modelled filtered power each GPU was left at (clock time, watts, watts at rest): the
 # GPU's state outlives a measurement, so the next one (an autotuner's next config, a
 # moment later) starts from it, not from the 1 s average that lags it. By the clock its
@@ -371,11 +374,7 @@ class Bursts:
         target = cc.burst_power_target * limit
         if heavy <= target:
             return 0.0  # light: the filter cannot reach the target
-        if (
-            not self.power_seen
-            and self.began_rested
-            and self._worked_s() < DRIVER_REFRESH_S + SEEN_AFTER_S
-        ):
+        if not self.power_seen and self.began_rested and self._worked_s() < UNSEEN_FIRST_S:
             # from a rested GPU, no refresh can have fallen inside the work yet: one will
             # before the next burst ends (the heaviest kernel's cap engaged 127-178 ms
             # into work from rest on an H200), and a light kernel then rests not at all

@@ -25,9 +25,7 @@ def _torch() -> Any:
     try:
         import torch
     except ImportError as err:
-        raise ConfigError(
-            "timing a CUDA function needs PyTorch", hint="pip install 'gpuenv[torch]'"
-        ) from err
+        raise ConfigError("timing a CUDA function needs PyTorch", hint="pip install torch") from err
     if not torch.cuda.is_available():
         raise ConfigError(
             "torch sees no CUDA GPU",

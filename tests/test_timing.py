@@ -15,7 +15,7 @@ from gpuenv.results import load_run
 from gpuenv.timebase import VirtualClock
 from gpuenv.verdict import MeasurementRejected, VerdictConfig
 
-MATMUL_S = 1.4e-3  # an 8192^3 bf16 matmul at 1980 MHz (measured on an H100)
+MATMUL_S = 1.4e-3  # an 8192^3 bf16 matmul at 1980 MHz (docs/explanation/what-gpus-do.md)
 
 
 @pytest.fixture

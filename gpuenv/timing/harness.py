@@ -55,16 +55,36 @@ def bench(
 ) -> Any:
     """Time `fn` on the GPU, with telemetry on every rep; returns a `Measurement`.
 
-    `config` (a `BenchConfig`) and `settings` (its fields as keywords: reps=,
-    condition=, policy=, ...) say what to do; with none, gpuenv picks the safe
-    default (BenchConfig's docstring). `session` (a gpuenv.stable() session) lends
-    its sampler, policy and mode; `device` injects what runs fn (tests: `SimDevice`
-    with `sim_kernel`; default: the backend's synthetic workload when it has one,
-    else CUDA via torch). `output` writes the Measurement as a run to a JSONL file of its
-    own (`append=True`: beside the runs a file already holds; else such a file is refused
-    before measuring). The stats
-    of the kept reps are in `m.stats`; CI, warmup, conditioning, effective clocks and
-    settings in `m.extra`.
+    With no options gpuenv picks the safe default (`BenchConfig`'s docstring): a number
+    that does not depend on what ran before. The stats of the kept reps are in
+    `m.stats`; the CI, warmup, conditioning, effective clocks and settings in `m.extra`.
+
+    Args:
+        fn: the GPU work of one rep, called with no arguments.
+        config: what to do, as a `BenchConfig` (reps, condition, policy, ...).
+        name: the measurement's name (default: `fn`'s).
+        session: a `gpuenv.stable()` session that lends its sampler, lock, policy
+            and mode.
+        backend: the GPU backend (default: `open_backend()`).
+        gpu: the GPU to time on (default: the session's first, or the current CUDA
+            device's).
+        device: what runs `fn` (tests: `SimDevice` with `sim_kernel`; default: the
+            backend's synthetic workload when it has one, else CUDA through torch).
+        output: a JSONL file to write the Measurement to, as a run of its own.
+        append: write beside the runs `output` already holds (without it such a
+            file is refused before measuring).
+        progress: a progress line on stderr (True), or a callable given each line.
+        **settings: `BenchConfig`'s fields as keywords (`reps=`, `condition=`,
+            `policy=`, ...), over `config`.
+
+    Returns:
+        The `Measurement`: per-rep times and telemetry windows, findings, verdict.
+
+    Raises:
+        ConfigError: an argument out of range, or `output` holding other runs
+            without `append`.
+        BackendError: the GPU could not be reached (telemetry gaps are findings,
+            not errors).
     """
     v.no_arg_callable(fn, "fn")
     cfg = BenchConfig.of(config, dict(settings))

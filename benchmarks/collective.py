@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The job's collective row on a multi-GPU node: does it name the GPU that held a
-data-parallel step back (issue 33 item 3)?
+data-parallel step back?
 
 benchmarks/workloads/ddp_step.py on every GPU under `gpuenv run -o X -- torchrun
 --standalone --nproc-per-node N` (one rank a GPU; a step: --matmuls 8192 bf16 matmuls, then

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Every GPU of a node measured at once: do N processes, one per GPU, each running
-gpuenv.bench, get the numbers one process alone on each GPU gets (issue 33 item 5)?
+gpuenv.bench, get the numbers one process alone on each GPU gets?
 
 benchmarks/workloads/gpu_bench.py (gpuenv.bench on an 8192 bf16 matmul and on x.sum() of
 64k floats, --budget s each) runs first alone on each GPU in turn, then on every GPU at

@@ -1,8 +1,18 @@
-"""A real one-node Slurm for tests and benchmarks/slurm.py: munged, slurmctld and slurmd
-on 127.0.0.1, everything in a temp dir (no systemd), two simulated GPUs declared in gres.conf
-(character devices the harness makes), gpuenvd serving them (sim backend, its socket in the
-temp dir), and the Slurm prolog and epilog gpuenv ships (gpuenv/ops/slurm/) as the node's
-Prolog and Epilog.
+"""A real Slurm for tests and benchmarks/slurm.py: munged, slurmctld and one slurmd per node
+on 127.0.0.1, everything in a temp dir (no systemd); each node with two simulated GPUs declared
+in gres.conf (character devices the harness makes), its own gpuenvd serving them (sim backend,
+its own state file and socket in the temp dir), and the Slurm prolog and epilog gpuenv ships
+(gpuenv/ops/slurm/) as every node's Prolog and Epilog.
+
+Several nodes are several slurmd on this one host, each started as `slurmd -N NODE` and
+listening on its own `Port=` (Debian's slurm-wlm is built with multiple-slurmd support):
+measured here, two nodes reach IDLE as fast as one, and a 2-node `sbatch -N2` runs both
+nodes' prologs and epilogs in ~0.4 s. Network namespaces (ip netns + veth) also work here
+as root, but would add routes, addresses and a cleanup that can leak namespaces, for no
+difference Slurm can see: slurmctld tells nodes apart by name and port, and each node's
+prolog talks only to its own gpuenvd (its wrapper below sets the node's socket). What
+nodes share here and would not on a cluster: the file system (each node's records go to
+its own directory) and the host name (each node runs as NodeHostname=this host).
 
 Not a test module: helpers only. What a one-machine Slurm does and needs was measured in
 shared/SLURM_FACTS.md; the reasons for each setting below come from there.
@@ -48,7 +58,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _conf(d: Path, ctld_port: int, slurmd_port: int) -> str:
+def _node_lines(nodes: list[str]) -> str:
+    """One NodeName line per node; several share this host, each on its own slurmd port."""
+    host = socket.gethostname()
+    port = (lambda: f" Port={_free_port()}") if len(nodes) > 1 else (lambda: "")
+    return "".join(
+        f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1{port()} CPUs=2 Gres=gpu:2 "
+        "State=UNKNOWN\n"
+        for n in nodes
+    )
+
+
+def _conf(d: Path, ctld_port: int, slurmd_port: int, nodes: list[str]) -> str:
     return f"""\
 ClusterName=gpuenvtest
 SlurmctldHost=localhost(127.0.0.1)
@@ -60,11 +81,11 @@ AuthType=auth/munge
 AuthInfo=socket={d}/munge/munge.socket
 CredType=cred/munge
 StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
+SlurmdSpoolDir={d}/spool/%n
 SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
+SlurmdPidFile={d}/slurmd-%n.pid
 SlurmctldLogFile={d}/slurmctld.log
-SlurmdLogFile={d}/slurmd.log
+SlurmdLogFile={d}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -80,9 +101,8 @@ MinJobAge=300
 Prolog={d}/prolog
 Epilog={d}/epilog
 PrologFlags=Alloc
-NodeName={NODE} NodeHostname={socket.gethostname()} NodeAddr=127.0.0.1 CPUs=2 Gres=gpu:2 \
-State=UNKNOWN
-PartitionName=gpu Nodes={NODE} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+{_node_lines(nodes)}\
+PartitionName=gpu Nodes={",".join(nodes)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
 
 
@@ -93,29 +113,46 @@ def _fields(line: str) -> dict[str, str]:
     )
 
 
-class SlurmCluster:
-    """One node: start(), submit jobs, kill and restart slurmd, close()."""
+class Node:
+    """One slurmd's node: its name, its gpuenvd (its own simulated GPUs), the directory its
+    prolog keeps its records in (GPUENV_SLURM_STATE), and the environment a site gives its
+    prolog and epilog."""
 
-    def __init__(self, workdir: Path, *, strict: bool = False):
+    def __init__(self, name: str, gpuenvd: DaemonProcess, records: Path, gpuenv: Path):
+        self.name = name
+        self.gpuenvd = gpuenvd
+        self.records = records
+        # what a site puts in the prolog's environment (slurmd gives prologs only SLURM_*)
+        self.env = {
+            k: v for k, v in gpuenvd.env.items() if k.startswith("GPUENV_") or k == "PYTHONPATH"
+        }
+        self.env.update(GPUENV=str(gpuenv), GPUENV_SLURM_STATE=str(records))
+        self.env.pop("GPUENV_STATE_DIR", None)  # the daemon's journal is the daemon's
+
+
+class SlurmCluster:
+    """`nodes` nodes (gpunode0, gpunode1, ...): start(), submit jobs, kill and restart a
+    slurmd, close(). One node keeps its files where the one-node harness always had them."""
+
+    def __init__(self, workdir: Path, *, strict: bool = False, nodes: int = 1):
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.dir.chmod(0o755)  # munged refuses a socket directory that is not world-executable
-        self.gpuenvd = DaemonProcess(self.dir / "gpuenvd", n_gpus=2)
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.conf = self.dir / "slurm.conf"
-        self.records = self.dir / "jobs"  # GPUENV_SLURM_STATE: the prolog's job records
-        self.strict = strict
         gpuenv = self.dir / "gpuenv"
         gpuenv.write_text(f'#!/bin/sh\nexec {sys.executable} -m gpuenv "$@"\n')
         gpuenv.chmod(0o755)
-        # what a site puts in the prolog's environment (slurmd gives prologs only SLURM_*)
-        self.node_env = {
-            k: v
-            for k, v in self.gpuenvd.env.items()
-            if k.startswith("GPUENV_") or k == "PYTHONPATH"
-        }
-        self.node_env.update(GPUENV=str(gpuenv), GPUENV_SLURM_STATE=str(self.records))
-        self.node_env.pop("GPUENV_STATE_DIR", None)  # the daemon's journal is the daemon's
+        self.nodes: list[Node] = []
+        for i in range(nodes):
+            home = self.dir if nodes == 1 else self.dir / "nodes" / f"gpunode{i}"
+            gpuenvd = DaemonProcess(home / "gpuenvd", n_gpus=2)
+            self.nodes.append(Node(f"gpunode{i}", gpuenvd, home / "jobs", gpuenv))
+        self.gpuenvd = self.nodes[0].gpuenvd
+        self.records = self.nodes[0].records
+        self.node_env = self.nodes[0].env
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.conf = self.dir / "slurm.conf"
+        self.strict = strict
+        # Slurm's commands and `gpuenv job` from here: as on the first node
         self.env = {**os.environ, **self.node_env, "SLURM_CONF": str(self.conf)}
 
     # -- set-up ----------------------------------------------------------------------------
@@ -129,29 +166,46 @@ class SlurmCluster:
         key = d / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
-        for n in range(2):
-            dev = d / "dev" / f"nvidia{n}"
-            if not dev.exists():  # NVIDIA's own numbers: slurmd wants character devices
-                subprocess.run(["mknod", str(dev), "c", "195", str(n)], check=True)
-        (d / "gres.conf").write_text(f"Name=gpu File={d}/dev/nvidia[0-1]\n")
-        self.conf.write_text(_conf(d, _free_port(), _free_port()))
+        gres = []
+        for i, node in enumerate(self.nodes):
+            (d / "spool" / node.name).mkdir(exist_ok=True)
+            devs = [2 * i, 2 * i + 1]  # each node its own two devices; slurmd numbers them 0,1
+            for n in devs:
+                dev = d / "dev" / f"nvidia{n}"
+                if not dev.exists():  # NVIDIA's own numbers: slurmd wants character devices
+                    subprocess.run(["mknod", str(dev), "c", "195", str(n)], check=True)
+            gres.append(f"NodeName={node.name} Name=gpu File={d}/dev/nvidia[{devs[0]}-{devs[1]}]\n")
+        (d / "gres.conf").write_text("".join(gres))
+        names = [n.name for n in self.nodes]
+        self.conf.write_text(_conf(d, _free_port(), _free_port(), names))
         self.set_scripts(PROLOG, EPILOG)
 
     def set_scripts(self, prolog: Path, epilog: Path, **extra: str) -> None:
-        """The node's Prolog/Epilog: wrappers giving `prolog`/`epilog` the site's environment."""
-        env = {**self.node_env, **({"GPUENV_SLURM_STRICT": "1"} if self.strict else {}), **extra}
-        exports = "".join(f"export {k}='{v}'\n" for k, v in sorted(env.items()))
+        """Every node's Prolog/Epilog: `prolog`/`epilog` run by a wrapper that gives them the
+        site's environment of the node slurmd runs it for (SLURMD_NODENAME)."""
+        strict = {"GPUENV_SLURM_STRICT": "1"} if self.strict else {}
+        timings = self.dir / "timings.log"
         for name, script in (("prolog", prolog), ("epilog", epilog)):
-            path = self.dir / name
-            tmp = path.with_suffix(".tmp")
-            # each run's start, end and exit status: benchmarks/slurm.py's prolog/epilog times
-            tmp.write_text(
-                f"#!/bin/bash\n{exports}t0=$(date +%s.%N)\nbash {script}\nrc=$?\n"
-                f'echo "{name} $SLURM_JOB_ID $t0 $(date +%s.%N) $rc" >> {self.dir}/timings.log\n'
-                "exit $rc\n"
+            for node in self.nodes:
+                env = {**node.env, **strict, **extra}
+                exports = "".join(f"export {k}='{v}'\n" for k, v in sorted(env.items()))
+                # each run's start, end and exit status: benchmarks/slurm.py's times
+                self._replace(
+                    self.dir / f"{name}.{node.name}",
+                    f"#!/bin/bash\n{exports}t0=$(date +%s.%N)\nbash {script}\nrc=$?\n"
+                    f'echo "{name} $SLURM_JOB_ID $t0 $(date +%s.%N) $rc" >> {timings}\n'
+                    "exit $rc\n",
+                )
+            self._replace(
+                self.dir / name, f'#!/bin/bash\nexec {self.dir}/{name}."$SLURMD_NODENAME"\n'
             )
-            tmp.chmod(0o755)
-            tmp.replace(path)  # slurmd may be running one right now
+
+    @staticmethod
+    def _replace(path: Path, text: str) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        tmp.replace(path)  # slurmd may be running one right now
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         with open(self.dir / f"{name}.out", "ab") as log:
@@ -161,7 +215,8 @@ class SlurmCluster:
 
     def start(self, timeout: float = 30.0) -> None:
         self._write()
-        self.gpuenvd.start()
+        for node in self.nodes:
+            node.gpuenvd.start()
         d = self.dir
         self._spawn(
             "munged",
@@ -178,15 +233,24 @@ class SlurmCluster:
         )
         self._wait(lambda: (d / "munge" / "munge.socket").exists(), 10, "munged")
         self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
-        self.start_slurmd()
-        self._wait(lambda: self.node_state() in ("IDLE", "MIXED", "ALLOCATED"), timeout, "node")
+        for node in self.nodes:
+            self.start_slurmd(node.name)
+        for node in self.nodes:
+            self._wait(
+                lambda n=node.name: self.node_state(n) in ("IDLE", "MIXED", "ALLOCATED"),  # type: ignore[misc]
+                timeout,
+                f"node {node.name}",
+            )
 
-    def start_slurmd(self) -> None:
-        self._spawn("slurmd", ["slurmd", "-D", "-N", NODE, "-f", str(self.conf)])
+    def start_slurmd(self, node: str = NODE) -> None:
+        self._spawn(self._slurmd(node), ["slurmd", "-D", "-N", node, "-f", str(self.conf)])
 
-    def kill_slurmd(self) -> None:
-        """SIGKILL slurmd (its job steps carry on under slurmstepd) and reap it."""
-        proc = self.procs.pop("slurmd")
+    def _slurmd(self, node: str) -> str:
+        return "slurmd" if node == NODE else f"slurmd-{node}"
+
+    def kill_slurmd(self, node: str = NODE) -> None:
+        """SIGKILL a node's slurmd (its job steps carry on under slurmstepd) and reap it."""
+        proc = self.procs.pop(self._slurmd(node))
         proc.kill()
         proc.wait(timeout=10)
 
@@ -203,21 +267,23 @@ class SlurmCluster:
 
     def logs(self) -> str:
         out = []
-        for name in ("slurmctld.log", "slurmd.log", "slurmd.out", "slurmctld.out"):
+        names = ["slurmctld.log", *(f"slurmd-{n.name}.log" for n in self.nodes)]
+        for name in (*names, "slurmd.out", "slurmctld.out"):
             path = self.dir / name
             if path.exists():
                 out.append(f"--- {name}\n" + "\n".join(path.read_text().splitlines()[-15:]))
         return "\n".join(out)
 
     def close(self) -> None:
+        slurmds = [self._slurmd(n.name) for n in self.nodes]
         # jobs first: a job's slurmstepd outlives slurmd (that is how a job survives a slurmd
         # restart), so a job still running would outlive the cluster
-        if "slurmctld" in self.procs and "slurmd" in self.procs:
+        if "slurmctld" in self.procs and all(s in self.procs for s in slurmds):
             with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
                 self.cmd("scancel", "--partition=gpu", check=False)
                 self._wait(lambda: not self.cmd("squeue", "-h", check=False), 20, "jobs to end")
-        # slurmd before slurmctld: the other order can hang slurmd on an epilog message
-        for name in ("slurmd", "slurmctld", "munged"):
+        # every slurmd before slurmctld: the other order can hang slurmd on an epilog message
+        for name in (*slurmds, "slurmctld", "munged"):
             proc = self.procs.pop(name, None)
             if proc is None:
                 continue
@@ -227,7 +293,8 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        self.gpuenvd.close()
+        for node in self.nodes:
+            node.gpuenvd.close()
 
     # -- Slurm commands --------------------------------------------------------------------
 
@@ -237,14 +304,14 @@ class SlurmCluster:
             raise RuntimeError(f"{' '.join(args)} failed: {done.stderr.strip()}\n{self.logs()}")
         return done.stdout.strip()
 
-    def node(self) -> dict[str, str]:
-        return _fields(self.cmd("scontrol", "show", "node", NODE, "-o", check=False))
+    def node(self, name: str = NODE) -> dict[str, str]:
+        return _fields(self.cmd("scontrol", "show", "node", name, "-o", check=False))
 
-    def node_state(self) -> str:
-        return self.node().get("State", "?")
+    def node_state(self, name: str = NODE) -> str:
+        return self.node(name).get("State", "?")
 
-    def resume(self) -> None:
-        self.cmd("scontrol", "update", f"nodename={NODE}", "state=resume", check=False)
+    def resume(self, name: str = NODE) -> None:
+        self.cmd("scontrol", "update", f"nodename={name}", "state=resume", check=False)
 
     def sbatch(self, script: str, *opts: str) -> str:
         """Submit `script` (a shell body); its output goes to out/JOBID.out. Returns the id."""

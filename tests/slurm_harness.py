@@ -146,6 +146,9 @@ class SlurmCluster:
             home = self.dir if nodes == 1 else self.dir / "nodes" / f"gpunode{i}"
             gpuenvd = DaemonProcess(home / "gpuenvd", n_gpus=2)
             self.nodes.append(Node(f"gpunode{i}", gpuenvd, home / "jobs", gpuenv))
+        if nodes > 1:  # what a cluster's shared file system is: here one directory all see
+            for node in self.nodes:
+                node.env["GPUENV_JOBS_DIR"] = str(self.dir / "shared-jobs")
         self.gpuenvd = self.nodes[0].gpuenvd
         self.records = self.nodes[0].records
         self.node_env = self.nodes[0].env
@@ -180,13 +183,18 @@ class SlurmCluster:
         self.conf.write_text(_conf(d, _free_port(), _free_port(), names))
         self.set_scripts(PROLOG, EPILOG)
 
-    def set_scripts(self, prolog: Path, epilog: Path, **extra: str) -> None:
-        """Every node's Prolog/Epilog: `prolog`/`epilog` run by a wrapper that gives them the
-        site's environment of the node slurmd runs it for (SLURMD_NODENAME)."""
+    def set_scripts(
+        self, prolog: Path, epilog: Path, *, only: tuple[str, ...] = (), **extra: str
+    ) -> None:
+        """Every node's Prolog/Epilog (`only` those nodes', the others' the shipped ones):
+        `prolog`/`epilog` run by a wrapper that gives them the site's environment of the node
+        slurmd runs it for (SLURMD_NODENAME)."""
         strict = {"GPUENV_SLURM_STRICT": "1"} if self.strict else {}
         timings = self.dir / "timings.log"
-        for name, script in (("prolog", prolog), ("epilog", epilog)):
+        for name, mine in (("prolog", prolog), ("epilog", epilog)):
             for node in self.nodes:
+                shipped = PROLOG if name == "prolog" else EPILOG
+                script = mine if not only or node.name in only else shipped
                 env = {**node.env, **strict, **extra}
                 exports = "".join(f"export {k}='{v}'\n" for k, v in sorted(env.items()))
                 # each run's start, end and exit status: benchmarks/slurm.py's times

@@ -7,13 +7,16 @@ One cluster for the module (start-up ~2 s).
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_harness import Node, SlurmCluster, unavailable
+from slurm_harness import EPILOG, PROLOG, Node, SlurmCluster, unavailable
 
 from gpuenv.daemon.client import Client
 
@@ -58,3 +61,67 @@ def test_a_two_node_job_is_locked_on_both_nodes_and_restored_on_both(
         log = (node.records / "gpuenv-slurm.log").read_text()
         assert f"job {jobid}: locked GPUs 0,1 (sm=1350)" in log, log
         assert f"job {jobid}: restored GPUs 0,1" in log, log
+    # `gpuenv job` on any node shows both nodes' GPUs, from the shared jobs directory
+    shown = gpuenv_job(slurm, jobid)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"gpuenv: job {jobid}: 2 of 2 nodes reported" in shown.stdout, shown.stdout
+    for node in ("gpunode0", "gpunode1"):
+        assert f"node {node}: restored" in shown.stdout, shown.stdout
+    gathered = json.loads(gpuenv_job(slurm, jobid, "--json").stdout)
+    assert gathered["missing"] == {} and gathered["nodes"] == ["gpunode0", "gpunode1"]
+    for entry in gathered["entries"].values():
+        report = entry["report"]
+        assert entry["restored"] == "yes" and report["lock"] == "locked sm=1350"
+        assert [e["window"]["lock_range_mhz"] for e in report["gpus_report"]] == [[1350, 1350]] * 2
+    # each node's prolog put its line into Slurm's own record of the job (slurmctld takes
+    # no update once the job ended: the epilog's verdict goes to slurmdbd, where one runs)
+    assert admin_comment(slurm, jobid) == [
+        f"gpuenv {node} GPUs 0,1: locked sm=1350; running" for node in ("gpunode0", "gpunode1")
+    ]
+
+
+def gpuenv_job(slurm: SlurmCluster, jobid: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`gpuenv job JOBID` as on any node: it reads the shared jobs directory."""
+    return subprocess.run(
+        [str(slurm.dir / "gpuenv"), "job", jobid, *args],
+        env=slurm.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def admin_comment(slurm: SlurmCluster, jobid: str) -> list[str]:
+    """The job's AdminComment as `scontrol show job` prints it, one entry per node."""
+    shown = slurm.cmd("scontrol", "show", "job", jobid)
+    found = re.search(r"AdminComment=(.*)$", shown, re.M)
+    assert found, shown
+    return sorted(found.group(1).strip().split(" | "))
+
+
+def test_a_node_whose_epilog_lost_its_report_is_named(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """gpunode1's epilog does nothing (slurmd killed as the job ended can lose it for good):
+    `gpuenv job` names gpunode1 and why, and shows gpunode0's report."""
+    lost = tmp_path / "lost-epilog.sh"
+    lost.write_text("exit 0\n")
+    slurm.set_scripts(PROLOG, lost, only=("gpunode1",))
+    try:
+        jobid = slurm.sbatch(STEPS, "-N2", "--gres=gpu:2", "--comment", "gpuenv:sm=1410")
+        assert slurm.wait_done(jobid) == "COMPLETED"
+    finally:
+        slurm.set_scripts(PROLOG, EPILOG)
+    shown = gpuenv_job(slurm, jobid)
+    assert shown.returncode == 1, shown.stdout + shown.stderr
+    why = "its epilog lost the report (the prolog recorded the job; no epilog reported)"
+    assert f"node gpunode1: did not report: {why}" in shown.stdout, shown.stdout
+    assert "  at its prolog: GPUs 0,1, locked sm=1410" in shown.stdout, shown.stdout
+    assert "node gpunode0: restored" in shown.stdout, shown.stdout
+    assert f"1 of 2 nodes reported; did not: gpunode1 ({why})" in shown.stdout
+    # gpunode1 was left locked: the next job's prolog there puts it back (tests/test_slurm.py)
+    node1 = slurm.nodes[1]
+    assert node1.gpuenvd.truth(0)[0] == (1410, 1410)
+    assert_as_before(slurm.nodes[0])
+    after = slurm.sbatch(STEPS, "-N2", "--gres=gpu:2")
+    assert slurm.wait_done(after) == "COMPLETED"
+    for node in slurm.nodes:
+        assert_as_before(node)

@@ -128,3 +128,44 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"    [{f['severity']}] {f['kind']}: {f['message']}")
     lines.append(report["verdict"])
     return "\n".join(lines)
+
+
+def publish(
+    report: dict[str, Any], node: str, restored: str, directory: Any | None
+) -> tuple[str, str | None]:
+    """The epilog's last word for its node: the judged `report` into the shared jobs
+    directory (where there is one) and its line into the job's AdminComment. Returns the
+    line and which of Slurm's records kept it (None: neither, as without slurmdbd)."""
+    from gpuenv.daemon import jobnodes
+
+    if directory is not None:
+        jobnodes.publish_ended(directory, report["job"], node, report, restored)
+    line = jobnodes.admin_line(node, report, restored)
+    return line, jobnodes.set_admin_comment(report["job"], node, line)
+
+
+def render_nodes(gathered: dict[str, Any]) -> str:
+    """What `gpuenv job JOBID` prints from the shared jobs directory: each node's report,
+    and each node that did not report, with why."""
+    from gpuenv.daemon.jobnodes import RESTORED
+
+    job, entries, missing = gathered["job"], gathered["entries"], gathered["missing"]
+    nodes = gathered["nodes"] or sorted(entries)
+    state = f" ({gathered['job_state']})" if gathered.get("job_state") else ""
+    lines = [f"job {job} on {len(nodes)} node{'s' if len(nodes) != 1 else ''}{state}"]
+    for node in nodes:
+        entry = entries.get(node) or {}
+        if node in missing:
+            lines.append(f"node {node}: did not report: {missing[node]}")
+            if entry:
+                gpus = ",".join(str(g) for g in entry.get("gpus", []))
+                lines.append(f"  at its prolog: GPUs {gpus}, {entry.get('lock')}")
+            continue
+        lines.append(f"node {node}: {RESTORED.get(entry.get('restored', ''), '?')}")
+        lines.extend("  " + line for line in render(entry["report"]).splitlines())
+    done = len(nodes) - len(missing)
+    tail = f"gpuenv: job {job}: {done} of {len(nodes)} nodes reported"
+    if missing:
+        tail += "; did not: " + ", ".join(f"{n} ({why})" for n, why in missing.items())
+    lines.append(tail)
+    return "\n".join(lines)

@@ -47,12 +47,23 @@ if [ -n "${SLURM_JOB_GPUS-}" ] && [ "${GPUENV_SLURM_REPORT:-1}" = 1 ] &&
     fi
 fi
 
-[ -f "$record" ] || exit 0  # the prolog locked nothing for this job
+# After the restore, the node's report where every node sees it (GPUENV_JOBS_DIR) and its
+# one line in the job's AdminComment (`scontrol show job`): "yes", "no" or "none" restored.
+publish() {
+    [ -n "${SLURM_JOB_GPUS-}" ] && [ "${GPUENV_SLURM_REPORT:-1}" = 1 ] || return 0
+    [ -n "${verdict-}" ] || return 0  # gpuenvd had no record of the job: nothing to share
+    out=$("$GPUENV" job "$JOB" --publish --restored "$1" --jobs-dir "${GPUENV_JOBS_DIR-}" 2>&1) ||
+        log "could not publish the job's report: $(printf '%s' "$out" | tr '\n' ' ')"
+}
+
+[ -f "$record" ] || { publish none; exit 0; }  # the prolog locked nothing for this job
 gpus=$(cat "$record")
 if out=$("$GPUENV" restore -i "$gpus" 2>&1); then
     rm -f "$record"
     log "restored GPUs $gpus: $(printf '%s' "$out" | tr '\n' ' ')"
+    publish yes
     exit 0
 fi
 log "could not restore GPUs $gpus: $(printf '%s' "$out" | tr '\n' ' ')"
+publish no
 exit 1

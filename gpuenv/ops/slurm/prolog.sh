@@ -46,10 +46,12 @@ log() {
 }
 # gpuenvd records the job's GPUs until the epilog (`gpuenv job JOBID`): every GPU job, asked
 # or not, unless GPUENV_SLURM_REPORT=0. No daemon: logged, and the job runs as it would.
+# With GPUENV_JOBS_DIR (a directory every node shares) the node marks there that it has the
+# job: `gpuenv job JOBID` then names a node whose epilog never reported.
 record() {
     [ "${GPUENV_SLURM_REPORT:-1}" = 1 ] || return 0
     "$GPUENV" job "$JOB" --begin -i "$gpus" --user "${SLURM_JOB_USER:-?}" \
-        --asked "${spec:--}" --lock "$1" >/dev/null 2>&1 && return 0
+        --asked "${spec:--}" --lock "$1" --jobs-dir "${GPUENV_JOBS_DIR-}" >/dev/null 2>&1 && return 0
     # a job that did not ask, on a node without gpuenvd: nothing worth a line per job
     [ "$1" = "not asked" ] || log "not recorded: no gpuenvd answers ('gpuenv job $JOB' will not know it)"
 }

@@ -40,6 +40,8 @@ EPILOG = ops.packaged("epilog")
 NODE = "gpunode0"
 ENDED = ("COMPLETED", "CANCELLED", "TIMEOUT", "FAILED", "NODE_FAIL")
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "srun", "mknod")
+# slurmdbd on MariaDB (Debian's slurmdbd and mariadb-server): jobs' records after they end
+DB_TOOLS = ("slurmdbd", "sacctmgr", "sacct", "mariadbd", "mariadb-install-db")
 
 
 def unavailable() -> str | None:
@@ -49,6 +51,14 @@ def unavailable() -> str | None:
         return f"{', '.join(missing)} not installed (apt-get install slurm-wlm munge; .ci/run does)"
     if os.geteuid() != 0:
         return "slurmd runs prologs as root and makes device files: needs root (CI runs as root)"
+    return None
+
+
+def accounting_unavailable() -> str | None:
+    """Why slurmdbd cannot run here, or None when it can."""
+    missing = [t for t in DB_TOOLS if shutil.which(t) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (apt-get install slurmdbd mariadb-server)"
     return None
 
 
@@ -69,7 +79,35 @@ def _node_lines(nodes: list[str]) -> str:
     )
 
 
-def _conf(d: Path, ctld_port: int, slurmd_port: int, nodes: list[str]) -> str:
+def _accounting(d: Path, dbd_port: int | None) -> str:
+    if dbd_port is None:
+        return "AccountingStorageType=accounting_storage/none\n"
+    # the munge socket that reaches slurmdbd is AccountingStoragePass's, not AuthInfo's
+    return (
+        "AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\n"
+        f"AccountingStoragePort={dbd_port}\nAccountingStoragePass={d}/munge/munge.socket\n"
+    )
+
+
+def _dbd_conf(d: Path, dbd_port: int, db_port: int) -> str:
+    return f"""\
+AuthType=auth/munge
+AuthInfo=socket={d}/munge/munge.socket
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={dbd_port}
+SlurmUser=root
+LogFile={d}/slurmdbd.log
+PidFile={d}/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={db_port}
+StorageUser=root
+StorageLoc=slurm_acct_db
+"""
+
+
+def _conf(d: Path, ctld_port: int, slurmd_port: int, nodes: list[str], dbd_port: int | None) -> str:
     return f"""\
 ClusterName=gpuenvtest
 SlurmctldHost=localhost(127.0.0.1)
@@ -89,8 +127,7 @@ SlurmdLogFile={d}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
+{_accounting(d, dbd_port)}SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
 MailProg=/bin/true
@@ -134,7 +171,9 @@ class SlurmCluster:
     """`nodes` nodes (gpunode0, gpunode1, ...): start(), submit jobs, kill and restart a
     slurmd, close(). One node keeps its files where the one-node harness always had them."""
 
-    def __init__(self, workdir: Path, *, strict: bool = False, nodes: int = 1):
+    def __init__(
+        self, workdir: Path, *, strict: bool = False, nodes: int = 1, accounting: bool = False
+    ):
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.dir.chmod(0o755)  # munged refuses a socket directory that is not world-executable
@@ -155,6 +194,8 @@ class SlurmCluster:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.conf = self.dir / "slurm.conf"
         self.strict = strict
+        self.accounting = accounting  # slurmdbd on MariaDB: sacct, and AdminComment after jobs
+        self.db_port = 0
         # Slurm's commands and `gpuenv job` from here: as on the first node
         self.env = {**os.environ, **self.node_env, "SLURM_CONF": str(self.conf)}
 
@@ -180,7 +221,13 @@ class SlurmCluster:
             gres.append(f"NodeName={node.name} Name=gpu File={d}/dev/nvidia[{devs[0]}-{devs[1]}]\n")
         (d / "gres.conf").write_text("".join(gres))
         names = [n.name for n in self.nodes]
-        self.conf.write_text(_conf(d, _free_port(), _free_port(), names))
+        dbd_port = _free_port() if self.accounting else None
+        self.conf.write_text(_conf(d, _free_port(), _free_port(), names, dbd_port))
+        if dbd_port is not None:  # slurmdbd reads it beside SLURM_CONF; only its user may
+            self.db_port = _free_port()
+            dbd = d / "slurmdbd.conf"
+            dbd.write_text(_dbd_conf(d, dbd_port, self.db_port))
+            dbd.chmod(0o600)
         self.set_scripts(PROLOG, EPILOG)
 
     def set_scripts(
@@ -240,6 +287,8 @@ class SlurmCluster:
             ],
         )
         self._wait(lambda: (d / "munge" / "munge.socket").exists(), 10, "munged")
+        if self.accounting:
+            self._start_slurmdbd()
         self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
         for node in self.nodes:
             self.start_slurmd(node.name)
@@ -249,6 +298,48 @@ class SlurmCluster:
                 timeout,
                 f"node {node.name}",
             )
+
+    def _start_slurmdbd(self) -> None:
+        """MariaDB in the temp dir (its own datadir, socket and port), then slurmdbd on it,
+        and the cluster registered before slurmctld starts."""
+        d = self.dir
+        subprocess.run(
+            [
+                "mariadb-install-db",
+                "--user=root",
+                f"--datadir={d}/db",
+                "--skip-test-db",
+                "--auth-root-authentication-method=normal",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        self._spawn(
+            "mariadbd",
+            [
+                "mariadbd",
+                "--no-defaults",
+                "--user=root",
+                f"--datadir={d}/db",
+                f"--socket={d}/db.sock",
+                f"--port={self.db_port}",
+                "--bind-address=127.0.0.1",
+                f"--pid-file={d}/db.pid",
+                "--innodb-buffer-pool-size=32M",
+                "--skip-log-bin",
+            ],
+        )
+        self._wait(lambda: (d / "db.sock").exists(), 30, "mariadbd")
+        self._spawn("slurmdbd", ["slurmdbd", "-D"])
+        self._wait(self._dbd_up, 30, "slurmdbd")
+        self.cmd("sacctmgr", "-i", "add", "cluster", "gpuenvtest")
+
+    def _dbd_up(self) -> bool:
+        done = subprocess.run(
+            ["sacctmgr", "-n", "list", "cluster"], env=self.env, capture_output=True, timeout=30
+        )
+        return done.returncode == 0
 
     def start_slurmd(self, node: str = NODE) -> None:
         self._spawn(self._slurmd(node), ["slurmd", "-D", "-N", node, "-f", str(self.conf)])
@@ -290,8 +381,9 @@ class SlurmCluster:
             with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
                 self.cmd("scancel", "--partition=gpu", check=False)
                 self._wait(lambda: not self.cmd("squeue", "-h", check=False), 20, "jobs to end")
-        # every slurmd before slurmctld: the other order can hang slurmd on an epilog message
-        for name in (*slurmds, "slurmctld", "munged"):
+        # every slurmd before slurmctld: the other order can hang slurmd on an epilog message;
+        # slurmctld before slurmdbd, which takes its last records, before its database
+        for name in (*slurmds, "slurmctld", "slurmdbd", "mariadbd", "munged"):
             proc = self.procs.pop(name, None)
             if proc is None:
                 continue

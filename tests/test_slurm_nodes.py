@@ -1,8 +1,12 @@
 """gpuenv's Slurm prolog and epilog on a real two-node Slurm (tests/slurm_harness.py with
 nodes=2: one slurmctld, two slurmd on this host, each node with its own gpuenvd on its own two
-simulated GPUs): a job on both nodes is locked on every GPU of both and restored on both.
+simulated GPUs, and slurmdbd on MariaDB where Debian's are installed): a job on both nodes is
+locked on every GPU of both and restored on both; `gpuenv job` shows both nodes from the
+shared jobs directory and names a node whose epilog lost its report; both nodes' lines are in
+the job's AdminComment, the prolog's in slurmctld's record, the epilog's verdict in
+slurmdbd's.
 
-One cluster for the module (start-up ~2 s).
+One cluster for the module (start-up ~2 s, ~5 s more with slurmdbd: MariaDB's datadir).
 """
 
 from __future__ import annotations
@@ -16,7 +20,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_harness import EPILOG, PROLOG, Node, SlurmCluster, unavailable
+from slurm_harness import (
+    EPILOG,
+    PROLOG,
+    Node,
+    SlurmCluster,
+    accounting_unavailable,
+    unavailable,
+)
 
 from gpuenv.daemon.client import Client
 
@@ -28,7 +39,8 @@ STEPS = "srun -N2 --ntasks-per-node=1 bash -c 'echo \"READY $SLURMD_NODENAME\"';
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[SlurmCluster]:
-    cluster = SlurmCluster(Path(tempfile.mkdtemp(prefix="gpuenv-slurm2-")), nodes=2)
+    workdir = Path(tempfile.mkdtemp(prefix="gpuenv-slurm2-"))
+    cluster = SlurmCluster(workdir, nodes=2, accounting=accounting_unavailable() is None)
     try:
         cluster.start()
     except (RuntimeError, OSError) as err:
@@ -125,3 +137,24 @@ def test_a_node_whose_epilog_lost_its_report_is_named(slurm: SlurmCluster, tmp_p
     assert slurm.wait_done(after) == "COMPLETED"
     for node in slurm.nodes:
         assert_as_before(node)
+
+
+def test_each_nodes_verdict_is_in_slurmdbds_record_of_the_job(slurm: SlurmCluster) -> None:
+    """The epilogs of both nodes, writing at once, each leave their verdict in the job's
+    AdminComment as slurmdbd keeps it (`sacct`): slurmctld's record takes none after the end."""
+    if not slurm.accounting:
+        pytest.skip(str(accounting_unavailable()))
+    jobid = slurm.sbatch("srun -N2 true", "-N2", "--gres=gpu:2", "--comment", "gpuenv:sm=1350")
+    assert slurm.wait_done(jobid) == "COMPLETED"
+    gathered = json.loads(gpuenv_job(slurm, jobid, "--json").stdout)
+    # sacctmgr before Slurm 23.02 (Debian 12 has 22.05) stores it lower-cased
+    lines = slurm.cmd("sacct", "-j", jobid, "-X", "-n", "-P", "-o", "AdminComment").lower()
+    assert sorted(lines.split(" | ")) == [
+        f"gpuenv {node} "
+        + gathered["entries"][node]["report"]["verdict"].split(f"job {jobid} ", 1)[1].lower()
+        + "; restored"
+        for node in ("gpunode0", "gpunode1")
+    ], lines
+    for line in lines.split(" | "):
+        # an idle GPU's lock is not judged (tests/test_daemon_jobs.py judges a busy one)
+        assert "gpus 0,1: locked sm=1350; sm p50 1350 mhz; " in line, line

@@ -243,14 +243,16 @@ def set_admin_comment(job: str, node: str, line: str, *, tries: int = 5) -> str 
     """Put `line` into job `job`'s AdminComment in place of this node's earlier line, keeping
     every other: in slurmctld's record while the job runs, else in slurmdbd's. Returns which
     kept it (read back), None where neither took it or other nodes' writes kept taking it out."""
+    # sacctmgr before Slurm 23.02 stores the comment lower-cased: lines compare as such
+    mine, wanted = f"gpuenv {node} ".lower(), line.lower()
     for store, (read, write) in STORES.items():
         for _ in range(tries):
             kept = [p for p in read(job).split(SEP) if p and p != "(null)"]
-            kept = [p for p in kept if not p.startswith(f"gpuenv {node} ")]
+            kept = [p for p in kept if not p.lower().startswith(mine)]
             if not write(job, SEP.join([*kept, line])):
                 break  # this store refuses it: the next one
             # another node may have read before our write and write after it: look again
             time.sleep(0.05 + random.random() * 0.1)
-            if line in read(job).split(SEP):
+            if wanted in [p.lower() for p in read(job).split(SEP)]:
                 return store
     return None

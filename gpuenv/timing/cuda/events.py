@@ -100,6 +100,8 @@ class CudaEvents:
     def prepare(self, fn: Callable[[], Any]) -> None:
         # Size the probe spin to outlast the host's enqueueing of fn (launch latency then never
         # sits between the events), once a process (memo: an uncovered rep doubles it anyway)
+        # kept by the torch device: CUDA reads CUDA_VISIBLE_DEVICES once, so an index
+        # names one GPU for the process's life, on the clock every real GPU shares
         key = ("cover", self.batch, str(self.device))
         known = memo.recall(fn, key) if self.saturate else None
         if known is not None:

@@ -25,12 +25,15 @@ MODULES = _modules_with_examples()
 
 
 def test_the_examples_are_found() -> None:
-    assert "gpuenv.reasons" in MODULES
+    assert {"gpuenv.backend", "gpuenv.reasons", "gpuenv.timebase", "gpuenv.units"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples_run(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUENV_BACKEND", "sim")
+    monkeypatch.setenv("GPUENV_SIM_STATE", "none")  # a fresh simulated GPU, in memory
+    for var in ("GPUENV_SIM_PROFILE", "GPUENV_SIM_GPUS", "GPUENV_SIM_ROOT"):
+        monkeypatch.delenv(var, raising=False)
     module = importlib.import_module(name)
     flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
     result = doctest.testmod(module, optionflags=flags, report=True, verbose=False)

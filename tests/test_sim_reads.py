@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from gpuenv.backend import REASON_SW_POWER_CAP
 from gpuenv.backend.sim import SimBackend
 from gpuenv.timebase import VirtualClock
 
@@ -45,3 +48,27 @@ def test_performance_state_is_p0_under_load_and_the_profiles_idle_state_otherwis
         rtx.close_context(0)
         rtx.set_background_load(0, 0.5)
         assert rtx.performance_state(0) == 0
+
+
+@pytest.mark.parametrize("limit_w", [700.0, 300.0])
+def test_power_never_reads_above_the_limit_without_the_caps_reason(vclock, limit_w):
+    """Load starts (before the cap's ceiling moves), holds, stops, starts again under a lower
+    limit: every reading over the limit, instant or the 1 s average, says SwPowerCap."""
+    sim = SimBackend(clock=vclock)
+    sim.set_power_limit(0, limit_w)
+    sim.open_context(0)
+    sim.idle(1.0)
+    over = 0
+    for step in range(1500):
+        if step in (0, 900):
+            sim.set_background_load(0, 1.0)
+        if step == 600:
+            sim.set_background_load(0, 0.0)
+        if step == 1200:
+            sim.set_power_limit(0, limit_w - 100)
+        sim.idle(0.01)
+        r = sim.read_fast(0)
+        if max(r.power_w, r.power_instant_w or 0.0) > sim.power_limits(0).limit_w:
+            over += 1
+            assert r.reasons & REASON_SW_POWER_CAP, (step, r)
+    assert over > 0  # the load did draw more than the limit: the cap had work to do

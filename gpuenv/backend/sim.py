@@ -45,10 +45,12 @@ limit revert to defaults, as a real driver's do when it de-initialises the GPU.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpuenv.backend.base import Capabilities, Workload
@@ -171,9 +173,11 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
     def from_env(cls) -> SimBackend:
         """The simulator as the environment describes it (real time).
 
-        GPUENV_SIM_STATE: state file (default: per-user, in $XDG_RUNTIME_DIR or /tmp;
-        'none' keeps state in memory), GPUENV_SIM_PROFILE (h100), GPUENV_SIM_GPUS (1),
-        GPUENV_SIM_ROOT (1: act as root; 0: writes raise PermissionDenied).
+        GPUENV_SIM_STATE: the settings file (default: the host's, /tmp/gpuenv-sim.json,
+        shared by every process and account; 'none' keeps state in memory),
+        GPUENV_SIM_PROFILE (h100), GPUENV_SIM_GPUS (1), GPUENV_SIM_ROOT (default: whether
+        this process runs as root, as on a real GPU; 0 acts unprivileged; 1 acts as root,
+        which an ordinary account may do only on a simulated machine of its own).
         """
         env = os.environ
         profile = env.get("GPUENV_SIM_PROFILE", "").strip() or "h100"
@@ -184,18 +188,14 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
             raise ConfigError(
                 f"GPUENV_SIM_GPUS={gpus_text!r} is not a number", hint="use 1 to 64"
             ) from None
-        root_text = env.get("GPUENV_SIM_ROOT", "").strip().lower() or "1"
-        if root_text not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
-            raise ConfigError(f"GPUENV_SIM_ROOT={root_text!r} is not understood", hint="use 1 or 0")
         state_text = env.get("GPUENV_SIM_STATE", "").strip()
         state: str | os.PathLike[str] | None
         if state_text.lower() in ("none", "memory"):
             state = None
         else:
             state = state_text or default_state_path()
-        return cls(
-            profile, n_gpus=n_gpus, root=root_text in ("1", "true", "yes", "on"), state_file=state
-        )
+        root = _root_from_env(env.get("GPUENV_SIM_ROOT", ""), state)
+        return cls(profile, n_gpus=n_gpus, root=root, state_file=state)
 
     def __enter__(self) -> SimBackend:
         return self
@@ -267,6 +267,34 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
                 contexts=tuple(g.contexts),
                 t=g.t_ns * 1e-9,
             )
+
+
+def _root_from_env(text: str, state: str | os.PathLike[str] | None) -> bool:
+    """May this process write the simulated GPU's settings (GPUENV_SIM_ROOT, see from_env)?
+
+    An ordinary account acting as root on the host's machine would bypass gpuenvd, as no
+    account can on a real GPU: it may do so only where the settings are its own (in
+    memory, or a state file in a directory it owns, which no other account believes).
+    """
+    text = text.strip().lower()
+    if not text:
+        return os.geteuid() == 0
+    if text not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+        raise ConfigError(f"GPUENV_SIM_ROOT={text!r} is not understood", hint="use 1 or 0")
+    wanted = text in ("1", "true", "yes", "on")
+    if wanted and os.geteuid() != 0 and state is not None:
+        folder = Path(os.path.abspath(state)).parent
+        with contextlib.suppress(OSError):
+            if folder.stat().st_uid == os.geteuid():
+                return True
+        raise ConfigError(
+            f"GPUENV_SIM_ROOT=1 cannot make this account root on the simulated machine "
+            f"{state}: it is the host's, and an ordinary account changes its settings only "
+            f"through gpuenvd, as on a real GPU",
+            hint="lock through gpuenvd (root starts 'gpuenv --sim daemon'), or give yourself "
+            "a simulated machine of your own: GPUENV_SIM_STATE=PATH in a directory you own",
+        )
+    return wanted
 
 
 __all__ = ["FAULT_KINDS", "PROFILES", "SimBackend", "SimProfile", "SimTruth"]

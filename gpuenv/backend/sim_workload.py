@@ -14,6 +14,7 @@ import math
 from gpuenv.backend.nvml_codes import GPU_IS_LOST
 from gpuenv.backend.sim_core import SimCore
 from gpuenv.backend.sim_gpu import GpuModel, Job
+from gpuenv.backend.sim_host import LEASE_NS
 from gpuenv.errors import ConfigError, GpuLost
 
 
@@ -28,6 +29,7 @@ class SimWorkload(SimCore):
         with self._lock:
             g = self._workload_gpu(index, "open_context")
             g.open_context(self._pid if pid is None else int(pid))
+            self._presence_changed(index)
 
     def close_context(self, index: int, pid: int | None = None) -> None:
         """The context of `pid` (default: this process) ends."""
@@ -40,6 +42,7 @@ class SimWorkload(SimCore):
                 )
             g.contexts.remove(pid)
             g.load_changed()
+            self._presence_changed(index)
 
     def set_background_load(
         self, index: int, utilization: float, *, pid: int | None = None
@@ -56,10 +59,10 @@ class SimWorkload(SimCore):
                 if pid not in g.background:
                     g.applied_app_sm, g.applied_app_mem = g.settings.app_sm, g.settings.app_mem
                 g.background[pid] = float(utilization)
-                g.active_here = True
             else:
                 g.background.pop(pid, None)
             g.load_changed()
+            self._presence_changed(index)
 
     def run_work(
         self, index: int, cycles: float, *, power_intensity: float = 1.0, mem_cycles: float = 0.0
@@ -90,14 +93,16 @@ class SimWorkload(SimCore):
                 )
             if self._pid not in g.contexts:
                 g.open_context(self._pid)
+                self._presence_changed(index)
             if cycles == 0 and mem_cycles == 0:
                 return 0.0
             start_ns = g.t_ns
             g.job = Job(float(cycles), float(mem_cycles), float(power_intensity))
-            g.active_here = True
             g.load_changed()
+            self._renew_lease(index, float(power_intensity))
         while True:
             with self._lock:
+                self._sync()
                 g.advance(self._now_ns())
                 if g.job is None:
                     break
@@ -112,8 +117,21 @@ class SimWorkload(SimCore):
                     )
                 wait_ns = min(g.job_ns_left(), g.ns_to_update())
             self.clock.sleep(wait_ns * 1e-9)
-        self._save_thermal()
         return (g.job_end_ns - start_ns) * 1e-9
+
+    def _renew_lease(self, index: int, intensity: float) -> None:
+        """Other processes see our kernels as a load until the lease ends; renewed halfway,
+        so back-to-back kernels cost a shared-state write twice a second, not one each."""
+        if not self._shares_physics:
+            return
+        now = self._now_ns()
+        work, until = self._lease.get(index, (0.0, None))
+        left = (until - now) if until is not None else 0
+        if left > LEASE_NS // 2 and work >= intensity:
+            return
+        live = left > 0
+        self._lease[index] = (max(intensity, work if live else 0.0), now + LEASE_NS)
+        self._presence_changed(index)
 
     def idle(self, seconds: float) -> None:
         """Let `seconds` pass with no work from this backend (virtual clock: advance it)."""
@@ -121,6 +139,7 @@ class SimWorkload(SimCore):
             raise ConfigError(f"cannot idle for {seconds!r} s", hint="use a duration >= 0")
         self.clock.sleep(seconds)
         with self._lock:
+            self._sync()
             now = self._now_ns()
             for g in self._gpus:
                 g.advance(now)

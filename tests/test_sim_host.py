@@ -176,3 +176,28 @@ def test_a_link_planted_as_the_running_state_is_refused(work: Path, kind: str) -
     with pytest.raises(ConfigError, match="remove it"):
         SimBackend(state_file=state)
     assert target.read_text() == "precious\n"
+
+
+def test_gpuenv_run_samples_the_load_another_process_runs(work: Path) -> None:
+    state = work / "sim.json"
+    load = _start_load(state)
+    try:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUENV_SIM_STATE": str(state)}
+        wrapped = [sys.executable, "-c", "import time; time.sleep(1.5)"]
+        out = subprocess.run(
+            [sys.executable, "-m", "gpuenv", "--sim", "run", "--", *wrapped],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        assert load.stdin is not None
+        load.stdin.close()
+        load.wait(timeout=30)
+    assert out.returncode == 0, out.stderr
+    (row,) = [ln for ln in out.stderr.splitlines() if ln.strip().startswith("(run) ")]
+    assert "power cap" in row and "idle" not in row, out.stderr  # not the idle GPU of old
+    assert f"other_process: another process used GPU 0 during the region (pid {load.pid})" in (
+        out.stderr
+    )

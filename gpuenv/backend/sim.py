@@ -24,7 +24,9 @@ in `sim_profiles.py`. What it models, per GPU:
   - SW thermal slowdown above the max operating temperature, HW slowdown
     (0x40 | 0x8, clock halved) at the slowdown threshold, and a shutdown that
     loses the GPU;
-  - readings as NVML gives them: clocks, reasons, power (a 1 s average),
+  - readings as NVML gives them: clocks, reasons, power (a 1 s average, and the
+    short-window power the cap acts on as the instant one; a reading over the
+    limit always comes with SwPowerCap),
     energy and the time-under-reason counters refresh at driver updates
     (100 ms), temperature every 200 ms, as integers where NVML's are.
 
@@ -34,13 +36,16 @@ so there is no background thread, virtual time is exact and a read costs
 microseconds. With a `VirtualClock`, `run_work` and `idle` advance time
 themselves; with the real clock they sleep.
 
-Driver state (locked clocks, application clocks, power limit, persistence
-mode, and the last temperature with its timestamp) lives in a JSON state file
-when one is given, shared by every process that opens it: see `sim_state.py`.
-Contexts, background loads and running work belong to the SimBackend that made
-them. Persistence mode off: when the last SimBackend using the state file
-closes (or its process dies), the locked clocks, application clocks and power
-limit revert to defaults, as a real driver's do when it de-initialises the GPU.
+With a state file (`from_env`: the host's, /tmp/gpuenv-sim.json) the simulated
+machine is one for every process and account of the host, as a real GPU is: the
+driver settings (locked clocks, application clocks, power limit, persistence mode)
+are root's to write and everyone's to read (`sim_state.py`), and what runs on it
+(each process's contexts and loads, each GPU's temperature, controllers, counters
+and readings) is shared by every process on real time (`sim_host.py`). A backend on
+a virtual clock shares the settings and its heat but runs its own physics.
+Persistence mode off: when the last process using the GPU leaves (or dies), the
+locked clocks, application clocks and power limit revert to defaults, as a real
+driver's do when it de-initialises the GPU.
 """
 
 from __future__ import annotations

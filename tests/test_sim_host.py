@@ -201,3 +201,29 @@ def test_gpuenv_run_samples_the_load_another_process_runs(work: Path) -> None:
     assert f"other_process: another process used GPU 0 during the region (pid {load.pid})" in (
         out.stderr
     )
+
+
+def test_a_process_holding_the_running_state_cannot_hang_the_others(work: Path) -> None:
+    state = work / "sim.json"
+    SimBackend(state_file=state).close()  # the running state exists
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "time.sleep(60)\n",
+            f"{state}.run",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=f"held by pid {holder.pid}"):
+            SimBackend(state_file=state)
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)

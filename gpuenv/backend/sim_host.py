@@ -39,6 +39,7 @@ from typing import Any
 
 from gpuenv._files import account, open_dir, write_all
 from gpuenv.backend.sim_gpu import Presence
+from gpuenv.backend.sim_state import LOCK_TIMEOUT_S, flock_within
 from gpuenv.errors import ConfigError
 
 FORMAT = "gpuenv-sim-run/1"
@@ -154,10 +155,12 @@ class RunFile:
         return (st.st_mtime_ns, st.st_size) != self._seen
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[int]:
-        """The file's descriptor under an exclusive lock (held for a read and a write)."""
+    def locked(self, timeout: float = LOCK_TIMEOUT_S) -> Iterator[int]:
+        """The file's descriptor under an exclusive lock (held for a read and a write); a
+        ConfigError naming its holder when it is not free within `timeout` seconds: every
+        account may lock this file, and none may hang the others' processes with it."""
         fd = self._open()
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        flock_within(fd, timeout, f"the simulated GPU's running state {self.path}")
         try:
             yield fd
         finally:

@@ -64,6 +64,26 @@ def lock_holders(fd: int) -> list[str]:
     return out
 
 
+def flock_within(fd: int, timeout: float, what: str) -> None:
+    """An exclusive `flock` on `fd`, or a ConfigError naming its holders when it is not free
+    within `timeout` seconds: a file other accounts may lock must not let them hang us."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holders = ", ".join(lock_holders(fd)) or "another process"
+                raise ConfigError(
+                    f"{what} is held by {holders}: not free within {timeout:g} s, "
+                    "so nothing was changed",
+                    hint="stop that process, or give this simulated machine its own state "
+                    "file (GPUENV_SIM_STATE=PATH in a directory of your own)",
+                ) from None
+            time.sleep(_LOCK_POLL_S)
+
+
 def _describe_pid(pid: int) -> str:
     import pwd
 
@@ -190,30 +210,13 @@ class StateFile:
             where = self.lock_path if err.filename == self.lock_path.name else err.filename
             raise OSError(err.errno, err.strerror, str(where or self.lock_path)) from err
         try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise self._held(fd, timeout) from None
-                    time.sleep(_LOCK_POLL_S)
+            flock_within(fd, timeout, f"the simulated GPU's state lock {self.lock_path}")
             try:
                 yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
-
-    def _held(self, fd: int, timeout: float) -> ConfigError:
-        holders = ", ".join(lock_holders(fd)) or "another process"
-        return ConfigError(
-            f"the simulated GPU's state lock {self.lock_path} is held by {holders}: "
-            f"not free within {timeout:g} s, so nothing was changed",
-            hint="stop that process, or give this simulated machine its own state file "
-            "(GPUENV_SIM_STATE=PATH in a directory of your own)",
-        )
 
     def read(self) -> dict[str, Any] | None:
         """The document, or None when there is none (or it is not ours / not JSON, or a
@@ -269,4 +272,11 @@ class StateFile:
         self._seen = self._stat()
 
 
-__all__ = ["FORMAT", "LOCK_TIMEOUT_S", "StateFile", "default_state_path", "lock_holders"]
+__all__ = [
+    "FORMAT",
+    "LOCK_TIMEOUT_S",
+    "StateFile",
+    "default_state_path",
+    "flock_within",
+    "lock_holders",
+]

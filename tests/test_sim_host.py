@@ -182,6 +182,9 @@ def test_gpuenv_run_samples_the_load_another_process_runs(work: Path) -> None:
     state = work / "sim.json"
     load = _start_load(state)
     try:
+        watch = SimBackend(state_file=state)  # the load is under way: its context no longer new
+        assert _until(lambda: watch.read_fast(0).reasons & REASON_SW_POWER_CAP)
+        watch.close()
         env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUENV_SIM_STATE": str(state)}
         wrapped = [sys.executable, "-c", "import time; time.sleep(1.5)"]
         out = subprocess.run(
@@ -196,7 +199,9 @@ def test_gpuenv_run_samples_the_load_another_process_runs(work: Path) -> None:
         load.stdin.close()
         load.wait(timeout=30)
     assert out.returncode == 0, out.stderr
-    (row,) = [ln for ln in out.stderr.splitlines() if ln.strip().startswith("(run) ")]
+    rows = [ln for ln in out.stderr.splitlines() if ln.strip().startswith("(run) ")]
+    assert len(rows) == 1, out.stderr
+    row = rows[0]
     assert "power cap" in row and "idle" not in row, out.stderr  # not the idle GPU of old
     assert f"other_process: another process used GPU 0 during the region (pid {load.pid})" in (
         out.stderr
@@ -227,3 +232,22 @@ def test_a_process_holding_the_running_state_cannot_hang_the_others(work: Path) 
     finally:
         holder.kill()
         holder.wait(timeout=10)
+
+
+@pytest.mark.parametrize("damage", ["future", "no_counters", "not_json"])
+def test_a_running_state_that_is_not_one_is_a_fresh_gpu(work: Path, damage: str) -> None:
+    state = work / "sim.json"
+    run = Path(f"{state}.run")
+    first = SimBackend(state_file=state)
+    first.open_context(0)
+    first.close()  # leaves its running state behind, as any process does
+    doc = json.loads(run.read_text())
+    if damage == "future":  # would freeze every process's GPU until then
+        doc["gpus"][0]["t_ns"] = 10**30
+    elif damage == "no_counters":  # would fail every later step of the model
+        del doc["gpus"][0]["reason_ns"]["power"]
+    run.write_text("{not json" if damage == "not_json" else json.dumps(doc))
+    sim = SimBackend(state_file=state)
+    sim.open_context(0)
+    assert _until(lambda: sim.read_fast(0).sm_mhz == 1980, timeout=5.0)  # it runs on
+    sim.close()

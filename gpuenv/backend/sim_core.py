@@ -218,7 +218,7 @@ class SimCore:
             for i, g in enumerate(self._gpus):
                 with contextlib.suppress(KeyError, TypeError, ValueError):
                     if real:
-                        g.adopt(shared[i], fresh=register)
+                        g.adopt(shared[i], now, fresh=register)
                     elif register:
                         self._find_heat(g, shared[i])
                     g.set_others({**presences(procs, i, self._key), self._key: self._presence(i)})
@@ -253,9 +253,10 @@ class SimCore:
     def _find_heat(self, g: GpuModel, state: Any) -> None:
         """A backend on a virtual clock starts from the host GPU's temperature as it is now
         (what earlier work left in the chip), the rest of it fresh."""
+        now = round(RealClock().now() * 1e9)
         real = GpuModel(self.profile, g.index, 0)
-        real.adopt(state, fresh=True)
-        real.advance(round(RealClock().now() * 1e9))
+        real.adopt(state, now, fresh=True)
+        real.advance(now)
         g.set_temperature(real.temp_c)
 
     def _register(self) -> None:

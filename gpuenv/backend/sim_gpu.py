@@ -523,19 +523,23 @@ class GpuModel:
         out["power_samples"] = [list(s) for s in self.power_samples]
         return out
 
-    def adopt(self, state: dict[str, Any], *, fresh: bool = False) -> None:
+    def adopt(self, state: dict[str, Any], now_ns: int, *, fresh: bool = False) -> None:
         """Take over the running GPU's state another process left (`physics()`) where it
         is newer than ours, or this model is `fresh` (it has seen nothing yet); what this
         process runs itself (contexts, work) stays. KeyError/TypeError/ValueError on a
-        state that is not one."""
+        state that is not one (a time after `now_ns` included: it would stop the GPU)."""
         values = {name: _PHYSICS[name](state[name]) for name in _PHYSICS}
+        if values["t_ns"] > now_ns + 1_000_000_000:
+            raise ValueError("a running state from the future")
         if values["t_ns"] < self.t_ns and not fresh:  # ours is newer: theirs adds nothing
             return
-        counters = {str(k): int(v) for k, v in dict(state["reason_ns"]).items()}
-        latched = {str(k): int(v) for k, v in dict(state["r_reason_ns"]).items()}
+        counters = {k: int(state["reason_ns"][k]) for k in REASON_COUNTERS}
+        latched = {k: int(state["r_reason_ns"][k]) for k in REASON_COUNTERS}
         rings = [[_finite(x) for x in state[name]][-10:] for name in ("power_ring", "busy_ring")]
         samples = [(int(t), _finite(w)) for t, w in state["power_samples"]]
         active = tuple(str(c) for c in state["active_counters"])
+        if not set(active) <= set(REASON_COUNTERS):
+            raise ValueError(f"unknown counters {active!r}")
         if not (0 <= values["sm_idx"] <= self.top and 0 <= values["cap_idx"] <= self.top):
             raise ValueError("clock index out of range")
         if not (0 <= values["therm_idx"] <= self.top) or len(rings[0]) != 10:

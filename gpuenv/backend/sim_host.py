@@ -43,6 +43,7 @@ from gpuenv.backend.sim_state import LOCK_TIMEOUT_S, flock_within
 from gpuenv.errors import ConfigError
 
 FORMAT = "gpuenv-sim-run/1"
+MAX_PROCS = 1024  # processes of the host with the simulated driver open, at most
 LEASE_NS = 500_000_000  # another process's kernels count as load this long after the last
 _MAX_BYTES = 4 << 20
 
@@ -203,9 +204,10 @@ class RunFile:
 
 
 def live_procs(procs: dict[str, Any]) -> dict[str, Any]:
-    """The registered processes still running (the rest left, or died)."""
+    """The registered processes still running (the rest left, or died); at most MAX_PROCS
+    of them are looked at (a file written by hand cannot make every call slow)."""
     out = {}
-    for key, entry in procs.items():
+    for key, entry in list(procs.items())[:MAX_PROCS]:
         with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
             if alive(int(entry["pid"]), entry.get("start")):
                 out[str(key)] = entry

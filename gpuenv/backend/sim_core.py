@@ -221,6 +221,7 @@ class SimCore:
                         g.adopt(shared[i], now, fresh=register)
                     elif register:
                         self._find_heat(g, shared[i])
+                if real:  # (virtual time: the others' loads are on another timeline)
                     g.set_others({**presences(procs, i, self._key), self._key: self._presence(i)})
                 g.advance(now)
             if real:

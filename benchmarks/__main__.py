@@ -1,8 +1,9 @@
 """`python -m benchmarks`: the suite's commands.
 
     python -m benchmarks list                 the benchmarks, and which have kept results
-    python -m benchmarks report [--check]     regenerate docs/benchmarks.md's generated
-                                              section (--check: exit 1 if it is stale)
+    python -m benchmarks report [--check]     regenerate docs/benchmarks.md, the pages
+                                              docs/benchmarks/<name>.md and their nav
+                                              (--check: exit 1 if one is stale)
     python -m benchmarks check NEW.json [KEPT.json] [--tolerance 0.10] [--any-gpu]
                                               exit 1 on a regression of a metric against
                                               the kept results (default: benchmarks/
@@ -45,10 +46,13 @@ def _report(check: bool) -> int:
         except report.StaleError as e:
             print(e, file=sys.stderr)
             return 1
-        print(f"{report.DOC} is up to date")
+        print(f"{report.DOC}, the benchmark pages and the nav are up to date")
         return 0
     changed = report.write()
-    print(f"{report.DOC}: {'rewritten' if changed else 'already up to date'}")
+    for path in changed:
+        print(f"{path.relative_to(ROOT)}: rewritten")
+    if not changed:
+        print(f"{report.DOC.relative_to(ROOT)} and the benchmark pages: already up to date")
     return 0
 
 
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="the benchmarks")
-    rep = sub.add_parser("report", help="regenerate docs/benchmarks.md from the results")
+    rep = sub.add_parser("report", help="regenerate the benchmark pages from the results")
     rep.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
     chk = sub.add_parser("check", help="a new results file against the kept one")
     chk.add_argument("new", type=Path)

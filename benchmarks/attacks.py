@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Issue 21's attacks, counted: a second local account against root's gpuenv and gpuenvd.
+"""A hostile local user's attacks, counted: a second account against root's gpuenv and gpuenvd.
 
-On the simulated GPU. Prints the markdown table of docs/benchmarks.md (attack, attempts,
-successes: the goal is 0 in every row).
+On the simulated GPU. Prints the markdown table of its page, docs/benchmarks/attacks.md
+(attack, attempts, successes: the goal is 0 in every row).
 
     sudo .venv/bin/python -m benchmarks.attacks            # full size (some minutes)
     sudo .venv/bin/python -m benchmarks.attacks --quick    # smaller counts

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +24,18 @@ def checkout_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[st
     env = {**(os.environ if base is None else base), **extra}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
+
+
+def finish_within(proc: subprocess.Popen, timeout_s: float) -> tuple[str, str] | None:
+    """A started process's stdout and stderr, or None when it ran past `timeout_s` (then it
+    is killed and reaped: a hung process costs one figure, not the benchmark)."""
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return None
+    return out, err
 
 
 def add_tree_argument(parser: argparse.ArgumentParser) -> None:

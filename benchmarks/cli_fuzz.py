@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bad CLI inputs tried / tracebacks: the figure of issue 13 (goal: 0 of >= 500).
+"""Bad CLI inputs tried / tracebacks (goal: 0 of >= 500).
 
 Generates cases over every command, flag and environment variable, with file-system
 faults (an unwritable state or sim directory, standard output on /dev/full, a

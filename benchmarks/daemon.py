@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """gpuenvd figures on the simulated GPU: lease latency, load with conflicts, SIGKILL
-recovery, a 10,000-input fuzz, sharing at scale and fair queuing. Prints markdown
-tables for docs/benchmarks.md.
+recovery, a 10,000-input fuzz, sharing at scale and fair queuing, as markdown tables.
 
     python -m benchmarks.daemon                  # full size (a few minutes)
     python -m benchmarks.daemon --quick          # smaller, for a smoke run

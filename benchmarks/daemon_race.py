@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpuenvd under a metrics scrape flood while clients lock and release in a loop (issue 31).
+"""gpuenvd under a metrics scrape flood while clients lock and release in a loop.
 
     python -m benchmarks.daemon_race                   # 3 clients x 300 lock/release cycles
     python -m benchmarks.daemon_race --quick           # x 60

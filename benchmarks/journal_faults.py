@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Journal faults injected / original states lost: the figure of issue 13 (goal: 0 of >= 1,000).
+"""Journal faults injected / original states lost (goal: 0 of >= 1,000).
 
 Each trial (tests/journal_fault_harness.py) locks two simulated GPUs that start in a
 non-default state, injects one fault, and does what a user would next (release,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """gpuenv run on a multi-GPU node: which workers' calls are seen, launcher wrapped whole vs
-each rank wrapped (issue 33 items 1 and 2).
+each rank wrapped.
 
 Each form runs benchmarks/workloads/rank_bench.py on every GPU (one worker per GPU, no
 process group): 2 do_bench calls on an 8192 bf16 matmul and 3 `gpuenv.region("step")`

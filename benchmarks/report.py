@@ -1,41 +1,95 @@
-"""docs/benchmarks.md's generated section, from the results under benchmarks/results/.
+"""The benchmark pages of the docs, generated from the results under benchmarks/results/.
 
-The page's part between the markers below is written by `python -m benchmarks report`,
-never by hand: one section per results file. The rest of the page (the history typed
-from the scripts' output in earlier sessions, on the H100 among others) is kept as it
-is: it cannot be measured again here, and nothing in it is regenerated.
+`python -m benchmarks report` writes, never by hand:
+
+- docs/benchmarks.md, the headline page: each benchmark, its goal (its module's title),
+  the latest value of each kind of machine it ran on (the metric its module names as
+  `HEADLINE`, else the first it kept), and a link to its own page;
+- docs/benchmarks/<name>.md, one page per benchmark: its goal and command, then one
+  section per results file (where and when, its tables and printed lines, the metrics a
+  later run is checked against). What follows the generated section on such a page
+  (notes and history typed by hand at the time, kept as measured) is left as it is;
+- the benchmark pages' part of mkdocs.yml's nav, between its two marker comments.
+
+docs/benchmarks/history.md holds the hand-typed history that belongs to no single
+benchmark; nothing here writes it. `tests/test_benchmarks.py` fails when a generated page
+or the nav is stale against the results.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.runner import RESULTS, ROOT
+from benchmarks.runner import RESULTS, ROOT, title
 
-DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN = "<!-- section:generated -->"
 END = "<!-- /section:generated -->"
-INTRO = """\
-## Generated from benchmarks/results (`python -m benchmarks report`)
+NAV_BEGIN = "# begin: the benchmark pages, written by `python -m benchmarks report`"
+NAV_END = "# end: the benchmark pages"
+HEADLINE_LIMIT = 300  # lines of the headline page: more belongs on the benchmarks' own pages
 
-Each section below is one file of `benchmarks/results/`, written by the command it
-names; this part of the page is generated from them (`python -m benchmarks report`
-rewrites it; `tests/test_benchmarks.py` fails when it is stale). The sections after it
-are the earlier history, typed from the scripts' output by hand: kept as it was measured,
-never regenerated."""
+HEADLINE_INTRO = """\
+# Benchmark figures
+
+Every figure of these pages was measured by a module of the benchmark suite
+(`benchmarks/`, `python -m benchmarks list`) on the machine and date given with it. GPU
+figures come from the lent H100s and H200s, read-only (`GPUENV_READONLY=1`: nothing on
+them was ever locked or reset); simulator figures from a 2-core CPU machine with no GPU.
+Ratios are measured side by side in one run.
+
+This page is generated from `benchmarks/results/` by `python -m benchmarks report`,
+as is each benchmark's own page (its tables, and the notes kept from when it ran). Below:
+each benchmark, what it asks, and the latest value it kept on each kind of machine (the
+first metric that `python -m benchmarks check` holds a later run to). What these figures
+say about GPUs themselves is told in [What a GPU does](explanation/what-gpus-do.md); the
+history typed by hand before the suite existed is [kept as measured](benchmarks/history.md).
+"""
 
 
 class StaleError(Exception):
-    """docs/benchmarks.md's generated section does not match the results."""
+    """A generated benchmark page, or the nav, does not match the results."""
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where the generated files go: the docs folder and mkdocs.yml."""
+
+    docs: Path = ROOT / "docs"
+    mkdocs: Path = ROOT / "mkdocs.yml"
+    modules: Path = ROOT / "benchmarks"  # a benchmark's goal is its module's title
+
+    @property
+    def headline(self) -> Path:
+        return self.docs / "benchmarks.md"
+
+    @property
+    def pages(self) -> Path:
+        return self.docs / "benchmarks"
+
+
+SITE = Site()
+DOC = SITE.headline
 
 
 def load_results(directory: Path = RESULTS) -> list[dict[str, Any]]:
-    """Every results file, by name."""
-    return [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
+    """Every results file, by name (each given its file's name, `file`, to head its section)."""
+    out = []
+    for path in sorted(directory.glob("*.json")):
+        result = json.loads(path.read_text())
+        result["file"] = path.stem
+        out.append(result)
+    return out
+
+
+def _key(result: Mapping[str, Any]) -> str:
+    """What names a result on its page: its file's name (several files share a key)."""
+    return str(result.get("file") or result.get("key") or result["name"])
 
 
 def _escape(cell: object) -> str:
@@ -56,13 +110,17 @@ def table_lines(
     return out
 
 
+def _when(result: Mapping[str, Any]) -> str:
+    return str(result["date"]).replace("T", " ").replace("+00:00", " UTC")
+
+
 def where(result: Mapping[str, Any]) -> str:
     """One line: when, on what, from which commit (or, for figures measured before the
     runner and kept from the hand-typed page, what they were transcribed from)."""
     if result.get("transcribed"):
         return "; ".join(
             [
-                result["date"].replace("T", " ").replace("+00:00", " UTC"),
+                _when(result),
                 result["machine"]["text"],
                 f"GPU: {result['gpu']}",
                 f"kept from {result['transcribed']}",
@@ -71,7 +129,7 @@ def where(result: Mapping[str, Any]) -> str:
     m, c = result["machine"], result["commit"]
     sha = (c.get("sha") or "?")[:7] + (" + changes" if c.get("dirty") else "")
     parts = [
-        result["date"].replace("T", " ").replace("+00:00", " UTC"),
+        _when(result),
         f"{m['cores']}-core CPU ({m['cpu']})",
         f"GPU: {result['gpu']}",
         f"commit {sha}",
@@ -91,9 +149,13 @@ def _longest_backticks(text: str) -> int:
     return max((len(run) for run in re.findall(r"`+", text)), default=0)
 
 
-def section(result: Mapping[str, Any]) -> list[str]:
-    """The markdown of one results file."""
-    lines = [f"### {result['title']}", "", f"`{result['command']}`: {where(result)}.", ""]
+def section(result: Mapping[str, Any], goal: str | None = None) -> list[str]:
+    """The markdown of one results file: a heading named by its file, its own title where
+    it says more than the benchmark's goal, where and when, its blocks and metrics."""
+    lines = [f"## {_key(result)}: {_machine(result)}, {_when(result)[:10]}", ""]
+    if result["title"] != goal:
+        lines += [result["title"], ""]
+    lines += [f"`{result['command']}`: {where(result)}.", ""]
     for block in result["blocks"]:
         if "table" in block:
             t = block["table"]
@@ -112,41 +174,173 @@ def section(result: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def generated(results: Iterable[Mapping[str, Any]]) -> str:
-    """The generated section, markers included."""
-    lines = [BEGIN, INTRO, ""]
+def _machine(result: Mapping[str, Any]) -> str:
+    """The GPU a result ran on, shortly: its name, or "simulated H100"."""
+    gpu = str(result.get("gpu") or "none").split(" (")[0].removeprefix("simulated ")
+    if result.get("sim"):
+        return f"simulated {gpu}"
+    return "no GPU" if gpu.startswith("none") else gpu
+
+
+def headline_metric(name: str, site: Site = SITE) -> str | None:
+    """The metric a benchmark's module names as its headline (`HEADLINE = "metric"` at
+    module level, read from the source), or None: the page then shows the first one."""
+    module = site.modules / f"{name}.py"
+    if not module.is_file():
+        return None
+    for node in ast.parse(module.read_text()).body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "HEADLINE" for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            return node.value.value
+    return None
+
+
+def goal(name: str, results: list[Mapping[str, Any]], site: Site = SITE) -> str:
+    """What a benchmark asks: its module's title now (a benchmark gone from the suite:
+    its newest result's title)."""
+    module = site.modules / f"{name}.py"
+    if module.is_file():
+        return title(ast.get_docstring(ast.parse(module.read_text())), name)
+    return str(max(results, key=lambda r: str(r["date"]))["title"])
+
+
+def by_benchmark(results: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """The results of each benchmark, newest first; the benchmarks by name."""
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for r in results:
+        out.setdefault(str(r["name"]), []).append(r)
+    return {
+        k: sorted(v, key=lambda r: str(r["date"]), reverse=True) for k, v in sorted(out.items())
+    }
+
+
+def page(name: str, results: list[Mapping[str, Any]], kept: str = "", site: Site = SITE) -> str:
+    """A benchmark's own page: the generated part, then `kept` (what followed it by hand)."""
+    what = goal(name, results, site)
+    lines = [
+        f"# {name}",
+        "",
+        what,
+        "",
+        f"Run it as `python -m benchmarks.{name}` (`--sim` on the simulated GPU, `--quick`",
+        "for smaller sizes); each section below is one file of `benchmarks/results/`, newest",
+        "first. Back to [all the benchmark figures](../benchmarks.md).",
+        "",
+        BEGIN,
+    ]
     for result in results:
-        lines += section(result)
-    return "\n".join([*lines, END])
+        lines += section(result, what)
+    text = "\n".join([*lines, END]) + "\n"
+    return text + (kept if kept.strip() else "")
 
 
-def render_page(page: str, results: Iterable[Mapping[str, Any]]) -> str:
-    """`page` with its generated section replaced (put after the title's paragraph the
-    first time)."""
-    block = generated(results)
-    if BEGIN in page and END in page:
-        head, rest = page.split(BEGIN, 1)
-        return head + block + rest.split(END, 1)[1]
-    first = page.find("\n<!-- section:")
-    if first < 0:
-        return page.rstrip("\n") + "\n\n" + block + "\n"
-    return page[: first + 1] + block + "\n\n" + page[first + 1 :]
+def _headline_value(result: Mapping[str, Any], prefer: str | None = None) -> str:
+    """One metric of a result: `prefer` where it has it, else the first it kept."""
+    metrics = result.get("metrics") or {}
+    if not metrics:
+        return "tables only (no metric kept)"
+    k = prefer if prefer in metrics else next(iter(metrics))
+    v = metrics[k]
+    value = 0.0 if abs(v["value"]) < 5e-5 else v["value"]  # a float's dust reads as 0
+    return f"{k} = {value:.4g} {v['unit']}".strip()
 
 
-def write(doc: Path = DOC, directory: Path = RESULTS) -> bool:
-    """Regenerate the page; whether it changed."""
-    page = doc.read_text()
-    new = render_page(page, load_results(directory))
-    if new != page:
-        doc.write_text(new)
-    return new != page
+def headline(grouped: Mapping[str, list[Mapping[str, Any]]], site: Site = SITE) -> str:
+    """The headline page: each benchmark's goal, the latest value per kind of machine (a
+    GPU, the simulated one), and a link to its page."""
+    lines = [HEADLINE_INTRO]
+    for name, results in grouped.items():
+        lines.append(f"- [**{name}**](benchmarks/{name}.md): {goal(name, results, site)}")
+        prefer = headline_metric(name, site)
+        seen: set[str] = set()
+        for r in results:  # newest first: the latest of each machine
+            machine = _machine(r)
+            if machine in seen:
+                continue
+            seen.add(machine)
+            anchor = _anchor(f"{_key(r)}: {machine}, {_when(r)[:10]}")
+            lines.append(
+                f"    - [{machine}, {_when(r)[:10]}](benchmarks/{name}.md#{anchor}): "
+                f"{_headline_value(r, prefer)}"
+            )
+    return "\n".join(lines) + "\n"
 
 
-def check(doc: Path = DOC, directory: Path = RESULTS) -> None:
-    """Raise StaleError when the page's generated section does not match the results."""
-    page = doc.read_text()
-    if render_page(page, load_results(directory)) != page:
+def _anchor(heading: str) -> str:
+    """The id mkdocs' toc gives a heading (its default slugify: lower case, words joined
+    by '-', punctuation dropped)."""
+    text = re.sub(r"[^\w\s-]", "", heading.strip().lower())
+    return re.sub(r"[-\s]+", "-", text).strip("-")
+
+
+def nav(grouped: Mapping[str, list[Mapping[str, Any]]], indent: str) -> list[str]:
+    """mkdocs.yml's nav lines for the benchmark pages."""
+    return [f"{indent}- {name}: benchmarks/{name}.md" for name in grouped]
+
+
+def _kept_tail(text: str) -> str:
+    """What follows a page's generated section (hand-typed notes): kept as it is."""
+    return text.split(END, 1)[1].lstrip("\n") if END in text else ""
+
+
+def _with_nav(mkdocs: str, grouped: Mapping[str, list[Mapping[str, Any]]]) -> str:
+    lines = mkdocs.split("\n")
+    try:
+        start = next(k for k, line in enumerate(lines) if line.strip() == NAV_BEGIN)
+        end = next(k for k, line in enumerate(lines) if line.strip() == NAV_END)
+    except StopIteration:
+        raise StaleError(f"mkdocs.yml has no '{NAV_BEGIN}' ... '{NAV_END}' lines") from None
+    indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
+    return "\n".join([*lines[: start + 1], *nav(grouped, indent), *lines[end:]])
+
+
+def render(results: Iterable[Mapping[str, Any]], site: Site = SITE) -> dict[Path, str]:
+    """Every generated file's text, by path (pages of benchmarks with no results left: "")."""
+    grouped = by_benchmark(results)
+    out: dict[Path, str] = {site.headline: headline(grouped, site)}
+    for name, rs in grouped.items():
+        path = site.pages / f"{name}.md"
+        old = path.read_text() if path.is_file() else ""
+        out[path] = page(name, rs, _kept_tail(old), site)
+    for path in sorted(site.pages.glob("*.md")) if site.pages.is_dir() else []:
+        if path not in out and BEGIN in path.read_text():
+            out[path] = ""  # a generated page whose results are gone
+    out[site.mkdocs] = _with_nav(site.mkdocs.read_text(), grouped)
+    return out
+
+
+def _current(path: Path) -> str | None:
+    return path.read_text() if path.is_file() else None
+
+
+def write(site: Site = SITE, directory: Path = RESULTS) -> list[Path]:
+    """Regenerate the pages and the nav; the files that changed."""
+    changed = []
+    for path, text in render(load_results(directory), site).items():
+        if not text:
+            if path.is_file():
+                path.unlink()
+                changed.append(path)
+        elif _current(path) != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            changed.append(path)
+    return changed
+
+
+def check(site: Site = SITE, directory: Path = RESULTS) -> None:
+    """Raise StaleError when a generated file does not match the results."""
+    stale = [
+        str(path)
+        for path, text in render(load_results(directory), site).items()
+        if (_current(path) or "") != text
+    ]
+    if stale:
         raise StaleError(
-            f"{doc} is stale against {directory}: run `python -m benchmarks report` and "
-            "commit the page with the results"
+            f"stale against {directory}: {', '.join(stale)}: run `python -m benchmarks "
+            "report` and commit the pages with the results"
         )

@@ -87,6 +87,8 @@ SIM_KERNELS = {
     "relu1m": (7e-6, 0.2),
     "add_tiny": (4e-6, 0.1),
 }
+# the headline page's figure (benchmarks/report.py): how far gpuenv's default moved cold vs hot
+HEADLINE = "gpuenv default/mm8192/gap_pct"
 COLD_IDLE_S = 10.0
 HOT_LOAD_S = 20.0
 BETWEEN_TOOLS_S = 3.0  # idle between tools inside one cold phase (clocks recover in ~0.5 s)

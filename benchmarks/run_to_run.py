@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Run to run: the spread of gpuenv.bench's median over calls, in one thermal state and across
-states, in one process and across processes (issue 22, item 3).
+states, in one process and across processes.
 
 benchmarks.speed's repeats come minutes apart with heavy load between them, so the GPU's
 temperature differs from one repeat to the next. On the H100 a heavy kernel at the same

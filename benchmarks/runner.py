@@ -1,6 +1,6 @@
 """What every benchmark shares: one argument parser, the record of where and when it ran,
-and its results written as JSON (`benchmarks/results/<name>.json`) that docs/benchmarks.md
-is generated from (`python -m benchmarks report`).
+and its results written as JSON (`benchmarks/results/<name>.json`) that the benchmark pages
+of the docs are generated from (`python -m benchmarks report`).
 
 A benchmark module defines `add_arguments(parser)` (its own options) and `run(args)`, and
 ends with `sys.exit(runner.main(NAME, __doc__, add_arguments, run, quick={...}))`. Every

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Flat at scale (issue 22 item 4): what gpuenv costs as GPUs, clients, regions and hours grow.
+"""Flat at scale: what gpuenv costs as GPUs, clients, regions and hours grow.
 
 On the simulated H100 (no GPU needed), one part at a time, each with a results file of
 its own (benchmarks/results/scale-<part>.json):

@@ -1,4 +1,4 @@
-"""Figures for the backend seam (issue "One measurement core", item 5), at two git revisions.
+"""Figures for the backend seam (nothing above it knows what GPU it talks to), at two revisions.
 
     python -m benchmarks.seam_figures [--before REV] [--after REV]
 
@@ -6,7 +6,7 @@ Counts, in the modules above gpuenv/backend/, the tests of a backend's name and
 the getattr() reach-arounds (the same AST check as tests/test_backend.py), and
 lists the size of every module in gpuenv/backend/ and of doctor, with the
 longest function. Reads the files with `git show`, so it needs no checkout of
-either revision. Prints markdown for docs/benchmarks.md.
+either revision. Prints markdown for its page, docs/benchmarks/seam_figures.md.
 """
 
 from __future__ import annotations

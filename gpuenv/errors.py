@@ -54,7 +54,13 @@ EXIT_CODES: dict[int, str] = {
 
 class GpuenvError(Exception):
     """Base class. `hint` says what to do (`default_hint` where none is given); the CLI
-    prints `str(err)` on one line."""
+    prints `str(err)` on one line.
+
+    Args:
+        message: what happened.
+        gpu: the GPU it happened on (index or UUID), named in the message.
+        hint: what to do about it.
+    """
 
     exit_code = 2
     default_hint: str | None = None

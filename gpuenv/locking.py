@@ -96,10 +96,31 @@ def acquire(
 ) -> Any:
     """Lock clocks through the daemon when one serves these GPUs, else locally.
 
-    Returns a `gpuenv.clocks.Lock` or a `gpuenv.daemon.client.DaemonLock`: both have
-    `gpus`, `plan`, `notes`, `shared`, `holds()`, `release()` and `with`. `standing`:
-    the lock outlives this process until `restore()` ('gpuenv lock'). A `journal`
-    forces the local path (tests, the daemon itself).
+    The `nvidia-smi` equivalent is `-lgc` / `-lmc` / `-pl`, with what was there before
+    journaled and put back on release.
+
+    Args:
+        sm: the SM clock in MHz, a (min, max) range, or "max", "base", "sustained".
+        sm_max: the top of the SM range when `sm` is its bottom.
+        mem: the memory clock, as `sm`.
+        power_limit_w: the power limit to set, in watts.
+        gpus: which GPUs (indices, UUIDs, PCI bus ids; default all).
+        backend: the GPU backend (default: `open_backend()`).
+        standing: the lock outlives this process until `restore()` (`gpuenv lock`).
+        force: take over a lock another owner holds.
+        supervise: a watchdog restores the GPUs if this process dies.
+        journal: forces the local path (tests, the daemon itself).
+        command: what the journal records as the owner's command.
+        socket: gpuenvd's socket (default: GPUENV_SOCKET, or the standard path).
+
+    Returns:
+        A `gpuenv.clocks.Lock` or a `gpuenv.daemon.client.DaemonLock`: both have
+        `gpus`, `plan`, `notes`, `shared`, `holds()`, `release()` and `with`.
+
+    Raises:
+        LockConflict: another owner holds a different state on these GPUs.
+        PermissionDenied: not root, and no gpuenvd serves these GPUs.
+        ConfigError: a clock or limit the GPU does not support.
     """
     from gpuenv import validate
     from gpuenv.clocks import locks
@@ -311,8 +332,20 @@ def restore(
     First the locks this process holds (taken through `acquire`); then, through the
     daemon when one serves these GPUs, your standing leases (admins with
     `all_owners`: everyone's); else locally (`gpuenv.clocks.restore`): standing locks
-    and locks whose owner died. A lock a live process holds raises LockConflict
-    naming it, unless `all_owners`.
+    and locks whose owner died.
+
+    Args:
+        gpus: which GPUs (default all).
+        backend: the GPU backend (default: `open_backend()`).
+        all_owners: also what other owners locked (root, or gpuenvd's admins).
+        socket: gpuenvd's socket (default: GPUENV_SOCKET, or the standard path).
+
+    Returns:
+        The indices of the GPUs put back.
+
+    Raises:
+        LockConflict: a live process holds a lock on these GPUs (unless `all_owners`).
+        PermissionDenied: not root, and no gpuenvd serves these GPUs.
     """
     from gpuenv.clocks import restoring
 

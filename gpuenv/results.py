@@ -81,6 +81,22 @@ class Measurement(JsonRecord):
     for the first measured GPU, or per rep and GPU: see `gpus`); `rejected_reps`
     are the ones the reject policy dropped, and `stats` covers the others.
     `telemetry` summarises the whole measurement per GPU.
+
+    Attributes:
+        name: what was measured.
+        times_s: every repetition's time, in seconds.
+        stats: the statistics of the reps kept (median, IQR, ...).
+        windows: the telemetry of each rep (and GPU, in rep order then GPU order).
+        findings: what the telemetry and the times showed, in words.
+        verdict: "ok", "annotated" or "rejected".
+        policy: the policy it was judged under: "annotate", "reject" or "retry".
+        rejected_reps: the reps the reject policy dropped.
+        retried_reps: the reps the retry policy measured again.
+        summary_windows: one window per GPU over the whole measurement.
+        gpus: the GPUs it was measured on.
+        timer: what timed the reps: "host" (monotonic clock), "cuda_events", ...
+        started_at: when it began, seconds since the epoch.
+        extra: the harness's settings and facts (warmup, L2 flush, CI, clocks, ...).
     """
 
     name: str
@@ -176,7 +192,12 @@ class Measurement(JsonRecord):
 
 @dataclass(frozen=True)
 class Run(JsonRecord):
-    """Environment metadata and the measurements taken in it."""
+    """Environment metadata and the measurements taken in it.
+
+    Attributes:
+        metadata: the environment: GPU, driver, clocks, lock, host, library versions.
+        measurements: the Measurements, in the order they ended.
+    """
 
     metadata: dict[str, Any]
     measurements: tuple[Measurement, ...] = ()
@@ -402,7 +423,19 @@ def _measurement(record: dict[str, Any], path: Path, lineno: int) -> Measurement
 def load_run(path: str | os.PathLike[str]) -> Run:
     """The last run in a gpuenv JSONL file (see `load_runs` for all of them), as every
     reader takes it (`gpuenv compare`, `gpuenv plot`); a file that holds several (written
-    with --append) is said, with a warning."""
+    with --append) is said, with a warning.
+
+    Args:
+        path: a JSONL file gpuenv wrote (`gpuenv run -o`, `stable(output=)`,
+            `bench(output=)`, `Results.save`).
+
+    Returns:
+        The file's last `Run`: its environment and Measurements.
+
+    Raises:
+        ConfigError: the file holds no gpuenv run; `FileError` (one) when it cannot be
+            read, `BadRecord` naming the line and field of a record it cannot judge.
+    """
     runs = load_runs(path)
     if len(runs) > 1:
         warnings.warn(several_runs(path, runs), stacklevel=2)

@@ -62,9 +62,38 @@ class NotRecoveredWarning(UserWarning):
 
 
 class Session:
-    """What `stable()` returns; its parameters are `stable()`'s. Attributes: backend, gpus,
+    """What `stable()` returns, made with the same parameters. Attributes: backend, gpus,
     sampler, results, lock, locked, trace (the telemetry trace's pieces:
-    gpuenv.telemetry.TracePieces)."""
+    gpuenv.telemetry.TracePieces).
+
+    Args:
+        sm: the SM clock to lock (1350, (1200, 1500), "max", "base", "sustained"),
+            locked only when permitted, else observed (one warning).
+        mem: the memory clock to lock, as `sm`.
+        gpus: which GPUs to sample (and lock): None = all (see
+            `gpuenv.devices.select_gpus`).
+        policy: "annotate" (keep everything, attach findings), "reject" (drop the
+            reps a finding touched), "retry" (re-run them after a recovery delay; a
+            single `measure` region, which cannot be re-run, is rejected).
+        mode: "burst" or "sustained" (the module's docstring).
+        backend: the GPU backend (default: `open_backend()`).
+        clock: the time the session runs on (default: the backend's clock).
+        output: a JSONL file of this session's run alone; each measurement is
+            appended as it ends.
+        append: write beside the runs `output` already holds (else it is refused).
+        period: seconds between telemetry samples, the CLI's `--interval` (default
+            `telemetry.DEFAULT_PERIOD_S`).
+        config: the verdict's thresholds (`VerdictConfig`).
+        mode_config: the conditioning's settings (`ConditionConfig`).
+        stable_clocks: treat power capping and clock drift as problems (default:
+            True when `sm=` is asked for).
+        load: the work sustained mode preconditions with (default: the simulated
+            GPU's own heavy load, or the function given to `repeat` / `bench`).
+        cuda_events: time `measure` regions with CUDA events too (needs torch
+            already imported; the region then synchronizes at its end).
+        supervise: a watchdog restores a lock the session took if this process dies.
+        progress: where the progress line goes (default: stderr on a terminal).
+    """
 
     def __init__(
         self,
@@ -685,23 +714,18 @@ def _check_args(
 def stable(*args: Any, **kwargs: Any) -> Session:
     """A measuring session; use it as a context manager.
 
-    sm, mem: clocks to lock (gpuenv.clocks.lock: 1350, (1200, 1500), "max",
-      "base", "sustained"); locked only when permitted, else observed (one warning).
-    gpus: which GPUs to sample (and lock): None = all; see gpuenv.devices.select_gpus.
-    policy: "annotate" (keep everything, attach findings), "reject" (drop affected
-      reps), "retry" (re-run affected reps after a recovery delay; with a single
-      `measure` region, which cannot be re-run, it acts as reject).
-    mode: "burst" or "sustained" (module docstring). `load` is the work sustained
-      mode preconditions with (default: the simulated GPU's own heavy load, or the
-      function given to `repeat`/`bench`).
-    backend, clock: injected (default: open_backend(), the backend's clock).
-    output: a JSONL path of this session's run alone; each measurement is appended as it
-      ends. A file that already holds results is refused unless `append=True`.
-    period: seconds between telemetry samples, the CLI's `--interval` (default
-      telemetry.DEFAULT_PERIOD_S).
-    config: verdict thresholds. stable_clocks: treat power capping and clock drift
-      as problems (default: True when sm= is asked for).
-    cuda_events: time `measure` regions with CUDA events too (needs torch already
-      imported; the region then synchronizes at its end).
+    Args:
+        *args: `Session`'s parameters, in its order (`sm`, `mem`, `gpus`, `policy`,
+            `mode`).
+        **kwargs: `Session`'s parameters by name: `sm=`, `policy=`, `backend=`,
+            `output=`, ... (each described on `Session`).
+
+    Returns:
+        The `Session`: `measure`, `repeat`, `record`, `bench` and its `results`.
+
+    Raises:
+        ConfigError: an argument out of range, or `output` holding other runs
+            without `append`. (A lock that cannot be taken, refused or held by
+            another owner, is not an error: the session observes, with one warning.)
     """
     return Session(*args, **kwargs)

@@ -2,7 +2,7 @@
 
 Each call of gpuenv.bench's default measures 10-60 reps, 15-100 ms of GPU time, and its
 median's 95% CI is +-0.25%; yet the median moves 0.3-0.9% between calls, cold or hot
-(docs/benchmarks.md). If the GPU's state persists over a call (tens to hundreds of ms),
+(docs/benchmarks/run_to_run.md). If the GPU's state persists over a call (tens to hundreds of ms),
 reps inside a call are not independent and the CI understates what moves between calls;
 more reps spread over more time would then average over states.
 

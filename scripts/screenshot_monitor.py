@@ -11,6 +11,12 @@ and journal directory, and the lock is restored at the end.
 
     python3 scripts/screenshot_monitor.py [--seconds 85] [--size 200x50] [--out docs/monitor.png]
 
+The home page's and the README's picture is the same view in a 100-column terminal, which
+stays readable at a page's width:
+
+    python3 scripts/screenshot_monitor.py --seconds 45 --size 100x34 \
+        --out docs/monitor-100x34.png
+
 On a real GPU (`--real`: no --sim, no scenario, no lock; nothing is written to
 the GPU), `--workload` runs a command beside the monitor so its process shows:
 

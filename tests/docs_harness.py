@@ -195,7 +195,7 @@ def commands(block: Block) -> list[Command]:
             continue
         while text.endswith("\\") and i + 1 < len(lines):
             i += 1
-            text = text[:-1] + "\n" + lines[i]
+            text += "\n" + lines[i]  # bash joins a backslash-newline: one command, as typed
         out.append(Command(text))
         i += 1
     return out
@@ -402,7 +402,7 @@ def tally(found: list[Block]) -> Counter[str]:
 
 
 def main() -> int:
-    """Run every file; print the figures docs/benchmarks.md keeps."""
+    """Run every file; print the figures docs/benchmarks/history.md keeps."""
     total: Counter[str] = Counter()
     failed = 0
     start = time.monotonic()

@@ -1,4 +1,4 @@
-"""The benchmark suite (benchmarks/): docs/benchmarks.md is what its results say, the
+"""The benchmark suite (benchmarks/): its docs pages are what its results say, the
 regression check fails on what it should, and the runner writes what it promises.
 
 No benchmark is timed here: the runner runs a tiny one in-process, the check compares
@@ -20,35 +20,87 @@ from benchmarks import regress, report, runner
 from benchmarks.__main__ import main as suite_main
 
 
-def test_docs_benchmarks_md_is_generated_from_the_kept_results():
-    # fails when a results file changed (or was added) without `python -m benchmarks report`
+def test_the_benchmark_pages_are_generated_from_the_kept_results():
+    # fails when a results file changed (or was added) without `python -m benchmarks report`:
+    # the headline page, each benchmark's page and mkdocs.yml's nav alike
     report.check()
-    page = report.DOC.read_text()
-    for result in report.load_results():
-        assert f"`{result['command']}`" in page
+    grouped = report.by_benchmark(report.load_results())
+    headline = report.DOC.read_text()
+    assert len(headline.splitlines()) <= report.HEADLINE_LIMIT, "the headline page grew long"
+    nav = (runner.ROOT / "mkdocs.yml").read_text()
+    for name, results in grouped.items():
+        assert f"(benchmarks/{name}.md)" in headline, f"the headline page lacks {name}"
+        assert f"- {name}: benchmarks/{name}.md" in nav, f"mkdocs.yml's nav lacks {name}"
+        page = (report.SITE.pages / f"{name}.md").read_text()
+        for result in results:
+            assert f"`{result['command']}`" in page
 
 
-def test_the_report_rewrites_only_its_section(tmp_path: Path):
+def _site(tmp_path: Path) -> report.Site:
+    docs = tmp_path / "docs"
+    (docs / "benchmarks").mkdir(parents=True)
+    (tmp_path / "benchmarks").mkdir()
+    mkdocs = tmp_path / "mkdocs.yml"
+    mkdocs.write_text(
+        "nav:\n  - Figures:\n      - benchmarks.md\n"
+        f"      {report.NAV_BEGIN}\n      {report.NAV_END}\n      - Typed: typed.md\n"
+    )
+    return report.Site(docs=docs, mkdocs=mkdocs, modules=tmp_path / "benchmarks")
+
+
+def test_the_report_writes_a_page_per_benchmark_and_keeps_what_follows_it(tmp_path: Path):
+    site = _site(tmp_path)
     results = tmp_path / "results"
     results.mkdir()
-    doc = tmp_path / "benchmarks.md"
-    doc.write_text(
-        "# Benchmarks\n\nintro\n\n<!-- section:old -->\n# typed by hand\n<!-- /section:old -->\n"
-    )
-    assert report.write(doc, results)  # the section goes in before the first old one
-    first = doc.read_text()
-    assert first.index(report.BEGIN) < first.index("<!-- section:old -->")
-    assert not report.write(doc, results)  # nothing changed: nothing written
+    assert report.write(site, results)  # no results: a headline page with no benchmark
+    assert not report.write(site, results)  # nothing changed: nothing written
     (results / "x.json").write_text(json.dumps(_result("x", {"t": _m(1.0)})))
     with pytest.raises(report.StaleError):
-        report.check(doc, results)
-    assert report.write(doc, results)
-    page = doc.read_text()
-    report.check(doc, results)
-    assert page.count(report.BEGIN) == 1
-    assert page.endswith("# typed by hand\n<!-- /section:old -->\n")
-    assert "| a | b \\| c |\n| --- | ---: |" in page  # a cell's pipe stays escaped
-    assert "```text\n# not a heading\n```" in page  # printed lines are no markdown
+        report.check(site, results)
+    written = report.write(site, results)
+    assert site.pages / "x.md" in written and site.mkdocs in written
+    report.check(site, results)
+    page = site.pages / "x.md"
+    # notes typed by hand after the generated section stay as they are
+    page.write_text(page.read_text() + "## Notes\n\ntyped by hand\n")
+    (results / "x-sim.json").write_text(json.dumps({**_result("x", {}), "sim": True}))
+    report.write(site, results)
+    text = page.read_text()
+    assert text.count(report.BEGIN) == 1 and text.endswith("## Notes\n\ntyped by hand\n")
+    assert "## x-sim: simulated NVIDIA H100 80GB HBM3, 2026-11-24" in text
+    assert "| a | b \\| c |\n| --- | ---: |" in text  # a cell's pipe stays escaped
+    assert "```text\n# not a heading\n```" in text  # printed lines are no markdown
+    headline = site.headline.read_text()
+    assert "- [**x**](benchmarks/x.md): x: a benchmark" in headline
+    assert "(benchmarks/x.md#x-nvidia-h100-80gb-hbm3-2026-11-24): t = 1 s" in headline
+    assert "(benchmarks/x.md#x-sim-simulated-nvidia-h100-80gb-hbm3-2026-11-24)" in headline
+    nav = site.mkdocs.read_text()
+    assert f"{report.NAV_BEGIN}\n      - x: benchmarks/x.md\n      {report.NAV_END}" in nav
+    assert nav.endswith("- Typed: typed.md\n")
+    # a benchmark whose results are all gone loses its generated page and its nav line
+    for f in results.glob("*.json"):
+        f.unlink()
+    report.write(site, results)
+    assert not page.exists() and "benchmarks/x.md" not in site.mkdocs.read_text()
+
+
+def test_a_benchmarks_goal_is_its_modules_title_now(tmp_path: Path):
+    site = _site(tmp_path)
+    (site.modules / "x.py").write_text('"""What x asks, now.\n\nMore."""\nHEADLINE = "u"\n')
+    assert report.goal("x", [_result("x", {})], site) == "What x asks, now."
+    assert report.goal("gone", [_result("gone", {})], site) == "gone: a benchmark"
+    # the headline page shows the metric the module names, else the first one kept
+    assert report.headline_metric("x", site) == "u"
+    assert report.headline_metric("gone", site) is None
+    two = _result("x", {"t": _m(1.0), "u": _m(2.0)})
+    assert report._headline_value(two, "u") == "u = 2 s"
+    assert report._headline_value(two, "missing") == "t = 1 s"
+    assert report._headline_value(_result("x", {})) == "tables only (no metric kept)"
+
+
+def test_the_anchor_of_a_section_is_the_one_mkdocs_gives_it():
+    assert report._anchor("x-sim: simulated H100, 2026-11-24") == "x-sim-simulated-h100-2026-11-24"
+    assert report._anchor("a_b: GPU (x), 1.5") == "a_b-gpu-x-15"
 
 
 def _m(value: float, better: str = "lower", slack: float = 0.0) -> dict:
@@ -189,8 +241,8 @@ def test_a_transcribed_result_says_when_where_and_from_what():
     # figures measured before the runner, kept from the hand-typed page or docs/'s raw data
     kept = [r for r in report.load_results() if r.get("transcribed")]
     assert kept, "the moved scripts' earlier figures are kept as results"
-    page = report.DOC.read_text()
     for result in kept:
+        page = (report.SITE.pages / f"{result['name']}.md").read_text()
         line = report.where(result)
         assert line.startswith(result["date"][:10]) and result["machine"]["text"] in line
         assert f"kept from {result['transcribed']}" in line and line in page
@@ -215,6 +267,7 @@ def test_perf_report_reads_the_tutorials_table_and_compares_it_side_by_side():
 
 def test_a_report_that_prints_a_fence_stays_inside_its_own():
     result = {
+        "name": "t",
         "title": "t",
         "command": "python -m benchmarks.t",
         "date": "2026-11-24",

@@ -3,7 +3,8 @@ temp dir, driven by a client process with the mixed load of daemon_harness.mixed
 connections, a long one, leases taken and released, status, subscribers).
 
 This test drives 8,000 requests (15 s on 2 quiet cores); the figure at 100,000, before and
-after the fix side by side, is `python -m benchmarks.daemon_memory`'s (docs/benchmarks.md).
+after the fix side by side, is `python -m benchmarks.daemon_memory`'s
+(docs/benchmarks/daemon_memory.md).
 """
 
 from __future__ import annotations

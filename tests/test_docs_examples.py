@@ -6,6 +6,7 @@ tests/docs_harness.py's docstring; the README keeps them under "Examples in thes
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import docs_harness as dx
@@ -74,7 +75,7 @@ def test_a_block_in_no_convention_or_with_an_empty_reason_is_refused(tmp_path: P
 def test_console_commands_their_continuations_and_the_failures_they_show() -> None:
     block = dx.Block("p.md", 1, "console", "$ a \\\n  --b\nout\n$ c\ngpuenv: error: no\n$ d\n")
     assert dx.commands(block) == [
-        dx.Command("a \n  --b"),
+        dx.Command("a \\\n  --b"),
         dx.Command("c", fails=True),
         dx.Command("d"),
     ]
@@ -83,6 +84,11 @@ def test_console_commands_their_continuations_and_the_failures_they_show() -> No
         dx.Command('x; echo "exit $?"', exit_line="exit 1"),
         dx.Command("y"),
     ]
+    # a continued command is one command to bash, as a reader's shell runs it
+    cont = dx.Block("p.md", 1, "bash", "echo a \\\n    b\n")
+    (joined,) = dx.commands(cont)
+    done = subprocess.run(["bash", "-c", joined.text], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "a b\n")
     bash = dx.Block("p.md", 1, "bash", "# a comment\nx && y   # why\n\nz\n")
     assert [c.text for c in dx.commands(bash)] == ["x && y   # why", "z"]
     pycon = dx.Block("p.md", 1, "pycon", ">>> def f():\n...     return 1\n...\n>>> f()\n1\n")

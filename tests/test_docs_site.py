@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-SECTIONS = ("tutorials", "how-to", "operations", "reference")
+SECTIONS = ("tutorials", "how-to", "explanation", "operations", "reference")
 # the `docs` extra of pyproject.toml, by the module each installs
 SITE_MODULES = (
     "mkdocs",
@@ -23,6 +23,7 @@ SITE_MODULES = (
     "mkdocstrings",
     "mkdocstrings_handlers.python",
     "mkdocs_click",
+    "ruff",  # the formatter mkdocstrings lays signatures out with
 )
 
 
@@ -71,6 +72,9 @@ def _env() -> dict[str, str]:
 def test_the_site_builds_strict(site: Path) -> None:
     assert (site / "index.html").is_file()
     assert (site / "benchmarks" / "index.html").is_file()
+    # a page per benchmark, generated with the headline page (python -m benchmarks report)
+    assert (site / "benchmarks" / "startup" / "index.html").is_file()
+    assert (site / "explanation" / "what-gpus-do" / "index.html").is_file()
 
 
 def test_the_cli_reference_names_every_command_and_option(site: Path) -> None:
@@ -101,6 +105,22 @@ def test_the_api_reference_renders_the_docstrings(site: Path) -> None:
         words = (obj.__doc__ or "").strip().replace("`", "").split()[:4]
         text = re.sub(r"<[^>]+>", "", html)
         assert words and " ".join(words) in text, f"{obj.__qualname__}'s docstring: {page}"
+
+
+def test_api_signatures_are_laid_out_one_parameter_a_line(site: Path) -> None:
+    """A long signature (gpuenv.bench's) is formatted, not one line of 300 columns: the
+    docs extra brings the formatter mkdocstrings uses."""
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    docs = extra["optional-dependencies"]["docs"]
+    assert any(d.startswith(("ruff", "black")) for d in docs), "the docs extra has no formatter"
+    html = (site / "reference" / "api" / "timing" / "index.html").read_text(encoding="utf-8")
+    start = html.index(">", html.index("doc-signature")) + 1
+    text = re.sub(r"<[^>]+>", "", html[start : html.index("</pre>", start)])
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines[0].strip() == "bench(" and len(lines) > 10, lines[:3]
+    assert max(len(line) for line in lines) <= 88
 
 
 def _links(md: Path) -> set[Path]:
@@ -149,3 +169,145 @@ def test_the_readme_stays_the_door() -> None:
     for command in ("pip install -e . && gpuenv demo", "pip install -e '.[dev]' && pytest"):
         assert command in readme, f"the quick start lost `{command}`"
     assert re.search(r"!\[[^\]]+\]\(docs/[^)]+\.png\)", readme), "the README shows a picture"
+
+
+# Pages a user reads: README.md and docs/, but the ones for whoever changes gpuenv and the
+# history typed by hand at the time (docs/benchmarks/history.md, and the notes after a
+# benchmark page's generated section), which keep their words as measured.
+NOT_USER_PAGES = ("development.md", "ARCHITECTURE.md", "benchmarks/history.md")
+ISSUE_REF = re.compile(r"\b[Ii]ssues?\s+(#?\d+|\")|(?<![\w`#&])#\d+\b(?![`\w])")
+
+
+def _user_text(md: Path) -> str:
+    text = md.read_text(encoding="utf-8")
+    if md.parent == DOCS / "benchmarks":
+        from benchmarks import report
+
+        return text.split(report.END, 1)[0]  # the kept notes after it are history
+    return text
+
+
+def user_pages() -> list[Path]:
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    return [
+        p
+        for p in pages
+        if str(p.relative_to(DOCS) if DOCS in p.parents else "") not in NOT_USER_PAGES
+    ]
+
+
+def test_user_pages_name_no_issue_numbers():
+    """A reader does not have the issue tracker: "(issue 11)" or "#21" tells them nothing.
+    A generated benchmark heading takes its words from the benchmark's title: fix it there."""
+    found = []
+    for page in user_pages():
+        for k, line in enumerate(_user_text(page).splitlines(), start=1):
+            if ISSUE_REF.search(line):
+                found.append(f"{page.relative_to(ROOT)}:{k}: {line.strip()[:100]}")
+    assert not found, "issue numbers in user pages:\n" + "\n".join(found)
+
+
+def test_the_issue_pattern_finds_what_it_should():
+    for text in ("(issue 11)", "Issue 21's attacks", "issues 18 and 22", "see #12", 'issue "x"'):
+        assert ISSUE_REF.search(text), text
+    for text in ("gets `#1`, `#2`", "bench.py:10 #4`", "an issue with", "&#8203;", "1 #"):
+        assert not ISSUE_REF.search(text), text
+
+
+def test_the_code_and_docs_cite_only_files_of_the_repository():
+    """Facts about GPUs are cited from docs/explanation/what-gpus-do.md, a page of this
+    repository; a docs/... path named in the code is a file that exists."""
+    outside = "GPU_" + "FACTS"  # a steering file outside the repository
+    missing, cited = [], []
+    sources = [
+        p
+        for top in ("gpuenv", "benchmarks", "tests", "scripts")
+        for p in sorted((ROOT / top).rglob("*.py"))
+    ]
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        if outside in text:
+            cited.append(str(path.relative_to(ROOT)))
+        for target in re.findall(r"\bdocs/[\w./-]+\.md\b", text):
+            if not (ROOT / target).exists():
+                missing.append(f"{path.relative_to(ROOT)}: {target}")
+    for page in user_pages():
+        if outside in _user_text(page):
+            cited.append(str(page.relative_to(ROOT)))
+    assert not cited, f"cite docs/explanation/what-gpus-do.md instead: {cited}"
+    assert not missing, "the code names docs pages that do not exist:\n" + "\n".join(missing)
+    assert "docs/explanation/what-gpus-do.md" in (ROOT / "gpuenv/backend/nvml.py").read_text()
+
+
+PAGE_COLUMNS = 88  # what a page shows of a code block without a scrollbar
+FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+-]*)")
+
+
+def _fenced_blocks(text: str) -> list[tuple[str, int, list[str]]]:
+    """(language, first body line number, body lines) of each fenced block."""
+    out, lines, k = [], text.split("\n"), 0
+    while k < len(lines):
+        m = FENCE.match(lines[k].strip())
+        if not m:
+            k += 1
+            continue
+        fence, lang, start, body = m.group(1), m.group(2), k + 2, []
+        k += 1
+        while k < len(lines) and not re.fullmatch(
+            re.escape(fence[0]) + f"{{{len(fence)},}}", lines[k].strip()
+        ):
+            body.append(lines[k])
+            k += 1
+        out.append((lang, start, body))
+        k += 1
+    return out
+
+
+def _copied_lines(lang: str, body: list[str]) -> list[tuple[int, str]]:
+    """The lines of a block a reader copies: all of a code block; of a console block its
+    `$ ` commands and their `\\` continuations; of a pycon block its `>>> `/`... ` lines.
+    Output (a text block, the other lines of console and pycon) is quoted as the program
+    printed it: it may be wider, and the site wraps it (docs/stylesheets/extra.css)."""
+    if lang == "text":
+        return []
+    out, going_on = [], False
+    for k, line in enumerate(body):
+        if lang == "console":
+            if line.startswith("$ ") or going_on:
+                out.append((k, line))
+            going_on = (line.startswith("$ ") or going_on) and line.endswith("\\")
+        elif lang == "pycon":
+            if line.startswith((">>>", "...")):
+                out.append((k, line))
+        else:
+            out.append((k, line))
+    return out
+
+
+def test_code_a_reader_copies_fits_the_page():
+    """Every command and line of code in README.md and docs/ fits 88 columns: a longer one
+    hides its end behind a scrollbar (continue a command with `\\`, put a comment on its
+    own line). Output blocks are exempt: they quote what gpuenv printed, and wrap."""
+    from gpuenv.table import display_width
+
+    wide = []
+    for page in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        for lang, start, body in _fenced_blocks(page.read_text(encoding="utf-8")):
+            for k, line in _copied_lines(lang, body):
+                if display_width(line) > PAGE_COLUMNS:
+                    wide.append(f"{page.relative_to(ROOT)}:{start + k}: {line[:70]}...")
+    assert not wide, f"{len(wide)} lines wider than {PAGE_COLUMNS} columns:\n" + "\n".join(wide)
+
+
+def test_the_width_check_reads_commands_code_and_output_apart():
+    console = ["$ gpuenv --sim status \\", "    --query-gpu=" + "x" * 90, "y" * 100, "$ ok"]
+    assert [k for k, _ in _copied_lines("console", console)] == [0, 1, 3]
+    assert [k for k, _ in _copied_lines("pycon", [">>> f()", "z" * 100, "... g"])] == [0, 2]
+    assert _copied_lines("text", ["w" * 200]) == []
+    assert len(_copied_lines("python", ["a", "# b"])) == 2
+    blocks = _fenced_blocks("x\n```bash\nls\n```\n````text\n```\ninner\n```\n````\n")
+    assert blocks == [("bash", 3, ["ls"]), ("text", 6, ["```", "inner", "```"])]
+    css = (DOCS / "stylesheets" / "extra.css").read_text()
+    assert "pre-wrap" in css and ".language-text" in css and ".language-console" in css
+    mkdocs = (ROOT / "mkdocs.yml").read_text()
+    assert "stylesheets/extra.css" in mkdocs and "pygments_lang_class: true" in mkdocs

@@ -138,8 +138,9 @@ def test_memory_processes_and_help_at_each_size(term, width, height):
         assert last >= 30  # the layout spans the screen, not a third of it
     elif width < 100:
         assert "USER" not in text and "TIME" not in text  # dropped before the command is
-    t.tmux("send-keys", "-t", t.name, ".")  # nvitop's key: the next sort column
-    t.wait_for(lambda s: "USER" in s or "T▲" not in s)
+    t.tmux("send-keys", "-t", t.name, ".")  # nvitop's key: the next sort column shown
+    marker = "USER▲" if width >= 110 else "GPU MEM▲"  # USER is not drawn below 110
+    t.wait_for(lambda s: marker in s and "PID▲" not in s)
     t.tmux("send-keys", "-t", t.name, "?")
     shown = t.wait_for(lambda s: "Keys" in s and "this help" in s)
     _fits(shown, width, height)
@@ -170,8 +171,10 @@ def test_sort_reverse_and_filter_keys_reorder_the_processes(term):
     for _ in range(2):  # PID -> USER -> GPU MEM
         t.tmux("send-keys", "-t", t.name, ".")
     t.wait_for(lambda s: "GPU MEM▼" in s)
-    t.tmux("send-keys", "-t", t.name, "f", "f")  # all -> compute -> graphics: none here
-    t.wait_for(lambda s: "none (filtered)" in s)
+    t.tmux("send-keys", "-t", t.name, "f")  # all -> compute: named from the first press
+    t.wait_for(lambda s: re.search(r"COMMAND +compute \(C\) only", s) is not None)
+    t.tmux("send-keys", "-t", t.name, "f")  # -> graphics: none here, and it says which
+    t.wait_for(lambda s: "none (graphics (G) only)" in s)
     t.tmux("send-keys", "-t", t.name, "q")
     assert t.exit_code() == 0
 
@@ -217,11 +220,13 @@ def test_pause_freezes_the_view_and_arrows_pick_a_gpu(term):
     t.wait_for(lambda s: "▶ GPU 0" in s)
     t.tmux("send-keys", "-t", t.name, "p")
     paused = t.wait_for(lambda s: "PAUSED" in s)
+    assert "p resume" in paused and "p pause" not in paused  # the hint says what p does now
     clock = _lines(paused)[0].split()[2]
     time.sleep(1.2)  # the header's clock would have moved at 0.2 s updates
     assert _lines(t.screen())[0].split()[2] == clock
     t.tmux("send-keys", "-t", t.name, "p")
     t.wait_for(lambda s: "PAUSED" not in s and _lines(s)[0].split()[2] != clock)
+    assert "p pause" in t.screen()
     t.tmux("send-keys", "-t", t.name, "q")
     assert t.exit_code() == 0
 

@@ -144,3 +144,69 @@ def test_many_processes_take_the_spare_rows_and_say_how_many_more(sim, vclock):
     shown = [x for x in lines if x.strip()[:4].isdigit()]
     more = int(lines[-1].split()[1])
     assert len(shown) + more == 40 and len(shown) >= 15
+
+
+def test_sort_keys_step_over_the_columns_a_narrow_terminal_hides():
+    """At 80 columns USER and TIME are not drawn: `.` and `,` never sort by them, so the
+    sort's marker stays on a column in sight."""
+    ui = Ui(1)
+    ui.width = 80
+    assert ui.key(".") and ui.sort == "gpu_memory"  # PID -> (USER hidden) -> GPU MEM
+    assert ui.key(",") and ui.sort == "pid"
+    assert ui.key(",") and ui.sort == "memory_percent"  # (TIME hidden)
+    ui.width = 200  # wide: every column, nvitop's order
+    assert ui.key(".") and ui.sort == "time"
+
+
+def test_a_sort_by_a_column_a_resize_hid_is_named(sim, vclock):
+    sim.set_background_load(0, 0.5)
+    views = tick(MonitorModel(sim, [0], clock=vclock), sim, work=True)[:1]
+    narrow = plain(render(views, Frame(sort="user"), 80, None))
+    assert "USER" not in narrow.replace("sorted by USER▲", "")
+    assert "sorted by USER▲" in narrow
+    assert "sorted by" not in plain(render(views, Frame(sort="user"), 120, None))
+
+
+def test_the_filter_is_named_from_the_first_press(sim, vclock):
+    sim.set_background_load(0, 0.5)
+    views = tick(MonitorModel(sim, [0], clock=vclock), sim, work=True)[:1]
+    ui = Ui(1)
+    assert "only" not in plain(render(views, Frame(kind=ui.kind), 80, None))
+    ui.key("f")  # all -> compute
+    text = plain(render(views, Frame(kind=ui.kind), 80, None))
+    head = next(r for r in text.splitlines() if "COMMAND" in r)
+    assert head.rstrip().endswith("compute (C) only") and "400000" in text
+    ui.key("f")  # -> graphics: none on this GPU, and the table says which filter
+    assert "none (graphics (G) only)" in plain(render(views, Frame(kind=ui.kind), 80, None))
+
+
+def test_the_pause_hint_says_what_p_does_now(sim, vclock):
+    views = MonitorModel(sim, [0], clock=vclock).update()[:1]
+    running = plain(render(views, Frame(), 80, 24)).splitlines()[0]
+    paused = plain(render(views, Frame(paused=True), 80, 24)).splitlines()[0]
+    assert "p pause" in running and "p resume" not in running
+    assert "PAUSED" in paused and "p resume" in paused and "p pause" not in paused
+
+
+def _why(text: str) -> list[str]:
+    return [r for r in text.splitlines() if "power cap" in r]
+
+
+def test_the_why_line_gives_one_window(sim, vclock):
+    """A cap on without a break reads "for N s"; one that was on and off reads its share of
+    the counters' span. Never both ("for 6 s, 95% of the last 5 s" read as two answers)."""
+    model = MonitorModel(sim, [0], clock=vclock)
+    model.update()
+    sim.open_context(0)
+    for _ in range(20):
+        views = tick(model, sim, work=True)
+    steady = _why(plain(render(views, Frame(), 120, None)))
+    assert len(steady) == 1 and " for " in steady[0] and "of the last" not in steady[0]
+    for _ in range(5):  # the cap lets go while idle, then comes back
+        views = tick(model, sim)
+    for _ in range(3):
+        views = tick(model, sim, work=True)
+    cap = next(r for r in views[0].active if r.name == "SwPowerCap")
+    assert cap.active_s is not None and cap.active_s < 5  # the new run is short
+    again = _why(plain(render(views, Frame(), 120, None)))
+    assert len(again) == 1 and "of the last" in again[0] and " for " not in again[0]

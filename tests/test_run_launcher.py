@@ -109,7 +109,8 @@ def assert_every_worker(tmp_path: Path, result: subprocess.CompletedProcess, n: 
         assert all(m.gpus == (rank,) for m in mine), [(m.name, m.gpus) for m in mine]
         assert all(w.sm_mhz_mean for m in mine for w in m.summary_windows)
     assert {m.extra.get("rank") for m in ms[1:]} == set(range(n))
-    rows = [ln.split() for ln in result.stderr.splitlines() if "step" in ln.split()]
+    table = result.stderr.split("the ranks' steps")[0]  # the rank table, not the steps' row
+    rows = [ln.split() for ln in table.splitlines() if "step" in ln.split()]
     assert [r[:3] for r in rows] == [[str(k), "step", str(k)] for k in range(n)], result.stderr
     assert "not reached" not in result.stderr
     assert list((tmp_path / "tmp").glob("gpuenv-run-*")) == []  # the named pipe removed

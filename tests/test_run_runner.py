@@ -305,6 +305,26 @@ def test_each_rank_writes_its_own_file_for_its_own_gpu(tmp_path):
     assert run.measurements[0].gpus == (1,)
 
 
+def test_each_gpu_is_sampled_by_uuid_in_cuda_visible_devices_order(tmp_path):
+    # a command given GPUs 3 and 1 by UUID (as a scheduler may write them) has their
+    # telemetry under their own index and UUID, in CUDA's order; a rank under that order
+    # samples its LOCAL_RANK's GPU (issue 33 item 5)
+    node = SimBackend(n_gpus=4, state_file=None)
+    uuid3, uuid1 = node.device_info(3).uuid, node.device_info(1).uuid
+    child = script(tmp_path, "import time; time.sleep(0.3)")
+    env = {"GPUENV_SIM_GPUS": "4", "CUDA_VISIBLE_DEVICES": f"{uuid3},{uuid1[:12]}"}
+    result = gpuenv_run("-o", str(tmp_path / "a.jsonl"), "--", sys.executable, child, env=env)
+    assert result.returncode == 0, result.stderr
+    run = load_run(tmp_path / "a.jsonl")
+    assert run.measurements[0].gpus == (3, 1)
+    assert [w.gpu for w in run.measurements[0].summary_windows] == [3, 1]
+    gpus = {g["index"]: g["uuid"] for g in run.metadata["gpus"]}
+    assert list(gpus) == [3, 1] and gpus[3] == uuid3
+    env.update(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1")
+    result = gpuenv_run("-o", str(tmp_path / "b.jsonl"), "--", sys.executable, child, env=env)
+    assert load_run(tmp_path / "b.rank1.jsonl").measurements[0].gpus == (1,), result.stderr
+
+
 def test_dry_run_runs_nothing(tmp_path, sim):
     marker = tmp_path / "ran"
     child = script(tmp_path, f"open({str(marker)!r}, 'w')")

@@ -11,10 +11,11 @@ import pytest
 from gpuenv import timing
 from gpuenv.backend.sim import SimBackend
 from gpuenv.errors import ConfigError
+from gpuenv.results import load_run
 from gpuenv.timebase import VirtualClock
 from gpuenv.verdict import MeasurementRejected, VerdictConfig
 
-MATMUL_S = 1.4e-3  # an 8192^3 bf16 matmul at 1980 MHz (measured on an H100)
+MATMUL_S = 1.4e-3  # an 8192^3 bf16 matmul at 1980 MHz (docs/explanation/what-gpus-do.md)
 
 
 @pytest.fixture
@@ -368,3 +369,33 @@ def test_a_burst_measurement_whose_reps_split_in_two_says_so(sim) -> None:
     f = [x for x in m.findings if x.kind == "bimodal"]
     assert len(f) == 1 and "32.00 us" in f[0].message and "35.50 us" in f[0].message
     assert m.verdict == "annotated"
+
+
+def test_a_bench_under_cuda_visible_devices_samples_the_gpu_cuda_calls_device_0(
+    monkeypatch, tmp_path
+):
+    # as on CUDA, where bench samples torch's current device's GPU found by UUID: one
+    # process per GPU of a node (CUDA_VISIBLE_DEVICES=<its GPU>) measures its own GPU
+    node = SimBackend(n_gpus=4, clock=VirtualClock())
+    uuid = node.device_info(3).uuid
+    for visible in ("3,1", uuid, uuid[:12]):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        out = tmp_path / f"{len(visible)}.jsonl"
+        kernel = timing.sim_kernel(node, 3, seconds=MATMUL_S)
+        m = timing.bench(kernel, name="gemm", backend=node, max_reps=20, output=out)
+        assert m.gpus == (3,) and {w.gpu for w in m.windows} == {3}, visible
+        assert [g["uuid"] for g in load_run(out).metadata["gpus"]] == [uuid]
+
+
+def test_a_session_bench_under_cuda_visible_devices_samples_that_gpu_where_it_samples_it(
+    monkeypatch,
+):
+    import gpuenv
+
+    node = SimBackend(n_gpus=4, clock=VirtualClock())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    kernel = timing.sim_kernel(node, 3, seconds=MATMUL_S)
+    with gpuenv.stable(backend=node) as env:  # every GPU sampled: CUDA's device 0's is 3
+        assert env.bench(kernel, name="gemm", max_reps=20).gpus == (3,)
+    with gpuenv.stable(backend=node, gpus=[1]) as env:  # GPU 3 not sampled: the session's
+        assert env.bench(timing.sim_kernel(node, 1), name="gemm", max_reps=20).gpus == (1,)

@@ -93,10 +93,21 @@ def open_backend(
 ) -> Backend:
     """Open the GPU backend.
 
-    `kind`: "nvml", "sim", or None to read GPUENV_BACKEND (default "nvml"); or
-    `spec`: what `Backend.spec()` returned in another process.
     Read-only when `readonly` is True, when `dry_run` is True, when the spec says so,
     or when GPUENV_READONLY=1 (the environment can only make it stricter).
+
+    Args:
+        kind: "nvml", "sim", or None to read GPUENV_BACKEND (default "nvml").
+        readonly: refuse every write before it reaches the GPU.
+        dry_run: as `readonly`, for a command's `--dry-run`.
+        spec: what `Backend.spec()` returned in another process: the same GPUs.
+
+    Returns:
+        The `Backend`: the real GPU through NVML, or the simulated one.
+
+    Raises:
+        NvmlUnavailable: no NVIDIA driver (try `kind="sim"`).
+        ConfigError: an unknown kind or spec.
     """
     ro_env = env_readonly()
     if spec is not None:

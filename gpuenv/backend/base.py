@@ -6,7 +6,7 @@ importers of pynvml) or simulated (`backend/sim.py` and its `sim_*` modules).
 GPUs are addressed by NVML index here; code above
 keys anything persistent by UUID.
 
-Reads come in three costs (measured on an H100):
+Reads come in three costs (measured on an H100: docs/explanation/what-gpus-do.md):
   - `read_fast`: SM/memory clock, power, temperature, reasons: ~2 us a value on an
     H100; safe on the sampler's every tick.
   - `read_slow`: time under each clock-event reason (~0.1-0.2 ms) at region edges and

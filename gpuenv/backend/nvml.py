@@ -19,11 +19,12 @@ fallback twice:
   - application clocks: `nvmlDeviceGetApplicationsClock` (deprecated in NVML 13),
     else `nvmlDeviceGetClock(..., NVML_CLOCK_ID_APP_CLOCK_TARGET)`.
 
-Facts this module respects (measured read-only on an H100, 2026-11): there is no getter for locked
-clocks; `nvmlDeviceGetPowerUsage` is a 1 s average, the instantaneous power is
-field 186; `nvmlDeviceGetFieldValues` succeeds when any field was filled, so
-each entry's own return code is checked; time under each clock-event reason
-comes from the stable field ids 74-81 (not the 251-253 / 269-271 ones, whose
+Facts this module respects (measured read-only on an H100, 2026-11:
+docs/explanation/what-gpus-do.md): there is no getter for locked clocks;
+`nvmlDeviceGetPowerUsage` is a 1 s average, the instantaneous power is field 186;
+`nvmlDeviceGetFieldValues` succeeds when any field was filled, so each entry's own
+return code is checked; time under each clock-event reason comes from the stable field
+ids 74-81 (not the 251-253 / 269-271 ones, whose
 numbers changed between headers); memory temperature is field 82; the energy
 counter costs ~3 ms and is read only by `read_slow`; `nvmlDeviceGetSamples`
 returns two items in nvidia-ml-py 13.

@@ -472,6 +472,9 @@ class GpuModel:
         self.r_mem = self.mem_mhz
         self.r_reasons = self.reasons
         self.r_power_avg = sum(self.power_ring) / len(self.power_ring)
+        # the "instant" power is the value at the update, held until the next: a heavy
+        # step showed in it 27-74 ms late on an H200 (benchmarks/power_lag.py)
+        self.r_power_instant = self.power_w
         self.r_energy_mj = int(self.energy_mj)
         self.r_reason_ns = dict(self.reason_ns)
         self.r_util = sum(self.busy_ring) / len(self.busy_ring)
@@ -606,6 +609,7 @@ _PHYSICS: dict[str, Any] = {
     "r_mem": int,
     "r_reasons": int,
     "r_power_avg": _finite,
+    "r_power_instant": _finite,
     "r_energy_mj": int,
     "r_util": _finite,
     "r_ts_ns": int,

@@ -11,9 +11,10 @@ Leakage is linear in temperature: an exponential fitted to the same two points
 grows so steeply that any chip past ~80 C runs away thermally (d leakage / dT
 times R above 1), which real GPUs with working cooling do not do.
 
-The "h100" numbers are fitted to an H100 measured read-only (idle 72 W at 36 C, 120 W with a
-context, 700 W cap reached at ~1515 MHz when cool and ~1380 MHz at 63 C,
-36 -> 63 C over 45 s of sustained load); `benchmarks/sim_fidelity.py`
+The "h100" numbers are fitted to an H100 measured read-only
+(docs/explanation/what-gpus-do.md; idle 72 W at 36 C, 120 W with a context, 700 W cap
+reached at ~1515 MHz when cool and ~1380 MHz at 63 C, 36 -> 63 C over 45 s of sustained
+load); `benchmarks/sim_fidelity.py`
 checks them. The other two are plausible, not measured: a consumer card with
 weak cooling that reaches thermal slowdown, and a pre-Volta data-centre card
 that has application clocks but no locked clocks.
@@ -131,7 +132,7 @@ H100 = SimProfile(
     default_app_sm_mhz=1980,
     default_app_mem_mhz=2619,
     locked_clocks_supported=True,
-    locked_mem_supported=False,  # Hopper: only the deferred -lmcd works (measured on an H100)
+    locked_mem_supported=False,  # Hopper: only the deferred -lmcd works (what-gpus-do.md)
     app_clocks_supported=True,
     mig_capable=True,
     power_default_w=700.0,

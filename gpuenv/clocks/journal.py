@@ -93,7 +93,7 @@ def encode(entry: JournalEntry) -> bytes:
     body = entry.to_dict()
     # One line, no `indent`: json's pure-Python encoder (what `indent` takes) leaves ~30
     # objects in reference cycles per call, garbage that piles up in gpuenvd (a journal write
-    # per lease) until a full collection and fragments its heap (docs/benchmarks.md, memory).
+    # per lease) until a full collection and fragments its heap (docs/benchmarks/daemon_memory.md).
     return json.dumps({**body, "checksum": _checksum(body)}, sort_keys=True).encode()
 
 

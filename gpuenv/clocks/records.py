@@ -66,6 +66,17 @@ class ClockState:
     NVML has no getter for locked clocks: `locked_sm` / `locked_mem` come from the
     journal, and `locked_known` is False when no journal says (something outside
     gpuenv, such as `nvidia-smi -lgc`, may have locked them).
+
+    Attributes:
+        uuid: the GPU's UUID.
+        locked_sm: the locked SM range in MHz, or None (the base clock's symbolic
+            range where it was locked to base).
+        locked_mem: the locked memory range in MHz, or None.
+        locked_known: whether a journal says what is locked.
+        app_sm_mhz: the application SM clock (`nvidia-smi -ac`'s), or None.
+        app_mem_mhz: the application memory clock, or None.
+        power_limit_w: the power limit in force, in watts (`nvidia-smi -pl`).
+        persistence: persistence mode (`nvidia-smi -pm`), or None where unknown.
     """
 
     uuid: str

@@ -22,7 +22,13 @@ TDP_LOCK = (CLOCK_LIMIT_TDP, CLOCK_LIMIT_TDP)  # the symbolic "lock to the base 
 
 @dataclass(frozen=True)
 class LockRequest:
-    """What a caller asks for. `sm`: MHz, (min, max) MHz, or 'max' | 'base' | 'sustained'."""
+    """What a caller asks for.
+
+    Attributes:
+        sm: the SM clock: MHz, (min, max) MHz, or 'max' | 'base' | 'sustained'.
+        mem: the memory clock: MHz or (min, max) MHz.
+        power_limit_w: the power limit, in watts.
+    """
 
     sm: int | tuple[int, int] | str | None = None
     mem: int | tuple[int, int] | None = None

@@ -298,7 +298,7 @@ class Server:
         reader = protocol.LineReader()
         # one buffer per connection: a recv(65536) per request was a 64 KiB malloc shrunk to
         # the request's size, in the C allocator's arena of whichever thread served it, which
-        # fragmented those arenas (RSS kept growing with requests; docs/benchmarks.md)
+        # fragmented those arenas (RSS kept growing with requests; docs/benchmarks/daemon_memory.md)
         buf = bytearray(RECV_BYTES)
         view = memoryview(buf)
         try:
@@ -394,7 +394,8 @@ def _steady_malloc() -> None:
     """Keep glibc's mmap threshold at its default, 128 KiB. Left dynamic, the first large
     block freed raises it for good: later large blocks come from the heap instead, and
     gpuenvd's RSS stepped up by ~1 MB near 10,000 requests, never given back (with
-    MALLOC_MMAP_THRESHOLD_ set, no step: docs/benchmarks.md). Elsewhere than glibc: nothing."""
+    MALLOC_MMAP_THRESHOLD_ set, no step: docs/benchmarks/daemon_memory.md). Elsewhere than
+    glibc: nothing."""
     import ctypes
 
     with contextlib.suppress(OSError, AttributeError):

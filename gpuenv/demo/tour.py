@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 Out = Callable[[str], None]
 
 # A matmul-like kernel: SM-bound cycles plus memory-bound cycles, sized so that it
-# takes ~1.37 ms at 1980 MHz like an 8192^3 bf16 matmul measured on an H100.
+# takes ~1.37 ms at 1980 MHz like an 8192^3 bf16 matmul measured on an H100
+# (docs/explanation/what-gpus-do.md).
 KERNEL_SM_CYCLES = 1.138e6
 KERNEL_MEM_CYCLES = 2.08e6
 SIM_LOAD_S = 30.0  # simulated: cheap on virtual time

@@ -9,8 +9,15 @@ from dataclasses import dataclass, field
 
 from gpuenv.monitor.draw import Glyphs, Line, Segment, bar, graph, sparkline
 from gpuenv.monitor.host import HostView
-from gpuenv.monitor.model import BAD_REASONS, REASON_SHORT, WARN_REASONS, GpuView, ProcView
-from gpuenv.monitor.processes import SORT_KEYS, arrange, shorten_command
+from gpuenv.monitor.model import (
+    BAD_REASONS,
+    REASON_SHORT,
+    WARN_REASONS,
+    GpuView,
+    ProcView,
+    ReasonView,
+)
+from gpuenv.monitor.processes import KIND_NAMES, SORT_KEYS, arrange, shorten_command
 from gpuenv.reasons import HARDWARE, THERMAL, Reason
 from gpuenv.table import cut, display_width, pad
 from gpuenv.units import fmt_elapsed
@@ -245,23 +252,18 @@ def _board_part(v: GpuView, rows: _Rows) -> Part:
 
 
 def _why_parts(v: GpuView, rows: _Rows) -> list[Part]:
-    """The active clock-event reasons: for how long, and their share of the counter span."""
+    """The active clock-event reasons, each with one window: how long it has been on without
+    a break, or (on and off before that) its share of the counters' span."""
     g = rows.g
     if not v.active:
         ok = "no clock-event reason: at the clock the GPU allows"
         return [Part(90, [[rows.label("why"), (ok, "ok")]])]
     parts = []
     for k, r in enumerate(v.active):
-        how_long = ""
-        if r.active_s is not None and not (r.at_least and r.active_s < 1):
-            how_long = f" for {'>=' if r.at_least else ''}{fmt_elapsed(r.active_s)}"
-        share = ""
-        if r.share is not None and v.counter_span_s:
-            share = f", {r.share:.0%} of the last {fmt_elapsed(v.counter_span_s)}"
         line: Line = [
             rows.label("why" if k == 0 else ""),
             (REASON_SHORT.get(r.bit, r.name), _reason_style(r.bit)),
-            (how_long + share, ""),
+            (_how_long(r, v.counter_span_s), ""),
             (f"  {g.sep} {r.words}", "dim"),
         ]
         parts.append(Part(90 if k == 0 else 50, [line]))
@@ -270,6 +272,24 @@ def _why_parts(v: GpuView, rows: _Rows) -> list[Part]:
         text = f"below its top clock {v.below_max_share:.0%} of the last {span} (all limiters)"
         parts.append(Part(20, [[rows.label("", ""), (text, "dim")]]))
     return parts
+
+
+# How much more time the counter may count under a reason than its unbroken run before
+# the run is no longer the whole story (the bit is sampled; the counter sees every moment)
+_RUN_SLACK_S = 1.0
+
+
+def _how_long(r: ReasonView, span_s: float | None) -> str:
+    """One window for a reason: its unbroken run ("for 6 s"), or, where the counter saw
+    it on and off before that run, its share of the counter's span ("40% of the last
+    1 min"). Never both: two windows side by side read as two answers that disagree."""
+    counted = r.share * span_s if r.share is not None and span_s else None
+    run = r.active_s
+    if counted is not None and span_s and (run is None or counted > run + _RUN_SLACK_S):
+        return f" {r.share:.0%} of the last {fmt_elapsed(span_s)}"
+    if run is None or (r.at_least and run < 1):
+        return ""
+    return f" for {'>=' if r.at_least else ''}{fmt_elapsed(run)}"
 
 
 def _time(seconds: float | None) -> str:
@@ -301,20 +321,38 @@ _COLUMNS: tuple[tuple[str, int, int, Callable[[ProcView], str]], ...] = (
 )
 
 
+def shown_sort_keys(width: int) -> list[str]:
+    """The SORT_KEYS whose column a `width`-column process table shows, in their order: the
+    ones `,` and `.` step through, so the sort's marker is never on a column not drawn."""
+    shown = {h for h, _, min_w, _ in _COLUMNS if width >= min_w}
+    return [k for k, (header, _) in SORT_KEYS.items() if header in shown]
+
+
+def _filter_words(frame: Frame) -> str:
+    """What the table leaves out, in words ("" when it shows every process)."""
+    words = [KIND_NAMES[frame.kind]] if frame.kind != "all" else []
+    if frame.users:
+        words.append("user " + ",".join(frame.users))
+    if frame.pids:
+        words.append("pid " + ",".join(map(str, frame.pids)))
+    return ", ".join(words)
+
+
 def proc_lines(
     v: GpuView, width: int, g: Glyphs, max_rows: int | None, frame: Frame | None = None
 ) -> list[Line]:
     """The process table as nvitop's: PID, TYPE, USER, GPU MEM, SM, %CPU, %MEM, TIME and
     the COMMAND from its start, sorted and filtered as `frame` says (its sort column's
-    header marked). Narrow terminals drop USER, TIME, then %CPU/%MEM, then SM."""
+    header marked, the filter named after COMMAND). Narrow terminals drop USER, TIME,
+    then %CPU/%MEM, then SM; sorted by a column they dropped, the header says so."""
     frame = frame or Frame()
     lead = "    procs   "
     if v.processes_error is not None:
         return [[(lead, "dim"), (f"unknown: {v.processes_error}", "warn")]]
     procs = arrange(v.processes, frame.sort, frame.reverse, frame.kind, frame.users, frame.pids)
-    filtered = len(procs) < len(v.processes)
+    only = _filter_words(frame)
     if not procs:
-        return [[(lead, "dim"), ("none" + (" (filtered)" if filtered else ""), "dim")]]
+        return [[(lead, "dim"), ("none" + (f" ({only})" if only else ""), "dim")]]
     cols = [c for c in _COLUMNS if width >= c[2]]
     marked = SORT_KEYS[frame.sort][0]
     arrow = ("v" if frame.reverse else "^") if g.more == "~" else ("▼" if frame.reverse else "▲")
@@ -328,6 +366,10 @@ def proc_lines(
     )
     cmd_w = max(0, width - len(lead) - display_width(head) - 1)
     lines: list[Line] = [[(lead, "dim"), (head + " COMMAND", "dim")]]
+    if all(h != marked for h, _, _, _ in cols):  # a resize hid it: the marker moves here
+        lines[0].append((f"  sorted by {marked}{arrow}", "dim"))
+    if only:  # named on the table it filters, from the first `f` press on
+        lines[0].append((f"  {only}", "warn"))
     shown = list(procs) if max_rows is None else list(procs[: max(0, max_rows)])
     if max_rows is not None and len(shown) < len(procs) and shown:
         shown = shown[:-1]  # room for the "more" line
@@ -401,4 +443,13 @@ def gpu_row(v: GpuView, frame: Frame, *, selected: bool) -> Line:
     return segs
 
 
-__all__ = ["Frame", "Part", "fit", "gpu_parts", "gpu_row", "proc_lines", "title_line"]
+__all__ = [
+    "Frame",
+    "Part",
+    "fit",
+    "gpu_parts",
+    "gpu_row",
+    "proc_lines",
+    "shown_sort_keys",
+    "title_line",
+]

@@ -50,6 +50,7 @@ SORT_KEYS: dict[str, tuple[str, Callable[[ProcView], Any]]] = {
     "time": ("TIME", lambda p: p.time_s if p.time_s is not None else -1.0),
 }
 KINDS = ("all", "C", "G")  # the `f` key's filter: every process, compute ones, graphics ones
+KIND_NAMES = {"all": "all processes", "C": "compute (C) only", "G": "graphics (G) only"}
 
 
 def arrange(
@@ -258,6 +259,7 @@ def shorten_command(command: str, width: int, ellipsis: str = "…") -> str:
 
 __all__ = [
     "KINDS",
+    "KIND_NAMES",
     "SORT_KEYS",
     "HostProcess",
     "ProcView",

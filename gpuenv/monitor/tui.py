@@ -10,7 +10,7 @@ import contextlib
 import os
 from typing import Any
 
-from gpuenv.monitor.blocks import Frame
+from gpuenv.monitor.blocks import Frame, shown_sort_keys
 from gpuenv.monitor.draw import Glyphs, Line
 from gpuenv.monitor.model import MonitorModel
 from gpuenv.monitor.processes import KINDS, SORT_KEYS
@@ -32,6 +32,7 @@ class Ui:
         self.quit = False
         self.help = False
         self.sort, self.reverse, self.kind = sort, reverse, kind
+        self.width: int | None = None  # the terminal's, as last drawn: which columns show
 
     def key(self, key: str) -> bool:
         """Handle one key; True when the screen needs a redraw. With the help open, any
@@ -52,9 +53,8 @@ class Ui:
             self.selected = (self.selected - 1) % max(self.n, 1)
         elif len(key) == 1 and key.isdigit() and int(key) < self.n:
             self.selected = int(key)
-        elif key in (",", "."):  # nvitop's keys: the previous / next sort column
-            keys = list(SORT_KEYS)
-            self.sort = keys[(keys.index(self.sort) + (1 if key == "." else -1)) % len(keys)]
+        elif key in (",", "."):  # nvitop's keys: the previous / next sort column shown
+            self.sort = self._next_sort(1 if key == "." else -1)
         elif key == "/":
             self.reverse = not self.reverse
         elif key in ("f", "F"):
@@ -62,6 +62,18 @@ class Ui:
         elif key != "KEY_RESIZE":
             return False
         return True
+
+    def _next_sort(self, step: int) -> str:
+        """The sort key `step` columns on, among those drawn at this width (all of them
+        before the first draw), so the sort's marker stays in sight."""
+        keys = list(SORT_KEYS)
+        shown = set(keys if self.width is None else shown_sort_keys(self.width))
+        k = keys.index(self.sort)
+        for _ in keys:
+            k = (k + step) % len(keys)
+            if keys[k] in shown:
+                return keys[k]
+        return self.sort
 
 
 def run_tui(
@@ -102,6 +114,7 @@ def run_tui(
                 frame.sort, frame.reverse, frame.kind = ui.sort, ui.reverse, ui.kind
                 frame.host = model.host
                 h, w = scr.getmaxyx()
+                ui.width = w
                 _draw(scr, render(views, frame, w, h), styles, curses)
                 dirty = False
             wait_ms = max(10, int((next_due - model.clock.now()) * 1000))

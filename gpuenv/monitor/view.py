@@ -27,7 +27,7 @@ KEY_HELP = (  # (keys, what they do): the help overlay and docs/how-to/monitor.m
     ("→ ↓ Tab j l", "select the next GPU"),
     ("← ↑ k", "select the previous GPU"),
     ("0-9", "select GPU N"),
-    (",  .", "sort the processes by the previous / next column (PID, USER, GPU MEM, SM, ...)"),
+    (",  .", "sort the processes by the previous / next column shown (PID, GPU MEM, SM, ...)"),
     ("/", "reverse the sort order"),
     ("f", "filter the processes: all, compute (C) only, graphics (G) only"),
     ("?  h", "this help (any key closes it)"),
@@ -38,21 +38,22 @@ PART_HELP = (
     ("memory", "device memory used of total"),
     ("power", "power against the enforced limit"),
     ("temp", "temperature against the slowdown threshold"),
-    ("why", "active clock-event reasons, how long, their share of the last minute"),
+    ("why", "active clock-event reasons: how long on, or (on and off) their share of a minute"),
     ("board", "P-state, fan, uncorrected ECC errors, persistence, compute and MIG mode, bus id"),
     ("procs", "PID, type (C/G), user, GPU memory, SM share, %CPU, %MEM, TIME, command"),
     ("host", "the line under the title: CPU, memory, swap, load average, uptime"),
 )
 
 
-def _key_hints(n_gpus: int, g: Glyphs, help_open: bool) -> list[str]:
-    """The key hints, longest first."""
+def _key_hints(n_gpus: int, g: Glyphs, help_open: bool, paused: bool = False) -> list[str]:
+    """The key hints, longest first; `p` says what it would do now (pause, or resume)."""
     if help_open:
         return ["any key closes the help", "any key: close", "any key"]
     pick = [f"  {g.arrows} GPU"] if n_gpus > 1 else [""]
+    p = "p resume" if paused else "p pause"
     return [
-        f"q quit  p pause{pick[0]}  ? help",
-        "q quit  p pause  ? help",
+        f"q quit  {p}{pick[0]}  ? help",
+        f"q quit  {p}  ? help",
         "q quit  ? help",
         "? help",
     ]
@@ -80,7 +81,7 @@ def header(views: Sequence[GpuView], frame: Frame, width: int) -> Line:
         lefts = [[s for s in left if s[0].strip() not in ("", short)] for left in lefts]
     if not frame.keys:
         return lefts[0]
-    for keys in _key_hints(len(views), frame.glyphs, frame.help):
+    for keys in _key_hints(len(views), frame.glyphs, frame.help, frame.paused):
         for left in lefts:
             pad = width - width_of(left) - display_width(keys)
             if pad >= 2:

@@ -37,7 +37,8 @@ from typing import Any
 from gpuenv._files import UnsafePath, open_dir, read_at, replace_at
 from gpuenv.backend import Backend
 from gpuenv.results import Measurement
-from gpuenv.run.report import fmt_time, summary_table, tail_lines
+from gpuenv.run.collective import job_lines
+from gpuenv.run.report import RUN_NAME, fmt_time, summary_table, tail_lines
 
 ENV_DIR = "GPUENV_RANKS_DIR"
 ENV_WAIT = "GPUENV_RANKS_WAIT_S"
@@ -282,7 +283,8 @@ def combined_text(
     verbose: bool = False,
 ) -> str:
     """One header, a line per rank (how it ended, where), one table with a rank column
-    (the calls of a site grouped per rank)."""
+    (the calls of a site grouped per rank), then the steps the ranks marked alike
+    (gpuenv/run/collective.py)."""
     first = runs[0][1]
     n = len(runs) + len(missing)
     lines = [f"gpuenv run: {first['command']} on {n} ranks; {first['state']}"]
@@ -304,7 +306,9 @@ def combined_text(
         ranks=[r for r, _, ms in runs for _ in ms],
         verbose=verbose,
     )
-    return table + "".join(line for _, rec, ms in runs for line in tail_lines(rec, ms))
+    steps = job_lines([(r, m) for r, _, ms in runs for m in ms if m.name != RUN_NAME])
+    tails = "".join(line for _, rec, ms in runs for line in tail_lines(rec, ms))
+    return "\n".join([table, *steps]) + tails
 
 
 __all__ = [

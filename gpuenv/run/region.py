@@ -258,6 +258,16 @@ class region(contextlib.ContextDecorator):  # lower case: used like a function, 
     A context manager and a decorator. Regions may nest and repeat (a region
     entered 100 times is one row with 100 repetitions in the summary). Costs
     one `write()` per edge under `gpuenv run`, two clock reads otherwise.
+
+    Args:
+        name: the region's name, as the summary's row shows it.
+        discard_on_error: a region left by an exception is dropped from the summary
+            (without it, it is kept and marked as ended by an error).
+        meta: facts sent with the region's begin (what a wrapped call site was
+            called with, say), kept with its measurement.
+
+    Raises:
+        ConfigError: an empty name.
     """
 
     def __init__(

@@ -449,6 +449,8 @@ def run_text(
         f"gpuenv run: {record['command']} {record['outcome']} after "
         f"{fmt_time(record['duration_s'])} on {record['where']}; {record['state']}"
     )
+    from gpuenv.run.collective import job_lines
+
     ranks = [m.extra.get("rank") for m in measurements]  # a launcher's workers' (-> Worker)
     table = summary_table(
         measurements,
@@ -456,7 +458,8 @@ def run_text(
         ranks=ranks if any(r is not None for r in ranks) else None,
         verbose=verbose,
     )
-    return table + "".join(tail_lines(record, measurements))
+    steps = job_lines(list(zip(ranks, measurements, strict=True)))
+    return "\n".join([table, *steps]) + "".join(tail_lines(record, measurements))
 
 
 def tail_lines(record: Mapping[str, Any], measurements: Sequence[Measurement]) -> list[str]:

@@ -312,7 +312,7 @@ DETAIL_SPECS: list[Spec] = [
         show=_num,
     ),
     # field ids 74 and 76 (gpuenv's read_slow counters "power" and "sync_boost"); nvidia-smi's
-    # thermal ones (269-271) answer unrelated values on driver 580 (measured on an H100): not read
+    # thermal ones (269-271) answer unrelated values on driver 580 (what-gpus-do.md): not read
     (
         ("clocks_event_reasons_counters.sw_power_cap",),
         "Time the SW power cap has held the clocks down since the driver loaded, in us.",

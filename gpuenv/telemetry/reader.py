@@ -25,11 +25,12 @@ log = logging.getLogger(__name__)
 # rounds, `gpuenv run`'s chunks) marks no edge, and its windows interpolate between these.
 DEFAULT_SLOW_PERIOD_S = 1.0
 # The energy counter costs ~3 ms of driver time and ~4 ms of CPU a read on the lent H100:
-# read every 100 ms it made a launch-bound loop 1-2% slower (docs/benchmarks.md). So it is
-# read at most once per this period: at the first region edge or tick a period after the
-# last read, and only while regions are being marked (see ACTIVE_PERIODS). A region's
-# energy is the counter's delta between the first and last reads inside it, plus the
-# stretches from its edges to those reads from the power samples (`_counter_energy_j`).
+# read every 100 ms it made a launch-bound loop 1-2% slower
+# (docs/benchmarks/sampler_overhead.md). So it is read at most once per this period: at
+# the first region edge or tick a period after the last read, and only while regions are
+# being marked (see ACTIVE_PERIODS). A region's energy is the counter's delta between the
+# first and last reads inside it, plus the stretches from its edges to those reads from
+# the power samples (`_counter_energy_j`).
 DEFAULT_ENERGY_PERIOD_S = 1.0
 # The energy counter is cumulative: a region's share is its delta between reads at or near
 # its edges, and reads in its middle add nothing. So its periodic reads run only within
@@ -265,7 +266,7 @@ class Reader:
                     self._timed("processes", w0, c0)
             if r is None and pids is None:
                 continue
-            value_t = None if r is None else _host_time(r.driver_ts_us, t, self.clock.wall() - t)
+            value_t = None if r is None else host_time(r.driver_ts_us, t, self.clock.wall() - t)
             self.sink.slow(t, g, r, pids, edge, value_t)
         self.sink.slow_done()
 
@@ -289,7 +290,7 @@ def _next_on_grid(due: float, period: float, now: float) -> float:
     return due
 
 
-def _host_time(driver_ts_us: int | None, t: float, wall_minus_host: float) -> float | None:
+def host_time(driver_ts_us: int | None, t: float, wall_minus_host: float) -> float | None:
     """A driver timestamp (us since the epoch) on the host clock; None if implausible."""
     if not driver_ts_us:
         return None

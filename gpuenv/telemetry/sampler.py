@@ -96,6 +96,25 @@ class Sampler:
         with Sampler(backend, [0]) as sampler:
             t0 = sampler.mark(); work(); t1 = sampler.mark()
             print(sampler.window(t0, t1))
+
+    Args:
+        backend: the GPU backend to read.
+        gpus: the GPUs to sample, by index.
+        period: seconds between cheap reads (default: the driver's refresh, 100 ms).
+        hurry_period: the period while a caller waits for fresh samples (`hurry()`).
+        slow_period: seconds between reads of the reason counters.
+        process_period: seconds between reads of the GPU's processes.
+        energy_period: at most this often, the energy counter (while regions run).
+        clock: the time it samples on (default: the backend's clock).
+        capacity: records kept per GPU in the ring buffer (at least 16).
+        own_pids: the processes whose use of the GPU is expected (default: this one).
+        watch_processes: read the GPU's processes (other_pids) at all.
+        lock_ranges: each GPU's locked SM range, to tell whether the lock held.
+        lock_tolerance_mhz: how far outside the locked range the clock may read.
+        mode: "process" or "thread" (default: GPUENV_SAMPLER, else as above).
+
+    Raises:
+        ConfigError: no GPU, a period that is not positive, a capacity too small.
     """
 
     def __init__(

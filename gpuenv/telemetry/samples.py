@@ -11,14 +11,15 @@ from typing import Any
 from gpuenv._records import from_dict, to_dict
 
 # The driver refreshes SM/memory clock, power and the reasons bitmask about every
-# 100 ms, temperature every ~200 ms, and the energy counter every ~100 ms (measured on an H100).
+# 100 ms, temperature every ~200 ms, and the energy counter every ~100 ms (measured on an
+# H100: docs/explanation/what-gpus-do.md).
 DRIVER_REFRESH_S = 0.1
 # One sample per driver refresh while nobody waits on the sampler: reading faster finds
 # the same values, and on a launch-bound loop the sampler thread's cost follows how often
 # it wakes, not what it reads (a cheap read took 236 us of its wall time under launches,
 # 29 us alone): +1.65% ticking every 25 ms, 0.00% (95% -0.69..+0.67) every 100 ms on the
-# lent H100 (docs/benchmarks.md). What a window needs between refreshes it gets from the
-# reason counters, read at its edges (`Sampler.mark`).
+# lent H100 (docs/benchmarks/sampler_overhead.md). What a window needs between refreshes
+# it gets from the reason counters, read at its edges (`Sampler.mark`).
 DEFAULT_PERIOD_S = DRIVER_REFRESH_S
 # Four samples per driver refresh while a caller waits for fresh samples (`Sampler.hurry`:
 # a conditioning wait asks for two taken one refresh after the work): a change is seen

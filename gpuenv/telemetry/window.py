@@ -29,6 +29,39 @@ class Window:
     duration, and `energy_interpolated` marks it as an estimate. `reason_s` is the time spent under
     each cumulative reason counter (REASON_COUNTERS names), interpolated between
     counter reads: exact to the read times, which region edges trigger.
+
+    Attributes:
+        gpu: the GPU's index.
+        t0: the region's start, host monotonic seconds.
+        t1: its end.
+        n_samples: samples inside [t0, t1] (the ones just outside are used, not counted).
+        sm_mhz_min: the lowest SM clock sampled (what `nvidia-smi`'s clocks.sm reads).
+        sm_mhz_mean: the time-weighted mean SM clock.
+        sm_mhz_max: the highest SM clock sampled.
+        sm_mhz_start: the clock in force when the region began.
+        sm_mhz_end: the clock of the last reading covering the region.
+        sm_mhz_busy_mean: the mean over the samples without GpuIdle: the clock while
+            the GPU had work.
+        mem_mhz_mean: the time-weighted mean memory clock.
+        power_w_mean: the time-weighted mean power (`nvidia-smi`'s "power.draw").
+        power_w_max: the highest power sampled.
+        energy_j: the energy used over the region, in joules.
+        energy_interpolated: `energy_j` is an estimate from power, not the counter.
+        temp_c_start: the GPU's temperature when the region began, in C.
+        temp_c_end: at its end.
+        temp_c_max: the highest over it.
+        mem_temp_c_max: the memory's highest temperature (where the GPU reports it).
+        reasons: the union of the clock-event reasons bitmasks seen over the region.
+        reasons_start: the reasons in force when the region began.
+        reasons_end: the reasons of the last reading covering the region.
+        reason_s: seconds under each cumulative reason counter.
+        lock_held: whether the SM clock stayed in the locked range (None: no lock).
+        lock_range_mhz: the locked range it was held to.
+        other_pids: other processes seen on the GPU during the region.
+        own_process: this process held a context on the GPU (None: unknown).
+        gap: a read failed during the region: the summary may be incomplete.
+        reason_sampled_s: seconds under each bit of the reasons bitmask, from the
+            samples (one sample period's resolution; tells SW from HW thermal).
     """
 
     gpu: int

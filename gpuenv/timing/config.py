@@ -32,7 +32,7 @@ TINY_REP_S = 20e-6
 # bench()'s burst schedule (issue 22: time to the answer). Between bursts a rest as long as
 # the burst (duty 0.5, the do_bench drop-in's; 0.2 rested 4x each burst), then a wait only
 # while the GPU is seen held down (the drop-in's "seen", which kept cold vs hot within
-# 0.01-0.8% on the H100: docs/benchmarks.md, issue 18); a wait looks every 5 ms (the
+# 0.01-0.8% on the H100: docs/benchmarks/dropin.md); a wait looks every 5 ms (the
 # sampler reads every 25 ms), not every 50. At duty 0.5 and 25 ms bursts the power the cap
 # controller filters (~0.15 s) stays near the mean of load and rest: far under the cap.
 BENCH_CONDITIONING = ConditionConfig(burst_wait="seen", burst_duty=0.5, poll_s=0.005)

@@ -20,6 +20,7 @@ from gpuenv.clocks.status import lock_holds
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
 from gpuenv.progress import Progress
+from gpuenv.reasons import Reason
 from gpuenv.telemetry import DRIVER_REFRESH_S, trace_record
 from gpuenv.timebase import Clock
 from gpuenv.timing import memo
@@ -30,6 +31,7 @@ from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, tiny_call
 
 log = logging.getLogger(__name__)
 
+COLD_START_FRESH = True  # see _condition: a call begun on an idle GPU waits for fresh samples
 WARMUP_WINDOW = 8  # reps whose times and clocks must not trend for warmup to end
 WARMUP_MIN_REPS = 3  # the first call is set-up (cuBLAS handles, lazy loading): never enough
 WARMUP_REL_TOL = 0.01  # a trend moving times by less than this across the window is steady
@@ -53,16 +55,36 @@ def bench(
 ) -> Any:
     """Time `fn` on the GPU, with telemetry on every rep; returns a `Measurement`.
 
-    `config` (a `BenchConfig`) and `settings` (its fields as keywords: reps=,
-    condition=, policy=, ...) say what to do; with none, gpuenv picks the safe
-    default (BenchConfig's docstring). `session` (a gpuenv.stable() session) lends
-    its sampler, policy and mode; `device` injects what runs fn (tests: `SimDevice`
-    with `sim_kernel`; default: the backend's synthetic workload when it has one,
-    else CUDA via torch). `output` writes the Measurement as a run to a JSONL file of its
-    own (`append=True`: beside the runs a file already holds; else such a file is refused
-    before measuring). The stats
-    of the kept reps are in `m.stats`; CI, warmup, conditioning, effective clocks and
-    settings in `m.extra`.
+    With no options gpuenv picks the safe default (`BenchConfig`'s docstring): a number
+    that does not depend on what ran before. The stats of the kept reps are in
+    `m.stats`; the CI, warmup, conditioning, effective clocks and settings in `m.extra`.
+
+    Args:
+        fn: the GPU work of one rep, called with no arguments.
+        config: what to do, as a `BenchConfig` (reps, condition, policy, ...).
+        name: the measurement's name (default: `fn`'s).
+        session: a `gpuenv.stable()` session that lends its sampler, lock, policy
+            and mode.
+        backend: the GPU backend (default: `open_backend()`).
+        gpu: the GPU to time on (default: the session's first, or the current CUDA
+            device's).
+        device: what runs `fn` (tests: `SimDevice` with `sim_kernel`; default: the
+            backend's synthetic workload when it has one, else CUDA through torch).
+        output: a JSONL file to write the Measurement to, as a run of its own.
+        append: write beside the runs `output` already holds (without it such a
+            file is refused before measuring).
+        progress: a progress line on stderr (True), or a callable given each line.
+        **settings: `BenchConfig`'s fields as keywords (`reps=`, `condition=`,
+            `policy=`, ...), over `config`.
+
+    Returns:
+        The `Measurement`: per-rep times and telemetry windows, findings, verdict.
+
+    Raises:
+        ConfigError: an argument out of range, or `output` holding other runs
+            without `append`.
+        BackendError: the GPU could not be reached (telemetry gaps are findings,
+            not errors).
     """
     v.no_arg_callable(fn, "fn")
     cfg = BenchConfig.of(config, dict(settings))
@@ -134,8 +156,10 @@ class _Place:
             backend = _open_backend_quietly()
         if device is None:
             if backend is not None and backend.workload is not None:
-                gpu = gpus[0] if gpu is None and gpus else (gpu or 0)
-                device = SimDevice(backend, gpu)
+                if gpu is None:  # the GPU CUDA's device 0 would be: CUDA_VISIBLE_DEVICES's first
+                    zero = _safe(lambda: _cuda_zero(backend))  # (a session's, where it samples it)
+                    gpu = zero if not gpus or zero in gpus else gpus[0]
+                device = SimDevice(backend, gpu or 0)
             else:
                 mode = "events" if cfg.mode == "auto" else cfg.mode
                 device = cuda_device(
@@ -375,8 +399,24 @@ class _Run:
                 )
                 self.extra["burst_from_start"] = self.from_start
                 since = place.opened - DRIVER_REFRESH_S if self.from_start else None
+                if self.from_start and COLD_START_FRESH and self._began_idle():
+                    # heavy work begun on an idle GPU can set off the cap in its first
+                    # ~50 ms (an MLP block on the H100: reps 1-6 after a 50 ms warmup
+                    # capped, the clock a step down for the ~0.5 s the cap holds), and the
+                    # warmup's samples cannot show it yet: wait for samples taken a
+                    # driver refresh after it
+                    self.extra["burst_cold_start"] = True
+                    since = None
                 waited, ready = self._wait(since=since)
             self.extra.update(burst_first_wait_s=waited, burst_first_ready=ready)
+
+    def _began_idle(self) -> bool:
+        """Did the first sample of this call find the GPU idle (no context working)?"""
+        place = self.place
+        if place.sampler is None:
+            return False
+        first = place.sampler.samples(place.opened - DRIVER_REFRESH_S, None, place.gpu)[:1]
+        return bool(first and first[0].reasons & Reason.GPU_IDLE)
 
     def _wait(self, min_rest_s: float = 0.0, since: float | None = None) -> tuple[float, bool]:
         place = self.place
@@ -646,6 +686,14 @@ def _open_backend_quietly() -> Backend | None:
     except BackendError as err:
         log.warning("timing without telemetry: %s", err)
         return None
+
+
+def _cuda_zero(backend: Backend) -> int:
+    """The NVML index of CUDA's device 0 under this process's CUDA_VISIBLE_DEVICES (the
+    simulated GPU's stand-in for torch's current device)."""
+    from gpuenv.devices import select_gpus
+
+    return select_gpus(backend, "cuda:0")[0]
 
 
 def _safe(get: Callable[[], int]) -> int | None:

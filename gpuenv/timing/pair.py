@@ -6,7 +6,7 @@ but on an H100 that state moves from one call to the next by 0.3-4% (docs/how-to
 "Run to run"), for a and b alike. Two runs one after the other then differ by that much
 with nothing changed. Calls close in time share the state, so the ratio of a pair does not:
 on the H100 the same kernel against itself read 1.000 +-0.2-0.4% per round of four pairs
-where its calls moved 0.3-4% (docs/benchmarks.md, "what moves between calls").
+where its calls moved 0.3-4% (docs/benchmarks/run_to_run.md, "what moves between calls").
 
     p = gpuenv.bench_pair(old, new, names=("old", "new"))
     print(p)                  # new / old: 0.982 (97.9% CI 0.979-0.985) over 10 pairs: ...
@@ -109,8 +109,23 @@ def bench_pair(
     **settings: Any,
 ) -> Pair:
     """Time `a` and `b` with `gpuenv.bench`, alternating, `pairs` calls of each; returns a
-    `Pair` (b / a). `settings` go to every `bench` call (its BenchConfig fields, backend=,
-    session=, gpu=, ...)."""
+    `Pair` (b / a).
+
+    Args:
+        a: the baseline's work (one rep).
+        b: the work compared with it.
+        pairs: how many calls of each, alternating a, b, a, b, ...
+        names: the two measurements' names.
+        confidence: the level of the ratio's confidence interval.
+        **settings: passed to every `bench` call (its BenchConfig fields, `backend=`,
+            `session=`, `gpu=`, ...).
+
+    Returns:
+        A `Pair`: `ratio` (b / a), its `ci`, the `outcome` and each side's Measurements.
+
+    Raises:
+        ConfigError: an argument out of range.
+    """
     v.no_arg_callable(a, "a")
     v.no_arg_callable(b, "b")
     v.number(confidence, "confidence", lo=0, hi=1, lo_open=True, hi_open=True)

@@ -58,52 +58,58 @@ class MeasurementRejected(GpuenvError):
 
 @dataclass(frozen=True)
 class VerdictConfig:
-    """Every threshold the findings use. Defaults suit an H100, as measured read-only.
+    """Every threshold the findings use. Defaults suit an H100, as measured read-only
+    (docs/explanation/what-gpus-do.md).
 
-    warmup_ramp
-      idle_clock_fraction: a region that starts with the SM clock below this
-        fraction of the maximum (or with the GpuIdle reason), and whose clock then
-        rises (or whose GpuIdle reason clears, or where this process holds a
-        context), started cold; a GPU idle throughout, without our context, was
-        not in use.
-      ramp_rel: leading reps slower than the settled median by more than this
-        fraction (and by more than `ramp_mad_k` median absolute deviations) are
-        still warming up. The settled median is that of the last half of the reps.
-      ramp_min_reps: fewer reps than this: no trend test (only the start state).
-    power_cap
-      power_cap_min_fraction: time under the power cap below this fraction of a
-        region is not reported (one counter tick of noise).
-      stable_clocks: True treats power capping and clock drift as problems
-        (severity warning: the reject and retry policies act on them). False
-        (the default unless a lock is asked for): capping at the default power
-        limit is normal for heavy kernels and is reported at severity info.
-      power_cap_moved_rel: even with stable_clocks, the cap is a warning only where
-        it moved the number: the capped reps' SM clock (while busy) averaged this
-        fraction or more below the maximum (one 15 MHz step of an H100 is 0.76%), or
-        their median time was this much over the other reps'. The cap's bit lingers
-        ~0.5 s after heavy load with the clock already back at its maximum.
-    thermal
-      thermal_margin_c: a temperature within this of the GPU's max operating
-        temperature (else its slowdown threshold) is reported (info) before the
-        GPU slows down.
-    lock_not_held
-      lock_tolerance_mhz: how far outside the locked range the SM clock may read.
-    clock_drift
-      clock_drift_rel: reps whose mean SM clock differs from the median rep's by
-        more than this fraction have drifted.
-    drift, bimodal
-      level_rel: rep times that drift, step or split in two modes further apart than this
-        (`gpuenv.stats.levels`) get a warning naming both levels (warmup's head left out).
-    policies
-      reject_severity: findings at or above this severity make their reps
-        "affected": dropped by reject, re-run by retry.
-      min_reps: reject and retry raise `MeasurementRejected` when fewer
-        repetitions than this remain (single regions are never raised on:
-        their verdict says "rejected").
-      retry_delay_s, retry_backoff, retry_max_delay_s, max_retries: retry waits
-        retry_delay_s, then that times retry_backoff each round, at most
-        retry_max_delay_s, for at most max_retries rounds; reps still affected
-        afterwards are rejected.
+    Each threshold belongs to one finding (named first) or to the policies.
+
+    Attributes:
+        idle_clock_fraction: warmup_ramp: a region that starts with the SM clock below
+            this fraction of the maximum (or with the GpuIdle reason), and whose clock
+            then rises (or whose GpuIdle reason clears, or where this process holds a
+            context), started cold; a GPU idle throughout, without our context, was
+            not in use.
+        ramp_rel: warmup_ramp: leading reps slower than the settled median (that of the
+            last half of the reps) by more than this fraction, and by more than
+            `ramp_mad_k` median absolute deviations, are still warming up.
+        ramp_mad_k: warmup_ramp: see `ramp_rel`.
+        ramp_min_reps: warmup_ramp: fewer reps than this: no trend test (only the
+            start state).
+        power_cap_min_fraction: power_cap: time under the power cap below this
+            fraction of a region is not reported (one counter tick of noise).
+        power_cap_moved_rel: power_cap: even with `stable_clocks`, the cap is a
+            warning only where it moved the number: the capped reps' SM clock (while
+            busy) averaged this fraction or more below the maximum (one 15 MHz step of
+            an H100 is 0.76%), or their median time was this much over the other
+            reps'. The cap's bit lingers ~0.5 s after heavy load with the clock
+            already back at its maximum.
+        stable_clocks: power_cap, clock_drift: True treats power capping and clock
+            drift as problems (severity warning: the reject and retry policies act on
+            them). False (the default unless a lock is asked for): capping at the
+            default power limit is normal for heavy kernels, reported as info.
+        thermal_margin_c: thermal: a temperature within this of the GPU's max
+            operating temperature (else its slowdown threshold) is reported (info)
+            before the GPU slows down.
+        lock_tolerance_mhz: lock_not_held: how far outside the locked range the SM
+            clock may read.
+        clock_drift_rel: clock_drift: reps whose mean SM clock differs from the median
+            rep's by more than this fraction have drifted.
+        level_rel: drift, bimodal: rep times that drift, step or split in two modes
+            further apart than this (`gpuenv.stats.levels`) get a warning naming both
+            levels (warmup's head left out).
+        reject_severity: findings at or above this severity make their reps
+            "affected": dropped by reject, re-run by retry.
+        min_reps: reject and retry raise `MeasurementRejected` when fewer repetitions
+            than this remain (single regions are never raised on: their verdict says
+            "rejected").
+        retry_delay_s: retry waits this long before its first round.
+        retry_backoff: ... then that times this each further round ...
+        retry_max_delay_s: ... at most this long ...
+        max_retries: ... for at most this many rounds; reps still affected afterwards
+            are rejected.
+
+    Raises:
+        ConfigError: a threshold out of range, or an unknown severity.
     """
 
     idle_clock_fraction: float = 0.5

@@ -21,7 +21,9 @@ tt = pytest.importorskip("triton.testing")
 
 from gpuenv.integrations import triton as gtriton  # noqa: E402
 
-IDLE_S = 1.0  # the power cap of a previous test clears within ~0.5 s (measured on an H100)
+IDLE_S = (
+    1.0  # the power cap of a previous test clears within ~0.5 s (docs/explanation/what-gpus-do.md)
+)
 
 
 def wall_s(call: Callable[[], Any], n: int = 3) -> float:
@@ -48,7 +50,7 @@ def kernels() -> dict[str, Callable[[], Any]]:
 @pytest.mark.parametrize("name", ["relu_1m", "mm2048", "mm4096"])
 def test_do_bench_starts_at_once_when_cold_and_agrees_with_triton(name):
     # The wall time against triton's (issue 18's 1.5x cold, 3x hot) is a figure, measured
-    # side by side by benchmarks/dropin.py (docs/benchmarks.md), not a test's bound.
+    # side by side by benchmarks/dropin.py (docs/benchmarks/dropin.md), not a test's bound.
     fn = kernels()[name]
     wall_s(lambda: gtriton.do_bench(fn))
     m = gtriton.last_measurement()

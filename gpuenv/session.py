@@ -34,7 +34,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import IO, Any, ParamSpec
+from typing import IO, TYPE_CHECKING, Any, ParamSpec
 
 from gpuenv import conditioning
 from gpuenv import validate as v
@@ -47,6 +47,9 @@ from gpuenv.results import Measurement, Results, ResultStore
 from gpuenv.telemetry import Sampler, TracePieces
 from gpuenv.timebase import Clock
 from gpuenv.verdict import DEFAULT_CONFIG, Finding, GpuFacts, VerdictConfig
+
+if TYPE_CHECKING:
+    from gpuenv.timing.cuda import RegionEvents
 
 log = logging.getLogger(__name__)
 
@@ -593,7 +596,7 @@ class MeasureContext:
         self.measurement: Measurement | None = None
         self._t0 = 0.0
         self._started = 0.0
-        self._events: tuple[Any, Any] | None = None
+        self._events: RegionEvents | None = None
 
     def __enter__(self) -> MeasureContext:
         env = self._session
@@ -612,20 +615,13 @@ class MeasureContext:
                     "env.repeat(fn)/env.bench(fn); measuring as it is",
                 )
         if env.cuda_events:
-            torch = sys.modules.get("torch")
-            if torch is None or not torch.cuda.is_available():
-                raise ConfigError(
-                    "cuda_events=True needs torch imported and a CUDA device",
-                    hint="import torch first, or use the host clock (cuda_events=False)",
-                )
-            self._events = (
-                torch.cuda.Event(enable_timing=True),
-                torch.cuda.Event(enable_timing=True),
-            )
+            from gpuenv.timing.cuda import RegionEvents  # torch's one home; it stays lazy
+
+            self._events = RegionEvents()
         self._started = env.clock.wall()
         self._t0 = env.sampler.mark()
         if self._events is not None:
-            self._events[0].record()
+            self._events.start()
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -633,9 +629,7 @@ class MeasureContext:
         timer = "host"
         device_s = None
         if self._events is not None:
-            self._events[1].record()
-            self._events[1].synchronize()
-            device_s = self._events[0].elapsed_time(self._events[1]) / 1e3
+            device_s = self._events.stop()
             timer = "cuda_events"
         t1 = env.sampler.mark()
         if exc_type is not None:

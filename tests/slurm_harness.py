@@ -28,8 +28,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from daemon_harness import DaemonProcess
 
@@ -461,3 +464,20 @@ class SlurmCluster:
     def wait_output(self, jobid: str, text: str, timeout: float = 30) -> str:
         self._wait(lambda: text in self.output(jobid), timeout, f"job {jobid} to print {text!r}")
         return self.output(jobid)
+
+
+def started(what: str, **kwargs: Any) -> Iterator[SlurmCluster]:
+    """A module fixture's body: a cluster (SlurmCluster's `kwargs`) started in a fresh temp
+    dir, yielded, stopped and removed; the module skipped where it cannot start. The dir is not
+    under pytest's 0700 temp root: jobs of another account write their output there."""
+    import pytest
+
+    cluster = SlurmCluster(Path(tempfile.mkdtemp(prefix="gpuenv-slurm-")), **kwargs)
+    try:
+        cluster.start()
+    except (RuntimeError, OSError) as err:
+        cluster.close()
+        pytest.skip(f"{what} could not start here: {str(err)[:300]}")
+    yield cluster
+    cluster.close()
+    shutil.rmtree(cluster.dir, ignore_errors=True)

@@ -13,16 +13,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_harness import NODE, SlurmCluster, unavailable
+from slurm_harness import NODE, SlurmCluster, started, unavailable
 
 from gpuenv.daemon.client import Client
 
@@ -34,16 +32,7 @@ SHOW = 'echo "GPUS=$SLURM_JOB_GPUS"; "$GPUENV" status -i "$SLURM_JOB_GPUS"; echo
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[SlurmCluster]:
-    # not under pytest's 0700 temp root: jobs of another account write their output here
-    cluster = SlurmCluster(Path(tempfile.mkdtemp(prefix="gpuenv-slurm-")))
-    try:
-        cluster.start()
-    except (RuntimeError, OSError) as err:
-        cluster.close()
-        pytest.skip(f"a one-node Slurm could not start here: {str(err)[:300]}")
-    yield cluster
-    cluster.close()
-    shutil.rmtree(cluster.dir, ignore_errors=True)
+    yield from started("a one-node Slurm")
 
 
 def job_gpus(slurm: SlurmCluster, jobid: str) -> list[int]:

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from slurm_harness import (
     Node,
     SlurmCluster,
     accounting_unavailable,
+    started,
     unavailable,
 )
 
@@ -39,16 +38,7 @@ STEPS = "srun -N2 --ntasks-per-node=1 bash -c 'echo \"READY $SLURMD_NODENAME\"';
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[SlurmCluster]:
-    workdir = Path(tempfile.mkdtemp(prefix="gpuenv-slurm2-"))
-    cluster = SlurmCluster(workdir, nodes=2, accounting=accounting_unavailable() is None)
-    try:
-        cluster.start()
-    except (RuntimeError, OSError) as err:
-        cluster.close()
-        pytest.skip(f"a two-node Slurm could not start here: {str(err)[:300]}")
-    yield cluster
-    cluster.close()
-    shutil.rmtree(cluster.dir, ignore_errors=True)
+    yield from started("a two-node Slurm", nodes=2, accounting=accounting_unavailable() is None)
 
 
 def assert_as_before(node: Node) -> None:

@@ -82,6 +82,12 @@ def _node_lines(nodes: list[str]) -> str:
     )
 
 
+def _down_after(nodes: list[str]) -> str:
+    """Several nodes: a node whose slurmd stops answering is DOWN within ~10 s, not Slurm's
+    default 300 s (a test of a node down waits for it)."""
+    return "SlurmdTimeout=6\n" if len(nodes) > 1 else ""
+
+
 def _accounting(d: Path, dbd_port: int | None) -> str:
     if dbd_port is None:
         return "AccountingStorageType=accounting_storage/none\n"
@@ -137,7 +143,7 @@ MailProg=/bin/true
 SchedulerParameters=batch_sched_delay=0
 ReturnToService=2
 KillWait=2
-MinJobAge=300
+{_down_after(nodes)}MinJobAge=300
 Prolog={d}/prolog
 Epilog={d}/epilog
 PrologFlags=Alloc

@@ -148,3 +148,34 @@ def test_each_nodes_verdict_is_in_slurmdbds_record_of_the_job(slurm: SlurmCluste
     for line in lines.split(" | "):
         # an idle GPU's lock is not judged (tests/test_daemon_jobs.py judges a busy one)
         assert "gpus 0,1: locked sm=1350; sm p50 1350 mhz; " in line, line
+
+
+def test_a_node_down_is_named_and_its_gpus_are_put_back_by_the_next_job(
+    slurm: SlurmCluster,
+) -> None:
+    """gpunode1's slurmd dies mid-job and stays dead: Slurm marks the node down (~30 s with
+    SlurmdTimeout=6) and ends the job (NODE_FAIL); `gpuenv job` shows gpunode0's report and
+    names gpunode1 as down. Back up, gpunode1's slurmd runs no epilog for that job (measured):
+    the next job's prolog there puts its GPUs back, as after any lost epilog."""
+    jobid = slurm.sbatch(
+        STEPS + "; sleep 300", "-N2", "--no-requeue", "--gres=gpu:2", "--comment", "gpuenv:sm=1410"
+    )
+    slurm.wait_output(jobid, "READY gpunode1")
+    slurm.kill_slurmd("gpunode1")
+    try:
+        assert slurm.wait_done(jobid, timeout=90) == "NODE_FAIL"
+        shown = gpuenv_job(slurm, jobid)
+        assert shown.returncode == 1, shown.stdout + shown.stderr
+        assert "node gpunode0: restored" in shown.stdout, shown.stdout
+        down = re.search(r"node gpunode1: did not report: node down \(DOWN[^)]*\)", shown.stdout)
+        assert down, shown.stdout
+        assert_as_before(slurm.nodes[0])
+    finally:
+        slurm.start_slurmd("gpunode1")
+        slurm._wait(lambda: "NOT_RESPONDING" not in slurm.node_state("gpunode1"), 30, "gpunode1")
+        slurm.resume("gpunode1")
+    assert slurm.nodes[1].gpuenvd.truth(0)[0] == (1410, 1410)
+    after = slurm.sbatch(STEPS, "-N2", "--gres=gpu:2")
+    assert slurm.wait_done(after) == "COMPLETED"
+    for node in slurm.nodes:
+        assert_as_before(node)

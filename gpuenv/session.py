@@ -34,7 +34,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import IO, Any, ParamSpec
+from typing import IO, TYPE_CHECKING, Any, ParamSpec
 
 from gpuenv import conditioning
 from gpuenv import validate as v
@@ -47,6 +47,9 @@ from gpuenv.results import Measurement, Results, ResultStore
 from gpuenv.telemetry import Sampler, TracePieces
 from gpuenv.timebase import Clock
 from gpuenv.verdict import DEFAULT_CONFIG, Finding, GpuFacts, VerdictConfig
+
+if TYPE_CHECKING:
+    from gpuenv.locking import HeldLock
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +140,7 @@ class Session:
         self.supervise = supervise
         self.progress = progress
         self.results = Results()
-        self.lock: Any = None  # gpuenv.clocks.Lock when clocks are locked
+        self.lock: HeldLock | None = None  # when clocks are locked (gpuenv.locking.acquire)
         self.observe_reason: str | None = None
         self.facts: dict[int, GpuFacts] = {}
         self._entered = False

@@ -26,7 +26,7 @@ import os
 import socket as _socket
 import stat
 from collections.abc import Iterator, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpuenv import errors as _errors
 from gpuenv._files import account
@@ -34,6 +34,9 @@ from gpuenv.daemon import protocol
 from gpuenv.daemon.auth import DEFAULT_SOCKET
 from gpuenv.errors import GpuenvError
 from gpuenv.progress import Progress
+
+if TYPE_CHECKING:
+    from gpuenv.clocks.plan import LockPlan
 
 GpuSelector = int | str | Sequence[int | str] | None
 
@@ -404,11 +407,11 @@ class DaemonLock(OwnedLease):
     """A lock taken through gpuenvd, with the part of `gpuenv.clocks.Lock`'s API that
     callers use: `gpus`, `shared`, `notes`, `holds()`, `release()`, and `with`."""
 
-    def __init__(self, client: Client, info: dict[str, Any]):
+    def __init__(self, client: Client, info: dict[str, Any], plan: LockPlan):
         super().__init__(client, info)
         self.shared: list[int] = list(info.get("shared", []))
         self.notes: list[str] = [f"locked through gpuenvd (lease {self.id})"]
-        self.plan: Any = None  # the gpuenv.clocks.LockPlan, set by gpuenv.locking.acquire
+        self.plan = plan  # as gpuenv.locking.acquire planned it, or as the daemon reports it
         self._entered = False
 
     @property

@@ -35,7 +35,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError
@@ -58,6 +58,12 @@ from gpuenv.run.tracker import (
 )
 from gpuenv.telemetry import Sampler
 from gpuenv.verdict import GpuFacts
+
+if TYPE_CHECKING:
+    import psutil
+
+    from gpuenv.locking import HeldLock
+    from gpuenv.results import ResultStore
 
 RUN_POLICIES = ("annotate", "reject")  # retry cannot re-run a command's regions
 SUMMARIES = ("each", "rank0")  # each rank prints its table / rank 0 prints all ranks' in one
@@ -229,7 +235,7 @@ class Runner:
             nvtx_mod.child_env(dict(os.environ), self.nvtx_lib)
 
     def run(self) -> RunResult:
-        lock = None
+        lock: HeldLock | None = None
         if self.lock_args:
             from gpuenv.locking import acquire
 
@@ -249,12 +255,12 @@ class Runner:
             if lock is not None:
                 lock.release()
 
-    def _lock_ranges(self, lock: Any) -> dict[int, tuple[int, int]]:
+    def _lock_ranges(self, lock: HeldLock | None) -> dict[int, tuple[int, int]]:
         from gpuenv.locking import lock_ranges
 
         return {} if lock is None else lock_ranges(lock, self.backend)
 
-    def _run_locked(self, lock: Any) -> RunResult:
+    def _run_locked(self, lock: HeldLock | None) -> RunResult:
         ranges = self._lock_ranges(lock)
         store = self._store(lock)
         # a thread unless GPUENV_SAMPLER says: the command is another process already
@@ -366,7 +372,7 @@ class Runner:
             procs = dict(tracker.procs)
         return {pid: worker_of(f, self.backend, self.gpus) for pid, f in procs.items()}
 
-    def _report(self, result: RunResult, lock: Any, *, started_wall: float) -> None:
+    def _report(self, result: RunResult, lock: HeldLock | None, *, started_wall: float) -> None:
         """Print the summary: this run's table, or under --summary rank0 all ranks' at rank 0."""
         rank = rank_of(os.environ)
         record = self._record(result, lock, rank)
@@ -396,7 +402,7 @@ class Runner:
             env["NVTX_INJECTION64_PATH"] = str(self.nvtx_lib)
         return env
 
-    def _store(self, lock: Any) -> Any:
+    def _store(self, lock: HeldLock | None) -> ResultStore | None:
         """The results file's store (None without -o), its metadata written first."""
         from gpuenv.environment import environment_metadata
         from gpuenv.results import ResultStore
@@ -502,7 +508,7 @@ class Runner:
                 os.kill(pid, sig)
                 forwarded.append(sig)
 
-    def _record(self, result: RunResult, lock: Any, rank: int | None) -> dict[str, Any]:
+    def _record(self, result: RunResult, lock: HeldLock | None, rank: int | None) -> dict[str, Any]:
         """What the summary says about this run besides its measurements (report.run_text)."""
         from gpuenv.devices import describe
 
@@ -549,7 +555,7 @@ class _Family:
                     self._check(p)
         return self.seen
 
-    def _check(self, p: Any) -> None:
+    def _check(self, p: psutil.Process) -> None:
         import psutil
 
         try:

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from gpuenv.backend import Backend
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
@@ -28,6 +29,9 @@ from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, HURRY_PERIOD_S, Gap, Samp
 from gpuenv.telemetry.summary import summarize_many
 from gpuenv.telemetry.window import Window
 from gpuenv.timebase import Clock, RealClock, Timer
+
+if TYPE_CHECKING:
+    from gpuenv.telemetry.source import SampleSource
 
 log = logging.getLogger(__name__)
 
@@ -506,3 +510,9 @@ class Sampler:
             if (last is not None and last >= t1) or self._died or time.monotonic() > deadline:
                 return
             time.sleep(0.001)
+
+
+if TYPE_CHECKING:
+
+    def _a_sampler_is_a_source(sampler: Sampler) -> SampleSource:
+        return sampler  # mypy: Sampler keeps every member SampleSource names

@@ -30,16 +30,16 @@ from gpuenv.telemetry import Window
 from gpuenv.timebase import Clock
 from gpuenv.verdict import (
     DEFAULT_CONFIG,
+    POLICIES,
     Finding,
     GpuFacts,
     MeasurementRejected,
+    Policy,
+    Verdict,
     VerdictConfig,
     assess,
     severity_rank,
 )
-
-POLICIES = ("annotate", "reject", "retry")
-
 
 # -- what the findings compare against ------------------------------------------------
 
@@ -75,15 +75,17 @@ def read_facts(
 
 @dataclass(frozen=True)
 class PolicyResult:
-    verdict: str  # "ok" | "annotated" | "rejected"
+    verdict: Verdict
     rejected_reps: tuple[int, ...] = ()
     affected_reps: tuple[int, ...] = ()
 
 
-def check_policy(policy: str) -> str:
-    if policy not in POLICIES:
-        raise ConfigError(f"unknown policy {policy!r}", hint=f"use one of {', '.join(POLICIES)}")
-    return policy
+def check_policy(policy: str) -> Policy:
+    """`policy` as a Policy, or a ConfigError naming the ones there are."""
+    for known in POLICIES:
+        if policy == known:
+            return known
+    raise ConfigError(f"unknown policy {policy!r}", hint=f"use one of {', '.join(POLICIES)}")
 
 
 def affected_reps(findings: Sequence[Finding], config: VerdictConfig = DEFAULT_CONFIG) -> list[int]:
@@ -95,7 +97,7 @@ def affected_reps(findings: Sequence[Finding], config: VerdictConfig = DEFAULT_C
 def apply_policy(
     findings: Sequence[Finding],
     n_reps: int,
-    policy: str = "annotate",
+    policy: Policy = "annotate",
     *,
     config: VerdictConfig = DEFAULT_CONFIG,
     name: str = "measurement",
@@ -218,7 +220,7 @@ def judge(
     *,
     facts: Mapping[int, GpuFacts],
     config: VerdictConfig = DEFAULT_CONFIG,
-    policy: str = "annotate",
+    policy: Policy = "annotate",
     retry: Retry | None = None,
     extra_findings: Sequence[Finding] = (),
     amend: Callable[[list[Finding]], list[Finding]] | None = None,

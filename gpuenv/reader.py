@@ -294,6 +294,11 @@ def _checker(hint: Any) -> Checker:
         return _not_null(_record(hint))  # type: ignore[arg-type]
     if hint in _SCALARS:
         return _not_null(_SCALARS[hint])
+    if origin is typing.Literal:
+        # a vocabulary (a finding's kind, a verdict): checked as the type of its words, not
+        # for membership, so a file keeps loading whatever words it was written with
+        kinds: set[Any] = {type(a) for a in args}
+        return _checker(kinds.pop()) if len(kinds) == 1 else _not_null(_ok)
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
             return _not_null(_items(_checker(args[0])))

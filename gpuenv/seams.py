@@ -19,9 +19,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from gpuenv.backend import Backend
+from gpuenv.conditioning import Condition
 from gpuenv.results import Measurement
 from gpuenv.telemetry import SampleSource
-from gpuenv.verdict import GpuFacts, VerdictConfig
+from gpuenv.verdict import GpuFacts, Policy, VerdictConfig
 
 
 class BenchSession(Protocol):
@@ -42,10 +43,10 @@ class BenchSession(Protocol):
         ...
 
     @property
-    def policy(self) -> str: ...
+    def policy(self) -> Policy: ...
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Condition:
         """ "burst" or "sustained": the condition a bench in this session measures in."""
         ...
 

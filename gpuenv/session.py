@@ -39,7 +39,7 @@ from typing import IO, TYPE_CHECKING, Any, ParamSpec
 from gpuenv import conditioning
 from gpuenv import validate as v
 from gpuenv.backend import Backend
-from gpuenv.conditioning import ConditionConfig, Sensitivity
+from gpuenv.conditioning import Condition, ConditionConfig, Sensitivity
 from gpuenv.environment import environment_metadata
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, check_policy, judge, read_facts
@@ -123,7 +123,7 @@ class Session:
         _check_args(period, config, mode_config, load, output, stable_clocks, append)
         if mode not in MODES:
             raise ConfigError(f"unknown mode {mode!r}", hint="use mode='burst' or 'sustained'")
-        self.mode = mode
+        self.mode: Condition = mode
         self.sm, self.mem = sm, mem
         self._gpu_selector = gpus
         self._backend_arg = backend

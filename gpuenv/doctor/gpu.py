@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 from gpuenv.backend import REASON_GPU_IDLE, Backend, reason_names
-from gpuenv.doctor.records import Check, CheckFn, Context
+from gpuenv.doctor.records import Check, CheckFn, CheckSeverity, Context
 from gpuenv.errors import GpuenvError, NotSupported, PermissionDenied
 
 
@@ -79,7 +79,7 @@ def check_daemon(ctx: Context) -> Iterable[Check]:
         yield Check("daemon", severity, message, fix)
 
 
-def _daemon(ctx: Context) -> tuple[str, str, str | None]:
+def _daemon(ctx: Context) -> tuple[CheckSeverity | Literal["none"], str, str | None]:
     """("none" | "ok" | "warning" | "error", the sentence, the fix) for the daemon's socket:
     asked once per run (the permission and daemon checks both want it)."""
     if "daemon" not in ctx.seen:
@@ -87,7 +87,7 @@ def _daemon(ctx: Context) -> tuple[str, str, str | None]:
     return ctx.seen["daemon"]
 
 
-def _ask_daemon(path: str) -> tuple[str, str, str | None]:
+def _ask_daemon(path: str) -> tuple[CheckSeverity | Literal["none"], str, str | None]:
     try:
         if not stat.S_ISSOCK(os.stat(path).st_mode):
             return "none", "", None

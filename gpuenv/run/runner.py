@@ -35,7 +35,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError
@@ -65,7 +65,8 @@ if TYPE_CHECKING:
     from gpuenv.locking import HeldLock
     from gpuenv.results import ResultStore
 
-RUN_POLICIES = ("annotate", "reject")  # retry cannot re-run a command's regions
+RunPolicy = Literal["annotate", "reject"]  # retry cannot re-run a command's regions
+RUN_POLICIES: tuple[RunPolicy, ...] = get_args(RunPolicy)
 SUMMARIES = ("each", "rank0")  # each rank prints its table / rank 0 prints all ranks' in one
 FORWARDED = (
     signal.SIGINT,
@@ -88,7 +89,7 @@ class CommandNotFound(ConfigError):
         super().__init__(f"{why}: {command}", hint="check the command and your PATH")
 
 
-def check_run_policy(policy: str) -> str:
+def check_run_policy(policy: str) -> RunPolicy:
     """annotate or reject; retry is refused with the reason."""
     if policy not in RUN_POLICIES and policy != "retry":
         raise ConfigError(
@@ -102,7 +103,7 @@ def check_run_policy(policy: str) -> str:
             hint="use --policy reject to fail the run on a rejected region, or "
             "policy='retry' inside the program (gpuenv.bench, gpuenv.stable)",
         )
-    return policy
+    return next(known for known in RUN_POLICIES if known == policy)
 
 
 def resolve_command(argv: Sequence[str]) -> str:
@@ -206,7 +207,7 @@ class Runner:
         nvtx: bool = False,
         verbose: bool = False,
     ):
-        check_run_policy(policy)
+        checked = check_run_policy(policy)
         if backend.clock.virtual:
             raise ConfigError("gpuenv run needs real time: the command's regions carry its clock")
         self.argv = list(argv)
@@ -215,7 +216,7 @@ class Runner:
         self.gpus = list(gpus)
         self.lock_args = lock_args
         self.force = force
-        self.policy = policy
+        self.policy = checked
         self.output = Path(output) if output is not None else None
         self.append = append  # to an output file holding other runs (else refused)
         self.period = period

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from gpuenv import conditioning, stats
 from gpuenv import validate as v
@@ -29,9 +29,11 @@ from gpuenv.timing import memo
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
 from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
-from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, tiny_call
+from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, Policy, tiny_call
 
 log = logging.getLogger(__name__)
+
+Measured = Literal["burst", "sustained", "none"]  # the condition bench measures in
 
 COLD_START_FRESH = True  # see _condition: a call begun on an idle GPU waits for fresh samples
 WARMUP_WINDOW = 8  # reps whose times and clocks must not trend for warmup to end
@@ -129,9 +131,9 @@ class _Place:
     own_sampler: bool
     device: Device
     facts: dict[int, GpuFacts]
-    condition: str
+    condition: Measured
     condition_why: str
-    policy: str
+    policy: Policy
     session: BenchSession | None
     opened: float  # clock time just before the sampler started: its samples come after
 
@@ -237,10 +239,10 @@ def _lock_now(backend: Backend, gpu: int) -> tuple[tuple[int, int] | None, bool 
 
 def _choose_condition(
     cfg: BenchConfig, session: BenchSession | None, facts: GpuFacts | None, holds: bool | None
-) -> tuple[str, str]:
+) -> tuple[Measured, str]:
     """The condition to measure in, and why: the safe default unless one was asked for."""
-    if cfg.condition not in (None, "auto"):
-        return str(cfg.condition), "asked for"
+    if cfg.condition is not None and cfg.condition != "auto":
+        return cfg.condition, "asked for"
     rng = facts.lock_range_mhz if facts is not None else None
     if rng is not None:
         text = f"{rng[0]} MHz" if rng[0] == rng[1] else f"{rng[0]}-{rng[1]} MHz"

@@ -50,6 +50,7 @@ from gpuenv.clocks.records import (
     process_start_time,
 )
 from gpuenv.errors import ConfigError, FileError
+from gpuenv.errors import JournalDamaged as JournalDamaged  # defined in gpuenv.errors
 
 BACKUP = ".bak"
 
@@ -64,20 +65,6 @@ def default_state_dir() -> Path:
     xdg = os.environ.get("XDG_STATE_HOME", "").strip()
     base = Path(xdg) if xdg else Path.home() / ".local" / "state"
     return base / "gpuenv"
-
-
-class JournalDamaged(ConfigError):
-    """A GPU's record (both copies) cannot be trusted: cut short, edited, or not JSON."""
-
-    def __init__(self, uuid: str, path: Path, why: str):
-        self.uuid = uuid
-        self.path = path
-        self.why = why
-        super().__init__(
-            f"the journal record {path} is damaged ({why})",
-            hint="the state before the lock is lost for this GPU: 'gpuenv restore --defaults "
-            f"-i {uuid}' resets it to the driver's defaults (check 'gpuenv status' first)",
-        )
 
 
 # -- the file format -----------------------------------------------------------------

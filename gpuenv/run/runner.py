@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 
 from gpuenv.backend import Backend
+from gpuenv.errors import CommandNotFound as CommandNotFound  # defined in gpuenv.errors
 from gpuenv.errors import ConfigError
 from gpuenv.judge import read_facts
 from gpuenv.progress import Progress
@@ -79,14 +80,6 @@ FORWARDED = (
 FROM_TERMINAL = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
 SI_KERNEL = 0x80  # si_code of a signal the kernel (the tty driver) sent to a process group
 SETTLE_S = 0.5  # a flush covers regions that ended this long ago: their samples are in
-
-
-class CommandNotFound(ConfigError):
-    """The command to run does not exist or cannot be executed (exit 127 / 126, as shells)."""
-
-    def __init__(self, command: str, *, exit_code: int = 127, why: str = "command not found"):
-        self.exit_code = exit_code
-        super().__init__(f"{why}: {command}", hint="check the command and your PATH")
 
 
 def check_run_policy(policy: str) -> RunPolicy:

@@ -10,7 +10,8 @@ from typing import Any, Literal, get_args
 
 from gpuenv._records import JsonRecord
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
-from gpuenv.errors import ConfigError, GpuenvError
+from gpuenv.errors import ConfigError
+from gpuenv.errors import MeasurementRejected as MeasurementRejected  # defined in gpuenv.errors
 
 # The vocabularies are types (mypy refuses a kind or severity not listed here) and, as
 # the tuples below, the values checked at the door. In a results file they are plain
@@ -58,12 +59,6 @@ class Finding(JsonRecord):
 
     def __str__(self) -> str:
         return f"[{self.severity}] {self.kind}: {self.message}"
-
-
-class MeasurementRejected(GpuenvError):
-    """The reject (or retry) policy left too few trustworthy repetitions."""
-
-    exit_code = 1  # the CLI's "rejected verdict" code
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.results import Measurement
 from gpuenv.telemetry import Window
@@ -45,7 +46,7 @@ from gpuenv.verdict import (
 
 
 def read_facts(
-    backend: Any, gpus: Sequence[int], lock_ranges: Mapping[int, tuple[int, int]] | None = None
+    backend: Backend, gpus: Sequence[int], lock_ranges: Mapping[int, tuple[int, int]] | None = None
 ) -> dict[int, GpuFacts]:
     """Each GPU's maximum clock, thermal thresholds, power limit and lock range: the one
     place they are read. What cannot be read stays None (a finding without it is still

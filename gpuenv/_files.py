@@ -240,17 +240,22 @@ def read_at(dir_fd: int, name: str, limit: int = 64 << 20) -> bytes:
     """The bytes of the regular file `name` in `dir_fd` (never through a link)."""
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", name)
-        chunks, size = [], 0
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise OSError(errno.EFBIG, "file too large", name)
-        return b"".join(chunks)
+        return read_open(fd, name, limit)
     finally:
         os.close(fd)
+
+
+def read_open(fd: int, name: str, limit: int = 64 << 20) -> bytes:
+    """The bytes of the file open as `fd`, a regular one (`name`: what errors call it)."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", name)
+    chunks, size = [], 0
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise OSError(errno.EFBIG, "file too large", name)
+    return b"".join(chunks)
 
 
 __all__ = [
@@ -258,6 +263,7 @@ __all__ = [
     "create_temp",
     "open_dir",
     "read_at",
+    "read_open",
     "replace_at",
     "replaced",
     "write_all",

@@ -79,7 +79,11 @@ class HeldLock(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-_HELD: list[HeldLock] = []  # locks this process took through acquire() (released ones pruned)
+# The locks this process took through acquire() (released ones pruned). The process owns
+# them (a lease ends with it), so `gpuenv.restore()` puts back what `gpuenv.lock()` took
+# in this process; which lock a restore releases is found by the GPU's UUID, never by an
+# index that names another GPU on another backend.
+_HELD: list[HeldLock] = []
 
 
 class DaemonNotUsed(UserWarning):
@@ -353,16 +357,35 @@ def _plan_from_daemon(client: Client, backend: Backend, gpus: list[int]) -> Lock
     return LockPlan(LockRequest(), tuple(plans))
 
 
-def release_own(gpus: Sequence[int] | None = None) -> list[int]:
-    """Release the locks this process took through `acquire` (on `gpus`, default all)."""
+def release_own(gpus: Sequence[int] | None = None, *, backend: Backend | None = None) -> list[int]:
+    """Release the locks this process took through `acquire` (on `gpus`, default all).
+
+    `gpus` are indices on `backend`, matched to each lock's GPUs by UUID; without a
+    backend, indices on each lock's own.
+    """
+    uuids = None
+    if gpus is not None and backend is not None:
+        uuids = {backend.device_info(i).uuid: i for i in gpus}
     done: list[int] = []
     for lk in list(_HELD):
-        if lk.released or (gpus is not None and not set(lk.gpus) & set(gpus)):
+        mine = _own_gpus(lk, gpus, uuids)
+        if lk.released or not mine:
             continue
         lk.release()
-        done.extend(lk.gpus)
+        done.extend(mine)
     _HELD[:] = [lk for lk in _HELD if not lk.released]
     return sorted(set(done))
+
+
+def _own_gpus(lk: Any, gpus: Sequence[int] | None, uuids: dict[str, int] | None) -> list[int]:
+    """The GPUs of `gpus` that lock `lk` holds (all of its own when `gpus` is None)."""
+    if gpus is None:
+        return list(lk.gpus)
+    if uuids is None:
+        return [g for g in lk.gpus if g in set(gpus)]
+    plan = getattr(lk, "plan", None)
+    held = [gp.uuid for gp in plan.gpus] if plan is not None else []
+    return [uuids[u] for u in held if u in uuids]
 
 
 def restore(
@@ -399,7 +422,7 @@ def restore(
         backend = _open()
     try:
         selected = _selected(backend, gpus)
-        done = release_own(selected)
+        done = release_own(selected, backend=backend)
         client = daemon_client(backend, socket=socket)
         if client is None:
             with _hinted():

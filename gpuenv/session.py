@@ -50,6 +50,7 @@ from gpuenv.verdict import DEFAULT_CONFIG, Finding, GpuFacts, VerdictConfig
 
 if TYPE_CHECKING:
     from gpuenv.locking import HeldLock
+    from gpuenv.timing.cuda import RegionEvents
 
 log = logging.getLogger(__name__)
 
@@ -596,7 +597,7 @@ class MeasureContext:
         self.measurement: Measurement | None = None
         self._t0 = 0.0
         self._started = 0.0
-        self._events: tuple[Any, Any] | None = None
+        self._events: RegionEvents | None = None
 
     def __enter__(self) -> MeasureContext:
         env = self._session
@@ -615,20 +616,13 @@ class MeasureContext:
                     "env.repeat(fn)/env.bench(fn); measuring as it is",
                 )
         if env.cuda_events:
-            torch = sys.modules.get("torch")
-            if torch is None or not torch.cuda.is_available():
-                raise ConfigError(
-                    "cuda_events=True needs torch imported and a CUDA device",
-                    hint="import torch first, or use the host clock (cuda_events=False)",
-                )
-            self._events = (
-                torch.cuda.Event(enable_timing=True),
-                torch.cuda.Event(enable_timing=True),
-            )
+            from gpuenv.timing.cuda import RegionEvents  # torch's one home; it stays lazy
+
+            self._events = RegionEvents()
         self._started = env.clock.wall()
         self._t0 = env.sampler.mark()
         if self._events is not None:
-            self._events[0].record()
+            self._events.start()
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -636,9 +630,7 @@ class MeasureContext:
         timer = "host"
         device_s = None
         if self._events is not None:
-            self._events[1].record()
-            self._events[1].synchronize()
-            device_s = self._events[0].elapsed_time(self._events[1]) / 1e3
+            device_s = self._events.stop()
             timer = "cuda_events"
         t1 = env.sampler.mark()
         if exc_type is not None:

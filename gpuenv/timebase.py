@@ -5,6 +5,13 @@ Everything in gpuenv that waits or timestamps takes a `Clock`. The real one is
 fast: `sleep(s)` advances time at once and runs, in time order, every periodic
 callback that falls due (this is how the sampler "ticks" under test, with no
 thread), and the simulated GPU advances its physics on the same clock.
+
+    >>> clock = VirtualClock(start=0.0)
+    >>> ticks = []
+    >>> timer = clock.call_every(0.1, lambda: ticks.append(round(clock.now(), 3)))
+    >>> clock.sleep(0.35)  # returns at once
+    >>> clock.now(), ticks
+    (0.35, [0.1, 0.2, 0.3])
 """
 
 from __future__ import annotations

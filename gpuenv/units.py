@@ -5,6 +5,11 @@ Durations come in three styles, chosen by where they are read:
   - "table" (`gpuenv run`'s summary): 123 s, 1.23 s, 1.23 ms, 12.3 us;
   - "short" (sentences in findings and window summaries): 1.23 s, 1.2 ms, 12 us.
 Elapsed wall time (the monitor's "locked for") reads "1 min 05 s".
+
+    >>> fmt_s(1.234e-3), fmt_s(1.234e-3, "table"), fmt_s(12.34e-6, "short")
+    ('1.234 ms', '1.23 ms', '12 us')
+    >>> fmt_elapsed(65), fmt_j(1234.0), fmt_mhz(1980)
+    ('1 min 05 s', '1.23 kJ', '1980')
 """
 
 from __future__ import annotations

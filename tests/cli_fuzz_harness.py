@@ -112,7 +112,7 @@ ENV_KEYS = {
     "SLURM_LOCALID": ["0", "x"],
     "GPUENV_SOCKET": ["@sock", "@nodir"],
 }
-FAULTS = ("none", "unwritable_state", "unwritable_sim_state", "unwritable_runtime_dir")
+FAULTS = ("none", "unwritable_state", "unwritable_sim_state")
 PROCESS_FAULTS = ("dev_full_stdout", "fsize_limit")
 
 
@@ -197,11 +197,6 @@ class Workspace:
             env["GPUENV_STATE_DIR"] = str(self.unwritable / "state")
         elif fault == "unwritable_sim_state":
             env["GPUENV_SIM_STATE"] = str(self.unwritable / "sim.json")
-        elif fault == "unwritable_runtime_dir":
-            env.pop("GPUENV_SIM_STATE")
-            env["XDG_RUNTIME_DIR"] = str(
-                self.unwritable.parent if os.geteuid() == 0 else self.unwritable
-            )
         return env
 
     def resolve(self, word: str) -> str:

@@ -23,8 +23,10 @@ The conventions the docs follow (one per block, read from its fence and the line
   machine with nothing else installed).
 
 Each markdown file's blocks run in order in one fresh directory that is their working
-directory, HOME, XDG_RUNTIME_DIR (where the simulated GPU keeps its state, as for a reader)
-and gpuenv's state dir, with no gpuenvd, and with no GPUENV_* variable a reader would set:
+directory, HOME, XDG_RUNTIME_DIR, gpuenv's state dir and the simulated machine (the host's
+one for a reader, /tmp/gpuenv-sim.json; the page's own here, through GPUENV_SIM_STATE, so
+that pages run side by side do not see each other's locks and loads), with no gpuenvd, and
+with no GPUENV_* variable a reader would need to set:
 a block gets the simulated GPU only as the page shows it (`--sim`, or an `export
 GPUENV_BACKEND=sim` line, which carries to the page's later blocks as in a reader's shell;
 `export` is the only command that carries). Files that one block writes (run.jsonl) are
@@ -227,6 +229,8 @@ class Workdir:
         env.update(
             GPUENV_STATE_DIR=str(base / "state" / "journal"),
             GPUENV_SOCKET=str(base / "run" / "no-daemon.sock"),
+            # the host's simulated machine, one per page (a reader's is /tmp/gpuenv-sim.json)
+            GPUENV_SIM_STATE=str(base / "run" / "gpuenv-sim.json"),
             HOME=str(base / "home"),
             XDG_RUNTIME_DIR=str(base / "run"),
             XDG_STATE_HOME=str(base / "state"),

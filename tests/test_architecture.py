@@ -315,6 +315,40 @@ def test_torch_and_pynvml_are_imported_in_their_one_place():
         assert not stray, f"{sorted(stray)} import {top}: only {', '.join(allowed)} may"
 
 
+# Modules that look torch up in sys.modules without importing it, and why each may.
+# Times nothing: the environment record names the torch a process already loaded.
+TORCH_LOOKUPS_ALLOWED = ("environment.py",)
+
+
+def _looks_up_torch(path: Path) -> bool:
+    """`sys.modules.get("torch")` / `sys.modules["torch"]`: torch reached without an import."""
+    for node in ast.walk(_tree(path)):
+        args: list[ast.expr] = []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            if isinstance(owner, ast.Attribute) and owner.attr == "modules":
+                args = list(node.args[:1])
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "modules"
+        ):
+            args = [node.slice]
+        if any(isinstance(a, ast.Constant) and a.value == "torch" for a in args):
+            return True
+    return False
+
+
+def test_one_cuda_timer_in_torchs_home():
+    # env.measure timed regions with CUDA events of a torch found in sys.modules: a second
+    # CUDA timer outside timing/cuda/ (issue 30); every CUDA event is made there now
+    homes = (*TORCH_IMPORTERS, *TORCH_LOOKUPS_ALLOWED)
+    lookups = {_rel(p) for p in _modules().values() if _looks_up_torch(p)}
+    stray = {m for m in lookups if not any(Path(m).match(a) for a in homes)}
+    assert lookups, "nothing looks torch up: is the check reading the package?"
+    assert not stray, f"{sorted(stray)} reach torch through sys.modules: go through timing/cuda/"
+
+
 # `# fmt: skip` is for data tables whose columns the formatter would break up: each one
 # stays here as "path:line text", with why. None today: the 661 hand-packed lines went.
 FORMAT_SKIPS_ALLOWED: set[str] = set()

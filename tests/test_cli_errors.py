@@ -263,11 +263,11 @@ def test_an_unwritable_state_dir_refuses_the_lock_and_names_the_variable(tmp_pat
     assert str(base) in line
 
 
-def test_an_unwritable_runtime_dir_names_the_sim_state_variable(tmp_path: Path) -> None:
-    runtime, code = _unwritable(tmp_path)
+def test_an_unwritable_sim_state_dir_names_the_sim_state_variable(tmp_path: Path) -> None:
+    folder, code = _unwritable(tmp_path)
     if os.geteuid() == 0:
-        runtime = runtime.parent  # /sys exists: the sim's default state file goes there
-    env = {"XDG_RUNTIME_DIR": str(runtime), "GPUENV_SIM_STATE": ""}
+        folder = folder.parent  # /sys exists: a state file there cannot be made
+    env = {"GPUENV_SIM_STATE": str(folder / "sim.json")}
     one_error(run("--sim", "status", env=env), code, "GPUENV_SIM_STATE")
 
 

@@ -50,7 +50,6 @@ PROCESS_CASES = [
     Case(["lock", "--sm", "1350"], {}, "unwritable_state"),
     Case(["run", "--sm", "1350", "--", "true"], {}, "unwritable_state"),
     Case(["status"], {}, "unwritable_sim_state"),
-    Case(["status"], {}, "unwritable_runtime_dir"),
     Case(["plot", "@good", "-o", "@nodir"], {}, "none"),
     Case(["plot", "@binary"], {}, "none"),
 ]

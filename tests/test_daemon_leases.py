@@ -75,7 +75,7 @@ def test_wait_gets_the_lock_when_the_holder_lets_go(h: Harness) -> None:
     got: list = []
     t = threading.Thread(target=lambda: got.append(b.lock(sm=1500, gpus=[0], wait=20)))
     t.start()
-    time.sleep(0.3)
+    assert wait_for(lambda: len(h.server.leases.waiting()) == 1)  # queued, not a fixed sleep
     assert not got and h.locked_sm(0) == (1350, 1350)
     a.close()  # alice's process ends: her lease ends, bob's wait is granted
     t.join(timeout=20)
@@ -191,7 +191,7 @@ def test_a_waiting_client_that_goes_away_is_not_granted(h: Harness) -> None:
         raw.connect(h.sock)
         req = {"v": 1, "id": 1, "op": "lock", "gpus": [0], "sm": 1500, "wait": 60}
         raw.sendall(json.dumps(req).encode() + b"\n")
-        time.sleep(0.2)
+        assert wait_for(lambda: len(h.server.leases.waiting()) == 1)  # it waits in the queue
         raw.close()
         assert wait_for(lambda: a.status()["daemon"]["refusals"] == 1)
         a.close()

@@ -370,3 +370,27 @@ def test_a_socket_closed_to_this_account_names_its_group_and_how_to_join() -> No
     assert out.startswith("PermissionDenied permission denied on gpuenvd's socket"), out
     assert f"open to the group '{group}', and nobody is not in it" in out
     assert f"sudo usermod -aG {group} nobody" in out and "start gpuenvd" not in out
+
+
+def test_restoring_a_gpu_releases_no_lock_this_process_holds_on_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # locking._HELD was matched by GPU index: restoring GPU 0 of one machine released this
+    # process's lock on another machine's GPU 0, whose clock then moved under its benchmark
+    from gpuenv.clocks.journal import Journal
+    from gpuenv.locking import acquire, restore
+    from gpuenv.timebase import VirtualClock
+
+    monkeypatch.setenv("GPUENV_STATE_DIR", str(tmp_path / "state"))
+    none = tmp_path / "no.sock"  # no gpuenvd: restored locally, in the state dir above
+    mine = SimBackend(clock=VirtualClock(), seed=1)
+    other = SimBackend(clock=VirtualClock(), seed=2)
+    held = acquire(1350, backend=mine, journal=Journal(tmp_path / "journal"), supervise=False)
+    try:
+        assert restore([0], backend=other, socket=none) == []
+        assert not held.released and mine.truth(0).locked_sm == (1350, 1350)
+        assert restore([0], backend=mine, socket=none) == [0]
+        assert held.released and mine.truth(0).locked_sm is None
+    finally:
+        if not held.released:
+            held.release()

@@ -232,3 +232,18 @@ def test_the_board_and_the_host_are_read_as_nvitop_shows_them(sim, vclock):
     vclock.advance(model.board_period)
     (v,) = model.update()
     assert v.error is None and v.pstate == 0 and v.fan_pct is None and v.ecc_errors is None
+
+
+def test_the_simulated_monitors_default_work_is_named_and_yields_to_others(vclock):
+    from gpuenv.backend.sim import SimBackend
+    from gpuenv.monitor.scenarios import DEFAULT, choose
+
+    sim = SimBackend(clock=vclock)
+    name, header = choose(None, sim, [0], live=True)
+    assert name == DEFAULT and f"scenario {DEFAULT}" in header and "--scenario none" in header
+    assert choose(None, sim, [0], live=False) == (None, "SIMULATED GPU")  # --once, streams
+    assert choose("none", sim, [0], live=True) == (None, "SIMULATED GPU")
+    assert choose("load", sim, [0], live=True) == ("load", "SIMULATED GPU - scenario load")
+    sim.set_background_load(0, 0.6)  # another process runs work: watch it, add none
+    name, header = choose(None, sim, [0], live=True)
+    assert name is None and "the work other processes run" in header

@@ -235,3 +235,14 @@ def test_pause_freezes_the_view_and_arrows_pick_a_gpu(term):
 def _two_gpus_for_the_pause_test(request, monkeypatch):
     if request.node.name.startswith("test_pause"):
         monkeypatch.setenv("GPUENV_SIM_GPUS", "2")
+
+
+def test_plain_monitor_shows_work_moving_and_names_it(term):
+    """The README's `gpuenv --sim monitor`: no scenario asked, nothing else on the GPU, so
+    its default runs, boosted off the idle clock, and the header says which and how to stop."""
+    t = term("--sim monitor -d 0.25", width=160, height=30)
+    text = t.wait_for(lambda s: re.search(r"SM +1\d{3} MHz", s) is not None)
+    assert "scenario bursts, the default while nothing else runs" in text
+    assert "--scenario none" in text
+    t.tmux("send-keys", "-t", t.name, "q")
+    assert t.exit_code() == 0

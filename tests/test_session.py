@@ -309,6 +309,36 @@ def test_cuda_events_without_torch_is_a_clear_error():
     assert "torch" not in sys.modules
 
 
+def test_cuda_events_time_the_region_through_timing_cuda(monkeypatch: pytest.MonkeyPatch):
+    # env.measure's device time comes from timing/cuda/'s RegionEvents (the one CUDA timer):
+    # a stand-in torch whose events read the simulated GPU's clock, 0.5 ms apart
+    import types
+
+    sim = make_sim()
+
+    class Event:
+        def __init__(self, enable_timing: bool) -> None:
+            assert enable_timing
+            self.t = 0.0
+
+        def record(self) -> None:
+            self.t = sim.clock.now()
+
+        def synchronize(self) -> None:
+            pass
+
+        def elapsed_time(self, end: Event) -> float:
+            return (end.t - self.t) * 1e3 + 0.5  # ms, as torch's
+
+    cuda = types.SimpleNamespace(Event=Event, is_available=lambda: True)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    with stable(backend=sim, cuda_events=True) as env, env.measure("x") as m:
+        sim.clock.sleep(0.01)
+    assert m.timer == "cuda_events"
+    assert len(m.times_s) == 1 and m.times_s[0] == pytest.approx(0.0105)
+    assert m.extra["host_s"] == pytest.approx(0.01, abs=1e-3)
+
+
 def test_sampling_several_gpus_gives_windows_per_rep_and_gpu():
     sim = SimBackend("h100", n_gpus=2, clock=VirtualClock())
     with warnings.catch_warnings():

@@ -144,9 +144,9 @@ def test_virtual_copy_is_fresh_with_the_settings_in_force(tmp_path):
     hot.set_background_load(1, 0.5)
     hot_temp = hot.truth(1).temp_c
     other = SimBackend(n_gpus=2, seed=4, state_file=state)  # another process, real time
-    assert other.truth(1).temp_c > hot_temp - 1  # it sees the heat
-    copy = other.virtual_copy()
-    assert copy.clock.virtual and copy.clock is not other.clock and copy.spec() is None
+    assert other.truth(1).locked_sm == (1200, 1200)  # it sees the settings
+    copy = hot.virtual_copy()
+    assert copy.clock.virtual and copy.clock is not hot.clock and copy.spec() is None
     assert copy.device_info(1).uuid == other.device_info(1).uuid
     truth = copy.truth(1)
     assert (truth.locked_sm, truth.power_limit_w) == ((1200, 1200), 500.0)
@@ -157,7 +157,6 @@ def test_virtual_copy_is_fresh_with_the_settings_in_force(tmp_path):
     assert copy.truth(1).temp_c > truth.temp_c + 20
     again = other.virtual_copy()
     assert again.truth(1).temp_c == pytest.approx(truth.temp_c, abs=1e-9)
-    assert json.loads(state.read_text())["gpus"][1]["temp_c"] == pytest.approx(hot_temp, abs=1)
     hot.set_ambient(1, 45.0)  # the air the copy's cooler sees is this machine's
     warm = hot.virtual_copy()
     assert warm.truth(1).temp_c == pytest.approx(_idled_long(ambient_c=45.0), abs=0.05)

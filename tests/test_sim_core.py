@@ -50,7 +50,8 @@ def test_state_file_across_processes(tmp_path):
     parent.close()
     again = SimBackend(state_file=path)
     assert again.truth(0).locked_sm is None
-    assert json.loads(path.read_text())["clients"] == [os.getpid()]
+    procs = json.loads(path.with_name("sim.json.run").read_text())["procs"]
+    assert [entry["pid"] for entry in procs.values()] == [os.getpid()]  # the child left
     again.close()
 
 
@@ -61,6 +62,7 @@ def test_state_file_for_another_machine_is_replaced(tmp_path, vclock):
     a.close()
     b = SimBackend("rtx4090", n_gpus=2, clock=vclock, state_file=path)
     assert b.power_limits(0).limit_w == 450
+    b.set_power_limit(1, 400)  # its first change replaces the other machine's settings
     data = json.loads(path.read_text())
     assert data["profile"] == "rtx4090" and len(data["gpus"]) == 2
     path.write_text("not json")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuenv.backend import REASON_SW_POWER_CAP
 from gpuenv.backend.sim import SimBackend
 from gpuenv.timebase import VirtualClock
 
@@ -45,3 +46,31 @@ def test_performance_state_is_p0_under_load_and_the_profiles_idle_state_otherwis
         rtx.close_context(0)
         rtx.set_background_load(0, 0.5)
         assert rtx.performance_state(0) == 0
+
+
+def test_power_never_reads_above_the_limit_without_the_caps_reason(vclock):
+    """The power NVML reports (the 1 s average that status and the monitor show) says
+    SwPowerCap whenever it is over the limit: under a load, after it, and after the limit is
+    lowered below what the last second drew. The instant power may run over it only for the
+    cap's onset (100-300 ms after a load starts), as on an H100."""
+    sim = SimBackend(clock=vclock)
+    sim.open_context(0)
+    sim.idle(1.0)
+    over, load_at = 0, 0.0
+    for step in range(700):
+        if step in (0, 400):
+            sim.set_background_load(0, 1.0)
+            load_at = vclock.now()
+        if step == 300:
+            sim.set_background_load(0, 0.0)
+        if step == 360:  # the cap let go, the last second still averages ~600 W
+            sim.set_power_limit(0, 300)
+        sim.idle(0.01)
+        r = sim.read_fast(0)
+        limit = sim.power_limits(0).limit_w
+        if r.power_w > limit:
+            over += 1
+            assert r.reasons & REASON_SW_POWER_CAP, (step, r)
+        if (r.power_instant_w or 0.0) > limit and not r.reasons & REASON_SW_POWER_CAP:
+            assert vclock.now() - load_at <= 0.3, (step, r)
+    assert over > 0  # the reading did go over the limit: the reason had something to say

@@ -96,3 +96,35 @@ def test_an_explicit_fresh_wait_keeps_the_refresh_after_the_warmup():
     )
     assert m.extra["burst_from_start"] is False
     assert m.extra["burst_first_wait_s"] >= 0.1  # samples one driver refresh after the warmup
+
+
+def test_a_function_warmed_up_on_another_gpu_warms_up_in_full_here():
+    # "warmed" was kept per function only: the same function, warmed up on one simulated
+    # GPU, warmed up short (WARMUP_KNOWN_WINDOW) on the next GPU it met in the process
+    where = {"gpu": sim()}
+    cycles = where["gpu"].clock_limits(0).max_sm_mhz * 1e6 * 0.2e-3
+
+    def fn() -> float:  # runs on the current GPU, as a torch function does
+        return float(where["gpu"].run_work(0, cycles))
+
+    timing.bench(fn, backend=where["gpu"], keep_trace=False)
+    where["gpu"] = fresh = sim()
+    after = timing.bench(fn, backend=fresh, keep_trace=False)
+    memo.forget()
+    where["gpu"] = alone_gpu = sim()
+    alone = timing.bench(fn, backend=alone_gpu, keep_trace=False)
+    assert after.extra["warmup_known"] is False
+    assert after.extra["warmup_reps"] == alone.extra["warmup_reps"]
+    assert after.times_s == alone.times_s
+
+
+def test_the_same_gpu_through_another_backend_object_is_still_known():
+    # every real GPU is on the one real clock, and gpuenv.bench opens a backend a call:
+    # the UUID finds the entry again
+    from gpuenv.timebase import REAL_CLOCK
+
+    fn = timing.sim_kernel(sim(), 0, seconds=0.2e-3)
+    memo.remember(fn, "warmed", 1e-3, on=memo.on_gpu(REAL_CLOCK, "GPU-a"))
+    assert memo.recall(fn, "warmed", on=memo.on_gpu(REAL_CLOCK, "GPU-a")) == 1e-3
+    assert memo.recall(fn, "warmed", on=memo.on_gpu(REAL_CLOCK, "GPU-b")) is None
+    assert memo.recall(fn, "warmed", on=memo.on_gpu(VirtualClock(), "GPU-a")) is None

@@ -6,6 +6,11 @@ here, so `from gpuenv.backend import Backend` is the one import code above the s
 needs. The implementations (`nvml*.py`, the only importers of pynvml; `sim*.py`, the
 model) import `backend.base`, never this package, and are imported here only when a
 backend of theirs is opened: no import circle, even through the factory.
+
+    >>> backend = open_backend("sim")  # the simulated H100 ("nvml": the real GPUs)
+    >>> backend.device_info(0).name, backend.clock_limits(0).max_sm_mhz
+    ('NVIDIA H100 80GB HBM3', 1980)
+    >>> backend.close()
 """
 
 from __future__ import annotations

@@ -24,7 +24,9 @@ in `sim_profiles.py`. What it models, per GPU:
   - SW thermal slowdown above the max operating temperature, HW slowdown
     (0x40 | 0x8, clock halved) at the slowdown threshold, and a shutdown that
     loses the GPU;
-  - readings as NVML gives them: clocks, reasons, power (a 1 s average),
+  - readings as NVML gives them: clocks, reasons, power (a 1 s average, which
+    never reads over the limit without SwPowerCap; the instant power may for the
+    cap's onset),
     energy and the time-under-reason counters refresh at driver updates
     (100 ms), temperature every 200 ms, as integers where NVML's are.
 
@@ -34,21 +36,26 @@ so there is no background thread, virtual time is exact and a read costs
 microseconds. With a `VirtualClock`, `run_work` and `idle` advance time
 themselves; with the real clock they sleep.
 
-Driver state (locked clocks, application clocks, power limit, persistence
-mode, and the last temperature with its timestamp) lives in a JSON state file
-when one is given, shared by every process that opens it: see `sim_state.py`.
-Contexts, background loads and running work belong to the SimBackend that made
-them. Persistence mode off: when the last SimBackend using the state file
-closes (or its process dies), the locked clocks, application clocks and power
-limit revert to defaults, as a real driver's do when it de-initialises the GPU.
+With a state file (`from_env`: the host's, /tmp/gpuenv-sim.json) the simulated
+machine is one for every process and account of the host, as a real GPU is: the
+driver settings (locked clocks, application clocks, power limit, persistence mode)
+are root's to write and everyone's to read (`sim_state.py`), and what runs on it
+(each process's contexts and loads, each GPU's temperature, controllers, counters
+and readings) is shared by every process on real time (`sim_host.py`). A backend on
+a virtual clock shares the settings and its heat but runs its own physics.
+Persistence mode off: when the last process using the GPU leaves (or dies), the
+locked clocks, application clocks and power limit revert to defaults, as a real
+driver's do when it de-initialises the GPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpuenv.backend.base import Capabilities, Workload
@@ -171,9 +178,11 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
     def from_env(cls) -> SimBackend:
         """The simulator as the environment describes it (real time).
 
-        GPUENV_SIM_STATE: state file (default: per-user, in $XDG_RUNTIME_DIR or /tmp;
-        'none' keeps state in memory), GPUENV_SIM_PROFILE (h100), GPUENV_SIM_GPUS (1),
-        GPUENV_SIM_ROOT (1: act as root; 0: writes raise PermissionDenied).
+        GPUENV_SIM_STATE: the settings file (default: the host's, /tmp/gpuenv-sim.json,
+        shared by every process and account; 'none' keeps state in memory),
+        GPUENV_SIM_PROFILE (h100), GPUENV_SIM_GPUS (1), GPUENV_SIM_ROOT (default: whether
+        this process runs as root, as on a real GPU; 0 acts unprivileged; 1 acts as root,
+        which an ordinary account may do only on a simulated machine of its own).
         """
         env = os.environ
         profile = env.get("GPUENV_SIM_PROFILE", "").strip() or "h100"
@@ -184,18 +193,14 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
             raise ConfigError(
                 f"GPUENV_SIM_GPUS={gpus_text!r} is not a number", hint="use 1 to 64"
             ) from None
-        root_text = env.get("GPUENV_SIM_ROOT", "").strip().lower() or "1"
-        if root_text not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
-            raise ConfigError(f"GPUENV_SIM_ROOT={root_text!r} is not understood", hint="use 1 or 0")
         state_text = env.get("GPUENV_SIM_STATE", "").strip()
         state: str | os.PathLike[str] | None
         if state_text.lower() in ("none", "memory"):
             state = None
         else:
             state = state_text or default_state_path()
-        return cls(
-            profile, n_gpus=n_gpus, root=root_text in ("1", "true", "yes", "on"), state_file=state
-        )
+        root = _root_from_env(env.get("GPUENV_SIM_ROOT", ""), state)
+        return cls(profile, n_gpus=n_gpus, root=root, state_file=state)
 
     def __enter__(self) -> SimBackend:
         return self
@@ -267,6 +272,34 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
                 contexts=tuple(g.contexts),
                 t=g.t_ns * 1e-9,
             )
+
+
+def _root_from_env(text: str, state: str | os.PathLike[str] | None) -> bool:
+    """May this process write the simulated GPU's settings (GPUENV_SIM_ROOT, see from_env)?
+
+    An ordinary account acting as root on the host's machine would bypass gpuenvd, as no
+    account can on a real GPU: it may do so only where the settings are its own (in
+    memory, or a state file in a directory it owns, which no other account believes).
+    """
+    text = text.strip().lower()
+    if not text:
+        return os.geteuid() == 0
+    if text not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+        raise ConfigError(f"GPUENV_SIM_ROOT={text!r} is not understood", hint="use 1 or 0")
+    wanted = text in ("1", "true", "yes", "on")
+    if wanted and os.geteuid() != 0 and state is not None:
+        folder = Path(os.path.abspath(state)).parent
+        with contextlib.suppress(OSError):
+            if folder.stat().st_uid == os.geteuid():
+                return True
+        raise ConfigError(
+            f"GPUENV_SIM_ROOT=1 cannot make this account root on the simulated machine "
+            f"{state}: it is the host's, and an ordinary account changes its settings only "
+            f"through gpuenvd, as on a real GPU",
+            hint="lock through gpuenvd (root starts 'gpuenv --sim daemon'), or give yourself "
+            "a simulated machine of your own: GPUENV_SIM_STATE=PATH in a directory you own",
+        )
+    return wanted
 
 
 __all__ = ["FAULT_KINDS", "PROFILES", "SimBackend", "SimProfile", "SimTruth"]

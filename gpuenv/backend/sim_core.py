@@ -11,9 +11,10 @@ the last process without persistence mode leaves, as a real driver's does.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import math
 import os
+import secrets
 import threading
 import uuid as uuidlib
 from collections.abc import Callable
@@ -22,21 +23,14 @@ from typing import Any
 
 from gpuenv.backend.nvml_codes import GPU_IS_LOST, NO_PERMISSION
 from gpuenv.backend.sim_faults import Fault, raise_if_faulted
-from gpuenv.backend.sim_gpu import GpuModel, Settings
+from gpuenv.backend.sim_gpu import GpuModel, Presence, Settings
+from gpuenv.backend.sim_host import RunFile, live_procs, presence_json, presences, process_start
 from gpuenv.backend.sim_profiles import SimProfile, get_profile
 from gpuenv.backend.sim_state import StateFile
 from gpuenv.errors import ConfigError, DeviceNotFound, GpuLost, PermissionDenied
 from gpuenv.timebase import Clock, RealClock
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+_SHARE_NS = 100_000_000  # how often a process writes the running GPU back: a driver update
 
 
 class SimCore:
@@ -63,16 +57,19 @@ class SimCore:
         self.seed = int(seed)
         self._lock = threading.RLock()
         self._pid = os.getpid()
-        self._token = uuidlib.uuid4().hex[:12]  # this backend's published work (a pid may hold two)
         now = self._now_ns()
         self._gpus = [GpuModel(self.profile, i, now) for i in range(n_gpus)]
         self._faults: dict[int, list[Fault]] = {}
         self._closed = False
-        self._thermal_saved_at = -math.inf
-        # this process's work per GPU as others see it: index -> (utilization, until s)
-        self._published: dict[int, tuple[float, float]] = {}
-        self._work_account: dict[int, tuple[float, float]] = {}  # index -> (since s, busy s)
         self._state = StateFile(state_file) if state_file is not None else None
+        self._run = RunFile(self._state.path) if self._state is not None else None
+        self._key = f"{self._pid}:{secrets.token_hex(4)}"  # this backend among the host's
+        self._start = process_start(self._pid)
+        self._file_settings: dict[str, Any] | None = None
+        self._generation = 0  # of the settings file: counted up at every change
+        self._deinit: int | None = None  # the generation a GPU was de-initialised at
+        self._lease: dict[int, tuple[float, int | None]] = {}  # our kernels' load, until
+        self._written_ns = -(1 << 62)
         if self._state is not None:
             self._register()
 
@@ -113,12 +110,14 @@ class SimCore:
                 gpu=index,
                 code=NO_PERMISSION,
                 hint="run as root, or start 'gpuenv daemon' as root and retry "
-                "(simulated GPU: this process acts unprivileged, GPUENV_SIM_ROOT=0)",
+                "(the simulated GPU, as a real one, lets only root change its settings)",
             )
 
-    # -- state file ----------------------------------------------------------------
-    def _clock_domain(self) -> str:
-        return "virtual" if getattr(self.clock, "virtual", False) else "real"
+    # -- the shared machine: settings (root's) and what runs (anyone's) ----------------
+    @property
+    def _shares_physics(self) -> bool:
+        """Processes on real time run one GPU together; a virtual clock is a test's own."""
+        return self._run is not None and not getattr(self.clock, "virtual", False)
 
     def _matches(self, data: dict[str, Any]) -> bool:
         return (
@@ -129,139 +128,174 @@ class SimCore:
             and len(data["gpus"]) == len(self._gpus)
         )
 
-    def _load(self, data: dict[str, Any]) -> None:
-        """Take settings (and the temperature of GPUs this backend is not running) from the file."""
+    def _read_settings(self) -> None:
+        assert self._state is not None
+        data = self._state.read()
+        self._file_settings = data if data is not None and self._matches(data) else None
+        generation = (self._file_settings or {}).get("generation", 0)
+        self._generation = generation if isinstance(generation, int) else 0
+
+    def _apply_settings(self) -> None:
+        """The settings in force: the file's, or defaults where the driver de-initialised a
+        GPU without persistence mode since they were written (`deinit`)."""
         now = self._now_ns()
-        for g, entry in zip(self._gpus, data["gpus"], strict=True):
-            g.advance(now)  # the old settings govern the time before this change
+        entries = (self._file_settings or {}).get("gpus") or [None] * len(self._gpus)
+        for g, entry in zip(self._gpus, entries, strict=True):
             try:
-                g.settings = Settings.from_json(entry)
+                new = (
+                    Settings.from_json(entry)
+                    if entry is not None
+                    else Settings.defaults(self.profile)
+                )
             except (KeyError, TypeError, ValueError, IndexError):
                 continue
-            temp, t_s = entry.get("temp_c"), entry.get("temp_t")
-            if (
-                not g.active_here
-                and isinstance(temp, (int, float))
-                and isinstance(t_s, (int, float))
-            ):
-                elapsed = (
-                    self.clock.now() - t_s if entry.get("clock") == self._clock_domain() else 0.0
-                )
-                settle = g.idle_temp_c()
-                g.set_temperature(
-                    settle + (temp - settle) * math.exp(-max(0.0, elapsed) / g.p.tau_s)
-                )
-            remote = self._others_work(entry, now)
-            if remote != g.remote:
-                g.remote = remote
-                g.load_changed()
-            g.relatch_clock()
+            if self._deinit == self._generation and not new.persistence:
+                new = Settings.defaults(self.profile, persistence=False)
+            if new != g.settings:
+                g.advance(now)  # the old settings govern the time before this change
+                g.settings = new
+                g.relatch_clock()
 
-    def _others_work(self, entry: dict[str, Any], now_ns: int) -> dict[str, tuple[float, int]]:
-        """The work other backends (processes) published on a GPU (their token -> utilization,
-        until ns), as a real driver sees every process's kernels: still running, on this clock."""
-        out: dict[str, tuple[float, int]] = {}
-        for item in entry.get("loads") or ():
-            try:
-                token, util, until, domain = str(item[0]), float(item[1]), float(item[2]), item[3]
-            except (TypeError, ValueError, IndexError):
-                continue
-            end = round(until * 1e9) if math.isfinite(until) else 0
-            if token != self._token and domain == self._clock_domain() and end > now_ns:
-                out[token] = (min(max(util, 0.0), 1.0), end) if util == util else (0.0, end)
-        return out
-
-    def _loads_entry(self, index: int, prev: dict[str, Any] | None) -> list[list[Any]]:
-        """A GPU's published work in the state file: the others' still running, and ours."""
-        now = self._now_ns()
-        mine = self._published.get(index)
-        kept = [
-            [token, u, end * 1e-9, self._clock_domain()]
-            for token, (u, end) in self._others_work(prev or {}, now).items()
-        ]
-        if mine is not None and mine[1] * 1e9 > now:
-            kept.append([self._token, mine[0], mine[1], self._clock_domain()])
-        return kept
-
-    def _dump(self, clients: list[int], old: dict[str, Any] | None) -> dict[str, Any]:
+    def _dump_settings(self) -> dict[str, Any]:
         gpus = []
         for i, g in enumerate(self._gpus):
             entry = g.settings.to_json()
             entry["uuid"] = self._uuid(i)
-            prev = old["gpus"][i] if old is not None and self._matches(old) else None
-            loads = self._loads_entry(i, prev)
-            if loads:
-                entry["loads"] = loads
-            if g.active_here or prev is None or "temp_c" not in prev:
-                entry.update(
-                    temp_c=round(g.temp_c, 4), temp_t=self.clock.now(), clock=self._clock_domain()
-                )
-            else:
-                entry.update(
-                    temp_c=prev["temp_c"], temp_t=prev.get("temp_t"), clock=prev.get("clock")
-                )
             gpus.append(entry)
         return {
             "profile": self.profile.key,
             "n_gpus": len(self._gpus),
             "seed": self.seed,
-            "clients": clients,
+            "generation": self._generation,
             "gpus": gpus,
         }
 
-    def _revert_unpersisted(self) -> None:
-        """The driver de-initialises a GPU without persistence mode when its last client leaves."""
-        for g in self._gpus:
-            if not g.settings.persistence:
-                g.settings = Settings.defaults(self.profile, persistence=False)
-                g.relatch_clock()
+    def _presence(self, index: int) -> Presence:
+        """What this process runs on GPU `index`, as other processes see it."""
+        g = self._gpus[index]
+        work, until = self._lease.get(index, (0.0, None))
+        return Presence(len(g.contexts), max(g.background.values(), default=0.0), work, until)
+
+    def _entry(self) -> dict[str, Any]:
+        return {
+            "pid": self._pid,
+            "uid": os.geteuid(),
+            "start": self._start,
+            "gpus": {str(i): presence_json(self._presence(i)) for i in range(len(self._gpus))},
+        }
+
+    def _presence_changed(self, index: int) -> None:
+        """This process's contexts or load changed: every other process sees it now (this
+        process may run nothing more for hours: a monitor's scenario, a blocked script)."""
+        if self._shares_physics and not self._closed:
+            self._exchange()
+
+    def _exchange(self, *, register: bool = False, leave: bool = False) -> None:
+        """Read the running machine, take over its newer state, write ours back. Under lock."""
+        assert self._run is not None
+        real = self._shares_physics
+        with self._run.locked() as fd:
+            doc = self._run.read(
+                fd, profile=self.profile.key, n_gpus=len(self._gpus), seed=self.seed
+            )
+            procs = live_procs(doc["procs"]) if (register or leave or real) else doc["procs"]
+            procs.pop(self._key, None)
+            deinit = doc.get("deinit")
+            if (
+                (register or leave)
+                and not procs
+                and not all(g.settings.persistence for g in self._gpus)
+            ):
+                deinit = self._generation  # the last client left: the driver de-initialises
+            if not leave:
+                procs[self._key] = self._entry()
+            self._deinit = deinit if isinstance(deinit, int) else None
+            self._apply_settings()
+            now = self._now_ns()
+            shared = doc.get("gpus")
+            if not (isinstance(shared, list) and len(shared) == len(self._gpus)):
+                shared = [None] * len(self._gpus)  # none yet, or not one: a fresh GPU
+            for i, g in enumerate(self._gpus):
+                with contextlib.suppress(KeyError, TypeError, ValueError):
+                    if real:
+                        g.adopt(shared[i], now, fresh=register)
+                    elif register:
+                        self._find_heat(g, shared[i])
+                if real:  # (virtual time: the others' loads are on another timeline)
+                    g.set_others({**presences(procs, i, self._key), self._key: self._presence(i)})
+                g.advance(now)
+            if real:
+                shared = [g.physics() for g in self._gpus]
+            elif leave:
+                shared = [self._heat_left(g) for g in self._gpus]
+            self._run.write(
+                fd,
+                {
+                    "profile": self.profile.key,
+                    "n_gpus": len(self._gpus),
+                    "seed": self.seed,
+                    "procs": procs,
+                    "deinit": self._deinit,
+                    "gpus": shared,
+                },
+            )
+        self._written_ns = now
+
+    def _heat_left(self, g: GpuModel) -> dict[str, Any]:
+        """What a backend on a virtual clock leaves the host's GPU when it closes: its heat
+        (a benchmark that ran on virtual time still warmed the chip the next command finds),
+        on the real timeline, where its clocks and counters mean nothing."""
+        real = GpuModel(self.profile, g.index, round(RealClock().now() * 1e9))
+        real.ambient_c = g.ambient_c
+        real.settle()
+        real.set_temperature(g.temp_c)
+        return real.physics()
+
+    def _find_heat(self, g: GpuModel, state: Any) -> None:
+        """A backend on a virtual clock starts from the host GPU's temperature as it is now
+        (what earlier work left in the chip), the rest of it fresh."""
+        now = round(RealClock().now() * 1e9)
+        real = GpuModel(self.profile, g.index, 0)
+        real.adopt(state, now, fresh=True)
+        real.advance(now)
+        g.set_temperature(real.temp_c)
 
     def _register(self) -> None:
         assert self._state is not None
-        with self._state.locked():
-            data = self._state.read()
-            clients: list[int] = []
-            if data is not None and self._matches(data):
-                self._load(data)
-                clients = [int(pid) for pid in data.get("clients", []) if _pid_alive(int(pid))]
-            else:
-                data = None
-            if not clients:
-                self._revert_unpersisted()
-            clients.append(self._pid)
-            self._state.write(self._dump(clients, data))
+        self._read_settings()
+        self._exchange(register=True)
 
     def _sync(self) -> None:
-        if self._state is not None and self._state.changed():
-            data = self._state.read()
-            if data is not None and self._matches(data):
-                self._load(data)
+        """Catch up with the other processes of the host: settings when root changed them,
+        the running GPU when another process wrote it (or ours is due: every 100 ms)."""
+        if self._state is None:
+            return
+        if self._state.changed():
+            self._read_settings()
+            self._apply_settings()
+        if not self._shares_physics or self._closed:
+            return
+        assert self._run is not None
+        now = self._now_ns()
+        if now - self._written_ns >= _SHARE_NS or self._run.changed():
+            self._exchange()
 
     def _commit(self, index: int, change: Callable[[Settings], None]) -> None:
         """Apply a settings change; with a state file, as a locked read-modify-write."""
         g = self._gpus[index]
-
-        def apply() -> None:
+        if self._state is None:
             change(g.settings)
             g.relatch_clock()
-
-        if self._state is None:
-            apply()
             return
         with self._state.locked():
-            self._rewrite_state(apply)
-
-    def _rewrite_state(self, change: Callable[[], None] = lambda: None) -> None:
-        """Read the state file, apply `change` to this backend, write it back. Under lock."""
-        assert self._state is not None
-        data = self._state.read()
-        if data is not None and self._matches(data):
-            self._load(data)
-            clients = [int(pid) for pid in data.get("clients", [])]
-        else:
-            data, clients = None, [self._pid]
-        change()
-        self._state.write(self._dump(clients, data))
+            self._read_settings()
+            self._apply_settings()  # what is in force now, a de-initialised GPU's defaults
+            g.advance(self._now_ns())
+            change(g.settings)
+            g.relatch_clock()
+            self._generation += 1
+            self._state.write(self._dump_settings())
+            self._file_settings = self._dump_settings()
 
     def close(self) -> None:
         """Leave the simulated driver: this process's contexts end; maybe the GPU de-initialises."""
@@ -269,7 +303,6 @@ class SimCore:
             if self._closed:
                 return
             self._closed = True
-            self._published.clear()  # our work leaves the GPU with us
             now = self._now_ns()
             for g in self._gpus:
                 g.advance(now)
@@ -277,38 +310,19 @@ class SimCore:
                 g.background.clear()
                 g.job = None
                 g.load_changed()
-            if self._state is None:
+            self._lease.clear()
+            if self._state is None or self._run is None:
                 self._revert_unpersisted()
                 return
-            with self._state.locked():
-                data = self._state.read()
-                clients: list[int] = []
-                if data is not None and self._matches(data):
-                    self._load(data)
-                    clients = [int(pid) for pid in data.get("clients", [])]
-                else:
-                    data = None
-                if self._pid in clients:
-                    clients.remove(self._pid)
-                clients = [pid for pid in clients if _pid_alive(pid)]
-                if not clients:
-                    self._revert_unpersisted()
-                self._state.write(self._dump(clients, data))
+            self._exchange(leave=True)
+            self._run.close()
 
-    def _save_thermal(self) -> None:
-        """Leave this backend's temperature in the state file for other processes.
-
-        At most once a second of simulated time: a loop of short kernels must not
-        turn into a loop of file writes.
-        """
-        if self._state is None:
-            return
-        now = self.clock.now()
-        if now - self._thermal_saved_at < 1.0:
-            return
-        self._thermal_saved_at = now
-        with self._state.locked():
-            self._rewrite_state()
+    def _revert_unpersisted(self) -> None:
+        """The driver de-initialises a GPU without persistence mode when its last client leaves."""
+        for g in self._gpus:
+            if not g.settings.persistence:
+                g.settings = Settings.defaults(self.profile, persistence=False)
+                g.relatch_clock()
 
     def _uuid(self, index: int) -> str:
         digest = hashlib.sha256(

@@ -27,6 +27,8 @@ from gpuenv.backend.sim_profiles import SimProfile
 
 STEP_NS = 10_000_000  # physics step while anything is changing
 COARSE_AFTER_NS = 2_000_000_000  # after this long without a load change, step per driver update
+SKIP_AFTER_NS = 60_000_000_000  # a quiet gap longer than this is jumped over ...
+SKIP_KEEP_NS = 10_000_000_000  # ... but for its last 10 s, stepped as usual
 POWER_SAMPLE_NS = 20_000_000  # nvmlDeviceGetSamples(TOTAL_POWER): one every 20 ms ...
 POWER_SAMPLES_KEPT = 120  # ... ~2.4 s of them
 
@@ -78,6 +80,25 @@ class Settings:
         )
 
 
+@dataclass(frozen=True)
+class Presence:
+    """What another process of the host has on this GPU (`sim_host.py` shares it).
+
+    `contexts`: its CUDA contexts; `background`: a standing load (0-1) it keeps up;
+    `work`: the power intensity of the kernels it is running, until `until_ns` (its lease:
+    it renews it while kernels keep coming, so back-to-back kernels read as one load).
+    """
+
+    contexts: int = 0
+    background: float = 0.0
+    work: float = 0.0
+    until_ns: int | None = None
+
+    @property
+    def present(self) -> bool:
+        return bool(self.contexts or self.background or self.work)
+
+
 @dataclass
 class Job:
     sm_cycles: float
@@ -100,12 +121,10 @@ class GpuModel:
         self.settings = Settings.defaults(p)
         self.contexts: list[int] = []
         self.background: dict[int, float] = {}
-        # other processes' work on this GPU, as they published it in the state file:
-        # its backend's token -> (utilization, until when in ns on this clock); SimCore._load
-        self.remote: dict[str, tuple[float, int]] = {}
+        self.others: dict[str, Presence] = {}  # every process's presence when shared (its key)
+        self.others_end: int | None = None  # the first work lease among them to end
         self.job: Job | None = None
         self.job_end_ns = t_ns
-        self.active_here = False  # this SimBackend ran something here: its temperature is the truth
         self.lost: str | None = None
         self.t_ns = t_ns
         self.last_change_ns = t_ns
@@ -167,14 +186,30 @@ class GpuModel:
 
     @property
     def has_context(self) -> bool:
-        return bool(self.contexts or self.background or self.remote)
-
-    def _others_load(self) -> float:
-        """The heaviest load another process puts on it (background or published work)."""
-        return max(
-            max(self.background.values(), default=0.0),
-            max((u for u, _ in self.remote.values()), default=0.0),
+        return bool(self.contexts or self.background) or any(
+            p.present for p in self.others.values()
         )
+
+    def set_others(self, others: dict[str, Presence]) -> None:
+        """The processes of the host and what they run here (ours included: max, not sum)."""
+        if others == self.others:
+            return
+        self.others = others
+        self._expire_others(self.t_ns)
+
+    def _expire_others(self, t_ns: int) -> None:
+        """Work whose lease ended by `t_ns` stops; the load changes."""
+        self.others = {
+            pid: (
+                Presence(p.contexts, p.background)
+                if p.until_ns is not None and p.until_ns <= t_ns
+                else p
+            )
+            for pid, p in self.others.items()
+        }
+        ends = [p.until_ns for p in self.others.values() if p.work and p.until_ns is not None]
+        self.others_end = min(ends, default=None)
+        self.load_changed()
 
     def _power(self, temp_c: float) -> float:
         p = self.p
@@ -205,7 +240,10 @@ class GpuModel:
     def _refresh_caches(self) -> None:
         """Recompute what depends on clock and load only (they change at updates and job edges)."""
         p = self.p
-        self.load = max(self.job.intensity if self.job else 0.0, self._others_load())
+        bg = max(self.background.values(), default=0.0)
+        for o in self.others.values():
+            bg = max(bg, o.background, o.work)
+        self.load = max(self.job.intensity if self.job else 0.0, bg)
         g = (self.sm_mhz / p.max_sm_mhz) ** p.dyn_exponent
         self._dyn = g * (p.p_clock_w + self.load * p.p_load_w)
         if self.job:
@@ -215,7 +253,10 @@ class GpuModel:
             self._rate = 1.0 / seconds if seconds > 0 else math.inf
         else:
             self._rate = 0.0
-        self.busy = 1.0 if self.job else self._others_load()
+        busy = max(self.background.values(), default=0.0)
+        for o in self.others.values():
+            busy = max(busy, o.background, 1.0 if o.work else 0.0)
+        self.busy = 1.0 if self.job else busy
 
     def load_changed(self) -> None:
         self.last_change_ns = self.t_ns
@@ -232,17 +273,30 @@ class GpuModel:
     # -- physics -------------------------------------------------------------------
     def advance(self, target_ns: int) -> None:
         """Integrate up to `target_ns`, running driver updates on their boundaries; another
-        process's published work stops weighing on the GPU when it expires, not later."""
-        while self.remote:
-            until = min(end for _, end in self.remote.values())
-            if until > target_ns:
-                break
-            self._advance(until)
-            self.remote = {k: v for k, v in self.remote.items() if v[1] > until}
-            self.load_changed()
+        process's work stops where its lease ends."""
+        while self.others_end is not None and self.others_end <= target_ns:
+            self._advance(self.others_end)
+            self._expire_others(self.others_end)
         self._advance(target_ns)
 
+    def _skip(self, target_ns: int) -> None:
+        """Jump over all but the last SKIP_KEEP_NS of a long quiet gap (a state another process
+        left an hour ago): temperature and counters in closed form, the rest as it was, so
+        catching up costs the same after a minute as after a month."""
+        gap_ns = target_ns - self.t_ns - SKIP_KEEP_NS
+        gap = gap_ns * 1e-9
+        teq = self.idle_temp_c()
+        self.temp_c = teq + (self.temp_c - teq) * math.exp(-gap / self.p.tau_s)
+        self.energy_mj += self.power_w * gap * 1e3
+        for name in self.active_counters:
+            self.reason_ns[name] += gap_ns
+        self.t_ns += gap_ns
+        self.period_j = self.period_busy = 0.0
+        self.period_start_ns = self.t_ns
+
     def _advance(self, target_ns: int) -> None:
+        if self.job is None and not self.lost and target_ns - self.t_ns > SKIP_AFTER_NS:
+            self._skip(target_ns)
         upd = self.update_ns
         while self.t_ns < target_ns:
             t = self.t_ns
@@ -426,6 +480,15 @@ class GpuModel:
         self.r_util = sum(self.busy_ring) / len(self.busy_ring)
         self.r_ts_ns = t_ns
 
+    def reasons_read(self) -> int:
+        """The reasons NVML reads now: the latched ones, and the power cap's whenever the power
+        reading (the 1 s average NVML reports as power usage) is over the limit, as just after
+        a limit was lowered: that reading never exceeds the limit without its reason. (The
+        instant power may, for the cap's onset, 100-300 ms, as on an H100: the burst schedule
+        of gpuenv's do_bench drop-in lives in that window.)"""
+        over = self.r_power_avg > self.settings.power_limit_w
+        return self.r_reasons | (REASON_SW_POWER_CAP & self.p.supported_reasons if over else 0)
+
     def relatch_clock(self) -> None:
         """Settings that take effect at once (a lock) show in the very next read."""
         self.apply()
@@ -451,13 +514,108 @@ class GpuModel:
         self.temp_c = temp_c
         self.r_temp = round(temp_c)
 
+    # -- shared between the processes of a host ----------------------------------------
+    def physics(self) -> dict[str, Any]:
+        """The running GPU's state (not its settings, not this process's work), as JSON:
+        what another process of the host takes over with `adopt` (`sim_host.py`)."""
+        out: dict[str, Any] = {name: getattr(self, name) for name in _PHYSICS}
+        out["active_counters"] = list(self.active_counters)
+        out["reason_ns"] = dict(self.reason_ns)
+        out["r_reason_ns"] = dict(self.r_reason_ns)
+        out["power_ring"] = list(self.power_ring)
+        out["busy_ring"] = list(self.busy_ring)
+        out["power_samples"] = [list(s) for s in self.power_samples]
+        return out
+
+    def adopt(self, state: dict[str, Any], now_ns: int, *, fresh: bool = False) -> None:
+        """Take over the running GPU's state another process left (`physics()`) where it
+        is newer than ours, or this model is `fresh` (it has seen nothing yet); what this
+        process runs itself (contexts, work) stays. KeyError/TypeError/ValueError on a
+        state that is not one (a time after `now_ns` included: it would stop the GPU)."""
+        values = {name: _PHYSICS[name](state[name]) for name in _PHYSICS}
+        if values["t_ns"] > now_ns + 1_000_000_000:
+            raise ValueError("a running state from the future")
+        if values["t_ns"] < self.t_ns and not fresh:  # ours is newer: theirs adds nothing
+            return
+        counters = {k: int(state["reason_ns"][k]) for k in REASON_COUNTERS}
+        latched = {k: int(state["r_reason_ns"][k]) for k in REASON_COUNTERS}
+        rings = [[_finite(x) for x in state[name]][-10:] for name in ("power_ring", "busy_ring")]
+        samples = [(int(t), _finite(w)) for t, w in state["power_samples"]]
+        active = tuple(str(c) for c in state["active_counters"])
+        if not set(active) <= set(REASON_COUNTERS):
+            raise ValueError(f"unknown counters {active!r}")
+        if not (0 <= values["sm_idx"] <= self.top and 0 <= values["cap_idx"] <= self.top):
+            raise ValueError("clock index out of range")
+        if not (0 <= values["therm_idx"] <= self.top) or len(rings[0]) != 10:
+            raise ValueError("clock index or power ring out of range")
+        for name, value in values.items():
+            setattr(self, name, value)
+        self.reason_ns, self.r_reason_ns, self.active_counters = counters, latched, active
+        self.power_ring = collections.deque(rings[0], maxlen=10)
+        self.busy_ring = collections.deque(rings[1] or [0.0] * 10, maxlen=10)
+        self.power_samples = collections.deque(samples, maxlen=POWER_SAMPLES_KEPT)
+        self._refresh_caches()
+
     # -- workload ------------------------------------------------------------------
     def open_context(self, pid: int) -> None:
         self.contexts.append(pid)
         # Application clocks take effect when a context is created.
         self.applied_app_sm, self.applied_app_mem = self.settings.app_sm, self.settings.app_mem
-        self.active_here = True
         self.load_changed()
+
+
+def _lost(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _finite(value: Any) -> float:
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"{value!r} is not a finite number")
+    return out
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{value!r} is not true or false")
+    return value
+
+
+# The running state `physics()` shares, and how each value is read back.
+_PHYSICS: dict[str, Any] = {
+    "t_ns": int,
+    "last_change_ns": int,
+    "applied_app_sm": int,
+    "applied_app_mem": int,
+    "ambient_c": _finite,
+    "lost": _lost,
+    "cap_idx": int,
+    "over_ns": int,
+    "over_limit_w": _finite,
+    "therm_idx": int,
+    "hw_slow": _flag,
+    "sm_idx": int,
+    "mem_mhz": int,
+    "reasons": int,
+    "energy_mj": _finite,
+    "temp_c": _finite,
+    "power_w": _finite,
+    "p_filt": _finite,
+    "period_j": _finite,
+    "period_busy": _finite,
+    "period_start_ns": int,
+    "next_sample_ns": int,
+    "r_sm": int,
+    "r_mem": int,
+    "r_reasons": int,
+    "r_power_avg": _finite,
+    "r_power_instant": _finite,
+    "r_energy_mj": int,
+    "r_util": _finite,
+    "r_ts_ns": int,
+    "r_temp": int,
+    "r_temp_ts_ns": int,
+}
 
 
 __all__ = [
@@ -467,5 +625,6 @@ __all__ = [
     "STEP_NS",
     "GpuModel",
     "Job",
+    "Presence",
     "Settings",
 ]

@@ -22,6 +22,7 @@ from gpuenv.backend.base import (
     Thresholds,
 )
 from gpuenv.backend.sim_core import SimCore
+from gpuenv.backend.sim_host import pid_of
 
 BACKGROUND_MIB = 2048  # device memory a background process holds
 
@@ -125,18 +126,20 @@ class SimReads(SimCore):
         """P0 while a context or load is on the GPU, else the profile's idle P-state."""
         with self._lock:
             g = self._get(index, "performance_state")
-            return 0 if g.contexts or g.background else self.profile.idle_pstate
+            return 0 if g.has_context else self.profile.idle_pstate
 
     def persistence_mode(self, index: int) -> bool | None:
         with self._lock:
             return self._get(index, "persistence_mode").settings.persistence
 
     def processes(self, index: int) -> list[GpuProcess]:
-        """Compute processes: this backend's contexts and background loads (one entry per pid).
+        """Compute processes: this backend's contexts and background loads, and the other
+        processes of the host that run something on the simulated GPU (one entry per pid).
 
         SM shares are the model's: a background load's own utilization, the rest of
-        the last second's busy time to this process's context (its work); a
-        background load is named, as it stands for no process of this host.
+        the last second's busy time to this process's context (its work), another
+        process's its load; a background load is named, as it stands for no process of
+        this host.
         """
         with self._lock:
             g = self._get(index, "processes")
@@ -148,6 +151,13 @@ class SimReads(SimCore):
                 )
                 for pid in g.contexts
             }
+            for key, other in g.others.items():
+                pid = pid_of(key)
+                if other.present and pid != self._pid and pid not in procs:
+                    busy = max(other.background, 1.0 if other.work else 0.0)
+                    procs[pid] = GpuProcess(
+                        pid, self.profile.context_mib, "compute", sm_pct=round(100 * busy)
+                    )
             for pid, util in g.background.items():
                 procs[pid] = GpuProcess(
                     pid,
@@ -186,7 +196,7 @@ class SimReads(SimCore):
                 mem_mhz=g.r_mem,
                 power_w=round(g.r_power_avg, 3),
                 temp_c=float(g.r_temp),
-                reasons=g.r_reasons,
+                reasons=g.reasons_read(),
                 power_instant_w=round(g.r_power_instant, 3),
                 driver_ts_us=self._driver_ts_us(g.r_ts_ns),
             )

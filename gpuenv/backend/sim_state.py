@@ -1,23 +1,27 @@
-"""The simulated driver's state file: what a real driver keeps across processes.
+"""The simulated driver's settings: what a real driver keeps for every process of the host.
 
-One JSON document per simulated machine. Writers take an exclusive `fcntl`
-lock on a side file, re-read the document, apply their change and replace the
-file atomically (write a temporary file, `os.replace`), so two processes never
-lose each other's changes and a reader never sees half a file. Readers do not
-lock: they `stat` the file on every call (about a microsecond) and re-load
-only when it changed.
+One JSON document per simulated machine, one machine per host (default
+/tmp/gpuenv-sim.json), as a real GPU's settings are the driver's, not a process's or an
+account's: locked clocks, application clocks, power limit and persistence mode, and a
+`generation` counted up at every change. Only a privileged process writes it (root, as
+on a real GPU: `SimCore` refuses the others, who go through gpuenvd), and every account
+reads it; what runs on the GPU is anyone's and lives beside it (`sim_host.py`).
 
-People run the daemon's examples on the simulated GPU as root, with the state file in
-/tmp, so it gets care against other accounts (`gpuenv._files`): the directory is
-reached without following a link planted on the way, the temporary file's name is random
-and made with O_EXCL | O_NOFOLLOW (a link planted under a guessed name is never
-followed: root used to overwrite whatever it pointed to), the file and its lock are opened
-with O_NOFOLLOW, a lock file another account (not root) owns is replaced by one of ours
-where the directory allows, and the lock is waited for at most LOCK_TIMEOUT_S: then an
-error names who holds it. A state file may be shared on purpose by several accounts (root's
-gpuenvd and a user on one simulated machine, in a directory both may write): so the
-directory may be anyone's, and what is in the file is believed whoever wrote it (it is a
-simulation; nothing real is set from it).
+Writers take an exclusive `fcntl` lock on a side file, re-read the document, apply
+their change and replace the file atomically (write a temporary file, `os.replace`),
+so two processes never lose each other's changes and a reader never sees half a file.
+Readers do not lock: they `stat` the file on every call (about a microsecond) and
+re-load only when it changed.
+
+Root writes it in /tmp, so it gets care against other accounts (`gpuenv._files`): the
+directory is reached without following a link planted on the way, the temporary file's
+name is random and made with O_EXCL | O_NOFOLLOW (a link planted under a guessed name is
+never followed), the file and its lock are opened with O_NOFOLLOW, a lock file another
+account (not root) owns is replaced by one of ours where the directory allows, and the
+lock is waited for at most LOCK_TIMEOUT_S: then an error names who holds it. A document
+is believed only when root or the directory's owner wrote it: in /tmp any account may
+leave a file under the name, and a settings file an ordinary account planted there is
+not the driver's (a machine in a directory of one's own is that account's to set).
 """
 
 from __future__ import annotations
@@ -33,21 +37,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuenv._files import create_temp, open_dir, read_at, write_all
+from gpuenv._files import create_temp, open_dir, read_open, write_all
 from gpuenv.errors import ConfigError, FileError
 
-FORMAT = "gpuenv-sim-state/1"
+FORMAT = "gpuenv-sim-state/2"
 LOCK_TIMEOUT_S = 5.0  # a read-modify-write holds it for milliseconds
 _LOCK_POLL_S = 0.005
 _MAX_BYTES = 16 << 20  # a few GPUs' settings and counters: a few kB
 
 
 def default_state_path() -> Path:
-    """A per-user file: $XDG_RUNTIME_DIR/gpuenv-sim.json, else /tmp/gpuenv-sim-<uid>.json."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        return Path(runtime) / "gpuenv-sim.json"
-    return Path("/tmp") / f"gpuenv-sim-{os.getuid()}.json"
+    """The host's simulated machine, shared by every process and account, as /dev/nvidia* is."""
+    return Path("/tmp") / "gpuenv-sim.json"
 
 
 def lock_holders(fd: int) -> list[str]:
@@ -63,6 +64,26 @@ def lock_holders(fd: int) -> list[str]:
     return out
 
 
+def flock_within(fd: int, timeout: float, what: str) -> None:
+    """An exclusive `flock` on `fd`, or a ConfigError naming its holders when it is not free
+    within `timeout` seconds: a file other accounts may lock must not let them hang us."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holders = ", ".join(lock_holders(fd)) or "another process"
+                raise ConfigError(
+                    f"{what} is held by {holders}: not free within {timeout:g} s, "
+                    "so nothing was changed",
+                    hint="stop that process, or give this simulated machine its own state "
+                    "file (GPUENV_SIM_STATE=PATH in a directory of your own)",
+                ) from None
+            time.sleep(_LOCK_POLL_S)
+
+
 def _describe_pid(pid: int) -> str:
     import pwd
 
@@ -71,6 +92,18 @@ def _describe_pid(pid: int) -> str:
         return f"pid {pid} ({pwd.getpwuid(uid).pw_name})"
     except (OSError, KeyError):
         return f"pid {pid}"
+
+
+def _read_trusted(dfd: int, name: str) -> bytes:
+    """The file's bytes when root or the directory's owner wrote it (else PermissionError)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dfd)
+    try:
+        owner = os.fstat(fd).st_uid
+        if owner not in (0, os.fstat(dfd).st_uid):
+            raise PermissionError(errno.EPERM, "not written by root", name)
+        return read_open(fd, name, limit=_MAX_BYTES)
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -84,9 +117,6 @@ class _GpuEntry:
     app_mem: int | None = None
     power_limit_w: float | None = None
     persistence: bool | None = None
-    temp_c: float | None = None
-    temp_t: float | None = None
-    clock: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +125,7 @@ class _Document:
     profile: str = ""
     n_gpus: int = 0
     seed: int = 0
-    clients: tuple[int, ...] = ()
+    generation: int = 0
     gpus: tuple[_GpuEntry, ...] = ()
 
 
@@ -180,30 +210,13 @@ class StateFile:
             where = self.lock_path if err.filename == self.lock_path.name else err.filename
             raise OSError(err.errno, err.strerror, str(where or self.lock_path)) from err
         try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise self._held(fd, timeout) from None
-                    time.sleep(_LOCK_POLL_S)
+            flock_within(fd, timeout, f"the simulated GPU's state lock {self.lock_path}")
             try:
                 yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
-
-    def _held(self, fd: int, timeout: float) -> ConfigError:
-        holders = ", ".join(lock_holders(fd)) or "another process"
-        return ConfigError(
-            f"the simulated GPU's state lock {self.lock_path} is held by {holders}: "
-            f"not free within {timeout:g} s, so nothing was changed",
-            hint="stop that process, or give this simulated machine its own state file "
-            "(GPUENV_SIM_STATE=PATH in a directory of your own)",
-        )
 
     def read(self) -> dict[str, Any] | None:
         """The document, or None when there is none (or it is not ours / not JSON, or a
@@ -217,7 +230,7 @@ class StateFile:
         except (FileNotFoundError, ConfigError):
             return None
         try:
-            data = json.loads(read_at(dfd, self.path.name, limit=_MAX_BYTES))
+            data = json.loads(_read_trusted(dfd, self.path.name))
         except (OSError, ValueError, RecursionError):  # not JSON (nor UTF-8): not ours
             return None
         finally:
@@ -259,4 +272,11 @@ class StateFile:
         self._seen = self._stat()
 
 
-__all__ = ["FORMAT", "LOCK_TIMEOUT_S", "StateFile", "default_state_path", "lock_holders"]
+__all__ = [
+    "FORMAT",
+    "LOCK_TIMEOUT_S",
+    "StateFile",
+    "default_state_path",
+    "flock_within",
+    "lock_holders",
+]

@@ -14,14 +14,8 @@ import math
 from gpuenv.backend.nvml_codes import GPU_IS_LOST
 from gpuenv.backend.sim_core import SimCore
 from gpuenv.backend.sim_gpu import GpuModel, Job
+from gpuenv.backend.sim_host import LEASE_NS
 from gpuenv.errors import ConfigError, GpuLost
-
-# how this process's work shows to the other processes of the simulated machine (the state
-# file): its utilization over at least PUBLISH_S, written as a job ends (one write per
-# PUBLISH_S at most, however short the kernels), or at the start of a job that long; it
-# weighs on their model of the GPU until HOLD_S after it was written, or the job's end
-PUBLISH_S = 0.1
-HOLD_S = 0.3
 
 
 class SimWorkload(SimCore):
@@ -35,6 +29,7 @@ class SimWorkload(SimCore):
         with self._lock:
             g = self._workload_gpu(index, "open_context")
             g.open_context(self._pid if pid is None else int(pid))
+            self._presence_changed(index)
 
     def close_context(self, index: int, pid: int | None = None) -> None:
         """The context of `pid` (default: this process) ends."""
@@ -47,6 +42,7 @@ class SimWorkload(SimCore):
                 )
             g.contexts.remove(pid)
             g.load_changed()
+            self._presence_changed(index)
 
     def set_background_load(
         self, index: int, utilization: float, *, pid: int | None = None
@@ -63,10 +59,10 @@ class SimWorkload(SimCore):
                 if pid not in g.background:
                     g.applied_app_sm, g.applied_app_mem = g.settings.app_sm, g.settings.app_mem
                 g.background[pid] = float(utilization)
-                g.active_here = True
             else:
                 g.background.pop(pid, None)
             g.load_changed()
+            self._presence_changed(index)
 
     def run_work(
         self, index: int, cycles: float, *, power_intensity: float = 1.0, mem_cycles: float = 0.0
@@ -97,17 +93,16 @@ class SimWorkload(SimCore):
                 )
             if self._pid not in g.contexts:
                 g.open_context(self._pid)
+                self._presence_changed(index)
             if cycles == 0 and mem_cycles == 0:
                 return 0.0
             start_ns = g.t_ns
             g.job = Job(float(cycles), float(mem_cycles), float(power_intensity))
-            g.active_here = True
             g.load_changed()
-            expect_s = cycles / (g.sm_mhz * 1e6) + mem_cycles / (g.mem_mhz * 1e6)
-            if expect_s >= PUBLISH_S:
-                self._publish_work(index, power_intensity, expect_s + HOLD_S)
+            self._renew_lease(index, float(power_intensity))
         while True:
             with self._lock:
+                self._sync()
                 g.advance(self._now_ns())
                 if g.job is None:
                     break
@@ -122,34 +117,21 @@ class SimWorkload(SimCore):
                     )
                 wait_ns = min(g.job_ns_left(), g.ns_to_update())
             self.clock.sleep(wait_ns * 1e-9)
-        seconds = (g.job_end_ns - start_ns) * 1e-9
-        self._account_work(index, seconds * power_intensity)
-        self._save_thermal()
-        return seconds
+        return (g.job_end_ns - start_ns) * 1e-9
 
-    def _account_work(self, index: int, weighted_s: float) -> None:
-        """Add a finished job to this GPU's account; publish its utilization once PUBLISH_S
-        has passed since the last time (a state-file write: not one per tiny kernel)."""
-        if self._state is None:
+    def _renew_lease(self, index: int, intensity: float) -> None:
+        """Other processes see our kernels as a load until the lease ends; renewed halfway,
+        so back-to-back kernels cost a shared-state write twice a second, not one each."""
+        if not self._shares_physics:
             return
-        now = self.clock.now()
-        since, done = self._work_account.get(index, (now, 0.0))
-        done += weighted_s
-        if now - since < PUBLISH_S:
-            self._work_account[index] = (since, done)
+        now = self._now_ns()
+        work, until = self._lease.get(index, (0.0, None))
+        left = (until - now) if until is not None else 0
+        if left > LEASE_NS // 2 and work >= intensity:
             return
-        self._work_account[index] = (now, 0.0)
-        self._publish_work(index, min(done / (now - since), 1.0), HOLD_S)
-
-    def _publish_work(self, index: int, utilization: float, hold_s: float) -> None:
-        """Show this process's work on a GPU to the others (their model of it carries the
-        load: power, clock, cap), as a real driver shows every process's kernels."""
-        if self._state is None:
-            return
-        self._published[index] = (utilization, self.clock.now() + hold_s)
-        self._thermal_saved_at = self.clock.now()
-        with self._state.locked():
-            self._rewrite_state()
+        live = left > 0
+        self._lease[index] = (max(intensity, work if live else 0.0), now + LEASE_NS)
+        self._presence_changed(index)
 
     def idle(self, seconds: float) -> None:
         """Let `seconds` pass with no work from this backend (virtual clock: advance it)."""
@@ -157,6 +139,7 @@ class SimWorkload(SimCore):
             raise ConfigError(f"cannot idle for {seconds!r} s", hint="use a duration >= 0")
         self.clock.sleep(seconds)
         with self._lock:
+            self._sync()
             now = self._now_ns()
             for g in self._gpus:
                 g.advance(now)

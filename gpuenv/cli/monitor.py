@@ -11,7 +11,13 @@ import click
 from gpuenv import validate
 from gpuenv.cli._common import checked, gpu_option, handle_errors, interval_option, open_from_ctx
 
-_SCENARIO_NAMES = ("idle", "load", "bursts", "shared")  # gpuenv.monitor.SCENARIOS (checked there)
+_SCENARIO_NAMES = (
+    "idle",
+    "load",
+    "bursts",
+    "shared",
+    "none",
+)  # gpuenv.monitor.SCENARIOS (checked there)
 
 
 _SORT_KEYS = (
@@ -109,7 +115,8 @@ def _only_gpus(gpu: str, only: tuple[str, ...]) -> str:
     "--scenario",
     type=click.Choice(_SCENARIO_NAMES),
     default=None,
-    help="With --sim: drive the simulated GPU so the view moves (idle, load, bursts, shared).",
+    help="With --sim: drive the simulated GPU so the view moves (idle, load, bursts, shared), "
+    "or not (none). The live view runs bursts unless another process runs work there.",
 )
 @click.option(
     "--no-processes", is_flag=True, help="Do not list processes (saves the per-process lookups)."
@@ -150,7 +157,7 @@ def monitor(
     snapshot (like 'nvidia-smi' / 'nvitop --once').
 
     \b
-    Demo on the simulated GPU:  gpuenv --sim monitor --scenario bursts
+    Demo on the simulated GPU:  gpuenv --sim monitor    (bursts while nothing else runs)
     """
     from gpuenv.errors import ConfigError
     from gpuenv.monitor.app import MonitorOptions, check_options, show

@@ -11,7 +11,6 @@ lock owned by a process, once granted, first starts a watchdog
 from __future__ import annotations
 
 import atexit
-import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -130,7 +129,8 @@ def _original(backend: Backend, d: Decision) -> ClockState:
     """
     gp = d.plan
     read_at = gp.unlocked_at
-    if d.action == "fresh" and read_at is not None and time.monotonic() - read_at <= STATE_FRESH_S:
+    fresh = read_at is not None and backend.clock.now() - read_at <= STATE_FRESH_S
+    if d.action == "fresh" and fresh:
         return gp.current
     return state_with(backend, gp.index, gp.uuid, None)
 
@@ -212,7 +212,10 @@ class Lock:
                     "; ".join(gp.describe() for gp in self.plan.gpus),
                     reason=getattr(self.backend, "reason", "read-only"),
                 )
-            deadline = time.monotonic() + DYING_WAIT_S
+            # on the GPU's clock (the simulator's may be virtual): the dying owner's watchdog
+            # restores the GPU in the time the GPU lives on
+            clock = self.backend.clock
+            deadline = clock.now() + DYING_WAIT_S
             while True:
                 with self.journal.locked():
                     self.journal.clean_tmp()
@@ -220,14 +223,14 @@ class Lock:
                     # locked since the plan was made, and nobody can until this lock is taken.
                     # Past the deadline a dead owner's watchdog is stuck: clean up ourselves.
                     decisions = decide(
-                        self.plan, self.journal, force=force, wait_dying=time.monotonic() < deadline
+                        self.plan, self.journal, force=force, wait_dying=clock.now() < deadline
                     )
                     if decisions is not None:
                         if supervise:  # only once granted: a refused lock starts no process
                             self._start_watchdog()
                         self._take(decisions)
                         return
-                time.sleep(0.02)
+                clock.sleep(0.02)
         except BaseException:
             if self._watchdog is not None:
                 self._watchdog.stop()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -67,7 +66,7 @@ class GpuPlan:
     current: ClockState  # as read while planning
     applied: Applied
     notes: tuple[str, ...] = ()
-    # when `current` was read (time.monotonic()), if no gpuenv lock held the GPU then: a lock
+    # when `current` was read (the backend's clock), if no gpuenv lock held the GPU then: a lock
     # taken soon after journals it as the original state instead of reading it again
     # (`Lock`, `STATE_FRESH_S`); None: it shows a lock's settings, or is of unknown age
     unlocked_at: float | None = None
@@ -168,7 +167,7 @@ def plan_lock(
         uuid = backend.device_info(index).uuid
         entry = journal.get(uuid)
         current = state_with(backend, index, uuid, entry)
-        read_at = time.monotonic() if entry is None else None
+        read_at = backend.clock.now() if entry is None else None
         notes: list[str] = []
         applied = Applied(power_limit_w=_plan_power(backend, index, name, request.power_limit_w))
         if limits.locked_clocks_supported:

@@ -129,6 +129,7 @@ class Watchdog:
     def _wait_ready(self, timeout_s: float) -> None:
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
+        # the wall clock, not the GPU's: this waits for a real process on a real pipe
         deadline = time.monotonic() + timeout_s
         got = b""
         while not got.endswith(READY):

@@ -51,8 +51,11 @@ def check_permission(ctx: Context) -> Iterable[Check]:
         yield Check(
             "permission",
             "ok" if root else "warning",
-            who + (" (root)" if root else " (GPUENV_SIM_ROOT=0)"),
-            None if root else "set GPUENV_SIM_ROOT=1 to play root",
+            who + (" (root)" if root else " (not root: as a real GPU, only root changes it)"),
+            None
+            if root
+            else "lock through gpuenvd (root starts 'gpuenv --sim daemon'), or use a "
+            "simulated machine of your own: GPUENV_SIM_STATE=PATH GPUENV_SIM_ROOT=1",
         )
         return
     if ctx.host.euid == 0:

@@ -62,16 +62,19 @@ def check_options(
 def show(backend: Any, gpus: list[int], opts: MonitorOptions, out: IO[str] | None = None) -> None:
     """Stream, print one snapshot, or run the live view, as `opts` says."""
     from gpuenv.monitor.model import MonitorModel
-    from gpuenv.monitor.scenarios import SimScenario
+    from gpuenv.monitor.scenarios import SimScenario, choose
 
     out = sys.stdout if out is None else out
     driver = None
     try:
         simulated = backend.capabilities.simulated
-        source = _source(backend, simulated, opts.scenario)
+        scenario, source = None, _source(backend)
+        if simulated:
+            live = not (opts.once or opts.fmt)
+            scenario, source = choose(opts.scenario, backend, gpus, live=live)
         model = MonitorModel(backend, gpus, processes=opts.processes)
-        if opts.scenario is not None:
-            driver = SimScenario(backend.workload, gpus, opts.scenario)
+        if scenario is not None:
+            driver = SimScenario(backend.workload, gpus, scenario)
             driver.start()
             if opts.once or opts.fmt:
                 model.clock.sleep(min(opts.interval_s, 2.0))  # let the scenario start first
@@ -148,12 +151,7 @@ def _view(model: Any, opts: MonitorOptions, source: str, simulated: bool, out: I
     )
 
 
-def _source(backend: Any, simulated: bool, scenario: str | None) -> str:
-    if simulated:
-        text = "SIMULATED GPU"
-        if scenario:
-            text += f" - scenario {scenario}"
-        return text
+def _source(backend: Any) -> str:
     try:
         return f"NVML, driver {backend.driver_version()}"
     except Exception:

@@ -17,7 +17,32 @@ SCENARIOS: dict[str, str] = {
     "load": "sustained heavy matmuls: the power cap engages and the chip heats",
     "bursts": "8 s of heavy work, 6 s idle, repeated: ramps, caps and recoveries",
     "shared": "a second process keeps the GPU 60% busy beside light work of ours",
+    "none": "no work of its own: watch what other processes run on the simulated GPU",
 }
+DEFAULT = "bursts"  # the live view's, when no process of the host runs anything on the GPUs
+
+
+def choose(
+    scenario: str | None, sim: Any, gpus: Sequence[int], *, live: bool
+) -> tuple[str | None, str]:
+    """The scenario a monitor of the simulated GPU runs (None: none) and what its header
+    says about it.
+
+    Asked for none, the live view shows work moving all the same: the other processes'
+    when some run on these GPUs (a `gpuenv run`, a benchmark, another monitor's scenario),
+    else `DEFAULT`'s, named on screen with how to change it. A snapshot or a stream runs
+    nothing it was not asked for: it reports the GPU as it is.
+    """
+    if scenario == "none" or (scenario is None and not live):
+        return None, "SIMULATED GPU"
+    if scenario is not None:
+        return scenario, f"SIMULATED GPU - scenario {scenario}"
+    if any(sim.processes(i) for i in gpus):
+        return None, "SIMULATED GPU - the work other processes run (--scenario adds ours)"
+    return DEFAULT, (
+        f"SIMULATED GPU - scenario {DEFAULT}, the default while nothing else runs "
+        "(--scenario none: only watch)"
+    )
 
 
 class SimScenario:
@@ -27,7 +52,7 @@ class SimScenario:
     """
 
     def __init__(self, sim: Any, gpus: Sequence[int], name: str):
-        if name not in SCENARIOS:
+        if name not in SCENARIOS or name == "none":
             from gpuenv.errors import ConfigError
 
             raise ConfigError(
@@ -83,4 +108,4 @@ class SimScenario:
             print(f"gpuenv: scenario {self.name} stopped on GPU {i}: {err}", file=sys.stderr)
 
 
-__all__ = ["SCENARIOS", "SimScenario"]
+__all__ = ["DEFAULT", "SCENARIOS", "SimScenario", "choose"]

@@ -254,6 +254,9 @@ class Cursor:
 
 # -- one sampler process per way of sampling, shared by this process's Samplers ------------
 
+# Keyed by everything that decides what a sampler process reads (the backend's spec, the
+# GPUs, the options): a Sampler that joins one reads the same samples a new process would,
+# so sharing it changes no number, only the cost of starting one.
 _pool: dict[str, SamplerProcess] = {}
 _pool_lock = threading.Lock()
 

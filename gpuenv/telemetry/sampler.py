@@ -68,7 +68,7 @@ def choose_mode(backend: Backend, clock: Clock, asked: str | None = None) -> tup
     if want == "process":
         return "process", "asked for"
     if backend.capabilities.simulated:
-        return "thread", "a simulated GPU's load is visible only in its own process"
+        return "thread", "a simulated GPU is a model: reading it in a thread costs no process"
     return "process", "keeps NVML calls off this process's GIL"
 
 

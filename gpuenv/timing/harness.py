@@ -9,7 +9,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -140,6 +140,17 @@ class _Place:
     @property
     def clock(self) -> Clock:
         return self.device.clock
+
+    def identity(self) -> Hashable:
+        """This GPU, for what timing.memo keeps between calls: its clock and UUID (without
+        a backend, CUDA's device, which names one GPU for the process's life)."""
+        uuid = None
+        if self.backend is not None:
+            with contextlib.suppress(GpuenvError):
+                uuid = str(self.backend.device_info(self.gpu).uuid)
+        if uuid is None:
+            uuid = f"cuda {getattr(self.device, 'device', self.gpu)}"
+        return memo.on_gpu(self.clock, uuid)
 
     @classmethod
     def open(
@@ -291,8 +302,9 @@ class _Run:
     def run(self) -> Measurement:
         cfg, place = self.cfg, self.place
         t_begin, started_at = self.mark(), self.clock.wall()
-        # a function warmed up before in this process needs only the clock's ramp
-        known = memo.recall(self.fn, "warmed") is not None
+        # a function warmed up before on this GPU needs only the clock's ramp
+        gpu = place.identity()
+        known = memo.recall(self.fn, "warmed", on=gpu) is not None
         warm = _warmup(
             self.device,
             self.fn,
@@ -304,7 +316,7 @@ class _Run:
             WARMUP_KNOWN_WINDOW if known else WARMUP_WINDOW,
         )
         if warm.steady:
-            memo.remember(self.fn, "warmed", warm.median_s)
+            memo.remember(self.fn, "warmed", warm.median_s, on=gpu)
         self.extra.update(
             warmup_reps=warm.reps,
             warmup_s=warm.seconds,

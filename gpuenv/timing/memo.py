@@ -5,9 +5,13 @@ functions in one process: what does not change between two calls need not be fou
 out twice.
 
   per function (held weakly: a function that goes away takes its entries with it;
-  one that cannot be weakly referenced, a bound method, is simply not remembered):
-    the launch cover its reps need (the host time of enqueueing it: CudaEvents.prepare),
-    and that it was warmed up before (the next warmup need not be as long).
+  one that cannot be weakly referenced, a bound method, is simply not remembered),
+  then per GPU (`on=`: the clock its times are on, held weakly, and the GPU's UUID,
+  never an index another GPU may hold): the launch cover its reps need (the host time
+  of enqueueing it: CudaEvents.prepare), and that it was warmed up before on that GPU
+  (the next warmup there need not be as long; what a first call loads, a CUDA module,
+  is loaded per GPU, and another GPU's clock ramped, not this one's). A function
+  warmed up on one simulated GPU was once warmed up short on the next.
   per process: whether CUPTI (torch.profiler) could be had. Only another profiler in
     the process or a tool attached to it (Nsight) holds it; the tool stays for the
     process's life, and a torch.profiler session of the process is checked at each
@@ -25,17 +29,28 @@ _BY_FN: weakref.WeakKeyDictionary[Any, dict[Hashable, Any]] = weakref.WeakKeyDic
 _PROCESS: dict[str, Any] = {}
 
 
-def recall(fn: Any, key: Hashable) -> Any:
-    """What was remembered about `fn` under `key`, or None."""
+def on_gpu(clock: Any, gpu: str | None) -> Hashable:
+    """Which GPU an entry is about: the clock its times are on (REAL_CLOCK for every real
+    GPU, each simulated GPU its own) and `gpu`, its UUID. The clock is held weakly: a
+    clock that goes away (a simulated GPU's) matches nothing after, even where a new one
+    takes its place in memory."""
     try:
-        return _BY_FN.get(fn, {}).get(key)
+        return (weakref.ref(clock), gpu)
+    except TypeError:  # not weakly referable: nothing is carried (an id may be reused)
+        return object()
+
+
+def recall(fn: Any, key: Hashable, *, on: Hashable = None) -> Any:
+    """What was remembered about `fn` under `key` (on the GPU `on_gpu` names), or None."""
+    try:
+        return _BY_FN.get(fn, {}).get((key, on))
     except TypeError:  # not weakly referable
         return None
 
 
-def remember(fn: Any, key: Hashable, value: Any) -> None:
+def remember(fn: Any, key: Hashable, value: Any, *, on: Hashable = None) -> None:
     with contextlib.suppress(TypeError):  # not weakly referable: not remembered
-        _BY_FN.setdefault(fn, {})[key] = value
+        _BY_FN.setdefault(fn, {})[(key, on)] = value
 
 
 def cupti_known() -> bool | None:
@@ -61,4 +76,12 @@ def forget() -> None:
     _PROCESS.clear()
 
 
-__all__ = ["cupti_found", "cupti_known", "forget", "recall", "remember", "torch_profiler_active"]
+__all__ = [
+    "cupti_found",
+    "cupti_known",
+    "forget",
+    "on_gpu",
+    "recall",
+    "remember",
+    "torch_profiler_active",
+]

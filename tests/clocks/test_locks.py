@@ -20,8 +20,8 @@ from gpuenv.clocks import (
     restore,
     standing_lock,
 )
-from gpuenv.clocks.journal import Journal
-from gpuenv.clocks.locks import STATE_FRESH_S
+from gpuenv.clocks.journal import Journal, Owner
+from gpuenv.clocks.locks import DYING_WAIT_S, STATE_FRESH_S
 from gpuenv.clocks.supervisor import Watchdog
 from gpuenv.errors import (
     ConfigError,
@@ -85,6 +85,26 @@ def test_stale_owner_is_cleaned_up_with_exact_restore(sim: SimBackend, journal: 
         assert sim.truth(0).locked_sm == (1350, 1350)
         # the stale lock's power limit was put back first
         assert sim.truth(0).power_limit_w == 700.0
+    assert all_settings(sim) == before and journal.entries() == []
+
+
+def test_a_dying_owners_watchdog_is_waited_for_on_the_gpus_clock(
+    sim: SimBackend, journal: Journal
+) -> None:
+    # the wait for a dead owner's watchdog slept on the wall clock (3 s a test); it is on
+    # the GPU's clock now: a simulated GPU's virtual one waits no real time
+    before = all_settings(sim)
+    lk = lock(1500, power_limit_w=400, backend=sim, journal=journal, supervise=False)
+    me = Owner.current()  # a watchdog that stays alive: this very process
+    dying = replace(dead_owner(), watchdog_pid=me.pid, watchdog_start=me.pid_start)
+    for e in journal.entries():  # the owner died; its watchdog never finishes restoring
+        journal.put(e.with_owners([dying]))
+    lk._released = True
+    t0, real0 = sim.clock.now(), time.monotonic()
+    with lock(1350, backend=sim, journal=journal, supervise=False):
+        assert sim.clock.now() - t0 >= DYING_WAIT_S  # waited, then cleaned up itself
+        assert time.monotonic() - real0 < DYING_WAIT_S
+        assert sim.truth(0).locked_sm == (1350, 1350) and sim.truth(0).power_limit_w == 700.0
     assert all_settings(sim) == before and journal.entries() == []
 
 
@@ -173,7 +193,7 @@ def test_an_old_plan_reads_the_state_again_under_the_journal_lock(
 ) -> None:
     plan = plan_lock(sim, make_request(1350, power_limit_w=500), gpus=0, journal=journal)
     sim.set_power_limit(0, 650)  # changed outside gpuenv (nvidia-smi -pl) after planning
-    old = time.monotonic() - STATE_FRESH_S - 1
+    old = sim.clock.now() - STATE_FRESH_S - 1  # read on the GPU's clock, as the plan does
     plan = LockPlan(plan.request, tuple(replace(gp, unlocked_at=old) for gp in plan.gpus))
     held = Lock(sim, plan, journal, supervise=False)
     assert held.records[0].original.power_limit_w == 650.0

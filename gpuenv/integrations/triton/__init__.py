@@ -26,8 +26,10 @@ The condition is gpuenv's safe default ("auto"): as it is when gpuenv's clock lo
 holds, else burst, with gpuenv.bench's schedule (`gpuenv.conditioning.Bursts`): the call
 starts on a cool, uncapped GPU (the check reads the samples taken while it warms up:
 nothing to wait for on a GPU that is not held down; when it is, it waits until the power
-cap clears, ~0.5 s on an H100 (docs/explanation/what-gpus-do.md), at most WAIT_MAX_S),
-then measures in bursts of DROPIN_BURST_S, shorter than the 100-300 ms in which the cap
+cap clears, ~0.5 s on an H100 (docs/explanation/what-gpus-do.md), at most WAIT_MAX_S;
+a call begun on an idle GPU waits for samples taken a driver refresh after its warmup,
+as heavy work started from idle can set the cap off in its first ~50 ms), then measures
+in bursts of DROPIN_BURST_S, shorter than the 100-300 ms in which the cap
 engages under heavy load, with rests that keep a model of the power the cap acts on (a
 DROPIN_POWER_TAU_S filter of the instant power) under DROPIN_POWER_TARGET of the limit:
 a heavy kernel rests just enough to stay off the cap whatever the budget, a light one

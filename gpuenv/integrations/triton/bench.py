@@ -34,6 +34,10 @@ DROPIN_DUTY = 0.5
 SIM_L2_BYTES = 50 * 2**20  # the simulated H100's L2
 SIM_REP_OVERHEAD_S = 25e-6  # host time of a flushed, synchronized rep, on the simulated GPU
 
+# Process state that changes no number: `_recent` is what last_measurement() and
+# measurements() hand the caller back, and nothing of gpuenv reads it to measure; the
+# default backend is the one door to the same GPUs for every call (what a GPU carries
+# from one call to the next, conditioning/burst.py keeps by its clock and UUID).
 _recent: deque[Any] = deque(maxlen=256)
 _default_backend: list[Any] = []  # opened once per process (NVML start-up is not free)
 

@@ -25,7 +25,8 @@ The package:
     events.py     the devices: CudaEvents (a rep between events behind the clock-probe
                   spin), CudaGraph (a graph's replay), CudaProfiler (each rep's device
                   time from CUPTI), what mode "auto" times with (for_auto), cuda_device(mode),
-                  a torch device's NVML index
+                  a torch device's NVML index, RegionEvents (the events around a
+                  region of the caller's code: env.measure's one CUDA timer)
     profiler.py   torch (imported lazily) and its profiler: a session of CUDA activity,
                   its trace, each rep's device time in it; cupti_median_s, the reference
                   a number is checked against (L2 warm or flushed)
@@ -42,6 +43,7 @@ from gpuenv.timing.cuda.events import (
     CudaEvents,
     CudaGraph,
     CudaProfiler,
+    RegionEvents,
     cuda_device,
     nvml_index_of_cuda,
 )
@@ -63,6 +65,7 @@ __all__ = [
     "CudaEvents",
     "CudaGraph",
     "CudaProfiler",
+    "RegionEvents",
     "_profiled_rep_times",
     "_torch",
     "cuda_device",

@@ -2,12 +2,14 @@
 CudaGraph (a CUDA graph of calls, replayed), CudaProfiler (each rep's device time from
 CUPTI, set up as CudaEvents); what mode "auto" times a call with (`for_auto`: its
 device time from CUPTI, at every size); `cuda_device(mode)`; a torch device's NVML
-index. What a rep is: the package's docstring."""
+index; `RegionEvents`, the events around a region of the caller's code (`env.measure`).
+What a rep is: the package's docstring."""
 
 from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -98,6 +100,8 @@ class CudaEvents:
     def prepare(self, fn: Callable[[], Any]) -> None:
         # Size the probe spin to outlast the host's enqueueing of fn (launch latency then never
         # sits between the events), once a process (memo: an uncovered rep doubles it anyway)
+        # kept by the torch device: CUDA reads CUDA_VISIBLE_DEVICES once, so an index
+        # names one GPU for the process's life, on the clock every real GPU shares
         key = ("cover", self.batch, str(self.device))
         known = memo.recall(fn, key) if self.saturate else None
         if known is not None:
@@ -355,6 +359,35 @@ class CudaProfiler(CudaEvents):
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "profiled": "kernels+memcpy+memset device time"}
+
+
+class RegionEvents:
+    """Two CUDA events around a region of the caller's own code (`env.measure` with
+    `cuda_events=True`): `start()` records the first on the current stream, `stop()` the
+    second and returns the device time between them in seconds.
+
+    The caller's region is CUDA work, so torch is imported already: this one looks it up
+    and never imports it (a session that times on the host must not load torch).
+    """
+
+    def __init__(self) -> None:
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_available():
+            raise ConfigError(
+                "cuda_events=True needs torch imported and a CUDA device",
+                hint="import torch first, or use the host clock (cuda_events=False)",
+            )
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    def start(self) -> None:
+        self._start.record()
+
+    def stop(self) -> float:
+        """The device time since `start()`, in seconds (waits for the region's work)."""
+        self._end.record()
+        self._end.synchronize()
+        return float(self._start.elapsed_time(self._end)) / 1e3
 
 
 def cuda_device(

@@ -80,6 +80,11 @@ def test_put_get_round_trip_one_file_per_uuid(tmp_path: Path) -> None:
         "GPU-aaaa.json.bak",  # the second copy, kept until the restore is confirmed
         "GPU-bbbb.json",
         "GPU-bbbb.json.bak",
+        "original",  # the third copy: the state before the lock, kept apart
+    ]
+    assert sorted(p.name for p in (tmp_path / "original").iterdir()) == [
+        "GPU-aaaa.json",
+        "GPU-bbbb.json",
     ]
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
     data = json.loads((tmp_path / "GPU-aaaa.json").read_text())

@@ -193,7 +193,44 @@ def _private_dir(path: Path) -> int:
     anyone who can open the lock file can flock it and stall every gpuenv lock, release and
     restore (the daemon's too); a directory reached through a link, or another account's,
     is refused (UnsafePath), never chmod'ed or written (gpuenv._files.open_dir)."""
-    return open_dir(path, create=True, mode=0o700, what="the state directory")
+    return _checked_dir(path, private=True)
+
+
+# Checked directory descriptors, kept open: open_dir walks every component from / (~0.2 ms,
+# some 20 times a lease that changes a GPU's state in gpuenvd). A kept one is handed out
+# (dup'ed) while the path still names that same directory with the same owner and mode
+# (one lstat), else the path is walked and checked afresh.
+_DIRS: dict[tuple[str, bool], tuple[int, tuple[int, int, int, int]]] = {}
+_DIRS_GUARD = threading.Lock()
+_DIRS_KEPT = 8
+
+
+def _checked_dir(path: Path, *, private: bool) -> int:
+    """`open_dir(path)`: made 0700 and ours when `private` (created if missing), else root's
+    or ours and writable by no one else; the caller closes the descriptor."""
+    key = (os.path.abspath(path), private)
+    try:
+        st = os.stat(key[0], follow_symlinks=False)
+        seen = (st.st_dev, st.st_ino, st.st_uid, st.st_mode)
+    except OSError:
+        seen = None
+    with _DIRS_GUARD:
+        kept = _DIRS.get(key)
+        if kept is not None and kept[1] == seen:
+            return os.dup(kept[0])
+    if private:
+        fd = open_dir(path, create=True, mode=0o700, what="the state directory")
+    else:
+        fd = open_dir(path, own=False, what="the state directory")
+    st = os.fstat(fd)
+    with _DIRS_GUARD:
+        old = _DIRS.pop(key, None)
+        if old is None and len(_DIRS) >= _DIRS_KEPT:  # a few places, not one fd per path
+            old = _DIRS.pop(next(iter(_DIRS)))
+        if old is not None:
+            os.close(old[0])
+        _DIRS[key] = (os.dup(fd), (st.st_dev, st.st_ino, st.st_uid, st.st_mode))
+    return fd
 
 
 def _open_private_lock(path: Path) -> int:
@@ -347,7 +384,7 @@ class Journal:
     def _kept_dir(self) -> int | None:
         """The kept originals' directory, checked as the state directory is; None if absent."""
         try:
-            return open_dir(self.path / KEPT, own=False, what="the state directory")
+            return _checked_dir(self.path / KEPT, private=False)
         except FileNotFoundError:
             return None
         except UnsafePath:
@@ -359,7 +396,7 @@ class Journal:
         """The state directory to read, checked (no link, root's or ours, writable by no one
         else: a record planted elsewhere is never put on a GPU); None when there is none."""
         try:
-            return open_dir(self.path, own=False, what="the state directory")
+            return _checked_dir(self.path, private=False)
         except FileNotFoundError:
             return None
         except UnsafePath:
@@ -461,12 +498,12 @@ class Journal:
                 for fd_dir, name in places:
                     fd, tmp = create_temp(fd_dir, name, tag=str(os.getpid()))
                     tmps.append((fd_dir, tmp))
-                    self._write_tmp(fd, data)
+                    # the kept original is not fsynced: it guards against damage to both
+                    # copies, which are; one a power cut left short fails its checksum
+                    self._write_tmp(fd, data, sync=fd_dir == dfd)
                 for (fd_dir, tmp), (_, name) in zip(tmps, places, strict=True):
                     os.replace(tmp, name, src_dir_fd=fd_dir, dst_dir_fd=fd_dir)
                 os.fsync(dfd)
-                if len(places) > 2:
-                    os.fsync(kfd)
             except OSError as err:
                 for fd_dir, tmp in tmps:
                     with contextlib.suppress(OSError):
@@ -476,10 +513,11 @@ class Journal:
                 os.close(dfd)
                 os.close(kfd)
 
-    def _write_tmp(self, fd: int, data: bytes) -> None:
+    def _write_tmp(self, fd: int, data: bytes, *, sync: bool = True) -> None:
         try:
             write_all(fd, data, self._os_write)
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
 
@@ -490,8 +528,10 @@ class Journal:
 
         The backup goes first, then the main copy, then the kept original: a crash or a
         failure in between leaves a copy that a restore puts back again (the same values),
-        never a record that comes back with other values. A directory in a record's place
-        (damage: nothing else is written there) goes too when it is empty.
+        never a record that comes back with other values. For the same reason the removal
+        is not fsynced (a lease that changes a GPU's state paid a directory fsync for it):
+        a record a power cut brings back holds the state already put back. A directory in a
+        record's place (damage: nothing else is written there) goes too when it is empty.
         """
         final = self._file(uuid)
         with self.locked():
@@ -501,8 +541,6 @@ class Journal:
             try:
                 for path in (final.with_name(final.name + BACKUP), final):
                     self._unlink(dfd, path)
-                with contextlib.suppress(OSError):
-                    os.fsync(dfd)
             finally:
                 os.close(dfd)
             kfd = self._kept_dir()

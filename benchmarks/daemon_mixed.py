@@ -101,13 +101,11 @@ def _client(job: tuple[str, int, float, float, float]) -> dict[str, object]:
             t0 = time.perf_counter()
             try:
                 c.lock(sm=sm, gpus=[0], wait=wait).release()
-            except LockConflict:
+                cycles.append(time.perf_counter() - t0)
+            except LockConflict:  # refused at once (no wait): asked again straight away
                 refused += 1
-                continue
             except Exception:
                 errors += 1
-                continue
-            cycles.append(time.perf_counter() - t0)
     return {"cycles": cycles, "refused": refused, "errors": errors}
 
 

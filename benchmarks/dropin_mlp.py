@@ -10,9 +10,14 @@ longest burst under 0.1 s, hot within 1% of cold).
 Variants (--variants) of the drop-in's schedule, interleaved trial by trial so that the
 GPU's state is shared: `now` (the schedule as it is), `target=X` (the rests keep the
 modelled power under X of the limit, DROPIN_POWER_TARGET), `burst=S` (bursts of S
-seconds, DROPIN_BURST_S). Read-only; needs torch and a GPU.
+seconds, DROPIN_BURST_S), `unseen=X` (a kernel whose power no reading has shown yet counts
+as drawing X times the limit, conditioning.burst.UNSEEN_POWER_FRAC; `unseen=0`: as
+before it did, the highest reading), `first=S` (from a rested GPU, S s of work before the
+first rest while no reading has shown the power, UNSEEN_FIRST_S), `heavyseen=X` (a
+reading at X of the limit or more schedules the kernel as the heaviest; 0: every kernel,
+HEAVY_SEEN_FRAC). Read-only; needs torch and a GPU.
 
-    GPUENV_READONLY=1 python -m benchmarks.dropin_mlp --trials 10 --variants now,target=0.8
+    GPUENV_READONLY=1 python -m benchmarks.dropin_mlp --trials 10 --variants now,unseen=0
 """
 
 from __future__ import annotations
@@ -34,20 +39,41 @@ LOAD_S = 3.0
 @contextlib.contextmanager
 def _variant(spec: str) -> Iterator[None]:
     """The drop-in's module constants as `spec` says, for the calls inside."""
+    from gpuenv.conditioning import burst
     from gpuenv.integrations.triton import bench as dropin
 
-    saved = (dropin.DROPIN_POWER_TARGET, dropin.DROPIN_BURST_S)
+    saved = (
+        dropin.DROPIN_POWER_TARGET,
+        dropin.DROPIN_BURST_S,
+        burst.UNSEEN_POWER_FRAC,
+        burst.UNSEEN_FIRST_S,
+        burst.HEAVY_SEEN_FRAC,
+    )
     key, _, value = spec.partition("=")
     if key == "target":
         dropin.DROPIN_POWER_TARGET = float(value)
     elif key == "burst":
         dropin.DROPIN_BURST_S = float(value)
+    elif key == "unseen":
+        burst.UNSEEN_POWER_FRAC = float(value)
+    elif key == "first":
+        burst.UNSEEN_FIRST_S = float(value)
+    elif key == "heavyseen":
+        burst.HEAVY_SEEN_FRAC = float(value)
     elif key != "now":
-        raise SystemExit(f"unknown variant {spec!r}: now, target=X or burst=S")
+        raise SystemExit(
+            f"unknown variant {spec!r}: now, target=X, burst=S, unseen=X, first=S, heavyseen=X"
+        )
     try:
         yield
     finally:
-        dropin.DROPIN_POWER_TARGET, dropin.DROPIN_BURST_S = saved
+        (
+            dropin.DROPIN_POWER_TARGET,
+            dropin.DROPIN_BURST_S,
+            burst.UNSEEN_POWER_FRAC,
+            burst.UNSEEN_FIRST_S,
+            burst.HEAVY_SEEN_FRAC,
+        ) = saved
 
 
 def _call(mlp: Callable[[], Any]) -> dict[str, Any]:
@@ -64,7 +90,14 @@ def _call(mlp: Callable[[], Any]) -> dict[str, Any]:
         # the schedule, and the power the model saw (for why a call met the cap)
         "schedule": {
             k: x.get(k)
-            for k in ("bursts", "burst_rests", "burst_rest_s", "burst_max_s", "warmup_reps")
+            for k in (
+                "bursts",
+                "burst_rests",
+                "burst_rest_s",
+                "burst_max_s",
+                "warmup_reps",
+                "burst_power_seen",
+            )
         },
         "power_w_max": [round(w.power_w_max or 0) for w in m.windows[:6]],
         "capped_at": [i for i, w in enumerate(m.windows) if w.reasons & Reason.SW_POWER_CAP][:6],
@@ -88,7 +121,9 @@ def run(args: argparse.Namespace) -> int:
     gt.do_bench(mlp)  # set-up
     for trial in range(args.trials):
         for v in variants:
-            with _variant(v):
+            with contextlib.ExitStack() as stack:
+                for part in v.split("+"):  # first=0+heavyseen=0: both at once
+                    stack.enter_context(_variant(part))
                 gpu.idle(IDLE_S)
                 cold = _call(mlp)
                 gpu.load(LOAD_S)

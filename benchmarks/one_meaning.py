@@ -11,8 +11,9 @@ Parts (--part; each has its results file, one_meaning-<part>.json):
            `flush_l2=False` (warm), `mode="events"` (one call per CUDA event pair, the
            method the default used above 20 us until now) and triton's do_bench
   startup  in fresh processes (what each pytest process or torchrun rank pays): torch's
-           CUDA start, the first and second torch.profiler session, and the first two
-           gpuenv.bench calls on a 64k-element sum
+           CUDA start, the first and second profiler session (gpuenv's, and
+           torch.profiler.profile's by phase, whose first start imports torch._inductor),
+           where that cost lies, and the first two gpuenv.bench calls on a 64k-element sum
   flips    --calls calls of gpuenv.bench on a 64k-element sum (CUPTI 7.2-7.6 us; one call
            per event pair 17-20 us, either side of the old 20 us threshold) in one process,
            or --procs processes at once, one per GPU (as torchrun ranks): the methods seen
@@ -38,13 +39,57 @@ STARTUP = {
     "torch's CUDA start": "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()",
     "first and second profiler session": (
         "import time, torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()\n"
-        "from gpuenv.timing import cuda\n"
+        "from gpuenv.timing.cuda import profiler as cuda\n"
         "laps = []\n"
         "for _ in range(2):\n"
         "    t0 = time.perf_counter()\n"
         "    with cuda._profiling() as prof:\n"
         "        torch.cuda._sleep(1000); torch.cuda.synchronize()\n"
         "    cuda._trace_events(prof)\n"
+        "    laps.append(time.perf_counter() - t0)\n"
+        "print('LAPS', *laps)"
+    ),
+    "torch.profiler.profile's phases, first and second session: start, stop, trace": (
+        "import time, torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()\n"
+        "from torch.profiler import ProfilerActivity, profile\n"
+        "from gpuenv.timing.cuda import profiler as cuda\n"
+        "laps = []\n"
+        "for _ in range(2):\n"
+        "    prof = profile(activities=[ProfilerActivity.CUDA])\n"
+        "    t0 = time.perf_counter(); prof.start(); t1 = time.perf_counter()\n"
+        "    torch.cuda._sleep(1000); torch.cuda.synchronize(); t2 = time.perf_counter()\n"
+        "    prof.stop(); t3 = time.perf_counter(); cuda._trace_events(prof)\n"
+        "    laps += [t1 - t0, t3 - t2, time.perf_counter() - t3]\n"
+        "print('LAPS', *laps)"
+    ),
+    "profiler started before CUDA's start, then CUDA start, stop": (
+        "import time, torch\n"
+        "from torch.profiler import ProfilerActivity, profile\n"
+        "prof = profile(activities=[ProfilerActivity.CUDA])\n"
+        "t0 = time.perf_counter(); prof.start(); t1 = time.perf_counter()\n"
+        "torch.zeros(1, device='cuda'); torch.cuda.synchronize(); t2 = time.perf_counter()\n"
+        "prof.stop(); t3 = time.perf_counter()\n"
+        "print('LAPS', t1 - t0, t2 - t1, t3 - t2)"
+    ),
+    "first and second profiler session, CUDA_MODULE_LOADING=EAGER": (
+        "import os; os.environ['CUDA_MODULE_LOADING'] = 'EAGER'\n"
+        "import time, torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()\n"
+        "from gpuenv.timing.cuda import profiler as cuda\n"
+        "laps = []\n"
+        "for _ in range(2):\n"
+        "    t0 = time.perf_counter()\n"
+        "    with cuda._profiling() as prof:\n"
+        "        torch.cuda._sleep(1000); torch.cuda.synchronize()\n"
+        "    laps.append(time.perf_counter() - t0)\n"
+        "print('LAPS', *laps)"
+    ),
+    "CPU-only profiler session, then a CUDA one": (
+        "import time, torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()\n"
+        "from torch.profiler import ProfilerActivity, profile\n"
+        "laps = []\n"
+        "for acts in ([ProfilerActivity.CPU], [ProfilerActivity.CUDA]):\n"
+        "    prof = profile(activities=acts)\n"
+        "    t0 = time.perf_counter(); prof.start(); torch.cuda.synchronize(); prof.stop()\n"
         "    laps.append(time.perf_counter() - t0)\n"
         "print('LAPS', *laps)"
     ),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Slurm's prolog and epilog: time per job, and GPUs any job left changed (goal 0).
 
-scripts/slurm/prolog.sh and epilog.sh under a real one-node Slurm (tests/slurm_harness.py:
+gpuenv's prolog and epilog (gpuenv/ops/slurm/) under a real one-node Slurm (tests/slurm_harness.py:
 munged, slurmctld, slurmd, two simulated GPUs, gpuenvd): many locked jobs, each ended at
 random by completing, scancel, slurmd SIGKILLed and restarted, or its time limit. Prints
 the prolog and epilog time per job (p50/p99) and how many GPUs any job left changed

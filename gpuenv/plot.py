@@ -13,7 +13,7 @@ marked with a red x, reps touched by a warning with an orange dot. A measurement
 trace does not cover (a file written before gpuenv kept one) is drawn as each rep's
 window, a flat step, and a note under the figure says so.
 
-matplotlib is an optional extra (`pip install 'gpuenv[plot]'`), imported only
+matplotlib is optional (the `plot` extra, or `pip install matplotlib`), imported only
 here and only when plotting; the figure is drawn without pyplot, so nothing in
 the caller's matplotlib state changes.
 """
@@ -52,7 +52,7 @@ def _matplotlib() -> tuple[Any, Any]:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as err:
-        raise ConfigError("plotting needs matplotlib", hint="pip install 'gpuenv[plot]'") from err
+        raise ConfigError("plotting needs matplotlib", hint="pip install matplotlib") from err
     return Figure, FigureCanvasAgg
 
 

@@ -1,7 +1,8 @@
 """A real one-node Slurm for tests and benchmarks/slurm.py: munged, slurmctld and slurmd
 on 127.0.0.1, everything in a temp dir (no systemd), two simulated GPUs declared in gres.conf
 (character devices the harness makes), gpuenvd serving them (sim backend, its socket in the
-temp dir), and scripts/slurm/prolog.sh and epilog.sh as the node's Prolog and Epilog.
+temp dir), and the Slurm prolog and epilog gpuenv ships (gpuenv/ops/slurm/) as the node's
+Prolog and Epilog.
 
 Not a test module: helpers only. What a one-machine Slurm does and needs was measured in
 shared/SLURM_FACTS.md; the reasons for each setting below come from there.
@@ -22,9 +23,10 @@ from pathlib import Path
 
 from daemon_harness import DaemonProcess
 
-ROOT = Path(__file__).resolve().parent.parent
-PROLOG = ROOT / "scripts" / "slurm" / "prolog.sh"
-EPILOG = ROOT / "scripts" / "slurm" / "epilog.sh"
+from gpuenv import ops
+
+PROLOG = ops.packaged("prolog")  # the copies `gpuenv ops install prolog epilog` installs
+EPILOG = ops.packaged("epilog")
 NODE = "gpunode0"
 ENDED = ("COMPLETED", "CANCELLED", "TIMEOUT", "FAILED", "NODE_FAIL")
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "srun", "mknod")

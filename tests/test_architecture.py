@@ -49,6 +49,7 @@ LAYERS = (
         "gpuenv.compare",
         "gpuenv.plot",
         "gpuenv.demo",
+        "gpuenv.ops",
     ),
     # the doors to a measurement; calibration measures a sustained load, so it sits
     # here although it lives in clocks/

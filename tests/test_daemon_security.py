@@ -30,6 +30,7 @@ from daemon_harness import (
     start_as,
 )
 
+from gpuenv import ops
 from gpuenv.daemon.client import Client
 
 
@@ -327,7 +328,7 @@ def test_status_shows_a_lease_whose_daemon_is_gone_as_such(
 
 # -- the systemd unit --------------------------------------------------------------------------
 
-UNIT = Path(__file__).resolve().parent.parent / "scripts" / "gpuenvd.service"
+UNIT = ops.packaged("unit")  # the copy `gpuenv ops install unit` installs
 
 
 def test_the_systemd_unit_parses(tmp_path: Path) -> None:

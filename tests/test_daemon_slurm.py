@@ -1,5 +1,6 @@
-"""scripts/slurm/prolog.sh and epilog.sh on the simulated GPU: lock for a job that asks,
-put back exactly what was there at its end, and never fail a job that did not ask."""
+"""The Slurm prolog and epilog gpuenv ships (gpuenv/ops/slurm/) on the simulated GPU: lock
+for a job that asks, put back exactly what was there at its end, and never fail a job that
+did not ask."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv import ops
 from gpuenv.backend.sim import SimBackend
 
 ROOT = Path(__file__).resolve().parent.parent
-PROLOG = ROOT / "scripts" / "slurm" / "prolog.sh"
-EPILOG = ROOT / "scripts" / "slurm" / "epilog.sh"
+PROLOG = ops.packaged("prolog")  # the copies `gpuenv ops install prolog epilog` installs
+EPILOG = ops.packaged("epilog")
 
 
 @pytest.fixture

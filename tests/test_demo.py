@@ -171,7 +171,7 @@ def test_real_tour_without_torch_reads_telemetry_and_says_how(
     assert result["ways"] == [] and result["readings"] >= 1
     assert "PyTorch" in result["why_not"]
     text = "\n".join(lines)
-    assert "pip install 'gpuenv[torch]'" in text
+    assert "pip install torch" in text
     assert "GpuIdle" in text and "gpuenv demo --sim" in text and "what gpuenv saw" not in text
 
 

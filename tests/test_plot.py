@@ -95,7 +95,7 @@ def test_missing_matplotlib_says_what_to_install(tmp_path, monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_mpl)
-    with pytest.raises(ConfigError, match=r"pip install 'gpuenv\[plot\]'"):
+    with pytest.raises(ConfigError, match="pip install matplotlib"):
         plot_mod._matplotlib()
 
 

@@ -1,4 +1,4 @@
-"""contrib/: the alert rules (promtool check/test rules), the Grafana dashboard, and gpuenvd
+"""gpuenv/ops/: the alert rules (promtool check/test rules), the Grafana dashboard, and gpuenvd
 scraped by a real Prometheus server (Debian's `prometheus` package; .ci/run installs it)."""
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv import ops
+
 pytest.importorskip("prometheus_client")
 
-ROOT = Path(__file__).resolve().parent.parent
-RULES = ROOT / "contrib" / "prometheus" / "gpuenv.rules.yml"
-RULE_TESTS = ROOT / "contrib" / "prometheus" / "gpuenv.rules.test.yml"
-DASHBOARD = ROOT / "contrib" / "grafana" / "gpuenv-dashboard.json"
+# the copies `gpuenv ops` prints and installs
+RULES = ops.packaged("rules")
+RULE_TESTS = ops.packaged("rules-test")
+DASHBOARD = ops.packaged("dashboard")
 
 
 def _tool(name: str) -> str:
@@ -242,9 +244,9 @@ def test_a_real_prometheus_scrapes_gpuenvd(gpuenvd: int, tmp_path: Path) -> None
         _stop(proc)
 
 
-# -- beside dcgm-exporter: contrib/prometheus/dcgm-scrape.yml and the docs' joins ----------
+# -- beside dcgm-exporter: gpuenv ops show scrape, and the docs' joins -----------------------
 
-SCRAPE = ROOT / "contrib" / "prometheus" / "dcgm-scrape.yml"
+SCRAPE = ops.packaged("scrape")
 
 
 def _labels_of(line: str) -> dict[str, str]:
@@ -329,10 +331,10 @@ def _readme_promql() -> list[tuple[str, str]]:
 def test_beside_dcgm_exporter_the_scrape_snippet_and_the_readme_joins_work(
     two_gpus_one_locked: int, tmp_path: Path
 ) -> None:
-    """With contrib/prometheus/dcgm-scrape.yml both jobs name the node the same (instance
-    without the port), so NVIDIA's dashboard filter and `on(instance, UUID)` joins match;
-    both of dcgm-exporter's host label spellings join; each README query answers as its
-    comment says (the locked-GPUs-only join keeps GPU 0 alone)."""
+    """With the scrape jobs gpuenv ships (gpuenv ops show scrape) both jobs name the node
+    the same (instance without the port), so NVIDIA's dashboard filter and `on(instance,
+    UUID)` joins match; both of dcgm-exporter's host label spellings join; each README query
+    answers as its comment says (the locked-GPUs-only join keeps GPU 0 alone)."""
     prometheus = _tool("prometheus")
     served = _get(f"http://127.0.0.1:{two_gpus_one_locked}/metrics") or ""
     gpus = [_labels_of(ln) for ln in served.splitlines() if ln.startswith("gpuenv_gpu_info{")]

@@ -440,7 +440,7 @@ def test_plugin_module_imports_nothing_heavy():
 
 
 def test_the_entry_point_registers_the_plugin():
-    """`pip install gpuenv` is enough for `pytest --gpuenv`: no `-p` needed."""
+    """Installing gpuenv is enough for `pytest --gpuenv`: no `-p` needed."""
     from importlib.metadata import entry_points
 
     eps = {ep.name: ep.value for ep in entry_points(group="pytest11")}

@@ -1,6 +1,7 @@
-"""scripts/slurm/prolog.sh and epilog.sh under a real slurmctld + slurmd (tests/slurm_harness.py):
-a job that asks is locked through gpuenvd and sees it, and whatever ends the job (its end,
-scancel, its time limit, slurmd killed and restarted) leaves every GPU as it was.
+"""The Slurm prolog and epilog gpuenv ships (gpuenv/ops/slurm/) under a real slurmctld +
+slurmd (tests/slurm_harness.py): a job that asks is locked through gpuenvd and sees it, and
+whatever ends the job (its end, scancel, its time limit, slurmd killed and restarted) leaves
+every GPU as it was.
 
 One cluster for the module (start-up ~1.5 s, the first job waits ~3 s for a scheduling pass).
 A job past its time limit is killed only on slurmctld's 30 s check, ~60-90 s after it

@@ -3,8 +3,10 @@ module: the mount and unmount that the fault tests share."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,3 +32,14 @@ def unmount(mnt: Path) -> None:
     """Unmount it, lazily where a file is still open on it."""
     if subprocess.run(["umount", str(mnt)], capture_output=True, check=False).returncode:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+
+
+@contextlib.contextmanager
+def tmpfs(mnt: Path, options: str) -> Iterator[Path]:
+    """A tmpfs at the new directory `mnt` for the block, unmounted after (skips as
+    mount_tmpfs does)."""
+    mount_tmpfs(mnt, options)
+    try:
+        yield mnt
+    finally:
+        unmount(mnt)

@@ -399,6 +399,9 @@ class GpuModel:
         self.r_mem = self.mem_mhz
         self.r_reasons = self.reasons
         self.r_power_avg = sum(self.power_ring) / len(self.power_ring)
+        # the "instant" power is the value at the update, held until the next: a heavy
+        # step showed in it 27-74 ms late on an H200 (benchmarks/power_lag.py)
+        self.r_power_instant = self.power_w
         self.r_energy_mj = int(self.energy_mj)
         self.r_reason_ns = dict(self.reason_ns)
         self.r_util = sum(self.busy_ring) / len(self.busy_ring)

@@ -187,7 +187,7 @@ class SimReads(SimCore):
                 power_w=round(g.r_power_avg, 3),
                 temp_c=float(g.r_temp),
                 reasons=g.r_reasons,
-                power_instant_w=round(g.power_w, 3),
+                power_instant_w=round(g.r_power_instant, 3),
                 driver_ts_us=self._driver_ts_us(g.r_ts_ns),
             )
 

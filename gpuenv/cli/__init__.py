@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plot": ("plot", "plot", "Plot clocks, power and temperature of a run, with its regions."),
     "job": ("job", "job", "What a batch job's GPUs did, prolog to epilog (gpuenvd's record)."),
     "daemon": ("daemon", "daemon", "Privileged service: unprivileged users get clock-lock leases."),
+    "ops": ("ops", "ops", "Print or install the systemd unit, Slurm scripts, alert rules."),
 }
 
 

@@ -117,7 +117,7 @@ def daemon(
 ) -> None:
     """gpuenvd: a root service that lends clock locks to unprivileged users.
 
-    'sudo gpuenv daemon' runs it in the foreground (systemd: scripts/gpuenvd.service).
+    'sudo gpuenv daemon' runs it in the foreground (systemd: 'gpuenv ops install unit').
     Users lock through its socket (gpuenv.daemon.client); a lease ends, and the
     GPU is put back, when the process that took it exits or dies, SIGKILL
     included. Config (INI; all sections optional):

@@ -2,8 +2,9 @@
 recorded it (time under each clock-event reason, SM clock quantiles, power, energy,
 temperature, other processes, whether the lock held), running or finished.
 
-The Slurm prolog and epilog (scripts/slurm/) record the job: `--begin -i GPUS --user U
---lock TEXT` and `--end`, which prints the one-line verdict. Both need an admin of gpuenvd.
+The Slurm prolog and epilog (`gpuenv ops install prolog epilog`) record the job: `--begin
+-i GPUS --user U --lock TEXT` and `--end`, which prints the one-line verdict. Both need an
+admin of gpuenvd.
 
 Exit codes: 0 printed; 2 no such job on this node's gpuenvd, a bad job id, or no gpuenvd
 answers; 4 --begin/--end by a user who is not gpuenvd's admin; the rest:

@@ -1,7 +1,7 @@
 """`gpuenv plot RUN.jsonl -o run.png`: clocks, power and temperature over time.
 
 Each measured region is shaded and named; rejected reps are marked. Needs the
-optional extra: pip install 'gpuenv[plot]'.
+optional extra (`plot`), or pip install matplotlib.
 
 Exit codes: 0 written; 2 an error (file unreadable or not a results file, no
 telemetry, no such GPU in the run, an image format or directory that will not do,

@@ -15,6 +15,7 @@ from gpuenv.errors import GpuenvError
 from gpuenv.progress import Progress
 from gpuenv.reasons import HELD_DOWN, Reason, short_names
 from gpuenv.telemetry import DRIVER_REFRESH_S
+from gpuenv.telemetry.reader import host_time
 from gpuenv.timebase import Clock
 from gpuenv.verdict import GpuFacts
 
@@ -157,6 +158,23 @@ MAX_CLOCK_REDOS = DEFAULT.burst_clock_redos  # the default's redos a measurement
 
 
 REST_POWER_FRAC = 0.25  # the power at rest is at most this of the limit (H100: 120 of 700 W)
+# A heavy kernel's power before any reading has shown it, as a fraction of the limit. The
+# instant power is the driver's value at its last refresh (every ~100 ms: a step of heavy
+# work showed 27-74 ms late on an H200, benchmarks/power_lag.py), so a reading shows what
+# the work draws only where that refresh fell inside the work; until one has, the schedule
+# assumes the worst: the H200's 8192^3 bf16 matmuls drew up to 892 W against its 700 W
+# limit (1.27x), the simulated H100's heaviest kernel 1.57x.
+UNSEEN_POWER_FRAC = 1.6
+SEEN_AFTER_S = 0.005  # a refresh this far into a burst shows the burst's work
+# A reading refreshed inside the work still reads under what the work draws where the
+# work had run only a little of the time the driver's value covers: an MLP block that
+# draws 760-941 W on an H100 read 575-591 W so, was scheduled for that, and met the cap.
+# A reading this far up the limit says the kernel is heavy, not how heavy: it is then
+# scheduled as the heaviest (UNSEEN_POWER_FRAC); a lower one says it is light.
+HEAVY_SEEN_FRAC = 0.5
+# From a rested GPU, the work that may run before the first rest while no reading has
+# shown its power (a refresh falls in it; the H200's cap engaged 127-178 ms into work).
+UNSEEN_FIRST_S = DRIVER_REFRESH_S + SEEN_AFTER_S
 # The modelled filtered power each GPU was left at (clock time, watts, watts at rest): the
 # GPU's state outlives a measurement, so the next one (an autotuner's next config, a
 # moment later) starts from it, not from the 1 s average that lags it. By the clock its
@@ -209,10 +227,20 @@ class Bursts:
         self.measured_s = 0.0  # closed bursts' share of the budget
         self.peak_mhz = 0.0
         self.bursts: list[float] = []
+        # when the work ran (clock time): closed bursts, and where the open one began. A
+        # first wait (`rested_s`) after the set-up and warmup split them from the reps
+        lead = start - self.burst_start
+        first = rested_s > 0 and lead > 0
+        self.spans: list[tuple[float, float]] = (
+            [(start - rested_s - lead, start - rested_s)] if first else []
+        )
+        self.open_from = start if first else self.burst_start
         self.rests = self.waits = self.redos = 0
         self.rest_s = 0.0
         self.fell = False
         self.filt_w: float | None = None  # the modelled filtered power, at `self.burst_start`
+        self.power_seen = False  # a reading showed the work's power (`_watts`)
+        self.began_rested = False  # the modelled power began near the power at rest
         self.rested_s = rested_s  # the wait before measuring (for a GPU found held down)
 
     def clock_fell(self, mhz: float | None) -> bool:
@@ -240,11 +268,15 @@ class Bursts:
         cc, now = self.config, self.clock.now()
         burst = now - self.burst_start
         self.bursts.append(burst)
+        self.spans.append((self.open_from, now))
+        self.open_from = now  # the rest is no work
         self.measured_s += now - self.segment
         rest = self._power_rest(burst) if not self.fell else None
         wait = self.fell or cc.burst_wait == "fresh" or self._held_down()
         if rest is None:
             rest = burst_rest_s(burst, cc)
+        elif rest > 0 and not self.power_seen:
+            rest = self._rest_to_refresh(now, rest)
         if wait:
             self.waits += 1
             wait_until_ready(
@@ -263,19 +295,59 @@ class Bursts:
         if took > 0:
             self.rests += 1
             self.rest_s += took
+        self.fell = False
+        self.burst_start = self.segment = self.open_from = self.clock.now()
         if self.filt_w is not None:  # the filter relaxed toward the power at rest
             low = self._watts()[1]
             self.filt_w = low + (self.filt_w - low) * math.exp(-took / (cc.burst_power_tau_s or 1))
-        self.fell = False
-        self.burst_start = self.segment = self.clock.now()
 
     def _watts(self) -> tuple[float, float]:
-        """The heaviest instant power seen in this measurement, and the power at rest."""
+        """The heaviest power this measurement's work draws, and the power at rest: the
+        highest reading where it shows a light kernel, else UNSEEN_POWER_FRAC of the
+        limit if that is more: until a reading whose refresh fell inside a burst
+        (`_shows_work`) has shown the work, and where one shows it heavy."""
         # this measurement's samples only (a session's sampler holds hours of others)
         samples = self.sampler.samples(self.origin, None, self.gpu) if self.sampler else []
         watts = [s.power_instant_w if s.power_instant_w is not None else s.power_w for s in samples]
         limit = self.facts.power_limit_w if self.facts and self.facts.power_limit_w else 0.0
-        return max(watts, default=0.0), min([*watts, REST_POWER_FRAC * limit])
+        heavy = max(watts, default=0.0)
+        self.power_seen = self.power_seen or any(self._shows_work(s) for s in samples)
+        if not self.power_seen or heavy >= HEAVY_SEEN_FRAC * limit:
+            heavy = max(heavy, UNSEEN_POWER_FRAC * limit)
+        return heavy, min([*watts, REST_POWER_FRAC * limit])
+
+    def _rest_to_refresh(self, now: float, rest: float) -> float:
+        """`rest`, lengthened where need be so that the next burst straddles the driver's
+        next refresh of the instant power (every DRIVER_REFRESH_S after the last one a
+        reading was stamped with): a kernel whose power no reading has shown is taken as
+        the heaviest, and rests as one, until a refresh falls inside its work."""
+        samples = self.sampler.samples(self.origin, None, self.gpu) if self.sampler else []
+        offset = self.clock.wall() - self.clock.now()
+        stamps = [host_time(s.driver_ts_us, s.t, offset) for s in samples if s.power_instant_w]
+        last = max((a for a in stamps if a is not None), default=None)
+        if last is None:
+            return rest
+        begin = now + rest
+        periods = math.ceil((begin + SEEN_AFTER_S - last) / DRIVER_REFRESH_S)
+        refresh = last + max(periods, 1) * DRIVER_REFRESH_S
+        if refresh <= begin + self.config.burst_s - SEEN_AFTER_S:
+            return rest  # the next burst holds it
+        return refresh - 2 * SEEN_AFTER_S - now
+
+    def _worked_s(self) -> float:
+        """How long this measurement's work has run, set-up and warmup included."""
+        return sum(b - a for a, b in [*self.spans, (self.open_from, self.clock.now())])
+
+    def _shows_work(self, s: Any) -> bool:
+        """Was sample `s`'s power refreshed while this measurement's work ran? By the
+        driver's timestamp of the value where it has one, else (the 1 s average, or no
+        timestamp) only if the work ran through the whole time the value may be from."""
+        spans = [*self.spans, (self.open_from, self.clock.now())]
+        at = host_time(s.driver_ts_us, s.t, self.clock.wall() - self.clock.now())
+        if at is not None and s.power_instant_w is not None:
+            return any(a + SEEN_AFTER_S <= at <= b for a, b in spans)
+        lag = DRIVER_REFRESH_S if s.power_instant_w is not None else 1.0
+        return any(a + SEEN_AFTER_S <= s.t - lag and s.t <= b for a, b in spans)
 
     def _power_rest(self, burst: float) -> float | None:
         """The rest after a burst of `burst` s that keeps the next burst's filtered power
@@ -297,10 +369,16 @@ class Bursts:
                     left[2] + (left[1] - left[2]) * math.exp(-(self.burst_start - left[0]) / tau),
                 )
             self.filt_w = low + (before - low) * math.exp(-self.rested_s / tau)
+            self.began_rested = self.filt_w <= low + REST_POWER_FRAC * (limit - low)
         self.filt_w = heavy + (self.filt_w - heavy) * math.exp(-burst / tau)
         target = cc.burst_power_target * limit
         if heavy <= target:
             return 0.0  # light: the filter cannot reach the target
+        if not self.power_seen and self.began_rested and self._worked_s() < UNSEEN_FIRST_S:
+            # from a rested GPU, no refresh can have fallen inside the work yet: one will
+            # before the next burst ends (the heaviest kernel's cap engaged 127-178 ms
+            # into work from rest on an H200), and a light kernel then rests not at all
+            return 0.0
         # the filter may start the next burst at most here to end it under the target
         start_max = heavy - (heavy - target) * math.exp(cc.burst_s / tau)
         if start_max <= low:
@@ -342,7 +420,9 @@ class Bursts:
             now = self.clock.now()
             end = heavy + (self.filt_w - heavy) * math.exp(-(now - self.burst_start) / tau)
             uuid = self._uuid
-            if uuid is not None:
+            # carried only where a reading showed the work's power (an assumed heavy
+            # power would make a light kernel's next call rest for nothing)
+            if uuid is not None and self.power_seen:
                 self._left()[uuid] = (now, end, low)
         return {
             "burst_rests": self.rests,
@@ -352,4 +432,4 @@ class Bursts:
             "burst_waits": self.waits,
             "burst_clock_redos": self.redos,
             "in_bursts_s": self.in_bursts_s(),
-        }
+        } | ({"burst_power_seen": self.power_seen} if tau else {})

@@ -26,9 +26,11 @@ class ConditionConfig:
         first-order filter of the power with this time constant (the H100's cap
         engages 100-300 ms into a heavy load: ~0.15 s). Before each burst, rest until
         the filter, driven by the heaviest instant power seen in this measurement
-        during the burst to come, stays under `burst_power_target` x the limit: a
-        light kernel never rests, a heavy one as little as keeps it off the cap
-        whatever its budget. None (or no power reading): the duty rule above.
+        (1.6x the limit until a reading refreshed inside the work has shown it:
+        `burst.UNSEEN_POWER_FRAC`) during the burst to come, stays under
+        `burst_power_target` x the limit: a light kernel rests at most once, a heavy
+        one as little as keeps it off the cap whatever its budget. None (or no power
+        reading): the duty rule above.
       burst_power_target: that fraction of the power limit.
       burst_clock_fall_rel: a rep whose probed clock falls more than this fraction below
         the highest this measurement saw ends its burst and is measured again (probes

@@ -2,8 +2,8 @@
 heavy load holds at the GPU's power cap), as one gauge per GPU on gpuenvd's metrics.
 
 The same model of GPU differs from card to card (cooling, the part itself): across a fleet,
-`contrib/prometheus/gpuenv.rules.yml` records each model's median and alerts on a GPU more
-than a few percent below it, and `gpuenv compare` says when two runs came from GPUs whose
+gpuenv's Prometheus rules (`gpuenv ops show rules`) record each model's median and alert on
+a GPU more than a few percent below it, and `gpuenv compare` says when two runs came from GPUs whose
 sustained clocks differ by more than the change it reports (results record the clock).
 """
 

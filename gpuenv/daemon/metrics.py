@@ -1,4 +1,4 @@
-"""gpuenvd's optional Prometheus endpoint (`pip install 'gpuenv[prometheus]'`).
+"""gpuenvd's optional Prometheus endpoint (the `prometheus` extra: prometheus-client).
 
 What DCGM exporter gives (clocks, power, temperatures, energy, time under each
 clock-event reason) plus what it cannot: whether the clocks are locked, whether
@@ -10,9 +10,9 @@ Every per-GPU series carries dcgm-exporter's labels, spelled as it spells them
 both as `Hostname`, its last release's spelling, and `hostname`, its main branch's), so
 the two join: `DCGM_FI_DEV_SM_CLOCK and on(UUID) gpuenv_lock_active == 1` keeps DCGM's
 clock of the locked GPUs. The two exporters listen on different ports, so their
-`instance` labels differ: contrib/prometheus/dcgm-scrape.yml relabels both to the
-host, which makes NVIDIA's dcgm-exporter dashboard (it filters on `instance`) and
-gpuenv's dashboard pick the same nodes and `on(instance, UUID)` joins match. Reasons are named
+`instance` labels differ: the scrape jobs gpuenv ships (`gpuenv ops show scrape`) relabel
+both to the host, which makes NVIDIA's dcgm-exporter dashboard (it filters on `instance`)
+and gpuenv's dashboard pick the same nodes and `on(instance, UUID)` joins match. Reasons are named
 in one vocabulary, NVML's (gpuenv.reasons: `SwPowerCap`, `SwThermalSlowdown`...),
 in both the active-reason gauge and the time-under-reason counter. No label names a
 process (holders are counted per user and kind), so series do not grow with jobs.
@@ -87,7 +87,7 @@ def _prometheus() -> Any:
     except ImportError:
         raise ConfigError(
             "the metrics endpoint needs prometheus-client",
-            hint="pip install 'gpuenv[prometheus]', or leave out --metrics / [daemon] metrics",
+            hint="pip install prometheus-client, or leave out --metrics / [daemon] metrics",
         ) from None
     return prometheus_client
 

@@ -155,7 +155,7 @@ class TorchRig:
     def __init__(self, backend: Backend, gpu: int):
         from gpuenv.clocks.calibration import reference_load
 
-        torch = timing._torch()  # ConfigError naming `pip install 'gpuenv[torch]'`
+        torch = timing._torch()  # ConfigError naming `pip install torch`
         fn, _, ordinal = reference_load(backend, gpu, size=MATMUL_SIZE)
         self.torch = torch
         self.backend = backend

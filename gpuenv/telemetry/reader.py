@@ -265,7 +265,7 @@ class Reader:
                     self._timed("processes", w0, c0)
             if r is None and pids is None:
                 continue
-            value_t = None if r is None else _host_time(r.driver_ts_us, t, self.clock.wall() - t)
+            value_t = None if r is None else host_time(r.driver_ts_us, t, self.clock.wall() - t)
             self.sink.slow(t, g, r, pids, edge, value_t)
         self.sink.slow_done()
 
@@ -289,7 +289,7 @@ def _next_on_grid(due: float, period: float, now: float) -> float:
     return due
 
 
-def _host_time(driver_ts_us: int | None, t: float, wall_minus_host: float) -> float | None:
+def host_time(driver_ts_us: int | None, t: float, wall_minus_host: float) -> float | None:
     """A driver timestamp (us since the epoch) on the host clock; None if implausible."""
     if not driver_ts_us:
         return None

@@ -13,6 +13,8 @@ import pytest
 from gpuenv import timing
 from gpuenv.errors import ConfigError
 from gpuenv.integrations import triton as gtriton
+from gpuenv.integrations.triton.bench import DROPIN_BURST_S
+from gpuenv.telemetry import DRIVER_REFRESH_S
 from gpuenv.timing.devices import REP_PROBE_CYCLES, SIM_FLUSH_BYTES_PER_MEM_CYCLE
 
 MAX_SM_HZ = 1980e6
@@ -59,14 +61,19 @@ class TestBudget:
         assert plan["rep_cost_s"] == pytest.approx(cost, rel=1e-3)  # flush and overhead in it
         assert len(times) == len(m.times_s) == plan["reps"]
         assert len(times) * cost <= 0.100 < (len(times) + 1) * cost  # fits, and fills
-        assert m.extra["measure_s"] <= 0.100 + cost
+        # the reps fill the budget inside bursts; a kernel whose power no reading has shown
+        # yet may rest as a heavy one until one has (conditioning.burst.UNSEEN_POWER_FRAC)
+        assert m.extra["in_bursts_s"] <= 0.100 + cost
+        assert m.extra["measure_s"] <= 0.100 + cost + m.extra["burst_rest_s"]
+        assert m.extra["burst_power_seen"] or m.extra["burst_rests"] == 0
         # warmup until steady (8 reps of a steady kernel), at most 25 ms worth
         assert plan["warmup_max_reps"] == max(1, int(0.025 / cost))
         assert m.extra["warmup_reps"] == min(timing.WARMUP_WINDOW, plan["warmup_max_reps"])
         assert m.extra["warmup_s"] <= 0.025 + cost
         # first call and estimate (<= 5 reps), warmup, reps; a cool GPU is not waited for
-        assert m.extra["burst_first_wait_s"] == 0.0 and m.extra["burst_rests"] == 0
-        assert elapsed <= 0.125 + 6 * cost + 1e-3
+        assert m.extra["burst_first_wait_s"] == 0.0
+        assert m.extra["burst_rest_s"] <= DRIVER_REFRESH_S + 2 * DROPIN_BURST_S
+        assert elapsed <= 0.125 + 6 * cost + 1e-3 + m.extra["burst_rest_s"]
         assert statistics.mean(times) == pytest.approx(fn_s * 1e3, rel=1e-3)
 
     def test_the_budgets_are_what_the_caller_gives(self, gpu):

@@ -10,7 +10,9 @@ import pytest
 from gpuenv import timing
 from gpuenv.backend.sim import SimBackend
 from gpuenv.integrations import triton as gtriton
+from gpuenv.integrations.triton.bench import DROPIN_BURST_S
 from gpuenv.reasons import Reason
+from gpuenv.telemetry import DRIVER_REFRESH_S
 from gpuenv.timebase import VirtualClock
 
 MLP_S = 2.9e-3  # the MLP block measured on an H100: gelu(X @ W1) @ W2, 2.9 ms a call
@@ -67,11 +69,33 @@ def test_back_to_back_calls_stay_off_the_cap_too(gpu) -> None:
         assert capped_reps(m) == [] and m.verdict == "ok", m.findings
 
 
-def test_a_light_kernel_never_rests(gpu) -> None:
+def test_a_light_kernel_rests_only_until_a_reading_has_shown_its_power(gpu) -> None:
+    """Until a driver refresh of the instant power falls inside its work, a kernel counts as
+    heavy: a light one rests at most as a heavy one would until the next refresh has
+    shown it (one refresh period and a burst), and never after."""
     k = timing.sim_kernel(gpu, 0, seconds=50e-6, power_intensity=0.2)
-    gtriton.do_bench(k, backend=gpu, rep=300)
-    x = gtriton.last_measurement().extra
-    assert x["bursts"] > 5 and x["burst_rests"] == 0 and x["burst_rest_s"] == 0.0
+    most = DRIVER_REFRESH_S + 2 * DROPIN_BURST_S
+    for _ in range(3):  # cold, then calls a moment apart
+        gtriton.do_bench(k, backend=gpu, rep=300)
+        x = gtriton.last_measurement().extra
+        assert x["bursts"] > 5 and x["burst_power_seen"]
+        assert x["burst_rest_s"] <= most
+
+
+def test_a_heavy_kernel_is_kept_off_the_cap_before_a_reading_shows_its_power() -> None:
+    """The instant power is the driver's value at its last refresh (every 0.1 s): a cold
+    call's first readings show the idle GPU, not the kernel. Counted as light from them,
+    an MLP block ran into the cap on the H100 and H200 (a rep capped in a 300 ms budget
+    here, on the code before)."""
+    sim = SimBackend("h100", clock=VirtualClock())
+    sim.open_context(0)
+    sim.idle(10.0)
+    for rep_ms in (300, 1000):
+        gtriton.do_bench(timing.sim_kernel(sim, 0, seconds=MLP_S), backend=sim, rep=rep_ms)
+        m = gtriton.last_measurement()
+        assert capped_reps(m) == [] and m.verdict == "ok", m.findings
+        assert m.extra["burst_rests"] > 0
+        sim.idle(10.0)
 
 
 def test_a_clock_that_falls_under_a_rep_ends_the_burst_and_the_rep_is_redone(

@@ -29,8 +29,10 @@ up: nothing to wait for on a GPU that is not held down; when it is, it waits unt
 power cap clears, ~0.5 s on an H100, at most WAIT_MAX_S), then measures in bursts of
 DROPIN_BURST_S, shorter than the 100-300 ms in which the cap engages under heavy load,
 with rests that keep a model of the power the cap acts on (a DROPIN_POWER_TAU_S filter
-of the instant power) under DROPIN_POWER_TARGET of the limit: a light kernel never
-rests, a heavy one just enough to stay off the cap whatever the budget. A rep whose
+of the instant power) under DROPIN_POWER_TARGET of the limit: a heavy kernel rests just
+enough to stay off the cap whatever the budget, a light one not at all once a reading
+has shown its power (the driver refreshes the reading every ~0.1 s: until one falls
+inside its work, a kernel counts as heavy, so a light one may rest once, ~20 ms). A rep whose
 probed clock fell ends its burst and is measured again once the GPU recovered. The
 `rep` budget counts the reps' time inside bursts (triton's reps, none capped), the
 rests come on top. `condition="none"` measures as triton does.

@@ -25,9 +25,7 @@ def _torch() -> Any:
     try:
         import torch
     except ImportError as err:
-        raise ConfigError(
-            "timing a CUDA function needs PyTorch", hint="pip install 'gpuenv[torch]'"
-        ) from err
+        raise ConfigError("timing a CUDA function needs PyTorch", hint="pip install torch") from err
     if not torch.cuda.is_available():
         raise ConfigError(
             "torch sees no CUDA GPU",
@@ -38,21 +36,26 @@ def _torch() -> Any:
 
 @contextlib.contextmanager
 def _profiling() -> Iterator[Any]:
-    """A torch.profiler session of CUDA activity. Warnings torch raises as it starts and
-    stops concern gpuenv's use of the profiler (torch 2.11: events cleared at its end), and
-    under `-W error` would end the measurement: silenced there alone, not fn's own."""
-    from torch.profiler import ProfilerActivity, profile
+    """A profiler session of CUDA activity only (CUPTI, through torch's kineto): what
+    `torch.profiler.profile(activities=[ProfilerActivity.CUDA])` starts, without its
+    wrapper, whose first start imports torch._inductor and with it torch._dynamo (it asks
+    `hasattr(torch, "_inductor")`): 5-6 s of a process's first measurement on the H200,
+    3.3 s on this project's CPU runner, where the session itself takes milliseconds
+    (benchmarks/one_meaning.py --part startup). Warnings torch raises as it starts and
+    stops concern gpuenv's use of the profiler, and under `-W error` would end the
+    measurement: silenced there alone, not fn's own."""
+    from torch.autograd.profiler import profile
 
-    prof = profile(activities=[ProfilerActivity.CUDA])
+    prof = profile(use_cpu=False, use_device="cuda", use_kineto=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prof.start()
+        prof.__enter__()
     try:
         yield prof
     finally:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            prof.stop()
+            prof.__exit__(None, None, None)
 
 
 def _trace_events(prof: Any) -> list[dict[str, Any]]:

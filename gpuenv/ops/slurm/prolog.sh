@@ -1,6 +1,7 @@
 #!/bin/bash
 # gpuenv Slurm Prolog: lock the GPU clocks of a job that asks for it.
 #
+#   install:     gpuenv ops install prolog epilog   # /etc/slurm/gpuenv-{prolog,epilog}.sh
 #   slurm.conf:  Prolog=/etc/slurm/gpuenv-prolog.sh   Epilog=/etc/slurm/gpuenv-epilog.sh
 #   a job asks:  sbatch --gres=gpu:2 --comment "gpuenv:sm=1350" job.sh
 #                (also sm=1200-1500, sm=max|base|sustained, power=500, mem=MHZ;
@@ -12,7 +13,7 @@
 #
 # Runs as root on the compute node (slurmd) before the job. The lock is a standing
 # gpuenv lock on the job's GPUs (SLURM_JOB_GPUS), journaled like any other: the
-# Epilog (epilog.sh) runs 'gpuenv restore' on the same GPUs, and the state that
+# Epilog (gpuenv-epilog.sh) runs 'gpuenv restore' on the same GPUs, and the state that
 # was there before is put back exactly. Users see the lock in 'gpuenv status'.
 # When gpuenvd runs on the node, 'gpuenv lock' takes the lock from it (a standing
 # lease owned by root, which the epilog's 'gpuenv restore' ends): one authority.
@@ -33,7 +34,7 @@ site=/etc/default/gpuenv-slurm
 if [ -f "$site" ] && [ -O "$site" ]; then . "$site"; fi
 GPUENV=${GPUENV:-gpuenv}
 STATE=${GPUENV_SLURM_STATE:-/run/gpuenv/slurm}
-JOB=${SLURM_JOB_ID:?prolog.sh runs under slurmd, which sets SLURM_JOB_ID}
+JOB=${SLURM_JOB_ID:?the gpuenv prolog runs under slurmd, which sets SLURM_JOB_ID}
 gpus=${SLURM_JOB_GPUS-}
 spec=
 

@@ -1,6 +1,7 @@
 #!/bin/bash
-# gpuenv Slurm Epilog: put back the GPU clocks prolog.sh locked for this job.
+# gpuenv Slurm Epilog: put back the GPU clocks the prolog locked for this job.
 #
+#   install:     gpuenv ops install epilog   # /etc/slurm/gpuenv-epilog.sh
 #   slurm.conf:  Epilog=/etc/slurm/gpuenv-epilog.sh
 #
 # Runs as root on the compute node after the job. 'gpuenv restore' puts back
@@ -21,7 +22,7 @@ site=/etc/default/gpuenv-slurm
 if [ -f "$site" ] && [ -O "$site" ]; then . "$site"; fi
 GPUENV=${GPUENV:-gpuenv}
 STATE=${GPUENV_SLURM_STATE:-/run/gpuenv/slurm}
-JOB=${SLURM_JOB_ID:?epilog.sh runs under slurmd, which sets SLURM_JOB_ID}
+JOB=${SLURM_JOB_ID:?the gpuenv epilog runs under slurmd, which sets SLURM_JOB_ID}
 record="$STATE/job-$JOB.gpus"
 log() {
     logger -t gpuenv-slurm -- "job $JOB: $*" 2>/dev/null || true

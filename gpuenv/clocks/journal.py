@@ -88,7 +88,8 @@ class JournalDamaged(ConfigError):
 
 
 class Found(NamedTuple):
-    """A GPU's record, and why it came from the kept original (None: from the journal)."""
+    """A GPU's record, and why it came from the kept original: what befell the two copies
+    (None: it came from them)."""
 
     entry: JournalEntry | None
     kept: str | None
@@ -364,7 +365,7 @@ class Journal:
                 if damage is not None
                 else "both copies of its record were deleted"
             )
-            return Found(kept, f"{why}; put back from the copy kept at lock time")
+            return Found(kept, why)
         if damage is not None:
             raise damage
         return Found(None, None)

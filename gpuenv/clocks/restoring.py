@@ -335,7 +335,7 @@ class RestoreItem:
     def describe(self) -> str:
         what = f"{self.entry.name}: {describe_restore(self.entry)}"
         if self.kept is not None:
-            what = f"{what} ({self.kept})"
+            what = f"{what} ({self.kept}; put back from the copy kept at lock time)"
         return what if self.blocked_by is None else f"{what}: held by {self.blocked_by}"
 
 

@@ -227,6 +227,9 @@ def test_restore_says_it_used_the_kept_original(tmp_path: Path) -> None:
     assert runner.invoke(cli, lock_cli, env=env).exit_code == 0
     uuid1 = SimBackend(n_gpus=2, state_file=tmp_path / "sim.json").device_info(1).uuid
     spoil_both(tmp_path / "state", uuid1, "cut")
+    doctor = runner.invoke(cli, ["--sim", "doctor"], env=env)
+    assert "GPU 1's journal record: both copies of its record are damaged" in doctor.output
+    assert "known only from the copy kept at lock time" in doctor.output
     result = runner.invoke(cli, ["--sim", "restore"], env=env)
     assert result.exit_code == 0, result.output
     assert "restored GPU 1" in result.output and "both copies of its record are damaged" in (

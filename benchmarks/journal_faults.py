@@ -135,7 +135,7 @@ def both_copies(args: argparse.Namespace) -> int:
         name: sum(any(o != "exact" for o in outs[s]) for s in BOTH_COPIES) for name, outs in runs
     }
     print(
-        "\nways of the 7 that lose an original (any trial not exact): "
+        f"\nways of the {len(BOTH_COPIES)} that lose an original (any trial not exact): "
         + ", ".join(f"{name} {n} of {len(BOTH_COPIES)}" for name, n in ways.items())
     )
     mine = runs[0][1]

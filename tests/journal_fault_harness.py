@@ -22,6 +22,7 @@ import json
 import os
 import random
 import shutil
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -306,10 +307,11 @@ def record_size() -> int:
 
 
 # -- both copies of a record damaged (issue 31, item 3) --------------------------------------
-# Seven ways both copies of GPU 1's record are lost while its lock is held, each followed by
-# what ends the lock: 'gpuenv restore' (a standing lock), the owner's release, or the owner
-# SIGKILLed (its watchdog restores). Each must come out "exact": the original state is put
-# back from the copy kept at lock time, never reset to the driver's defaults.
+# Eight ways both copies of GPU 1's record are lost while its lock is held, each followed by
+# what ends the lock: 'gpuenv restore' (a standing lock), the owner's release, the owner
+# SIGKILLed (its watchdog restores), or gpuenvd SIGKILLed (its recovery at start restores).
+# Each must come out "exact": the original state is put back from the copy kept at lock
+# time, never reset to the driver's defaults.
 
 BOTH_COPIES = (
     "restore_deleted",  # both copies deleted ('rm GPU-*'), then 'gpuenv restore'
@@ -319,6 +321,7 @@ BOTH_COPIES = (
     "release_cut",  # both cut short, then the library lock released normally
     "killed_cut",  # both cut short, then the owner SIGKILLed: its watchdog restores
     "killed_deleted",  # both deleted, then the owner SIGKILLed
+    "daemon_killed_cut",  # a gpuenvd lease's record cut short, gpuenvd SIGKILLed, restarted
 )
 
 OWNER = (
@@ -352,6 +355,8 @@ def trial_both_copies(tmp: Path, scenario: str) -> str:
     try:
         if scenario.startswith("killed_"):
             return _killed(tmp, scenario.removeprefix("killed_"))
+        if scenario.startswith("daemon_killed_"):
+            return _daemon_killed(tmp, scenario.removeprefix("daemon_killed_"))
         sim = machine()
         prior = settings(sim)
         journal = Journal(tmp)
@@ -371,7 +376,6 @@ def _killed(tmp: Path, how: str) -> str:
     damaged, the process is SIGKILLed; then what its watchdog left is judged."""
     import subprocess
     import sys
-    import time
 
     import gpuenv
     from gpuenv.clocks.records import process_alive
@@ -422,3 +426,34 @@ def _killed(tmp: Path, how: str) -> str:
         return "exact"
     finally:
         sim.close()
+
+
+def _daemon_killed(tmp: Path, how: str) -> str:
+    """gpuenvd holds a lease on both GPUs, both copies of GPU 1's record are damaged,
+    gpuenvd is SIGKILLed and started again: its recovery must put the original back."""
+    from daemon_harness import DaemonProcess, state_tuple
+
+    import gpuenv
+    from gpuenv.daemon.client import Client
+
+    d = DaemonProcess(tmp, n_gpus=N_GPUS)
+    d.env["PYTHONPATH"] = str(Path(gpuenv.__file__).resolve().parent.parent)  # this gpuenv
+    try:
+        d.backend.set_app_clocks(0, 2619, 1500)
+        d.backend.set_power_limit(1, 650.0)
+        prior = [state_tuple(d.backend, i) for i in range(N_GPUS)]
+        d.start()
+        with Client(d.socket) as c:
+            c.lock(sm=1350, power_limit_w=500.0, gpus=[0, 1])
+            spoil_both(tmp / "journal", d.backend.device_info(1).uuid, how)
+            d.kill()
+        d.start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if [state_tuple(d.backend, i) for i in range(N_GPUS)] == prior:
+                break
+            time.sleep(0.02)
+        back = [state_tuple(d.backend, i) for i in range(N_GPUS)] == prior
+        return "exact" if back and not _leftovers(tmp / "journal") else "lost"
+    finally:
+        d.close()

@@ -207,8 +207,9 @@ def test_a_journal_not_updated_is_a_warning_not_a_stranded_lock(tmp_path: Path) 
 
 @pytest.mark.parametrize("scenario", BOTH_COPIES)
 def test_both_copies_damaged_still_puts_the_original_back(scenario: str, tmp_path: Path) -> None:
-    """Before the kept original, 6 of these 7 reset GPU 1 to the driver's defaults (its 650 W
-    lost), and a directory in the records' place stranded it."""
+    """Before the kept original, 6 of these 8 reset GPU 1 to the driver's defaults (its 650 W
+    lost), a directory in the records' place stranded it, and gpuenvd restarted left it
+    locked."""
     assert trial_both_copies(tmp_path / "j", scenario) == "exact"
 
 

@@ -316,9 +316,12 @@ class RestoreItem:
     index: int
     entry: JournalEntry
     blocked_by: str | None  # a live owner that keeps it (without --all)
+    kept: str | None = None  # why the original kept at lock time is used (Journal.lookup)
 
     def describe(self) -> str:
         what = f"{self.entry.name}: {describe_restore(self.entry)}"
+        if self.kept is not None:
+            what = f"{what} ({self.kept}; put back from the copy kept at lock time)"
         return what if self.blocked_by is None else f"{what}: held by {self.blocked_by}"
 
 
@@ -341,7 +344,7 @@ def plan_restore(
             continue
         live = [o for o in entry.owners if o.kind != "standing" and o.owner_alive()]
         blocked = live[0].describe() if live and not all_owners else None
-        items.append(RestoreItem(index, entry, blocked))
+        items.append(RestoreItem(index, entry, blocked, journal.lookup(entry.uuid).kept))
     return items
 
 

@@ -280,8 +280,9 @@ def check_journal(ctx: Context) -> Iterable[Check]:
         return
     assert ctx.backend is not None
     by_uuid = {ctx.backend.device_info(i).uuid: i for i in ctx.gpus}
+    journal = Journal()
     try:
-        entries, damaged = Journal().scan()
+        entries, damaged = journal.scan()
     except (OSError, GpuenvError) as err:
         yield Check("journal", "warning", f"gpuenv's journal cannot be read: {err}")
         return
@@ -292,6 +293,16 @@ def check_journal(ctx: Context) -> Iterable[Check]:
         index = by_uuid.get(entry.uuid)
         if index is None or entry.backend != ctx.backend.name:
             continue
+        kept = journal.lookup(entry.uuid).kept
+        if kept is not None:  # known still, from the copy kept apart: say so before it is lost
+            yield Check(
+                "journal",
+                "warning",
+                f"GPU {index}'s journal record: {kept}; the state before the lock is known "
+                "only from the copy kept at lock time",
+                "'gpuenv restore' (once the lock has ended) puts that state back",
+                gpu=index,
+            )
         live = entry.live_owners()
         if not live:
             gone = ", ".join(o.describe() for o in entry.owners) or "an owner gpuenv lost track of"

@@ -95,7 +95,9 @@ class Sampler:
     A failed read never raises: it becomes a `Gap` (see `gaps`), and windows over it
     carry `gap=True`; so does a sampler process that died. `own_pids` are the
     processes whose use of the GPU is expected (default: this one); any other
-    becomes a window's `other_pids`.
+    becomes a window's `other_pids`. `edge_capacity`: edge reads are kept apart, in
+    rings of this many per GPU (`buffers.py`), for a process that marks for others
+    (gpuenvd): its memory then stays flat however many windows it is asked for.
 
         with Sampler(backend, [0]) as sampler:
             t0 = sampler.mark(); work(); t1 = sampler.mark()
@@ -133,6 +135,7 @@ class Sampler:
         energy_period: float = DEFAULT_ENERGY_PERIOD_S,
         clock: Clock | None = None,
         capacity: int = DEFAULT_CAPACITY,
+        edge_capacity: int | None = None,
         own_pids: Iterable[int] | None = None,
         watch_processes: bool = True,
         lock_ranges: dict[int, tuple[int, int]] | None = None,
@@ -166,7 +169,15 @@ class Sampler:
         self.lock_tolerance_mhz = lock_tolerance_mhz
         # "thread" | "process" (virtual time counts as "thread"), and why
         self.mode, self.mode_reason = choose_mode(backend, self.clock, mode)
-        self._buf = Buffers(self.gpus, capacity, self.own_pids)
+        if edge_capacity is not None and edge_capacity < 16:
+            raise ConfigError(
+                f"sampler edge_capacity {edge_capacity} is too small", hint="use 16 or more"
+            )
+        # edge reads in rings of their own (buffers.py): a process that marks for others
+        # (gpuenvd's windows) keeps its memory and its history flat however often it marks
+        self._buf = Buffers(
+            self.gpus, capacity, self.own_pids, edge_capacity=edge_capacity, spacing=period / 2
+        )
         self._reader = Reader(
             backend,
             self.gpus,

@@ -118,6 +118,8 @@ class Sampler:
         lock_ranges: each GPU's locked SM range, to tell whether the lock held.
         lock_tolerance_mhz: how far outside the locked range the clock may read.
         mode: "process" or "thread" (default: GPUENV_SAMPLER, else as above).
+        edge_capacity: edge reads kept apart, this many per GPU (at least 16; None: in
+            the rings of every tick), as above.
 
     Raises:
         ConfigError: no GPU, a period that is not positive, a capacity too small.

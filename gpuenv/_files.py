@@ -24,14 +24,10 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-from gpuenv.errors import ConfigError
+from gpuenv.errors import UnsafePath as UnsafePath  # defined in gpuenv.errors
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _MAX_LINKS = 40  # as the kernel's own limit on symbolic links in one lookup
-
-
-class UnsafePath(ConfigError):
-    """A place another account could have chosen or could change: refused, never used."""
 
 
 def _refuse(path: str, why: str, what: str) -> UnsafePath:

@@ -4,7 +4,12 @@
      +-- ConfigError                 bad input: option, environment variable, config file
      |    |                          (also a ValueError, as Python's bad arguments are)
      |    +-- DeviceNotFound         a GPU selector that matches no GPU
-     |    `-- FileError              a file or directory gpuenv could not read or write
+     |    +-- FileError              a file or directory gpuenv could not read or write
+     |    +-- UnsafePath             a place another account could have chosen or change
+     |    +-- BadRecord              a file's content is not what gpuenv writes (path, line,
+     |    |                          field)
+     |    +-- JournalDamaged         a GPU's journal record cannot be trusted
+     |    `-- CommandNotFound        gpuenv run: the command is missing or not executable
      +-- BackendError                the GPU or its driver said no
      |    +-- NvmlUnavailable        no driver, no libnvidia-ml, or NVML failed to start
      |    +-- NotSupported           this GPU or driver cannot do that
@@ -13,7 +18,14 @@
      |    +-- DriverTimeout          the driver did not answer in time
      |    `-- InvalidValue           the driver rejected a value (clock, power limit)
      +-- ReadOnlyError               a write refused by GPUENV_READONLY=1 / --dry-run
-     `-- LockConflict                another owner holds a different lock on the GPU
+     +-- LockConflict                another owner holds a different lock on the GPU
+     +-- JournalNotUpdated           the GPUs were put back, the journal could not say so
+     +-- MeasurementRejected         the reject policy left too few trustworthy reps
+     +-- DaemonUnavailable           no gpuenvd answers on the socket
+     +-- DaemonNotTrusted            the socket is served by another account than gpuenvd's
+     `-- ProtocolError               a request gpuenvd cannot understand
+
+Every subclass of GpuenvError is defined in this module (tests/test_errors.py checks it).
 
 `str()` of each reads as one sentence that says what happened, on which GPU,
 and what to do; the CLI prints exactly that and exits with `exit_code`.
@@ -25,6 +37,10 @@ from __future__ import annotations
 
 import errno as errno_mod
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # code -> meaning: docs/reference/exit-codes.md's table is this one. 126/127 and 128+N belong
 # to `gpuenv run`.
@@ -272,3 +288,96 @@ class FileError(ConfigError):
         if isinstance(where, bytes):
             where = where.decode(errors="replace")
         return cls(where, err.errno, detail=err.strerror or str(err), **kwargs)
+
+
+# -- the rest of the tree: errors of one part of gpuenv, defined here with the others and
+# importable from the module that raises them too (gpuenv.reader.BadRecord, ...)
+
+
+class UnsafePath(ConfigError):
+    """A place another account could have chosen or could change: refused, never used."""
+
+
+class BadRecord(ConfigError):
+    """A file's content is not what gpuenv writes: `path`, `line` (1-based, None for a
+    whole-file document) and `field` (a dotted path, e.g. windows[3].sm_mhz_mean)."""
+
+    def __init__(
+        self,
+        what: str,
+        path: str | os.PathLike[str],
+        problem: str,
+        *,
+        line: int | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+    ):
+        self.path = os.fspath(path)
+        self.line = line
+        self.field = field
+        where = f"{what} {self.path}"
+        if line is not None:
+            where += f", line {line}"
+        if field:
+            where += f", field {field}"
+        super().__init__(
+            f"{where}: {problem}",
+            hint=hint or "pass a file gpuenv wrote, or remove the damaged record",
+        )
+
+
+class JournalDamaged(ConfigError):
+    """A GPU's record (both copies) cannot be trusted: cut short, edited, or not JSON."""
+
+    def __init__(self, uuid: str, path: Path, why: str):
+        self.uuid = uuid
+        self.path = path
+        self.why = why
+        super().__init__(
+            f"the journal record {path} is damaged ({why})",
+            hint="the state before the lock is lost for this GPU: 'gpuenv restore --defaults "
+            f"-i {uuid}' resets it to the driver's defaults (check 'gpuenv status' first)",
+        )
+
+
+class CommandNotFound(ConfigError):
+    """The command to run does not exist or cannot be executed (exit 127 / 126, as shells)."""
+
+    def __init__(self, command: str, *, exit_code: int = 127, why: str = "command not found"):
+        self.exit_code = exit_code
+        super().__init__(f"{why}: {command}", hint="check the command and your PATH")
+
+
+class JournalNotUpdated(GpuenvError):
+    """The GPUs were put back, but the journal could not record it (read-only, full)."""
+
+    def __init__(self, done: list[str], errors: list[GpuenvError]):
+        self.done = done
+        self.errors = errors
+        first = errors[0]
+        super().__init__(
+            f"the GPUs were restored, but the journal could not be updated ({first.message})",
+            hint="its record still says locked, so 'gpuenv status' shows a lock that no "
+            "longer holds; once the state directory (GPUENV_STATE_DIR) is writable, "
+            "'gpuenv restore --all' clears it (restoring again puts back the same values)",
+        )
+
+
+class MeasurementRejected(GpuenvError):
+    """The reject (or retry) policy left too few trustworthy repetitions."""
+
+    exit_code = 1  # the CLI's "rejected verdict" code
+
+
+class DaemonUnavailable(GpuenvError):
+    """No gpuenvd answers on the socket."""
+
+
+class DaemonNotTrusted(GpuenvError):
+    """The process serving the socket is not gpuenvd's account: a fake, never believed."""
+
+    exit_code = 4
+
+
+class ProtocolError(GpuenvError):
+    """A request the daemon cannot understand: not JSON, wrong fields, too long."""

@@ -24,28 +24,29 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.results import Measurement
 from gpuenv.telemetry import Window
 from gpuenv.timebase import Clock
 from gpuenv.verdict import (
     DEFAULT_CONFIG,
+    POLICIES,
     Finding,
     GpuFacts,
     MeasurementRejected,
+    Policy,
+    Verdict,
     VerdictConfig,
     assess,
     severity_rank,
 )
 
-POLICIES = ("annotate", "reject", "retry")
-
-
 # -- what the findings compare against ------------------------------------------------
 
 
 def read_facts(
-    backend: Any, gpus: Sequence[int], lock_ranges: Mapping[int, tuple[int, int]] | None = None
+    backend: Backend, gpus: Sequence[int], lock_ranges: Mapping[int, tuple[int, int]] | None = None
 ) -> dict[int, GpuFacts]:
     """Each GPU's maximum clock, thermal thresholds, power limit and lock range: the one
     place they are read. What cannot be read stays None (a finding without it is still
@@ -75,15 +76,17 @@ def read_facts(
 
 @dataclass(frozen=True)
 class PolicyResult:
-    verdict: str  # "ok" | "annotated" | "rejected"
+    verdict: Verdict
     rejected_reps: tuple[int, ...] = ()
     affected_reps: tuple[int, ...] = ()
 
 
-def check_policy(policy: str) -> str:
-    if policy not in POLICIES:
-        raise ConfigError(f"unknown policy {policy!r}", hint=f"use one of {', '.join(POLICIES)}")
-    return policy
+def check_policy(policy: str) -> Policy:
+    """`policy` as a Policy, or a ConfigError naming the ones there are."""
+    for known in POLICIES:
+        if policy == known:
+            return known
+    raise ConfigError(f"unknown policy {policy!r}", hint=f"use one of {', '.join(POLICIES)}")
 
 
 def affected_reps(findings: Sequence[Finding], config: VerdictConfig = DEFAULT_CONFIG) -> list[int]:
@@ -95,7 +98,7 @@ def affected_reps(findings: Sequence[Finding], config: VerdictConfig = DEFAULT_C
 def apply_policy(
     findings: Sequence[Finding],
     n_reps: int,
-    policy: str = "annotate",
+    policy: Policy = "annotate",
     *,
     config: VerdictConfig = DEFAULT_CONFIG,
     name: str = "measurement",
@@ -218,7 +221,7 @@ def judge(
     *,
     facts: Mapping[int, GpuFacts],
     config: VerdictConfig = DEFAULT_CONFIG,
-    policy: str = "annotate",
+    policy: Policy = "annotate",
     retry: Retry | None = None,
     extra_findings: Sequence[Finding] = (),
     amend: Callable[[list[Finding]], list[Finding]] | None = None,

@@ -25,7 +25,7 @@ import os
 import stat
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuenv.backend import Backend
 from gpuenv.clocks.journal import Applied, Journal
@@ -33,20 +33,66 @@ from gpuenv.clocks.plan import GpuPlan, LockPlan, plan_lock, read_state
 from gpuenv.clocks.request import LockRequest, make_request
 from gpuenv.errors import ConfigError, GpuenvError, LockConflict, PermissionDenied
 
+if TYPE_CHECKING:
+    from gpuenv.daemon.client import Client
+
 GpuSelector = str | int | Sequence[str | int] | None
+
+
+class HeldLock(Protocol):
+    """A lock `acquire` took: a local `gpuenv.clocks.Lock`, or gpuenvd's lease
+    (`gpuenv.daemon.client.DaemonLock`). What every caller may use of either."""
+
+    @property
+    def gpus(self) -> list[int]:
+        """The GPUs locked, by index."""
+        ...
+
+    @property
+    def plan(self) -> LockPlan:
+        """Each GPU's state before and the state applied (`lock_ranges` reads it)."""
+        ...
+
+    @property
+    def notes(self) -> list[str]:
+        """What a person should know (a clock snapped to a supported one, the daemon)."""
+        ...
+
+    @property
+    def shared(self) -> list[int]:
+        """The GPUs where the same state was already held by another owner (shared)."""
+        ...
+
+    @property
+    def released(self) -> bool: ...
+
+    def holds(self) -> dict[int, bool | None]:
+        """Per GPU: is the SM clock inside the locked range now (None: cannot tell)."""
+        ...
+
+    def release(self) -> object:
+        """Put back what was there before (idempotent)."""
+        ...
+
+    def __enter__(self) -> HeldLock: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
 
 # The locks this process took through acquire() (released ones pruned). The process owns
 # them (a lease ends with it), so `gpuenv.restore()` puts back what `gpuenv.lock()` took
 # in this process; which lock a restore releases is found by the GPU's UUID, never by an
 # index that names another GPU on another backend.
-_HELD: list[Any] = []
+_HELD: list[HeldLock] = []
 
 
 class DaemonNotUsed(UserWarning):
     """A socket is where gpuenvd's would be, but no working gpuenvd answers on it."""
 
 
-def daemon_client(backend: Backend, *, socket: str | os.PathLike[str] | None = None) -> Any:
+def daemon_client(
+    backend: Backend, *, socket: str | os.PathLike[str] | None = None
+) -> Client | None:
     """A connection to the gpuenvd that drives `backend`'s GPUs, or None when none answers.
 
     Cheap without a daemon (a stat of the socket). None for a read-only backend
@@ -56,7 +102,7 @@ def daemon_client(backend: Backend, *, socket: str | os.PathLike[str] | None = N
     return None if backend.readonly else _connect(backend, socket)
 
 
-def _connect(backend: Backend, socket: str | os.PathLike[str] | None) -> Any:
+def _connect(backend: Backend, socket: str | os.PathLike[str] | None) -> Client | None:
     from gpuenv.daemon.client import Client, DaemonNotTrusted, default_socket
 
     path = os.fspath(socket) if socket is not None else default_socket()
@@ -97,7 +143,7 @@ def acquire(
     journal: Journal | None = None,
     command: str | None = None,
     socket: str | os.PathLike[str] | None = None,
-) -> Any:
+) -> HeldLock:
     """Lock clocks through the daemon when one serves these GPUs, else locally.
 
     The `nvidia-smi` equivalent is `-lgc` / `-lmc` / `-pl`, with what was there before
@@ -118,8 +164,7 @@ def acquire(
         socket: gpuenvd's socket (default: GPUENV_SOCKET, or the standard path).
 
     Returns:
-        A `gpuenv.clocks.Lock` or a `gpuenv.daemon.client.DaemonLock`: both have
-        `gpus`, `plan`, `notes`, `shared`, `holds()`, `release()` and `with`.
+        A `HeldLock`: a `gpuenv.clocks.Lock` or a `gpuenv.daemon.client.DaemonLock`.
 
     Raises:
         LockConflict: another owner holds a different state on these GPUs.
@@ -132,7 +177,7 @@ def acquire(
     request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit_w)
     gpus = validate.gpu_selector(gpus, "gpus")
     socket = validate.path_like(socket, "socket")
-    held: Any = None
+    held: HeldLock | None = None
     if journal is None:
         probe = backend if backend is not None else _open()
         try:
@@ -234,14 +279,14 @@ def _user() -> str:
 
 
 def _lease(
-    client: Any,
+    client: Client,
     backend: Backend,
     request: LockRequest,
     gpus: GpuSelector,
     standing: bool,
     force: bool,
     command: str | None,
-) -> Any:
+) -> HeldLock:
     """A lease from the daemon on `client`'s connection (closed with the lease)."""
     from gpuenv.daemon.client import DaemonLock
 
@@ -277,9 +322,9 @@ def _lease(
     except BaseException:
         client.close()
         raise
-    held = DaemonLock(client, info)
-    held.plan = plan if plan is not None else _plan_from_daemon(client, backend, held.gpus)
-    return held
+    if plan is None:
+        plan = _plan_from_daemon(client, backend, list(info["gpus"]))
+    return DaemonLock(client, info, plan)
 
 
 def _selected(backend: Backend, gpus: GpuSelector) -> list[int]:
@@ -299,7 +344,7 @@ def _local_plan(backend: Backend, request: LockRequest, gpus: list[int]) -> Lock
         raise
 
 
-def _plan_from_daemon(client: Any, backend: Backend, gpus: list[int]) -> LockPlan:
+def _plan_from_daemon(client: Client, backend: Backend, gpus: list[int]) -> LockPlan:
     from gpuenv.devices import describe
 
     plans = []
@@ -392,7 +437,7 @@ def restore(
             backend.close()
 
 
-def lock_ranges(lock: Any, backend: Backend) -> dict[int, tuple[int, int]]:
+def lock_ranges(lock: HeldLock, backend: Backend) -> dict[int, tuple[int, int]]:
     """The SM range each GPU of `lock` holds, the base clock resolved (app clocks: the SM one).
     A GPU locked to a base clock NVML does not report is left out (cannot be checked)."""
     from gpuenv.clocks.request import TDP_LOCK
@@ -438,4 +483,13 @@ def lock_view(backend: Backend, index: int) -> dict[str, Any] | None:
     return None
 
 
-__all__ = ["acquire", "daemon_client", "lock", "lock_ranges", "lock_view", "release_own", "restore"]
+__all__ = [
+    "HeldLock",
+    "acquire",
+    "daemon_client",
+    "lock",
+    "lock_ranges",
+    "lock_view",
+    "release_own",
+    "restore",
+]

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuenv._records import field_hints
+from gpuenv.errors import BadRecord as BadRecord  # defined in gpuenv.errors
 from gpuenv.errors import ConfigError, FileError
 
 MiB = 1 << 20
@@ -44,34 +45,6 @@ _KINDS = (
 def kind_of(mode: int) -> str | None:
     """What a file that is not a regular file is ("a FIFO (named pipe)"), or None."""
     return next((kind for test, kind in _KINDS if test(mode)), None)
-
-
-class BadRecord(ConfigError):
-    """A file's content is not what gpuenv writes: `path`, `line` (1-based, None for a
-    whole-file document) and `field` (a dotted path, e.g. windows[3].sm_mhz_mean)."""
-
-    def __init__(
-        self,
-        what: str,
-        path: str | os.PathLike[str],
-        problem: str,
-        *,
-        line: int | None = None,
-        field: str | None = None,
-        hint: str | None = None,
-    ):
-        self.path = os.fspath(path)
-        self.line = line
-        self.field = field
-        where = f"{what} {self.path}"
-        if line is not None:
-            where += f", line {line}"
-        if field:
-            where += f", field {field}"
-        super().__init__(
-            f"{where}: {problem}",
-            hint=hint or "pass a file gpuenv wrote, or remove the damaged record",
-        )
 
 
 def read_bytes(
@@ -294,6 +267,11 @@ def _checker(hint: Any) -> Checker:
         return _not_null(_record(hint))  # type: ignore[arg-type]
     if hint in _SCALARS:
         return _not_null(_SCALARS[hint])
+    if origin is typing.Literal:
+        # a vocabulary (a finding's kind, a verdict): checked as the type of its words, not
+        # for membership, so a file keeps loading whatever words it was written with
+        kinds: set[Any] = {type(a) for a in args}
+        return _checker(kinds.pop()) if len(kinds) == 1 else _not_null(_ok)
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
             return _not_null(_items(_checker(args[0])))

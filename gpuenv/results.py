@@ -27,9 +27,9 @@ from gpuenv._records import JsonRecord, fields, from_dict, json_default, to_dict
 from gpuenv.errors import ConfigError, FileError
 from gpuenv.telemetry import Window
 from gpuenv.units import fmt_s
-from gpuenv.verdict import Finding
+from gpuenv.verdict import VERDICTS as VERDICTS  # its old home: gpuenv.results.VERDICTS
+from gpuenv.verdict import Finding, Policy, Verdict
 
-VERDICTS = ("ok", "annotated", "rejected")
 T = TypeVar("T")
 
 
@@ -104,8 +104,8 @@ class Measurement(JsonRecord):
     stats: Stats
     windows: tuple[Window, ...] = ()  # per rep (and per GPU, in rep order then GPU order)
     findings: tuple[Finding, ...] = ()
-    verdict: str = "ok"  # "ok" | "annotated" | "rejected"
-    policy: str = "annotate"
+    verdict: Verdict = "ok"
+    policy: Policy = "annotate"
     rejected_reps: tuple[int, ...] = ()
     retried_reps: tuple[int, ...] = ()
     summary_windows: tuple[Window, ...] = ()  # one per GPU over the whole measurement

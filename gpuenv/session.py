@@ -39,7 +39,7 @@ from typing import IO, TYPE_CHECKING, Any, ParamSpec
 from gpuenv import conditioning
 from gpuenv import validate as v
 from gpuenv.backend import Backend
-from gpuenv.conditioning import ConditionConfig, Sensitivity
+from gpuenv.conditioning import Condition, ConditionConfig, Sensitivity
 from gpuenv.environment import environment_metadata
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, check_policy, judge, read_facts
@@ -49,6 +49,7 @@ from gpuenv.timebase import Clock
 from gpuenv.verdict import DEFAULT_CONFIG, Finding, GpuFacts, VerdictConfig
 
 if TYPE_CHECKING:
+    from gpuenv.locking import HeldLock
     from gpuenv.timing.cuda import RegionEvents
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ class Session:
         _check_args(period, config, mode_config, load, output, stable_clocks, append)
         if mode not in MODES:
             raise ConfigError(f"unknown mode {mode!r}", hint="use mode='burst' or 'sustained'")
-        self.mode = mode
+        self.mode: Condition = mode
         self.sm, self.mem = sm, mem
         self._gpu_selector = gpus
         self._backend_arg = backend
@@ -140,7 +141,7 @@ class Session:
         self.supervise = supervise
         self.progress = progress
         self.results = Results()
-        self.lock: Any = None  # gpuenv.clocks.Lock when clocks are locked
+        self.lock: HeldLock | None = None  # when clocks are locked (gpuenv.locking.acquire)
         self.observe_reason: str | None = None
         self.facts: dict[int, GpuFacts] = {}
         self._entered = False

@@ -448,7 +448,7 @@ def _bookkeeping(path: str) -> bool:
     name = os.path.basename(path)
     return (
         name.endswith((".lock", ".lock-private"))
-        or path == "state"
+        or path in ("state", "state/original")  # the journal's directories (kept originals')
         or name.startswith("sim.json")
         or name.startswith("gpuenv-sim")
     )

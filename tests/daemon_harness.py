@@ -91,6 +91,7 @@ class DaemonProcess:
             self.proc = subprocess.Popen(
                 cmd,
                 env=self.env,
+                cwd=self.workdir,  # `-c` imports from its cwd first: PYTHONPATH's gpuenv, not ours
                 stdout=log,
                 stderr=log,
                 preexec_fn=(lambda: os.nice(self.nice)) if self.nice else None,
@@ -411,6 +412,56 @@ def mixed_load(socket_path: str, requests: int) -> int:
                 long.status()
                 sent += 1
     return sent
+
+
+# Request kinds of issue 31, item 4: each alone, `requests` of it from `clients` connections
+# at once (threads: the windows' and the subscribers' waits overlap, as many users' do).
+LOAD_KINDS = ("windows", "lock", "subscribe", "status", "connections", "mix")
+
+
+def kind_load(socket_path: str, kind: str, requests: int, clients: int = 4) -> int:
+    """Drive `requests` requests of one kind (LOAD_KINDS) at gpuenvd; returns how many were
+    sent. windows: window_start + window_end; lock: a lease taken and released; subscribe:
+    subscribe, one event, unsubscribe on a new connection; status: status on one connection;
+    connections: a new connection's hello, status and close; mix: `mixed_load`."""
+    import threading
+
+    from gpuenv.daemon.client import Client
+
+    if kind == "mix":
+        return mixed_load(socket_path, requests)
+    if kind not in LOAD_KINDS:
+        raise ValueError(f"not a load kind: {kind!r} (one of {', '.join(LOAD_KINDS)})")
+    cost = {"windows": 2, "lock": 2, "subscribe": 4, "status": 1, "connections": 2}[kind]
+    sent = [0] * clients
+
+    def one(c: Client) -> None:
+        if kind == "windows":
+            c.window_end(c.window_start())
+        elif kind == "lock":
+            c.lock(sm=1350, gpus=[0]).release()
+        elif kind == "status":
+            c.status()
+        elif kind == "subscribe":
+            with Client(socket_path) as sub:
+                next(sub.subscribe(period=0.05, events=False))
+                sub.call("unsubscribe")
+        else:
+            with Client(socket_path) as short:
+                short.status()
+
+    def worker(n: int) -> None:
+        with Client(socket_path) as c:
+            while sum(sent) < requests:
+                one(c)
+                sent[n] += cost
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(sent)
 
 
 # -- issue 31's stress: a scrape flood while clients lock and release in a loop ------------------

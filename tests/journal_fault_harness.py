@@ -21,6 +21,8 @@ import errno
 import json
 import os
 import random
+import shutil
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -100,9 +102,14 @@ def _lock_both(sim: SimBackend, journal: Journal, *, standing: bool) -> Any:
 
 
 def _leftovers(path: Path) -> list[str]:
+    """Every file left in the state directory (the kept originals' included), its lock aside."""
     if not path.is_dir():
         return []
-    return sorted(p.name for p in path.iterdir() if p.name not in (".lock", ".lock-private"))
+    return sorted(
+        str(p.relative_to(path))
+        for p in path.rglob("*")
+        if not p.is_dir() and p.name not in (".lock", ".lock-private")
+    )
 
 
 def _finish(sim: SimBackend, journal: Journal, prior: list[tuple[Any, ...]]) -> str:
@@ -285,7 +292,7 @@ def run_trial(kind: str, tmp: Path, rng: random.Random, budget: int = 0) -> str:
     finally:
         for p in tmp.iterdir():
             with contextlib.suppress(OSError):
-                p.unlink()
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
 def record_size() -> int:
@@ -297,3 +304,156 @@ def record_size() -> int:
         journal = CutJournal(Path(tmp), 10**9)
         _lock_both(sim, journal, standing=False).release()
         return journal.written
+
+
+# -- both copies of a record damaged (issue 31, item 3) --------------------------------------
+# Eight ways both copies of GPU 1's record are lost while its lock is held, each followed by
+# what ends the lock: 'gpuenv restore' (a standing lock), the owner's release, the owner
+# SIGKILLed (its watchdog restores), or gpuenvd SIGKILLed (its recovery at start restores).
+# Each must come out "exact": the original state is put back from the copy kept at lock
+# time, never reset to the driver's defaults.
+
+BOTH_COPIES = (
+    "restore_deleted",  # both copies deleted ('rm GPU-*'), then 'gpuenv restore'
+    "restore_cut",  # both cut short (a disk tool, a crash of an editor)
+    "restore_edited",  # the original's power limit edited alike in both
+    "restore_not_a_file",  # both replaced by a directory
+    "release_cut",  # both cut short, then the library lock released normally
+    "killed_cut",  # both cut short, then the owner SIGKILLed: its watchdog restores
+    "killed_deleted",  # both deleted, then the owner SIGKILLed
+    "daemon_killed_cut",  # a gpuenvd lease's record cut short, gpuenvd SIGKILLed, restarted
+)
+
+OWNER = (
+    "import time, gpuenv\n"
+    "lk = gpuenv.lock(sm=1350, power_limit_w=500, gpus='0,1')\n"
+    "print('locked', flush=True)\n"
+    "time.sleep(300)\n"
+)
+
+
+def spoil_both(state_dir: Path, uuid: str, how: str) -> None:
+    """Damage both copies of one GPU's record: deleted, cut, edited or not a file."""
+    for name in (f"{uuid}.json", f"{uuid}.json{BACKUP}"):
+        path = state_dir / name
+        if how in ("deleted", "not_a_file"):
+            path.unlink()
+            if how == "not_a_file":
+                path.mkdir()
+        elif how == "cut":
+            path.write_bytes(path.read_bytes()[:40])
+        else:
+            doc = json.loads(path.read_bytes())
+            doc["original"]["power_limit_w"] = 300.0
+            path.write_text(json.dumps(doc))
+
+
+def trial_both_copies(tmp: Path, scenario: str) -> str:
+    """One of BOTH_COPIES: "exact" when GPU 1's original came back (see `_finish`) by what
+    ends the lock; "late" when the watchdog left it and 'gpuenv restore' put it back."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        if scenario.startswith("killed_"):
+            return _killed(tmp, scenario.removeprefix("killed_"))
+        if scenario.startswith("daemon_killed_"):
+            return _daemon_killed(tmp, scenario.removeprefix("daemon_killed_"))
+        sim = machine()
+        prior = settings(sim)
+        journal = Journal(tmp)
+        held = _lock_both(sim, journal, standing=scenario.startswith("restore_"))
+        spoil_both(tmp, sim.device_info(1).uuid, scenario.split("_", 1)[1])
+        if scenario.startswith("release_"):
+            held.release()
+        return _finish(sim, journal, prior)
+    except GpuenvError:
+        return "lost"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _killed(tmp: Path, how: str) -> str:
+    """A process locks both GPUs (with its watchdog), both copies of GPU 1's record are
+    damaged, the process is SIGKILLed; then what its watchdog left is judged."""
+    import subprocess
+    import sys
+
+    import gpuenv
+    from gpuenv.clocks.records import process_alive
+
+    sim = SimBackend(n_gpus=N_GPUS, state_file=tmp / "sim.json")
+    try:
+        sim.set_app_clocks(0, 2619, 1500)
+        sim.set_power_limit(1, 650.0)
+        prior = settings(sim)
+        journal = Journal(tmp / "journal")
+        env = {
+            **os.environ,
+            "GPUENV_BACKEND": "sim",
+            "GPUENV_SIM_STATE": str(tmp / "sim.json"),
+            "GPUENV_SIM_GPUS": str(N_GPUS),
+            "GPUENV_STATE_DIR": str(journal.path),
+        }
+        env.pop("GPUENV_READONLY", None)
+        # the gpuenv this process runs (a checkout under test), not one from the cwd
+        env["PYTHONPATH"] = str(Path(gpuenv.__file__).resolve().parent.parent)
+        owner = subprocess.Popen(
+            [sys.executable, "-c", OWNER],
+            env=env,
+            cwd=tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert owner.stdout is not None
+            if owner.stdout.readline() != b"locked\n":
+                return "lost"
+            entry = journal.get(sim.device_info(1).uuid)
+            dog = entry.owners[0].watchdog_pid if entry is not None else None
+            spoil_both(journal.path, sim.device_info(1).uuid, how)
+            owner.kill()
+            owner.wait(timeout=10)
+            deadline = time.monotonic() + 20
+            while dog is not None and process_alive(dog, None) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            if owner.poll() is None:
+                owner.kill()
+            owner.communicate(timeout=10)
+        if settings(sim) != prior or _leftovers(journal.path):
+            # the watchdog did not put it back: "late" when a user's 'gpuenv restore' did
+            outcome = _finish(sim, journal, prior)
+            return "late" if outcome == "exact" else outcome
+        return "exact"
+    finally:
+        sim.close()
+
+
+def _daemon_killed(tmp: Path, how: str) -> str:
+    """gpuenvd holds a lease on both GPUs, both copies of GPU 1's record are damaged,
+    gpuenvd is SIGKILLed and started again: its recovery must put the original back."""
+    from daemon_harness import DaemonProcess, state_tuple
+
+    import gpuenv
+    from gpuenv.daemon.client import Client
+
+    d = DaemonProcess(tmp, n_gpus=N_GPUS)
+    d.env["PYTHONPATH"] = str(Path(gpuenv.__file__).resolve().parent.parent)  # this gpuenv
+    try:
+        d.backend.set_app_clocks(0, 2619, 1500)
+        d.backend.set_power_limit(1, 650.0)
+        prior = [state_tuple(d.backend, i) for i in range(N_GPUS)]
+        d.start()
+        with Client(d.socket) as c:
+            c.lock(sm=1350, power_limit_w=500.0, gpus=[0, 1])
+            spoil_both(tmp / "journal", d.backend.device_info(1).uuid, how)
+            d.kill()
+        d.start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if [state_tuple(d.backend, i) for i in range(N_GPUS)] == prior:
+                break
+            time.sleep(0.02)
+        back = [state_tuple(d.backend, i) for i in range(N_GPUS)] == prior
+        return "exact" if back and not _leftovers(tmp / "journal") else "lost"
+    finally:
+        d.close()

@@ -68,6 +68,7 @@ LAYERS = (
         "gpuenv.stats",
         "gpuenv.results",
         "gpuenv.environment",
+        "gpuenv.seams",
     ),
     # telemetry and locks
     ("gpuenv.telemetry", "gpuenv.locking", "gpuenv.clocks", "gpuenv.daemon"),

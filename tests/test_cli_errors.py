@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuenv.cli import cli
+from gpuenv.clocks.journal import KEPT
 from gpuenv.errors import EXIT_CODES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -303,7 +304,8 @@ def test_a_file_size_limit_fails_the_lock_before_any_setting_changes(tmp_path: P
     after = subprocess.run([*base, "status", "--json"], env=env, capture_output=True).stdout
     assert _settings(after) == _settings(before)
     own = (".lock", ".lock-private")  # the journal's lock file
-    assert not [p for p in (tmp_path / "state").iterdir() if p.name not in own]
+    state = tmp_path / "state"  # no record, no temporary file (the kept originals' included)
+    assert not [p for p in state.rglob("*") if p.name not in own and not p.is_dir()]
 
 
 def _settings(status_json: bytes) -> list[tuple[object, ...]]:
@@ -324,8 +326,9 @@ def test_a_deleted_journal_is_seen_and_restore_defaults_resets(tmp_path: Path) -
         "GPUENV_SIM_STATE": str(tmp_path / "sim.json"),
     }
     assert run("--sim", "lock", "--sm", "1350", "--power-limit", "500", env=env).exit_code == 0
-    for p in (tmp_path / "state").glob("GPU-*"):
-        p.unlink()  # as the old error message advised
+    state = tmp_path / "state"
+    for p in [*state.glob("GPU-*"), *(state / KEPT).glob("GPU-*")]:
+        p.unlink()  # as the old error message advised, and the original kept at lock time
     status = run("--sim", "status", env=env)
     assert "no (pinned?)" in status.output and "restore --defaults" in status.output
     result = run("--sim", "restore", env=env)
@@ -354,7 +357,8 @@ def test_a_damaged_record_of_gpu_1_blocks_only_gpu_1(tmp_path: Path) -> None:
     assert run("--sim", "lock", "--sm", "1350", env=env).exit_code == 0
     status = run("--sim", "status", "--json", env=env).output
     uuid1 = re.findall(r'"uuid": "(GPU-[^"]+)"', status)[1]
-    for p in (tmp_path / "state").glob(f"{uuid1}*"):
+    kept = tmp_path / "state" / KEPT / f"{uuid1}.json"
+    for p in [*(tmp_path / "state").glob(f"{uuid1}*"), kept]:
         p.write_text('{"version": 2, "uuid": "' + uuid1 + '", "orig')
     doctor = run("--sim", "doctor", "--json", env=env).output
     assert "is damaged" in doctor and "restore --defaults" in doctor

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from daemon_harness import ROOT, DaemonProcess
 
@@ -68,3 +69,54 @@ def test_the_daemon_memory_stays_flat_under_a_mixed_load() -> None:
     finally:
         d.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+# The windows kind (issue 31, item 4): each window's two edge reads went into the sampler's
+# time rings, ~0.6 KB a read, so gpuenvd grew with every window until those rings were full
+# (32,768 reads a GPU: +6.3 MB per 10k requests, to ~60 MB). Measured here in process with
+# tracemalloc, the edge rings cut to 64 reads so that they fill within the warm-up (the
+# daemon's 2,048 take ~40 s of windows): 300 windows after 200 grew the code before the fix
+# by ~180 KB, this code by ~35 KB.
+WINDOWS_WARMUP = 200
+WINDOWS_MEASURED = 400
+WINDOWS_BOUND_KB = 120
+
+
+def test_the_daemon_memory_stays_flat_under_windows(tmp_path: Path, monkeypatch: Any) -> None:
+    import gc
+    import tracemalloc
+
+    import gpuenv.daemon.server as server_mod
+    from gpuenv.backend.sim import SimBackend
+    from gpuenv.clocks.journal import Journal
+    from gpuenv.daemon.auth import Config
+    from gpuenv.daemon.client import Client
+
+    monkeypatch.setattr(server_mod, "WINDOW_EDGES", 64, raising=False)
+    backend = SimBackend("h100", n_gpus=1, state_file=tmp_path / "sim.json")
+    server = server_mod.Server(
+        Config(socket=str(tmp_path / "s.sock"), sample_period=10.0),
+        backend,
+        journal=Journal(tmp_path / "journal"),
+    )
+    server.start()
+    try:
+        with Client(str(tmp_path / "s.sock")) as c:
+            for _ in range(WINDOWS_WARMUP):
+                c.window_end(c.window_start())
+            gc.collect()
+            tracemalloc.start()
+            try:
+                before = tracemalloc.get_traced_memory()[0]
+                for _ in range(WINDOWS_MEASURED):
+                    assert len(c.window_end(c.window_start())) == 1
+                gc.collect()
+                grown_kb = (tracemalloc.get_traced_memory()[0] - before) / 1024
+            finally:
+                tracemalloc.stop()
+    finally:
+        server.stop()
+    assert grown_kb < WINDOWS_BOUND_KB, (
+        f"gpuenvd grew {grown_kb:.0f} KB over {WINDOWS_MEASURED} windows after "
+        f"{WINDOWS_WARMUP}: over {WINDOWS_BOUND_KB} KB"
+    )

@@ -37,6 +37,8 @@ from hostile_harness import (
     SWAPPER,
 )
 
+from gpuenv.clocks.journal import KEPT
+
 GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
 
 
@@ -416,7 +418,7 @@ def test_idle_metrics_connections_and_a_scrape_flood_do_not_stop_locking(work: P
         d.close()
 
 
-# -- 9. both copies of a record gone ---------------------------------------------------------
+# -- 9. every copy of a record gone (both copies alone: tests/clocks/test_journal_faults.py) --
 
 OWNER = (
     "import time, gpuenv\n"
@@ -439,8 +441,9 @@ def test_restore_names_a_gpu_whose_both_records_were_deleted(work: Path) -> None
     env, uuids = _two_gpus(work)
     out = _gpuenv(env, "lock", "--sm", "1350", "--power-limit", "500")
     assert out.returncode == 0, out.stderr
-    for p in (work / "journal").glob(f"{uuids[1]}*"):
-        p.unlink()  # an admin or a disk tool: both copies
+    kept = work / "journal" / KEPT / f"{uuids[1]}.json"
+    for p in [*(work / "journal").glob(f"{uuids[1]}*"), kept]:
+        p.unlink()  # an admin or a disk tool: both copies and the original kept at lock time
     out = _gpuenv(env, "restore")
     text = out.stdout + out.stderr
     # GPU 1 has nothing of gpuenv's to put back: exit 0 (issue 31), but it is named (before,
@@ -463,8 +466,9 @@ def test_the_watchdog_names_a_gpu_it_could_not_put_back(work: Path) -> None:
     )
     try:
         assert first_line(owner) == "locked"
-        for p in (work / "journal").glob(f"{uuids[1]}*"):
-            p.write_text('{"version": 2, "uuid": "' + uuids[1] + '", "orig')  # both damaged
+        kept = work / "journal" / KEPT / f"{uuids[1]}.json"
+        for p in [*(work / "journal").glob(f"{uuids[1]}*"), kept]:
+            p.write_text('{"version": 2, "uuid": "' + uuids[1] + '", "orig')  # all damaged
         owner.kill()
         owner.wait(timeout=10)
         assert owner.stderr is not None

@@ -77,6 +77,8 @@ CASES: dict[str, tuple[Callable[[dict], None], str, str]] = {
         "Infinity",
     ),
     "no times": (lambda r: r.pop("times_s"), "times_s", "missing"),
+    # a vocabulary (gpuenv.verdict's Literal types) is still checked as a string
+    "verdict a number": (lambda r: r.__setitem__("verdict", 3), "verdict", "3"),
     "rejected rep out of range": (
         lambda r: r.__setitem__("rejected_reps", [99]),
         "rejected_reps[0]",
@@ -91,6 +93,20 @@ CASES: dict[str, tuple[Callable[[dict], None], str, str]] = {
         "null beside sm_mhz_mean",
     ),
 }
+
+
+def test_words_a_vocabulary_does_not_hold_still_load(good: Path, tmp_path: Path) -> None:
+    """Finding kinds, severities, verdicts and policies are Literal types for mypy; a file
+    written with other words (an older or newer gpuenv's) loads as it did."""
+    finding = {"kind": "retired_kind", "severity": "notice", "reps": [0], "message": "m"}
+
+    def change(r: dict) -> None:
+        r.update(verdict="questionable", policy="someday", findings=[finding])
+
+    (run,) = load_runs(mutated(good, tmp_path, change))
+    (m,) = run.measurements
+    assert (m.verdict, m.policy) == ("questionable", "someday")
+    assert (m.findings[0].kind, m.findings[0].severity) == ("retired_kind", "notice")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

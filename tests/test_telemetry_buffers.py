@@ -97,3 +97,31 @@ def test_a_sampler_hands_out_equal_objects_each_time_and_fresh_ones():
         first[-1].reason_ns.clear()
         assert sampler.slow_samples()[-1] == again[-1]
         assert sampler.samples()[-1] == sampler.latest()
+
+
+def test_edge_reads_kept_apart_read_back_the_same_in_time_order():
+    """gpuenvd's split (issue 31, item 4): reads closer than `spacing` to the ring's newest go
+    to an edge ring of their own; readers see every record, merged in time order."""
+    whole = Buffers([0], 1000, {OWN})
+    fast, slow, _ = _fill(whole, 60)
+    split = Buffers([0], 1000, {OWN}, edge_capacity=1000, spacing=0.04)
+    _fill(split, 60)
+    assert split.edge_fast_q is not None and len(split.edge_fast_q[0]) > 10  # it did split
+    everything = (float("-inf"), float("inf"))
+    assert split.samples([0], *everything, recent=False) == fast
+    assert split.slow_samples([0], *everything) == slow
+    assert split.latest(0) == fast[-1] and split.last_slow_t(0) == slow[-1].t
+    lo = fast[40].t
+    assert split.samples([0], lo, fast[45].t, recent=True) == fast[40:46]
+    got, want = split.window_inputs(0, lo, 0.06, 1.0), whole.window_inputs(0, lo, 0.06, 1.0)
+    assert got.fast == want.fast and got.slow == want.slow
+
+
+def test_a_flood_of_edge_reads_keeps_the_history_and_a_bounded_edge_ring():
+    buf = Buffers([0], 100, {OWN}, edge_capacity=16, spacing=0.05)
+    for k in range(20):  # the time history: a read every 0.1 s
+        buf.fast((float(k) * 0.1, 0, 1980, 2619, 300.0, 40.0, 0, None, None))
+    for k in range(5000):  # then edge reads 1 ms apart, within 0.05 s of the newest kept
+        buf.fast((1.9 + 0.04 * (k / 5000), 0, 1980, 2619, 300.0, 40.0, 0, None, None))
+    assert buf.edge_fast_q is not None and len(buf.edge_fast_q[0]) == 16
+    assert len(buf.fast_q[0]) == 20 and buf.fast_q[0][0][0] == 0.0  # nothing pushed out

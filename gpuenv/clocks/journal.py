@@ -15,6 +15,12 @@ How a record survives a crash, a full disk and an editor:
   - each record is written twice, `<uuid>.json` and `<uuid>.json.bak`, one after
     the other: when one is damaged or deleted the other still holds the original
     state, until a restore is confirmed and both are removed (the copy first);
+  - a third copy, `original/<uuid>.json`, is written with the first record of a lock
+    and never rewritten while it lasts: the state before the lock, kept in a directory
+    of its own, where a damaged, edited or deleted pair of copies (`rm GPU-*`, an editor
+    run on both) does not reach. When both copies cannot be read, it is the record
+    (`lookup` says so); it is removed last when the record is (a crash in between
+    leaves it to be put back again: the same values);
   - each GPU's files are judged alone: a damaged record of GPU 1 is reported for
     GPU 1 (`JournalDamaged`) and never stops GPU 0 being locked or restored.
 Every read-modify-write happens under one `fcntl.flock` on `<dir>/.lock`, so
@@ -37,7 +43,7 @@ import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuenv import reader
 from gpuenv._files import UnsafePath, create_temp, open_dir, read_at, write_all
@@ -50,8 +56,10 @@ from gpuenv.clocks.records import (
     process_start_time,
 )
 from gpuenv.errors import ConfigError, FileError
+from gpuenv.errors import JournalDamaged as JournalDamaged  # defined in gpuenv.errors
 
 BACKUP = ".bak"
+KEPT = "original"  # the subdirectory of the third copy: the state before the lock
 
 
 def default_state_dir() -> Path:
@@ -66,18 +74,12 @@ def default_state_dir() -> Path:
     return base / "gpuenv"
 
 
-class JournalDamaged(ConfigError):
-    """A GPU's record (both copies) cannot be trusted: cut short, edited, or not JSON."""
+class Found(NamedTuple):
+    """A GPU's record, and why it came from the kept original: what befell the two copies
+    (None: it came from them)."""
 
-    def __init__(self, uuid: str, path: Path, why: str):
-        self.uuid = uuid
-        self.path = path
-        self.why = why
-        super().__init__(
-            f"the journal record {path} is damaged ({why})",
-            hint="the state before the lock is lost for this GPU: 'gpuenv restore --defaults "
-            f"-i {uuid}' resets it to the driver's defaults (check 'gpuenv status' first)",
-        )
+    entry: JournalEntry | None
+    kept: str | None
 
 
 # -- the file format -----------------------------------------------------------------
@@ -179,7 +181,44 @@ def _private_dir(path: Path) -> int:
     anyone who can open the lock file can flock it and stall every gpuenv lock, release and
     restore (the daemon's too); a directory reached through a link, or another account's,
     is refused (UnsafePath), never chmod'ed or written (gpuenv._files.open_dir)."""
-    return open_dir(path, create=True, mode=0o700, what="the state directory")
+    return _checked_dir(path, private=True)
+
+
+# Checked directory descriptors, kept open: open_dir walks every component from / (~0.2 ms,
+# some 20 times a lease that changes a GPU's state in gpuenvd). A kept one is handed out
+# (dup'ed) while the path still names that same directory with the same owner and mode
+# (one lstat), else the path is walked and checked afresh.
+_DIRS: dict[tuple[str, bool], tuple[int, tuple[int, int, int, int]]] = {}
+_DIRS_GUARD = threading.Lock()
+_DIRS_KEPT = 8
+
+
+def _checked_dir(path: Path, *, private: bool) -> int:
+    """`open_dir(path)`: made 0700 and ours when `private` (created if missing), else root's
+    or ours and writable by no one else; the caller closes the descriptor."""
+    key = (os.path.abspath(path), private)
+    try:
+        st = os.stat(key[0], follow_symlinks=False)
+        seen = (st.st_dev, st.st_ino, st.st_uid, st.st_mode)
+    except OSError:
+        seen = None
+    with _DIRS_GUARD:
+        kept = _DIRS.get(key)
+        if kept is not None and kept[1] == seen:
+            return os.dup(kept[0])
+    if private:
+        fd = open_dir(path, create=True, mode=0o700, what="the state directory")
+    else:
+        fd = open_dir(path, own=False, what="the state directory")
+    st = os.fstat(fd)
+    with _DIRS_GUARD:
+        old = _DIRS.pop(key, None)
+        if old is None and len(_DIRS) >= _DIRS_KEPT:  # a few places, not one fd per path
+            old = _DIRS.pop(next(iter(_DIRS)))
+        if old is not None:
+            os.close(old[0])
+        _DIRS[key] = (os.dup(fd), (st.st_dev, st.st_ino, st.st_uid, st.st_mode))
+    return fd
 
 
 def _open_private_lock(path: Path) -> int:
@@ -209,6 +248,28 @@ def _writer_pid(tmp: str) -> int:
         if field.isdigit():
             return int(field)
     return -1
+
+
+def _exists(dfd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _clean_dir(dfd: int) -> int:
+    """Delete the temporary files in `dfd` of writers that died; returns how many."""
+    removed = 0
+    for name in os.listdir(dfd):
+        if not (name.startswith(".") and ".json" in name and name.endswith(".tmp")):
+            continue
+        pid = _writer_pid(name)
+        if pid != os.getpid() and not process_alive(pid, None):
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dfd)
+                removed += 1
+    return removed
 
 
 _DIR_LOCKS: dict[str, _DirLock] = {}
@@ -255,35 +316,75 @@ class Journal:
     # -- reading ----------------------------------------------------------------------
 
     def get(self, uuid: str) -> JournalEntry | None:
-        """The GPU's record: the main copy, else the backup; None when neither exists.
+        """The GPU's record: the main copy, else the backup, else the original kept at lock
+        time; None when there is none.
 
         Raises JournalDamaged when a copy exists and none can be trusted.
         """
+        return self.lookup(uuid).entry
+
+    def lookup(self, uuid: str) -> Found:
+        """`get`, and where the record came from: `kept` says why the two copies could not
+        be used (deleted, damaged) when the original kept at lock time was."""
         path = self._file(uuid)
         damage: JournalDamaged | None = None
         dfd = self._dir()
         if dfd is None:
-            return None
+            return Found(None, None)
         try:
             for candidate in (path, path.with_name(path.name + BACKUP)):
                 try:
                     data = self._read(dfd, candidate, uuid)
                     if data is None:
                         continue
-                    return decode(candidate, data, uuid)
+                    return Found(decode(candidate, data, uuid), None)
                 except JournalDamaged as err:
                     damage = damage or err
         finally:
             os.close(dfd)
+        try:
+            kept = self._kept(uuid)
+        except JournalDamaged as err:
+            raise damage or err from None
+        if kept is not None:
+            why = (
+                f"both copies of its record are damaged ({damage.why})"
+                if damage is not None
+                else "both copies of its record were deleted"
+            )
+            return Found(kept, why)
         if damage is not None:
             raise damage
-        return None
+        return Found(None, None)
+
+    def _kept(self, uuid: str) -> JournalEntry | None:
+        """The original kept at lock time (`KEPT`), or None when there is none."""
+        path = self.path / KEPT / f"{uuid}.json"
+        kfd = self._kept_dir()
+        if kfd is None:
+            return None
+        try:
+            data = self._read(kfd, path, uuid)
+        finally:
+            os.close(kfd)
+        return None if data is None else decode(path, data, uuid)
+
+    def _kept_dir(self) -> int | None:
+        """The kept originals' directory, checked as the state directory is; None if absent."""
+        try:
+            return _checked_dir(self.path / KEPT, private=False)
+        except FileNotFoundError:
+            return None
+        except UnsafePath:
+            raise
+        except OSError as err:
+            raise self._file_error(err, self.path / KEPT) from err
 
     def _dir(self) -> int | None:
         """The state directory to read, checked (no link, root's or ours, writable by no one
         else: a record planted elsewhere is never put on a GPU); None when there is none."""
         try:
-            return open_dir(self.path, own=False, what="the state directory")
+            return _checked_dir(self.path, private=False)
         except FileNotFoundError:
             return None
         except UnsafePath:
@@ -316,6 +417,13 @@ class Journal:
             return []
         try:
             names = os.listdir(dfd)
+            if KEPT in names:
+                kfd = self._kept_dir()
+                if kfd is not None:
+                    try:
+                        names += os.listdir(kfd)
+                    finally:
+                        os.close(kfd)
         except OSError as err:
             raise self._file_error(err, self.path) from err
         finally:
@@ -351,7 +459,8 @@ class Journal:
     # -- writing ----------------------------------------------------------------------
 
     def put(self, entry: JournalEntry) -> None:
-        """Write one GPU's record, both copies, each completely or not at all.
+        """Write one GPU's record, both copies, each completely or not at all; and the
+        kept original (`KEPT`) when the GPU has none yet (the first record of a lock).
 
         Raises FileError (the path, and what to do) when the state directory cannot
         take it; the record on disk is then the previous one, unchanged.
@@ -361,34 +470,42 @@ class Journal:
             final = self._file(entry.uuid)
             try:
                 dfd = _private_dir(self.path)
+                kfd = _private_dir(self.path / KEPT)
             except UnsafePath:
                 raise
             except OSError as err:
                 raise self._file_error(err, self.path) from err
-            # Both copies are written in full before either is renamed into place: a write
-            # that fails (full disk, size limit) leaves the previous record untouched.
-            names = (final.name, final.name + BACKUP)
-            tmps: list[str] = []
+            # Every copy is written in full before any is renamed into place: a write that
+            # fails (full disk, size limit) leaves the previous record untouched. The kept
+            # original is renamed last, so it never exists without a record beside it.
+            places = [(dfd, final.name), (dfd, final.name + BACKUP)]
+            if not _exists(kfd, final.name):
+                places.append((kfd, final.name))
+            tmps: list[tuple[int, str]] = []
             try:
-                for name in names:
-                    fd, tmp = create_temp(dfd, name, tag=str(os.getpid()))
-                    tmps.append(tmp)
-                    self._write_tmp(fd, data)
-                for tmp, name in zip(tmps, names, strict=True):
-                    os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                for fd_dir, name in places:
+                    fd, tmp = create_temp(fd_dir, name, tag=str(os.getpid()))
+                    tmps.append((fd_dir, tmp))
+                    # the kept original is not fsynced: it guards against damage to both
+                    # copies, which are; one a power cut left short fails its checksum
+                    self._write_tmp(fd, data, sync=fd_dir == dfd)
+                for (fd_dir, tmp), (_, name) in zip(tmps, places, strict=True):
+                    os.replace(tmp, name, src_dir_fd=fd_dir, dst_dir_fd=fd_dir)
                 os.fsync(dfd)
             except OSError as err:
-                for tmp in tmps:
+                for fd_dir, tmp in tmps:
                     with contextlib.suppress(OSError):
-                        os.unlink(tmp, dir_fd=dfd)
+                        os.unlink(tmp, dir_fd=fd_dir)
                 raise self._file_error(err, final) from err
             finally:
                 os.close(dfd)
+                os.close(kfd)
 
-    def _write_tmp(self, fd: int, data: bytes) -> None:
+    def _write_tmp(self, fd: int, data: bytes, *, sync: bool = True) -> None:
         try:
             write_all(fd, data, self._os_write)
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
 
@@ -397,8 +514,12 @@ class Journal:
     def remove(self, uuid: str) -> None:
         """Delete one GPU's record once its state was put back; no error if absent.
 
-        The backup goes first: a crash in between leaves the main copy, which a
-        restore puts back again (the same values), never a record that comes back.
+        The backup goes first, then the main copy, then the kept original: a crash or a
+        failure in between leaves a copy that a restore puts back again (the same values),
+        never a record that comes back with other values. For the same reason the removal
+        is not fsynced (a lease that changes a GPU's state paid a directory fsync for it):
+        a record a power cut brings back holds the state already put back. A directory in a
+        record's place (damage: nothing else is written there) goes too when it is empty.
         """
         final = self._file(uuid)
         with self.locked():
@@ -407,36 +528,38 @@ class Journal:
                 return
             try:
                 for path in (final.with_name(final.name + BACKUP), final):
-                    try:
-                        os.unlink(path.name, dir_fd=dfd)
-                    except FileNotFoundError:
-                        continue
-                    except OSError as err:
-                        raise self._file_error(err, path) from err
-                with contextlib.suppress(OSError):
-                    os.fsync(dfd)
+                    self._unlink(dfd, path)
             finally:
                 os.close(dfd)
+            kfd = self._kept_dir()
+            if kfd is not None:
+                try:
+                    self._unlink(kfd, self.path / KEPT / final.name)
+                finally:
+                    os.close(kfd)
+
+    def _unlink(self, dfd: int, path: Path) -> None:
+        try:
+            try:
+                os.unlink(path.name, dir_fd=dfd)
+            except IsADirectoryError:
+                os.rmdir(path.name, dir_fd=dfd)
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            raise self._file_error(err, path) from err
 
     def clean_tmp(self) -> int:
         """Delete temporary files left by writers that died mid-write; returns how many."""
         removed = 0
         with self.locked():
-            dfd = self._dir()
-            if dfd is None:
-                return 0
-            try:
-                for name in os.listdir(dfd):
-                    if not (name.startswith(".") and ".json" in name and name.endswith(".tmp")):
-                        continue
-                    if _writer_pid(name) != os.getpid() and not process_alive(
-                        _writer_pid(name), None
-                    ):
-                        with contextlib.suppress(OSError):
-                            os.unlink(name, dir_fd=dfd)
-                            removed += 1
-            finally:
-                os.close(dfd)
+            for dfd in (self._dir(), self._kept_dir()):
+                if dfd is None:
+                    continue
+                try:
+                    removed += _clean_dir(dfd)
+                finally:
+                    os.close(dfd)
         return removed
 
     def _file_error(self, err: OSError, path: Path) -> FileError:
@@ -450,8 +573,10 @@ class Journal:
 
 
 __all__ = [
+    "KEPT",
     "Applied",
     "ClockState",
+    "Found",
     "Journal",
     "JournalDamaged",
     "JournalEntry",

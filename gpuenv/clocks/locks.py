@@ -173,7 +173,7 @@ class Lock:
         self.shared: list[int] = []  # GPUs where an identical lock was already held
         self.records: list[JournalEntry] = []  # what this lock journaled: kept until released
         self._own_backend = own_backend
-        self._watchdog: Any = None
+        self._watchdog: Watchdog | None = None
         self._entered = False
         self._released = True
         self._acquire(force=force, supervise=supervise and kind != "standing")

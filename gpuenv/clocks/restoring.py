@@ -17,6 +17,7 @@ from gpuenv.backend import Backend
 from gpuenv.clocks.journal import Applied, Journal, JournalDamaged, JournalEntry
 from gpuenv.clocks.request import fmt_clock
 from gpuenv.errors import GpuenvError, LockConflict, NotSupported, ReadOnlyError
+from gpuenv.errors import JournalNotUpdated as JournalNotUpdated  # defined in gpuenv.errors
 
 
 def pause_for_test(point: str) -> None:
@@ -77,21 +78,6 @@ def restore_entry(backend: Backend, index: int, entry: JournalEntry) -> None:
 
 def indices_by_uuid(backend: Backend) -> dict[str, int]:
     return {backend.device_info(i).uuid: i for i in range(backend.device_count())}
-
-
-class JournalNotUpdated(GpuenvError):
-    """The GPUs were put back, but the journal could not record it (read-only, full)."""
-
-    def __init__(self, done: list[str], errors: list[GpuenvError]):
-        self.done = done
-        self.errors = errors
-        first = errors[0]
-        super().__init__(
-            f"the GPUs were restored, but the journal could not be updated ({first.message})",
-            hint="its record still says locked, so 'gpuenv status' shows a lock that no "
-            "longer holds; once the state directory (GPUENV_STATE_DIR) is writable, "
-            "'gpuenv restore --all' clears it (restoring again puts back the same values)",
-        )
 
 
 def release_owner(
@@ -330,9 +316,12 @@ class RestoreItem:
     index: int
     entry: JournalEntry
     blocked_by: str | None  # a live owner that keeps it (without --all)
+    kept: str | None = None  # why the original kept at lock time is used (Journal.lookup)
 
     def describe(self) -> str:
         what = f"{self.entry.name}: {describe_restore(self.entry)}"
+        if self.kept is not None:
+            what = f"{what} ({self.kept}; put back from the copy kept at lock time)"
         return what if self.blocked_by is None else f"{what}: held by {self.blocked_by}"
 
 
@@ -355,7 +344,7 @@ def plan_restore(
             continue
         live = [o for o in entry.owners if o.kind != "standing" and o.owner_alive()]
         blocked = live[0].describe() if live and not all_owners else None
-        items.append(RestoreItem(index, entry, blocked))
+        items.append(RestoreItem(index, entry, blocked, journal.lookup(entry.uuid).kept))
     return items
 
 

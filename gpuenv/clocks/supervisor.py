@@ -33,10 +33,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuenv.backend import Backend, backend_from_spec
 from gpuenv.errors import GpuenvError
+
+if TYPE_CHECKING:
+    from gpuenv.clocks.journal import Journal
 
 READY = b"ready\n"
 RELEASED = b"R"
@@ -45,7 +48,7 @@ POLL_S = 0.05  # pid polling period where no pidfd is available
 
 def backend_spec(backend: Backend) -> dict[str, Any] | None:
     """How another process opens the same GPUs, or None when it cannot."""
-    if getattr(backend, "readonly", False):
+    if backend.readonly:
         return None
     return backend.spec()
 
@@ -259,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         backend.close()
 
 
-def _recorded(journal: Any, token: str) -> set[str]:
+def _recorded(journal: Journal, token: str) -> set[str]:
     """The GPUs whose good record names the owner (release_owner puts those back)."""
     try:
         good, _ = journal.scan()
@@ -269,7 +272,7 @@ def _recorded(journal: Any, token: str) -> set[str]:
 
 
 def _not_put_back(
-    backend: Backend, journal: Any, uuids: list[str], recorded: set[str]
+    backend: Backend, journal: Journal, uuids: list[str], recorded: set[str]
 ) -> list[str]:
     """The owner's GPUs the release could not put back (a damaged record, or none left but a
     changed state), each with what it shows and what 'restore --defaults' would do: the

@@ -30,7 +30,7 @@ from gpuenv.conditioning.burst import (
     recovered,
     wait_until_ready,
 )
-from gpuenv.conditioning.config import CONDITIONS, DEFAULT, ConditionConfig
+from gpuenv.conditioning.config import CONDITIONS, DEFAULT, Condition, ConditionConfig
 from gpuenv.conditioning.sustained import Conditioning, fit_slope, precondition, residual
 from gpuenv.conditioning.temperature import Sensitivity
 
@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT",
     "MAX_CLOCK_REDOS",
     "Bursts",
+    "Condition",
     "ConditionConfig",
     "Conditioning",
     "Sensitivity",

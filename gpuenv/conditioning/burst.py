@@ -14,7 +14,7 @@ from gpuenv.conditioning.config import DEFAULT, ConditionConfig
 from gpuenv.errors import GpuenvError
 from gpuenv.progress import Progress
 from gpuenv.reasons import HELD_DOWN, Reason, short_names
-from gpuenv.telemetry import DRIVER_REFRESH_S
+from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, SampleSource
 from gpuenv.telemetry.reader import host_time
 from gpuenv.timebase import Clock
 from gpuenv.verdict import GpuFacts
@@ -23,7 +23,7 @@ from gpuenv.verdict import GpuFacts
 
 
 def recovered(
-    sampler: Any,
+    sampler: SampleSource,
     gpu: int,
     *,
     since: float,
@@ -67,7 +67,7 @@ def _by_clock(facts: GpuFacts | None, config: ConditionConfig) -> bool:
 
 
 def held_down(
-    s: Any,
+    s: Sample,
     facts: GpuFacts | None,
     config: ConditionConfig = DEFAULT,
     lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
@@ -90,7 +90,7 @@ def held_down(
 
 
 def wait_until_ready(
-    sampler: Any,
+    sampler: SampleSource | None,
     gpus: Sequence[int],
     clock: Clock,
     *,
@@ -136,7 +136,9 @@ def wait_until_ready(
             clock.sleep(config.poll_s)
 
 
-def _waiting(sampler: Any, gpu: int, facts: Mapping[int, GpuFacts] | None, limit_s: float) -> str:
+def _waiting(
+    sampler: SampleSource, gpu: int, facts: Mapping[int, GpuFacts] | None, limit_s: float
+) -> str:
     """ "gpuenv: waiting for GPU 0 to recover (at most 30 s): clock 1420 -> 1980 MHz, 61 C"."""
     line = f"gpuenv: waiting for GPU {gpu} to recover (at most {limit_s:.0f} s)"
     s, f = sampler.latest(gpu), (facts or {}).get(gpu)
@@ -181,7 +183,7 @@ UNSEEN_FIRST_S = DRIVER_REFRESH_S + SEEN_AFTER_S
 # times are on (a time means nothing on another clock: each simulated GPU's virtual one),
 # then by the GPU's UUID (the same GPU through another backend object, as each
 # gpuenv.bench call opens its own), never by an index another GPU may hold.
-_FILTER_LEFT: weakref.WeakKeyDictionary[Any, dict[str, tuple[float, float, float]]] = (
+_FILTER_LEFT: weakref.WeakKeyDictionary[Clock, dict[str, tuple[float, float, float]]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -208,7 +210,7 @@ class Bursts:
 
     def __init__(
         self,
-        sampler: Any,
+        sampler: SampleSource | None,
         gpu: int,
         clock: Clock,
         *,
@@ -338,7 +340,7 @@ class Bursts:
         """How long this measurement's work has run, set-up and warmup included."""
         return sum(b - a for a, b in [*self.spans, (self.open_from, self.clock.now())])
 
-    def _shows_work(self, s: Any) -> bool:
+    def _shows_work(self, s: Sample) -> bool:
         """Was sample `s`'s power refreshed while this measurement's work ran? By the
         driver's timestamp of the value where it has one, else (the 1 s average, or no
         timestamp) only if the work ran through the whole time the value may be from."""
@@ -397,7 +399,7 @@ class Bursts:
     @functools.cached_property
     def _uuid(self) -> str | None:
         """The GPU's UUID (None: no backend to ask), asked once a measurement."""
-        backend = getattr(self.sampler, "backend", None)
+        backend = self.sampler.backend if self.sampler is not None else None
         try:
             return str(backend.device_info(self.gpu).uuid) if backend is not None else None
         except GpuenvError:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from gpuenv.errors import ConfigError
 
-CONDITIONS = ("burst", "sustained")
+# the states a measurement is taken in: rested before each burst, or hot and steady
+Condition = Literal["burst", "sustained"]
+CONDITIONS: tuple[Condition, ...] = get_args(Condition)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any
 from gpuenv import stats
 from gpuenv.conditioning.config import DEFAULT, ConditionConfig
 from gpuenv.reasons import HELD_DOWN
+from gpuenv.telemetry import SampleSource
 from gpuenv.timebase import Clock
 
 # -- sustained: equilibrium --------------------------------------------------------------
@@ -94,7 +95,7 @@ def fit_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 def precondition(
     run_chunk: Callable[[float], float | None],
-    sampler: Any,
+    sampler: SampleSource | None,
     gpus: Sequence[int],
     clock: Clock,
     *,
@@ -117,7 +118,7 @@ def precondition(
 
 def _precondition(
     run_chunk: Callable[[float], float | None],
-    sampler: Any,
+    sampler: SampleSource | None,
     gpus: Sequence[int],
     clock: Clock,
     config: ConditionConfig,

@@ -26,26 +26,21 @@ import os
 import socket as _socket
 import stat
 from collections.abc import Iterator, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpuenv import errors as _errors
 from gpuenv._files import account
 from gpuenv.daemon import protocol
 from gpuenv.daemon.auth import DEFAULT_SOCKET
+from gpuenv.errors import DaemonNotTrusted as DaemonNotTrusted  # defined in gpuenv.errors
+from gpuenv.errors import DaemonUnavailable as DaemonUnavailable  # defined in gpuenv.errors
 from gpuenv.errors import GpuenvError
 from gpuenv.progress import Progress
 
+if TYPE_CHECKING:
+    from gpuenv.clocks.plan import LockPlan
+
 GpuSelector = int | str | Sequence[int | str] | None
-
-
-class DaemonUnavailable(GpuenvError):
-    """No gpuenvd answers on the socket."""
-
-
-class DaemonNotTrusted(GpuenvError):
-    """The process serving the socket is not gpuenvd's account: a fake, never believed."""
-
-    exit_code = 4
 
 
 def authenticate(sock: _socket.socket, path: str) -> None:
@@ -114,13 +109,29 @@ def _gpus_field(gpus: GpuSelector) -> Any:
     return list(gpus)
 
 
+# The classes a daemon's error reply is re-raised as, by the name it gives (any other name:
+# GpuenvError). The errors of one part of gpuenv (BadRecord, JournalDamaged, ...) are not
+# among them: their fields do not cross the socket.
 _ERROR_TYPES: dict[str, type[GpuenvError]] = {
-    name: cls
-    for name, cls in vars(_errors).items()
-    if isinstance(cls, type) and issubclass(cls, GpuenvError)
+    cls.__name__: cls
+    for cls in (
+        GpuenvError,
+        _errors.ConfigError,
+        _errors.DeviceNotFound,
+        _errors.FileError,
+        _errors.BackendError,
+        _errors.NvmlUnavailable,
+        _errors.NotSupported,
+        _errors.PermissionDenied,
+        _errors.GpuLost,
+        _errors.DriverTimeout,
+        _errors.InvalidValue,
+        _errors.ReadOnlyError,
+        _errors.LockConflict,
+        _errors.ProtocolError,
+        _errors.DaemonUnavailable,
+    )
 }
-_ERROR_TYPES["ProtocolError"] = protocol.ProtocolError
-_ERROR_TYPES["DaemonUnavailable"] = DaemonUnavailable
 
 
 def _raise_remote(body: dict[str, Any]) -> None:
@@ -404,11 +415,11 @@ class DaemonLock(OwnedLease):
     """A lock taken through gpuenvd, with the part of `gpuenv.clocks.Lock`'s API that
     callers use: `gpus`, `shared`, `notes`, `holds()`, `release()`, and `with`."""
 
-    def __init__(self, client: Client, info: dict[str, Any]):
+    def __init__(self, client: Client, info: dict[str, Any], plan: LockPlan):
         super().__init__(client, info)
         self.shared: list[int] = list(info.get("shared", []))
         self.notes: list[str] = [f"locked through gpuenvd (lease {self.id})"]
-        self.plan: Any = None  # the gpuenv.clocks.LockPlan, set by gpuenv.locking.acquire
+        self.plan = plan  # as gpuenv.locking.acquire planned it, or as the daemon reports it
         self._entered = False
 
     @property

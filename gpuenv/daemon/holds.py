@@ -238,13 +238,12 @@ class HoldTable:
             self.cond.notify_all()
         return next((w for w in self.queue if w.until is not None and w.applied == applied), None)
 
-    def settled(self, plan: LockPlan) -> bool:
-        """Is the state `plan` leads to held (and settled) on every GPU it names?"""
-        for gp in plan.gpus:
-            hold = self.holds.get(gp.index)
-            if hold is None or gp.index in self._changing or hold.applied != gp.applied:
-                return False
-        return True
+    def occupied(self, plan: LockPlan) -> bool:
+        """Is every GPU `plan` names held by a lease (in any state) and settled? A request
+        then shares on the plan, or is refused or queued on it; it writes only once its
+        GPUs are free, and the lock reads their state again unless the plan's read is fresh
+        and saw no lock (clocks.locks._original): a plan made once serves it meanwhile."""
+        return all(gp.index in self.holds and gp.index not in self._changing for gp in plan.gpus)
 
     def blocker(self, me: Waiter) -> tuple[int, str, bool, bool] | None:
         """What keeps `me` from its GPUs now (gpu, who, transient?, only a kept turn?), or

@@ -225,13 +225,14 @@ class LeaseManager:
         return lease
 
     def _plan(self, request: LockRequest, gpus: list[int]) -> LockPlan:
-        """clocks.plan_lock, or the plan already made for this request while the state it
-        leads to is held on every GPU (planning reads the GPU and the journal: ~0.3 ms, most
-        of what a shared lock costs)."""
+        """clocks.plan_lock, or the plan already made for this request while leases hold
+        every GPU it names, in its state (a sharer) or another (a request refused or
+        queued: under mixed load, most of them). Planning reads the GPU and the journal:
+        ~0.3 ms, most of what a shared lock or a refusal costs."""
         key = (request, tuple(gpus))
         with self._cond:
             plan = self._plans.get(key)
-            if plan is not None and self._table.settled(plan):
+            if plan is not None and self._table.occupied(plan):
                 return plan
         plan = plan_lock(self.backend, request, gpus, journal=self.journal)
         with self._cond:

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuenv.errors import GpuenvError
+from gpuenv.errors import ProtocolError as ProtocolError  # defined in gpuenv.errors
 
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
@@ -56,10 +57,6 @@ MAX_WAIT_S = 3600.0
 MIN_PERIOD_S = 0.05  # a stream faster than the sampler's own period repeats itself
 MAX_PERIOD_S = 60.0
 MAX_NUMBER = 10**15  # any integer field; far beyond every sane value, exact as a float
-
-
-class ProtocolError(GpuenvError):
-    """A request the daemon cannot understand: not JSON, wrong fields, too long."""
 
 
 def _is_int(value: Any) -> bool:

@@ -51,6 +51,11 @@ LISTEN_BACKLOG = 1024
 COLLECT_EVERY_S = 10.0  # a full garbage collection this often (serve_forever)
 RECV_BYTES = 65536  # a connection's read buffer
 HANGUP_POLL_S = 0.1  # how often a waiting lock checks that its client is still there
+# Edge reads kept per GPU, apart from the sampler's time history: the windows' own (at most
+# 50 a second, reader.EDGE_MIN_INTERVAL_S, so 40 s of windows back to back; a longer window
+# under that load falls back to the periodic reads). In the time rings, each window's two
+# reads filled them (~1 KB a read) until full: +6.3 MB per 10k window requests, to ~60 MB.
+WINDOW_EDGES = 2048
 
 
 class Server:
@@ -91,6 +96,7 @@ class Server:
             period=config.sample_period,
             clock=self.clock,
             own_pids=[os.getpid()],
+            edge_capacity=WINDOW_EDGES,
         )
         self.conns = ConnectionTable(max_connections, config.max_connections_per_user)
         self.ops = Operations(

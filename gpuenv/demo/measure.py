@@ -323,7 +323,8 @@ def gpuenv_way(
         mhz = rep_clock_mhz([w for w in m.windows if w.gpu == rig.gpu])
         if mhz is None and tel is not None:
             mhz = tel.sm_mhz_mean
-        return Taken(float(m.stats.median_s), mhz, found, tuple(notes), tel, extra)
+        assert m.stats.median_s is not None, "a bench keeps at least one rep"
+        return Taken(m.stats.median_s, mhz, found, tuple(notes), tel, extra)
 
     return way
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 from gpuenv.backend import REASON_GPU_IDLE, Backend, reason_names
-from gpuenv.doctor.records import Check, CheckFn, Context
+from gpuenv.doctor.records import Check, CheckFn, CheckSeverity, Context
 from gpuenv.errors import GpuenvError, NotSupported, PermissionDenied
 
 
@@ -82,7 +82,7 @@ def check_daemon(ctx: Context) -> Iterable[Check]:
         yield Check("daemon", severity, message, fix)
 
 
-def _daemon(ctx: Context) -> tuple[str, str, str | None]:
+def _daemon(ctx: Context) -> tuple[CheckSeverity | Literal["none"], str, str | None]:
     """("none" | "ok" | "warning" | "error", the sentence, the fix) for the daemon's socket:
     asked once per run (the permission and daemon checks both want it)."""
     if "daemon" not in ctx.seen:
@@ -90,7 +90,7 @@ def _daemon(ctx: Context) -> tuple[str, str, str | None]:
     return ctx.seen["daemon"]
 
 
-def _ask_daemon(path: str) -> tuple[str, str, str | None]:
+def _ask_daemon(path: str) -> tuple[CheckSeverity | Literal["none"], str, str | None]:
     try:
         if not stat.S_ISSOCK(os.stat(path).st_mode):
             return "none", "", None
@@ -280,8 +280,9 @@ def check_journal(ctx: Context) -> Iterable[Check]:
         return
     assert ctx.backend is not None
     by_uuid = {ctx.backend.device_info(i).uuid: i for i in ctx.gpus}
+    journal = Journal()
     try:
-        entries, damaged = Journal().scan()
+        entries, damaged = journal.scan()
     except (OSError, GpuenvError) as err:
         yield Check("journal", "warning", f"gpuenv's journal cannot be read: {err}")
         return
@@ -292,6 +293,16 @@ def check_journal(ctx: Context) -> Iterable[Check]:
         index = by_uuid.get(entry.uuid)
         if index is None or entry.backend != ctx.backend.name:
             continue
+        kept = journal.lookup(entry.uuid).kept
+        if kept is not None:  # known still, from the copy kept apart: say so before it is lost
+            yield Check(
+                "journal",
+                "warning",
+                f"GPU {index}'s journal record: {kept}; the state before the lock is known "
+                "only from the copy kept at lock time",
+                "'gpuenv restore' (once the lock has ended) puts that state back",
+                gpu=index,
+            )
         live = entry.live_owners()
         if not live:
             gone = ", ".join(o.describe() for o in entry.owners) or "an owner gpuenv lost track of"

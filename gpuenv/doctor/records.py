@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from gpuenv._records import JsonRecord
 from gpuenv.backend import Backend
 from gpuenv.errors import GpuenvError
 
-SEVERITIES = ("ok", "info", "warning", "error")
+CheckSeverity = Literal["ok", "info", "warning", "error"]  # a check's, worst last
+SEVERITIES: tuple[CheckSeverity, ...] = get_args(CheckSeverity)
 DEFAULT_SOCKET = "/run/gpuenv/gpuenv.sock"
 
 
@@ -20,7 +21,7 @@ class Check(JsonRecord):
     """One finding of `gpuenv doctor` (`to_dict()`: its fields, for --json)."""
 
     name: str  # short id: "persistence", "cpu_governor", ...
-    severity: str  # "ok" | "info" | "warning" | "error"
+    severity: CheckSeverity
     message: str  # what is the case, in a sentence
     fix: str | None = None  # what to do about it
     gpu: int | None = None  # NVML index, where the finding is about one GPU
@@ -62,4 +63,4 @@ class Context:
 CheckFn = Callable[[Context], Iterable[Check]]
 
 
-__all__ = ["DEFAULT_SOCKET", "SEVERITIES", "Check", "CheckFn", "Context", "Host"]
+__all__ = ["DEFAULT_SOCKET", "SEVERITIES", "Check", "CheckFn", "CheckSeverity", "Context", "Host"]

@@ -10,7 +10,10 @@ subclasses of torch's Timer, Measurement and Compare); imports neither, nor torc
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from gpuenv.seams import BenchSession
 
 T = TypeVar("T")
 
@@ -18,7 +21,7 @@ T = TypeVar("T")
 def observe(
     run: Callable[[], T],
     *,
-    session: Any = None,
+    session: BenchSession | None = None,
     backend: Any = None,
     gpus: str | int | Sequence[str | int] | None = None,
     name: str = "torch.utils.benchmark",
@@ -35,7 +38,7 @@ def observe(
     own = None
     if session is not None:
         sampler, be, gpu_list = session.sampler, session.backend, list(session.gpus)
-        facts = dict(getattr(session, "facts", {}))
+        facts = dict(session.facts)
     else:
         from gpuenv.backend import open_backend
         from gpuenv.devices import select_gpus
@@ -68,7 +71,7 @@ def record(
     seconds: float,
     *,
     facts: dict[int, Any],
-    session: Any = None,
+    session: BenchSession | None = None,
     name: str = "torch.utils.benchmark",
 ) -> dict[str, Any]:
     """The judged telemetry record of one timed call (what `observe` attaches): the call is
@@ -77,7 +80,7 @@ def record(
     from gpuenv.judge import judge
     from gpuenv.verdict import DEFAULT_CONFIG
 
-    policy = getattr(session, "policy", "annotate") if session is not None else "annotate"
+    policy = session.policy if session is not None else "annotate"
     if policy == "retry":
         policy = "reject"  # torch's Timer ran the reps: they cannot be re-run from here
     m = judge(
@@ -86,7 +89,7 @@ def record(
         evidence,
         facts=facts,
         policy=policy,
-        config=getattr(session, "config", None) or DEFAULT_CONFIG,
+        config=session.config if session is not None else DEFAULT_CONFIG,
     )
     rec = {
         "name": name,

@@ -22,7 +22,7 @@ from gpuenv.run.tracker import Region
 from gpuenv.table import render as render_table
 from gpuenv.telemetry import Window, merge_windows
 from gpuenv.units import fmt_j, fmt_s
-from gpuenv.verdict import Finding, GpuFacts, VerdictConfig, severity_rank
+from gpuenv.verdict import Finding, GpuFacts, Policy, VerdictConfig, severity_rank
 
 RUN_NAME = "(run)"  # the region that is the whole command
 MAX_REP_WINDOWS = 1_000  # per-rep windows stored in the results file (findings use them all)
@@ -60,7 +60,7 @@ def build_measurements(
     *,
     gpus: Sequence[int],
     facts: dict[int, GpuFacts],
-    policy: str,
+    policy: Policy,
     stable_clocks: bool,
     wall_at: Any,
     extra_run: dict[str, Any] | None = None,
@@ -214,7 +214,7 @@ def _measurement(
     reps: Sequence[Region],
     gpus: Sequence[int],
     facts: dict[int, GpuFacts],
-    policy: str,
+    policy: Policy,
     config: VerdictConfig,
     wall_at: Any,
     *,
@@ -360,7 +360,7 @@ def _rows(m: Measurement, name: str, rank: str | None, multi: bool) -> list[list
     returned = m.extra.get("returned_s")
     if isinstance(returned, (int, float)):
         when += f" (returned {fmt_time(returned)})"
-    verdict = m.verdict
+    verdict: str = m.verdict  # the table's cell: the verdict, then the reps it rejected
     if m.rejected_reps and len(m.times_s) > 1:  # what the reject policy did, in its word
         k, n = len(m.rejected_reps), len(m.times_s)
         verdict += f" ({k} of {n} reps)" if verdict == "rejected" else f", {k} of {n} reps rejected"

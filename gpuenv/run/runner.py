@@ -35,9 +35,10 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 
 from gpuenv.backend import Backend
+from gpuenv.errors import CommandNotFound as CommandNotFound  # defined in gpuenv.errors
 from gpuenv.errors import ConfigError
 from gpuenv.judge import read_facts
 from gpuenv.progress import Progress
@@ -59,7 +60,14 @@ from gpuenv.run.tracker import (
 from gpuenv.telemetry import Sampler
 from gpuenv.verdict import GpuFacts
 
-RUN_POLICIES = ("annotate", "reject")  # retry cannot re-run a command's regions
+if TYPE_CHECKING:
+    import psutil
+
+    from gpuenv.locking import HeldLock
+    from gpuenv.results import ResultStore
+
+RunPolicy = Literal["annotate", "reject"]  # retry cannot re-run a command's regions
+RUN_POLICIES: tuple[RunPolicy, ...] = get_args(RunPolicy)
 SUMMARIES = ("each", "rank0")  # each rank prints its table / rank 0 prints all ranks' in one
 FORWARDED = (
     signal.SIGINT,
@@ -74,15 +82,7 @@ SI_KERNEL = 0x80  # si_code of a signal the kernel (the tty driver) sent to a pr
 SETTLE_S = 0.5  # a flush covers regions that ended this long ago: their samples are in
 
 
-class CommandNotFound(ConfigError):
-    """The command to run does not exist or cannot be executed (exit 127 / 126, as shells)."""
-
-    def __init__(self, command: str, *, exit_code: int = 127, why: str = "command not found"):
-        self.exit_code = exit_code
-        super().__init__(f"{why}: {command}", hint="check the command and your PATH")
-
-
-def check_run_policy(policy: str) -> str:
+def check_run_policy(policy: str) -> RunPolicy:
     """annotate or reject; retry is refused with the reason."""
     if policy not in RUN_POLICIES and policy != "retry":
         raise ConfigError(
@@ -96,7 +96,7 @@ def check_run_policy(policy: str) -> str:
             hint="use --policy reject to fail the run on a rejected region, or "
             "policy='retry' inside the program (gpuenv.bench, gpuenv.stable)",
         )
-    return policy
+    return next(known for known in RUN_POLICIES if known == policy)
 
 
 def resolve_command(argv: Sequence[str]) -> str:
@@ -200,7 +200,7 @@ class Runner:
         nvtx: bool = False,
         verbose: bool = False,
     ):
-        check_run_policy(policy)
+        checked = check_run_policy(policy)
         if backend.clock.virtual:
             raise ConfigError("gpuenv run needs real time: the command's regions carry its clock")
         self.argv = list(argv)
@@ -209,7 +209,7 @@ class Runner:
         self.gpus = list(gpus)
         self.lock_args = lock_args
         self.force = force
-        self.policy = policy
+        self.policy = checked
         self.output = Path(output) if output is not None else None
         self.append = append  # to an output file holding other runs (else refused)
         self.period = period
@@ -229,7 +229,7 @@ class Runner:
             nvtx_mod.child_env(dict(os.environ), self.nvtx_lib)
 
     def run(self) -> RunResult:
-        lock = None
+        lock: HeldLock | None = None
         if self.lock_args:
             from gpuenv.locking import acquire
 
@@ -249,12 +249,12 @@ class Runner:
             if lock is not None:
                 lock.release()
 
-    def _lock_ranges(self, lock: Any) -> dict[int, tuple[int, int]]:
+    def _lock_ranges(self, lock: HeldLock | None) -> dict[int, tuple[int, int]]:
         from gpuenv.locking import lock_ranges
 
         return {} if lock is None else lock_ranges(lock, self.backend)
 
-    def _run_locked(self, lock: Any) -> RunResult:
+    def _run_locked(self, lock: HeldLock | None) -> RunResult:
         ranges = self._lock_ranges(lock)
         store = self._store(lock)
         # a thread unless GPUENV_SAMPLER says: the command is another process already
@@ -366,7 +366,7 @@ class Runner:
             procs = dict(tracker.procs)
         return {pid: worker_of(f, self.backend, self.gpus) for pid, f in procs.items()}
 
-    def _report(self, result: RunResult, lock: Any, *, started_wall: float) -> None:
+    def _report(self, result: RunResult, lock: HeldLock | None, *, started_wall: float) -> None:
         """Print the summary: this run's table, or under --summary rank0 all ranks' at rank 0."""
         rank = rank_of(os.environ)
         record = self._record(result, lock, rank)
@@ -396,7 +396,7 @@ class Runner:
             env["NVTX_INJECTION64_PATH"] = str(self.nvtx_lib)
         return env
 
-    def _store(self, lock: Any) -> Any:
+    def _store(self, lock: HeldLock | None) -> ResultStore | None:
         """The results file's store (None without -o), its metadata written first."""
         from gpuenv.environment import environment_metadata
         from gpuenv.results import ResultStore
@@ -502,7 +502,7 @@ class Runner:
                 os.kill(pid, sig)
                 forwarded.append(sig)
 
-    def _record(self, result: RunResult, lock: Any, rank: int | None) -> dict[str, Any]:
+    def _record(self, result: RunResult, lock: HeldLock | None, rank: int | None) -> dict[str, Any]:
         """What the summary says about this run besides its measurements (report.run_text)."""
         from gpuenv.devices import describe
 
@@ -549,7 +549,7 @@ class _Family:
                     self._check(p)
         return self.seen
 
-    def _check(self, p: Any) -> None:
+    def _check(self, p: psutil.Process) -> None:
         import psutil
 
         try:

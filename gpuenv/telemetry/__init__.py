@@ -17,6 +17,7 @@ The package:
     child.py     the sampler process itself
     buffers.py   the Sampler's rings in this process: records as plain tuples (no GC cost)
     sampler.py   Sampler: process or thread, edge reads (mark), windows
+    source.py    SampleSource: what a measurement needs of a sampler (a Protocol)
     trace.py     the trace `gpuenv plot` draws: SampleLog (bounded), TracePieces (a session's)
 """
 
@@ -43,6 +44,7 @@ from gpuenv.telemetry.samples import (
     Sample,
     SlowSample,
 )
+from gpuenv.telemetry.source import SampleFeed, SampleSource
 from gpuenv.telemetry.summary import ENERGY_EXACT_MIN_S, summarize, summarize_many
 from gpuenv.telemetry.trace import MAX_POINTS, SampleLog, TracePieces, trace_record
 from gpuenv.telemetry.window import Window, merge_windows
@@ -62,7 +64,9 @@ __all__ = [
     "SLOW_LOOKBACK_S",
     "Gap",
     "Sample",
+    "SampleFeed",
     "SampleLog",
+    "SampleSource",
     "Sampler",
     "SlowSample",
     "TracePieces",

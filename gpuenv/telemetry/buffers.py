@@ -9,10 +9,18 @@ collection has looked at it, so here a record is its fields in order, and a full
 costs a full collection only the walk over its deque (~1 ms on 2 GPUs). Readers get
 `Sample`, `SlowSample` and `Gap` objects, made when asked for: equal to the ones
 kept before, in the same order.
+
+Edge reads (a region's start or end, `Sampler.mark`) come as often as regions are marked,
+not as time passes: in gpuenvd, a client's every window. With `edge_capacity`, a read that
+comes less than `spacing` after the last one kept in a ring goes to a small ring of its
+own instead, merged back in time order for readers: a load of windows then neither grows
+the daemon's memory until the time rings are full (tens of MB per GPU) nor pushes the
+history out of them.
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -59,11 +67,26 @@ class Buffers:
     Every ring is a deque with `maxlen`: the newest `capacity` records, oldest first.
     """
 
-    def __init__(self, gpus: Sequence[int], capacity: int, own_pids: set[int]):
+    def __init__(
+        self,
+        gpus: Sequence[int],
+        capacity: int,
+        own_pids: set[int],
+        *,
+        edge_capacity: int | None = None,
+        spacing: float = 0.0,
+    ):
         self.capacity = capacity
         self.fast_q: dict[int, deque[FastRecord]] = {g: deque(maxlen=capacity) for g in gpus}
         self.slow_q: dict[int, deque[SlowRecord]] = {g: deque(maxlen=capacity) for g in gpus}
         self.gap_q: deque[GapRecord] = deque(maxlen=capacity)
+        # the edge reads' own rings (see the module docstring); None: one ring per kind
+        self.spacing = spacing if edge_capacity is not None else 0.0
+        self.edge_fast_q: dict[int, deque[FastRecord]] | None = None
+        self.edge_slow_q: dict[int, deque[SlowRecord]] | None = None
+        if edge_capacity is not None:
+            self.edge_fast_q = {g: deque(maxlen=edge_capacity) for g in gpus}
+            self.edge_slow_q = {g: deque(maxlen=edge_capacity) for g in gpus}
         self.own_pids = own_pids
         self.lock = threading.Lock()
         self.slow_cond = threading.Condition()
@@ -72,7 +95,7 @@ class Buffers:
     # -- the Sink side (the reader's thread, or the pull from the sampler process) ----------
     def fast(self, rec: FastRecord) -> None:
         with self.lock:
-            self.fast_q[rec[1]].append(rec)
+            _put(self.fast_q[rec[1]], self.edge_fast_q, rec, self.spacing)
 
     def slow(
         self,
@@ -109,7 +132,7 @@ class Buffers:
                 own,
             )
         with self.lock:
-            self.slow_q[gpu].append(rec)
+            _put(self.slow_q[gpu], self.edge_slow_q if edge else None, rec, self.spacing)
 
     def gap(self, gap: Gap) -> None:
         with self.lock:
@@ -127,29 +150,35 @@ class Buffers:
             recs = [
                 r
                 for g in gpus
-                for r in (_since(self.fast_q[g], lo, keep_before=1) if recent else self.fast_q[g])
+                for r in (
+                    self._since(self.fast_q, self.edge_fast_q, g, lo, 1)
+                    if recent
+                    else self._all(self.fast_q, self.edge_fast_q, g)
+                )
                 if lo <= r[0] <= hi
             ]
         return [Sample(*r) for r in recs]
 
     def slow_samples(self, gpus: Sequence[int], lo: float, hi: float) -> list[SlowSample]:
         with self.lock:
-            recs = [r for g in gpus for r in self.slow_q[g] if lo <= r[0] <= hi]
+            recs = [
+                r
+                for g in gpus
+                for r in self._all(self.slow_q, self.edge_slow_q, g)
+                if lo <= r[0] <= hi
+            ]
         return [slow_sample(r) for r in recs]
 
     def latest(self, gpu: int) -> Sample | None:
         with self.lock:
-            fast = self.fast_q[gpu]
-            rec = fast[-1] if fast else None
+            rec = _last(self.fast_q[gpu], self.edge_fast_q)
         return Sample(*rec) if rec is not None else None
 
     def last_slow_t(self, gpu: int) -> float | None:
         """The time of the newest counter read of `gpu`, if any."""
-        slow = self.slow_q[gpu]
-        try:
-            return slow[-1][0]
-        except IndexError:
-            return None
+        with self.lock:
+            rec = _last(self.slow_q[gpu], self.edge_slow_q)
+        return None if rec is None else rec[0]
 
     def gaps(self, gpu: int | None = None, since: float = float("-inf")) -> list[Gap]:
         with self.lock:
@@ -164,8 +193,8 @@ class Buffers:
         gap_margin before lo, and whether the cheap ring is full (older samples are gone)."""
         with self.lock:
             # most windows are recent: walk back from the newest record
-            fast = _since(self.fast_q[gpu], lo, keep_before=1)
-            slow = _since(self.slow_q[gpu], lo - slow_lookback, keep_before=3)
+            fast = self._since(self.fast_q, self.edge_fast_q, gpu, lo, 1)
+            slow = self._since(self.slow_q, self.edge_slow_q, gpu, lo - slow_lookback, 3)
             gaps = [r for r in self.gap_q if r[1] == gpu and r[0] >= lo - gap_margin]
             truncated = len(self.fast_q[gpu]) == self.capacity
         return WindowInputs(
@@ -174,6 +203,52 @@ class Buffers:
             [Gap(*r) for r in gaps],
             truncated,
         )
+
+    @staticmethod
+    def _all(rings: dict[int, deque[Any]], edges: dict[int, deque[Any]] | None, g: int) -> Any:
+        """Every record of GPU g, in time order, the edge ring's merged in."""
+        if edges is None or not edges[g]:
+            return rings[g]
+        return list(heapq.merge(rings[g], edges[g], key=_t))
+
+    @staticmethod
+    def _since(
+        rings: dict[int, deque[Any]],
+        edges: dict[int, deque[Any]] | None,
+        g: int,
+        t: float,
+        keep_before: int,
+    ) -> list[Any]:
+        """`_since` of GPU g's ring, the edge ring's records merged in."""
+        if edges is None or not edges[g]:
+            return _since(rings[g], t, keep_before)
+        both = heapq.merge(
+            _since(rings[g], t, keep_before), _since(edges[g], t, keep_before), key=_t
+        )
+        return _since(deque(both), t, keep_before)
+
+
+def _t(rec: tuple[Any, ...]) -> float:
+    return float(rec[0])
+
+
+def _put(ring: deque[Any], edges: dict[int, deque[Any]] | None, rec: Any, spacing: float) -> None:
+    """Append `rec` to its ring, or to its GPU's edge ring when it comes less than `spacing`
+    after the ring's newest record (an edge read between two periodic ones)."""
+    if edges is not None and ring and rec[0] - ring[-1][0] < spacing:
+        edges[rec[1]].append(rec)
+    else:
+        ring.append(rec)
+
+
+def _last(ring: deque[Any], edges: dict[int, deque[Any]] | None) -> Any:
+    """The newest record of a GPU, its edge ring's included (`edges` holds it by GPU)."""
+    rec = ring[-1] if ring else None
+    if edges is not None and rec is not None:
+        edge = edges[rec[1]]
+        if edge and edge[-1][0] > rec[0]:
+            return edge[-1]
+    return rec
 
 
 def _since(buf: deque[Any], t: float, keep_before: int) -> list[Any]:

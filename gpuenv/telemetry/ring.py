@@ -209,7 +209,7 @@ class Shared:
     @property
     def error(self) -> str:
         raw = self.buf[_OFF_ERROR : _OFF_ERROR + _ERROR_SIZE]
-        return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+        return bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace")
 
     def edges_requested(self) -> int:
         return self._u64(_OFF_REQUESTED)

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from gpuenv.backend import Backend
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
@@ -28,6 +29,9 @@ from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, HURRY_PERIOD_S, Gap, Samp
 from gpuenv.telemetry.summary import summarize_many
 from gpuenv.telemetry.window import Window
 from gpuenv.timebase import Clock, RealClock, Timer
+
+if TYPE_CHECKING:
+    from gpuenv.telemetry.source import SampleSource
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +95,9 @@ class Sampler:
     A failed read never raises: it becomes a `Gap` (see `gaps`), and windows over it
     carry `gap=True`; so does a sampler process that died. `own_pids` are the
     processes whose use of the GPU is expected (default: this one); any other
-    becomes a window's `other_pids`.
+    becomes a window's `other_pids`. `edge_capacity`: edge reads are kept apart, in
+    rings of this many per GPU (`buffers.py`), for a process that marks for others
+    (gpuenvd): its memory then stays flat however many windows it is asked for.
 
         with Sampler(backend, [0]) as sampler:
             t0 = sampler.mark(); work(); t1 = sampler.mark()
@@ -112,6 +118,8 @@ class Sampler:
         lock_ranges: each GPU's locked SM range, to tell whether the lock held.
         lock_tolerance_mhz: how far outside the locked range the clock may read.
         mode: "process" or "thread" (default: GPUENV_SAMPLER, else as above).
+        edge_capacity: edge reads kept apart, this many per GPU (at least 16; None: in
+            the rings of every tick), as above.
 
     Raises:
         ConfigError: no GPU, a period that is not positive, a capacity too small.
@@ -129,6 +137,7 @@ class Sampler:
         energy_period: float = DEFAULT_ENERGY_PERIOD_S,
         clock: Clock | None = None,
         capacity: int = DEFAULT_CAPACITY,
+        edge_capacity: int | None = None,
         own_pids: Iterable[int] | None = None,
         watch_processes: bool = True,
         lock_ranges: dict[int, tuple[int, int]] | None = None,
@@ -162,7 +171,15 @@ class Sampler:
         self.lock_tolerance_mhz = lock_tolerance_mhz
         # "thread" | "process" (virtual time counts as "thread"), and why
         self.mode, self.mode_reason = choose_mode(backend, self.clock, mode)
-        self._buf = Buffers(self.gpus, capacity, self.own_pids)
+        if edge_capacity is not None and edge_capacity < 16:
+            raise ConfigError(
+                f"sampler edge_capacity {edge_capacity} is too small", hint="use 16 or more"
+            )
+        # edge reads in rings of their own (buffers.py): a process that marks for others
+        # (gpuenvd's windows) keeps its memory and its history flat however often it marks
+        self._buf = Buffers(
+            self.gpus, capacity, self.own_pids, edge_capacity=edge_capacity, spacing=period / 2
+        )
         self._reader = Reader(
             backend,
             self.gpus,
@@ -506,3 +523,9 @@ class Sampler:
             if (last is not None and last >= t1) or self._died or time.monotonic() > deadline:
                 return
             time.sleep(0.001)
+
+
+if TYPE_CHECKING:
+
+    def _a_sampler_is_a_source(sampler: Sampler) -> SampleSource:
+        return sampler  # mypy: Sampler keeps every member SampleSource names

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuenv.telemetry.samples import HURRY_PERIOD_S, Sample
+from gpuenv.telemetry.source import SampleFeed
 
 MAX_POINTS = 20_000  # samples per GPU a log holds (thinned evenly beyond)
 
@@ -74,7 +75,7 @@ class SampleLog:
                 self.points[s.gpu] = pts[::2]
                 self.min_dt[s.gpu] = max(min_dt * 2, (pts[-1].t - pts[0].t) / self.max_points)
 
-    def pull(self, sampler: Any) -> None:
+    def pull(self, sampler: SampleFeed) -> None:
         """Add the samples `sampler` (a telemetry.Sampler) took since the last pull. Its ring
         holds DEFAULT_CAPACITY samples per GPU (55 min at 100 ms): pull at least that often."""
         for g in self.points:
@@ -106,7 +107,7 @@ class TracePieces:
     """
 
     def __init__(
-        self, sampler: Any, gpus: Sequence[int], t_ref: float, max_points: int | None = None
+        self, sampler: SampleFeed, gpus: Sequence[int], t_ref: float, max_points: int | None = None
     ):
         self.sampler = sampler
         self.gpus = list(gpus)

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from gpuenv import validate as v
 from gpuenv.conditioning import ConditionConfig
 from gpuenv.errors import ConfigError
 from gpuenv.judge import check_policy
 from gpuenv.timing.devices import MODES
-from gpuenv.verdict import VerdictConfig
+from gpuenv.verdict import Policy, VerdictConfig
 
-CONDITIONS = ("auto", "burst", "sustained", "none")
+# what bench may be asked to measure in: a Condition, "none" (as the GPU is), or "auto"
+# (bench picks: harness._choose_condition)
+BenchCondition = Literal["auto", "burst", "sustained", "none"]
+CONDITIONS: tuple[BenchCondition, ...] = get_args(BenchCondition)
 DEFAULT_BUDGET_S = 10.0  # measuring time when no rep count is given
 # Below this a call timed alone between CUDA events (mode "events", the do_bench drop-in)
 # gets a tiny_kernel finding: on the lent H100 one call per event pair held 1.6-5 us of
@@ -88,12 +91,12 @@ class BenchConfig:
     flush_l2: bool = True
     saturate: bool = True
     calls_per_rep: int | str = "auto"
-    condition: str | None = None  # None = "auto"
+    condition: BenchCondition | None = None  # None = "auto"
     conditioning: ConditionConfig = field(default_factory=lambda: BENCH_CONDITIONING)
     burst_from_start: bool = False
     budget_in_bursts: bool = False
     burst_lead_s: float = 0.0
-    policy: str | None = None
+    policy: Policy | None = None
     verdict_config: VerdictConfig | None = None
     probe_clock: bool = True
     keep_trace: bool = True

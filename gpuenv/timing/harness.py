@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from gpuenv import conditioning, stats
 from gpuenv import validate as v
@@ -21,15 +21,19 @@ from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
 from gpuenv.progress import Progress
 from gpuenv.reasons import Reason
-from gpuenv.telemetry import DRIVER_REFRESH_S, trace_record
+from gpuenv.results import Measurement
+from gpuenv.seams import BenchSession
+from gpuenv.telemetry import DRIVER_REFRESH_S, SampleSource, trace_record
 from gpuenv.timebase import Clock
 from gpuenv.timing import memo
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
 from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
-from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, tiny_call
+from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, Policy, tiny_call
 
 log = logging.getLogger(__name__)
+
+Measured = Literal["burst", "sustained", "none"]  # the condition bench measures in
 
 COLD_START_FRESH = True  # see _condition: a call begun on an idle GPU waits for fresh samples
 WARMUP_WINDOW = 8  # reps whose times and clocks must not trend for warmup to end
@@ -44,7 +48,7 @@ def bench(
     config: BenchConfig | None = None,
     *,
     name: str | None = None,
-    session: Any = None,
+    session: BenchSession | None = None,
     backend: Backend | None = None,
     gpu: int | None = None,
     device: Device | None = None,
@@ -52,7 +56,7 @@ def bench(
     append: bool = False,
     progress: bool | Callable[[str], None] = False,
     **settings: Any,
-) -> Any:
+) -> Measurement:
     """Time `fn` on the GPU, with telemetry on every rep; returns a `Measurement`.
 
     With no options gpuenv picks the safe default (`BenchConfig`'s docstring): a number
@@ -104,8 +108,7 @@ def bench(
     finally:
         place.close()
     if session is not None:
-        if hasattr(session, "work_ended"):
-            session.work_ended(session.sampler.mark())  # burst mode waits from here
+        session.work_ended(session.sampler.mark())  # burst mode waits from here
         m = session.keep(m)  # with the session's trace; appended to its `output`, if any
     elif output is not None:
         from gpuenv.environment import environment_metadata
@@ -124,14 +127,14 @@ class _Place:
 
     backend: Backend | None
     gpu: int
-    sampler: Any
+    sampler: SampleSource | None
     own_sampler: bool
     device: Device
     facts: dict[int, GpuFacts]
-    condition: str
+    condition: Measured
     condition_why: str
-    policy: str
-    session: Any
+    policy: Policy
+    session: BenchSession | None
     opened: float  # clock time just before the sampler started: its samples come after
 
     @property
@@ -153,16 +156,16 @@ class _Place:
     def open(
         cls,
         cfg: BenchConfig,
-        session: Any,
+        session: BenchSession | None,
         backend: Backend | None,
         gpu: int | None,
         device: Device | None,
     ) -> _Place:
-        sampler = None
+        sampler: SampleSource | None = None
         gpus: list[int] = []
         if session is not None:
             backend, sampler = session.backend, session.sampler
-            gpus = list(getattr(session, "gpus", []) or sampler.gpus)
+            gpus = list(session.gpus or sampler.gpus)
         elif backend is None:
             backend = _open_backend_quietly()
         if device is None:
@@ -201,23 +204,23 @@ class _Place:
             )
             sampler.start()
         condition, why = _choose_condition(cfg, session, facts.get(gpu), holds)
-        policy = cfg.policy or getattr(session, "policy", None) or "annotate"
+        policy = cfg.policy or (session.policy if session is not None else None) or "annotate"
         return cls(
             backend, gpu, sampler, own, device, facts, condition, why, policy, session, opened
         )
 
     def close(self) -> None:
-        if self.own_sampler:
+        if self.own_sampler and self.sampler is not None:
             self.sampler.stop()
 
 
 def _facts(
-    session: Any, backend: Backend | None, gpu: int
+    session: BenchSession | None, backend: Backend | None, gpu: int
 ) -> tuple[dict[int, GpuFacts], bool | None]:
     """The session's facts, else read now with the lock gpuenv holds on the GPU if any; and
     whether that lock holds now (None: no lock). The lock is read once."""
     holds = None
-    if session is not None and gpu in getattr(session, "facts", {}):
+    if session is not None and gpu in session.facts:
         facts = {gpu: session.facts[gpu]}
     elif backend is None:
         return {}, None
@@ -246,23 +249,23 @@ def _lock_now(backend: Backend, gpu: int) -> tuple[tuple[int, int] | None, bool 
 
 
 def _choose_condition(
-    cfg: BenchConfig, session: Any, facts: GpuFacts | None, holds: bool | None
-) -> tuple[str, str]:
+    cfg: BenchConfig, session: BenchSession | None, facts: GpuFacts | None, holds: bool | None
+) -> tuple[Measured, str]:
     """The condition to measure in, and why: the safe default unless one was asked for."""
-    if cfg.condition not in (None, "auto"):
-        return str(cfg.condition), "asked for"
+    if cfg.condition is not None and cfg.condition != "auto":
+        return cfg.condition, "asked for"
     rng = facts.lock_range_mhz if facts is not None else None
     if rng is not None:
         text = f"{rng[0]} MHz" if rng[0] == rng[1] else f"{rng[0]}-{rng[1]} MHz"
         if holds:
             return "none", f"clocks locked by gpuenv ({text}) and holding: measured as they are"
-        if session is None or getattr(session, "mode", None) in (None, "burst"):
+        if session is None or session.mode == "burst":
             return "burst", (
                 f"clocks locked by gpuenv ({text}) but not holding now: each "
                 "burst starts once the clock is back inside the lock"
             )
-    if session is not None and getattr(session, "mode", None):
-        return str(session.mode), "the session's mode"
+    if session is not None and session.mode:
+        return session.mode, "the session's mode"
     return "burst", "clocks not locked: each burst starts from the cool, uncapped state"
 
 
@@ -296,7 +299,7 @@ class _Run:
         s = self.place.sampler
         return s.mark() if s is not None else self.clock.now()
 
-    def run(self) -> Any:
+    def run(self) -> Measurement:
         cfg, place = self.cfg, self.place
         t_begin, started_at = self.mark(), self.clock.wall()
         # a function warmed up before on this GPU needs only the clock's ramp
@@ -341,7 +344,7 @@ class _Run:
             reps, stop = self._measure()
         self.mark()  # an edge read after the last rep: its window need not wait for one
         m = self._judge(reps, started_at)
-        if place.session is not None and hasattr(place.session, "learn_temperature") and reps:
+        if place.session is not None and reps:
             first = next((w for w in m.windows if w.gpu == place.gpu), None)
             place.session.learn_temperature(
                 self.fn, first.temp_c_start if first else None, m.stats.median_s
@@ -392,7 +395,7 @@ class _Run:
             )
             self.extra.update(cond.to_dict())
         elif place.condition == "burst":
-            if place.session is not None and hasattr(place.session, "wait_until_recovered"):
+            if place.session is not None:
                 t_wait = self.clock.now()
                 place.session.work_ended(self.clock.now())  # the warmup was work
                 place.session.wait_until_recovered(self.fn)
@@ -514,9 +517,10 @@ class _Run:
             if batch > 1:  # a profiler session costs ~0.2 s: the later ones hold more reps
                 batch = min(2 * batch, 4 * self.device.rep_batch, max_reps or batch)
 
-    def _judge(self, reps: list[Rep], started_at: float) -> Any:
+    def _judge(self, reps: list[Rep], started_at: float) -> Measurement:
         place, cfg = self.place, self.cfg
-        config = cfg.verdict_config or getattr(place.session, "config", None) or DEFAULT_CONFIG
+        session_config = place.session.config if place.session is not None else None
+        config = cfg.verdict_config or session_config or DEFAULT_CONFIG
         if place.condition == "burst" or (
             place.condition == "none" and place.facts.get(place.gpu, GpuFacts()).lock_range_mhz
         ):
@@ -582,7 +586,7 @@ class _Warmup:
 def _warmup(
     device: Device,
     fn: Callable[[], Any],
-    sampler: Any,
+    sampler: SampleSource | None,
     gpu: int,
     warmup: str | int,
     max_s: float,
@@ -626,7 +630,7 @@ def _warmup(
 
 
 def _rep_stats(
-    m: Any,
+    m: Measurement,
     reps: list[Rep],
     cfg: BenchConfig,
     stop: str,
@@ -680,7 +684,9 @@ def _rep_stats(
     return extra
 
 
-def _trace(sampler: Any, gpu: int, t0: float, t1: float, max_points: int = 1000) -> dict[str, Any]:
+def _trace(
+    sampler: SampleSource, gpu: int, t0: float, t1: float, max_points: int = 1000
+) -> dict[str, Any]:
     """The telemetry over the whole bench (warmup and conditioning included), downsampled,
     for `gpuenv plot`: times are seconds from t0."""
     samples = sampler.samples(t0, t1, gpu)

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from gpuenv._records import JsonRecord
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
-from gpuenv.errors import ConfigError, GpuenvError
+from gpuenv.errors import ConfigError
+from gpuenv.errors import MeasurementRejected as MeasurementRejected  # defined in gpuenv.errors
 
-SEVERITIES = ("info", "warning", "error")
-KINDS = (
+# The vocabularies are types (mypy refuses a kind or severity not listed here) and, as
+# the tuples below, the values checked at the door. In a results file they are plain
+# strings: a file keeps loading whatever kinds it holds.
+Severity = Literal["info", "warning", "error"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
+FindingKind = Literal[
     "warmup_ramp",
     "power_cap",
     "thermal",
@@ -27,7 +32,13 @@ KINDS = (
     "tiny_kernel",
     "telemetry_gap",
     "command_failed",  # gpuenv run: the wrapped command exited non-zero or was killed
-)
+]
+KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
+# what a measurement's findings make of it, under which policy
+Verdict = Literal["ok", "annotated", "rejected"]
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
+Policy = Literal["annotate", "reject", "retry"]
+POLICIES: tuple[Policy, ...] = get_args(Policy)
 
 
 @dataclass(frozen=True)
@@ -39,8 +50,8 @@ class Finding(JsonRecord):
     (e.g. {"time_under_cap_s": 0.8, "clock_cost_mhz": 540}).
     """
 
-    kind: str  # one of KINDS
-    severity: str  # "info" | "warning" | "error"
+    kind: FindingKind
+    severity: Severity
     reps: tuple[int, ...]
     message: str
     gpu: int | None = None
@@ -48,12 +59,6 @@ class Finding(JsonRecord):
 
     def __str__(self) -> str:
         return f"[{self.severity}] {self.kind}: {self.message}"
-
-
-class MeasurementRejected(GpuenvError):
-    """The reject (or retry) policy left too few trustworthy repetitions."""
-
-    exit_code = 1  # the CLI's "rejected verdict" code
 
 
 @dataclass(frozen=True)
@@ -123,7 +128,7 @@ class VerdictConfig:
     lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ
     clock_drift_rel: float = 0.02
     level_rel: float = 0.02
-    reject_severity: str = "warning"
+    reject_severity: Severity = "warning"
     min_reps: int = 3
     retry_delay_s: float = 1.0
     retry_backoff: float = 2.0
@@ -153,7 +158,7 @@ class VerdictConfig:
 DEFAULT_CONFIG = VerdictConfig()
 
 
-def severity_rank(severity: str) -> int:
+def severity_rank(severity: Severity) -> int:
     return SEVERITIES.index(severity)
 
 

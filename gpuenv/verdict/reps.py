@@ -11,7 +11,7 @@ from gpuenv.stats.descriptive import median as stats_median
 from gpuenv.stats.levels import levels, slow_head
 from gpuenv.telemetry import Window
 from gpuenv.units import fmt_s
-from gpuenv.verdict.records import Finding, GpuFacts, VerdictConfig, reps_text
+from gpuenv.verdict.records import Finding, FindingKind, GpuFacts, VerdictConfig, reps_text
 
 
 def warmup_ramp(
@@ -78,7 +78,7 @@ def levels_moved(g: int | None, times: Sequence[float], c: VerdictConfig) -> lis
     found = levels(times[skip:], min_rel=c.level_rel)
     if found is None:
         return []
-    kind = "bimodal" if found.shape == "split" else "drift"
+    kind: FindingKind = "bimodal" if found.shape == "split" else "drift"
     return [
         Finding(
             kind,

@@ -11,7 +11,7 @@ from gpuenv.reasons import THERMAL, Reason
 from gpuenv.stats.descriptive import median as stats_median
 from gpuenv.telemetry import Window
 from gpuenv.units import fmt_pct, fmt_s
-from gpuenv.verdict.records import Finding, GpuFacts, VerdictConfig, reps_text
+from gpuenv.verdict.records import Finding, GpuFacts, Severity, VerdictConfig, reps_text
 
 
 def cap_time_s(w: Window) -> float:
@@ -67,6 +67,7 @@ def power_cap(
         text += f", at the {f.power_limit_w:.0f} W power limit"
     moved = _cap_moved(reps, times_s, details, f, c)
     details["moved"] = moved
+    severity: Severity
     if c.stable_clocks and moved:
         severity = "warning"
         text += " (lock a clock the cap can hold: gpuenv calibrate)"

@@ -80,6 +80,11 @@ def test_put_get_round_trip_one_file_per_uuid(tmp_path: Path) -> None:
         "GPU-aaaa.json.bak",  # the second copy, kept until the restore is confirmed
         "GPU-bbbb.json",
         "GPU-bbbb.json.bak",
+        "original",  # the third copy: the state before the lock, kept apart
+    ]
+    assert sorted(p.name for p in (tmp_path / "original").iterdir()) == [
+        "GPU-aaaa.json",
+        "GPU-bbbb.json",
     ]
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
     data = json.loads((tmp_path / "GPU-aaaa.json").read_text())
@@ -194,3 +199,24 @@ def test_entry_helpers() -> None:
     assert e.live_owners() == [a, b]
     assert JournalEntry.from_dict(e.to_dict()) == e
     assert Applied().empty() and not e.applied.empty()
+
+
+def test_a_state_dir_swapped_for_a_link_after_use_is_refused(tmp_path: Path) -> None:
+    """The checked directory is kept open between writes (a walk from / each time cost
+    gpuenvd ~20 walks a lease that changes a GPU): a path that no longer names that same
+    directory is walked and checked again, never written through the kept descriptor."""
+    from gpuenv._files import UnsafePath
+
+    state = tmp_path / "state"
+    j = Journal(state)
+    j.put(_entry())
+    j.remove("GPU-aaaa")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    state.rename(tmp_path / "old-state")
+    state.symlink_to(elsewhere)
+    with pytest.raises(UnsafePath, match="symbolic link"):
+        j.put(_entry())
+    with pytest.raises(UnsafePath, match="symbolic link"):
+        j.get("GPU-aaaa")
+    assert list(elsewhere.iterdir()) == [] and list((tmp_path / "old-state").glob("GPU-*")) == []

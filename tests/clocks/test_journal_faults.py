@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from journal_fault_harness import (
+    BOTH_COPIES,
     KINDS,
     CutJournal,
     ReadOnlyJournal,
@@ -19,11 +20,13 @@ from journal_fault_harness import (
     record_size,
     run_trial,
     settings,
+    spoil_both,
+    trial_both_copies,
 )
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.clocks import lock, standing_lock
-from gpuenv.clocks.journal import BACKUP, Journal, JournalDamaged, encode
+from gpuenv.clocks.journal import BACKUP, KEPT, Journal, JournalDamaged, encode
 from gpuenv.clocks.restoring import JournalNotUpdated, restore, restore_defaults
 from gpuenv.errors import FileError
 
@@ -68,19 +71,40 @@ def test_a_cut_journal_fails_the_lock_before_any_setting_changes(tmp_path: Path)
             supervise=False,
         )
     assert settings(sim) == before
-    # no half record, no .tmp: at most the journal's own lock file
-    assert [p.name for p in tmp_path.iterdir()] in ([], [".lock-private"])
+    # no half record, no .tmp (nor in the kept originals' directory): at most the lock file
+    left = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if not p.is_dir()]
+    assert left in ([], [".lock-private"])
+
+
+def _edit_power(path: Path, watts: float) -> None:
+    doc = json.loads(path.read_text())
+    doc["original"]["power_limit_w"] = watts
+    path.write_text(json.dumps(doc))
 
 
 def test_an_edited_value_is_detected_not_put_back(tmp_path: Path) -> None:
+    """Both copies edited alike: the kept original (issue 31) is what goes back, not 300 W."""
     sim = machine()
     journal = Journal(tmp_path)
     standing_lock(power_limit_w=500.0, gpus="1", backend=sim, journal=journal)
     uuid = sim.device_info(1).uuid
     for name in (f"{uuid}.json", f"{uuid}.json{BACKUP}"):  # both copies edited alike
-        doc = json.loads((tmp_path / name).read_text())
-        doc["original"]["power_limit_w"] = 300.0  # was 650
-        (tmp_path / name).write_text(json.dumps(doc))
+        _edit_power(tmp_path / name, 300.0)  # was 650
+    found = journal.lookup(uuid)
+    assert found.kept is not None and "checksum does not match" in found.kept
+    assert restore(backend=sim, journal=journal) == [1]
+    assert sim.truth(1).power_limit_w == 650.0  # the original, not the edited 300 W
+    assert journal.uuids() == []
+
+
+def test_all_three_copies_edited_is_damage_not_put_back(tmp_path: Path) -> None:
+    sim = machine()
+    journal = Journal(tmp_path)
+    standing_lock(power_limit_w=500.0, gpus="1", backend=sim, journal=journal)
+    uuid = sim.device_info(1).uuid
+    for path in (tmp_path / f"{uuid}.json", tmp_path / f"{uuid}.json{BACKUP}"):
+        _edit_power(path, 300.0)
+    _edit_power(tmp_path / KEPT / f"{uuid}.json", 300.0)
     with pytest.raises(JournalDamaged, match=r"checksum does not match.*restore --defaults"):
         restore(backend=sim, journal=journal)
     assert sim.truth(1).power_limit_w == 500.0  # not the edited 300 W
@@ -103,8 +127,8 @@ def test_a_damaged_gpu_1_never_blocks_restoring_gpu_0(tmp_path: Path) -> None:
     before = settings(sim)
     standing_lock(sm=1350, power_limit_w=500.0, gpus="0,1", backend=sim, journal=journal)
     uuid1 = sim.device_info(1).uuid
-    for name in (f"{uuid1}.json", f"{uuid1}.json{BACKUP}"):
-        (tmp_path / name).write_text('{"version": 2, "orig')
+    for name in (f"{uuid1}.json", f"{uuid1}.json{BACKUP}", f"{KEPT}/{uuid1}.json"):
+        (tmp_path / name).write_text('{"version": 2, "orig')  # all three copies
     assert restore(gpus="0", backend=sim, journal=journal) == [0]
     assert settings(sim)[0] == before[0]
     with pytest.raises(JournalDamaged) as err:
@@ -176,3 +200,42 @@ def test_a_journal_not_updated_is_a_warning_not_a_stranded_lock(tmp_path: Path) 
     assert any(issubclass(w.category, UserWarning) for w in caught)
     assert sim.truth(1).power_limit_w == 650.0
     assert issubclass(JournalNotUpdated, Exception)
+
+
+# -- both copies damaged (issue 31, item 3): the original kept at lock time ----------------------
+
+
+@pytest.mark.parametrize("scenario", BOTH_COPIES)
+def test_both_copies_damaged_still_puts_the_original_back(scenario: str, tmp_path: Path) -> None:
+    """Before the kept original, 6 of these 8 reset GPU 1 to the driver's defaults (its 650 W
+    lost), a directory in the records' place stranded it, and gpuenvd restarted left it
+    locked."""
+    assert trial_both_copies(tmp_path / "j", scenario) == "exact"
+
+
+def test_restore_says_it_used_the_kept_original(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from gpuenv.cli import cli
+
+    env = {
+        "GPUENV_STATE_DIR": str(tmp_path / "state"),
+        "GPUENV_SIM_STATE": str(tmp_path / "sim.json"),
+        "GPUENV_SIM_GPUS": "2",
+    }
+    runner = CliRunner()
+    lock_cli = ["--sim", "lock", "--sm", "1350", "--power-limit", "500"]
+    assert runner.invoke(cli, lock_cli, env=env).exit_code == 0
+    uuid1 = SimBackend(n_gpus=2, state_file=tmp_path / "sim.json").device_info(1).uuid
+    spoil_both(tmp_path / "state", uuid1, "cut")
+    doctor = runner.invoke(cli, ["--sim", "doctor"], env=env)
+    assert "GPU 1's journal record: both copies of its record are damaged" in doctor.output
+    assert "known only from the copy kept at lock time" in doctor.output
+    result = runner.invoke(cli, ["--sim", "restore"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "restored GPU 1" in result.output and "both copies of its record are damaged" in (
+        result.output
+    )
+    assert "put back from the copy kept at lock time" in result.output
+    again = runner.invoke(cli, ["--sim", "restore"], env=env)
+    assert again.exit_code == 0 and "nothing to restore" in again.output

@@ -7,11 +7,14 @@ import dataclasses
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuenv import stats
 from gpuenv.conditioning import ConditionConfig
 from gpuenv.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpuenv.seams import BenchSession
 
 RETURN_MODES = ("min", "max", "mean", "median", "all")
 TRITON_FLUSH_BYTES = 256 * 2**20  # triton's flush buffer (get_empty_cache_for_benchmark)
@@ -49,7 +52,7 @@ def do_bench(
     *,
     flush_bytes: int | None = None,
     name: str | None = None,
-    session: Any = None,
+    session: BenchSession | None = None,
     backend: Any = None,
     device: Any = None,
     mode: str = "events",
@@ -125,7 +128,7 @@ def do_bench_cudagraph(
     return_mode: str = "mean",
     *,
     name: str | None = None,
-    session: Any = None,
+    session: BenchSession | None = None,
     backend: Any = None,
     condition: str | None = None,
     policy: str | None = None,
@@ -213,10 +216,10 @@ def _check(
         validate.number(ms, key, lo=0, lo_open=key == "rep", unit="milliseconds")
 
 
-def _where(session: Any, backend: Any) -> tuple[Any, int]:
+def _where(session: BenchSession | None, backend: Any) -> tuple[Any, int]:
     """The backend (the session's, the given one, else the default opened once) and GPU."""
     if session is not None:
-        return session.backend, (getattr(session, "gpus", None) or session.sampler.gpus)[0]
+        return session.backend, (session.gpus or session.sampler.gpus)[0]
     if backend is None:
         if not _default_backend:
             from gpuenv.timing.harness import _open_backend_quietly
@@ -230,7 +233,7 @@ def _device(
     mode: str,
     backend: Any,
     gpu: int,
-    session: Any,
+    session: BenchSession | None,
     *,
     flush_bytes: int | None,
     calls: int | None = None,
@@ -280,7 +283,13 @@ def _estimate(dev: Any, call: _Call, *, budget_s: float, gpu_time: bool) -> tupl
 
 
 def _bench(
-    call: _Call, dev: _Phases, name: str, session: Any, backend: Any, output: Any, **settings: Any
+    call: _Call,
+    dev: _Phases,
+    name: str,
+    session: BenchSession | None,
+    backend: Any,
+    output: Any,
+    **settings: Any,
 ) -> Any:
     """gpuenv.bench with the drop-in's settings: budgeted counts, the budget counted in
     bursts (see the package docstring), no before/after clock probe (each rep probes its own),

@@ -193,7 +193,7 @@ class CudaEvents:
             calls += 64
             end.record()
             end.synchronize()
-        return start.elapsed_time(end) / 1e3 / max(calls, 1)
+        return float(start.elapsed_time(end)) / 1e3 / max(calls, 1)
 
     def probe_clock_mhz(self) -> float | None:
         """Time 1 ms of `_sleep` with events behind a lead-in spin; median of 3 (MHz): the

@@ -46,7 +46,7 @@ def _profiling() -> Iterator[Any]:
     measurement: silenced there alone, not fn's own."""
     from torch.autograd.profiler import profile
 
-    prof = profile(use_cpu=False, use_device="cuda", use_kineto=True)
+    prof: Any = profile(use_cpu=False, use_device="cuda", use_kineto=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         prof.__enter__()

@@ -1,0 +1,73 @@
+"""The joints between the doors are typed: renaming a member the harness uses on the
+session, the sampler or a held lock is a mypy error, not a probe that silently stops.
+
+mypy checks `gpuenv/` as a whole in CI; here it checks copies of the modules that
+implement a joint with one member renamed, beside unchanged copies (the control): the
+renamed copy must fail where the implementation is handed to its user, the unchanged
+copy must pass.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import gpuenv
+from gpuenv.locking import HeldLock
+from gpuenv.seams import BenchSession
+from gpuenv.telemetry import SampleFeed, SampleSource
+
+api = pytest.importorskip("mypy.api", reason="needs mypy (the dev extra)")
+
+PACKAGE = Path(gpuenv.__file__).parent
+ROOT = PACKAGE.parent
+
+
+def _mypy(*files: Path) -> str:
+    out, err, _ = api.run(
+        [
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            "--no-error-summary",
+            "--hide-error-context",
+            *map(str, files),
+        ]
+    )
+    return out + err
+
+
+def _copy(module: str, dest: Path, rename: tuple[str, str] | None = None) -> Path:
+    text = (PACKAGE / module).read_text()
+    if rename is not None:
+        old, new = rename
+        text, n = re.subn(rf"\bdef {old}\(", f"def {new}(", text)
+        assert n == 1, f"{module} defines {old} {n} times"
+    dest.write_text(text)
+    return dest
+
+
+@pytest.mark.slow
+def test_renaming_a_member_of_a_joint_fails_mypy(tmp_path):
+    control = _copy("session.py", tmp_path / "session_as_is.py")
+    session = _copy("session.py", tmp_path / "session_renamed.py", ("work_ended", "work_done"))
+    sampler = _copy("telemetry/sampler.py", tmp_path / "sampler_renamed.py", ("latest", "newest"))
+    lock = _copy("locking.py", tmp_path / "locking_renamed.py", ("holds", "holding"))
+    out = _mypy(control, session, sampler, lock)
+    assert control.name not in out, out
+    # Session.bench hands the session to gpuenv.bench: no longer a BenchSession
+    assert re.search(rf"{session.name}:\d+: error: .*BenchSession", out), out
+    # the check under TYPE_CHECKING at the end of sampler.py: no longer a SampleSource
+    assert re.search(rf"{sampler.name}:\d+: error: .*SampleSource", out), out
+    # acquire returns a HeldLock: a gpuenv.clocks.Lock is none without `holding`
+    assert re.search(rf"{lock.name}:\d+: error: .*HeldLock", out), out
+
+
+def test_the_joints_are_protocols_in_the_layers_below_their_users():
+    for proto in (BenchSession, SampleSource, SampleFeed, HeldLock):
+        assert getattr(proto, "_is_protocol", False), proto
+    assert BenchSession.__module__ == "gpuenv.seams"
+    assert SampleSource.__module__ == SampleFeed.__module__ == "gpuenv.telemetry.source"

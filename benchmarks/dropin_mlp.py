@@ -39,59 +39,37 @@ IDLE_S = 3.0
 LOAD_S = 3.0
 
 
+# variant name -> (module, constant, parse): what each variant sets for its calls
+KNOBS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
+    "target": ("gpuenv.integrations.triton.bench", "DROPIN_POWER_TARGET", float),
+    "burst": ("gpuenv.integrations.triton.bench", "DROPIN_BURST_S", float),
+    "tau": ("gpuenv.integrations.triton.bench", "DROPIN_POWER_TAU_S", float),
+    "unseen": ("gpuenv.conditioning.burst", "UNSEEN_POWER_FRAC", float),
+    "first": ("gpuenv.conditioning.burst", "UNSEEN_FIRST_S", float),
+    "heavyseen": ("gpuenv.conditioning.burst", "HEAVY_SEEN_FRAC", float),
+    "coldwait": ("gpuenv.timing.harness", "COLD_START_FRESH", lambda v: bool(int(v))),
+}
+
+
 @contextlib.contextmanager
 def _variant(spec: str) -> Iterator[None]:
-    """The drop-in's module constants as `spec` says, for the calls inside."""
-    from gpuenv.conditioning import burst
-    from gpuenv.integrations.triton import bench as dropin
+    """The module constant `spec` names ("now": none) set as it says, for the calls inside."""
+    import importlib
 
-    saved = (
-        dropin.DROPIN_POWER_TAU_S,
-        dropin.DROPIN_POWER_TARGET,
-        dropin.DROPIN_BURST_S,
-        burst.UNSEEN_POWER_FRAC,
-        burst.UNSEEN_FIRST_S,
-        burst.HEAVY_SEEN_FRAC,
-    )
     key, _, value = spec.partition("=")
-    if key == "target":
-        dropin.DROPIN_POWER_TARGET = float(value)
-    elif key == "burst":
-        dropin.DROPIN_BURST_S = float(value)
-    elif key == "unseen":
-        burst.UNSEEN_POWER_FRAC = float(value)
-    elif key == "coldwait":
-        from gpuenv.timing import harness
-
-        saved_cold = harness.COLD_START_FRESH
-        harness.COLD_START_FRESH = bool(int(value))
-        try:
-            yield
-        finally:
-            harness.COLD_START_FRESH = saved_cold
+    if key == "now":
+        yield
         return
-    elif key == "tau":
-        dropin.DROPIN_POWER_TAU_S = float(value)
-    elif key == "first":
-        burst.UNSEEN_FIRST_S = float(value)
-    elif key == "heavyseen":
-        burst.HEAVY_SEEN_FRAC = float(value)
-    elif key != "now":
-        raise SystemExit(
-            f"unknown variant {spec!r}: now, target=X, burst=S, unseen=X, first=S, "
-            "heavyseen=X, tau=S, coldwait=0|1"
-        )
+    if key not in KNOBS:
+        raise SystemExit(f"unknown variant {spec!r}: now, or {', '.join(KNOBS)}=VALUE")
+    where, name, parse = KNOBS[key]
+    module = importlib.import_module(where)
+    saved = getattr(module, name)
+    setattr(module, name, parse(value))
     try:
         yield
     finally:
-        (
-            dropin.DROPIN_POWER_TAU_S,
-            dropin.DROPIN_POWER_TARGET,
-            dropin.DROPIN_BURST_S,
-            burst.UNSEEN_POWER_FRAC,
-            burst.UNSEEN_FIRST_S,
-            burst.HEAVY_SEEN_FRAC,
-        ) = saved
+        setattr(module, name, saved)
 
 
 def _call(mlp: Callable[[], Any]) -> dict[str, Any]:

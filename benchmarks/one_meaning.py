@@ -35,9 +35,11 @@ from typing import Any
 
 from benchmarks import runner
 
-STARTUP = {
-    "torch's CUDA start": "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()",
-    "first and second profiler session": (
+
+def _sessions(prelude: str) -> str:
+    """A process's first and second gpuenv profiler session (with its trace read), after
+    `prelude`: the code a startup step runs."""
+    return prelude + (
         "import time, torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()\n"
         "from gpuenv.timing.cuda import profiler as cuda\n"
         "laps = []\n"
@@ -48,7 +50,12 @@ STARTUP = {
         "    cuda._trace_events(prof)\n"
         "    laps.append(time.perf_counter() - t0)\n"
         "print('LAPS', *laps)"
-    ),
+    )
+
+
+STARTUP = {
+    "torch's CUDA start": "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()",
+    "first and second profiler session": _sessions(""),
     "torch.profiler.profile's phases, first and second session: start, stop, trace": (
         "import time, torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()\n"
         "from torch.profiler import ProfilerActivity, profile\n"
@@ -71,17 +78,8 @@ STARTUP = {
         "prof.stop(); t3 = time.perf_counter()\n"
         "print('LAPS', t1 - t0, t2 - t1, t3 - t2)"
     ),
-    "first and second profiler session, CUDA_MODULE_LOADING=EAGER": (
+    "first and second profiler session, CUDA_MODULE_LOADING=EAGER": _sessions(
         "import os; os.environ['CUDA_MODULE_LOADING'] = 'EAGER'\n"
-        "import time, torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()\n"
-        "from gpuenv.timing.cuda import profiler as cuda\n"
-        "laps = []\n"
-        "for _ in range(2):\n"
-        "    t0 = time.perf_counter()\n"
-        "    with cuda._profiling() as prof:\n"
-        "        torch.cuda._sleep(1000); torch.cuda.synchronize()\n"
-        "    laps.append(time.perf_counter() - t0)\n"
-        "print('LAPS', *laps)"
     ),
     "CPU-only profiler session, then a CUDA one": (
         "import time, torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()\n"

@@ -36,10 +36,10 @@ users = ops
 
 
 class Harness:
-    def __init__(self, tmp: Path, config: str = CONFIG, n_gpus: int = 2):
+    def __init__(self, tmp: Path, config: str = CONFIG, n_gpus: int = 2, profile: str = "h100"):
         self.tmp = tmp
         self.sock = str(tmp / "gpuenvd.sock")
-        self.backend = SimBackend("h100", n_gpus=n_gpus, state_file=tmp / "sim.json")
+        self.backend = SimBackend(profile, n_gpus=n_gpus, state_file=tmp / "sim.json")
         self.journal = Journal(tmp / "journal")
         self.queue: list[Peer] = []
         cfg = parse_config(config).with_socket(self.sock)

@@ -104,10 +104,7 @@ def lock(
                 reason=getattr(backend, "reason", "read-only"),
             )
         held = acquire(
-            sm,
-            sm_max=sm_max,
-            mem=mem,
-            power_limit_w=power_limit,
+            request=request,
             gpus=gpu,
             backend=backend,
             standing=True,

@@ -201,7 +201,7 @@ def _run_plan(
             plan.argv,
             backend=backend,
             gpus=gpus,
-            lock_args=plan.lock_args,
+            lock=plan.lock,
             force=force,
             policy=policy,
             output=plan.output,

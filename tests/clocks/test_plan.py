@@ -12,11 +12,13 @@ from gpuenv import clocks
 from gpuenv.backend.sim import SimBackend
 from gpuenv.clocks import (
     LockRequest,
-    lock,
     lock_status,
     plan_lock,
     read_state,
     save_calibration,
+)
+from gpuenv.clocks import (
+    local_lock as lock,
 )
 from gpuenv.clocks.journal import Journal
 from gpuenv.clocks.plan import _sm_clocks

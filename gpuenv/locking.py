@@ -324,7 +324,7 @@ def _lease(
         client.close()
         raise
     if plan is None:
-        plan = _plan_from_daemon(client, backend, list(info["gpus"]))
+        plan = _plan_from_daemon(client, backend, list(info["gpus"]), request)
     return DaemonLock(client, info, plan)
 
 
@@ -345,7 +345,9 @@ def _local_plan(backend: Backend, request: LockRequest, gpus: list[int]) -> Lock
         raise
 
 
-def _plan_from_daemon(client: Client, backend: Backend, gpus: list[int]) -> LockPlan:
+def _plan_from_daemon(
+    client: Client, backend: Backend, gpus: list[int], request: LockRequest
+) -> LockPlan:
     from gpuenv.devices import describe
 
     plans = []
@@ -355,7 +357,7 @@ def _plan_from_daemon(client: Client, backend: Backend, gpus: list[int]) -> Lock
         applied = Applied(locked_sm=(int(rng[0]), int(rng[1])) if rng else None)
         current = read_state(backend, index, journal=Journal())
         plans.append(GpuPlan(index, str(g["uuid"]), describe(backend, index), current, applied))
-    return LockPlan(LockRequest(), tuple(plans))
+    return LockPlan(request, tuple(plans))
 
 
 def release_own(gpus: Sequence[int] | None = None, *, backend: Backend | None = None) -> list[int]:

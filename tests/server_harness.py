@@ -5,11 +5,13 @@ the `h` fixture (import it into a test module to use it)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,15 +64,22 @@ class Harness:
         return self.backend.truth(index).locked_sm
 
 
-@pytest.fixture
-def h(tmp_path: Path) -> Iterator[Harness]:
-    harness = Harness(tmp_path)
+@contextlib.contextmanager
+def serving(tmp: Path, **kwargs: Any) -> Iterator[Harness]:
+    """A started Harness (kwargs: Harness's), stopped and closed on exit."""
+    harness = Harness(tmp, **kwargs)
     harness.server.start()
     try:
         yield harness
     finally:
         harness.server.stop()
         harness.backend.close()
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[Harness]:
+    with serving(tmp_path) as harness:
+        yield harness
 
 
 def wait_for(cond, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]

@@ -15,7 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from server_harness import ALICE, Harness
+from server_harness import ALICE, Harness, serving
 
 import gpuenv
 from gpuenv.backend.sim import SimBackend, SimTruth
@@ -61,13 +61,8 @@ def test_each_field_reaches_the_gpu_through_a_local_lock(name: str, tmp_path: Pa
 
 @pytest.fixture
 def rtx(tmp_path: Path) -> Iterator[Harness]:
-    harness = Harness(tmp_path, profile="rtx4090")
-    harness.server.start()
-    try:
+    with serving(tmp_path, profile="rtx4090") as harness:
         yield harness
-    finally:
-        harness.server.stop()
-        harness.backend.close()
 
 
 @pytest.mark.parametrize("name", FIELDS)

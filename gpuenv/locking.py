@@ -52,6 +52,11 @@ class HeldLock(Protocol):
         ...
 
     @property
+    def request(self) -> LockRequest:
+        """What was asked for (`sm="sustained"` stays so: `plan` holds the clock it meant)."""
+        ...
+
+    @property
     def plan(self) -> LockPlan:
         """Each GPU's state before and the state applied (`lock_ranges` reads it)."""
         ...

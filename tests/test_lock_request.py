@@ -52,8 +52,11 @@ def test_each_field_reaches_the_gpu_through_a_local_lock(name: str, tmp_path: Pa
     try:
         before = state(sim.truth(0))
         request = one(name)
-        with gpuenv.lock(request=request, backend=sim, journal=Journal(tmp_path), supervise=False):
+        with gpuenv.lock(
+            request=request, backend=sim, journal=Journal(tmp_path), supervise=False
+        ) as lk:
             assert SETTINGS[name][1](sim.truth(0)), f"{name} did not reach the GPU"
+            assert lk.request == request
         assert state(sim.truth(0)) == before
     finally:
         sim.close()
@@ -72,6 +75,7 @@ def test_each_field_reaches_the_gpu_through_gpuenvd(name: str, rtx: Harness) -> 
         rtx.queue.append(ALICE)
         with gpuenv.lock(request=one(name), gpus="0", backend=user_view, socket=rtx.sock) as lk:
             assert "gpuenvd" in " ".join(lk.notes)  # a lease, not a local lock
+            assert lk.request == one(name)  # as a local lock says it
             assert SETTINGS[name][1](rtx.backend.truth(0)), f"{name} did not cross gpuenvd"
         assert rtx.truth(0) == rtx.original[0]
     finally:

@@ -423,8 +423,10 @@ class DaemonLock(OwnedLease):
         self._entered = False
 
     @property
-    def request(self) -> str:
-        return str(self.info.get("request", ""))
+    def request(self) -> LockRequest:
+        """What was asked for, as `gpuenv.clocks.Lock.request` (the daemon's words for it:
+        `info["request"]`)."""
+        return self.plan.request
 
     def holds(self) -> dict[int, bool | None]:
         """Per GPU: is the SM clock inside the locked range right now (None: cannot tell)."""
@@ -440,7 +442,7 @@ class DaemonLock(OwnedLease):
 
     def __repr__(self) -> str:
         state = "released" if self.released else "held"
-        return f"<gpuenv lock via gpuenvd {self.request} on GPUs {self.gpus} ({state})>"
+        return f"<gpuenv lock via gpuenvd {self.request.describe()} on GPUs {self.gpus} ({state})>"
 
 
 def connect(socket: str | os.PathLike | None = None, *, timeout: float | None = 30.0) -> Client:

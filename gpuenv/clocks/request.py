@@ -94,8 +94,6 @@ def requested(
     request: LockRequest | None,
     sm: int | str | tuple[int, int] | None,
     settings: LockSettings,
-    *,
-    names: dict[str, str] | None = None,
 ) -> LockRequest:
     """What a door that takes a request or keywords was asked for: `request`, or the keywords
     (`sm` given by position, `settings` by name) made into one. Both at once is an error."""
@@ -118,7 +116,7 @@ def requested(
         if settings.get("sm") is not None:
             raise ConfigError("sm is given twice", hint="e.g. gpuenv.lock(sm=1350)")
         settings = {**settings, "sm": sm}
-    return make_request(**settings, names=names)
+    return make_request(**settings)
 
 
 # what each parameter is called where the caller wrote it: Python names by default; the

@@ -20,11 +20,25 @@ import docs_harness as dx
 import pytest
 from daemon_harness import local_users
 
+PAGES = [dx.ROOT / "README.md", *sorted((dx.ROOT / "docs" / "tutorials").glob("*.md"))]
+
 
 @pytest.fixture
 def account() -> pwd.struct_passwd:
     (user,) = local_users(1)  # skips, with the reason, when not root or useradd is missing
     return user
+
+
+def _ids(path: Path) -> str:
+    return str(path.relative_to(dx.ROOT))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=_ids)
+def test_the_page_runs_as_a_second_account(path: Path, account: pwd.struct_passwd) -> None:
+    result = dx.run_file(path, user=account)
+    assert not result.failures, "\n".join(str(f) for f in result.failures)
+    if result.skipped:
+        pytest.skip(f"the other blocks ran; not run here: {'; '.join(result.skipped)}")
 
 
 def test_a_tutorial_block_that_needs_root_fails_unmarked(

@@ -347,15 +347,25 @@ def _user_pythonpath() -> str:
 
 
 def _user_bin(bindir: Path, user: pwd.struct_passwd) -> Path:
-    """`python`, `python3` and `gpuenv` for `user`: its Python with gpuenv importable, as a
-    reader's activated virtual environment gives them."""
+    """`python`, `python3`, `gpuenv` and this environment's other commands (pytest) for
+    `user`: run by its Python with gpuenv importable, as a reader's activated virtual
+    environment gives them."""
     from daemon_harness import _user_python
 
     python = _user_python(user)
     if python is None:
         raise RuntimeError(f"no Python that {user.pw_name} may run imports gpuenv here")
     bindir.mkdir()
-    for name, tail in (("python", ""), ("python3", ""), ("gpuenv", " -m gpuenv")):
+    ours = Path(sys.executable).parent
+    run = {"python": "", "python3": "", "gpuenv": " -m gpuenv"}
+    for script in sorted(ours.iterdir()):
+        try:
+            first = script.read_bytes()[:200].split(b"\n", 1)[0]
+        except OSError:
+            continue
+        if script.name not in run and first.startswith(b"#!") and b"python" in first:
+            run[script.name] = " " + shlex.quote(str(script))
+    for name, tail in run.items():
         (bindir / name).write_text(f'#!/bin/sh\nexec {shlex.quote(python)}{tail} "$@"\n')
         (bindir / name).chmod(0o755)
     return bindir

@@ -1,6 +1,6 @@
-"""README.md and every tutorial run as written by a second, ordinary account (issue 32's
-"Done when": as root and as a second account). tests/test_docs_examples.py runs every page as
-this process's account (root in CI); here the same harness runs the newcomer's pages as a
+"""README.md, every tutorial and every other page run as written by a second, ordinary
+account (issue 32's "Done when": as root and as a second account). tests/test_docs_examples.py
+runs every page as this process's account (root in CI); here the same harness runs them as a
 real account made with useradd (tests/daemon_harness.py's `local_users`), in a directory it
 owns, with its own Python importing gpuenv from this checkout, on a simulated machine that
 root's blocks and the account's share, as a host's /tmp/gpuenv-sim.json is shared.
@@ -20,7 +20,7 @@ import docs_harness as dx
 import pytest
 from daemon_harness import local_users
 
-PAGES = [dx.ROOT / "README.md", *sorted((dx.ROOT / "docs" / "tutorials").glob("*.md"))]
+PAGES = dx.markdown_files()  # README.md, then every page of docs/
 
 
 @pytest.fixture

@@ -339,11 +339,10 @@ def _places(base: Path) -> dict[str, str]:
 
 def _user_pythonpath() -> str:
     """gpuenv from this checkout and its dependencies from this environment, for an account
-    that cannot run this environment's Python (tests/daemon_harness.py's `_user_env`)."""
-    import site
+    that cannot run this environment's Python (as tests/daemon_harness.py runs one)."""
+    from daemon_harness import _user_env
 
-    paths = [str(ROOT), *site.getsitepackages(), os.environ.get("PYTHONPATH", "")]
-    return os.pathsep.join(p for p in paths if p)
+    return str(_user_env(os.environ)["PYTHONPATH"])
 
 
 def _user_bin(bindir: Path, user: pwd.struct_passwd) -> Path:

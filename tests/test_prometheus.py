@@ -464,3 +464,103 @@ def test_a_host_that_is_not_this_machine_is_not_told_to_choose_another_port(
     assert "192.0.2.1 is not an address of this machine" in proc.stderr, proc.stderr
     assert "choose another port" not in proc.stderr
     assert not (tmp_path / "gpuenvd.sock").exists()
+
+
+# -- the fleet across nodes: one Prometheus, every node's gpuenvd --------------------------
+
+
+def _calibrated_node(home: Path, seed: int, slow_w: float | None) -> dict[str, str]:
+    """A node's environment: its own simulated machine of 2 GPUs (seed: its GPUs' UUIDs) and
+    state directory, each GPU calibrated by root's `gpuenv calibrate` (virtual time, ~1 s a
+    GPU), GPU 0 first held to `slow_w` watts where given: the card that holds a lower clock."""
+    from gpuenv.backend.sim import SimBackend
+
+    home.mkdir()
+    env = {
+        **os.environ,
+        "GPUENV_BACKEND": "sim",
+        "GPUENV_SIM_STATE": str(home / "sim.json"),
+        "GPUENV_SIM_GPUS": "2",
+        "GPUENV_SIM_SEED": str(seed),
+        "GPUENV_STATE_DIR": str(home / "state"),
+    }
+    with SimBackend("h100", n_gpus=2, seed=seed, state_file=home / "sim.json", root=True) as b:
+        if slow_w is not None:
+            b.set_power_limit(0, slow_w)
+        env["UUIDS"] = ",".join(b.device_info(g).uuid for g in (0, 1))
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuenv", "calibrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return env
+
+
+def test_one_prometheus_over_two_nodes_names_the_slow_nodes_gpu(tmp_path: Path) -> None:
+    """Two nodes (each a gpuenvd on its own simulated machine, its metrics on its own port),
+    one Prometheus scraping both with the shipped rules: node1's GPU 0, held to 450 W, holds a
+    lower sustained clock; the fleet's ratio and GpuenvSlowGpu (pending: it fires after
+    10 min, which the rules' promtool test covers) name that node (instance) and that GPU
+    (gpu 0 and its UUID), and not GPU 0 of node0."""
+    prometheus = _tool("prometheus")
+    nodes = [_calibrated_node(tmp_path / f"node{i}", i, 450.0 if i == 1 else None) for i in (0, 1)]
+    with contextlib.ExitStack() as stack:
+        ports = [
+            stack.enter_context(_serving(Path(n["GPUENV_STATE_DIR"]).parent, n)) for n in nodes
+        ]
+        targets = [f"127.0.0.1:{p}" for p in ports]
+        web = _free_port()
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            f"rule_files: ['{RULES}']\n"
+            "scrape_configs:\n  - job_name: gpuenv\n"
+            f"    static_configs:\n      - targets: {targets}\n"
+        )
+        proc = subprocess.Popen(
+            [
+                prometheus,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{web}",
+                "--log.level=warn",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        stack.callback(_stop, proc)
+        api = f"http://127.0.0.1:{web}/api/v1/query?query="
+
+        def query(q: str) -> list[dict] | None:  # type: ignore[type-arg]
+            text = _get(api + urllib.parse.quote(q))
+            result = json.loads(text)["data"]["result"] if text else None
+            return result or None
+
+        # the rules evaluated over both nodes' GPUs (one node alone has a median of its own)
+        ratio = "gpuenv:gpu_sustained_sm_mhz:ratio_to_model_median"
+        assert _wait(lambda: query(f"count({ratio}) == 4"), 60, proc)
+        slow = _wait(lambda: query(f"{ratio} < 0.97"), 30, proc)
+        assert isinstance(slow, list) and len(slow) == 1, slow
+        labels = slow[0]["metric"]
+        assert labels["instance"] == targets[1] and labels["gpu"] == "0", labels
+        assert labels["UUID"] == nodes[1]["UUIDS"].split(",")[0], labels
+        pending = _wait(lambda: query('ALERTS{alertname="GpuenvSlowGpu"}'), 30, proc)
+        assert isinstance(pending, list) and len(pending) == 1, pending
+        alert = pending[0]["metric"]
+        assert alert["alertstate"] == "pending"
+        assert (alert["instance"], alert["gpu"], alert["UUID"]) == (
+            targets[1],
+            "0",
+            labels["UUID"],
+        )
+        # node0's GPU 0 (same index, its own UUID) holds its model's median
+        ratios = query(ratio)
+        assert isinstance(ratios, list) and len(ratios) == 4
+        by_gpu = {
+            (r["metric"]["instance"], r["metric"]["gpu"]): float(r["value"][1]) for r in ratios
+        }
+        assert by_gpu[targets[0], "0"] >= 0.97 and by_gpu[targets[1], "0"] < 0.8, by_gpu

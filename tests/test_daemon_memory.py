@@ -2,13 +2,14 @@
 temp dir, driven by a client process with the mixed load of daemon_harness.mixed_load (new
 connections, a long one, leases taken and released, status, subscribers).
 
-This test drives 8,000 requests (15 s on 2 quiet cores); the figure at 100,000, before and
+This test drives 12,000 requests (~20 s on 2 quiet cores); the figure at 100,000, before and
 after the fix side by side, is `python -m benchmarks.daemon_memory`'s
 (docs/benchmarks/daemon_memory.md).
 """
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import sys
@@ -58,13 +59,19 @@ def test_the_daemon_memory_stays_flat_under_a_mixed_load() -> None:
         d.start()
         assert d.proc is not None
         assert _drive(d, WARMUP) >= WARMUP
-        before = _rss_mb(d.proc.pid)
-        assert _drive(d, MEASURED) >= MEASURED
-        after = _rss_mb(d.proc.pid)
+        # two spans of MEASURED requests: a leak grows both, while a one-off step (an
+        # allocator arena or thread stack a slow moment of a loaded machine adds) shows in
+        # one (CI read +0.50 MB once on a box busy with other test runs)
+        rss = [_rss_mb(d.proc.pid)]
+        for _ in range(2):
+            assert _drive(d, MEASURED) >= MEASURED
+            rss.append(_rss_mb(d.proc.pid))
         assert d.alive()
-        assert after - before < BOUND_MB, (
-            f"gpuenvd's RSS grew {after - before:.2f} MB over {MEASURED:,} requests after "
-            f"{WARMUP:,} of warm-up ({before:.1f} -> {after:.1f} MB): over {BOUND_MB:.2f} MB"
+        grew = [b - a for a, b in itertools.pairwise(rss)]
+        assert min(grew) < BOUND_MB, (
+            f"gpuenvd's RSS grew {grew[0]:.2f} and then {grew[1]:.2f} MB over two spans of "
+            f"{MEASURED:,} requests after {WARMUP:,} of warm-up "
+            f"({' -> '.join(f'{r:.1f}' for r in rss)} MB): over {BOUND_MB:.2f} MB in both"
         )
     finally:
         d.close()

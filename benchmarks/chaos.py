@@ -88,7 +88,7 @@ def prepare(workdir: Path) -> tuple[Path, Path, list[tuple[object, ...]]]:
 def child_main(state_file: str, state_dir: str, release: bool) -> None:
     """Lock every GPU and hold it (or release it, for the mid_release point)."""
     from gpuenv.backend.sim import SimBackend
-    from gpuenv.clocks import lock
+    from gpuenv.clocks import local_lock as lock
     from gpuenv.clocks.journal import Journal
 
     sim = SimBackend(n_gpus=N_GPUS, state_file=state_file)
@@ -192,7 +192,7 @@ def _pct(values: list[float], q: float) -> float:
 def bench_latency(workdir: Path, reps: int) -> list[tuple[str, list[float]]]:
     """Lock + release on the simulator: with the watchdog (state file) and without it."""
     from gpuenv.backend.sim import SimBackend
-    from gpuenv.clocks import lock
+    from gpuenv.clocks import local_lock as lock
     from gpuenv.clocks.journal import Journal
 
     out = []

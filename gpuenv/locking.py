@@ -25,15 +25,18 @@ import os
 import stat
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuenv.backend import Backend
 from gpuenv.clocks.journal import Applied, Journal
 from gpuenv.clocks.plan import GpuPlan, LockPlan, plan_lock, read_state
-from gpuenv.clocks.request import LockRequest, make_request
+from gpuenv.clocks.request import LockRequest, LockSettings, requested
 from gpuenv.errors import ConfigError, GpuenvError, LockConflict, PermissionDenied
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+
+
     from gpuenv.daemon.client import Client
 
 GpuSelector = str | int | Sequence[str | int] | None
@@ -46,6 +49,11 @@ class HeldLock(Protocol):
     @property
     def gpus(self) -> list[int]:
         """The GPUs locked, by index."""
+        ...
+
+    @property
+    def request(self) -> LockRequest:
+        """What was asked for (`sm="sustained"` stays so: `plan` holds the clock it meant)."""
         ...
 
     @property
@@ -131,10 +139,9 @@ def _connect(backend: Backend, socket: str | os.PathLike[str] | None) -> Client 
 
 def acquire(
     sm: int | str | tuple[int, int] | None = None,
+    /,
     *,
-    sm_max: int | None = None,
-    mem: int | str | tuple[int, int] | None = None,
-    power_limit_w: float | None = None,
+    request: LockRequest | None = None,
     gpus: GpuSelector = None,
     backend: Backend | None = None,
     standing: bool = False,
@@ -143,17 +150,19 @@ def acquire(
     journal: Journal | None = None,
     command: str | None = None,
     socket: str | os.PathLike[str] | None = None,
+    **settings: Unpack[LockSettings],
 ) -> HeldLock:
     """Lock clocks through the daemon when one serves these GPUs, else locally.
 
     The `nvidia-smi` equivalent is `-lgc` / `-lmc` / `-pl`, with what was there before
-    journaled and put back on release.
+    journaled and put back on release. What to lock is a `LockRequest`, or its keywords
+    (`gpuenv.lock(sm=1350, power_limit_w=500)`), made into one here.
 
     Args:
-        sm: the SM clock in MHz, a (min, max) range, or "max", "base", "sustained".
-        sm_max: the top of the SM range when `sm` is its bottom.
-        mem: the memory clock, as `sm`.
-        power_limit_w: the power limit to set, in watts.
+        sm: the SM clock in MHz, a (min, max) range, or "max", "base", "sustained"
+            (by position or by name).
+        request: what to lock as one `LockRequest` (`gpuenv.clocks.make_request`),
+            instead of the keywords.
         gpus: which GPUs (indices, UUIDs, PCI bus ids; default all).
         backend: the GPU backend (default: `open_backend()`).
         standing: the lock outlives this process until `restore()` (`gpuenv lock`).
@@ -162,6 +171,8 @@ def acquire(
         journal: forces the local path (tests, the daemon itself).
         command: what the journal records as the owner's command.
         socket: gpuenvd's socket (default: GPUENV_SOCKET, or the standard path).
+        **settings: `sm_max` (the top of the SM range when `sm` is its bottom), `mem` (the
+            memory clock, as `sm`), `power_limit_w` (the power limit, in watts).
 
     Returns:
         A `HeldLock`: a `gpuenv.clocks.Lock` or a `gpuenv.daemon.client.DaemonLock`.
@@ -174,7 +185,7 @@ def acquire(
     from gpuenv import validate
     from gpuenv.clocks import locks
 
-    request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit_w)
+    request = requested(request, sm, settings)
     gpus = validate.gpu_selector(gpus, "gpus")
     socket = validate.path_like(socket, "socket")
     held: HeldLock | None = None
@@ -189,10 +200,8 @@ def acquire(
                 probe.close()  # a lease needs no backend; a local lock opens its own
     if held is None:
         with _hinted():
-            held = locks.lock(
-                request.sm,
-                mem=request.mem,
-                power_limit_w=request.power_limit_w,
+            held = locks.local_lock(
+                request=request,
                 gpus=gpus,
                 backend=backend,
                 force=force,
@@ -293,19 +302,16 @@ def _lease(
     try:
         selected = _selected(backend, gpus)
         plan = _local_plan(backend, request, selected)
-        sm: Any = request.sm
-        if sm == "sustained" and plan is not None:
+        if request.sm == "sustained" and plan is not None:
             # the clock the caller's own 'gpuenv calibrate' measured, not the daemon's
             targets = {gp.applied.locked_sm for gp in plan.gpus}
             if len(targets) == 1 and None not in targets:
-                sm = targets.pop()
+                request = replace(request, sm=targets.pop())
         uuids = [backend.device_info(i).uuid for i in selected]
         if force:
             client.restore(uuids, all_owners=True)  # refused for others' leases unless admin
         info = client.lock(
-            sm,
-            mem=request.mem,
-            power_limit_w=request.power_limit_w,
+            request,
             gpus=uuids,
             standing=standing,
             label=command,
@@ -323,7 +329,7 @@ def _lease(
         client.close()
         raise
     if plan is None:
-        plan = _plan_from_daemon(client, backend, list(info["gpus"]))
+        plan = _plan_from_daemon(client, backend, list(info["gpus"]), request)
     return DaemonLock(client, info, plan)
 
 
@@ -344,7 +350,9 @@ def _local_plan(backend: Backend, request: LockRequest, gpus: list[int]) -> Lock
         raise
 
 
-def _plan_from_daemon(client: Client, backend: Backend, gpus: list[int]) -> LockPlan:
+def _plan_from_daemon(
+    client: Client, backend: Backend, gpus: list[int], request: LockRequest
+) -> LockPlan:
     from gpuenv.devices import describe
 
     plans = []
@@ -354,7 +362,7 @@ def _plan_from_daemon(client: Client, backend: Backend, gpus: list[int]) -> Lock
         applied = Applied(locked_sm=(int(rng[0]), int(rng[1])) if rng else None)
         current = read_state(backend, index, journal=Journal())
         plans.append(GpuPlan(index, str(g["uuid"]), describe(backend, index), current, applied))
-    return LockPlan(LockRequest(), tuple(plans))
+    return LockPlan(request, tuple(plans))
 
 
 def release_own(gpus: Sequence[int] | None = None, *, backend: Backend | None = None) -> list[int]:

@@ -17,6 +17,10 @@ The conventions the docs follow (one per block, read from its fence and the line
   yaml) needs this or the next marker.
 - `<!-- file: NAME -->` on the line before the fence: the block is a file a later block uses
   (`python bench.py`): it is written to NAME in the working directory, not run itself.
+- `<!-- as root: REASON -->` on the line before the fence, with "as root" in the paragraph
+  just above it (the reader never sees the comment): the block runs as its fence says, as
+  root even where the page runs as a second account (`run_file(..., user=)`); REASON says
+  why an ordinary account cannot run it as written (it writes the GPU's settings).
 - `<!-- needs: MODULE[, MODULE] -->` on the line before the fence: the block runs as its fence
   says where each MODULE imports (an optional package: torch, triton); where one does not, it
   is skipped and the test of its file skips naming it (the README's test command passes on a
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -61,7 +66,9 @@ OUTPUT = ("text",)
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _EXIT = re.compile(r"^exit \d+\s*$")
-_MARKER = re.compile(r"^\s*<!--\s*(?P<key>not[ -]?run|file|needs)\b(?P<rest>.*?)-->\s*$", re.I)
+_MARKER = re.compile(
+    r"^\s*<!--\s*(?P<key>not[ -]?run|file|needs|as root)\b(?P<rest>.*?)-->\s*$", re.I
+)
 
 
 class ConventionError(ValueError):
@@ -75,6 +82,7 @@ class Block:
     lang: str  # the fence's first word ('' for none)
     text: str  # the content, its fence's indentation removed
     marker: str = ""  # the HTML comment on the line before the fence, if any
+    said: str = ""  # the paragraph of prose just before the block (and its marker)
 
     @property
     def where(self) -> str:
@@ -86,14 +94,19 @@ class Block:
             m = _MARKER.match(self.marker)
             assert m is not None
             key = m["key"].lower()
-            key = key if key in ("file", "needs") else "not run"
+            key = key if key in ("file", "needs", "as root") else "not run"
             if not self.reason():
                 what = {"file": "NAME", "needs": "MODULE"}.get(key, "REASON")
                 raise ConventionError(
                     f"{self.where}: `{self.marker.strip()}` says nothing: "
                     f"write `<!-- {key}: {what} -->`"
                 )
-            if key != "needs":
+            if key == "as root" and "as root" not in self.said.lower():
+                raise ConventionError(
+                    f"{self.where}: `{self.marker.strip()}` is a comment the reader never "
+                    "sees: say 'as root' in the prose just before the block"
+                )
+            if key not in ("needs", "as root"):
                 return key
         if self.lang in OUTPUT:
             return "output"
@@ -109,6 +122,12 @@ class Block:
         """A not-run block's REASON, a file block's NAME, a needs block's MODULEs."""
         m = _MARKER.match(self.marker)
         return m["rest"].strip()[1:].strip() if m else ""
+
+    def as_root(self) -> bool:
+        """The block runs as root (`<!-- as root: REASON -->`): an ordinary account cannot run
+        it as written (it writes the GPU's settings without gpuenvd, installs a service)."""
+        m = _MARKER.match(self.marker)
+        return bool(m) and m["key"].lower() == "as root"
 
     def missing(self) -> list[str]:
         """The modules a `needs:` block names that do not import here."""
@@ -144,12 +163,24 @@ def blocks(path: Path, root: Path = ROOT) -> list[Block]:
         body = [
             ln[len(indent) :] if ln.startswith(indent) else ln.lstrip() for ln in lines[i + 1 : end]
         ]
-        prev = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
-        marker = prev if _MARKER.match(prev) else ""
+        prev = next((j for j in range(i - 1, -1, -1) if lines[j].strip()), -1)
+        marker = lines[prev] if prev >= 0 and _MARKER.match(lines[prev]) else ""
+        said = _paragraph_before(lines, prev - 1 if marker else prev)
         lang = info.split()[0].lstrip("{.").rstrip("}").lower() if info else ""
-        out.append(Block(rel, i + 1, lang, "\n".join(body) + "\n", marker))
+        out.append(Block(rel, i + 1, lang, "\n".join(body) + "\n", marker, said))
         i = end + 1
     return out
+
+
+def _paragraph_before(lines: list[str], j: int) -> str:
+    """The paragraph of prose that ends at line `j` (skipping blank lines; "" after a fence)."""
+    while j >= 0 and not lines[j].strip():
+        j -= 1
+    para: list[str] = []
+    while j >= 0 and lines[j].strip() and not _FENCE.match(lines[j]):
+        para.insert(0, lines[j])
+        j -= 1
+    return " ".join(ln.strip() for ln in para)
 
 
 def find_block(lang: str, contains: str = "") -> Block:
@@ -214,33 +245,129 @@ def python_source(block: Block) -> str:
 
 @dataclass
 class Workdir:
-    """One markdown file's fresh directory and the environment its blocks run in."""
+    """One markdown file's fresh directory and the environment its blocks run in.
+
+    With `user` (a second account, `run_file(..., user=)`) the blocks run as that account in
+    a directory it owns, with its Python (one it may run that imports gpuenv from this
+    checkout: tests/daemon_harness.py's `_user_python`) as `python` and `gpuenv`, and the
+    page's simulated machine in a directory every account may write, as /tmp is on a host;
+    a block marked `<!-- as root: REASON -->` runs as root there, with root's own HOME and
+    journal, as `sudo -i` gives a reader.
+    """
 
     path: Path
     env: dict[str, str] = field(default_factory=dict)
+    user: pwd.struct_passwd | None = None
+    root_env: dict[str, str] = field(default_factory=dict)  # for `as root` blocks
 
     @classmethod
-    def create(cls, base: Path) -> Workdir:
+    def create(cls, base: Path, user: pwd.struct_passwd | None = None) -> Workdir:
         work = base / "work"
         for d in (work, base / "home", base / "state", base / "run", base / "cache"):
             d.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUENV_")}
+        env.update(_places(base), MPLBACKEND="Agg", COLUMNS="120")
         bindir = str(Path(sys.executable).parent)
-        env.update(
-            GPUENV_STATE_DIR=str(base / "state" / "journal"),
-            GPUENV_SOCKET=str(base / "run" / "no-daemon.sock"),
+        root_env = {
+            **env,
+            "PATH": bindir + os.pathsep + env.get("PATH", ""),
+            "PYTHONPATH": str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+        }
+        if user is None:
             # the host's simulated machine, one per page (a reader's is /tmp/gpuenv-sim.json)
-            GPUENV_SIM_STATE=str(base / "run" / "gpuenv-sim.json"),
-            HOME=str(base / "home"),
-            XDG_RUNTIME_DIR=str(base / "run"),
-            XDG_STATE_HOME=str(base / "state"),
-            XDG_CACHE_HOME=str(base / "cache"),
-            PATH=bindir + os.pathsep + env.get("PATH", ""),
-            PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
-            MPLBACKEND="Agg",
-            COLUMNS="120",
-        )
-        return cls(work, env)
+            root_env["GPUENV_SIM_STATE"] = str(base / "run" / "gpuenv-sim.json")
+            return cls(work, root_env)
+        base.chmod(0o755)
+        sim = base / "sim"  # the host's /tmp for this page: every account writes there
+        sim.mkdir(mode=0o1777)
+        sim.chmod(0o1777)
+        root_env["GPUENV_SIM_STATE"] = str(sim / "gpuenv-sim.json")
+        for d in (work, base / "home", base / "state", base / "run", base / "cache"):
+            os.chown(d, user.pw_uid, user.pw_gid)
+        user_env = {
+            **root_env,
+            "PATH": str(_user_bin(base / "bin", user)) + os.pathsep + env.get("PATH", ""),
+            "PYTHONPATH": _user_pythonpath(),
+            "USER": user.pw_name,
+            "LOGNAME": user.pw_name,
+        }
+        root_home = base / "root"
+        root_env.update(_places(root_home))
+        for d in (root_home / "home", root_home / "run", root_home / "cache"):
+            d.mkdir(parents=True)
+        return cls(work, user_env, user, root_env)
+
+    def argv_python(self, script: str, as_root: bool = False) -> list[str]:
+        """The command that runs a python block's script, as the block's account."""
+        if self.user is None or as_root:
+            return [sys.executable, script]
+        return ["python", script]
+
+    def as_account(self, as_root: bool = False) -> tuple[dict[str, str], dict[str, object]]:
+        """The environment and the subprocess arguments a block runs with."""
+        if self.user is None or as_root:
+            return (self.root_env if self.user else self.env), {}
+        who = {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []}
+        return self.env, who
+
+    def journals(self) -> list[Path]:
+        """Where locks are journaled: the page's account's, and root's in a second-account run."""
+        found = [self.env["GPUENV_STATE_DIR"]]
+        if self.user is not None:
+            found.append(self.root_env["GPUENV_STATE_DIR"])
+        return [Path(p) for p in found]
+
+    def give(self, path: Path) -> None:
+        """A file the harness wrote for the page's blocks (a `file:` block, a script) belongs
+        to the page's account, as it would had the reader saved it."""
+        if self.user is not None:
+            os.chown(path, self.user.pw_uid, self.user.pw_gid)
+
+
+def _places(base: Path) -> dict[str, str]:
+    """Where one account's state lives, under `base`: gpuenv's journal, HOME, XDG dirs, and
+    a socket path with no gpuenvd behind it."""
+    return {
+        "GPUENV_STATE_DIR": str(base / "state" / "journal"),
+        "GPUENV_SOCKET": str(base / "run" / "no-daemon.sock"),
+        "HOME": str(base / "home"),
+        "XDG_RUNTIME_DIR": str(base / "run"),
+        "XDG_STATE_HOME": str(base / "state"),
+        "XDG_CACHE_HOME": str(base / "cache"),
+    }
+
+
+def _user_pythonpath() -> str:
+    """gpuenv from this checkout and its dependencies from this environment, for an account
+    that cannot run this environment's Python (as tests/daemon_harness.py runs one)."""
+    from daemon_harness import _user_env
+
+    return str(_user_env(os.environ)["PYTHONPATH"])
+
+
+def _user_bin(bindir: Path, user: pwd.struct_passwd) -> Path:
+    """`python`, `python3`, `gpuenv` and this environment's other commands (pytest) for
+    `user`: run by its Python with gpuenv importable, as a reader's activated virtual
+    environment gives them."""
+    from daemon_harness import _user_python
+
+    python = _user_python(user)
+    if python is None:
+        raise RuntimeError(f"no Python that {user.pw_name} may run imports gpuenv here")
+    bindir.mkdir()
+    ours = Path(sys.executable).parent
+    run = {"python": "", "python3": "", "gpuenv": " -m gpuenv"}
+    for script in sorted(ours.iterdir()):
+        try:
+            first = script.read_bytes()[:200].split(b"\n", 1)[0]
+        except OSError:
+            continue
+        if script.name not in run and first.startswith(b"#!") and b"python" in first:
+            run[script.name] = " " + shlex.quote(str(script))
+    for name, tail in run.items():
+        (bindir / name).write_text(f'#!/bin/sh\nexec {shlex.quote(python)}{tail} "$@"\n')
+        (bindir / name).chmod(0o755)
+    return bindir
 
 
 @dataclass(frozen=True)
@@ -252,12 +379,16 @@ class Failure:
         return f"{self.where}: {self.what}"
 
 
-def _run(argv: list[str], work: Workdir, timeout: float) -> tuple[int, str, list[str]]:
+def _run(
+    argv: list[str], work: Workdir, timeout: float, as_root: bool = False
+) -> tuple[int, str, list[str]]:
     """(exit code, stdout+stderr tail, what it left running) of one command."""
-    proc = subprocess.Popen(
+    env, who = work.as_account(as_root)
+    proc = subprocess.Popen(  # type: ignore[call-overload]
         argv,
         cwd=work.path,
-        env=work.env,
+        env=env,
+        **who,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -301,19 +432,23 @@ def run_block(block: Block, work: Workdir) -> list[Failure]:
         target = work.path / block.reason()
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(block.text)
+        work.give(target)
         return []
     if kind in ("python", "pycon"):
         script = work.path / f".doc-block-{block.line}.py"
         script.write_text(python_source(block))
+        work.give(script)
+        root = block.as_root()
         try:
-            rc, out, left = _run([sys.executable, script.name], work, COMMAND_TIMEOUT_S)
+            argv = work.argv_python(script.name, root)
+            rc, out, left = _run(argv, work, COMMAND_TIMEOUT_S, root)
         finally:
             script.unlink()
         bad = [Failure(block.where, f"the python block exited {rc}:\n{out}")] if rc else []
         return bad + [Failure(block.where, f"left running: {p}") for p in left]
     failures = []
     for cmd in commands(block):
-        rc, out, left = _run(["bash", "-c", cmd.text], work, COMMAND_TIMEOUT_S)
+        rc, out, left = _run(["bash", "-c", cmd.text], work, COMMAND_TIMEOUT_S, block.as_root())
         if "Traceback (most recent call last)" in out:
             failures.append(Failure(block.where, f"`{cmd.text}` printed a traceback:\n{out}"))
         elif cmd.exit_line and cmd.exit_line not in out.split("\n"):
@@ -331,6 +466,8 @@ def run_block(block: Block, work: Workdir) -> list[Failure]:
         failures += [Failure(block.where, f"`{cmd.text}` left running: {p}") for p in left]
         if rc == 0:
             work.env.update(exported(cmd.text))
+            if work.user is not None:  # the page's reader exports in each shell they use
+                work.root_env.update(exported(cmd.text))
     return failures
 
 
@@ -351,8 +488,7 @@ def exported(command: str) -> dict[str, str]:
 
 def left_locks(work: Workdir) -> list[str]:
     """The GPUs whose lock the file's examples left in the journal."""
-    journal = Path(work.env["GPUENV_STATE_DIR"])
-    return sorted(p.stem for p in journal.glob("*.json")) if journal.is_dir() else []
+    return sorted(p.stem for j in work.journals() if j.is_dir() for p in j.glob("*.json"))
 
 
 @dataclass
@@ -369,15 +505,16 @@ class FileResult:
         return [f"{b.where} (needs {', '.join(b.missing())})" for b in self.blocks if b.missing()]
 
 
-def run_file(path: Path, root: Path = ROOT) -> FileResult:
-    """Every block of one markdown file, in order, in a fresh directory removed afterwards."""
+def run_file(path: Path, root: Path = ROOT, user: pwd.struct_passwd | None = None) -> FileResult:
+    """Every block of one markdown file, in order, in a fresh directory removed afterwards;
+    as `user` (a second account, see Workdir) when given, else as this process's account."""
     found = blocks(path, root)
     base = Path(tempfile.mkdtemp(prefix="gpuenv-docs-"))
     start = time.monotonic()
     failures: list[Failure] = []
     took: dict[int, float] = {}
     try:
-        work = Workdir.create(base)
+        work = Workdir.create(base, user)
         for block in found:
             t0 = time.monotonic()
             failures += run_block(block, work)

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuenv.backend.sim import SimBackend
-from gpuenv.clocks import lock, standing_lock
+from gpuenv.clocks import local_lock as lock
+from gpuenv.clocks import standing_lock
 from gpuenv.clocks.journal import BACKUP, Journal, JournalDamaged
 from gpuenv.clocks.restoring import restore, restore_defaults
 from gpuenv.clocks.status import looks_pinned

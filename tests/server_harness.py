@@ -5,11 +5,13 @@ the `h` fixture (import it into a test module to use it)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,10 +38,10 @@ users = ops
 
 
 class Harness:
-    def __init__(self, tmp: Path, config: str = CONFIG, n_gpus: int = 2):
+    def __init__(self, tmp: Path, config: str = CONFIG, n_gpus: int = 2, profile: str = "h100"):
         self.tmp = tmp
         self.sock = str(tmp / "gpuenvd.sock")
-        self.backend = SimBackend("h100", n_gpus=n_gpus, state_file=tmp / "sim.json")
+        self.backend = SimBackend(profile, n_gpus=n_gpus, state_file=tmp / "sim.json")
         self.journal = Journal(tmp / "journal")
         self.queue: list[Peer] = []
         cfg = parse_config(config).with_socket(self.sock)
@@ -62,15 +64,22 @@ class Harness:
         return self.backend.truth(index).locked_sm
 
 
-@pytest.fixture
-def h(tmp_path: Path) -> Iterator[Harness]:
-    harness = Harness(tmp_path)
+@contextlib.contextmanager
+def serving(tmp: Path, **kwargs: Any) -> Iterator[Harness]:
+    """A started Harness (kwargs: Harness's), stopped and closed on exit."""
+    harness = Harness(tmp, **kwargs)
     harness.server.start()
     try:
         yield harness
     finally:
         harness.server.stop()
         harness.backend.close()
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[Harness]:
+    with serving(tmp_path) as harness:
+        yield harness
 
 
 def wait_for(cond, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]

@@ -243,7 +243,7 @@ def test_cli_query_supported_clocks_as_nvidia_smi() -> None:
 def test_lock_validates_against_the_same_supported_clocks() -> None:
     sim = SimBackend(clock=VirtualClock())
     listed = supported_clocks(sim, [0])["gpus"][0]["clocks"][0]["graphics_mhz"]
-    from gpuenv.clocks import lock
+    from gpuenv.clocks import local_lock as lock
 
     with lock(sm=listed[10], gpus=[0], backend=sim, supervise=False):
         assert sim.truth(0).locked_sm == (listed[10], listed[10])

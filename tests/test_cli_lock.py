@@ -13,7 +13,7 @@ from tmpfs_harness import mount_tmpfs
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
-from gpuenv.clocks import lock
+from gpuenv.clocks import local_lock as lock
 from gpuenv.clocks.journal import Journal
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from race_harness import ALICE, BOB, OPS, Race
 
+from gpuenv.clocks import make_request
 from gpuenv.daemon import holds
 from gpuenv.daemon.client import Client
 from gpuenv.errors import GpuenvError
@@ -41,8 +42,8 @@ def test_a_release_while_a_grant_that_shares_its_gpu_is_writing_another_leaves_n
     GPU 1 stayed locked with no lease, and every request for it was refused for ever with
     "writing this GPU's lock now"."""
     m = race.manager
-    alice = m.grant(ALICE, 1, [0], sm=1350)  # not gated: written at once
-    race.start("bob-grant", lambda: m.grant(BOB, 2, [0, 1], sm=1350))
+    alice = m.grant(ALICE, 1, [0], make_request(1350))  # not gated: written at once
+    race.start("bob-grant", lambda: m.grant(BOB, 2, [0, 1], make_request(1350)))
     # bob has written GPU 1 and is about to record his grant
     assert race.advance(
         "bob-grant",
@@ -63,7 +64,7 @@ def test_a_release_while_a_grant_that_shares_its_gpu_is_writing_another_leaves_n
     assert [race.truth(i) for i in (0, 1)] == race.original
     assert race.journal.entries() == []
     # and the GPUs are free for anyone, in any state
-    m.release(ALICE, m.grant(ALICE, 1, [0, 1], sm=1500).id)
+    m.release(ALICE, m.grant(ALICE, 1, [0, 1], make_request(1500)).id)
     assert [race.truth(i) for i in (0, 1)] == race.original
 
 
@@ -73,10 +74,10 @@ def test_a_failed_write_frees_every_gpu_of_the_grant(race: Race) -> None:
     m = race.manager
     race.sim.inject_fault(1, "timeout", op="set_locked_sm_clocks", count=1)
     with pytest.raises(GpuenvError):
-        m.grant(ALICE, 1, [0, 1], sm=1350)
+        m.grant(ALICE, 1, [0, 1], make_request(1350))
     assert [race.truth(i) for i in (0, 1)] == race.original
     assert race.journal.entries() == [] and m.leases() == []
-    lease = m.grant(BOB, 2, [0, 1], sm=1410)
+    lease = m.grant(BOB, 2, [0, 1], make_request(1410))
     assert race.sim.truth(1).locked_sm == (1410, 1410)
     m.release(BOB, lease.id)
     assert [race.truth(i) for i in (0, 1)] == race.original
@@ -89,7 +90,7 @@ def test_a_restore_of_every_owner_while_a_grant_is_writing_leaves_the_gpu_free_o
     back under the grant, which then recorded a lease on a GPU at its prior state with no
     journal record; now it waits for the grant, ends it, and restores."""
     m = race.manager
-    race.start("alice-grant", lambda: m.grant(ALICE, 1, [0], sm=1350))
+    race.start("alice-grant", lambda: m.grant(ALICE, 1, [0], make_request(1350)))
     assert race.advance("alice-grant", until=lambda gate: gate.op == "set_locked_sm_clocks")
     race.start("restore-all", lambda: m.restore(OPS, [0, 1], all_owners=True))
     race.advance("restore-all")
@@ -140,7 +141,7 @@ def _start(race: Race, n: int, step: tuple) -> None:
                 PEERS[conn],
                 conn,
                 list(gpus),
-                sm=sm,
+                make_request(sm),
                 standing=how == "standing",
                 wait=30.0 if how == "wait" else 0.0,
             ),

@@ -70,7 +70,7 @@ def test_lock_and_owner_are_shown(sim, vclock):
     model = MonitorModel(sim, [0], clock=vclock)
     sim.open_context(0)
     sim.idle(1.0)
-    with clocks.lock(sm=1350, gpus=[0], backend=sim, supervise=False):
+    with clocks.local_lock(sm=1350, gpus=[0], backend=sim, supervise=False):
         views = tick(model, sim)
         lk = views[0].lock
         assert lk.locked_sm == (1350, 1350)
@@ -188,7 +188,7 @@ def test_a_lock_the_power_cap_breaks_is_shown_as_not_holding_and_why(sim, vclock
     from gpuenv import clocks
 
     model = MonitorModel(sim, [0], clock=vclock)
-    with clocks.lock(sm=1800, gpus=[0], backend=sim, supervise=False):
+    with clocks.local_lock(sm=1800, gpus=[0], backend=sim, supervise=False):
         for _ in range(20):
             views = tick(model, sim, work=True)
         v = views[0]

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from gpuenv.clocks import LockRequest
 from gpuenv.errors import ConfigError
 from gpuenv.run.plan import plan_run
 
@@ -42,7 +43,7 @@ def test_a_plan_drops_the_separator_and_keeps_the_options(tmp_path) -> None:
     out = tmp_path / "run.jsonl"
     plan = plan_run(("--", sys.executable, "-c", "pass"), **{**OK, "output": str(out)})
     assert plan.argv == [sys.executable, "-c", "pass"]
-    assert plan.lock_args is None and plan.selector == "0"
+    assert plan.lock is None and plan.selector == "0"
     assert str(plan.output) == str(out)
     locked = plan_run((sys.executable,), **{**OK, "sm": "1350"})
-    assert locked.lock_args == {"sm": "1350", "sm_max": None, "mem": None, "power_limit_w": None}
+    assert locked.lock == LockRequest(sm=1350)  # the request the runner locks, judged once

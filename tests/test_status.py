@@ -71,7 +71,7 @@ def test_unsupported_values_are_null_not_errors(sim: SimBackend) -> None:
 
 
 def test_locked_gpu_shows_range_owner_and_whether_it_holds(sim: SimBackend) -> None:
-    from gpuenv.clocks import lock
+    from gpuenv.clocks import local_lock as lock
 
     with lock(sm=1350, gpus=[0], backend=sim, supervise=False):
         sim.open_context(0)

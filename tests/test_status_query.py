@@ -89,7 +89,7 @@ def test_reasons_as_bitmask_and_as_active_words(sim: SimBackend) -> None:
 
 
 def test_gpuenv_lock_fields_follow_gpuenvs_own_lock(sim: SimBackend) -> None:
-    from gpuenv.clocks import lock
+    from gpuenv.clocks import local_lock as lock
 
     assert rows(sim, "gpuenv.lock,gpuenv.lock.sm", gpus=[0]) == ["none, [N/A]"]
     with lock(sm=1350, gpus=[0], backend=sim, supervise=False):

@@ -11,7 +11,7 @@ import pytest
 
 from gpuenv import timing
 from gpuenv.backend.sim import SimBackend
-from gpuenv.clocks import lock
+from gpuenv.clocks import local_lock as lock
 from gpuenv.conditioning import ConditionConfig
 from gpuenv.errors import ConfigError
 from gpuenv.timebase import VirtualClock

@@ -126,6 +126,40 @@ def checked(
     return callback
 
 
+def lock_options(*, sm: str, mem: str, power_limit: str) -> Callable[[F], F]:
+    """`--sm`, `--sm-max`, `--mem`, `--power-limit`: a lock request on the command line
+    (`gpuenv lock`, `gpuenv run`), made into one `LockRequest` by `make_request` with
+    `CLI_NAMES`. Each command says in its own words what they do (`sm`, `mem`, `power_limit`:
+    the help)."""
+    from gpuenv import validate
+
+    options = [
+        click.option("--sm", metavar="MHZ|MIN,MAX|max|base|sustained", help=sm),
+        click.option(
+            "--sm-max",
+            type=int,
+            metavar="MHZ",
+            callback=checked("--sm-max", validate.integer, lo=1),
+            help="Top of the SM range (with --sm MIN).",
+        ),
+        click.option("--mem", metavar="MHZ", help=mem),
+        click.option(
+            "--power-limit",
+            type=float,
+            metavar="W",
+            callback=checked("--power-limit", lo=0, lo_open=True),
+            help=power_limit,
+        ),
+    ]
+
+    def decorate(fn: F) -> F:
+        for option in reversed(options):  # as stacked decorators apply: the last first
+            fn = option(fn)
+        return fn
+
+    return decorate
+
+
 def interval_option(
     what: str, *, default: float | None = None, old: tuple[str, ...] = (), short: str = ""
 ) -> Callable[[F], F]:

@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuenv import validate
 from gpuenv.cli._common import (
-    checked,
     effect_done,
     gpu_option,
     handle_errors,
     is_dry_run,
+    lock_options,
     open_from_ctx,
 )
 from gpuenv.errors import LockConflict, ReadOnlyError
@@ -32,26 +31,11 @@ if TYPE_CHECKING:
 
 
 @click.command("lock")
-@click.option(
-    "--sm",
-    metavar="MHZ|MIN,MAX|max|base|sustained",
-    help="SM clock: MHz, a range, 'max', 'base' (the TDP clock) or 'sustained' "
+@lock_options(
+    sm="SM clock: MHz, a range, 'max', 'base' (the TDP clock) or 'sustained' "
     "(the clock 'gpuenv calibrate' measured). Snapped to a supported clock.",
-)
-@click.option(
-    "--sm-max",
-    type=int,
-    metavar="MHZ",
-    callback=checked("--sm-max", validate.integer, lo=1),
-    help="Top of the SM range (with --sm MIN).",
-)
-@click.option("--mem", metavar="MHZ", help="Memory clock (not on Hopper: it cannot apply one now).")
-@click.option(
-    "--power-limit",
-    type=float,
-    metavar="W",
-    callback=checked("--power-limit", lo=0, lo_open=True),
-    help="Power limit in watts.",
+    mem="Memory clock (not on Hopper: it cannot apply one now).",
+    power_limit="Power limit in watts.",
 )
 @gpu_option()
 @click.option("--force", is_flag=True, help="Take over a lock another owner holds.")
@@ -104,10 +88,7 @@ def lock(
                 reason=getattr(backend, "reason", "read-only"),
             )
         held = acquire(
-            sm,
-            sm_max=sm_max,
-            mem=mem,
-            power_limit_w=power_limit,
+            request=request,
             gpus=gpu,
             backend=backend,
             standing=True,

@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuenv import validate
 from gpuenv.cli._common import (
-    checked,
     gpu_option,
     handle_errors,
     interval_option,
     is_dry_run,
+    lock_options,
     open_from_ctx,
 )
 
@@ -34,25 +33,10 @@ if TYPE_CHECKING:
     "run",
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
-@click.option(
-    "--sm",
-    metavar="MHZ|MIN,MAX|max|base|sustained",
-    help="Lock the SM clock for the run (as 'gpuenv lock --sm'); restored afterwards.",
-)
-@click.option(
-    "--sm-max",
-    type=int,
-    metavar="MHZ",
-    callback=checked("--sm-max", validate.integer, lo=1),
-    help="Top of the SM range (with --sm MIN).",
-)
-@click.option("--mem", metavar="MHZ", help="Lock the memory clock for the run.")
-@click.option(
-    "--power-limit",
-    type=float,
-    metavar="W",
-    callback=checked("--power-limit", lo=0, lo_open=True),
-    help="Set the power limit for the run.",
+@lock_options(
+    sm="Lock the SM clock for the run (as 'gpuenv lock --sm'); restored afterwards.",
+    mem="Lock the memory clock for the run.",
+    power_limit="Set the power limit for the run.",
 )
 @click.option("--force", is_flag=True, help="Take over a lock another owner holds.")
 @gpu_option(default="auto")
@@ -201,7 +185,7 @@ def _run_plan(
             plan.argv,
             backend=backend,
             gpus=gpus,
-            lock_args=plan.lock_args,
+            lock=plan.lock,
             force=force,
             policy=policy,
             output=plan.output,

@@ -4,11 +4,15 @@
         run_benchmark()                 # restored on exit, exception, Ctrl-C; the
                                         # watchdog restores after SIGKILL too
 
+`gpuenv.lock` (gpuenv.locking) is the one public lock: gpuenvd's lease when a daemon
+serves the GPUs, else a local lock. This package is that local path: `local_lock` locks
+here, as root, and never asks a daemon.
+
 The package, in the order a lock goes through it:
   request.py            parse and validate what the caller asks (`make_request`)
   plan.py               read each GPU, snap the request to supported clocks, choose
                         locked or application clocks (`plan_lock`); reads only
-  locks.py              `Lock` / `lock()`: refuse, share or replace an existing lock,
+  locks.py              `Lock` / `local_lock()`: refuse, share or replace an existing lock,
                         journal, then apply GPU by GPU, rolling back on failure
   restoring.py          apply, put back the journaled original (`release_owner`,
                         `restore`)
@@ -33,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpuenv.clocks.calibration_store import Calibration, load_calibration, save_calibration
     from gpuenv.clocks.journal import ClockState
-    from gpuenv.clocks.locks import Decision, Lock, decide, lock, standing_lock
+    from gpuenv.clocks.locks import Decision, Lock, decide, local_lock, standing_lock
     from gpuenv.clocks.plan import (
         GpuPlan,
         LockPlan,
@@ -42,7 +46,7 @@ if TYPE_CHECKING:
         plan_lock,
         read_state,
     )
-    from gpuenv.clocks.request import NAMED_SM, LockRequest, make_request
+    from gpuenv.clocks.request import NAMED_SM, LockRequest, LockSettings, make_request
     from gpuenv.clocks.restoring import (
         RestoreItem,
         describe_restore,
@@ -67,7 +71,7 @@ _EXPORTS = {
     "Decision": "locks",
     "Lock": "locks",
     "decide": "locks",
-    "lock": "locks",
+    "local_lock": "locks",
     "standing_lock": "locks",
     "GpuPlan": "plan",
     "LockPlan": "plan",
@@ -77,6 +81,7 @@ _EXPORTS = {
     "read_state": "plan",
     "NAMED_SM": "request",
     "LockRequest": "request",
+    "LockSettings": "request",
     "make_request": "request",
     "RestoreItem": "restoring",
     "describe_restore": "restoring",
@@ -111,6 +116,7 @@ __all__ = [
     "Lock",
     "LockPlan",
     "LockRequest",
+    "LockSettings",
     "LockStatus",
     "RestoreItem",
     "check_holds",
@@ -119,7 +125,7 @@ __all__ = [
     "describe_restore",
     "describe_target",
     "load_calibration",
-    "lock",
+    "local_lock",
     "lock_holds",
     "lock_status",
     "make_request",

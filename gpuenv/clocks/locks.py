@@ -1,4 +1,5 @@
-"""Take a lock: the `Lock` class and `lock()` / `standing_lock()`.
+"""Take a lock locally: the `Lock` class and `local_lock()` / `standing_lock()` (the path
+`gpuenv.lock` takes as root when no gpuenvd serves the GPUs).
 
 Under the journal's file lock, `decide` refuses or shares an existing lock (or
 replaces a stale one), once per lock; then each GPU's original state (the plan's
@@ -14,7 +15,7 @@ import atexit
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuenv.backend import Backend
 from gpuenv.clocks.journal import (
@@ -33,7 +34,7 @@ from gpuenv.clocks.plan import (
     plan_lock,
     state_with,
 )
-from gpuenv.clocks.request import make_request
+from gpuenv.clocks.request import LockRequest, LockSettings, requested
 from gpuenv.clocks.restoring import (
     JournalNotUpdated,
     apply_state,
@@ -48,6 +49,9 @@ from gpuenv.clocks.restoring import (
 from gpuenv.clocks.status import check_holds
 from gpuenv.clocks.supervisor import Watchdog, backend_spec
 from gpuenv.errors import ConfigError, GpuenvError, LockConflict, ReadOnlyError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+
 
 DYING_WAIT_S = 3.0  # how long to wait for a dead owner's watchdog before cleaning up ourselves
 # How old a plan's read of an unlocked GPU may be to be journaled as its original state (one
@@ -381,12 +385,11 @@ class Lock:
             self.backend.close()
 
 
-def lock(
+def local_lock(
     sm: int | str | tuple[int, int] | None = None,
+    /,
     *,
-    sm_max: int | None = None,
-    mem: int | str | tuple[int, int] | None = None,
-    power_limit_w: float | None = None,
+    request: LockRequest | None = None,
     gpus: str | int | Sequence[str | int] | None = None,
     backend: Backend | None = None,
     force: bool = False,
@@ -394,9 +397,12 @@ def lock(
     journal: Journal | None = None,
     kind: str = "process",
     command: str | None = None,
+    **settings: Unpack[LockSettings],
 ) -> Lock:
-    """Lock clocks on `gpus` (default all) now; restore exactly what was there on release.
+    """The local path of `gpuenv.lock` (root, no gpuenvd): lock clocks on `gpus` (default
+    all) now; restore exactly what was there on release.
 
+    `request` (a `LockRequest`), or its keywords as `gpuenv.lock` takes them:
     `nvidia-smi -lgc MIN,MAX` (`sm`, `sm_max`), `-lmc` (`mem`), `-pl` (`power_limit_w`).
     `sm` is MHz, a (min, max) range, or 'max', 'base' (the TDP clock) or 'sustained'
     (the clock 'gpuenv calibrate' measured). Use as a context manager, or call
@@ -405,11 +411,11 @@ def lock(
     holds a different lock (`force=True` takes it over; its original state is put
     back first), ConfigError naming the valid range, PermissionDenied without root.
     """
+    request = requested(request, sm, settings)
     own = backend is None
     backend = backend if backend is not None else open_default()
     try:
         journal = journal if journal is not None else Journal()
-        request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit_w)
         plan = plan_lock(backend, request, gpus, journal=journal)
     except BaseException:
         if own:
@@ -429,22 +435,20 @@ def lock(
 
 def standing_lock(
     sm: int | str | tuple[int, int] | None = None,
+    /,
     *,
-    sm_max: int | None = None,
-    mem: int | str | tuple[int, int] | None = None,
-    power_limit_w: float | None = None,
+    request: LockRequest | None = None,
     gpus: str | int | Sequence[str | int] | None = None,
     backend: Backend | None = None,
     force: bool = False,
     journal: Journal | None = None,
     command: str | None = None,
+    **settings: Unpack[LockSettings],
 ) -> Lock:
-    """`gpuenv lock`: a lock no process owns; it lasts until `restore()` ('gpuenv restore')."""
-    return lock(
-        sm,
-        sm_max=sm_max,
-        mem=mem,
-        power_limit_w=power_limit_w,
+    """`gpuenv lock` without gpuenvd: a local lock no process owns; it lasts until
+    `restore()` ('gpuenv restore')."""
+    return local_lock(
+        request=requested(request, sm, settings),
         gpus=gpus,
         backend=backend,
         force=force,

@@ -218,7 +218,9 @@ def _sm_target(
         cal = load_calibration(uuid, state_dir=journal.path)
         if cal is None:
             raise ConfigError(
-                f"no calibrated clock for {name}", hint="run 'gpuenv calibrate' first"
+                f"no calibrated clock for {name} in {journal.path}",
+                hint="run 'gpuenv calibrate' first, as the account whose state directory that "
+                "is: each account keeps its own (root's is /var/lib/gpuenv)",
             )
         return int(cal.sustained_mhz)
     assert not isinstance(sm, str)

@@ -5,12 +5,20 @@
     make_request("base", power_limit_w=500)
 
 Reads nothing from the GPU; `plan.plan_lock` checks the request against each GPU.
+
+One `LockRequest` travels from every door (`gpuenv.lock(sm=...)`, `gpuenv lock --sm`,
+`gpuenv run --sm`, `stable(sm=)`) through `gpuenv.locking` and gpuenvd's protocol to the
+code that applies it (`plan.plan_lock`, `restoring.apply_state`). A door that takes
+keywords turns them into a request once (`requested`); gpuenvd's wire carries the request
+as `to_wire` writes it and `from_wire` reads it back. A new lockable setting is a field
+here (with its keyword in `LockSettings` and its check in `make_request`) and a step in
+the code that applies it: nothing in between names it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, TypedDict
 
 from gpuenv import validate
 from gpuenv.backend import CLOCK_LIMIT_TDP
@@ -18,6 +26,17 @@ from gpuenv.errors import ConfigError
 
 NAMED_SM = ("max", "base", "sustained")
 TDP_LOCK = (CLOCK_LIMIT_TDP, CLOCK_LIMIT_TDP)  # the symbolic "lock to the base clock" range
+
+
+class LockSettings(TypedDict, total=False):
+    """The keywords a door takes for a lock (`gpuenv.lock(sm=1350, power_limit_w=500)`),
+    turned into a `LockRequest` by `make_request`. `sm_max` is the top of an SM range whose
+    bottom is `sm`."""
+
+    sm: int | str | tuple[int, int] | None
+    sm_max: int | None
+    mem: int | str | tuple[int, int] | None
+    power_limit_w: float | None
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,61 @@ class LockRequest:
         if self.power_limit_w is not None:
             parts.append(f"power limit {self.power_limit_w:g} W")
         return ", ".join(parts) or "nothing"
+
+    def to_wire(self) -> dict[str, Any]:
+        """The request as gpuenvd's protocol carries it (the lock op's fields; unset ones left
+        out): a range as [min, max]. The wire format of protocol version 1, unchanged."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> LockRequest:
+        """The request a lock op carries (`to_wire`'s fields; an older client's `sm_max` too),
+        judged by `make_request` like any other door's."""
+        settings: dict[str, Any] = {k: v for k, v in wire.items() if v is not None}
+        for name, value in settings.items():
+            if isinstance(value, list):
+                settings[name] = tuple(value)
+        return make_request(**settings)
+
+    @classmethod
+    def wire_fields(cls) -> tuple[str, ...]:
+        """Every field a lock op may carry for its request: the request's own, and `sm_max`
+        (clients before the request was one object sent a range's top apart)."""
+        return (*(f.name for f in fields(cls)), "sm_max")
+
+
+def requested(
+    request: LockRequest | None,
+    sm: int | str | tuple[int, int] | None,
+    settings: LockSettings,
+) -> LockRequest:
+    """What a door that takes a request or keywords was asked for: `request`, or the keywords
+    (`sm` given by position, `settings` by name) made into one. Both at once is an error."""
+    if request is not None:
+        if sm is not None or any(v is not None for v in settings.values()):
+            raise ConfigError(
+                "give a LockRequest or lock keywords, not both",
+                hint="e.g. gpuenv.lock(sm=1350) or gpuenv.lock(request=make_request(1350))",
+            )
+        if not isinstance(request, LockRequest):
+            raise ConfigError(
+                f"request {validate.shown(request)} is not a LockRequest",
+                hint="make one with gpuenv.clocks.make_request(...)",
+            )
+        return request
+    unknown = sorted(set(settings) - set(LockSettings.__annotations__))
+    if unknown:  # **settings takes any name at run time: say it as Python would
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r} for a lock")
+    if sm is not None:
+        if settings.get("sm") is not None:
+            raise ConfigError("sm is given twice", hint="e.g. gpuenv.lock(sm=1350)")
+        settings = {**settings, "sm": sm}
+    return make_request(**settings)
 
 
 # what each parameter is called where the caller wrote it: Python names by default; the

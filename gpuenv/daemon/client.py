@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpuenv import errors as _errors
 from gpuenv._files import account
+from gpuenv.clocks.request import LockRequest, LockSettings, requested
 from gpuenv.daemon import protocol
 from gpuenv.daemon.auth import DEFAULT_SOCKET
 from gpuenv.errors import DaemonNotTrusted as DaemonNotTrusted  # defined in gpuenv.errors
@@ -38,6 +39,8 @@ from gpuenv.errors import GpuenvError
 from gpuenv.progress import Progress
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+
+
     from gpuenv.clocks.plan import LockPlan
 
 GpuSelector = int | str | Sequence[int | str] | None
@@ -299,25 +302,22 @@ class Client:
 
     def lock(
         self,
-        sm: int | tuple[int, int] | str | None = None,
+        request: LockRequest | None = None,
         *,
-        sm_max: int | None = None,
-        mem: int | tuple[int, int] | None = None,
-        power_limit_w: float | None = None,
         gpus: GpuSelector = None,
         standing: bool = False,
         wait: float = 0.0,
         label: str | None = None,
+        **settings: Unpack[LockSettings],
     ) -> Lease:
-        """Take a lease; LockConflict names the holder unless it lets go within `wait` seconds."""
+        """Take a lease for `request` (or its keywords: `gd.lock(sm=1350, gpus=[0])`);
+        LockConflict names the holder unless it lets go within `wait` seconds."""
+        request = requested(request, None, settings)
         with Progress(f"gpuenv: waiting for gpuenvd's lease (at most {wait:g} s)" if wait else ""):
             reply = self.call(
                 "lock",
                 gpus=_gpus_field(gpus),
-                sm=list(sm) if isinstance(sm, tuple) else sm,
-                sm_max=sm_max,
-                mem=list(mem) if isinstance(mem, tuple) else mem,
-                power_limit_w=power_limit_w,
+                **request.to_wire(),
                 standing=standing or None,
                 wait=wait or None,
                 label=label,
@@ -423,8 +423,10 @@ class DaemonLock(OwnedLease):
         self._entered = False
 
     @property
-    def request(self) -> str:
-        return str(self.info.get("request", ""))
+    def request(self) -> LockRequest:
+        """What was asked for, as `gpuenv.clocks.Lock.request` (the daemon's words for it:
+        `info["request"]`)."""
+        return self.plan.request
 
     def holds(self) -> dict[int, bool | None]:
         """Per GPU: is the SM clock inside the locked range right now (None: cannot tell)."""
@@ -440,7 +442,7 @@ class DaemonLock(OwnedLease):
 
     def __repr__(self) -> str:
         state = "released" if self.released else "held"
-        return f"<gpuenv lock via gpuenvd {self.request} on GPUs {self.gpus} ({state})>"
+        return f"<gpuenv lock via gpuenvd {self.request.describe()} on GPUs {self.gpus} ({state})>"
 
 
 def connect(socket: str | os.PathLike | None = None, *, timeout: float | None = 30.0) -> Client:
@@ -449,34 +451,24 @@ def connect(socket: str | os.PathLike | None = None, *, timeout: float | None = 
 
 
 def lock(
-    sm: int | tuple[int, int] | str | None = None,
+    request: LockRequest | None = None,
     *,
-    sm_max: int | None = None,
-    mem: int | tuple[int, int] | None = None,
-    power_limit_w: float | None = None,
     gpus: GpuSelector = None,
     standing: bool = False,
     wait: float = 0.0,
     label: str | None = None,
     socket: str | os.PathLike | None = None,
+    **settings: Unpack[LockSettings],
 ) -> OwnedLease:
-    """Lock through the daemon on a connection of its own: what clocks.lock() falls back to.
+    """Lock through the daemon on a connection of its own (`request`, or its keywords).
 
     The lease lasts while this process holds the returned object (or, with
     `standing`, until `restore`); if the process dies, the daemon restores.
     """
+    request = requested(request, None, settings)
     client = Client(socket, client=label)
     try:
-        lease = client.lock(
-            sm,
-            sm_max=sm_max,
-            mem=mem,
-            power_limit_w=power_limit_w,
-            gpus=gpus,
-            standing=standing,
-            wait=wait,
-            label=label,
-        )
+        lease = client.lock(request, gpus=gpus, standing=standing, wait=wait, label=label)
     except BaseException:
         client.close()
         raise

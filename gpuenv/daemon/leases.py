@@ -32,7 +32,6 @@ from gpuenv.clocks import (
     LockPlan,
     LockRequest,
     lock_status,
-    make_request,
     plan_lock,
     release_owner,
 )
@@ -187,21 +186,17 @@ class LeaseManager:
         peer: Peer,
         conn: int | None,
         gpus: list[int],
+        request: LockRequest,
         *,
-        sm: int | tuple[int, int] | str | None = None,
-        sm_max: int | None = None,
-        mem: int | tuple[int, int] | None = None,
-        power_limit_w: float | None = None,
         standing: bool = False,
         wait: float = 0.0,
         label: str | None = None,
         hangup: Callable[[], bool] = lambda: False,
     ) -> Lease:
-        """Lock `gpus` for `peer`; raise PermissionDenied, ConfigError, or LockConflict naming
-        the holder (after waiting up to `wait` seconds for it to end)."""
+        """Lock `gpus` for `peer` as `request` asks; raise PermissionDenied, ConfigError, or
+        LockConflict naming the holder (after waiting up to `wait` seconds for it to end)."""
         try:
             self.auth.check_lock(peer, gpus)
-            request = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit_w)
             if conn is not None and not standing:
                 with self._cond:
                     held = len(self._by_conn.get(conn, ()))

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuenv.backend import Backend, DeviceInfo
+from gpuenv.clocks.request import LockRequest
 from gpuenv.daemon import protocol
 from gpuenv.daemon.auth import Authorizer
 from gpuenv.daemon.connection import MAX_SUBSCRIPTIONS, MAX_WINDOWS, Conn
@@ -109,9 +110,27 @@ class Operations:
             },
         }
 
-    def op_lock(self, conn: Conn, gpus: list[int | str] | None, **spec: Any) -> dict[str, Any]:
+    def op_lock(
+        self,
+        conn: Conn,
+        gpus: list[int | str] | None,
+        standing: bool,
+        wait: float,
+        label: str | None,
+        **wire: Any,
+    ) -> dict[str, Any]:
         indices = self._gpus(gpus)
-        lease = self.leases.grant(conn.peer, conn.id, indices, hangup=conn.hung_up, **spec)
+        request = LockRequest.from_wire(wire)  # the request's own fields, read in one place
+        lease = self.leases.grant(
+            conn.peer,
+            conn.id,
+            indices,
+            request,
+            standing=standing,
+            wait=wait,
+            label=label,
+            hangup=conn.hung_up,
+        )
         return {"lease": lease.to_dict()}
 
     def op_release(self, conn: Conn, lease: str) -> dict[str, Any]:

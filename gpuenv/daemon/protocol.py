@@ -19,8 +19,9 @@ Operations (the fields each takes are in `OPS`):
 
     hello         version handshake; who the daemon thinks you are, what you may lock
     status        GPUs, their clock state, and every lease
-    lock          take a lease: GPUs, SM clock (value, [min, max], "max", "base"), memory
-                  clock, power limit; `standing` outlives the connection; `wait` seconds
+    lock          take a lease: GPUs, and the lock request as `LockRequest.to_wire` writes
+                  it (SM clock: value, [min, max], "max", "base"; memory clock; power
+                  limit); `standing` outlives the connection; `wait` seconds
     release       end one lease (yours, or any if you are an admin)
     restore       end your standing leases on some GPUs (an admin: everyone's, and
                   put back what any other gpuenv lock changed)
@@ -45,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuenv.clocks.request import LockRequest
 from gpuenv.errors import GpuenvError
 from gpuenv.errors import ProtocolError as ProtocolError  # defined in gpuenv.errors
 
@@ -219,7 +221,27 @@ def _versions(value: Any) -> list[int]:
     return list(value)
 
 
+def _plain(value: Any) -> Any:
+    """A lock request's field with no check of its own here: plain JSON (a number, a string,
+    a short list of them), judged by the request itself when the daemon reads it
+    (`LockRequest.from_wire`, the validation every door shares)."""
+    if value is None or isinstance(value, (str, bool)) or _is_number(value):
+        return value
+    if isinstance(value, list) and len(value) <= 16 and all(_is_number(v) for v in value):
+        return value
+    raise ProtocolError(f"a lock setting must be a number, a string or a list, not {value!r:.40}")
+
+
 Validator = Callable[[Any], Any]
+
+# The lock op's request fields are the request's own (`LockRequest.wire_fields`, written by
+# `LockRequest.to_wire`); those below are judged at the door in the protocol's words.
+_REQUEST_CHECKS: dict[str, Validator] = {
+    "sm": _sm,
+    "sm_max": _opt_mhz,
+    "mem": _mem,
+    "power_limit_w": _watts,
+}
 
 # op -> {field: validator}. Fields not listed are an error (a typo must not pass silently).
 OPS: dict[str, dict[str, Validator]] = {
@@ -227,10 +249,7 @@ OPS: dict[str, dict[str, Validator]] = {
     "status": {"gpus": _gpus},
     "lock": {
         "gpus": _gpus,
-        "sm": _sm,
-        "sm_max": _opt_mhz,
-        "mem": _mem,
-        "power_limit_w": _watts,
+        **{name: _REQUEST_CHECKS.get(name, _plain) for name in LockRequest.wire_fields()},
         "standing": _bool,
         "wait": _wait,
         "label": _text,

@@ -267,7 +267,7 @@ def _locked_row(
     # The demo's own journal: its in-memory GPU must never appear in the user's.
     with (
         tempfile.TemporaryDirectory(prefix="gpuenv-demo-") as state,
-        clocks.lock(sm, gpus=[0], backend=sim, journal=Journal(state), supervise=False) as lk,
+        clocks.local_lock(sm, gpus=[0], backend=sim, journal=Journal(state), supervise=False) as lk,
     ):
         applied = lk.plan.gpus[0].applied
         if applied.locked_sm is not None:

@@ -15,10 +15,13 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpuenv import validate
 from gpuenv.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpuenv.clocks.request import LockRequest
 
 # The signals gpuenv dies of when they killed the command (others: exit 128+N).
 RERAISE = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGKILL)
@@ -30,7 +33,7 @@ class RunPlan:
 
     argv: list[str]
     auto_regions: Any  # select_kinds()'s answer
-    lock_args: dict[str, Any] | None
+    lock: LockRequest | None  # what to lock while the command runs (None: nothing)
     selector: str
     output: Path | str | None
 
@@ -68,15 +71,13 @@ def plan_run(
     wait_time(env)  # GPUENV_RANKS_WAIT_S=abc fails now, not after the command ran
     resolve_command(argv)  # a typo fails here, before anything is locked
     auto = select_kinds(env.get(ENV_SELECT), enabled=not no_auto_regions)
-    lock_args = None
+    lock = None
     if sm is not None or mem is not None or power_limit is not None or sm_max is not None:
         from gpuenv.clocks import make_request
         from gpuenv.clocks.request import CLI_NAMES
 
-        make_request(
-            sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit, names=CLI_NAMES
-        )  # validate now
-        lock_args = {"sm": sm, "sm_max": sm_max, "mem": mem, "power_limit_w": power_limit}
+        # judged now, in the flags' names; this request is what the runner locks
+        lock = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit, names=CLI_NAMES)
     selector = default_gpu_selector(env) if gpu == "auto" else gpu
     if output is not None:  # '' is a bad path, not "no output" (it wrote nothing, silently)
         validate.output_path(output, "-o")
@@ -84,7 +85,7 @@ def plan_run(
     if out_path is not None:
         check_output_dir(out_path)
         validate.results_path(out_path, "-o", append=append)  # before the command runs
-    return RunPlan(argv, auto, lock_args, selector, out_path)
+    return RunPlan(argv, auto, lock, selector, out_path)
 
 
 def check_output_dir(path: os.PathLike[str] | str) -> None:
@@ -106,11 +107,10 @@ def dry_run_lines(backend: Any, gpus: list[int], plan: RunPlan) -> Iterator[str]
     where = ", ".join(describe(backend, g) for g in gpus)
     yield f"would run: {shlex.join(plan.argv)}"
     yield f"sampling: {where}"
-    if plan.lock_args:
-        from gpuenv.clocks import make_request, plan_lock
+    if plan.lock is not None:
+        from gpuenv.clocks import plan_lock
 
-        request = make_request(**plan.lock_args)
-        for line in plan_lock(backend, request, gpus).lines():
+        for line in plan_lock(backend, plan.lock, gpus).lines():
             yield f"would lock: {line}"
     if plan.output is not None:
         yield f"results: {plan.output}"

@@ -63,6 +63,7 @@ from gpuenv.verdict import GpuFacts
 if TYPE_CHECKING:
     import psutil
 
+    from gpuenv.clocks.request import LockRequest
     from gpuenv.locking import HeldLock
     from gpuenv.results import ResultStore
 
@@ -187,7 +188,7 @@ class Runner:
         *,
         backend: Backend,
         gpus: Sequence[int],
-        lock_args: dict[str, Any] | None = None,
+        lock: LockRequest | None = None,
         force: bool = False,
         policy: str = "annotate",
         output: str | os.PathLike[str] | None = None,
@@ -207,7 +208,7 @@ class Runner:
         self.exe = resolve_command(self.argv)
         self.backend = backend
         self.gpus = list(gpus)
-        self.lock_args = lock_args
+        self.lock_request = lock
         self.force = force
         self.policy = checked
         self.output = Path(output) if output is not None else None
@@ -230,11 +231,11 @@ class Runner:
 
     def run(self) -> RunResult:
         lock: HeldLock | None = None
-        if self.lock_args:
+        if self.lock_request is not None:
             from gpuenv.locking import acquire
 
             lock = acquire(
-                **self.lock_args,
+                request=self.lock_request,
                 gpus=self.gpus,
                 backend=self.backend,
                 force=self.force,

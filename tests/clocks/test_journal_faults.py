@@ -25,7 +25,8 @@ from journal_fault_harness import (
 )
 
 from gpuenv.backend.sim import SimBackend
-from gpuenv.clocks import lock, standing_lock
+from gpuenv.clocks import local_lock as lock
+from gpuenv.clocks import standing_lock
 from gpuenv.clocks.journal import BACKUP, KEPT, Journal, JournalDamaged, encode
 from gpuenv.clocks.restoring import JournalNotUpdated, restore, restore_defaults
 from gpuenv.errors import FileError

@@ -13,12 +13,14 @@ from gpuenv.backend.sim import SimBackend
 from gpuenv.clocks import (
     Lock,
     LockPlan,
-    lock,
     lock_status,
     make_request,
     plan_lock,
     restore,
     standing_lock,
+)
+from gpuenv.clocks import (
+    local_lock as lock,
 )
 from gpuenv.clocks.journal import Journal, Owner
 from gpuenv.clocks.locks import DYING_WAIT_S, STATE_FRESH_S

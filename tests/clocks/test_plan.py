@@ -12,11 +12,13 @@ from gpuenv import clocks
 from gpuenv.backend.sim import SimBackend
 from gpuenv.clocks import (
     LockRequest,
-    lock,
     lock_status,
     plan_lock,
     read_state,
     save_calibration,
+)
+from gpuenv.clocks import (
+    local_lock as lock,
 )
 from gpuenv.clocks.journal import Journal
 from gpuenv.clocks.plan import _sm_clocks
@@ -83,8 +85,10 @@ def test_named_and_text_targets(
 def test_sustained_needs_calibration(sim: SimBackend, journal: Journal) -> None:
     with pytest.raises(
         ConfigError, match=r"no calibrated clock for GPU 0 .*run 'gpuenv calibrate' first"
-    ):
+    ) as refused:
         lock("sustained", backend=sim, journal=journal, gpus=0)
+    # a calibration is kept per account: the message says whose place it looked in
+    assert str(journal.path) in str(refused.value), refused.value
     save_calibration(sim.device_info(0).uuid, 1383, power_limit_w=700.0, state_dir=journal.path)
     cal = clocks.load_calibration(sim.device_info(0).uuid, state_dir=journal.path)
     assert cal is not None and cal.sustained_mhz == 1383 and cal.power_limit_w == 700.0

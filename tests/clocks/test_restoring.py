@@ -8,7 +8,9 @@ import pytest
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.clocks import (
-    lock,
+    local_lock as lock,
+)
+from gpuenv.clocks import (
     restore,
     standing_lock,
 )

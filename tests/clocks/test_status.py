@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.clocks import (
-    lock,
+    local_lock as lock,
+)
+from gpuenv.clocks import (
     lock_status,
 )
 from gpuenv.clocks.journal import Journal

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from gpuenv.backend.sim import SimBackend
-from gpuenv.clocks import lock, restore, standing_lock
+from gpuenv.clocks import local_lock as lock
+from gpuenv.clocks import restore, standing_lock
 from gpuenv.clocks.journal import Journal, process_alive
 from gpuenv.clocks.supervisor import backend_spec
 
@@ -38,7 +39,7 @@ CHILD = textwrap.dedent(
     import os, sys, time
     sys.path.insert(0, {root!r})
     from gpuenv.backend.sim import SimBackend
-    from gpuenv.clocks import lock
+    from gpuenv.clocks import local_lock as lock
     from gpuenv.clocks.journal import Journal
     state_file, state_dir, sm, force, end = sys.argv[1:6]
     sim = SimBackend(n_gpus=2, state_file=state_file)
@@ -194,7 +195,8 @@ RACER = textwrap.dedent(
     import os, random, sys, time
     sys.path.insert(0, {root!r})
     from gpuenv.backend.sim import SimBackend
-    from gpuenv.clocks import lock, restore, standing_lock
+    from gpuenv.clocks import local_lock as lock
+    from gpuenv.clocks import restore, standing_lock
     from gpuenv.errors import LockConflict
     from gpuenv.clocks.journal import Journal
     state_file, state_dir, seed, go = sys.argv[1:5]

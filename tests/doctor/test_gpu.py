@@ -67,7 +67,7 @@ def test_application_clocks_not_default(sim: SimBackend, quiet_host: Host) -> No
 
 
 def test_a_gpuenv_lock_is_reported_with_its_owner(sim: SimBackend, quiet_host: Host) -> None:
-    from gpuenv.clocks import lock
+    from gpuenv.clocks import local_lock as lock
 
     with lock(sm=1350, gpus=[1], backend=sim, supervise=False):
         checks = by_name(diagnose(sim, host=quiet_host), "journal")

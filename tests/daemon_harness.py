@@ -43,6 +43,7 @@ class DaemonProcess:
         config: str | None = None,
         nice: int = 0,
         sample_period: float = 0.05,
+        seed: int = 0,
     ):
         self.nice = nice  # the shipped unit runs gpuenvd at Nice=-10
         self.sample_period = sample_period
@@ -57,6 +58,7 @@ class DaemonProcess:
             "GPUENV_BACKEND": "sim",
             "GPUENV_SIM_STATE": str(self.workdir / "sim.json"),
             "GPUENV_SIM_GPUS": str(n_gpus),
+            "GPUENV_SIM_SEED": str(seed),  # the machine: its GPUs' UUIDs
             "GPUENV_STATE_DIR": str(self.workdir / "journal"),
             "GPUENV_SOCKET": self.socket,
             "PYTHONPATH": os.pathsep.join(
@@ -66,7 +68,9 @@ class DaemonProcess:
         self.env.pop("GPUENV_READONLY", None)
         # this side's view of the same simulated GPUs; being a client of the state file also
         # keeps the simulated driver from resetting when the daemon dies
-        self.backend = SimBackend("h100", n_gpus=n_gpus, state_file=self.workdir / "sim.json")
+        self.backend = SimBackend(
+            "h100", n_gpus=n_gpus, seed=seed, state_file=self.workdir / "sim.json"
+        )
         self.n_gpus = n_gpus
         self.original = [state_tuple(self.backend, i) for i in range(n_gpus)]
         self.proc: subprocess.Popen[bytes] | None = None

@@ -82,10 +82,11 @@ def _node_lines(nodes: list[str]) -> str:
     )
 
 
-def _down_after(nodes: list[str]) -> str:
+def _down_after(d: Path, nodes: list[str]) -> str:
     """Several nodes: a node whose slurmd stops answering is DOWN within ~10 s, not Slurm's
-    default 300 s (a test of a node down waits for it)."""
-    return "SlurmdTimeout=6\n" if len(nodes) > 1 else ""
+    default 300 s (a test of a node down waits for it); each task gets its node's simulated
+    GPUs from the TaskProlog (SlurmCluster.task_prolog)."""
+    return f"SlurmdTimeout=6\nTaskProlog={d}/taskprolog\n" if len(nodes) > 1 else ""
 
 
 def _accounting(d: Path, dbd_port: int | None) -> str:
@@ -143,7 +144,7 @@ MailProg=/bin/true
 SchedulerParameters=batch_sched_delay=0
 ReturnToService=2
 KillWait=2
-{_down_after(nodes)}MinJobAge=300
+{_down_after(d, nodes)}MinJobAge=300
 Prolog={d}/prolog
 Epilog={d}/epilog
 PrologFlags=Alloc
@@ -192,7 +193,8 @@ class SlurmCluster:
         self.nodes: list[Node] = []
         for i in range(nodes):
             home = self.dir if nodes == 1 else self.dir / "nodes" / f"gpunode{i}"
-            gpuenvd = DaemonProcess(home / "gpuenvd", n_gpus=2)
+            # each node a machine of its own: its GPUs' UUIDs differ from the others' (seed)
+            gpuenvd = DaemonProcess(home / "gpuenvd", n_gpus=2, seed=i)
             self.nodes.append(Node(f"gpunode{i}", gpuenvd, home / "jobs", gpuenv))
         if nodes > 1:  # what a cluster's shared file system is: here one directory all see
             for node in self.nodes:
@@ -238,6 +240,22 @@ class SlurmCluster:
             dbd.write_text(_dbd_conf(d, dbd_port, self.db_port))
             dbd.chmod(0o600)
         self.set_scripts(PROLOG, EPILOG)
+        if len(self.nodes) > 1:
+            self._replace(d / "taskprolog", self.task_prolog())
+
+    def task_prolog(self) -> str:
+        """The TaskProlog: slurmstepd runs it before each task, as the job's user, and sets
+        the task's environment from its `export NAME=VALUE` lines. A job's environment is its
+        submitter's (the first node's here): this gives each task its own node's simulated
+        GPUs and gpuenvd, as a real node's tasks see that node's GPUs."""
+        keys = ("GPUENV_SIM_STATE", "GPUENV_SIM_SEED", "GPUENV_SIM_GPUS", "GPUENV_SOCKET")
+        cases = "".join(
+            f"  {node.name})\n"
+            + "".join(f"    echo 'export {k}={node.gpuenvd.env[k]}'\n" for k in keys)
+            + "    ;;\n"
+            for node in self.nodes
+        )
+        return f'#!/bin/bash\ncase "$SLURMD_NODENAME" in\n{cases}esac\n'
 
     def set_scripts(
         self, prolog: Path, epilog: Path, *, only: tuple[str, ...] = (), **extra: str

@@ -14,8 +14,9 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,22 +197,21 @@ def _wait(ready, seconds: float, proc: subprocess.Popen) -> object:  # type: ign
     raise AssertionError(f"not ready within {seconds} s")
 
 
-def test_a_real_prometheus_scrapes_gpuenvd(gpuenvd: int, tmp_path: Path) -> None:
-    """Prometheus scrapes the daemon every second; its query API then has gpuenv's series,
-    with dcgm-exporter's join labels, and the daemon counts as up."""
+Query = Callable[[str], "list[dict[str, Any]] | None"]
+
+
+@contextlib.contextmanager
+def _prometheus(tmp_path: Path, config: str) -> Iterator[tuple[subprocess.Popen, Query, str]]:  # type: ignore[type-arg]
+    """Debian's Prometheus on a free port of 127.0.0.1 with `config` (prometheus.yml's text):
+    the process, a function that asks its query API (None: no result yet), its API's URL."""
     prometheus = _tool("prometheus")
+    path = tmp_path / "prometheus.yml"
+    path.write_text(config)
     web = _free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        f"rule_files: ['{RULES}']\n"
-        "scrape_configs:\n  - job_name: gpuenv\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{gpuenvd}']\n"
-    )
     proc = subprocess.Popen(
         [
             prometheus,
-            f"--config.file={config}",
+            f"--config.file={path}",
             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{web}",
             "--log.level=warn",
@@ -220,14 +220,30 @@ def test_a_real_prometheus_scrapes_gpuenvd(gpuenvd: int, tmp_path: Path) -> None
         stderr=subprocess.STDOUT,
         text=True,
     )
-    api = f"http://127.0.0.1:{web}/api/v1/query?query="
 
     def query(q: str) -> list[dict] | None:  # type: ignore[type-arg]
-        text = _get(api + urllib.parse.quote(q))
-        result = json.loads(text)["data"]["result"] if text else None
-        return result or None
+        text = _get(f"{api}/query?query=" + urllib.parse.quote(q))
+        body = json.loads(text) if text else {}
+        assert body.get("status", "success") == "success", (q, body)
+        return body.get("data", {}).get("result") or None
 
+    api = f"http://127.0.0.1:{web}/api/v1"
     try:
+        yield proc, query, api
+    finally:
+        _stop(proc)
+
+
+def test_a_real_prometheus_scrapes_gpuenvd(gpuenvd: int, tmp_path: Path) -> None:
+    """Prometheus scrapes the daemon every second; its query API then has gpuenv's series,
+    with dcgm-exporter's join labels, and the daemon counts as up."""
+    config = (
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files: ['{RULES}']\n"
+        "scrape_configs:\n  - job_name: gpuenv\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{gpuenvd}']\n"
+    )
+    with _prometheus(tmp_path, config) as (proc, query, api):
         sm = _wait(lambda: query("gpuenv_sm_clock_mhz"), 60, proc)
         assert isinstance(sm, list)
         labels = sm[0]["metric"]
@@ -237,11 +253,9 @@ def test_a_real_prometheus_scrapes_gpuenvd(gpuenvd: int, tmp_path: Path) -> None
         assert float(sm[0]["value"][1]) > 0
         up = _wait(lambda: query('up{job="gpuenv"} == 1'), 30, proc)
         assert isinstance(up, list) and len(up) == 1
-        rules = json.loads(_get(f"http://127.0.0.1:{web}/api/v1/rules") or "{}")
+        rules = json.loads(_get(f"{api}/rules") or "{}")
         names = {r["name"] for g in rules["data"]["groups"] for r in g["rules"]}
         assert "GpuenvLockNotHolding" in names
-    finally:
-        _stop(proc)
 
 
 # -- beside dcgm-exporter: gpuenv ops show scrape, and the docs' joins -----------------------
@@ -335,7 +349,7 @@ def test_beside_dcgm_exporter_the_scrape_snippet_and_the_readme_joins_work(
     the same (instance without the port), so NVIDIA's dashboard filter and `on(instance,
     UUID)` joins match; both of dcgm-exporter's host label spellings join; each README query
     answers as its comment says (the locked-GPUs-only join keeps GPU 0 alone)."""
-    prometheus = _tool("prometheus")
+    _tool("prometheus")  # before the fake dcgm-exporter starts
     served = _get(f"http://127.0.0.1:{two_gpus_one_locked}/metrics") or ""
     gpus = [_labels_of(ln) for ln in served.splitlines() if ln.startswith("gpuenv_gpu_info{")]
     assert len(gpus) == 2 and all(g["hostname"] == g["Hostname"] for g in gpus)
@@ -348,71 +362,55 @@ def test_beside_dcgm_exporter_the_scrape_snippet_and_the_readme_joins_work(
     ):
         assert example in snippet
         snippet = snippet.replace(example, real)
-    config = tmp_path / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1s\n" + snippet)
-    web = _free_port()
-    proc = subprocess.Popen(
-        [
-            prometheus,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{web}",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-    def query(q: str) -> list[dict] | None:  # type: ignore[type-arg]
-        text = _get(f"http://127.0.0.1:{web}/api/v1/query?query=" + urllib.parse.quote(q))
-        body = json.loads(text) if text else {}
-        assert body.get("status", "success") == "success", (q, body)
-        return body.get("data", {}).get("result") or None
-
     try:
-        # NVIDIA's dashboard: instance from DCGM_FI_DEV_GPU_TEMP, then every panel filters on it
-        nodes = _wait(lambda: query("count by (instance) (DCGM_FI_DEV_GPU_TEMP)"), 60, proc)
-        assert [n["metric"]["instance"] for n in nodes] == ["127.0.0.1"]  # type: ignore[union-attr]
-        mine = _wait(lambda: query('gpuenv_sm_clock_mhz{instance="127.0.0.1"}'), 30, proc)
-        assert len(mine) == 2  # type: ignore[arg-type]
-        joined = query("gpuenv_lock_active * on(instance, UUID) group_right DCGM_FI_DEV_SM_CLOCK")
-        assert joined is not None and len(joined) == 2
-        for host in ("Hostname", "hostname"):  # dcgm-exporter 4.x and its main branch
-            metric = "DCGM_FI_DEV_SM_CLOCK" if host == "Hostname" else "DCGM_FI_DEV_GPU_TEMP"
-            both = query(f"{metric} * on({host}, gpu) group_left gpuenv_lock_active")
-            assert both is not None and len(both) == 2, host
-        _wait(lambda: query("count_over_time(gpuenv_power_watts[5m]) >= 2"), 30, proc)
-        locked = [g["UUID"] for g in gpus if g["gpu"] == "0"]
-        # gpuenv's dashboard: its node variable drops the port (the regex Grafana applies),
-        # so the same node name picks gpuenvd's series with or without the relabeling
-        var = next(
-            v
-            for v in json.loads(DASHBOARD.read_text())["templating"]["list"]
-            if v["name"] == "instance"
-        )
-        node = re.fullmatch(var["regex"].strip("/"), f"127.0.0.1:{two_gpus_one_locked}")
-        assert node is not None and node.group(1) == "127.0.0.1"
-        host = gpus[0]["Hostname"]
-        for expr in _dashboard_exprs():
-            q = (
-                expr.replace("$instance", "127.0.0.1")
-                .replace("$Hostname", host)
-                .replace("$gpu", ".*")
-                .replace("$__rate_interval", "1m")
+        with _prometheus(tmp_path, "global:\n  scrape_interval: 1s\n" + snippet) as (
+            proc,
+            query,
+            _,
+        ):
+            # NVIDIA's dashboard: instance from DCGM_FI_DEV_GPU_TEMP, then every panel filters on it
+            nodes = _wait(lambda: query("count by (instance) (DCGM_FI_DEV_GPU_TEMP)"), 60, proc)
+            assert [n["metric"]["instance"] for n in nodes] == ["127.0.0.1"]  # type: ignore[union-attr]
+            mine = _wait(lambda: query('gpuenv_sm_clock_mhz{instance="127.0.0.1"}'), 30, proc)
+            assert len(mine) == 2  # type: ignore[arg-type]
+            joined = query(
+                "gpuenv_lock_active * on(instance, UUID) group_right DCGM_FI_DEV_SM_CLOCK"
             )
-            # counted live owners: none after `gpuenv lock`; a Slurm job's GPUs and the fleet's
-            # sustained clocks: no job and no calibration here, no recording rules loaded
-            # (test_dashboard_and_rules_ask_only_for_series_the_daemon_serves serves them)
-            if not any(k in q for k in ("gpuenv_lock_holders", "gpuenv_gpu_job", "sustained")):
-                assert query(q), f"dashboard query answers nothing: {q}"
-        for q, comment in _readme_promql():
-            result = query(q)
-            assert result, f"README query answers nothing: {q}"
-            if "locked GPUs only" in comment:
-                assert [r["metric"]["UUID"] for r in result] == locked, q
+            assert joined is not None and len(joined) == 2
+            for host in ("Hostname", "hostname"):  # dcgm-exporter 4.x and its main branch
+                metric = "DCGM_FI_DEV_SM_CLOCK" if host == "Hostname" else "DCGM_FI_DEV_GPU_TEMP"
+                both = query(f"{metric} * on({host}, gpu) group_left gpuenv_lock_active")
+                assert both is not None and len(both) == 2, host
+            _wait(lambda: query("count_over_time(gpuenv_power_watts[5m]) >= 2"), 30, proc)
+            locked = [g["UUID"] for g in gpus if g["gpu"] == "0"]
+            # gpuenv's dashboard: its node variable drops the port (the regex Grafana applies),
+            # so the same node name picks gpuenvd's series with or without the relabeling
+            var = next(
+                v
+                for v in json.loads(DASHBOARD.read_text())["templating"]["list"]
+                if v["name"] == "instance"
+            )
+            node = re.fullmatch(var["regex"].strip("/"), f"127.0.0.1:{two_gpus_one_locked}")
+            assert node is not None and node.group(1) == "127.0.0.1"
+            host = gpus[0]["Hostname"]
+            for expr in _dashboard_exprs():
+                q = (
+                    expr.replace("$instance", "127.0.0.1")
+                    .replace("$Hostname", host)
+                    .replace("$gpu", ".*")
+                    .replace("$__rate_interval", "1m")
+                )
+                # counted live owners: none after `gpuenv lock`; a Slurm job's GPUs and the fleet's
+                # sustained clocks: no job and no calibration here, no recording rules loaded
+                # (test_dashboard_and_rules_ask_only_for_series_the_daemon_serves serves them)
+                if not any(k in q for k in ("gpuenv_lock_holders", "gpuenv_gpu_job", "sustained")):
+                    assert query(q), f"dashboard query answers nothing: {q}"
+            for q, comment in _readme_promql():
+                result = query(q)
+                assert result, f"README query answers nothing: {q}"
+                if "locked GPUs only" in comment:
+                    assert [r["metric"]["UUID"] for r in result] == locked, q
     finally:
-        _stop(proc)
         httpd.shutdown()  # type: ignore[attr-defined]
 
 
@@ -464,3 +462,82 @@ def test_a_host_that_is_not_this_machine_is_not_told_to_choose_another_port(
     assert "192.0.2.1 is not an address of this machine" in proc.stderr, proc.stderr
     assert "choose another port" not in proc.stderr
     assert not (tmp_path / "gpuenvd.sock").exists()
+
+
+# -- the fleet across nodes: one Prometheus, every node's gpuenvd --------------------------
+
+
+def _calibrated_node(home: Path, seed: int, slow_w: float | None) -> dict[str, str]:
+    """A node's environment: its own simulated machine of 2 GPUs (seed: its GPUs' UUIDs) and
+    state directory, each GPU calibrated by root's `gpuenv calibrate` (virtual time, ~1 s a
+    GPU), GPU 0 first held to `slow_w` watts where given: the card that holds a lower clock."""
+    from gpuenv.backend.sim import SimBackend
+
+    home.mkdir()
+    env = {
+        **os.environ,
+        "GPUENV_BACKEND": "sim",
+        "GPUENV_SIM_STATE": str(home / "sim.json"),
+        "GPUENV_SIM_GPUS": "2",
+        "GPUENV_SIM_SEED": str(seed),
+        "GPUENV_STATE_DIR": str(home / "state"),
+    }
+    with SimBackend("h100", n_gpus=2, seed=seed, state_file=home / "sim.json", root=True) as b:
+        if slow_w is not None:
+            b.set_power_limit(0, slow_w)
+        env["UUIDS"] = ",".join(b.device_info(g).uuid for g in (0, 1))
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuenv", "calibrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return env
+
+
+def test_one_prometheus_over_two_nodes_names_the_slow_nodes_gpu(tmp_path: Path) -> None:
+    """Two nodes (each a gpuenvd on its own simulated machine, its metrics on its own port),
+    one Prometheus scraping both with the shipped rules: node1's GPU 0, held to 450 W, holds a
+    lower sustained clock; the fleet's ratio and GpuenvSlowGpu (pending: it fires after
+    10 min, which the rules' promtool test covers) name that node (instance) and that GPU
+    (gpu 0 and its UUID), and not GPU 0 of node0."""
+    _tool("prometheus")
+    nodes = [_calibrated_node(tmp_path / f"node{i}", i, 450.0 if i == 1 else None) for i in (0, 1)]
+    with contextlib.ExitStack() as stack:
+        ports = [
+            stack.enter_context(_serving(Path(n["GPUENV_STATE_DIR"]).parent, n)) for n in nodes
+        ]
+        targets = [f"127.0.0.1:{p}" for p in ports]
+        config = (
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            f"rule_files: ['{RULES}']\n"
+            "scrape_configs:\n  - job_name: gpuenv\n"
+            f"    static_configs:\n      - targets: {targets}\n"
+        )
+        proc, query, _ = stack.enter_context(_prometheus(tmp_path, config))
+        # the rules evaluated over both nodes' GPUs (one node alone has a median of its own)
+        ratio = "gpuenv:gpu_sustained_sm_mhz:ratio_to_model_median"
+        assert _wait(lambda: query(f"count({ratio}) == 4"), 60, proc)
+        slow = _wait(lambda: query(f"{ratio} < 0.97"), 30, proc)
+        assert isinstance(slow, list) and len(slow) == 1, slow
+        labels = slow[0]["metric"]
+        assert labels["instance"] == targets[1] and labels["gpu"] == "0", labels
+        assert labels["UUID"] == nodes[1]["UUIDS"].split(",")[0], labels
+        pending = _wait(lambda: query('ALERTS{alertname="GpuenvSlowGpu"}'), 30, proc)
+        assert isinstance(pending, list) and len(pending) == 1, pending
+        alert = pending[0]["metric"]
+        assert alert["alertstate"] == "pending"
+        assert (alert["instance"], alert["gpu"], alert["UUID"]) == (
+            targets[1],
+            "0",
+            labels["UUID"],
+        )
+        # node0's GPU 0 (same index, its own UUID) holds its model's median
+        ratios = query(ratio)
+        assert isinstance(ratios, list) and len(ratios) == 4
+        by_gpu = {
+            (r["metric"]["instance"], r["metric"]["gpu"]): float(r["value"][1]) for r in ratios
+        }
+        assert by_gpu[targets[0], "0"] >= 0.97 and by_gpu[targets[1], "0"] < 0.8, by_gpu

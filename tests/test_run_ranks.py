@@ -157,3 +157,39 @@ def test_rank0s_table_carries_every_ranks_telemetry(tmp_path):
         # sampler's 100 ms ticks saw none ("-"), on rank 0's own row as on the others'
         line = " ".join(cells) + " "
         assert re.search(r" \d+ +\d+ W +~?[\d.]+ J +\d+-\d+ +(idle [\d.]+ m?s|-) ", line), e0
+
+
+def test_ranks_of_two_nodes_each_gpu_0_are_two_rows_named_by_node_and_uuid(tmp_path):
+    """Two ranks, each on GPU 0 of a node of its own (Slurm's SLURMD_NODENAME; each its own
+    simulated machine): rank 0's table has a node column, and each rank's line its GPU's
+    UUID, which differ (tests/test_slurm_nodes.py runs this under a real 2-node srun)."""
+    from gpuenv.backend.sim import SimBackend
+
+    uuids = []
+    for seed in (0, 1):
+        with SimBackend("h100", n_gpus=1, seed=seed, state_file=tmp_path / f"sim{seed}") as b:
+            uuids.append(b.device_info(0).uuid)
+    assert uuids[0] != uuids[1]
+    procs = [
+        start_rank(
+            r,
+            2,
+            tmp_path,
+            LOCAL_RANK="0",
+            GPUENV_SIM_GPUS="1",
+            GPUENV_SIM_STATE=str(tmp_path / f"sim{r}"),
+            GPUENV_SIM_SEED=str(r),
+            SLURMD_NODENAME=f"gpu0{r + 1}",
+        )
+        for r in (1, 0)
+    ]
+    (c1, e1), (c0, e0) = (finish(p) for p in procs)
+    assert (c0, c1) == (0, 0), e0 + e1
+    for r in (0, 1):
+        line = next(ln for ln in e0.splitlines() if ln.startswith(f"  rank {r} ("))
+        assert line.startswith(f"  rank {r} (gpu0{r + 1}): exited with 0"), e0
+        assert line.endswith(f"on GPU 0 (NVIDIA H100 80GB HBM3) [{uuids[r]}]"), e0
+    header = next(ln for ln in e0.splitlines() if "region" in ln and "verdict" in ln)
+    assert header.split()[:4] == ["rank", "node", "region", "gpu"], e0
+    rows = sorted(ln.split()[:4] for ln in e0.splitlines() if ln.split()[2:3] == ["step"])
+    assert rows == [["0", "gpu01", "step", "0"], ["1", "gpu02", "step", "0"]], e0

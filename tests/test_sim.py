@@ -282,3 +282,19 @@ def test_invariants_under_any_sequence(ops):
         assert now.energy_mj >= prev.energy_mj
         assert all(now.reason_ns[k] >= prev.reason_ns[k] for k in REASON_COUNTERS)
         prev = now
+
+
+def test_a_seed_from_the_environment_is_another_machine(monkeypatch, tmp_path):
+    """GPUENV_SIM_SEED: simulated nodes of one cluster have GPUs of their own UUIDs (GPU 0 of
+    two nodes is two GPUs); text that is not a whole number is refused, naming it."""
+    monkeypatch.setenv("GPUENV_SIM_STATE", "none")
+    seen = {}
+    for seed in ("", "0", "1"):
+        monkeypatch.setenv("GPUENV_SIM_SEED", seed)
+        with SimBackend.from_env() as s:
+            seen[seed] = s.device_info(0).uuid
+    assert seen[""] == seen["0"] != seen["1"]
+    for bad in ("abc", "1.5", "-1"):
+        monkeypatch.setenv("GPUENV_SIM_SEED", bad)
+        with pytest.raises(ConfigError, match="GPUENV_SIM_SEED"):
+            SimBackend.from_env()

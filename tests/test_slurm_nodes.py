@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -177,5 +178,76 @@ def test_a_node_down_is_named_and_its_gpus_are_put_back_by_the_next_job(
     assert slurm.nodes[1].gpuenvd.truth(0)[0] == (1410, 1410)
     after = slurm.sbatch(STEPS, "-N2", "--gres=gpu:2")
     assert slurm.wait_done(after) == "COMPLETED"
+    for node in slurm.nodes:
+        assert_as_before(node)
+
+
+# each rank's share of a data-parallel step on its node's simulated GPU (its SLURM_LOCALID's:
+# srun gives a task of 2 on a node of 2 GPUs both GPUs, and `gpuenv run` picks its local id's)
+RANK = """\
+import os
+import gpuenv
+from gpuenv.backend.sim import SimBackend
+
+sim = SimBackend.from_env()  # the task's node's GPUs: the TaskProlog set GPUENV_SIM_STATE
+gpu = int(os.environ["SLURM_LOCALID"])
+for _ in range(25):
+    with gpuenv.region("step"):
+        sim.run_work(gpu, 0.03 * 1.98e9, power_intensity=1.0)  # 30 ms at 1980 MHz
+sim.close()
+"""
+
+
+def test_ranks_on_two_nodes_give_one_table_with_each_ranks_node_and_gpu(
+    slurm: SlurmCluster,
+) -> None:
+    """`srun -N2 --ntasks-per-node=2 gpuenv run --summary rank0`: each task samples its own
+    node's GPU (gpunode1's GPU 1 held to 450 W is named, on its node, by its rank), its
+    summary reaches rank 0 on gpunode0 through a directory both nodes see, and rank 0 prints
+    one table: every rank's node, its GPU by index and UUID (GPU 0 of two nodes is two
+    GPUs), its telemetry."""
+    shared = slurm.dir / "shared-ranks"  # what a cluster's shared file system is
+    script = slurm.dir / "out" / "rank.py"
+    script.write_text(RANK)
+    slow = slurm.nodes[1].gpuenvd.backend
+    before = slow.power_limits(1).limit_w
+    slow.set_power_limit(1, 450)
+    try:
+        jobid = slurm.sbatch(
+            f"export GPUENV_RANKS_DIR={shared} GPUENV_RANKS_WAIT_S=30\n"
+            f"srun -N2 --ntasks-per-node=2 {slurm.dir}/gpuenv run --summary rank0 "
+            f"-- {sys.executable} {script}",
+            "-N2",
+            "--ntasks-per-node=2",
+            "--gres=gpu:2",
+        )
+        assert slurm.wait_done(jobid, timeout=120) == "COMPLETED", slurm.output(jobid)
+    finally:
+        slow.set_power_limit(1, before)
+    out = slurm.output(jobid)
+    assert "on 4 ranks; clocks not locked" in out, out
+    uuid = {(n.name, g): n.gpuenvd.backend.device_info(g).uuid for n in slurm.nodes for g in (0, 1)}
+    assert len(set(uuid.values())) == 4  # each node a machine of its own
+    for rank, (node, gpu) in enumerate([(n.name, g) for n in slurm.nodes for g in (0, 1)]):
+        line = re.search(
+            rf"^  rank {rank} \({node}\): exited with 0 after .* on GPU {gpu} .*$", out, re.M
+        )
+        assert line, out
+        assert f"[{uuid[node, gpu]}]" in line.group(0), line.group(0)  # that node's GPU
+    # one table: a row per rank, with its node and GPU and its own telemetry
+    rows = {
+        (cells[0], cells[1], cells[3]): cells
+        for line in out.splitlines()
+        if len(cells := line.split()) > 6 and cells[0] in "0123" and cells[2] == "step"
+    }
+    assert set(rows) == {
+        ("0", "gpunode0", "0"),
+        ("1", "gpunode0", "1"),
+        ("2", "gpunode1", "0"),
+        ("3", "gpunode1", "1"),
+    }, out
+    # the handicapped GPU, sampled by gpunode1's own process, is the one named
+    assert re.search(r"step: GPU 1 \(rank 3, gpunode1\) held the step back", out), out
+    assert not list(shared.glob("gpuenv-ranks-*/*.json")), "rank 0 read and removed them all"
     for node in slurm.nodes:
         assert_as_before(node)

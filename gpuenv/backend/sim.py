@@ -182,8 +182,13 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
         shared by every process and account; 'none' keeps state in memory),
         GPUENV_SIM_PROFILE (h100), GPUENV_SIM_GPUS (1), GPUENV_SIM_ROOT (default: whether
         this process runs as root, as on a real GPU; 0 acts unprivileged; 1 acts as root,
-        which an ordinary account may do only on a simulated machine of its own).
+        which an ordinary account may do only on a simulated machine of its own),
+        GPUENV_SIM_SEED (0): which machine it is; its GPUs' UUIDs derive from it, so
+        simulated nodes of one cluster, each its own seed, have GPUs of their own UUIDs (as
+        real GPUs do) where their indices repeat. Every process of one machine uses its seed.
         """
+        from gpuenv import validate
+
         env = os.environ
         profile = env.get("GPUENV_SIM_PROFILE", "").strip() or "h100"
         gpus_text = env.get("GPUENV_SIM_GPUS", "").strip() or "1"
@@ -200,7 +205,13 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
         else:
             state = state_text or default_state_path()
         root = _root_from_env(env.get("GPUENV_SIM_ROOT", ""), state)
-        return cls(profile, n_gpus=n_gpus, root=root, state_file=state)
+        seed = validate.env_number("GPUENV_SIM_SEED", 0, lo=0, hi=2**31, environ=env)
+        if seed != int(seed):
+            raise ConfigError(
+                f"GPUENV_SIM_SEED={env['GPUENV_SIM_SEED']!r} is not a whole number",
+                hint="use 0, 1, 2 ...",
+            )
+        return cls(profile, n_gpus=n_gpus, root=root, seed=int(seed), state_file=state)
 
     def __enter__(self) -> SimBackend:
         return self

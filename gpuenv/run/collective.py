@@ -28,7 +28,7 @@ while it waits, and counts as busy), so it is not used.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuenv.results import Measurement
@@ -50,6 +50,12 @@ class RankGpu:
     thermal_s: float  # time under a thermal limit (SW or HW)
     steps_s: float  # the rank's steps' total time
     temp_c_max: float | None
+    node: str = ""  # the rank's node, where the job's ranks ran on several
+
+    @property
+    def where(self) -> str:
+        """'rank 3', or 'rank 3, gpunode1' where the ranks ran on several nodes."""
+        return f"rank {self.rank}, {self.node}" if self.node else f"rank {self.rank}"
 
     @property
     def capped_frac(self) -> float:
@@ -85,26 +91,34 @@ def fmt_time(seconds: float) -> str:
     return fmt_s(seconds, "table")
 
 
-def collective_steps(pairs: Sequence[tuple[int, Measurement]]) -> list[CollectiveStep]:
+def collective_steps(
+    pairs: Sequence[tuple[int, Measurement]], nodes: Mapping[int, str] | None = None
+) -> list[CollectiveStep]:
     """The kinds of step several ranks marked alike, from (rank, measurement) pairs of the
     ranks' regions (the caller leaves out each rank's whole run, "(run)"; calls of a
     measuring function are no steps). Ranks that marked a name a different number of
-    times form their own kind."""
+    times form their own kind. `nodes`: each rank's node, where they ran on several."""
     groups: dict[tuple[str, int], dict[int, Measurement]] = {}
     for rank, m in pairs:
         if isinstance(m.extra.get("site"), str) or not m.times_s:
             continue
         groups.setdefault((m.name, len(m.times_s)), {}).setdefault(rank, m)
-    return [_step(name, n, ranks) for (name, n), ranks in sorted(groups.items()) if len(ranks) > 1]
+    return [
+        _step(name, n, ranks, nodes or {})
+        for (name, n), ranks in sorted(groups.items())
+        if len(ranks) > 1
+    ]
 
 
-def _step(name: str, n: int, by_rank: dict[int, Measurement]) -> CollectiveStep:
+def _step(
+    name: str, n: int, by_rank: dict[int, Measurement], nodes: Mapping[int, str]
+) -> CollectiveStep:
     ranks = tuple(sorted(by_rank))
     spreads = [
         max(by_rank[r].times_s[k] for r in ranks) - min(by_rank[r].times_s[k] for r in ranks)
         for k in range(n)
     ]
-    gpus = tuple(g for r in ranks if (g := _rank_gpu(r, by_rank[r])) is not None)
+    gpus = tuple(g for r in ranks if (g := _rank_gpu(r, by_rank[r], nodes.get(r, ""))) is not None)
     idle = tuple(r for r in ranks if _idle(by_rank[r]))
     step_s = statistics.median(t for r in ranks for t in by_rank[r].times_s)
     slowest, others_mhz, wait_s = _held_back(gpus, step_s)
@@ -129,7 +143,7 @@ def _idle(m: Measurement) -> bool:
     return len(ws) == 1 and ws[0].sm_mhz_mean is not None and ws[0].sm_mhz_busy_mean is None
 
 
-def _rank_gpu(rank: int, m: Measurement) -> RankGpu | None:
+def _rank_gpu(rank: int, m: Measurement, node: str = "") -> RankGpu | None:
     """A rank's GPU over its steps: exactly one GPU's window with a busy clock, else None."""
     if len(m.summary_windows) != 1:
         return None
@@ -145,6 +159,7 @@ def _rank_gpu(rank: int, m: Measurement) -> RankGpu | None:
         thermal_s=w.reason_s.get("thermal", 0.0),
         steps_s=sum(m.times_s),
         temp_c_max=w.temp_c_max,
+        node=node,
     )
 
 
@@ -196,7 +211,7 @@ def collective_lines(steps: Sequence[CollectiveStep]) -> list[str]:
                 str(s.steps),
                 f"med {fmt_time(s.step_s)}",
                 f"{fmt_time(s.spread_s)} (max {fmt_time(s.spread_max_s)})",
-                "-" if low is None else f"{low.gpu} (rank {low.rank})",
+                "-" if low is None else f"{low.gpu} ({low.where})",
                 "-" if low is None else f"{low.sm_mhz:.0f}",
                 "-" if s.others_mhz is None else f"{s.others_mhz:.0f}",
             ]
@@ -233,15 +248,17 @@ def step_sentence(s: CollectiveStep) -> str:
         "same work per rank, compute-bound)"
     )
     return (
-        f"{s.name}: GPU {low.gpu} (rank {low.rank}) held the step back: {state_words(low)} "
+        f"{s.name}: GPU {low.gpu} ({low.where}) held the step back: {state_words(low)} "
         f"(the others {s.others_mhz:.0f} MHz){wait}"
     )
 
 
-def job_lines(pairs: Sequence[tuple[int | None, Measurement]]) -> list[str]:
+def job_lines(
+    pairs: Sequence[tuple[int | None, Measurement]], nodes: Mapping[int, str] | None = None
+) -> list[str]:
     """The collective lines of a job's regions, each with its rank (None: not a rank's, as
-    a wrapped launcher's whole run: left out)."""
-    return collective_lines(collective_steps([(r, m) for r, m in pairs if r is not None]))
+    a wrapped launcher's whole run: left out); `nodes`: each rank's node, where several."""
+    return collective_lines(collective_steps([(r, m) for r, m in pairs if r is not None], nodes))
 
 
 __all__ = [

@@ -160,13 +160,23 @@ def _open_ranks_dir(directory: Path) -> int:
     return open_dir(directory, create=True, mode=0o700, what="the ranks' directory")
 
 
+def node_name(env: Mapping[str, str]) -> str:
+    """The node a rank runs on, as its job's scheduler names it (Slurm's SLURMD_NODENAME:
+    several slurmd may share a host), else the host name."""
+    return env.get("SLURMD_NODENAME", "").strip() or socket.gethostname()
+
+
 def publish(
-    directory: Path, record: Mapping[str, Any], measurements: Sequence[Measurement]
+    directory: Path,
+    record: Mapping[str, Any],
+    measurements: Sequence[Measurement],
+    *,
+    node: str | None = None,
 ) -> Path:
     """Write one rank's summary, atomically (rank 0 never reads half a file)."""
     data = dict(
         record,
-        host=socket.gethostname(),
+        host=node or socket.gethostname(),
         ended_at=time.time(),
         measurements=[_slim(m) for m in measurements],
     )
@@ -250,8 +260,9 @@ def report_ranks(
     """Rank 0: wait for the others and return the combined table; others: publish, return ""."""
     directory = ranks_dir(env)
     rank = int(record["rank"])
+    node = node_name(env)
     if rank != 0:
-        publish(directory, record, measurements)
+        publish(directory, record, measurements, node=node)
         return ""
     wait_s = wait_time(env)
     others = list(range(1, world_size(env) or 1))
@@ -266,7 +277,7 @@ def report_ranks(
                 (directory / f"rank{r}.json").unlink()
         with contextlib.suppress(OSError):
             directory.rmdir()  # only when empty: a straggler's file stays for no one
-    runs = [(0, dict(record, host=socket.gethostname()), list(measurements))]
+    runs = [(0, dict(record, host=node), list(measurements))]
     runs += [
         (r, d, [Measurement.from_dict(m) for m in d["measurements"]])
         for r, d in sorted(found.items())
@@ -282,17 +293,20 @@ def combined_text(
     *,
     verbose: bool = False,
 ) -> str:
-    """One header, a line per rank (how it ended, where), one table with a rank column
-    (the calls of a site grouped per rank), then the steps the ranks marked alike
+    """One header, a line per rank (how it ended, on which node and GPUs, by UUID), one
+    table with a rank column and, when the ranks ran on several nodes, a node column (the
+    calls of a site grouped per rank), then the steps the ranks marked alike
     (gpuenv/run/collective.py)."""
     first = runs[0][1]
     n = len(runs) + len(missing)
     lines = [f"gpuenv run: {first['command']} on {n} ranks; {first['state']}"]
     for r, rec, _ in runs:
         host = f" ({rec['host']})" if rec.get("host") else ""
+        uuids = [u for u in rec.get("uuids") or [] if isinstance(u, str) and u]
+        ids = f" [{', '.join(uuids)}]" if uuids else ""
         lines.append(
             f"  rank {r}{host}: {rec['outcome']} after {fmt_time(rec['duration_s'])} "
-            f"on {rec['where']}"
+            f"on {rec['where']}{ids}"
         )
     if missing:
         names = ", ".join(str(r) for r in missing)
@@ -300,13 +314,18 @@ def combined_text(
             f"  rank {names}: no summary within {wait_s:g} s (still running, killed, or "
             f"on another node: set {ENV_DIR} to a shared directory)"
         )
+    hosts = {str(rec.get("host") or "") for _, rec, _ in runs}
     table = summary_table(
         [m for _, _, ms in runs for m in ms],
         header="\n".join(lines),
         ranks=[r for r, _, ms in runs for _ in ms],
+        nodes=[str(rec.get("host") or "") for _, rec, ms in runs for _ in ms]
+        if len(hosts) > 1
+        else None,
         verbose=verbose,
     )
-    steps = job_lines([(r, m) for r, _, ms in runs for m in ms if m.name != RUN_NAME])
+    where = {r: str(rec.get("host") or "") for r, rec, _ in runs} if len(hosts) > 1 else None
+    steps = job_lines([(r, m) for r, _, ms in runs for m in ms if m.name != RUN_NAME], where)
     tails = "".join(line for _, rec, ms in runs for line in tail_lines(rec, ms))
     return "\n".join([table, *steps]) + tails
 
@@ -318,6 +337,7 @@ __all__ = [
     "default_gpu_selector",
     "gather",
     "job_key",
+    "node_name",
     "publish",
     "rank_of",
     "rank_output_path",

@@ -287,16 +287,20 @@ def summary_table(
     *,
     header: str,
     ranks: Sequence[int | None] | None = None,
+    nodes: Sequence[str] | None = None,
     verbose: bool = False,
 ) -> str:
     """The table `gpuenv run` prints on stderr: a row per region and GPU, findings below.
     Calls of one site (a do_bench line, a Timer, a pytest test) share one row (their count,
     verdicts and median), their flagged ones named below; `verbose` adds a row per call.
     `ranks` (one per measurement; None: the launcher's own) adds a rank column: the table
-    of all ranks of a job."""
-    multi = len({g for m in measurements for g in m.gpus}) > 1
+    of all ranks of a job; `nodes` (one per measurement, with `ranks`) a node column: GPU 0
+    of two nodes is two GPUs."""
+    where = nodes if nodes is not None else [""] * len(measurements)
+    multi = len({(n, g) for n, m in zip(where, measurements, strict=True) for g in m.gpus}) > 1
     cols = [
         *(["rank"] if ranks is not None else []),
+        *(["node"] if nodes is not None else []),
         "region",
         *(["gpu"] if multi else []),
         "reps",
@@ -318,7 +322,8 @@ def summary_table(
     for i, m in enumerate(measurements):
         rank = None if ranks is None else ranks[i]
         who = "" if rank is None else f"rank {rank}: "
-        cell = None if ranks is None else ("" if rank is None else str(rank))
+        cell = [] if ranks is None else ["" if rank is None else str(rank)]
+        cell += [] if nodes is None else [nodes[i]]
         site = _site(m)
         if site is None:
             rows += _rows(m, m.name, cell, multi)
@@ -347,9 +352,9 @@ def _site(m: Measurement) -> str | None:
     return site if isinstance(site, str) else None
 
 
-def _rows(m: Measurement, name: str, rank: str | None, multi: bool) -> list[list[str]]:
+def _rows(m: Measurement, name: str, rank: Sequence[str], multi: bool) -> list[list[str]]:
     """A measurement's rows: one per GPU (nothing for one that has no reps); `rank`: the
-    rank column's cell (None: no such column)."""
+    rank and node columns' cells (none: no such columns)."""
     if m.stats.n == 0 and not m.times_s:
         return []
     if len(m.times_s) == 1:
@@ -370,7 +375,7 @@ def _rows(m: Measurement, name: str, rank: str | None, multi: bool) -> list[list
 def _per_gpu(
     windows: Sequence[Window],
     name: str,
-    rank: str | None,
+    rank: Sequence[str],
     multi: bool,
     lead: list[str],
     verdict: str,
@@ -378,7 +383,7 @@ def _per_gpu(
     rows = []
     for k, w in enumerate(windows or (None,)):
         top = k == 0
-        row = [*([] if rank is None else [rank if top else ""]), name if top else ""]
+        row = [*(c if top else "" for c in rank), name if top else ""]
         row += [str(w.gpu) if w else "-"] if multi else []
         row += lead if top else [""] * len(lead)
         row += [*_window_cells(w), verdict if top else ""]
@@ -387,7 +392,7 @@ def _per_gpu(
 
 
 def _site_rows(
-    site: str, calls: Sequence[Measurement], rank: str | None, multi: bool
+    site: str, calls: Sequence[Measurement], rank: Sequence[str], multi: bool
 ) -> list[list[str]]:
     """One site's row: its calls, the median of what they returned (do_bench's time, a
     Timer's median) or else of their durations, their telemetry merged (display only)."""

@@ -39,7 +39,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 
 from gpuenv.backend import Backend
 from gpuenv.errors import CommandNotFound as CommandNotFound  # defined in gpuenv.errors
-from gpuenv.errors import ConfigError
+from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import read_facts
 from gpuenv.progress import Progress
 from gpuenv.results import Measurement
@@ -525,10 +525,17 @@ class Runner:
             "outcome": how,
             "duration_s": result.duration_s,
             "where": ", ".join(describe(self.backend, g) for g in self.gpus),
+            "uuids": [self._uuid(g) for g in self.gpus],  # GPU 0 of two nodes: two GPUs
             "state": state,
             "output": None if result.output is None else str(result.output),
             "policy": self.policy,
         }
+
+    def _uuid(self, index: int) -> str:
+        try:
+            return self.backend.device_info(index).uuid
+        except GpuenvError:
+            return ""
 
 
 class _Family:

@@ -37,6 +37,7 @@ import re
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def begun(directory: Path | None, job: str, gpus: list[int], lock: str) -> None:
     node = node_name()
     if directory is not None:
         publish_begun(directory, job, node, gpus, lock)
-    set_admin_comment(job, node, begun_line(node, gpus, lock))
+    set_admin_comment(job, node, begun_line(node, gpus, lock), directory=directory)
 
 
 def publish_ended(
@@ -239,20 +240,64 @@ def _dbd_write(job: str, text: str) -> bool:
 STORES = {"slurmctld": (_ctld_read, _ctld_write), "slurmdbd": (_dbd_read, _dbd_write)}
 
 
-def set_admin_comment(job: str, node: str, line: str, *, tries: int = 5) -> str | None:
+def set_admin_comment(
+    job: str, node: str, line: str, *, tries: int = 5, directory: Path | None = None
+) -> str | None:
     """Put `line` into job `job`'s AdminComment in place of this node's earlier line, keeping
     every other: in slurmctld's record while the job runs, else in slurmdbd's. Returns which
-    kept it (read back), None where neither took it or other nodes' writes kept taking it out."""
-    # sacctmgr before Slurm 23.02 stores the comment lower-cased: lines compare as such
-    mine, wanted = f"gpuenv {node} ".lower(), line.lower()
-    for store, (read, write) in STORES.items():
-        for _ in range(tries):
-            kept = [p for p in read(job).split(SEP) if p and p != "(null)"]
-            kept = [p for p in kept if not p.lower().startswith(mine)]
-            if not write(job, SEP.join([*kept, line])):
-                break  # this store refuses it: the next one
-            # another node may have read before our write and write after it: look again
-            time.sleep(0.05 + random.random() * 0.1)
-            if wanted in [p.lower() for p in read(job).split(SEP)]:
-                return store
-    return None
+    kept it (read back), None where neither took it or other nodes' writes kept taking it out.
+
+    Slurm has no compare-and-set for it: two nodes that read before either writes lose one
+    line (two epilogs at once did, 2 runs in 7 of the 2-node test). With the shared jobs
+    `directory`, the nodes take turns under a lock file there; without one, each read back
+    and retries."""
+    with _turn(directory, job):
+        # sacctmgr before Slurm 23.02 stores the comment lower-cased: lines compare as such
+        mine, wanted = f"gpuenv {node} ".lower(), line.lower()
+        for store, (read, write) in STORES.items():
+            for _ in range(tries):
+                kept = [p for p in read(job).split(SEP) if p and p != "(null)"]
+                kept = [p for p in kept if not p.lower().startswith(mine)]
+                if not write(job, SEP.join([*kept, line])):
+                    break  # this store refuses it: the next one
+                # another node may have read before our write and write after it
+                time.sleep(0.05 + random.random() * 0.1)
+                if wanted in [p.lower() for p in read(job).split(SEP)]:
+                    return store
+        return None
+
+
+@contextlib.contextmanager
+def _turn(directory: Path | None, job: str) -> Iterator[None]:
+    """This node's turn at job `job`'s AdminComment: an exclusive lock on a file in the job's
+    folder of the shared directory (flock; NFS carries it as a POSIX lock), or nothing where
+    there is no directory or it cannot be had (the read-back retries are then the guard)."""
+    import fcntl
+
+    from gpuenv._files import open_dir
+
+    if directory is None:
+        yield
+        return
+    fd = None
+    try:
+        dfd = open_dir(directory / check_job_id(job), create=True, mode=0o755, own=False)
+        try:
+            fd = os.open(
+                ".admincomment.lock",
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=dfd,
+            )
+        finally:
+            os.close(dfd)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        if fd is not None:
+            os.close(fd)
+        fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock

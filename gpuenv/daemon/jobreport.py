@@ -141,7 +141,7 @@ def publish(
     if directory is not None:
         jobnodes.publish_ended(directory, report["job"], node, report, restored)
     line = jobnodes.admin_line(node, report, restored)
-    return line, jobnodes.set_admin_comment(report["job"], node, line)
+    return line, jobnodes.set_admin_comment(report["job"], node, line, directory=directory)
 
 
 def render_nodes(gathered: dict[str, Any]) -> str:

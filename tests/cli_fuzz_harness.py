@@ -46,6 +46,8 @@ COMMANDS = (
     "demo",
     "daemon leases",
     "daemon check-config",
+    "ops list",  # not `ops install`: its --dest may be a real system directory
+    "ops show",
 )
 
 # Values that bound how long a command runs: only these are drawn for these flags.
@@ -295,6 +297,8 @@ def _tail(command: str, rng: random.Random) -> list[str]:
         return ["--", *cmd] if cmd or rng.random() < 0.5 else []
     if command == "compare":
         return [rng.choice(paths) for _ in range(rng.choice([0, 1, 2, 2, 2, 3]))]
+    if command == "ops show":
+        return [rng.choice(["unit", "prolog", "rules", "x", "", "../unit"])]
     if command == "plot":
         return [rng.choice(paths) for _ in range(rng.choice([0, 1, 1, 1, 2]))]
     if command == "demo":
@@ -331,7 +335,7 @@ def generate(rng: random.Random, *, process_faults: bool = False) -> Case:
         argv.append(rng.choice(["--sim", "--dry-run"]))
     argv += command.split()
     options = _options(command)
-    for _ in range(rng.choice([0, 1, 1, 2, 2, 3, 4])):
+    for _ in range(rng.choice([0, 1, 1, 2, 2, 3, 4]) if options else 0):
         flag, takes = rng.choice(options)
         argv.append(flag)
         if takes and rng.random() < 0.95:

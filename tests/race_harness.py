@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from gpuenv.backend import WRITES
 from gpuenv.backend.sim import SimBackend
 from gpuenv.clocks.journal import Journal
 from gpuenv.daemon.auth import Authorizer, Peer, parse_config
@@ -30,16 +31,6 @@ ALICE = Peer(pid=ME, uid=50001, gid=50001, user="alice", groups=frozenset({"alic
 BOB = Peer(pid=ME, uid=50002, gid=50002, user="bob", groups=frozenset({"bob"}))
 OPS = Peer(pid=ME, uid=50004, gid=50004, user="ops", groups=frozenset({"ops"}))
 CONFIG = "[lock]\nuser:alice = all\nuser:bob = all\n[admin]\nusers = ops\n"
-
-_WRITES = (
-    "set_locked_sm_clocks",
-    "reset_locked_sm_clocks",
-    "set_locked_mem_clocks",
-    "reset_locked_mem_clocks",
-    "set_app_clocks",
-    "reset_app_clocks",
-    "set_power_limit",
-)
 
 
 class Gate:
@@ -66,7 +57,7 @@ class GatedBackend:
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self.sim, name)
-        if name in _WRITES:
+        if name in WRITES:
             return self._gated(name, value)
         return value
 

@@ -313,7 +313,9 @@ class Bursts:
         watts = [s.power_instant_w if s.power_instant_w is not None else s.power_w for s in samples]
         limit = self.facts.power_limit_w if self.facts and self.facts.power_limit_w else 0.0
         heavy = max(watts, default=0.0)
-        self.power_seen = self.power_seen or any(self._shows_work(s) for s in samples)
+        if not self.power_seen:
+            spans, offset = self._work_spans(), self.clock.wall() - self.clock.now()
+            self.power_seen = any(self._shows_work(s, spans, offset) for s in samples)
         if not self.power_seen or heavy >= HEAVY_SEEN_FRAC * limit:
             heavy = max(heavy, UNSEEN_POWER_FRAC * limit)
         return heavy, min([*watts, REST_POWER_FRAC * limit])
@@ -336,16 +338,21 @@ class Bursts:
             return rest  # the next burst holds it
         return refresh - 2 * SEEN_AFTER_S - now
 
+    def _work_spans(self) -> list[tuple[float, float]]:
+        """When this measurement's work ran: the closed bursts and the open one, so far."""
+        return [*self.spans, (self.open_from, self.clock.now())]
+
     def _worked_s(self) -> float:
         """How long this measurement's work has run, set-up and warmup included."""
-        return sum(b - a for a, b in [*self.spans, (self.open_from, self.clock.now())])
+        return sum(b - a for a, b in self._work_spans())
 
-    def _shows_work(self, s: Sample) -> bool:
-        """Was sample `s`'s power refreshed while this measurement's work ran? By the
-        driver's timestamp of the value where it has one, else (the 1 s average, or no
-        timestamp) only if the work ran through the whole time the value may be from."""
-        spans = [*self.spans, (self.open_from, self.clock.now())]
-        at = host_time(s.driver_ts_us, s.t, self.clock.wall() - self.clock.now())
+    @staticmethod
+    def _shows_work(s: Sample, spans: list[tuple[float, float]], offset: float) -> bool:
+        """Was sample `s`'s power refreshed while the work ran (`spans`; `offset`: wall
+        time less clock time)? By the driver's timestamp of the value where it has one,
+        else (the 1 s average, or no timestamp) only if the work ran through the whole
+        time the value may be from."""
+        at = host_time(s.driver_ts_us, s.t, offset)
         if at is not None and s.power_instant_w is not None:
             return any(a + SEEN_AFTER_S <= at <= b for a, b in spans)
         lag = DRIVER_REFRESH_S if s.power_instant_w is not None else 1.0

@@ -3,7 +3,8 @@
 device time measured the same way; what CUPTI costs a process to start; and whether a
 kernel's method changes between calls (read-only; needs torch and a GPU).
 
-Parts (--part; each has its results file, one_meaning-<part>.json):
+Parts (--part; each has its results file, one_meaning-<part>.json; flips with --procs N
+above 1 keeps one_meaning-flipsN.json):
 
   sweep    an elementwise add and a sum reduction, 2^12 to 2^26 elements: CUPTI's median
            device time of a call after an L2 flush (`cupti_median_s(fn, flush_l2=True)`)
@@ -256,6 +257,8 @@ if __name__ == "__main__":
             add_arguments,
             run,
             quick={"hi": 20, "rounds": 1, "calls": 5},
-            variant=lambda args: args.part,
+            variant=lambda args: (
+                args.part + (f"{args.procs}" if args.part == "flips" and args.procs > 1 else "")
+            ),
         )
     )

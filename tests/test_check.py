@@ -48,6 +48,36 @@ def test_four_alike_gpus_are_ranked_and_none_is_named(sim):
     assert "no GPU is slower than the others" in report_text(report)
 
 
+def test_a_matmul_read_in_the_caps_onset_names_no_gpu_that_sustains_like_the_others(sim):
+    # 4 H100s of one host (read-only, 2026-11-27): every GPU sustained the matmul at
+    # 1.61-1.62 ms under the cap, while its short reps, in the cap's onset, read 1.42-1.61 ms
+    from gpuenv.check.node import _judged
+    from gpuenv.check.report import PhaseResult
+
+    short = {0: 1.53e-3, 1: 1.42e-3, 2: 1.61e-3, 3: 1.42e-3}
+    alone = {
+        g: PhaseResult(
+            g,
+            {"heavy": t, "copy": 362e-6, "tiny": 5.0e-6},
+            1.615e-3,
+            1370.0,
+            1350.0,
+            698.0,
+            60.0,
+            3.0,
+            0.0,
+            3.0,
+        )
+        for g, t in short.items()
+    }
+    checked = _judged(sim, [0, 1, 2, 3], alone, {})
+    assert [c.slower for c in checked] == [()] * 4
+    # one GPU sustaining 10% slower is named, and "capped like the others" is no reason
+    alone[2] = PhaseResult(2, alone[2].times_s, 1.78e-3, 1250.0, 1230.0, 698.0, 60.0, 3.0, 0.0, 3.0)
+    gpu2 = _judged(sim, [0, 1, 2, 3], alone, {})[2]
+    assert gpu2.slower and not any(w.startswith("power-capped") for w in gpu2.why)
+
+
 def test_it_only_reads(sim):
     # read-only: every write refuses, and the check still runs
     report = check_node(ReadOnlyBackend(sim, reason="test"), [0, 1, 2, 3], together=False)

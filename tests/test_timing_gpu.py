@@ -166,10 +166,14 @@ def test_a_size_sweep_has_no_step_where_the_number_changes_meaning(backend, op):
     for n in (1 << 14, 1 << 20, 1 << 22, 1 << 23, 1 << 24):
         x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
         fn = (lambda x=x, y=y: x + y) if op == "add" else (lambda x=x: x.sum())
+        # the reference itself moves from one run to the next on a busy host (the 1M sum:
+        # 8.61 us one day, 9.38 us on another host): it is taken before and after
+        before = timing.cupti_median_s(fn, flush_l2=True)
         m = timing.bench(fn, backend=backend, budget_s=0.5)
         assert m.timer == "cuda_profiler", n
-        ref = timing.cupti_median_s(fn, flush_l2=True)
-        assert m.stats.median_s == pytest.approx(ref, rel=0.05), n
+        after = timing.cupti_median_s(fn, flush_l2=True)
+        lo, hi = min(before, after), max(before, after)
+        assert lo * 0.95 <= m.stats.median_s <= hi * 1.05, (n, before, m.stats.median_s, after)
 
 
 def test_a_profiled_tiny_kernel_survives_warnings_as_errors(backend):
@@ -192,7 +196,8 @@ def test_a_second_call_reuses_what_the_first_learned_and_agrees(backend):
     fn = lambda: a @ a  # noqa: E731
     first = timing.bench(fn, backend=backend)
     assert memo.cupti_known() is True
-    assert memo.recall(fn, "warmed") is not None
+    # remembered under the GPU it ran on (memo keys each GPU apart)
+    assert [key for key, _ in memo._BY_FN.get(fn, {}) if key == "warmed"]
     second = timing.bench(fn, backend=backend)
     assert second.extra["warmup_known"] is True
     assert second.timer == "cuda_profiler"

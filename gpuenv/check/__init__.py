@@ -6,8 +6,9 @@
 The same kernels (a heavy bf16 matmul, a memory-bound copy, a tiny kernel, then the
 matmul sustained) run on every GPU, one GPU at a time and then all at once; the GPUs
 are ranked by time and by the clock each holds under the sustained load, and a GPU
-more than 2% slower than the median of the others, or holding a lower sustained
-clock, is named with the telemetry that explains it (a lower power limit, the power
+more than 2% slower than the median of the others (the matmul's short reps, read in the
+power cap's onset, are shown but not compared), or holding a lower sustained clock, is
+named with the telemetry that explains it (a lower power limit, the power
 cap, thermal slowdown, another process). Read-only on the GPU: it only runs work and
 reads telemetry. Bounded: `budget_s` (60 s) covers every phase on up to 8 GPUs.
 

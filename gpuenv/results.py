@@ -44,6 +44,9 @@ class Stats:
     min_s: float | None
     max_s: float | None
     iqr_s: float | None = None  # interquartile range (numpy's default method); None for 1 rep
+    # the median's confidence interval (order statistics, at bench's `confidence`): the
+    # headline CI, also in extra["ci_s"]; None where none was worked out (a region, a call)
+    ci_s: tuple[float, float] | None = None
 
     @classmethod
     def of(cls, times_s: tuple[float, ...] | list[float]) -> Stats:
@@ -187,7 +190,17 @@ class Measurement(JsonRecord):
     def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
         if "summary_windows" not in data and len(data.get("times_s") or ()) == 1:
             data = {**data, "summary_windows": data.get("windows") or []}
+        stats = data.get("stats")
+        if isinstance(stats, Mapping) and "ci_s" not in stats:
+            # written before Stats held the CI: bench's is in extra["ci_s"]
+            ci = (data.get("extra") or {}).get("ci_s")
+            if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(_number(x) for x in ci):
+                data = {**data, "stats": {**stats, "ci_s": ci}}
         return from_dict(cls, data)
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,19 @@ def test_measurement_round_trips_through_json():
     assert back.telemetry == m.summary_windows[0]
 
 
+def test_a_file_written_before_stats_held_the_ci_loads_it_from_extra():
+    # docs/stable_session_h100.jsonl: a real H100 session's file, kept as it was written
+    # (bench's CI in extra["ci_s"] only; the two env.measure regions have none)
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "stable_session_h100.jsonl"
+    assert '"ci_s"' not in json.loads(path.read_text().splitlines()[1])["stats"]
+    ms = load_run(path).measurements
+    benched = [m for m in ms if "ci_s" in m.extra]
+    assert benched and all(m.stats.ci_s == tuple(m.extra["ci_s"]) for m in benched)
+    assert all(m.stats.ci_s is None for m in ms if "ci_s" not in m.extra)
+
+
 def test_measurement_summary_shows_time_verdict_telemetry_and_findings():
     text = str(measurement(rejected_reps=[3], policy="reject"))
     assert text.splitlines()[0] == (

@@ -54,9 +54,36 @@ def test_bench_returns_a_measurement_with_telemetry_per_rep(sim):
     assert x["stop_reason"] == "converged"
     lo, hi = x["ci_s"]
     assert lo <= m.stats.median_s <= hi
+    assert m.stats.ci_s == (lo, hi)  # the headline CI, typed
     assert x["clock_mhz_before"] == pytest.approx(1980, rel=1e-3)  # the effective-clock probe
     assert x["summary"]["n"] == m.stats.n
     assert x["trace"]["sm_mhz"], "the telemetry trace for plotting is kept"
+
+
+def test_the_harness_publishes_extra_and_never_reads_it_back():
+    """bench keeps what a later step needs in its own record (harness._Learned): a key of
+    Measurement.extra renamed for its readers cannot change what bench does."""
+    import ast
+    import inspect
+
+    from gpuenv.timing import harness
+
+    def on_extra(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "extra"
+
+    reads = []
+    for node in ast.walk(ast.parse(inspect.getsource(harness))):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            hit = on_extra(node.value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            hit = on_extra(node.func.value) and node.func.attr not in ("update",)
+        elif isinstance(node, ast.Compare):
+            hit = any(on_extra(c) for c in node.comparators)
+        else:
+            hit = False
+        if hit:
+            reads.append(node.lineno)
+    assert reads == [], f"harness.py reads extra back at lines {reads}"
 
 
 def test_warmup_runs_until_setup_and_clock_ramp_are_over():

@@ -1,7 +1,7 @@
 """GPU timing done right: `bench(fn)` with telemetry on every repetition.
 
     m = gpuenv.bench(lambda: a @ b, name="gemm")     # -> Measurement
-    print(m.stats.median_s, m.extra["ci_s"], m.findings)
+    print(m.stats.median_s, m.stats.ci_s, m.findings)
 
 What a rep is on CUDA (CUDA events around fn behind a clock-probe spin, a CUDA graph
 of several calls, or the profiler's summed kernel time) is described in `cuda/`.

@@ -61,7 +61,8 @@ def bench(
 
     With no options gpuenv picks the safe default (`BenchConfig`'s docstring): a number
     that does not depend on what ran before. The stats of the kept reps are in
-    `m.stats`; the CI, warmup, conditioning, effective clocks and settings in `m.extra`.
+    `m.stats` (the median's confidence interval: `m.stats.ci_s`); the warmup,
+    conditioning, effective clocks and settings in `m.extra`.
 
     Args:
         fn: the GPU work of one rep, called with no arguments.
@@ -269,6 +270,16 @@ def _choose_condition(
     return "burst", "clocks not locked: each burst starts from the cool, uncapped state"
 
 
+@dataclass
+class _Learned:
+    """What one bench learns in a step and reads back in a later one: the harness's
+    working memory. `Measurement.extra` is what it publishes: written, never read back."""
+
+    warmup_s: float = 0.0  # the warmup's length: a first burst from bench's start holds it
+    from_start: bool = False  # the first burst began with bench (see _Run._condition)
+    first_wait_s: float = 0.0  # the wait before the first burst: Bursts counts it as a rest
+
+
 class _Run:
     """One bench: warmup, conditioning, reps, judging. The steps in the order they run."""
 
@@ -284,11 +295,11 @@ class _Run:
     ):
         self.cfg, self.place, self.fn, self.name, self.say = cfg, place, fn, name, say
         self.verbose = verbose
-        self.from_start = False  # the first burst began with bench (see _condition)
+        self.learned = _Learned()
         self.line = line if line is not None else Progress(show=False)
         self.device = place.device
         self.clock = place.clock
-        self.extra: dict[str, Any] = {
+        self.extra: dict[str, Any] = {  # published: the Measurement's, written only
             "mode": cfg.mode,
             "condition": place.condition,
             "condition_why": place.condition_why,
@@ -317,6 +328,7 @@ class _Run:
         )
         if warm.steady:
             memo.remember(self.fn, "warmed", warm.median_s, on=gpu)
+        self.learned.warmup_s = warm.seconds
         self.extra.update(
             warmup_reps=warm.reps,
             warmup_s=warm.seconds,
@@ -358,12 +370,14 @@ class _Run:
             clock_mhz_after=clock_after,
             **self.device.settings(),
         )
-        self.extra.update(_rep_stats(m, reps, cfg, stop, self._rule(), place, self.name))
+        published, ci = _rep_stats(m, reps, cfg, stop, self._rule(), place, self.name)
+        self.extra.update(published)
         # a session's keep() gives the measurement its trace (the samples since the last
         # one kept), which would replace this one
         if cfg.keep_trace and place.sampler is not None and place.session is None:
             self.extra["trace"] = _trace(place.sampler, place.gpu, t_begin, t_end)
-        return dataclasses.replace(m, extra={**m.extra, **self.extra})
+        kept = dataclasses.replace(m.stats, ci_s=ci) if ci is not None else m.stats
+        return dataclasses.replace(m, stats=kept, extra={**m.extra, **self.extra})
 
     def _choose_method(self) -> None:
         """mode "auto": fn's own time per call, by one method at every size (on CUDA its
@@ -408,13 +422,14 @@ class _Run:
                 # (burst_wait "seen", the default) when the warmup was shorter than a
                 # burst (it could not cap the GPU itself: what caps it came before bench,
                 # and shows in those samples)
-                lead = self.extra.get("warmup_s", 0.0) + self.cfg.burst_lead_s
-                self.from_start = self.cfg.burst_from_start or (
+                lead = self.learned.warmup_s + self.cfg.burst_lead_s
+                from_start = self.cfg.burst_from_start or (
                     cc.burst_wait == "seen" and lead <= cc.burst_s
                 )
-                self.extra["burst_from_start"] = self.from_start
-                since = place.opened - DRIVER_REFRESH_S if self.from_start else None
-                if self.from_start and COLD_START_FRESH and self._began_idle():
+                self.learned.from_start = from_start
+                self.extra["burst_from_start"] = from_start
+                since = place.opened - DRIVER_REFRESH_S if from_start else None
+                if from_start and COLD_START_FRESH and self._began_idle():
                     # heavy work begun on an idle GPU can set off the cap in its first
                     # ~50 ms (an MLP block on the H100: reps 1-6 after a 50 ms warmup
                     # capped, the clock a step down for the ~0.5 s the cap holds), and the
@@ -423,6 +438,7 @@ class _Run:
                     self.extra["burst_cold_start"] = True
                     since = None
                 waited, ready = self._wait(since=since)
+            self.learned.first_wait_s = waited
             self.extra.update(burst_first_wait_s=waited, burst_first_ready=ready)
 
     def _began_idle(self) -> bool:
@@ -476,9 +492,8 @@ class _Run:
         bursts = None
         if place.condition == "burst":
             # from the start: the warmup was the first burst's beginning
-            lead = (
-                self.extra.get("warmup_s", 0.0) + self.cfg.burst_lead_s if self.from_start else 0.0
-            )
+            learned = self.learned
+            lead = learned.warmup_s + self.cfg.burst_lead_s if learned.from_start else 0.0
             bursts = conditioning.Bursts(
                 place.sampler,
                 place.gpu,
@@ -487,7 +502,7 @@ class _Run:
                 config=self.cfg.conditioning,
                 start=start,
                 burst_start=start - lead,
-                rested_s=self.extra.get("burst_first_wait_s", 0.0),
+                rested_s=learned.first_wait_s,
             )
         out: list[Rep] = []
         times: list[float] = []
@@ -637,19 +652,19 @@ def _rep_stats(
     rule: stats.StopRule,
     place: _Place,
     name: str,
-) -> dict[str, Any]:
-    """Statistics of the kept reps, effective clocks, and what makes the number weak."""
+) -> tuple[dict[str, Any], tuple[float, float] | None]:
+    """Statistics of the kept reps, effective clocks, and what makes the number weak, for
+    `extra`; and the median's confidence interval (`Stats.ci_s`), None with no rep kept."""
     extra: dict[str, Any] = {"confidence": cfg.confidence, "rel_ci_target": rule.rel_ci}
     rejected = set(m.rejected_reps)
     kept = [r for i, r in enumerate(reps) if i not in rejected]
     rep_clocks = [r.clock_mhz for r in reps if r.clock_mhz is not None]
     extra["rep_clock_mhz"] = [r.clock_mhz for r in reps] if rep_clocks else None
     if not kept:
-        return extra
+        return extra, None
     summary = stats.summarize([r.time_s for r in kept], cfg.confidence)
-    extra.update(
-        summary=summary.to_dict(), ci_s=[summary.ci_lo, summary.ci_hi], rel_ci=summary.rel_ci
-    )
+    ci = (summary.ci_lo, summary.ci_hi)
+    extra.update(summary=summary.to_dict(), ci_s=list(ci), rel_ci=summary.rel_ci)
     facts = place.facts.get(place.gpu)
     ref_mhz = facts.max_sm_mhz if facts is not None and facts.max_sm_mhz else None
     if rep_clocks:
@@ -681,7 +696,7 @@ def _rep_stats(
         extra["warnings"] = warnings_
         for w in warnings_:
             log.warning("%s: %s", name, w)
-    return extra
+    return extra, ci
 
 
 def _trace(

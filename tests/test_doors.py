@@ -39,6 +39,9 @@ class Replay:
 
     kind = "replay"
     rep_batch = 1
+    batch = 1
+    flush_l2 = None  # no cache
+    device = None  # no torch device
 
     def __init__(self, reps: list[Rep], clock: Any):
         self.queue = list(reps)

@@ -66,6 +66,22 @@ def test_renaming_a_member_of_a_joint_fails_mypy(tmp_path):
     assert re.search(rf"{lock.name}:\d+: error: .*HeldLock", out), out
 
 
+@pytest.mark.slow
+def test_renaming_what_the_harness_reads_of_a_device_fails_mypy(tmp_path):
+    # the harness once probed these with getattr and a default: a renamed flush_l2 or
+    # batch silently changed extra["l2"] and the tiny-call finding
+    devices = (PACKAGE / "timing" / "devices.py").read_text()
+    control = tmp_path / "devices_as_is.py"
+    control.write_text(devices)
+    renamed = tmp_path / "devices_renamed.py"
+    text, n = re.subn(r"\bself\.flush_l2: ", "self.flushed_l2: ", devices)
+    assert n == 1, "BackToBack sets flush_l2 once"
+    renamed.write_text(text)
+    out = _mypy(control, renamed)
+    assert control.name not in out, out
+    assert re.search(rf"{renamed.name}:\d+: error: .*Device", out), out
+
+
 def test_the_joints_are_protocols_in_the_layers_below_their_users():
     for proto in (BenchSession, SampleSource, SampleFeed, HeldLock):
         assert getattr(proto, "_is_protocol", False), proto

@@ -150,7 +150,8 @@ class _Place:
             with contextlib.suppress(GpuenvError):
                 uuid = str(self.backend.device_info(self.gpu).uuid)
         if uuid is None:
-            uuid = f"cuda {getattr(self.device, 'device', self.gpu)}"
+            torch_device = self.device.device
+            uuid = f"cuda {torch_device if torch_device is not None else self.gpu}"
         return memo.on_gpu(self.clock, uuid)
 
     @classmethod
@@ -185,7 +186,7 @@ class _Place:
                     clock=sampler.clock if sampler is not None else None,
                 )
         if gpu is None and backend is not None and device.kind.startswith("cuda"):
-            gpu = _safe(lambda: nvml_index_of_cuda(backend, getattr(device, "device", None)))
+            gpu = _safe(lambda: nvml_index_of_cuda(backend, device.device))
         if gpu is None:
             gpu = gpus[0] if gpus else 0
         if sampler is not None and gpu not in sampler.gpus:
@@ -390,7 +391,7 @@ class _Run:
             self.device.prepare(self.fn)
             how = f"mode={self.cfg.mode!r}: {self.device.kind}"
         self.extra["method"] = how
-        flushed = getattr(self.device, "flush_l2", None)  # None: a device with no cache
+        flushed = self.device.flush_l2  # None: a device with no cache
         if flushed is not None:
             self.extra["l2"] = "flushed before each call" if flushed else "warm"
 
@@ -569,7 +570,7 @@ class _Run:
                 )
             ]
             if self.device.kind == "cuda_events"
-            and getattr(self.device, "batch", 1) == 1
+            and self.device.batch == 1
             and stats.median(times) < TINY_REP_S
             else []
         )

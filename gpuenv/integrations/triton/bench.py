@@ -15,6 +15,7 @@ from gpuenv.errors import ConfigError
 
 if TYPE_CHECKING:
     from gpuenv.seams import BenchSession
+    from gpuenv.timing.devices import Device, Rep
 
 RETURN_MODES = ("min", "max", "mean", "median", "all")
 TRITON_FLUSH_BYTES = 256 * 2**20  # triton's flush buffer (get_empty_cache_for_benchmark)
@@ -373,32 +374,42 @@ class _Phases:
     calls (`clear_in_capture`: triton clears inside its capture loop)."""
 
     def __init__(
-        self, inner: Any, call: _Call, plan: dict[str, Any], clear_in_capture: bool = False
+        self, inner: Device, call: _Call, plan: dict[str, Any], clear_in_capture: bool = False
     ):
         self.inner, self.call, self.plan = inner, call, plan
         self.clear_in_capture = clear_in_capture
-        self.kind: str = inner.kind
-        self.clock: Any = inner.clock
+        self.kind = inner.kind
+        self.clock = inner.clock
+        self.rep_batch = inner.rep_batch
 
-    def __getattr__(self, attr: str) -> Any:  # `device` (the torch device) and the like
-        return getattr(self.inner, attr)
+    @property
+    def batch(self) -> int:
+        return self.inner.batch
+
+    @property
+    def flush_l2(self) -> bool | None:
+        return self.inner.flush_l2
+
+    @property
+    def device(self) -> object:
+        return self.inner.device
 
     def prepare(self, fn: Callable[[], Any]) -> None:
         self.call.clear = self.clear_in_capture
         self.inner.prepare(fn)
         self.call.clear = True
 
-    def for_auto(self, fn: Callable[[], Any]) -> tuple[Any, str]:
+    def for_auto(self, fn: Callable[[], Any]) -> tuple[_Phases, str]:
         """mode="auto": the device bench times fn's device time with (prepared here)."""
         self.call.clear = self.clear_in_capture
         timed, how = self.inner.for_auto(fn)
         self.call.clear = True
         return _Phases(timed, self.call, self.plan, self.clear_in_capture), how
 
-    def rep(self, fn: Callable[[], Any]) -> Any:
+    def rep(self, fn: Callable[[], Any]) -> Rep:
         return self.inner.rep(fn)
 
-    def reps(self, fn: Callable[[], Any], n: int) -> list[Any]:
+    def reps(self, fn: Callable[[], Any], n: int) -> list[Rep]:
         return list(self.inner.reps(fn, n))
 
     def run_for(self, fn: Callable[[], Any], seconds: float) -> float:

@@ -175,3 +175,13 @@ def test_o_is_output_in_every_command_and_help_lists_only_what_is_accepted() -> 
     assert "[annotate|reject]" in policy and "retry" not in policy.split("(To retry")[0]
     refused = run_cli("--sim", "run", "--policy", "retry", "--", "true")
     assert refused.exit_code == 2 and "cannot re-run a call it did not make" in refused.output
+
+
+def test_run_options_are_the_options_of_gpuenv_run():
+    # one list: click passes each option by name into RunOptions
+    import dataclasses
+
+    from gpuenv.cli.run import RunOptions, run
+
+    names = {p.name for p in run.params if p.expose_value and p.name != "command"}
+    assert names == {f.name for f in dataclasses.fields(RunOptions)}

@@ -11,7 +11,8 @@ lock held by another owner. The rest: gpuenv.errors.EXIT_CODES.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,6 +28,28 @@ from gpuenv.cli._common import (
 if TYPE_CHECKING:
     from gpuenv.run.plan import RunPlan
     from gpuenv.run.runner import RunResult
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """`gpuenv run`'s options by the names click passes them (the decorators below give
+    each its flag and help): the one list that run() and the runner read."""
+
+    sm: str | None
+    sm_max: int | None
+    mem: str | None
+    power_limit: float | None
+    force: bool
+    gpu: str
+    policy: str
+    regions_from: str | None
+    no_auto_regions: bool
+    output: str | None
+    append: bool
+    interval: float | None
+    quiet: bool
+    verbose: bool
+    summary: str
 
 
 @click.command(
@@ -97,25 +120,7 @@ if TYPE_CHECKING:
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 @handle_errors
-def run(
-    ctx: click.Context,
-    sm: str | None,
-    sm_max: int | None,
-    mem: str | None,
-    power_limit: float | None,
-    force: bool,
-    gpu: str,
-    policy: str,
-    output: str | None,
-    append: bool,
-    interval: float | None,
-    quiet: bool,
-    verbose: bool,
-    summary: str,
-    regions_from: str | None,
-    no_auto_regions: bool,
-    command: tuple[str, ...],
-) -> None:
+def run(ctx: click.Context, command: tuple[str, ...], **options: Any) -> None:
     """Run COMMAND under gpuenv: lock clocks if asked (restored whatever happens),
     sample telemetry for the whole run, and print a summary per region.
 
@@ -134,40 +139,28 @@ def run(
     """
     from gpuenv.run.plan import exit_like, plan_run
 
+    opts = RunOptions(**options)
     plan = plan_run(
         command,
-        sm=sm,
-        sm_max=sm_max,
-        mem=mem,
-        power_limit=power_limit,
-        period=interval,
-        policy=policy,
-        no_auto_regions=no_auto_regions,
-        gpu=gpu,
-        output=output,
+        sm=opts.sm,
+        sm_max=opts.sm_max,
+        mem=opts.mem,
+        power_limit=opts.power_limit,
+        period=opts.interval,
+        policy=opts.policy,
+        no_auto_regions=opts.no_auto_regions,
+        gpu=opts.gpu,
+        output=opts.output,
         env=os.environ,
-        append=append,
+        append=opts.append,
     )
-    result = _run_plan(
-        ctx, plan, force, policy, append, interval, quiet, verbose, summary, regions_from
-    )
+    result = _run_plan(ctx, plan, opts)
     if result is None:
         return
-    exit_like(result, policy)
+    exit_like(result, opts.policy)
 
 
-def _run_plan(
-    ctx: click.Context,
-    plan: RunPlan,
-    force: bool,
-    policy: str,
-    append: bool,
-    interval: float | None,
-    quiet: bool,
-    verbose: bool,
-    summary: str,
-    regions_from: str | None,
-) -> RunResult | None:
+def _run_plan(ctx: click.Context, plan: RunPlan, opts: RunOptions) -> RunResult | None:
     """The run `plan` asks for on the GPUs it selects (None: a dry run, its lines printed)."""
     from gpuenv.devices import select_gpus
     from gpuenv.run.plan import dry_run_lines
@@ -186,16 +179,16 @@ def _run_plan(
             backend=backend,
             gpus=gpus,
             lock=plan.lock,
-            force=force,
-            policy=policy,
+            force=opts.force,
+            policy=opts.policy,
             output=plan.output,
-            append=append,
-            period=interval,
-            quiet=quiet,
-            verbose=verbose,
+            append=opts.append,
+            period=opts.interval,
+            quiet=opts.quiet,
+            verbose=opts.verbose,
             auto_regions=plan.auto_regions,
-            summary=summary,
-            nvtx=regions_from == "nvtx",
+            summary=opts.summary,
+            nvtx=opts.regions_from == "nvtx",
         ).run()
     finally:
         backend.close()

@@ -130,3 +130,16 @@ class VirtualClock:
 
 
 REAL_CLOCK = RealClock()
+
+
+def wait_on(cond: threading.Condition, clock: Clock, seconds: float) -> None:
+    """Wait under `cond` (held) for a notify or `seconds` on `clock`, whichever comes first.
+
+    On real time, `cond.wait`: another thread's notify ends it at once. On virtual time
+    nothing else moves the clock, so the wait moves it by `seconds` and returns; callers
+    re-check their condition in a loop either way, so a deadline read from `clock` comes
+    in virtual seconds, without sleeping."""
+    if clock.virtual:
+        clock.sleep(seconds)
+    else:
+        cond.wait(seconds)

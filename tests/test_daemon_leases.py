@@ -323,3 +323,33 @@ def test_a_request_refused_again_and_again_plans_once(
         bob.lock(sm=1500, gpus=[0]).release()  # the GPU was free: planned (read) again
         assert len(made) == 3
         assert h.truth(0) == h.original[0]
+
+
+def test_lease_waits_and_kept_turns_run_on_the_daemons_clock(tmp_path: Path) -> None:
+    """The queue's waits and the turn a refusal keeps are read on the clock gpuenvd is
+    given: on virtual time a 30 s wait and a kept turn's end take no real time."""
+    from gpuenv.backend.sim import SimBackend
+    from gpuenv.clocks import make_request
+    from gpuenv.clocks.journal import Journal
+    from gpuenv.daemon.auth import Authorizer, parse_config
+    from gpuenv.daemon.leases import LeaseManager
+    from gpuenv.timebase import VirtualClock
+
+    clock = VirtualClock()
+    sim = SimBackend("h100", n_gpus=2, clock=clock)
+    auth = Authorizer(parse_config(CONFIG), [sim.device_info(i).uuid for i in (0, 1)])
+    leases = LeaseManager(sim, Journal(tmp_path / "journal"), auth, clock)
+    held = leases.grant(BOB, 1, [0], make_request(1350))
+    t0, real0 = clock.now(), time.monotonic()
+    with pytest.raises(LockConflict):  # waited its 30 s for bob's lease, on the clock
+        leases.grant(ALICE, 2, [0], make_request(1500), wait=30.0)
+    assert clock.now() - t0 >= 30.0
+    with pytest.raises(LockConflict):  # did not wait: keeps a turn for 1500
+        leases.grant(ALICE, 2, [0], make_request(1500))
+    leases.release(BOB, held.id)
+    with pytest.raises(LockConflict):  # the free GPU's next turn is alice's clock
+        leases.grant(BOB, 1, [0], make_request(1350))
+    clock.sleep(holds.TURN_KEPT_S)  # the kept turn ends
+    leases.release(BOB, leases.grant(BOB, 1, [0], make_request(1350)).id)
+    assert time.monotonic() - real0 < 5.0  # 31 s of the daemon's time, no real sleep
+    assert sim.truth(0).locked_sm is None

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuenv.clocks import Lock, LockPlan, describe_target
 from gpuenv.clocks.journal import Applied, Owner
+from gpuenv.timebase import REAL_CLOCK, Clock
 
 if TYPE_CHECKING:
     from gpuenv.daemon.auth import Peer
@@ -174,8 +175,9 @@ class HoldTable:
     method is called under `cond` (the lease manager's), and none of them writes the journal
     or the GPU."""
 
-    def __init__(self, cond: threading.Condition):
+    def __init__(self, cond: threading.Condition, clock: Clock = REAL_CLOCK):
         self.cond = cond
+        self.clock = clock  # of kept turns' ends (the daemon's: virtual in tests)
         self.holds: dict[int, Hold] = {}
         self.queue: list[Waiter] = []
         self._changing: dict[int, str] = {}  # GPU -> the transition in flight on it
@@ -226,11 +228,11 @@ class HoldTable:
         """`me` did not wait and was refused: keep a turn for its state, so that the
         requests of another state that come later go after it (holds.py says why)."""
         if self._kept(me.applied) is None:
-            kept = Waiter(me.peer, me.plan, until=time.monotonic() + TURN_KEPT_S)
+            kept = Waiter(me.peer, me.plan, until=self.clock.now() + TURN_KEPT_S)
             self.enqueue(kept)
 
     def _kept(self, applied: dict[int, Applied]) -> Waiter | None:
-        now = time.monotonic()
+        now = self.clock.now()
         expired = [w for w in self.queue if w.until is not None and w.until <= now]
         for w in expired:
             self.queue.remove(w)
@@ -252,7 +254,7 @@ class HoldTable:
         turn without waiting refuse each other for ever, each refusal keeping a turn that
         refuses the next, with the GPU free."""
         kept: tuple[int, str, bool, bool] | None = None
-        now = time.monotonic()
+        now = self.clock.now()
         for gpu, want in me.applied.items():
             hold = self.holds.get(gpu)
             if hold is not None and hold.leases and hold.applied != want:

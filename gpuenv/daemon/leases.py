@@ -49,6 +49,7 @@ from gpuenv.daemon.holds import (
     standing_owner,
 )
 from gpuenv.errors import ConfigError, GpuenvError, LockConflict
+from gpuenv.timebase import REAL_CLOCK, Clock, wait_on
 
 log = logging.getLogger("gpuenv.daemon")
 
@@ -63,17 +64,20 @@ MAX_LEASES_PER_CONNECTION = 64
 class LeaseManager:
     """The daemon's leases; every public method is safe to call from any connection thread."""
 
-    def __init__(self, backend: Backend, journal: Journal, auth: Authorizer):
+    def __init__(
+        self, backend: Backend, journal: Journal, auth: Authorizer, clock: Clock = REAL_CLOCK
+    ):
         self.backend = backend
         self.journal = journal
         self.auth = auth
+        self.clock = clock  # of every wait (the daemon's: virtual in tests)
         self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self._leases: dict[str, Lease] = {}
         self._by_conn: dict[int, dict[str, Lease]] = {}
         self._peers: dict[int, tuple[float | None, str]] = {}  # conn -> (start, command)
         self._plans: dict[tuple[LockRequest, tuple[int, ...]], LockPlan] = {}
         self._cond = threading.Condition()
-        self._table = HoldTable(self._cond)  # holds by GPU, and the queue
+        self._table = HoldTable(self._cond, clock)  # holds by GPU, and the queue
         self._pid = os.getpid()
         self._start = process_start_time(self._pid)
         self._uuids = [backend.device_info(i).uuid for i in range(backend.device_count())]
@@ -278,8 +282,9 @@ class LeaseManager:
         hangup: Callable[[], bool],
     ) -> None:
         """Queue, wait for our turn, reserve the GPUs, then write what needs writing."""
-        deadline = time.monotonic() + wait
-        busy_deadline = time.monotonic() + max(wait, BUSY_WAIT_S)
+        clock = self.clock
+        deadline = clock.now() + wait
+        busy_deadline = clock.now() + max(wait, BUSY_WAIT_S)
         with self._cond:
             self._table.enqueue(me)
         try:
@@ -290,7 +295,7 @@ class LeaseManager:
                         if blocker is None:
                             break
                         gpu, who, busy, kept_turn = blocker
-                        now = time.monotonic()
+                        now = clock.now()
                         if now >= (busy_deadline if busy else deadline):
                             if not (me.patient or busy or lease.standing or kept_turn):
                                 self._table.keep_turn(me)  # a standing lease never drains
@@ -298,7 +303,7 @@ class LeaseManager:
                         if hangup():
                             raise ConfigError("the client went away while waiting for the lock")
                         left = (busy_deadline if busy else deadline) - now
-                        self._cond.wait(min(left, WAIT_POLL_S))
+                        wait_on(self._cond, clock, min(left, WAIT_POLL_S))
                     writes = self._table.reserve(lease, me)
                     if not writes:  # sharing: nothing to write, recorded at once
                         self._granted(lease, me, {})
@@ -307,7 +312,7 @@ class LeaseManager:
                     self._write(lease, owner, me, writes)
                     return
                 except LockConflict as err:  # a lock the daemon does not hold (a local root one)
-                    if time.monotonic() >= deadline:
+                    if clock.now() >= deadline:
                         raise LockConflict(
                             err.gpu if err.gpu is not None else "?", err.owner, hint=_WAIT_HINT
                         ) from None
@@ -315,7 +320,7 @@ class LeaseManager:
                         raise ConfigError(
                             "the client went away while waiting for the lock"
                         ) from None
-                    time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
+                    clock.sleep(min(WAIT_POLL_S, max(0.0, deadline - clock.now())))
         finally:
             with self._cond:
                 self._table.leave(me)

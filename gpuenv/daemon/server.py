@@ -88,7 +88,7 @@ class Server:
         self.gpus = list(range(count))
         self.infos = [backend.device_info(i) for i in self.gpus]
         self.auth = Authorizer(config, [info.uuid for info in self.infos])
-        self.leases = LeaseManager(backend, self.journal, self.auth)
+        self.leases = LeaseManager(backend, self.journal, self.auth, self.clock)
         self.leases.listeners.append(self._on_lease_event)
         self.sampler = Sampler(
             backend,

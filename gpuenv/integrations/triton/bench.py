@@ -55,7 +55,7 @@ def do_bench(
     name: str | None = None,
     session: BenchSession | None = None,
     backend: Any = None,
-    device: Any = None,
+    device: Device | None = None,
     mode: str = "events",
     condition: str | None = None,
     policy: str | None = None,
@@ -239,7 +239,7 @@ def _device(
     flush_bytes: int | None,
     calls: int | None = None,
     cover: bool = True,
-) -> Any:
+) -> Device:
     """What runs fn: the simulated GPU when the backend has one, else CUDA through torch.
     `cover=False`: no spin before fn, so a rep's time includes fn's launch latency (the
     simulated GPU has none)."""
@@ -266,7 +266,7 @@ def _device(
     )
 
 
-def _estimate(dev: Any, call: _Call, *, budget_s: float, gpu_time: bool) -> tuple[float, int]:
+def _estimate(dev: Device, call: _Call, *, budget_s: float, gpu_time: bool) -> tuple[float, int]:
     """The cost of one rep: the median over up to ESTIMATE_REPS reps of the host time each
     took (flush, sync and Python included), or with `gpu_time` of the device's time for
     fn (with an uncovered device, launch latency included: triton's estimate)."""

@@ -96,11 +96,11 @@ def run(args: argparse.Namespace) -> int:
         size, provider = int(found.group(1)), found.group(2)
         col = 0 if provider == "cublas" else 1
         b = bare.get(size, (float("nan"),) * 2)[col]
-        w = wrapped.get(size, (float("nan"),) * 2)[col]
+        wr = wrapped.get(size, (float("nan"),) * 2)[col]
         a = again.get(size, (float("nan"),) * 2)[col]
         kinds = ", ".join(sorted({f.kind for f in m.findings})) or "-"
         print(
-            f"| {size} | {provider} | {b:.1f} | {w:.1f} | {100 * (w / b - 1):+.1f}% | "
+            f"| {size} | {provider} | {b:.1f} | {wr:.1f} | {100 * (wr / b - 1):+.1f}% | "
             f"{a:.1f} | {100 * (a / b - 1):+.1f}% | {m.verdict} | {kinds} |"
         )
     print()

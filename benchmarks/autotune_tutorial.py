@@ -1,13 +1,15 @@
 """triton's matmul tutorial (03: an `@triton.autotune` kernel inside a perf_report sweep)
-bare and under `gpuenv run`: each point's verdict from its own reps, and the autotuning
-kept apart from the points.
+bare, under `gpuenv run`, and bare again: each point's verdict from its own reps, the
+autotuning kept apart from the points, and how far the TFLOPS move under gpuenv run
+against how far they move between two bare runs.
 
 The tutorial runs as it is written (benchmarks/workloads/perf_report_matmul.py: 6 sizes,
 256 to 4096, cuBLAS and Triton, `do_bench(quantiles=[0.5, 0.2, 0.8])`, TFLOPS), as a fresh
-process, bare then wrapped. Per point: its TFLOPS bare and wrapped, gpuenv's verdict and
-findings, its reps; then the autotuner's measurements (site `do_bench (autotune)`, one
-per config it timed) and how many of them overlap any point's window (goal 0: no point
-holds the autotuning). Read-only (gpuenv run without --sm locks nothing); needs a GPU,
+process, bare, wrapped, bare again. Per point: its TFLOPS in each run (at the small sizes
+a triton launch is bound by its Python overhead, and do_bench's number moves by itself),
+gpuenv's verdict and findings; then the autotuner's measurements (site `do_bench
+(autotune)`, one per config it timed) and how many of them overlap any point's window
+(goal 0: no point holds the autotuning). Read-only (gpuenv run without --sm locks nothing); needs a GPU,
 torch, triton, pandas and matplotlib.
 
     GPUENV_READONLY=1 python -m benchmarks.autotune_tutorial
@@ -39,11 +41,11 @@ def parse_table(stdout: str) -> Points:
     return rows
 
 
-def _once(wrapped: bool, tmp: Path) -> tuple[Points, Path | None, float]:
+def _once(wrapped: bool, tmp: Path, tag: str = "") -> tuple[Points, Path | None, float]:
     import time
 
     env = checkout_env(GPUENV_READONLY="1", MPLBACKEND="Agg")
-    saved, out = tmp / f"plots{'w' * wrapped}", tmp / "run.jsonl"
+    saved, out = tmp / f"plots{'w' * wrapped}{tag}", tmp / "run.jsonl"
     saved.mkdir()
     child = [sys.executable, str(TUTORIAL), str(saved)]
     argv = [*GPUENV, "run", "-i", "0", "-o", str(out), "--", *child] if wrapped else child
@@ -68,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gpuenv-autotune-") as name:
         bare, _, bare_wall = _once(False, Path(name))
         wrapped, out, wrapped_wall = _once(True, Path(name))
+        again, _, _ = _once(False, Path(name), "again")
         assert out is not None
         ms = load_run(out).measurements[1:]  # [0] is the (run) region
     tuned = [m for m in ms if "(autotune)" in str(m.extra.get("site", ""))]
@@ -82,10 +85,10 @@ def run(args: argparse.Namespace) -> int:
     )
     print()
     print(
-        "| size | provider | TFLOPS bare | TFLOPS under gpuenv run | change | verdict "
-        "| findings | reps |"
+        "| size | provider | TFLOPS bare | under gpuenv run | change | bare again | change "
+        "| verdict | findings |"
     )
-    print("| ---: | --- | ---: | ---: | ---: | --- | --- | ---: |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |")
     for m in points:
         found = re.search(r"M=(\d+) .*provider=(\w+)", m.name)
         if not found:
@@ -94,10 +97,11 @@ def run(args: argparse.Namespace) -> int:
         col = 0 if provider == "cublas" else 1
         b = bare.get(size, (float("nan"),) * 2)[col]
         w = wrapped.get(size, (float("nan"),) * 2)[col]
+        a = again.get(size, (float("nan"),) * 2)[col]
         kinds = ", ".join(sorted({f.kind for f in m.findings})) or "-"
         print(
             f"| {size} | {provider} | {b:.1f} | {w:.1f} | {100 * (w / b - 1):+.1f}% | "
-            f"{m.verdict} | {kinds} | {m.stats.n} |"
+            f"{a:.1f} | {100 * (a / b - 1):+.1f}% | {m.verdict} | {kinds} |"
         )
     print()
     configs = len({m.name for m in tuned})

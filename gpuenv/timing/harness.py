@@ -46,6 +46,8 @@ WARMUP_KNOWN_WINDOW = 4  # a function warmed up before in this process (gpuenv.t
 STATE_PROBE_S = 0.005  # the probe's reps: about this much of fn's time, 3 to 10 reps
 STATE_CLOCK_GAP = 0.05  # the clock now this far below the reference's: the probe can tell
 STATE_FREE_REL = 0.003  # fn's time within this of the reference's: the state moves it not
+STATE_LIGHT_FRAC = 0.5  # a kernel drawing under this share of the power limit is light: at
+# the reference's clock and time it is measured at once, whatever reason a wait is for
 
 
 def bench(
@@ -356,7 +358,8 @@ class _Run:
             )
         t_end = self.mark()
         clock_after = self.device.probe_clock_mhz() if cfg.probe_clock else None
-        self._remember_state(m, clock_before)
+        rep_clocks = [r.clock_mhz for r in reps if r.clock_mhz]
+        self._remember_state(m, stats.median(rep_clocks) if rep_clocks else clock_after)
         self.extra.update(
             stop_reason=stop,
             measure_s=t_end - t_measure,
@@ -455,15 +458,25 @@ class _Run:
             config=self.cfg.conditioning,
         ):
             return False
-        t_ref, c_ref = ref
+        t_ref, c_ref, light = ref
         c_now = self.device.probe_clock_mhz()
         latest = place.sampler.latest(place.gpu)
         if latest is not None and latest.sm_mhz > 0:
             c_now = min(c_now or latest.sm_mhz, latest.sm_mhz)
-        probe: dict[str, Any] = {"ref_s": t_ref, "ref_clock_mhz": c_ref, "clock_mhz": c_now}
+        probe: dict[str, Any] = {
+            "ref_s": t_ref,
+            "ref_clock_mhz": c_ref,
+            "clock_mhz": c_now,
+            "light": light,
+        }
         self.extra["state_probe"] = probe
-        if c_now is None or c_now > c_ref * (1 - STATE_CLOCK_GAP):
-            probe["free"] = False  # the clock is not down far enough to tell
+        # told apart: the clock well down (does fn's time move with it?), or a light
+        # kernel at the reference's clock (a wait for a reason bit buys it nothing, and it
+        # cannot set off the cap itself); not: a heavy kernel at full clock on a GPU whose
+        # power is still high (its first burst would meet the cap)
+        down = c_now is not None and c_now <= c_ref * (1 - STATE_CLOCK_GAP)
+        if not (down or (light and c_now is not None and c_now >= c_ref * (1 - STATE_FREE_REL))):
+            probe["free"] = False
             return False
         n = max(3, min(10, round(STATE_PROBE_S / max(t_ref, 1e-9))))
         batch = self.device.rep_batch > 1
@@ -476,8 +489,9 @@ class _Run:
         return bool(probe["free"])
 
     def _remember_state(self, m: Measurement, clock_mhz: float | None) -> None:
-        """fn's time and probed clock, from a burst measurement begun on a GPU found ready
-        (not held down, nothing skipped): the reference _state_free compares against."""
+        """fn's time and probed clock (its reps', else the probe after them), from a burst
+        measurement begun on a GPU found ready (not held down, nothing skipped), and
+        whether it is light: the reference _state_free compares against."""
         x = self.extra
         if (
             self.place.condition != "burst"
@@ -487,8 +501,13 @@ class _Run:
             or (x.get("state_probe") or {}).get("free")
         ):
             return
+        facts = self.place.facts.get(self.place.gpu)
+        limit = facts.power_limit_w if facts is not None else None
+        seen = [w.power_w_max for w in m.summary_windows if w.gpu == self.place.gpu]
+        power = seen[0] if seen else None
+        light = limit is not None and power is not None and power < STATE_LIGHT_FRAC * limit
         key = ("state", self.device.kind)
-        memo.remember(self.fn, key, (m.stats.median_s, clock_mhz), on=self.place.identity())
+        memo.remember(self.fn, key, (m.stats.median_s, clock_mhz, light), on=self.place.identity())
 
     def _began_idle(self) -> bool:
         """Did the first sample of this call find the GPU idle (no context working)?"""

@@ -142,12 +142,7 @@ def lock_status(
         if live
         else (f"{entry.owners[0].describe()}, which has ended" if entry.owners else None)
     )
-    rng = entry.applied.locked_sm
-    if rng == TDP_LOCK:
-        base = backend.clock_limits(index).base_sm_mhz
-        rng = (base, base) if base is not None else None
-    if rng is None and entry.applied.app_clocks is not None:
-        rng = (entry.applied.app_clocks[1], entry.applied.app_clocks[1])
+    rng = _locked_range(backend, index, entry.applied)
     holds, why = check_holds(backend, index, entry.applied)
     return LockStatus(
         locked=True,
@@ -159,6 +154,18 @@ def lock_status(
         applied=entry.applied,
         stale=stale,
     )
+
+
+def _locked_range(backend: Backend, index: int, applied: Applied) -> tuple[int, int] | None:
+    """The SM range a lock holds (the app clock for app-clock GPUs; the base clock's value
+    for a base lock, where NVML reports it)."""
+    rng = applied.locked_sm
+    if rng == TDP_LOCK:
+        base = backend.clock_limits(index).base_sm_mhz
+        rng = (base, base) if base is not None else None
+    if rng is None and applied.app_clocks is not None:
+        rng = (applied.app_clocks[1], applied.app_clocks[1])
+    return rng
 
 
 def anothers_lock(backend: Backend, index: int) -> LockStatus | None:
@@ -194,12 +201,7 @@ def _anothers(backend: Backend, index: int, entry: JournalEntry) -> LockStatus:
     else:
         release = f"it ends with that process, or ask {who} to run 'gpuenv restore'"
     holds, why = check_holds(backend, index, entry.applied)
-    rng = entry.applied.locked_sm
-    if rng == TDP_LOCK:
-        base = backend.clock_limits(index).base_sm_mhz
-        rng = (base, base) if base is not None else None
-    if rng is None and entry.applied.app_clocks is not None:
-        rng = (entry.applied.app_clocks[1], entry.applied.app_clocks[1])
+    rng = _locked_range(backend, index, entry.applied)
     return LockStatus(
         locked=True,
         owner=owners[0] if owners else None,

@@ -9,8 +9,8 @@ process, bare, wrapped, bare again. Per point: its TFLOPS in each run (at the sm
 a triton launch is bound by its Python overhead, and do_bench's number moves by itself),
 gpuenv's verdict and findings; then the autotuner's measurements (site `do_bench
 (autotune)`, one per config it timed) and how many of them overlap any point's window
-(goal 0: no point holds the autotuning). Read-only (gpuenv run without --sm locks nothing); needs a GPU,
-torch, triton, pandas and matplotlib.
+(goal 0: no point holds the autotuning). Read-only (gpuenv run without --sm locks
+nothing); needs a GPU, torch, triton, pandas and matplotlib.
 
     GPUENV_READONLY=1 python -m benchmarks.autotune_tutorial
 """

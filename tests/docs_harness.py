@@ -293,6 +293,9 @@ class Workdir:
         }
         root_home = base / "root"
         root_env.update(_places(root_home))
+        # one host: gpuenvd's socket directory is root's and everyone's (/run/gpuenv), and
+        # root's local locks are posted there for every account to read (clocks/notice.py)
+        user_env["GPUENV_SOCKET"] = root_env["GPUENV_SOCKET"]
         for d in (root_home / "home", root_home / "run", root_home / "cache"):
             d.mkdir(parents=True)
         return cls(work, user_env, user, root_env)

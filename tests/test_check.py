@@ -78,6 +78,21 @@ def test_a_matmul_read_in_the_caps_onset_names_no_gpu_that_sustains_like_the_oth
     assert gpu2.slower and not any(w.startswith("power-capped") for w in gpu2.why)
 
 
+def test_a_tiny_kernel_is_named_only_beyond_a_launchs_jitter(sim):
+    # 4 H100s of one host: the 1k add read 5.4 us on one GPU against 4.9-5.1 on the others
+    from gpuenv.check.node import _judged
+    from gpuenv.check.report import PhaseResult
+
+    def phase(g: int, tiny_s: float) -> PhaseResult:
+        times = {"heavy": 1.5e-3, "copy": 362e-6, "tiny": tiny_s}
+        return PhaseResult(g, times, 1.61e-3, 1370.0, 1350.0, 698.0, 60.0, 3.0, 0.0, 3.0)
+
+    alone = {0: phase(0, 5.4e-6), 1: phase(1, 5.1e-6), 2: phase(2, 4.9e-6), 3: phase(3, 5.0e-6)}
+    assert [c.slower for c in _judged(sim, [0, 1, 2, 3], alone, {})] == [()] * 4
+    alone[0] = phase(0, 6.0e-6)  # 1 us slower: named
+    assert any("add on 1k floats" in s for s in _judged(sim, [0, 1, 2, 3], alone, {})[0].slower)
+
+
 def test_it_only_reads(sim):
     # read-only: every write refuses, and the check still runs
     report = check_node(ReadOnlyBackend(sim, reason="test"), [0, 1, 2, 3], together=False)

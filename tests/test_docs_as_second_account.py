@@ -9,16 +9,24 @@ A block that an ordinary account cannot run as written (it writes the GPU's sett
 without gpuenvd) carries `<!-- as root: REASON -->` and says "as root" in the prose above
 it, so that the reader sees it; the harness runs it as root. Any other block that needs root
 fails here, as it fails for the reader.
+
+The README's two commands (its Quick start block, which the page harness does not run: it
+makes a venv and installs) run here too, as the account, in a fresh clone of the committed
+checkout that the account owns: the main job whole, the test command on a quick part.
 """
 
 from __future__ import annotations
 
+import os
 import pwd
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import docs_harness as dx
 import pytest
-from daemon_harness import local_users
+from daemon_harness import _user_python, as_user, local_users
 
 PAGES = dx.markdown_files()  # README.md, then every page of docs/
 
@@ -106,3 +114,91 @@ def test_an_as_root_marker_must_be_said_in_the_prose(tmp_path: Path) -> None:
     with pytest.raises(dx.ConventionError, match=r"write `<!-- as root: REASON -->`"):
         third.kind()
     assert not dx.Block("p.md", 1, "bash", "x\n").as_root()
+
+
+# The test command's quick part: the README's `pytest` runs them all (minutes on 2 cores;
+# CI's stage 1 runs it whole, as root); these show the account's clone and venv test.
+QUICK_TESTS = ("tests/test_cli.py", "tests/test_status.py", "tests/test_sim_reads.py")
+# what pip says when no package index answers (tests/test_packaging.py's list)
+OFFLINE = (
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "Could not fetch URL",
+)
+
+
+def _quick_start() -> list[str]:
+    """The README's two commands, from its Quick start block, as a reader copies them."""
+    (block,) = [b for b in dx.blocks(dx.ROOT / "README.md") if "# 1. the main job" in b.text]
+    return [c.text for c in dx.commands(block)]
+
+
+def _as_account(
+    user: pwd.struct_passwd, command: str, cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """`command` in a fresh bash as `user`: skipped, saying so, where it needs a package
+    index that does not answer."""
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        **as_user(user),
+    )
+    text = done.stdout + done.stderr
+    offline = [s for s in OFFLINE if s in text]
+    if done.returncode != 0 and offline:
+        pytest.skip(f"{command!r} needs a package index, and none answers ({offline[0]})")
+    return done
+
+
+@pytest.mark.slow
+def test_the_readmes_two_commands_run_as_a_second_account_on_a_fresh_clone(
+    account: pwd.struct_passwd,
+) -> None:
+    """A fresh clone the account owns, its own venv: the main job (`gpuenv demo`) whole, and
+    the test command with a quick part of the tests."""
+    main_job, tests = _quick_start()
+    assert main_job.endswith("&& gpuenv demo") and tests.endswith("&& pytest"), (main_job, tests)
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed: no fresh clone to make")
+    python = _user_python(account)
+    assert python is not None  # local_users skips otherwise
+    base = Path(tempfile.mkdtemp(prefix="gpuenv-readme-"))
+    try:
+        base.chmod(0o755)
+        clone, home, bindir = base / "gpuenv", base / "home", base / "bin"
+        subprocess.run(["git", "clone", "-q", str(dx.ROOT), str(clone)], check=True)
+        home.mkdir()
+        bindir.mkdir()
+        (bindir / "python3").symlink_to(python)  # the reader's python3, one it may run
+        for where, _, names in os.walk(base):
+            for name in [where, *(os.path.join(where, n) for n in names)]:
+                os.chown(name, account.pw_uid, account.pw_gid, follow_symlinks=False)
+        env = {
+            "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "USER": account.pw_name,
+            "LOGNAME": account.pw_name,
+            **{k: v for k, v in os.environ.items() if k.startswith("PIP_")},
+            # the page harness's isolation, not what a reader sets: this run's own simulated
+            # machine, journal and (absent) gpuenvd, so that runs side by side do not meet
+            "GPUENV_SIM_STATE": str(home / "gpuenv-sim.json"),
+            "GPUENV_STATE_DIR": str(home / "state"),
+            "GPUENV_SOCKET": str(home / "no-daemon.sock"),
+        }
+        demo = _as_account(account, main_job, clone, env)
+        assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+        assert "What gpuenv does about it" in demo.stdout, demo.stdout[-3000:]
+        quick = (
+            tests.removesuffix("pytest") + "pytest -q -p no:cacheprovider " + " ".join(QUICK_TESTS)
+        )
+        ran = _as_account(account, quick, clone, env)
+        assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+        assert " passed" in ran.stdout and " failed" not in ran.stdout, ran.stdout[-3000:]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

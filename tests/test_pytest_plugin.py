@@ -4,6 +4,7 @@ time, and the hooks in real pytest runs (pytester) on the simulated GPU."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -11,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from gpuenv import timing
+from gpuenv.reasons import Reason
 from gpuenv.telemetry import Sampler
 
 pytest_plugins = ["pytester"]
@@ -573,3 +575,76 @@ def test_sync_without_torch_says_so_and_times_as_before(pytester, sim_env):
     result.stdout.fnmatch_lines(
         ["gpuenv: --gpuenv-sync: not synchronizing (the tests have not imported torch)"]
     )
+
+
+# Another process of the host keeps the simulated GPU busy until killed (it says when).
+LOAD = """
+import os, time
+from gpuenv.backend.sim import SimBackend
+sim = SimBackend(state_file=os.environ["GPUENV_SIM_STATE"])
+sim.set_background_load(0, 1.0)
+print("loaded", flush=True)
+time.sleep(600)
+"""
+
+
+def _benchmarked(pytester, tmp_path):
+    """INNER_TEST under `pytest --gpuenv` in its own process: (its first benchmark's
+    extra_info["gpuenv"], gpuenv's machine_info)."""
+    pytester.makepyfile(INNER_TEST)
+    out_json = tmp_path / "bench.json"
+    result = pytester.runpytest_subprocess(
+        *plugin_args(),
+        "--gpuenv",
+        "--benchmark-max-time=0.05",
+        "--benchmark-min-rounds=5",
+        f"--benchmark-json={out_json}",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=2)
+    data = json.loads(out_json.read_text())
+    return data["benchmarks"][0]["extra_info"]["gpuenv"], data["machine_info"]["gpuenv"]
+
+
+def test_pytest_gpuenv_sees_a_load_another_process_runs_on_the_simulated_gpu(
+    pytester, sim_env, tmp_path
+):
+    """The simulated GPU is the host's (GPUENV_SIM_STATE, the tests' own here): a load that
+    another process keeps up shows in the benchmarks' telemetry and findings."""
+    pytest.importorskip("pytest_benchmark")
+    load = subprocess.Popen(
+        [sys.executable, "-c", LOAD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert load.stdout is not None and load.stdout.readline() == "loaded\n", load.stderr
+        info, _ = _benchmarked(pytester, tmp_path)
+    finally:
+        load.kill()
+        load.wait()
+    assert info["gpu_work"] is True  # a time.sleep benchmark, on a GPU another process works
+    assert not info["telemetry"][0]["reasons"] & Reason.GPU_IDLE
+    (other,) = [f for f in info["findings"] if f["kind"] == "other_process"]
+    assert f"pid {load.pid}" in other["message"], other
+
+
+def test_pytest_gpuenv_sees_a_lock_another_process_took_on_the_simulated_gpu(
+    pytester, sim_env, tmp_path
+):
+    """Root's `gpuenv --sim lock` in another process: the benchmarks ran at the locked clock,
+    and machine_info says it is locked (what pytest-benchmark's compare checks)."""
+    pytest.importorskip("pytest_benchmark")
+    if os.geteuid() != 0:
+        pytest.skip("only root locks the simulated GPU without gpuenvd, as a real one")
+    gpuenv = [sys.executable, "-m", "gpuenv", "--sim"]
+    subprocess.run([*gpuenv, "lock", "--sm", "1350"], check=True, capture_output=True)
+    try:
+        info, machine = _benchmarked(pytester, tmp_path)
+    finally:
+        subprocess.run([*gpuenv, "restore"], check=True, capture_output=True)
+    assert info["telemetry"][0]["sm_mhz_mean"] == 1350
+    assert machine["gpus"][0]["lock"] == {
+        "state": "locked",
+        "sm_mhz": [1350, 1350],
+        "mem_mhz": None,
+    }

@@ -79,6 +79,8 @@ def test_the_harness_publishes_extra_and_never_reads_it_back():
             hit = on_extra(node.func.value) and node.func.attr not in ("update",)
         elif isinstance(node, ast.Compare):
             hit = any(on_extra(c) for c in node.comparators)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+            hit = on_extra(node.value)  # an alias (x = self.extra) to read it through
         else:
             hit = False
         if hit:

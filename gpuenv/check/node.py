@@ -6,7 +6,7 @@ half of that is the window whose clock, power, temperature and time under the po
 and thermal slowdown are kept (the first half takes the GPU to the cap, which an H100
 meets within 100-300 ms). A GPU is named when one of its times is more than TOLERANCE
 slower than the median of the other GPUs' (tiny calls carry microseconds of launch
-overhead that moves by itself: TINY_TOLERANCE), or its sustained clock is more than
+overhead that moves by itself: TINY_TOLERANCE and TINY_FLOOR_S), or its sustained clock is more than
 TOLERANCE below theirs; then what explains it is read from the same telemetry. The
 matmul's short reps are shown, not compared; all at once, only the sustained matmul's
 time and clock are (ALONE_KEYS says why).
@@ -38,6 +38,8 @@ from gpuenv.units import fmt_s
 BUDGET_S = 60.0  # the whole check, up to 8 GPUs
 TOLERANCE = 0.02  # slower than the others' median by more than this: named
 TINY_TOLERANCE = 0.05
+TINY_FLOOR_S = 0.5e-6  # and by more than this: a launch-bound call's host jitter (4 H100s of
+# one host: the 1k add read 4.9-5.1 us per GPU in one check, 4.9-5.4 us in the next)
 WARM_S = 0.1  # each kernel back to back before its reps
 CHUNK_S = 0.1  # GPUs at once on the simulator take turns at most this long
 # compared alone: the copy, the tiny kernel and the sustained matmul. Not the matmul's own
@@ -193,7 +195,8 @@ def _slower(
         what = f"sustained {WHAT['heavy']}" if key == "sustained" else WHAT[key]
         mine = _value(phases[g], key)
         rest = _others({h: _value(p, key) for h, p in phases.items()}, g)
-        if mine is not None and rest and mine > rest * (1 + tol):
+        floor = TINY_FLOOR_S if key == "tiny" else 0.0
+        if mine is not None and rest and mine > rest * (1 + tol) and mine - rest > floor:
             out.append(
                 f"{what} {100 * (mine / rest - 1):.1f}% slower {label} "
                 f"({fmt_s(mine, 'table')}; the others' median {fmt_s(rest, 'table')})"

@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 
 from gpuenv import reader
 from gpuenv._files import UnsafePath, create_temp, open_dir, read_at, write_all
+from gpuenv.clocks import notice
 from gpuenv.clocks.records import (
     Applied,
     ClockState,
@@ -500,6 +501,7 @@ class Journal:
             finally:
                 os.close(dfd)
                 os.close(kfd)
+            notice.post(entry.uuid, data)  # what every account may read: who holds the GPU
 
     def _write_tmp(self, fd: int, data: bytes, *, sync: bool = True) -> None:
         try:
@@ -537,6 +539,7 @@ class Journal:
                     self._unlink(kfd, self.path / KEPT / final.name)
                 finally:
                     os.close(kfd)
+            notice.withdraw(uuid)
 
     def _unlink(self, dfd: int, path: Path) -> None:
         try:

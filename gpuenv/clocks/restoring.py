@@ -277,10 +277,17 @@ def unrecorded_report(backend: Backend, indices: Sequence[int], journal: Journal
     """One line per GPU among `indices` that has no journal record (none, not damaged) but a
     state that differs from the driver's defaults (an admin's setting, a tool's lock, both
     copies of a record deleted): what restore saw and left as it is."""
+    from gpuenv.clocks.status import anothers_lock
+
     recorded = set(journal.uuids())
     lines = []
     for index in indices:
         if backend.device_info(index).uuid in recorded:
+            continue
+        other = anothers_lock(backend, index)
+        if other is not None:  # root's, not this account's: say whose, and who ends it
+            name = backend.device_info(index).name
+            lines.append(f"left as it is: GPU {index} ({name}): {other.describe()}")
             continue
         seen = unrecorded_changes(backend, index)
         if seen:

@@ -8,10 +8,12 @@ says why not; `lock_status` is what 'gpuenv status' shows (owner, range, holds).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from gpuenv.backend import Backend
-from gpuenv.clocks.journal import Applied, Journal
+from gpuenv.clocks import notice
+from gpuenv.clocks.journal import Applied, Journal, JournalDamaged, JournalEntry, Owner, decode
 from gpuenv.clocks.plan import describe_target
 from gpuenv.clocks.request import TDP_LOCK
 from gpuenv.reasons import THERMAL, Reason, reason_names
@@ -85,6 +87,7 @@ class LockStatus:
     stale: bool = False  # every owner died: 'gpuenv restore' puts the original back
     note: str | None = None
     pinned: bool = False  # no gpuenv lock, yet the SM clock looks locked (see looks_pinned)
+    release: str | None = None  # another account's lock: how it ends, and who can end it
 
     def describe(self) -> str:
         """One line: 'locked to 1350 MHz by pid 42 (...); holds' and so on."""
@@ -93,7 +96,7 @@ class LockStatus:
         text = describe_target(self.applied or Applied())
         who = f" by {self.owner}" if self.owner else ""
         line = f"locked ({text}){who}"
-        if self.stale:
+        if self.stale and self.release is None:
             line += "; stale: run 'gpuenv restore'"
         if self.holds is True:
             line += "; holds"
@@ -101,6 +104,8 @@ class LockStatus:
             line += f"; NOT held: {self.reason_if_not_held}"
         elif self.reason_if_not_held:
             line += f"; {self.reason_if_not_held}"
+        if self.release is not None:
+            line += f"; {self.release}"
         return line
 
 
@@ -113,8 +118,12 @@ def lock_status(
     (`looks_pinned`: two more reads, so only where a person looks).
     """
     journal = journal if journal is not None else Journal()
-    entry = journal.get(backend.device_info(index).uuid)
+    uuid = backend.device_info(index).uuid
+    entry = journal.get(uuid)
     if entry is None:
+        posted = _posted(uuid)
+        if posted is not None:
+            return _anothers(backend, index, posted)
         pinned = looks_pinned(backend, index) if check_pinned else None
         return LockStatus(
             locked=None,
@@ -133,12 +142,7 @@ def lock_status(
         if live
         else (f"{entry.owners[0].describe()}, which has ended" if entry.owners else None)
     )
-    rng = entry.applied.locked_sm
-    if rng == TDP_LOCK:
-        base = backend.clock_limits(index).base_sm_mhz
-        rng = (base, base) if base is not None else None
-    if rng is None and entry.applied.app_clocks is not None:
-        rng = (entry.applied.app_clocks[1], entry.applied.app_clocks[1])
+    rng = _locked_range(backend, index, entry.applied)
     holds, why = check_holds(backend, index, entry.applied)
     return LockStatus(
         locked=True,
@@ -150,6 +154,76 @@ def lock_status(
         applied=entry.applied,
         stale=stale,
     )
+
+
+def _locked_range(backend: Backend, index: int, applied: Applied) -> tuple[int, int] | None:
+    """The SM range a lock holds (the app clock for app-clock GPUs; the base clock's value
+    for a base lock, where NVML reports it)."""
+    rng = applied.locked_sm
+    if rng == TDP_LOCK:
+        base = backend.clock_limits(index).base_sm_mhz
+        rng = (base, base) if base is not None else None
+    if rng is None and applied.app_clocks is not None:
+        rng = (applied.app_clocks[1], applied.app_clocks[1])
+    return rng
+
+
+def anothers_lock(backend: Backend, index: int) -> LockStatus | None:
+    """The lock root took on GPU `index` without gpuenvd, as its notice tells every
+    account (`notice.py`); None where none is posted."""
+    posted = _posted(backend.device_info(index).uuid)
+    return _anothers(backend, index, posted) if posted is not None else None
+
+
+def _posted(uuid: str) -> JournalEntry | None:
+    """Root's record of a lock on GPU `uuid`, from the notice every account may read
+    (`notice.py`); None where there is none or it is damaged."""
+    found = notice.read(uuid)
+    if found is None:
+        return None
+    try:
+        return decode(found[0], found[1], uuid)
+    except JournalDamaged:
+        return None
+
+
+def _anothers(backend: Backend, index: int, entry: JournalEntry) -> LockStatus:
+    """Another account's lock (root's, taken without gpuenvd): who holds it and how it ends,
+    since this account cannot release it ('gpuenv restore' here finds nothing of its own)."""
+    live = [o for o in entry.owners if o.alive()]
+    holders = live or list(entry.owners[:1])
+    who = holders[0].user if holders else "root"
+    owners = tuple(_anothers_owner(o) for o in holders)
+    if not live:
+        release = f"its owner has ended: ask {who} to run 'gpuenv restore' to put it back"
+    elif any(o.kind == "standing" for o in live):
+        release = f"it stays until {who} runs 'gpuenv restore': ask {who} to release it"
+    else:
+        release = f"it ends with that process, or ask {who} to run 'gpuenv restore'"
+    holds, why = check_holds(backend, index, entry.applied)
+    rng = _locked_range(backend, index, entry.applied)
+    return LockStatus(
+        locked=True,
+        owner=owners[0] if owners else None,
+        range=rng,
+        holds=holds,
+        reason_if_not_held=why,
+        owners=owners if live else (),
+        applied=entry.applied,
+        stale=not live,
+        release=release,
+    )
+
+
+def _anothers_owner(o: Owner) -> str:
+    """ "root's standing lock (gpuenv lock --sm 1350, since 2026-11-27 15:50:50)"."""
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(o.started_at))
+    what = f"{o.command}, since {since}"
+    if o.kind == "standing":
+        return f"{o.user}'s standing lock ({what})"
+    if o.kind == "lease":
+        return f"a gpuenvd lease of {o.user}'s, pid {o.pid} ({what})"
+    return f"{o.user}'s pid {o.pid} ({what})"
 
 
 PINNED_MARGIN_MHZ = 30  # two clock steps: more than a reading taken mid-change

@@ -69,8 +69,8 @@ def judge_job(backend: Backend | None, report: dict[str, Any]) -> dict[str, Any]
 
 
 def lost_to_restart(report: dict[str, Any], g: int) -> list[Finding]:
-    """A `telemetry_gap` on GPU `g` where gpuenvd restarted while the job ran (killed, or its
-    node rebooted): the telemetry before the restart died with the daemon."""
+    """A `telemetry_gap` on GPU `g` where gpuenvd restarted while the job ran (it was killed,
+    or stopped and started): the telemetry before the restart died with the daemon."""
     since = report.get("telemetry_from")
     if since is None:
         return []

@@ -114,18 +114,19 @@ class JobBook:
             stale = [j for j in self._open.values() if j.job != job and set(j.gpus) & set(gpus)]
             for old in stale:
                 del self._open[old.job]
+            dropped = None
             if job not in self._open and len(self._open) >= MAX_OPEN:
-                oldest = min(self._open.values(), key=lambda j: j.started)
-                log.warning(
-                    "job %s: more than %d jobs open, dropping %s", job, MAX_OPEN, oldest.job
-                )
-                del self._open[oldest.job]
+                dropped = min(self._open.values(), key=lambda j: j.started).job
+                log.warning("job %s: more than %d jobs open, dropping %s", job, MAX_OPEN, dropped)
+                del self._open[dropped]
             record = _Job(
                 job, user, list(gpus), asked, lock, time.time(), t0, {g: _Gpu() for g in gpus}
             )
             self._open[job] = record
             self._start_thread()
         self._keep_open(record)
+        if dropped is not None:
+            self._forget_open(dropped)
         log.info("job %s of %s began on GPUs %s (%s)", job, user, gpus, lock)
         for old in stale:
             self._chunk(old)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -150,6 +151,7 @@ def timings(slurm: SlurmCluster) -> dict[str, dict[str, list[float]]]:
 
 def run_jobs(n_jobs: int, seed: int, accounting: bool) -> dict:
     rng = random.Random(seed)
+    load_before = os.getloadavg()[0]
     slurm = SlurmCluster(
         Path(tempfile.mkdtemp(prefix="gpuenv-bench-slurm-nodes-")),
         nodes=NODES,
@@ -165,11 +167,12 @@ def run_jobs(n_jobs: int, seed: int, accounting: bool) -> dict:
             job["left_changed"] = changed(slurm)
             job.update(gather(slurm, job["job"]))
             jobs.append(job)
-            print(
+            print(  # progress, not the report: every job's line is in --data
                 f"{len(jobs):4d} job {job['job']} {fate:15s} {job['state']:10s} "
                 f"report {job['gpus']} GPUs in {job['gather_s']:.2f} s"
                 + (f", missing {job['missing']}" if job["missing"] else "")
                 + (f"; CHANGED {job['left_changed']}" if job["left_changed"] else "; as before"),
+                file=sys.stderr,
                 flush=True,
             )
         end_changed = changed(slurm)
@@ -186,6 +189,8 @@ def run_jobs(n_jobs: int, seed: int, accounting: bool) -> dict:
         slurm.close()
     return {
         "seconds": round(time.monotonic() - started, 1),
+        "cores": os.cpu_count(),
+        "load_before": round(load_before, 2),
         "accounting": accounting,
         "jobs": jobs,
         "changed_at_end": end_changed,
@@ -215,6 +220,11 @@ def table(data: dict) -> str:
             if data["accounting"]
             else "not run"
         ),
+        f"Every daemon of the cluster (slurmctld, {NODES} slurmd, "
+        + ("slurmdbd, MariaDB, " if data["accounting"] else "")
+        + f"{NODES} gpuenvd) and every prolog and epilog share this machine's "
+        f"{data['cores']} cores; the load average was {data['load_before']} before the "
+        "cluster started" + (" (other work ran beside it)" if data["load_before"] >= 0.5 else ""),
         "",
         "| script | runs | p50 | p99 | max |",
         "| --- | --- | --- | --- | --- |",

@@ -265,6 +265,20 @@ def test_perf_report_reads_the_tutorials_table_and_compares_it_side_by_side():
     assert rows[2].endswith("| ok / - |")
 
 
+def test_the_autotune_tutorial_benchmark_reads_the_matmul_tutorials_table():
+    from benchmarks import autotune_tutorial
+
+    printed = """matmul-performance-fp16:
+        M       N       K      cuBLAS      Triton
+0   256.0   256.0   256.0    4.096000    4.096000
+1  1024.0  1024.0  1024.0  248.672019  262.144000
+"""
+    assert autotune_tutorial.parse_table(printed) == {
+        256: (4.096, 4.096),
+        1024: (248.672019, 262.144),
+    }
+
+
 def test_a_report_that_prints_a_fence_stays_inside_its_own():
     result = {
         "name": "t",

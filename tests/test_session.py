@@ -486,6 +486,31 @@ def test_a_kernel_whose_time_does_not_move_with_the_temperature_is_not_waited_fo
     assert hot.median_s == pytest.approx(cold.median_s, rel=0.005)
 
 
+def test_a_kernel_whose_time_does_not_move_with_the_clock_is_not_waited_for_after_load():
+    # gpuenv.bench's default right after 20 s of heavy load (capped, hot): a memory-bound
+    # copy measured before on a ready GPU is probed a few reps at the held clock, reads the
+    # same, and is measured at once; a compute-bound kernel reads slower there and waits
+    sim = make_sim()
+    copy = lambda: sim.run_work(0, 0.0, mem_cycles=0.3e-3 * 2619e6, power_intensity=0.3)  # noqa: E731
+    heavy = timing.sim_kernel(sim, 0, seconds=0.2e-3)
+    warm(sim)
+    cold = {fn: gpuenv.bench(fn, backend=sim, reps=20) for fn in (copy, heavy)}
+    for fn in (copy, heavy):
+        assert "state_probe" not in cold[fn].extra  # ready: nothing probed
+    _heavy(sim)
+    hot = gpuenv.bench(copy, backend=sim, reps=20)
+    probe = hot.extra["state_probe"]
+    assert probe["free"] is True and probe["clock_mhz"] < 0.95 * probe["ref_clock_mhz"]
+    assert hot.extra["burst_first_wait_s"] == 0.0
+    assert hot.median_s == pytest.approx(cold[copy].median_s, rel=0.005)
+    _heavy(sim)
+    hot = gpuenv.bench(heavy, backend=sim, reps=20)
+    probe = hot.extra["state_probe"]
+    assert probe["free"] is False and probe["moved"] > 0.05  # slower at the held clock
+    assert hot.extra["burst_first_wait_s"] > 0.1  # so it waited for the GPU
+    assert hot.median_s == pytest.approx(cold[heavy].median_s, rel=0.005)
+
+
 def test_a_kernel_whose_time_rises_with_the_temperature_is_waited_for_once_learned():
     # +0.1%/C at the same clock (leakage, as an H100's heavy matmuls +0.05-0.08%/C): its
     # first measurement after load is not waited for and teaches the session its slope;

@@ -41,6 +41,13 @@ WARMUP_MIN_REPS = 3  # the first call is set-up (cuBLAS handles, lazy loading): 
 WARMUP_REL_TOL = 0.01  # a trend moving times by less than this across the window is steady
 WARMUP_KNOWN_WINDOW = 4  # a function warmed up before in this process (gpuenv.timing.memo):
 # its first-call set-up is done; only the clock's ramp is left
+# A kernel whose time does not move with the GPU's state is not waited for (_state_free):
+# a few reps now, on a GPU held down, against fn's time on a GPU found ready before
+STATE_PROBE_S = 0.005  # the probe's reps: about this much of fn's time, 3 to 10 reps
+STATE_CLOCK_GAP = 0.05  # the clock now this far below the reference's: the probe can tell
+STATE_FREE_REL = 0.003  # fn's time within this of the reference's: the state moves it not
+STATE_LIGHT_FRAC = 0.5  # a kernel drawing under this share of the power limit is light: at
+# the reference's clock and time it is measured at once, whatever reason a wait is for
 
 
 def bench(
@@ -351,6 +358,8 @@ class _Run:
             )
         t_end = self.mark()
         clock_after = self.device.probe_clock_mhz() if cfg.probe_clock else None
+        rep_clocks = [r.clock_mhz for r in reps if r.clock_mhz]
+        self._remember_state(m, stats.median(rep_clocks) if rep_clocks else clock_after)
         self.extra.update(
             stop_reason=stop,
             measure_s=t_end - t_measure,
@@ -398,7 +407,8 @@ class _Run:
             if place.session is not None:
                 t_wait = self.clock.now()
                 place.session.work_ended(self.clock.now())  # the warmup was work
-                place.session.wait_until_recovered(self.fn)
+                if not self._state_free(since=self.clock.now()):
+                    place.session.wait_until_recovered(self.fn)
                 waited, ready = self.clock.now() - t_wait, True
                 self.extra["temperature"] = place.session.temperature_facts(self.fn, place.gpu)
             else:
@@ -422,8 +432,82 @@ class _Run:
                     # driver refresh after it
                     self.extra["burst_cold_start"] = True
                     since = None
-                waited, ready = self._wait(since=since)
+                if self._state_free(since=self.clock.now() if since is None else since):
+                    waited, ready = 0.0, True
+                else:
+                    waited, ready = self._wait(since=since)
             self.extra.update(burst_first_wait_s=waited, burst_first_ready=ready)
+
+    def _state_free(self, since: float) -> bool:
+        """Is the GPU held down now (the cap, a low clock, heat: what a burst wait waits
+        out), yet fn's time the same as on a GPU found ready? A few reps now (about
+        STATE_PROBE_S of fn) against fn's time and probed clock from an earlier call on
+        this GPU: with the clock at least STATE_CLOCK_GAP lower and the time within
+        STATE_FREE_REL, the state does not move this kernel's number (a memory-bound copy
+        right after heavy load), and waiting would buy it nothing. Says why in
+        extra["state_probe"]; False where nothing is known yet, or the GPU is ready."""
+        place = self.place
+        ref = memo.recall(self.fn, ("state", self.device.kind), on=place.identity())
+        if ref is None or place.sampler is None or not self.cfg.probe_clock:
+            return False
+        if conditioning.recovered(  # by the newest samples: ready now, no wait to spare
+            place.sampler,
+            place.gpu,
+            since=since - 2 * DRIVER_REFRESH_S,
+            facts=place.facts.get(place.gpu),
+            config=self.cfg.conditioning,
+        ):
+            return False
+        t_ref, c_ref, light = ref
+        c_now = self.device.probe_clock_mhz()
+        latest = place.sampler.latest(place.gpu)
+        if latest is not None and latest.sm_mhz > 0:
+            c_now = min(c_now or latest.sm_mhz, latest.sm_mhz)
+        probe: dict[str, Any] = {
+            "ref_s": t_ref,
+            "ref_clock_mhz": c_ref,
+            "clock_mhz": c_now,
+            "light": light,
+        }
+        self.extra["state_probe"] = probe
+        # told apart: the clock well down (does fn's time move with it?), or a light
+        # kernel at the reference's clock (a wait for a reason bit buys it nothing, and it
+        # cannot set off the cap itself); not: a heavy kernel at full clock on a GPU whose
+        # power is still high (its first burst would meet the cap)
+        down = c_now is not None and c_now <= c_ref * (1 - STATE_CLOCK_GAP)
+        if not (down or (light and c_now is not None and c_now >= c_ref * (1 - STATE_FREE_REL))):
+            probe["free"] = False
+            return False
+        n = max(3, min(10, round(STATE_PROBE_S / max(t_ref, 1e-9))))
+        batch = self.device.rep_batch > 1
+        reps = (
+            self.device.reps(self.fn, n) if batch else [self.device.rep(self.fn) for _ in range(n)]
+        )
+        t_now = stats.median([r.time_s for r in reps])
+        moved = t_now / t_ref - 1
+        probe.update(time_s=t_now, reps=n, moved=moved, free=abs(moved) <= STATE_FREE_REL)
+        return bool(probe["free"])
+
+    def _remember_state(self, m: Measurement, clock_mhz: float | None) -> None:
+        """fn's time and probed clock (its reps', else the probe after them), from a burst
+        measurement begun on a GPU found ready (not held down, nothing skipped), and
+        whether it is light: the reference _state_free compares against."""
+        x = self.extra
+        if (
+            self.place.condition != "burst"
+            or clock_mhz is None
+            or not m.stats.n
+            or not x.get("burst_first_ready")
+            or (x.get("state_probe") or {}).get("free")
+        ):
+            return
+        facts = self.place.facts.get(self.place.gpu)
+        limit = facts.power_limit_w if facts is not None else None
+        seen = [w.power_w_max for w in m.summary_windows if w.gpu == self.place.gpu]
+        power = seen[0] if seen else None
+        light = limit is not None and power is not None and power < STATE_LIGHT_FRAC * limit
+        key = ("state", self.device.kind)
+        memo.remember(self.fn, key, (m.stats.median_s, clock_mhz, light), on=self.place.identity())
 
     def _began_idle(self) -> bool:
         """Did the first sample of this call find the GPU idle (no context working)?"""

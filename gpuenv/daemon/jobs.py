@@ -265,18 +265,7 @@ class JobBook:
             gpus.append(
                 {"gpu": g, "uuid": info.uuid, "name": info.name, "window": window, "sm_hist": hist}
             )
-        return {
-            "job": record.job,
-            "user": record.user,
-            "gpus": record.gpus,
-            "asked": record.asked,
-            "lock": record.lock,
-            "started": record.started,
-            "ended": ended,
-            "telemetry_from": record.telemetry_from,
-            "restarts": record.restarts,
-            "gpus_report": gpus,
-        }
+        return {**_facts(record), "ended": ended, "gpus_report": gpus}
 
     def _path(self, job: str) -> Path | None:
         return None if self.dir is None else self.dir / f"{job}.json"
@@ -292,16 +281,7 @@ class JobBook:
             return
         from gpuenv._files import replaced
 
-        kept = {
-            "job": record.job,
-            "user": record.user,
-            "gpus": record.gpus,
-            "asked": record.asked,
-            "lock": record.lock,
-            "started": record.started,
-            "telemetry_from": record.telemetry_from,
-            "restarts": record.restarts,
-        }
+        kept = _facts(record)
         try:
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             with replaced(folder / f"{record.job}.json") as fh:
@@ -434,3 +414,17 @@ def job_metrics(server: Any) -> Any:
     for gpu, job, user in ops.jobs.running():
         fam.add_metric([uuids.get(gpu, str(gpu)), job, user], 1.0)
     yield fam
+
+
+def _facts(record: _Job) -> dict[str, Any]:
+    """A job's own facts, as its report and its open file on disk both hold them."""
+    return {
+        "job": record.job,
+        "user": record.user,
+        "gpus": record.gpus,
+        "asked": record.asked,
+        "lock": record.lock,
+        "started": record.started,
+        "telemetry_from": record.telemetry_from,
+        "restarts": record.restarts,
+    }

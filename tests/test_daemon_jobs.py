@@ -135,10 +135,42 @@ def test_long_jobs_are_chunked_and_reports_on_disk_are_bounded(
                 assert len(book._open["90"].per_gpu[0].windows) >= 2  # chunks closed meanwhile
             c.call("job_end", job=f"9{n}")
             time.sleep(0.02)  # distinct modification times
-        kept = sorted(p.name for p in (Path(server.journal.path) / "jobs").iterdir())
+        kept = sorted(p.name for p in (Path(server.journal.path) / "jobs").glob("*.json"))
         assert kept == ["92.json", "93.json", "94.json"]
         with pytest.raises(ConfigError, match="no report of job 90"):
             c.call("job_report", job="90")
+
+
+def test_a_job_open_when_gpuenvd_dies_is_taken_up_by_the_next_one(tmp_path: Path) -> None:
+    """A daemon killed (or its node restarted) mid-job: the next one on the same state dir
+    takes the job up, so the epilog's job_end still gets a report; it names the telemetry
+    that died with the first daemon. A kept file that is no open job is dropped, not fatal."""
+    backend = SimBackend("h100", n_gpus=2, state_file=tmp_path / "sim.json")
+    journal = tmp_path / "journal"
+    config = parse_config("").with_socket(str(tmp_path / "s"))
+    first = Server(config, backend, journal=Journal(journal), peer_of=lambda sock: ROOT)
+    first.start()
+    with Client(first.address) as c:
+        c.call("job_begin", job="81", user="alice", gpus=[1], asked="sm=1350", lock="locked")
+    first.stop()  # what a SIGKILL leaves too: the job never ended
+    (journal / "jobs" / "open" / "82.json").write_text("{not json")
+    second = Server(config, backend, journal=Journal(journal), peer_of=lambda sock: ROOT)
+    second.start()
+    try:
+        with Client(second.address) as c:
+            time.sleep(0.2)
+            report = judge_job(backend, c.call("job_end", job="81")["report"])
+    finally:
+        second.stop()
+        backend.close()
+    assert report["user"] == "alice" and report["gpus"] == [1] and report["restarts"] == 1
+    assert report["telemetry_from"] > report["started"]
+    (gap,) = report["gpus_report"][0]["findings"]
+    assert gap["kind"] == "telemetry_gap" and gap["severity"] == "warning"
+    assert "gpuenvd restarted while job 81 ran: GPU 1's telemetry of its first" in gap["message"]
+    assert report["verdict"].endswith("check: GPU 1 telemetry_gap")
+    assert report["gpus_report"][0]["window"]["n_samples"] > 0  # the new daemon's share
+    assert list((journal / "jobs" / "open").iterdir()) == []  # ended; the bad file dropped
 
 
 def test_quantiles_of_a_histogram() -> None:

@@ -150,8 +150,8 @@ def plugin_args() -> list[str]:
     return [] if registered else ["-p", "gpuenv.integrations.pytest_plugin"]
 
 
-def test_plugin_adds_extra_info_in_a_real_pytest_run(pytester, sim_env, tmp_path):
-    pytest.importorskip("pytest_benchmark")
+def _benchmark_json(pytester, tmp_path):
+    """INNER_TEST under `pytest --gpuenv` in its own process: pytest-benchmark's JSON."""
     pytester.makepyfile(INNER_TEST)
     out_json = tmp_path / "bench.json"
     result = pytester.runpytest_subprocess(
@@ -164,7 +164,12 @@ def test_plugin_adds_extra_info_in_a_real_pytest_run(pytester, sim_env, tmp_path
         "no:cacheprovider",
     )
     result.assert_outcomes(passed=2)
-    data = json.loads(out_json.read_text())
+    return json.loads(out_json.read_text())
+
+
+def test_plugin_adds_extra_info_in_a_real_pytest_run(pytester, sim_env, tmp_path):
+    pytest.importorskip("pytest_benchmark")
+    data = _benchmark_json(pytester, tmp_path)
     info = data["benchmarks"][0]["extra_info"]["gpuenv"]
     assert info["gpus"] == [0] and info["telemetry"][0]["sm_mhz_mean"] > 0
     assert info["verdict"] in ("ok", "annotated")
@@ -591,19 +596,7 @@ time.sleep(600)
 def _benchmarked(pytester, tmp_path):
     """INNER_TEST under `pytest --gpuenv` in its own process: (its first benchmark's
     extra_info["gpuenv"], gpuenv's machine_info)."""
-    pytester.makepyfile(INNER_TEST)
-    out_json = tmp_path / "bench.json"
-    result = pytester.runpytest_subprocess(
-        *plugin_args(),
-        "--gpuenv",
-        "--benchmark-max-time=0.05",
-        "--benchmark-min-rounds=5",
-        f"--benchmark-json={out_json}",
-        "-p",
-        "no:cacheprovider",
-    )
-    result.assert_outcomes(passed=2)
-    data = json.loads(out_json.read_text())
+    data = _benchmark_json(pytester, tmp_path)
     return data["benchmarks"][0]["extra_info"]["gpuenv"], data["machine_info"]["gpuenv"]
 
 

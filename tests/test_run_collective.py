@@ -30,6 +30,7 @@ def step(
     cap_s: float = 0.0,
     name: str = "step",
     busy: bool = True,
+    others: tuple[int, ...] = (),
 ):
     w = Window(
         gpu=rank,
@@ -40,6 +41,7 @@ def step(
         sm_mhz_busy_mean=mhz if busy else None,
         temp_c_max=60.0,
         reason_s={"power": cap_s} if cap_s else {},
+        other_pids=others,
     )
     return rank, Measurement.build(name, times, summary_windows=(w,), gpus=(rank,))
 
@@ -76,6 +78,22 @@ def test_gpus_that_agree_name_none_and_regions_marked_differently_are_no_step():
     # the low end of GPUs that each differ a little stands apart from none: no name
     spread = [step(0, 1850, [0.05]), step(1, 1800, [0.05]), step(2, 1770, [0.05])]
     assert collective_steps(spread)[0].slowest is None
+
+
+def test_a_gpu_shared_with_another_process_is_named_where_its_clock_cannot_show_it():
+    # 4 H100s under a step that caps every GPU alike hold the same clock; a GPU another
+    # process shares takes the job's share at that clock, slower: said, not inferred
+    pairs = [step(r, 1380 + r, [0.05, 0.05], others=(4242,) if r == 3 else ()) for r in range(4)]
+    (s,) = collective_steps(pairs)
+    assert s.slowest is None
+    text = "\n".join(collective_lines([s]))
+    assert "no GPU held the step back by its clock" in text
+    assert "GPU 3 (rank 3) ran, beside another process (pid 4242)" in text
+    # named by its clock, its state says who shared it
+    pairs[3] = step(3, 1200, [0.05, 0.05], others=(4242,))
+    text = "\n".join(collective_lines(collective_steps(pairs)))
+    assert "GPU 3 (rank 3) held the step back: 1200 MHz while busy" in text
+    assert "beside another process (pid 4242)" in text
 
 
 def _torchrun() -> str:

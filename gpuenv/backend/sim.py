@@ -24,10 +24,9 @@ in `sim_profiles.py`. What it models, per GPU:
   - SW thermal slowdown above the max operating temperature, HW slowdown
     (0x40 | 0x8, clock halved) at the slowdown threshold, and a shutdown that
     loses the GPU;
-  - readings as NVML gives them: clocks, reasons, power (a 1 s average and the
-    instant power; neither reads over the limit without SwPowerCap: the instant
-    power runs over it while the cap pulls the clock down, and reads the limit in
-    the cap's onset, before the controller has acted),
+  - readings as NVML gives them: clocks, reasons, power (a 1 s average, which
+    never reads over the limit without SwPowerCap; the instant power may for the
+    cap's onset),
     energy and the time-under-reason counters refresh at driver updates
     (100 ms), temperature every 200 ms, as integers where NVML's are.
 

@@ -473,25 +473,20 @@ class GpuModel:
         self.r_reasons = self.reasons
         self.r_power_avg = sum(self.power_ring) / len(self.power_ring)
         # the "instant" power is the value at the update, held until the next: a heavy
-        # step showed in it 27-74 ms late on an H200 (benchmarks/power_lag.py). Over the
-        # limit it reads only with the cap's reason: in the cap's onset, before the
-        # controller has acted (the H200's first reading of the step came 100 ms before the
-        # cap's bit), it reads the limit; the chip's own draw is in truth()
-        over = self.power_w > self.settings.power_limit_w and not self.reasons & REASON_SW_POWER_CAP
-        self.r_power_instant = self.settings.power_limit_w if over else self.power_w
+        # step showed in it 27-74 ms late on an H200 (benchmarks/power_lag.py)
+        self.r_power_instant = self.power_w
         self.r_energy_mj = int(self.energy_mj)
         self.r_reason_ns = dict(self.reason_ns)
         self.r_util = sum(self.busy_ring) / len(self.busy_ring)
         self.r_ts_ns = t_ns
 
     def reasons_read(self) -> int:
-        """The reasons NVML reads now: the latched ones, and the power cap's whenever a power
-        reading (the 1 s average NVML reports as power usage, or the instant power) is over
-        the limit, as just after a limit was lowered below them: no reading exceeds the
-        limit without its reason. (The instant power reads over the limit while the cap
-        holds the clock down, as on an H100, up to ~1.3x on an H200: the burst schedule of
-        gpuenv's do_bench drop-in is made for that.)"""
-        over = max(self.r_power_avg, self.r_power_instant) > self.settings.power_limit_w
+        """The reasons NVML reads now: the latched ones, and the power cap's whenever the power
+        reading (the 1 s average NVML reports as power usage) is over the limit, as just after
+        a limit was lowered: that reading never exceeds the limit without its reason. (The
+        instant power may, for the cap's onset, 100-300 ms, as on an H100: the burst schedule
+        of gpuenv's do_bench drop-in lives in that window.)"""
+        over = self.r_power_avg > self.settings.power_limit_w
         return self.r_reasons | (REASON_SW_POWER_CAP & self.p.supported_reasons if over else 0)
 
     def relatch_clock(self) -> None:

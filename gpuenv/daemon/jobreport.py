@@ -15,6 +15,7 @@ from gpuenv.backend import Backend
 from gpuenv.reasons import COUNTER_NAMES
 from gpuenv.telemetry.window import Window
 from gpuenv.units import fmt_j, fmt_s
+from gpuenv.verdict.records import Finding
 
 # a job starts idle and its clocks rise: that is no finding about the job's numbers
 NOT_FOR_JOBS = ("warmup_ramp", "clock_drift")
@@ -55,6 +56,7 @@ def judge_job(backend: Backend | None, report: dict[str, Any]) -> dict[str, Any]
             lock = {g: window.lock_range_mhz} if window.lock_range_mhz else None
             facts = read_facts(backend, [g], lock) if backend is not None else None
             findings = [f for f in assess([window], facts=facts) if f.kind not in NOT_FOR_JOBS]
+        findings += lost_to_restart(report, g)
         for f in findings:
             if f.severity in ("warning", "error") and worst != "error":
                 worst = f.severity
@@ -64,6 +66,27 @@ def judge_job(backend: Backend | None, report: dict[str, Any]) -> dict[str, Any]
     out = {**report, "gpus_report": gpus, "judged": worst}
     out["verdict"] = verdict(out)
     return out
+
+
+def lost_to_restart(report: dict[str, Any], g: int) -> list[Finding]:
+    """A `telemetry_gap` on GPU `g` where gpuenvd restarted while the job ran (it was killed,
+    or stopped and started): the telemetry before the restart died with the daemon."""
+    since = report.get("telemetry_from")
+    if since is None:
+        return []
+    lost = max(0.0, since - report["started"])
+    return [
+        Finding(
+            "telemetry_gap",
+            "warning",
+            (0,),
+            f"gpuenvd restarted while job {report['job']} ran: GPU {g}'s telemetry of its first "
+            f"{fmt_s(lost, 'short')} died with the daemon before it: the GPU's state then is "
+            "unverified",
+            g,
+            {"lost_s": round(lost, 3), "restarts": report.get("restarts", 1)},
+        )
+    ]
 
 
 def verdict(report: dict[str, Any]) -> str:

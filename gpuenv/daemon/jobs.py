@@ -10,6 +10,12 @@ chunks of CHUNK_S: each chunk's Window per GPU and SM-clock histogram are folded
 closes, and `merge_windows` joins them at the end. The daemon keeps the record; whoever reads
 it judges it (daemon/jobreport.py, with the one judge's `verdict.assess`: a job is one region
 of its GPUs), so the daemon stays below the measurement core.
+
+A job can outlive gpuenvd too: the daemon may be killed or restarted while a job runs. Each
+open job is also a file (`<state dir>/jobs/open/JOBID.json`: who, which GPUs, the lock), so
+the next daemon takes it up again (`resume`) and the epilog still gets its report. The
+telemetry before the restart was in the dead daemon's memory: the report says from when it
+covers the job (`telemetry_from`, `restarts`), and its reader names the loss.
 """
 
 from __future__ import annotations
@@ -67,6 +73,8 @@ class _Job:
     started: float  # wall time
     t0: float  # sampler time of the current chunk's start
     per_gpu: dict[int, _Gpu] = field(default_factory=dict)
+    telemetry_from: float | None = None  # wall time: gpuenvd's last restart; None: the start
+    restarts: int = 0  # daemons that took the job up again after the one before died
 
 
 class JobBook:
@@ -106,25 +114,33 @@ class JobBook:
             stale = [j for j in self._open.values() if j.job != job and set(j.gpus) & set(gpus)]
             for old in stale:
                 del self._open[old.job]
+            dropped = None
             if job not in self._open and len(self._open) >= MAX_OPEN:
-                oldest = min(self._open.values(), key=lambda j: j.started)
-                log.warning(
-                    "job %s: more than %d jobs open, dropping %s", job, MAX_OPEN, oldest.job
-                )
-                del self._open[oldest.job]
-            self._open[job] = _Job(
+                dropped = min(self._open.values(), key=lambda j: j.started).job
+                log.warning("job %s: more than %d jobs open, dropping %s", job, MAX_OPEN, dropped)
+                del self._open[dropped]
+            record = _Job(
                 job, user, list(gpus), asked, lock, time.time(), t0, {g: _Gpu() for g in gpus}
             )
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="gpuenvd-jobs", daemon=True)
-                self._thread.start()
+            self._open[job] = record
+            self._start_thread()
+        self._keep_open(record)
+        if dropped is not None:
+            self._forget_open(dropped)
         log.info("job %s of %s began on GPUs %s (%s)", job, user, gpus, lock)
         for old in stale:
             self._chunk(old)
             report = self._report(old, ended=time.time())
             report["ended_by"] = f"job {job}'s prolog on its GPUs: its epilog never came"
             self._save(report)
+            self._forget_open(old.job)
             log.warning("job %s: closed at job %s's start on its GPUs (no epilog)", old.job, job)
+
+    def _start_thread(self) -> None:
+        """The chunk thread, once a job is open (called holding self._lock)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gpuenvd-jobs", daemon=True)
+            self._thread.start()
 
     def end(self, job: str) -> dict[str, Any]:
         """Close the job: its report, kept on disk. A job never begun: ConfigError."""
@@ -139,8 +155,41 @@ class JobBook:
         self._chunk(record)
         report = self._report(record, ended=time.time())
         self._save(report)
+        self._forget_open(job)
         log.info("job %s of %s ended (%s)", job, record.user, record.lock)
         return report
+
+    def resume(self) -> list[str]:
+        """At daemon start: take up again the jobs a daemon before this one had open (it was
+        killed, or its node restarted, mid-job), so that their epilogs still get a report.
+        Their telemetry until now died with that daemon: each is marked as covered from now
+        on. Returns the jobs taken up."""
+        folder = self._open_dir()
+        if folder is None or not folder.is_dir():
+            return []
+        now, taken = time.time(), []
+        for path in sorted(folder.glob("*.json")):
+            record = self._read_open(path)
+            if record is None:
+                continue
+            record.telemetry_from, record.restarts = now, record.restarts + 1
+            record.t0 = self.sampler.mark()
+            with self._lock:
+                if record.job in self._open:
+                    continue
+                self._open[record.job] = record
+                self._start_thread()
+            self._keep_open(record)
+            taken.append(record.job)
+            log.warning(
+                "job %s of %s on GPUs %s: taken up again after gpuenvd restarted; its "
+                "telemetry for the %.1f s before is lost",
+                record.job,
+                record.user,
+                record.gpus,
+                now - record.started,
+            )
+        return taken
 
     def report(self, job: str) -> dict[str, Any]:
         """A running job's report so far, or a finished job's from disk."""
@@ -216,19 +265,60 @@ class JobBook:
             gpus.append(
                 {"gpu": g, "uuid": info.uuid, "name": info.name, "window": window, "sm_hist": hist}
             )
-        return {
-            "job": record.job,
-            "user": record.user,
-            "gpus": record.gpus,
-            "asked": record.asked,
-            "lock": record.lock,
-            "started": record.started,
-            "ended": ended,
-            "gpus_report": gpus,
-        }
+        return {**_facts(record), "ended": ended, "gpus_report": gpus}
 
     def _path(self, job: str) -> Path | None:
         return None if self.dir is None else self.dir / f"{job}.json"
+
+    # -- open jobs on disk: what the next daemon takes up ----------------------------------
+
+    def _open_dir(self) -> Path | None:
+        return None if self.dir is None else self.dir / "open"
+
+    def _keep_open(self, record: _Job) -> None:
+        folder = self._open_dir()
+        if folder is None:
+            return
+        from gpuenv._files import replaced
+
+        kept = _facts(record)
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with replaced(folder / f"{record.job}.json") as fh:
+                json.dump(kept, fh, separators=(",", ":"))
+        except OSError as err:  # the job is still recorded in memory: only a restart loses it
+            log.warning("job %s: could not keep it open in %s: %s", record.job, folder, err)
+
+    def _forget_open(self, job: str) -> None:
+        folder = self._open_dir()
+        if folder is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(folder / f"{job}.json")
+
+    def _read_open(self, path: Path) -> _Job | None:
+        """An open job a daemon before this one kept, or None (logged) where it is not one."""
+        try:
+            data = json.loads(path.read_text())
+            job = check_job_id(data["job"])
+            gpus = [int(g) for g in data["gpus"]]
+            if path.stem != job or not gpus or not set(gpus) <= set(range(len(self.infos))):
+                raise ValueError(f"GPUs {gpus} of job {job} are not this node's")
+            return _Job(
+                job,
+                str(data["user"]),
+                gpus,
+                None if data.get("asked") is None else str(data["asked"]),
+                str(data["lock"]),
+                float(data["started"]),
+                0.0,
+                {g: _Gpu() for g in gpus},
+                restarts=int(data.get("restarts") or 0),
+            )
+        except (OSError, ValueError, KeyError, TypeError, ConfigError) as err:
+            log.warning("open job %s not taken up (%s): %s", path.name, type(err).__name__, err)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
 
     def _save(self, report: dict[str, Any]) -> None:
         if self.dir is None:
@@ -324,3 +414,17 @@ def job_metrics(server: Any) -> Any:
     for gpu, job, user in ops.jobs.running():
         fam.add_metric([uuids.get(gpu, str(gpu)), job, user], 1.0)
     yield fam
+
+
+def _facts(record: _Job) -> dict[str, Any]:
+    """A job's own facts, as its report and its open file on disk both hold them."""
+    return {
+        "job": record.job,
+        "user": record.user,
+        "gpus": record.gpus,
+        "asked": record.asked,
+        "lock": record.lock,
+        "started": record.started,
+        "telemetry_from": record.telemetry_from,
+        "restarts": record.restarts,
+    }

@@ -152,6 +152,7 @@ class Server:
                 )
             sock.listen(LISTEN_BACKLOG)
             self.sampler.start()
+            self.ops.jobs.resume()  # jobs a daemon before this one had open: their epilogs
         except BaseException:
             sock.close()
             if self._place is not None:

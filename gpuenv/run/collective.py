@@ -51,6 +51,7 @@ class RankGpu:
     steps_s: float  # the rank's steps' total time
     temp_c_max: float | None
     node: str = ""  # the rank's node, where the job's ranks ran on several
+    other_pids: tuple[int, ...] = ()  # processes on its GPU that were not the job's
 
     @property
     def where(self) -> str:
@@ -160,6 +161,7 @@ def _rank_gpu(rank: int, m: Measurement, node: str = "") -> RankGpu | None:
         steps_s=sum(m.times_s),
         temp_c_max=w.temp_c_max,
         node=node,
+        other_pids=tuple(w.other_pids),
     )
 
 
@@ -192,7 +194,15 @@ def state_words(g: RankGpu) -> str:
         parts.append(f"thermally limited {_pct(g.thermal_frac)}")
     where = ", ".join(parts) or "no power cap or thermal limit counted"
     hot = "" if g.temp_c_max is None else f", up to {g.temp_c_max:.0f} C"
-    return f"{g.sm_mhz:.0f} MHz while busy, {where}{hot}"
+    return f"{g.sm_mhz:.0f} MHz while busy, {where}{hot}{_beside(g)}"
+
+
+def _beside(g: RankGpu) -> str:
+    """', beside another process (pid 4242)' where one that is not the job's shared it."""
+    if not g.other_pids:
+        return ""
+    pids = ", ".join(map(str, g.other_pids))
+    return f", beside another process (pid {pids})"
 
 
 def collective_lines(steps: Sequence[CollectiveStep]) -> list[str]:
@@ -236,9 +246,15 @@ def step_sentence(s: CollectiveStep) -> str:
     if low is None:
         lo, hi = min(g.sm_mhz for g in s.gpus), max(g.sm_mhz for g in s.gpus)
         held = f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
+        shared = [g for g in s.gpus if g.other_pids]
         return (
-            f"{s.name}: no GPU held the step back: the ranks' GPUs held {held} MHz while "
-            f"busy, none more than {_pct(SLOWER_REL)} below all the others"
+            f"{s.name}: no GPU held the step back by its clock: the ranks' GPUs held "
+            f"{held} MHz while busy, none more than {_pct(SLOWER_REL)} below all the others"
+            + "".join(
+                f"; GPU {g.gpu} ({g.where}) ran{_beside(g)}, which takes a share of it "
+                "at the same clock: its rank may have held the step back unseen"
+                for g in shared
+            )
         )
     wait = (
         ""

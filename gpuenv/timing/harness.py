@@ -29,6 +29,7 @@ from gpuenv.timing import memo
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
 from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
+from gpuenv.timing.stateprobe import remember_state, state_free
 from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, Policy, tiny_call
 
 log = logging.getLogger(__name__)
@@ -41,13 +42,6 @@ WARMUP_MIN_REPS = 3  # the first call is set-up (cuBLAS handles, lazy loading): 
 WARMUP_REL_TOL = 0.01  # a trend moving times by less than this across the window is steady
 WARMUP_KNOWN_WINDOW = 4  # a function warmed up before in this process (gpuenv.timing.memo):
 # its first-call set-up is done; only the clock's ramp is left
-# A kernel whose time does not move with the GPU's state is not waited for (_state_free):
-# a few reps now, on a GPU held down, against fn's time on a GPU found ready before
-STATE_PROBE_S = 0.005  # the probe's reps: about this much of fn's time, 3 to 10 reps
-STATE_CLOCK_GAP = 0.05  # the clock now this far below the reference's: the probe can tell
-STATE_FREE_REL = 0.003  # fn's time within this of the reference's: the state moves it not
-STATE_LIGHT_FRAC = 0.5  # a kernel drawing under this share of the power limit is light: at
-# the reference's clock and time it is measured at once, whatever reason a wait is for
 
 
 def bench(
@@ -458,77 +452,37 @@ class _Run:
             self.extra.update(burst_first_wait_s=waited, burst_first_ready=ready)
 
     def _state_free(self, since: float) -> bool:
-        """Is the GPU held down now (the cap, a low clock, heat: what a burst wait waits
-        out), yet fn's time the same as on a GPU found ready? A few reps now (about
-        STATE_PROBE_S of fn) against fn's time and probed clock from an earlier call on
-        this GPU: with the clock at least STATE_CLOCK_GAP lower and the time within
-        STATE_FREE_REL, the state does not move this kernel's number (a memory-bound copy
-        right after heavy load), and waiting would buy it nothing. Says why in
-        extra["state_probe"]; False where nothing is known yet, or the GPU is ready."""
-        place = self.place
-        ref = memo.recall(self.fn, ("state", self.device.kind), on=place.identity())
-        if ref is None or place.sampler is None or not self.cfg.probe_clock:
-            return False
-        if conditioning.recovered(  # by the newest samples: ready now, no wait to spare
-            place.sampler,
-            place.gpu,
-            since=since - 2 * DRIVER_REFRESH_S,
-            facts=place.facts.get(place.gpu),
-            config=self.cfg.conditioning,
-        ):
-            return False
-        t_ref, c_ref, light = ref
-        c_now = self.device.probe_clock_mhz()
-        latest = place.sampler.latest(place.gpu)
-        if latest is not None and latest.sm_mhz > 0:
-            c_now = min(c_now or latest.sm_mhz, latest.sm_mhz)
-        probe: dict[str, Any] = {
-            "ref_s": t_ref,
-            "ref_clock_mhz": c_ref,
-            "clock_mhz": c_now,
-            "light": light,
-        }
-        self.extra["state_probe"] = probe
-        # told apart: the clock well down (does fn's time move with it?), or a light
-        # kernel at the reference's clock (a wait for a reason bit buys it nothing, and it
-        # cannot set off the cap itself); not: a heavy kernel at full clock on a GPU whose
-        # power is still high (its first burst would meet the cap)
-        down = c_now is not None and c_now <= c_ref * (1 - STATE_CLOCK_GAP)
-        if not (down or (light and c_now is not None and c_now >= c_ref * (1 - STATE_FREE_REL))):
-            probe["free"] = False
-            return False
-        n = max(3, min(10, round(STATE_PROBE_S / max(t_ref, 1e-9))))
-        batch = self.device.rep_batch > 1
-        reps = (
-            self.device.reps(self.fn, n) if batch else [self.device.rep(self.fn) for _ in range(n)]
+        """Need this call not wait for a GPU held down (gpuenv.timing.stateprobe)?"""
+        p = self.place
+        free = state_free(
+            self.fn,
+            self.device,
+            p.sampler,
+            p.gpu,
+            p.identity(),
+            p.facts.get(p.gpu),
+            self.cfg.conditioning,
+            self.extra,
+            since=since,
+            probe_clock=self.cfg.probe_clock,
         )
-        t_now = stats.median([r.time_s for r in reps])
-        moved = t_now / t_ref - 1
-        free = bool(abs(moved) <= STATE_FREE_REL)
-        probe.update(time_s=t_now, reps=n, moved=moved, free=free)
         self.learned.state_free = free
         return free
 
     def _remember_state(self, m: Measurement, clock_mhz: float | None) -> None:
-        """fn's time and probed clock (its reps', else the probe after them), from a burst
-        measurement begun on a GPU found ready (not held down, nothing skipped), and
-        whether it is light: the reference _state_free compares against."""
-        learned = self.learned
-        if (
-            self.place.condition != "burst"
-            or clock_mhz is None
-            or not m.stats.n
-            or not learned.first_ready
-            or learned.state_free
-        ):
-            return
-        facts = self.place.facts.get(self.place.gpu)
-        limit = facts.power_limit_w if facts is not None else None
-        seen = [w.power_w_max for w in m.summary_windows if w.gpu == self.place.gpu]
-        power = seen[0] if seen else None
-        light = limit is not None and power is not None and power < STATE_LIGHT_FRAC * limit
-        key = ("state", self.device.kind)
-        memo.remember(self.fn, key, (m.stats.median_s, clock_mhz, light), on=self.place.identity())
+        p, learned = self.place, self.learned
+        if p.condition == "burst":
+            remember_state(
+                self.fn,
+                self.device,
+                m,
+                p.gpu,
+                p.identity(),
+                p.facts.get(p.gpu),
+                clock_mhz,
+                ready=learned.first_ready,
+                probed_free=learned.state_free,
+            )
 
     def _began_idle(self) -> bool:
         """Did the first sample of this call find the GPU idle (no context working)?"""

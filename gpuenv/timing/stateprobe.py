@@ -1,0 +1,109 @@
+"""A kernel whose time does not move with the GPU's state is not waited for.
+
+A burst measurement waits, before its first burst, until the GPU is cool and uncapped
+(gpuenv.conditioning). That wait buys nothing for a kernel whose time the state does not
+move: a memory-bound copy right after heavy load reads the same at the capped clock. So a
+function measured before on a GPU found ready leaves a reference (its time, its reps'
+probed clock, and whether it is light: under STATE_LIGHT_FRAC of the power limit), kept
+per function and GPU in gpuenv.timing.memo; and when the GPU is held down the next time,
+a few reps of it (about STATE_PROBE_S) are compared with that reference:
+
+- the clock at least STATE_CLOCK_GAP below the reference's and the time within
+  STATE_FREE_REL of it: the state does not move this kernel's number;
+- a light kernel at the reference's clock and time while a reason bit lingers: a wait
+  for the bit buys it nothing, and it cannot set off the cap itself.
+
+Either way it is measured at once. Not: a heavy kernel at full clock on a GPU whose power
+is still high (its first burst would meet the cap), nor a function not measured before.
+What was probed goes to `extra["state_probe"]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, MutableMapping
+from typing import Any
+
+from gpuenv import conditioning, stats
+from gpuenv.results import Measurement
+from gpuenv.telemetry import DRIVER_REFRESH_S, SampleSource
+from gpuenv.timing import memo
+from gpuenv.timing.devices import Device
+from gpuenv.verdict import GpuFacts
+
+STATE_PROBE_S = 0.005  # the probe's reps: about this much of fn's time, 3 to 10 reps
+STATE_CLOCK_GAP = 0.05  # the clock now this far below the reference's: the probe can tell
+STATE_FREE_REL = 0.003  # fn's time within this of the reference's: the state moves it not
+STATE_LIGHT_FRAC = 0.5  # a kernel drawing under this share of the power limit is light
+
+
+def state_free(
+    fn: Callable[[], Any],
+    device: Device,
+    sampler: SampleSource | None,
+    gpu: int,
+    identity: Hashable,
+    facts: GpuFacts | None,
+    config: conditioning.ConditionConfig,
+    extra: MutableMapping[str, Any],
+    *,
+    since: float,
+    probe_clock: bool = True,
+) -> bool:
+    """Is the GPU held down now (judged by the samples since `since`), yet fn's time the
+    same as on a GPU found ready (see the module docstring)? False where nothing is known
+    yet, the clock probe is off, or the GPU is ready; what was probed goes to
+    extra["state_probe"]."""
+    ref = memo.recall(fn, ("state", device.kind), on=identity)
+    if ref is None or sampler is None or not probe_clock:
+        return False
+    if conditioning.recovered(  # by the newest samples: ready now, no wait to spare
+        sampler, gpu, since=since - 2 * DRIVER_REFRESH_S, facts=facts, config=config
+    ):
+        return False
+    t_ref, c_ref, light = ref
+    c_now = device.probe_clock_mhz()
+    latest = sampler.latest(gpu)
+    if latest is not None and latest.sm_mhz > 0:
+        c_now = min(c_now or latest.sm_mhz, latest.sm_mhz)
+    probe: dict[str, Any] = {"ref_s": t_ref, "ref_clock_mhz": c_ref, "clock_mhz": c_now}
+    probe["light"] = light
+    extra["state_probe"] = probe
+    down = c_now is not None and c_now <= c_ref * (1 - STATE_CLOCK_GAP)
+    back = light and c_now is not None and c_now >= c_ref * (1 - STATE_FREE_REL)
+    if not (down or back):
+        probe["free"] = False
+        return False
+    n = max(3, min(10, round(STATE_PROBE_S / max(t_ref, 1e-9))))
+    reps = device.reps(fn, n) if device.rep_batch > 1 else [device.rep(fn) for _ in range(n)]
+    t_now = stats.median([r.time_s for r in reps])
+    moved = t_now / t_ref - 1
+    probe.update(time_s=t_now, reps=n, moved=moved, free=abs(moved) <= STATE_FREE_REL)
+    return bool(probe["free"])
+
+
+def remember_state(
+    fn: Callable[[], Any],
+    device: Device,
+    m: Measurement,
+    gpu: int,
+    identity: Hashable,
+    facts: GpuFacts | None,
+    clock_mhz: float | None,
+    *,
+    ready: bool,
+    probed_free: bool,
+) -> None:
+    """Keep fn's reference from burst measurement `m` (its time, `clock_mhz`: its reps'
+    probed clock, and whether it is light) when it began on a GPU found ready (`ready`:
+    not held down) and nothing was skipped (`probed_free`: `state_free` let it start
+    without its wait)."""
+    if clock_mhz is None or not m.stats.n or not ready or probed_free:
+        return
+    limit = facts.power_limit_w if facts is not None else None
+    seen = [w.power_w_max for w in m.summary_windows if w.gpu == gpu]
+    power = seen[0] if seen else None
+    light = limit is not None and power is not None and power < STATE_LIGHT_FRAC * limit
+    memo.remember(fn, ("state", device.kind), (m.stats.median_s, clock_mhz, light), on=identity)
+
+
+__all__ = ["STATE_CLOCK_GAP", "STATE_FREE_REL", "remember_state", "state_free"]

@@ -45,9 +45,10 @@ CHUNK_S = 0.1  # GPUs at once on the simulator take turns at most this long
 # compared alone: the copy, the tiny kernel and the sustained matmul. Not the matmul's own
 # short reps: they run in the 100-300 ms the power cap takes to engage, so on GPUs that all
 # meet the cap they land either side of it (4 H100s sustaining 1.61-1.62 ms read 1.42-1.61
-# ms there one day, 1.60-1.64 and 1.44-1.63 ms the next); the sustained matmul is the fair comparison of a heavy kernel. All
-# at once only the sustained matmul (every kernel's short reps start together, in that
-# onset, where a few ms of start-up between GPUs moves them by percents)
+# ms there one day, 1.60-1.64 and 1.44-1.63 ms the next); the sustained matmul is the fair
+# comparison of a heavy kernel. All at once only the sustained matmul (every kernel's short
+# reps start together, in that onset, where a few ms of start-up between GPUs moves them by
+# percents)
 ALONE_KEYS = ("copy", "tiny", "sustained")
 REPS = {"heavy": 20, "copy": 40, "tiny": 200}
 PHASE_OVERHEAD_S = 0.6  # warm-ups and reps of one phase

@@ -9,7 +9,7 @@ account, and withdrawn with the record: `<uuid>.json` (0644) in `locks/` of the 
 of gpuenvd's socket (`/run/gpuenv/locks`, a directory of root's; GPUENV_SOCKET moves it,
 as it moves the socket). A notice is a courtesy: failing to post one never fails a lock.
 It is read only from a place of root's (or the reader's own) that no one else may write,
-and only a file of root's (or the reader's) is believed; root itself never reads one.
+and only a file of root's (or the reader's) is believed.
 """
 
 from __future__ import annotations
@@ -81,9 +81,7 @@ def read(uuid: str) -> tuple[Path, bytes] | None:
     """(where, the bytes of) the notice posted for GPU `uuid`, or None: none posted, or one
     in a place or a file that someone other than root or this account could have written."""
     name = _name(uuid)
-    if name is None or os.geteuid() == 0:
-        # root's own journal is the truth for root: its notice would only echo it, or
-        # outlive a journal that was lost, which must be seen as lost
+    if name is None:
         return None
     place = notice_dir()
     try:

@@ -8,6 +8,7 @@ says why not; `lock_status` is what 'gpuenv status' shows (owner, range, holds).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -121,9 +122,9 @@ def lock_status(
     uuid = backend.device_info(index).uuid
     entry = journal.get(uuid)
     if entry is None:
-        posted = _posted(uuid)
-        if posted is not None:
-            return _anothers(backend, index, posted)
+        other = anothers_lock(backend, index)
+        if other is not None:
+            return other
         pinned = looks_pinned(backend, index) if check_pinned else None
         return LockStatus(
             locked=None,
@@ -171,6 +172,10 @@ def _locked_range(backend: Backend, index: int, applied: Applied) -> tuple[int, 
 def anothers_lock(backend: Backend, index: int) -> LockStatus | None:
     """The lock root took on GPU `index` without gpuenvd, as its notice tells every
     account (`notice.py`); None where none is posted."""
+    if os.geteuid() == 0:
+        # root's own journal is the truth for root: its notice would only echo it, or
+        # outlive a journal that was lost, which must be seen as lost
+        return None
     posted = _posted(backend.device_info(index).uuid)
     return _anothers(backend, index, posted) if posted is not None else None
 

@@ -175,6 +175,26 @@ def test_real_tour_without_torch_reads_telemetry_and_says_how(
     assert "GpuIdle" in text and "gpuenv demo --sim" in text and "what gpuenv saw" not in text
 
 
+def test_the_demo_pauses_between_lines_only_on_a_terminal(monkeypatch) -> None:
+    # piped or captured (the README's command in a script, CI) it never sleeps; a person at
+    # a terminal gets its pauses
+    from gpuenv.cli import demo as demo_cli
+    from gpuenv.demo import tour
+
+    pauses: list[float] = []
+    monkeypatch.setattr(tour.time, "sleep", pauses.append)
+    result = CliRunner().invoke(cli, ["--sim", "demo"])  # CliRunner's output: no terminal
+    assert result.exit_code == 0, result.output
+    assert pauses == []
+
+    class Terminal:
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(demo_cli.sys, "stdout", Terminal())
+    assert demo_cli._pace(fast=False) == 0.3 and demo_cli._pace(fast=True) == 0.0
+
+
 def test_cli_sim_demo_prints_the_table() -> None:
     result = CliRunner().invoke(cli, ["--sim", "demo", "--fast"])
     assert result.exit_code == 0, result.output

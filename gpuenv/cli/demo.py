@@ -14,6 +14,7 @@ error during the tour); 130 interrupted (Ctrl-C). The rest: gpuenv.errors.EXIT_C
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -24,7 +25,11 @@ from gpuenv.errors import NvmlUnavailable
 
 @click.command("demo")
 @gpu_option()
-@click.option("--fast", is_flag=True, help="Do not pause between lines.")
+@click.option(
+    "--fast",
+    is_flag=True,
+    help="Do not pause between lines (it pauses only on a terminal: piped, it never does).",
+)
 @click.option(
     "--profile",
     default=None,
@@ -53,7 +58,7 @@ def demo(
     """
     from gpuenv.demo import REAL_LOAD_S, SIM_LOAD_S, real_tour, sim_tour
 
-    pace = 0.0 if fast else 0.3
+    pace = _pace(fast)
     obj = ctx.find_root().obj or {}
     use_sim = obj.get("backend_kind") == "sim" or (
         os.environ.get("GPUENV_BACKEND", "").strip().lower() == "sim"
@@ -96,3 +101,9 @@ def _check_sim_selector(gpu: str) -> None:
         select_gpus(sim, gpu)
     finally:
         sim.close()
+
+
+def _pace(fast: bool) -> float:
+    """Seconds between lines: for a person reading along at a terminal; output to a file or
+    a pipe (a script, CI) gets no pause."""
+    return 0.0 if fast or not sys.stdout.isatty() else 0.3

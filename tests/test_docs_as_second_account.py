@@ -184,6 +184,10 @@ def test_the_readmes_two_commands_run_as_a_second_account_on_a_fresh_clone(
             "LANG": "C.UTF-8",
             "USER": account.pw_name,
             "LOGNAME": account.pw_name,
+            # pip's own settings, as the runner has them; no bytecode compiled at install
+            # and no version check (seconds of each run, nothing the reader's commands test)
+            "PIP_NO_COMPILE": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
             **{k: v for k, v in os.environ.items() if k.startswith("PIP_")},
             # the page harness's isolation, not what a reader sets: this run's own simulated
             # machine, journal and (absent) gpuenvd, so that runs side by side do not meet

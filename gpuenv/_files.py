@@ -176,10 +176,12 @@ def write_all(fd: int, data: bytes, write: Callable[[int, Any], int] = os.write)
 
 
 def replace_at(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> None:
-    """Replace `name` in the directory `dir_fd` by `data`, whole (temp file + rename)."""
+    """Replace `name` in the directory `dir_fd` by `data`, whole (temp file + rename), with
+    exactly `mode`, whatever the umask (a file meant for every account stays readable)."""
     fd, tmp = create_temp(dir_fd, name, mode)
     try:
         try:
+            os.fchmod(fd, mode)
             write_all(fd, data)
         finally:
             os.close(fd)

@@ -19,7 +19,7 @@ import os
 import stat
 from pathlib import Path
 
-from gpuenv._files import create_temp, open_dir, read_open, write_all
+from gpuenv._files import open_dir, read_open, replace_at
 from gpuenv.daemon.auth import DEFAULT_SOCKET
 from gpuenv.errors import GpuenvError
 
@@ -49,17 +49,7 @@ def post(uuid: str, data: bytes) -> None:
     with contextlib.suppress(OSError, GpuenvError):
         dfd = open_dir(place, create=True, mode=0o755, what="the lock notices")
         try:
-            fd, tmp = create_temp(dfd, name)
-            try:
-                os.fchmod(fd, 0o644)  # whatever the umask: it is there to be read
-                write_all(fd, data)
-            finally:
-                os.close(fd)
-            try:
-                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            except OSError:
-                os.unlink(tmp, dir_fd=dfd)
-                raise
+            replace_at(dfd, name, data, mode=0o644)  # there to be read, whatever the umask
         finally:
             os.close(dfd)
 

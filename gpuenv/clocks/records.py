@@ -218,10 +218,14 @@ class Owner:
     def watchdog_alive(self) -> bool:
         return process_alive(self.watchdog_pid, self.watchdog_start)
 
+    @property
+    def since(self) -> str:
+        """When it took the lock, as a person reads it: '2026-11-22 10:00:03'."""
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))
+
     def describe(self) -> str:
         """'pid 4242 (alice: python bench.py, since 2026-11-22 10:00:03)'."""
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))
-        what = f"{self.user}: {self.command}, since {since}"
+        what = f"{self.user}: {self.command}, since {self.since}"
         if self.kind == "standing":
             return f"a standing lock ({what}; 'gpuenv restore' ends it)"
         if self.kind == "lease":

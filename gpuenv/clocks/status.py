@@ -9,7 +9,6 @@ says why not; `lock_status` is what 'gpuenv status' shows (owner, range, holds).
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 
 from gpuenv.backend import Backend
@@ -222,8 +221,7 @@ def _anothers(backend: Backend, index: int, entry: JournalEntry) -> LockStatus:
 
 def _anothers_owner(o: Owner) -> str:
     """ "root's standing lock (gpuenv lock --sm 1350, since 2026-11-27 15:50:50)"."""
-    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(o.started_at))
-    what = f"{o.command}, since {since}"
+    what = f"{o.command}, since {o.since}"
     if o.kind == "standing":
         return f"{o.user}'s standing lock ({what})"
     if o.kind == "lease":

@@ -65,8 +65,12 @@ def state_free(
     latest = sampler.latest(gpu)
     if latest is not None and latest.sm_mhz > 0:
         c_now = min(c_now or latest.sm_mhz, latest.sm_mhz)
-    probe: dict[str, Any] = {"ref_s": t_ref, "ref_clock_mhz": c_ref, "clock_mhz": c_now}
-    probe["light"] = light
+    probe: dict[str, Any] = {
+        "ref_s": t_ref,
+        "ref_clock_mhz": c_ref,
+        "clock_mhz": c_now,
+        "light": light,
+    }
     extra["state_probe"] = probe
     down = c_now is not None and c_now <= c_ref * (1 - STATE_CLOCK_GAP)
     back = light and c_now is not None and c_now >= c_ref * (1 - STATE_FREE_REL)

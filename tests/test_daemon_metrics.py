@@ -150,3 +150,64 @@ def test_a_host_alone_gets_the_default_port_which_is_not_dcgm_exporters() -> Non
     assert parse_config("[daemon]\nmetrics = 127.0.0.1\n").metrics == "127.0.0.1"
     # 9100-9999: the Prometheus wiki's exporter range, fully allocated (9400: dcgm-exporter)
     assert not 9100 <= DEFAULT_PORT <= 9999
+
+
+# -- the HTTP side under a flood (metrics_http.py) ------------------------------------------------
+
+
+def _scrape(port: int, method: str = "GET") -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+        c.sendall(f"{method} /metrics HTTP/1.0\r\n\r\n".encode())
+        data = b""
+        while chunk := c.recv(65536):
+            data += chunk
+    return data
+
+
+def test_a_scrape_flood_is_served_one_rendered_page_until_it_ages() -> None:
+    """Every scrape within SNAPSHOT_S is sent the bytes rendered once: 30 scrapes on a
+    stopped clock render the page once, and one more after SNAPSHOT_S renders it again."""
+    from gpuenv.daemon.metrics_http import SNAPSHOT_S, MetricsHTTP
+
+    now = [100.0]
+    renders: list[int] = []
+
+    def render() -> bytes:
+        renders.append(1)
+        return f"gpuenv_test {len(renders)}\n".encode()
+
+    http = MetricsHTTP("127.0.0.1", 0, render, clock=lambda: now[0])
+    try:
+        pages = {_scrape(http.port) for _ in range(30)}
+        assert len(renders) == 1 and len(pages) == 1
+        (page,) = pages
+        assert page.startswith(b"HTTP/1.1 200") and page.endswith(b"gpuenv_test 1\n")
+        head = _scrape(http.port, "HEAD")
+        assert page.startswith(head) and head.endswith(b"\r\n\r\n") and b"gpuenv_test" not in head
+        now[0] += SNAPSHOT_S
+        assert _scrape(http.port).endswith(b"gpuenv_test 2\n") and len(renders) == 2
+        assert http.served == 32
+    finally:
+        http.stop()
+
+
+def test_the_endpoint_takes_hundreds_of_scrapes_a_second_in_bounded_bursts() -> None:
+    """The accept pace lets a flood through at ACCEPTS_PER_S, at least 200 scrapes a second
+    (it was 50: a flood then got 54 a second), never more than a tenth of a second's worth
+    at once. A scrape asked every millisecond for a second of the pace's clock:"""
+    from gpuenv.daemon.metrics_http import ACCEPTS_PER_S, BURST_S, AcceptPace
+
+    now = [0.0]
+    pace = AcceptPace(ACCEPTS_PER_S, clock=lambda: now[0])
+    taken = 0
+    for _ in range(1000):
+        now[0] += 0.001
+        pace.refill()
+        taken += pace.take()
+    assert 200 <= taken <= ACCEPTS_PER_S * (1 + BURST_S)
+    now[0] += 60.0  # a quiet minute fills the bucket only to its size
+    pace.refill()
+    burst = 0
+    while pace.take():
+        burst += 1
+    assert burst == int(ACCEPTS_PER_S * BURST_S)

@@ -37,6 +37,7 @@ from gpuenv.clocks import (
 )
 from gpuenv.clocks import restore as clocks_restore
 from gpuenv.clocks.journal import Applied, Journal, Owner, process_start_time
+from gpuenv.clocks.locks import STATE_FRESH_S
 from gpuenv.daemon.auth import Authorizer, Peer
 from gpuenv.daemon.holds import (
     DAEMON_MARK,
@@ -75,7 +76,8 @@ class LeaseManager:
         self._leases: dict[str, Lease] = {}
         self._by_conn: dict[int, dict[str, Lease]] = {}
         self._peers: dict[int, tuple[float | None, str]] = {}  # conn -> (start, command)
-        self._plans: dict[tuple[LockRequest, tuple[int, ...]], LockPlan] = {}
+        # plans by request, with when each was made (the backend's clock): _plan
+        self._plans: dict[tuple[LockRequest, tuple[int, ...]], tuple[LockPlan, float]] = {}
         self._cond = threading.Condition()
         self._table = HoldTable(self._cond, clock)  # holds by GPU, and the queue
         self._pid = os.getpid()
@@ -224,20 +226,28 @@ class LeaseManager:
         return lease
 
     def _plan(self, request: LockRequest, gpus: list[int]) -> LockPlan:
-        """clocks.plan_lock, or the plan already made for this request while leases hold
+        """clocks.plan_lock, or the plan already made for this request: while leases hold
         every GPU it names, in its state (a sharer) or another (a request refused or
-        queued: under mixed load, most of them). Planning reads the GPU and the journal:
-        ~0.3 ms, most of what a shared lock or a refusal costs."""
+        queued: under mixed load, most of them), and for STATE_FRESH_S after it was made
+        whatever the GPUs' state (clients that lock and release in turn find the GPU free
+        each time). Planning reads the GPU and the journal: ~0.3 ms on an idle machine,
+        most of what a shared lock or a refusal costs. A reused plan is as safe as a fresh
+        one: what it validated and snapped does not change, and its read of the GPU's
+        state is journaled as the original only while under STATE_FRESH_S old and taken
+        with no lock held (clocks.locks._original reads the state again otherwise)."""
         key = (request, tuple(gpus))
+        now = self.backend.clock.now()
         with self._cond:
-            plan = self._plans.get(key)
-            if plan is not None and self._table.occupied(plan):
-                return plan
+            kept = self._plans.get(key)
+            if kept is not None:
+                plan, made = kept
+                if now - made < STATE_FRESH_S or self._table.occupied(plan):
+                    return plan
         plan = plan_lock(self.backend, request, gpus, journal=self.journal)
         with self._cond:
             if len(self._plans) >= 256:
                 self._plans.clear()
-            self._plans[key] = plan
+            self._plans[key] = (plan, now)
         return plan
 
     def _new_lease(

@@ -343,6 +343,46 @@ def test_clients_that_lock_and_release_a_free_gpu_in_turn_plan_once(
     assert h.truth(0) == h.original[0] and h.journal.entries() == []
 
 
+def test_a_grant_wakes_no_waiting_request_and_a_request_that_gives_up_wakes_them(
+    tmp_path: Path,
+) -> None:
+    """Requests waiting for their turn sleep on the lease manager's condition. Each grant
+    woke them all (notify_all as it left the queue): with 20 clients waiting in a batch,
+    each woke for every sharer granted before it, found itself still blocked and slept
+    again. A request it held up wants another state on one of its GPUs, which its lease
+    holds now: a grant wakes no one. A request that leaves the queue without a grant (it
+    gave up, or was refused) still wakes those behind it."""
+    from gpuenv.backend.sim import SimBackend
+    from gpuenv.clocks import make_request
+    from gpuenv.clocks.journal import Journal
+    from gpuenv.daemon.auth import Authorizer, parse_config
+    from gpuenv.daemon.leases import LeaseManager
+    from gpuenv.timebase import VirtualClock
+
+    clock = VirtualClock()
+    sim = SimBackend("h100", n_gpus=2, clock=clock)
+    auth = Authorizer(parse_config(CONFIG), [sim.device_info(i).uuid for i in (0, 1)])
+    leases = LeaseManager(sim, Journal(tmp_path / "journal"), auth, clock)
+    woken: list[int] = []
+    notify_all = leases._cond.notify_all
+
+    def counting() -> None:
+        woken.append(1)
+        notify_all()
+
+    leases._cond.notify_all = counting  # type: ignore[method-assign]
+    bob = leases.grant(BOB, 1, [0], make_request(1350))  # written: its GPU freed, a wake-up
+    woken.clear()
+    alice = leases.grant(ALICE, 2, [0], make_request(1350))  # shares: nothing written
+    assert alice.shared == (0,) and woken == []
+    with pytest.raises(LockConflict):  # waited 1 s on the daemon's clock, then gave up
+        leases.grant(ALICE, 3, [0], make_request(1500), wait=1.0)
+    assert woken == [1]
+    for lease, peer in ((alice, ALICE), (bob, BOB)):
+        leases.release(peer, lease.id)
+    assert sim.truth(0).locked_sm is None
+
+
 def _count_plans(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """The requests gpuenvd plans from now on (leases.plan_lock, counted)."""
     from gpuenv.daemon import leases as leases_mod

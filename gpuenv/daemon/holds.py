@@ -315,12 +315,19 @@ class HoldTable:
                 shared.append(hold.index)
             hold.add(lease)
         lease.shared = tuple(shared)
-        self.leave(me)
-
-    def leave(self, me: Waiter) -> None:
+        # Granted, it leaves the queue waking no one: a request it held up wants another
+        # state on one of its GPUs, which its lease now holds. (Waking every waiter on each
+        # grant cost a burst of wake-ups per lease when many waited: each woke, found
+        # itself still blocked, and slept again.)
         if me in self.queue:
             self.queue.remove(me)
-            self.cond.notify_all()  # those queued behind it may go now
+
+    def leave(self, me: Waiter) -> None:
+        """`me` leaves the queue without a grant (refused, timed out, gone): those queued
+        behind it may go now."""
+        if me in self.queue:
+            self.queue.remove(me)
+            self.cond.notify_all()
 
     def detach(self, lease: Lease) -> tuple[list[Lock], list[int]]:
         """The lease ends (none of its GPUs changing: the caller waited for `still`): the

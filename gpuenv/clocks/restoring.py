@@ -127,8 +127,15 @@ def _owned_entries(
 ) -> list[JournalEntry]:
     """The records `token` holds: from the journal, else (a damaged record, a directory
     that cannot be read) the lock's own copy of what it wrote. A record that is gone
-    was restored from outside ('gpuenv restore --all'): nothing is left to do there."""
+    was restored from outside ('gpuenv restore --all'): nothing is left to do there.
+
+    A lock's token is in the records of its own GPUs only (it writes no other), so with
+    `known` only those are read: a release under the journal's lock no longer lists the
+    directory and reads every GPU's record (gpuenvd's releases, one GPU at a time, read
+    all of them each time). Without `known` (the watchdog, a standing lease), all are."""
     mine = {e.uuid: e for e in known}
+    if mine:
+        return [e for e in (_own_record(journal, token, m, errors) for m in known) if e]
     try:
         good, damaged = journal.scan()
     except GpuenvError as err:  # the directory cannot be read: restore from memory
@@ -137,6 +144,22 @@ def _owned_entries(
     return [e for e in good if e.owner(token) is not None] + [
         mine[d.uuid] for d in damaged if d.uuid in mine
     ]
+
+
+def _own_record(
+    journal: Journal, token: str, mine: JournalEntry, errors: list[GpuenvError]
+) -> JournalEntry | None:
+    """The journal's record of `mine`'s GPU while `token` holds it; `mine` itself when the
+    record is damaged or cannot be read (as `_owned_entries` says); None when it is gone
+    or another owner's now."""
+    try:
+        entry = journal.get(mine.uuid)
+    except JournalDamaged:
+        return mine
+    except GpuenvError as err:  # the directory cannot be read: restore from memory
+        errors.append(err)
+        return mine
+    return entry if entry is not None and entry.owner(token) is not None else None
 
 
 def _journal_step(errors: list[GpuenvError], step: Any, arg: Any) -> None:

@@ -119,3 +119,31 @@ def test_restore_restores_stale_and_standing_but_not_live_locks(
     assert all_settings(sim) == before
     assert restore(backend=sim, journal=journal) == []  # idempotent
     assert live.release() == []  # it was restored from outside: nothing left to do
+
+
+# -- what a release reads ----------------------------------------------------------------------
+
+
+def test_a_release_reads_only_its_own_gpus_records(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock's owner token is in the records of its own GPUs only: its release reads
+    those, under the journal's lock, and neither lists the state directory nor reads the
+    other GPUs' records (gpuenvd releases one GPU at a time, with every GPU's record on
+    disk: each release read them all). The other GPU's lock is left as it is."""
+    sim = SimBackend("h100", n_gpus=2, clock=VirtualClock())
+    uuids = [sim.device_info(i).uuid for i in (0, 1)]
+    before = settings(sim)
+    other = lock(1500, gpus=[1], backend=sim, journal=journal, supervise=False)
+    mine = lock(1350, gpus=[0], backend=sim, journal=journal, supervise=False)
+    read: list[str] = []
+    listed: list[int] = []
+    lookup, list_uuids = Journal.lookup, Journal.uuids
+    monkeypatch.setattr(Journal, "lookup", lambda j, u: read.append(u) or lookup(j, u))
+    monkeypatch.setattr(Journal, "uuids", lambda j: listed.append(1) or list_uuids(j))
+    mine.release()
+    assert read == [uuids[0]] and listed == []
+    assert sim.truth(0).locked_sm is None and sim.truth(1).locked_sm == (1500, 1500)
+    assert [e.uuid for e in journal.entries()] == [uuids[1]]
+    other.release()
+    assert settings(sim) == before and journal.entries() == []

@@ -52,6 +52,7 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from gpuenv.backend.sim import SimBackend
 from gpuenv.clocks.journal import Journal
+from gpuenv.clocks.request import LockRequest
 from gpuenv.daemon.auth import Authorizer, Peer, parse_config
 from gpuenv.daemon.leases import LeaseManager
 from gpuenv.errors import LockConflict
@@ -61,10 +62,10 @@ auth = Authorizer(parse_config("[lock]\\nuser:alice = all\\n"), [sim.device_info
 m = LeaseManager(sim, Journal(tmp / "j"), auth)
 me = Peer(pid=os.getpid(), uid=50001, gid=50001, user="alice", groups=frozenset({"alice"}))
 def cycle(sm):
-    m.release(me, m.grant(me, 1, [0], sm=sm).id)
+    m.release(me, m.grant(me, 1, [0], LockRequest(sm=sm)).id)
 def refuse():
     try:
-        m.grant(me, 2, [0], sm=1500)
+        m.grant(me, 2, [0], LockRequest(sm=1500))
     except LockConflict:
         pass
 def per_op_ms(fn, n):
@@ -76,7 +77,7 @@ def per_op_ms(fn, n):
     return (time.perf_counter() - t) / n * 1e3
 states = itertools.cycle((1350, 1500))
 out = {"change": per_op_ms(lambda: cycle(next(states)), 200)}
-held = m.grant(me, 1, [0], sm=1350)
+held = m.grant(me, 1, [0], LockRequest(sm=1350))
 out["share"] = per_op_ms(lambda: cycle(1350), 1000)
 out["refusal"] = per_op_ms(refuse, 1000)
 print(json.dumps(out))

@@ -9,11 +9,13 @@
 A gpuenvd on a socket in a temp dir (GPUENV_BACKEND=sim, 2 simulated GPUs, metrics on
 127.0.0.1). Three clients lock SM 1350 MHz and release in a loop, each on a new connection:
 one on GPUs 0 and 1, one on 0, one on 1 (one state, so a grant often shares one GPU while
-it writes the other, where the race of issue 31 was). --scrapers threads fetch /metrics in
-a loop meanwhile. The lease time is a lock and a release with the connection around them;
-the same clients run once with no scraper first (quiet). The load is
-tests/daemon_harness.stress; tests/test_daemon_race.py runs a smaller one and asserts only
-that nothing fails, never a time.
+it writes the other, where the race of issue 31 was). --scrapers processes fetch /metrics
+in a loop meanwhile (processes of their own: as threads of the process that times the
+leases, they took its GIL from the lockers, and the lease times counted it). The lease
+time is a lock and a release with the connection around them; the same clients run once
+with no scraper first (quiet). The load is tests/daemon_harness.stress;
+tests/test_daemon_race.py runs a smaller one and asserts only that nothing fails, never a
+time.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def pct(values: list[float], q: float) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cycles", type=int, default=300, help="lock/release cycles per client")
-    parser.add_argument("--scrapers", type=int, default=4, help="threads fetching /metrics")
+    parser.add_argument("--scrapers", type=int, default=4, help="processes fetching /metrics")
     add_tree_argument(parser)
 
 
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"\n{name}: {err}")
     print(
         f"\n{len(LOCKERS)} clients (GPUs 0,1 / 0 / 1, SM 1350 MHz), {args.cycles} cycles each, "
-        f"{args.scrapers} scraper threads; quiet: {max(args.cycles // 5, 10)} cycles each with "
+        f"{args.scrapers} scraper processes; quiet: {max(args.cycles // 5, 10)} cycles each with "
         "no scraper; 2 simulated H100s"
     )
     return 1 if failures else 0

@@ -495,6 +495,30 @@ class StressResult:
         self.failed: list[str] = []  # any other failure of a lock or release
 
 
+# Scrape /metrics in a loop from a line on stdin until SIGTERM; say "ready" once started,
+# then how many were answered 200. A process of its own: as threads of the process that
+# times the leases, a flood of hundreds of scrapes a second took that process's GIL from
+# the lockers, and the lease times measured it.
+SCRAPE_LOOP = r"""
+import signal, socket, sys
+port, ok, stop = int(sys.argv[1]), 0, []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+print("ready", flush=True)
+sys.stdin.readline()
+while not stop:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+            c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            data = b""
+            while chunk := c.recv(65536):
+                data += chunk
+    except OSError:
+        continue
+    ok += data.startswith((b"HTTP/1.1 200", b"HTTP/1.0 200"))
+print(ok, flush=True)
+"""
+
+
 def stress(
     sock: str,
     port: int,
@@ -503,16 +527,15 @@ def stress(
     scrapers: int,
     lockers: tuple[tuple[int, ...], ...] = ((0, 1), (0,)),
 ) -> StressResult:
-    """Scrape the metrics endpoint from `scrapers` threads while each of `lockers` (the GPUs
-    one client asks for) locks SM 1350 MHz and releases, `cycles` times, on a new connection
-    each time. Returns what happened; asserts nothing."""
+    """Scrape the metrics endpoint from `scrapers` processes while each of `lockers` (the
+    GPUs one client asks for) locks SM 1350 MHz and releases, `cycles` times, on a new
+    connection each time. Returns what happened; asserts nothing."""
     import threading
 
     from gpuenv.daemon.client import Client
     from gpuenv.errors import GpuenvError
 
     out = StressResult()
-    done = threading.Event()
     mutex = threading.Lock()
 
     def locker(gpus: tuple[int, ...]) -> None:
@@ -534,29 +557,37 @@ def stress(
                 out.cycles += 1
                 out.lease_s.append(time.perf_counter() - t0)
 
-    def scraper() -> None:
-        while not done.is_set():
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
-                    c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
-                    data = b""
-                    while chunk := c.recv(65536):
-                        data += chunk
-            except OSError:
-                continue
-            if data.startswith((b"HTTP/1.1 200", b"HTTP/1.0 200")):
-                with mutex:
-                    out.scrapes += 1
-
-    scraping = [threading.Thread(target=scraper, daemon=True) for _ in range(scrapers)]
-    locking = [threading.Thread(target=locker, args=(g,), daemon=True) for g in lockers]
-    t0 = time.perf_counter()
-    for t in scraping + locking:
-        t.start()
-    for t in locking:
-        t.join()
-    done.set()
-    for t in scraping:
-        t.join()
-    out.scrape_s = time.perf_counter() - t0
+    scraping = [
+        subprocess.Popen(
+            [sys.executable, "-c", SCRAPE_LOOP, str(port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(scrapers)
+    ]
+    try:
+        for proc in scraping:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        locking = [threading.Thread(target=locker, args=(g,), daemon=True) for g in lockers]
+        t0 = time.perf_counter()
+        for proc in scraping:  # all at once: the rate is counted from here
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        for t in locking:
+            t.start()
+        for t in locking:
+            t.join()
+        out.scrape_s = time.perf_counter() - t0
+        for proc in scraping:
+            proc.terminate()
+        for proc in scraping:
+            answered, _ = proc.communicate(timeout=30)  # (closes its stdin)
+            out.scrapes += int(answered.split()[-1])
+    finally:
+        for proc in scraping:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return out

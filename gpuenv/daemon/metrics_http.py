@@ -34,7 +34,7 @@ from collections.abc import Callable
 log = logging.getLogger("gpuenv.daemon")
 
 MAX_CONNECTIONS = 32
-ACCEPTS_PER_S = 400.0
+ACCEPTS_PER_S = 250.0
 BURST_S = 0.1  # the bucket holds this many seconds' worth of accepts
 DEADLINE_S = 5.0
 SNAPSHOT_S = 1.0

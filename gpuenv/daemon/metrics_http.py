@@ -14,8 +14,10 @@ under the GIL (lease p99 17 -> 194 ms). Here:
   - at most ACCEPTS_PER_S connections are taken a second, at most a tenth of a second's
     worth at once (`AcceptPace`): a scrape flood waits in the kernel's queue instead of
     taking the GIL from the lease threads. A scrape costs this thread ~0.1-0.15 ms (accept,
-    read, one send, close), so ACCEPTS_PER_S scrapes a second take ~5% of a core; at 50 a
-    second, the limit before, a flood was served 50 scrapes a second whatever it cost;
+    read, one send, close), so ACCEPTS_PER_S scrapes a second take ~3% of a core (at 50 a
+    second, the limit before, a flood was served 50 a second however little each cost; at
+    400, on a 2-core machine, what the scrapers and the kernel spent doubled the lease
+    round trip's median);
   - the answer (header and exposition) is rebuilt at most once per SNAPSHOT_S; every scrape
     in between is sent the same bytes, at once from the read that completes its request
     (Prometheus scrapes every 15-60 s: a second-old value is fresh).

@@ -25,6 +25,7 @@ from typing import IO, Any, TypeVar, overload
 from gpuenv._files import naming
 from gpuenv._records import JsonRecord, fields, from_dict, json_default, to_dict
 from gpuenv.errors import ConfigError, FileError
+from gpuenv.phases import BurstSchedule, Conditioning, FirstBurst, Warmup
 from gpuenv.telemetry import Window
 from gpuenv.units import fmt_s
 from gpuenv.verdict import VERDICTS as VERDICTS  # its old home: gpuenv.results.VERDICTS
@@ -99,7 +100,12 @@ class Measurement(JsonRecord):
         gpus: the GPUs it was measured on.
         timer: what timed the reps: "host" (monotonic clock), "cuda_events", ...
         started_at: when it began, seconds since the epoch.
-        extra: the harness's settings and facts (warmup, L2 flush, CI, clocks, ...).
+        extra: the harness's settings and facts (L2 flush, CI, clocks, ...), the
+            records below included, under the keys files hold them in.
+
+    What bench did before and around the reps, as records (gpuenv.phases), each None
+    where the measurement holds none: `warmup`, `first_burst` (the wait before the first
+    burst), `bursts` (the burst schedule), `precondition` (condition "sustained").
     """
 
     name: str
@@ -131,6 +137,31 @@ class Measurement(JsonRecord):
         rejected = tuple(sorted(set(rejected_reps)))
         kept = [t for i, t in enumerate(times) if i not in rejected]
         return cls(name=name, times_s=times, stats=Stats.of(kept), rejected_reps=rejected, **kwargs)
+
+    @property
+    def _extra(self) -> Mapping[str, Any]:
+        extra = self.extra
+        return extra if isinstance(extra, Mapping) else {}  # a file may hold junk
+
+    @property
+    def warmup(self) -> Warmup | None:
+        """bench's warmup: reps, seconds, whether it settled."""
+        return Warmup.from_extra(self._extra)
+
+    @property
+    def first_burst(self) -> FirstBurst | None:
+        """How the first burst began (condition "burst"): the wait, the state probe."""
+        return FirstBurst.from_extra(self._extra)
+
+    @property
+    def bursts(self) -> BurstSchedule | None:
+        """What the burst schedule did (`BurstSchedule(rests=0)` in another condition)."""
+        return BurstSchedule.from_extra(self._extra)
+
+    @property
+    def precondition(self) -> Conditioning | None:
+        """What the sustained precondition did (condition "sustained")."""
+        return Conditioning.from_extra(self._extra)
 
     @property
     def telemetry(self) -> Window | None:

@@ -98,3 +98,21 @@ def warm_sim(sim):
     sim.open_context(0)
     sim.idle(10.0)
     return sim
+
+
+# One one-node Slurm for the session (tests/test_slurm.py): its job past its 1-minute time
+# limit is started with the first Slurm test and ends while tests/test_slurm_nodes.py runs;
+# tests/test_slurm_timelimit.py, the last Slurm module by name, judges it and stops the
+# cluster. Judged in its own module, the limit cost ~45 s of waiting a run.
+@pytest.fixture(scope="session")
+def slurm_one() -> Iterator[object]:
+    from slurm_harness import started
+
+    yield from started("a one-node Slurm")
+
+
+@pytest.fixture(scope="session")
+def timed_out(slurm_one: object) -> dict[str, object]:
+    from slurm_harness import job_past_its_limit
+
+    return job_past_its_limit(slurm_one)  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from gpuenv.clocks.journal import Journal
 from gpuenv.daemon.auth import Peer, parse_config
 from gpuenv.daemon.client import Client
 from gpuenv.daemon.server import Server
+from gpuenv.timebase import Clock
 
 ME = os.getpid()
 ALICE = Peer(pid=ME, uid=50001, gid=50001, user="alice", groups=frozenset({"alice", "bench"}))
@@ -38,10 +39,19 @@ users = ops
 
 
 class Harness:
-    def __init__(self, tmp: Path, config: str = CONFIG, n_gpus: int = 2, profile: str = "h100"):
+    def __init__(
+        self,
+        tmp: Path,
+        config: str = CONFIG,
+        n_gpus: int = 2,
+        profile: str = "h100",
+        clock: Clock | None = None,
+    ):
+        """`clock`: the simulated GPU's and so the daemon's (a VirtualClock: its waits and
+        kept turns in virtual time, moved by the test; default: real time)."""
         self.tmp = tmp
         self.sock = str(tmp / "gpuenvd.sock")
-        self.backend = SimBackend(profile, n_gpus=n_gpus, state_file=tmp / "sim.json")
+        self.backend = SimBackend(profile, n_gpus=n_gpus, state_file=tmp / "sim.json", clock=clock)
         self.journal = Journal(tmp / "journal")
         self.queue: list[Peer] = []
         cfg = parse_config(config).with_socket(self.sock)

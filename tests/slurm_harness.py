@@ -505,3 +505,45 @@ def started(what: str, **kwargs: Any) -> Iterator[SlurmCluster]:
     yield cluster
     cluster.close()
     shutil.rmtree(cluster.dir, ignore_errors=True)
+
+
+# -- the one-node cluster's jobs (tests/test_slurm.py, tests/test_slurm_timelimit.py) -------
+
+# the job prints its GPUs and what `gpuenv status` says, then marks that it is running
+SHOW = 'echo "GPUS=$SLURM_JOB_GPUS"; "$GPUENV" status -i "$SLURM_JOB_GPUS"; echo READY; '
+
+
+def job_gpus(slurm: SlurmCluster, jobid: str) -> list[int]:
+    found = re.search(r"GPUS=([0-9,]+)", slurm.wait_output(jobid, "GPUS="))
+    assert found, slurm.output(jobid)
+    return [int(g) for g in found.group(1).split(",")]
+
+
+def assert_locked_in_job(slurm: SlurmCluster, jobid: str, sm: int) -> list[int]:
+    """The job saw its GPUs locked at `sm` by the prolog (through gpuenvd), and they are now."""
+    out = slurm.wait_output(jobid, "READY")
+    gpus = job_gpus(slurm, jobid)
+    for g in gpus:
+        assert f"GPU {g}: locked (SM {sm} MHz)" in out and "via gpuenvd" in out, out
+        assert slurm.gpuenvd.truth(g)[0] == (sm, sm)
+    return gpus
+
+
+def assert_as_before(slurm: SlurmCluster, gpus: list[int]) -> None:
+    from gpuenv.daemon.client import Client
+
+    for g in gpus:
+        assert slurm.gpuenvd.truth(g) == slurm.gpuenvd.original[g], (g, slurm.logs())
+    with Client(slurm.gpuenvd.socket) as c:
+        held = [lease for lease in c.status()["leases"] if set(lease["gpus"]) & set(gpus)]
+    assert held == []
+
+
+def job_past_its_limit(slurm: SlurmCluster) -> dict[str, object]:
+    """A job on one GPU that outlives its 1-minute limit (slurmctld ends it on its 30 s check,
+    ~60-90 s after it started): started early, judged last."""
+    jobid = slurm.sbatch(
+        SHOW + "sleep 300", "--gres=gpu:1", "--time=1", "--comment", "gpuenv:sm=1410"
+    )
+    gpus = assert_locked_in_job(slurm, jobid, 1410)
+    return {"job": jobid, "gpus": gpus, "t0": time.monotonic()}

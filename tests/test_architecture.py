@@ -67,6 +67,7 @@ LAYERS = (
         "gpuenv.verdict",
         "gpuenv.stats",
         "gpuenv.results",
+        "gpuenv.phases",
         "gpuenv.environment",
         "gpuenv.seams",
     ),

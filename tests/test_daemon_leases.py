@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from server_harness import ALICE, BOB, CONFIG, EVE, ME, OPS, Harness, h, wait_for
+from server_harness import ALICE, BOB, CONFIG, EVE, ME, OPS, Harness, h, serving, wait_for
 
 from gpuenv.clocks.journal import process_start_time
 from gpuenv.daemon import holds
 from gpuenv.errors import LockConflict, PermissionDenied
+from gpuenv.timebase import VirtualClock
 
 __all__ = ["h"]  # the fixture, imported
 
@@ -270,13 +271,20 @@ def test_an_idle_connection_is_closed_and_one_holding_a_lease_is_not(tmp_path: P
 
 
 def test_two_clocks_asked_for_in_turn_without_waiting_do_not_refuse_each_other_for_ever(
-    h: Harness, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A refusal by a kept turn alone keeps no turn: before, each refused request kept a
     turn that refused the next request of the other clock, asked for after its own clock's
     turn had run out, with the GPU free throughout (found by benchmarks/daemon.py: 14 of 20
-    client-kill trials refused after its load phase)."""
+    client-kill trials refused after its load phase). The daemon runs on virtual time: no
+    request waits, so only the test moves its clock (the pauses take no real time)."""
     monkeypatch.setattr(holds, "TURN_KEPT_S", 0.5)
+    clock = VirtualClock()
+    with serving(tmp_path, clock=clock) as h:
+        _ask_in_turn(h, clock)
+
+
+def _ask_in_turn(h: Harness, clock: VirtualClock) -> None:
     a, b = h.client(ALICE), h.client(BOB)
     held = b.lock(sm=1350, gpus=[0])
     with pytest.raises(LockConflict):
@@ -284,7 +292,7 @@ def test_two_clocks_asked_for_in_turn_without_waiting_do_not_refuse_each_other_f
     held.release()
     outcomes = []
     for k in range(6):  # 1350, 1500, ... each 0.3 s after the last: inside the other's turn
-        time.sleep(0.3)
+        clock.sleep(0.3)
         sm = 1350 if k % 2 == 0 else 1500
         try:
             (b if sm == 1350 else a).lock(sm=sm, gpus=[0]).release()
@@ -292,6 +300,9 @@ def test_two_clocks_asked_for_in_turn_without_waiting_do_not_refuse_each_other_f
         except LockConflict:
             outcomes.append("refused")
     assert "granted" in outcomes, f"the free GPU was refused to both clocks in turn: {outcomes}"
+    # on virtual time the turns fall the same way every run: bob's first 1350 inside the
+    # turn alice's refusal kept for 1500, then each clock in turn on the free GPU
+    assert outcomes == ["refused"] + ["granted"] * 5
     for client in (a, b):
         client.close()
     assert wait_for(lambda: h.truth(0) == h.original[0])

@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,41 @@ def test_an_epilog_run_twice_on_a_node_with_an_admins_power_limit_does_not_drain
         assert "power limit 650 W (default 700 W)" in again.stderr  # said, and left as it is
         assert [backend.truth(i).power_limit_w for i in range(2)] == before
         assert backend.truth(0).locked_sm is None and backend.truth(1).locked_sm is None
+    finally:
+        backend.close()
+
+
+def test_a_late_epilog_and_the_next_jobs_prolog_take_turns(env: dict[str, str]) -> None:
+    """slurmd killed mid-job and started again may run the lost job's epilog late, while the
+    next job's prolog on the same GPUs puts them back from the same record (seen in CI: the
+    epilog's restore met the prolog's and exited 1, and Slurm drained the node). Here the
+    epilog's restore is slowed so that the prolog starts inside it: one waits for the other,
+    both exit 0, and the next job keeps the lock it asked for."""
+    slow = Path(env["GPUENV"]).with_name("gpuenv-slow")
+    slow.write_text(f'#!/bin/sh\n[ "$1" = restore ] && sleep 1.5\nexec {env["GPUENV"]} "$@"\n')
+    slow.chmod(0o755)
+    backend = sim(env)
+    try:
+        before = [backend.truth(i) for i in range(2)]
+        assert run(PROLOG, env, SLURM_JOB_COMMENT="gpuenv:sm=1410").returncode == 0
+        late = subprocess.Popen(
+            ["bash", str(EPILOG)],
+            env={**env, "GPUENV": str(slow)},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(0.7)  # the epilog has seen job 4242's record and is in its restore
+        nxt = run(PROLOG, env, SLURM_JOB_ID="4243", SLURM_JOB_COMMENT="gpuenv:sm=1350")
+        _, err = late.communicate(timeout=60)
+        assert late.returncode == 0, err
+        assert nxt.returncode == 0, nxt.stderr
+        assert [backend.truth(i).locked_sm for i in range(2)] == [(1350, 1350)] * 2
+        state = Path(env["GPUENV_SLURM_STATE"])
+        assert not (state / "job-4242.gpus").exists() and (state / "job-4243.gpus").exists()
+        assert run(EPILOG, env, SLURM_JOB_ID="4243").returncode == 0
+        for i in range(2):
+            t, b = backend.truth(i), before[i]
+            assert (t.locked_sm, t.power_limit_w) == (b.locked_sm, b.power_limit_w)
     finally:
         backend.close()
 

@@ -1,5 +1,6 @@
 """The joints between the doors are typed: renaming a member the harness uses on the
-session, the sampler or a held lock is a mypy error, not a probe that silently stops.
+session, the sampler or a held lock is a mypy error, not a probe that silently stops; and
+a word of a vocabulary (a finding kind, a verdict) misspelt where it is used is one too.
 
 mypy checks `gpuenv/` as a whole in CI; here it checks copies of the modules that
 implement a joint with one member renamed, beside unchanged copies (the control): the
@@ -80,6 +81,47 @@ def test_renaming_what_the_harness_reads_of_a_device_fails_mypy(tmp_path):
     out = _mypy(control, renamed)
     assert control.name not in out, out
     assert re.search(rf"{renamed.name}:\d+: error: .*Device", out), out
+
+
+VOCABULARY_USE = """\
+from gpuenv.results import Measurement
+from gpuenv.verdict import Finding
+
+
+def capped(m: Measurement) -> list[Finding]:
+    if m.verdict == "rejected":  # verdict compared
+        return []
+    found = [f for f in m.findings if f.kind == "power_cap"]  # kind compared
+    return [*found, Finding("thermal", "warning", (0,), "hot")]  # kind made
+"""
+
+
+@pytest.mark.slow
+def test_a_misspelt_word_of_a_vocabulary_fails_mypy_where_it_is_used(tmp_path):
+    # finding kinds and verdicts are Literal types (gpuenv/verdict/records.py): outside
+    # the strict core too, a typo where one is made or compared is an error, not a new
+    # kind nobody reports or a branch never taken
+    control = tmp_path / "vocabulary_as_is.py"
+    control.write_text(VOCABULARY_USE)
+    typo = tmp_path / "vocabulary_misspelt.py"
+    text = VOCABULARY_USE
+    for word, wrong in (
+        ("rejected", "rejectd"),
+        ("power_cap", "powr_cap"),
+        ("thermal", "thermall"),
+    ):
+        text = text.replace(f'"{word}"', f'"{wrong}"')
+    typo.write_text(text)
+    out = _mypy(control, typo)
+    assert control.name not in out, out
+    lines = text.splitlines()
+    for where, code in (
+        ("verdict compared", "comparison-overlap"),
+        ("kind compared", "comparison-overlap"),
+        ("kind made", "arg-type"),
+    ):
+        n = next(i for i, line in enumerate(lines, 1) if line.endswith(f"# {where}"))
+        assert re.search(rf"{typo.name}:{n}: error: .*\[{code}\]", out), (where, out)
 
 
 def test_the_joints_are_protocols_in_the_layers_below_their_users():

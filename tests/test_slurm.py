@@ -3,60 +3,38 @@ slurmd (tests/slurm_harness.py): a job that asks is locked through gpuenvd and s
 whatever ends the job (its end, scancel, its time limit, slurmd killed and restarted) leaves
 every GPU as it was.
 
-One cluster for the module (start-up ~1.5 s, the first job waits ~3 s for a scheduling pass).
-A job past its time limit is killed only on slurmctld's 30 s check, ~60-90 s after it
-started: that job runs on one GPU beside the other tests and is judged last.
+One cluster (start-up ~1.5 s, the first job waits ~3 s for a scheduling pass), the session's
+(tests/conftest.py's `slurm_one`). A job past its time limit is killed only on slurmctld's 30 s
+check, ~60-90 s after it started: that job (`timed_out`) runs on one GPU beside these tests
+and tests/test_slurm_nodes.py's, and tests/test_slurm_timelimit.py judges it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_harness import NODE, SlurmCluster, started, unavailable
+from slurm_harness import (
+    SHOW,
+    SlurmCluster,
+    assert_as_before,
+    assert_locked_in_job,
+    unavailable,
+)
 
 from gpuenv.daemon.client import Client
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
-# the job prints its GPUs and what `gpuenv status` says, then marks that it is running
-SHOW = 'echo "GPUS=$SLURM_JOB_GPUS"; "$GPUENV" status -i "$SLURM_JOB_GPUS"; echo READY; '
-
 
 @pytest.fixture(scope="module")
-def slurm() -> Iterator[SlurmCluster]:
-    yield from started("a one-node Slurm")
-
-
-def job_gpus(slurm: SlurmCluster, jobid: str) -> list[int]:
-    found = re.search(r"GPUS=([0-9,]+)", slurm.wait_output(jobid, "GPUS="))
-    assert found, slurm.output(jobid)
-    return [int(g) for g in found.group(1).split(",")]
-
-
-def assert_locked_in_job(slurm: SlurmCluster, jobid: str, sm: int) -> list[int]:
-    """The job saw its GPUs locked at `sm` by the prolog (through gpuenvd), and they are now."""
-    out = slurm.wait_output(jobid, "READY")
-    gpus = job_gpus(slurm, jobid)
-    for g in gpus:
-        assert f"GPU {g}: locked (SM {sm} MHz)" in out and "via gpuenvd" in out, out
-        assert slurm.gpuenvd.truth(g)[0] == (sm, sm)
-    return gpus
-
-
-def assert_as_before(slurm: SlurmCluster, gpus: list[int]) -> None:
-    for g in gpus:
-        assert slurm.gpuenvd.truth(g) == slurm.gpuenvd.original[g], (g, slurm.logs())
-    with Client(slurm.gpuenvd.socket) as c:
-        held = [lease for lease in c.status()["leases"] if set(lease["gpus"]) & set(gpus)]
-    assert held == []
+def slurm(slurm_one: SlurmCluster) -> SlurmCluster:
+    return slurm_one  # the session's (tests/conftest.py), for the job past its time limit
 
 
 def test_a_job_that_asks_is_locked_sees_it_and_is_restored_exactly(slurm: SlurmCluster) -> None:
@@ -184,16 +162,6 @@ def test_a_rank_that_dies_does_not_hang_the_summary(slurm: SlurmCluster, tmp_pat
     assert len(runs) >= 1 and runs[0]["metadata"]["job"]["rank"] == "0"
 
 
-@pytest.fixture(scope="module")
-def timed_out(slurm: SlurmCluster) -> dict[str, object]:
-    """A job on one GPU that outlives its 1-minute limit; started early, judged last."""
-    jobid = slurm.sbatch(
-        SHOW + "sleep 300", "--gres=gpu:1", "--time=1", "--comment", "gpuenv:sm=1410"
-    )
-    gpus = assert_locked_in_job(slurm, jobid, 1410)
-    return {"job": jobid, "gpus": gpus, "t0": time.monotonic()}
-
-
 def test_a_job_past_its_time_limit_starts_locked(timed_out: dict[str, object]) -> None:
     assert timed_out["gpus"] in ([0], [1])
 
@@ -293,12 +261,3 @@ def test_strict_mode_drains_the_node_and_never_runs_the_job_unlocked(
         slurm.set_scripts(PROLOG, EPILOG)
         slurm.resume()
     assert_as_before(slurm, free)
-
-
-def test_the_job_past_its_time_limit_is_restored(
-    slurm: SlurmCluster, timed_out: dict[str, object]
-) -> None:
-    jobid = str(timed_out["job"])
-    assert slurm.wait_done(jobid, timeout=120) == "TIMEOUT"
-    assert_as_before(slurm, list(timed_out["gpus"]))  # type: ignore[call-overload]
-    assert NODE in slurm.job(jobid).get("NodeList", "")

@@ -108,18 +108,33 @@ def release_owner(
             try:
                 if index is None:
                     raise _gone(entry)
+                kept = _kept_why(journal, entry.uuid)
                 restore_entry(backend, index, entry)
             except GpuenvError as err:
                 errors.append(err)
                 continue
             _journal_step(journal_errors, journal.remove, entry.uuid)
-            done.append(f"{entry.name}: restored")
+            done.append(f"{entry.name}: restored{_from_kept(kept)}")
             pause_for_test("mid_release")
     if errors:
         raise errors[0]
     if journal_errors:
         raise JournalNotUpdated(done, journal_errors)
     return done
+
+
+def _kept_why(journal: Journal, uuid: str) -> str | None:
+    """Why the record restored is the original kept at lock time (both copies damaged or
+    deleted), or None: said with the restore, by the watchdog too, so that a damaged journal
+    does not pass unseen."""
+    try:
+        return journal.lookup(uuid).kept
+    except GpuenvError:  # a damaged record that `known` (the lock's own copy) stands in for
+        return None
+
+
+def _from_kept(kept: str | None) -> str:
+    return "" if kept is None else f" ({kept}; put back from the copy kept at lock time)"
 
 
 def _owned_entries(
@@ -351,7 +366,7 @@ class RestoreItem:
     def describe(self) -> str:
         what = f"{self.entry.name}: {describe_restore(self.entry)}"
         if self.kept is not None:
-            what = f"{what} ({self.kept}; put back from the copy kept at lock time)"
+            what = f"{what}{_from_kept(self.kept)}"
         return what if self.blocked_by is None else f"{what}: held by {self.blocked_by}"
 
 

@@ -31,8 +31,9 @@ from gpuenv.conditioning.burst import (
     wait_until_ready,
 )
 from gpuenv.conditioning.config import CONDITIONS, DEFAULT, Condition, ConditionConfig
-from gpuenv.conditioning.sustained import Conditioning, fit_slope, precondition, residual
+from gpuenv.conditioning.sustained import fit_slope, precondition, residual
 from gpuenv.conditioning.temperature import Sensitivity
+from gpuenv.phases import Conditioning
 
 __all__ = [
     "CONDITIONS",

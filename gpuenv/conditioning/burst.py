@@ -7,11 +7,11 @@ import functools
 import math
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
 from gpuenv.conditioning.config import DEFAULT, ConditionConfig
 from gpuenv.errors import GpuenvError
+from gpuenv.phases import BurstSchedule
 from gpuenv.progress import Progress
 from gpuenv.reasons import HELD_DOWN, Reason, short_names
 from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, SampleSource
@@ -421,8 +421,8 @@ class Bursts:
             latest, self.facts, self.config, self.tol, clock=_by_clock(self.facts, self.config)
         )
 
-    def summary(self) -> dict[str, Any]:
-        """What the schedule did, for Measurement.extra (the measurement ends here)."""
+    def summary(self) -> BurstSchedule:
+        """What the schedule did, for the Measurement (the measurement ends here)."""
         tau = self.config.burst_power_tau_s
         if self.filt_w is not None and tau:
             heavy, low = self._watts()
@@ -433,12 +433,13 @@ class Bursts:
             # power would make a light kernel's next call rest for nothing)
             if uuid is not None and self.power_seen:
                 self._left()[uuid] = (now, end, low)
-        return {
-            "burst_rests": self.rests,
-            "bursts": len(self.bursts) + 1,
-            "burst_max_s": max([*self.bursts, self.clock.now() - self.burst_start]),
-            "burst_rest_s": self.rest_s,
-            "burst_waits": self.waits,
-            "burst_clock_redos": self.redos,
-            "in_bursts_s": self.in_bursts_s(),
-        } | ({"burst_power_seen": self.power_seen} if tau else {})
+        return BurstSchedule(
+            rests=self.rests,
+            bursts=len(self.bursts) + 1,
+            max_s=max([*self.bursts, self.clock.now() - self.burst_start]),
+            rest_s=self.rest_s,
+            waits=self.waits,
+            clock_redos=self.redos,
+            in_bursts_s=self.in_bursts_s(),
+            power_seen=self.power_seen if tau else None,
+        )

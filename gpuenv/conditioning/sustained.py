@@ -7,37 +7,15 @@ import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpuenv import stats
 from gpuenv.conditioning.config import DEFAULT, ConditionConfig
+from gpuenv.phases import Conditioning
 from gpuenv.reasons import HELD_DOWN
 from gpuenv.telemetry import SampleSource
 from gpuenv.timebase import Clock
 
 # -- sustained: equilibrium --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Conditioning:
-    """What preconditioning did (condition "sustained")."""
-
-    seconds: float
-    steady: bool
-    sm_mhz: float | None
-    temp_c: float | None
-    limited: bool  # a reason holding the clock down was seen in the last chunk
-    residual: float | None  # predicted drift still to come, relative (tau x slope)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "precondition_s": self.seconds,
-            "precondition_steady": self.steady,
-            "precondition_sm_mhz": self.sm_mhz,
-            "precondition_temp_c": self.temp_c,
-            "precondition_limited": self.limited,
-            "precondition_residual": self.residual,
-        }
 
 
 @dataclass

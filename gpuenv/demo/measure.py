@@ -21,12 +21,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpuenv import timing
 from gpuenv.backend import Backend
 from gpuenv.judge import Evidence, judge, read_facts
+from gpuenv.phases import Conditioning, FirstBurst
 from gpuenv.reasons import reason_names
 from gpuenv.table import render
 from gpuenv.telemetry import Sampler, Window
@@ -214,7 +215,8 @@ class Taken:
     findings: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()  # short words for the table: "lock held", "not steady"
     telemetry: Window | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # precondition_s, burst_wait_s...
+    first_burst: FirstBurst | None = None  # how a burst measurement's first burst began
+    precondition: Conditioning | None = None  # what a sustained one's precondition did
 
 
 @dataclass(frozen=True)
@@ -295,17 +297,12 @@ def gpuenv_way(
             keep_trace=False,
             **bench_kw,
         )
-        x = m.extra
+        first, pre = m.first_burst, m.precondition
         notes = []
         found = tuple(m.findings)
-        extra = {
-            k: x[k]
-            for k in ("burst_first_wait_s", "precondition_s", "precondition_steady")
-            if x.get(k) is not None
-        }
-        if condition == "burst" and (x.get("burst_first_wait_s") or 0) >= BURST_WAIT_WORTH_S:
-            notes.append(f"waited {x['burst_first_wait_s']:.1f} s to recover")
-        if condition == "sustained" and x.get("precondition_steady") is False:
+        if condition == "burst" and first is not None and first.wait_s >= BURST_WAIT_WORTH_S:
+            notes.append(f"waited {first.wait_s:.1f} s to recover")
+        if condition == "sustained" and pre is not None and not pre.steady:
             notes.append("not at equilibrium")
         if lock_range is not None:
             spans = [(w.t0, w.t1) for w in m.windows]
@@ -324,7 +321,7 @@ def gpuenv_way(
         if mhz is None and tel is not None:
             mhz = tel.sm_mhz_mean
         assert m.stats.median_s is not None, "a bench keeps at least one rep"
-        return Taken(m.stats.median_s, mhz, found, tuple(notes), tel, extra)
+        return Taken(m.stats.median_s, mhz, found, tuple(notes), tel, first, pre)
 
     return way
 

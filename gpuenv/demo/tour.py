@@ -345,10 +345,10 @@ def _explain(rows: Sequence[Any], lock_why: str = "", lock_note: str = "") -> li
                 f"{_alike(r)}.",
             )
         elif r.way == "gpuenv sustained":
-            took = [t.extra.get("precondition_s") for t in (r.cold, r.hot)]
+            cold, hot = r.cold.precondition, r.hot.precondition
             pre = (
-                f" ({took[0]:.0f} s from cold, {took[1]:.0f} s from hot)"
-                if None not in took
+                f" ({cold.seconds:.0f} s from cold, {hot.seconds:.0f} s from hot)"
+                if cold is not None and hot is not None
                 else ""
             )
             lines += _para(

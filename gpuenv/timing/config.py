@@ -68,7 +68,7 @@ class BenchConfig:
     instead of one driver refresh after the warmup: for short, budgeted warmups (the
     do_bench drop-in); a warmup longer than a burst could itself cap the GPU. bench does
     so anyway when the warmup took less than a burst and `conditioning.burst_wait` is
-    "seen" (the default; `m.extra["burst_from_start"]`).
+    "seen" (the default; `m.first_burst.from_start`).
     `budget_in_bursts`: `budget_s` counts the time measured inside bursts, not the
     rests between them (the drop-in: triton's `rep` ms are ms of reps). `burst_lead_s`:
     work fn did just before bench (the drop-in's first call and estimate): the first

@@ -19,6 +19,7 @@ from gpuenv.backend import Backend
 from gpuenv.clocks.status import lock_holds
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
+from gpuenv.phases import BurstSchedule, FirstBurst, Warmup
 from gpuenv.progress import Progress
 from gpuenv.reasons import Reason
 from gpuenv.results import Measurement
@@ -62,8 +63,9 @@ def bench(
 
     With no options gpuenv picks the safe default (`BenchConfig`'s docstring): a number
     that does not depend on what ran before. The stats of the kept reps are in
-    `m.stats` (the median's confidence interval: `m.stats.ci_s`); the warmup,
-    conditioning, effective clocks and settings in `m.extra`.
+    `m.stats` (the median's confidence interval: `m.stats.ci_s`); the warmup and the
+    conditioning in `m.warmup`, `m.first_burst`, `m.bursts` and `m.precondition`;
+    effective clocks and settings in `m.extra`.
 
     Args:
         fn: the GPU work of one rep, called with no arguments.
@@ -333,12 +335,7 @@ class _Run:
         if warm.steady:
             memo.remember(self.fn, "warmed", warm.median_s, on=gpu)
         self.learned.warmup_s = warm.seconds
-        self.extra.update(
-            warmup_reps=warm.reps,
-            warmup_s=warm.seconds,
-            warmup_steady=warm.steady,
-            warmup_known=known,
-        )
+        self.extra.update(Warmup(warm.reps, warm.seconds, warm.steady, known).to_extra())
         if not warm.steady:
             self.say(
                 f"{self.name}: warmup did not settle in {warm.seconds:.1f} s ({warm.reps} reps)"
@@ -413,46 +410,49 @@ class _Run:
             cond = conditioning.precondition(
                 chunk, place.sampler, [place.gpu], self.clock, config=cc, progress=show
             )
-            self.extra.update(cond.to_dict())
+            self.extra.update(cond.to_extra())
         elif place.condition == "burst":
-            if place.session is not None:
-                t_wait = self.clock.now()
-                place.session.work_ended(self.clock.now())  # the warmup was work
-                if not self._state_free(since=self.clock.now()):
-                    place.session.wait_until_recovered(self.fn)
-                waited, ready = self.clock.now() - t_wait, True
-                self.extra["temperature"] = place.session.temperature_facts(self.fn, place.gpu)
-            else:
-                # from the start: the warmup is part of the first burst, so the samples
-                # since bench began tell whether the GPU is cool (no driver refresh to
-                # wait): asked for, or with waits only while the GPU is seen held down
-                # (burst_wait "seen", the default) when the warmup was shorter than a
-                # burst (it could not cap the GPU itself: what caps it came before bench,
-                # and shows in those samples)
-                lead = self.learned.warmup_s + self.cfg.burst_lead_s
-                from_start = self.cfg.burst_from_start or (
-                    cc.burst_wait == "seen" and lead <= cc.burst_s
-                )
-                self.learned.from_start = from_start
-                self.extra["burst_from_start"] = from_start
-                since = place.opened - DRIVER_REFRESH_S if from_start else None
-                if from_start and COLD_START_FRESH and self._began_idle():
-                    # heavy work begun on an idle GPU can set off the cap in its first
-                    # ~50 ms (an MLP block on the H100: reps 1-6 after a 50 ms warmup
-                    # capped, the clock a step down for the ~0.5 s the cap holds), and the
-                    # warmup's samples cannot show it yet: wait for samples taken a
-                    # driver refresh after it
-                    self.extra["burst_cold_start"] = True
-                    since = None
-                if self._state_free(since=self.clock.now() if since is None else since):
-                    waited, ready = 0.0, True
-                else:
-                    waited, ready = self._wait(since=since)
-            self.learned.first_wait_s, self.learned.first_ready = waited, ready
-            self.extra.update(burst_first_wait_s=waited, burst_first_ready=ready)
+            self.extra.update(self._first_burst().to_extra())
 
-    def _state_free(self, since: float) -> bool:
-        """Need this call not wait for a GPU held down (gpuenv.timing.stateprobe)?"""
+    def _first_burst(self) -> FirstBurst:
+        """Wait until the GPU is ready for the first burst (or find no need to)."""
+        place, cc = self.place, self.cfg.conditioning
+        probe: dict[str, Any] = {}
+        if place.session is not None:
+            t_wait = self.clock.now()
+            place.session.work_ended(self.clock.now())  # the warmup was work
+            if not self._state_free(probe, since=self.clock.now()):
+                place.session.wait_until_recovered(self.fn)
+            waited, ready = self.clock.now() - t_wait, True
+            temperature = place.session.temperature_facts(self.fn, place.gpu)
+            self.learned.first_wait_s, self.learned.first_ready = waited, ready
+            return FirstBurst(waited, ready, state_probe=probe or None, temperature=temperature)
+        # from the start: the warmup is part of the first burst, so the samples since bench
+        # began tell whether the GPU is cool (no driver refresh to wait): asked for, or with
+        # waits only while the GPU is seen held down (burst_wait "seen", the default) when
+        # the warmup was shorter than a burst (it could not cap the GPU itself: what caps
+        # it came before bench, and shows in those samples)
+        lead = self.learned.warmup_s + self.cfg.burst_lead_s
+        from_start = self.cfg.burst_from_start or (cc.burst_wait == "seen" and lead <= cc.burst_s)
+        self.learned.from_start = from_start
+        since = place.opened - DRIVER_REFRESH_S if from_start else None
+        cold = from_start and COLD_START_FRESH and self._began_idle()
+        if cold:
+            # heavy work begun on an idle GPU can set off the cap in its first ~50 ms (an
+            # MLP block on the H100: reps 1-6 after a 50 ms warmup capped, the clock a step
+            # down for the ~0.5 s the cap holds), and the warmup's samples cannot show it
+            # yet: wait for samples taken a driver refresh after it
+            since = None
+        if self._state_free(probe, since=self.clock.now() if since is None else since):
+            waited, ready = 0.0, True
+        else:
+            waited, ready = self._wait(since=since)
+        self.learned.first_wait_s, self.learned.first_ready = waited, ready
+        return FirstBurst(waited, ready, from_start, cold, state_probe=probe or None)
+
+    def _state_free(self, probe: dict[str, Any], since: float) -> bool:
+        """Need this call not wait for a GPU held down (gpuenv.timing.stateprobe)? What was
+        probed goes into `probe`."""
         p = self.place
         free = state_free(
             self.fn,
@@ -462,7 +462,7 @@ class _Run:
             p.identity(),
             p.facts.get(p.gpu),
             self.cfg.conditioning,
-            self.extra,
+            probe,
             since=since,
             probe_clock=self.cfg.probe_clock,
         )
@@ -568,7 +568,8 @@ class _Run:
             if reason is None and max_reps is not None and len(out) >= max_reps:
                 reason = "max_reps"
             if reason is not None:
-                self.extra.update(bursts.summary() if bursts is not None else {"burst_rests": 0})
+                done = bursts.summary() if bursts is not None else BurstSchedule(rests=0)
+                self.extra.update(done.to_extra())
                 return out, reason
             if bursts is not None and bursts.due():
                 bursts.rest()

@@ -15,12 +15,12 @@ a few reps of it (about STATE_PROBE_S) are compared with that reference:
 
 Either way it is measured at once. Not: a heavy kernel at full clock on a GPU whose power
 is still high (its first burst would meet the cap), nor a function not measured before.
-What was probed goes to `extra["state_probe"]`.
+What was probed is kept with how the first burst began (`gpuenv.phases.FirstBurst`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, MutableMapping
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from gpuenv import conditioning, stats
@@ -44,15 +44,15 @@ def state_free(
     identity: Hashable,
     facts: GpuFacts | None,
     config: conditioning.ConditionConfig,
-    extra: MutableMapping[str, Any],
+    probe: dict[str, Any],
     *,
     since: float,
     probe_clock: bool = True,
 ) -> bool:
     """Is the GPU held down now (judged by the samples since `since`), yet fn's time the
     same as on a GPU found ready (see the module docstring)? False where nothing is known
-    yet, the clock probe is off, or the GPU is ready; what was probed goes to
-    extra["state_probe"]."""
+    yet, the clock probe is off, or the GPU is ready; what was probed goes into `probe`
+    (left empty where nothing was)."""
     ref = memo.recall(fn, ("state", device.kind), on=identity)
     if ref is None or sampler is None or not probe_clock:
         return False
@@ -65,13 +65,7 @@ def state_free(
     latest = sampler.latest(gpu)
     if latest is not None and latest.sm_mhz > 0:
         c_now = min(c_now or latest.sm_mhz, latest.sm_mhz)
-    probe: dict[str, Any] = {
-        "ref_s": t_ref,
-        "ref_clock_mhz": c_ref,
-        "clock_mhz": c_now,
-        "light": light,
-    }
-    extra["state_probe"] = probe
+    probe.update(ref_s=t_ref, ref_clock_mhz=c_ref, clock_mhz=c_now, light=light)
     down = c_now is not None and c_now <= c_ref * (1 - STATE_CLOCK_GAP)
     back = light and c_now is not None and c_now >= c_ref * (1 - STATE_FREE_REL)
     if not (down or back):

@@ -214,6 +214,26 @@ def test_both_copies_damaged_still_puts_the_original_back(scenario: str, tmp_pat
     assert trial_both_copies(tmp_path / "j", scenario) == "exact"
 
 
+def test_a_release_says_it_used_the_kept_original(tmp_path: Path) -> None:
+    """What the owner's release and the watchdog (the same lines) print when both copies of
+    a record were deleted: the GPU is put back, and the line says from where."""
+    sim = machine()
+    try:
+        prior = settings(sim)
+        held = lock(sm=1350, gpus="0,1", backend=sim, journal=Journal(tmp_path), supervise=False)
+        spoil_both(tmp_path, sim.device_info(1).uuid, "deleted")
+        lines = held.release()
+        assert settings(sim) == prior
+        (gpu1,) = [ln for ln in lines if "both copies" in ln]
+        assert gpu1.endswith(
+            ": restored (both copies of its record were deleted; "
+            "put back from the copy kept at lock time)"
+        ), lines
+        assert len(lines) == 2 and "kept at lock time" not in "".join(set(lines) - {gpu1})
+    finally:
+        sim.close()
+
+
 def test_restore_says_it_used_the_kept_original(tmp_path: Path) -> None:
     from click.testing import CliRunner
 

@@ -56,14 +56,26 @@ publish() {
         log "could not publish the job's report: $(printf '%s' "$out" | tr '\n' ' ')"
 }
 
-[ -f "$record" ] || { publish none; exit 0; }  # the prolog locked nothing for this job
+# One at a time with the node's prologs: slurmd killed and started again may run a lost job's
+# epilog late, while the next job's prolog puts the same GPUs back from the same record and
+# locks them for itself. The record is read under the node's lock file, so whichever comes
+# second finds it gone (and never restores the next job's lock).
+turn() {
+    mkdir -p "$STATE" 2>/dev/null
+    { exec 9>>"$STATE/.turn" && flock -w 300 9; } 2>/dev/null ||
+        log "could not take $STATE/.turn: restoring without waiting for the node's prologs"
+}
+turn
+[ -f "$record" ] || { exec 9>&-; publish none; exit 0; }  # nothing locked, or put back already
 gpus=$(cat "$record")
 if out=$("$GPUENV" restore -i "$gpus" 2>&1); then
     rm -f "$record"
+    exec 9>&-
     log "restored GPUs $gpus: $(printf '%s' "$out" | tr '\n' ' ')"
     publish yes
     exit 0
 fi
+exec 9>&-
 log "could not restore GPUs $gpus: $(printf '%s' "$out" | tr '\n' ' ')"
 publish no
 exit 1

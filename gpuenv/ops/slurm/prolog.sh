@@ -83,6 +83,13 @@ if [ -z "$gpus" ]; then
 fi
 case "$gpus" in *[!0-9,]*) fail "unexpected SLURM_JOB_GPUS=$gpus";; esac
 
+# One at a time with the node's epilogs (a lost job's epilog may run late, after slurmd
+# started again): the stale records below and this job's own are read and written under the
+# node's lock file, held until the prolog ends.
+mkdir -p "$STATE" 2>/dev/null
+{ exec 9>>"$STATE/.turn" && flock -w 300 9; } 2>/dev/null ||
+    log "could not take $STATE/.turn: going on without waiting for the node's epilogs"
+
 # A job whose epilog never ran (slurmd killed while the job ended: Slurm does not run it
 # again) left its lock. Slurm gives a job its GPUs alone, so another job's record on ours
 # is stale: put those GPUs back before this job starts (its own lock, or none, then holds).

@@ -1,0 +1,217 @@
+"""What bench did before and around its reps, as frozen records: the warmup, how the first
+burst began, the burst schedule, and the sustained precondition.
+
+A `Measurement` publishes them in its `extra`, under the keys results files have always
+held them (`warmup_reps`, `burst_first_wait_s`, `precondition_s`, ...), so a file written
+before these records existed loads the same and a file written now reads the same to
+every tool that reads the JSON. Each record is the one place that names its keys: its
+writer publishes `to_extra()`, and a reader asks the measurement (`m.warmup`,
+`m.first_burst`, `m.bursts`, `m.precondition`), which reads the record back with
+`from_extra` (None where the measurement holds none, or holds values of the wrong type).
+The order of `to_extra`'s keys is the order files hold them in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """bench's warmup: reps until the rep times and clocks stop trending, or a fixed count."""
+
+    reps: int
+    seconds: float
+    steady: bool  # False: warmup_max_s or warmup_max_reps ran out while it still trended
+    # fn was warmed up before on this GPU in this process (gpuenv.timing.memo): only the
+    # clock's ramp was left (False in a file written before gpuenv remembered warmups)
+    known: bool = False
+
+    def to_extra(self) -> dict[str, Any]:
+        return {
+            "warmup_reps": self.reps,
+            "warmup_s": self.seconds,
+            "warmup_steady": self.steady,
+            "warmup_known": self.known,
+        }
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any]) -> Warmup | None:
+        reps, seconds, steady = (
+            extra.get("warmup_reps"),
+            extra.get("warmup_s"),
+            extra.get("warmup_steady"),
+        )
+        known = extra.get("warmup_known", False)
+        if not (_int(reps) and _real(seconds) and _bool(steady) and _bool(known)):
+            return None
+        return cls(reps, float(seconds), steady, known)
+
+
+@dataclass(frozen=True)
+class FirstBurst:
+    """How the first burst began (condition "burst"): the wait for a cool, uncapped GPU."""
+
+    wait_s: float  # the wait before the first burst (0.0: none)
+    ready: bool  # the GPU was found ready (False: the wait ran out first)
+    # the first burst began with bench, its warmup the burst's beginning; None: a session's
+    # wait, which does not decide it (see gpuenv.timing.harness._Run._condition)
+    from_start: bool | None = None
+    cold_start: bool = False  # begun on an idle GPU: waited for samples a refresh later
+    # what the state probe found (gpuenv.timing.stateprobe), None: no probe
+    state_probe: dict[str, Any] | None = None
+    # what a session's wait knew of the temperature (Session.temperature_facts)
+    temperature: dict[str, Any] | None = None
+
+    def to_extra(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.from_start is not None:
+            out["burst_from_start"] = self.from_start
+        if self.cold_start:
+            out["burst_cold_start"] = True
+        if self.state_probe is not None:
+            out["state_probe"] = self.state_probe
+        if self.temperature is not None:
+            out["temperature"] = self.temperature
+        out["burst_first_wait_s"] = self.wait_s
+        out["burst_first_ready"] = self.ready
+        return out
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any]) -> FirstBurst | None:
+        wait, ready = extra.get("burst_first_wait_s"), extra.get("burst_first_ready")
+        from_start = extra.get("burst_from_start")
+        cold = extra.get("burst_cold_start", False)
+        probe, temperature = extra.get("state_probe"), extra.get("temperature")
+        if not (_real(wait) and _bool(ready) and _bool(cold)):
+            return None
+        if not (from_start is None or _bool(from_start)):
+            return None
+        if not all(x is None or isinstance(x, Mapping) for x in (probe, temperature)):
+            return None
+        return cls(
+            float(wait),
+            ready,
+            from_start,
+            cold,
+            dict(probe) if probe is not None else None,
+            dict(temperature) if temperature is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class BurstSchedule:
+    """What the burst schedule did over the reps (gpuenv.conditioning.Bursts).
+
+    A measurement in another condition holds `BurstSchedule(rests=0)`: no rest, and
+    nothing else to say. The other fields are None there, and in a file written before
+    gpuenv recorded them.
+    """
+
+    rests: int  # rests taken between bursts
+    bursts: int | None = None  # bursts the reps ran in
+    max_s: float | None = None  # the longest burst, the warmup's included where it began one
+    rest_s: float | None = None  # time spent resting
+    waits: int | None = None  # rests that waited for the GPU (not the model's fixed rest)
+    clock_redos: int | None = None  # reps measured again because the clock fell under them
+    in_bursts_s: float | None = None  # time inside bursts: the budget where it counts them
+    # the power model saw the work's power in a reading (None: no power model)
+    power_seen: bool | None = None
+
+    def to_extra(self) -> dict[str, Any]:
+        keys = {
+            "burst_rests": self.rests,
+            "bursts": self.bursts,
+            "burst_max_s": self.max_s,
+            "burst_rest_s": self.rest_s,
+            "burst_waits": self.waits,
+            "burst_clock_redos": self.clock_redos,
+            "in_bursts_s": self.in_bursts_s,
+            "burst_power_seen": self.power_seen,
+        }
+        return {k: v for k, v in keys.items() if v is not None}
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any]) -> BurstSchedule | None:
+        rests = extra.get("burst_rests")
+        if not _int(rests):
+            return None
+        ints = {k: extra.get(k) for k in ("bursts", "burst_waits", "burst_clock_redos")}
+        reals = {k: extra.get(k) for k in ("burst_max_s", "burst_rest_s", "in_bursts_s")}
+        seen = extra.get("burst_power_seen")
+        if not all(x is None or _int(x) for x in ints.values()):
+            return None
+        if not all(x is None or _real(x) for x in reals.values()):
+            return None
+        if not (seen is None or _bool(seen)):
+            return None
+        return cls(
+            rests,
+            ints["bursts"],
+            _float(reals["burst_max_s"]),
+            _float(reals["burst_rest_s"]),
+            ints["burst_waits"],
+            ints["burst_clock_redos"],
+            _float(reals["in_bursts_s"]),
+            seen,
+        )
+
+
+@dataclass(frozen=True)
+class Conditioning:
+    """What preconditioning did (condition "sustained")."""
+
+    seconds: float
+    steady: bool
+    sm_mhz: float | None
+    temp_c: float | None
+    limited: bool  # a reason holding the clock down was seen in the last chunk
+    residual: float | None  # predicted drift still to come, relative (tau x slope)
+
+    def to_extra(self) -> dict[str, Any]:
+        return {
+            "precondition_s": self.seconds,
+            "precondition_steady": self.steady,
+            "precondition_sm_mhz": self.sm_mhz,
+            "precondition_temp_c": self.temp_c,
+            "precondition_limited": self.limited,
+            "precondition_residual": self.residual,
+        }
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any]) -> Conditioning | None:
+        seconds, steady = extra.get("precondition_s"), extra.get("precondition_steady")
+        limited = extra.get("precondition_limited", False)
+        optional = [
+            extra.get(k)
+            for k in ("precondition_sm_mhz", "precondition_temp_c", "precondition_residual")
+        ]
+        if not (_real(seconds) and _bool(steady) and _bool(limited)):
+            return None
+        if not all(x is None or _real(x) for x in optional):
+            return None
+        sm, temp, residual = (_float(x) for x in optional)
+        return cls(float(seconds), steady, sm, temp, limited, residual)
+
+
+def _int(x: object) -> TypeGuard[int]:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _real(x: object) -> TypeGuard[float]:
+    """A number a file can hold (JSON writes a float's inf as Infinity, so it may be one)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
+
+
+def _bool(x: object) -> TypeGuard[bool]:
+    return isinstance(x, bool)
+
+
+def _float(x: object) -> float | None:
+    return float(x) if isinstance(x, (int, float)) else None
+
+
+__all__ = ["BurstSchedule", "Conditioning", "FirstBurst", "Warmup"]

@@ -1,0 +1,201 @@
+"""What bench did before and around its reps, as records (gpuenv.phases): written into a
+Measurement's extra under the keys files have always held, read back as the same record,
+and read from a file written before the records existed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import gpuenv
+from gpuenv.backend.sim import SimBackend
+from gpuenv.phases import BurstSchedule, Conditioning, FirstBurst, Warmup
+from gpuenv.results import Measurement, load_run
+from gpuenv.timebase import VirtualClock
+from gpuenv.timing import sim_kernel
+
+KEPT = Path(__file__).resolve().parents[1] / "docs" / "stable_session_h100.jsonl"
+
+RECORDS = [
+    Warmup(8, 0.0167, True, known=True),
+    Warmup(200, 1.5, False),
+    FirstBurst(0.0, True, from_start=True),
+    FirstBurst(
+        0.41,
+        False,
+        from_start=True,
+        cold_start=True,
+        state_probe={"ref_s": 1.4e-3, "free": False},
+    ),
+    FirstBurst(4.69, True, temperature={"start_c": 39.0, "slope_per_c": None}),
+    BurstSchedule(rests=0),
+    BurstSchedule(3, 4, 0.025, 0.31, 1, 0, 0.1, power_seen=True),
+    Conditioning(12.5, True, 1755.0, 61.0, True, 0.002),
+    Conditioning(30.0, False, None, None, False, None),
+]
+
+
+def _sim() -> SimBackend:
+    sim = SimBackend("h100", clock=VirtualClock())
+    sim.open_context(0)
+    return sim
+
+
+def _records(m: Measurement) -> tuple[object, ...]:
+    return m.warmup, m.first_burst, m.bursts, m.precondition
+
+
+def _reloaded(m: Measurement) -> Measurement:
+    return Measurement.from_dict(json.loads(json.dumps(m.to_dict())))
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
+def test_each_record_reads_back_what_it_wrote(record):
+    assert type(record).from_extra(record.to_extra()) == record
+    # beside the rest of extra, as a Measurement holds it
+    assert type(record).from_extra({"mode": "auto", **record.to_extra(), "l2": "warm"}) == record
+
+
+def test_the_records_write_the_keys_files_hold_in_their_order():
+    assert list(Warmup(8, 0.1, True).to_extra()) == [
+        "warmup_reps",
+        "warmup_s",
+        "warmup_steady",
+        "warmup_known",
+    ]
+    assert list(RECORDS[3].to_extra()) == [
+        "burst_from_start",
+        "burst_cold_start",
+        "state_probe",
+        "burst_first_wait_s",
+        "burst_first_ready",
+    ]
+    assert list(RECORDS[4].to_extra()) == ["temperature", "burst_first_wait_s", "burst_first_ready"]
+    assert BurstSchedule(rests=0).to_extra() == {"burst_rests": 0}  # another condition's
+    assert list(RECORDS[6].to_extra()) == [
+        "burst_rests",
+        "bursts",
+        "burst_max_s",
+        "burst_rest_s",
+        "burst_waits",
+        "burst_clock_redos",
+        "in_bursts_s",
+        "burst_power_seen",
+    ]
+    assert [k.removeprefix("precondition_") for k in RECORDS[7].to_extra()] == [
+        "s",
+        "steady",
+        "sm_mhz",
+        "temp_c",
+        "limited",
+        "residual",
+    ]
+
+
+def test_a_burst_bench_reads_its_records_back_after_a_json_round_trip():
+    sim = _sim()
+    gemm = sim_kernel(sim, 0, seconds=1.4e-3)
+    cold = gpuenv.bench(gemm, backend=sim, keep_trace=False)
+    sim_kernel(sim, 0, seconds=5.0)()  # 5 s of heavy load: the GPU capped
+    hot = gpuenv.bench(gemm, backend=sim, keep_trace=False)
+    for m in (cold, hot):
+        warm, first, bursts, pre = _records(m)
+        assert warm is not None and warm.reps >= gpuenv.timing.WARMUP_MIN_REPS and warm.steady
+        assert first is not None and first.from_start is not None and first.temperature is None
+        assert bursts is not None and bursts.bursts is not None and bursts.bursts >= 1
+        assert pre is None
+        assert _records(_reloaded(m)) == _records(m)
+    assert hot.warmup.known and not cold.warmup.known  # gemm was warmed up before
+    assert hot.first_burst.wait_s > cold.first_burst.wait_s + 0.2  # it waited out the cap
+    # the state probe: gemm measured before on a ready GPU, the GPU held down now
+    assert hot.first_burst.state_probe is not None and "ref_s" in hot.first_burst.state_probe
+
+
+def test_a_bench_begun_on_an_idle_gpu_says_it_waited_for_fresh_samples():
+    sim = SimBackend("h100", clock=VirtualClock())  # no context yet: the GPU idles
+    gemm = sim_kernel(sim, 0, seconds=1.4e-3)
+    m = gpuenv.bench(gemm, backend=sim, burst_from_start=True, keep_trace=False)
+    assert m.first_burst is not None and m.first_burst.from_start and m.first_burst.cold_start
+    assert m.extra["burst_cold_start"] is True
+
+
+def test_a_sustained_bench_holds_its_precondition_and_no_burst():
+    sim = _sim()
+    m = gpuenv.bench(sim_kernel(sim, 0), backend=sim, condition="sustained", keep_trace=False)
+    assert m.precondition is not None and m.precondition.seconds > 0
+    assert m.precondition.seconds == m.extra["precondition_s"]
+    assert m.first_burst is None and m.bursts == BurstSchedule(rests=0)
+    assert _records(_reloaded(m)) == _records(m)
+
+
+def test_a_session_bench_holds_what_its_wait_knew_of_the_temperature():
+    sim = _sim()
+    sim.idle(120)
+    with gpuenv.stable(backend=sim) as env:
+        m = env.bench(sim_kernel(sim, 0))
+    first = m.first_burst
+    assert first is not None and first.from_start is None and first.ready
+    assert first.temperature is not None and "start_c" in first.temperature
+    assert first.wait_s == m.extra["burst_first_wait_s"]
+
+
+def test_a_bench_in_no_condition_holds_no_conditioning():
+    sim = _sim()
+    m = gpuenv.bench(sim_kernel(sim, 0), backend=sim, condition="none", keep_trace=False)
+    assert m.warmup is not None and m.first_burst is None and m.precondition is None
+    assert m.bursts == BurstSchedule(rests=0)
+
+
+def test_a_file_written_before_the_records_reads_them_and_writes_its_extra_as_it_was():
+    # docs/stable_session_h100.jsonl: a real H100 session's file, kept as it was written
+    # (no warmup_known, and of the burst schedule only burst_rests)
+    lines = KEPT.read_text().splitlines()
+    run = load_run(KEPT)
+    cold, load, after = run.measurements
+    assert cold.warmup == Warmup(8, 0.1890465799999994, True, known=False)
+    assert after.first_burst == FirstBurst(4.691273494999997, True)
+    assert after.bursts == BurstSchedule(rests=0)
+    assert cold.precondition is None
+    assert _records(load) == (None, None, None, None)  # an env.measure region
+    for line, m in zip(lines[1:], run.measurements, strict=True):
+        written = json.loads(line)["extra"]
+        assert json.dumps(m.to_dict()["extra"]) == json.dumps(written)
+
+
+def test_a_bench_now_holds_the_kept_files_keys_in_their_order():
+    kept = list(json.loads(KEPT.read_text().splitlines()[1])["extra"])  # a session's bench
+    sim = _sim()
+    with gpuenv.stable(backend=sim) as env:
+        now = list(env.bench(sim_kernel(sim, 0)).extra)
+    both = [k for k in kept if k in now]
+    assert {"warmup_reps", "burst_first_wait_s", "burst_rests", "stop_reason"} <= set(both)
+    assert [k for k in now if k in both] == both
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"warmup_reps": "8", "warmup_s": 0.1, "warmup_steady": True},
+        {"warmup_reps": 8, "warmup_s": None, "warmup_steady": True},
+        {"warmup_reps": 8, "warmup_s": 0.1, "warmup_steady": 1},
+        {"burst_first_wait_s": "0.1", "burst_first_ready": True},
+        {"burst_first_wait_s": 0.1, "burst_first_ready": True, "state_probe": [1]},
+        {"burst_rests": True},
+        {"burst_rests": 0, "burst_max_s": "long"},
+        {"precondition_s": 1.0, "precondition_steady": "yes"},
+        {"precondition_s": float("nan"), "precondition_steady": True},
+    ],
+)
+def test_values_of_the_wrong_type_read_as_no_record(extra):
+    m = Measurement.build("x", [1.0], extra=extra)
+    assert _records(m) == (None, None, None, None)
+
+
+def test_an_extra_that_is_no_mapping_reads_as_no_record():
+    # (a file's stats with the CI: from_dict does not look into this extra for it)
+    stats = Measurement.build("x", [1.0]).to_dict()["stats"]
+    m = Measurement.from_dict({"name": "x", "times_s": [1.0], "stats": stats, "extra": [1]})
+    assert m.extra == [1]
+    assert _records(m) == (None, None, None, None)

@@ -96,7 +96,8 @@ def release_owner(
     journal_errors: list[GpuenvError] = []
     with journal.locked():
         indices: dict[str, int] | None = None
-        for entry in _owned_entries(journal, token, known, journal_errors):
+        why: dict[str, str | None] = {}  # Found.kept of the records read by uuid
+        for entry in _owned_entries(journal, token, known, journal_errors, why):
             others = [o for o in entry.owners if o.token != token and o.alive()]
             if others:
                 _journal_step(journal_errors, journal.put, entry.with_owners(others))
@@ -108,7 +109,7 @@ def release_owner(
             try:
                 if index is None:
                     raise _gone(entry)
-                kept = _kept_why(journal, entry.uuid)
+                kept = why[entry.uuid] if entry.uuid in why else _kept_why(journal, entry.uuid)
                 restore_entry(backend, index, entry)
             except GpuenvError as err:
                 errors.append(err)
@@ -138,7 +139,11 @@ def _from_kept(kept: str | None) -> str:
 
 
 def _owned_entries(
-    journal: Journal, token: str, known: Sequence[JournalEntry], errors: list[GpuenvError]
+    journal: Journal,
+    token: str,
+    known: Sequence[JournalEntry],
+    errors: list[GpuenvError],
+    why: dict[str, str | None],
 ) -> list[JournalEntry]:
     """The records `token` holds: from the journal, else (a damaged record, a directory
     that cannot be read) the lock's own copy of what it wrote. A record that is gone
@@ -147,10 +152,12 @@ def _owned_entries(
     A lock's token is in the records of its own GPUs only (it writes no other), so with
     `known` only those are read: a release under the journal's lock no longer lists the
     directory and reads every GPU's record (gpuenvd's releases, one GPU at a time, read
-    all of them each time). Without `known` (the watchdog, a standing lease), all are."""
+    all of them each time). Without `known` (the watchdog, a standing lease), all are.
+    `why` gets, by uuid, why each record read alone came from the original kept at lock
+    time (`Found.kept`), so that the release's line says so without reading it again."""
     mine = {e.uuid: e for e in known}
     if mine:
-        return [e for e in (_own_record(journal, token, m, errors) for m in known) if e]
+        return [e for e in (_own_record(journal, token, m, errors, why) for m in known) if e]
     try:
         good, damaged = journal.scan()
     except GpuenvError as err:  # the directory cannot be read: restore from memory
@@ -162,18 +169,24 @@ def _owned_entries(
 
 
 def _own_record(
-    journal: Journal, token: str, mine: JournalEntry, errors: list[GpuenvError]
+    journal: Journal,
+    token: str,
+    mine: JournalEntry,
+    errors: list[GpuenvError],
+    why: dict[str, str | None],
 ) -> JournalEntry | None:
     """The journal's record of `mine`'s GPU while `token` holds it; `mine` itself when the
     record is damaged or cannot be read (as `_owned_entries` says); None when it is gone
     or another owner's now."""
+    why[mine.uuid] = None
     try:
-        entry = journal.get(mine.uuid)
+        found = journal.lookup(mine.uuid)
     except JournalDamaged:
         return mine
     except GpuenvError as err:  # the directory cannot be read: restore from memory
         errors.append(err)
         return mine
+    entry, why[mine.uuid] = found
     return entry if entry is not None and entry.owner(token) is not None else None
 
 

@@ -215,3 +215,47 @@ def test_the_endpoint_takes_hundreds_of_scrapes_a_second_in_bounded_bursts() -> 
     while pace.take():
         burst += 1
     assert burst == int(ACCEPTS_PER_S * BURST_S)
+
+
+def test_a_scrape_stopped_in_the_middle_of_its_render_holds_up_no_lease(tmp_path: Path) -> None:
+    """The exposition is built on the endpoint's own thread from what the lease manager
+    lets it copy, never while a journal or a GPU is written: a render stopped inside a
+    driver read (a slow NVML call) holds up no lock, release or status request."""
+    import threading
+
+    from gpuenv.backend import PowerLimits
+
+    gate, inside = threading.Event(), threading.Event()
+
+    class SlowReads(SimBackend):
+        def power_limits(self, index: int) -> PowerLimits:
+            if threading.current_thread().name == "gpuenvd-metrics":
+                inside.set()
+                gate.wait(30)
+            return super().power_limits(index)
+
+    backend = SlowReads("h100", n_gpus=1, state_file=tmp_path / "sim.json")
+    config = parse_config("[daemon]\nmetrics = 127.0.0.1:0\n[lock]\nuser:alice = all\n")
+    server = Server(
+        config.with_socket(str(tmp_path / "s.sock")),
+        backend,
+        journal=Journal(tmp_path / "journal"),
+        peer_of=lambda sock: ALICE,
+    )
+    server.start()
+    try:
+        scrape = threading.Thread(target=_scrape, args=(server._metrics.port,), daemon=True)
+        scrape.start()
+        assert inside.wait(10)  # the render is stopped in its driver read
+        with Client(server.address, timeout=10) as c:
+            for sm in (1350, 1500, 1350):  # each changes the GPU's state: journal and GPU
+                c.lock(sm=sm, gpus=[0]).release()
+            assert c.status()["daemon"]["grants"] == 3
+        assert server._metrics.http.renders == 0  # still inside the first one
+        gate.set()
+        scrape.join(10)
+        assert server._metrics.http.renders == 1
+    finally:
+        gate.set()
+        server.stop()
+        backend.close()

@@ -29,6 +29,7 @@ from typing import Any
 
 from benchmarks import runner
 from benchmarks._kernels import GpuEnv
+from gpuenv.phases import WALL_PHASES
 
 
 def state_kernels(torch: Any) -> dict[str, Callable[[], Any]]:
@@ -100,11 +101,13 @@ def run(args: argparse.Namespace) -> int:
                 t0 = time.monotonic()
                 gb = gpuenv.bench(fn)
                 gb_wall = time.monotonic() - t0
-                x = gb.extra
+                x, wall = gb.extra, gb.wall
+                phases = " | ".join(
+                    f"{wall.seconds(p):.3f}" if wall is not None else "-" for p in WALL_PHASES
+                )
                 spent.append(
-                    f"| {name} | {gb_wall:.2f} | {x.get('warmup_s', 0.0):.2f} "
-                    f"({x.get('warmup_reps', 0)}) | {x.get('burst_first_wait_s', 0.0):.2f} | "
-                    f"{x.get('measure_s', 0.0):.2f} | {gb.stats.n} | {x.get('bursts', '-')} / "
+                    f"| {name} | {gb_wall:.2f} | {phases} | {x.get('warmup_reps', 0)} | "
+                    f"{gb.stats.n} | {x.get('bursts', '-')} / "
                     f"{x.get('burst_rest_s', 0.0):.2f} | {x.get('stop_reason', '-')} |"
                 )
                 gpu.load(args.load)
@@ -135,14 +138,15 @@ def run(args: argparse.Namespace) -> int:
     print("| --- | ---: | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
     print()
-    print("Where gpuenv.bench's wall went after load (its extra: warmup s (reps), the wait for")
-    print("the GPU before the first burst, measuring, reps, bursts / rest between them):")
+    print("Where gpuenv.bench's wall went after load, phase by phase (its `m.wall`: the")
+    print("condition phase is the state probe and the wait for a ready GPU), then warmup reps,")
+    print("reps, bursts / rest between them:")
     print()
     print(
-        "| kernel | wall s | warmup s (reps) | first wait s | measure s | reps "
+        f"| kernel | wall s | {' s | '.join(WALL_PHASES)} s | warmup reps | reps "
         "| bursts / rest s | stopped by |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+    print("| --- | ---: |" + " ---: |" * (len(WALL_PHASES) + 2) + " --- | --- |")
     print("\n".join(spent))
     print()
     light = [k for k in ("clone1g", "gather64k", "xent") if k in ratios]

@@ -6,15 +6,16 @@ held them (`warmup_reps`, `burst_first_wait_s`, `precondition_s`, ...), so a fil
 before these records existed loads the same and a file written now reads the same to
 every tool that reads the JSON. Each record is the one place that names its keys: its
 writer publishes `to_extra()`, and a reader asks the measurement (`m.warmup`,
-`m.first_burst`, `m.bursts`, `m.precondition`), which reads the record back with
+`m.first_burst`, `m.bursts`, `m.precondition`, `m.wall`), which reads the record back with
 `from_extra` (None where the measurement holds none, or holds values of the wrong type).
 The order of `to_extra`'s keys is the order files hold them in.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -195,6 +196,57 @@ class Conditioning:
             return None
         sm, temp, residual = (_float(x) for x in optional)
         return cls(float(seconds), steady, sm, temp, limited, residual)
+
+
+# bench's phases, in the order they run (`Wall`)
+WALL_PHASES = ("open", "warmup", "method", "condition", "measure", "judge", "close")
+
+
+@dataclass(frozen=True)
+class Wall:
+    """Where a bench call's wall time went, phase by phase, in seconds of real time
+    (`time.perf_counter`, whatever clock the measurement runs on):
+
+    - open: the backend, the sampler and the GPU's facts;
+    - warmup: the warmup's reps;
+    - method: choosing how fn is timed (on CUDA, CUPTI's set-up) and the clock's probe;
+    - condition: the state probe and the wait for a ready GPU (burst), or the sustained
+      precondition;
+    - measure: the reps, with the bursts' rests;
+    - judge: telemetry windows, findings, statistics;
+    - close: the sampler stopped.
+
+    Their sum is the call's wall time, less the argument checks before and the results
+    file after."""
+
+    phases: tuple[tuple[str, float], ...]
+
+    @classmethod
+    def between(cls, marks: Sequence[float]) -> Wall:
+        """From the `perf_counter` read at each phase's start and at the last one's end."""
+        if len(marks) != len(WALL_PHASES) + 1:
+            raise ValueError(f"{len(marks)} marks for {len(WALL_PHASES)} phases")
+        spans = (b - a for a, b in itertools.pairwise(marks))
+        return cls(tuple(zip(WALL_PHASES, spans, strict=True)))
+
+    def seconds(self, phase: str) -> float:
+        return dict(self.phases)[phase]
+
+    @property
+    def total_s(self) -> float:
+        return sum(s for _, s in self.phases)
+
+    def to_extra(self) -> dict[str, Any]:
+        return {"wall_s": dict(self.phases)}
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any]) -> Wall | None:
+        got = extra.get("wall_s")
+        if not isinstance(got, Mapping) or tuple(got) != WALL_PHASES:
+            return None
+        if not all(_real(got[k]) for k in WALL_PHASES):
+            return None
+        return cls(tuple((k, float(got[k])) for k in WALL_PHASES))
 
 
 def _int(x: object) -> TypeGuard[int]:

@@ -25,7 +25,7 @@ from typing import IO, Any, TypeVar, overload
 from gpuenv._files import naming
 from gpuenv._records import JsonRecord, fields, from_dict, json_default, to_dict
 from gpuenv.errors import ConfigError, FileError
-from gpuenv.phases import BurstSchedule, Conditioning, FirstBurst, Warmup
+from gpuenv.phases import BurstSchedule, Conditioning, FirstBurst, Wall, Warmup
 from gpuenv.telemetry import Window
 from gpuenv.units import fmt_s
 from gpuenv.verdict import VERDICTS as VERDICTS  # its old home: gpuenv.results.VERDICTS
@@ -162,6 +162,12 @@ class Measurement(JsonRecord):
     def precondition(self) -> Conditioning | None:
         """What the sustained precondition did (condition "sustained")."""
         return Conditioning.from_extra(self._extra)
+
+    @property
+    def wall(self) -> Wall | None:
+        """Where bench's wall time went: open, warmup, method, condition, measure, judge,
+        close (`gpuenv.phases.Wall`); None in a file written before it was kept."""
+        return Wall.from_extra(self._extra)
 
     @property
     def telemetry(self) -> Window | None:

@@ -11,7 +11,7 @@ import pytest
 
 import gpuenv
 from gpuenv.backend.sim import SimBackend
-from gpuenv.phases import BurstSchedule, Conditioning, FirstBurst, Warmup
+from gpuenv.phases import WALL_PHASES, BurstSchedule, Conditioning, FirstBurst, Wall, Warmup
 from gpuenv.results import Measurement, load_run
 from gpuenv.timebase import VirtualClock
 from gpuenv.timing import sim_kernel
@@ -199,3 +199,50 @@ def test_an_extra_that_is_no_mapping_reads_as_no_record():
     m = Measurement.from_dict({"name": "x", "times_s": [1.0], "stats": stats, "extra": [1]})
     assert m.extra == [1]
     assert _records(m) == (None, None, None, None)
+
+
+def test_a_bench_says_where_its_wall_went_phase_by_phase(monkeypatch):
+    """Each phase's own step moves a fake perf_counter by its own amount: the wall record
+    gives each amount to its phase (a mark out of place gives one phase another's)."""
+    from gpuenv.timing import harness
+
+    now = [0.0]
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: now[0])
+    cost = dict(zip(WALL_PHASES, (5.0, 7.0, 3.0, 11.0, 13.0, 17.0, 19.0), strict=True))
+
+    def costs(phase, real):
+        def step(*args, **kwargs):
+            out = real(*args, **kwargs)
+            now[0] += cost[phase]
+            return out
+
+        return step
+
+    from gpuenv.telemetry import Sampler
+
+    for owner, name, phase in (
+        (harness, "_facts", "open"),  # inside _Place.open
+        (harness, "_warmup", "warmup"),
+        (harness._Run, "_choose_method", "method"),
+        (harness._Run, "_condition", "condition"),
+        (harness._Run, "_measure", "measure"),
+        (harness._Run, "_judge", "judge"),
+        (Sampler, "stop", "close"),  # inside _Place.close: bench's own sampler stops
+    ):
+        monkeypatch.setattr(owner, name, costs(phase, getattr(owner, name)))
+    sim = _sim()
+    m = gpuenv.bench(sim_kernel(sim, 0), backend=sim, keep_trace=False)
+    assert m.wall == Wall(tuple(cost.items()))
+    assert m.wall.total_s == sum(cost.values()) and m.wall.seconds("judge") == 17.0
+    assert m.extra["wall_s"] == cost
+    assert _reloaded(m).wall == m.wall
+
+
+def test_a_wall_record_of_the_wrong_shape_reads_as_none():
+    good = dict.fromkeys(WALL_PHASES, 0.1)
+    assert Wall.from_extra({"wall_s": good}) == Wall(tuple(good.items()))
+    for bad in ({**good, "open": "0.1"}, {k: good[k] for k in WALL_PHASES[1:]}, [0.1] * 7):
+        assert Wall.from_extra({"wall_s": bad}) is None
+    assert Measurement.build("x", [1.0]).wall is None  # a file written before it was kept
+    with pytest.raises(ValueError, match="3 marks for 7 phases"):
+        Wall.between([0.0, 1.0, 2.0])

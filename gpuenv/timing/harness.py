@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -19,10 +20,10 @@ from gpuenv.backend import Backend
 from gpuenv.clocks.status import lock_holds
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
-from gpuenv.phases import BurstSchedule, FirstBurst, Warmup
+from gpuenv.phases import BurstSchedule, FirstBurst, Wall, Warmup
 from gpuenv.progress import Progress
 from gpuenv.reasons import Reason
-from gpuenv.results import Measurement
+from gpuenv.results import Measurement, ResultStore
 from gpuenv.seams import BenchSession
 from gpuenv.telemetry import DRIVER_REFRESH_S, SampleSource, trace_record
 from gpuenv.timebase import Clock
@@ -102,21 +103,19 @@ def bench(
         v.integer(gpu, "gpu", lo=0)
     v.results_path(output, "output", append=append)  # before measuring: refused now
     name = name or getattr(fn, "__name__", None) or "bench"
-    if name == "<lambda>":
-        name = "bench"
-    say = _progress_fn(progress)
+    name = "bench" if name == "<lambda>" else name
     place = _Place.open(cfg, session, backend, gpu, device)
     try:  # a bench of seconds says on a terminal what it is doing (gpuenv.progress)
         with Progress(f"gpuenv.bench {name}: warming up") as line:
-            m = _Run(cfg, place, fn, name, say, verbose=bool(progress), line=line).run()
+            m = _Run(cfg, place, fn, name, _progress_fn(progress), bool(progress), line).run()
     finally:
         place.close()
+    m = dataclasses.replace(m, extra={**m.extra, **Wall.between(place.marks).to_extra()})
     if session is not None:
         session.work_ended(session.sampler.mark())  # burst mode waits from here
         m = session.keep(m)  # with the session's trace; appended to its `output`, if any
     elif output is not None:
         from gpuenv.environment import environment_metadata
-        from gpuenv.results import ResultStore
 
         be = place.backend
         meta = environment_metadata(be, [place.gpu], clock=place.clock) if be is not None else {}
@@ -140,6 +139,8 @@ class _Place:
     policy: Policy
     session: BenchSession | None
     opened: float  # clock time just before the sampler started: its samples come after
+    # perf_counter at each phase's start, and at the last one's end (phases.Wall)
+    marks: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def clock(self) -> Clock:
@@ -166,6 +167,7 @@ class _Place:
         gpu: int | None,
         device: Device | None,
     ) -> _Place:
+        t_open = time.perf_counter()
         sampler: SampleSource | None = None
         gpus: list[int] = []
         if session is not None:
@@ -210,13 +212,16 @@ class _Place:
             sampler.start()
         condition, why = _choose_condition(cfg, session, facts.get(gpu), holds)
         policy = cfg.policy or (session.policy if session is not None else None) or "annotate"
-        return cls(
+        place = cls(
             backend, gpu, sampler, own, device, facts, condition, why, policy, session, opened
         )
+        place.marks += [t_open, time.perf_counter()]
+        return place
 
     def close(self) -> None:
         if self.own_sampler and self.sampler is not None:
             self.sampler.stop()
+        self.marks.append(time.perf_counter())
 
 
 def _facts(
@@ -297,12 +302,12 @@ class _Run:
         name: str,
         say: Callable[[str], None],
         verbose: bool,
-        line: Progress | None = None,
+        line: Progress,
     ):
         self.cfg, self.place, self.fn, self.name, self.say = cfg, place, fn, name, say
-        self.verbose = verbose
+        self.verbose, self.marks = verbose, place.marks
         self.learned = _Learned()
-        self.line = line if line is not None else Progress(show=False)
+        self.line = line
         self.device = place.device
         self.clock = place.clock
         self.extra: dict[str, Any] = {  # published: the Measurement's, written only
@@ -332,6 +337,7 @@ class _Run:
             cfg.warmup_max_reps,
             WARMUP_KNOWN_WINDOW if known else WARMUP_WINDOW,
         )
+        self.marks.append(time.perf_counter())
         if warm.steady:
             memo.remember(self.fn, "warmed", warm.median_s, on=gpu)
         self.learned.warmup_s = warm.seconds
@@ -342,7 +348,9 @@ class _Run:
             )
         self._choose_method()
         clock_before = self.device.probe_clock_mhz() if cfg.probe_clock else None
+        self.marks.append(time.perf_counter())
         self._condition()
+        self.marks.append(time.perf_counter())
         t_measure = self.mark()
         if place.condition == "sustained":
             self.device = BackToBack(self.device)
@@ -355,6 +363,7 @@ class _Run:
             else contextlib.nullcontext()
         ):
             reps, stop = self._measure()
+        self.marks.append(time.perf_counter())
         self.mark()  # an edge read after the last rep: its window need not wait for one
         m = self._judge(reps, started_at)
         if place.session is not None and reps:
@@ -380,6 +389,7 @@ class _Run:
         if cfg.keep_trace and place.sampler is not None and place.session is None:
             self.extra["trace"] = _trace(place.sampler, place.gpu, t_begin, t_end)
         kept = dataclasses.replace(m.stats, ci_s=ci) if ci is not None else m.stats
+        self.marks.append(time.perf_counter())
         return dataclasses.replace(m, stats=kept, extra={**m.extra, **self.extra})
 
     def _choose_method(self) -> None:

@@ -64,6 +64,12 @@ def _isolate_env(
     monkeypatch.setenv("GPUENV_SIM_STATE", str(state / "sim.json"))
     # no gpuenvd unless a test starts one: a daemon on this machine must not take the locks
     monkeypatch.setenv("GPUENV_SOCKET", str(state / "no-daemon.sock"))
+    if os.geteuid() != 0:
+        # the suite run by an ordinary account (the README's test command, a contributor):
+        # each test's simulated machine is its own (GPUENV_SIM_STATE above, in a directory
+        # this account owns), where the account may act as root, as CI's root does. A test
+        # of the ordinary account's refusal sets GPUENV_SIM_ROOT=0 itself.
+        monkeypatch.setenv("GPUENV_SIM_ROOT", "1")
     yield
     # what the code under test set (`--sim` is GPUENV_BACKEND=sim, `--quiet` GPUENV_QUIET=1)
     # goes too; monkeypatch then puts back what the developer had

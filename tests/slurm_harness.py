@@ -49,11 +49,11 @@ DB_TOOLS = ("slurmdbd", "sacctmgr", "sacct", "mariadbd", "mariadb-install-db")
 
 def unavailable() -> str | None:
     """Why a Slurm cannot be started here, or None when it can."""
+    if os.geteuid() != 0:  # first: an ordinary account's PATH has no /usr/sbin, where they are
+        return "slurmd runs prologs as root and makes device files: needs root (CI runs as root)"
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if missing:
         return f"{', '.join(missing)} not installed (apt-get install slurm-wlm munge; .ci/run does)"
-    if os.geteuid() != 0:
-        return "slurmd runs prologs as root and makes device files: needs root (CI runs as root)"
     return None
 
 

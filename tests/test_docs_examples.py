@@ -125,7 +125,10 @@ def test_each_failure_names_its_line_and_a_file_block_is_there_for_the_next(
 def test_a_lock_an_example_leaves_fails_its_file_and_each_file_starts_fresh(
     tmp_path: Path,
 ) -> None:
-    page = _md(tmp_path, "```console\n$ gpuenv --sim lock --sm 1350\n```\n")
+    page = _md(
+        tmp_path,
+        "As root:\n\n<!-- as root: locks -->\n```console\n$ gpuenv --sim lock --sm 1350\n```\n",
+    )
     first = dx.run_file(page, tmp_path)
     assert len(first.failures) == 1 and "left a lock" in first.failures[0].what, first.failures
     # a fresh state dir: the lock above is gone, so the same file fails the same way again

@@ -10,6 +10,7 @@ setting protects nothing.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -494,8 +495,9 @@ def test_the_daemon_keeps_nothing_per_connection_once_it_is_gone(tmp_path: Path)
     from gpuenv.daemon.server import Server
 
     backend = SimBackend("h100", n_gpus=1, state_file=tmp_path / "sim.json")
+    me = f"user:{pwd.getpwuid(os.getuid()).pw_name}"  # root, or who runs the suite
     server = Server(
-        Config(socket=str(tmp_path / "s.sock"), sample_period=5.0),
+        Config(socket=str(tmp_path / "s.sock"), sample_period=5.0, lock_rules={me: ("all",)}),
         backend,
         journal=Journal(tmp_path / "journal"),
     )

@@ -155,6 +155,7 @@ def test_the_default_privilege_is_the_accounts(work: Path, monkeypatch) -> None:
     sim.close()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the file to another account")
 def test_settings_another_account_left_are_not_the_drivers(work: Path) -> None:
     state = work / "sim.json"
     writer = SimBackend(state_file=state)

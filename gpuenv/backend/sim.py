@@ -62,7 +62,7 @@ from gpuenv.backend.base import Capabilities, Workload
 from gpuenv.backend.sim_details import SimDetails
 from gpuenv.backend.sim_faults import BACKEND_OPS, FAULT_KINDS, WORKLOAD_OPS, Fault
 from gpuenv.backend.sim_profiles import PROFILES, SimProfile
-from gpuenv.backend.sim_state import default_state_path
+from gpuenv.backend.sim_state import check_place, default_state_path
 from gpuenv.backend.sim_workload import SimWorkload
 from gpuenv.backend.sim_writes import SimWrites
 from gpuenv.errors import ConfigError, DeviceNotFound
@@ -204,6 +204,8 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
             state = None
         else:
             state = state_text or default_state_path()
+        if state is not None:  # a device or a missing directory is said before whose it is
+            check_place(state)
         root = _root_from_env(env.get("GPUENV_SIM_ROOT", ""), state)
         seed = validate.env_number("GPUENV_SIM_SEED", 0, lo=0, hi=2**31, environ=env)
         if seed != int(seed):

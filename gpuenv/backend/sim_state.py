@@ -129,30 +129,32 @@ class _Document:
     gpus: tuple[_GpuEntry, ...] = ()
 
 
+def check_place(path: str | os.PathLike[str]) -> None:
+    """A regular file (or none yet) in a directory that exists: GPUENV_SIM_STATE=/dev/full
+    would put a lock file beside a device and replace it (as root); a missing directory
+    is not created (gpuenv creates none it was not asked for)."""
+    from gpuenv import reader
+
+    path = Path(os.path.abspath(path))
+    where, setting = "the simulated GPU's state", "GPUENV_SIM_STATE"
+    if not path.name or not path.parent.is_dir():
+        folder = path.parent if path.name else path
+        raise FileError(
+            folder,
+            errno.ENOTDIR if folder.exists() else errno.ENOENT,
+            where=where,
+            setting=setting,
+        )
+    if os.path.lexists(path):
+        reader.read_bytes(path, what=where, setting=setting, max_bytes=_MAX_BYTES)
+
+
 class StateFile:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(os.path.abspath(path))
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self._seen: tuple[int, int, int] | None = None
-        self._check_place()
-
-    def _check_place(self) -> None:
-        """A regular file (or none yet) in a directory that exists: GPUENV_SIM_STATE=/dev/full
-        would put a lock file beside a device and replace it (as root); a missing directory
-        is not created (gpuenv creates none it was not asked for)."""
-        from gpuenv import reader
-
-        where, setting = "the simulated GPU's state", "GPUENV_SIM_STATE"
-        if not self.path.name or not self.path.parent.is_dir():
-            folder = self.path.parent if self.path.name else self.path
-            raise FileError(
-                folder,
-                errno.ENOTDIR if folder.exists() else errno.ENOENT,
-                where=where,
-                setting=setting,
-            )
-        if os.path.lexists(self.path):
-            reader.read_bytes(self.path, what=where, setting=setting, max_bytes=_MAX_BYTES)
+        check_place(self.path)
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:

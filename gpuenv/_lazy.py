@@ -10,6 +10,7 @@ cached here), so a name patched in its own module is seen through the package.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,6 +24,11 @@ def lazy_exports(
     def __getattr__(name: str) -> Any:
         module = exports.get(name)
         if module is None:
+            # a subpackage, as `import gpuenv` then `gpuenv.timing.sim_kernel(...)` reads it
+            # (an attribute only once something imported it: an AttributeError before)
+            sub = f"{package}.{name}"
+            if not name.startswith("_") and importlib.util.find_spec(sub) is not None:
+                return importlib.import_module(sub)
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         return getattr(importlib.import_module(module), name)
 

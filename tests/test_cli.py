@@ -138,6 +138,25 @@ def test_import_gpuenv_is_light(fake_torch: Path) -> None:
     assert r["modules"] == []  # not even click or pynvml
 
 
+def test_a_subpackage_reads_as_an_attribute_without_an_import_of_its_own() -> None:
+    """`import gpuenv` then `gpuenv.timing.sim_kernel(...)`, as the docs write it: read
+    first (before `gpuenv.bench` imported it) it was an AttributeError."""
+    code = (
+        "import sys, gpuenv\n"
+        "assert 'gpuenv.timing' not in sys.modules\n"
+        "print(gpuenv.timing.sim_kernel.__name__, 'torch' in sys.modules)\n"
+        "try:\n    gpuenv.no_such_thing\nexcept AttributeError as e:\n    print(e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "sim_kernel False",
+        "module 'gpuenv' has no attribute 'no_such_thing'",
+    ]
+
+
 def test_help_imports_neither_torch_nor_nvml(fake_torch: Path) -> None:
     r = probe(fake_torch, "--help")
     assert r["code"] == 0

@@ -90,10 +90,12 @@ def run(args: argparse.Namespace) -> int:
                     t0 = time.monotonic()
                     m = env.bench(fn, name=name)
                     row_walls.append(time.monotonic() - t0)
-                    t = m.extra.get("temperature", {})
-                    slope = t.get("slope_per_c")
+                    first = m.first_burst
+                    t = first.temperature if first is not None else None
+                    start = t.start_c if t is not None and t.start_c is not None else 0
+                    slope = t.slope_per_c if t is not None else None
                     notes.append(
-                        f"{t.get('start_c', 0):.0f} C, "
+                        f"{start:.0f} C, "
                         + ("slope ?" if slope is None else f"{slope * 100:+.3f}%/C")
                     )
                     hot_gaps.append(_gap(m.median_s, cold.median_s))

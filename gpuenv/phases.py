@@ -1,5 +1,6 @@
 """What bench did before and around its reps, as frozen records: the warmup, how the first
-burst began, the burst schedule, and the sustained precondition.
+burst began (with what the state probe found and what a session knew of the
+temperature, records of their own), the burst schedule, and the sustained precondition.
 
 A `Measurement` publishes them in its `extra`, under the keys results files have always
 held them (`warmup_reps`, `burst_first_wait_s`, `precondition_s`, ...), so a file written
@@ -53,6 +54,90 @@ class Warmup:
 
 
 @dataclass(frozen=True)
+class StateProbe:
+    """What the state probe found before the first burst (gpuenv.timing.stateprobe): fn's
+    reference from a measurement begun on a ready GPU, the clock now, and, where the clock
+    could tell, a few reps of fn now. Numbers keep the type they were written with (a
+    clock read from a sample is an int), so a file reads back as it was written."""
+
+    ref_s: float  # fn's time on a GPU found ready
+    ref_clock_mhz: float  # its reps' probed clock then
+    clock_mhz: float | None  # the clock now (None: nothing could read it)
+    # fn drew under STATE_LIGHT_FRAC of the power limit then (None: a file written before
+    # gpuenv judged light kernels)
+    light: bool | None
+    free: bool  # the state does not move fn's time: measured without a wait
+    time_s: float | None = None  # the probe's reps now, their median (None: not run)
+    reps: int | None = None  # how many reps the probe ran
+    moved: float | None = None  # time_s against ref_s, relative (0.002: 0.2% slower)
+
+    def to_extra(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "ref_s": self.ref_s,
+            "ref_clock_mhz": self.ref_clock_mhz,
+            "clock_mhz": self.clock_mhz,
+        }
+        if self.light is not None:
+            out["light"] = self.light
+        ran = {"time_s": self.time_s, "reps": self.reps, "moved": self.moved}
+        out.update((k, v) for k, v in ran.items() if v is not None)
+        out["free"] = self.free
+        return out
+
+    @classmethod
+    def from_extra(cls, got: object) -> StateProbe | None:
+        if not isinstance(got, Mapping):
+            return None
+        ref_s, ref_mhz, free = got.get("ref_s"), got.get("ref_clock_mhz"), got.get("free")
+        clock, light, time_s, reps, moved = (
+            got.get(k) for k in ("clock_mhz", "light", "time_s", "reps", "moved")
+        )
+        if not (_real(ref_s) and _real(ref_mhz) and _bool(free)):
+            return None
+        if not all(x is None or _real(x) for x in (clock, time_s, moved)):
+            return None
+        if not ((light is None or _bool(light)) and (reps is None or _int(reps))):
+            return None
+        return cls(ref_s, ref_mhz, clock, light, free, time_s, reps, moved)
+
+
+@dataclass(frozen=True)
+class TemperatureFacts:
+    """What a `stable()` session's wait before a bench knew of the temperature
+    (`Session.temperature_facts`). Numbers keep the type they were written with."""
+
+    idle_c: float | None  # where the session began (None: no sample then)
+    start_c: float | None  # where the GPU was when the bench began (None: no sample)
+    slope_per_c: float | None  # fn's time against the temperature, relative (None: not learned)
+    margin_c: float | None  # how far above idle_c the wait allowed (None: not waited)
+    note: str | None = None  # what a GPU warmer than that costs fn (None: nothing to say)
+
+    def to_extra(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "idle_c": self.idle_c,
+            "start_c": self.start_c,
+            "slope_per_c": self.slope_per_c,
+            "margin_c": self.margin_c,
+        }
+        if self.note is not None:
+            out["note"] = self.note
+        return out
+
+    @classmethod
+    def from_extra(cls, got: object) -> TemperatureFacts | None:
+        if not isinstance(got, Mapping):
+            return None
+        numbers = [got.get(k) for k in ("idle_c", "start_c", "slope_per_c", "margin_c")]
+        note = got.get("note")
+        if not all(x is None or _real(x) for x in numbers):
+            return None
+        if not (note is None or isinstance(note, str)):
+            return None
+        idle, start, slope, margin = numbers
+        return cls(idle, start, slope, margin, note)
+
+
+@dataclass(frozen=True)
 class FirstBurst:
     """How the first burst began (condition "burst"): the wait for a cool, uncapped GPU."""
 
@@ -62,10 +147,8 @@ class FirstBurst:
     # wait, which does not decide it (see gpuenv.timing.harness._Run._condition)
     from_start: bool | None = None
     cold_start: bool = False  # begun on an idle GPU: waited for samples a refresh later
-    # what the state probe found (gpuenv.timing.stateprobe), None: no probe
-    state_probe: dict[str, Any] | None = None
-    # what a session's wait knew of the temperature (Session.temperature_facts)
-    temperature: dict[str, Any] | None = None
+    state_probe: StateProbe | None = None  # what the state probe found (None: no probe)
+    temperature: TemperatureFacts | None = None  # what a session's wait knew of the temperature
 
     def to_extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -74,9 +157,9 @@ class FirstBurst:
         if self.cold_start:
             out["burst_cold_start"] = True
         if self.state_probe is not None:
-            out["state_probe"] = self.state_probe
+            out["state_probe"] = self.state_probe.to_extra()
         if self.temperature is not None:
-            out["temperature"] = self.temperature
+            out["temperature"] = self.temperature.to_extra()
         out["burst_first_wait_s"] = self.wait_s
         out["burst_first_ready"] = self.ready
         return out
@@ -91,16 +174,16 @@ class FirstBurst:
             return None
         if not (from_start is None or _bool(from_start)):
             return None
-        if not all(x is None or isinstance(x, Mapping) for x in (probe, temperature)):
-            return None
-        return cls(
-            float(wait),
-            ready,
-            from_start,
-            cold,
-            dict(probe) if probe is not None else None,
-            dict(temperature) if temperature is not None else None,
+        # held but unreadable: no record, as a field of the wrong type is
+        read_probe, read_temperature = (
+            StateProbe.from_extra(probe),
+            TemperatureFacts.from_extra(temperature),
         )
+        if (probe is None) != (read_probe is None):
+            return None
+        if (temperature is None) != (read_temperature is None):
+            return None
+        return cls(float(wait), ready, from_start, cold, read_probe, read_temperature)
 
 
 @dataclass(frozen=True)
@@ -266,4 +349,11 @@ def _float(x: object) -> float | None:
     return float(x) if isinstance(x, (int, float)) else None
 
 
-__all__ = ["BurstSchedule", "Conditioning", "FirstBurst", "Warmup"]
+__all__ = [
+    "BurstSchedule",
+    "Conditioning",
+    "FirstBurst",
+    "StateProbe",
+    "TemperatureFacts",
+    "Warmup",
+]

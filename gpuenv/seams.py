@@ -16,10 +16,11 @@ The sampler's side of the joint is `gpuenv.telemetry.SampleSource`; a held lock'
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from gpuenv.backend import Backend
 from gpuenv.conditioning import Condition
+from gpuenv.phases import TemperatureFacts
 from gpuenv.results import Measurement
 from gpuenv.telemetry import SampleSource
 from gpuenv.verdict import GpuFacts, Policy, VerdictConfig
@@ -65,8 +66,8 @@ class BenchSession(Protocol):
         """Burst mode: wait until the GPUs are cool and uncapped; seconds waited."""
         ...
 
-    def temperature_facts(self, fn: Callable[..., object], gpu: int) -> dict[str, Any]:
-        """What the wait before a bench of `fn` knew of the temperature (for `extra`)."""
+    def temperature_facts(self, fn: Callable[..., object], gpu: int) -> TemperatureFacts:
+        """What the wait before a bench of `fn` knew of the temperature."""
         ...
 
     def learn_temperature(

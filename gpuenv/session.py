@@ -43,6 +43,7 @@ from gpuenv.conditioning import Condition, ConditionConfig, Sensitivity
 from gpuenv.environment import environment_metadata
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, check_policy, judge, read_facts
+from gpuenv.phases import TemperatureFacts
 from gpuenv.results import Measurement, Results, ResultStore
 from gpuenv.telemetry import Sampler, TracePieces
 from gpuenv.timebase import Clock
@@ -471,38 +472,31 @@ class Session:
             for g in pending
         )
 
-    def temperature_facts(self, fn: Callable[..., object], gpu: int) -> dict[str, Any]:
+    def temperature_facts(self, fn: Callable[..., object], gpu: int) -> TemperatureFacts:
         """What the wait before a bench of fn on `gpu` knew of the temperature: where the
         session began, where the GPU is now, fn's slope (relative change per C, None
         until learned), the margin waited for (None: not waited), and a note where the
         GPU is warmer than that margin (what it costs fn)."""
         mc, latest = self._config_for(fn), self.sampler.latest(gpu)
         idle, now = self._idle_temp_c.get(gpu), latest.temp_c if latest is not None else None
-        slope = self.sensitivity.slope(fn)
-        out: dict[str, Any] = {
-            "idle_c": idle,
-            "start_c": now,
-            "slope_per_c": slope,
-            "margin_c": mc.burst_temp_margin_c,
-        }
+        slope, margin = self.sensitivity.slope(fn), mc.burst_temp_margin_c
         if idle is None or now is None:
-            return out
+            return TemperatureFacts(idle, now, slope, margin)
+        note = None
         if slope is None and now > idle + (self.mode_config.burst_temp_margin_c or 0.0):
-            out["note"] = (
+            note = (
                 f"measured at {now:.0f} C, {now - idle:.0f} C above the session's start, "
                 "without waiting to cool: this kernel's time against the temperature is "
                 "not known yet (its measurements at other temperatures will show it)"
             )
-        elif slope is not None and mc.burst_temp_margin_c is not None:
-            over = now - idle - mc.burst_temp_margin_c
-            if over > 0:
-                out["note"] = (
-                    f"the wait for the chip to cool ran out at {now:.0f} C, {over:.1f} C over the "
-                    f"{mc.burst_temp_margin_c:.1f} C this kernel allows: at "
-                    f"{slope * 100:+.3f}%/C it reads ~{slope * (now - idle) * 100:+.2f}% "
-                    "against the session's start"
-                )
-        return out
+        elif slope is not None and margin is not None and now - idle - margin > 0:
+            note = (
+                f"the wait for the chip to cool ran out at {now:.0f} C, "
+                f"{now - idle - margin:.1f} C over the {margin:.1f} C this kernel allows: at "
+                f"{slope * 100:+.3f}%/C it reads ~{slope * (now - idle) * 100:+.2f}% "
+                "against the session's start"
+            )
+        return TemperatureFacts(idle, now, slope, margin, note)
 
     def learn_temperature(
         self, fn: Callable[..., object], temp_c: float | None, median_s: float | None

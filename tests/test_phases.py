@@ -11,7 +11,16 @@ import pytest
 
 import gpuenv
 from gpuenv.backend.sim import SimBackend
-from gpuenv.phases import WALL_PHASES, BurstSchedule, Conditioning, FirstBurst, Wall, Warmup
+from gpuenv.phases import (
+    WALL_PHASES,
+    BurstSchedule,
+    Conditioning,
+    FirstBurst,
+    StateProbe,
+    TemperatureFacts,
+    Wall,
+    Warmup,
+)
 from gpuenv.results import Measurement, load_run
 from gpuenv.timebase import VirtualClock
 from gpuenv.timing import sim_kernel
@@ -27,9 +36,9 @@ RECORDS = [
         False,
         from_start=True,
         cold_start=True,
-        state_probe={"ref_s": 1.4e-3, "free": False},
+        state_probe=StateProbe(1.4e-3, 1755.0, 1980, False, free=False),
     ),
-    FirstBurst(4.69, True, temperature={"start_c": 39.0, "slope_per_c": None}),
+    FirstBurst(4.69, True, temperature=TemperatureFacts(31.0, 39.0, None, None)),
     BurstSchedule(rests=0),
     BurstSchedule(3, 4, 0.025, 0.31, 1, 0, 0.1, power_seen=True),
     Conditioning(12.5, True, 1755.0, 61.0, True, 0.002),
@@ -94,6 +103,73 @@ def test_the_records_write_the_keys_files_hold_in_their_order():
     ]
 
 
+# the state probe's and a session's temperature facts as files hold them, in each shape
+# gpuenv has written (a clock read from a sample is an int, and stays one)
+PROBES = [
+    # the clock not far enough down to tell: no reps run
+    {"ref_s": 1.4e-3, "ref_clock_mhz": 1980.0, "clock_mhz": 1755, "light": False, "free": False},
+    # the clock down, the time the same: measured at once
+    {
+        "ref_s": 3e-4,
+        "ref_clock_mhz": 1980.0,
+        "clock_mhz": 1395,
+        "light": True,
+        "time_s": 3.01e-4,
+        "reps": 10,
+        "moved": 0.0033,
+        "free": True,
+    },
+    # no clock could be read
+    {"ref_s": 1.4e-3, "ref_clock_mhz": 1980, "clock_mhz": None, "light": False, "free": False},
+    # written before gpuenv judged light kernels
+    {
+        "ref_s": 1.4e-3,
+        "ref_clock_mhz": 1980.0,
+        "clock_mhz": 1395,
+        "time_s": 1.55e-3,
+        "reps": 3,
+        "moved": 0.107,
+        "free": False,
+    },
+]
+TEMPERATURES = [
+    {
+        "idle_c": 31,
+        "start_c": 58,
+        "slope_per_c": None,
+        "margin_c": None,
+        "note": "measured at 58 C, 27 C above the session's start, without waiting to cool",
+    },
+    {"idle_c": 31.0, "start_c": 33.5, "slope_per_c": 8e-4, "margin_c": 6.25},
+    {"idle_c": None, "start_c": None, "slope_per_c": None, "margin_c": None},
+]
+
+
+@pytest.mark.parametrize("written", PROBES + TEMPERATURES)
+def test_a_probe_and_temperature_facts_read_back_and_write_the_bytes_a_file_holds(written):
+    record = (StateProbe if "ref_s" in written else TemperatureFacts).from_extra(written)
+    assert record is not None
+    assert json.dumps(record.to_extra()) == json.dumps(written)
+    key = "state_probe" if "ref_s" in written else "temperature"
+    extra = {
+        "burst_from_start": True,
+        key: written,
+        "burst_first_wait_s": 0.0,
+        "burst_first_ready": True,
+    }
+    first = FirstBurst.from_extra(json.loads(json.dumps(extra)))
+    assert first is not None and getattr(first, key) == record
+    assert json.dumps(first.to_extra()) == json.dumps(extra)
+
+
+def test_a_probe_says_what_it_found_in_fields():
+    ran, before_light = StateProbe.from_extra(PROBES[1]), StateProbe.from_extra(PROBES[3])
+    assert ran == StateProbe(3e-4, 1980.0, 1395, True, True, 3.01e-4, 10, 0.0033)
+    assert before_light is not None and before_light.light is None and not before_light.free
+    assert StateProbe.from_extra(PROBES[0]) == StateProbe(1.4e-3, 1980.0, 1755, False, False)
+    assert TemperatureFacts.from_extra(TEMPERATURES[1]) == TemperatureFacts(31.0, 33.5, 8e-4, 6.25)
+
+
 def test_a_burst_bench_reads_its_records_back_after_a_json_round_trip():
     sim = _sim()
     gemm = sim_kernel(sim, 0, seconds=1.4e-3)
@@ -110,7 +186,9 @@ def test_a_burst_bench_reads_its_records_back_after_a_json_round_trip():
     assert hot.warmup.known and not cold.warmup.known  # gemm was warmed up before
     assert hot.first_burst.wait_s > cold.first_burst.wait_s + 0.2  # it waited out the cap
     # the state probe: gemm measured before on a ready GPU, the GPU held down now
-    assert hot.first_burst.state_probe is not None and "ref_s" in hot.first_burst.state_probe
+    probe = hot.first_burst.state_probe
+    assert probe is not None and probe.ref_s > 0 and probe.light is not None
+    assert probe.to_extra() == hot.extra["state_probe"]
 
 
 def test_a_bench_begun_on_an_idle_gpu_says_it_waited_for_fresh_samples():
@@ -137,7 +215,8 @@ def test_a_session_bench_holds_what_its_wait_knew_of_the_temperature():
         m = env.bench(sim_kernel(sim, 0))
     first = m.first_burst
     assert first is not None and first.from_start is None and first.ready
-    assert first.temperature is not None and "start_c" in first.temperature
+    assert first.temperature is not None and first.temperature.start_c is not None
+    assert first.temperature.to_extra() == m.extra["temperature"]
     assert first.wait_s == m.extra["burst_first_wait_s"]
 
 
@@ -182,6 +261,33 @@ def test_a_bench_now_holds_the_kept_files_keys_in_their_order():
         {"warmup_reps": 8, "warmup_s": 0.1, "warmup_steady": 1},
         {"burst_first_wait_s": "0.1", "burst_first_ready": True},
         {"burst_first_wait_s": 0.1, "burst_first_ready": True, "state_probe": [1]},
+        {"burst_first_wait_s": 0.1, "burst_first_ready": True, "state_probe": {"ref_s": 1e-3}},
+        {
+            "burst_first_wait_s": 0.1,
+            "burst_first_ready": True,
+            "state_probe": {**PROBES[1], "reps": 10.0},
+        },
+        {
+            "burst_first_wait_s": 0.1,
+            "burst_first_ready": True,
+            "state_probe": {**PROBES[0], "clock_mhz": "1755"},
+        },
+        {
+            "burst_first_wait_s": 0.1,
+            "burst_first_ready": True,
+            "state_probe": {**PROBES[0], "light": 0},
+        },
+        {"burst_first_wait_s": 0.1, "burst_first_ready": True, "temperature": [31.0]},
+        {
+            "burst_first_wait_s": 0.1,
+            "burst_first_ready": True,
+            "temperature": {**TEMPERATURES[1], "start_c": "hot"},
+        },
+        {
+            "burst_first_wait_s": 0.1,
+            "burst_first_ready": True,
+            "temperature": {**TEMPERATURES[0], "note": 5},
+        },
         {"burst_rests": True},
         {"burst_rests": 0, "burst_max_s": "long"},
         {"precondition_s": 1.0, "precondition_steady": "yes"},

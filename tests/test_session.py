@@ -479,9 +479,10 @@ def test_a_kernel_whose_time_does_not_move_with_the_temperature_is_not_waited_fo
             warnings.simplefilter("error", NotRecoveredWarning)
             hot = env.bench(copy, name="copy", reps=10)
         took = sim.clock.now() - t0
-    facts = hot.extra["temperature"]
-    assert facts["start_c"] > facts["idle_c"] + 5 and facts["margin_c"] is None
-    assert "not known yet" in facts["note"]
+    assert hot.first_burst is not None and hot.first_burst.temperature is not None
+    facts = hot.first_burst.temperature
+    assert facts.start_c > facts.idle_c + 5 and facts.margin_c is None
+    assert "not known yet" in facts.note
     assert hot.extra["burst_first_wait_s"] < 1.5 and took < 3.0
     assert hot.median_s == pytest.approx(cold.median_s, rel=0.005)
 
@@ -496,17 +497,18 @@ def test_a_kernel_whose_time_does_not_move_with_the_clock_is_not_waited_for_afte
     warm(sim)
     cold = {fn: gpuenv.bench(fn, backend=sim, reps=20) for fn in (copy, heavy)}
     for fn in (copy, heavy):
-        assert "state_probe" not in cold[fn].extra  # ready: nothing probed
+        assert cold[fn].first_burst.state_probe is None  # ready: nothing probed
+        assert "state_probe" not in cold[fn].extra
     _heavy(sim)
     hot = gpuenv.bench(copy, backend=sim, reps=20)
-    probe = hot.extra["state_probe"]
-    assert probe["free"] is True and probe["clock_mhz"] < 0.95 * probe["ref_clock_mhz"]
+    probe = hot.first_burst.state_probe
+    assert probe.free is True and probe.clock_mhz < 0.95 * probe.ref_clock_mhz
     assert hot.extra["burst_first_wait_s"] == 0.0
     assert hot.median_s == pytest.approx(cold[copy].median_s, rel=0.005)
     _heavy(sim)
     hot = gpuenv.bench(heavy, backend=sim, reps=20)
-    probe = hot.extra["state_probe"]
-    assert probe["free"] is False and probe["moved"] > 0.05  # slower at the held clock
+    probe = hot.first_burst.state_probe
+    assert probe.free is False and probe.moved > 0.05  # slower at the held clock
     assert hot.extra["burst_first_wait_s"] > 0.1  # so it waited for the GPU
     assert hot.median_s == pytest.approx(cold[heavy].median_s, rel=0.005)
 
@@ -529,11 +531,11 @@ def test_a_kernel_whose_time_rises_with_the_temperature_is_waited_for_once_learn
         first = env.bench(leaky, name="leaky", reps=10)
         _heavy(sim)
         second = env.bench(leaky, name="leaky", reps=10)
-    assert first.extra["temperature"]["slope_per_c"] is None
+    assert first.first_burst.temperature.slope_per_c is None
     assert first.extra["burst_first_wait_s"] < 1.5
-    learned = second.extra["temperature"]
-    assert learned["slope_per_c"] == pytest.approx(0.001, rel=0.2)
-    assert learned["margin_c"] == pytest.approx(5.0, rel=0.2)
+    learned = second.first_burst.temperature
+    assert learned.slope_per_c == pytest.approx(0.001, rel=0.2)
+    assert learned.margin_c == pytest.approx(5.0, rel=0.2)
     # it waited for the chip to cool, beyond the clock and the cap, at most 2 s
     # (burst_temp_wait_s): the simulated H100 cools far slower than that, so the wait ran
     # out, with no warning (full clock, no reason), and the note says what that costs
@@ -542,8 +544,8 @@ def test_a_kernel_whose_time_rises_with_the_temperature_is_waited_for_once_learn
         first.extra["burst_first_wait_s"] + 1.5 < waited < first.extra["burst_first_wait_s"] + 2.5
     )
     start = second.windows[0].temp_c_start
-    assert start > learned["idle_c"] + learned["margin_c"]
-    shift = learned["slope_per_c"] * (start - learned["idle_c"])
-    assert f"reads ~{shift * 100:+.2f}% against the session's start" in learned["note"]
+    assert start > learned.idle_c + learned.margin_c
+    shift = learned.slope_per_c * (start - learned.idle_c)
+    assert f"reads ~{shift * 100:+.2f}% against the session's start" in learned.note
     assert second.median_s / cold.median_s - 1 == pytest.approx(shift, abs=0.001)
     assert second.median_s > cold.median_s

@@ -20,7 +20,7 @@ from gpuenv.backend import Backend
 from gpuenv.clocks.status import lock_holds
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
-from gpuenv.phases import BurstSchedule, FirstBurst, Wall, Warmup
+from gpuenv.phases import BurstSchedule, FirstBurst, StateProbe, Wall, Warmup
 from gpuenv.progress import Progress
 from gpuenv.reasons import Reason
 from gpuenv.results import Measurement, ResultStore
@@ -31,7 +31,7 @@ from gpuenv.timing import memo
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
 from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
-from gpuenv.timing.stateprobe import remember_state, state_free
+from gpuenv.timing.stateprobe import probe_state, remember_state
 from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, Policy, tiny_call
 
 log = logging.getLogger(__name__)
@@ -288,7 +288,7 @@ class _Learned:
     from_start: bool = False  # the first burst began with bench (see _Run._condition)
     first_wait_s: float = 0.0  # the wait before the first burst: Bursts counts it as a rest
     first_ready: bool = False  # the first burst began on a GPU found ready
-    state_free: bool = False  # _state_free's probe found the GPU's state moves fn's time not
+    state_free: bool = False  # _probe_state found the GPU's state moves fn's time not
 
 
 class _Run:
@@ -427,16 +427,16 @@ class _Run:
     def _first_burst(self) -> FirstBurst:
         """Wait until the GPU is ready for the first burst (or find no need to)."""
         place, cc = self.place, self.cfg.conditioning
-        probe: dict[str, Any] = {}
         if place.session is not None:
             t_wait = self.clock.now()
             place.session.work_ended(self.clock.now())  # the warmup was work
-            if not self._state_free(probe, since=self.clock.now()):
+            probe = self._probe_state(since=self.clock.now())
+            if probe is None or not probe.free:
                 place.session.wait_until_recovered(self.fn)
             waited, ready = self.clock.now() - t_wait, True
             temperature = place.session.temperature_facts(self.fn, place.gpu)
             self.learned.first_wait_s, self.learned.first_ready = waited, ready
-            return FirstBurst(waited, ready, state_probe=probe or None, temperature=temperature)
+            return FirstBurst(waited, ready, state_probe=probe, temperature=temperature)
         # from the start: the warmup is part of the first burst, so the samples since bench
         # began tell whether the GPU is cool (no driver refresh to wait): asked for, or with
         # waits only while the GPU is seen held down (burst_wait "seen", the default) when
@@ -453,18 +453,19 @@ class _Run:
             # down for the ~0.5 s the cap holds), and the warmup's samples cannot show it
             # yet: wait for samples taken a driver refresh after it
             since = None
-        if self._state_free(probe, since=self.clock.now() if since is None else since):
+        probe = self._probe_state(since=self.clock.now() if since is None else since)
+        if probe is not None and probe.free:
             waited, ready = 0.0, True
         else:
             waited, ready = self._wait(since=since)
         self.learned.first_wait_s, self.learned.first_ready = waited, ready
-        return FirstBurst(waited, ready, from_start, cold, state_probe=probe or None)
+        return FirstBurst(waited, ready, from_start, cold, state_probe=probe)
 
-    def _state_free(self, probe: dict[str, Any], since: float) -> bool:
-        """Need this call not wait for a GPU held down (gpuenv.timing.stateprobe)? What was
-        probed goes into `probe`."""
+    def _probe_state(self, since: float) -> StateProbe | None:
+        """Need this call not wait for a GPU held down (gpuenv.timing.stateprobe)? `free`
+        in what was probed (None: nothing was)."""
         p = self.place
-        free = state_free(
+        probe = probe_state(
             self.fn,
             self.device,
             p.sampler,
@@ -472,12 +473,11 @@ class _Run:
             p.identity(),
             p.facts.get(p.gpu),
             self.cfg.conditioning,
-            probe,
             since=since,
             probe_clock=self.cfg.probe_clock,
         )
-        self.learned.state_free = free
-        return free
+        self.learned.state_free = probe is not None and probe.free
+        return probe
 
     def _remember_state(self, m: Measurement, clock_mhz: float | None) -> None:
         p, learned = self.place, self.learned

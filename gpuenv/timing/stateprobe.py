@@ -15,7 +15,8 @@ a few reps of it (about STATE_PROBE_S) are compared with that reference:
 
 Either way it is measured at once. Not: a heavy kernel at full clock on a GPU whose power
 is still high (its first burst would meet the cap), nor a function not measured before.
-What was probed is kept with how the first burst began (`gpuenv.phases.FirstBurst`).
+What was probed (`gpuenv.phases.StateProbe`) is kept with how the first burst began
+(`gpuenv.phases.FirstBurst`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from gpuenv import conditioning, stats
+from gpuenv.phases import StateProbe
 from gpuenv.results import Measurement
 from gpuenv.telemetry import DRIVER_REFRESH_S, SampleSource
 from gpuenv.timing import memo
@@ -36,7 +38,7 @@ STATE_FREE_REL = 0.003  # fn's time within this of the reference's: the state mo
 STATE_LIGHT_FRAC = 0.5  # a kernel drawing under this share of the power limit is light
 
 
-def state_free(
+def probe_state(
     fn: Callable[[], Any],
     device: Device,
     sampler: SampleSource | None,
@@ -44,39 +46,36 @@ def state_free(
     identity: Hashable,
     facts: GpuFacts | None,
     config: conditioning.ConditionConfig,
-    probe: dict[str, Any],
     *,
     since: float,
     probe_clock: bool = True,
-) -> bool:
+) -> StateProbe | None:
     """Is the GPU held down now (judged by the samples since `since`), yet fn's time the
-    same as on a GPU found ready (see the module docstring)? False where nothing is known
-    yet, the clock probe is off, or the GPU is ready; what was probed goes into `probe`
-    (left empty where nothing was)."""
+    same as on a GPU found ready (see the module docstring)? What was probed, `free` where
+    fn need not wait; None where nothing was: nothing known yet, the clock probe off, or
+    the GPU ready."""
     ref = memo.recall(fn, ("state", device.kind), on=identity)
     if ref is None or sampler is None or not probe_clock:
-        return False
+        return None
     if conditioning.recovered(  # by the newest samples: ready now, no wait to spare
         sampler, gpu, since=since - 2 * DRIVER_REFRESH_S, facts=facts, config=config
     ):
-        return False
+        return None
     t_ref, c_ref, light = ref
     c_now = device.probe_clock_mhz()
     latest = sampler.latest(gpu)
     if latest is not None and latest.sm_mhz > 0:
         c_now = min(c_now or latest.sm_mhz, latest.sm_mhz)
-    probe.update(ref_s=t_ref, ref_clock_mhz=c_ref, clock_mhz=c_now, light=light)
     down = c_now is not None and c_now <= c_ref * (1 - STATE_CLOCK_GAP)
     back = light and c_now is not None and c_now >= c_ref * (1 - STATE_FREE_REL)
     if not (down or back):
-        probe["free"] = False
-        return False
+        return StateProbe(t_ref, c_ref, c_now, light, free=False)
     n = max(3, min(10, round(STATE_PROBE_S / max(t_ref, 1e-9))))
     reps = device.reps(fn, n) if device.rep_batch > 1 else [device.rep(fn) for _ in range(n)]
     t_now = stats.median([r.time_s for r in reps])
     moved = t_now / t_ref - 1
-    probe.update(time_s=t_now, reps=n, moved=moved, free=abs(moved) <= STATE_FREE_REL)
-    return bool(probe["free"])
+    free = abs(moved) <= STATE_FREE_REL
+    return StateProbe(t_ref, c_ref, c_now, light, free, time_s=t_now, reps=n, moved=moved)
 
 
 def remember_state(
@@ -93,7 +92,7 @@ def remember_state(
 ) -> None:
     """Keep fn's reference from burst measurement `m` (its time, `clock_mhz`: its reps'
     probed clock, and whether it is light) when it began on a GPU found ready (`ready`:
-    not held down) and nothing was skipped (`probed_free`: `state_free` let it start
+    not held down) and nothing was skipped (`probed_free`: `probe_state` let it start
     without its wait)."""
     if clock_mhz is None or not m.stats.n or not ready or probed_free:
         return
@@ -104,4 +103,4 @@ def remember_state(
     memo.remember(fn, ("state", device.kind), (m.stats.median_s, clock_mhz, light), on=identity)
 
 
-__all__ = ["STATE_CLOCK_GAP", "STATE_FREE_REL", "remember_state", "state_free"]
+__all__ = ["STATE_CLOCK_GAP", "STATE_FREE_REL", "probe_state", "remember_state"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,46 @@ users = ops
 """
 
 
+class HandClock:
+    """Time that only the test moves (`advance`), for a daemon whose requests wait on other
+    threads while the test goes on.
+
+    A VirtualClock cannot serve there: the daemon's waiting request runs
+    `timebase.wait_on` on its own thread with the lease manager's lock held, and on virtual
+    time that wait moves the clock itself (nothing else would): a request asked to wait 20
+    s runs through its wait at once, refused, and holds the lock meanwhile, so nothing the
+    test does can end its wait. This clock is not `virtual` in that sense: another thread
+    moves it, so the daemon's waits on it are real `cond.wait`s, which a grant or release
+    ends at once (else a poll every WAIT_POLL_S of real time), as on the real clock. Its
+    deadlines and kept turns fall in the test's time: they end when the test moves the
+    clock past them, not after seconds of real time, and never early on a slow machine."""
+
+    virtual = False
+
+    def __init__(self, start: float = 1000.0, epoch: float = 1_790_000_000.0):
+        self._t, self._start, self._epoch = start, start, epoch
+        self._moved = threading.Condition()
+
+    def now(self) -> float:
+        return self._t
+
+    def wall(self) -> float:
+        return self._epoch + (self._t - self._start)
+
+    def advance(self, seconds: float) -> None:
+        with self._moved:
+            self._t += seconds
+            self._moved.notify_all()
+
+    def sleep(self, seconds: float) -> None:
+        """Until the test has moved the clock `seconds` on (a thread's own sleep moves
+        nothing); an error after 10 s of real time in which the test did not."""
+        with self._moved:
+            target = self._t + seconds
+            if not self._moved.wait_for(lambda: self._t >= target, timeout=10.0):
+                raise RuntimeError(f"a sleep of {seconds} s: the test did not move the clock")
+
+
 class Harness:
     def __init__(
         self,
@@ -47,8 +88,9 @@ class Harness:
         profile: str = "h100",
         clock: Clock | None = None,
     ):
-        """`clock`: the simulated GPU's and so the daemon's (a VirtualClock: its waits and
-        kept turns in virtual time, moved by the test; default: real time)."""
+        """`clock`: the simulated GPU's and so the daemon's (a VirtualClock: kept turns
+        in virtual time, moved by the test, for requests that do not wait; a HandClock for
+        requests that wait; default: real time)."""
         self.tmp = tmp
         self.sock = str(tmp / "gpuenvd.sock")
         self.backend = SimBackend(profile, n_gpus=n_gpus, state_file=tmp / "sim.json", clock=clock)

@@ -11,10 +11,23 @@ import time
 from pathlib import Path
 
 import pytest
-from server_harness import ALICE, BOB, CONFIG, EVE, ME, OPS, Harness, h, serving, wait_for
+from server_harness import (
+    ALICE,
+    BOB,
+    CONFIG,
+    EVE,
+    ME,
+    OPS,
+    HandClock,
+    Harness,
+    h,
+    serving,
+    wait_for,
+)
 
 from gpuenv.clocks.journal import process_start_time
 from gpuenv.daemon import holds
+from gpuenv.daemon.leases import WAIT_POLL_S
 from gpuenv.errors import LockConflict, PermissionDenied
 from gpuenv.timebase import VirtualClock
 
@@ -151,12 +164,17 @@ def test_sharers_queued_behind_a_waiting_request_go_as_soon_as_it_ends(h: Harnes
     assert wait_for(lambda: h.truth(0) == h.original[0])
 
 
-def test_a_request_that_did_not_wait_keeps_a_turn_for_its_clock(
-    h: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_request_that_did_not_wait_keeps_a_turn_for_its_clock(tmp_path: Path) -> None:
     """Requests that never wait would otherwise get no turn while requests for another clock
-    keep coming and waiting: a refusal keeps a place in the queue for its clock."""
-    monkeypatch.setattr(holds, "TURN_KEPT_S", 5.0)
+    keep coming and waiting: a refusal keeps a place in the queue for its clock. The daemon
+    runs on the test's time (HandClock): the kept turn ends when the test moves the clock
+    past it (it took TURN_KEPT_S of real time, 5 s here, before)."""
+    clock = HandClock()
+    with serving(tmp_path, clock=clock) as h:
+        _keep_a_turn(h, clock)
+
+
+def _keep_a_turn(h: Harness, clock: HandClock) -> None:
     a, b, c, o = h.client(ALICE), h.client(BOB), h.client(ALICE), h.client(OPS)
     first = a.lock(sm=1350, gpus=[0])
     got_b: list = []
@@ -177,6 +195,12 @@ def test_a_request_that_did_not_wait_keeps_a_turn_for_its_clock(
     turn = o.lock(sm=1350, gpus=[0])  # at the kept turn's place, ahead of the later request
     assert h.locked_sm(0) == (1350, 1350) and not got_c
     turn.release()
+    # the GPU is free, but the kept turn is not over: the later request waits for its end
+    # (a few of its polls; the release woke it at once)
+    clock.advance(holds.TURN_KEPT_S * 0.9)
+    time.sleep(3 * WAIT_POLL_S)
+    assert not got_c and len(h.server.leases.waiting()) == 1
+    clock.advance(holds.TURN_KEPT_S * 0.2)
     tc.join(timeout=20)  # and the later request goes when the kept turn is over
     assert got_c and h.locked_sm(0) == (1500, 1500)
     for client in (a, b, c, o):

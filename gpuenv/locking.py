@@ -239,12 +239,19 @@ def _no_daemon_hint() -> str:
     from gpuenv.daemon.client import default_socket
 
     user = _user()
-    return (
+    hint = (
         f"run as root, or have an admin start gpuenvd ('sudo gpuenv daemon', or "
         f"'systemctl start gpuenvd') with 'user:{user} = all' under [lock] in "
         f"/etc/gpuenv/gpuenvd.conf; then retry as you are (no daemon answers on "
         f"{default_socket()})"
     )
+    if os.environ.get("GPUENV_BACKEND", "").strip().lower() == "sim":
+        # the host's simulated GPU is root's, as a real one; a machine of one's own is not
+        hint += (
+            "; or, to try locks on a simulated GPU of your own, in a directory you own: "
+            "GPUENV_SIM_STATE=~/gpuenv-sim.json GPUENV_SIM_ROOT=1 gpuenv --sim lock ..."
+        )
+    return hint
 
 
 def socket_denied(path: str) -> PermissionDenied:

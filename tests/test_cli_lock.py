@@ -132,6 +132,11 @@ def test_no_permission_says_root_or_daemon(monkeypatch: pytest.MonkeyPatch) -> N
     assert res.exit_code == 4  # as nvidia-smi: no permission
     assert "run as root, or have an admin start gpuenvd ('sudo gpuenv daemon'" in res.output
     assert "under [lock]" in res.output  # the step that makes the daemon serve this user
+    # on the simulated GPU, also the machine of one's own that takes locks without either
+    # (tests/test_sim_host.py follows it as an ordinary account)
+    assert "GPUENV_SIM_STATE=~/gpuenv-sim.json GPUENV_SIM_ROOT=1 gpuenv --sim lock" in (
+        " ".join(res.output.split())
+    )
     assert Journal().entries() == []
 
 

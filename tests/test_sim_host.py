@@ -142,6 +142,40 @@ def test_an_ordinary_account_sees_roots_lock_runs_work_and_cannot_set_clocks(
     root.close()
 
 
+def test_an_ordinary_account_follows_the_hint_to_a_machine_of_its_own(work: Path) -> None:
+    """What an ordinary account's refused `gpuenv --sim lock` says to try, as written (with
+    its home for ~): the lock is taken and restored on its own machine, none on the host's."""
+    (mallory,) = local_users(1)
+    home = work / "home"
+    home.mkdir()
+    os.chown(home, mallory.pw_uid, mallory.pw_gid)
+    host = work / "host-sim.json"
+    # the test's isolation, where root's would be out of the account's reach: no gpuenvd
+    env = {**os.environ, "GPUENV_SIM_STATE": str(host), "GPUENV_SOCKET": str(work / "none")}
+    env.pop("GPUENV_SIM_ROOT", None)
+    code = (
+        "import os, subprocess, sys\n"
+        "os.environ['HOME'] = sys.argv[1]  # the account's own (run_as gives it /tmp)\n"
+        "gpuenv = [sys.executable, '-c', 'from gpuenv.cli import main; main()']\n"
+        "def run(*a, env=None):\n"
+        "    import os\n"
+        "    e = {**os.environ, **(env or {})}\n"
+        "    e['GPUENV_STATE_DIR'] = os.path.expanduser('~/state')\n"
+        "    return subprocess.run([*gpuenv, *a], env=e, capture_output=True, text=True)\n"
+        "refused = run('--sim', 'lock', '--sm', '1350')\n"
+        "print(refused.returncode)\n"
+        "import os\n"
+        "own = {'GPUENV_SIM_STATE': os.path.expanduser('~/gpuenv-sim.json'),\n"
+        "       'GPUENV_SIM_ROOT': '1'}\n"
+        "print(run('--sim', 'lock', '--sm', '1350', env=own).returncode)\n"
+        "print(run('--sim', 'restore', env=own).returncode)\n"
+    )
+    out = run_as(mallory, code, str(home), env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["4", "0", "0"], out.stdout + out.stderr
+    assert (home / "gpuenv-sim.json").exists() and not host.exists()
+
+
 def test_the_default_privilege_is_the_accounts(work: Path, monkeypatch) -> None:
     monkeypatch.setenv("GPUENV_SIM_STATE", str(work / "sim.json"))
     monkeypatch.delenv("GPUENV_SIM_ROOT", raising=False)

@@ -324,9 +324,13 @@ from gpuenv import timing
 
 @pytest.fixture
 def sim_kernel(request):
-    # the plugin's own simulated GPU (a sim's work belongs to the backend that made it)
+    # the plugin's own simulated GPU (a sim's work belongs to the backend that made it).
+    # 4 ms at boost is 23 ms at the idle clock: 8 rounds outlast the driver's 100 ms
+    # refresh, which is when the new context's clock rises and GpuIdle clears. With 2 ms
+    # (8 rounds of 11.8 ms) a context opened just after a refresh saw none, and every
+    # round read idle: "no GPU work" (3 of 59 runs alone, once in CI; now 0 of 60)
     return timing.sim_kernel(request.config._gpuenv_plugin_state.backend.inner, 0,
-                             seconds=0.002)
+                             seconds=0.004)
 """
 
 GPU_SUITE = """

@@ -350,10 +350,12 @@ def _float(x: object) -> float | None:
 
 
 __all__ = [
+    "WALL_PHASES",
     "BurstSchedule",
     "Conditioning",
     "FirstBurst",
     "StateProbe",
     "TemperatureFacts",
+    "Wall",
     "Warmup",
 ]

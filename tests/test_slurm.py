@@ -29,7 +29,10 @@ from slurm_harness import (
 
 from gpuenv.daemon.client import Client
 
-pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+pytestmark = [
+    pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
+    pytest.mark.xdist_group("slurm"),  # one worker under -n: one cluster a session, in order
+]
 
 
 @pytest.fixture(scope="module")

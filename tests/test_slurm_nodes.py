@@ -31,7 +31,10 @@ from slurm_harness import (
 
 from gpuenv.daemon.client import Client
 
-pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+pytestmark = [
+    pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
+    pytest.mark.xdist_group("slurm"),  # one worker under -n: one cluster a session, in order
+]
 
 # each node's step says it runs, then the job waits for the test to look
 STEPS = "srun -N2 --ntasks-per-node=1 bash -c 'echo \"READY $SLURMD_NODENAME\"'; sleep 1"

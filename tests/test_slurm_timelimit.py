@@ -10,7 +10,10 @@ from collections.abc import Iterator
 import pytest
 from slurm_harness import NODE, SlurmCluster, assert_as_before, unavailable
 
-pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+pytestmark = [
+    pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
+    pytest.mark.xdist_group("slurm"),  # one worker under -n: one cluster a session, in order
+]
 
 
 @pytest.fixture(scope="module", autouse=True)

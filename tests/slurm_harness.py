@@ -57,6 +57,19 @@ def unavailable() -> str | None:
     return None
 
 
+def _marks() -> list[Any]:
+    import pytest
+
+    return [
+        pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
+        pytest.mark.xdist_group("slurm"),  # one worker under -n: one cluster a session, in order
+    ]
+
+
+# every Slurm module's pytestmark: skipped, saying why, where a Slurm cannot start
+MARKS = _marks()
+
+
 def accounting_unavailable() -> str | None:
     """Why slurmdbd cannot run here, or None when it can."""
     missing = [t for t in DB_TOOLS if shutil.which(t) is None]

@@ -21,6 +21,17 @@ pytest.importorskip("prometheus_client")
 ALICE = Peer(pid=os.getpid(), uid=50001, gid=50001, user="alice", groups=frozenset())
 
 
+def _alice_server(tmp_path: Path, backend: SimBackend, *, metrics: bool = True) -> Server:
+    """gpuenvd on `backend` (not started) that lets alice lock, with a metrics endpoint."""
+    text = ("[daemon]\nmetrics = 127.0.0.1:0\n" if metrics else "") + "[lock]\nuser:alice = all\n"
+    return Server(
+        parse_config(text).with_socket(str(tmp_path / "s.sock")),
+        backend,
+        journal=Journal(tmp_path / "journal"),
+        peer_of=lambda sock: ALICE,
+    )
+
+
 def _value(text: str, name: str, **labels: str) -> float | None:
     for line in text.splitlines():
         if not line.startswith((name + "{", name + " ")):
@@ -34,13 +45,7 @@ def test_metrics_show_clocks_and_who_holds_the_lock(tmp_path: Path) -> None:
     from gpuenv.daemon.metrics import render
 
     backend = SimBackend("h100", n_gpus=1, state_file=tmp_path / "sim.json")
-    config = parse_config("[daemon]\nmetrics = 127.0.0.1:0\n[lock]\nuser:alice = all\n")
-    server = Server(
-        config.with_socket(str(tmp_path / "s.sock")),
-        backend,
-        journal=Journal(tmp_path / "journal"),
-        peer_of=lambda sock: ALICE,
-    )
+    server = _alice_server(tmp_path, backend)
     server.start()
     try:
         text = render(server).decode()
@@ -88,12 +93,7 @@ def test_series_join_dcgm_exporter_and_speak_one_reason_vocabulary(tmp_path: Pat
     from gpuenv.reasons import REASON_NAMES
 
     backend = SimBackend("h100", n_gpus=2, state_file=tmp_path / "sim.json")
-    server = Server(
-        parse_config("[lock]\nuser:alice = all\n").with_socket(str(tmp_path / "s.sock")),
-        backend,
-        journal=Journal(tmp_path / "journal"),
-        peer_of=lambda sock: ALICE,
-    )
+    server = _alice_server(tmp_path, backend, metrics=False)
     server.start()
     try:
         with Client(server.address) as c, c.lock(sm=1350, gpus=[1]):
@@ -235,13 +235,7 @@ def test_a_scrape_stopped_in_the_middle_of_its_render_holds_up_no_lease(tmp_path
             return super().power_limits(index)
 
     backend = SlowReads("h100", n_gpus=1, state_file=tmp_path / "sim.json")
-    config = parse_config("[daemon]\nmetrics = 127.0.0.1:0\n[lock]\nuser:alice = all\n")
-    server = Server(
-        config.with_socket(str(tmp_path / "s.sock")),
-        backend,
-        journal=Journal(tmp_path / "journal"),
-        peer_of=lambda sock: ALICE,
-    )
+    server = _alice_server(tmp_path, backend)
     server.start()
     try:
         scrape = threading.Thread(target=_scrape, args=(server._metrics.port,), daemon=True)

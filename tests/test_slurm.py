@@ -19,20 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_harness import (
-    SHOW,
-    SlurmCluster,
-    assert_as_before,
-    assert_locked_in_job,
-    unavailable,
-)
+from slurm_harness import MARKS, SHOW, SlurmCluster, assert_as_before, assert_locked_in_job
 
 from gpuenv.daemon.client import Client
 
-pytestmark = [
-    pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
-    pytest.mark.xdist_group("slurm"),  # one worker under -n: one cluster a session, in order
-]
+pytestmark = MARKS
 
 
 @pytest.fixture(scope="module")

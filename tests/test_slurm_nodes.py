@@ -21,20 +21,17 @@ from pathlib import Path
 import pytest
 from slurm_harness import (
     EPILOG,
+    MARKS,
     PROLOG,
     Node,
     SlurmCluster,
     accounting_unavailable,
     started,
-    unavailable,
 )
 
 from gpuenv.daemon.client import Client
 
-pytestmark = [
-    pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
-    pytest.mark.xdist_group("slurm"),  # one worker under -n: one cluster a session, in order
-]
+pytestmark = MARKS
 
 # each node's step says it runs, then the job waits for the test to look
 STEPS = "srun -N2 --ntasks-per-node=1 bash -c 'echo \"READY $SLURMD_NODENAME\"'; sleep 1"

@@ -8,12 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from slurm_harness import NODE, SlurmCluster, assert_as_before, unavailable
+from slurm_harness import MARKS, NODE, SlurmCluster, assert_as_before
 
-pytestmark = [
-    pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
-    pytest.mark.xdist_group("slurm"),  # one worker under -n: one cluster a session, in order
-]
+pytestmark = MARKS
 
 
 @pytest.fixture(scope="module", autouse=True)

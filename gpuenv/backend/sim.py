@@ -204,8 +204,6 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
             state = None
         else:
             state = state_text or default_state_path()
-        if state is not None:  # a device or a missing directory is said before whose it is
-            check_place(state)
         root = _root_from_env(env.get("GPUENV_SIM_ROOT", ""), state)
         seed = validate.env_number("GPUENV_SIM_SEED", 0, lo=0, hi=2**31, environ=env)
         if seed != int(seed):
@@ -305,6 +303,7 @@ def _root_from_env(text: str, state: str | os.PathLike[str] | None) -> bool:
         with contextlib.suppress(OSError):
             if folder.stat().st_uid == os.geteuid():
                 return True
+        check_place(state)  # a device or a missing directory is said before whose it is
         raise ConfigError(
             f"GPUENV_SIM_ROOT=1 cannot make this account root on the simulated machine "
             f"{state}: it is the host's, and an ordinary account changes its settings only "

@@ -242,6 +242,16 @@ def run(args: argparse.Namespace) -> int:
                 "as printed:\n"
             )
             print("```text\n" + r["text"] + "\n```")
+            print("\nEach rank's GPU over its steps:\n")
+            print("| rank | GPU | MHz while busy | power-capped share | up to C | others on it |")
+            print("|---:|---:|---:|---:|---:|---|")
+            for g in r["step"].gpus:
+                temp = "-" if g.temp_c_max is None else f"{g.temp_c_max:.0f}"
+                pids = ", ".join(map(str, g.other_pids)) or "-"
+                print(
+                    f"| {g.rank} | {g.gpu} | {g.sm_mhz:.0f} | {100 * g.capped_frac:.0f}% | "
+                    f"{temp} | {pids} |"
+                )
     return 0 if all("step" in r for _, r in runs) else 1
 
 

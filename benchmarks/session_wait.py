@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
                     m = env.bench(fn, name=name)
                     row_walls.append(time.monotonic() - t0)
                     spent.append(_spent(f"{name} (session)", row_walls[-1], m))
+                    print(spent[-1], file=sys.stderr)  # a step cut short keeps it
                     first = m.first_burst
                     t = first.temperature if first is not None else None
                     start = t.start_c if t is not None and t.start_c is not None else 0
@@ -124,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
                 gb = gpuenv.bench(fn)
                 gb_wall = time.monotonic() - t0
                 spent.append(_spent(name, gb_wall, gb))
+                print(spent[-1], file=sys.stderr)
                 gpu.load(args.load)
                 t0 = time.monotonic()
                 db_hot = do_bench(fn)

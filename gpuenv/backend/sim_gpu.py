@@ -147,7 +147,7 @@ class GpuModel:
         self.period_busy = 0.0
         self.period_start_ns = t_ns
         self.busy_ring: collections.deque[float] = collections.deque([0.0] * 10, maxlen=10)
-        self._decay: dict[int, tuple[float, float]] = {}
+        self._decay: dict[int, tuple[float, float, float]] = {}
         self.power_samples: collections.deque[tuple[int, float]] = collections.deque(
             maxlen=POWER_SAMPLES_KEPT
         )

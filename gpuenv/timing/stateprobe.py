@@ -17,6 +17,11 @@ Either way it is measured at once. Not: a heavy kernel at full clock on a GPU wh
 is still high (its first burst would meet the cap), nor a function not measured before.
 What was probed (`gpuenv.phases.StateProbe`) is kept with how the first burst began
 (`gpuenv.phases.FirstBurst`).
+
+The same place keeps, per function and GPU, how long fn may work unbroken before the cap
+meets it (`burst_limit`): a burst measurement that met the cap learned it
+(`gpuenv.conditioning.Bursts`, ConditionConfig.burst_learn), and the next call's bursts
+start that short instead of meeting the cap again to learn it.
 """
 
 from __future__ import annotations
@@ -103,4 +108,29 @@ def remember_state(
     memo.remember(fn, ("state", device.kind), (m.stats.median_s, clock_mhz, light), on=identity)
 
 
-__all__ = ["STATE_CLOCK_GAP", "STATE_FREE_REL", "probe_state", "remember_state"]
+def burst_limit(fn: Callable[[], Any], device: Device, identity: Hashable) -> float | None:
+    """The longest unbroken work a burst measurement of fn on this GPU let through before
+    the cap met it (None: none met it yet). A per-call wrapper (the do_bench drop-in's)
+    stands for the function it names in `memo_subject`."""
+    key = getattr(fn, "memo_subject", fn)
+    limit = memo.recall(key, ("burst_limit", device.kind), on=identity)
+    return float(limit) if limit is not None else None
+
+
+def remember_burst_limit(
+    fn: Callable[[], Any], device: Device, identity: Hashable, limit_s: float | None
+) -> None:
+    """Keep what a burst measurement learned of the cap's onset (None: nothing)."""
+    if limit_s is not None:
+        key = getattr(fn, "memo_subject", fn)
+        memo.remember(key, ("burst_limit", device.kind), limit_s, on=identity)
+
+
+__all__ = [
+    "STATE_CLOCK_GAP",
+    "STATE_FREE_REL",
+    "burst_limit",
+    "probe_state",
+    "remember_burst_limit",
+    "remember_state",
+]

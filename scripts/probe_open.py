@@ -75,6 +75,42 @@ def main() -> None:
     pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(45)
     print(out.getvalue())
     backend.close()
+    after_load(gather)
+
+
+def after_load(gather: Callable[[], Any]) -> None:
+    """As benchmarks/session_wait: inside a stable() session, 7 s of heavy matmuls, then
+    gpuenv.bench (profiled), twice; then the same without the session."""
+    from gpuenv.telemetry import process
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+
+    def load(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for _ in range(8):
+                a @ a
+            torch.cuda.synchronize()
+
+    def one(label: str) -> None:
+        load(7.0)
+        pool = [(p.pid, p.users) for p in process._pool.values()]
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        m = gpuenv.bench(gather)
+        prof.disable()
+        wall = time.perf_counter() - t0
+        phases = {p: round(s, 4) for p, s in m.wall.phases} if m.wall else None
+        print(f"\n{label}: {wall:.3f} s; sampler processes before {pool}; m.wall {phases}")
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(25)
+        print(out.getvalue())
+
+    with gpuenv.stable():
+        one("in a session, after 7 s of load")
+        one("in a session, after 7 s of load, again")
+    one("no session, after 7 s of load")
 
 
 if __name__ == "__main__":

@@ -43,12 +43,14 @@ class ConditionConfig:
         held-down reason (the power cap, thermal: what the findings would name) are
         dropped and measured again, their time not counted in the budget; at most this
         many times a measurement, and not after a wait for the GPU ran out (a GPU held
-        down for good still ends, its finding kept). 0: reps are kept as measured.
+        down for good still ends, its finding kept). 0 (the default; the do_bench
+        drop-in's is 4): reps are kept as measured.
       burst_learn: a burst that met the cap (a probed clock fell, or a window showed a
         held-down reason) says the cap comes on sooner than the schedule assumed: the
         unbroken work before a rest is held to half of what met it (down to a few
         reps' worth), for the rest of the measurement and the next call of the same
         function on the GPU, and each burst then rests at least the duty rule's rest.
+        Off by default; the do_bench drop-in turns it on.
       burst_timeout_s: the longest wait for the GPU to recover; after it, measure
         anyway (the findings say what state the GPU was in) and say so.
       burst_temp_margin_c: "cool" is within this of the idle temperature (the
@@ -92,8 +94,11 @@ class ConditionConfig:
     burst_power_target: float = 0.9
     burst_clock_fall_rel: float = 0.05
     burst_clock_redos: int = 3
-    burst_window_redos: int = 4
-    burst_learn: bool = True
+    # off for gpuenv.bench and stable() (on for the do_bench drop-in): on an H100 after 7 s
+    # of load they made a session's MLP block take 5.5-7.0 s (10 bursts, 3.1-3.6 s of
+    # waits) where it took 1.19 s without them, its number no closer to cold
+    burst_window_redos: int = 0
+    burst_learn: bool = False
     burst_timeout_s: float = 30.0
     burst_temp_margin_c: float | None = 5.0
     burst_temp_shift_rel: float = 0.005

@@ -126,3 +126,13 @@ def test_the_cli_names_the_gpu_and_exits_1(tmp_path):
     assert data["named"] == [2]
     assert [g["gpu"] for g in data["gpus"] if g["named"]] == [2]
     assert data["gpus"][2]["power_limit_w"] == 450
+    # root's check is kept for gpuenvd's gauges (tests/test_fleet.py); another account's not
+    from gpuenv.check.store import load_check
+
+    if os.geteuid() == 0:
+        assert "kept for gpuenvd's gauges" in result.stderr
+        kept = load_check(data["gpus"][2]["uuid"])
+        assert kept is not None and kept.check.named and kept.check.power_limit_w == 450
+    else:
+        assert "not kept for gpuenvd's gauges: only root's check is" in result.stderr
+        assert load_check(data["gpus"][2]["uuid"]) is None

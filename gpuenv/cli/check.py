@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from gpuenv.cli._common import checked, gpu_option, handle_errors, open_from_ctx
+
+if TYPE_CHECKING:
+    from gpuenv.check import NodeCheck
 
 
 @click.command("check")
@@ -53,5 +57,25 @@ def check(ctx: click.Context, gpu: str, budget: float, alone_only: bool, as_json
     finally:
         backend.close()
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report_text(report))
+    _keep(report)
     if report.named:
         sys.exit(1)
+
+
+def _keep(report: NodeCheck) -> None:
+    """Root's check is kept for gpuenvd's gauges (gpuenv.check.store); another account's is
+    only shown. A place that cannot be written costs the gauges, not the check."""
+    import os
+
+    from gpuenv.check.store import save_checks
+    from gpuenv.errors import GpuenvError
+
+    if os.geteuid() != 0:
+        click.echo("(not kept for gpuenvd's gauges: only root's check is)", err=True)
+        return
+    try:
+        where = save_checks(report)
+    except (OSError, GpuenvError) as err:
+        click.echo(f"gpuenv: warning: the check was not kept for gpuenvd's gauges: {err}", err=True)
+        return
+    click.echo(f"kept for gpuenvd's gauges: {where}", err=True)

@@ -136,3 +136,21 @@ def test_the_cli_names_the_gpu_and_exits_1(tmp_path):
     else:
         assert "not kept for gpuenvd's gauges: only root's check is" in result.stderr
         assert load_check(data["gpus"][2]["uuid"]) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: only root's check is kept")
+def test_a_check_that_cannot_be_kept_still_reports_and_says_why():
+    # the state directory cannot be made (under /proc): the gauges lose this check, not the
+    # user their table or its exit code
+    env = dict(os.environ, GPUENV_SIM_GPUS="4", GPUENV_STATE_DIR="/proc/1/gpuenv-state")
+    result = subprocess.run(
+        [*GPUENV, "--sim", "check", "--alone-only", "--budget", "5"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "no GPU is slower than the others" in result.stdout
+    assert "warning: the check was not kept for gpuenvd's gauges" in result.stderr
+    assert "/proc/1/gpuenv-state" in result.stderr

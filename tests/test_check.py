@@ -178,7 +178,8 @@ def test_asked_to_lock_it_checks_at_the_clock_and_puts_the_gpus_back(tmp_path):
     after = subprocess.run(
         [*GPUENV, "--sim", "status", "--json"], env=env, capture_output=True, text=True
     )
-    for was, now in zip(json.loads(before.stdout)["gpus"], json.loads(after.stdout)["gpus"]):
+    was_gpus, now_gpus = json.loads(before.stdout)["gpus"], json.loads(after.stdout)["gpus"]
+    for was, now in zip(was_gpus, now_gpus, strict=True):
         assert now["lock"]["state"] == "none" and now["lock"]["owners"] == []
         assert now["app_clocks"] == was["app_clocks"]
         assert now["power_limit_w"] == was["power_limit_w"]

@@ -31,8 +31,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip)
 
 
-# read once at start: each test's own environment has no GPUENV_* variable (_isolate_env)
-_SKIPPED_OUT = os.environ.get("GPUENV_SKIPPED_OUT")
+# read once at start: each test's own environment has no GPUENV_* variable (_isolate_env).
+# Under pytest-xdist the controller writes it, from every worker's reports; a worker writes
+# nothing (it would write each line a second time)
+_SKIPPED_OUT = None if "PYTEST_XDIST_WORKER" in os.environ else os.environ.get("GPUENV_SKIPPED_OUT")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -53,11 +55,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def _isolate_env(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
-    """No test reads the developer's GPUENV_* settings or writes their state dirs."""
+    """No test reads the developer's GPUENV_* settings or writes their state dirs, nor sees
+    that it runs in a pytest-xdist worker."""
     import os
 
     for key in list(os.environ):
-        if key.startswith("GPUENV_"):
+        # PYTEST_XDIST_*: the worker's own (pytest-xdist sets them); a pytest the test starts
+        # must not take itself for a worker (pytest-benchmark then disables its benchmarks)
+        if key.startswith(("GPUENV_", "PYTEST_XDIST_")):
             monkeypatch.delenv(key)
     state = tmp_path_factory.mktemp("gpuenv-state")
     monkeypatch.setenv("GPUENV_STATE_DIR", str(state / "journal"))

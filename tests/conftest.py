@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -51,36 +52,53 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             f.write(report.nodeid + "\n")
 
 
-@pytest.fixture(autouse=True)
-def _isolate_env(
-    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[None]:
-    """No test reads the developer's GPUENV_* settings or writes their state dirs, nor sees
-    that it runs in a pytest-xdist worker."""
-    import os
-
+def _isolate(mp: pytest.MonkeyPatch, state: Path) -> None:
+    """The environment of a test (or of a module's fixture): no GPUENV_* setting of the
+    developer's, the journal, simulated machine and gpuenvd socket in `state`, and no
+    sign of a pytest-xdist worker."""
     for key in list(os.environ):
         # PYTEST_XDIST_*: the worker's own (pytest-xdist sets them); a pytest the test starts
         # must not take itself for a worker (pytest-benchmark then disables its benchmarks)
         if key.startswith(("GPUENV_", "PYTEST_XDIST_")):
-            monkeypatch.delenv(key)
-    state = tmp_path_factory.mktemp("gpuenv-state")
-    monkeypatch.setenv("GPUENV_STATE_DIR", str(state / "journal"))
-    monkeypatch.setenv("GPUENV_SIM_STATE", str(state / "sim.json"))
-    # no gpuenvd unless a test starts one: a daemon on this machine must not take the locks
-    monkeypatch.setenv("GPUENV_SOCKET", str(state / "no-daemon.sock"))
+            mp.delenv(key)
+    mp.setenv("GPUENV_STATE_DIR", str(state / "journal"))
+    mp.setenv("GPUENV_SIM_STATE", str(state / "sim.json"))
+    # no gpuenvd unless a test starts one: a daemon on this machine must not take the locks;
+    # and root's lock notices go beside this socket, not to the host's /run/gpuenv/locks
+    mp.setenv("GPUENV_SOCKET", str(state / "no-daemon.sock"))
     if os.geteuid() != 0:
         # the suite run by an ordinary account (the README's test command, a contributor):
         # each test's simulated machine is its own (GPUENV_SIM_STATE above, in a directory
         # this account owns), where the account may act as root, as CI's root does. A test
         # of the ordinary account's refusal sets GPUENV_SIM_ROOT=0 itself.
-        monkeypatch.setenv("GPUENV_SIM_ROOT", "1")
+        mp.setenv("GPUENV_SIM_ROOT", "1")
+
+
+@pytest.fixture(autouse=True)
+def _isolate_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """No test reads the developer's GPUENV_* settings or writes their state dirs."""
+    _isolate(monkeypatch, tmp_path_factory.mktemp("gpuenv-state"))
     yield
     # what the code under test set (`--sim` is GPUENV_BACKEND=sim, `--quiet` GPUENV_QUIET=1)
     # goes too; monkeypatch then puts back what the developer had
     for key in list(os.environ):
         if key.startswith("GPUENV_"):
             del os.environ[key]
+
+
+@pytest.fixture(scope="module")
+def module_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """_isolate_env for a module-scoped fixture, which is set up before any test's own: one
+    that runs gpuenv asks for this (the sim tour's lock posted its notice to the host's
+    /run/gpuenv/locks, which every worker and every other run on the host shares)."""
+    with pytest.MonkeyPatch.context() as mp:
+        _isolate(mp, tmp_path_factory.mktemp("gpuenv-state"))
+        yield
+        for key in list(os.environ):
+            if key.startswith("GPUENV_"):
+                del os.environ[key]
 
 
 @pytest.fixture

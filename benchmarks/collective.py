@@ -11,6 +11,9 @@ an NCCL all-reduce of --mb MB), twice:
              separate process running the same matmuls while the ranks start up (torchrun,
              NCCL); they take their first step as it ends: the row should name that GPU,
              with its state, and the others' inferred wait
+  shared     (--shared) the same process on that GPU, started as the ranks take their
+             first step and running --preheat-s seconds beside them: the row should name
+             the GPU another process shared
 
 Reported: the step's time and the ranks' spread, the GPU named, its clock while busy and
 power-cap share, the others' clock, the inferred wait, and whether the named GPU is the
@@ -72,6 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=10, help="unmarked steps first")
     parser.add_argument("--preheat-gpu", type=int, default=-1, help="default: the last GPU")
     parser.add_argument("--preheat-s", type=float, default=8.0)
+    parser.add_argument(
+        "--shared", action="store_true", help="also a run with that GPU shared during the steps"
+    )
 
 
 def gpu_uuid(index: int) -> str:
@@ -85,18 +91,27 @@ def gpu_uuid(index: int) -> str:
         backend.close()
 
 
-def preheat(gpu: int, seconds: float, n: int, env: dict[str, str], sim: bool) -> float:
-    """Heat one GPU with a separate process; its wall time."""
+def preheat(
+    gpu: int, seconds: float, n: int, env: dict[str, str], sim: bool, go: Path | None = None
+) -> float:
+    """Heat one GPU with a separate process; its wall time. With `go`: make it once the
+    process has its GPU (then it runs beside the ranks' steps, not before them)."""
     env = dict(env)
     if not sim:
         env["CUDA_VISIBLE_DEVICES"] = gpu_uuid(gpu)
     t0 = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-c", PREHEAT, str(seconds), str(n), str(gpu)],
-        env=env,
-        check=True,
-        timeout=seconds + 120,
+    heater = subprocess.Popen(
+        [sys.executable, "-c", PREHEAT, str(seconds), str(n), str(gpu)], env=env
     )
+    try:
+        if go is not None:
+            time.sleep(min(5.0, seconds / 4))  # its start-up (CUDA, the first matmul)
+            go.touch()
+        if heater.wait(timeout=seconds + 120) != 0:
+            raise RuntimeError(f"the preheater exited {heater.returncode}")
+    finally:
+        if heater.poll() is None:
+            heater.kill()
     return time.perf_counter() - t0
 
 
@@ -107,10 +122,14 @@ def torchrun_path() -> str:
 
 
 def job(
-    n: int, args: argparse.Namespace, env: dict[str, str], heat: int | None = None
+    n: int,
+    args: argparse.Namespace,
+    env: dict[str, str],
+    heat: int | None = None,
+    beside: bool = False,
 ) -> dict[str, Any]:
-    """One wrapped torchrun of ddp_step.py (GPU `heat` preheated while the ranks start): the
-    collective step kind, and the summary."""
+    """One wrapped torchrun of ddp_step.py (GPU `heat` preheated while the ranks start, or
+    with `beside` heated while they step): the collective step kind, and the summary."""
     from gpuenv.results import load_run
     from gpuenv.run.collective import collective_steps
 
@@ -125,7 +144,11 @@ def job(
         argv, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:  # the ranks start up meanwhile, and wait for `go`
-        heat_s = 0.0 if heat is None else preheat(heat, args.preheat_s, args.n, env, args.sim)
+        heat_s = (
+            0.0
+            if heat is None
+            else preheat(heat, args.preheat_s, args.n, env, args.sim, go if beside else None)
+        )
     finally:
         go.touch()
     done = finish_within(proc, TIMEOUT_S)
@@ -161,6 +184,10 @@ def row(name: str, r: dict[str, Any], heated: int | None) -> str:
     )
 
 
+def _named(r: dict[str, Any], gpu: int) -> bool:
+    return "step" in r and r["step"].slowest is not None and r["step"].slowest.gpu == gpu
+
+
 def run(args: argparse.Namespace) -> int:
     sim = bool(args.sim)
     n = args.gpus or (4 if sim else gpu_count(sim))
@@ -181,31 +208,51 @@ def run(args: argparse.Namespace) -> int:
         f"\n{n} ranks under `gpuenv run -- torchrun`; a step: {args.matmuls} {args.n} bf16 "
         f"matmuls, then an all-reduce of {args.mb} MB; {args.steps} marked steps after "
         f"{args.warmup} unmarked. The preheated run heats GPU {heated} for "
-        f"{args.preheat_s:g} s with a separate process while the ranks start up.\n"
+        f"{args.preheat_s:g} s with a separate process while the ranks start up"
+        + (
+            "; the shared run starts that process as the ranks take their first step.\n"
+            if args.shared
+            else ".\n"
+        )
     )
     print(
         "| run | step (median) | ranks' spread (median) | GPU named | its MHz while busy "
         "| its power-capped share | others' MHz | others' wait (inferred, at most) "
-        "| named the preheated GPU |"
+        "| named the heated GPU |"
     )
     print("|---|---:|---:|---|---:|---:|---:|---:|---|")
     control = job(n, args, env)
     print(row("control", control, heated))
     hot = job(n, args, env, heat=heated)
     print(row(f"GPU {heated} preheated", hot, heated))
+    runs = [("control", control), (f"GPU {heated} preheated", hot)]
+    if args.shared:
+        shared = job(n, args, env, heat=heated, beside=True)
+        runs.append((f"GPU {heated} shared with another process", shared))
+        print(row(runs[-1][0], shared, heated))
+        runner.metric("named_shared", float(_named(shared, heated)), better="higher")
     shutil.rmtree(tmp, ignore_errors=True)
-    ok = "step" in hot and hot["step"].slowest is not None and hot["step"].slowest.gpu == heated
-    runner.metric("named_preheated", float(ok), better="higher")
+    runner.metric("named_preheated", float(_named(hot, heated)), better="higher")
     if "step" in control:
         runner.metric("control_named_none", float(control["step"].slowest is None), better="higher")
-    for name, r in (("control", control), (f"GPU {heated} preheated", hot)):
+    for name, r in runs:
         if "text" in r:
             print(
                 f"\n{name} ({r['wall_s']:.0f} s wall, {r['heat_s']:.0f} s of it preheating), "
                 "as printed:\n"
             )
             print("```text\n" + r["text"] + "\n```")
-    return 0 if "step" in control and "step" in hot else 1
+            print("\nEach rank's GPU over its steps:\n")
+            print("| rank | GPU | MHz while busy | power-capped share | up to C | others on it |")
+            print("|---:|---:|---:|---:|---:|---|")
+            for g in r["step"].gpus:
+                temp = "-" if g.temp_c_max is None else f"{g.temp_c_max:.0f}"
+                pids = ", ".join(map(str, g.other_pids)) or "-"
+                print(
+                    f"| {g.rank} | {g.gpu} | {g.sm_mhz:.0f} | {100 * g.capped_frac:.0f}% | "
+                    f"{temp} | {pids} |"
+                )
+    return 0 if all("step" in r for _, r in runs) else 1
 
 
 if __name__ == "__main__":

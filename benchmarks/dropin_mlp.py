@@ -17,10 +17,18 @@ first rest while no reading has shown the power, UNSEEN_FIRST_S), `heavyseen=X` 
 reading at X of the limit or more schedules the kernel as the heaviest; 0: every kernel,
 HEAVY_SEEN_FRAC), `tau=S` (the power filter's time constant, DROPIN_POWER_TAU_S),
 `coldwait=0` (a call begun on an idle GPU does not wait for samples taken after its
-warmup, timing.harness.COLD_START_FRESH).
-Read-only; needs torch and a GPU.
+warmup, timing.harness.COLD_START_FRESH), `learn=0` (a burst that met the cap does not
+shorten the next ones, nor the next call's, and a kernel a reading showed heavy is not held
+to HEAVY_RUN_S of unbroken work: triton.bench.DROPIN_LEARN), `redo=0` (reps whose windows
+show the cap are kept, not measured again: DROPIN_WINDOW_REDOS), `heavyrun=S` (a heavy
+kernel's longest unbroken work, conditioning.burst.HEAVY_RUN_S), `floor=N` (the learned
+limit's floor in reps, ONSET_FLOOR_REPS). `learn=0+redo=0` is the schedule before them.
+Each call's line on stderr has the schedule: each burst's length and the rest after it
+(ms), the reps measured again and why, and the learned limit.
+Read-only; needs torch and a GPU, or --sim: the simulated H100 whose cap meets the block
+40-50 ms into work from rest ("h100-fastcap"), the block at ~1.29x the limit.
 
-    GPUENV_READONLY=1 python -m benchmarks.dropin_mlp --trials 10 --variants now,unseen=0
+    GPUENV_READONLY=1 python -m benchmarks.dropin_mlp --trials 10 --variants now,learn=0+redo=0
 """
 
 from __future__ import annotations
@@ -48,6 +56,10 @@ KNOBS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "first": ("gpuenv.conditioning.burst", "UNSEEN_FIRST_S", float),
     "heavyseen": ("gpuenv.conditioning.burst", "HEAVY_SEEN_FRAC", float),
     "coldwait": ("gpuenv.timing.harness", "COLD_START_FRESH", lambda v: bool(int(v))),
+    "learn": ("gpuenv.integrations.triton.bench", "DROPIN_LEARN", lambda v: bool(int(v))),
+    "redo": ("gpuenv.integrations.triton.bench", "DROPIN_WINDOW_REDOS", int),
+    "heavyrun": ("gpuenv.conditioning.burst", "HEAVY_RUN_S", float),
+    "floor": ("gpuenv.conditioning.burst", "ONSET_FLOOR_REPS", int),
 }
 
 
@@ -72,11 +84,11 @@ def _variant(spec: str) -> Iterator[None]:
         setattr(module, name, saved)
 
 
-def _call(mlp: Callable[[], Any]) -> dict[str, Any]:
+def _call(mlp: Callable[[], Any], backend: Any = None) -> dict[str, Any]:
     from gpuenv.integrations import triton as gt
     from gpuenv.reasons import Reason
 
-    ms = gt.do_bench(mlp, return_mode="median")
+    ms = gt.do_bench(mlp, return_mode="median", backend=backend)
     m = gt.last_measurement()
     capped = sum(1 for w in m.windows if w.reasons & Reason.SW_POWER_CAP)
     kinds = sorted({f.kind for f in m.findings})
@@ -93,8 +105,15 @@ def _call(mlp: Callable[[], Any]) -> dict[str, Any]:
                 "burst_max_s",
                 "warmup_reps",
                 "burst_power_seen",
+                "burst_waits",
+                "burst_clock_redos",
+                "burst_redone",
+                "burst_limit_s",
             )
         },
+        # each burst's length and the rest after it, ms
+        "bursts_ms": [round(b * 1e3, 1) for b in x.get("burst_lengths_s") or []],
+        "rests_ms": [round(r * 1e3, 1) for r in x.get("burst_rests_each_s") or []],
         "power_w_max": [round(w.power_w_max or 0) for w in m.windows[:6]],
         "capped_at": [i for i, w in enumerate(m.windows) if w.reasons & Reason.SW_POWER_CAP][:6],
         "reps": len(m.times_s),
@@ -104,26 +123,54 @@ def _call(mlp: Callable[[], Any]) -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace) -> int:
-    import torch
+class _SimEnv:
+    """The simulated H100 whose cap meets a heavy kernel 40-50 ms into work from rest
+    ("h100-fastcap"), on virtual time: idle, and heavy load."""
 
-    ks = kernels(torch)  # the MLP block and the 8192^3 matmul of the gpu test, set up
-    mlp, gpu = ks["mlp"], GpuEnv(torch, ks["mm8192"])
+    def __init__(self) -> None:
+        from gpuenv.backend.sim import SimBackend
+        from gpuenv.timebase import VirtualClock
+
+        self.backend = SimBackend("h100-fastcap", clock=VirtualClock())
+        self.backend.open_context(0)
+
+    def idle(self, seconds: float) -> None:
+        self.backend.idle(seconds)
+
+    def load(self, seconds: float) -> None:
+        from gpuenv import timing
+
+        timing.sim_kernel(self.backend, 0, seconds=seconds, power_intensity=1.0)()
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuenv import timing
+
+    backend: Any = None
+    if args.sim:
+        gpu: Any = _SimEnv()
+        backend = gpu.backend
+        mlp = timing.sim_kernel(backend, 0, seconds=2.9e-3, power_intensity=0.8)
+    else:
+        import torch
+
+        ks = kernels(torch)  # the MLP block and the 8192^3 matmul of the gpu test, set up
+        mlp, gpu = ks["mlp"], GpuEnv(torch, ks["mm8192"])
 
     variants = args.variants.split(",")
     rows: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     from gpuenv.integrations import triton as gt
 
-    gt.do_bench(mlp)  # set-up
+    gt.do_bench(mlp, backend=backend)  # set-up
     for trial in range(args.trials):
         for v in variants:
             with contextlib.ExitStack() as stack:
                 for part in v.split("+"):  # first=0+heavyseen=0: both at once
                     stack.enter_context(_variant(part))
                 gpu.idle(IDLE_S)
-                cold = _call(mlp)
+                cold = _call(mlp, backend)
                 gpu.load(LOAD_S)
-                hot = _call(mlp)
+                hot = _call(mlp, backend)
             passed = cold["ok"] and hot["ok"] and abs(hot["ms"] / cold["ms"] - 1) <= 0.01
             rows[v].append({"trial": trial, "cold": cold, "hot": hot, "passed": passed})
             print(f"trial {trial} {v}: {rows[v][-1]}", file=sys.stderr)

@@ -16,7 +16,8 @@ steps per worker. Forms:
 For each: the workers' calls and steps that became measurements, how many of those carry
 their own rank's GPU (and its telemetry), the GPUs sampled, the wall time; for `each rank`,
 the rows of ranks 1.. in rank 0's table that show telemetry rather than "-". Then
-`gpuenv check` on the same GPUs: its table and its wall time (--no-check: not). Read-only
+`gpuenv check` on the same GPUs: its table and its wall time (--no-check: not;
+--check-only: that alone, kept in launcher-check.json). Read-only
 (GPUENV_READONLY=1); every process gets NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1.
 
@@ -57,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=2, help="do_bench calls per worker")
     parser.add_argument("--steps", type=int, default=3, help="marked steps per worker")
     parser.add_argument("--no-check", action="store_true", help="skip `gpuenv check`")
+    parser.add_argument("--check-only", action="store_true", help="`gpuenv check` alone")
 
 
 def gpu_count(sim: bool) -> int:
@@ -166,6 +168,10 @@ def run(args: argparse.Namespace) -> int:
         extra.update(GPUENV_BACKEND="sim", GPUENV_SIM_GPUS=str(n))
     os.environ.update(extra)
     env = checkout_env(dict(os.environ, **extra))
+    if args.check_only:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        print(f"# gpuenv check on {n} GPUs ({when})")
+        return node_check(env)
     work = [
         str(WORKLOAD),
         "--size",
@@ -243,5 +249,6 @@ if __name__ == "__main__":
             add_arguments,
             run,
             quick={"n": 2048, "calls": 1, "steps": 2},
+            variant=lambda args: "check" if args.check_only else "",
         )
     )

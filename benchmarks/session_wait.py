@@ -59,6 +59,25 @@ def state_kernels(torch: Any) -> dict[str, Callable[[], Any]]:
     return out
 
 
+def _spent(name: str, wall_s: float, m: Any) -> str:
+    """A row of where a call's wall went: its phases (m.wall), reps, bursts, and what the
+    state probe found."""
+    x, wall = m.extra, m.wall
+    phases = " | ".join(f"{wall.seconds(p):.3f}" if wall is not None else "-" for p in WALL_PHASES)
+    p = x.get("state_probe")
+    seen = (
+        "-"
+        if not isinstance(p, dict)
+        else f"free={p.get('free')} clock {p.get('clock_mhz')}/{p.get('ref_clock_mhz')} MHz"
+        f" moved {p.get('moved')} reps {p.get('reps')} light {p.get('light')}"
+    )
+    return (
+        f"| {name} | {wall_s:.2f} | {phases} | {x.get('warmup_reps', 0)} | "
+        f"{m.stats.n} | {x.get('bursts', '-')} / {x.get('burst_rest_s', 0.0):.2f} | "
+        f"{x.get('stop_reason', '-')} | {seen} |"
+    )
+
+
 def _gap(hot: float, cold: float) -> float:
     return abs(hot / cold - 1) * 100
 
@@ -90,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
                     t0 = time.monotonic()
                     m = env.bench(fn, name=name)
                     row_walls.append(time.monotonic() - t0)
+                    spent.append(_spent(f"{name} (session)", row_walls[-1], m))
+                    print(spent[-1], file=sys.stderr)  # a step cut short keeps it
                     first = m.first_burst
                     t = first.temperature if first is not None else None
                     start = t.start_c if t is not None and t.start_c is not None else 0
@@ -103,15 +124,8 @@ def run(args: argparse.Namespace) -> int:
                 t0 = time.monotonic()
                 gb = gpuenv.bench(fn)
                 gb_wall = time.monotonic() - t0
-                x, wall = gb.extra, gb.wall
-                phases = " | ".join(
-                    f"{wall.seconds(p):.3f}" if wall is not None else "-" for p in WALL_PHASES
-                )
-                spent.append(
-                    f"| {name} | {gb_wall:.2f} | {phases} | {x.get('warmup_reps', 0)} | "
-                    f"{gb.stats.n} | {x.get('bursts', '-')} / "
-                    f"{x.get('burst_rest_s', 0.0):.2f} | {x.get('stop_reason', '-')} |"
-                )
+                spent.append(_spent(name, gb_wall, gb))
+                print(spent[-1], file=sys.stderr)
                 gpu.load(args.load)
                 t0 = time.monotonic()
                 db_hot = do_bench(fn)
@@ -146,9 +160,9 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(
         f"| kernel | wall s | {' s | '.join(WALL_PHASES)} s | warmup reps | reps "
-        "| bursts / rest s | stopped by |"
+        "| bursts / rest s | stopped by | state probe |"
     )
-    print("| --- | ---: |" + " ---: |" * (len(WALL_PHASES) + 2) + " --- | --- |")
+    print("| --- | ---: |" + " ---: |" * (len(WALL_PHASES) + 2) + " --- | --- | --- |")
     print("\n".join(spent))
     print()
     light = [k for k in ("clone1g", "gather64k", "xent") if k in ratios]

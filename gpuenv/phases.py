@@ -204,6 +204,11 @@ class BurstSchedule:
     in_bursts_s: float | None = None  # time inside bursts: the budget where it counts them
     # the power model saw the work's power in a reading (None: no power model)
     power_seen: bool | None = None
+    # reps dropped and measured again, by why ("clock fell", "power cap", "thermal" ...)
+    redone: Mapping[str, int] | None = None
+    limit_s: float | None = None  # the longest unbroken work it allowed (the cap's onset)
+    lengths_s: tuple[float, ...] | None = None  # each burst's length, in order
+    rests_s: tuple[float, ...] | None = None  # each rest after a burst, in order
 
     def to_extra(self) -> dict[str, Any]:
         keys = {
@@ -215,6 +220,10 @@ class BurstSchedule:
             "burst_clock_redos": self.clock_redos,
             "in_bursts_s": self.in_bursts_s,
             "burst_power_seen": self.power_seen,
+            "burst_redone": dict(self.redone) if self.redone is not None else None,
+            "burst_limit_s": self.limit_s,
+            "burst_lengths_s": _rounded(self.lengths_s),
+            "burst_rests_each_s": _rounded(self.rests_s),
         }
         return {k: v for k, v in keys.items() if v is not None}
 
@@ -232,6 +241,18 @@ class BurstSchedule:
             return None
         if not (seen is None or _bool(seen)):
             return None
+        redone = extra.get("burst_redone")
+        if redone is not None and not (
+            isinstance(redone, Mapping)
+            and all(isinstance(k, str) and _int(v) for k, v in redone.items())
+        ):
+            return None
+        limit = extra.get("burst_limit_s")
+        lists = [extra.get(k) for k in ("burst_lengths_s", "burst_rests_each_s")]
+        if not (limit is None or _real(limit)) or not all(
+            x is None or (isinstance(x, list) and all(_real(v) for v in x)) for x in lists
+        ):
+            return None
         return cls(
             rests,
             ints["bursts"],
@@ -241,6 +262,10 @@ class BurstSchedule:
             ints["burst_clock_redos"],
             _float(reals["in_bursts_s"]),
             seen,
+            dict(redone) if redone is not None else None,
+            _float(limit),
+            tuple(float(v) for v in lists[0]) if lists[0] is not None else None,
+            tuple(float(v) for v in lists[1]) if lists[1] is not None else None,
         )
 
 
@@ -343,6 +368,11 @@ def _real(x: object) -> TypeGuard[float]:
 
 def _bool(x: object) -> TypeGuard[bool]:
     return isinstance(x, bool)
+
+
+def _rounded(xs: Sequence[float] | None) -> list[float] | None:
+    """Seconds to the tenth of a millisecond (a list in a record: a few bytes each)."""
+    return None if xs is None else [round(x, 4) for x in xs]
 
 
 def _float(x: object) -> float | None:

@@ -513,6 +513,32 @@ def test_a_kernel_whose_time_does_not_move_with_the_clock_is_not_waited_for_afte
     assert hot.median_s == pytest.approx(cold[heavy].median_s, rel=0.005)
 
 
+def test_a_light_kernel_is_probed_whatever_the_clock(monkeypatch):
+    # a 1 GiB clone on an H100 after load: its probed clock 0.7% under its reference, less
+    # than the probe's clock gap and more than its time tolerance; it waited 0.28 s. Here
+    # the gap is set above the held clock's fall, so only lightness can let it through
+    from gpuenv.timing import stateprobe
+
+    monkeypatch.setattr(stateprobe, "STATE_CLOCK_GAP", 0.9)
+    sim = make_sim()
+    copy = lambda: sim.run_work(0, 0.0, mem_cycles=0.3e-3 * 2619e6, power_intensity=0.3)  # noqa: E731
+    heavy = timing.sim_kernel(sim, 0, seconds=0.2e-3)
+    warm(sim)
+    cold = {fn: gpuenv.bench(fn, backend=sim, reps=20) for fn in (copy, heavy)}
+    _heavy(sim)
+    hot = gpuenv.bench(copy, backend=sim, reps=20)
+    probe = hot.first_burst.state_probe
+    assert probe.light is True and probe.free is True and probe.reps is not None
+    assert probe.clock_mhz < probe.ref_clock_mhz  # held down, yet not by the gap
+    assert hot.extra["burst_first_wait_s"] == 0.0
+    assert hot.median_s == pytest.approx(cold[copy].median_s, rel=0.005)
+    _heavy(sim)
+    hot = gpuenv.bench(heavy, backend=sim, reps=20)
+    probe = hot.first_burst.state_probe
+    assert probe.free is False and probe.moved > 0.05  # slower at the held clock: it waits
+    assert hot.extra["burst_first_wait_s"] > 0.1
+
+
 def test_a_kernel_whose_time_rises_with_the_temperature_is_waited_for_once_learned():
     # +0.1%/C at the same clock (leakage, as an H100's heavy matmuls +0.05-0.08%/C): its
     # first measurement after load is not waited for and teaches the session its slope;

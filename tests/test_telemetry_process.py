@@ -271,6 +271,29 @@ def test_samplers_one_after_another_share_one_sampler_process(spec_sim):
     assert _wait_until(lambda: _gone(pid))
 
 
+def test_a_sampler_of_some_gpus_joins_a_process_that_samples_them_among_others(tmp_path):
+    # a gpuenv.bench call inside a stable() session of every GPU of a 4-GPU host spawned a
+    # process of its own, a few hundred ms a call, every call more than LINGER_S apart
+    sim = SimBackend("h100", n_gpus=2, state_file=tmp_path / "sim.json")
+    try:
+        with Sampler(sim, [0, 1], mode="process") as session:
+            pid = session.child_pid
+            with Sampler(sim, [1], mode="process") as one:
+                assert one.child_pid == pid  # joined, not spawned
+                t0 = one.mark()
+                time.sleep(0.05)
+                w = one.window(t0, one.mark(), 1)
+                assert w.n_samples > 0 and not w.gap
+                assert {s.gpu for s in one.samples()} == {1}  # its own GPU's samples only
+                with pytest.raises(ConfigError):
+                    one.samples(gpu=0)
+            assert {s.gpu for s in session.samples()} == {0, 1}
+        with Sampler(sim, [0], mode="process", period=0.05) as other:
+            assert other.child_pid != pid  # sampling another way: its own process
+    finally:
+        sim.close()
+
+
 def test_an_unused_sampler_process_ends_after_lingering(spec_sim, monkeypatch):
     monkeypatch.setattr(process, "LINGER_S", 0.2)
     with Sampler(spec_sim, [0], mode="process") as sampler:

@@ -147,7 +147,7 @@ class GpuModel:
         self.period_busy = 0.0
         self.period_start_ns = t_ns
         self.busy_ring: collections.deque[float] = collections.deque([0.0] * 10, maxlen=10)
-        self._decay: dict[int, tuple[float, float]] = {}
+        self._decay: dict[int, tuple[float, float, float]] = {}
         self.power_samples: collections.deque[tuple[int, float]] = collections.deque(
             maxlen=POWER_SAMPLES_KEPT
         )
@@ -160,6 +160,9 @@ class GpuModel:
         self.temp_c = self.idle_temp_c()
         self.power_w = self._power(self.temp_c)
         self.p_filt = self.power_w
+        # the fast view of the power (profile cap_fast_filter_s); not shared with the
+        # host's other processes (physics()): it forgets a burst within ~0.1 s
+        self.p_fast = self.power_w
         self.power_ring: collections.deque[float] = collections.deque(
             [self.power_w] * 10, maxlen=10
         )
@@ -327,6 +330,8 @@ class GpuModel:
                 self.load_changed()
             if nxt % upd == 0:
                 self._driver_update(nxt)
+            elif self.p.cap_fast_filter_s and nxt % STEP_NS == 0:
+                self._fast_cap(nxt)
             if nxt % self.temp_update_ns == 0:
                 self._latch_temp(nxt)
 
@@ -345,7 +350,12 @@ class GpuModel:
         dt = dt_ns * 1e-9
         decay = self._decay.get(dt_ns)
         if decay is None:
-            decay = (math.exp(-dt / p.tau_s), math.exp(-dt / p.power_filter_s))
+            fast = p.cap_fast_filter_s
+            decay = (
+                math.exp(-dt / p.tau_s),
+                math.exp(-dt / p.power_filter_s),
+                math.exp(-dt / fast) if fast else 0.0,
+            )
             if dt_ns in (STEP_NS, self.update_ns):
                 self._decay[dt_ns] = decay
         temp = self.temp_c
@@ -359,6 +369,7 @@ class GpuModel:
         teq = self.ambient_c + p.r_c_per_w * power
         self.temp_c = teq + (temp - teq) * decay[0]
         self.p_filt = power + (self.p_filt - power) * decay[1]
+        self.p_fast = power + (self.p_fast - power) * decay[2]
         for name in self.active_counters:
             self.reason_ns[name] += dt_ns
         if self.job is not None:
@@ -380,17 +391,14 @@ class GpuModel:
         p, s = self.p, self.settings
         cur = self.sm_idx
         tgt, _ = self._target_idx()
-        f = self.asc[cur]
-        step_mhz = (self.asc[cur] - self.asc[cur - 1]) if cur > 0 else (self.asc[1] - self.asc[0])
-        # Watts one clock step is worth at this clock and load (the driver's own estimate).
-        per_step = max(1e-6, p.dyn_exponent * self._dyn / f * step_mhz)
+        per_step = self._watts_per_step()
         limit = s.power_limit_w
-        if self.p_filt > limit:
-            steps = min(p.max_step_down, max(1, math.ceil((self.p_filt - limit) / per_step)))
-            self.cap_idx = max(0, min(self.cap_idx, cur) - steps)
-            self.over_ns, self.over_limit_w = t_ns, limit
+        # the power the cap acts on: the filtered power, or its fast view where that is higher
+        p_cap = max(self.p_filt, self.p_fast) if p.cap_fast_filter_s else self.p_filt
+        if p_cap > limit:
+            self._cap_down(t_ns, p_cap)
         elif self.cap_idx < self.top:
-            steps = int((limit - self.p_filt - 2.0) / per_step)
+            steps = int((limit - p_cap - 2.0) / per_step)
             if steps > 0:
                 self.cap_idx = min(self.top, self.cap_idx + steps)
             else:  # held at the limit
@@ -413,6 +421,28 @@ class GpuModel:
             self.therm_idx += 1
             if self.therm_idx >= tgt:
                 self.therm_idx = self.top
+
+    def _watts_per_step(self) -> float:
+        """Watts one clock step is worth at this clock and load (the driver's own estimate)."""
+        cur = self.sm_idx
+        step_mhz = (self.asc[cur] - self.asc[cur - 1]) if cur > 0 else (self.asc[1] - self.asc[0])
+        return max(1e-6, self.p.dyn_exponent * self._dyn / self.asc[cur] * step_mhz)
+
+    def _cap_down(self, t_ns: int, p_cap: float) -> None:
+        """Lower the cap's ceiling for a power `p_cap` over the limit."""
+        limit = self.settings.power_limit_w
+        steps = min(
+            self.p.max_step_down, max(1, math.ceil((p_cap - limit) / self._watts_per_step()))
+        )
+        self.cap_idx = max(0, min(self.cap_idx, self.sm_idx) - steps)
+        self.over_ns, self.over_limit_w = t_ns, limit
+
+    def _fast_cap(self, t_ns: int) -> None:
+        """Between driver updates, the fast view of the power (cap_fast_filter_s) over the
+        limit lowers the clock at once; the readings show it at the next update."""
+        if self.p_fast > self.settings.power_limit_w:
+            self._cap_down(t_ns, self.p_fast)
+            self.apply()
 
     def apply(self) -> None:
         """Set the clock from target and ceilings; derive reasons and which counters run."""

@@ -3,10 +3,13 @@ measurement's reps in short bursts with rests between (`Bursts`, the one schedul
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import weakref
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Protocol, TypeVar
 
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
 from gpuenv.conditioning.config import DEFAULT, ConditionConfig
@@ -14,10 +17,24 @@ from gpuenv.errors import GpuenvError
 from gpuenv.phases import BurstSchedule
 from gpuenv.progress import Progress
 from gpuenv.reasons import HELD_DOWN, Reason, short_names
-from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, SampleSource
+from gpuenv.telemetry import DRIVER_REFRESH_S, Sample, SampleSource, Window
 from gpuenv.telemetry.reader import host_time
 from gpuenv.timebase import Clock
 from gpuenv.verdict import GpuFacts
+
+
+class _Rep(Protocol):
+    """What the schedule reads of a rep (gpuenv.timing's Rep): its host edges and clock."""
+
+    @property
+    def t0(self) -> float: ...
+    @property
+    def t1(self) -> float: ...
+    @property
+    def clock_mhz(self) -> float | None: ...
+
+
+R = TypeVar("R", bound=_Rep)
 
 # -- burst: cool and uncapped ------------------------------------------------------------
 
@@ -87,6 +104,12 @@ def held_down(
         return not lock_holds(s.sm_mhz, rng, lock_tolerance_mhz)
     top = facts.max_sm_mhz
     return top is not None and top > 0 and s.sm_mhz < (1 - config.burst_clock_rel) * top
+
+
+def window_held(w: Window) -> int:
+    """The held-down reasons a rep's telemetry window shows (0: none): the bits that
+    would make the judge name the rep in a power_cap or thermal finding."""
+    return (w.reasons | w.reasons_start | w.reasons_end) & HELD_DOWN
 
 
 def wait_until_ready(
@@ -177,6 +200,15 @@ HEAVY_SEEN_FRAC = 0.5
 # From a rested GPU, the work that may run before the first rest while no reading has
 # shown its power (a refresh falls in it; the H200's cap engaged 127-178 ms into work).
 UNSEEN_FIRST_S = DRIVER_REFRESH_S + SEEN_AFTER_S
+# The cap's onset, learned (ConditionConfig.burst_learn): on an H100 the cap met an MLP
+# block (2.9 ms a call, 1.1-1.3x the limit) inside bursts of 30-60 ms begun from rest,
+# cold and hot, in any burst of a call (benchmarks/results/dropin_mlp.json), where 8192^3
+# matmuls had taken 100-300 ms: the onset is the kernel's, and no reading shows it coming
+# (the power readings lag). The unbroken work that met it is halved, never under
+# ONSET_FLOOR_REPS reps' worth; and a kernel a reading showed heavy (HEAVY_SEEN_FRAC of
+# the limit or more) works at most HEAVY_RUN_S unbroken from the start.
+ONSET_FLOOR_REPS = 3
+HEAVY_RUN_S = 0.025
 # The modelled filtered power each GPU was left at (clock time, watts, watts at rest): the
 # GPU's state outlives a measurement, so the next one (an autotuner's next config, a
 # moment later) starts from it, not from the 1 s average that lags it. By the clock its
@@ -196,16 +228,20 @@ class Bursts:
     probed clock falls more than `burst_clock_fall_rel` below the highest this measurement
     saw (the cap coming on: NVML reports it up to a driver refresh later); that rep
     is measured again after a rest that waits for the GPU to recover (at most
-    `burst_clock_redos` times a measurement). Between bursts: with `burst_power_tau_s`,
-    the rest the power model asks for (ConditionConfig), else `burst_rest_s`; then the
-    wait `burst_wait` says. `in_bursts_s()` is the time measured inside bursts since
-    `start`: a budget counted in bursts, not wall time.
+    `burst_clock_redos` times a measurement). After each rest, reps whose telemetry
+    windows show a held-down reason are dropped too (`burst_window_redos`). Either way
+    the burst met the cap, and with `burst_learn` the unbroken work before a rest is held
+    to half of what met it (`limit_s`, given where an earlier call learned it). Between
+    bursts: with `burst_power_tau_s`, the rest the power model asks for (ConditionConfig),
+    else `burst_rest_s`; then the wait `burst_wait` says. `in_bursts_s()` is the time
+    measured inside bursts since `start`, less the reps dropped: a budget counted in
+    bursts, not wall time.
 
         bursts = Bursts(sampler, gpu, clock, facts=facts, config=cc, start=t_measure)
         while ...:
-            rep = device.rep(fn)
-            if bursts.clock_fell(rep.clock_mhz): ...  # discard rep (measured again)
-            if bursts.due(): bursts.rest()
+            reps.extend(bursts.take([device.rep(fn)]))  # a rep the clock fell under: dropped
+            if done and not bursts.finish(reps): break  # a last look at the reps' windows
+            if bursts.due(): bursts.between(reps)  # rest; drop the reps the cap touched
     """
 
     def __init__(
@@ -220,6 +256,7 @@ class Bursts:
         burst_start: float | None = None,
         rested_s: float = 0.0,
         lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
+        limit_s: float | None = None,
     ):
         self.sampler, self.gpu, self.clock = sampler, gpu, clock
         self.facts, self.config, self.tol = facts, config, lock_tolerance_mhz
@@ -244,6 +281,33 @@ class Bursts:
         self.power_seen = False  # a reading showed the work's power (`_watts`)
         self.began_rested = False  # the modelled power began near the power at rest
         self.rested_s = rested_s  # the wait before measuring (for a GPU found held down)
+        # the learned onset: the longest unbroken work before a rest (None: none known)
+        self.limit_s = limit_s if config.burst_learn else None
+        self.learned = False  # this measurement met the cap and lowered `limit_s`
+        self.met = False  # this measurement met the cap (a clock fell, or a window showed it)
+        self.met_run: float | None = None  # the stretch of work it last met the cap in
+        self.heavy = False  # a reading showed the work heavy (HEAVY_SEEN_FRAC of the limit)
+        self.runs = [self.open_from]  # where each stretch of unbroken work began
+        self.rep_s = 0.0  # the last rep's host time
+        self.judged = 0  # reps (of the caller's list) whose windows were looked at
+        self.window_redos = 0
+        self.redone: Counter[str] = Counter()  # reps dropped, by why
+        self.redone_s = 0.0  # ... and their time, not the budget's
+        self.gave_up = False  # a wait for the GPU ran out: no more redos
+        self.rest_each: list[float] = []  # each rest's length, in order
+
+    def take(self, got: Sequence[R]) -> list[R]:
+        """The reps of `got` to keep: a rep whose probed clock fell is dropped (`clock_fell`)."""
+        kept = []
+        for r in got:
+            self.rep_s = r.t1 - r.t0
+            if self.clock_fell(r.clock_mhz):
+                self.redone["clock fell"] += 1
+                self.redone_s += self.rep_s
+                self._met(r.t0)
+            else:
+                kept.append(r)
+        return kept
 
     def clock_fell(self, mhz: float | None) -> bool:
         """A rep's probed clock: True when it fell under the burst (end it; redo the rep)."""
@@ -260,13 +324,91 @@ class Bursts:
         return False
 
     def due(self) -> bool:
-        return self.fell or self.clock.now() - self.burst_start >= self.config.burst_s
+        now = self.clock.now()
+        if self.fell or now - self.burst_start >= self.config.burst_s:
+            return True
+        limit = self._run_limit()  # the next rep would take the unbroken work past it
+        return limit is not None and now - self.runs[-1] + self.rep_s > limit
+
+    def _run_limit(self) -> float | None:
+        """The longest unbroken work before a rest: learned, or a heavy kernel's."""
+        heavy = HEAVY_RUN_S if self.heavy and self.config.burst_learn else None
+        known = [x for x in (self.limit_s, heavy) if x is not None]
+        return min(known) if known else None
 
     def in_bursts_s(self) -> float:
-        return self.measured_s + (self.clock.now() - self.segment)
+        return self.measured_s + (self.clock.now() - self.segment) - self.redone_s
 
-    def rest(self) -> None:
-        """End the burst: rest and wait as the config says, then begin the next."""
+    def between(self, reps: list[R]) -> bool:
+        """Rest (`rest`), then drop from `reps` those the telemetry shows held down
+        (`look`). True where reps were dropped."""
+        dropped = self.look(reps)
+        self.fell = self.fell or dropped  # the cap is on: the rest waits for the GPU
+        self.rest()
+        return self.look(reps) or dropped
+
+    def finish(self, reps: list[R]) -> bool:
+        """The measurement would end: a last look at the reps' windows, by the readings
+        there are; where this measurement met the cap, or the GPU reads held down now,
+        after a wait for readings that cover the last rep. True: reps were dropped, and
+        the GPU rested: measure on."""
+        if self.look(reps):
+            self.rest()
+            return True
+        if not (self.met or self._held_down()) or self.judged >= len(reps):
+            return False  # no wait for a call that met no cap
+        self.rest(fresh=True)
+        return self.look(reps)
+
+    def look(self, reps: list[R]) -> bool:
+        """Drop from `reps` (in place) the reps not looked at yet whose telemetry window
+        shows a held-down reason (`window_held`), where the readings cover them (a reading
+        one driver refresh after a rep's end has shown what the rep ran under). True
+        where reps were dropped (at most `burst_window_redos` times a measurement)."""
+        cc, sampler = self.config, self.sampler
+        newest = sampler.latest(self.gpu) if sampler is not None else None
+        if sampler is None or newest is None or cc.burst_window_redos <= 0:
+            return False
+        start = self.judged
+        ends = [r.t1 for r in reps[start:]]
+        n = bisect.bisect_right(ends, newest.t - DRIVER_REFRESH_S)
+        if n == 0:
+            return False
+        self.judged = start + n
+        ready = reps[start : start + n]
+        sampler.mark()  # an edge read now: the windows need not wait for one
+        if not window_held(sampler.window(ready[0].t0, ready[-1].t1, self.gpu)):
+            return False
+        windows = sampler.windows([(r.t0, r.t1) for r in ready], self.gpu)
+        held = [(i, m) for i, w in enumerate(windows) if (m := window_held(w))]
+        if not held or self.gave_up or self.window_redos >= cc.burst_window_redos:
+            return False
+        self.window_redos += 1
+        self._met(min(ready[i].t1 for i, _ in held))
+        for i, mask in reversed(held):
+            r = reps.pop(start + i)
+            self.redone_s += r.t1 - r.t0
+            for name in short_names(mask):
+                self.redone[name] += 1
+        self.judged -= len(held)
+        return True
+
+    def _met(self, at: float) -> None:
+        """The cap met the work at `at`: with burst_learn, hold the unbroken work to half
+        of what ran before it (and of the limit so far), never under a few reps."""
+        self.met = True
+        run = self.runs[max(0, bisect.bisect_right(self.runs, at) - 1)]
+        if not self.config.burst_learn or run == self.met_run:
+            return  # once a stretch of work: its later reps met the same cap
+        self.met_run = run
+        onset = max(at - run, 0.0)
+        half = min(onset, self.limit_s if self.limit_s is not None else onset) / 2
+        self.limit_s = max(half, ONSET_FLOOR_REPS * self.rep_s)
+        self.learned = True
+
+    def rest(self, *, fresh: bool = False) -> None:
+        """End the burst: rest and wait as the config says (`fresh`: wait for readings
+        taken a driver refresh after it), then begin the next."""
         cc, now = self.config, self.clock.now()
         burst = now - self.burst_start
         self.bursts.append(burst)
@@ -274,14 +416,17 @@ class Bursts:
         self.open_from = now  # the rest is no work
         self.measured_s += now - self.segment
         rest = self._power_rest(burst) if not self.fell else None
-        wait = self.fell or cc.burst_wait == "fresh" or self._held_down()
+        wait = fresh or self.fell or cc.burst_wait == "fresh" or self._held_down()
         if rest is None:
             rest = burst_rest_s(burst, cc)
         elif rest > 0 and not self.power_seen:
             rest = self._rest_to_refresh(now, rest)
+        run = now - self.runs[-1]
+        if self._run_limit() is not None:  # a kernel that meets the cap: the duty's rest
+            rest = max(rest, burst_rest_s(run, cc))
         if wait:
             self.waits += 1
-            wait_until_ready(
+            _, ready, _ = wait_until_ready(
                 self.sampler,
                 [self.gpu],
                 self.clock,
@@ -291,14 +436,18 @@ class Bursts:
                 min_rest_s=rest,
                 lock_tolerance_mhz=self.tol,
             )
+            self.gave_up = self.gave_up or not ready  # held down for good: redo no more
         elif rest > 0:
             self.clock.sleep(rest)
         took = self.clock.now() - now
+        self.rest_each.append(took)
         if took > 0:
             self.rests += 1
             self.rest_s += took
         self.fell = False
         self.burst_start = self.segment = self.open_from = self.clock.now()
+        if took >= run:  # a rest as long as the work before it ends the unbroken stretch
+            self.runs.append(self.burst_start)
         if self.filt_w is not None:  # the filter relaxed toward the power at rest
             low = self._watts()[1]
             self.filt_w = low + (self.filt_w - low) * math.exp(-took / (cc.burst_power_tau_s or 1))
@@ -316,6 +465,7 @@ class Bursts:
         if not self.power_seen:
             spans, offset = self._work_spans(), self.clock.wall() - self.clock.now()
             self.power_seen = any(self._shows_work(s, spans, offset) for s in samples)
+        self.heavy = self.power_seen and heavy >= HEAVY_SEEN_FRAC * limit > 0
         if not self.power_seen or heavy >= HEAVY_SEEN_FRAC * limit:
             heavy = max(heavy, UNSEEN_POWER_FRAC * limit)
         return heavy, min([*watts, REST_POWER_FRAC * limit])
@@ -433,13 +583,18 @@ class Bursts:
             # power would make a light kernel's next call rest for nothing)
             if uuid is not None and self.power_seen:
                 self._left()[uuid] = (now, end, low)
+        open_s = self.clock.now() - self.burst_start  # none: finish() rested after the last
         return BurstSchedule(
             rests=self.rests,
-            bursts=len(self.bursts) + 1,
-            max_s=max([*self.bursts, self.clock.now() - self.burst_start]),
+            bursts=len(self.bursts) + (1 if open_s > 0 or not self.bursts else 0),
+            max_s=max([*self.bursts, open_s]),
             rest_s=self.rest_s,
             waits=self.waits,
             clock_redos=self.redos,
             in_bursts_s=self.in_bursts_s(),
             power_seen=self.power_seen if tau else None,
+            redone=dict(self.redone),
+            limit_s=self.limit_s,
+            lengths_s=tuple(self.bursts) + ((open_s,) if open_s > 0 else ()),
+            rests_s=tuple(self.rest_each),
         )

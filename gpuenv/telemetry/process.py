@@ -18,8 +18,10 @@ through the same pipe when `mark()` asks for an edge read.
 
 Starting one costs a fresh interpreter, its imports and NVML's init (a few hundred ms),
 too much to pay per `bench()` call: one process serves every `Sampler` of this process
-that samples the same GPUs the same way (`attach`), each reading the ring from where it
-started, and it lingers LINGER_S after the last one stops, for the next.
+that samples the same way the same GPUs or some of them (`attach`: a `gpuenv.bench` call
+inside a `stable()` session of every GPU joins the session's), each reading the ring of
+its own GPUs from where it started, and it lingers LINGER_S after the last one stops, for
+the next.
 """
 
 from __future__ import annotations
@@ -50,8 +52,11 @@ from gpuenv.telemetry.ring import (
 READY_TIMEOUT_S = 20.0  # interpreter, imports and nvmlInit; seconds on a cold machine
 STOP_TIMEOUT_S = 2.0
 # How long a sampler process no Sampler uses waits for the next one (a loop of bench()
-# calls, an autotuner's do_bench calls) before it ends.
-LINGER_S = 10.0
+# calls, an autotuner's do_bench calls, bench() calls between a training loop's seconds)
+# before it ends. Waiting, it reads at its period (0.1 s by default): little CPU. On an
+# H100 host gpuenv.bench calls 7-20 s apart each started one, 0.26-0.42 s a call, while
+# do_bench's whole call took 0.11-0.13 s.
+LINGER_S = 60.0
 # Records read before a Sampler's start: the sample in force when it starts, and the
 # counter reads a window interpolates from (filtered by time: `Cursor.since_t`).
 BACKLOG = 64
@@ -75,6 +80,7 @@ class SamplerProcess:
         self.owner = os.getpid()  # a forked copy of the parent does not own it
         self.shared: Shared | None = shared
         self.gpus = list(gpus)
+        self.way = ""  # how it samples (attach): the spec, capacity and options, as JSON
         self.users = 0  # Samplers attached (see attach)
         self.attaches = 0  # Samplers ever attached: more than one, it was reused
         self._wake_fd: int | None = wake_fd
@@ -218,10 +224,12 @@ class SamplerProcess:
 class Cursor:
     """One Sampler's reading position in a sampler process's rings."""
 
-    def __init__(self, proc: SamplerProcess, since_t: float):
+    def __init__(self, proc: SamplerProcess, since_t: float, gpus: Sequence[int] | None = None):
         assert proc.shared is not None
         self.proc = proc
         self.since_t = since_t  # records before this are older than the Sampler's interest
+        # the Sampler's GPUs (a process that samples more serves some of them)
+        self.gpus = frozenset(proc.gpus if gpus is None else gpus)
         shared = proc.shared
         self._fast = [max(0, r.head() - BACKLOG) for r in shared.fast]
         self._slow = [max(0, r.head() - BACKLOG) for r in shared.slow]
@@ -239,6 +247,8 @@ class Cursor:
             return
         since = self.since_t
         for k, g in enumerate(self.proc.gpus):
+            if g not in self.gpus:
+                continue
             recs, self._fast[k] = shared.fast[k].since(self._fast[k])
             for rec in recs:
                 if rec[0] >= since:
@@ -249,7 +259,9 @@ class Cursor:
                     sink.slow(*_at_gpu(unpack_slow(rec), g))
         recs, self._gaps = shared.gaps.since(self._gaps)
         for rec in recs:
-            sink.gap(unpack_gap(rec))
+            gap = unpack_gap(rec)
+            if gap.gpu in self.gpus:
+                sink.gap(gap)
 
 
 # -- one sampler process per way of sampling, shared by this process's Samplers ------------
@@ -264,7 +276,9 @@ _pool_lock = threading.Lock()
 def attach(
     spec: dict[str, Any], gpus: Sequence[int], *, capacity: int, options: dict[str, Any]
 ) -> SamplerProcess:
-    """The running sampler process for these GPUs and options, else a new one."""
+    """The running sampler process for these GPUs and options, or one that samples them
+    among others the same way, else a new one."""
+    way = json.dumps([spec, capacity, options], sort_keys=True)
     key = json.dumps([spec, list(gpus), capacity, options], sort_keys=True)
     with _pool_lock:
         proc = _pool.get(key)
@@ -274,7 +288,18 @@ def attach(
                 proc.stop()
             proc = None
         if proc is None:
+            proc = next(
+                (
+                    p
+                    for p in _pool.values()
+                    if p.way == way and set(gpus) <= set(p.gpus)
+                    if p.owner == os.getpid() and p.check()
+                ),
+                None,
+            )
+        if proc is None:
             proc = SamplerProcess.start(spec, gpus, capacity=capacity, options=options)
+            proc.way = way
             _pool[key] = proc
         if proc._linger is not None:
             proc._linger.cancel()

@@ -267,7 +267,7 @@ class Sampler:
             log.warning("gpuenv: sampling on a thread instead of a process: %s", err)
             self.mode, self.mode_reason = "thread", f"the sampler process failed: {err}"
             return False
-        self._cursor = Cursor(proc, since_t=self.clock.now() - SLOW_LOOKBACK_S)
+        self._cursor = Cursor(proc, since_t=self.clock.now() - SLOW_LOOKBACK_S, gpus=self.gpus)
         self._proc, self._died = proc, None
         if proc.attaches > 1:  # a process already running: fresh counters for this start
             proc.request_edge()

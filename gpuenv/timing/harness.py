@@ -31,7 +31,13 @@ from gpuenv.timing import memo
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
 from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
-from gpuenv.timing.stateprobe import probe_state, remember_state
+from gpuenv.timing.repstats import rep_stats
+from gpuenv.timing.stateprobe import (
+    burst_limit,
+    probe_state,
+    remember_burst_limit,
+    remember_state,
+)
 from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, Policy, tiny_call
 
 log = logging.getLogger(__name__)
@@ -382,7 +388,9 @@ class _Run:
             clock_mhz_after=clock_after,
             **self.device.settings(),
         )
-        published, ci = _rep_stats(m, reps, cfg, stop, self._rule(), place, self.name)
+        published, ci = rep_stats(
+            m, reps, cfg, stop, self._rule(), place.facts.get(place.gpu), self.name
+        )
         self.extra.update(published)
         # a session's keep() gives the measurement its trace (the samples since the last
         # one kept), which would replace this one
@@ -556,13 +564,14 @@ class _Run:
                 start=start,
                 burst_start=start - lead,
                 rested_s=learned.first_wait_s,
+                limit_s=burst_limit(self.fn, self.device, place.identity()),
             )
         out: list[Rep] = []
         times: list[float] = []
         while True:
             got = self.device.reps(self.fn, batch) if batch > 1 else [self.device.rep(self.fn)]
             if bursts is not None:  # a rep the clock fell under is measured again
-                got = [r for r in got if not bursts.clock_fell(r.clock_mhz)]
+                got = bursts.take(got)
             out.extend(got)
             times.extend(r.time_s for r in got)
             counted = (
@@ -577,12 +586,15 @@ class _Run:
             )
             if reason is None and max_reps is not None and len(out) >= max_reps:
                 reason = "max_reps"
+            if reason is not None and bursts is not None and bursts.finish(out):
+                reason, times = None, [r.time_s for r in out]  # reps the cap touched: again
             if reason is not None:
                 done = bursts.summary() if bursts is not None else BurstSchedule(rests=0)
+                remember_burst_limit(self.fn, self.device, place.identity(), done.limit_s)
                 self.extra.update(done.to_extra())
                 return out, reason
-            if bursts is not None and bursts.due():
-                bursts.rest()
+            if bursts is not None and bursts.due() and bursts.between(out):
+                times = [r.time_s for r in out]
             if batch > 1:  # a profiler session costs ~0.2 s: the later ones hold more reps
                 batch = min(2 * batch, 4 * self.device.rep_batch, max_reps or batch)
 
@@ -696,61 +708,6 @@ def _warmup(
                 return _Warmup(n, clock.now() - start, True, stats.median(last))
         if clock.now() - start >= max_s or n >= max_reps:
             return _Warmup(n, clock.now() - start, False, stats.median(times[-window:]))
-
-
-def _rep_stats(
-    m: Measurement,
-    reps: list[Rep],
-    cfg: BenchConfig,
-    stop: str,
-    rule: stats.StopRule,
-    place: _Place,
-    name: str,
-) -> tuple[dict[str, Any], tuple[float, float] | None]:
-    """Statistics of the kept reps, effective clocks, and what makes the number weak, for
-    `extra`; and the median's confidence interval (`Stats.ci_s`), None with no rep kept."""
-    extra: dict[str, Any] = {"confidence": cfg.confidence, "rel_ci_target": rule.rel_ci}
-    rejected = set(m.rejected_reps)
-    kept = [r for i, r in enumerate(reps) if i not in rejected]
-    rep_clocks = [r.clock_mhz for r in reps if r.clock_mhz is not None]
-    extra["rep_clock_mhz"] = [r.clock_mhz for r in reps] if rep_clocks else None
-    if not kept:
-        return extra, None
-    summary = stats.summarize([r.time_s for r in kept], cfg.confidence)
-    ci = (summary.ci_lo, summary.ci_hi)
-    extra.update(summary=summary.to_dict(), ci_s=list(ci), rel_ci=summary.rel_ci)
-    facts = place.facts.get(place.gpu)
-    ref_mhz = facts.max_sm_mhz if facts is not None and facts.max_sm_mhz else None
-    if rep_clocks:
-        extra["rep_clock_mhz_median"] = stats.median(rep_clocks)
-    if rep_clocks and len(rep_clocks) == len(reps) and ref_mhz:
-        # time x effective clock / reference clock: what the rep would take at the
-        # reference clock. Meaningful for compute-bound kernels only.
-        extra["time_at_ref_clock_s"] = stats.median(
-            [r.time_s * (r.clock_mhz or 0.0) / ref_mhz for r in kept]
-        )
-        extra["ref_clock_mhz"] = ref_mhz
-    warnings_ = []
-    if summary.high_spread:
-        warnings_.append(
-            f"high spread: IQR is {summary.rel_iqr:.1%} of the median "
-            f"(over {stats.HIGH_SPREAD_REL_IQR:.0%})"
-        )
-    if rule.rel_ci > 0 and stop != "converged" and summary.rel_ci > rule.rel_ci:
-        warnings_.append(
-            f"the median's CI is +-{summary.rel_ci:.2%}, not within the "
-            f"{rule.rel_ci:.2%} target ({stop})"
-        )
-    elif rule.rel_ci > 0 and stop != "converged":
-        warnings_.append(
-            f"only {summary.n} reps before the {stop} ran out (min_reps is "
-            f"{rule.min_reps}): the CI of +-{summary.rel_ci:.2%} rests on few reps"
-        )
-    if warnings_:
-        extra["warnings"] = warnings_
-        for w in warnings_:
-            log.warning("%s: %s", name, w)
-    return extra, ci
 
 
 def _trace(

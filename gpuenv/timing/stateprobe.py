@@ -10,13 +10,20 @@ a few reps of it (about STATE_PROBE_S) are compared with that reference:
 
 - the clock at least STATE_CLOCK_GAP below the reference's and the time within
   STATE_FREE_REL of it: the state does not move this kernel's number;
-- a light kernel at the reference's clock and time while a reason bit lingers: a wait
-  for the bit buys it nothing, and it cannot set off the cap itself.
+- a light kernel at the reference's time, whatever the clock (a reason bit lingering,
+  the clock a step down or on its way back): a wait buys its number nothing, and it
+  cannot set off the cap itself. (A 1 GiB clone on an H100 after load found the clock
+  0.7% under its reference, where neither rule applied before, and waited 0.28 s.)
 
 Either way it is measured at once. Not: a heavy kernel at full clock on a GPU whose power
 is still high (its first burst would meet the cap), nor a function not measured before.
 What was probed (`gpuenv.phases.StateProbe`) is kept with how the first burst began
 (`gpuenv.phases.FirstBurst`).
+
+The same place keeps, per function and GPU, how long fn may work unbroken before the cap
+meets it (`burst_limit`): a burst measurement that met the cap learned it
+(`gpuenv.conditioning.Bursts`, ConditionConfig.burst_learn), and the next call's bursts
+start that short instead of meeting the cap again to learn it.
 """
 
 from __future__ import annotations
@@ -67,8 +74,7 @@ def probe_state(
     if latest is not None and latest.sm_mhz > 0:
         c_now = min(c_now or latest.sm_mhz, latest.sm_mhz)
     down = c_now is not None and c_now <= c_ref * (1 - STATE_CLOCK_GAP)
-    back = light and c_now is not None and c_now >= c_ref * (1 - STATE_FREE_REL)
-    if not (down or back):
+    if not (down or light):
         return StateProbe(t_ref, c_ref, c_now, light, free=False)
     n = max(3, min(10, round(STATE_PROBE_S / max(t_ref, 1e-9))))
     reps = device.reps(fn, n) if device.rep_batch > 1 else [device.rep(fn) for _ in range(n)]
@@ -103,4 +109,29 @@ def remember_state(
     memo.remember(fn, ("state", device.kind), (m.stats.median_s, clock_mhz, light), on=identity)
 
 
-__all__ = ["STATE_CLOCK_GAP", "STATE_FREE_REL", "probe_state", "remember_state"]
+def burst_limit(fn: Callable[[], Any], device: Device, identity: Hashable) -> float | None:
+    """The longest unbroken work a burst measurement of fn on this GPU let through before
+    the cap met it (None: none met it yet). A per-call wrapper (the do_bench drop-in's)
+    stands for the function it names in `memo_subject`."""
+    key = getattr(fn, "memo_subject", fn)
+    limit = memo.recall(key, ("burst_limit", device.kind), on=identity)
+    return float(limit) if limit is not None else None
+
+
+def remember_burst_limit(
+    fn: Callable[[], Any], device: Device, identity: Hashable, limit_s: float | None
+) -> None:
+    """Keep what a burst measurement learned of the cap's onset (None: nothing)."""
+    if limit_s is not None:
+        key = getattr(fn, "memo_subject", fn)
+        memo.remember(key, ("burst_limit", device.kind), limit_s, on=identity)
+
+
+__all__ = [
+    "STATE_CLOCK_GAP",
+    "STATE_FREE_REL",
+    "burst_limit",
+    "probe_state",
+    "remember_burst_limit",
+    "remember_state",
+]

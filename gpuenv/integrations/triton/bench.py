@@ -32,6 +32,12 @@ DROPIN_BURST_S = 0.03  # the H100's cap engages 100-300 ms into a heavy load
 DROPIN_POWER_TAU_S = 0.15
 DROPIN_POWER_TARGET = 0.9
 DROPIN_DUTY = 0.5
+# A burst that met the cap shortens the unbroken work before a rest (this call's and the
+# next call's of the same function), and reps whose telemetry windows show the cap are
+# measured again, at most DROPIN_WINDOW_REDOS times a call (ConditionConfig.burst_learn,
+# burst_window_redos; benchmarks/dropin_mlp.py's learn=0 and redo=0 turn them off)
+DROPIN_LEARN = True
+DROPIN_WINDOW_REDOS = 4
 SIM_L2_BYTES = 50 * 2**20  # the simulated H100's L2
 SIM_REP_OVERHEAD_S = 25e-6  # host time of a flushed, synchronized rep, on the simulated GPU
 
@@ -304,6 +310,8 @@ def _bench(
         burst_wait="seen",
         burst_power_tau_s=DROPIN_POWER_TAU_S,
         burst_power_target=DROPIN_POWER_TARGET,
+        burst_learn=DROPIN_LEARN,
+        burst_window_redos=DROPIN_WINDOW_REDOS,
         burst_timeout_s=WAIT_MAX_S,
         poll_s=POLL_S,
     )
@@ -356,6 +364,7 @@ class _Call:
 
     def __init__(self, fn: Callable[[], Any], grad_to_none: Sequence[Any] | None):
         self.fn = fn
+        self.memo_subject = fn  # what gpuenv.timing remembers between calls is fn's
         self.grads = list(grad_to_none or ())
         self.clear = False
         self.__name__ = _name(fn, "do_bench")

@@ -24,12 +24,54 @@ def _have_gpu() -> bool:
         return False
 
 
+# tryfirst: before pytest-xdist's worker reads the xdist_group marks (at this same hook)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # the `gpu` tests share one resource, the machine's GPU: under pytest-xdist (addopts:
+    # -n auto) they run on one worker, one at a time, as a timing or telemetry test needs
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("gpu"))
     if any("gpu" in item.keywords for item in items) and not _have_gpu():
         skip = pytest.mark.skip(reason="needs an NVIDIA GPU with NVML (run scripts/device-test)")
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+class _XdistGroups:
+    """`xdist_group` for pytest 9.2: pytest-xdist's worker appends "@GROUP" to a grouped
+    test's id by setting `item._nodeid`, which pytest 9.2 no longer reads (it keeps the id
+    in `item._id`), so the marks did nothing: the Slurm modules were spread over both
+    workers, each started a cluster, and the job past its time limit was started again and
+    waited out. Where pytest-xdist's own works, this finds the suffix there and does nothing."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
+        if not getattr(config.option, "loadgroup", False):  # a worker under --dist loadgroup
+            return
+        try:
+            from _pytest.nodeid import NodeId
+        except ImportError:  # a pytest before 9.2: pytest-xdist's own suffix holds
+            return
+        for item in items:
+            names = {
+                str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                for m in item.iter_markers("xdist_group")
+            }
+            suffix = "@" + "_".join(sorted(names))
+            if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+                item._id = NodeId.parse(item.nodeid + suffix)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_XdistGroups(), "gpuenv-xdist-groups")
+
+
+def _without_group(nodeid: str) -> str:
+    """A test's id without the "@GROUP" a pytest-xdist worker gives a grouped one (xdist's
+    rule: an '@' after the last ']')."""
+    return nodeid.rsplit("@", 1)[0] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
 
 
 # read once at start: each test's own environment has no GPUENV_* variable (_isolate_env).
@@ -49,7 +91,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         and "gpu" not in report.keywords
     ):
         with open(_SKIPPED_OUT, "a") as f:
-            f.write(report.nodeid + "\n")
+            f.write(_without_group(report.nodeid) + "\n")  # an id stage 2 can name
 
 
 def _isolate(mp: pytest.MonkeyPatch, state: Path) -> None:

@@ -351,7 +351,11 @@ class Bursts:
         """The measurement would end: a last look at the reps' windows, by the readings
         there are; where this measurement met the cap, or the GPU reads held down now,
         after a wait for readings that cover the last rep. True: reps were dropped, and
-        the GPU rested: measure on."""
+        the GPU rested: measure on. Without window redos (burst_window_redos 0: gpuenv.bench
+        and stable()) there is nothing to look for: no wait (on an H100 a 1 GiB clone let
+        through right after load waited 0.43 s here, for readings it had no use for)."""
+        if self.config.burst_window_redos <= 0:
+            return False
         if self.look(reps):
             self.rest()
             return True

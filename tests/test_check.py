@@ -126,3 +126,69 @@ def test_the_cli_names_the_gpu_and_exits_1(tmp_path):
     assert data["named"] == [2]
     assert [g["gpu"] for g in data["gpus"] if g["named"]] == [2]
     assert data["gpus"][2]["power_limit_w"] == 450
+    # root's check is kept for gpuenvd's gauges (tests/test_fleet.py); another account's not
+    from gpuenv.check.store import load_check
+
+    if os.geteuid() == 0:
+        assert "kept for gpuenvd's gauges" in result.stderr
+        kept = load_check(data["gpus"][2]["uuid"])
+        assert kept is not None and kept.check.named and kept.check.power_limit_w == 450
+    else:
+        assert "not kept for gpuenvd's gauges: only root's check is" in result.stderr
+        assert load_check(data["gpus"][2]["uuid"]) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: only root's check is kept")
+def test_a_check_that_cannot_be_kept_still_reports_and_says_why():
+    # the state directory cannot be made (under /proc): the gauges lose this check, not the
+    # user their table or its exit code
+    env = dict(os.environ, GPUENV_SIM_GPUS="4", GPUENV_STATE_DIR="/proc/1/gpuenv-state")
+    result = subprocess.run(
+        [*GPUENV, "--sim", "check", "--alone-only", "--budget", "5"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "no GPU is slower than the others" in result.stdout
+    assert "warning: the check was not kept for gpuenvd's gauges" in result.stderr
+    assert "/proc/1/gpuenv-state" in result.stderr
+
+
+def test_asked_to_lock_it_checks_at_the_clock_and_puts_the_gpus_back(tmp_path):
+    # read-only unless asked: --sm locks for the check only (as `gpuenv run --sm`), then
+    # every GPU is as before
+    env = dict(os.environ, GPUENV_SIM_GPUS="4")
+    before = subprocess.run(
+        [*GPUENV, "--sim", "status", "--json"], env=env, capture_output=True, text=True
+    )
+    result = subprocess.run(
+        [*GPUENV, "--sim", "check", "--sm", "1350", "--alone-only", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "locked SM 1350 MHz for the check" in result.stderr
+    assert "the lock is released; the GPUs are as before" in result.stderr
+    data = json.loads(result.stdout)
+    assert [round(g["alone"]["sm_mhz"]) for g in data["gpus"]] == [1350] * 4
+    after = subprocess.run(
+        [*GPUENV, "--sim", "status", "--json"], env=env, capture_output=True, text=True
+    )
+    for was, now in zip(json.loads(before.stdout)["gpus"], json.loads(after.stdout)["gpus"]):
+        assert now["lock"]["state"] == "none" and now["lock"]["owners"] == []
+        assert now["app_clocks"] == was["app_clocks"]
+        assert now["power_limit_w"] == was["power_limit_w"]
+    # GPUENV_READONLY=1 refuses the lock before anything is checked or changed
+    ro = subprocess.run(
+        [*GPUENV, "--sim", "check", "--sm", "1350"],
+        env=dict(env, GPUENV_READONLY="1"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ro.returncode not in (0, 1) and "GPUENV_READONLY" in ro.stderr, ro.stderr
+    assert "rank  gpu" not in ro.stdout

@@ -10,12 +10,13 @@ more than 2% slower than the median of the others (the matmul's short reps, read
 power cap's onset, are shown but not compared), or holding a lower sustained clock, is
 named with the telemetry that explains it (a lower power limit, the power
 cap, thermal slowdown, another process). Read-only on the GPU: it only runs work and
-reads telemetry. Bounded: `budget_s` (60 s) covers every phase on up to 8 GPUs.
+reads telemetry (`gpuenv check --sm ...` locks around it, as `gpuenv run` does). Bounded: `budget_s` (60 s) covers every phase on up to 8 GPUs.
 
     kernels.py  what runs on a GPU (torch on CUDA, the simulator's own work), and how
                 GPUs run at once
     node.py     the phases, their telemetry, the ranking and the named GPUs
     report.py   the records, the table and the JSON
+    store.py    root's last check, one file a GPU, kept for gpuenvd's gauges
 """
 
 from __future__ import annotations

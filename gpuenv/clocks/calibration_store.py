@@ -1,5 +1,7 @@
 """Where 'gpuenv calibrate' keeps its result, read by `sm="sustained"`: one JSON file
-per GPU UUID under the state directory (`<state dir>/calibration/<uuid>.json`)."""
+per GPU UUID under the state directory (`<state dir>/calibration/<uuid>.json`); and where
+root's `gpuenv check` keeps its figures for gpuenvd's gauges (`<state dir>/checks/`:
+gpuenv.check.store writes and reads them as records, gpuenvd's metrics as plain JSON)."""
 
 from __future__ import annotations
 
@@ -46,18 +48,20 @@ def save_calibration(
     record = Calibration(
         uuid, int(sustained_mhz), time.time(), power_limit_w, gpu_name, details or {}
     )
-    # reached without trusting a name (no link, ours): root's calibrate writes only there
-    dfd = open_dir(path.parent, create=True, mode=0o755, what="the calibration directory")
-    try:  # a failed write leaves the old file, no tmp
-        replace_at(
-            dfd,
-            path.name,
-            json.dumps(record.__dict__, indent=1, sort_keys=True).encode(),
-            mode=0o644,
-        )
+    data = json.dumps(record.__dict__, indent=1, sort_keys=True).encode()
+    keep_record(path, data, what="the calibration directory")
+    return path
+
+
+def keep_record(path: Path, data: bytes, *, what: str) -> None:
+    """Write one of root's records for gpuenvd to read (0644, in a 0755 directory made
+    if need be), atomically: a failed write leaves the old file and no temporary one. The
+    directory is reached without trusting a name (no link, root's): root writes only there."""
+    dfd = open_dir(path.parent, create=True, mode=0o755, what=what)
+    try:
+        replace_at(dfd, path.name, data, mode=0o644)
     finally:
         os.close(dfd)
-    return path
 
 
 def load_calibration(
@@ -79,3 +83,33 @@ def load_calibration(
             f"{err.message} (the file is damaged)", hint="run 'gpuenv calibrate' again"
         ) from err
     return Calibration(**{k: data[k] for k in Calibration.__dataclass_fields__ if k in data})
+
+
+def kept_check_file(uuid: str, state_dir: str | os.PathLike[str] | None) -> Path:
+    base = Path(state_dir) if state_dir is not None else default_state_dir()
+    return base / "checks" / f"{uuid}.json"
+
+
+def read_kept_check(
+    uuid: str, *, state_dir: str | os.PathLike[str] | None = None
+) -> dict[str, Any] | None:
+    """The JSON object root's last `gpuenv check` kept for GPU `uuid` (None: none kept)."""
+    from gpuenv import reader
+
+    path = kept_check_file(uuid, state_dir)
+    what = "the kept check"
+    text = reader.read_text(path, what=what, missing_ok=True, setting="GPUENV_STATE_DIR")
+    if text is None:
+        return None
+    try:
+        data = reader.parse_json(text, what=what, path=path)
+    except reader.BadRecord as err:
+        raise ConfigError(
+            f"{err.message} (the file is damaged)", hint="run 'gpuenv check' again as root"
+        ) from err
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{what} {path} holds no JSON object (the file is damaged)",
+            hint="run 'gpuenv check' again as root",
+        )
+    return data

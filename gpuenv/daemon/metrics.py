@@ -143,9 +143,10 @@ class GpuenvCollector:
         from gpuenv.daemon.jobs import job_metrics
 
         yield from job_metrics(self.server)
-        from gpuenv.daemon.fleet import fleet_metrics
+        from gpuenv.daemon.fleet import check_metrics, fleet_metrics
 
         yield from fleet_metrics(self.server, self.hostname)
+        yield from check_metrics(self.server, self.hostname)
 
     def _add_gpu(self, fams: dict[str, Any], dev: Any) -> None:
         server, index = self.server, dev.index

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,14 @@ def _have_gpu() -> bool:
         return False
 
 
+# tryfirst: before pytest-xdist's worker reads the xdist_group marks (at this same hook)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # the `gpu` tests share one resource, the machine's GPU: under pytest-xdist (addopts:
+    # -n auto) they run on one worker, one at a time, as a timing or telemetry test needs
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("gpu"))
     if any("gpu" in item.keywords for item in items) and not _have_gpu():
         skip = pytest.mark.skip(reason="needs an NVIDIA GPU with NVML (run scripts/device-test)")
         for item in items:
@@ -31,8 +39,45 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip)
 
 
-# read once at start: each test's own environment has no GPUENV_* variable (_isolate_env)
-_SKIPPED_OUT = os.environ.get("GPUENV_SKIPPED_OUT")
+class _XdistGroups:
+    """`xdist_group` for pytest 9.2: pytest-xdist's worker appends "@GROUP" to a grouped
+    test's id by setting `item._nodeid`, which pytest 9.2 no longer reads (it keeps the id
+    in `item._id`), so the marks did nothing: the Slurm modules were spread over both
+    workers, each started a cluster, and the job past its time limit was started again and
+    waited out. Where pytest-xdist's own works, this finds the suffix there and does nothing."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
+        if not getattr(config.option, "loadgroup", False):  # a worker under --dist loadgroup
+            return
+        try:
+            from _pytest.nodeid import NodeId
+        except ImportError:  # a pytest before 9.2: pytest-xdist's own suffix holds
+            return
+        for item in items:
+            names = {
+                str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                for m in item.iter_markers("xdist_group")
+            }
+            suffix = "@" + "_".join(sorted(names))
+            if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+                item._id = NodeId.parse(item.nodeid + suffix)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_XdistGroups(), "gpuenv-xdist-groups")
+
+
+def _without_group(nodeid: str) -> str:
+    """A test's id without the "@GROUP" a pytest-xdist worker gives a grouped one (xdist's
+    rule: an '@' after the last ']')."""
+    return nodeid.rsplit("@", 1)[0] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
+
+
+# read once at start: each test's own environment has no GPUENV_* variable (_isolate_env).
+# Under pytest-xdist the controller writes it, from every worker's reports; a worker writes
+# nothing (it would write each line a second time)
+_SKIPPED_OUT = None if "PYTEST_XDIST_WORKER" in os.environ else os.environ.get("GPUENV_SKIPPED_OUT")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -46,7 +91,29 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         and "gpu" not in report.keywords
     ):
         with open(_SKIPPED_OUT, "a") as f:
-            f.write(report.nodeid + "\n")
+            f.write(_without_group(report.nodeid) + "\n")  # an id stage 2 can name
+
+
+def _isolate(mp: pytest.MonkeyPatch, state: Path) -> None:
+    """The environment of a test (or of a module's fixture): no GPUENV_* setting of the
+    developer's, the journal, simulated machine and gpuenvd socket in `state`, and no
+    sign of a pytest-xdist worker."""
+    for key in list(os.environ):
+        # PYTEST_XDIST_*: the worker's own (pytest-xdist sets them); a pytest the test starts
+        # must not take itself for a worker (pytest-benchmark then disables its benchmarks)
+        if key.startswith(("GPUENV_", "PYTEST_XDIST_")):
+            mp.delenv(key)
+    mp.setenv("GPUENV_STATE_DIR", str(state / "journal"))
+    mp.setenv("GPUENV_SIM_STATE", str(state / "sim.json"))
+    # no gpuenvd unless a test starts one: a daemon on this machine must not take the locks;
+    # and root's lock notices go beside this socket, not to the host's /run/gpuenv/locks
+    mp.setenv("GPUENV_SOCKET", str(state / "no-daemon.sock"))
+    if os.geteuid() != 0:
+        # the suite run by an ordinary account (the README's test command, a contributor):
+        # each test's simulated machine is its own (GPUENV_SIM_STATE above, in a directory
+        # this account owns), where the account may act as root, as CI's root does. A test
+        # of the ordinary account's refusal sets GPUENV_SIM_ROOT=0 itself.
+        mp.setenv("GPUENV_SIM_ROOT", "1")
 
 
 @pytest.fixture(autouse=True)
@@ -54,28 +121,26 @@ def _isolate_env(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
     """No test reads the developer's GPUENV_* settings or writes their state dirs."""
-    import os
-
-    for key in list(os.environ):
-        if key.startswith("GPUENV_"):
-            monkeypatch.delenv(key)
-    state = tmp_path_factory.mktemp("gpuenv-state")
-    monkeypatch.setenv("GPUENV_STATE_DIR", str(state / "journal"))
-    monkeypatch.setenv("GPUENV_SIM_STATE", str(state / "sim.json"))
-    # no gpuenvd unless a test starts one: a daemon on this machine must not take the locks
-    monkeypatch.setenv("GPUENV_SOCKET", str(state / "no-daemon.sock"))
-    if os.geteuid() != 0:
-        # the suite run by an ordinary account (the README's test command, a contributor):
-        # each test's simulated machine is its own (GPUENV_SIM_STATE above, in a directory
-        # this account owns), where the account may act as root, as CI's root does. A test
-        # of the ordinary account's refusal sets GPUENV_SIM_ROOT=0 itself.
-        monkeypatch.setenv("GPUENV_SIM_ROOT", "1")
+    _isolate(monkeypatch, tmp_path_factory.mktemp("gpuenv-state"))
     yield
     # what the code under test set (`--sim` is GPUENV_BACKEND=sim, `--quiet` GPUENV_QUIET=1)
     # goes too; monkeypatch then puts back what the developer had
     for key in list(os.environ):
         if key.startswith("GPUENV_"):
             del os.environ[key]
+
+
+@pytest.fixture(scope="module")
+def module_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """_isolate_env for a module-scoped fixture, which is set up before any test's own: one
+    that runs gpuenv asks for this (the sim tour's lock posted its notice to the host's
+    /run/gpuenv/locks, which every worker and every other run on the host shares)."""
+    with pytest.MonkeyPatch.context() as mp:
+        _isolate(mp, tmp_path_factory.mktemp("gpuenv-state"))
+        yield
+        for key in list(os.environ):
+            if key.startswith("GPUENV_"):
+                del os.environ[key]
 
 
 @pytest.fixture

@@ -241,7 +241,9 @@ def read_only_journal(
     if request.param == "read-only tmpfs":
         mount_tmpfs(mnt, "size=1m,mode=0700")
         turn = ["mount", "-o", "remount,ro", str(mnt)]
-        undo = ["umount", str(mnt)]
+        # lazy: this process still holds the journal directory's lock open (gpuenv keeps its
+        # flock fd), and a plain umount, busy, left the mount behind in the temp dir
+        undo = ["umount", "--lazy", str(mnt)]
     else:
         mnt.mkdir()
         turn, undo = ["chattr", "+i", str(journal)], ["chattr", "-i", str(journal)]

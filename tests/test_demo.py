@@ -30,7 +30,7 @@ def settings(sim: SimBackend) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def tour() -> tuple[dict, str]:
+def tour(module_env: None) -> tuple[dict, str]:
     """The default sim tour, once (virtual time: deterministic)."""
     lines: list[str] = []
     result = sim_tour(lines.append, pace=0)

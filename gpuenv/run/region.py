@@ -184,6 +184,10 @@ class _Channel:
         return self._fd
 
     def next_id(self) -> int:
+        # the channel first: finding it for this process restarts the ids, and an id drawn
+        # before that (the first region of a fresh or forked process) came back again as
+        # its next region's (outer and inner both id 1, their edges paired wrongly)
+        self.fd()
         return next(self._ids)
 
     def send(self, data: bytes) -> None:

@@ -68,6 +68,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_XdistGroups(), "gpuenv-xdist-groups")
 
 
+MAX_AUTO_WORKERS = 4  # `-n auto` (addopts) on a machine of many cores
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker a core, at most MAX_AUTO_WORKERS. The suite was made and run
+    green with 2 to 4 workers; 64 on a large machine would run its real daemons, Slurm
+    and accounts 64 at a time for no measured gain."""
+    return max(1, min(os.cpu_count() or 1, MAX_AUTO_WORKERS))
+
+
 def _without_group(nodeid: str) -> str:
     """A test's id without the "@GROUP" a pytest-xdist worker gives a grouped one (xdist's
     rule: an '@' after the last ']')."""

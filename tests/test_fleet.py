@@ -19,26 +19,31 @@ from gpuenv.daemon.server import Server
 from gpuenv.results import load_run
 
 
-def test_each_calibrated_gpu_is_one_sustained_clock_gauge(tmp_path: Path) -> None:
-    pytest.importorskip("prometheus_client")
+def _metrics(backend: SimBackend, tmp_path: Path) -> str:
+    """gpuenvd's metrics page, its state directory tmp_path/state (then the backend closed)."""
     from gpuenv.daemon.metrics import render
 
     root = Peer(pid=os.getpid(), uid=0, gid=0, user="root", groups=frozenset())
-    backend = SimBackend("h100", n_gpus=2, state_file=tmp_path / "sim.json")
     server = Server(
         parse_config("").with_socket(str(tmp_path / "s")),
         backend,
         journal=Journal(tmp_path / "state"),
         peer_of=lambda sock: root,
     )
-    uuid = backend.device_info(0).uuid
-    save_calibration(uuid, 1392, state_dir=tmp_path / "state")  # root's `gpuenv calibrate`
     server.start()
     try:
-        text = render(server).decode()
+        return render(server).decode()
     finally:
         server.stop()
         backend.close()
+
+
+def test_each_calibrated_gpu_is_one_sustained_clock_gauge(tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client")
+    backend = SimBackend("h100", n_gpus=2, state_file=tmp_path / "sim.json")
+    uuid = backend.device_info(0).uuid
+    save_calibration(uuid, 1392, state_dir=tmp_path / "state")  # root's `gpuenv calibrate`
+    text = _metrics(backend, tmp_path)
     lines = [x for x in text.splitlines() if x.startswith("gpuenv_gpu_sustained_sm_mhz{")]
     assert len(lines) == 1 and f'UUID="{uuid}"' in lines[0] and lines[0].endswith(" 1392.0")
 
@@ -49,9 +54,7 @@ def test_root_s_last_check_is_gauges_per_gpu(tmp_path: Path) -> None:
     pytest.importorskip("prometheus_client")
     from gpuenv.check import check_node
     from gpuenv.check.store import load_check, save_checks
-    from gpuenv.daemon.metrics import render
 
-    root = Peer(pid=os.getpid(), uid=0, gid=0, user="root", groups=frozenset())
     backend = SimBackend("h100", n_gpus=3, state_file=tmp_path / "sim.json")
     backend.set_power_limit(1, 450)
     report = check_node(backend, [0, 1, 2], budget_s=20)
@@ -60,18 +63,7 @@ def test_root_s_last_check_is_gauges_per_gpu(tmp_path: Path) -> None:
     uuid = backend.device_info(1).uuid
     kept = load_check(uuid, state_dir=tmp_path / "state")
     assert kept is not None and kept.check == report.gpus[1]  # read back as it was
-    server = Server(
-        parse_config("").with_socket(str(tmp_path / "s")),
-        backend,
-        journal=Journal(tmp_path / "state"),
-        peer_of=lambda sock: root,
-    )
-    server.start()
-    try:
-        text = render(server).decode()
-    finally:
-        server.stop()
-        backend.close()
+    text = _metrics(backend, tmp_path)
 
     def value(name: str, *labels: str) -> float:
         (line,) = [

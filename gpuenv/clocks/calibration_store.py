@@ -68,21 +68,28 @@ def load_calibration(
     uuid: str, *, state_dir: str | os.PathLike[str] | None = None
 ) -> Calibration | None:
     """The stored calibration of GPU `uuid`, or None if 'gpuenv calibrate' never ran for it."""
+    path = _calibration_file(uuid, state_dir)
+    data = _read_kept(path, "the calibration file", "run 'gpuenv calibrate' again", Calibration)
+    if data is None:
+        return None
+    return Calibration(**{k: data[k] for k in Calibration.__dataclass_fields__ if k in data})
+
+
+def _read_kept(path: Path, what: str, hint: str, record: type | None = None) -> Any:
+    """The JSON a file of root's records holds (None: no file), checked as `record` where
+    given; a damaged file is a ConfigError that says `hint`."""
     from gpuenv import reader
 
-    path = _calibration_file(uuid, state_dir)
-    what = "the calibration file"
     text = reader.read_text(path, what=what, missing_ok=True, setting="GPUENV_STATE_DIR")
     if text is None:
         return None
     try:
         data = reader.parse_json(text, what=what, path=path)
-        reader.check_record(Calibration, data, what=what, path=path)
+        if record is not None:
+            reader.check_record(record, data, what=what, path=path)
     except reader.BadRecord as err:
-        raise ConfigError(
-            f"{err.message} (the file is damaged)", hint="run 'gpuenv calibrate' again"
-        ) from err
-    return Calibration(**{k: data[k] for k in Calibration.__dataclass_fields__ if k in data})
+        raise ConfigError(f"{err.message} (the file is damaged)", hint=hint) from err
+    return data
 
 
 def kept_check_file(uuid: str, state_dir: str | os.PathLike[str] | None) -> Path:
@@ -94,19 +101,10 @@ def read_kept_check(
     uuid: str, *, state_dir: str | os.PathLike[str] | None = None
 ) -> dict[str, Any] | None:
     """The JSON object root's last `gpuenv check` kept for GPU `uuid` (None: none kept)."""
-    from gpuenv import reader
-
-    path = kept_check_file(uuid, state_dir)
-    what = "the kept check"
-    text = reader.read_text(path, what=what, missing_ok=True, setting="GPUENV_STATE_DIR")
-    if text is None:
+    path, what = kept_check_file(uuid, state_dir), "the kept check"
+    data = _read_kept(path, what, "run 'gpuenv check' again as root")
+    if data is None:
         return None
-    try:
-        data = reader.parse_json(text, what=what, path=path)
-    except reader.BadRecord as err:
-        raise ConfigError(
-            f"{err.message} (the file is damaged)", hint="run 'gpuenv check' again as root"
-        ) from err
     if not isinstance(data, dict):
         raise ConfigError(
             f"{what} {path} holds no JSON object (the file is damaged)",

@@ -14,8 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from gpuenv.check.report import GpuCheck, NodeCheck, PhaseResult
-from gpuenv.clocks.calibration_store import keep_record, kept_check_file, read_kept_check
-from gpuenv.errors import ConfigError
+from gpuenv.clocks.calibration_store import (
+    checks_dir,
+    keep_record,
+    kept_check_file,
+    read_kept_check,
+)
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ def save_checks(report: NodeCheck, *, state_dir: str | os.PathLike[str] | None =
         record = {"measured_at": now, "check": asdict(g)}
         data = json.dumps(record, indent=1, sort_keys=True).encode()
         keep_record(kept_check_file(g.uuid, state_dir), data, what="the checks directory")
-    return kept_check_file("x", state_dir).parent
+    return checks_dir(state_dir)
 
 
 def _phase(data: dict[str, Any] | None) -> PhaseResult | None:
@@ -44,18 +48,9 @@ def _phase(data: dict[str, Any] | None) -> PhaseResult | None:
 
 def load_check(uuid: str, *, state_dir: str | os.PathLike[str] | None = None) -> KeptCheck | None:
     """GPU `uuid`'s part of the last check root kept, or None where none was kept."""
-    from gpuenv import reader
-
-    data = read_kept_check(uuid, state_dir=state_dir)
+    data = read_kept_check(uuid, state_dir=state_dir, record=KeptCheck)
     if data is None:
         return None
-    path, what = kept_check_file(uuid, state_dir), "the kept check"
-    try:
-        reader.check_record(KeptCheck, data, what=what, path=path)
-    except reader.BadRecord as err:
-        raise ConfigError(
-            f"{err.message} (the file is damaged)", hint="run 'gpuenv check' again as root"
-        ) from err
     g = dict(data["check"])
     alone = _phase(g.pop("alone"))
     assert alone is not None

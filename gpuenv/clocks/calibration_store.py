@@ -92,17 +92,24 @@ def _read_kept(path: Path, what: str, hint: str, record: type | None = None) -> 
     return data
 
 
-def kept_check_file(uuid: str, state_dir: str | os.PathLike[str] | None) -> Path:
+def checks_dir(state_dir: str | os.PathLike[str] | None) -> Path:
+    """Where root's `gpuenv check` keeps its figures, a file a GPU."""
     base = Path(state_dir) if state_dir is not None else default_state_dir()
-    return base / "checks" / f"{uuid}.json"
+    return base / "checks"
+
+
+def kept_check_file(uuid: str, state_dir: str | os.PathLike[str] | None) -> Path:
+    return checks_dir(state_dir) / f"{uuid}.json"
 
 
 def read_kept_check(
-    uuid: str, *, state_dir: str | os.PathLike[str] | None = None
+    uuid: str, *, state_dir: str | os.PathLike[str] | None = None, record: type | None = None
 ) -> dict[str, Any] | None:
-    """The JSON object root's last `gpuenv check` kept for GPU `uuid` (None: none kept)."""
+    """The JSON object root's last `gpuenv check` kept for GPU `uuid` (None: none kept),
+    checked as `record` where given (gpuenv.check.store's; gpuenvd, below gpuenv.check,
+    reads it as plain JSON)."""
     path, what = kept_check_file(uuid, state_dir), "the kept check"
-    data = _read_kept(path, what, "run 'gpuenv check' again as root")
+    data = _read_kept(path, what, "run 'gpuenv check' again as root", record)
     if data is None:
         return None
     if not isinstance(data, dict):

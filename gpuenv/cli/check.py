@@ -62,16 +62,10 @@ def check(
     to lock (--sm ...: for the check only, then put back)."""
     from gpuenv.backend import ReadOnlyBackend
     from gpuenv.check import check_node, report_text
+    from gpuenv.clocks.request import cli_request
     from gpuenv.devices import select_gpus
 
-    request = None
-    if sm is not None or sm_max is not None or mem is not None or power_limit is not None:
-        from gpuenv.clocks import make_request
-        from gpuenv.clocks.request import CLI_NAMES
-
-        request = make_request(
-            sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit, names=CLI_NAMES
-        )
+    request = cli_request(sm, sm_max, mem, power_limit)
     backend = open_from_ctx(ctx, readonly=True if request is None else None)
     try:
         gpus = select_gpus(backend, gpu)

@@ -125,6 +125,16 @@ PY_NAMES = {"sm": "sm", "sm_max": "sm_max", "mem": "mem", "power_limit_w": "powe
 CLI_NAMES = {"sm": "--sm", "sm_max": "--sm-max", "mem": "--mem", "power_limit_w": "--power-limit"}
 
 
+def cli_request(
+    sm: str | None, sm_max: int | None, mem: str | None, power_limit: float | None
+) -> LockRequest | None:
+    """The lock a command's `--sm`, `--sm-max`, `--mem` and `--power-limit` ask for, judged
+    in the flags' names; None where none was given (`gpuenv run`, `gpuenv check`: no lock)."""
+    if sm is None and sm_max is None and mem is None and power_limit is None:
+        return None
+    return make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit, names=CLI_NAMES)
+
+
 def make_request(
     sm: int | str | tuple[int, int] | None = None,
     *,

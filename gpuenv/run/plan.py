@@ -71,13 +71,9 @@ def plan_run(
     wait_time(env)  # GPUENV_RANKS_WAIT_S=abc fails now, not after the command ran
     resolve_command(argv)  # a typo fails here, before anything is locked
     auto = select_kinds(env.get(ENV_SELECT), enabled=not no_auto_regions)
-    lock = None
-    if sm is not None or mem is not None or power_limit is not None or sm_max is not None:
-        from gpuenv.clocks import make_request
-        from gpuenv.clocks.request import CLI_NAMES
+    from gpuenv.clocks.request import cli_request
 
-        # judged now, in the flags' names; this request is what the runner locks
-        lock = make_request(sm, sm_max=sm_max, mem=mem, power_limit_w=power_limit, names=CLI_NAMES)
+    lock = cli_request(sm, sm_max, mem, power_limit)  # judged now: what the runner locks
     selector = default_gpu_selector(env) if gpu == "auto" else gpu
     if output is not None:  # '' is a bad path, not "no output" (it wrote nothing, silently)
         validate.output_path(output, "-o")

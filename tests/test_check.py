@@ -19,6 +19,12 @@ pytestmark = pytest.mark.sim_gpus(4)
 GPUENV = [sys.executable, "-c", "from gpuenv.cli import main; main()"]
 
 
+def _gpuenv(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*GPUENV, *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def test_a_gpu_with_a_lower_power_limit_is_named_with_its_limit_and_the_cap(sim):
     sim.set_power_limit(2, 450)
     report = check_node(sim, [0, 1, 2, 3])
@@ -112,13 +118,7 @@ def test_the_cli_names_the_gpu_and_exits_1(tmp_path):
     lock = [*GPUENV, "--sim", "lock", "-i", "2", "--power-limit", "450"]
     subprocess.run(lock, env=env, check=True, capture_output=True, timeout=60)
     try:
-        result = subprocess.run(
-            [*GPUENV, "--sim", "check", "--json"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        result = _gpuenv(env, "--sim", "check", "--json")
     finally:
         subprocess.run([*GPUENV, "--sim", "restore"], env=env, capture_output=True, timeout=60)
     assert result.returncode == 1, result.stderr
@@ -143,13 +143,7 @@ def test_a_check_that_cannot_be_kept_still_reports_and_says_why():
     # the state directory cannot be made (under /proc): the gauges lose this check, not the
     # user their table or its exit code
     env = dict(os.environ, GPUENV_SIM_GPUS="4", GPUENV_STATE_DIR="/proc/1/gpuenv-state")
-    result = subprocess.run(
-        [*GPUENV, "--sim", "check", "--alone-only", "--budget", "5"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _gpuenv(env, "--sim", "check", "--alone-only", "--budget", "5")
     assert result.returncode == 0, result.stderr
     assert "no GPU is slower than the others" in result.stdout
     assert "warning: the check was not kept for gpuenvd's gauges" in result.stderr
@@ -160,36 +154,20 @@ def test_asked_to_lock_it_checks_at_the_clock_and_puts_the_gpus_back(tmp_path):
     # read-only unless asked: --sm locks for the check only (as `gpuenv run --sm`), then
     # every GPU is as before
     env = dict(os.environ, GPUENV_SIM_GPUS="4")
-    before = subprocess.run(
-        [*GPUENV, "--sim", "status", "--json"], env=env, capture_output=True, text=True
-    )
-    result = subprocess.run(
-        [*GPUENV, "--sim", "check", "--sm", "1350", "--alone-only", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    before = _gpuenv(env, "--sim", "status", "--json")
+    result = _gpuenv(env, "--sim", "check", "--sm", "1350", "--alone-only", "--json")
     assert result.returncode == 0, result.stderr
     assert "locked SM 1350 MHz for the check" in result.stderr
     assert "the lock is released; the GPUs are as before" in result.stderr
     data = json.loads(result.stdout)
     assert [round(g["alone"]["sm_mhz"]) for g in data["gpus"]] == [1350] * 4
-    after = subprocess.run(
-        [*GPUENV, "--sim", "status", "--json"], env=env, capture_output=True, text=True
-    )
+    after = _gpuenv(env, "--sim", "status", "--json")
     was_gpus, now_gpus = json.loads(before.stdout)["gpus"], json.loads(after.stdout)["gpus"]
     for was, now in zip(was_gpus, now_gpus, strict=True):
         assert now["lock"]["state"] == "none" and now["lock"]["owners"] == []
         assert now["app_clocks"] == was["app_clocks"]
         assert now["power_limit_w"] == was["power_limit_w"]
     # GPUENV_READONLY=1 refuses the lock before anything is checked or changed
-    ro = subprocess.run(
-        [*GPUENV, "--sim", "check", "--sm", "1350"],
-        env=dict(env, GPUENV_READONLY="1"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    ro = _gpuenv(dict(env, GPUENV_READONLY="1"), "--sim", "check", "--sm", "1350", timeout=60)
     assert ro.returncode not in (0, 1) and "GPUENV_READONLY" in ro.stderr, ro.stderr
     assert "rank  gpu" not in ro.stdout

@@ -2,13 +2,14 @@
 
 gpuenvd runs as root on the simulated GPU (a socket and state file in a shared
 temp dir); a system user made with `useradd` uses every door: `gpuenv lock`,
-`gpuenv status`, `gpuenv restore`, `gpuenv run --sm`, `gpuenv.lock()` with
-`gpuenv.restore()`, and `stable(sm=)`. Each lock must show in status and be put
-back at every normal and abnormal end (SIGKILL of the client).
+`gpuenv status`, `gpuenv restore`, `gpuenv run --sm`, `gpuenv check --sm`,
+`gpuenv.lock()` with `gpuenv.restore()`, and `stable(sm=)`. Each lock must show in status
+and be put back at every normal and abnormal end (SIGKILL of the client).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -219,6 +220,20 @@ def test_run_sm_locks_for_the_command_and_releases_at_its_end_or_death(
     assert_released_on_sigkill(
         daemon, account, cli("run", "-q", "--sm", "1350", "--", "sleep", "60")
     )
+
+
+def test_check_sm_locks_through_the_daemon_for_the_check_only(
+    daemon: DaemonProcess, account: pwd.struct_passwd
+) -> None:
+    out = as_user(daemon, account, cli("check", "--sm", "1350", "--alone-only", "--json"))
+    assert out.returncode == 0, out.stderr
+    assert "locked SM 1350 MHz for the check" in out.stderr
+    assert "the lock is released; the GPUs are as before" in out.stderr
+    assert "not kept for gpuenvd's gauges: only root's check is" in out.stderr
+    gpus = json.loads(out.stdout)["gpus"]
+    assert gpus and all(round(g["alone"]["sm_mhz"]) == 1350 for g in gpus)
+    assert daemon.wait_pristine(timeout=5.0) is not None
+    assert "granted" in daemon.log.read_text()
 
 
 def test_python_lock_then_restore_as_in_the_readme(

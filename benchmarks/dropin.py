@@ -31,6 +31,8 @@ Prints a markdown table; --data PATH keeps every call's raw figures as JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import math
 import statistics
@@ -86,6 +88,8 @@ class Env(GpuEnv):
     def __init__(self) -> None:
         import torch
 
+        self.dropin: dict[str, Any] = {}  # keywords of every gpuenv do_bench call
+
         fns = kernels(torch)
         self.kernels: list[Kernel] = [(name, what, fns[key]) for key, name, what in NAMES]
         super().__init__(torch, fns["mm8192"])
@@ -93,7 +97,7 @@ class Env(GpuEnv):
     def tools(self) -> dict[str, Callable[[Callable[[], Any]], Any]]:
         import triton.testing as tt
 
-        return {"triton": tt.do_bench, "gpuenv": gt.do_bench}
+        return {"triton": tt.do_bench, "gpuenv": functools.partial(gt.do_bench, **self.dropin)}
 
     def describe(self) -> dict[str, Any]:
         import triton
@@ -114,6 +118,7 @@ class SimEnv(SimGpuEnv):
 
     def __init__(self) -> None:
         super().__init__()
+        self.dropin: dict[str, Any] = {}  # keywords of every gpuenv do_bench call
         be = self.backend
 
         def k(seconds: float, power: float) -> Callable[[], Any]:
@@ -135,7 +140,7 @@ class SimEnv(SimGpuEnv):
     def tools(self) -> dict[str, Callable[[Callable[[], Any]], Any]]:
         return {
             "triton": self._triton_model,
-            "gpuenv": lambda fn: gt.do_bench(fn, backend=self.backend),
+            "gpuenv": lambda fn: gt.do_bench(fn, backend=self.backend, **self.dropin),
         }
 
     def _triton_model(self, fn: Callable[[], Any]) -> float:
@@ -294,15 +299,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # what the lead may tune on the device without a code change (gpuenv's module constants)
-    for flag, const in (
-        ("burst_s", "DROPIN_BURST_S"),
-        ("power_target", "DROPIN_POWER_TARGET"),
-        ("power_tau", "DROPIN_POWER_TAU_S"),
-    ):
-        if getattr(args, flag) is not None:
-            setattr(gt.bench, const, getattr(args, flag))
+    # what the lead may tune on the device without a code change: the drop-in's conditioning
+    tuned = {
+        field: getattr(args, flag)
+        for flag, field in (
+            ("burst_s", "burst_s"),
+            ("power_target", "burst_power_target"),
+            ("power_tau", "burst_power_tau_s"),
+        )
+        if getattr(args, flag) is not None
+    }
     env: Any = SimEnv() if args.sim else Env()
+    if tuned:
+        env.dropin = {"conditioning": dataclasses.replace(gt.DROPIN_CONDITIONING, **tuned)}
     if args.kernels:
         keep = set(args.kernels.split(","))
         env.kernels = [k for k in env.kernels if k[0] in keep]

@@ -34,10 +34,10 @@ Read-only; needs torch and a GPU, or --sim: the simulated H100 whose cap meets t
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import statistics
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks import runner
@@ -47,48 +47,45 @@ IDLE_S = 3.0
 LOAD_S = 3.0
 
 
-# variant name -> (module, constant, parse): what each variant sets for its calls
-KNOBS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
-    "target": ("gpuenv.integrations.triton.bench", "DROPIN_POWER_TARGET", float),
-    "burst": ("gpuenv.integrations.triton.bench", "DROPIN_BURST_S", float),
-    "tau": ("gpuenv.integrations.triton.bench", "DROPIN_POWER_TAU_S", float),
-    "unseen": ("gpuenv.conditioning.burst", "UNSEEN_POWER_FRAC", float),
-    "first": ("gpuenv.conditioning.burst", "UNSEEN_FIRST_S", float),
-    "heavyseen": ("gpuenv.conditioning.burst", "HEAVY_SEEN_FRAC", float),
-    "coldwait": ("gpuenv.timing.harness", "COLD_START_FRESH", lambda v: bool(int(v))),
-    "learn": ("gpuenv.integrations.triton.bench", "DROPIN_LEARN", lambda v: bool(int(v))),
-    "redo": ("gpuenv.integrations.triton.bench", "DROPIN_WINDOW_REDOS", int),
-    "heavyrun": ("gpuenv.conditioning.burst", "HEAVY_RUN_S", float),
-    "floor": ("gpuenv.conditioning.burst", "ONSET_FLOOR_REPS", int),
+# variant name -> (field of the drop-in's ConditionConfig, parse): what each variant sets
+# for its calls
+KNOBS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "target": ("burst_power_target", float),
+    "burst": ("burst_s", float),
+    "tau": ("burst_power_tau_s", float),
+    "unseen": ("unseen_power_frac", float),
+    "first": ("unseen_first_s", float),
+    "heavyseen": ("heavy_seen_frac", float),
+    "coldwait": ("cold_start_fresh", lambda v: bool(int(v))),
+    "learn": ("burst_learn", lambda v: bool(int(v))),
+    "redo": ("burst_window_redos", int),
+    "heavyrun": ("heavy_run_s", float),
+    "floor": ("onset_floor_reps", int),
 }
 
 
-@contextlib.contextmanager
-def _variant(spec: str) -> Iterator[None]:
-    """The module constant `spec` names ("now": none) set as it says, for the calls inside."""
-    import importlib
+def _variant(spec: str) -> Any:
+    """The drop-in's conditioning with what `spec` ("now": nothing; "first=0+heavyseen=0":
+    both at once) sets."""
+    from gpuenv.integrations import triton as gt
 
-    key, _, value = spec.partition("=")
-    if key == "now":
-        yield
-        return
-    if key not in KNOBS:
-        raise SystemExit(f"unknown variant {spec!r}: now, or {', '.join(KNOBS)}=VALUE")
-    where, name, parse = KNOBS[key]
-    module = importlib.import_module(where)
-    saved = getattr(module, name)
-    setattr(module, name, parse(value))
-    try:
-        yield
-    finally:
-        setattr(module, name, saved)
+    changes: dict[str, Any] = {}
+    for part in spec.split("+"):
+        key, _, value = part.partition("=")
+        if key == "now":
+            continue
+        if key not in KNOBS:
+            raise SystemExit(f"unknown variant {part!r}: now, or {', '.join(KNOBS)}=VALUE")
+        field, parse = KNOBS[key]
+        changes[field] = parse(value)
+    return dataclasses.replace(gt.DROPIN_CONDITIONING, **changes)
 
 
-def _call(mlp: Callable[[], Any], backend: Any = None) -> dict[str, Any]:
+def _call(mlp: Callable[[], Any], backend: Any = None, conditioning: Any = None) -> dict[str, Any]:
     from gpuenv.integrations import triton as gt
     from gpuenv.reasons import Reason
 
-    ms = gt.do_bench(mlp, return_mode="median", backend=backend)
+    ms = gt.do_bench(mlp, return_mode="median", backend=backend, conditioning=conditioning)
     m = gt.last_measurement()
     capped = sum(1 for w in m.windows if w.reasons & Reason.SW_POWER_CAP)
     kinds = sorted({f.kind for f in m.findings})
@@ -164,13 +161,11 @@ def run(args: argparse.Namespace) -> int:
     gt.do_bench(mlp, backend=backend)  # set-up
     for trial in range(args.trials):
         for v in variants:
-            with contextlib.ExitStack() as stack:
-                for part in v.split("+"):  # first=0+heavyseen=0: both at once
-                    stack.enter_context(_variant(part))
-                gpu.idle(IDLE_S)
-                cold = _call(mlp, backend)
-                gpu.load(LOAD_S)
-                hot = _call(mlp, backend)
+            cond = _variant(v)
+            gpu.idle(IDLE_S)
+            cold = _call(mlp, backend, cond)
+            gpu.load(LOAD_S)
+            hot = _call(mlp, backend, cond)
             passed = cold["ok"] and hot["ok"] and abs(hot["ms"] / cold["ms"] - 1) <= 0.01
             rows[v].append({"trial": trial, "cold": cold, "hot": hot, "passed": passed})
             print(f"trial {trial} {v}: {rows[v][-1]}", file=sys.stderr)

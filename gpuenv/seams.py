@@ -2,8 +2,9 @@
 
 `gpuenv.bench(fn, session=env)` runs inside a `gpuenv.stable()` session: it borrows the
 session's backend, sampler, facts, policy and mode, tells it when work ended (burst
-mode waits from there), asks it to wait until the GPU has recovered, learns fn's
-temperature slope through it, and hands it the measurement to keep. The harness
+mode waits from there), asks it to wait until fn's GPU has recovered, borrows its
+conditioner (what the session's measurements learned: warmups, state references, fn's
+temperature slope), and hands it the measurement to keep. The harness
 (gpuenv.timing) cannot import gpuenv.session (the session imports the harness), so the
 session is named here, below both, by what the harness uses of it. `Session` is checked
 against it where it passes itself to `bench` (mypy): a member renamed on one side is a
@@ -15,12 +16,11 @@ The sampler's side of the joint is `gpuenv.telemetry.SampleSource`; a held lock'
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from gpuenv.backend import Backend
-from gpuenv.conditioning import Condition
-from gpuenv.phases import TemperatureFacts
+from gpuenv.conditioning import Condition, Conditioner
 from gpuenv.results import Measurement
 from gpuenv.telemetry import SampleSource
 from gpuenv.verdict import GpuFacts, Policy, VerdictConfig
@@ -62,18 +62,17 @@ class BenchSession(Protocol):
         """Work ran on the GPU until `t` (sampler clock): a burst wait starts there."""
         ...
 
-    def wait_until_recovered(self, fn: Callable[..., object] | None = None) -> float:
-        """Burst mode: wait until the GPUs are cool and uncapped; seconds waited."""
+    def wait_until_recovered(
+        self, fn: Callable[..., object] | None = None, *, gpus: Sequence[int] | None = None
+    ) -> float:
+        """Burst mode: wait until `gpus` (default: the session's) are cool and uncapped;
+        seconds waited."""
         ...
 
-    def temperature_facts(self, fn: Callable[..., object], gpu: int) -> TemperatureFacts:
-        """What the wait before a bench of `fn` knew of the temperature."""
-        ...
-
-    def learn_temperature(
-        self, fn: Callable[..., object], temp_c: float | None, median_s: float | None
-    ) -> None:
-        """A bench of `fn` began at `temp_c` and read `median_s`: a point of its slope."""
+    @property
+    def conditioner(self) -> Conditioner:
+        """What a measurement in the session waits for, and what the session's measurements
+        learned (gpuenv.conditioning.Conditioner): the session owns it, a bench borrows it."""
         ...
 
 

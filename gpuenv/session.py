@@ -39,11 +39,11 @@ from typing import IO, TYPE_CHECKING, Any, ParamSpec
 from gpuenv import conditioning
 from gpuenv import validate as v
 from gpuenv.backend import Backend
-from gpuenv.conditioning import Condition, ConditionConfig, Sensitivity
+from gpuenv.conditioning import Condition, ConditionConfig, Conditioner, Wait
 from gpuenv.environment import environment_metadata
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, check_policy, judge, read_facts
-from gpuenv.phases import TemperatureFacts
+from gpuenv.phases import Conditioning
 from gpuenv.results import Measurement, Results, ResultStore
 from gpuenv.telemetry import Sampler, TracePieces
 from gpuenv.timebase import Clock
@@ -149,11 +149,6 @@ class Session:
         self._closed = False
         self._owns_backend = False
         self._store: ResultStore | None = None
-        self._idle_temp_c: dict[int, float] = {}
-        # how each function's time moves with the temperature, from its own measurements
-        self.sensitivity = Sensitivity()
-        self._last_end = -math.inf  # when this session's last measured work ended
-        self._preconditioned = False
         self._warned: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -204,10 +199,11 @@ class Session:
         )
         self.trace = TracePieces(self.sampler, self.gpus, self.clock.now())
         self.sampler.start()
-        for g in self.gpus:
-            latest = self.sampler.latest(g)
-            if latest is not None:
-                self._idle_temp_c[g] = latest.temp_c
+        # what a measurement waits for, and what this session's measurements learn: its own
+        self.conditioner = Conditioner(
+            self.mode_config, clock=self.clock, lock_tolerance_mhz=self.config.lock_tolerance_mhz
+        )
+        self.conditioner.rested(self.sampler, self.gpus)
         self.metadata = environment_metadata(
             self.backend, self.gpus, clock=self.clock, extra={"session": self._session_meta()}
         )
@@ -306,10 +302,7 @@ class Session:
         v.no_arg_callable(fn, "fn")
         reps, warmup = v.integer(reps, "reps", lo=1), v.integer(warmup, "warmup", lo=0)
         label = v.text(name, "name") if name is not None else str(getattr(fn, "__name__", "repeat"))
-        if self.mode == "sustained" and not self._preconditioned:
-            self.precondition(self.load or fn)
-        elif self.mode == "burst":
-            self.wait_until_recovered()
+        self._prepare(self.load or fn)
         for _ in range(warmup):
             fn()
 
@@ -378,7 +371,7 @@ class Session:
             started_at=started_at,
             extra=extra,
         )
-        self._last_end = max(self._last_end, max(b for _, b in spans))
+        self.conditioner.work_ended(max(b for _, b in spans))
         return self.keep(m)
 
     def keep(self, m: Measurement) -> Measurement:
@@ -405,104 +398,51 @@ class Session:
         warnings.warn(text, category, stacklevel=4)
 
     # -- modes ---------------------------------------------------------------------------
-    def wait_until_recovered(self, fn: Callable[..., object] | None = None) -> float:
-        """Burst mode: wait until every GPU is cool and uncapped (gpuenv.conditioning), at
-        most `mode_config.burst_timeout_s`; returns seconds waited. With `fn` (a bench of
-        it) "cool" is what fn's own temperature slope asks for (`conditioning.temperature`):
+    def _prepare(self, load: Callable[[], object] | None) -> Wait | Conditioning | None:
+        """Before a measurement: the GPUs put in the session's state by its conditioner (the
+        one dispatch: burst waits, sustained preconditions once), and what went wrong said."""
+        done = self.conditioner.before(
+            self.mode,
+            self.sampler,
+            self.gpus,
+            self.facts,
+            load=load,
+            progress=self._progress_line() if self.mode == "sustained" else None,
+        )
+        if isinstance(done, Wait):
+            self._said_wait(done)
+        elif isinstance(done, Conditioning):
+            self._said_precondition(done)
+        return done
+
+    def wait_until_recovered(
+        self, fn: Callable[..., object] | None = None, *, gpus: Sequence[int] | None = None
+    ) -> float:
+        """Burst mode: wait until `gpus` (default: every GPU of the session; a bench, the GPU
+        its function runs on) are cool and uncapped (gpuenv.conditioning), at most
+        `mode_config.burst_timeout_s`; returns seconds waited. With `fn` (a bench of it)
+        "cool" is what fn's own temperature slope asks for (`conditioning.temperature`):
         nothing for a function not learned yet or whose time does not rise with the
         temperature, and at most `burst_temp_wait_s` beyond the clock and the cap. A GPU
         still too warm when the wait runs out, but uncapped at its full clock, is no
-        warning: `temperature_facts(fn)` says what that costs fn."""
-        mc = self._config_for(fn)
-        if fn is not None and mc.burst_temp_margin_c is not None:
-            # the clock and the cap first, then a short wait for the chip to cool
-            waited, ready, pending = self._wait(replace(mc, burst_temp_margin_c=None))
-            if ready:
-                more = replace(mc, burst_timeout_s=mc.burst_temp_wait_s)
-                extra_s, ready, pending = self._wait(more)
-                waited += extra_s
-        else:
-            waited, ready, pending = self._wait(mc)
-        if not ready and not self._only_warm(pending, mc):
-            s = self.sampler.latest(pending[0])
-            state = f" ({s.sm_mhz} MHz, {s.temp_c:.0f} C)" if s is not None else ""
-            self._warn_once(
-                "recover",
-                f"GPU {pending[0]} did not return to its cool, uncapped state within "
-                f"{mc.burst_timeout_s:.0f} s{state}; measuring anyway (findings say why)",
-                NotRecoveredWarning,
-            )
-        return waited
+        warning: the measurement's temperature facts say what that costs fn."""
+        which = self.gpus if gpus is None else list(gpus)
+        done = self.conditioner.wait(self.sampler, which, self.facts, fn=fn)
+        self._said_wait(done)
+        return done.waited_s
 
-    def _wait(self, mc: ConditionConfig) -> tuple[float, bool, list[int]]:
-        return conditioning.wait_until_ready(
-            self.sampler,
-            self.gpus,
-            self.clock,
-            since=self._last_end,
-            facts=self.facts,
-            idle_temp_c=self._idle_temp_c,
-            config=mc,
-            lock_tolerance_mhz=self.config.lock_tolerance_mhz,
+    def _said_wait(self, done: Wait) -> None:
+        if done.ready or done.warm_only:
+            return
+        g = done.pending[0]
+        s = self.sampler.latest(g)
+        state = f" ({s.sm_mhz} MHz, {s.temp_c:.0f} C)" if s is not None else ""
+        self._warn_once(
+            "recover",
+            f"GPU {g} did not return to its cool, uncapped state within "
+            f"{self.mode_config.burst_timeout_s:.0f} s{state}; measuring anyway (findings say why)",
+            NotRecoveredWarning,
         )
-
-    def _config_for(self, fn: Callable[..., object] | None) -> ConditionConfig:
-        """The wait's config: the temperature margin fn's slope allows (None: not waited)."""
-        mc = self.mode_config
-        if fn is None or mc.burst_temp_margin_c is None:
-            return mc
-        return replace(
-            mc, burst_temp_margin_c=self.sensitivity.margin_c(fn, mc.burst_temp_shift_rel)
-        )
-
-    def _only_warm(self, pending: list[int], mc: ConditionConfig) -> bool:
-        """Whether the GPUs still pending are held back by their temperature alone."""
-        if mc.burst_temp_margin_c is None:
-            return False
-        uncapped = replace(mc, burst_temp_margin_c=None)
-        return all(
-            conditioning.recovered(
-                self.sampler,
-                g,
-                since=self._last_end,
-                facts=self.facts.get(g),
-                config=uncapped,
-                lock_tolerance_mhz=self.config.lock_tolerance_mhz,
-            )
-            for g in pending
-        )
-
-    def temperature_facts(self, fn: Callable[..., object], gpu: int) -> TemperatureFacts:
-        """What the wait before a bench of fn on `gpu` knew of the temperature: where the
-        session began, where the GPU is now, fn's slope (relative change per C, None
-        until learned), the margin waited for (None: not waited), and a note where the
-        GPU is warmer than that margin (what it costs fn)."""
-        mc, latest = self._config_for(fn), self.sampler.latest(gpu)
-        idle, now = self._idle_temp_c.get(gpu), latest.temp_c if latest is not None else None
-        slope, margin = self.sensitivity.slope(fn), mc.burst_temp_margin_c
-        if idle is None or now is None:
-            return TemperatureFacts(idle, now, slope, margin)
-        note = None
-        if slope is None and now > idle + (self.mode_config.burst_temp_margin_c or 0.0):
-            note = (
-                f"measured at {now:.0f} C, {now - idle:.0f} C above the session's start, "
-                "without waiting to cool: this kernel's time against the temperature is "
-                "not known yet (its measurements at other temperatures will show it)"
-            )
-        elif slope is not None and margin is not None and now - idle - margin > 0:
-            note = (
-                f"the wait for the chip to cool ran out at {now:.0f} C, "
-                f"{now - idle - margin:.1f} C over the {margin:.1f} C this kernel allows: at "
-                f"{slope * 100:+.3f}%/C it reads ~{slope * (now - idle) * 100:+.2f}% "
-                "against the session's start"
-            )
-        return TemperatureFacts(idle, now, slope, margin, note)
-
-    def learn_temperature(
-        self, fn: Callable[..., object], temp_c: float | None, median_s: float | None
-    ) -> None:
-        """A bench of fn began at `temp_c` and read `median_s`: a point of its slope."""
-        self.sensitivity.observe(fn, temp_c, median_s)
 
     def _recover(self) -> None:
         """Before a retry: back to the state this session measures in."""
@@ -511,7 +451,7 @@ class Session:
 
     def work_ended(self, t: float) -> None:
         """A harness ran work on the GPU until `t` (sampler clock): burst waits from there."""
-        self._last_end = max(self._last_end, t)
+        self.conditioner.work_ended(t)
 
     def _default_load(self) -> Callable[[], object] | None:
         if self.load is not None:
@@ -540,38 +480,41 @@ class Session:
                 "mode='sustained' needs a load to precondition the GPU with",
                 hint="pass load=fn to gpuenv.stable(), or use env.repeat(fn)/env.bench(fn)",
             )
-        mc = self.mode_config
+        start = self.clock.now()
+        done = self.conditioner.precondition_with(
+            load, self.sampler, self.gpus, progress=self._progress_line()
+        )
+        self._said_precondition(done)
+        return self.clock.now() - start
+
+    def _progress_line(self) -> Callable[[str, bool], None]:
+        """Where the sustained precondition says how far it is: one line rewritten on a
+        terminal, else a line every 10 s (and the last)."""
         out = self.progress if self.progress is not None else sys.stderr
         tty = bool(getattr(out, "isatty", lambda: False)())
         last_print = [-math.inf]
-        start = self.clock.now()
-
-        def run_chunk(seconds: float) -> None:
-            c0 = self.clock.now()
-            while self.clock.now() - c0 < seconds:
-                load()
+        start, limit = self.clock.now(), self.mode_config.sustained_timeout_s
 
         def show(line: str, settled: bool) -> None:
             elapsed = self.clock.now() - start
-            if tty or elapsed - last_print[0] >= 10 or settled or elapsed >= mc.sustained_timeout_s:
+            if tty or elapsed - last_print[0] >= 10 or settled or elapsed >= limit:
                 last_print[0] = elapsed
                 out.write(("\r" if tty else "") + "gpuenv: " + line + ("" if tty else "\n"))
                 out.flush()
 
-        done = conditioning.precondition(
-            run_chunk, self.sampler, self.gpus, self.clock, config=mc, progress=show
-        )
-        if tty:
+        return show
+
+    def _said_precondition(self, done: Conditioning) -> None:
+        out = self.progress if self.progress is not None else sys.stderr
+        if getattr(out, "isatty", lambda: False)():
             out.write("\n")
         if not done.steady:
             self._warn_once(
                 "sustained",
-                f"the GPU did not reach equilibrium within {mc.sustained_timeout_s:.0f} s of load; "
+                "the GPU did not reach equilibrium within "
+                f"{self.mode_config.sustained_timeout_s:.0f} s of load; "
                 "measuring anyway (clock_drift findings will show the trend)",
             )
-        self._preconditioned = True
-        self._last_end = self.clock.now()
-        return self.clock.now() - start
 
 
 class MeasureContext:
@@ -597,18 +540,15 @@ class MeasureContext:
         env = self._session
         if self.measurement is not None or self._t0:
             raise GpuenvError(f"measure({self.name!r}) was already used; call env.measure() again")
-        if env.mode == "burst":
-            env.wait_until_recovered()
-        elif not env._preconditioned:
-            if env._default_load() is not None:
-                env.precondition()
-            else:
-                env._warn_once(
-                    "no-load",
-                    "mode='sustained' has no load to precondition the GPU with before "
-                    f"measure({self.name!r}): pass load=fn to gpuenv.stable(), or use "
-                    "env.repeat(fn)/env.bench(fn); measuring as it is",
-                )
+        load = env._default_load()
+        env._prepare(load)
+        if env.mode == "sustained" and load is None and not env.conditioner.preconditioned:
+            env._warn_once(
+                "no-load",
+                "mode='sustained' has no load to precondition the GPU with before "
+                f"measure({self.name!r}): pass load=fn to gpuenv.stable(), or use "
+                "env.repeat(fn)/env.bench(fn); measuring as it is",
+            )
         if env.cuda_events:
             from gpuenv.timing.cuda import RegionEvents  # torch's one home; it stays lazy
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import sys
 import warnings
@@ -253,7 +254,7 @@ def test_burst_mode_gives_up_after_its_timeout_with_one_warning_where_the_gpu_is
             warnings.simplefilter("error", NotRecoveredWarning)
             waited = env.wait_until_recovered()
         latest = env.sampler.latest(0)
-        assert latest.reasons == 0 and latest.temp_c > env._idle_temp_c[0] + 5
+        assert latest.reasons == 0 and latest.temp_c > env.conditioner.idle_temp_c[0] + 5
     assert waited == pytest.approx(2.0, abs=0.2)
 
 
@@ -514,20 +515,20 @@ def test_a_kernel_whose_time_does_not_move_with_the_clock_is_not_waited_for_afte
     assert hot.median_s == pytest.approx(cold[heavy].median_s, rel=0.005)
 
 
-def test_a_light_kernel_is_probed_whatever_the_clock(monkeypatch):
+def test_a_light_kernel_is_probed_whatever_the_clock():
     # a 1 GiB clone on an H100 after load: its probed clock 0.7% under its reference, less
     # than the probe's clock gap and more than its time tolerance; it waited 0.28 s. Here
     # the gap is set above the held clock's fall, so only lightness can let it through
-    from gpuenv.timing import stateprobe
+    from gpuenv.timing.config import BENCH_CONDITIONING
 
-    monkeypatch.setattr(stateprobe, "STATE_CLOCK_GAP", 0.9)
+    gap = dataclasses.replace(BENCH_CONDITIONING, state_clock_gap=0.9)
     sim = make_sim()
     copy = lambda: sim.run_work(0, 0.0, mem_cycles=0.3e-3 * 2619e6, power_intensity=0.3)  # noqa: E731
     heavy = timing.sim_kernel(sim, 0, seconds=0.2e-3)
     warm(sim)
-    cold = {fn: gpuenv.bench(fn, backend=sim, reps=20) for fn in (copy, heavy)}
+    cold = {fn: gpuenv.bench(fn, backend=sim, reps=20, conditioning=gap) for fn in (copy, heavy)}
     _heavy(sim)
-    hot = gpuenv.bench(copy, backend=sim, reps=20)
+    hot = gpuenv.bench(copy, backend=sim, reps=20, conditioning=gap)
     probe = hot.first_burst.state_probe
     assert probe.light is True and probe.free is True and probe.reps is not None
     assert probe.clock_mhz < probe.ref_clock_mhz  # held down, yet not by the gap

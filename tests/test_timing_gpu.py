@@ -197,7 +197,9 @@ def test_a_second_call_reuses_what_the_first_learned_and_agrees(backend):
     first = timing.bench(fn, backend=backend)
     assert memo.cupti_known() is True
     # remembered under the GPU it ran on (memo keys each GPU apart)
-    assert [key for key, _ in memo._BY_FN.get(fn, {}) if key == "warmed"]
+    from gpuenv.conditioning.memory import process_memory
+
+    assert [key for key in process_memory().by_fn.keys(fn) if key == "warmed"]
     second = timing.bench(fn, backend=backend)
     assert second.extra["warmup_known"] is True
     assert second.timer == "cuda_profiler"

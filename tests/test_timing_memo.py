@@ -1,6 +1,6 @@
 """What one bench() learns is kept for the next call of the same function in the process
-(gpuenv.timing.memo), and the default schedule's first burst starts with bench when the
-warmup was short (issue 22: time to a trustworthy number)."""
+(gpuenv.timing.memo, gpuenv.conditioning.memory), and the default schedule's first burst
+starts with bench when the warmup was short (issue 22: time to a trustworthy number)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from gpuenv import timing
 from gpuenv.backend.sim import SimBackend
+from gpuenv.conditioning.memory import gpu_key, process_memory
 from gpuenv.timebase import VirtualClock
 from gpuenv.timing import memo
 from gpuenv.timing.harness import WARMUP_KNOWN_WINDOW, WARMUP_WINDOW
@@ -124,7 +125,8 @@ def test_the_same_gpu_through_another_backend_object_is_still_known():
     from gpuenv.timebase import REAL_CLOCK
 
     fn = timing.sim_kernel(sim(), 0, seconds=0.2e-3)
-    memo.remember(fn, "warmed", 1e-3, on=memo.on_gpu(REAL_CLOCK, "GPU-a"))
-    assert memo.recall(fn, "warmed", on=memo.on_gpu(REAL_CLOCK, "GPU-a")) == 1e-3
-    assert memo.recall(fn, "warmed", on=memo.on_gpu(REAL_CLOCK, "GPU-b")) is None
-    assert memo.recall(fn, "warmed", on=memo.on_gpu(VirtualClock(), "GPU-a")) is None
+    mem = process_memory()
+    mem.remember_warmed(fn, gpu_key(REAL_CLOCK, "GPU-a"), 1e-3)
+    assert mem.warmed(fn, gpu_key(REAL_CLOCK, "GPU-a"))
+    assert not mem.warmed(fn, gpu_key(REAL_CLOCK, "GPU-b"))
+    assert not mem.warmed(fn, gpu_key(VirtualClock(), "GPU-a"))

@@ -18,9 +18,12 @@ Two states a GPU that cannot be locked can still be measured in, the same way tw
     settle too (leakage lowers a capped clock as the chip heats).
 
 `gpuenv.session` (stable()) and `gpuenv.timing` (bench) both condition through
-this package, with `ConditionConfig` (config.py); burst.py waits and schedules bursts,
-sustained.py preconditions to equilibrium, temperature.py learns how far a kernel's time
-moves with the temperature (how long a session waits for the chip to cool).
+this package: one `Conditioner` (conditioner.py) decides what a measurement waits for,
+for the GPUs it is given, holds the knobs (`ConditionConfig`, config.py) and owns what
+was learned (`Memory`, memory.py): a session owns one, a bench outside a session makes one
+over the process's memory. burst.py waits and schedules bursts, sustained.py
+preconditions to equilibrium, temperature.py learns how far a kernel's time moves with
+the temperature (how long a session waits for the chip to cool).
 """
 
 from gpuenv.conditioning.burst import (
@@ -30,7 +33,9 @@ from gpuenv.conditioning.burst import (
     recovered,
     wait_until_ready,
 )
+from gpuenv.conditioning.conditioner import Conditioner, Wait
 from gpuenv.conditioning.config import CONDITIONS, DEFAULT, Condition, ConditionConfig
+from gpuenv.conditioning.memory import Memory, process_memory
 from gpuenv.conditioning.sustained import fit_slope, precondition, residual
 from gpuenv.conditioning.temperature import Sensitivity
 from gpuenv.phases import Conditioning
@@ -42,11 +47,15 @@ __all__ = [
     "Bursts",
     "Condition",
     "ConditionConfig",
+    "Conditioner",
     "Conditioning",
+    "Memory",
     "Sensitivity",
+    "Wait",
     "burst_rest_s",
     "fit_slope",
     "precondition",
+    "process_memory",
     "recovered",
     "residual",
     "wait_until_ready",

@@ -6,13 +6,13 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-import weakref
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
 from gpuenv.conditioning.config import DEFAULT, ConditionConfig
+from gpuenv.conditioning.memory import Memory
 from gpuenv.errors import GpuenvError
 from gpuenv.phases import BurstSchedule
 from gpuenv.progress import Progress
@@ -182,42 +182,11 @@ def burst_rest_s(burst_s: float, config: ConditionConfig = DEFAULT) -> float:
 MAX_CLOCK_REDOS = DEFAULT.burst_clock_redos  # the default's redos a measurement
 
 
-REST_POWER_FRAC = 0.25  # the power at rest is at most this of the limit (H100: 120 of 700 W)
-# A heavy kernel's power before any reading has shown it, as a fraction of the limit. The
-# instant power is the driver's value at its last refresh (every ~100 ms: a step of heavy
-# work showed 27-74 ms late on an H200, benchmarks/power_lag.py), so a reading shows what
-# the work draws only where that refresh fell inside the work; until one has, the schedule
-# assumes the worst: the H200's 8192^3 bf16 matmuls drew up to 892 W against its 700 W
-# limit (1.27x), the simulated H100's heaviest kernel 1.57x.
-UNSEEN_POWER_FRAC = 1.6
-SEEN_AFTER_S = 0.005  # a refresh this far into a burst shows the burst's work
-# A reading refreshed inside the work still reads under what the work draws where the
-# work had run only a little of the time the driver's value covers: an MLP block that
-# draws 760-941 W on an H100 read 575-591 W so, was scheduled for that, and met the cap.
-# A reading this far up the limit says the kernel is heavy, not how heavy: it is then
-# scheduled as the heaviest (UNSEEN_POWER_FRAC); a lower one says it is light.
-HEAVY_SEEN_FRAC = 0.5
-# From a rested GPU, the work that may run before the first rest while no reading has
-# shown its power (a refresh falls in it; the H200's cap engaged 127-178 ms into work).
-UNSEEN_FIRST_S = DRIVER_REFRESH_S + SEEN_AFTER_S
-# The cap's onset, learned (ConditionConfig.burst_learn): on an H100 the cap met an MLP
-# block (2.9 ms a call, 1.1-1.3x the limit) inside bursts of 30-60 ms begun from rest,
-# cold and hot, in any burst of a call (benchmarks/results/dropin_mlp.json), where 8192^3
-# matmuls had taken 100-300 ms: the onset is the kernel's, and no reading shows it coming
-# (the power readings lag). The unbroken work that met it is halved, never under
-# ONSET_FLOOR_REPS reps' worth; and a kernel a reading showed heavy (HEAVY_SEEN_FRAC of
-# the limit or more) works at most HEAVY_RUN_S unbroken from the start.
-ONSET_FLOOR_REPS = 3
-HEAVY_RUN_S = 0.025
-# The modelled filtered power each GPU was left at (clock time, watts, watts at rest): the
-# GPU's state outlives a measurement, so the next one (an autotuner's next config, a
-# moment later) starts from it, not from the 1 s average that lags it. By the clock its
-# times are on (a time means nothing on another clock: each simulated GPU's virtual one),
-# then by the GPU's UUID (the same GPU through another backend object, as each
-# gpuenv.bench call opens its own), never by an index another GPU may hold.
-_FILTER_LEFT: weakref.WeakKeyDictionary[Clock, dict[str, tuple[float, float, float]]] = (
-    weakref.WeakKeyDictionary()
-)
+# A refresh this far into a burst shows the burst's work (the driver's instant power is
+# its value at the last refresh, every ~100 ms). The schedule's other thresholds are the
+# config's (ConditionConfig: rest_power_frac, unseen_power_frac, heavy_seen_frac,
+# unseen_first_s, onset_floor_reps, heavy_run_s).
+SEEN_AFTER_S = 0.005
 
 
 class Bursts:
@@ -257,8 +226,11 @@ class Bursts:
         rested_s: float = 0.0,
         lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
         limit_s: float | None = None,
+        memory: Memory | None = None,
     ):
         self.sampler, self.gpu, self.clock = sampler, gpu, clock
+        # where the power filter was left carries to the next measurement through it
+        self.memory = memory if memory is not None else Memory()
         self.facts, self.config, self.tol = facts, config, lock_tolerance_mhz
         self.burst_start = start if burst_start is None else burst_start
         self.origin = self.burst_start - DRIVER_REFRESH_S  # a sample at the start counts
@@ -286,7 +258,7 @@ class Bursts:
         self.learned = False  # this measurement met the cap and lowered `limit_s`
         self.met = False  # this measurement met the cap (a clock fell, or a window showed it)
         self.met_run: float | None = None  # the stretch of work it last met the cap in
-        self.heavy = False  # a reading showed the work heavy (HEAVY_SEEN_FRAC of the limit)
+        self.heavy = False  # a reading showed the work heavy (heavy_seen_frac of the limit)
         self.runs = [self.open_from]  # where each stretch of unbroken work began
         self.rep_s = 0.0  # the last rep's host time
         self.judged = 0  # reps (of the caller's list) whose windows were looked at
@@ -332,7 +304,7 @@ class Bursts:
 
     def _run_limit(self) -> float | None:
         """The longest unbroken work before a rest: learned, or a heavy kernel's."""
-        heavy = HEAVY_RUN_S if self.heavy and self.config.burst_learn else None
+        heavy = self.config.heavy_run_s if self.heavy and self.config.burst_learn else None
         known = [x for x in (self.limit_s, heavy) if x is not None]
         return min(known) if known else None
 
@@ -407,7 +379,7 @@ class Bursts:
         self.met_run = run
         onset = max(at - run, 0.0)
         half = min(onset, self.limit_s if self.limit_s is not None else onset) / 2
-        self.limit_s = max(half, ONSET_FLOOR_REPS * self.rep_s)
+        self.limit_s = max(half, self.config.onset_floor_reps * self.rep_s)
         self.learned = True
 
     def rest(self, *, fresh: bool = False) -> None:
@@ -458,7 +430,7 @@ class Bursts:
 
     def _watts(self) -> tuple[float, float]:
         """The heaviest power this measurement's work draws, and the power at rest: the
-        highest reading where it shows a light kernel, else UNSEEN_POWER_FRAC of the
+        highest reading where it shows a light kernel, else unseen_power_frac of the
         limit if that is more: until a reading whose refresh fell inside a burst
         (`_shows_work`) has shown the work, and where one shows it heavy."""
         # this measurement's samples only (a session's sampler holds hours of others)
@@ -469,10 +441,11 @@ class Bursts:
         if not self.power_seen:
             spans, offset = self._work_spans(), self.clock.wall() - self.clock.now()
             self.power_seen = any(self._shows_work(s, spans, offset) for s in samples)
-        self.heavy = self.power_seen and heavy >= HEAVY_SEEN_FRAC * limit > 0
-        if not self.power_seen or heavy >= HEAVY_SEEN_FRAC * limit:
-            heavy = max(heavy, UNSEEN_POWER_FRAC * limit)
-        return heavy, min([*watts, REST_POWER_FRAC * limit])
+        cc = self.config
+        self.heavy = self.power_seen and heavy >= cc.heavy_seen_frac * limit > 0
+        if not self.power_seen or heavy >= cc.heavy_seen_frac * limit:
+            heavy = max(heavy, cc.unseen_power_frac * limit)
+        return heavy, min([*watts, cc.rest_power_frac * limit])
 
     def _rest_to_refresh(self, now: float, rest: float) -> float:
         """`rest`, lengthened where need be so that the next burst straddles the driver's
@@ -532,12 +505,12 @@ class Bursts:
                     left[2] + (left[1] - left[2]) * math.exp(-(self.burst_start - left[0]) / tau),
                 )
             self.filt_w = low + (before - low) * math.exp(-self.rested_s / tau)
-            self.began_rested = self.filt_w <= low + REST_POWER_FRAC * (limit - low)
+            self.began_rested = self.filt_w <= low + cc.rest_power_frac * (limit - low)
         self.filt_w = heavy + (self.filt_w - heavy) * math.exp(-burst / tau)
         target = cc.burst_power_target * limit
         if heavy <= target:
             return 0.0  # light: the filter cannot reach the target
-        if not self.power_seen and self.began_rested and self._worked_s() < UNSEEN_FIRST_S:
+        if not self.power_seen and self.began_rested and self._worked_s() < cc.unseen_first_s:
             # from a rested GPU, no refresh can have fallen inside the work yet: one will
             # before the next burst ends (the heaviest kernel's cap engaged 127-178 ms
             # into work from rest on an H200), and a light kernel then rests not at all
@@ -551,11 +524,8 @@ class Bursts:
         return tau * math.log((self.filt_w - low) / (start_max - low))
 
     def _left(self) -> dict[str, tuple[float, float, float]]:
-        """Where the GPUs were left, on this measurement's clock."""
-        try:
-            return _FILTER_LEFT.setdefault(self.clock, {})
-        except TypeError:  # a clock that cannot be weakly referenced: nothing carried
-            return {}
+        """Where the GPUs were left, on this measurement's clock (its memory's)."""
+        return self.memory.filter_left(self.clock)
 
     @functools.cached_property
     def _uuid(self) -> str | None:

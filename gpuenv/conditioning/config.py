@@ -85,6 +85,36 @@ class ConditionConfig:
       sustained_timeout_s: precondition at most this long, then measure anyway.
       temp_sensitivity: relative change of the signal per C, when it cannot be
         fitted (the GPU was never capped, or the temperature hardly moved).
+    the burst schedule's power model (conditioning.Bursts; measured on the H100 and H200)
+      rest_power_frac: the power at rest is at most this share of the limit (H100: 120
+        of 700 W).
+      unseen_power_frac: a heavy kernel's power before any reading has shown it, as a
+        share of the limit. The instant power is the driver's value at its last refresh
+        (every ~100 ms: a step of heavy work showed 27-74 ms late on an H200), so until a
+        refresh fell inside the work the schedule assumes the worst: the H200's 8192^3
+        bf16 matmuls drew up to 892 W against its 700 W limit (1.27x), the simulated
+        H100's heaviest kernel 1.57x.
+      heavy_seen_frac: a reading refreshed inside the work still reads under what the work
+        draws where the work ran only part of the time the value covers (an MLP block
+        drawing 760-941 W on an H100 read 575-591 W so, and met the cap). A reading this
+        far up the limit says the kernel is heavy, not how heavy: it is then scheduled as
+        `unseen_power_frac`; a lower one says it is light.
+      unseen_first_s: from a rested GPU, the work that may run before the first rest while
+        no reading has shown its power (a driver refresh and a little falls in it; the
+        H200's cap engaged 127-178 ms into work).
+      onset_floor_reps, heavy_run_s: the cap's onset, learned (`burst_learn`): the
+        unbroken work that met the cap is halved, never under `onset_floor_reps` reps'
+        worth; a kernel a reading showed heavy works at most `heavy_run_s` unbroken (on an
+        H100 the cap met an MLP block inside bursts of 30-60 ms begun from rest).
+    the first burst (gpuenv.bench)
+      cold_start_fresh: a call begun on an idle GPU waits for samples taken a driver
+        refresh after its warmup (heavy work begun on an idle GPU can set off the cap in
+        its first ~50 ms, which the warmup's own samples cannot show yet).
+      state_probe_s: the state probe's reps (gpuenv.timing.stateprobe): about this much of
+        fn's time, 3 to 10 reps.
+      state_clock_gap: the clock this far below a function's reference: the probe can tell.
+      state_free_rel: fn's time within this of its reference: the state does not move it.
+      state_light_frac: a kernel drawing under this share of the power limit is light.
     """
 
     burst_s: float = 0.025
@@ -114,6 +144,17 @@ class ConditionConfig:
     sustained_min_s: float | None = None
     sustained_timeout_s: float = 180.0
     temp_sensitivity: float = 0.01
+    rest_power_frac: float = 0.25
+    unseen_power_frac: float = 1.6
+    heavy_seen_frac: float = 0.5
+    unseen_first_s: float = 0.105  # one driver refresh (0.1 s) and SEEN_AFTER_S
+    onset_floor_reps: int = 3
+    heavy_run_s: float = 0.025
+    cold_start_fresh: bool = True
+    state_probe_s: float = 0.005
+    state_clock_gap: float = 0.05
+    state_free_rel: float = 0.003
+    state_light_frac: float = 0.5
 
     def __post_init__(self) -> None:
         if (
@@ -137,6 +178,38 @@ class ConditionConfig:
                 f"burst_clock_redos {self.burst_clock_redos} / "
                 f"burst_window_redos {self.burst_window_redos}",
                 hint="0 <= burst_clock_fall_rel < 1; burst_clock_redos, burst_window_redos >= 0",
+            )
+        fracs = {
+            n: getattr(self, n)
+            for n in (
+                "rest_power_frac",
+                "heavy_seen_frac",
+                "state_clock_gap",
+                "state_free_rel",
+                "state_light_frac",
+            )
+        }
+        positive = {
+            n: getattr(self, n)
+            for n in ("unseen_power_frac", "unseen_first_s", "heavy_run_s", "state_probe_s")
+        }
+        bad = [
+            f"{n} {x!r}"
+            for n, x in fracs.items()
+            if not (isinstance(x, int | float) and 0 <= x < 1)
+        ]
+        bad += [
+            f"{n} {x!r}" for n, x in positive.items() if not (isinstance(x, int | float) and x > 0)
+        ]
+        if not isinstance(self.onset_floor_reps, int) or self.onset_floor_reps < 1:
+            bad.append(f"onset_floor_reps {self.onset_floor_reps!r}")
+        if not isinstance(self.cold_start_fresh, bool):
+            bad.append(f"cold_start_fresh {self.cold_start_fresh!r}")
+        if bad:
+            raise ConfigError(
+                " / ".join(bad),
+                hint="fractions are 0 <= x < 1, seconds and unseen_power_frac above 0, "
+                "onset_floor_reps an integer >= 1, cold_start_fresh True or False",
             )
         if not self.burst_temp_shift_rel > 0 or not self.burst_temp_wait_s >= 0:
             raise ConfigError(

@@ -18,6 +18,8 @@ from gpuenv import conditioning, stats
 from gpuenv import validate as v
 from gpuenv.backend import Backend
 from gpuenv.clocks.status import lock_holds
+from gpuenv.conditioning import Conditioner
+from gpuenv.conditioning.memory import gpu_key, process_memory
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
 from gpuenv.phases import BurstSchedule, FirstBurst, StateProbe, Wall, Warmup
@@ -27,7 +29,6 @@ from gpuenv.results import Measurement, ResultStore
 from gpuenv.seams import BenchSession
 from gpuenv.telemetry import DRIVER_REFRESH_S, SampleSource, trace_record
 from gpuenv.timebase import Clock
-from gpuenv.timing import memo
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
 from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
@@ -44,11 +45,10 @@ log = logging.getLogger(__name__)
 
 Measured = Literal["burst", "sustained", "none"]  # the condition bench measures in
 
-COLD_START_FRESH = True  # see _condition: a call begun on an idle GPU waits for fresh samples
 WARMUP_WINDOW = 8  # reps whose times and clocks must not trend for warmup to end
 WARMUP_MIN_REPS = 3  # the first call is set-up (cuBLAS handles, lazy loading): never enough
 WARMUP_REL_TOL = 0.01  # a trend moving times by less than this across the window is steady
-WARMUP_KNOWN_WINDOW = 4  # a function warmed up before in this process (gpuenv.timing.memo):
+WARMUP_KNOWN_WINDOW = 4  # a function warmed up before on this GPU (its conditioner's memory):
 # its first-call set-up is done; only the clock's ramp is left
 
 
@@ -144,6 +144,9 @@ class _Place:
     condition_why: str
     policy: Policy
     session: BenchSession | None
+    # what the measurement waits for, and what it learned: the session's, else one for
+    # this call over the process's memory (gpuenv.conditioning.conditioner)
+    conditioner: Conditioner
     opened: float  # clock time just before the sampler started: its samples come after
     # perf_counter at each phase's start, and at the last one's end (phases.Wall)
     marks: list[float] = dataclasses.field(default_factory=list)
@@ -153,8 +156,8 @@ class _Place:
         return self.device.clock
 
     def identity(self) -> Hashable:
-        """This GPU, for what timing.memo keeps between calls: its clock and UUID (without
-        a backend, CUDA's device, which names one GPU for the process's life)."""
+        """This GPU, for what the conditioner's memory keeps between calls: its clock and
+        UUID (without a backend, CUDA's device, which names one GPU for the process's life)."""
         uuid = None
         if self.backend is not None:
             with contextlib.suppress(GpuenvError):
@@ -162,7 +165,7 @@ class _Place:
         if uuid is None:
             torch_device = self.device.device
             uuid = f"cuda {torch_device if torch_device is not None else self.gpu}"
-        return memo.on_gpu(self.clock, uuid)
+        return gpu_key(self.clock, uuid)
 
     @classmethod
     def open(
@@ -218,8 +221,24 @@ class _Place:
             sampler.start()
         condition, why = _choose_condition(cfg, session, facts.get(gpu), holds)
         policy = cfg.policy or (session.policy if session is not None else None) or "annotate"
+        conditioner = (
+            session.conditioner
+            if session is not None
+            else Conditioner(cfg.conditioning, clock=device.clock, memory=process_memory())
+        )
         place = cls(
-            backend, gpu, sampler, own, device, facts, condition, why, policy, session, opened
+            backend,
+            gpu,
+            sampler,
+            own,
+            device,
+            facts,
+            condition,
+            why,
+            policy,
+            session,
+            conditioner,
+            opened,
         )
         place.marks += [t_open, time.perf_counter()]
         return place
@@ -331,8 +350,8 @@ class _Run:
         cfg, place = self.cfg, self.place
         t_begin, started_at = self.mark(), self.clock.wall()
         # a function warmed up before on this GPU needs only the clock's ramp
-        gpu = place.identity()
-        known = memo.recall(self.fn, "warmed", on=gpu) is not None
+        gpu, memory = place.identity(), place.conditioner.memory
+        known = memory.warmed(self.fn, gpu)
         warm = _warmup(
             self.device,
             self.fn,
@@ -345,7 +364,7 @@ class _Run:
         )
         self.marks.append(time.perf_counter())
         if warm.steady:
-            memo.remember(self.fn, "warmed", warm.median_s, on=gpu)
+            memory.remember_warmed(self.fn, gpu, warm.median_s)
         self.learned.warmup_s = warm.seconds
         self.extra.update(Warmup(warm.reps, warm.seconds, warm.steady, known).to_extra())
         if not warm.steady:
@@ -374,7 +393,7 @@ class _Run:
         m = self._judge(reps, started_at)
         if place.session is not None and reps:
             first = next((w for w in m.windows if w.gpu == place.gpu), None)
-            place.session.learn_temperature(
+            place.conditioner.learn_temperature(
                 self.fn, first.temp_c_start if first else None, m.stats.median_s
             )
         t_end = self.mark()
@@ -416,7 +435,7 @@ class _Run:
             self.extra["l2"] = "flushed before each call" if flushed else "warm"
 
     def _condition(self) -> None:
-        place, cc = self.place, self.cfg.conditioning
+        place = self.place
         if place.condition == "sustained":
 
             def chunk(seconds: float) -> float:
@@ -425,9 +444,7 @@ class _Run:
             show = (
                 (lambda line, _settled: self.say(f"{self.name}: {line}")) if self.verbose else None
             )
-            cond = conditioning.precondition(
-                chunk, place.sampler, [place.gpu], self.clock, config=cc, progress=show
-            )
+            cond = place.conditioner.precondition(chunk, place.sampler, [place.gpu], progress=show)
             self.extra.update(cond.to_extra())
         elif place.condition == "burst":
             self.extra.update(self._first_burst().to_extra())
@@ -437,12 +454,12 @@ class _Run:
         place, cc = self.place, self.cfg.conditioning
         if place.session is not None:
             t_wait = self.clock.now()
-            place.session.work_ended(self.clock.now())  # the warmup was work
+            place.conditioner.work_ended(self.clock.now())  # the warmup was work
             probe = self._probe_state(since=self.clock.now())
-            if probe is None or not probe.free:
-                place.session.wait_until_recovered(self.fn)
+            if probe is None or not probe.free:  # for fn's GPU alone, not the session's others
+                place.session.wait_until_recovered(self.fn, gpus=[place.gpu])
             waited, ready = self.clock.now() - t_wait, True
-            temperature = place.session.temperature_facts(self.fn, place.gpu)
+            temperature = place.conditioner.temperature_facts(place.sampler, self.fn, place.gpu)
             self.learned.first_wait_s, self.learned.first_ready = waited, ready
             return FirstBurst(waited, ready, state_probe=probe, temperature=temperature)
         # from the start: the warmup is part of the first burst, so the samples since bench
@@ -454,7 +471,7 @@ class _Run:
         from_start = self.cfg.burst_from_start or (cc.burst_wait == "seen" and lead <= cc.burst_s)
         self.learned.from_start = from_start
         since = place.opened - DRIVER_REFRESH_S if from_start else None
-        cold = from_start and COLD_START_FRESH and self._began_idle()
+        cold = from_start and cc.cold_start_fresh and self._began_idle()
         if cold:
             # heavy work begun on an idle GPU can set off the cap in its first ~50 ms (an
             # MLP block on the H100: reps 1-6 after a 50 ms warmup capped, the clock a step
@@ -481,6 +498,7 @@ class _Run:
             p.identity(),
             p.facts.get(p.gpu),
             self.cfg.conditioning,
+            p.conditioner.memory,
             since=since,
             probe_clock=self.cfg.probe_clock,
         )
@@ -498,6 +516,8 @@ class _Run:
                 p.identity(),
                 p.facts.get(p.gpu),
                 clock_mhz,
+                self.cfg.conditioning,
+                p.conditioner.memory,
                 ready=learned.first_ready,
                 probed_free=learned.state_free,
             )
@@ -510,19 +530,20 @@ class _Run:
         first = place.sampler.samples(place.opened - DRIVER_REFRESH_S, None, place.gpu)[:1]
         return bool(first and first[0].reasons & Reason.GPU_IDLE)
 
-    def _wait(self, min_rest_s: float = 0.0, since: float | None = None) -> tuple[float, bool]:
+    def _wait(self, since: float | None = None) -> tuple[float, bool]:
+        """Wait for fn's GPU by this bench's burst settings (not the temperature: a bench
+        outside a session knows no resting temperature; a session's first wait is its own)."""
         place = self.place
         since = self.clock.now() if since is None else since
-        waited, ready, _ = conditioning.wait_until_ready(
+        w = place.conditioner.wait(
             place.sampler,
             [place.gpu],
-            self.clock,
+            place.facts,
             since=since,
-            facts=place.facts,
             config=self.cfg.conditioning,
-            min_rest_s=min_rest_s,
+            temperature=False,
         )
-        return waited, ready
+        return w.waited_s, w.ready
 
     def _rule(self) -> stats.StopRule:
         cfg = self.cfg
@@ -564,7 +585,10 @@ class _Run:
                 start=start,
                 burst_start=start - lead,
                 rested_s=learned.first_wait_s,
-                limit_s=burst_limit(self.fn, self.device, place.identity()),
+                limit_s=burst_limit(
+                    self.fn, self.device, place.identity(), place.conditioner.memory
+                ),
+                memory=place.conditioner.memory,
             )
         out: list[Rep] = []
         times: list[float] = []
@@ -590,7 +614,9 @@ class _Run:
                 reason, times = None, [r.time_s for r in out]  # reps the cap touched: again
             if reason is not None:
                 done = bursts.summary() if bursts is not None else BurstSchedule(rests=0)
-                remember_burst_limit(self.fn, self.device, place.identity(), done.limit_s)
+                remember_burst_limit(
+                    self.fn, self.device, place.identity(), done.limit_s, place.conditioner.memory
+                )
                 self.extra.update(done.to_extra())
                 return out, reason
             if bursts is not None and bursts.due() and bursts.between(out):

@@ -5,6 +5,7 @@ bursts. A light kernel never rests."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -101,16 +102,16 @@ def test_a_heavy_kernel_is_kept_off_the_cap_before_a_reading_shows_its_power() -
         sim.idle(10.0)
 
 
-def test_a_clock_that_falls_under_a_rep_ends_the_burst_and_the_rep_is_redone(
-    gpu, monkeypatch
-) -> None:
+def test_a_clock_that_falls_under_a_rep_ends_the_burst_and_the_rep_is_redone(gpu) -> None:
     """Where the power model is wrong (here: told the limit is half again as high), the cap
     comes on inside a burst; each rep's clock probe sees it before NVML reports it: the
     burst ends, the GPU recovers, and the rep is measured again. (Not learning the onset:
     a heavy kernel's unbroken work held to HEAVY_RUN_S keeps it off the cap here.)"""
-    monkeypatch.setattr(gtriton.bench, "DROPIN_POWER_TARGET", 1.5)
-    monkeypatch.setattr(gtriton.bench, "DROPIN_LEARN", False)
-    gtriton.do_bench(timing.sim_kernel(gpu, 0, seconds=MLP_S), backend=gpu, rep=1000)
+    wrong = dataclasses.replace(
+        gtriton.DROPIN_CONDITIONING, burst_power_target=1.5, burst_learn=False
+    )
+    mlp = timing.sim_kernel(gpu, 0, seconds=MLP_S)
+    gtriton.do_bench(mlp, backend=gpu, rep=1000, conditioning=wrong)
     x = gtriton.last_measurement().extra
     assert x["burst_clock_redos"] >= 1 and x["burst_waits"] >= x["burst_clock_redos"]
 
@@ -151,17 +152,19 @@ def _mlp_on_fastcap() -> tuple[SimBackend, Callable[[], float]]:
     return sim, timing.sim_kernel(sim, 0, seconds=MLP_S, power_intensity=0.8)
 
 
-def _cold_and_hot(sim: SimBackend, mlp: Callable[[], float], trials: int) -> list[Any]:
+def _cold_and_hot(
+    sim: SimBackend, mlp: Callable[[], float], trials: int, conditioning: Any = None
+) -> list[Any]:
     """The gpu test's scenario: a set-up call, then per trial 3 s idle, a cold call, 3 s of
     heavy load, a hot call. The Measurements of the cold and hot calls, in order."""
-    gtriton.do_bench(mlp, backend=sim)
+    gtriton.do_bench(mlp, backend=sim, conditioning=conditioning)
     out = []
     for _ in range(trials):
         sim.idle(3.0)
-        gtriton.do_bench(mlp, backend=sim)
+        gtriton.do_bench(mlp, backend=sim, conditioning=conditioning)
         out.append(gtriton.last_measurement())
         timing.sim_kernel(sim, 0, seconds=3.0)()
-        gtriton.do_bench(mlp, backend=sim)
+        gtriton.do_bench(mlp, backend=sim, conditioning=conditioning)
         out.append(gtriton.last_measurement())
     return out
 
@@ -171,17 +174,14 @@ def _fails_the_gpu_test(m: Any) -> bool:
     return bool(kinds & {"power_cap", "drift", "bimodal"}) or m.extra["burst_max_s"] >= 0.1
 
 
-def test_the_fastcap_gpu_caps_the_mlp_within_50_ms_and_the_old_schedule_meets_it(
-    monkeypatch,
-) -> None:
+def test_the_fastcap_gpu_caps_the_mlp_within_50_ms_and_the_old_schedule_meets_it() -> None:
     """The problem, reproduced: from rest the cap meets the block 40-50 ms into its work
     (never in 25 ms), and without learning the onset nor redoing the reps the cap
     touched (the schedule before them) cold and hot calls carry power_cap findings."""
     sim, mlp = _mlp_on_fastcap()
     assert 0.03 <= onset_s_on(sim, mlp) <= 0.05
-    monkeypatch.setattr(gtriton.bench, "DROPIN_LEARN", False)
-    monkeypatch.setattr(gtriton.bench, "DROPIN_WINDOW_REDOS", 0)
-    ms = _cold_and_hot(sim, mlp, trials=2)
+    old = dataclasses.replace(gtriton.DROPIN_CONDITIONING, burst_learn=False, burst_window_redos=0)
+    ms = _cold_and_hot(sim, mlp, trials=2, conditioning=old)
     assert sum(_fails_the_gpu_test(m) for m in ms) >= 2
     assert any(capped_reps(m) for m in ms[0::2]) and any(capped_reps(m) for m in ms[1::2])
 

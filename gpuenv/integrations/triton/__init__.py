@@ -50,6 +50,7 @@ from gpuenv.integrations.triton.autotuner import patch_autotuner, unpatch_autotu
 from gpuenv.integrations.triton.bench import (
     CUDAGRAPH_REPLAYS,
     DROPIN_BURST_S,
+    DROPIN_CONDITIONING,
     DROPIN_DUTY,
     DROPIN_POWER_TARGET,
     DROPIN_POWER_TAU_S,
@@ -67,6 +68,7 @@ from gpuenv.integrations.triton.clock import ClockRef, set_gpu_clock
 __all__ = [
     "CUDAGRAPH_REPLAYS",
     "DROPIN_BURST_S",
+    "DROPIN_CONDITIONING",
     "DROPIN_DUTY",
     "DROPIN_POWER_TARGET",
     "DROPIN_POWER_TAU_S",

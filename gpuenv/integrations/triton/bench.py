@@ -3,7 +3,6 @@ gpuenv.bench (see the package docstring)."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -38,6 +37,19 @@ DROPIN_DUTY = 0.5
 # burst_window_redos; benchmarks/dropin_mlp.py's learn=0 and redo=0 turn them off)
 DROPIN_LEARN = True
 DROPIN_WINDOW_REDOS = 4
+# the drop-in's conditioning, all of the above in one config: `do_bench(...,
+# conditioning=dataclasses.replace(DROPIN_CONDITIONING, burst_s=0.02))` tries another
+DROPIN_CONDITIONING = ConditionConfig(
+    burst_s=DROPIN_BURST_S,
+    burst_duty=DROPIN_DUTY,
+    burst_wait="seen",
+    burst_power_tau_s=DROPIN_POWER_TAU_S,
+    burst_power_target=DROPIN_POWER_TARGET,
+    burst_learn=DROPIN_LEARN,
+    burst_window_redos=DROPIN_WINDOW_REDOS,
+    burst_timeout_s=WAIT_MAX_S,
+    poll_s=POLL_S,
+)
 SIM_L2_BYTES = 50 * 2**20  # the simulated H100's L2
 SIM_REP_OVERHEAD_S = 25e-6  # host time of a flushed, synchronized rep, on the simulated GPU
 
@@ -67,6 +79,7 @@ def do_bench(
     policy: str | None = None,
     output: Any = None,
     fast_flush: bool = True,
+    conditioning: ConditionConfig | None = None,
 ) -> float | list[float]:
     """Time `fn` in milliseconds, as triton.testing.do_bench does (see the module docstring).
 
@@ -78,7 +91,8 @@ def do_bench(
     `session` (a gpuenv.stable() session: its sampler, policy and results), `backend`,
     `device` (a gpuenv.timing Device), `mode` ("events": one call a rep, as triton;
     "auto": gpuenv.bench's tiny-kernel switch; "graph", "profiler"),
-    `condition`, `policy` and `output` (a JSONL file), as for gpuenv.bench. `fast_flush`
+    `condition`, `policy` and `output` (a JSONL file), as for gpuenv.bench;
+    `conditioning` (a ConditionConfig: default `DROPIN_CONDITIONING`). `fast_flush`
     (older triton's) is accepted and has no effect.
     """
     from gpuenv.timing import MODES
@@ -123,6 +137,7 @@ def do_bench(
         condition=condition,
         policy=policy,
         burst_lead_s=setup_s,
+        conditioning=_conditioning(conditioning),
     )
     return _summarize(_times_ms(m), quantiles, return_mode)
 
@@ -140,6 +155,7 @@ def do_bench_cudagraph(
     condition: str | None = None,
     policy: str | None = None,
     output: Any = None,
+    conditioning: ConditionConfig | None = None,
 ) -> float | list[float]:
     """Time `fn` in ms as triton.testing.do_bench_cudagraph does: about `rep` ms of calls
     captured in one CUDA graph (no L2 flush, as triton), replayed 10 times; each replay
@@ -183,6 +199,7 @@ def do_bench_cudagraph(
         warmup=0,
         condition=condition,
         policy=policy,
+        conditioning=_conditioning(conditioning),
     )
     return _summarize(_times_ms(m), quantiles, return_mode)
 
@@ -303,20 +320,8 @@ def _bench(
     no telemetry trace in `m.extra` (for `gpuenv plot`: an autotuner's calls need none)."""
     from gpuenv import timing
 
-    cond = dataclasses.replace(
-        ConditionConfig(),
-        burst_s=DROPIN_BURST_S,
-        burst_duty=DROPIN_DUTY,
-        burst_wait="seen",
-        burst_power_tau_s=DROPIN_POWER_TAU_S,
-        burst_power_target=DROPIN_POWER_TARGET,
-        burst_learn=DROPIN_LEARN,
-        burst_window_redos=DROPIN_WINDOW_REDOS,
-        burst_timeout_s=WAIT_MAX_S,
-        poll_s=POLL_S,
-    )
+    settings.setdefault("conditioning", DROPIN_CONDITIONING)
     cfg = timing.BenchConfig(
-        conditioning=cond,
         probe_clock=False,
         burst_from_start=True,
         budget_in_bursts=True,
@@ -328,6 +333,17 @@ def _bench(
     )
     _recent.append(m)
     return m
+
+
+def _conditioning(given: ConditionConfig | None) -> ConditionConfig:
+    if given is None:
+        return DROPIN_CONDITIONING
+    if not isinstance(given, ConditionConfig):
+        raise ConfigError(
+            f"conditioning must be a ConditionConfig, not {type(given).__name__}",
+            hint="dataclasses.replace(gpuenv.integrations.triton.DROPIN_CONDITIONING, ...)",
+        )
+    return given
 
 
 def _times_ms(m: Any) -> list[float]:

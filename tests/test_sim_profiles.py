@@ -162,9 +162,10 @@ def cap_onset_s(trace: list[tuple[float, int, int, float]]) -> float:
 
 
 def test_the_h200_meets_its_cap_and_holds_1425_to_1455_mhz_as_measured():
-    """GPU_FACTS.md (2026-11-28): under bf16 8192 matmuls the cap holds 1425-1455 MHz at
-    690-700 W and the chip reaches 54-57 C within 7 s; 5 s after the load, 1980 MHz with no
-    reason, ~35 C. The first SwPowerCap reading came 127-178 ms into the load."""
+    """docs/explanation/what-gpus-do.md (2026-11-28): under bf16 8192 matmuls the cap
+    holds 1425-1455 MHz at 690-700 W and the chip reaches 54-57 C within 7 s; 5 s after
+    the load, 1980 MHz with no reason, ~35 C. The first SwPowerCap reading came 127-178 ms
+    into the load."""
     sim = rested("h200")
     assert sim.read_fast(0).sm_mhz == 1980 and 33 <= sim.truth(0).temp_c <= 39
     trace = heavy_load(sim, 7.0)

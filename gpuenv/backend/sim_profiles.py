@@ -15,7 +15,7 @@ The "h100" numbers are fitted to an H100 measured read-only
 (docs/explanation/what-gpus-do.md; idle 72 W at 36 C, 120 W with a context, 700 W cap
 reached at ~1515 MHz when cool and ~1380 MHz at 63 C, 36 -> 63 C over 45 s of sustained
 load); `benchmarks/sim_fidelity.py`
-checks them. The "h200" is fitted to the H200s measured the same way (GPU_FACTS.md).
+checks them. The "h200" is fitted to the H200s measured the same way (same page).
 The "a100", "l40s" and "b200" take what nvidia-smi and CUDA report on those GPUs from
 public outputs and spec sheets, and physics that are estimates (each says which of its
 figures are); docs/how-to/simulated-gpu.md tabulates every model's figures and sources.
@@ -288,12 +288,13 @@ LEGACY = SimProfile(
 
 # -- data-centre GPUs users measure on (issue 42). Sources, per figure, in
 # docs/how-to/simulated-gpu.md's table: "measured" is the project's own read-only
-# measurement (shared GPU_FACTS.md), "public" an nvidia-smi / CUDA output or spec sheet
+# measurement (docs/explanation/what-gpus-do.md), "public" an nvidia-smi / CUDA output or spec sheet
 # quoted in a public issue or NVIDIA's datasheet, "est." an estimate that a device run
 # (tests/test_nvml.py's gpu test on that GPU) should confirm or correct.
 
 # The H200 SXM 141GB: the H100's die (GH100, 132 SMs) with HBM3e. Measured read-only on
-# the lent H200s (GPU_FACTS.md, 2026-11-22 and 2026-11-28; benchmarks/results/power_lag.json):
+# the lent H200s (docs/explanation/what-gpus-do.md, 2026-11-27/28;
+# benchmarks/results/power_lag.json):
 # idle 345 MHz at 32-39 C and 77-81 W, 123-125 W with a context; max SM 1980, memory 3201,
 # 700 W; under bf16 8192 matmuls the cap holds 1425-1455 MHz at 690-700 W, the chip at
 # 54-57 C within 7 s, and 5 s after the load 1980 MHz again at ~35 C (it heats and cools

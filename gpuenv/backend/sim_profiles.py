@@ -305,7 +305,7 @@ H200 = dataclasses.replace(
     key="h200",
     gpu_name="NVIDIA H200",
     memory_total_mib=143771,  # public: nvidia-smi on an H200 SXM
-    mem_clocks_mhz=(3201, 1593),  # 3201 measured; the second, 1593 as on the H100: est.
+    mem_clocks_mhz=(3201, 2201),  # measured: nvidia-smi -q -d SUPPORTED_CLOCKS, 2026-11-28
     base_sm_mhz=1590,  # est.: the H100's (same die, same 700 W); NVML has no getter
     default_app_mem_mhz=3201,
     # power: idle 79 W at 35 C, +46 W with a context (measured); the load term fitted so

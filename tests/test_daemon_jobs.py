@@ -221,3 +221,43 @@ def test_other_processes_are_named_and_the_jobs_own_are_not(
         own.wait()
     assert report["gpus_report"][0]["window"]["other_pids"] == [424242]
     assert "GPU 0 other_process" in report["verdict"]
+
+
+def test_under_the_job_rule_a_user_locks_their_jobs_gpus_and_no_one_elses(
+    tmp_path: Path,
+) -> None:
+    """`* = job`: the prolog's job_begin gives alice her job's GPU; bob's lock on it is refused
+    naming her job, even under `all`; once her job ends it is no one's."""
+    bob = Peer(pid=os.getpid(), uid=50002, gid=50002, user="bob", groups=frozenset())
+    who = [ROOT]
+    backend = SimBackend("h100", n_gpus=2, state_file=tmp_path / "sim.json")
+    config = parse_config("[lock]\n* = job\nuser:bob = all\n").with_socket(str(tmp_path / "s"))
+    server = Server(config, backend, journal=Journal(tmp_path / "j"), peer_of=lambda s: who[0])
+    server.start()
+    try:
+        with Client(server.address) as c:
+            c.call("job_begin", job="301", user="alice", gpus=[0])
+        who[0] = ALICE
+        with Client(server.address) as c:
+            assert c.info["may_lock"] == [0]
+            with c.lock(sm=1350, gpus=[0]):
+                assert backend.truth(0).locked_sm == (1350, 1350)
+            with pytest.raises(PermissionDenied, match="no job of theirs holds GPU 1"):
+                c.lock(sm=1350, gpus=[1])
+        who[0] = bob
+        with Client(server.address) as c:
+            with pytest.raises(PermissionDenied) as err:
+                c.lock(sm=1350, gpus=[0])
+            assert "GPU 0 belongs to Slurm job 301 of alice; bob may not lock it" in str(err.value)
+            assert err.value.exit_code == 4
+            with c.lock(sm=1350, gpus=[1]):  # all: every GPU no other account's job holds
+                pass
+        who[0] = ROOT
+        with Client(server.address) as c:
+            c.call("job_end", job="301")
+        who[0] = bob
+        with Client(server.address) as c, c.lock(sm=1350, gpus=[0]):
+            assert backend.truth(0).locked_sm == (1350, 1350)
+    finally:
+        server.stop()
+        backend.close()

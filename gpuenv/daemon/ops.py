@@ -49,6 +49,7 @@ class Operations:
         self._ids = itertools.count(1)
         jobs_dir = leases.journal.path / "jobs"  # beside the journal: the daemon's own
         self.jobs = JobBook(backend, infos, sampler, leases.lock_range, jobs_dir)
+        auth.jobs = self.jobs.running  # the `job` rule, and other accounts' jobs' GPUs
 
     def _gpus(self, selector: list[int | str] | None) -> list[int]:
         if selector is None:

@@ -204,10 +204,10 @@ def test_the_job_rule_grants_a_users_own_jobs_gpus_and_no_rule_lands_on_anothers
     with pytest.raises(PermissionDenied) as err:
         auth.check_lock(alice, [0, 1])
     assert err.value.gpu == 1 and err.value.exit_code == 4
-    assert "GPU 1 belongs to Slurm job 102 of 1002; alice may not lock it" in str(err.value)
-    with pytest.raises(PermissionDenied, match="belongs to Slurm job 101 of alice; carol"):
+    assert "alice may not lock a GPU of 1002's running Slurm job 102" in str(err.value)
+    with pytest.raises(PermissionDenied, match="carol may not lock a GPU of alice's running Slurm job 101"):
         auth.check_lock(carol, [0])
-    with pytest.raises(PermissionDenied, match="no job of theirs holds GPU 2") as err:
+    with pytest.raises(PermissionDenied, match="none of them is on this GPU") as err:
         auth.check_lock(alice, [2])
     assert "inside your job" in (err.value.hint or "")
     auth.check_lock(peer("root", 0), [0, 1, 2])  # an admin (the prolog) locks any

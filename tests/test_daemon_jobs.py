@@ -242,13 +242,13 @@ def test_under_the_job_rule_a_user_locks_their_jobs_gpus_and_no_one_elses(
             assert c.info["may_lock"] == [0]
             with c.lock(sm=1350, gpus=[0]):
                 assert backend.truth(0).locked_sm == (1350, 1350)
-            with pytest.raises(PermissionDenied, match="no job of theirs holds GPU 1"):
+            with pytest.raises(PermissionDenied, match="none of them is on this GPU"):
                 c.lock(sm=1350, gpus=[1])
         who[0] = bob
         with Client(server.address) as c:
             with pytest.raises(PermissionDenied) as err:
                 c.lock(sm=1350, gpus=[0])
-            assert "GPU 0 belongs to Slurm job 301 of alice; bob may not lock it" in str(err.value)
+            assert "bob may not lock a GPU of alice's running Slurm job 301 (allowed: GPUs [1]) on GPU 0" in str(err.value)
             assert err.value.exit_code == 4
             with c.lock(sm=1350, gpus=[1]):  # all: every GPU no other account's job holds
                 pass

@@ -462,17 +462,17 @@ class Authorizer:
         if gpu in theirs:
             job, owner = theirs[gpu]
             return PermissionDenied(
-                f"GPU {gpu} belongs to Slurm job {job} of {owner}; {peer.user} may not lock it "
+                f"{peer.user} may not lock a GPU of {owner}'s running Slurm job {job} "
                 f"(allowed: {where})",
                 op="lock",
                 gpu=gpu,
-                hint=f"lock only your own job's GPUs (SLURM_JOB_GPUS); job {job} ends, or "
-                f"{owner} or an admin ends it, before anyone else locks GPU {gpu}",
+                hint=f"lock only your own job's GPUs (SLURM_JOB_GPUS); GPU {gpu} is free "
+                f"once job {job} ends",
             )
         if any(key in self._job_rules for key in self._applying(peer)):
             return PermissionDenied(
-                f"{peer.user} may lock only the GPUs of their own running Slurm job, and no "
-                f"job of theirs holds GPU {gpu} on this node (allowed: {where})",
+                f"{peer.user} may lock only the GPUs of their own running Slurm jobs, and "
+                f"none of them is on this GPU (allowed: {where})",
                 op="lock",
                 gpu=gpu,
                 hint="lock from inside your job (sbatch/srun --gres=gpu:N), on its GPUs "

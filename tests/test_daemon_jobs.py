@@ -263,3 +263,30 @@ def test_under_the_job_rule_a_user_locks_their_jobs_gpus_and_no_one_elses(
     finally:
         server.stop()
         backend.close()
+
+
+def test_the_daemon_runs_on_the_clock_it_is_given(tmp_path: Path) -> None:
+    """Virtual time: a job's chunks close on the clock's timer, its start and end, a lease's
+    grant and the daemon's uptime are the clock's, not the machine's."""
+    from gpuenv.timebase import VirtualClock
+
+    clock = VirtualClock(start=50.0, epoch=1_700_000_000.0)
+    backend = SimBackend("h100", n_gpus=1, state_file=tmp_path / "sim.json", clock=clock)
+    config = parse_config("").with_socket(str(tmp_path / "s"))
+    server = Server(config, backend, journal=Journal(tmp_path / "j"), peer_of=lambda s: ROOT)
+    server.start()
+    try:
+        with Client(server.address) as c:
+            began = clock.wall()
+            c.call("job_begin", job="401", user="alice", gpus=[0])
+            clock.advance(150.0)  # 2.5 chunks of 60 s
+            assert len(server.ops.jobs._open["401"].per_gpu[0].windows) == 2
+            with c.lock(sm=1350, gpus=[0]):
+                (lease,) = c.status()["leases"]
+                assert lease["granted_at"] == clock.wall()
+            assert c.status()["daemon"]["uptime_s"] == pytest.approx(150.0, abs=1.0)
+            report = c.call("job_end", job="401")["report"]
+    finally:
+        server.stop()
+        backend.close()
+    assert report["started"] == began and report["ended"] == began + 150.0

@@ -122,17 +122,17 @@ def pausing_sim(state_file: str, point: str | None) -> Any:
             if self._phase != self.releasing:
                 self._phase, self._first = self.releasing, None
             if not self.releasing and point == "after_journal" and self._first is None:
-                paused(point)
+                paused("after_journal")
             between = point == ("mid_release" if self.releasing else "mid_apply")
             if between and self._first is not None and index != self._first:
-                paused(point)
+                paused("mid_release" if self.releasing else "mid_apply")
             if self._first is None:
                 self._first = index
 
         def _after(self, name: str, index: int) -> None:
             last = name == "set_locked_sm_clocks" and index == N_GPUS - 1
             if not self.releasing and point == "after_apply" and last:
-                paused(point)
+                paused("after_apply")
 
     def wrap(name: str) -> Any:
         write = getattr(SimBackend, name)

@@ -9,6 +9,7 @@ One cluster for the module (start-up ~1.5 s, the first job waits ~3 s for a sche
 
 from __future__ import annotations
 
+import os
 import pwd
 import re
 from collections.abc import Iterator
@@ -51,8 +52,16 @@ def users(slurm: SlurmCluster) -> list[pwd.struct_passwd]:
     python = _user_python(accounts[0])
     assert python is not None  # local_users skips otherwise
     path = _user_env({})["PYTHONPATH"]
+    homes = slurm.dir / "home"  # each its own: a shared one (/tmp) may hold another's files
+    for who in accounts:
+        home = homes / who.pw_name
+        home.mkdir(parents=True, exist_ok=True)
+        os.chown(home, who.pw_uid, who.pw_gid)
+        home.chmod(0o700)
     wrapper = slurm.dir / "user-gpuenv"
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={path} HOME=/tmp exec {python} -m gpuenv "$@"\n')
+    wrapper.write_text(
+        f'#!/bin/sh\nPYTHONPATH={path} HOME={homes}/"$(id -un)" exec {python} -m gpuenv "$@"\n'
+    )
     wrapper.chmod(0o755)
     slurm.env["USER_GPUENV"] = str(wrapper)  # sbatch passes its environment to the job
     return accounts

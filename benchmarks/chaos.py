@@ -4,9 +4,9 @@
 Each trial: a fresh simulated 2-GPU machine (state file shared between
 processes) gets a non-default prior state (application clocks on GPU 0, a
 650 W power limit on GPU 1). A child process locks both GPUs (SM 1350 MHz,
-power limit 500 W) and is SIGKILLed either at an exact point (the child pauses
-there through the GPUENV_TEST_PAUSE_AT hook: after the journal write and
-before any setting changes, halfway through the multi-GPU apply, fully locked,
+power limit 500 W) and is SIGKILLed either at an exact point (the child's simulated
+GPUs, `PausingSim`, stop it at a write: its first, after the journal write and
+before any setting changes; halfway through the multi-GPU apply; fully locked;
 halfway through its own release) or after a random delay (anywhere from
 interpreter start-up to holding the lock). The parent then polls the simulated
 GPUs until they equal the prior state and the journal is empty: the watchdog's
@@ -34,6 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -85,16 +86,80 @@ def prepare(workdir: Path) -> tuple[Path, Path, list[tuple[object, ...]]]:
     return state_file, state_dir, prior
 
 
-def child_main(state_file: str, state_dir: str, release: bool) -> None:
-    """Lock every GPU and hold it (or release it, for the mid_release point)."""
+# the Backend's writes: a lock's (clocks/restoring.py's apply_state) and a restore's
+WRITES = (
+    "set_locked_sm_clocks",
+    "reset_locked_sm_clocks",
+    "set_locked_mem_clocks",
+    "reset_locked_mem_clocks",
+    "set_app_clocks",
+    "reset_app_clocks",
+    "set_power_limit",
+    "set_persistence_mode",
+)
+
+
+def paused(point: str) -> None:
+    """Say so on stderr (the parent waits for it) and hold still until SIGKILLed."""
+    print(f"GPUENV_PAUSED {point}", file=sys.stderr, flush=True)
+    time.sleep(60)
+
+
+def pausing_sim(state_file: str, point: str | None) -> Any:
+    """The child's simulated GPUs, which stop the child at `point` of its lock's writes: the
+    seam is the backend, so no hook lives in gpuenv. A lock journals every GPU before its
+    first write and applies one GPU after another (power limit first, locked SM clock last:
+    apply_state); a release restores one GPU and clears its record before the next. The
+    watchdog opens the plain simulator from the same state file (Backend.spec)."""
     from gpuenv.backend.sim import SimBackend
+
+    class PausingSim(SimBackend):
+        releasing = False  # set by the child before its release
+        _first: int | None = None  # the GPU this phase (lock, release) wrote first
+        _phase = False
+
+        def _before(self, index: int) -> None:
+            if self._phase != self.releasing:
+                self._phase, self._first = self.releasing, None
+            if not self.releasing and point == "after_journal" and self._first is None:
+                paused("after_journal")
+            between = point == ("mid_release" if self.releasing else "mid_apply")
+            if between and self._first is not None and index != self._first:
+                paused("mid_release" if self.releasing else "mid_apply")
+            if self._first is None:
+                self._first = index
+
+        def _after(self, name: str, index: int) -> None:
+            last = name == "set_locked_sm_clocks" and index == N_GPUS - 1
+            if not self.releasing and point == "after_apply" and last:
+                paused("after_apply")
+
+    def wrap(name: str) -> Any:
+        write = getattr(SimBackend, name)
+
+        def pausing(self: Any, index: int, *args: Any) -> Any:
+            self._before(index)
+            done = write(self, index, *args)
+            self._after(name, index)
+            return done
+
+        return pausing
+
+    for name in WRITES:
+        setattr(PausingSim, name, wrap(name))
+    return PausingSim(n_gpus=N_GPUS, state_file=state_file)
+
+
+def child_main(state_file: str, state_dir: str, release: bool, point: str | None) -> None:
+    """Lock every GPU and hold it (or release it, for the mid_release point)."""
     from gpuenv.clocks import local_lock as lock
     from gpuenv.clocks.journal import Journal
 
-    sim = SimBackend(n_gpus=N_GPUS, state_file=state_file)
+    sim = pausing_sim(state_file, point)
     lk = lock(SM_MHZ, power_limit_w=POWER_W, backend=sim, journal=Journal(state_dir))
     print("GPUENV_PAUSED locked", file=sys.stderr, flush=True)
     if release:
+        sim.releasing = True
         lk.release()
     time.sleep(60)
 
@@ -125,9 +190,6 @@ def run_trial(
 
     state_file, state_dir, prior = prepare(workdir)
     env = dict(os.environ)
-    env.pop("GPUENV_TEST_PAUSE_AT", None)
-    if how in PAUSE_POINTS:
-        env["GPUENV_TEST_PAUSE_AT"] = how
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -135,6 +197,8 @@ def run_trial(
         str(state_file),
         str(state_dir),
     ]
+    if how in PAUSE_POINTS:
+        cmd += ["--pause", how]
     if how == "mid_release":
         cmd.append("--release")
     journal = Journal(state_dir)
@@ -227,8 +291,9 @@ def child(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--child", nargs=2, metavar=("STATE_FILE", "STATE_DIR"), required=True)
     parser.add_argument("--release", action="store_true")
+    parser.add_argument("--pause", choices=PAUSE_POINTS)
     args = parser.parse_args(argv)
-    child_main(args.child[0], args.child[1], args.release)
+    child_main(args.child[0], args.child[1], args.release, args.pause)
     return 0
 
 

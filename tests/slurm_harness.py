@@ -195,8 +195,16 @@ class SlurmCluster:
     slurmd, close(). One node keeps its files where the one-node harness always had them."""
 
     def __init__(
-        self, workdir: Path, *, strict: bool = False, nodes: int = 1, accounting: bool = False
+        self,
+        workdir: Path,
+        *,
+        strict: bool = False,
+        nodes: int = 1,
+        accounting: bool = False,
+        config: str | None = None,
     ):
+        """`config`: every node's gpuenvd config (default: DaemonProcess's, this account may
+        lock every GPU)."""
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.dir.chmod(0o755)  # munged refuses a socket directory that is not world-executable
@@ -207,7 +215,7 @@ class SlurmCluster:
         for i in range(nodes):
             home = self.dir if nodes == 1 else self.dir / "nodes" / f"gpunode{i}"
             # each node a machine of its own: its GPUs' UUIDs differ from the others' (seed)
-            gpuenvd = DaemonProcess(home / "gpuenvd", n_gpus=2, seed=i)
+            gpuenvd = DaemonProcess(home / "gpuenvd", n_gpus=2, seed=i, config=config)
             self.nodes.append(Node(f"gpunode{i}", gpuenvd, home / "jobs", gpuenv))
         if nodes > 1:  # what a cluster's shared file system is: here one directory all see
             for node in self.nodes:

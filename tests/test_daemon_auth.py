@@ -182,3 +182,43 @@ def test_a_bad_metrics_address_in_a_config_names_the_file() -> None:
         parse_config("[daemon]\nmetrics = 127.0.0.1:99999\n", source="/etc/gpuenv/gpuenvd.conf")
     assert str(err.value).startswith("/etc/gpuenv/gpuenvd.conf: metrics address")
     assert "127.0.0.1:19400" in str(err.value)  # what to write instead
+
+
+JOBS = """
+[lock]
+* = job
+user:carol = all
+group:ops = job, 2
+"""
+
+
+def test_the_job_rule_grants_a_users_own_jobs_gpus_and_no_rule_lands_on_anothers() -> None:
+    running = [(0, "101", "alice"), (1, "102", "1002")]  # bob's job, by uid
+    auth = Authorizer(parse_config(JOBS), UUIDS, jobs=lambda: running)
+    alice, bob, carol = peer("alice", 1001), peer("bob", 1002), peer("carol", 1003)
+    assert auth.lockable(alice) == {0} and auth.lockable(bob) == {1}
+    assert auth.lockable(peer("dave", 1004)) == frozenset()  # no job of his on this node
+    assert auth.lockable(carol) == {2}  # all: every GPU no other account's job holds
+    assert auth.lockable(peer("erin", 1005, "ops")) == {2}
+    auth.check_lock(alice, [0])
+    with pytest.raises(PermissionDenied) as err:
+        auth.check_lock(alice, [0, 1])
+    assert err.value.gpu == 1 and err.value.exit_code == 4
+    assert "alice may not lock a GPU of 1002's running Slurm job 102" in str(err.value)
+    with pytest.raises(PermissionDenied, match="carol may not lock a GPU of alice's running Slurm"):
+        auth.check_lock(carol, [0])
+    with pytest.raises(PermissionDenied, match="none of them is on this GPU") as err:
+        auth.check_lock(alice, [2])
+    assert "inside your job" in (err.value.hint or "")
+    auth.check_lock(peer("root", 0), [0, 1, 2])  # an admin (the prolog) locks any
+    running.clear()  # the jobs ended: their GPUs are no one's
+    assert auth.lockable(alice) == frozenset() and auth.lockable(carol) == {0, 1, 2}
+
+
+def test_the_job_rule_is_described_and_read_in_any_case() -> None:
+    cfg = parse_config(JOBS.replace("* = job", "* = JOB"))
+    assert cfg.lock_rules["*"] == ("job",) and cfg.lock_rules["group:ops"] == ("job", "2")
+    assert cfg.socket_permissions() == 0o666  # a rule names everyone: checked per request
+    described = Authorizer(cfg, UUIDS).describe_rules()
+    assert described["*"] == "job (the GPUs of the caller's own running Slurm job)"
+    assert described["group:ops"].startswith("2, job (") and described["user:carol"] == "0, 1, 2"

@@ -42,6 +42,19 @@ def test_check_config_needs_no_driver(tmp_path: Path) -> None:
     assert "no NVIDIA driver here" in result.output
 
 
+def test_check_config_shows_the_job_rule(sim_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conf = sim_env / "gpuenvd.conf"
+    conf.write_text("[lock]\n* = job\ngroup:ops = job, 1\n")
+    for args in (["--sim"], []):  # on the simulated GPU; on this one (the sim, by env)
+        result = CliRunner().invoke(cli, [*args, "daemon", "check-config", "--config", str(conf)])
+        assert result.exit_code == 0, result.output
+        assert "lock: * -> job (the GPUs of the caller's own running Slurm job)" in result.output
+        assert "lock: group:ops -> 1, job (the GPUs" in result.output
+    monkeypatch.delenv("GPUENV_BACKEND")  # no driver here: the rule as written
+    result = CliRunner().invoke(cli, ["daemon", "check-config", "--config", str(conf)])
+    assert "lock: * -> job\n" in result.output and "lock: group:ops -> job, 1" in result.output
+
+
 def test_check_config_reports_a_bad_file_in_one_line(sim_env: Path) -> None:
     conf = sim_env / "gpuenvd.conf"
     conf.write_text("[lock]\nuser:alice = 9\n")

@@ -221,3 +221,72 @@ def test_other_processes_are_named_and_the_jobs_own_are_not(
         own.wait()
     assert report["gpus_report"][0]["window"]["other_pids"] == [424242]
     assert "GPU 0 other_process" in report["verdict"]
+
+
+def test_under_the_job_rule_a_user_locks_their_jobs_gpus_and_no_one_elses(
+    tmp_path: Path,
+) -> None:
+    """`* = job`: the prolog's job_begin gives alice her job's GPU; bob's lock on it is refused
+    naming her job, even under `all`; once her job ends it is no one's."""
+    bob = Peer(pid=os.getpid(), uid=50002, gid=50002, user="bob", groups=frozenset())
+    who = [ROOT]
+    backend = SimBackend("h100", n_gpus=2, state_file=tmp_path / "sim.json")
+    config = parse_config("[lock]\n* = job\nuser:bob = all\n").with_socket(str(tmp_path / "s"))
+    server = Server(config, backend, journal=Journal(tmp_path / "j"), peer_of=lambda s: who[0])
+    server.start()
+    try:
+        with Client(server.address) as c:
+            c.call("job_begin", job="301", user="alice", gpus=[0])
+        who[0] = ALICE
+        with Client(server.address) as c:
+            assert c.info["may_lock"] == [0]
+            with c.lock(sm=1350, gpus=[0]):
+                assert backend.truth(0).locked_sm == (1350, 1350)
+            with pytest.raises(PermissionDenied, match="none of them is on this GPU"):
+                c.lock(sm=1350, gpus=[1])
+        who[0] = bob
+        with Client(server.address) as c:
+            with pytest.raises(PermissionDenied) as err:
+                c.lock(sm=1350, gpus=[0])
+            text = str(err.value)
+            assert "bob may not lock a GPU of alice's running Slurm job 301 (allowed: GPUs" in text
+            assert err.value.gpu == 0 and "once job 301 ends" in text
+            assert err.value.exit_code == 4
+            with c.lock(sm=1350, gpus=[1]):  # all: every GPU no other account's job holds
+                pass
+        who[0] = ROOT
+        with Client(server.address) as c:
+            c.call("job_end", job="301")
+        who[0] = bob
+        with Client(server.address) as c, c.lock(sm=1350, gpus=[0]):
+            assert backend.truth(0).locked_sm == (1350, 1350)
+    finally:
+        server.stop()
+        backend.close()
+
+
+def test_the_daemon_runs_on_the_clock_it_is_given(tmp_path: Path) -> None:
+    """Virtual time: a job's chunks close on the clock's timer, its start and end, a lease's
+    grant and the daemon's uptime are the clock's, not the machine's."""
+    from gpuenv.timebase import VirtualClock
+
+    clock = VirtualClock(start=50.0, epoch=1_700_000_000.0)
+    backend = SimBackend("h100", n_gpus=1, state_file=tmp_path / "sim.json", clock=clock)
+    config = parse_config("").with_socket(str(tmp_path / "s"))
+    server = Server(config, backend, journal=Journal(tmp_path / "j"), peer_of=lambda s: ROOT)
+    server.start()
+    try:
+        with Client(server.address) as c:
+            began = clock.wall()
+            c.call("job_begin", job="401", user="alice", gpus=[0])
+            clock.advance(150.0)  # 2.5 chunks of 60 s
+            assert len(server.ops.jobs._open["401"].per_gpu[0].windows) == 2
+            with c.lock(sm=1350, gpus=[0]):
+                (lease,) = c.status()["leases"]
+                assert lease["granted_at"] == clock.wall()
+            assert c.status()["daemon"]["uptime_s"] == pytest.approx(150.0, abs=1.0)
+            report = c.call("job_end", job="401")["report"]
+    finally:
+        server.stop()
+        backend.close()
+    assert report["started"] == began and report["ended"] == began + 150.0

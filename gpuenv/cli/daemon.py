@@ -230,8 +230,10 @@ def check_config(ctx: click.Context, config_path: str | None) -> None:
             uuids = [backend.device_info(i).uuid for i in range(backend.device_count())]
         finally:
             backend.close()
-    rules: dict[str, Any] = (
-        dict(config.lock_rules) if uuids is None else Authorizer(config, uuids).rules()
+    rules: dict[str, str] = (
+        {key: ", ".join(sel) for key, sel in config.lock_rules.items()}
+        if uuids is None
+        else Authorizer(config, uuids).describe_rules()
     )
     click.echo(f"config: {config.source or 'defaults (no config file)'}")
     click.echo(
@@ -240,7 +242,7 @@ def check_config(ctx: click.Context, config_path: str | None) -> None:
     )
     click.echo(f"metrics: {config.metrics or 'off'}")
     for key, gpus in sorted(rules.items()):
-        click.echo(f"lock: {key} -> {', '.join(map(str, sorted(gpus))) or 'none'}")
+        click.echo(f"lock: {key} -> {gpus}")
     if uuids is None:
         click.echo(
             "GPUs: no NVIDIA driver here: the [lock] rules are shown as written, not "

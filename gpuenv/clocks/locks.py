@@ -41,7 +41,6 @@ from gpuenv.clocks.restoring import (
     describe_restore,
     indices_by_uuid,
     open_default,
-    pause_for_test,
     release_owner,
     restore_and_clear,
     restore_entry,
@@ -291,17 +290,13 @@ class Lock:
                     self.journal.put(d.entry)
                 written.append(d)
             self.records = [d.entry.with_owners(self._owners_of(d)) for d in written if d.entry]
-            pause_for_test("after_journal")
-            for n, d in enumerate(x for x in decisions if x.action != "share"):
-                if n:
-                    pause_for_test("mid_apply")
+            for d in (x for x in decisions if x.action != "share"):
                 steps: list[str] = []
                 applied.append((d, steps))
                 apply_state(self.backend, d.plan.index, d.plan.applied, steps)
         except BaseException as err:
             self._rollback(written, applied, err)
             raise
-        pause_for_test("after_apply")
 
     def _owners_of(self, d: Decision) -> list[Owner]:
         assert d.entry is not None

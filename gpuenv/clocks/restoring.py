@@ -6,9 +6,6 @@ entry is cleared only once its restore succeeded.
 
 from __future__ import annotations
 
-import os
-import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,14 +15,6 @@ from gpuenv.clocks.journal import Applied, Journal, JournalDamaged, JournalEntry
 from gpuenv.clocks.request import fmt_clock
 from gpuenv.errors import GpuenvError, LockConflict, NotSupported, ReadOnlyError
 from gpuenv.errors import JournalNotUpdated as JournalNotUpdated  # defined in gpuenv.errors
-
-
-def pause_for_test(point: str) -> None:
-    """Test hook: with GPUENV_TEST_PAUSE_AT=point, say so on stderr and sleep, so a test
-    can SIGKILL this process at exactly that point."""
-    if os.environ.get("GPUENV_TEST_PAUSE_AT") == point:
-        print(f"GPUENV_PAUSED {point}", file=sys.stderr, flush=True)
-        time.sleep(float(os.environ.get("GPUENV_TEST_PAUSE_S", "60")))
 
 
 def apply_state(backend: Backend, index: int, applied: Applied, done: list[str]) -> None:
@@ -116,7 +105,6 @@ def release_owner(
                 continue
             _journal_step(journal_errors, journal.remove, entry.uuid)
             done.append(f"{entry.name}: restored{_from_kept(kept)}")
-            pause_for_test("mid_release")
     if errors:
         raise errors[0]
     if journal_errors:

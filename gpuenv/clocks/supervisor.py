@@ -86,7 +86,6 @@ class Watchdog:
         package_root = str(Path(gpuenv.__file__).resolve().parent.parent)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        env.pop("GPUENV_TEST_PAUSE_AT", None)  # the hook pauses the owner, never its watchdog
         cmd = [
             sys.executable,
             "-m",

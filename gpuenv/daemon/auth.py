@@ -19,6 +19,7 @@ configparser (no new dependency on Python 3.10, comments allowed):
     [lock]                       ; who may lock which GPUs
     user:alice = all
     group:gpubench = 0,1         ; NVML indices or UUIDs (GPU-...), comma-separated
+    group:slurmusers = job       ; the GPUs of the caller's own running Slurm job
     * = none                     ; everyone else who can connect (the default)
 
     [admin]                      ; may release anyone's lease and restore any GPU
@@ -27,6 +28,11 @@ configparser (no new dependency on Python 3.10, comments allowed):
 
 root (uid 0) is always an admin. Anyone who can connect may read (hello,
 status, window, subscribe); only lock needs a `[lock]` entry.
+
+On a Slurm node gpuenvd knows each running job's GPUs and user (the prolog's `job_begin`,
+daemon/jobs.py). `job` grants a caller the GPUs of its own running jobs (the job's user is
+the caller), and no rule but an admin's lands a lock on a GPU of another account's running
+job: `all` means every GPU that no other account's job holds.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import os
 import pwd
 import socket
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpuenv.errors import ConfigError, PermissionDenied
@@ -48,6 +54,11 @@ DEFAULT_SOCKET = "/run/gpuenv/gpuenv.sock"
 DEFAULT_CONFIG = "/etc/gpuenv/gpuenvd.conf"
 
 ALL = "all"
+JOB = "job"  # a [lock] selector: the GPUs of the caller's own running Slurm jobs
+KEYWORDS = ("all", "none", JOB)
+
+# (GPU, job id, user) of every running job gpuenvd knows (JobBook.running)
+RunningJobs = Callable[[], Iterable[tuple[int, str, str]]]
 
 
 @dataclass(frozen=True)
@@ -239,10 +250,11 @@ def parse_config(text: str, *, source: str = "<config>") -> Config:
         for key, value in parser["lock"].items():
             if not (key == "*" or key.startswith(("user:", "group:"))) or key.endswith(":"):
                 raise ConfigError(f"{source}: [lock] key {key!r} is not user:NAME, group:NAME or *")
-            gpus = _split(value.lower() if value.strip().lower() in ("all", "none") else value)
+            gpus = tuple(g.lower() if g.lower() in KEYWORDS else g for g in _split(value))
             if not gpus:
                 raise ConfigError(
-                    f"{source}: [lock] {key} has no GPUs", hint="use all, none, or indices/UUIDs"
+                    f"{source}: [lock] {key} has no GPUs",
+                    hint="use all, none, job, or indices/UUIDs",
                 )
             rules[key] = gpus
     kwargs["lock_rules"] = rules
@@ -335,19 +347,25 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 class Authorizer:
-    """Decisions from a Config: may this peer lock these GPUs, release that lease."""
+    """Decisions from a Config: may this peer lock these GPUs, release that lease.
 
-    def __init__(self, config: Config, uuids: Sequence[str]):
+    `jobs` lists the running Slurm jobs gpuenvd knows (gpuenvd's JobBook.running): the
+    `job` rule's GPUs, and the GPUs no rule but an admin's may lock for another account.
+    """
+
+    def __init__(self, config: Config, uuids: Sequence[str], jobs: RunningJobs | None = None):
         self.config = config
         self._uuids = list(uuids)
         self._rules = {key: self._resolve(key, sel) for key, sel in config.lock_rules.items()}
+        self._job_rules = frozenset(k for k, sel in config.lock_rules.items() if JOB in sel)
+        self.jobs: RunningJobs = jobs or (lambda: ())
 
     def _resolve(self, key: str, selectors: Iterable[str]) -> frozenset[int]:
         out: set[int] = set()
         for sel in selectors:
             if sel == "all":
                 out.update(range(len(self._uuids)))
-            elif sel == "none":
+            elif sel in ("none", JOB):  # job: the caller's own jobs' GPUs, asked at lock time
                 continue
             elif sel.isdigit():
                 index = int(sel)
@@ -372,8 +390,20 @@ class Authorizer:
         return frozenset(out)
 
     def rules(self) -> dict[str, frozenset[int]]:
-        """Each [lock] key with the GPU indices it resolved to."""
+        """Each [lock] key with the GPU indices it resolved to (a `job` rule's are not
+        fixed: see describe_rules)."""
         return dict(self._rules)
+
+    def describe_rules(self) -> dict[str, str]:
+        """Each [lock] key with what it grants, in words: its GPU indices, and `job` (the
+        caller's own running Slurm jobs' GPUs) where it says so."""
+        out = {}
+        for key, gpus in self._rules.items():
+            parts = [str(g) for g in sorted(gpus)]
+            if key in self._job_rules:
+                parts.append(JOB_WORDS)
+            out[key] = ", ".join(parts) or "none"
+        return out
 
     def is_admin(self, peer: Peer) -> bool:
         return (
@@ -382,31 +412,79 @@ class Authorizer:
             or bool(peer.groups & self.config.admin_groups)
         )
 
+    def _applying(self, peer: Peer) -> list[str]:
+        """The [lock] keys that apply to this peer: *, its user (name or uid), its groups."""
+        keys = ["*", f"user:{peer.user}"]
+        if str(peer.uid) != peer.user:
+            keys.append(f"user:{peer.uid}")
+        keys += [f"group:{group}" for group in sorted(peer.groups)]
+        return [k for k in keys if k in self._rules]
+
+    def _jobs(self, peer: Peer) -> tuple[set[int], dict[int, tuple[str, str]]]:
+        """The GPUs of this peer's own running jobs, and those of other accounts' jobs
+        (GPU -> (job, user))."""
+        mine: set[int] = set()
+        theirs: dict[int, tuple[str, str]] = {}
+        for gpu, job, user in self.jobs():
+            if _is_user(peer, user):
+                mine.add(gpu)
+            else:
+                theirs[gpu] = (job, user)
+        return mine, theirs
+
     def lockable(self, peer: Peer) -> frozenset[int]:
-        """The GPUs this peer may lock: admins all; else its user, group and * rules together."""
+        """The GPUs this peer may lock: admins all; else its user, group and * rules together
+        (a `job` rule: its own running jobs' GPUs), less any GPU of another account's job."""
         if self.is_admin(peer):
             return frozenset(range(len(self._uuids)))
-        allowed: set[int] = set(self._rules.get("*", frozenset()))
-        allowed |= self._rules.get(f"user:{peer.user}", frozenset())
-        if str(peer.uid) != peer.user:
-            allowed |= self._rules.get(f"user:{peer.uid}", frozenset())
-        for group in peer.groups:
-            allowed |= self._rules.get(f"group:{group}", frozenset())
-        return frozenset(allowed)
+        keys = self._applying(peer)
+        allowed: set[int] = set()
+        for key in keys:
+            allowed |= self._rules[key]
+        mine, theirs = self._jobs(peer)
+        if any(key in self._job_rules for key in keys):
+            allowed |= mine
+        return frozenset(allowed - set(theirs))
 
     def check_lock(self, peer: Peer, gpus: Iterable[int]) -> None:
-        """Raise PermissionDenied naming the first GPU this peer may not lock."""
+        """Raise PermissionDenied naming the first GPU this peer may not lock (and, for a GPU
+        of another account's running job, that job and its owner)."""
+        if self.is_admin(peer):
+            return
         allowed = self.lockable(peer)
         for gpu in gpus:
             if gpu not in allowed:
-                where = f"GPUs {sorted(allowed)}" if allowed else "no GPU"
-                raise PermissionDenied(
-                    f"{peer.user} may not lock clocks through gpuenvd (allowed: {where})",
-                    op="lock",
-                    gpu=gpu,
-                    hint=f"ask the admin to add 'user:{peer.user} = ...' to [lock] in "
-                    f"{self.config.source or DEFAULT_CONFIG}",
-                )
+                raise self._refusal(peer, gpu, allowed)
+
+    def _refusal(self, peer: Peer, gpu: int, allowed: frozenset[int]) -> PermissionDenied:
+        where = f"GPUs {sorted(allowed)}" if allowed else "no GPU"
+        _, theirs = self._jobs(peer)
+        if gpu in theirs:
+            job, owner = theirs[gpu]
+            return PermissionDenied(
+                f"{peer.user} may not lock a GPU of {owner}'s running Slurm job {job} "
+                f"(allowed: {where})",
+                op="lock",
+                gpu=gpu,
+                hint=f"lock only your own job's GPUs (SLURM_JOB_GPUS); GPU {gpu} is free "
+                f"once job {job} ends",
+            )
+        if any(key in self._job_rules for key in self._applying(peer)):
+            return PermissionDenied(
+                f"{peer.user} may lock only the GPUs of their own running Slurm jobs, and "
+                f"none of them is on this GPU (allowed: {where})",
+                op="lock",
+                gpu=gpu,
+                hint="lock from inside your job (sbatch/srun --gres=gpu:N), on its GPUs "
+                "(SLURM_JOB_GPUS)",
+            )
+        return PermissionDenied(
+            f"{peer.user} may not lock clocks through gpuenvd (allowed: {where})",
+            op="lock",
+            gpu=gpu,
+            hint=f"ask the admin to add 'user:{peer.user} = ...' to [lock] in "
+            f"{self.config.source or DEFAULT_CONFIG}",
+        )
 
     def check_release(self, peer: Peer, owner_uid: int, owner: str, what: str) -> None:
         """Users release only their own leases (same uid); admins release any."""
@@ -416,3 +494,13 @@ class Authorizer:
                 op="release",
                 hint="ask its owner, or an admin ([admin] in the daemon config)",
             )
+
+
+JOB_WORDS = "job (the GPUs of the caller's own running Slurm job)"
+
+
+def _is_user(peer: Peer, user: str) -> bool:
+    """Whether a job's user (Slurm's SLURM_JOB_USER, its getpwuid name; or a uid) is this
+    peer's. Both names come from the same account database: no lookup here, which on a
+    site's LDAP would cost each hello a round trip per running job."""
+    return user == peer.user or user == str(peer.uid)

@@ -23,7 +23,6 @@ import select
 import socket
 import struct
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -52,7 +51,9 @@ class Conn:
         *,
         admin: bool = False,
         on_drop: Callable[[Conn, str], None] | None = None,
+        now: float = 0.0,
     ):
+        """`now`: the daemon clock's time at accept, the start of its idle time."""
         self.id = cid
         self.sock = sock
         self.peer = peer
@@ -62,7 +63,7 @@ class Conn:
         self.subs: dict[int, threading.Event] = {}
         self.event_sub: int | None = None  # the subscription that asked for lease events
         self.closed = threading.Event()
-        self.last_active = time.monotonic()
+        self.last_active = now  # the daemon clock's (server.py's idle timeout)
         self.on_drop = on_drop
         self._outbox: collections.deque[bytes] = collections.deque()
         self._outbox_bytes = 0
@@ -178,6 +179,7 @@ class ConnectionTable:
         self._per_uid: Counter[int] = Counter()
         self._users = 0  # connections of non-admins
         self.dropped = 0  # subscribers dropped for not reading
+        self._empty = threading.Condition(self.lock)
 
     def count_drop(self, conn: Conn, why: str) -> None:
         with self.lock:
@@ -212,6 +214,14 @@ class ConnectionTable:
                 del self._per_uid[conn.peer.uid]
             if not conn.admin:
                 self._users -= 1
+            if not self.conns:
+                self._empty.notify_all()
+
+    def wait_empty(self, timeout: float) -> bool:
+        """Wait until every connection's thread has removed it, at most `timeout` seconds of
+        real time (a join of those threads, not the daemon's time); whether none is left."""
+        with self.lock:
+            return self._empty.wait_for(lambda: not self.conns, timeout)
 
     def all(self) -> list[Conn]:
         with self.lock:

@@ -153,7 +153,7 @@ class Waiter:
     peer: Peer
     plan: LockPlan
     patient: bool = True  # asked to wait: holds its place; one that did not is never "ahead"
-    since: float = field(default_factory=time.time)
+    since: float = field(kw_only=True)  # epoch seconds, on the daemon's clock (its wall)
     seq: int = 0  # its place in the queue (HoldTable.enqueue)
     rank: int = 0  # the place it is judged by: its own, or the turn its state was promised
     until: float | None = None  # a turn kept for requests that do not wait, until then
@@ -228,7 +228,9 @@ class HoldTable:
         """`me` did not wait and was refused: keep a turn for its state, so that the
         requests of another state that come later go after it (holds.py says why)."""
         if self._kept(me.applied) is None:
-            kept = Waiter(me.peer, me.plan, until=self.clock.now() + TURN_KEPT_S)
+            kept = Waiter(
+                me.peer, me.plan, until=self.clock.now() + TURN_KEPT_S, since=self.clock.wall()
+            )
             self.enqueue(kept)
 
     def _kept(self, applied: dict[int, Applied]) -> Waiter | None:
@@ -358,8 +360,9 @@ class HoldTable:
         hold.add(lease)
 
 
-def daemon_owner(request: str, pid: int, start: float | None) -> Owner:
-    """The journal owner that stands for the daemon's connection leases on one GPU."""
+def daemon_owner(request: str, pid: int, start: float | None, now: float) -> Owner:
+    """The journal owner that stands for the daemon's connection leases on one GPU (`now`:
+    epoch seconds, the daemon clock's wall)."""
     return Owner(
         token=uuid.uuid4().hex,
         kind="lease",
@@ -368,7 +371,7 @@ def daemon_owner(request: str, pid: int, start: float | None) -> Owner:
         uid=os.geteuid(),
         user="gpuenvd",
         command=f"connection leases ('gpuenv daemon leases' lists them) {DAEMON_MARK}",
-        started_at=time.time(),
+        started_at=now,
         request=request,
         watchdog_pid=pid,
         watchdog_start=start,
@@ -376,9 +379,10 @@ def daemon_owner(request: str, pid: int, start: float | None) -> Owner:
 
 
 def standing_owner(
-    token: str, peer: Peer, pid_start: float | None, command: str, request: str
+    token: str, peer: Peer, pid_start: float | None, command: str, request: str, now: float
 ) -> Owner:
-    """A standing lease's own journal owner: the client's identity; no watchdog."""
+    """A standing lease's own journal owner: the client's identity; no watchdog (`now`:
+    epoch seconds, the daemon clock's wall)."""
     return Owner(
         token=token,
         kind="standing",
@@ -387,7 +391,7 @@ def standing_owner(
         uid=peer.uid,
         user=peer.user,
         command=f"{command} {DAEMON_MARK}",
-        started_at=time.time(),
+        started_at=now,
         request=request,
     )
 

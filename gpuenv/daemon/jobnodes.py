@@ -36,13 +36,13 @@ import random
 import re
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from gpuenv.daemon.jobs import check_job_id
 from gpuenv.errors import ConfigError, FileError
+from gpuenv.timebase import REAL_CLOCK, Clock
 
 ENV = "GPUENV_JOBS_DIR"
 NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -73,34 +73,52 @@ def jobs_dir(value: str | None = None) -> Path | None:
 # -- what the prolog and the epilog write ----------------------------------------------------
 
 
-def publish_begun(directory: Path, job: str, node: str, gpus: list[int], lock: str) -> None:
-    """The prolog's mark: `node` has job `job` on `gpus`."""
-    _write(directory, job, node, {"state": "running", "gpus": gpus, "lock": lock})
+def publish_begun(
+    directory: Path,
+    job: str,
+    node: str,
+    gpus: list[int],
+    lock: str,
+    *,
+    clock: Clock = REAL_CLOCK,
+) -> None:
+    """The prolog's mark: `node` has job `job` on `gpus` (written at `clock`'s wall time)."""
+    entry = {"state": "running", "gpus": gpus, "lock": lock}
+    _write(directory, job, node, entry, clock.wall())
 
 
-def begun(directory: Path | None, job: str, gpus: list[int], lock: str) -> None:
+def begun(
+    directory: Path | None, job: str, gpus: list[int], lock: str, *, clock: Clock = REAL_CLOCK
+) -> None:
     """The prolog's: this node's mark where the other nodes see it (where there is a shared
     directory), and its line in the job's AdminComment."""
     node = node_name()
     if directory is not None:
-        publish_begun(directory, job, node, gpus, lock)
-    set_admin_comment(job, node, begun_line(node, gpus, lock), directory=directory)
+        publish_begun(directory, job, node, gpus, lock, clock=clock)
+    set_admin_comment(job, node, begun_line(node, gpus, lock), directory=directory, clock=clock)
 
 
 def publish_ended(
-    directory: Path, job: str, node: str, report: dict[str, Any], restored: str
+    directory: Path,
+    job: str,
+    node: str,
+    report: dict[str, Any],
+    restored: str,
+    *,
+    clock: Clock = REAL_CLOCK,
 ) -> None:
     """The epilog's: the node's judged report and whether its GPUs were put back."""
-    _write(directory, job, node, {"state": "ended", "report": report, "restored": restored})
+    entry = {"state": "ended", "report": report, "restored": restored}
+    _write(directory, job, node, entry, clock.wall())
 
 
-def _write(directory: Path, job: str, node: str, entry: dict[str, Any]) -> None:
+def _write(directory: Path, job: str, node: str, entry: dict[str, Any], written: float) -> None:
     from gpuenv._files import open_dir, replace_at
 
     job = check_job_id(job)
     if not NODE.match(node):
         raise ConfigError(f"{node!r:.70} is not a node name", hint="set SLURMD_NODENAME")
-    data = json.dumps({"job": job, "node": node, "written": time.time(), **entry}).encode()
+    data = json.dumps({"job": job, "node": node, "written": written, **entry}).encode()
     try:
         # readable by everyone (a user's `gpuenv job` reads it), written by root alone
         fd = open_dir(directory / job, create=True, mode=0o755, own=False, what="the jobs dir")
@@ -241,7 +259,13 @@ STORES = {"slurmctld": (_ctld_read, _ctld_write), "slurmdbd": (_dbd_read, _dbd_w
 
 
 def set_admin_comment(
-    job: str, node: str, line: str, *, tries: int = 5, directory: Path | None = None
+    job: str,
+    node: str,
+    line: str,
+    *,
+    tries: int = 5,
+    directory: Path | None = None,
+    clock: Clock = REAL_CLOCK,
 ) -> str | None:
     """Put `line` into job `job`'s AdminComment in place of this node's earlier line, keeping
     every other: in slurmctld's record while the job runs, else in slurmdbd's. Returns which
@@ -261,7 +285,7 @@ def set_admin_comment(
                 if not write(job, SEP.join([*kept, line])):
                     break  # this store refuses it: the next one
                 # another node may have read before our write and write after it
-                time.sleep(0.05 + random.random() * 0.1)
+                clock.sleep(0.05 + random.random() * 0.1)
                 if wanted in [p.lower() for p in read(job).split(SEP)]:
                     return store
         return None

@@ -27,7 +27,6 @@ import logging
 import os
 import re
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from gpuenv.backend import Backend, DeviceInfo
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.telemetry import Sampler
 from gpuenv.telemetry.window import Window, merge_windows
+from gpuenv.timebase import REAL_CLOCK, Clock, Timer
 
 log = logging.getLogger("gpuenv.daemon")
 
@@ -78,7 +78,9 @@ class _Job:
 
 
 class JobBook:
-    """Open jobs in memory, finished ones on disk; a thread closes chunks every `chunk_s`."""
+    """Open jobs in memory, finished ones on disk; chunks close every `chunk_s` of `clock`
+    (the daemon's: a thread on real time; on virtual time, the clock's timer, as the
+    sampler's ticks). Its times (a job's start and end) are the clock's wall."""
 
     def __init__(
         self,
@@ -90,6 +92,7 @@ class JobBook:
         *,
         chunk_s: float = CHUNK_S,
         keep: int = KEEP_JOBS,
+        clock: Clock = REAL_CLOCK,
     ):
         self.backend = backend
         self.infos = infos
@@ -102,6 +105,8 @@ class JobBook:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._timer: Timer | None = None
+        self.clock = clock
 
     # -- what the prolog and epilog call --------------------------------------------------
 
@@ -120,7 +125,7 @@ class JobBook:
                 log.warning("job %s: more than %d jobs open, dropping %s", job, MAX_OPEN, dropped)
                 del self._open[dropped]
             record = _Job(
-                job, user, list(gpus), asked, lock, time.time(), t0, {g: _Gpu() for g in gpus}
+                job, user, list(gpus), asked, lock, self.clock.wall(), t0, {g: _Gpu() for g in gpus}
             )
             self._open[job] = record
             self._start_thread()
@@ -130,17 +135,23 @@ class JobBook:
         log.info("job %s of %s began on GPUs %s (%s)", job, user, gpus, lock)
         for old in stale:
             self._chunk(old)
-            report = self._report(old, ended=time.time())
+            report = self._report(old, ended=self.clock.wall())
             report["ended_by"] = f"job {job}'s prolog on its GPUs: its epilog never came"
             self._save(report)
             self._forget_open(old.job)
             log.warning("job %s: closed at job %s's start on its GPUs (no epilog)", old.job, job)
 
     def _start_thread(self) -> None:
-        """The chunk thread, once a job is open (called holding self._lock)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gpuenvd-jobs", daemon=True)
-            self._thread.start()
+        """The chunk thread (on virtual time, the clock's timer), once a job is open (called
+        holding self._lock)."""
+        if self._thread is not None or self._timer is not None or self._stop.is_set():
+            return
+        if self.clock.virtual:
+            call_every = self.clock.call_every  # type: ignore[attr-defined]
+            self._timer = call_every(self.chunk_s, self._close_chunks)
+            return
+        self._thread = threading.Thread(target=self._run, name="gpuenvd-jobs", daemon=True)
+        self._thread.start()
 
     def end(self, job: str) -> dict[str, Any]:
         """Close the job: its report, kept on disk. A job never begun: ConfigError."""
@@ -153,7 +164,7 @@ class JobBook:
                 hint="its prolog did not run, or its report was already closed",
             )
         self._chunk(record)
-        report = self._report(record, ended=time.time())
+        report = self._report(record, ended=self.clock.wall())
         self._save(report)
         self._forget_open(job)
         log.info("job %s of %s ended (%s)", job, record.user, record.lock)
@@ -167,7 +178,7 @@ class JobBook:
         folder = self._open_dir()
         if folder is None or not folder.is_dir():
             return []
-        now, taken = time.time(), []
+        now, taken = self.clock.wall(), []
         for path in sorted(folder.glob("*.json")):
             record = self._read_open(path)
             if record is None:
@@ -217,18 +228,23 @@ class JobBook:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._timer is not None:
+            self._timer.cancel()
 
     # -- chunks ---------------------------------------------------------------------------
 
     def _run(self) -> None:
         while not self._stop.wait(self.chunk_s):
-            with self._lock:
-                jobs = list(self._open.values())
-            for record in jobs:
-                try:
-                    self._chunk(record)
-                except GpuenvError as err:  # a GPU lost mid-job: the next chunk may read
-                    log.warning("job %s: telemetry chunk failed: %s", record.job, err)
+            self._close_chunks()
+
+    def _close_chunks(self) -> None:
+        with self._lock:
+            jobs = list(self._open.values())
+        for record in jobs:
+            try:
+                self._chunk(record)
+            except GpuenvError as err:  # a GPU lost mid-job: the next chunk may read
+                log.warning("job %s: telemetry chunk failed: %s", record.job, err)
 
     def _chunk(self, record: _Job) -> None:
         t1 = self.sampler.mark()

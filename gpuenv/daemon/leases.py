@@ -20,7 +20,6 @@ import atexit
 import logging
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -212,7 +211,7 @@ class LeaseManager:
                     )
             plan = self._plan(request, gpus)
             lease, owner = self._new_lease(peer, conn, plan, standing=standing, label=label)
-            me = Waiter(peer, plan, wait > 0, standing=standing)
+            me = Waiter(peer, plan, wait > 0, standing=standing, since=self.clock.wall())
             self._acquire(lease, owner, me, wait=wait, hangup=hangup)
         except GpuenvError as err:
             with self._cond:
@@ -274,13 +273,15 @@ class LeaseManager:
             request=plan.request.describe(),
             standing=standing,
             label=label,
-            granted_at=time.time(),
+            granted_at=self.clock.wall(),
             conn=None if standing else conn,
             command=command,
         )
         if not standing:
             return lease, None
-        return lease, standing_owner(token, peer, known[0], command, lease.request)
+        return lease, standing_owner(
+            token, peer, known[0], command, lease.request, self.clock.wall()
+        )
 
     def _acquire(
         self,
@@ -384,7 +385,8 @@ class LeaseManager:
             self.journal,
             kind="standing" if standing else "lease",
             supervise=False,  # the daemon itself is the watchdog
-            owner=owner or daemon_owner(plan.request.describe(), self._pid, self._start),
+            owner=owner
+            or daemon_owner(plan.request.describe(), self._pid, self._start, self.clock.wall()),
         )
         if not standing:
             atexit.unregister(lk.release)  # the daemon ends its locks itself

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import platform
 import socket
-import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -249,7 +248,7 @@ class GpuenvCollector:
         up.add_metric([], server.started_at)
         yield up
         scraped = gauge("gpuenv_scrape_time_seconds", "When this scrape was built (epoch)")
-        scraped.add_metric([], time.time())
+        scraped.add_metric([], server.clock.wall())
         yield scraped
 
 
@@ -376,7 +375,9 @@ def start_metrics(server: Server, listen: str) -> MetricsEndpoint:
     prom = _prometheus()
     registry = registry_for(server)
     try:
-        http = MetricsHTTP(host, port, lambda: bytes(prom.generate_latest(registry)))
+        http = MetricsHTTP(
+            host, port, lambda: bytes(prom.generate_latest(registry)), clock=server.clock.now
+        )
     except OSError as err:
         raise ConfigError(
             f"cannot serve metrics on {host}:{port}: {err.strerror or err}",

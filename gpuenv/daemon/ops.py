@@ -7,7 +7,6 @@ import dataclasses
 import itertools
 import os
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -45,10 +44,12 @@ class Operations:
         self.sampler = sampler
         self.clock = clock
         self.connections = connections
-        self.started_at = time.time()
+        self.started_at = clock.wall()  # epoch seconds; uptime counts on clock.now()
+        self._t0 = clock.now()
         self._ids = itertools.count(1)
         jobs_dir = leases.journal.path / "jobs"  # beside the journal: the daemon's own
-        self.jobs = JobBook(backend, infos, sampler, leases.lock_range, jobs_dir)
+        self.jobs = JobBook(backend, infos, sampler, leases.lock_range, jobs_dir, clock=clock)
+        auth.jobs = self.jobs.running  # the `job` rule, and other accounts' jobs' GPUs
 
     def _gpus(self, selector: list[int | str] | None) -> list[int]:
         if selector is None:
@@ -104,7 +105,7 @@ class Operations:
             "daemon": {
                 "pid": os.getpid(),
                 "version": version(),
-                "uptime_s": round(time.time() - self.started_at, 3),
+                "uptime_s": round(self.clock.now() - self._t0, 3),
                 "connections": self.connections(),
                 **self.leases.counters(),
             },

@@ -21,7 +21,6 @@ import os
 import queue
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -204,12 +203,12 @@ class Server:
         # reached the oldest generation: under load the Python heap grew ~180 KB per 1,000
         # requests between them (sys._debugmallocstats), given back by one gc.collect() (about
         # 1 ms on the frozen heap). One every COLLECT_EVERY_S keeps it flat.
-        last = time.monotonic()
+        last = self.clock.now()
         try:
             while not self._stop.wait(1.0):
-                if time.monotonic() - last >= COLLECT_EVERY_S:
+                if self.clock.now() - last >= COLLECT_EVERY_S:
                     gc.collect()
-                    last = time.monotonic()
+                    last = self.clock.now()
         finally:
             self.stop()
 
@@ -234,9 +233,7 @@ class Server:
             self._place.remove()
         for conn in self.conns.all():
             conn.hang_up()
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and len(self.conns):
-            time.sleep(0.01)
+        self.conns.wait_empty(timeout=5.0)
         if self._accept_thread is not None:
             self._accept_thread.join(timeout=2.0)
         if self._event_thread is not None:
@@ -275,7 +272,7 @@ class Server:
             except OSError:
                 if self._stop.is_set():
                     return
-                time.sleep(0.05)  # EMFILE and friends: back off, do not spin
+                self._stop.wait(0.05)  # EMFILE and friends: back off, do not spin
                 continue
             try:
                 peer = self.peer_of(sock)
@@ -289,6 +286,7 @@ class Server:
                 peer,
                 admin=self.auth.is_admin(peer),
                 on_drop=self.conns.count_drop,
+                now=self.clock.now(),
             )
             set_send_timeout(sock, SEND_TIMEOUT_S)
             refused = self.conns.admit(conn)
@@ -326,14 +324,14 @@ class Server:
                 if not n:
                     break
                 data = bytes(view[:n])
-                conn.last_active = time.monotonic()
+                conn.last_active = self.clock.now()
                 for line in reader.feed(data):
                     if line is None:
                         self.protocol_errors += 1
                         conn.send(protocol.error_reply(None, _TOO_LONG))
                         continue
                     reply = self.handle(conn, line)
-                    conn.last_active = time.monotonic()
+                    conn.last_active = self.clock.now()
                     if not conn.send(reply):
                         break
         finally:
@@ -351,8 +349,8 @@ class Server:
     def _idle_left(self, conn: Conn) -> float:
         """Seconds until `conn` counts as idle; a connection holding something never does."""
         if conn.subs or conn.windows or self.leases.held_by(conn.id):
-            conn.last_active = time.monotonic()
-        return conn.last_active + self.config.idle_timeout - time.monotonic()
+            conn.last_active = self.clock.now()
+        return conn.last_active + self.config.idle_timeout - self.clock.now()
 
     def handle(self, conn: Conn, line: bytes) -> dict[str, Any]:
         """Answer one request line; never raises."""

@@ -1,4 +1,5 @@
-"""What bench did before and around its reps, as frozen records: the warmup, how the first
+"""What bench did before and around its reps, as frozen records: the condition it measured
+in and for which GPUs, the warmup, how the first
 burst began (with what the state probe found and what a session knew of the
 temperature, records of their own), the burst schedule, and the sustained precondition.
 
@@ -19,6 +20,33 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
+
+
+@dataclass(frozen=True)
+class Conditioned:
+    """The state bench measured in, why it was chosen, and the GPUs its waits were for
+    (gpuenv.conditioning.Conditioner: the GPU fn runs on, never another of a session)."""
+
+    condition: str  # "burst", "sustained" or "none"
+    why: str  # 'clocks not locked: each burst starts from the cool, uncapped state'
+    gpus: tuple[int, ...] = ()  # the GPUs waited for or preconditioned (() in older files)
+
+    def to_extra(self) -> dict[str, Any]:
+        return {
+            "condition": self.condition,
+            "condition_why": self.why,
+            "condition_gpus": list(self.gpus),
+        }
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any]) -> Conditioned | None:
+        condition, why = extra.get("condition"), extra.get("condition_why")
+        gpus = extra.get("condition_gpus", [])
+        if not (isinstance(condition, str) and isinstance(why, str)):
+            return None
+        if not (isinstance(gpus, Sequence) and all(_int(g) for g in gpus)):
+            return None
+        return cls(condition, why, tuple(gpus))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from typing import IO, Any, TypeVar, overload
 from gpuenv._files import naming
 from gpuenv._records import JsonRecord, fields, from_dict, json_default, to_dict
 from gpuenv.errors import ConfigError, FileError
-from gpuenv.phases import BurstSchedule, Conditioning, FirstBurst, Wall, Warmup
+from gpuenv.phases import BurstSchedule, Conditioned, Conditioning, FirstBurst, Wall, Warmup
 from gpuenv.telemetry import Window
 from gpuenv.units import fmt_s
 from gpuenv.verdict import VERDICTS as VERDICTS  # its old home: gpuenv.results.VERDICTS
@@ -142,6 +142,12 @@ class Measurement(JsonRecord):
     def _extra(self) -> Mapping[str, Any]:
         extra = self.extra
         return extra if isinstance(extra, Mapping) else {}  # a file may hold junk
+
+    @property
+    def conditioned(self) -> Conditioned | None:
+        """The condition bench measured in ("burst", "sustained", "none"), why, and the GPUs
+        its waits were for."""
+        return Conditioned.from_extra(self._extra)
 
     @property
     def warmup(self) -> Warmup | None:

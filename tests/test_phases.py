@@ -14,6 +14,7 @@ from gpuenv.backend.sim import SimBackend
 from gpuenv.phases import (
     WALL_PHASES,
     BurstSchedule,
+    Conditioned,
     Conditioning,
     FirstBurst,
     StateProbe,
@@ -43,6 +44,10 @@ RECORDS = [
     BurstSchedule(3, 4, 0.025, 0.31, 1, 0, 0.1, power_seen=True),
     Conditioning(12.5, True, 1755.0, 61.0, True, 0.002),
     Conditioning(30.0, False, None, None, False, None),
+    Conditioned(
+        "burst", "clocks not locked: each burst starts from the cool, uncapped state", (1,)
+    ),
+    Conditioned("none", "asked for"),
 ]
 
 
@@ -297,6 +302,21 @@ def test_a_bench_now_holds_the_kept_files_keys_in_their_order():
 def test_values_of_the_wrong_type_read_as_no_record(extra):
     m = Measurement.build("x", [1.0], extra=extra)
     assert _records(m) == (None, None, None, None)
+
+
+def test_the_condition_reads_back_with_its_gpus_and_a_file_without_them_reads_none_waited():
+    sim = _sim()
+    m = gpuenv.bench(sim_kernel(sim, 0, seconds=1.4e-3), backend=sim, keep_trace=False)
+    assert (
+        m.conditioned == Conditioned("burst", m.extra["condition_why"], (0,))
+        and _reloaded(m).conditioned == m.conditioned
+    )
+    older = {"condition": "burst", "condition_why": "asked for"}  # written before the GPUs
+    assert Measurement.build("x", [1.0], extra=older).conditioned == Conditioned(
+        "burst", "asked for", ()
+    )
+    for bad in ({"condition": 1, "condition_why": "x"}, {**older, "condition_gpus": ["0"]}):
+        assert Measurement.build("x", [1.0], extra=bad).conditioned is None
 
 
 def test_an_extra_that_is_no_mapping_reads_as_no_record():

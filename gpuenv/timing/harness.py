@@ -22,7 +22,7 @@ from gpuenv.conditioning import Conditioner
 from gpuenv.conditioning.memory import gpu_key, process_memory
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
-from gpuenv.phases import BurstSchedule, FirstBurst, StateProbe, Wall, Warmup
+from gpuenv.phases import BurstSchedule, Conditioned, FirstBurst, StateProbe, Wall, Warmup
 from gpuenv.progress import Progress
 from gpuenv.reasons import Reason
 from gpuenv.results import Measurement, ResultStore
@@ -337,8 +337,7 @@ class _Run:
         self.clock = place.clock
         self.extra: dict[str, Any] = {  # published: the Measurement's, written only
             "mode": cfg.mode,
-            "condition": place.condition,
-            "condition_why": place.condition_why,
+            **Conditioned(place.condition, place.condition_why, (place.gpu,)).to_extra(),
             "policy": place.policy,
         }
 

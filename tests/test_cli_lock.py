@@ -55,6 +55,18 @@ def test_lock_then_restore() -> None:
     assert res.exit_code == 0 and "nothing to restore" in res.output
 
 
+def test_a_base_lock_says_the_mhz_it_locked() -> None:
+    """NVML locks to the base clock by a symbolic value and reports none: the lock says
+    what the clock reads under it (1590 MHz on the H100, GPU_FACTS), not only "the base
+    clock (TDP)"."""
+    res = run("lock", "--sm", "base", "-i", "0")
+    assert res.exit_code == 0, res.output
+    assert "locked SM the base clock (TDP)" in res.output
+    assert "GPU 0 (NVIDIA H100 80GB HBM3): the base clock is 1590 MHz" in res.output
+    assert state()[0][0] == (1590, 1590)
+    assert run("restore").exit_code == 0
+
+
 def test_conflict_exit_5_names_the_owner_and_force_takes_over() -> None:
     before = state()
     assert run("lock", "--sm", "1350").exit_code == 0

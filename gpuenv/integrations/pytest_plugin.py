@@ -262,6 +262,24 @@ def _state(config: pytest.Config) -> _State | None:
     return getattr(config, _STATE_KEY, None)
 
 
+def _refuse_options_alone(config: pytest.Config) -> None:
+    """--gpuenv-policy=reject or --gpuenv-gpu without --gpuenv would do nothing, silently: a
+    gate asked to reject would pass everything. A usage error, as pytest's own options."""
+    given = []
+    policy = config.getoption("--gpuenv-policy", default="annotate")
+    if policy != "annotate":
+        given.append(f"--gpuenv-policy={policy}")
+    selector = config.getoption("--gpuenv-gpu", default="all")
+    if selector != "all":
+        given.append(f"--gpuenv-gpu={selector}")
+    if given:
+        raise pytest.UsageError(
+            f"{' and '.join(given)} without --gpuenv does nothing: no benchmark is sampled "
+            "or judged. Add --gpuenv (GPU telemetry and a verdict for each pytest-benchmark "
+            "benchmark), or drop the option"
+        )
+
+
 # before pytest-benchmark's (trylast) configure, which compares machine_info with a saved run
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
@@ -269,6 +287,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.getoption("--gpuenv", default=False)
         or config.getoption("--gpuenv-sync", default=False)
     ):
+        _refuse_options_alone(config)
         return
     state = _State(config)
     setattr(config, _STATE_KEY, state)

@@ -160,18 +160,8 @@ def create_temp(dir_fd: int, name: str, mode: int = 0o600, *, tag: str = "") -> 
             )
         except FileExistsError:
             continue
-        except OSError as err:  # named by its directory: ".NAME.<random>.tmp" names no place
-            raise OSError(err.errno, err.strerror, _dir_name(dir_fd, name)) from err
         return fd, tmp
-    raise FileExistsError(errno.EEXIST, "no unused temporary name", _dir_name(dir_fd, name))
-
-
-def _dir_name(dir_fd: int, name: str) -> str:
-    """The directory `dir_fd` as a path (Linux's /proc), else the file `name` it was for."""
-    try:
-        return os.readlink(f"/proc/self/fd/{dir_fd}")
-    except OSError:
-        return name
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", name)
 
 
 def write_all(fd: int, data: bytes, write: Callable[[int, Any], int] = os.write) -> None:

@@ -10,7 +10,7 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -98,8 +98,9 @@ _JOB_ENV = (
 )
 
 
-def job_metadata(env: Any) -> dict[str, str]:
-    """The scheduler's job this process runs in ({} outside one): ids, rank, node."""
+def job_metadata(env: Mapping[str, str]) -> dict[str, str]:
+    """The scheduler's job this process runs in ({} outside one): ids, rank, node, read
+    from `env` (the process's environment, `os.environ`)."""
     for scheduler, marker, fields in _JOB_ENV:
         if env.get(marker):
             out = {"scheduler": scheduler}

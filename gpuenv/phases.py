@@ -172,7 +172,7 @@ class FirstBurst:
     wait_s: float  # the wait before the first burst (0.0: none)
     ready: bool  # the GPU was found ready (False: the wait ran out first)
     # the first burst began with bench, its warmup the burst's beginning; None: a session's
-    # wait, which does not decide it (see gpuenv.timing.harness._Run._condition)
+    # wait, which does not decide it (see gpuenv.timing.harness._Run._first_burst)
     from_start: bool | None = None
     cold_start: bool = False  # begun on an idle GPU: waited for samples a refresh later
     state_probe: StateProbe | None = None  # what the state probe found (None: no probe)

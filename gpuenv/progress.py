@@ -20,12 +20,14 @@ line is drawn, never what is measured.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
 import sys
 import threading
 import time
+import warnings
 from typing import IO, Any
 
 from gpuenv.table import cut, display_width
@@ -72,6 +74,45 @@ def sized(path: str | os.PathLike[str]) -> str:
     except OSError:
         return os.fspath(path)
     return f"{os.fspath(path)} ({size / 1e6:.0f} MB)" if size >= 1e6 else os.fspath(path)
+
+
+class _MakeRoom(logging.Filter):
+    """On gpuenv's logger while a line may be drawn: each record takes the line off first
+    (Python's last-resort handler writes a WARNING to stderr, the line's terminal)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        make_room()
+        return True
+
+
+_ROOM = _MakeRoom()
+_plain_showwarning: Any = None  # warnings.showwarning as it was before a line was drawn
+
+
+def _show_warning(*args: Any, **kwargs: Any) -> None:
+    """warnings.showwarning while a line may be drawn: the line off, then the warning as
+    it was shown before (Python's own in a script, the CLI's one-line form)."""
+    make_room()
+    (_plain_showwarning or warnings._showwarning_orig)(*args, **kwargs)  # type: ignore[attr-defined]
+
+
+def _hook() -> None:
+    """While any line is on (the first one entered): a warning or a log record of gpuenv's
+    takes the line off before it is written, in a Python script as in the CLI."""
+    global _plain_showwarning
+    if warnings.showwarning is not _show_warning:
+        _plain_showwarning = warnings.showwarning
+        warnings.showwarning = _show_warning
+    logging.getLogger("gpuenv").addFilter(_ROOM)
+
+
+def _unhook() -> None:
+    """The last line ended: warnings and logging as they were (unless replaced since)."""
+    global _plain_showwarning
+    if warnings.showwarning is _show_warning and _plain_showwarning is not None:
+        warnings.showwarning = _plain_showwarning
+    _plain_showwarning = None
+    logging.getLogger("gpuenv").removeFilter(_ROOM)
 
 
 def make_room() -> None:
@@ -163,6 +204,8 @@ class Progress:
                 if _nested:  # the line around this one: drawn again at its next update
                     outer = _nested[-1]
                     outer._drawn, outer._drawn_at = False, -math.inf
+                else:
+                    _unhook()
 
     def _write(self, data: str) -> None:
         try:
@@ -174,6 +217,8 @@ class Progress:
     def __enter__(self) -> Progress:
         if self.on:
             with _nested_lock:
+                if not _nested:
+                    _hook()
                 _nested.append(self)
         self.tick()  # drawn at once where no delay is asked for
         if self.on and self.text and self._ticker is None:

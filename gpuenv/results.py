@@ -410,11 +410,18 @@ def load_runs(path: str | os.PathLike[str]) -> list[Run]:
             runs.setdefault(run_id, ({}, []))[1].append(_measurement(record, p, lineno))
         else:
             bad.append(lineno)
+    if not runs:  # said first and alone: a line count would only hide what is wrong
+        hint = "pass a .jsonl file written by gpuenv (gpuenv run -o, Results.save)"
+        if bad:
+            raise ConfigError(
+                f"{p} is not a gpuenv results file: none of its {len(bad)} lines is a gpuenv "
+                "record",
+                hint=hint,
+            )
+        raise ConfigError(f"{p} holds no gpuenv run", hint=hint)
     if bad:
         shown = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
         warnings.warn(f"{p}: skipped {len(bad)} unreadable line(s): {shown}", stacklevel=2)
-    if not runs:
-        raise ConfigError(f"{p} holds no gpuenv run", hint="pass a .jsonl file written by gpuenv")
     return [Run(dict(meta, run_id=rid), tuple(ms)) for rid, (meta, ms) in runs.items()]
 
 

@@ -82,6 +82,18 @@ def number(
     return x
 
 
+def fraction(value: Any, name: str) -> float:
+    """A relative change as a fraction in [0, 1] (0.05 = 5%): a number above 1 is refused,
+    as a percentage written where a fraction is read ('5' meant 5%, and would read 500%)."""
+    x = number(value, name, lo=0, hint="a fraction: 0.05 = 5%")
+    if x > 1:
+        raise ConfigError(
+            f"{name} {_num(x)} reads as {x:.0%}: it takes a fraction, not a percentage",
+            hint=f"0.05 = 5%: for {_num(x)}%, give {name} {_num(x / 100)}",
+        )
+    return x
+
+
 def integer(
     value: Any,
     name: str,

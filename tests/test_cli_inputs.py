@@ -101,6 +101,20 @@ def test_compare_gates_refuse_what_they_cannot_judge(flag: str, value: str, good
     refused(run("compare", flag, value, str(good_run), str(good_run)), flag)  # ours or click's
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "instead"), [("--fail-above", "5", "0.05"), ("--min-change", "2.5", "0.025")]
+)
+def test_compare_reads_a_fraction_and_refuses_a_percentage(
+    flag: str, value: str, instead: str, good_run: Path
+) -> None:
+    """`--fail-above 5` meant 5% and gated on 500% (a 6x slowdown passed): refused, with
+    the fraction it meant; 1.0 (100%) is still a gate one may ask for."""
+    proc = run("compare", flag, value, str(good_run), str(good_run))
+    refused(proc, f"{flag} {value} reads as {float(value):.0%}: it takes a fraction")
+    assert f"give {flag} {instead}" in proc.output
+    assert run("compare", flag, "1", str(good_run), str(good_run)).exit_code == 0
+
+
 def test_plot_to_an_empty_name_writes_nothing_elsewhere(good_run: Path) -> None:
     refused(run("plot", str(good_run), "-o", ""), "-o must be a file path")
     assert not good_run.with_suffix(".png").exists()

@@ -55,6 +55,18 @@ def test_lock_then_restore() -> None:
     assert res.exit_code == 0 and "nothing to restore" in res.output
 
 
+def test_a_base_lock_says_the_mhz_it_locked() -> None:
+    """NVML locks to the base clock by a symbolic value and reports none: the lock says
+    what the clock reads under it (1590 MHz on the H100, GPU_FACTS), not only "the base
+    clock (TDP)"."""
+    res = run("lock", "--sm", "base", "-i", "0")
+    assert res.exit_code == 0, res.output
+    assert "locked SM the base clock (TDP)" in res.output
+    assert "GPU 0 (NVIDIA H100 80GB HBM3): the base clock is 1590 MHz" in res.output
+    assert state()[0][0] == (1590, 1590)
+    assert run("restore").exit_code == 0
+
+
 def test_conflict_exit_5_names_the_owner_and_force_takes_over() -> None:
     before = state()
     assert run("lock", "--sm", "1350").exit_code == 0
@@ -213,6 +225,36 @@ def test_separate_commands_see_each_other() -> None:
     restored = gpuenv("restore")
     assert restored.returncode == 0 and "restored GPU 0" in restored.stdout
     assert state() == before
+
+
+def test_the_simulated_machine_keeps_its_gpu_count_with_its_state() -> None:
+    """A lock taken with GPUENV_SIM_GPUS=4 is found by commands that do not repeat it: the
+    machine's count is kept with its settings, as a real machine keeps its GPUs. Another
+    count is refused while a GPU holds a changed setting, and allowed once restored."""
+    cmd = [sys.executable, "-c", "from gpuenv.cli import main; main()", "--sim"]
+    plain = {k: v for k, v in os.environ.items() if k != "GPUENV_SIM_GPUS"}
+    plain["PYTHONPATH"] = str(ROOT)
+
+    def gpuenv(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*cmd, *args], env={**plain, **env}, capture_output=True, text=True, timeout=60
+        )
+
+    locked = gpuenv("lock", "-i", "2", "--power-limit", "450", GPUENV_SIM_GPUS="4")
+    assert locked.returncode == 0, locked.stderr
+    status = gpuenv("status")
+    assert status.returncode == 0 and "4 GPUs" in status.stdout, status.stdout
+    two = gpuenv("status", GPUENV_SIM_GPUS="2")
+    assert two.returncode == 2, two.stdout
+    assert "has 4 GPUs, and GPU 2 holds a setting gpuenv changed" in two.stderr
+    assert "leave GPUENV_SIM_GPUS unset (or set it to 4)" in two.stderr
+    restored = gpuenv("restore")
+    assert restored.returncode == 0, restored.stderr
+    assert "restored GPU 2" in restored.stdout and "power limit back to 700 W" in restored.stdout
+    after = gpuenv("status").stdout
+    assert "4 GPUs" in after and "/450" not in after, after
+    two = gpuenv("status", GPUENV_SIM_GPUS="2")  # nothing changed is kept: another count
+    assert two.returncode == 0 and "2 GPUs" in two.stdout, two.stderr
 
 
 @pytest.mark.gpu

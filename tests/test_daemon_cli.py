@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import pwd
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,29 @@ def test_serve_and_list_leases(tmp_path: Path) -> None:
         assert "gpuenvd stopped" in d.log.read_text()
     finally:
         d.close()
+
+
+@pytest.fixture
+def unwritable(tmp_path: Path) -> Iterator[Path]:
+    """A directory no account may add a name to, root included (chattr +i)."""
+    place = tmp_path / "sockets"
+    place.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["chattr", "+i", str(place)]).returncode != 0:
+        pytest.skip("an immutable directory needs root and chattr")
+    try:
+        yield place
+    finally:
+        subprocess.run(["chattr", "-i", str(place)], check=True)
+
+
+def test_a_socket_it_cannot_make_names_its_directory_not_a_temporary_name(
+    sim_env: Path, unwritable: Path
+) -> None:
+    """gpuenvd binds in a private directory made beside the socket (a random name), then
+    renames the socket out: an account that may not write there is told which directory,
+    and what moves the socket, not `.sock.7d2515d4228431bf`."""
+    result = CliRunner().invoke(cli, ["daemon", "--socket", str(unwritable / "sock")])
+    assert result.exit_code == 4, result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("gpuenv: error:")]
+    assert f"gpuenvd's socket {unwritable}/sock: operation not permitted on {unwritable}:" in line
+    assert "(--socket or GPUENV_SOCKET says where)" in line and ".sock." not in line

@@ -17,7 +17,7 @@ from gpuenv import ops
 
 ROOT = Path(__file__).resolve().parent.parent
 # what a build reads: the wheel holds the package and its data, the metadata reads the rest
-SOURCES = ("pyproject.toml", "README.md", "gpuenv")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "gpuenv")
 # what pip says when no package index answers (not "No matching distribution found" alone:
 # a misspelled dependency says that too, and must fail)
 OFFLINE = (
@@ -117,3 +117,17 @@ def test_the_installed_wheel_holds_every_operations_file(venv: Path, tmp_path: P
     assert out.returncode == 0, out.stderr
     prolog = tmp_path / "gpuenv-prolog.sh"
     assert prolog.read_bytes() == ops.read("prolog") and os.access(prolog, os.X_OK)
+
+
+def test_the_wheel_carries_the_license_it_declares(venv: Path) -> None:
+    """pyproject declares Apache-2.0: the wheel carries the full text, and its metadata
+    names both the licence and the file."""
+    text = (ROOT / "LICENSE").read_text()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"], text[:200]
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+    (info,) = venv.glob("lib/python*/site-packages/gpuenv-*.dist-info")
+    assert (info / "licenses" / "LICENSE").read_text() == text
+    metadata = (info / "METADATA").read_text().split("\n\n")[0].splitlines()
+    assert "License-Expression: Apache-2.0" in metadata
+    assert "License-File: LICENSE" in metadata

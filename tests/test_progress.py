@@ -256,6 +256,31 @@ with Progress("busy", delay_s=0) as p:
     assert b"\rstill busy" in after  # and drawn again below it
 
 
+def test_a_scripts_warning_or_log_record_gets_a_line_of_its_own() -> None:
+    """In a Python script (not the CLI: Python's own showwarning, the logging module's
+    last-resort handler) a warning and a gpuenv log record written while the line shows
+    each start on a clean line, and warnings are shown as before once the line is gone."""
+    script = """
+import logging, time, warnings
+from gpuenv.progress import Progress
+plain = warnings.showwarning
+with Progress("busy", delay_s=0) as p:
+    warnings.warn("the clock fell")
+    logging.getLogger("gpuenv.timing").warning("timing without telemetry")
+    time.sleep(0.15)
+    p.update("still busy")
+print(warnings.showwarning is plain, logging.getLogger("gpuenv").filters == [])
+"""
+    code, out, seen = on_a_terminal([sys.executable, "-c", script])
+    assert code == 0 and out == "True True\n", (out, seen)
+    before, after = seen.split(b"UserWarning: the clock fell")
+    line_start = before.rsplit(b"\r\x1b[K", 1)[1]
+    assert b"busy" not in line_start, seen  # the line was taken off before the warning
+    before, after = after.split(b"timing without telemetry")
+    assert before.endswith(b"\r\x1b[K") or before.endswith(b"\n"), seen
+    assert b"\rstill busy" in after  # and drawn again below them
+
+
 def test_a_line_of_wide_characters_is_cut_to_the_terminals_columns(monkeypatch) -> None:
     """A path in CJK takes two columns a character: cut by len() it wrapped, and a wrapped
     line cannot be redrawn in place."""

@@ -193,6 +193,20 @@ def test_plugin_is_inert_without_the_flag_or_without_pytest_benchmark(pytester, 
     assert not [x for x in result.stdout.lines if x.startswith("gpuenv")]
 
 
+def test_a_gpuenv_option_without_gpuenv_is_a_usage_error(pytester, sim_env):
+    """--gpuenv-policy=reject (or --gpuenv-gpu) alone samples and judges nothing: said as
+    a usage error naming --gpuenv, never a run that passes as if a gate had run."""
+    pytester.makepyfile("def test_plain():\n    assert True\n")
+    for option in ("--gpuenv-policy=reject", "--gpuenv-gpu=1"):
+        result = pytester.runpytest_subprocess(*plugin_args(), option, "-p", "no:cacheprovider")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+        result.stderr.fnmatch_lines([f"*{option} without --gpuenv does nothing*Add --gpuenv*"])
+    result = pytester.runpytest_subprocess(
+        *plugin_args(), "--gpuenv-policy=reject", "--gpuenv", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
+
+
 # A suite as pytest-benchmark's docs write one: plain, parametrised, pedantic, a marker
 DOCS_SUITE = """
 import time

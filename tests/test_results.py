@@ -219,6 +219,21 @@ def test_unreadable_or_empty_files_give_a_clear_error(tmp_path):
         ResultStore(tmp_path / "empty.jsonl" / "x.jsonl", {})
 
 
+def test_a_file_that_is_not_results_says_so_first_and_alone(tmp_path):
+    """`gpuenv compare r.jsonl bench.py`: a script is no results file, said once, before
+    (and instead of) a warning about each of its lines."""
+    import warnings
+
+    script = tmp_path / "bench.py"
+    script.write_text("import gpuenv\n\ndef main():\n    print(1)\n\nmain()\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a line warning would raise here, before the error
+        with pytest.raises(ConfigError) as err:
+            load_run(script)
+    assert "bench.py is not a gpuenv results file: none of its 4 lines" in str(err.value)
+    assert "pass a .jsonl file written by gpuenv" in str(err.value)
+
+
 def test_results_save_writes_a_run(tmp_path):
     results = Results({"host": "h"})
     results.add(measurement("a"))

@@ -184,6 +184,31 @@ def test_lock_held_during_the_run_and_restored_after_a_sigkill_of_the_command(tm
     assert Journal().entries() == []
 
 
+def test_a_standing_lock_it_did_not_take_is_named_not_called_unlocked(sim):
+    """root's standing lock holds the SM at 1500 MHz while `gpuenv run` takes none: the
+    summary says the clocks are locked, by whom and to what (its SM column reads 1500),
+    never "clocks not locked"; once restored, it says they are not."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    locked = subprocess.run(
+        [*GPUENV, "--sim", "lock", "--sm", "1500", "-i", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
+    assert locked.returncode == 0, locked.stderr
+    try:
+        result = gpuenv_run("--", "true")
+        assert result.returncode == 0, result.stderr
+        head = result.stderr.splitlines()[0]
+        assert "clocks not locked" not in head, head
+        assert "clocks locked (SM 1500 MHz) by a standing lock (root: " in head, head
+        assert "--sim lock --sm 1500 -i 0, since " in head, head
+    finally:
+        subprocess.run([*GPUENV, "--sim", "restore"], env=env, capture_output=True, timeout=30)
+    assert "; clocks not locked" in gpuenv_run("--", "true").stderr.splitlines()[0]
+
+
 def test_lock_restored_when_gpuenv_itself_is_killed(tmp_path, sim):
     child = script(
         tmp_path,

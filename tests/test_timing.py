@@ -431,3 +431,30 @@ def test_a_session_bench_under_cuda_visible_devices_samples_that_gpu_where_it_sa
         assert env.bench(kernel, name="gemm", max_reps=20).gpus == (3,)
     with gpuenv.stable(backend=node, gpus=[1]) as env:  # GPU 3 not sampled: the session's
         assert env.bench(timing.sim_kernel(node, 1), name="gemm", max_reps=20).gpus == (1,)
+
+
+@pytest.mark.parametrize("torch", ["missing", "no CUDA"])
+def test_no_gpu_tells_a_python_caller_how_to_time_the_simulated_one(
+    monkeypatch: pytest.MonkeyPatch, torch: str
+) -> None:
+    """gpuenv.bench(fn) from Python with no GPU (no torch, or a torch that sees no CUDA
+    GPU): the hint names what a script can set (GPUENV_BACKEND=sim, or backend=), not only
+    the command line's --sim; and what it names opens the simulated GPU."""
+    import types
+
+    import gpuenv
+
+    cuda = types.SimpleNamespace(is_available=lambda: False)
+    fake = None if torch == "missing" else types.SimpleNamespace(cuda=cuda)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.delenv("GPUENV_BACKEND", raising=False)
+    with pytest.raises(ConfigError) as err:
+        gpuenv.bench(lambda: None)
+    said = str(err.value)
+    assert ("needs PyTorch" if torch == "missing" else "torch sees no CUDA GPU") in said
+    assert "GPUENV_BACKEND=sim" in said and "backend=gpuenv.open_backend('sim')" in said
+    sim = gpuenv.open_backend("sim")
+    try:
+        assert sim.capabilities.simulated and sim.workload is not None
+    finally:
+        sim.close()

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuenv.backend.base import Capabilities, Workload
+from gpuenv.backend.sim_core import kept_machine
 from gpuenv.backend.sim_details import SimDetails
 from gpuenv.backend.sim_faults import BACKEND_OPS, FAULT_KINDS, WORKLOAD_OPS, Fault
 from gpuenv.backend.sim_profiles import PROFILES, SimProfile
@@ -194,9 +195,9 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
 
         env = os.environ
         profile = env.get("GPUENV_SIM_PROFILE", "").strip() or "h100"
-        gpus_text = env.get("GPUENV_SIM_GPUS", "").strip() or "1"
+        gpus_text = env.get("GPUENV_SIM_GPUS", "").strip()
         try:
-            n_gpus = int(gpus_text)
+            asked = int(gpus_text) if gpus_text else None
         except ValueError:
             raise ConfigError(
                 f"GPUENV_SIM_GPUS={gpus_text!r} is not a number", hint="use 1 to 64"
@@ -214,6 +215,7 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
                 f"GPUENV_SIM_SEED={env['GPUENV_SIM_SEED']!r} is not a whole number",
                 hint="use 0, 1, 2 ...",
             )
+        n_gpus = _gpu_count(asked, state, profile, int(seed))
         return cls(profile, n_gpus=n_gpus, root=root, seed=int(seed), state_file=state)
 
     def __enter__(self) -> SimBackend:
@@ -286,6 +288,27 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
                 contexts=tuple(g.contexts),
                 t=g.t_ns * 1e-9,
             )
+
+
+def _gpu_count(
+    asked: int | None, state: str | os.PathLike[str] | None, profile: str, seed: int
+) -> int:
+    """The simulated machine's GPU count: GPUENV_SIM_GPUS (`asked`), else the count its
+    state file keeps (a lock taken with GPUENV_SIM_GPUS=4 is found by a later command that
+    does not repeat it), else 1. A count that differs from the kept one is refused while a
+    GPU the other count would drop or rebuild holds a changed setting."""
+    kept = kept_machine(state, profile, seed) if state is not None else None
+    if asked is None:
+        return kept[0] if kept is not None else 1
+    if kept is not None and kept[0] != asked and kept[1]:
+        gpus = ", ".join(str(i) for i in kept[1])
+        raise ConfigError(
+            f"GPUENV_SIM_GPUS={asked}, but the simulated machine {state} has {kept[0]} GPUs, "
+            f"and GPU {gpus} holds a setting gpuenv changed (a lock or a power limit)",
+            hint=f"leave GPUENV_SIM_GPUS unset (or set it to {kept[0]}); to change the "
+            "count, run 'gpuenv --sim restore -i all' first",
+        )
+    return asked
 
 
 def _root_from_env(text: str, state: str | os.PathLike[str] | None) -> bool:

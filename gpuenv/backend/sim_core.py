@@ -337,3 +337,29 @@ class SimCore:
 
 
 __all__ = ["SimCore"]
+
+
+def kept_machine(
+    state: str | os.PathLike[str], profile: str, seed: int
+) -> tuple[int, list[int]] | None:
+    """The simulated machine its state file keeps: its GPU count and the GPUs whose settings
+    differ from the card's defaults (locked, a power limit). None: no file yet, or one of
+    another machine (profile, seed). A machine keeps its GPUs, as a real one does: a command
+    that names no count (GPUENV_SIM_GPUS) sees the count the settings were written with."""
+    try:
+        data = StateFile(state).read()
+        p = get_profile(profile)
+    except (ConfigError, OSError):
+        return None  # opening the backend says what is wrong with the place, as before
+    if not data or data.get("profile") != p.key or data.get("seed") != seed:
+        return None
+    entries = data.get("gpus")
+    n = data.get("n_gpus")
+    if not isinstance(n, int) or not isinstance(entries, list) or len(entries) != n:
+        return None
+    changed = []
+    for i, entry in enumerate(entries):
+        with contextlib.suppress(KeyError, TypeError, ValueError, IndexError):
+            if Settings.from_json(entry) != Settings.defaults(p):
+                changed.append(i)
+    return n, changed

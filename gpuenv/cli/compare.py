@@ -23,6 +23,7 @@ import sys
 
 import click
 
+from gpuenv import validate
 from gpuenv.cli._common import checked, handle_errors
 from gpuenv.errors import ConfigError
 
@@ -49,7 +50,7 @@ from gpuenv.errors import ConfigError
     type=click.FloatRange(0.0),
     default=0.01,
     show_default=True,
-    callback=checked("--min-change", lo=0),
+    callback=checked("--min-change", validate.fraction),
     help="Smallest relative change called faster or slower (0.01 = 1%); a "
     "smaller one reads 'no change', whatever its p-value.",
 )
@@ -58,7 +59,7 @@ from gpuenv.errors import ConfigError
     type=click.FloatRange(0.0),
     default=None,
     metavar="FRACTION",
-    callback=checked("--fail-above", lo=0),  # a gate never passes on NaN
+    callback=checked("--fail-above", validate.fraction),  # never NaN, never 5 for 5%
     help="Exit 1 if a measurement is significantly slower by more than this "
     "(0.05 = 5%) and by at least --min-change: a CI gate.",
 )

@@ -21,7 +21,7 @@ from gpuenv.cli._common import (
     lock_options,
     open_from_ctx,
 )
-from gpuenv.errors import LockConflict, ReadOnlyError
+from gpuenv.errors import GpuenvError, LockConflict, ReadOnlyError
 
 if TYPE_CHECKING:
     from gpuenv.backend import Backend
@@ -65,7 +65,7 @@ def lock(
     """
     from gpuenv.clocks import decide, describe_target, make_request, plan_lock
     from gpuenv.clocks.journal import Journal
-    from gpuenv.clocks.request import CLI_NAMES
+    from gpuenv.clocks.request import CLI_NAMES, TDP_LOCK
     from gpuenv.locking import acquire
 
     # judged first, in the flags' names (the Python API's own check names its parameters)
@@ -102,6 +102,8 @@ def lock(
                 )
             else:
                 click.echo(f"{gp.name}: locked {describe_target(gp.applied)} (was: {_was(gp)})")
+            if gp.applied.locked_sm == TDP_LOCK:
+                click.echo(f"{gp.name}: {_base_reads(backend, gp.index)}")
         for note in held.notes:
             click.echo(f"note: {note}")
         if hasattr(held, "client"):
@@ -109,6 +111,22 @@ def lock(
         click.echo("the lock stays until 'gpuenv restore'")
     finally:
         backend.close()
+
+
+def _base_reads(backend: Backend, index: int) -> str:
+    """The MHz a base-clock lock holds, as the SM clock reads it just after: NVML locks to
+    the base clock by a symbolic value and reports no base clock to say what that is."""
+    from gpuenv.telemetry.samples import DRIVER_REFRESH_S
+
+    backend.clock.sleep(DRIVER_REFRESH_S)  # a reading the driver latched after the lock
+    try:
+        mhz = backend.read_fast(index).sm_mhz
+    except GpuenvError as err:
+        return f"the base clock's MHz could not be read ({err}); 'gpuenv status' shows the clock"
+    return (
+        f"the base clock is {mhz} MHz (the SM clock as read now: NVML locks to the base clock "
+        "by name and does not report its value)"
+    )
 
 
 def _was(gp: GpuPlan) -> str:

@@ -199,7 +199,7 @@ def _calibrate_one(
             [g],
             device.clock,
             config=cc,
-            progress=_progress(progress, g, line),
+            progress=_progress(progress, g, line, duration_s),
         )
         end = device.clock.now()
         final = sampler.samples(end - cc.sustained_window_s, end, g)
@@ -294,26 +294,26 @@ def _runner(device: timing.Device, fn: Callable[[], Any]) -> Callable[[float], f
 
 
 def _progress(
-    out: IO[str] | None, gpu: int, line: Progress | None
+    out: IO[str] | None, gpu: int, line: Progress | None, duration_s: float
 ) -> Callable[[str, bool], None] | None:
-    """Each chunk's line: redrawn in place on a terminal (gpuenv.progress), else one line
-    every 5 s of load (a log keeps the history)."""
+    """Each chunk's line, redrawn in place on a terminal (gpuenv.progress); elsewhere (a
+    log, a pipe) one line as the load starts, saying what runs and for at most how long:
+    a line a chunk would fill a log with what the result then says (20 for a calibration)."""
     if out is None:
         return None
-    last = [-1.0]
+    said = [False]
 
     def show(text: str, settled: bool = False) -> None:
         # "preconditioning  12.3 s: ..." -> "gpuenv calibrate GPU 0: load 12.3 s: ..."
-        try:
-            elapsed = float(text.split("preconditioning", 1)[1].split("s:", 1)[0])
-        except (IndexError, ValueError):
-            elapsed = 0.0
         text = f"gpuenv calibrate GPU {gpu}: " + text.replace("preconditioning", "load").strip()
         if line is not None and line.on:
             line.update(text)
-        elif not enabled(out) and elapsed - last[0] >= 5.0 and not quiet():
-            last[0] = elapsed
-            out.write(text + "\n")
+        elif not enabled(out) and not said[0] and not quiet():
+            said[0] = True
+            out.write(
+                f"gpuenv calibrate GPU {gpu}: load until clock and temperature reach "
+                f"equilibrium (at most {duration_s:g} s)\n"
+            )
             out.flush()
 
     return show

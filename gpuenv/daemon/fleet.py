@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import GpuenvError
+
+if TYPE_CHECKING:
+    from gpuenv.daemon.serverview import Server
 
 # dcgm-exporter's per-GPU labels, as the other gpuenv families carry them (daemon/metrics.py)
 LABELS = ["gpu", "UUID", "pci_bus_id", "modelName", "Hostname"]
 
 
-def fleet_metrics(server: Any, hostname: str) -> Any:
+def fleet_metrics(server: Server, hostname: str) -> Any:
     """`gpuenv_gpu_sustained_sm_mhz` per calibrated GPU (none for a GPU never calibrated)."""
     from prometheus_client.core import GaugeMetricFamily
 
@@ -42,7 +45,7 @@ def fleet_metrics(server: Any, hostname: str) -> Any:
     yield fam
 
 
-def check_metrics(server: Any, hostname: str) -> Any:
+def check_metrics(server: Server, hostname: str) -> Any:
     """Root's last `gpuenv check` (gpuenv.check.store), per GPU that has one: each kernel's
     median time per call and the sustained matmul's clock, alone and all at once, whether
     the check named the GPU, its rank, and when it ran."""

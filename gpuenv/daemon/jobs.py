@@ -30,13 +30,16 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuenv.backend import Backend, DeviceInfo
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.telemetry import Sampler
 from gpuenv.telemetry.window import Window, merge_windows
 from gpuenv.timebase import REAL_CLOCK, Clock, Timer
+
+if TYPE_CHECKING:
+    from gpuenv.daemon.serverview import Server
 
 log = logging.getLogger("gpuenv.daemon")
 
@@ -413,7 +416,7 @@ def job_ops() -> tuple[Any, Any, Any]:
     return op_job_begin, op_job_end, op_job_report
 
 
-def job_metrics(server: Any) -> Any:
+def job_metrics(server: Server) -> Any:
     """`gpuenv_gpu_job{UUID, jobid, user} 1` per GPU of a running job: one info series to join
     on UUID (`* on(UUID) group_left(jobid, user)`), so no other series carries a job label."""
     from prometheus_client.core import GaugeMetricFamily

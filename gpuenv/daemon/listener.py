@@ -24,7 +24,7 @@ import stat
 from gpuenv._files import open_dir
 from gpuenv.daemon.auth import DEFAULT_SOCKET
 from gpuenv.daemon.connection import socket_answers
-from gpuenv.errors import ConfigError
+from gpuenv.errors import ConfigError, FileError
 
 log = logging.getLogger("gpuenv.daemon")
 
@@ -101,6 +101,17 @@ class SocketPlace:
         try:
             self._check_existing(dfd)
             sock = self._bind_private(dfd, gid)
+        except OSError as err:
+            os.close(dfd)
+            # the names made here are relative to the directory (a private directory, then
+            # the socket renamed out of it): said alone, ".sock.7d25..." names no place
+            raise FileError(
+                self.directory,
+                err.errno,
+                detail=err.strerror or str(err),
+                where=f"gpuenvd's socket {self.path}",
+                setting="--socket or GPUENV_SOCKET",
+            ) from err
         except BaseException:
             os.close(dfd)
             raise

@@ -32,33 +32,12 @@ import contextlib
 import platform
 import socket
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
-from gpuenv.backend import Backend, DeviceInfo
 from gpuenv.daemon.auth import METRICS_PORT, parse_listen
-from gpuenv.daemon.leases import LeaseManager
+from gpuenv.daemon.serverview import Server
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.reasons import COUNTERS, REASON_NAMES, info
-from gpuenv.telemetry import Sampler
-from gpuenv.timebase import Clock
-
-
-class Server(Protocol):
-    """What the endpoint reads of the daemon (gpuenv.daemon.server.Server is one)."""
-
-    backend: Backend
-    infos: list[DeviceInfo]
-    sampler: Sampler
-    clock: Clock
-    leases: LeaseManager
-    started_at: float
-    requests: int
-    protocol_errors: int
-
-    def connections(self) -> int: ...
-
-    def subscribers_dropped(self) -> int: ...
-
 
 DEFAULT_PORT = METRICS_PORT
 # dcgm-exporter's per-GPU labels (its render_metrics.go): the join keys. The host twice:

@@ -63,6 +63,10 @@ class Operations:
         return select_gpus(self.backend, selector)
 
     def op_hello(self, conn: Conn, versions: list[int], client: str | None) -> dict[str, Any]:
+        """The handshake: the newest protocol version both sides speak, who the daemon
+        takes the peer to be (its credentials, not what it claims), whether it is an admin,
+        the GPUs it may lock and every GPU the daemon serves. No common version: a
+        ProtocolError."""
         common = sorted(set(versions) & set(protocol.SUPPORTED_VERSIONS))
         if not common:
             raise protocol.ProtocolError(
@@ -87,6 +91,9 @@ class Operations:
         }
 
     def op_status(self, conn: Conn, gpus: list[int | str] | None) -> dict[str, Any]:
+        """`gpuenv status` through the daemon: each GPU's latest sample and lock state,
+        every lease, and the daemon's own figures (pid, version, uptime, connections,
+        counters). Anyone may ask."""
         out = []
         for index in self._gpus(gpus):
             sample = self.sampler.latest(index)
@@ -120,6 +127,10 @@ class Operations:
         label: str | None,
         **wire: Any,
     ) -> dict[str, Any]:
+        """`gpuenv lock` through the daemon: a lease on `gpus` for the request in `wire`
+        (`LockRequest.to_wire`'s fields), granted as leases.LeaseManager.grant decides
+        (shared when another lease asks the same state, queued up to `wait` seconds
+        otherwise). `standing`: it outlives the connection until released or restored."""
         indices = self._gpus(gpus)
         request = LockRequest.from_wire(wire)  # the request's own fields, read in one place
         lease = self.leases.grant(
@@ -135,14 +146,22 @@ class Operations:
         return {"lease": lease.to_dict()}
 
     def op_release(self, conn: Conn, lease: str) -> dict[str, Any]:
+        """End one lease (its owner's, or any for an admin): `lease`'s record as it ended.
+        Its GPUs go back to their state before it unless another lease shares them."""
         ended = self.leases.release(conn.peer, lease)
         return {"lease": ended.to_dict()}
 
     def op_restore(self, conn: Conn, gpus: list[int | str] | None, all: bool) -> dict[str, Any]:
+        """`gpuenv restore` through the daemon: the peer's standing leases on `gpus` end
+        (`all`: an admin ends everyone's and puts back any other gpuenv lock); the GPUs put
+        back (leases.LeaseManager.restore)."""
         restored = self.leases.restore(conn.peer, self._gpus(gpus), all_owners=all)
         return {"restored": restored}
 
     def op_window_start(self, conn: Conn, gpus: list[int | str] | None) -> dict[str, Any]:
+        """Mark the start of a timed region on `gpus`: a window id for window_end, and its
+        start on the daemon's sampler clock. A connection keeps at most MAX_WINDOWS open
+        (the oldest is dropped)."""
         indices = self._gpus(gpus)
         t0 = self.sampler.mark()
         wid = next(self._ids)
@@ -152,6 +171,9 @@ class Operations:
         return {"window": wid, "t0": t0}
 
     def op_window_end(self, conn: Conn, window: int) -> dict[str, Any]:
+        """Close `window`: one telemetry Window per GPU from the daemon's sampler over the
+        region, the client's own process not counted as another on the GPU. A window
+        not open on this connection (or ended already): a ProtocolError."""
         if window not in conn.windows:
             raise protocol.ProtocolError(
                 f"no open window {window} on this connection",
@@ -172,6 +194,9 @@ class Operations:
     def op_subscribe(
         self, conn: Conn, gpus: list[int | str] | None, period: float, events: bool
     ) -> dict[str, Any]:
+        """Stream `gpus`' samples to this connection every `period` seconds (a thread per
+        subscription; `events`: lease events too) until unsubscribe or hang-up: the
+        subscription's id. At most MAX_SUBSCRIPTIONS per connection."""
         if len(conn.subs) >= MAX_SUBSCRIPTIONS:
             raise protocol.ProtocolError(
                 f"at most {MAX_SUBSCRIPTIONS} subscriptions per connection",
@@ -192,6 +217,7 @@ class Operations:
         return {"sub": sub}
 
     def op_unsubscribe(self, conn: Conn) -> dict[str, Any]:
+        """Stop every stream of this connection: the subscriptions stopped."""
         subs = list(conn.subs)
         for sub in subs:
             conn.subs.pop(sub).set()
@@ -217,6 +243,7 @@ class Operations:
 
 
 def version() -> str:
+    """gpuenv's version, as this daemon reports it in hello and status."""
     from gpuenv import __version__
 
     return __version__

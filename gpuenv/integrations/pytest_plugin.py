@@ -36,9 +36,14 @@ import dataclasses
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:  # the module imports only pytest: gpuenv is imported when --gpuenv is given
+    from gpuenv.backend import Backend
+    from gpuenv.telemetry import Sampler, Window
+    from gpuenv.verdict import GpuFacts
 
 _STATE_KEY = "_gpuenv_plugin_state"
 
@@ -91,10 +96,10 @@ class _State:
         self.policy: str = config.getoption("--gpuenv-policy")
         self.selector: str = config.getoption("--gpuenv-gpu")
         self.sync: bool = config.getoption("--gpuenv-sync")
-        self.backend: Any = None
-        self.sampler: Any = None
+        self.backend: Backend | None = None
+        self.sampler: Sampler | None = None
         self.gpus: list[int] = []
-        self.facts: dict[int, Any] = {}
+        self.facts: dict[int, GpuFacts] = {}
         self.error: str | None = None
         self.metadata: dict[str, Any] | None = None
         self.notes: list[str] = []
@@ -113,11 +118,11 @@ class _State:
             from gpuenv.judge import read_facts
             from gpuenv.telemetry import Sampler
 
-            self.backend = open_backend(readonly=True)
-            self.gpus = select_gpus(self.backend, self.selector)
-            self.facts = read_facts(self.backend, self.gpus)
-            self.sampler = Sampler(self.backend, self.gpus)
-            self.sampler.start()
+            self.backend = backend = open_backend(readonly=True)
+            self.gpus = select_gpus(backend, self.selector)
+            self.facts = read_facts(backend, self.gpus)
+            self.sampler = sampler = Sampler(backend, self.gpus)
+            sampler.start()
         except Exception as err:  # telemetry must never break the test run
             self.error = str(err)
             self.note(
@@ -172,7 +177,7 @@ class _State:
         return None
 
 
-def _steady_metadata(backend: Any, gpus: list[int]) -> dict[str, Any]:
+def _steady_metadata(backend: Backend, gpus: list[int]) -> dict[str, Any]:
     from gpuenv.environment import environment_metadata
     from gpuenv.status import lock_info
 
@@ -257,6 +262,24 @@ def _state(config: pytest.Config) -> _State | None:
     return getattr(config, _STATE_KEY, None)
 
 
+def _refuse_options_alone(config: pytest.Config) -> None:
+    """--gpuenv-policy=reject or --gpuenv-gpu without --gpuenv would do nothing, silently: a
+    gate asked to reject would pass everything. A usage error, as pytest's own options."""
+    given = []
+    policy = config.getoption("--gpuenv-policy", default="annotate")
+    if policy != "annotate":
+        given.append(f"--gpuenv-policy={policy}")
+    selector = config.getoption("--gpuenv-gpu", default="all")
+    if selector != "all":
+        given.append(f"--gpuenv-gpu={selector}")
+    if given:
+        raise pytest.UsageError(
+            f"{' and '.join(given)} without --gpuenv does nothing: no benchmark is sampled "
+            "or judged. Add --gpuenv (GPU telemetry and a verdict for each pytest-benchmark "
+            "benchmark), or drop the option"
+        )
+
+
 # before pytest-benchmark's (trylast) configure, which compares machine_info with a saved run
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
@@ -264,6 +287,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.getoption("--gpuenv", default=False)
         or config.getoption("--gpuenv-sync", default=False)
     ):
+        _refuse_options_alone(config)
         return
     state = _State(config)
     setattr(config, _STATE_KEY, state)
@@ -381,9 +405,9 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         unsync()
         if rounds is not None:
             rounds.disarm()
-    if rounds is None or t0 is None or getattr(fixture, "stats", None) is None:
+    if sampler is None or rounds is None or t0 is None or getattr(fixture, "stats", None) is None:
         return result  # no telemetry, or the fixture timed nothing (--benchmark-disable)
-    info = _judged(state, item, fixture, t0, rounds)
+    info = _judged(state, sampler, item, fixture, t0, rounds)
     if state.policy == "reject" and info.get("verdict") == "rejected":
         reasons = "; ".join(f["message"] for f in info.get("findings", []))
         pytest.fail(f"gpuenv rejected this benchmark: {reasons}", pytrace=False)
@@ -391,11 +415,16 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
 
 def _judged(
-    state: _State, item: pytest.Item, fixture: Any, t0: float, rounds: _Rounds
+    state: _State,
+    sampler: Sampler,
+    item: pytest.Item,
+    fixture: Any,
+    t0: float,
+    rounds: _Rounds,
 ) -> dict[str, Any]:
     """`_annotate`, kept in extra_info and for the summary; an error becomes the record."""
     try:
-        info = _annotate(state, fixture, t0, state.sampler.mark(), rounds.spans(), rounds.durations)
+        info = _annotate(state, fixture, t0, sampler.mark(), rounds.spans(), rounds.durations)
     except Exception as err:  # a telemetry error is said, never raised into the test
         info = {"error": f"{type(err).__name__}: {err}"}
         state.note(f"{item.nodeid}: not judged ({info['error']})")
@@ -413,7 +442,7 @@ IDLE_SHARE = 0.99
 
 
 def _annotate(
-    state: Any,
+    state: _State,
     fixture: Any,
     t0: float,
     t1: float,
@@ -425,6 +454,8 @@ def _annotate(
     from gpuenv.judge import Evidence, judge
 
     sampler = state.sampler
+    if sampler is None:
+        raise RuntimeError("no sampler: telemetry did not start (the summary says why)")
     data = list(durations)
     whole = Evidence.sampled(sampler, [(t0, t1)], state.gpus)
     out: dict[str, Any] = {
@@ -460,7 +491,7 @@ def _annotate(
     return out
 
 
-def _idle_throughout(w: Any) -> bool:
+def _idle_throughout(w: Window) -> bool:
     """GpuIdle in force over the whole window: the benchmark gave this GPU no work."""
     from gpuenv.reasons import Reason
 

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from gpuenv.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpuenv.backend import Backend
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,9 @@ def check_options(
     return "json" if as_json else "csv" if as_csv else None
 
 
-def show(backend: Any, gpus: list[int], opts: MonitorOptions, out: IO[str] | None = None) -> None:
+def show(
+    backend: Backend, gpus: list[int], opts: MonitorOptions, out: IO[str] | None = None
+) -> None:
     """Stream, print one snapshot, or run the live view, as `opts` says."""
     from gpuenv.monitor.model import MonitorModel
     from gpuenv.monitor.scenarios import SimScenario, choose
@@ -151,7 +156,7 @@ def _view(model: Any, opts: MonitorOptions, source: str, simulated: bool, out: I
     )
 
 
-def _source(backend: Any) -> str:
+def _source(backend: Backend) -> str:
     try:
         return f"NVML, driver {backend.driver_version()}"
     except Exception:

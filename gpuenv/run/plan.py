@@ -21,6 +21,7 @@ from gpuenv import validate
 from gpuenv.errors import ConfigError
 
 if TYPE_CHECKING:
+    from gpuenv.backend import Backend
     from gpuenv.clocks.request import LockRequest
 
 # The signals gpuenv dies of when they killed the command (others: exit 128+N).
@@ -94,7 +95,7 @@ def check_output_dir(path: os.PathLike[str] | str) -> None:
         )
 
 
-def dry_run_lines(backend: Any, gpus: list[int], plan: RunPlan) -> Iterator[str]:
+def dry_run_lines(backend: Backend, gpus: list[int], plan: RunPlan) -> Iterator[str]:
     """What --dry-run says it would do, line by line; nothing is run or changed."""
     import shlex
 

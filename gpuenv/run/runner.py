@@ -518,7 +518,7 @@ class Runner:
             targets = sorted({describe_target(gp.applied) for gp in lock.plan.gpus})
             state = "locked " + "; ".join(targets)
         else:
-            state = "clocks not locked"
+            state = self._found_lock()
         return {
             "rank": rank,
             "command": cmd if len(cmd) <= 60 else cmd[:57] + "...",
@@ -530,6 +530,32 @@ class Runner:
             "output": None if result.output is None else str(result.output),
             "policy": self.policy,
         }
+
+    def _found_lock(self) -> str:
+        """The clocks' state where this run took no lock of its own: the lock another owner
+        holds on its GPUs (root's standing lock, a gpuenvd lease), with its range and owner,
+        as 'gpuenv status' says it; "clocks not locked" where there is none."""
+        from gpuenv.clocks import lock_status
+        from gpuenv.locking import lock_view
+
+        found: dict[str, list[int]] = {}
+        for g in self.gpus:
+            text = "clocks not locked"
+            try:
+                view = lock_view(self.backend, g)  # a gpuenvd serving the GPU is the authority
+                if view is not None:
+                    text = str(view["text"]) if view["state"] == "locked" else text
+                else:
+                    st = lock_status(self.backend, g)
+                    text = f"clocks {st.describe()}" if st.locked else text
+            except (GpuenvError, OSError) as err:
+                text = f"lock state unknown ({err})"
+            found.setdefault(text, []).append(g)
+        if len(found) == 1:
+            return next(iter(found))
+        return "; ".join(
+            f"GPU {', '.join(str(g) for g in gpus)}: {text}" for text, gpus in found.items()
+        )
 
     def _uuid(self, index: int) -> str:
         try:

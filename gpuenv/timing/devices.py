@@ -8,7 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpuenv.errors import ConfigError
 from gpuenv.timebase import REAL_CLOCK, Clock
+
+if TYPE_CHECKING:
+    from gpuenv.backend import Backend, Workload
 
 MODES = ("events", "graph", "profiler")
 SUSTAINED_REP_S = 0.2  # one rep in sustained mode: this long of fn back to back
@@ -154,7 +158,7 @@ class SimDevice(ClockDevice):
 
     def __init__(
         self,
-        backend: Any,
+        backend: Backend,
         gpu: int,
         *,
         rep_probe_cycles: float = REP_PROBE_CYCLES,
@@ -164,6 +168,7 @@ class SimDevice(ClockDevice):
     ):
         super().__init__(backend.clock, batch=batch)
         self.backend = backend
+        self.work = _workload(backend)
         self.gpu = gpu
         self.rep_probe_cycles = rep_probe_cycles
         self.flush_bytes = int(flush_bytes)
@@ -171,7 +176,7 @@ class SimDevice(ClockDevice):
 
     def rep(self, fn: Callable[[], Any]) -> Rep:
         if self.flush_bytes:
-            self.backend.run_work(
+            self.work.run_work(
                 self.gpu,
                 0,
                 power_intensity=0.3,
@@ -182,7 +187,7 @@ class SimDevice(ClockDevice):
         return super().rep(fn)
 
     def _spin_mhz(self, cycles: float) -> float | None:
-        seconds = self.backend.run_work(self.gpu, cycles, power_intensity=0.05)
+        seconds = self.work.run_work(self.gpu, cycles, power_intensity=0.05)
         return cycles / seconds / 1e6 if seconds > 0 else None
 
     def _rep_probe(self) -> float | None:
@@ -249,15 +254,28 @@ class BackToBack:
         return self, how  # a sustained rep is many calls back to back
 
 
+def _workload(backend: Backend) -> Workload:
+    """The simulated GPU's synthetic load, which SimDevice and sim_kernel run."""
+    work = backend.workload
+    if work is None:
+        raise ConfigError(
+            "SimDevice and sim_kernel run on the simulated GPU, and this backend is a real one",
+            hint="open the simulated GPU (GPUENV_BACKEND=sim, or backend='sim'); on a real GPU "
+            "time a CUDA function with gpuenv.bench",
+        )
+    return work
+
+
 def sim_kernel(
-    backend: Any, gpu: int = 0, *, seconds: float = 1.4e-3, power_intensity: float = 1.0
+    backend: Backend, gpu: int = 0, *, seconds: float = 1.4e-3, power_intensity: float = 1.0
 ) -> Callable[[], float]:
     """A synthetic kernel on the simulated GPU: `seconds` long at the GPU's max SM clock
     (longer when the clock is lower), at `power_intensity` (1.0: a heavy bf16 matmul)."""
-    cycles = seconds * backend.clock_limits(gpu).max_sm_mhz * 1e6
+    work = _workload(backend)
+    cycles = seconds * work.clock_limits(gpu).max_sm_mhz * 1e6
 
     def kernel() -> float:
-        return float(backend.run_work(gpu, cycles, power_intensity=power_intensity))
+        return float(work.run_work(gpu, cycles, power_intensity=power_intensity))
 
     kernel.__name__ = f"sim_kernel_{seconds * 1e6:.0f}us"
     return kernel

@@ -38,7 +38,11 @@ def test_finds_the_clock_the_power_cap_holds_and_saves_it(sim, tmp_path):
     saved = clocks.load_calibration(r.uuid, state_dir=str(tmp_path))
     assert saved is not None and saved.sustained_mhz == r.lock_mhz
     assert "sustained SM clock" in r.summary() and "held" in r.summary()
-    assert "gpuenv calibrate GPU 0: load" in out.getvalue()  # progress lines
+    # not a terminal (a log): one line as the load starts, not one a chunk (20 of them)
+    assert out.getvalue() == (
+        "gpuenv calibrate GPU 0: load until clock and temperature reach equilibrium "
+        "(at most 180 s)\n"
+    )
 
 
 def test_locked_at_the_calibrated_clock_the_gpu_holds_it(sim, tmp_path):
@@ -66,7 +70,7 @@ def test_cli_reports_and_exits_1_when_too_short(monkeypatch):
     monkeypatch.setenv("GPUENV_SIM_STATE", "none")
     out = CliRunner().invoke(cli, ["--sim", "calibrate", "--duration", "1.5", "--json"], obj={})
     assert out.exit_code == 1, out.output
-    data = json.loads(out.output[: out.output.rindex("]") + 1])
+    data = json.loads(out.output[out.output.index("[") : out.output.rindex("]") + 1])
     assert data[0]["steady"] is False and data[0]["saved_to"] is None
     assert "did not reach equilibrium" in out.output
 
@@ -89,7 +93,7 @@ def _cli_calibrate(monkeypatch: pytest.MonkeyPatch, state: Path) -> tuple[dict, 
         m.setattr(time, "sleep", sleep)
         out = CliRunner().invoke(cli, ["--sim", "calibrate", "--no-save", "--json"], obj={})
     assert out.exit_code == 0, out.output
-    assert "gpuenv calibrate GPU 0: load" in out.output  # the progress lines, on stderr
+    assert out.output.count("gpuenv calibrate GPU 0: load") == 1  # one line, not a terminal
     (result,) = json.loads(out.output[out.output.index("[") : out.output.rindex("]") + 1])
     return result, slept
 

@@ -21,15 +21,24 @@ PROFILER_MAX_REPS = 200
 ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")  # what a rep's device time sums
 
 
+# Where there is no GPU: the simulated one, said for both a command and a Python caller
+# (a `--sim` alone means nothing to a script that called gpuenv.bench)
+NO_GPU = (
+    "with no GPU, time the simulated one: GPUENV_BACKEND=sim (the command line's --sim), or "
+    "backend=gpuenv.open_backend('sim') in Python"
+)
+
+
 def _torch() -> Any:
     try:
         import torch
     except ImportError as err:
-        raise ConfigError("timing a CUDA function needs PyTorch", hint="pip install torch") from err
+        raise ConfigError(
+            "timing a CUDA function needs PyTorch", hint=f"pip install torch; {NO_GPU}"
+        ) from err
     if not torch.cuda.is_available():
         raise ConfigError(
-            "torch sees no CUDA GPU",
-            hint="check nvidia-smi and CUDA_VISIBLE_DEVICES, or time the simulated GPU with --sim",
+            "torch sees no CUDA GPU", hint=f"check nvidia-smi and CUDA_VISIBLE_DEVICES; {NO_GPU}"
         )
     return torch
 

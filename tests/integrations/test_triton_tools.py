@@ -318,7 +318,10 @@ def test_rank_switch_makes_the_autotuner_choose_the_best_config(gpu, monkeypatch
     assert plain.kwargs["BM"] != 256  # the cap fooled the timing one after the other
 
     gpu.idle(10.0)
+    gtriton.unpatch_autotuner()
+    theirs = tr.testing.do_bench
     gtriton.patch_autotuner(rank=True, backend=gpu)
+    assert tr.testing.do_bench is theirs  # other callers of do_bench keep triton's
     tuner = tr.autotuner.Autotuner(configs, key=["M"])
     n = len(gtriton.rankings())
     assert tuner.run(4096).kwargs["BM"] == 256

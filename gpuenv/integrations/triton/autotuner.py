@@ -36,45 +36,43 @@ def patch_autotuner(*, rank: bool = False, **defaults: Any) -> None:
     """Make triton measure with these drop-ins: `triton.testing.do_bench` and
     `do_bench_cudagraph` (what `@triton.autotune` calls through the driver's benchmarker),
     and the autotuners made before this call (an Autotuner keeps the do_bench it first
-    resolved). `defaults` go to every call (e.g. `condition="none"`). `rank=True`: the
-    autotuner's choice is gpuenv.rank's over its configs (the module docstring), and
-    `defaults` then go to rank instead (its keywords and BenchConfig's). An autotuner given
-    its own `do_bench=` keeps it. Undo with `unpatch_autotuner()`."""
+    resolved). `defaults` go to every call (e.g. `condition="none"`).
+
+    `rank=True`: the autotuners' choice is gpuenv.rank's over their configs (the module
+    docstring); `defaults` then go to rank (its keywords and BenchConfig's), and
+    `triton.testing.do_bench` stays triton's for every other caller. An autotuner given its
+    own `do_bench=` keeps it. Undo with `unpatch_autotuner()`."""
     from gpuenv import validate
 
     validate.boolean(rank, "rank")
     if rank:
         _check_rank_settings(defaults)
-        patch_autotuner()
-        import triton.runtime.autotuner as autotuner
-
-        cls = autotuner.Autotuner
-        _patched["class_bench"] = vars(cls).get("_bench", _ABSENT)
-        _patched["rank_settings"] = dict(defaults)
-        cls._bench = _ranked_bench(cls._bench)
-        return
-    known = {
-        *inspect.signature(do_bench).parameters,
-        *inspect.signature(do_bench_cudagraph).parameters,
-    }
-    unknown = sorted(set(defaults) - known)
-    if unknown:
-        raise ConfigError(
-            f"patch_autotuner got unknown settings: {', '.join(unknown)}",
-            hint="pass keywords of do_bench or do_bench_cudagraph",
-        )
+    else:
+        known = {
+            *inspect.signature(do_bench).parameters,
+            *inspect.signature(do_bench_cudagraph).parameters,
+        }
+        unknown = sorted(set(defaults) - known)
+        if unknown:
+            raise ConfigError(
+                f"patch_autotuner got unknown settings: {', '.join(unknown)}",
+                hint="pass keywords of do_bench or do_bench_cudagraph",
+            )
     try:
         import triton.runtime.autotuner as autotuner
         import triton.testing as testing
     except ImportError as err:
         raise ConfigError("patch_autotuner needs triton", hint="pip install triton") from err
     unpatch_autotuner()
-    bench = _with_defaults(do_bench, defaults)
-    graph = _with_defaults(do_bench_cudagraph, defaults)
-    _patched.update(
-        do_bench=testing.do_bench, do_bench_cudagraph=testing.do_bench_cudagraph, ours=bench
-    )
-    testing.do_bench, testing.do_bench_cudagraph = bench, graph
+    _patched.update(do_bench=testing.do_bench, do_bench_cudagraph=testing.do_bench_cudagraph)
+    if rank:  # triton's own benchmarkers, but for the calls a ranking collects
+        bench = _with_defaults(testing.do_bench, {})
+        graph = _with_defaults(testing.do_bench_cudagraph, {})
+    else:
+        bench = _with_defaults(do_bench, defaults)
+        graph = _with_defaults(do_bench_cudagraph, defaults)
+        testing.do_bench, testing.do_bench_cudagraph = bench, graph
+    _patched["ours"] = bench
     for attr, ours in (("do_bench", bench), ("do_bench_cudagraph", graph)):
         if attr in vars(autotuner):  # triton 2.x-3.0 imported them into the module
             _patched[f"module_{attr}"] = getattr(autotuner, attr)
@@ -82,6 +80,10 @@ def patch_autotuner(*, rank: bool = False, **defaults: Any) -> None:
     cls = autotuner.Autotuner
     _patched["class_attr"] = vars(cls).get("do_bench", _ABSENT)
     cls.do_bench = _AutotunerDoBench()
+    if rank:
+        _patched["class_bench"] = vars(cls).get("_bench", _ABSENT)
+        _patched["rank_settings"] = dict(defaults)
+        cls._bench = _ranked_bench(cls._bench)
 
 
 def unpatch_autotuner() -> None:

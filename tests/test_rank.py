@@ -139,3 +139,38 @@ def test_bad_input_is_refused_at_the_door(gpu, cands, kwargs, match):
 
 def test_ranking_is_exported_lazily():
     assert gpuenv.Ranking is Ranking and "rank" in gpuenv.__all__
+
+
+def test_an_autotune_decision_is_on_gpuenv_runs_table_and_in_its_results(gpu, tmp_path):
+    from gpuenv.results import ResultStore, load_run
+    from gpuenv.run.region import MAX_META, meta_line
+    from gpuenv.run.report import RUN_NAME, build_measurements, summary_table
+    from gpuenv.run.tracker import Region
+    from gpuenv.timing.rank import decision_record
+
+    long = "BLOCK_SIZE_M=128 BLOCK_SIZE_N=256 BLOCK_SIZE_K=64 GROUP_SIZE_M=8 num_warps=8 "
+    cands = {f"{long}num_stages={i}": kernel(gpu, 0.2 + 0.01 * i, i) for i in range(8)}
+    r = gpuenv.rank(cands, backend=gpu)
+    record = decision_record("matmul_kernel", ["M=4096", "N=4096", "K=4096"], r)
+    facts = {"kind": "autotune", "site": "autotune matmul_kernel mm.py:40", "autotune": record}
+    line = meta_line(1, 7, facts)  # what the child sends: every fact fits in one write
+    assert line and len(line) <= MAX_META + 20 and json.loads(line.split(" ", 3)[3]) == facts
+
+    run = Region(RUN_NAME, 1, 0.0, 10.0)
+    call = Region("matmul_kernel autotune M=4096 N=4096 K=4096", 1, 1.0, 2.0, meta=facts)
+    ms = build_measurements(
+        [call], run, gpus=[0], facts={}, policy="annotate", stable_clocks=False, wall_at=float
+    )
+    text = summary_table(ms, header="gpuenv run: python mm.py")
+    assert (
+        f"autotune matmul_kernel M=4096 N=4096 K=4096: {long}num_stages=0 chosen by gpuenv.rank"
+        in text
+    )
+    assert "x1.0000  winner" in text and "far, 1 round" in text and "state: GPU 0" in text
+    out = tmp_path / "run.jsonl"
+    with ResultStore(out, {}) as store:
+        for m in ms:
+            store.append(m)
+    kept = load_run(out).measurements[1].extra["autotune"]
+    assert kept["configs"][kept["winner"]][0] == f"{long}num_stages=0"
+    assert [c[3] for c in kept["configs"]][:2] == ["winner", "far"]

@@ -420,6 +420,68 @@ class _Ranker:
         )
 
 
+# -- the decision on the record: an autotuner's choice as a results file keeps it ------
+
+MAX_RECORD_CHARS = 1800  # what a gpuenv run region's facts carry (run/region.py MAX_META)
+
+
+def decision_record(kernel: str, key: list[str], r: Ranking) -> dict[str, Any]:
+    """An autotune decision as `Measurement.extra["autotune"]` holds it (JSON, compact: a
+    region's facts must stay under MAX_RECORD_CHARS): `kernel`, `key`, `winner` and `tied`
+    (indices into `configs`), `configs` (each [name, median_s, margin, outcome, rounds],
+    in the order given), `state` (in words), `rounds`, `wall_s`, `tolerance`."""
+    import json
+
+    def build(width: int) -> dict[str, Any]:
+        names = [n if len(n) <= width else n[: width - 3] + "..." for n in r.order]
+        return {
+            "kernel": kernel[:width],
+            "key": [k[:width] for k in key],
+            "winner": r.order.index(r.winner),
+            "tied": [r.order.index(n) for n in r.tied],
+            "configs": [
+                [name, float(f"{c.median_s:.5g}"), round(c.margin, 5), c.outcome, c.rounds]
+                for name, c in zip(names, (r[n] for n in r.order), strict=True)
+            ],
+            "state": str(r.state),
+            "rounds": r.rounds,
+            "wall_s": round(r.wall_s, 4),
+            "tolerance": r.tolerance,
+        }
+
+    for width in (120, 60, 30, 12):
+        record = build(width)
+        if len(json.dumps(record)) <= MAX_RECORD_CHARS:
+            return record
+    return {**build(12), "configs": [], "state": ""}
+
+
+def decision_lines(record: Any) -> list[str]:
+    """A decision record (`decision_record`) as the lines under gpuenv run's table."""
+    if not isinstance(record, dict) or not isinstance(record.get("configs"), list):
+        return []
+    try:
+        configs = record["configs"]
+        names = [c[0] for c in configs]
+        winner = names[record["winner"]]
+        tied = [names[i] for i in record["tied"] if names[i] != winner]
+        key = " ".join(record.get("key") or []) or "(no key)"
+        head = f"autotune {record['kernel']} {key}: {winner} chosen by gpuenv.rank"
+        head += f", tied with {', '.join(tied)}" if tied else ""
+        head += f" ({record['rounds']} rounds, {record['wall_s']:.2f} s)"
+        width = max(len(n) for n in names)
+        lines = [head]
+        for name, median_s, margin, outcome, rounds in sorted(configs, key=lambda c: c[2]):
+            lines.append(
+                f"  {name:<{width}}  {fmt_s(median_s):>9}  x{margin:.4f}  {outcome}, "
+                f"{rounds} round{'s' * (rounds != 1)}"
+            )
+        lines.append(f"  state: {record['state']}")
+        return lines
+    except (KeyError, IndexError, TypeError, ValueError):
+        return []
+
+
 def _state(ms: list[Any]) -> RankState:
     """The GPU state over every call: clock and temperature ranges, the highest power."""
     windows = [w for m in ms for w in m.summary_windows]
@@ -461,11 +523,14 @@ __all__ = [
     "DEFAULT_BUDGET_S",
     "FAR",
     "FAR_FIRST",
+    "MAX_RECORD_CHARS",
     "MAX_ROUNDS",
     "RANK_CALL",
     "TOLERANCE",
     "Candidate",
     "RankState",
     "Ranking",
+    "decision_lines",
+    "decision_record",
     "rank",
 ]

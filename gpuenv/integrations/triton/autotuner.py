@@ -241,7 +241,7 @@ class _Sweep:
     @classmethod
     def rank(cls, tuner: Any, configs: list[Any], calls: list[Any], args: Any, meta: Any) -> _Sweep:
         from gpuenv.run.autoregions import config_labels
-        from gpuenv.timing.rank import rank
+        from gpuenv.timing.rank import decision_record, rank
 
         names = [_config_name(config_labels(c), i) for i, c in enumerate(configs)]
         cands, answers = {}, {}
@@ -262,7 +262,7 @@ class _Sweep:
         with _autotune_region(kernel, key) as region:
             r = rank(cands, **_patched.get("rank_settings", {}))
             if region is not None:
-                region.end_meta = {"autotune": _decision(kernel, key, r)}
+                region.end_meta = {"autotune": decision_record(kernel, key, r)}
         _RANKINGS.append({"kernel": kernel, "key": key, "configs": names, "ranking": r})
         best = r[r.winner]
         for name, config in zip(names, configs, strict=True):
@@ -287,10 +287,6 @@ def _key(tuner: Any, args: tuple[Any, ...], meta: dict[str, Any]) -> list[str]:
     names = list(getattr(tuner, "arg_names", None) or [])
     given = {**dict(zip(names, args, strict=False)), **meta}
     return [f"{k}={given[k]}" for k in getattr(tuner, "keys", None) or () if k in given]
-
-
-def _decision(kernel: str, key: list[str], r: Any) -> dict[str, Any]:
-    return {"kernel": kernel, "key": key, **r.to_dict()}
 
 
 @contextlib.contextmanager

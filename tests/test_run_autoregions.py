@@ -832,12 +832,15 @@ def test_autotune_switch_makes_the_autotuner_choose_with_rank_on_the_record(tmp_
             env={} if how else {"GPUENV_AUTOTUNE": "rank"},
         )
         assert result.returncode == 0, result.stderr
-        assert "autotune mm_kernel n=4096: BM=128 " in result.stderr, result.stderr
-        assert "chosen by gpuenv.rank" in result.stderr and result.stdout.strip() == "128"
+        # which config wins is tested on virtual time (tests/integrations): here the GPU is
+        # simulated in real time on a shared CPU, where a call's time is mostly the host's
+        chosen = result.stdout.strip()
+        assert f"autotune mm_kernel n=4096: BM={chosen} " in result.stderr, result.stderr
+        assert "chosen by gpuenv.rank" in result.stderr
         (tuned,) = [m for m in load_run(out).measurements if m.extra.get("kind") == "autotune"]
         assert tuned.extra["site"] == "autotune mm_kernel bench.py:10"
         decision = tuned.extra["autotune"]
         assert decision["key"] == ["n=4096"] and len(decision["configs"]) == 2
-        assert decision["configs"][decision["winner"]][0].startswith("BM=128 ")
+        assert decision["configs"][decision["winner"]][0].startswith(f"BM={chosen} ")
     bad = gpuenv_run("--", sys.executable, child, env={"GPUENV_AUTOTUNE": "yes"})
     assert bad.returncode == 2 and "GPUENV_AUTOTUNE=yes: not a choice" in bad.stderr

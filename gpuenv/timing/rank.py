@@ -41,9 +41,11 @@ from gpuenv.timing.pair import min_pairs, pair_ratio
 from gpuenv.units import fmt_s
 
 # One call of a round: a short gpuenv.bench (10 ms of reps, a few ms of warmup once the
-# function is warm, the default conditioning). A round of 8 calls then costs about what
-# triton's do_bench costs for one config (25 ms warmup + 100 ms of reps).
-RANK_CALL = BenchConfig(budget_s=0.01, min_reps=5, rel_ci=0.005, warmup_max_s=0.05)
+# function is warm, the default conditioning), timed by CUDA events around each call (the
+# default's CUPTI costs ~0.2 s a profiler session: a ranking makes tens of calls). A round
+# of 8 calls then costs about what triton's do_bench costs for one config (25 ms warmup +
+# 100 ms of reps).
+RANK_CALL = BenchConfig(mode="events", budget_s=0.01, min_reps=5, rel_ci=0.005, warmup_max_s=0.05)
 TOLERANCE = 0.005  # candidates within 0.5% of the leader (shown with confidence) are tied
 FAR_FIRST = 0.08  # behind the round's fastest by more than this in round 1: stops there
 FAR = 0.03  # ...or by more than this in each of two rounds

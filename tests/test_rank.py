@@ -65,6 +65,9 @@ def test_four_candidates_one_choice_every_time_never_a_slower_one(gpu, hot):
         assert r["slow3"].margin == pytest.approx(1.03, abs=0.005)
         assert r.state.condition == "burst" and not r.budget_ended
     assert choices == {"near"} and ties == {("near", "best")}  # the tie, broken by order
+    times = r.times_s  # for a tuner that keeps the least: it keeps the winner
+    assert min(times, key=times.__getitem__) == "near" and times["slow10"] == r["slow10"].median_s
+    assert times["best"] > times["near"] > r["best"].median_s
 
 
 def test_without_a_tie_the_fastest_wins_and_the_margins_say_by_how_much(gpu):

@@ -143,7 +143,8 @@ class Ranking:
             order given.
         state: the GPU state they were timed in (`RankState`).
         rounds: the rounds run.
-        wall_s: the time the ranking took, in seconds.
+        wall_s: the time the ranking took, in seconds (on the GPU's clock: virtual on a
+            simulated GPU in tests).
         tolerance: ratios within 1 +- this were a tie.
         confidence: the level of each margin's interval.
         budget_ended: the budget (or the last round) ended before every close candidate
@@ -168,6 +169,17 @@ class Ranking:
             if c.name == name:
                 return c
         raise KeyError(name)
+
+    @property
+    def times_s(self) -> dict[str, float]:
+        """Each candidate's time for a tuner that keeps the least: its median, the winner's
+        the lowest (another's raised just past it where a tie or the budget left it lower,
+        by a part in 10^9: still so in ms), so that the tuner keeps gpuenv's choice."""
+        floor = self[self.winner].median_s
+        return {
+            c.name: c.median_s if c.name == self.winner else max(c.median_s, floor * (1 + 1e-9))
+            for c in self.candidates
+        }
 
     @property
     def is_tie(self) -> bool:
@@ -312,7 +324,7 @@ class _Ranker:
             logging.getLogger("gpuenv.timing.repstats").removeFilter(quiet)
 
     def _rounds(self, where: dict[str, Any]) -> Ranking:
-        t0, wall0 = self.clock(), time.perf_counter()
+        t0 = self.clock()
         active = list(self.order)
         rounds, ended = 0, False
         while True:
@@ -327,7 +339,7 @@ class _Ranker:
             if rounds >= self.max_rounds or self.clock() - t0 >= self.budget_s:
                 ended = True
                 break
-        return self._ranking(active, rounds, ended, time.perf_counter() - wall0)
+        return self._ranking(active, rounds, ended, self.clock() - t0)
 
     def _bench(self, name: str, where: dict[str, Any]) -> Any:
         from gpuenv.timing.harness import bench

@@ -264,16 +264,11 @@ class _Sweep:
             if region is not None:
                 region.end_meta = {"autotune": decision_record(kernel, key, r)}
         _RANKINGS.append({"kernel": kernel, "key": key, "configs": names, "ranking": r})
-        best = r[r.winner]
+        times = r.times_s  # the winner's the least: triton's min keeps gpuenv's choice
         for name, config in zip(names, configs, strict=True):
-            if name not in cands:
-                continue
-            c = r[name]
-            ms = [m.median_s * 1e3 for m in c.measurements]
-            med = c.median_s * 1e3
-            if name != r.winner:  # triton keeps the least: the winner's is
-                med = max(med, math.nextafter(best.median_s * 1e3, math.inf))
-            answers[config] = [med, min(ms), max(ms)]
+            if name in cands:
+                ms = [m.median_s * 1e3 for m in r[name].measurements]
+                answers[config] = [times[name] * 1e3, min(ms), max(ms)]
         return cls(key, answers)
 
 

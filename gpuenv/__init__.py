@@ -35,6 +35,8 @@ _EXPORTS: dict[str, str] = {
     "stable": "gpuenv.session",
     "open_backend": "gpuenv.backend",
     "region": "gpuenv.run.region",
+    "rank": "gpuenv.timing.rank",
+    "Ranking": "gpuenv.timing.rank",
 }
 
 

@@ -222,6 +222,29 @@ def no_arg_callable(fn: Any, name: str) -> Callable[[], Any]:
     return fn
 
 
+def candidates(value: Any, name: str) -> dict[str, Callable[[], Any]]:
+    """A non-empty mapping of names (non-empty strings) to functions gpuenv can call with
+    no arguments: what gpuenv.rank ranks. Returned as a dict in the order given."""
+    from collections.abc import Mapping
+
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{name} must be a dict of names to functions, not {shown(value)}",
+            hint='e.g. {"bm128": lambda: k128(a, b), "bm256": lambda: k256(a, b)}',
+        )
+    if not value:
+        raise ConfigError(f"{name} is empty: there is nothing to rank", hint="pass at least one")
+    out: dict[str, Callable[[], Any]] = {}
+    for key, fn in value.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(
+                f"{name} must be named by non-empty strings, not {shown(key)}",
+                hint="name each candidate: str(config) will do",
+            )
+        out[key] = no_arg_callable(fn, f"{name}[{key!r}]")
+    return out
+
+
 def ordered(lo_name: str, lo: float | None, hi_name: str, hi: float | None) -> None:
     """`lo` <= `hi` when both are given (min_reps <= max_reps)."""
     if lo is not None and hi is not None and lo > hi:
@@ -352,6 +375,7 @@ def env_number(
 
 __all__ = [
     "boolean",
+    "candidates",
     "choice",
     "display_interval",
     "env_number",

@@ -279,6 +279,40 @@ def test_the_autotune_tutorial_benchmark_reads_the_matmul_tutorials_table():
     }
 
 
+def test_the_autotune_rank_benchmark_tables_winners_regret_and_wall(capsys):
+    from benchmarks import autotune_rank
+
+    cases = autotune_rank._case_configs()  # read from the workload's source
+    assert len(cases["matmul8"]) == 8 and len(cases["close"]) == 4
+    assert "BM256/BN128/BK64/G8 s3 w8" in cases["matmul8"]
+    assert {"BM128/BN128/BK64/G8 s3 w8", "BM128/BN128/BK64/G8 s4 w8"} <= set(cases["matmul8"])
+    careful = {n: 200e-6 * (1 + 0.01 * i) for i, n in enumerate(cases["close"])}
+    best, second = cases["close"][0], cases["close"][1]
+    rows = [
+        {"case": "close", "tuner": "plain", "state": "rested", "winner": w, "wall_s": 0.8}
+        for w in (second, second, best, cases["close"][3])
+    ] + [
+        {
+            "case": "close",
+            "tuner": "gpuenv",
+            "state": "rested",
+            "winner": best,
+            "wall_s": 1.0,
+            "tied": [best, second] if k % 2 else [best],
+        }
+        for k in range(4)
+    ]
+    s = autotune_rank.summarize(rows[:4], careful)
+    assert s["distinct"] == 3 and s["modal"] == second and s["modal_share"] == 0.5
+    assert s["regret_max"] == pytest.approx(0.03) and s["regret_median"] == pytest.approx(0.01)
+    g = autotune_rank.summarize(rows[4:], careful)
+    assert g["distinct"] == 1 and g["modal_share"] == 1.0 and g["regret_max"] == 0.0
+    assert g["ties"] == 2
+    autotune_rank.report(rows, careful, {"close": cases["close"]})
+    out = capsys.readouterr().out
+    assert "| gpuenv | rested | 4 | 1 | " in out and "1.25x plain triton's" in out
+
+
 def test_a_report_that_prints_a_fence_stays_inside_its_own():
     result = {
         "name": "t",

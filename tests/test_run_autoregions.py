@@ -800,3 +800,47 @@ def test_the_matmul_tutorial_judges_each_point_on_its_own_reps_on_the_gpu(tmp_pa
         w = m.windows[0]
         assert not [t.name for t in tuned if t.windows[0].t0 < w.t1 and w.t0 < t.windows[0].t1]
     sys.stderr.write(result.stderr)  # the summary and the grid, for the device log
+
+
+def test_autotune_switch_makes_the_autotuner_choose_with_rank_on_the_record(tmp_path, fakes):
+    child = write(
+        tmp_path,
+        """
+        from triton.runtime.autotuner import Autotuner, Config
+        from gpuenv import timing
+        from gpuenv.backend import open_backend
+        gpu = open_backend()
+        ks = {bm: timing.sim_kernel(gpu, 0, seconds=s) for bm, s in ((64, 4e-4), (128, 2e-4))}
+        def mm_kernel(n, BM, **meta):
+            ks[BM]()
+        kernel = Autotuner(mm_kernel, ["n"], [Config({"BM": 64}), Config({"BM": 128})], key=["n"])
+        kernel.run(4096)                                          # line 10: autotunes
+        print(kernel.best_config.kwargs["BM"])
+    """,
+    )
+    for how in (["--autotune"], []):
+        out = tmp_path / f"run{len(how)}.jsonl"
+        result = gpuenv_run(
+            *how,
+            "-o",
+            str(out),
+            "--",
+            sys.executable,
+            child,
+            pythonpath=str(fakes),
+            cwd=tmp_path,
+            env={} if how else {"GPUENV_AUTOTUNE": "rank"},
+        )
+        assert result.returncode == 0, result.stderr
+        # which config wins is tested on virtual time (tests/integrations): here the GPU is
+        # simulated in real time on a shared CPU, where a call's time is mostly the host's
+        chosen = result.stdout.strip()
+        assert f"autotune mm_kernel n=4096: BM={chosen} " in result.stderr, result.stderr
+        assert "chosen by gpuenv.rank" in result.stderr
+        (tuned,) = [m for m in load_run(out).measurements if m.extra.get("kind") == "autotune"]
+        assert tuned.extra["site"] == "autotune mm_kernel bench.py:10"
+        decision = tuned.extra["autotune"]
+        assert decision["key"] == ["n=4096"] and len(decision["configs"]) == 2
+        assert decision["configs"][decision["winner"]][0].startswith(f"BM={chosen} ")
+    bad = gpuenv_run("--", sys.executable, child, env={"GPUENV_AUTOTUNE": "yes"})
+    assert bad.returncode == 2 and "GPUENV_AUTOTUNE=yes: not a choice" in bad.stderr

@@ -50,6 +50,7 @@ class RunOptions:
     quiet: bool
     verbose: bool
     summary: str
+    autotune: bool
 
 
 @click.command(
@@ -117,6 +118,13 @@ class RunOptions:
     help="Under torchrun/Slurm: each rank prints its table, or rank 0 prints one table of all "
     "ranks (GPUENV_RANKS_DIR: a directory the ranks share; default the temp directory).",
 )
+@click.option(
+    "--autotune",
+    is_flag=True,
+    help="The command's autotuners choose with gpuenv: @triton.autotune ranks its configs "
+    "with gpuenv.rank, torch.compile max-autotune times each choice with gpuenv; each "
+    "decision is a row of the table (GPUENV_AUTOTUNE=rank does the same).",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 @handle_errors
@@ -153,6 +161,7 @@ def run(ctx: click.Context, command: tuple[str, ...], **options: Any) -> None:
         output=opts.output,
         env=os.environ,
         append=opts.append,
+        autotune=opts.autotune,
     )
     result = _run_plan(ctx, plan, opts)
     if result is None:
@@ -189,6 +198,7 @@ def _run_plan(ctx: click.Context, plan: RunPlan, opts: RunOptions) -> RunResult 
             auto_regions=plan.auto_regions,
             summary=opts.summary,
             nvtx=opts.regions_from == "nvtx",
+            autotune=plan.autotune,
         ).run()
     finally:
         backend.close()

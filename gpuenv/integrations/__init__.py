@@ -2,7 +2,10 @@
 
 - `gpuenv.integrations.triton`: triton.testing's do_bench, do_bench_cudagraph and
   set_gpu_clock with their signatures and return values, at triton's pace, measured
-  by gpuenv.bench (telemetry, findings, verdict kept); patch_autotuner().
+  by gpuenv.bench (telemetry, findings, verdict kept); patch_autotuner() (rank=True: the
+  autotuner's choice is gpuenv.rank's).
+- `gpuenv.integrations.inductor`: patch_inductor(): torch Inductor's max-autotune times
+  each choice with gpuenv.
 - `gpuenv.integrations.pytest_plugin`: `pytest --gpuenv` adds telemetry, findings
   and a verdict to each pytest-benchmark benchmark's extra_info (the pytest11 entry
   point `gpuenv` registers it).

@@ -74,6 +74,14 @@ MODULES = {
     "torch.utils.benchmark.utils.timer": "timer",
     "pytest_benchmark.fixture": "pytest",
 }
+# GPUENV_AUTOTUNE=rank (what `gpuenv run --autotune` sets): the autotuners of the command
+# choose with gpuenv, each switched on as its module finishes loading
+ENV_AUTOTUNE = "GPUENV_AUTOTUNE"
+AUTOTUNE_VALUES = ("rank", "none")
+AUTOTUNE_MODULES = {
+    "triton": "gpuenv.integrations.triton.autotuner:patch_autotuner",  # rank=True
+    "torch._inductor.runtime.benchmarking": "gpuenv.integrations.inductor:patch_inductor",
+}
 CHILD_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "childsite")
 MAX_STMT = 60  # characters of a Timer's statement in a region name
 MAX_LABEL = 40  # characters of a label's value (a shape, a dtype) in a call's name
@@ -116,10 +124,30 @@ def select_kinds(value: str | None, *, enabled: bool = True) -> tuple[str, ...]:
     return tuple(k for k in KINDS if k in picked)
 
 
-def child_env(env: dict[str, str], kinds: Iterable[str]) -> None:
-    """Put the import hook into `env` (the command's environment) for `kinds`, in place."""
+def autotune_choice(value: str | None, *, flag: bool = False) -> bool:
+    """Do the command's autotuners choose with gpuenv? `--autotune` (`flag`), or
+    GPUENV_AUTOTUNE=rank; "none" or unset: they choose as they do."""
+    if flag:
+        return True
+    value = (value or "").strip()
+    if value and value not in AUTOTUNE_VALUES:
+        raise ConfigError(
+            f"{ENV_AUTOTUNE}={value}: not a choice",
+            hint="use rank (autotuners choose with gpuenv.rank) or none",
+        )
+    return value == "rank"
+
+
+def child_env(env: dict[str, str], kinds: Iterable[str], autotune: bool = False) -> None:
+    """Put the import hook into `env` (the command's environment) for `kinds`, in place;
+    `autotune`: and the switches of the autotuners (GPUENV_AUTOTUNE=rank)."""
     kinds = set(kinds)
     modules = [m for m, k in MODULES.items() if k in kinds]
+    if autotune:
+        env[ENV_AUTOTUNE] = "rank"
+        modules += list(AUTOTUNE_MODULES)
+    else:
+        env.pop(ENV_AUTOTUNE, None)
     if not modules:
         return
     env[ENV_MODULES] = ",".join(modules)
@@ -418,9 +446,25 @@ def _patch_functions(owner: Any, names: Iterable[str], wrap: Callable[[Any], Any
         setattr(owner, attr, wrap(orig))
 
 
+def _switch_autotuner(name: str) -> None:
+    """Turn on gpuenv's choice for the autotuner whose module `name` just loaded."""
+    import importlib
+
+    where, _, attr = AUTOTUNE_MODULES[name].partition(":")
+    switch = getattr(importlib.import_module(where), attr)
+    if name == "triton":
+        switch(rank=True)
+    else:
+        switch()
+
+
 def patch(module: Any) -> None:
-    """Wrap the measuring functions of `module` (one of MODULES), once."""
-    kind = MODULES.get(getattr(module, "__name__", ""))
+    """Wrap the measuring functions of `module` (one of MODULES), once; switch an autotuner
+    (AUTOTUNE_MODULES) to gpuenv's choice under GPUENV_AUTOTUNE=rank."""
+    name = getattr(module, "__name__", "")
+    if name in AUTOTUNE_MODULES and os.environ.get(ENV_AUTOTUNE) == "rank":
+        _switch_autotuner(name)
+    kind = MODULES.get(name)
     if kind == "do_bench":
         for attr in ("do_bench", "do_bench_cudagraph"):
             _patch_functions(
@@ -448,11 +492,15 @@ def patch(module: Any) -> None:
 
 
 __all__ = [
+    "AUTOTUNE_MODULES",
+    "AUTOTUNE_VALUES",
     "CHILD_SITE",
+    "ENV_AUTOTUNE",
     "ENV_MODULES",
     "ENV_SELECT",
     "KINDS",
     "MODULES",
+    "autotune_choice",
     "call_site",
     "child_env",
     "config_labels",

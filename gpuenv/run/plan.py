@@ -37,6 +37,7 @@ class RunPlan:
     lock: LockRequest | None  # what to lock while the command runs (None: nothing)
     selector: str
     output: Path | str | None
+    autotune: bool = False  # the command's autotuners choose with gpuenv.rank
 
 
 def plan_run(
@@ -53,9 +54,10 @@ def plan_run(
     output: str | None,
     env: Mapping[str, str],
     append: bool = False,
+    autotune: bool = False,
 ) -> RunPlan:
     """Check the options in the order a user fixes them; a typo fails before any lock."""
-    from gpuenv.run.autoregions import ENV_SELECT, select_kinds
+    from gpuenv.run.autoregions import ENV_AUTOTUNE, ENV_SELECT, autotune_choice, select_kinds
     from gpuenv.run.ranks import default_gpu_selector, rank_of, rank_output_path
     from gpuenv.run.runner import check_run_policy, resolve_command
 
@@ -72,6 +74,7 @@ def plan_run(
     wait_time(env)  # GPUENV_RANKS_WAIT_S=abc fails now, not after the command ran
     resolve_command(argv)  # a typo fails here, before anything is locked
     auto = select_kinds(env.get(ENV_SELECT), enabled=not no_auto_regions)
+    tune = autotune_choice(env.get(ENV_AUTOTUNE), flag=autotune)
     from gpuenv.clocks.request import cli_request
 
     lock = cli_request(sm, sm_max, mem, power_limit)  # judged now: what the runner locks
@@ -82,7 +85,7 @@ def plan_run(
     if out_path is not None:
         check_output_dir(out_path)
         validate.results_path(out_path, "-o", append=append)  # before the command runs
-    return RunPlan(argv, auto, lock, selector, out_path)
+    return RunPlan(argv, auto, lock, selector, out_path, tune)
 
 
 def check_output_dir(path: os.PathLike[str] | str) -> None:
@@ -111,6 +114,8 @@ def dry_run_lines(backend: Backend, gpus: list[int], plan: RunPlan) -> Iterator[
             yield f"would lock: {line}"
     if plan.output is not None:
         yield f"results: {plan.output}"
+    if plan.autotune:
+        yield "autotuners: triton's and Inductor's choose with gpuenv (--autotune)"
     yield "dry run: nothing was run or changed"
 
 

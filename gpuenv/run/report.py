@@ -21,6 +21,7 @@ from gpuenv.results import Measurement
 from gpuenv.run.tracker import Region
 from gpuenv.table import render as render_table
 from gpuenv.telemetry import Window, merge_windows
+from gpuenv.timing.rank import decision_lines
 from gpuenv.units import fmt_j, fmt_s
 from gpuenv.verdict import Finding, GpuFacts, Policy, VerdictConfig, severity_rank
 
@@ -343,6 +344,9 @@ def summary_table(
                 notes += _notes(c, who)
         else:
             notes += _flagged(site, calls, who)
+    for i, m in enumerate(measurements):  # each autotuner's decision, when gpuenv made it
+        who = "" if ranks is None or ranks[i] is None else f"rank {ranks[i]}: "
+        notes += [f"  {who}{line}" for line in decision_lines(m.extra.get("autotune"))]
     lines = [header, *render_table(rows, header=cols, indent="  ")]
     return "\n".join(lines + notes)
 

@@ -200,6 +200,7 @@ class Runner:
         summary: str = "each",
         nvtx: bool = False,
         verbose: bool = False,
+        autotune: bool = False,
     ):
         checked = check_run_policy(policy)
         if backend.clock.virtual:
@@ -218,6 +219,7 @@ class Runner:
         self.quiet = quiet
         self.verbose = verbose  # a row per call, every perf_report grid in full
         self.auto_regions = tuple(auto_regions)
+        self.autotune = autotune  # the command's autotuners choose with gpuenv.rank
         if summary not in SUMMARIES:
             raise ConfigError(f"--summary {summary}: use one of {', '.join(SUMMARIES)}")
         self.summary = summary
@@ -392,7 +394,7 @@ class Runner:
         """The command's environment: the region pipe, automatic regions, NVTX's injection."""
         env = dict(os.environ)
         env.update(pipe.env())
-        child_env(env, self.auto_regions)
+        child_env(env, self.auto_regions, autotune=self.autotune)
         if self.nvtx_lib is not None:
             env["NVTX_INJECTION64_PATH"] = str(self.nvtx_lib)
         return env
@@ -414,6 +416,7 @@ class Runner:
                 "rank": rank_of(os.environ),
                 "lock": lock.plan.lines() if lock is not None else None,
                 "auto_regions": list(self.auto_regions),
+                "autotune": "rank" if self.autotune else None,
                 "nvtx_regions": self.nvtx_lib is not None,
             },
         )

@@ -25,6 +25,7 @@ The package:
     harness.py           bench(): warmup (until times and clocks stop trending), conditioning,
                          reps, windows, findings -> Measurement
     pair.py              bench_pair(a, b): calls of the two alternating, the ratio of each pair
+    rank.py              rank(candidates): interleaved rounds, far ones stopped, close ones paired
 """
 
 from __future__ import annotations

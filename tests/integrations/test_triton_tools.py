@@ -234,3 +234,124 @@ def test_patch_autotuner_refuses_unknown_settings_and_a_missing_triton(monkeypat
     with pytest.raises(ValueError, match="needs triton"):
         gtriton.patch_autotuner()
     gtriton.unpatch_autotuner()  # nothing was patched: nothing to undo
+
+
+# -- patch_autotuner(rank=True): the choice is gpuenv.rank's ----------------------------
+
+
+class Config:
+    """triton.Config as the autotuner uses it."""
+
+    def __init__(self, kwargs, num_warps=4, num_stages=3):
+        self.kwargs, self.num_warps, self.num_stages = kwargs, num_warps, num_stages
+        self.num_ctas, self.maxnreg, self.pre_hook = 1, None, None
+
+    def all_kwargs(self):
+        return {**self.kwargs, "num_warps": self.num_warps, "num_stages": self.num_stages}
+
+
+class OutOfResources(Exception):
+    pass
+
+
+def triton3(monkeypatch: pytest.MonkeyPatch, seconds: dict[int, float], sim: SimBackend):
+    """triton 3.x's Autotuner.run / _bench (the do_bench property), over a kernel whose
+    time is `seconds[BM]` at the max clock (None: out of resources), heavy like a matmul."""
+    tr = fake_triton(monkeypatch, "property")
+    cls = tr.autotuner.Autotuner
+    hz = sim.clock_limits(0).max_sm_mhz * 1e6
+    launched: list[int] = []
+
+    class Kernel:
+        __name__ = "matmul_kernel"
+
+        def run(self, *args, BM, num_warps, num_stages):
+            launched.append(BM)
+            if seconds[BM] is None:
+                raise OutOfResources("shared memory")
+            sim.run_work(0, seconds[BM] * hz, power_intensity=1.0)
+
+    def init(self, configs, key):
+        self.fn, self.base_fn, self._do_bench = Kernel(), Kernel(), None
+        self.configs, self.keys, self.arg_names, self.cache = configs, key, ["M"], {}
+
+    def _bench(self, *args, config, **meta):  # triton's: build kernel_call, time it
+        current = dict(meta, **config.all_kwargs())
+
+        def kernel_call():
+            self.fn.run(*args, **current)
+
+        try:
+            return self.do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8))
+        except OutOfResources:
+            return [float("inf")] * 3
+
+    def prune_configs(self, kwargs):
+        return self.configs
+
+    def run(self, *args, **kwargs):  # triton's: each config timed in turn, the least kept
+        self.nargs = dict(zip(self.arg_names, args, strict=False))
+        key = tuple(args)
+        if key not in self.cache:
+            pruned = self.prune_configs(kwargs)
+            timings = {c: self._bench(*args, config=c, **kwargs) for c in pruned}
+            self.cache[key] = min(timings, key=timings.get)
+            self.configs_timings = timings
+        return self.cache[key]
+
+    for name, fn in dict(
+        __init__=init, _bench=_bench, prune_configs=prune_configs, run=run
+    ).items():
+        setattr(cls, name, fn)
+    return tr, launched
+
+
+@pytest.mark.usefixtures("unpatched")
+def test_rank_switch_makes_the_autotuner_choose_the_best_config(gpu, monkeypatch):
+    # the best config last, one that cannot run, one far behind: timed in turn as triton
+    # does, the cap the first configs bring on makes the best read slower than it is
+    seconds = {128: 0.202e-3, 64: 0.204e-3, 32: 0.220e-3, 16: None, 256: 0.200e-3}
+    tr, launched = triton3(monkeypatch, seconds, gpu)
+    configs = [Config({"BM": bm}, num_stages=3) for bm in seconds]
+    gtriton.patch_autotuner(backend=gpu, condition="none", warmup=25, rep=100)
+    plain = tr.autotuner.Autotuner(configs, key=["M"]).run(4096)
+    assert plain.kwargs["BM"] != 256  # the cap fooled the timing one after the other
+
+    gpu.idle(10.0)
+    gtriton.unpatch_autotuner()
+    theirs = tr.testing.do_bench
+    gtriton.patch_autotuner(rank=True, backend=gpu)
+    assert tr.testing.do_bench is theirs  # other callers of do_bench keep triton's
+    tuner = tr.autotuner.Autotuner(configs, key=["M"])
+    n = len(gtriton.rankings())
+    assert tuner.run(4096).kwargs["BM"] == 256
+    assert tuner.configs_timings[configs[3]] == [float("inf")] * 3  # out of resources
+    decision = gtriton.rankings()[-1]
+    assert len(gtriton.rankings()) == n + 1 and decision["kernel"] == "matmul_kernel"
+    assert (
+        decision["key"] == ["M=4096"]
+        and decision["ranking"].winner == "BM=256 num_warps=4 num_stages=3"
+    )
+    assert decision["ranking"]["BM=32 num_warps=4 num_stages=3"].outcome == "far"
+    assert tuner.run(4096).kwargs["BM"] == 256 and len(gtriton.rankings()) == n + 1  # cached
+    launched.clear()
+    assert tuner.run(2048).kwargs["BM"] == 256 and len(gtriton.rankings()) == n + 2  # new key
+    assert 16 in launched  # each sweep finds again what cannot run
+
+    gtriton.unpatch_autotuner()
+    assert "_bench" in vars(tr.autotuner.Autotuner)  # triton's own again
+    assert not getattr(tr.autotuner.Autotuner._bench, "__gpuenv_rank__", False)
+
+
+@pytest.mark.usefixtures("unpatched")
+def test_rank_switch_leaves_an_autotuners_own_benchmarker_and_refuses_unknown_settings(
+    gpu, monkeypatch
+):
+    tr, _ = triton3(monkeypatch, {64: 0.1e-3, 128: 0.2e-3}, gpu)
+    with pytest.raises(ValueError, match=r"rank=True\) got unknown settings: colour"):
+        gtriton.patch_autotuner(rank=True, colour="red")
+    gtriton.patch_autotuner(rank=True, backend=gpu)
+    tuner = tr.autotuner.Autotuner([Config({"BM": 64}), Config({"BM": 128})], key=["M"])
+    tuner._do_bench = lambda fn, quantiles: [2.0, 2.0, 2.0] if fn() is None else None
+    n = len(gtriton.rankings())
+    assert tuner.run(1).kwargs["BM"] == 64 and len(gtriton.rankings()) == n  # its own timing

@@ -8,6 +8,7 @@ by gpuenv (telemetry on every rep, findings, a verdict) at triton's pace.
     print(m.telemetry, m.findings, m.verdict)
 
     gpuenv.integrations.triton.patch_autotuner()       # @triton.autotune measures with it
+    gpuenv.integrations.triton.patch_autotuner(rank=True)  # ...and chooses by gpuenv.rank
 
 `warmup` and `rep` are time budgets in ms, as in triton, and everything a rep costs
 counts in them: the L2 flush, the synchronize, the launch-cover spin and the host's
@@ -46,7 +47,7 @@ autotuner.py (patch_autotuner).
 
 from __future__ import annotations
 
-from gpuenv.integrations.triton.autotuner import patch_autotuner, unpatch_autotuner
+from gpuenv.integrations.triton.autotuner import patch_autotuner, rankings, unpatch_autotuner
 from gpuenv.integrations.triton.bench import (
     CUDAGRAPH_REPLAYS,
     DROPIN_BURST_S,
@@ -82,6 +83,7 @@ __all__ = [
     "last_measurement",
     "measurements",
     "patch_autotuner",
+    "rankings",
     "set_gpu_clock",
     "unpatch_autotuner",
 ]

@@ -1,10 +1,29 @@
 """patch_autotuner: make triton's autotuner (and whatever calls triton.testing's do_bench)
-measure with gpuenv's drop-ins."""
+measure with gpuenv's drop-ins, or (`rank=True`) choose its config with gpuenv.rank.
+
+With `rank=True`, the first `Autotuner._bench` call of a sweep (triton's `run` calls it for
+each config it kept, one after the other, and keeps the least) ranks all those configs at
+once: each config's `kernel_call` is taken from triton's own `_bench` (through the
+benchmarker it calls, here a stand-in that keeps the call instead of timing it), called
+once (compiling it: a config triton's `_bench` would give inf, out of resources, gets inf
+here too), then `gpuenv.rank` times them in interleaved rounds in one GPU state. Each
+config's `_bench` then returns `[median, 20%, 80%]` of its calls' medians in ms, the
+winner's lowest, so that triton's `min` keeps gpuenv's choice, a declared tie broken by
+the order of the configs. The decision is kept (`rankings()`), and under `gpuenv run`
+sent as one region of kind "autotune" (its table shows key, winner, tie, margins, state).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
 import inspect
-from collections.abc import Callable
+import math
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import fields
 from typing import Any
 
 from gpuenv.errors import ConfigError
@@ -13,34 +32,47 @@ from gpuenv.integrations.triton.bench import do_bench, do_bench_cudagraph
 _patched: dict[str, Any] = {}  # what patch_autotuner replaced: name -> original
 
 
-def patch_autotuner(**defaults: Any) -> None:
+def patch_autotuner(*, rank: bool = False, **defaults: Any) -> None:
     """Make triton measure with these drop-ins: `triton.testing.do_bench` and
     `do_bench_cudagraph` (what `@triton.autotune` calls through the driver's benchmarker),
     and the autotuners made before this call (an Autotuner keeps the do_bench it first
-    resolved). `defaults` go to every call (e.g. `condition="none"`). An autotuner given
-    its own `do_bench=` keeps it. Undo with `unpatch_autotuner()`."""
-    known = {
-        *inspect.signature(do_bench).parameters,
-        *inspect.signature(do_bench_cudagraph).parameters,
-    }
-    unknown = sorted(set(defaults) - known)
-    if unknown:
-        raise ConfigError(
-            f"patch_autotuner got unknown settings: {', '.join(unknown)}",
-            hint="pass keywords of do_bench or do_bench_cudagraph",
-        )
+    resolved). `defaults` go to every call (e.g. `condition="none"`).
+
+    `rank=True`: the autotuners' choice is gpuenv.rank's over their configs (the module
+    docstring); `defaults` then go to rank (its keywords and BenchConfig's), and
+    `triton.testing.do_bench` stays triton's for every other caller. An autotuner given its
+    own `do_bench=` keeps it. Undo with `unpatch_autotuner()`."""
+    from gpuenv import validate
+
+    validate.boolean(rank, "rank")
+    if rank:
+        _check_rank_settings(defaults)
+    else:
+        known = {
+            *inspect.signature(do_bench).parameters,
+            *inspect.signature(do_bench_cudagraph).parameters,
+        }
+        unknown = sorted(set(defaults) - known)
+        if unknown:
+            raise ConfigError(
+                f"patch_autotuner got unknown settings: {', '.join(unknown)}",
+                hint="pass keywords of do_bench or do_bench_cudagraph",
+            )
     try:
         import triton.runtime.autotuner as autotuner
         import triton.testing as testing
     except ImportError as err:
         raise ConfigError("patch_autotuner needs triton", hint="pip install triton") from err
     unpatch_autotuner()
-    bench = _with_defaults(do_bench, defaults)
-    graph = _with_defaults(do_bench_cudagraph, defaults)
-    _patched.update(
-        do_bench=testing.do_bench, do_bench_cudagraph=testing.do_bench_cudagraph, ours=bench
-    )
-    testing.do_bench, testing.do_bench_cudagraph = bench, graph
+    _patched.update(do_bench=testing.do_bench, do_bench_cudagraph=testing.do_bench_cudagraph)
+    if rank:  # triton's own benchmarkers, but for the calls a ranking collects
+        bench = _with_defaults(testing.do_bench, {})
+        graph = _with_defaults(testing.do_bench_cudagraph, {})
+    else:
+        bench = _with_defaults(do_bench, defaults)
+        graph = _with_defaults(do_bench_cudagraph, defaults)
+        testing.do_bench, testing.do_bench_cudagraph = bench, graph
+    _patched["ours"] = bench
     for attr, ours in (("do_bench", bench), ("do_bench_cudagraph", graph)):
         if attr in vars(autotuner):  # triton 2.x-3.0 imported them into the module
             _patched[f"module_{attr}"] = getattr(autotuner, attr)
@@ -48,6 +80,10 @@ def patch_autotuner(**defaults: Any) -> None:
     cls = autotuner.Autotuner
     _patched["class_attr"] = vars(cls).get("do_bench", _ABSENT)
     cls.do_bench = _AutotunerDoBench()
+    if rank:
+        _patched["class_bench"] = vars(cls).get("_bench", _ABSENT)
+        _patched["rank_settings"] = dict(defaults)
+        cls._bench = _ranked_bench(cls._bench)
 
 
 def unpatch_autotuner() -> None:
@@ -66,6 +102,11 @@ def unpatch_autotuner() -> None:
         del autotuner.Autotuner.do_bench
     else:
         autotuner.Autotuner.do_bench = _patched["class_attr"]
+    if "class_bench" in _patched:
+        if _patched["class_bench"] is _ABSENT:
+            del autotuner.Autotuner._bench
+        else:
+            autotuner.Autotuner._bench = _patched["class_bench"]
     _patched.clear()
 
 
@@ -73,10 +114,16 @@ _ABSENT = object()
 
 
 def _with_defaults(fn: Callable[..., Any], defaults: dict[str, Any]) -> Callable[..., Any]:
-    """fn with `defaults` for the keywords it takes (do_bench_cudagraph has no warmup)."""
+    """fn with `defaults` for the keywords it takes (do_bench_cudagraph has no warmup).
+    While a ranking collects the configs' calls (`_capture.calls`), the call is kept, not
+    timed."""
     mine = {k: v for k, v in defaults.items() if k in inspect.signature(fn).parameters}
 
     def bench(*args: Any, **kwargs: Any) -> Any:
+        kept = getattr(_capture, "calls", None)
+        if kept is not None and args:
+            kept.append(args[0])
+            return [0.0] * len(kwargs.get("quantiles") or QUANTILES)
         return fn(*args, **{**mine, **kwargs})
 
     bench.__name__ = fn.__name__
@@ -107,4 +154,151 @@ class _AutotunerDoBench:
         vars(obj)["do_bench"] = value
 
 
-__all__ = ["patch_autotuner", "unpatch_autotuner"]
+# -- rank=True: the choice is gpuenv.rank's ---------------------------------------------
+
+QUANTILES = (0.5, 0.2, 0.8)  # what triton's _bench asks its benchmarker for
+# what triton's _bench turns into inf (a config that cannot run): by name, as their modules
+# moved between releases
+TRITON_CONFIG_ERRORS = ("OutOfResources", "CompileTimeAssertionFailure", "PTXASError")
+_RANKINGS: deque[Any] = deque(maxlen=256)
+_capture = threading.local()  # .calls: kernel_calls kept instead of timed, while ranking
+
+
+def rankings() -> list[Any]:
+    """The decisions the patched autotuners made (at most 256), oldest first: each a dict
+    of `kernel`, `key` (the arguments' values triton keys its cache on), `configs` and
+    `ranking` (the `gpuenv.Ranking`)."""
+    return list(_RANKINGS)
+
+
+def _check_rank_settings(settings: dict[str, Any]) -> None:
+    from gpuenv.timing.config import BenchConfig
+    from gpuenv.timing.rank import rank
+
+    known = {*inspect.signature(rank).parameters, *(f.name for f in fields(BenchConfig))}
+    unknown = sorted(set(settings) - known - {"candidates"})
+    if unknown:
+        raise ConfigError(
+            f"patch_autotuner(rank=True) got unknown settings: {', '.join(unknown)}",
+            hint="pass keywords of gpuenv.rank or BenchConfig's fields",
+        )
+
+
+def _ranked_bench(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """Autotuner._bench, answering from a ranking of the whole sweep."""
+
+    @functools.wraps(orig)
+    def _bench(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
+        sweep = vars(self).get("_gpuenv_sweep")
+        if sweep is None or sweep.key != _key(self, args, meta) or config not in sweep.answers:
+            configs = _sweep_configs(self, config, meta)
+            calls = _kernel_calls(orig, self, configs, args, meta)
+            if calls is None:  # the autotuner's own benchmarker: triton's timing
+                return orig(self, *args, config=config, **meta)
+            sweep = _Sweep.rank(self, configs, calls, args, meta)
+            vars(self)["_gpuenv_sweep"] = sweep
+        return sweep.answers.pop(config)
+
+    _bench.__gpuenv_rank__ = True  # type: ignore[attr-defined]
+    return _bench
+
+
+def _sweep_configs(tuner: Any, first: Any, meta: dict[str, Any]) -> list[Any]:
+    """The configs triton's run is about to time, from `first` on: what prune_configs
+    gives (run called it just before), else every config of the autotuner."""
+    configs: list[Any] = list(getattr(tuner, "configs", None) or [first])
+    with contextlib.suppress(Exception):
+        configs = list(tuner.prune_configs(meta))
+    return configs[configs.index(first) :] if first in configs else [first]
+
+
+def _kernel_calls(
+    orig: Callable[..., Any], tuner: Any, configs: list[Any], args: tuple[Any, ...], meta: Any
+) -> list[Any] | None:
+    """Each config's kernel_call as triton's _bench builds it (None where the autotuner has a
+    benchmarker of its own, which never hands the call to us)."""
+    out = []
+    for config in configs:
+        _capture.calls = []
+        try:
+            orig(tuner, *args, config=config, **meta)
+            got = _capture.calls
+        finally:
+            _capture.calls = None
+        if len(got) != 1:
+            return None
+        out.append(got[0])
+    return out
+
+
+@dataclasses.dataclass
+class _Sweep:
+    """One ranking of a sweep: what each config's _bench call returns."""
+
+    key: list[str]
+    answers: dict[Any, list[float]]
+
+    @classmethod
+    def rank(cls, tuner: Any, configs: list[Any], calls: list[Any], args: Any, meta: Any) -> _Sweep:
+        from gpuenv.run.autoregions import config_labels
+        from gpuenv.timing.rank import decision_record, rank
+
+        names = [_config_name(config_labels(c), i) for i, c in enumerate(configs)]
+        cands, answers = {}, {}
+        for name, config, call in zip(names, configs, calls, strict=True):
+            try:
+                call()  # compiles it, and finds what cannot run
+            except Exception as err:
+                if type(err).__name__ not in TRITON_CONFIG_ERRORS:
+                    raise
+                answers[config] = [math.inf] * 3
+                continue
+            cands[name] = call
+        fn = getattr(tuner, "base_fn", None) or getattr(tuner, "fn", None)
+        kernel = str(getattr(fn, "__name__", "kernel"))
+        key = _key(tuner, args, meta)
+        if not cands:
+            return cls(key, answers)
+        with _autotune_region(kernel, key) as region:
+            r = rank(cands, **_patched.get("rank_settings", {}))
+            if region is not None:
+                region.end_meta = {"autotune": decision_record(kernel, key, r)}
+        _RANKINGS.append({"kernel": kernel, "key": key, "configs": names, "ranking": r})
+        times = r.times_s  # the winner's the least: triton's min keeps gpuenv's choice
+        for name, config in zip(names, configs, strict=True):
+            if name in cands:
+                ms = [m.median_s * 1e3 for m in r[name].measurements]
+                answers[config] = [times[name] * 1e3, min(ms), max(ms)]
+        return cls(key, answers)
+
+
+def _config_name(labels: dict[str, Any], i: int) -> str:
+    text = " ".join(f"{k}={v}" for k, v in labels.items())
+    return text or f"config {i}"
+
+
+def _key(tuner: Any, args: tuple[Any, ...], meta: dict[str, Any]) -> list[str]:
+    """The values triton keys its autotune cache on (its `key=` arguments), as text."""
+    names = list(getattr(tuner, "arg_names", None) or [])
+    given = {**dict(zip(names, args, strict=False)), **meta}
+    return [f"{k}={given[k]}" for k in getattr(tuner, "keys", None) or () if k in given]
+
+
+@contextlib.contextmanager
+def _autotune_region(kernel: str, key: list[str]) -> Iterator[Any]:
+    """Under gpuenv run: the ranking as one region of kind "autotune", its decision sent
+    with its end (None outside gpuenv run)."""
+    from gpuenv.run.autoregions import call_site
+    from gpuenv.run.region import active, region
+
+    if not active():
+        yield None
+        return
+    where, _ = call_site(3)
+    name = f"{kernel} autotune {' '.join(key)}".strip()
+    meta = {"kind": "autotune", "site": f"autotune {kernel} {where}", "autotune": True}
+    with region(name, discard_on_error=True, meta=meta) as r:
+        yield r
+
+
+__all__ = ["QUANTILES", "TRITON_CONFIG_ERRORS", "patch_autotuner", "rankings", "unpatch_autotuner"]

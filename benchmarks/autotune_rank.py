@@ -1,0 +1,196 @@
+"""Autotuners that choose right (issue 43): triton's `@triton.autotune` over the fp16 4096^3
+matmul, plain and with gpuenv's choice (`patch_autotuner(rank=True)`), rested and right
+after heavy load: how many distinct winners, the regret of the choice, the tuning wall.
+
+Two cases (benchmarks/workloads/autotune_matmul.py): `matmul8`, 8 configs (BM256/BN128/BK64
+among them, and BM128/BN128/BK64 with 3 and 4 stages, which plain triton chose on a rested
+H200 in 6 of 6 processes), and `close`, 4 configs of which at least 2 are within 1% of each
+other. First a process compiles every config (triton's disk cache), then one times each
+config carefully (gpuenv.bench, 2 s each: the true ranking). Then, for plain triton and for
+gpuenv, `--processes` fresh processes rested and as many hot, each autotuning a fresh
+kernel of each case `--trials` times: rested after `--rest-s` of idle, hot after
+`--hot-s` of bf16 8192 matmuls (the first) or `--topup-s` (the later ones). Per case,
+tuner and state: the distinct winners, the share of the most common choice (goal >= 95%
+for gpuenv: one winner or one declared tie), regret = the winner's careful time against
+the best's (goal <= 0.5%), and the tuning wall (the first launch, autotuning included;
+goal: gpuenv's at most 1.5x plain triton's, rested). Read-only: no clock is set, every
+child runs with GPUENV_READONLY=1. About 7 minutes on an H200 at the defaults (N = 2 x
+processes x trials = 20 autotunes per case and tuner).
+
+    GPUENV_READONLY=1 python -m benchmarks.autotune_rank
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from benchmarks import runner
+from benchmarks.checkout import ROOT, checkout_env
+
+CHILD = ROOT / "benchmarks" / "workloads" / "autotune_matmul.py"
+TUNERS = ("plain", "gpuenv")
+STATES = ("rested", "hot")
+
+
+def child(*args: str, timeout: float = 300) -> list[dict[str, Any]]:
+    """Run the workload in a fresh process; its JSON lines."""
+    env = checkout_env(GPUENV_READONLY="1")
+    argv = [sys.executable, str(CHILD), *args]
+    proc = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict[str, Any]:
+    """One case, tuner and state: distinct winners, the most common choice's share, regret
+    (the winner's careful time / the best careful time of the case's configs, - 1) and
+    the tuning wall."""
+    winners = Counter(r["winner"] for r in rows)
+    best = min(careful[w] for w in careful)
+    regrets = [careful[r["winner"]] / best - 1 for r in rows]
+    walls = [r["wall_s"] for r in rows]
+    return {
+        "n": len(rows),
+        "distinct": len(winners),
+        "modal": winners.most_common(1)[0][0] if winners else "-",
+        "modal_share": winners.most_common(1)[0][1] / len(rows) if rows else 0.0,
+        "regret_median": statistics.median(regrets) if regrets else float("nan"),
+        "regret_max": max(regrets) if regrets else float("nan"),
+        "wall_median_s": statistics.median(walls) if walls else float("nan"),
+        "ties": sum(1 for r in rows if len(r.get("tied") or ()) > 1),
+        "winners": dict(winners),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.sim:
+        print(
+            "autotuning needs a GPU (torch and triton): --sim has nothing to run", file=sys.stderr
+        )
+        return 2
+    child("warm")
+    careful = child("careful")[0]["careful"]
+    rows: list[dict[str, Any]] = []
+    for _ in range(args.processes):  # interleaved: the tuners meet the same machine
+        for state in STATES:
+            for tuner in TUNERS:
+                rows += child(
+                    "tune",
+                    tuner,
+                    state,
+                    str(args.trials),
+                    str(args.rest_s),
+                    str(args.hot_s),
+                    str(args.topup_s),
+                )
+    report(rows, careful, _case_configs())
+    return 0
+
+
+def _case_configs() -> dict[str, list[str]]:
+    """Each case's config names, as the workload names them (parsed from its source: the
+    parent imports neither torch nor triton)."""
+    import ast
+
+    tree = ast.parse(CHILD.read_text())
+    cases: dict[str, list[str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            target = node.targets[0].id
+            if target in ("MATMUL8", "CLOSE"):
+                specs = ast.literal_eval(node.value)
+                cases["matmul8" if target == "MATMUL8" else "close"] = [
+                    f"BM{m}/BN{n}/BK{k}/G{g} s{s} w{w}" for m, n, k, g, s, w in specs
+                ]
+    return cases
+
+
+def report(
+    rows: Sequence[dict[str, Any]], careful: dict[str, float], cases: dict[str, list[str]]
+) -> None:
+    for case, names in cases.items():
+        times = {n: careful[n] for n in names if n in careful}
+        best = min(times, key=times.__getitem__)
+        print(f"## {case}: {len(names)} configs, careful times (gpuenv.bench, 2 s each)")
+        print()
+        print("| config | careful time | against the best |")
+        print("| --- | ---: | ---: |")
+        for n in sorted(times, key=times.__getitem__):
+            print(f"| {n} | {times[n] * 1e6:.1f} us | {times[n] / times[best] - 1:+.2%} |")
+        print()
+        close = sorted(times.values())
+        within = sum(1 for t in close if t / close[0] - 1 <= 0.01)
+        print(f"{within} configs within 1% of the best ({best}).")
+        print()
+        print(
+            "| tuner | state | autotunes | distinct winners | most common (share) | ties "
+            "declared | regret median | regret max | tuning wall median |"
+        )
+        print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
+        summary: dict[tuple[str, str], dict[str, Any]] = {}
+        for tuner in TUNERS:
+            for state in STATES:
+                mine = [
+                    r for r in rows if (r["case"], r["tuner"], r["state"]) == (case, tuner, state)
+                ]
+                if not mine:
+                    continue
+                s = summary[tuner, state] = summarize(mine, times)
+                print(
+                    f"| {tuner} | {state} | {s['n']} | {s['distinct']} | {s['modal']} "
+                    f"({s['modal_share']:.0%}) | {s['ties']} | {s['regret_median']:.2%} | "
+                    f"{s['regret_max']:.2%} | {s['wall_median_s']:.2f} s |"
+                )
+        print()
+        _metrics(case, summary)
+
+
+def _metrics(case: str, summary: dict[tuple[str, str], dict[str, Any]]) -> None:
+    for state in STATES:
+        g = summary.get(("gpuenv", state))
+        if g is None:
+            continue
+        runner.metric(f"{case} {state}: gpuenv regret max", 100 * g["regret_max"], "%", slack=0.3)
+        runner.metric(
+            f"{case} {state}: gpuenv most common choice",
+            100 * g["modal_share"],
+            "%",
+            better="higher",
+            slack=5,
+        )
+    g, p = summary.get(("gpuenv", "rested")), summary.get(("plain", "rested"))
+    if g is not None and p is not None and p["wall_median_s"] > 0:
+        ratio = g["wall_median_s"] / p["wall_median_s"]
+        print(f"Rested, gpuenv's tuning wall is {ratio:.2f}x plain triton's (goal <= 1.5x).")
+        print()
+        runner.metric(f"{case} rested: tuning wall gpuenv / plain", ratio, "x", slack=0.1)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--processes", type=int, default=2, help="fresh processes per tuner and state (2)"
+    )
+    parser.add_argument(
+        "--trials", type=int, default=5, help="autotunes of each case per process (5)"
+    )
+    parser.add_argument("--rest-s", type=float, default=3.0, help="idle before a rested one")
+    parser.add_argument("--hot-s", type=float, default=7.0, help="heavy load before the first hot")
+    parser.add_argument(
+        "--topup-s", type=float, default=2.0, help="heavy load before each later hot one"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(
+        runner.main(
+            "autotune_rank", __doc__, add_arguments, run, quick={"processes": 1, "trials": 2}
+        )
+    )

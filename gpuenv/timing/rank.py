@@ -1,0 +1,566 @@
+"""`rank(candidates)`: which of several functions is fastest, in one GPU state, or which
+are tied: what an autotuner needs to choose.
+
+    r = gpuenv.rank({"bm128": k128, "bm256": k256, "bm64": k64})
+    r.winner, r.tied            # "bm256", ("bm128", "bm256"): the first of the tie set
+    print(r)                    # every candidate's time and margin, and the GPU state
+
+Why not time each candidate once, one after the other (what an autotuner does): each is
+then timed in the state the previous ones left. On an H200, triton's `@triton.autotune`
+over 8 matmul configs on a rested GPU chose a config 5-6.5% slower than the best in 6 of
+6 processes: the configs timed first ran before the power cap that tuning itself brings
+on (issue 43). Here every call is a `gpuenv.bench` call under its default conditioning
+(each burst begun on a cool, uncapped GPU), and the candidates are timed in rounds,
+interleaved, each round starting one candidate later than the one before:
+
+1. Round 1 times every candidate (one short call each). A candidate more than
+   `FAR_FIRST` behind the round's fastest stops there, and one more than `FAR` behind in
+   each of two rounds after that: far behind, it cannot win.
+2. The rest are timed again, round after round, until each one's ratio to the leader
+   (the lowest median) is decided from the rounds' pairs (`gpuenv.timing.pair.pair_ratio`:
+   the median of the per-round ratios, its order-statistic interval): slower (the
+   interval above 1 + `tolerance`), tied (inside 1 +- `tolerance`), or, when the budget
+   ends first, slower if it excludes 1 and tied if not.
+3. `tied` is the leader and those tied with it, in the order given; `winner` is its
+   first. The same candidates in the same state so give the same winner, or the same
+   declared tie, whichever of the tied ones is a little faster in this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gpuenv import stats
+from gpuenv import validate as v
+from gpuenv.timing.config import BenchConfig
+from gpuenv.timing.pair import min_pairs, pair_ratio
+from gpuenv.units import fmt_s
+
+# One call of a round: a short gpuenv.bench (10 ms of reps, a few ms of warmup once the
+# function is warm, the default conditioning), timed by CUDA events around each call (the
+# default's CUPTI costs ~0.2 s a profiler session: a ranking makes tens of calls). A round
+# of 8 calls then costs about what triton's do_bench costs for one config (25 ms warmup +
+# 100 ms of reps).
+RANK_CALL = BenchConfig(mode="events", budget_s=0.01, min_reps=5, rel_ci=0.005, warmup_max_s=0.05)
+TOLERANCE = 0.005  # candidates within 0.5% of the leader (shown with confidence) are tied
+FAR_FIRST = 0.08  # behind the round's fastest by more than this in round 1: stops there
+FAR = 0.03  # ...or by more than this in each of two rounds
+DEFAULT_BUDGET_S = 5.0  # the longest a ranking runs (its candidates' first round always runs)
+MAX_ROUNDS = 30
+
+Outcome = Literal["winner", "tied", "slower", "far"]
+_DEFAULT_BACKEND: list[Any] = []  # opened once per process (NVML start-up is not free)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate of a `Ranking`: its calls (`measurements`, one per round it ran in),
+    `median_s` (the median of their medians), its ratio to the winner (`margin`: 1.03 is
+    3% slower) with that ratio's interval from the rounds both ran in (`margin_ci`), and
+    how its ranking ended (`outcome`: "winner", "tied", "slower" shown slower than the
+    leader, "far" stopped early, far behind)."""
+
+    name: str
+    measurements: tuple[Any, ...]
+    median_s: float
+    margin: float
+    margin_ci: tuple[float, float]
+    outcome: Outcome
+
+    @property
+    def rounds(self) -> int:
+        """The rounds it was timed in."""
+        return len(self.measurements)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What a results file keeps of it (its Measurements are kept on their own)."""
+        return {
+            "name": self.name,
+            "median_s": self.median_s,
+            "margin": self.margin,
+            "margin_ci": list(self.margin_ci),
+            "outcome": self.outcome,
+            "rounds": self.rounds,
+        }
+
+
+@dataclass(frozen=True)
+class RankState:
+    """The GPU state the candidates were timed in: the condition bench measured in (and
+    why), the SM clock and temperature ranges over every call, the highest mean power of a
+    call, and the
+    kinds of the findings of any call."""
+
+    gpu: int | None
+    condition: str | None
+    condition_why: str | None
+    sm_mhz: tuple[float, float] | None
+    temp_c: tuple[float, float] | None
+    power_w_max: float | None
+    findings: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        parts = [f"GPU {self.gpu}" if self.gpu is not None else "GPU ?"]
+        if self.condition:
+            parts.append(f"condition {self.condition}")
+        if self.sm_mhz:
+            lo, hi = self.sm_mhz
+            parts.append(f"SM {lo:.0f} MHz" if lo == hi else f"SM {lo:.0f}-{hi:.0f} MHz")
+        if self.temp_c:
+            lo, hi = self.temp_c
+            parts.append(f"{lo:.0f} C" if lo == hi else f"{lo:.0f}-{hi:.0f} C")
+        if self.power_w_max is not None:
+            parts.append(f"power up to {self.power_w_max:.0f} W (a call's mean)")
+        parts.append(f"findings: {', '.join(self.findings)}" if self.findings else "no findings")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "condition": self.condition,
+            "condition_why": self.condition_why,
+            "sm_mhz": list(self.sm_mhz) if self.sm_mhz else None,
+            "temp_c": list(self.temp_c) if self.temp_c else None,
+            "power_w_max": self.power_w_max,
+            "findings": list(self.findings),
+        }
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """What `rank` found; `str()` is a table a person reads, `ranking["name"]` one candidate.
+
+    Attributes:
+        winner: the choice: the first of `tied` in the order given.
+        tied: the fastest candidate and those not shown to differ from it by more than
+            `tolerance`, in the order given (one name: no tie).
+        fastest: the candidate with the lowest median.
+        candidates: every candidate (`Candidate`: Measurements, margin, outcome), in the
+            order given.
+        state: the GPU state they were timed in (`RankState`).
+        rounds: the rounds run.
+        wall_s: the time the ranking took, in seconds (on the GPU's clock: virtual on a
+            simulated GPU in tests).
+        tolerance: ratios within 1 +- this were a tie.
+        confidence: the level of each margin's interval.
+        budget_ended: the budget (or the last round) ended before every close candidate
+            was decided.
+        order: the candidates' names in the order given.
+    """
+
+    winner: str
+    tied: tuple[str, ...]
+    fastest: str
+    candidates: tuple[Candidate, ...]
+    state: RankState
+    rounds: int
+    wall_s: float
+    tolerance: float
+    confidence: float
+    budget_ended: bool = False
+    order: tuple[str, ...] = field(default=())  # the names in the order given
+
+    def __getitem__(self, name: str) -> Candidate:
+        for c in self.candidates:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    @property
+    def times_s(self) -> dict[str, float]:
+        """Each candidate's time for a tuner that keeps the least: its median, the winner's
+        the lowest (another's raised just past it where a tie or the budget left it lower,
+        by a part in 10^9: still so in ms), so that the tuner keeps gpuenv's choice."""
+        floor = self[self.winner].median_s
+        return {
+            c.name: c.median_s if c.name == self.winner else max(c.median_s, floor * (1 + 1e-9))
+            for c in self.candidates
+        }
+
+    @property
+    def is_tie(self) -> bool:
+        """More than one candidate is tied for the best."""
+        return len(self.tied) > 1
+
+    def __str__(self) -> str:
+        best = self[self.winner]
+        if self.is_tie:
+            others = ", ".join(n for n in self.tied if n != self.winner)
+            head = (
+                f"rank: {self.winner} ({fmt_s(best.median_s)}), tied with {others} "
+                f"(within {self.tolerance:.1%}): the first of the tie in the order given"
+            )
+        else:
+            head = f"rank: {self.winner} is fastest ({fmt_s(best.median_s)})"
+        head += f"; {len(self.candidates)} candidates, {self.rounds} rounds, {self.wall_s:.2f} s"
+        if self.budget_ended:
+            head += " (the budget ended before every close candidate was decided)"
+        lines = [head]
+        width = max(len(c.name) for c in self.candidates)
+        for c in sorted(self.candidates, key=lambda c: c.margin):
+            lo, hi = c.margin_ci
+            how = "" if c.name == self.winner else f" ({lo:.4f}-{hi:.4f})"
+            lines.append(
+                f"  {c.name:<{width}}  {fmt_s(c.median_s):>9}  x{c.margin:.4f}{how}  "
+                f"{c.outcome}, {c.rounds} round{'s' * (c.rounds != 1)}"
+            )
+        lines.append(f"  state: {self.state}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The decision as a results file keeps it (JSON types)."""
+        return {
+            "winner": self.winner,
+            "tied": list(self.tied),
+            "fastest": self.fastest,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "state": self.state.to_dict(),
+            "rounds": self.rounds,
+            "wall_s": self.wall_s,
+            "tolerance": self.tolerance,
+            "confidence": self.confidence,
+            "budget_ended": self.budget_ended,
+        }
+
+
+def rank(
+    candidates: Mapping[str, Callable[[], Any]],
+    config: BenchConfig | None = None,
+    *,
+    tolerance: float = TOLERANCE,
+    confidence: float = 0.95,
+    budget_s: float = DEFAULT_BUDGET_S,
+    max_rounds: int = MAX_ROUNDS,
+    backend: Any = None,
+    gpu: int | None = None,
+    device: Any = None,
+    session: Any = None,
+    **settings: Any,
+) -> Ranking:
+    """Rank `candidates` (name -> the GPU work of one call, all on one GPU): every one timed
+    in the same GPU state, in interleaved rounds of short `gpuenv.bench` calls; returns a
+    `Ranking` (see the module docstring for how it decides).
+
+    Args:
+        candidates: name -> a function called with no arguments; the order given is the
+            order a tie is broken in.
+        config: one call's `BenchConfig` (default `RANK_CALL`: 10 ms of reps).
+        tolerance: a ratio to the leader within 1 +- this, shown with confidence, is a tie.
+        confidence: the level of each ratio's interval.
+        budget_s: the longest the ranking runs after its first round, in seconds.
+        max_rounds: the most rounds.
+        backend: the GPU backend, as for `gpuenv.bench` (default: opened once).
+        gpu: the GPU to time on (default: as for `gpuenv.bench`, the candidates' GPU).
+        device: what runs the candidates (tests: a `SimDevice`), as for `gpuenv.bench`.
+        session: a `gpuenv.stable()` session that lends its sampler, lock and policy.
+        **settings: `BenchConfig` fields over `config` (`condition=`, `flush_l2=`, ...).
+
+    Returns:
+        The `Ranking`: `winner`, `tied`, each candidate's Measurements and margin, the GPU
+        state.
+
+    Raises:
+        ConfigError: an argument out of range, or candidates that are not a non-empty
+            mapping of names to functions that take no arguments.
+    """
+    fns = v.candidates(candidates, "candidates")
+    v.number(tolerance, "tolerance", lo=0, hi=1, hi_open=True, hint="0.005: within 0.5%")
+    v.number(confidence, "confidence", lo=0, hi=1, lo_open=True, hi_open=True)
+    v.number(budget_s, "budget_s", lo=0, unit="seconds")
+    least = min_pairs(confidence)
+    max_rounds = v.integer(
+        max_rounds,
+        "max_rounds",
+        lo=least,
+        hint=f"a ratio's {confidence:.0%} interval needs {least} rounds; "
+        f"the default is {MAX_ROUNDS}",
+    )
+    cfg = BenchConfig.of(config or RANK_CALL, dict(settings))
+    if session is None and backend is None and device is None:
+        backend = _default_backend()
+    clock = _clock(session, backend, device)
+    return _Ranker(fns, cfg, tolerance, confidence, budget_s, max_rounds, clock).run(
+        dict(backend=backend, gpu=gpu, device=device, session=session)
+    )
+
+
+class _Quiet(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+class _Ranker:
+    """One ranking: the rounds, what each candidate's calls gave, the decisions."""
+
+    def __init__(
+        self,
+        fns: dict[str, Callable[[], Any]],
+        cfg: BenchConfig,
+        tolerance: float,
+        confidence: float,
+        budget_s: float,
+        max_rounds: int,
+        clock: Callable[[], float],
+    ):
+        self.fns, self.cfg, self.tol, self.conf = fns, cfg, tolerance, confidence
+        self.budget_s, self.max_rounds, self.clock = budget_s, max_rounds, clock
+        self.order = list(fns)
+        self.got: dict[str, list[Any]] = {n: [] for n in fns}  # Measurements, one per round
+        self.out: dict[str, Outcome] = {}  # final outcomes of the candidates that stopped
+        self.least = min_pairs(confidence)
+
+    def run(self, where: dict[str, Any]) -> Ranking:
+        # a call's own CI warning (10 ms of reps rarely reach +-0.5%) is no warning here:
+        # the decision comes from the rounds' pairs; each call keeps it in extra["warnings"]
+        quiet = _Quiet()
+        logging.getLogger("gpuenv.timing.repstats").addFilter(quiet)
+        try:
+            return self._rounds(where)
+        finally:
+            logging.getLogger("gpuenv.timing.repstats").removeFilter(quiet)
+
+    def _rounds(self, where: dict[str, Any]) -> Ranking:
+        t0 = self.clock()
+        active = list(self.order)
+        rounds, ended = 0, False
+        while True:
+            start = rounds % len(active)
+            for name in active[start:] + active[:start]:  # each round one later
+                self.got[name].append(self._bench(name, where))
+            rounds += 1
+            active = self._screen(active, rounds)
+            undecided = self._undecided(active)
+            if not undecided:
+                break
+            if rounds >= self.max_rounds or self.clock() - t0 >= self.budget_s:
+                ended = True
+                break
+        return self._ranking(active, rounds, ended, self.clock() - t0)
+
+    def _bench(self, name: str, where: dict[str, Any]) -> Any:
+        from gpuenv.timing.harness import bench
+
+        return bench(self.fns[name], self.cfg, name=name, **where)
+
+    def _median(self, name: str, rounds: slice = slice(None)) -> float:
+        return stats.median([m.median_s for m in self.got[name][rounds]])
+
+    def _leader(self, active: list[str]) -> str:
+        # every active candidate ran in every round so far: their medians compare
+        return min(active, key=lambda n: (self._median(n), self.order.index(n)))
+
+    def _screen(self, active: list[str], rounds: int) -> list[str]:
+        """Stop the candidates far behind: FAR_FIRST in round 1, FAR in each of the last
+        two rounds (against each round's fastest)."""
+        if len(active) == 1:
+            return active
+        keep = []
+        for name in active:
+            behind = [
+                self.got[name][r].median_s / min(self.got[n][r].median_s for n in active)
+                for r in range(max(0, rounds - 2), rounds)
+            ]
+            far = behind[-1] > 1 + FAR_FIRST or (
+                len(behind) == 2 and all(b > 1 + FAR for b in behind)
+            )
+            if far:
+                self.out[name] = "far"
+            else:
+                keep.append(name)
+        return keep
+
+    def _ratio(self, lead: str, name: str) -> tuple[float, tuple[float, float], float]:
+        n = min(len(self.got[lead]), len(self.got[name]))
+        a = [m.median_s for m in self.got[lead][:n]]
+        b = [m.median_s for m in self.got[name][:n]]
+        return pair_ratio(a, b, self.conf)
+
+    def _decide(self, lead: str, name: str, final: bool) -> Outcome | None:
+        """slower / tied against the leader, or None while undecided."""
+        _, (lo, hi), _ = self._ratio(lead, name)
+        enough = len(self.got[name]) >= self.least
+        if enough and 1 / (1 + self.tol) <= lo and hi <= 1 + self.tol:
+            return "tied"
+        if enough and lo > 1 + self.tol:
+            return "slower"
+        if final:
+            return "slower" if lo > 1 else "tied"
+        return None
+
+    def _undecided(self, active: list[str]) -> list[str]:
+        """The close candidates not yet decided; those shown slower stop here."""
+        lead = self._leader(active)
+        left = []
+        for name in list(active):
+            if name == lead:
+                continue
+            outcome = self._decide(lead, name, final=False)
+            if outcome == "slower":
+                self.out[name] = "slower"
+                active.remove(name)
+            elif outcome is None:
+                left.append(name)
+        return left
+
+    def _ranking(self, active: list[str], rounds: int, ended: bool, wall_s: float) -> Ranking:
+        lead = self._leader(active)
+        tied = [lead]
+        for name in active:
+            if name != lead:
+                outcome = self._decide(lead, name, final=True)
+                self.out[name] = outcome or "tied"
+                if outcome == "tied":
+                    tied.append(name)
+        tied.sort(key=self.order.index)
+        winner = tied[0]
+        for name in tied:
+            self.out[name] = "winner" if name == winner else "tied"
+        cands = []
+        for name in self.order:
+            if name == winner:
+                margin, ci = 1.0, (1.0, 1.0)
+            else:
+                margin, ci, _ = self._ratio(winner, name)
+            cands.append(
+                Candidate(
+                    name,
+                    tuple(self.got[name]),
+                    self._median(name),
+                    margin,
+                    ci,
+                    self.out[name],
+                )
+            )
+        return Ranking(
+            winner=winner,
+            tied=tuple(tied),
+            fastest=lead,
+            candidates=tuple(cands),
+            state=_state([m for ms in self.got.values() for m in ms]),
+            rounds=rounds,
+            wall_s=wall_s,
+            tolerance=self.tol,
+            confidence=self.conf,
+            budget_ended=ended,
+            order=tuple(self.order),
+        )
+
+
+# -- the decision on the record: an autotuner's choice as a results file keeps it ------
+
+MAX_RECORD_CHARS = 1800  # what a gpuenv run region's facts carry (run/region.py MAX_META)
+
+
+def decision_record(kernel: str, key: list[str], r: Ranking) -> dict[str, Any]:
+    """An autotune decision as `Measurement.extra["autotune"]` holds it (JSON, compact: a
+    region's facts must stay under MAX_RECORD_CHARS): `kernel`, `key`, `winner` and `tied`
+    (indices into `configs`), `configs` (each [name, median_s, margin, outcome, rounds],
+    in the order given), `state` (in words), `rounds`, `wall_s`, `tolerance`."""
+    import json
+
+    def build(width: int) -> dict[str, Any]:
+        names = [n if len(n) <= width else n[: width - 3] + "..." for n in r.order]
+        return {
+            "kernel": kernel[:width],
+            "key": [k[:width] for k in key],
+            "winner": r.order.index(r.winner),
+            "tied": [r.order.index(n) for n in r.tied],
+            "configs": [
+                [name, float(f"{c.median_s:.5g}"), round(c.margin, 5), c.outcome, c.rounds]
+                for name, c in zip(names, (r[n] for n in r.order), strict=True)
+            ],
+            "state": str(r.state),
+            "rounds": r.rounds,
+            "wall_s": round(r.wall_s, 4),
+            "tolerance": r.tolerance,
+        }
+
+    for width in (120, 60, 30, 12):
+        record = build(width)
+        if len(json.dumps(record)) <= MAX_RECORD_CHARS:
+            return record
+    return {**build(12), "configs": [], "state": ""}
+
+
+def decision_lines(record: Any) -> list[str]:
+    """A decision record (`decision_record`) as the lines under gpuenv run's table."""
+    if not isinstance(record, dict) or not isinstance(record.get("configs"), list):
+        return []
+    try:
+        configs = record["configs"]
+        names = [c[0] for c in configs]
+        winner = names[record["winner"]]
+        tied = [names[i] for i in record["tied"] if names[i] != winner]
+        key = " ".join(record.get("key") or []) or "(no key)"
+        head = f"autotune {record['kernel']} {key}: {winner} chosen by gpuenv.rank"
+        head += f", tied with {', '.join(tied)}" if tied else ""
+        head += f" ({record['rounds']} rounds, {record['wall_s']:.2f} s)"
+        width = max(len(n) for n in names)
+        lines = [head]
+        for name, median_s, margin, outcome, rounds in sorted(configs, key=lambda c: c[2]):
+            lines.append(
+                f"  {name:<{width}}  {fmt_s(median_s):>9}  x{margin:.4f}  {outcome}, "
+                f"{rounds} round{'s' * (rounds != 1)}"
+            )
+        lines.append(f"  state: {record['state']}")
+        return lines
+    except (KeyError, IndexError, TypeError, ValueError):
+        return []
+
+
+def _state(ms: list[Any]) -> RankState:
+    """The GPU state over every call: clock and temperature ranges, the highest power."""
+    windows = [w for m in ms for w in m.summary_windows]
+    lows = [w.sm_mhz_min for w in windows if w.sm_mhz_min is not None]
+    highs = [w.sm_mhz_max for w in windows if w.sm_mhz_max is not None]
+    temps = [t for w in windows for t in (w.temp_c_start, w.temp_c_end) if t is not None]
+    powers = [w.power_w_mean for w in windows if w.power_w_mean is not None]
+    conditions = sorted({str(m.extra.get("condition")) for m in ms if m.extra.get("condition")})
+    first = ms[0] if ms else None
+    return RankState(
+        gpu=(first.gpus[0] if first is not None and first.gpus else None),
+        condition=", ".join(conditions) or None,
+        condition_why=first.extra.get("condition_why") if first is not None else None,
+        sm_mhz=(float(min(lows)), float(max(highs))) if lows and highs else None,
+        temp_c=(float(min(temps)), float(max(temps))) if temps else None,
+        power_w_max=float(max(powers)) if powers else None,
+        findings=tuple(sorted({f.kind for m in ms for f in m.findings})),
+    )
+
+
+def _default_backend() -> Any:
+    if not _DEFAULT_BACKEND:
+        from gpuenv.timing.harness import _open_backend_quietly
+
+        _DEFAULT_BACKEND.append(_open_backend_quietly())
+    return _DEFAULT_BACKEND[0]
+
+
+def _clock(session: Any, backend: Any, device: Any) -> Callable[[], float]:
+    """The time the GPU lives on (virtual on a simulated GPU in tests), for the budget."""
+    for owner in (device, getattr(session, "sampler", None), backend):
+        clock = getattr(owner, "clock", None)
+        if clock is not None:
+            return clock.now  # type: ignore[no-any-return]
+    return time.monotonic
+
+
+__all__ = [
+    "DEFAULT_BUDGET_S",
+    "FAR",
+    "FAR_FIRST",
+    "MAX_RECORD_CHARS",
+    "MAX_ROUNDS",
+    "RANK_CALL",
+    "TOLERANCE",
+    "Candidate",
+    "RankState",
+    "Ranking",
+    "decision_lines",
+    "decision_record",
+    "rank",
+]

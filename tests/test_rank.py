@@ -1,0 +1,179 @@
+"""gpuenv.rank on the simulated GPU: one choice whatever the GPU's state, never a slower
+config, ties declared, and candidates far behind stopped early."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+
+import pytest
+
+import gpuenv
+from gpuenv import timing
+from gpuenv.backend.sim import SimBackend
+from gpuenv.errors import ConfigError
+from gpuenv.integrations import triton as gtriton
+from gpuenv.timing.rank import Ranking
+
+
+@pytest.fixture
+def gpu(sim: SimBackend) -> SimBackend:
+    sim.open_context(0)
+    sim.idle(10.0)
+    return sim
+
+
+def kernel(sim: SimBackend, ms: float, seed: int, noise: float = 0.002) -> Callable[[], float]:
+    """A heavy kernel of `ms` at the max clock, each call `noise` (a fraction) long or short."""
+    rng = random.Random(seed)
+    cycles = ms * 1e-3 * sim.clock_limits(0).max_sm_mhz * 1e6
+
+    def k() -> float:
+        return float(sim.run_work(0, cycles * (1 + rng.gauss(0, noise)), power_intensity=1.0))
+
+    return k
+
+
+def four(sim: SimBackend, seed: int) -> dict[str, Callable[[], float]]:
+    """Two within 0.3% (a tie), one 3% slower, one 10% slower; the tie's slower one first."""
+    return {
+        "near": kernel(sim, 0.2006, seed),
+        "best": kernel(sim, 0.2000, seed + 1),
+        "slow3": kernel(sim, 0.2060, seed + 2),
+        "slow10": kernel(sim, 0.2200, seed + 3),
+    }
+
+
+def heat(sim: SimBackend) -> None:
+    timing.sim_kernel(sim, 0, seconds=7.0)()  # 7 s of heavy load: the power cap holds
+
+
+@pytest.mark.parametrize("hot", [False, True], ids=["rested", "hot"])
+def test_four_candidates_one_choice_every_time_never_a_slower_one(gpu, hot):
+    choices, ties = set(), set()
+    for i in range(10):
+        gpu.idle(10.0)
+        if hot:
+            heat(gpu)
+        r = gpuenv.rank(four(gpu, 10 * i), backend=gpu)
+        choices.add(r.winner)
+        ties.add(r.tied)
+        assert r.winner in ("near", "best") and r.fastest in ("near", "best")
+        assert r["slow3"].outcome in ("slower", "far") and r["slow10"].outcome == "far"
+        assert r["slow10"].rounds == 1  # 10% behind: stopped after one round
+        assert r["slow3"].margin == pytest.approx(1.03, abs=0.005)
+        assert r.state.condition == "burst" and not r.budget_ended
+    assert choices == {"near"} and ties == {("near", "best")}  # the tie, broken by order
+    times = r.times_s  # for a tuner that keeps the least: it keeps the winner
+    assert min(times, key=times.__getitem__) == "near" and times["slow10"] == r["slow10"].median_s
+    assert times["best"] > times["near"] > r["best"].median_s
+
+
+def test_without_a_tie_the_fastest_wins_and_the_margins_say_by_how_much(gpu):
+    cands = four(gpu, 1)
+    del cands["near"]
+    r = gpuenv.rank(cands, backend=gpu)
+    assert r.winner == r.fastest == "best" and r.tied == ("best",) and not r.is_tie
+    assert r["best"].outcome == "winner" and r["best"].margin == 1.0
+    lo, hi = r["slow3"].margin_ci
+    assert 1.0 < lo <= r["slow3"].margin <= hi
+    assert [c.name for c in r.candidates] == ["best", "slow3", "slow10"]  # the order given
+    assert all(m.name == c.name for c in r.candidates for m in c.measurements)
+
+
+def test_the_cap_coming_on_during_tuning_fools_plain_timing_not_rank(gpu):
+    # the best config timed last: timed one after the other as triton does, the configs
+    # before it bring the power cap on, and it reads slower than it is
+    cands = {
+        "c1": kernel(gpu, 0.204, 1, noise=0),
+        "c2": kernel(gpu, 0.206, 2, noise=0),
+        "c3": kernel(gpu, 0.202, 3, noise=0),
+        "best": kernel(gpu, 0.200, 4, noise=0),
+    }
+    plain = {n: gtriton.do_bench(k, backend=gpu, condition="none") for n, k in cands.items()}
+    assert min(plain, key=plain.__getitem__) != "best"
+    gpu.idle(10.0)
+    r = gpuenv.rank(cands, backend=gpu)
+    assert r.winner == "best" and r.tied == ("best",)
+
+
+def test_str_and_record(gpu):
+    r = gpuenv.rank(four(gpu, 3), backend=gpu)
+    text = str(r)
+    assert text.startswith("rank: near (") and "tied with best (within 0.5%)" in text
+    assert "slow10" in text and "far, 1 round" in text and "state: GPU 0, condition burst" in text
+    record = json.loads(json.dumps(r.to_dict()))
+    assert record["winner"] == "near" and record["tied"] == ["near", "best"]
+    assert [c["name"] for c in record["candidates"]] == ["near", "best", "slow3", "slow10"]
+    assert record["state"]["condition"] == "burst"
+
+
+def test_one_candidate_is_timed_once_and_wins(gpu):
+    r = gpuenv.rank({"only": kernel(gpu, 0.1, 0)}, backend=gpu)
+    assert r.winner == "only" and r.rounds == 1 and r["only"].rounds == 1
+
+
+def test_the_budget_ends_an_undecided_race(gpu):
+    # two identical but for noise: never inside 1 +- 0.1%, so only the budget stops it
+    cands = {"x": kernel(gpu, 0.2, 1, noise=0.01), "y": kernel(gpu, 0.2, 2, noise=0.01)}
+    r = gpuenv.rank(cands, backend=gpu, tolerance=0.0005, max_rounds=8)
+    assert r.budget_ended and r.rounds == 8 and r.winner == "x" and r.tied == ("x", "y")
+    assert "the budget ended" in str(r)
+
+
+@pytest.mark.parametrize(
+    ("cands", "kwargs", "match"),
+    [
+        ([lambda: 1], {}, r"candidates must be a dict of names to functions"),
+        ({}, {}, r"candidates is empty"),
+        ({"": lambda: 1}, {}, r"named by non-empty strings"),
+        ({"a": 3}, {}, r"candidates\['a'\] must be a function"),
+        ({"a": lambda x: x}, {}, r"needs arguments \(x\)"),
+        ({"a": lambda: 1}, {"tolerance": -0.1}, r"^tolerance must be"),
+        ({"a": lambda: 1}, {"max_rounds": 3}, r"^max_rounds must be"),
+        ({"a": lambda: 1}, {"colour": "red"}, r"unknown settings: colour"),
+    ],
+)
+def test_bad_input_is_refused_at_the_door(gpu, cands, kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        gpuenv.rank(cands, backend=gpu, **kwargs)
+
+
+def test_ranking_is_exported_lazily():
+    assert gpuenv.Ranking is Ranking and "rank" in gpuenv.__all__
+
+
+def test_an_autotune_decision_is_on_gpuenv_runs_table_and_in_its_results(gpu, tmp_path):
+    from gpuenv.results import ResultStore, load_run
+    from gpuenv.run.region import MAX_META, meta_line
+    from gpuenv.run.report import RUN_NAME, build_measurements, summary_table
+    from gpuenv.run.tracker import Region
+    from gpuenv.timing.rank import decision_record
+
+    long = "BLOCK_SIZE_M=128 BLOCK_SIZE_N=256 BLOCK_SIZE_K=64 GROUP_SIZE_M=8 num_warps=8 "
+    cands = {f"{long}num_stages={i}": kernel(gpu, 0.2 + 0.01 * i, i) for i in range(8)}
+    r = gpuenv.rank(cands, backend=gpu)
+    record = decision_record("matmul_kernel", ["M=4096", "N=4096", "K=4096"], r)
+    facts = {"kind": "autotune", "site": "autotune matmul_kernel mm.py:40", "autotune": record}
+    line = meta_line(1, 7, facts)  # what the child sends: every fact fits in one write
+    assert line and len(line) <= MAX_META + 20 and json.loads(line.split(" ", 3)[3]) == facts
+
+    run = Region(RUN_NAME, 1, 0.0, 10.0)
+    call = Region("matmul_kernel autotune M=4096 N=4096 K=4096", 1, 1.0, 2.0, meta=facts)
+    ms = build_measurements(
+        [call], run, gpus=[0], facts={}, policy="annotate", stable_clocks=False, wall_at=float
+    )
+    text = summary_table(ms, header="gpuenv run: python mm.py")
+    assert (
+        f"autotune matmul_kernel M=4096 N=4096 K=4096: {long}num_stages=0 chosen by gpuenv.rank"
+        in text
+    )
+    assert "x1.0000  winner" in text and "far, 1 round" in text and "state: GPU 0" in text
+    out = tmp_path / "run.jsonl"
+    with ResultStore(out, {}) as store:
+        for m in ms:
+            store.append(m)
+    kept = load_run(out).measurements[1].extra["autotune"]
+    assert kept["configs"][kept["winner"]][0] == f"{long}num_stages=0"
+    assert [c[3] for c in kept["configs"]][:2] == ["winner", "far"]

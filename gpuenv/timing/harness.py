@@ -310,7 +310,7 @@ class _Learned:
     working memory. `Measurement.extra` is what it publishes: written, never read back."""
 
     warmup_s: float = 0.0  # the warmup's length: a first burst from bench's start holds it
-    from_start: bool = False  # the first burst began with bench (see _Run._condition)
+    from_start: bool = False  # the first burst began with bench (see _Run._first_burst)
     first_wait_s: float = 0.0  # the wait before the first burst: Bursts counts it as a rest
     first_ready: bool = False  # the first burst began on a GPU found ready
     state_free: bool = False  # _probe_state found the GPU's state moves fn's time not

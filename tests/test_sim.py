@@ -225,7 +225,7 @@ def test_from_env(monkeypatch, tmp_path):
     monkeypatch.setenv("GPUENV_BACKEND", "sim")
     b = open_backend()
     assert b.name == "sim"
-    monkeypatch.setenv("GPUENV_SIM_PROFILE", "h200")
+    monkeypatch.setenv("GPUENV_SIM_PROFILE", "h900")
     with pytest.raises(ConfigError, match="h100"):
         SimBackend.from_env()
     monkeypatch.setenv("GPUENV_SIM_PROFILE", "h100")

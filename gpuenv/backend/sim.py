@@ -92,7 +92,9 @@ class SimTruth:
 class SimBackend(SimDetails, SimWrites, SimWorkload):
     """A simulated machine of `n_gpus` identical GPUs (see the module docstring).
 
-    `profile`: "h100" (default, an H100 as measured), "rtx4090", "legacy", or a `SimProfile`.
+    `profile`: a key of `PROFILES` ("h100", the default, an H100 as measured; "h200",
+    "a100", "l40s", "b200", "rtx4090", "legacy"), or a `SimProfile`; `profile_for_gpu(name)`
+    finds the one that models a real GPU.
     `clock`: `RealClock` (default) or a `VirtualClock` for tests.
     `root`: whether this process may write settings (else PermissionDenied, as NVML's).
     `state_file`: where the driver state lives across processes; None keeps it in memory.
@@ -180,7 +182,8 @@ class SimBackend(SimDetails, SimWrites, SimWorkload):
 
         GPUENV_SIM_STATE: the settings file (default: the host's, /tmp/gpuenv-sim.json,
         shared by every process and account; 'none' keeps state in memory),
-        GPUENV_SIM_PROFILE (h100), GPUENV_SIM_GPUS (1), GPUENV_SIM_ROOT (default: whether
+        GPUENV_SIM_PROFILE (h100; any key of PROFILES), GPUENV_SIM_GPUS (1),
+        GPUENV_SIM_ROOT (default: whether
         this process runs as root, as on a real GPU; 0 acts unprivileged; 1 acts as root,
         which an ordinary account may do only on a simulated machine of its own),
         GPUENV_SIM_SEED (0): which machine it is; its GPUs' UUIDs derive from it, so

@@ -50,7 +50,6 @@ DROPIN_CONDITIONING = ConditionConfig(
     burst_timeout_s=WAIT_MAX_S,
     poll_s=POLL_S,
 )
-SIM_L2_BYTES = 50 * 2**20  # the simulated H100's L2
 SIM_REP_OVERHEAD_S = 25e-6  # host time of a flushed, synchronized rep, on the simulated GPU
 
 # Process state that changes no number: `_recent` is what last_measurement() and
@@ -269,7 +268,10 @@ def _device(
     from gpuenv import timing
 
     if backend is not None and backend.workload is not None:
-        flush = 2 * SIM_L2_BYTES if flush_bytes is None else flush_bytes
+        # twice the simulated GPU's own L2, as on CUDA (timing.cuda.events): 100 MiB on an
+        # H100, 120 MiB on an H200
+        l2 = backend.workload.memory_system(gpu).l2_bytes
+        flush = 2 * l2 if flush_bytes is None else flush_bytes
         return timing.SimDevice(
             backend,
             gpu,

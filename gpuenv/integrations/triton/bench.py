@@ -27,7 +27,9 @@ POLL_S = 0.005  # how often that wait looks (the sampler reads every 25 ms)
 # bursts of DROPIN_BURST_S, rests that keep the power the cap controller acts on (a filter
 # of DROPIN_POWER_TAU_S) under DROPIN_POWER_TARGET x the limit; without a power reading,
 # a rest of (1 / DROPIN_DUTY - 1) x the burst.
-DROPIN_BURST_S = 0.03  # the H100's cap engages 100-300 ms into a heavy load
+# a starting bound: the H100's cap engages 100-300 ms into a heavy load, the H200's
+# 127-178 ms; where a GPU's comes on sooner the schedule learns it (DROPIN_LEARN)
+DROPIN_BURST_S = 0.03
 DROPIN_POWER_TAU_S = 0.15
 DROPIN_POWER_TARGET = 0.9
 DROPIN_DUTY = 0.5

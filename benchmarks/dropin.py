@@ -144,12 +144,11 @@ class SimEnv(SimGpuEnv):
         }
 
     def _triton_model(self, fn: Callable[[], Any]) -> float:
-        from gpuenv.timing.devices import SIM_FLUSH_BYTES_PER_MEM_CYCLE
-
         dev = timing.SimDevice(
             self.backend, 0, rep_probe_cycles=0, flush_bytes=gt.TRITON_FLUSH_BYTES
         )
-        flush_s = dev.flush_bytes / SIM_FLUSH_BYTES_PER_MEM_CYCLE / 2619e6
+        mem_hz = self.backend.clock_limits(0).max_mem_mhz * 1e6
+        flush_s = dev.flush_mem_cycles / mem_hz
         fn()
         est = statistics.mean(dev.rep(fn).time_s + flush_s for _ in range(5))
         for _ in range(max(1, int(0.025 / est))):

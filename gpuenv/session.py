@@ -460,7 +460,12 @@ class Session:
         if workload is None:
             return None
         run_work = workload.run_work
-        cycles = {g: 0.05 * (self.facts[g].max_sm_mhz or 1980) * 1e6 for g in self.gpus}
+        # 50 ms of heavy work a call at each GPU's own top clock (the model's, where the
+        # facts could not read it)
+        cycles = {
+            g: 0.05 * (self.facts[g].max_sm_mhz or workload.clock_limits(g).max_sm_mhz) * 1e6
+            for g in self.gpus
+        }
 
         def sim_load() -> None:
             for g in self.gpus:

@@ -167,6 +167,22 @@ class Capabilities:
     privileged: bool
 
 
+@dataclass(frozen=True)
+class MemorySystem:
+    """A GPU's cache and memory bus as CUDA reports them (`cudaDeviceProp.l2CacheSize`,
+    `memoryBusWidth`; torch: `get_device_properties().L2_cache_size`): what sizes an L2
+    flush and how long it takes."""
+
+    l2_bytes: int
+    bus_bits: int
+
+    @property
+    def bytes_per_mem_cycle(self) -> float:
+        """Bytes the memory moves per memory clock cycle: the bus, double data rate (an
+        H100 SXM's 5120 bits: 1280 B, 3.35 TB/s at 2619 MHz; an H200's 6144: 1536 B)."""
+        return self.bus_bits / 8 * 2
+
+
 @runtime_checkable
 class Workload(Protocol):
     """A synthetic load on a GPU with no CUDA behind it (the simulator's).
@@ -185,6 +201,10 @@ class Workload(Protocol):
         self, index: int, cycles: float, *, power_intensity: float = 1.0, mem_cycles: float = 0.0
     ) -> float:
         """Run `cycles` SM cycles (+ `mem_cycles` memory cycles); return the seconds taken."""
+        ...
+
+    def memory_system(self, index: int) -> MemorySystem:
+        """The simulated GPU's L2 and memory bus (what CUDA would report)."""
         ...
 
     def set_background_load(

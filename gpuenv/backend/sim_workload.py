@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from gpuenv.backend.base import MemorySystem
 from gpuenv.backend.nvml_codes import GPU_IS_LOST
 from gpuenv.backend.sim_core import SimCore
 from gpuenv.backend.sim_gpu import GpuModel, Job
@@ -23,6 +24,12 @@ class SimWorkload(SimCore):
 
     def _workload_gpu(self, index: int, op: str) -> GpuModel:
         return self._get(index, op)
+
+    def memory_system(self, index: int) -> MemorySystem:
+        """The profile's L2 and memory bus, as CUDA reports them on that GPU."""
+        with self._lock:
+            self._workload_gpu(index, "memory_system")
+            return MemorySystem(self.profile.l2_bytes, self.profile.mem_bus_bits)
 
     def open_context(self, index: int, pid: int | None = None) -> None:
         """A CUDA context appears (idle 345 -> boost at the next driver update)."""

@@ -29,8 +29,9 @@ WHAT = {
     "tiny": "add on 1k floats",
 }
 COPY_BYTES = 512 * 2**20
-SIM_HEAVY_S = 1.4e-3  # an H100's 8192^3 bf16 matmul at its top clock
-SIM_COPY_MEM_CYCLES = 2 * COPY_BYTES / 1280  # read + write at ~3.35 TB/s (timing.devices)
+# the simulated heavy kernel: this long at the GPU's own top clock (an H100's 8192^3 bf16
+# matmul, 1.37 ms at 1980 MHz; on another model the same cycles at its clock)
+SIM_HEAVY_S = 1.4e-3
 SIM_TINY_S = 4e-6
 
 
@@ -70,11 +71,11 @@ def _sim_kernels(backend: Backend, gpu: int) -> GpuKernels:
     assert work is not None
     work.open_context(gpu)
     max_hz = backend.clock_limits(gpu).max_sm_mhz * 1e6
+    # read + write, at what this GPU's memory bus moves a cycle (an H100's 3.35 TB/s)
+    copy_mem_cycles = 2 * COPY_BYTES / work.memory_system(gpu).bytes_per_mem_cycle
 
     def copy() -> float:
-        return work.run_work(
-            gpu, 2e-6 * max_hz, power_intensity=0.35, mem_cycles=SIM_COPY_MEM_CYCLES
-        )
+        return work.run_work(gpu, 2e-6 * max_hz, power_intensity=0.35, mem_cycles=copy_mem_cycles)
 
     return GpuKernels(
         gpu,

@@ -39,7 +39,9 @@ from gpuenv.errors import ConfigError
 from gpuenv.progress import Progress, enabled, quiet
 from gpuenv.reasons import HELD_DOWN
 
-DEFAULT_DURATION_S = 180.0  # an H100 from cold settles in ~1-1.5 min under a 700 W matmul
+# the longest calibration: it ends at equilibrium (CALIBRATE_TOL), which an H100 from cold
+# reaches in ~1-1.5 min under a 700 W matmul and an H200 in seconds
+DEFAULT_DURATION_S = 180.0
 MATMUL_SIZE = 8192
 HOLD_QUANTILE = 0.05  # the clock that held: this quantile of the final window's readings
 CALIBRATE_TOL = 0.002  # equilibrium: predicted drift still to come (gpuenv.conditioning)

@@ -8,8 +8,9 @@ Two states a GPU that cannot be locked can still be measured in, the same way tw
     slowdown, power brake) in the two newest samples taken one driver refresh
     after the last work, the SM clock at its maximum (or inside a lock) unless the
     GPU idles, and (before a measurement, when the idle temperature is known) the
-    temperature within a margin of it. On an H100 the power cap clears within
-    ~0.5 s of the load stopping (measured: docs/explanation/what-gpus-do.md).
+    temperature within a margin of it. The wait is on the GPU's own readings, never
+    timed: on an H100 the power cap clears within ~0.5 s of the load stopping, on an
+    H200 within 5 s (measured: docs/explanation/what-gpus-do.md).
   sustained ("equilibrium"): run the work back to back until what is measured
     stops drifting. A GPU approaching equilibrium relaxes roughly exponentially
     with a thermal time constant tau, so what is still to come is about tau x the

@@ -7,7 +7,7 @@ import bisect
 import functools
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
@@ -227,6 +227,7 @@ class Bursts:
         lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
         limit_s: float | None = None,
         memory: Memory | None = None,
+        on: Hashable = None,
     ):
         self.sampler, self.gpu, self.clock = sampler, gpu, clock
         # where the power filter was left carries to the next measurement through it
@@ -255,6 +256,9 @@ class Bursts:
         self.rested_s = rested_s  # the wait before measuring (for a GPU found held down)
         # the learned onset: the longest unbroken work before a rest (None: none known)
         self.limit_s = limit_s if config.burst_learn else None
+        # ... and the GPU's (`on`: memory.gpu_key), as any heavy kernel met the cap there
+        self.on = on
+        self.gpu_onset = self.memory.cap_onset(on) if config.burst_learn else None
         self.learned = False  # this measurement met the cap and lowered `limit_s`
         self.met = False  # this measurement met the cap (a clock fell, or a window showed it)
         self.met_run: float | None = None  # the stretch of work it last met the cap in
@@ -303,10 +307,28 @@ class Bursts:
         return limit is not None and now - self.runs[-1] + self.rep_s > limit
 
     def _run_limit(self) -> float | None:
-        """The longest unbroken work before a rest: learned, or a heavy kernel's."""
-        heavy = self.config.heavy_run_s if self.heavy and self.config.burst_learn else None
-        known = [x for x in (self.limit_s, heavy) if x is not None]
+        """The longest unbroken work before a rest: learned for fn, or a heavy kernel's
+        (`heavy_run_s`, at most what the cap's onset on this GPU allowed)."""
+        known = [x for x in (self.limit_s, self._heavy_limit()) if x is not None]
         return min(known) if known else None
+
+    def _heavy_limit(self) -> float | None:
+        """A heavy kernel's longest unbroken work: the starting bound (`heavy_run_s`), or
+        the GPU's onset where a heavy kernel there met the cap sooner; until a reading has
+        shown the work's power it may be heavy: the GPU's onset, where one is known. None:
+        burst_learn off, or a kernel a reading showed light."""
+        if not self.config.burst_learn:
+            return None
+        if self.heavy:
+            known = [x for x in (self.config.heavy_run_s, self.gpu_onset) if x is not None]
+            return min(known)
+        return self.gpu_onset if not self.power_seen else None
+
+    def _unseen_first_s(self) -> float:
+        """From a rested GPU, the work that may run before a reading has shown its power:
+        `unseen_first_s`, at most what the cap's onset on this GPU allowed."""
+        first = self.config.unseen_first_s
+        return min(first, self.gpu_onset) if self.gpu_onset is not None else first
 
     def in_bursts_s(self) -> float:
         return self.measured_s + (self.clock.now() - self.segment) - self.redone_s
@@ -381,6 +403,7 @@ class Bursts:
         half = min(onset, self.limit_s if self.limit_s is not None else onset) / 2
         self.limit_s = max(half, self.config.onset_floor_reps * self.rep_s)
         self.learned = True
+        self.memory.remember_cap_onset(self.on, self.limit_s)  # the GPU's, for every kernel
 
     def rest(self, *, fresh: bool = False) -> None:
         """End the burst: rest and wait as the config says (`fresh`: wait for readings
@@ -510,7 +533,7 @@ class Bursts:
         target = cc.burst_power_target * limit
         if heavy <= target:
             return 0.0  # light: the filter cannot reach the target
-        if not self.power_seen and self.began_rested and self._worked_s() < cc.unseen_first_s:
+        if not self.power_seen and self.began_rested and self._worked_s() < self._unseen_first_s():
             # from a rested GPU, no refresh can have fallen inside the work yet: one will
             # before the next burst ends (the heaviest kernel's cap engaged 127-178 ms
             # into work from rest on an H200), and a light kernel then rests not at all
@@ -568,7 +591,7 @@ class Bursts:
             in_bursts_s=self.in_bursts_s(),
             power_seen=self.power_seen if tau else None,
             redone=dict(self.redone),
-            limit_s=self.limit_s,
+            limit_s=self.limit_s if self.limit_s is not None or not self.heavy else self.gpu_onset,
             lengths_s=tuple(self.bursts) + ((open_s,) if open_s > 0 else ()),
             rests_s=tuple(self.rest_each),
         )

@@ -16,9 +16,21 @@ CONDITIONS: tuple[Condition, ...] = get_args(Condition)
 class ConditionConfig:
     """Every threshold of the burst and sustained conditions.
 
+    No figure of one GPU model decides a number on another. Each threshold is one of:
+    relative to the GPU's own facts, read once per measurement (`GpuFacts`: its power
+    limit, maximum clock, thresholds): every `*_frac` and `*_rel` below; waited for on
+    the GPU's own readings, never timed (how long the cap's bit lingers after a load,
+    ~0.5 s on an H100 and an H200, is what the burst wait sees, not a constant); or
+    learned on the GPU (`burst_learn`: the cap's onset, per function and per GPU, in the
+    conditioner's `Memory`). The seconds that remain are starting points and budgets:
+    the figures named beside them (H100, H200) say where they came from, not that every
+    GPU behaves so.
+
     burst
-      burst_s: GPU time per burst of reps; the SW power cap engages within
-        100-300 ms on an H100, so a burst ends well before it can.
+      burst_s: GPU time per burst of reps; the SW power cap engages 100-300 ms into a
+        heavy load on an H100 (127-178 ms on an H200), so a burst ends well before it
+        can. A GPU whose cap comes on sooner is learned (`burst_learn`); one whose cap
+        comes on later (the simulated A100, 400 ms) only rests more than it must.
       burst_duty: rest at least (1 / duty - 1) x the burst between bursts.
       burst_wait: after that rest, "fresh": wait until samples taken one driver
         refresh after the burst show the GPU cool and uncapped (gpuenv.bench: a
@@ -27,7 +39,9 @@ class ConditionConfig:
         bursts: a rest of one driver refresh each would double its wall time).
       burst_power_tau_s: the rests follow the power the cap controller acts on: a
         first-order filter of the power with this time constant (the H100's cap
-        engages 100-300 ms into a heavy load: ~0.15 s). Before each burst, rest until
+        engages 100-300 ms into a heavy load, the H200's 127-178 ms: ~0.15 s; NVML does
+        not report it: where a GPU's controller is faster, the cap meets a burst, the rep
+        is measured again and the onset learned). Before each burst, rest until
         the filter, driven by the heaviest instant power seen in this measurement
         (1.6x the limit until a reading refreshed inside the work has shown it:
         `burst.UNSEEN_POWER_FRAC`) during the burst to come, stays under
@@ -37,7 +51,8 @@ class ConditionConfig:
       burst_power_target: that fraction of the power limit.
       burst_clock_fall_rel: a rep whose probed clock falls more than this fraction below
         the highest this measurement saw ends its burst and is measured again (probes
-        scatter ~2%: 2% redid a far-from-cap 512^3 matmul on the H100), at most
+        scatter ~2%: 2% redid a far-from-cap 512^3 matmul on the H100; relative to the
+        GPU's own clock), at most
         `burst_clock_redos` times a measurement.
       burst_window_redos: after each rest, the reps whose telemetry windows show a
         held-down reason (the power cap, thermal: what the findings would name) are
@@ -50,6 +65,8 @@ class ConditionConfig:
         unbroken work before a rest is held to half of what met it (down to a few
         reps' worth), for the rest of the measurement and the next call of the same
         function on the GPU, and each burst then rests at least the duty rule's rest.
+        What met the cap is kept for the GPU too (`Memory.cap_onset`): another heavy
+        function, or one whose power no reading has shown yet, starts from it there.
         Off by default; the do_bench drop-in turns it on.
       burst_timeout_s: the longest wait for the GPU to recover; after it, measure
         anyway (the findings say what state the GPU was in) and say so.
@@ -64,13 +81,15 @@ class ConditionConfig:
       burst_temp_wait_s: the longest such a wait for the chip to cool, beyond the wait
         for the clock and the cap: an H100 takes more than 30 s after a few seconds of
         load to come back within 5 C, and a 30 s wait bought an 8192^3 matmul 0.2%
-        (0.54% cold vs hot unwaited, 0.31% after it); past this the measurement's note
-        says what the remaining degrees cost.
-      burst_clock_rel: "uncapped" is an SM clock within this fraction of the
+        (0.54% cold vs hot unwaited, 0.31% after it); an H200 is back at ~35 C 5 s after
+        7 s of load. A budget, not a model: a GPU that cools sooner ends the wait sooner;
+        past it the measurement's note says what the remaining degrees cost.
+      burst_clock_rel: "uncapped" is an SM clock within this fraction of the GPU's own
         maximum (or inside the locked range).
       burst_ready: "reasons": ready when the newest samples show no held-down reason
         (after heavy load the H100's power-cap bit stays ~0.5 s, the clock one 15 MHz
-        step under its maximum until it clears); "clock": when the clock is back within
+        step under its maximum until it clears; an H200's clears within 5 s, not timed
+        closer); "clock": when the clock is back within
         `burst_clock_rel`, a SW power-cap bit alone not waited for (thermal and HW
         slowdowns still are).
       poll_s: how often to look while waiting.
@@ -85,9 +104,10 @@ class ConditionConfig:
       sustained_timeout_s: precondition at most this long, then measure anyway.
       temp_sensitivity: relative change of the signal per C, when it cannot be
         fitted (the GPU was never capped, or the temperature hardly moved).
-    the burst schedule's power model (conditioning.Bursts; measured on the H100 and H200)
+    the burst schedule's power model (conditioning.Bursts; measured on the H100 and H200;
+    every power a share of the GPU's own limit, read per measurement)
       rest_power_frac: the power at rest is at most this share of the limit (H100: 120
-        of 700 W).
+        of 700 W, H200: 123-125 of 700 W, with a context).
       unseen_power_frac: a heavy kernel's power before any reading has shown it, as a
         share of the limit. The instant power is the driver's value at its last refresh
         (every ~100 ms: a step of heavy work showed 27-74 ms late on an H200), so until a
@@ -100,12 +120,16 @@ class ConditionConfig:
         far up the limit says the kernel is heavy, not how heavy: it is then scheduled as
         `unseen_power_frac`; a lower one says it is light.
       unseen_first_s: from a rested GPU, the work that may run before the first rest while
-        no reading has shown its power (a driver refresh and a little falls in it; the
-        H200's cap engaged 127-178 ms into work).
+        no reading has shown its power (a driver refresh and a little falls in it: the
+        driver's refresh period, not a GPU model's; the H200's cap engaged 127-178 ms into
+        work, the H100's 100-300 ms). Where a heavy kernel met the cap sooner on this GPU,
+        at most the onset learned there (`burst_learn`).
       onset_floor_reps, heavy_run_s: the cap's onset, learned (`burst_learn`): the
         unbroken work that met the cap is halved, never under `onset_floor_reps` reps'
-        worth; a kernel a reading showed heavy works at most `heavy_run_s` unbroken (on an
-        H100 the cap met an MLP block inside bursts of 30-60 ms begun from rest).
+        worth; a kernel a reading showed heavy works at most `heavy_run_s` unbroken, or
+        the GPU's learned onset where that is shorter (`heavy_run_s` is the starting
+        bound: on an H100 the cap met an MLP block inside bursts of 30-60 ms begun from
+        rest).
     the first burst (gpuenv.bench)
       cold_start_fresh: a call begun on an idle GPU waits for samples taken a driver
         refresh after its warmup (heavy work begun on an idle GPU can set off the cap in
@@ -114,7 +138,9 @@ class ConditionConfig:
         fn's time, 3 to 10 reps.
       state_clock_gap: the clock this far below a function's reference: the probe can tell.
       state_free_rel: fn's time within this of its reference: the state does not move it.
-      state_light_frac: a kernel drawing under this share of the power limit is light.
+      state_light_frac: a kernel drawing under this share of the GPU's own power limit
+        (read per measurement: 350 W of an H100's or H200's 700 W, 200 W of an A100's
+        400 W) is light.
     """
 
     burst_s: float = 0.025

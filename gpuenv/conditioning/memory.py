@@ -20,7 +20,11 @@ an index another GPU may hold):
   - how fn's time moves with the temperature (`sensitivity`: a session waits for the chip
     to cool only as long as that asks).
 And per GPU: where the burst schedule's power filter was left (`filter_left`), so the next
-measurement, a moment later, starts from it rather than from the 1 s average that lags it.
+measurement, a moment later, starts from it rather than from the 1 s average that lags it;
+and the cap's onset as that GPU's heavy kernels met it (`cap_onset`): how soon the cap
+comes on is the GPU's (its power controller, its limit), so a heavy function measured there
+for the first time starts from what the others learned, not from the schedule's starting
+bound (`ConditionConfig.heavy_run_s`, set on the H100).
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ class Memory:
         self._filter: weakref.WeakKeyDictionary[Clock, dict[str, tuple[float, float, float]]] = (
             weakref.WeakKeyDictionary()
         )
+        self._onset: dict[Hashable, float] = {}
 
     def warmed(self, fn: Any, on: Hashable) -> bool:
         """fn was warmed up on this GPU before."""
@@ -117,6 +122,19 @@ class Memory:
     def remember_burst_limit(self, fn: Any, kind: str, on: Hashable, limit_s: float) -> None:
         self.by_fn.remember(fn, ("burst_limit", kind), limit_s, on=on)
 
+    def cap_onset(self, on: Hashable) -> float | None:
+        """The longest unbroken heavy work the GPU `on` names may do before a rest: half the
+        shortest stretch of work any function's burst measurement met the cap in there
+        (None: the cap met none yet)."""
+        return self._onset.get(on) if on is not None else None
+
+    def remember_cap_onset(self, on: Hashable, limit_s: float) -> None:
+        """A burst measurement on `on` met the cap and held its work to `limit_s`: the
+        shortest such limit is the GPU's."""
+        if on is not None:
+            known = self._onset.get(on)
+            self._onset[on] = limit_s if known is None else min(known, limit_s)
+
     def filter_left(self, clock: Clock) -> dict[str, tuple[float, float, float]]:
         """Where the power filter of each GPU (by UUID) was left, on `clock`'s time: (clock
         time, watts, watts at rest). A time means nothing on another clock: each simulated
@@ -131,6 +149,7 @@ class Memory:
         self.by_fn.clear()
         self.sensitivity = Sensitivity()
         self._filter.clear()
+        self._onset.clear()
 
 
 _PROCESS = Memory()

@@ -1,8 +1,10 @@
 """How much a kernel's time moves with the GPU's temperature, learned from its own
 measurements: how long a session waits for the chip to cool before measuring it.
 
-A rested GPU takes more than 30 s to come back within 5 C of where it started after a
-few seconds of heavy load (an H100: ~38 C to 50-57 C in 7 s of bf16 matmuls). Whether that
+A GPU may take long to come back within 5 C of where it started after a few seconds of
+heavy load: an H100 more than 30 s (~38 C to 50-57 C in 7 s of bf16 matmuls), where an
+H200 is back at ~35 C 5 s after reaching 54-57 C. Nothing here assumes either: the slope
+is the kernel's, learned on its GPU, and the wait ends on the GPU's readings. Whether that
 matters depends on the kernel: heavy matmuls read 0.05-0.08% longer per C at the same
 reported clock, while memory-bound kernels (a 1 GiB clone, a gather) read within
 0.01-0.17% cold vs hot. Waiting for every kernel as if it were the heavy one cost a

@@ -46,7 +46,7 @@ log = logging.getLogger("gpuenv.daemon")
 CHUNK_S = 60.0  # well inside the sampler's rings at any sample period the daemon allows
 KEEP_JOBS = 2000  # finished reports kept on disk (~3 KB each)
 MAX_OPEN = 256  # jobs open at once: more than a node's GPUs can hold
-HIST_MHZ = 15  # SM-clock histogram bins: the H100's clock step
+HIST_MHZ = 15  # SM-clock histogram bins: the clock step of the H100, H200, A100, L40S, B200
 JOB_ID = re.compile(r"^[0-9][0-9_.A-Za-z-]{0,63}$")  # Slurm: 123, 123_4 (array), 123+1 (het)
 
 

@@ -74,7 +74,8 @@ class Window:
     sm_mhz_start: float | None = None  # the clock in force when the region began
     sm_mhz_end: float | None = None
     # the time-weighted clock over the samples without GpuIdle: what the clock was while
-    # the GPU had work (a long region's mean counts its idle 345 MHz stretches too)
+    # the GPU had work (a long region's mean counts its idle stretches too: 345 MHz on an
+    # H100 or H200, 210 MHz on an A100; told apart by the GpuIdle reason, not the clock)
     sm_mhz_busy_mean: float | None = None
     mem_mhz_mean: float | None = None
     power_w_mean: float | None = None

@@ -38,6 +38,8 @@ TINY_REP_S = 20e-6
 # 0.01-0.8% on the H100: docs/benchmarks/dropin.md); a wait looks every 5 ms (the
 # sampler reads every 25 ms), not every 50. At duty 0.5 and 25 ms bursts the power the cap
 # controller filters (~0.15 s) stays near the mean of load and rest: far under the cap.
+# The burst (25 ms) is a starting bound set on the H100 (cap onset 100-300 ms; the H200's
+# 127-178 ms), every other threshold relative to the GPU's own facts (ConditionConfig).
 BENCH_CONDITIONING = ConditionConfig(burst_wait="seen", burst_duty=0.5, poll_s=0.005)
 
 

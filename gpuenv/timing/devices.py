@@ -18,9 +18,6 @@ MODES = ("events", "graph", "profiler")
 SUSTAINED_REP_S = 0.2  # one rep in sustained mode: this long of fn back to back
 CLOCK_PROBE_S = 0.005  # GPU time of the before/after effective-clock probe (x3 each)
 REP_PROBE_CYCLES = 100_000  # ~50 us at 2 GHz: the per-rep clock probe and launch cover
-# The simulated GPU's L2 flush: bytes written per memory cycle (an H100's ~3.35 TB/s at its
-# 2619 MHz memory clock), so a flush of B bytes takes B / 1280 memory cycles.
-SIM_FLUSH_BYTES_PER_MEM_CYCLE = 1280
 
 
 @dataclass(frozen=True)
@@ -149,7 +146,8 @@ class SimDevice(ClockDevice):
     effective-clock probe times a light spin of known cycles, as `_sleep` does on CUDA.
 
     What a CUDA rep costs besides fn can be modelled, outside the timed window as on
-    CUDA: `flush_bytes` of L2 flush (memory-bound work) and `rep_overhead_s` of host
+    CUDA: `flush_bytes` of L2 flush (memory-bound work, as long as that GPU's memory bus
+    takes to write them: `Workload.memory_system`) and `rep_overhead_s` of host
     time (launches, the synchronize) before each rep. `batch`: calls of fn a rep, timed
     per call (a CUDA graph's replay)."""
 
@@ -173,6 +171,12 @@ class SimDevice(ClockDevice):
         self.rep_probe_cycles = rep_probe_cycles
         self.flush_bytes = int(flush_bytes)
         self.rep_overhead_s = float(rep_overhead_s)
+        # the flush's memory cycles: its bytes over what this GPU's bus moves a cycle
+        self.flush_mem_cycles = (
+            self.flush_bytes / backend.workload.memory_system(gpu).bytes_per_mem_cycle
+            if self.flush_bytes
+            else 0.0
+        )
 
     def rep(self, fn: Callable[[], Any]) -> Rep:
         if self.flush_bytes:
@@ -180,7 +184,7 @@ class SimDevice(ClockDevice):
                 self.gpu,
                 0,
                 power_intensity=0.3,
-                mem_cycles=self.flush_bytes / SIM_FLUSH_BYTES_PER_MEM_CYCLE,
+                mem_cycles=self.flush_mem_cycles,
             )
         if self.rep_overhead_s:
             self.clock.sleep(self.rep_overhead_s)

@@ -588,6 +588,7 @@ class _Run:
                     self.fn, self.device, place.identity(), place.conditioner.memory
                 ),
                 memory=place.conditioner.memory,
+                on=place.identity(),
             )
         out: list[Rep] = []
         times: list[float] = []

@@ -63,8 +63,11 @@ class Finding(JsonRecord):
 
 @dataclass(frozen=True)
 class VerdictConfig:
-    """Every threshold the findings use. Defaults suit an H100, as measured read-only
-    (docs/explanation/what-gpus-do.md).
+    """Every threshold the findings use. The defaults were set on an H100 and checked on
+    an H200, as measured read-only (docs/explanation/what-gpus-do.md); each clock
+    threshold is a fraction of the GPU's own maximum and each temperature one a margin
+    under the GPU's own thresholds (`GpuFacts`, read from it), so no H100 figure decides a
+    finding on another model.
 
     Each threshold belongs to one finding (named first) or to the policies.
 
@@ -84,10 +87,11 @@ class VerdictConfig:
             fraction of a region is not reported (one counter tick of noise).
         power_cap_moved_rel: power_cap: even with `stable_clocks`, the cap is a
             warning only where it moved the number: the capped reps' SM clock (while
-            busy) averaged this fraction or more below the maximum (one 15 MHz step of
-            an H100 is 0.76%), or their median time was this much over the other
-            reps'. The cap's bit lingers ~0.5 s after heavy load with the clock
-            already back at its maximum.
+            busy) averaged this fraction or more below the GPU's own maximum (one 15 MHz
+            step is 0.76% of an H100's or H200's 1980 MHz, 1.06% of an A100's 1410), or
+            their median time was this much over the other reps'. The cap's bit lingers
+            after heavy load with the clock already back at its maximum (~0.5 s on an
+            H100).
         stable_clocks: power_cap, clock_drift: True treats power capping and clock
             drift as problems (severity warning: the reject and retry policies act on
             them). False (the default unless a lock is asked for): capping at the

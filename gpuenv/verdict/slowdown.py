@@ -85,7 +85,7 @@ def power_cap(
 
 def _cap_clock_text(clocked: list[Window], f: GpuFacts, details: dict[str, Any]) -> str:
     """The SM clock of the capped reps, while busy where their windows saw idle time (a
-    long region's mean counts its idle 345 MHz too); fills `details`."""
+    long region's mean counts its idle clock too, 345 MHz on an H100); fills `details`."""
     clocked = [w for w in clocked if w.sm_mhz_mean is not None]
     if not clocked:
         return ""

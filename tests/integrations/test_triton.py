@@ -15,15 +15,17 @@ from gpuenv.errors import ConfigError
 from gpuenv.integrations import triton as gtriton
 from gpuenv.integrations.triton.bench import DROPIN_BURST_S
 from gpuenv.telemetry import DRIVER_REFRESH_S
-from gpuenv.timing.devices import REP_PROBE_CYCLES, SIM_FLUSH_BYTES_PER_MEM_CYCLE
+from gpuenv.timing.devices import REP_PROBE_CYCLES
 
 MAX_SM_HZ = 1980e6
 MEM_HZ = 2619e6
+H100_L2_BYTES = 50 << 20  # the simulated H100's L2 (the drop-in flushes twice it)
+H100_BYTES_PER_MEM_CYCLE = 5120 / 8 * 2  # its 5120-bit bus, double data rate
 
 
-def rep_cost_s(fn_s: float, flush_bytes: int = 2 * gtriton.SIM_L2_BYTES) -> float:
-    """What one simulated rep costs: flush + host overhead + clock probe + fn."""
-    flush_s = flush_bytes / SIM_FLUSH_BYTES_PER_MEM_CYCLE / MEM_HZ
+def rep_cost_s(fn_s: float, flush_bytes: int = 2 * H100_L2_BYTES) -> float:
+    """What one simulated H100 rep costs: flush + host overhead + clock probe + fn."""
+    flush_s = flush_bytes / H100_BYTES_PER_MEM_CYCLE / MEM_HZ
     return flush_s + gtriton.SIM_REP_OVERHEAD_S + REP_PROBE_CYCLES / MAX_SM_HZ + fn_s
 
 

@@ -20,18 +20,22 @@ after 8 reps), and `rep` ms of measured reps (the budget is also a hard limit on
 measuring, so a slower GPU cannot overrun it). Each measured rep gets its telemetry
 window, and gpuenv.bench's judge turns them into the Measurement.
 
-The L2 flush writes twice the device's L2 before each rep (100 MiB on an H100; 50 us
-less per rep than triton's 256 MiB); `flush_bytes=256 * 2**20` flushes as triton does.
+The L2 flush writes twice the device's own L2 before each rep (torch's `L2_cache_size`,
+the simulated GPU's model: 100 MiB on an H100, 50 us less per rep than triton's 256 MiB;
+120 MiB on an H200); `flush_bytes=256 * 2**20` flushes as triton does.
 
 The condition is gpuenv's safe default ("auto"): as it is when gpuenv's clock lock
 holds, else burst, with gpuenv.bench's schedule (`gpuenv.conditioning.Bursts`): the call
 starts on a cool, uncapped GPU (the check reads the samples taken while it warms up:
 nothing to wait for on a GPU that is not held down; when it is, it waits until the power
-cap clears, ~0.5 s on an H100 (docs/explanation/what-gpus-do.md), at most WAIT_MAX_S;
+cap clears, as the GPU's readings show it (~0.5 s on an H100: docs/explanation/what-gpus-do.md),
+at most WAIT_MAX_S;
 a call begun on an idle GPU waits for samples taken a driver refresh after its warmup,
 as heavy work started from idle can set the cap off in its first ~50 ms), then measures
 in bursts of DROPIN_BURST_S, shorter than the 100-300 ms in which the cap
-engages under heavy load, with rests that keep a model of the power the cap acts on (a
+engages under heavy load on an H100 (127-178 ms on an H200; where a GPU's cap meets a
+burst sooner, the onset is learned for the function and the GPU), with rests that keep a
+model of the power the cap acts on (a
 DROPIN_POWER_TAU_S filter of the instant power) under DROPIN_POWER_TARGET of the limit:
 a heavy kernel rests just enough to stay off the cap whatever the budget, a light one
 not at all once a reading has shown its power (the driver refreshes the reading every
@@ -55,7 +59,6 @@ from gpuenv.integrations.triton.bench import (
     DROPIN_DUTY,
     DROPIN_POWER_TARGET,
     DROPIN_POWER_TAU_S,
-    SIM_L2_BYTES,
     SIM_REP_OVERHEAD_S,
     TRITON_FLUSH_BYTES,
     WAIT_MAX_S,
@@ -73,7 +76,6 @@ __all__ = [
     "DROPIN_DUTY",
     "DROPIN_POWER_TARGET",
     "DROPIN_POWER_TAU_S",
-    "SIM_L2_BYTES",
     "SIM_REP_OVERHEAD_S",
     "TRITON_FLUSH_BYTES",
     "WAIT_MAX_S",

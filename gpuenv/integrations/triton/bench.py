@@ -27,7 +27,9 @@ POLL_S = 0.005  # how often that wait looks (the sampler reads every 25 ms)
 # bursts of DROPIN_BURST_S, rests that keep the power the cap controller acts on (a filter
 # of DROPIN_POWER_TAU_S) under DROPIN_POWER_TARGET x the limit; without a power reading,
 # a rest of (1 / DROPIN_DUTY - 1) x the burst.
-DROPIN_BURST_S = 0.03  # the H100's cap engages 100-300 ms into a heavy load
+# a starting bound: the H100's cap engages 100-300 ms into a heavy load, the H200's
+# 127-178 ms; where a GPU's comes on sooner the schedule learns it (DROPIN_LEARN)
+DROPIN_BURST_S = 0.03
 DROPIN_POWER_TAU_S = 0.15
 DROPIN_POWER_TARGET = 0.9
 DROPIN_DUTY = 0.5
@@ -50,7 +52,6 @@ DROPIN_CONDITIONING = ConditionConfig(
     burst_timeout_s=WAIT_MAX_S,
     poll_s=POLL_S,
 )
-SIM_L2_BYTES = 50 * 2**20  # the simulated H100's L2
 SIM_REP_OVERHEAD_S = 25e-6  # host time of a flushed, synchronized rep, on the simulated GPU
 
 # Process state that changes no number: `_recent` is what last_measurement() and
@@ -269,7 +270,10 @@ def _device(
     from gpuenv import timing
 
     if backend is not None and backend.workload is not None:
-        flush = 2 * SIM_L2_BYTES if flush_bytes is None else flush_bytes
+        # twice the simulated GPU's own L2, as on CUDA (timing.cuda.events): 100 MiB on an
+        # H100, 120 MiB on an H200
+        l2 = backend.workload.memory_system(gpu).l2_bytes
+        flush = 2 * l2 if flush_bytes is None else flush_bytes
         return timing.SimDevice(
             backend,
             gpu,

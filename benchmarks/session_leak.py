@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Does conditioning state leak? Each kernel measured alone (`gpuenv.bench`, the process's
-conditioning memory forgotten first), then in a first `stable()` session, in a second
-session, and alone again after them: what one session learned (warmups, state references,
-the cap's onset, temperature slopes) must not change another's number, nor a bench's after
-it. Each measurement begins on a GPU rested --idle s.
+conditioning memory forgotten first, and again after it), then in a first `stable()`
+session, in a second session, and alone again after them: what one session learned
+(warmups, state references, the cap's onset, temperature slopes) must not change another's
+number, nor a bench's after it. Each measurement begins on a GPU rested --idle s.
 
 Goal (the "A shared node" issue): each number within 0.3% of the kernel's number alone,
 and every first call of a session, or of a bench after one, begins as a fresh one does
@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         got: dict[str, Any] = {}
         idle(args.idle)
         got["alone"] = gpuenv.bench(fn, backend=backend, keep_trace=False)
+        process_memory().forget()  # what the bench alone learned: a bench after the sessions
+        # that began known would have learned it from them
         for step in ("session 1", "session 2"):
             idle(args.idle)
             with gpuenv.stable(backend=backend) as env:

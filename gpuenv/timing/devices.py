@@ -173,7 +173,7 @@ class SimDevice(ClockDevice):
         self.rep_overhead_s = float(rep_overhead_s)
         # the flush's memory cycles: its bytes over what this GPU's bus moves a cycle
         self.flush_mem_cycles = (
-            self.flush_bytes / backend.workload.memory_system(gpu).bytes_per_mem_cycle
+            self.flush_bytes / self.work.memory_system(gpu).bytes_per_mem_cycle
             if self.flush_bytes
             else 0.0
         )

@@ -304,6 +304,9 @@ def test_each_rank_writes_its_own_file_for_its_own_gpu(tmp_path):
     assert run.metadata["rank"] == 1
     assert [g["index"] for g in run.metadata["gpus"]] == [1]
     assert run.measurements[0].gpus == (1,)
+    # the header, and the results' record, say which GPU and why
+    assert "on GPU 1 (NVIDIA H100 80GB HBM3) (LOCAL_RANK=1 -> GPU 1)" in result.stderr
+    assert run.metadata["gpus_why"] == "LOCAL_RANK=1 -> GPU 1"
 
 
 def test_each_gpu_is_sampled_by_uuid_in_cuda_visible_devices_order(tmp_path):

@@ -576,3 +576,34 @@ def test_a_kernel_whose_time_rises_with_the_temperature_is_waited_for_once_learn
     assert f"reads ~{shift * 100:+.2f}% against the session's start" in learned.note
     assert second.median_s / cold.median_s - 1 == pytest.approx(shift, abs=0.001)
     assert second.median_s > cold.median_s
+
+
+# -- a shared node: a session takes this process's own GPUs (issue 41) --------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "why"),
+    [
+        ({"CUDA_VISIBLE_DEVICES": "1"}, "CUDA_VISIBLE_DEVICES=1 -> GPU 1"),
+        ({"LOCAL_RANK": "1"}, "LOCAL_RANK=1 -> GPU 1"),
+    ],
+)
+def test_a_session_takes_this_processs_own_gpu_and_locks_only_it(
+    env: dict[str, str], why: str, monkeypatch: pytest.MonkeyPatch
+):
+    for name in ("CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "SLURM_LOCALID", "SLURM_STEP_GPUS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    sim = make_sim(n_gpus=2)  # root: a lock is allowed on every GPU
+    with stable(sm=1350, backend=sim) as env_:
+        assert env_.gpus == [1] and env_.locked
+        assert sim.truth(1).locked_sm == (1350, 1350)
+        assert sim.truth(0).locked_sm is None  # another tenant's GPU is left as it was
+        assert env_.metadata["session"]["gpus_why"] == why
+        assert [g["index"] for g in env_.metadata["gpus"]] == [1]
+    assert sim.truth(1).locked_sm is None
+    with stable(sm=1350, gpus="all", backend=sim) as every:
+        assert every.gpus == [0, 1]
+        assert [sim.truth(g).locked_sm for g in (0, 1)] == [(1350, 1350)] * 2
+        assert every.metadata["session"]["gpus_why"] == "gpus='all' -> GPU 0, 1"

@@ -191,13 +191,10 @@ def acquire(
     gpus = validate.gpu_selector(gpus, "gpus")
     socket = validate.path_like(socket, "socket")
     held: HeldLock | None = None
-    if gpus is None and journal is not None:
-        gpus = _own(backend)
+    gpus = _own(backend) if gpus is None else gpus  # resolved here: a lease names its GPUs
     if journal is None:
         probe = backend if backend is not None else _open()
         try:
-            if gpus is None:
-                gpus = _own(probe)
             client = daemon_client(probe, socket=socket)
             if client is not None:
                 held = _lease(client, probe, request, gpus, standing, force, command)

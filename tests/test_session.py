@@ -607,3 +607,48 @@ def test_a_session_takes_this_processs_own_gpu_and_locks_only_it(
         assert every.gpus == [0, 1]
         assert [sim.truth(g).locked_sm for g in (0, 1)] == [(1350, 1350)] * 2
         assert every.metadata["session"]["gpus_why"] == "gpus='all' -> GPU 0, 1"
+
+
+# -- another tenant on the measured GPU is named (issue 41 item 5) ---------------------------
+
+
+def test_another_tenant_on_the_gpu_is_named_with_pid_user_and_memory():
+    import getpass
+    import os
+
+    from gpuenv.backend.sim_reads import BACKGROUND_MIB
+
+    sim = make_sim()
+    tenant = os.getppid()  # a process of this host (not a child of this one): its user shows
+    with stable(backend=sim) as env:
+        warm(sim)
+        sim.set_background_load(0, 0.5, pid=tenant)
+        m = env.repeat(lambda: sim.run_work(0, 0.01 * H100_HZ, power_intensity=0.3), reps=10)
+        sim.set_background_load(0, 0.0, pid=tenant)
+        with env.measure("alone") as clean:
+            sim.run_work(0, 0.01 * H100_HZ, power_intensity=0.3)
+    f = kinds(m)["other_process"]
+    assert f.details["pids"] == [tenant] and f.details["memory_mib"] == [BACKGROUND_MIB]
+    assert f"pid {tenant}" in f.message and f"{BACKGROUND_MIB} MiB" in f.message
+    owner = f.details["users"][0]
+    assert owner is not None and owner.split("\\")[-1] == getpass.getuser()
+    assert "other_process" not in kinds(clean)
+
+
+def test_a_neighbour_on_another_gpu_or_a_child_of_this_process_is_not_another_tenant():
+    import subprocess
+    import sys
+
+    sim = make_sim(n_gpus=2)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with stable(backend=sim, gpus="0") as env:
+            sim.open_context(0)
+            sim.idle(0.5)
+            sim.set_background_load(1, 0.9, pid=4242)  # another tenant, on GPU 1
+            sim.set_background_load(0, 0.5, pid=child.pid)  # this process's own child
+            m = env.repeat(lambda: sim.run_work(0, 0.01 * H100_HZ, power_intensity=0.3), reps=5)
+    finally:
+        child.kill()
+        child.wait()
+    assert "other_process" not in kinds(m)

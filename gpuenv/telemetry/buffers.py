@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from gpuenv.backend import SlowReading
@@ -103,19 +103,20 @@ class Buffers:
         t: float,
         gpu: int,
         reading: SlowReading | None,
-        pids: Mapping[int, int | None] | None,
+        pids: Mapping[int, int | None] | Collection[int] | None,
         edge: bool,
         value_t: float | None,
     ) -> None:
         """One read: processes other than `own_pids` are the sample's `other_pids`, with
-        the memory each holds (`other_mib`)."""
+        the memory each holds (`other_mib`, where `pids` maps pid to MiB)."""
         others: tuple[int, ...] = ()
         mib: tuple[int | None, ...] = ()
         own: bool | None = None
         if pids is not None:
             found = set(pids)
             others = tuple(sorted(found - self.own_pids))
-            mib = tuple(pids[p] for p in others)
+            if isinstance(pids, Mapping) and any(pids.get(p) is not None for p in others):
+                mib = tuple(pids.get(p) for p in others)
             own = bool(found & self.own_pids)
         if reading is None:  # a process check alone
             rec: SlowRecord = (t, gpu, None, (), (), None, others, edge, None, own, mib)

@@ -351,7 +351,9 @@ def close_idle() -> int:
 
 
 def _at_gpu(
-    values: tuple[float, SlowReading | None, dict[int, int | None] | None, bool, float | None],
+    values: tuple[
+        float, SlowReading | None, dict[int, int | None] | frozenset[int] | None, bool, float | None
+    ],
     gpu: int,
 ) -> tuple[Any, ...]:
     t, reading, pids, edge, value_t = values

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from gpuenv.backend import Backend, SlowReading
@@ -64,7 +64,7 @@ class Sink(Protocol):
         t: float,
         gpu: int,
         reading: SlowReading | None,
-        pids: Mapping[int, int | None] | None,
+        pids: Mapping[int, int | None] | Collection[int] | None,
         edge: bool,
         value_t: float | None,
     ) -> None:

@@ -24,7 +24,7 @@ import os
 import struct
 import tempfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from gpuenv.backend import SlowReading
@@ -322,10 +322,12 @@ def unpack_fast(rec: tuple[Any, ...], gpu: int) -> FastRecord:
 def pack_slow(
     t: float,
     reading: SlowReading | None,
-    pids: Mapping[int, int | None] | None,
+    pids: Mapping[int, int | None] | Collection[int] | None,
     edge: bool,
     value_t: float | None,
 ) -> tuple[Any, ...]:
+    """A slow read as the ring's fields; `pids` maps each pid to its memory in MiB (a plain
+    set of pids: memory unknown)."""
     flags = (_S_EDGE if edge else 0) | (_S_VALUE_T if value_t is not None else 0)
     energy, mem_temp = -1, math.nan
     counters = [-1] * _NC
@@ -339,7 +341,7 @@ def pack_slow(
             if name in reading.reason_ns:
                 counters[k] = int(reading.reason_ns[name])
     kept = sorted(pids)[:MAX_PIDS] if pids is not None else []
-    mibs = [_mib(pids[p]) for p in kept] if pids is not None else []
+    mibs = [_mib(pids.get(p) if isinstance(pids, Mapping) else None) for p in kept]
     if pids is not None:
         flags |= _S_PIDS
     return (
@@ -363,7 +365,9 @@ def _mib(value: int | None) -> int:
 
 def unpack_slow(
     rec: tuple[Any, ...],
-) -> tuple[float, SlowReading | None, dict[int, int | None] | None, bool, float | None]:
+) -> tuple[
+    float, SlowReading | None, dict[int, int | None] | frozenset[int] | None, bool, float | None
+]:
     """(t, reading, pids, edge, value_t): what `Sink.slow` takes."""
     t, flags, energy, mem_temp, value_t, npids = rec[:6]
     counters = rec[6 : 6 + _NC]
@@ -375,16 +379,15 @@ def unpack_slow(
             mem_temp if flags & _S_MEMT else None,
         )
     at = 6 + _NC
-    pids = (
-        {
-            int(p): None if m == _NO_MIB else int(m)
-            for p, m in zip(
-                rec[at : at + npids], rec[at + MAX_PIDS : at + MAX_PIDS + npids], strict=True
-            )
-        }
-        if flags & _S_PIDS
-        else None
-    )
+    pids: dict[int, int | None] | frozenset[int] | None = None
+    if flags & _S_PIDS:
+        found = rec[at : at + npids]
+        mibs = rec[at + MAX_PIDS : at + MAX_PIDS + npids]
+        pids = (
+            {int(p): None if m == _NO_MIB else int(m) for p, m in zip(found, mibs, strict=True)}
+            if any(m != _NO_MIB for m in mibs)
+            else frozenset(found)  # no memory known: the pids alone
+        )
     return t, reading, pids, bool(flags & _S_EDGE), value_t if flags & _S_VALUE_T else None
 
 

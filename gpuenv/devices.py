@@ -13,6 +13,13 @@ Only where that cannot tell CUDA's order (GPUs of mixed models without
 CUDA_DEVICE_ORDER=PCI_BUS_ID) does nvitop's parser ask CUDA itself, on a real GPU:
 it initialises CUDA in a subprocess, hundreds of ms before `gpuenv run` under
 torchrun or CUDA_VISIBLE_DEVICES could start its command.
+
+`own_gpus` is the one rule for the GPUs a process may use when none are named: every
+door (stable(), gpuenv.lock, gpuenv lock/restore/check/run) calls it, through
+`choose_gpus`. In order: torchrun's LOCAL_RANK (the rank's own CUDA device, under
+CUDA_VISIBLE_DEVICES: narrower than the whole visible set, so a rank never takes its
+neighbour's GPU), Slurm's SLURM_LOCALID for a task of several, CUDA_VISIBLE_DEVICES,
+Slurm's GPUs for the step (SLURM_STEP_GPUS, else SLURM_JOB_GPUS), else every GPU.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError, DeviceNotFound, GpuenvError
@@ -87,6 +95,77 @@ def select_gpus(
     return chosen
 
 
+class OwnGpus(NamedTuple):
+    """The GPUs a door takes, and why, in words: `CUDA_VISIBLE_DEVICES=1 -> GPU 1`."""
+
+    indices: list[int]
+    why: str
+
+
+def own_selector(env: Mapping[str, str]) -> str:
+    """The selector (for `select_gpus`, under `own_env(env)`) naming this process's GPUs.
+
+    Under torchrun (LOCAL_RANK) the rank's own GPU; under Slurm (SLURM_LOCALID) the
+    task's only visible GPU, or the one at its local id; otherwise the GPUs
+    CUDA_VISIBLE_DEVICES shows; else Slurm's GPUs for the step or job (NVML indices,
+    as Slurm numbers them); else all.
+    """
+    if env.get("LOCAL_RANK", "").strip():
+        return "local"
+    visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if env.get("SLURM_LOCALID", "").strip():
+        return "cuda:0" if len(visible) == 1 else "local"
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return ",".join(f"cuda:{k}" for k in range(len(visible))) or "cuda:0"
+    slurm = _slurm_gpus(env)
+    if slurm is not None:
+        return env[slurm]
+    return "all"
+
+
+def own_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment for select_gpus: SLURM_LOCALID stands in for a missing LOCAL_RANK."""
+    out = dict(env)
+    if not out.get("LOCAL_RANK", "").strip() and out.get("SLURM_LOCALID", "").strip():
+        out["LOCAL_RANK"] = out["SLURM_LOCALID"]
+    return out
+
+
+def own_gpus(backend: Backend, env: Mapping[str, str] | None = None) -> OwnGpus:
+    """The GPUs this process may use, and why (the module's docstring gives the order).
+
+    `env` replaces os.environ (for tests). Raises DeviceNotFound where the environment
+    names no GPU of this machine (CUDA_VISIBLE_DEVICES="" or one that does not exist).
+    """
+    env = os.environ if env is None else env
+    selector = own_selector(env)
+    indices = select_gpus(backend, selector, env=own_env(env))
+    return OwnGpus(indices, f"{_own_source(env)} -> {gpu_words(indices)}")
+
+
+def choose_gpus(
+    backend: Backend,
+    selector: str | int | Sequence[str | int] | None,
+    *,
+    env: Mapping[str, str] | None = None,
+    named: str = "gpus",
+) -> OwnGpus:
+    """The GPUs a door takes: `selector`'s (`select_gpus`), or this process's own
+    (`own_gpus`) when it is None. `named` is how the why names an explicit selector:
+    "gpus" (`gpus='all' -> GPU 0, 1`) or a flag such as "-i" (`-i all -> GPU 0, 1`)."""
+    if selector is None:
+        return own_gpus(backend, env)
+    indices = select_gpus(backend, selector, env=env)
+    text = ",".join(map(str, selector)) if isinstance(selector, (list, tuple)) else selector
+    said = f"{named} {text}" if named.startswith("-") else f"{named}={text!r}"
+    return OwnGpus(indices, f"{said} -> {gpu_words(indices)}")
+
+
+def gpu_words(indices: Sequence[int]) -> str:
+    """'GPU 1', 'GPU 0, 1', 'no GPU'."""
+    return f"GPU {', '.join(map(str, indices))}" if indices else "no GPU"
+
+
 def select_recorded(
     gpus: Sequence[Mapping[str, object]], selector: str | int | Sequence[str | int] | None
 ) -> list[int]:
@@ -143,6 +222,29 @@ def cuda_visible(backend: Backend, *, env: Mapping[str, str] | None = None) -> l
 
 
 # -- helpers ----------------------------------------------------------------------------
+
+_SLURM_GPUS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+
+
+def _slurm_gpus(env: Mapping[str, str]) -> str | None:
+    """The name of the Slurm variable that lists this step's (else job's) GPUs, if set."""
+    return next((k for k in _SLURM_GPUS if env.get(k, "").strip()), None)
+
+
+def _own_source(env: Mapping[str, str]) -> str:
+    """What in the environment `own_selector` followed, as `NAME=value` words."""
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    under = f" under CUDA_VISIBLE_DEVICES={cvd}" if cvd is not None else ""
+    if env.get("LOCAL_RANK", "").strip():
+        return f"LOCAL_RANK={env['LOCAL_RANK'].strip()}{under}"
+    if env.get("SLURM_LOCALID", "").strip():
+        return f"SLURM_LOCALID={env['SLURM_LOCALID'].strip()}{under}"
+    if cvd is not None:
+        return f"CUDA_VISIBLE_DEVICES={cvd}"
+    slurm = _slurm_gpus(env)
+    if slurm is not None:
+        return f"{slurm}={env[slurm].strip()}"
+    return "no CUDA_VISIBLE_DEVICES, LOCAL_RANK or Slurm GPUs: every GPU"
 
 
 def _tokens(selector: str | int | Sequence[str | int] | None) -> list[str | int]:

@@ -163,7 +163,9 @@ def acquire(
             (by position or by name).
         request: what to lock as one `LockRequest` (`gpuenv.clocks.make_request`),
             instead of the keywords.
-        gpus: which GPUs (indices, UUIDs, PCI bus ids; default all).
+        gpus: which GPUs (indices, UUIDs, PCI bus ids, "all"); default: the GPUs this
+            process may use (`gpuenv.devices.own_gpus`: LOCAL_RANK's, else
+            CUDA_VISIBLE_DEVICES', else Slurm's, else all).
         backend: the GPU backend (default: `open_backend()`).
         standing: the lock outlives this process until `restore()` (`gpuenv lock`).
         force: take over a lock another owner holds.
@@ -189,6 +191,7 @@ def acquire(
     gpus = validate.gpu_selector(gpus, "gpus")
     socket = validate.path_like(socket, "socket")
     held: HeldLock | None = None
+    gpus = _own(backend) if gpus is None else gpus  # resolved here: a lease names its GPUs
     if journal is None:
         probe = backend if backend is not None else _open()
         try:
@@ -341,9 +344,23 @@ def _lease(
 
 
 def _selected(backend: Backend, gpus: GpuSelector) -> list[int]:
-    from gpuenv.devices import select_gpus
+    """The GPUs `gpus` names; None: this process's own (gpuenv.devices.own_gpus)."""
+    from gpuenv.devices import choose_gpus
 
-    return select_gpus(backend, gpus)
+    return choose_gpus(backend, gpus).indices
+
+
+def _own(backend: Backend | None) -> list[int]:
+    """This process's own GPUs (gpuenv.devices.own_gpus), on `backend` or one opened here."""
+    from gpuenv.devices import own_gpus
+
+    if backend is not None:
+        return own_gpus(backend).indices
+    opened = _open()
+    try:
+        return own_gpus(opened).indices
+    finally:
+        opened.close()
 
 
 def _local_plan(backend: Backend, request: LockRequest, gpus: list[int]) -> LockPlan | None:
@@ -418,7 +435,8 @@ def restore(
     and locks whose owner died.
 
     Args:
-        gpus: which GPUs (default all).
+        gpus: which GPUs; default: the GPUs `acquire` takes by default, this process's
+            own (`gpuenv.devices.own_gpus`); "all" for every GPU.
         backend: the GPU backend (default: `open_backend()`).
         all_owners: also what other owners locked (root, or gpuenvd's admins).
         socket: gpuenvd's socket (default: GPUENV_SOCKET, or the standard path).

@@ -75,7 +75,9 @@ class Session:
         sm: the SM clock to lock (1350, (1200, 1500), "max", "base", "sustained"),
             locked only when permitted, else observed (one warning).
         mem: the memory clock to lock, as `sm`.
-        gpus: which GPUs to sample (and lock): None = all (see
+        gpus: which GPUs to sample (and lock): None = this process's own (LOCAL_RANK's,
+            else CUDA_VISIBLE_DEVICES', else Slurm's, else all: `gpuenv.devices.own_gpus`;
+            the why is the record's session "gpus_why"), "all" = every GPU (see
             `gpuenv.devices.select_gpus`).
         policy: "annotate" (keep everything, attach findings), "reject" (drop the
             reps a finding touched), "retry" (re-run them after a recovery delay; a
@@ -181,9 +183,9 @@ class Session:
             self._owns_backend = True
         else:
             self.backend = self._backend_arg
-        from gpuenv.devices import select_gpus
+        from gpuenv.devices import choose_gpus
 
-        self.gpus: list[int] = select_gpus(self.backend, self._gpu_selector)
+        self.gpus, self.gpus_why = choose_gpus(self.backend, self._gpu_selector)
         self.clock: Clock = self._clock_arg or self.backend.clock
         if self.sm is not None or self.mem is not None:
             self._try_lock()
@@ -272,6 +274,7 @@ class Session:
             "mode": self.mode,
             "requested_sm": self.sm,
             "requested_mem": self.mem,
+            "gpus_why": self.gpus_why,
             "locked": self.locked,
             "observe_reason": self.observe_reason,
             "lock_ranges_mhz": {str(g): list(r) for g, r in self._lock_ranges().items()},

@@ -171,3 +171,13 @@ def test_asked_to_lock_it_checks_at_the_clock_and_puts_the_gpus_back(tmp_path):
     ro = _gpuenv(dict(env, GPUENV_READONLY="1"), "--sim", "check", "--sm", "1350", timeout=60)
     assert ro.returncode not in (0, 1) and "GPUENV_READONLY" in ro.stderr, ro.stderr
     assert "rank  gpu" not in ro.stdout
+
+
+def test_without_i_it_checks_this_processs_own_gpus_and_says_why(tmp_path):
+    env = dict(os.environ, GPUENV_SIM_GPUS="4", CUDA_VISIBLE_DEVICES="1")
+    env["GPUENV_STATE_DIR"] = str(tmp_path)  # root's kept check: not the host's
+    env.pop("LOCAL_RANK", None)
+    result = _gpuenv(env, "--sim", "check", "--alone-only", "--budget", "5", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "gpuenv check: CUDA_VISIBLE_DEVICES=1 -> GPU 1" in result.stderr
+    assert [g["gpu"] for g in json.loads(result.stdout)["gpus"]] == [1]

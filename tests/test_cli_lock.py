@@ -67,6 +67,32 @@ def test_a_base_lock_says_the_mhz_it_locked() -> None:
     assert run("restore").exit_code == 0
 
 
+def test_without_i_it_locks_this_processs_own_gpus_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    before = state()
+    res = run("lock", "--sm", "1350")
+    assert res.exit_code == 0, res.output
+    assert "gpuenv lock: CUDA_VISIBLE_DEVICES=1 -> GPU 1" in res.output
+    assert state() == [before[0], ((1350, 1350), *before[1][1:])]  # GPU 0: another tenant's
+    assert run("restore").exit_code == 0
+    assert state() == before
+    res = run("lock", "--sm", "1350", "-i", "all")
+    assert res.exit_code == 0, res.output
+    assert "gpuenv lock: -i all -> GPU 0, 1" in res.output
+    assert [s[0] for s in state()] == [(1350, 1350)] * 2
+    # a restore in the same place puts back its own GPU, and names the lock it leaves
+    res = run("restore")
+    assert res.exit_code == 0, res.output
+    assert "restored GPU 1" in res.output and "restored GPU 0" not in res.output
+    assert "left alone: GPU 0" in res.output and "'gpuenv restore -i 0'" in res.output
+    assert [s[0] for s in state()] == [(1350, 1350), None]
+    assert run("restore", "-i", "all").exit_code == 0
+    assert state() == before
+
+
 def test_conflict_exit_5_names_the_owner_and_force_takes_over() -> None:
     before = state()
     assert run("lock", "--sm", "1350").exit_code == 0

@@ -8,7 +8,7 @@ import pytest
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.backend.sim_profiles import get_profile
-from gpuenv.devices import cuda_visible, describe, select_gpus
+from gpuenv.devices import choose_gpus, cuda_visible, describe, own_gpus, select_gpus
 from gpuenv.errors import ConfigError, DeviceNotFound
 from gpuenv.timebase import VirtualClock
 
@@ -234,3 +234,51 @@ def test_gpu_nvitop_answers_where_it_is_installed() -> None:
         assert view._from_nvitop() == [0]
     finally:
         real.close()
+
+
+# -- this process's own GPUs: the one rule every door takes when none are named -------------
+
+
+def test_own_gpus_in_order_local_rank_cuda_visible_devices_slurm_else_all(sim: SimBackend) -> None:
+    assert own_gpus(sim, {}) == (
+        [0, 1, 2, 3],
+        "no CUDA_VISIBLE_DEVICES, LOCAL_RANK or Slurm GPUs: every GPU -> GPU 0, 1, 2, 3",
+    )
+    assert own_gpus(sim, {"CUDA_VISIBLE_DEVICES": "1"}) == (
+        [1],
+        "CUDA_VISIBLE_DEVICES=1 -> GPU 1",
+    )
+    assert own_gpus(sim, {"LOCAL_RANK": "1"}) == ([1], "LOCAL_RANK=1 -> GPU 1")
+    # a rank takes its own CUDA device, not the whole visible set (its neighbour's GPU)
+    ranked = own_gpus(sim, {"LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "2,3"})
+    assert ranked == ([3], "LOCAL_RANK=1 under CUDA_VISIBLE_DEVICES=2,3 -> GPU 3")
+    # Slurm's GPUs count only where CUDA_VISIBLE_DEVICES is not set; the step's first
+    assert own_gpus(sim, {"SLURM_JOB_GPUS": "0,2"}) == ([0, 2], "SLURM_JOB_GPUS=0,2 -> GPU 0, 2")
+    step = {"SLURM_JOB_GPUS": "0,2", "SLURM_STEP_GPUS": "2"}
+    assert own_gpus(sim, step) == ([2], "SLURM_STEP_GPUS=2 -> GPU 2")
+    assert own_gpus(sim, {**step, "CUDA_VISIBLE_DEVICES": "1"}).indices == [1]
+    # a task of several Slurm tasks that all see two GPUs: the one at its local id
+    task = {"SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert own_gpus(sim, task) == ([1], "SLURM_LOCALID=1 under CUDA_VISIBLE_DEVICES=0,1 -> GPU 1")
+
+
+def test_own_gpus_follow_uuids_and_mig_devices_as_cuda_does(sim: SimBackend) -> None:
+    env = {"CUDA_VISIBLE_DEVICES": f"{uuid(sim, 3)},{uuid(sim, 1)}"}
+    assert own_gpus(sim, env).indices == [3, 1]
+    assert own_gpus(sim, {"CUDA_VISIBLE_DEVICES": f"MIG-{uuid(sim, 2)}/1/0"}).indices == [2]
+
+
+def test_own_gpus_that_name_no_gpu_here_are_an_error_not_every_gpu(sim: SimBackend) -> None:
+    with pytest.raises(DeviceNotFound, match="CUDA_VISIBLE_DEVICES=''"):
+        own_gpus(sim, {"CUDA_VISIBLE_DEVICES": ""})
+    with pytest.raises(DeviceNotFound):
+        own_gpus(sim, {"SLURM_STEP_GPUS": "7"})
+    with pytest.raises(ConfigError, match="not a CUDA index"):
+        own_gpus(sim, {"LOCAL_RANK": "x"})
+
+
+def test_choose_gpus_names_an_explicit_selector_in_its_why(sim: SimBackend) -> None:
+    env = {"CUDA_VISIBLE_DEVICES": "1"}
+    assert choose_gpus(sim, None, env=env) == ([1], "CUDA_VISIBLE_DEVICES=1 -> GPU 1")
+    assert choose_gpus(sim, "all", env=env) == ([0, 1, 2, 3], "gpus='all' -> GPU 0, 1, 2, 3")
+    assert choose_gpus(sim, [2, 0], env=env, named="-i") == ([2, 0], "-i 2,0 -> GPU 2, 0")

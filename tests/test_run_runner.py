@@ -23,8 +23,9 @@ import pytest
 
 from gpuenv.backend.sim import SimBackend
 from gpuenv.clocks.journal import Journal
+from gpuenv.devices import own_env, own_selector
 from gpuenv.results import load_run
-from gpuenv.run.ranks import default_gpu_selector, rank_of, rank_output_path, selector_env
+from gpuenv.run.ranks import rank_of, rank_output_path
 from gpuenv.run.report import RUN_NAME
 from gpuenv.run.runner import RunResult
 
@@ -328,6 +329,9 @@ def test_each_rank_writes_its_own_file_for_its_own_gpu(tmp_path):
     assert run.metadata["rank"] == 1
     assert [g["index"] for g in run.metadata["gpus"]] == [1]
     assert run.measurements[0].gpus == (1,)
+    # the header, and the results' record, say which GPU and why
+    assert "on GPU 1 (NVIDIA H100 80GB HBM3) (LOCAL_RANK=1 -> GPU 1)" in result.stderr
+    assert run.metadata["gpus_why"] == "LOCAL_RANK=1 -> GPU 1"
 
 
 def test_each_gpu_is_sampled_by_uuid_in_cuda_visible_devices_order(tmp_path):
@@ -370,12 +374,12 @@ def test_dry_run_runs_nothing(tmp_path, sim):
 
 
 def test_defaults_under_torchrun_slurm_and_cuda_visible_devices():
-    assert default_gpu_selector({}) == "all"
-    assert default_gpu_selector({"LOCAL_RANK": "3"}) == "local"
-    assert default_gpu_selector({"CUDA_VISIBLE_DEVICES": "2,3"}) == "cuda:0,cuda:1"
-    assert default_gpu_selector({"SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "5"}) == "cuda:0"
-    assert default_gpu_selector({"SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "0,1"}) == "local"
-    assert selector_env({"SLURM_LOCALID": "1"})["LOCAL_RANK"] == "1"
+    assert own_selector({}) == "all"
+    assert own_selector({"LOCAL_RANK": "3"}) == "local"
+    assert own_selector({"CUDA_VISIBLE_DEVICES": "2,3"}) == "cuda:0,cuda:1"
+    assert own_selector({"SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "5"}) == "cuda:0"
+    assert own_selector({"SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "0,1"}) == "local"
+    assert own_env({"SLURM_LOCALID": "1"})["LOCAL_RANK"] == "1"
     assert rank_of({"RANK": "2", "WORLD_SIZE": "4"}) == 2
     assert rank_of({"RANK": "0", "WORLD_SIZE": "1"}) is None  # one process: no suffix
     assert rank_of({"SLURM_PROCID": "5", "SLURM_NTASKS": "8"}) == 5

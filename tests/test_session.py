@@ -577,3 +577,79 @@ def test_a_kernel_whose_time_rises_with_the_temperature_is_waited_for_once_learn
     assert f"reads ~{shift * 100:+.2f}% against the session's start" in learned.note
     assert second.median_s / cold.median_s - 1 == pytest.approx(shift, abs=0.001)
     assert second.median_s > cold.median_s
+
+
+# -- a shared node: a session takes this process's own GPUs (issue 41) --------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "why"),
+    [
+        ({"CUDA_VISIBLE_DEVICES": "1"}, "CUDA_VISIBLE_DEVICES=1 -> GPU 1"),
+        ({"LOCAL_RANK": "1"}, "LOCAL_RANK=1 -> GPU 1"),
+    ],
+)
+def test_a_session_takes_this_processs_own_gpu_and_locks_only_it(
+    env: dict[str, str], why: str, monkeypatch: pytest.MonkeyPatch
+):
+    for name in ("CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "SLURM_LOCALID", "SLURM_STEP_GPUS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    sim = make_sim(n_gpus=2)  # root: a lock is allowed on every GPU
+    with stable(sm=1350, backend=sim) as env_:
+        assert env_.gpus == [1] and env_.locked
+        assert sim.truth(1).locked_sm == (1350, 1350)
+        assert sim.truth(0).locked_sm is None  # another tenant's GPU is left as it was
+        assert env_.metadata["session"]["gpus_why"] == why
+        assert [g["index"] for g in env_.metadata["gpus"]] == [1]
+    assert sim.truth(1).locked_sm is None
+    with stable(sm=1350, gpus="all", backend=sim) as every:
+        assert every.gpus == [0, 1]
+        assert [sim.truth(g).locked_sm for g in (0, 1)] == [(1350, 1350)] * 2
+        assert every.metadata["session"]["gpus_why"] == "gpus='all' -> GPU 0, 1"
+
+
+# -- another tenant on the measured GPU is named (issue 41 item 5) ---------------------------
+
+
+def test_another_tenant_on_the_gpu_is_named_with_pid_user_and_memory():
+    import getpass
+    import os
+
+    from gpuenv.backend.sim_reads import BACKGROUND_MIB
+
+    sim = make_sim()
+    tenant = os.getppid()  # a process of this host (not a child of this one): its user shows
+    with stable(backend=sim) as env:
+        warm(sim)
+        sim.set_background_load(0, 0.5, pid=tenant)
+        m = env.repeat(lambda: sim.run_work(0, 0.01 * H100_HZ, power_intensity=0.3), reps=10)
+        sim.set_background_load(0, 0.0, pid=tenant)
+        with env.measure("alone") as clean:
+            sim.run_work(0, 0.01 * H100_HZ, power_intensity=0.3)
+    f = kinds(m)["other_process"]
+    assert f.details["pids"] == [tenant] and f.details["memory_mib"] == [BACKGROUND_MIB]
+    assert f"pid {tenant}" in f.message and f"{BACKGROUND_MIB} MiB" in f.message
+    owner = f.details["users"][0]
+    assert owner is not None and owner.split("\\")[-1] == getpass.getuser()
+    assert "other_process" not in kinds(clean)
+
+
+def test_a_neighbour_on_another_gpu_or_a_child_of_this_process_is_not_another_tenant():
+    import subprocess
+    import sys
+
+    sim = make_sim(n_gpus=2)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with stable(backend=sim, gpus="0") as env:
+            sim.open_context(0)
+            sim.idle(0.5)
+            sim.set_background_load(1, 0.9, pid=4242)  # another tenant, on GPU 1
+            sim.set_background_load(0, 0.5, pid=child.pid)  # this process's own child
+            m = env.repeat(lambda: sim.run_work(0, 0.01 * H100_HZ, power_intensity=0.3), reps=5)
+    finally:
+        child.kill()
+        child.wait()
+    assert "other_process" not in kinds(m)

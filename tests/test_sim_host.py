@@ -238,9 +238,13 @@ def test_gpuenv_run_samples_the_load_another_process_runs(work: Path) -> None:
     assert len(rows) == 1, out.stderr
     row = rows[0]
     assert "power cap" in row and "idle" not in row, out.stderr  # not the idle GPU of old
-    assert f"other_process: another process used GPU 0 during the region (pid {load.pid})" in (
-        out.stderr
-    )
+    # named with its user (the host's) and the memory its context holds (the model's)
+    import getpass
+
+    assert (
+        f"other_process: another process used GPU 0 during the region (pid {load.pid}, "
+        f"user {getpass.getuser()}, "
+    ) in out.stderr and " MiB)" in out.stderr
 
 
 def test_a_process_holding_the_running_state_cannot_hang_the_others(work: Path) -> None:

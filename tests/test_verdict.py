@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -23,6 +24,7 @@ from gpuenv.verdict import (
     VerdictConfig,
     assess,
 )
+from gpuenv.verdict.state import tenant_severity
 
 H100 = {0: GpuFacts(max_sm_mhz=1980, slowdown_c=89, gpu_max_c=87, power_limit_w=700)}
 
@@ -244,6 +246,19 @@ def test_other_process_and_telemetry_gap():
     f = kinds(assess([win(0, other_pids=(4242,)), win(1, gap=True)], facts=H100))
     assert f["other_process"].reps == (0,) and "4242" in f["other_process"].message
     assert f["telemetry_gap"].reps == (1,)
+
+
+def test_a_tenant_is_a_warning_only_where_the_reps_it_shared_moved():
+    ws = [win(i, other_pids=(4242,) if i < 2 else ()) for i in range(8)]
+    ws[0] = dataclasses.replace(ws[0], other_mib=(512,), other_users=("alice",))
+    same = kinds(assess(ws, [0.0100] * 8, facts=H100))["other_process"]
+    assert same.severity == "info" and same.reps == (0, 1)
+    assert "pid 4242, user alice, 512 MiB" in same.message
+    slower = kinds(assess(ws, [0.0130] * 2 + [0.0100] * 6, facts=H100))["other_process"]
+    assert slower.severity == "warning" and "30.0% slower" in slower.message
+    # nothing to compare with (every rep shared, or no rep times): not ruled out
+    assert tenant_severity([0.01] * 3, [0, 1, 2]) == ("warning", "")
+    assert tenant_severity(None, [0]) == ("warning", "")
 
 
 def test_a_window_without_any_sample_is_a_gap():

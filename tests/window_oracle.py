@@ -9,18 +9,22 @@ read comes from the samples after the start, each covering the time back to the 
 before (`_back_weights`), not from the one in force at the start: at the 100 ms tick that
 one, read before the work began, stood for up to a tick of the work.
 And (2026-11-27) a new field, `sm_mhz_busy_mean`: the clock over the samples without
-GpuIdle, weighted as the mean is; no existing value changed. The file is held to its hash
+GpuIdle, weighted as the mean is; no existing value changed. And (2026-11-28) another
+tenant's memory and user (`other_mib`, `other_users`, issue 41), and a child of this
+process is no other process; no existing value changed. The file is held to its hash
 by tests/test_telemetry_summary.py: a change comes with a line here and its reason.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
 from gpuenv.reasons import Reason, info, reason_names
+from gpuenv.telemetry import host
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
 from gpuenv.telemetry.window import Window
 
@@ -261,9 +265,23 @@ def _from_counters(
     k0 = max(0, bisect.bisect_right(ts, t0) - 1)
     k1 = bisect.bisect_right(ts, t1 + lag_s)
     own = set(own_pids)
-    pids = sorted({p for s in slow[k0:k1] for p in s.other_pids if p not in own})
+    # ... not this process's children; each with the most memory a read gave, and its user
+    reads = slow[k0:k1]
+    pids = sorted({p for s in reads for p in s.other_pids if p not in own})
+    pids = [p for p in pids if not host.descends_from(p, os.getpid())]
     if pids:
         out["other_pids"] = tuple(pids)
+        known = [
+            [
+                m
+                for s in reads
+                for q, m in zip(s.other_pids, s.other_mib, strict=False)
+                if q == p and m is not None
+            ]
+            for p in pids
+        ]
+        out["other_mib"] = tuple(max(ms) if ms else None for ms in known)
+        out["other_users"] = tuple(host.user_of(p) for p in pids)
     seen = [s.own_present for s in slow[k0:k1] if s.own_present is not None]
     if seen:
         out["own_process"] = any(seen)

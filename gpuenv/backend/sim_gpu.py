@@ -29,6 +29,7 @@ STEP_NS = 10_000_000  # physics step while anything is changing
 COARSE_AFTER_NS = 2_000_000_000  # after this long without a load change, step per driver update
 SKIP_AFTER_NS = 60_000_000_000  # a quiet gap longer than this is jumped over ...
 SKIP_KEEP_NS = 10_000_000_000  # ... but for its last 10 s, stepped as usual
+MAX_CONTENTION = 0.9  # the most SM time other processes take from this one's work
 POWER_SAMPLE_NS = 20_000_000  # nvmlDeviceGetSamples(TOTAL_POWER): one every 20 ms ...
 POWER_SAMPLES_KEPT = 120  # ... ~2.4 s of them
 
@@ -253,13 +254,23 @@ class GpuModel:
             seconds = self.job.sm_cycles / (self.sm_mhz * 1e6) + self.job.mem_cycles / (
                 self.mem_mhz * 1e6
             )
-            self._rate = 1.0 / seconds if seconds > 0 else math.inf
+            # another process's kernels time-slice with this one's (no MPS): the share of
+            # the SM it takes is time this work does not run
+            self._rate = (1.0 - self._contention()) / seconds if seconds > 0 else math.inf
         else:
             self._rate = 0.0
         busy = max(self.background.values(), default=0.0)
         for o in self.others.values():
             busy = max(busy, o.background, 1.0 if o.work else 0.0)
         self.busy = 1.0 if self.job else busy
+
+    def _contention(self) -> float:
+        """The share of SM time other processes take from this one's work: a background
+        load's utilization, half for another process's own work, at most MAX_CONTENTION."""
+        share = max(self.background.values(), default=0.0)
+        for o in self.others.values():
+            share = max(share, o.background, 0.5 if o.work else 0.0)
+        return min(share, MAX_CONTENTION)
 
     def load_changed(self) -> None:
         self.last_change_ns = self.t_ns

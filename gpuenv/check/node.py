@@ -78,7 +78,7 @@ def check_node(
     A simulated GPU on real time is checked on a fresh copy of its model on virtual time,
     with the settings in force now (power limits, locks): seconds, not a minute."""
     if not gpus:
-        raise ConfigError("no GPU to check", hint="select GPUs with -i, or leave it out: all")
+        raise ConfigError("no GPU to check", hint="select GPUs with -i (-i all: every GPU)")
     if budget_s <= 0:
         raise ConfigError(f"the time budget must be positive (got {budget_s} s)")
     model = _virtual_model(backend)

@@ -7,11 +7,15 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from gpuenv.errors import ConfigError, FileError, GpuenvError
+
+if TYPE_CHECKING:
+    from gpuenv.backend import Backend
+    from gpuenv.devices import OwnGpus
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,11 +37,17 @@ GPU_HELP = (
     "GPUs: NVML indices, UUIDs or PCI bus ids, comma-separated; 'all'; "
     "'cuda:N' for a CUDA index (honours CUDA_VISIBLE_DEVICES); 'local' for LOCAL_RANK."
 )
+OWN = "auto"  # -i's default where a command takes this process's own GPUs
+OWN_HELP = (
+    " Default 'auto': this process's GPUs: torchrun's LOCAL_RANK's, else "
+    "CUDA_VISIBLE_DEVICES', else Slurm's for the step, else all."
+)
 
 
 def gpu_option(default: str | None = "all", help: str = GPU_HELP) -> Callable[[F], F]:
     """`-i/--gpu 0,1|all|UUID|PCI bus id`, as nvidia-smi's -i but with lists: the one way
-    every command that takes a GPU is told which."""
+    every command that takes a GPU is told which. `default=OWN`: this process's own GPUs
+    (`chosen_gpus`)."""
     return click.option(
         "-i",
         "--gpu",
@@ -45,8 +55,16 @@ def gpu_option(default: str | None = "all", help: str = GPU_HELP) -> Callable[[F
         default=default,
         show_default=default is not None,
         metavar="SEL",
-        help=help,
+        help=help + (OWN_HELP if default == OWN else ""),
     )
+
+
+def chosen_gpus(backend: Backend, gpu: str) -> OwnGpus:
+    """The GPUs `-i` names, and why (gpuenv.devices.OwnGpus): 'auto' is this process's own
+    (gpuenv.devices.own_gpus), as every door takes them when none are named."""
+    from gpuenv.devices import choose_gpus, own_env
+
+    return choose_gpus(backend, None if gpu == OWN else gpu, env=own_env(os.environ), named="-i")
 
 
 class AliasedOption(click.Option):

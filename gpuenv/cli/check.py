@@ -1,4 +1,4 @@
-"""`gpuenv check`: run the same kernels on every GPU of the node and name a slower one.
+"""`gpuenv check`: run the same kernels on this process's GPUs and name a slower one.
 
 A heavy bf16 matmul, a memory-bound copy and a tiny kernel, then the matmul sustained,
 on each GPU alone and then on all at once (gpuenv.check says how); the GPUs ranked by
@@ -6,7 +6,8 @@ time and by the clock each holds under sustained load, and any GPU more than 2% 
 than the median of the others, or holding a lower sustained clock, named with the
 telemetry that explains it. Read-only on the GPU unless asked to lock (--sm, --mem,
 --power-limit: as 'gpuenv lock', for the check only, then put back); within --budget
-seconds.
+seconds. Without -i, the GPUs this process may use, as 'gpuenv lock' takes them
+(gpuenv.devices.own_gpus); -i all checks every GPU of the node.
 
 Exit codes: 0 no GPU slower than the others; 1 a GPU named; 2 an error (no torch, bad
 input); 9 no driver; 130 interrupted. The rest: gpuenv.errors.EXIT_CODES.
@@ -20,14 +21,22 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuenv.cli._common import checked, gpu_option, handle_errors, lock_options, open_from_ctx
+from gpuenv.cli._common import (
+    OWN,
+    checked,
+    chosen_gpus,
+    gpu_option,
+    handle_errors,
+    lock_options,
+    open_from_ctx,
+)
 
 if TYPE_CHECKING:
     from gpuenv.check import NodeCheck
 
 
 @click.command("check")
-@gpu_option()
+@gpu_option(OWN)
 @click.option(
     "--budget",
     type=float,
@@ -63,12 +72,12 @@ def check(
     from gpuenv.backend import ReadOnlyBackend
     from gpuenv.check import check_node, report_text
     from gpuenv.clocks.request import cli_request
-    from gpuenv.devices import select_gpus
 
     request = cli_request(sm, sm_max, mem, power_limit)
     backend = open_from_ctx(ctx, readonly=True if request is None else None)
     try:
-        gpus = select_gpus(backend, gpu)
+        gpus, why = chosen_gpus(backend, gpu)
+        click.echo(f"gpuenv check: {why}", err=True)
         held = None
         if request is not None:  # as `gpuenv run --sm`: through gpuenvd where one serves
             from gpuenv.locking import acquire

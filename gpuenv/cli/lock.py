@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpuenv.cli._common import (
+    OWN,
+    chosen_gpus,
     effect_done,
     gpu_option,
     handle_errors,
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     mem="Memory clock (not on Hopper: it cannot apply one now).",
     power_limit="Power limit in watts.",
 )
-@gpu_option()
+@gpu_option(OWN)
 @click.option("--force", is_flag=True, help="Take over a lock another owner holds.")
 @click.option(
     "--dry-run", "dry_run_here", is_flag=True, help="Say what would be done; change nothing."
@@ -73,10 +75,12 @@ def lock(
     dry = dry_run_here or is_dry_run(ctx)
     backend = open_from_ctx(ctx, readonly=True if dry else None)
     try:
+        gpus, why = chosen_gpus(backend, gpu)
         if backend.readonly:
             journal = Journal()
-            plan = plan_lock(backend, request, gpu, journal=journal)
+            plan = plan_lock(backend, request, gpus, journal=journal)
             decisions = decide(plan, journal, force=force, wait_dying=False) or []
+            click.echo(f"gpuenv lock: {why}")  # judged first: an error stays one line
             for d in decisions:
                 click.echo(f"{d.plan.name}: would {d.action_text()}")
             _echo_notes(plan.gpus)
@@ -89,12 +93,13 @@ def lock(
             )
         held = acquire(
             request=request,
-            gpus=gpu,
+            gpus=gpus,
             backend=backend,
             standing=True,
             force=force,
         )
         effect_done("the lock is taken and stays until 'gpuenv restore'")
+        click.echo(f"gpuenv lock: {why}")
         for gp in held.plan.gpus:
             if gp.index in held.shared:
                 click.echo(
@@ -149,7 +154,7 @@ def _echo_notes(gpus: Sequence[GpuPlan]) -> None:
 
 
 @click.command("restore")
-@gpu_option()
+@gpu_option(OWN)
 @click.option(
     "--all",
     "all_owners",
@@ -183,31 +188,39 @@ def restore(
     whose record is damaged is reported (exit 2) after the others are restored;
     --defaults resets it (and any selected GPU with no record) to the driver's
     defaults, which is not necessarily what was there before the lock.
+
+    Without -i it takes the GPUs 'gpuenv lock' takes there (this process's own), so
+    a restore in the shell or job that locked puts back what it locked and leaves
+    other tenants' GPUs alone; a gpuenv lock journaled on another GPU is named, with
+    the -i that restores it.
     """
     from gpuenv.clocks.journal import Journal
     from gpuenv.clocks.restoring import damaged_records, plan_restore
-    from gpuenv.devices import select_gpus
     from gpuenv.locking import daemon_client
 
     dry = dry_run_here or is_dry_run(ctx)
     backend = open_from_ctx(ctx, readonly=True if dry else None)
     try:
+        gpus, why = chosen_gpus(backend, gpu)
         daemon = daemon_client(backend)
         if daemon is not None:
             daemon.close()
             if not defaults:  # --defaults writes the GPUs itself: it needs root, not a lease
-                _restore_via_daemon(backend, gpu, all_owners)
+                _restore_via_daemon(backend, gpus, all_owners)
                 return
         journal = Journal()
-        items = plan_restore(backend, gpu, journal=journal, all_owners=all_owners)
-        damaged = damaged_records(backend, gpu, journal=journal)
+        items = plan_restore(backend, gpus, journal=journal, all_owners=all_owners)
+        damaged = damaged_records(backend, gpus, journal=journal)
         journaled = {it.index for it in items}
-        reset = [i for i in select_gpus(backend, gpu) if i not in journaled] if defaults else []
+        reset = [i for i in gpus if i not in journaled] if defaults else []
         if not items and not damaged and not reset:
             click.echo("nothing to restore: no gpuenv lock is journaled on these GPUs")
         _restore_items(backend, journal, items, reset, dry=dry, all_owners=all_owners)
-        for line in [] if defaults else _not_put_back(backend, journal, gpu, journaled, damaged):
+        for line in [] if defaults else _not_put_back(backend, journal, gpus, journaled, damaged):
             click.echo(line)
+        if gpu == OWN:
+            for line in _elsewhere(backend, journal, gpus, why):
+                click.echo(line)
         blocked = [it for it in items if it.blocked_by is not None]
         for it in blocked:
             click.echo(f"left alone: {it.entry.name} is held by {it.blocked_by}")
@@ -269,15 +282,31 @@ def _restore_items(
         click.echo(line)
 
 
+def _elsewhere(backend: Backend, journal: Journal, gpus: Sequence[int], why: str) -> list[str]:
+    """A line for each gpuenv lock journaled on a GPU that is not this process's: a restore
+    without -i leaves it (another tenant's, or one taken with -i all), and says so."""
+    from gpuenv.clocks.restoring import plan_restore
+
+    return [
+        f"left alone: {it.entry.name} holds a gpuenv lock but is not one of this process's "
+        f"GPUs ({why}); 'gpuenv restore -i {it.index}' puts it back"
+        for it in plan_restore(backend, "all", journal=journal)
+        if it.index not in gpus
+    ]
+
+
 def _not_put_back(
-    backend: Backend, journal: Journal, gpu: str, journaled: set[int], damaged: Sequence[Any]
+    backend: Backend,
+    journal: Journal,
+    gpus: Sequence[int],
+    journaled: set[int],
+    damaged: Sequence[Any],
 ) -> list[str]:
     """A line for every selected GPU restore did not put back, each with what it shows and
     what --defaults would do: a damaged record (restore then exits 2: it had a record and
     could not use it), or none at all but a state that is not the driver's default (left
     as it is, exit 0: an admin's power limit is no failure of a restore, issue 31)."""
     from gpuenv.clocks.restoring import not_put_back, unrecorded_changes, unrecorded_report
-    from gpuenv.devices import select_gpus
 
     lines = [
         not_put_back(
@@ -289,11 +318,11 @@ def _not_put_back(
         for index, err in damaged
     ]
     bad = {index for index, _ in damaged}
-    rest = [i for i in select_gpus(backend, gpu) if i not in journaled and i not in bad]
+    rest = [i for i in gpus if i not in journaled and i not in bad]
     return lines + unrecorded_report(backend, rest, journal)
 
 
-def _restore_via_daemon(backend: object, gpu: str, all_owners: bool) -> None:
+def _restore_via_daemon(backend: object, gpu: Sequence[int], all_owners: bool) -> None:
     from gpuenv.devices import describe
     from gpuenv.locking import restore as locking_restore
 

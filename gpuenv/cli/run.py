@@ -171,22 +171,22 @@ def run(ctx: click.Context, command: tuple[str, ...], **options: Any) -> None:
 
 def _run_plan(ctx: click.Context, plan: RunPlan, opts: RunOptions) -> RunResult | None:
     """The run `plan` asks for on the GPUs it selects (None: a dry run, its lines printed)."""
-    from gpuenv.devices import select_gpus
+    from gpuenv.devices import choose_gpus, own_env
     from gpuenv.run.plan import dry_run_lines
-    from gpuenv.run.ranks import selector_env
     from gpuenv.run.runner import Runner
 
     backend = open_from_ctx(ctx)
     try:
-        gpus = select_gpus(backend, plan.selector, env=selector_env(os.environ))
+        gpus, why = choose_gpus(backend, plan.selector, env=own_env(os.environ), named="-i")
         if is_dry_run(ctx):
-            for line in dry_run_lines(backend, gpus, plan):
+            for line in dry_run_lines(backend, gpus, plan, why):
                 click.echo(line)
             return None
         return Runner(
             plan.argv,
             backend=backend,
             gpus=gpus,
+            gpus_why=why,
             lock=plan.lock,
             force=opts.force,
             policy=opts.policy,

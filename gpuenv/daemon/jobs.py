@@ -21,7 +21,6 @@ covers the job (`telemetry_from`, `restarts`), and its reader names the loss.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -257,9 +256,8 @@ class JobBook:
             return
         for g in record.gpus:
             w = self.sampler.window(t0, t1, g, lock_range=self.lock_range(g))
-            if w.other_pids:  # the job's own processes are no "other process"
-                others = [p for p in w.other_pids if not _of_job(p, record.job, record.user)]
-                w = dataclasses.replace(w, other_pids=tuple(others))
+            # the job's own processes are no "other process"
+            w = w.without_others(lambda p: _of_job(p, record.job, record.user))
             hist = Counter(
                 int(round(s.sm_mhz / HIST_MHZ) * HIST_MHZ)
                 for s in self.sampler.samples(t0, t1, g)

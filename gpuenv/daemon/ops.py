@@ -3,7 +3,6 @@ fields or raising a GpuenvError (the server turns it into an error reply)."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 import threading
@@ -20,6 +19,7 @@ from gpuenv.daemon.leases import LeaseManager
 from gpuenv.devices import select_gpus
 from gpuenv.errors import ConfigError
 from gpuenv.telemetry import Sampler
+from gpuenv.telemetry.host import descends_from
 from gpuenv.timebase import Clock
 
 
@@ -184,10 +184,9 @@ class Operations:
         windows = []
         for index in indices:
             w = self.sampler.window(t0, t1, index, lock_range=self.leases.lock_range(index))
-            # the client's own process is expected on the GPU, not "another process"
-            w = dataclasses.replace(
-                w, other_pids=tuple(p for p in w.other_pids if p != conn.peer.pid)
-            )
+            # the client's own process (and its children) are expected on the GPU, not
+            # "another process"
+            w = w.without_others(lambda p: descends_from(p, conn.peer.pid))
             windows.append(w.to_dict())
         return {"t0": t0, "t1": t1, "windows": windows}
 

@@ -35,7 +35,7 @@ class RunPlan:
     argv: list[str]
     auto_regions: Any  # select_kinds()'s answer
     lock: LockRequest | None  # what to lock while the command runs (None: nothing)
-    selector: str
+    selector: str | None  # -i; None: this process's own GPUs (gpuenv.devices.own_gpus)
     output: Path | str | None
     autotune: bool = False  # the command's autotuners choose with gpuenv.rank
 
@@ -58,7 +58,7 @@ def plan_run(
 ) -> RunPlan:
     """Check the options in the order a user fixes them; a typo fails before any lock."""
     from gpuenv.run.autoregions import ENV_AUTOTUNE, ENV_SELECT, autotune_choice, select_kinds
-    from gpuenv.run.ranks import default_gpu_selector, rank_of, rank_output_path
+    from gpuenv.run.ranks import rank_of, rank_output_path
     from gpuenv.run.runner import check_run_policy, resolve_command
 
     argv = list(command)
@@ -78,7 +78,7 @@ def plan_run(
     from gpuenv.clocks.request import cli_request
 
     lock = cli_request(sm, sm_max, mem, power_limit)  # judged now: what the runner locks
-    selector = default_gpu_selector(env) if gpu == "auto" else gpu
+    selector = None if gpu == "auto" else gpu
     if output is not None:  # '' is a bad path, not "no output" (it wrote nothing, silently)
         validate.output_path(output, "-o")
     out_path = rank_output_path(output, rank_of(env)) if output is not None else None
@@ -98,15 +98,16 @@ def check_output_dir(path: os.PathLike[str] | str) -> None:
         )
 
 
-def dry_run_lines(backend: Backend, gpus: list[int], plan: RunPlan) -> Iterator[str]:
-    """What --dry-run says it would do, line by line; nothing is run or changed."""
+def dry_run_lines(backend: Backend, gpus: list[int], plan: RunPlan, why: str = "") -> Iterator[str]:
+    """What --dry-run says it would do, line by line; nothing is run or changed. `why`:
+    why these GPUs (gpuenv.devices.choose_gpus)."""
     import shlex
 
     from gpuenv.devices import describe
 
     where = ", ".join(describe(backend, g) for g in gpus)
     yield f"would run: {shlex.join(plan.argv)}"
-    yield f"sampling: {where}"
+    yield f"sampling: {where}" + (f" ({why})" if why else "")
     if plan.lock is not None:
         from gpuenv.clocks import plan_lock
 

@@ -55,32 +55,7 @@ def wait_time(env: Mapping[str, str]) -> float:
     return validate.env_number(ENV_WAIT, WAIT_S, lo=0, hi=86400, environ=env)
 
 
-# -- where and what: defaults under torchrun / Slurm ---------------------------------------
-
-
-def default_gpu_selector(env: Mapping[str, str]) -> str:
-    """The GPUs a wrapped command uses, when -i is not given.
-
-    Under torchrun (LOCAL_RANK) the rank's own GPU; under Slurm (SLURM_LOCALID)
-    the task's only visible GPU, or the one at its local id; otherwise the GPUs
-    CUDA_VISIBLE_DEVICES shows, or all.
-    """
-    if env.get("LOCAL_RANK", "").strip():
-        return "local"
-    visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    if env.get("SLURM_LOCALID", "").strip():
-        return "cuda:0" if len(visible) == 1 else "local"
-    if "CUDA_VISIBLE_DEVICES" in env:
-        return ",".join(f"cuda:{k}" for k in range(len(visible))) or "cuda:0"
-    return "all"
-
-
-def selector_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment for select_gpus: SLURM_LOCALID stands in for a missing LOCAL_RANK."""
-    out = dict(env)
-    if not out.get("LOCAL_RANK", "").strip() and out.get("SLURM_LOCALID", "").strip():
-        out["LOCAL_RANK"] = out["SLURM_LOCALID"]
-    return out
+# -- where and what: a rank under torchrun / Slurm ---------------------------------------
 
 
 def rank_of(env: Mapping[str, str]) -> int | None:
@@ -96,16 +71,17 @@ def worker_of(
     facts: Mapping[str, Any], backend: Backend, gpus: Sequence[int]
 ) -> tuple[int | None, int | None]:
     """A launcher's worker's rank and NVML GPU, from the rank variables it sent ("p" line,
-    gpuenv/run/region.py), by the rule a rank's own `gpuenv run` follows (its LOCAL_RANK's
-    CUDA device under its CUDA_VISIBLE_DEVICES). The GPU is None where that names not
-    exactly one; it may be one this run does not sample (not in `gpus`)."""
-    from gpuenv.devices import select_gpus
+    gpuenv/run/region.py), by the rule a rank's own `gpuenv run` follows
+    (gpuenv.devices.own_gpus: its LOCAL_RANK's CUDA device under its CUDA_VISIBLE_DEVICES).
+    The GPU is None where that names not exactly one; it may be one this run does not
+    sample (not in `gpus`)."""
+    from gpuenv.devices import own_gpus
     from gpuenv.errors import GpuenvError
 
     env = {str(k): str(v) for k, v in facts.items()}
     rank = rank_of(env)
     try:
-        chosen = select_gpus(backend, default_gpu_selector(env), env=selector_env(env))
+        chosen = own_gpus(backend, env).indices
     except GpuenvError:
         return rank, None
     return rank, chosen[0] if len(chosen) == 1 else None
@@ -334,7 +310,6 @@ __all__ = [
     "ENV_DIR",
     "ENV_WAIT",
     "combined_text",
-    "default_gpu_selector",
     "gather",
     "job_key",
     "node_name",
@@ -343,7 +318,6 @@ __all__ = [
     "rank_output_path",
     "ranks_dir",
     "report_ranks",
-    "selector_env",
     "wait_time",
     "worker_of",
     "world_size",

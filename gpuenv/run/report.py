@@ -454,9 +454,10 @@ def run_text(
 ) -> str:
     """What `gpuenv run` prints at the end: the header, the table, then what was not measured,
     where the results are, and what --policy reject rejected. `record`: runner._record."""
+    why = f" ({record['gpus_why']})" if record.get("gpus_why") else ""
     head = (
         f"gpuenv run: {record['command']} {record['outcome']} after "
-        f"{fmt_time(record['duration_s'])} on {record['where']}; {record['state']}"
+        f"{fmt_time(record['duration_s'])} on {record['where']}{why}; {record['state']}"
     )
     from gpuenv.run.collective import job_lines
 

@@ -188,6 +188,7 @@ class Runner:
         *,
         backend: Backend,
         gpus: Sequence[int],
+        gpus_why: str = "",
         lock: LockRequest | None = None,
         force: bool = False,
         policy: str = "annotate",
@@ -209,6 +210,7 @@ class Runner:
         self.exe = resolve_command(self.argv)
         self.backend = backend
         self.gpus = list(gpus)
+        self.gpus_why = gpus_why  # why these GPUs (gpuenv.devices.choose_gpus), for the header
         self.lock_request = lock
         self.force = force
         self.policy = checked
@@ -414,6 +416,7 @@ class Runner:
                 "command": self.argv,
                 "policy": self.policy,
                 "rank": rank_of(os.environ),
+                "gpus_why": self.gpus_why,
                 "lock": lock.plan.lines() if lock is not None else None,
                 "auto_regions": list(self.auto_regions),
                 "autotune": "rank" if self.autotune else None,
@@ -529,6 +532,7 @@ class Runner:
             "duration_s": result.duration_s,
             "where": ", ".join(describe(self.backend, g) for g in self.gpus),
             "uuids": [self._uuid(g) for g in self.gpus],  # GPU 0 of two nodes: two GPUs
+            "gpus_why": self.gpus_why,
             "state": state,
             "output": None if result.output is None else str(result.output),
             "policy": self.policy,

@@ -23,14 +23,14 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from gpuenv.backend import SlowReading
 from gpuenv.telemetry.samples import FastRecord, Gap, Sample, SlowSample
 
 # t, gpu, energy_mj, counter names, counter values, mem_temp_c, other_pids, edge, value_t,
-# own_present: a SlowSample whose reason_ns dict is two tuples (a dict stays tracked)
+# own_present, other_mib: a SlowSample whose reason_ns dict is two tuples (a dict stays tracked)
 SlowRecord = tuple[
     float,
     int,
@@ -42,14 +42,15 @@ SlowRecord = tuple[
     bool,
     float | None,
     bool | None,
+    tuple[int | None, ...],
 ]
 GapRecord = tuple[float, int, str, str]  # a Gap's fields
 
 
 def slow_sample(rec: SlowRecord) -> SlowSample:
-    t, gpu, energy, names, values, mem_temp, others, edge, value_t, own = rec
+    t, gpu, energy, names, values, mem_temp, others, edge, value_t, own, mib = rec
     reasons = dict(zip(names, values, strict=False))  # made together: checking costs a third
-    return SlowSample(t, gpu, energy, reasons, mem_temp, others, edge, value_t, own)
+    return SlowSample(t, gpu, energy, reasons, mem_temp, others, edge, value_t, own, mib)
 
 
 class WindowInputs(NamedTuple):
@@ -102,19 +103,23 @@ class Buffers:
         t: float,
         gpu: int,
         reading: SlowReading | None,
-        pids: Iterable[int] | None,
+        pids: Mapping[int, int | None] | Collection[int] | None,
         edge: bool,
         value_t: float | None,
     ) -> None:
-        """One read: processes other than `own_pids` are the sample's `other_pids`."""
+        """One read: processes other than `own_pids` are the sample's `other_pids`, with
+        the memory each holds (`other_mib`, where `pids` maps pid to MiB)."""
         others: tuple[int, ...] = ()
+        mib: tuple[int | None, ...] = ()
         own: bool | None = None
         if pids is not None:
             found = set(pids)
             others = tuple(sorted(found - self.own_pids))
+            if isinstance(pids, Mapping) and any(pids.get(p) is not None for p in others):
+                mib = tuple(pids.get(p) for p in others)
             own = bool(found & self.own_pids)
         if reading is None:  # a process check alone
-            rec: SlowRecord = (t, gpu, None, (), (), None, others, edge, None, own)
+            rec: SlowRecord = (t, gpu, None, (), (), None, others, edge, None, own, mib)
         else:
             names = tuple(reading.reason_ns)
             if names != self._names:
@@ -130,6 +135,7 @@ class Buffers:
                 edge,
                 value_t,
                 own,
+                mib,
             )
         with self.lock:
             _put(self.slow_q[gpu], self.edge_slow_q if edge else None, rec, self.spacing)

@@ -12,7 +12,7 @@ import os
 import select
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from gpuenv.backend import SlowReading
 from gpuenv.telemetry.reader import Reader
@@ -44,7 +44,7 @@ class _RingSink:
         t: float,
         gpu: int,
         reading: SlowReading | None,
-        pids: frozenset[int] | None,
+        pids: Mapping[int, int | None] | Collection[int] | None,
         edge: bool,
         value_t: float | None,
     ) -> None:

@@ -351,7 +351,10 @@ def close_idle() -> int:
 
 
 def _at_gpu(
-    values: tuple[float, SlowReading | None, frozenset[int] | None, bool, float | None], gpu: int
+    values: tuple[
+        float, SlowReading | None, dict[int, int | None] | frozenset[int] | None, bool, float | None
+    ],
+    gpu: int,
 ) -> tuple[Any, ...]:
     t, reading, pids, edge, value_t = values
     return t, gpu, reading, pids, edge, value_t

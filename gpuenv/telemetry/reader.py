@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from gpuenv.backend import Backend, SlowReading
@@ -64,12 +64,12 @@ class Sink(Protocol):
         t: float,
         gpu: int,
         reading: SlowReading | None,
-        pids: frozenset[int] | None,
+        pids: Mapping[int, int | None] | Collection[int] | None,
         edge: bool,
         value_t: float | None,
     ) -> None:
         """A counter read (`reading`) and/or a process check (`pids`: every process on the
-        GPU; None when not read)."""
+        GPU, each to the GPU memory it holds in MiB where known; None when not read)."""
         ...
 
     def gap(self, gap: Gap) -> None: ...
@@ -253,11 +253,11 @@ class Reader:
                     self.gap(t, g, "read_slow", err)
                 finally:
                     self._timed("energy" if energy else "counters", w0, c0)
-            pids: frozenset[int] | None = None
+            pids: dict[int, int | None] | None = None
             if procs and "processes" not in skip:
                 w0, c0 = time.perf_counter(), time.thread_time()
                 try:
-                    pids = frozenset(p.pid for p in self.backend.processes(g))
+                    pids = {p.pid: p.used_memory_mib for p in self.backend.processes(g)}
                 except NotSupported:
                     skip.add("processes")
                 except Exception as err:

@@ -24,6 +24,7 @@ import os
 import struct
 import tempfile
 import zlib
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from gpuenv.backend import SlowReading
@@ -60,8 +61,10 @@ FLAG_NO_SLOW = 1  # the GPU has no slow counters (NotSupported): nobody waits fo
 
 _FAST = struct.Struct("<dIIddQqd")  # t, sm, mem, power, temp, reasons, driver ts, instant W
 _NC = len(COUNTER_NAMES)
-# t, flags, energy mJ, memory temperature, value_t, pid count, counters (-1: absent), pids
-_SLOW = struct.Struct(f"<dBqddH{_NC}q{MAX_PIDS}I")
+# t, flags, energy mJ, memory temperature, value_t, pid count, counters (-1: absent), pids,
+# the GPU memory each pid holds in MiB (_NO_MIB: not known)
+_SLOW = struct.Struct(f"<dBqddH{_NC}q{MAX_PIDS}I{MAX_PIDS}I")
+_NO_MIB = 0xFFFFFFFF
 _GAP = struct.Struct("<dI16s200s")  # t, GPU index, op, error
 _S_READING, _S_PIDS, _S_EDGE, _S_ENERGY, _S_MEMT, _S_VALUE_T = 1, 2, 4, 8, 16, 32
 _SLOT_HEAD = 12  # u64 write counter, u32 CRC
@@ -319,10 +322,12 @@ def unpack_fast(rec: tuple[Any, ...], gpu: int) -> FastRecord:
 def pack_slow(
     t: float,
     reading: SlowReading | None,
-    pids: frozenset[int] | None,
+    pids: Mapping[int, int | None] | Collection[int] | None,
     edge: bool,
     value_t: float | None,
 ) -> tuple[Any, ...]:
+    """A slow read as the ring's fields; `pids` maps each pid to its memory in MiB (a plain
+    set of pids: memory unknown)."""
     flags = (_S_EDGE if edge else 0) | (_S_VALUE_T if value_t is not None else 0)
     energy, mem_temp = -1, math.nan
     counters = [-1] * _NC
@@ -336,6 +341,7 @@ def pack_slow(
             if name in reading.reason_ns:
                 counters[k] = int(reading.reason_ns[name])
     kept = sorted(pids)[:MAX_PIDS] if pids is not None else []
+    mibs = [_mib(pids.get(p) if isinstance(pids, Mapping) else None) for p in kept]
     if pids is not None:
         flags |= _S_PIDS
     return (
@@ -348,12 +354,20 @@ def pack_slow(
         *counters,
         *kept,
         *([0] * (MAX_PIDS - len(kept))),
+        *mibs,
+        *([_NO_MIB] * (MAX_PIDS - len(mibs))),
     )
+
+
+def _mib(value: int | None) -> int:
+    return _NO_MIB if value is None or not 0 <= value < _NO_MIB else int(value)
 
 
 def unpack_slow(
     rec: tuple[Any, ...],
-) -> tuple[float, SlowReading | None, frozenset[int] | None, bool, float | None]:
+) -> tuple[
+    float, SlowReading | None, dict[int, int | None] | frozenset[int] | None, bool, float | None
+]:
     """(t, reading, pids, edge, value_t): what `Sink.slow` takes."""
     t, flags, energy, mem_temp, value_t, npids = rec[:6]
     counters = rec[6 : 6 + _NC]
@@ -364,7 +378,16 @@ def unpack_slow(
             {name: v for name, v in zip(COUNTER_NAMES, counters, strict=True) if v >= 0},
             mem_temp if flags & _S_MEMT else None,
         )
-    pids = frozenset(rec[6 + _NC : 6 + _NC + npids]) if flags & _S_PIDS else None
+    at = 6 + _NC
+    pids: dict[int, int | None] | frozenset[int] | None = None
+    if flags & _S_PIDS:
+        found = rec[at : at + npids]
+        mibs = rec[at + MAX_PIDS : at + MAX_PIDS + npids]
+        pids = (
+            {int(p): None if m == _NO_MIB else int(m) for p, m in zip(found, mibs, strict=True)}
+            if any(m != _NO_MIB for m in mibs)
+            else frozenset(found)  # no memory known: the pids alone
+        )
     return t, reading, pids, bool(flags & _S_EDGE), value_t if flags & _S_VALUE_T else None
 
 

@@ -73,6 +73,8 @@ class SlowSample:
     # counters refresh every ~100 ms, so this can be up to that long before `t`
     value_t: float | None = None
     own_present: bool | None = None  # this process (own_pids) held a context; None: not read
+    # the GPU memory each of other_pids held, in MiB, in its order (None: not known)
+    other_mib: tuple[int | None, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

@@ -6,11 +6,13 @@ costs a few bisects and its arithmetic; a do_bench call summarises ~1,000 reps."
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
 from gpuenv.reasons import COUNTERS, Reason, info, reason_names
+from gpuenv.telemetry import host
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
 from gpuenv.telemetry.window import Window
 
@@ -410,11 +412,21 @@ def _interp(ts: list[float], vs: list[float], t: float) -> float | None:
 
 
 def _seen(reads: Sequence[SlowSample], own: set[int]) -> dict[str, Any]:
-    """What a region's slow reads saw: other processes, this one, the memory temperature."""
+    """What a region's slow reads saw: other processes (not this one's children: a
+    DataLoader worker or a subprocess it started is the benchmark's own), the most GPU memory
+    each held and its user where the host shows it; this process; the memory temperature."""
     out: dict[str, Any] = {}
-    pids = sorted({p for s in reads for p in s.other_pids if p not in own})
+    mib: dict[int, int | None] = {}
+    for s in reads:
+        for k, p in enumerate(s.other_pids):
+            m = s.other_mib[k] if k < len(s.other_mib) else None
+            if p not in own and (p not in mib or (m or 0) > (mib[p] or 0)):
+                mib[p] = m if m is not None else mib.get(p)
+    pids = [p for p in sorted(mib) if not host.descends_from(p, os.getpid())]
     if pids:
         out["other_pids"] = tuple(pids)
+        out["other_mib"] = tuple(mib[p] for p in pids)
+        out["other_users"] = tuple(host.user_of(p) for p in pids)
     seen = [s.own_present for s in reads if s.own_present is not None]
     if seen:
         out["own_process"] = any(seen)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +57,10 @@ class Window:
         reason_s: seconds under each cumulative reason counter.
         lock_held: whether the SM clock stayed in the locked range (None: no lock).
         lock_range_mhz: the locked range it was held to.
-        other_pids: other processes seen on the GPU during the region.
+        other_pids: other processes seen on the GPU during the region (not this one, nor
+            its children).
+        other_mib: the most GPU memory each of `other_pids` held, in MiB (None: unknown).
+        other_users: the account running each of `other_pids`, where the host shows it.
         own_process: this process held a context on the GPU (None: unknown).
         gap: a read failed during the region: the summary may be incomplete.
         reason_sampled_s: seconds under each bit of the reasons bitmask, from the
@@ -93,6 +96,8 @@ class Window:
     lock_held: bool | None = None  # None: no lock asked for
     lock_range_mhz: tuple[int, int] | None = None
     other_pids: tuple[int, ...] = ()  # other processes seen on the GPU during the region
+    other_mib: tuple[int | None, ...] = ()  # GPU memory each held (MiB), in other_pids' order
+    other_users: tuple[str | None, ...] = ()  # who runs each, where the host shows it
     own_process: bool | None = None  # this process held a context on it; None: unknown
     gap: bool = False  # a read failed during the region: the summary may be incomplete
     # time under each bit of the reasons bitmask (REASON_NAMES names), from the cheap samples:
@@ -113,6 +118,23 @@ class Window:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Window:
         return from_dict(cls, data)
+
+    def without_others(self, expected: Callable[[int], bool]) -> Window:
+        """This window less the other processes `expected` says are the owner's own (a
+        job's processes, a client and its children), with their memory and users."""
+        keep = [k for k, p in enumerate(self.other_pids) if not expected(p)]
+        if len(keep) == len(self.other_pids):
+            return self
+
+        def pick(values: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(values[k] for k in keep) if len(values) == len(self.other_pids) else ()
+
+        return dataclasses.replace(
+            self,
+            other_pids=tuple(self.other_pids[k] for k in keep),
+            other_mib=pick(self.other_mib),
+            other_users=pick(self.other_users),
+        )
 
     def summary(self) -> str:
         """One line a person reads: clock, power, energy, temperature, reasons."""
@@ -220,10 +242,29 @@ def merge_windows(windows: Sequence[Window]) -> Window:
         reason_sampled_s=c.add("reason_sampled_s"),
         lock_held=None if not held else all(held),
         lock_range_mhz=c.first("lock_range_mhz"),
-        other_pids=tuple(sorted({p for w in ws for p in w.other_pids})),
+        **_others(ws),
         own_process=_any_seen([w.own_process for w in ws]),
         gap=any(w.gap for w in ws),
     )
+
+
+def _others(ws: Sequence[Window]) -> dict[str, Any]:
+    """The other processes of merged windows: each pid once, its most memory, its user."""
+    seen: dict[int, tuple[int | None, str | None]] = {}
+    for w in ws:
+        for k, p in enumerate(w.other_pids):
+            m = w.other_mib[k] if k < len(w.other_mib) else None
+            u = w.other_users[k] if k < len(w.other_users) else None
+            was_m, was_u = seen.get(p, (None, None))
+            seen[p] = (m if (m or 0) >= (was_m or 0) and m is not None else was_m, u or was_u)
+    pids = sorted(seen)
+    if not any(w.other_mib or w.other_users for w in ws):
+        return {"other_pids": tuple(pids)}
+    return {
+        "other_pids": tuple(pids),
+        "other_mib": tuple(seen[p][0] for p in pids),
+        "other_users": tuple(seen[p][1] for p in pids),
+    }
 
 
 class _Chunks:

@@ -193,13 +193,13 @@ def test_a_power_cap_finding_never_says_zero_time_or_zero_share():
         for i in range(3)
     ]
     f = kinds(assess(ws, facts=H100))["power_cap"]
-    assert "back for 60.0 ms of 300.0 ms (20%)" in f.message
+    assert "for 60.0 ms of 300.0 ms (20%)" in f.message
     assert f.details["time_under_cap_s"] == pytest.approx(0.06)
     # one capped rep among many: a share under 1% reads "<1%", never "0%"
     ws = [win(i) for i in range(200)]
     ws[7] = win(7, reasons=REASON_SW_POWER_CAP, reason_s={"power": 0.05})
     f = kinds(assess(ws, facts=H100))["power_cap"]
-    assert f.reps == (7,) and "back for 50.0 ms of 20.00 s (<1%)" in f.message
+    assert f.reps == (7,) and "for 50.0 ms of 20.00 s (<1%)" in f.message
 
 
 def test_thermal_slowdown_and_closeness_to_the_limit():

@@ -248,9 +248,9 @@ def judge(
     Every finding about the GPU's state is weighed against the number
     (gpuenv.verdict.effect): a warning only where the reps it names read differently from
     the others, or where `probe_moved` (the state probe's reps against fn's time on a ready
-    GPU, relative) shows the state moved it. Over the reps the policy kept, a wide spread
-    and, with a `target` (the stopping rule's), a CI short of it are findings too
-    (gpuenv.verdict.number).
+    GPU, relative) shows the state moved it (before `amend`, which sees the sentences as
+    weighed). With a `target` (gpuenv.bench's stopping rule), a wide spread of the reps the
+    policy kept and a CI short of the target are findings too (gpuenv.verdict.number).
     """
     check_policy(policy)
     times = _rep_times(name, times_s, evidence)
@@ -258,9 +258,8 @@ def judge(
     def findings_now() -> list[Finding]:
         # without telemetry the rep times still say whether they held one level
         found = assess(evidence.windows, times, config=config, facts=dict(facts))
-        found += list(extra_findings)
-        found = amend(found) if amend is not None else found
-        return weigh(found, times, config, probe_moved=probe_moved)
+        found = weigh([*found, *extra_findings], times, config, probe_moved=probe_moved)
+        return amend(found) if amend is not None else found
 
     findings = findings_now()
     retried: list[int] = []

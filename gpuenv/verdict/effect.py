@@ -34,8 +34,9 @@ WEIGHED: frozenset[FindingKind] = frozenset(
 
 
 def margin(times_s: Sequence[float], config: VerdictConfig) -> float:
-    """How far, relative, reps must differ to have moved the number: the median's CI
-    (at `config.confidence`), at least `config.effect_rel`."""
+    """How far, relative, reps must differ to have moved the number: the CI of their median
+    (at `config.confidence`), at least `config.effect_rel`. The reps passed are the
+    baseline's (the others'): the named reps' own move must not widen the yardstick."""
     if len(times_s) < 2:
         return config.effect_rel
     ci = stats.summarize(times_s, config.confidence).rel_ci
@@ -66,19 +67,21 @@ def weigh(
     `probe_moved`: the state probe's reps against its reference, relative (None: no probe)."""
     if not times_s:
         return list(findings)
-    room = margin(times_s, config)
     return [
-        _weigh_one(f, times_s, room, probe_moved, config.effect_rel) if f.kind in WEIGHED else f
-        for f in findings
+        _weigh_one(f, times_s, config, probe_moved) if f.kind in WEIGHED else f for f in findings
     ]
 
 
 def _weigh_one(
-    f: Finding, times_s: Sequence[float], room: float, probe_moved: float | None, floor: float
+    f: Finding, times_s: Sequence[float], config: VerdictConfig, probe_moved: float | None
 ) -> Finding:
     if f.severity == "error":
         return f
     effect = reps_effect(f.reps, times_s)
+    named = set(f.reps)
+    others = [t for i, t in enumerate(times_s) if i not in named]
+    room = margin(others if effect is not None else times_s, config)
+    floor = config.effect_rel
     details = dict(f.details, effect_margin_rel=room)
     if effect is not None:
         details["effect_rel"] = effect

@@ -49,11 +49,12 @@ def number_findings(
     target: CiTarget | None = None,
     gpu: int | None = None,
 ) -> list[Finding]:
-    """weak_ci (only with a `target`) and spread over the reps `kept` of `times_s`."""
+    """weak_ci and spread over the reps `kept` of `times_s`, for a measurement with a CI
+    `target` (gpuenv.bench's; other doors report their own statistics: none)."""
     values = [times_s[i] for i in kept]
-    if len(values) < 2:
+    if target is None or len(values) < 2:
         return []
-    summary = stats.summarize(values, target.confidence if target else config.confidence)
+    summary = stats.summarize(values, target.confidence)
     reps = tuple(kept)
     wide = summary.rel_ci > config.effect_rel  # the number can move by more than 0.5%
     out: list[Finding] = []
@@ -76,7 +77,7 @@ def number_findings(
                 dict(details),
             )
         )
-    if target is not None and target.rel_ci > 0 and target.stop != "converged":
+    if target.rel_ci > 0 and target.stop != "converged":
         out.append(_weak_ci(summary, target, wide, reps, gpu, details, config.effect_rel))
     return out
 

@@ -50,9 +50,10 @@ def number_findings(
     gpu: int | None = None,
 ) -> list[Finding]:
     """weak_ci and spread over the reps `kept` of `times_s`, for a measurement with a CI
-    `target` (gpuenv.bench's; other doors report their own statistics: none)."""
+    `target` (gpuenv.bench's stopping rule; none for a fixed count or time, whose reps are
+    judged as every door's are: other doors report their own statistics)."""
     values = [times_s[i] for i in kept]
-    if target is None or len(values) < 2:
+    if target is None or target.rel_ci <= 0 or len(values) < 2:
         return []
     summary = stats.summarize(values, target.confidence)
     reps = tuple(kept)
@@ -77,7 +78,7 @@ def number_findings(
                 dict(details),
             )
         )
-    if target.rel_ci > 0 and target.stop != "converged":
+    if target.stop != "converged":
         out.append(_weak_ci(summary, target, wide, reps, gpu, details, config.effect_rel))
     return out
 

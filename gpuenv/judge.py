@@ -41,6 +41,8 @@ from gpuenv.verdict import (
     assess,
     severity_rank,
 )
+from gpuenv.verdict.effect import weigh
+from gpuenv.verdict.number import CiTarget, number_findings
 
 # -- what the findings compare against ------------------------------------------------
 
@@ -225,6 +227,8 @@ def judge(
     retry: Retry | None = None,
     extra_findings: Sequence[Finding] = (),
     amend: Callable[[list[Finding]], list[Finding]] | None = None,
+    probe_moved: float | None = None,
+    target: CiTarget | None = None,
     raise_if_too_few: bool | None = None,
     summary_windows: Sequence[Window] | None = None,
     keep_rep_windows: bool = True,
@@ -240,6 +244,13 @@ def judge(
     (e.g. `gpuenv run` demotes a whole run's cold start); `extra_findings` are added
     as they are. `raise_if_too_few` (default: when there are several reps) raises
     `MeasurementRejected` when reject leaves fewer than `config.min_reps`.
+
+    Every finding about the GPU's state is weighed against the number
+    (gpuenv.verdict.effect): a warning only where the reps it names read differently from
+    the others, or where `probe_moved` (the state probe's reps against fn's time on a ready
+    GPU, relative) shows the state moved it (before `amend`, which sees the sentences as
+    weighed). With a `target` (gpuenv.bench's stopping rule), a wide spread of the reps the
+    policy kept and a CI short of the target are findings too (gpuenv.verdict.number).
     """
     check_policy(policy)
     times = _rep_times(name, times_s, evidence)
@@ -247,7 +258,7 @@ def judge(
     def findings_now() -> list[Finding]:
         # without telemetry the rep times still say whether they held one level
         found = assess(evidence.windows, times, config=config, facts=dict(facts))
-        found += list(extra_findings)
+        found = weigh([*found, *extra_findings], times, config, probe_moved=probe_moved)
         return amend(found) if amend is not None else found
 
     findings = findings_now()
@@ -262,6 +273,7 @@ def judge(
         name=name,
         raise_if_too_few=len(times) > 1 if raise_if_too_few is None else raise_if_too_few,
     )
+    findings, verdict = _about_number(findings, result, times, evidence, config, target)
     summary = tuple(summary_windows) if summary_windows is not None else evidence.summary()
     return Measurement.build(
         name,
@@ -269,7 +281,7 @@ def judge(
         rejected_reps=result.rejected_reps,
         windows=tuple(evidence.windows) if keep_rep_windows else (),
         findings=tuple(findings),
-        verdict=result.verdict,
+        verdict=verdict,
         policy=policy,
         retried_reps=tuple(retried),
         summary_windows=summary,
@@ -278,6 +290,25 @@ def judge(
         started_at=started_at,
         extra=dict(extra or {}),
     )
+
+
+def _about_number(
+    findings: list[Finding],
+    result: PolicyResult,
+    times: list[float],
+    evidence: Evidence,
+    config: VerdictConfig,
+    target: CiTarget | None,
+) -> tuple[list[Finding], Verdict]:
+    """The findings and verdict with what the kept reps say of the number (a wide spread,
+    a CI short of `target`): after the policy, which they do not steer."""
+    rejected = set(result.rejected_reps)
+    kept = [i for i in range(len(times)) if i not in rejected]
+    gpu = evidence.gpus[0] if evidence.gpus else None
+    about = number_findings(times, kept, config, target, gpu)
+    if not about:
+        return findings, result.verdict
+    return [*findings, *about], "annotated" if result.verdict == "ok" else result.verdict
 
 
 def _rep_times(name: str, times_s: Sequence[float], evidence: Evidence) -> list[float]:

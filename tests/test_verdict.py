@@ -24,7 +24,7 @@ from gpuenv.verdict import (
     VerdictConfig,
     assess,
 )
-from gpuenv.verdict.state import tenant_severity
+from gpuenv.verdict.effect import weigh
 
 H100 = {0: GpuFacts(max_sm_mhz=1980, slowdown_c=89, gpu_max_c=87, power_limit_w=700)}
 
@@ -195,13 +195,13 @@ def test_a_power_cap_finding_never_says_zero_time_or_zero_share():
         for i in range(3)
     ]
     f = kinds(assess(ws, facts=H100))["power_cap"]
-    assert "back for 60.0 ms of 300.0 ms (20%)" in f.message
+    assert "for 60.0 ms of 300.0 ms (20%)" in f.message
     assert f.details["time_under_cap_s"] == pytest.approx(0.06)
     # one capped rep among many: a share under 1% reads "<1%", never "0%"
     ws = [win(i) for i in range(200)]
     ws[7] = win(7, reasons=REASON_SW_POWER_CAP, reason_s={"power": 0.05})
     f = kinds(assess(ws, facts=H100))["power_cap"]
-    assert f.reps == (7,) and "back for 50.0 ms of 20.00 s (<1%)" in f.message
+    assert f.reps == (7,) and "for 50.0 ms of 20.00 s (<1%)" in f.message
 
 
 def test_thermal_slowdown_and_closeness_to_the_limit():
@@ -251,14 +251,21 @@ def test_other_process_and_telemetry_gap():
 def test_a_tenant_is_a_warning_only_where_the_reps_it_shared_moved():
     ws = [win(i, other_pids=(4242,) if i < 2 else ()) for i in range(8)]
     ws[0] = dataclasses.replace(ws[0], other_mib=(512,), other_users=("alice",))
-    same = kinds(assess(ws, [0.0100] * 8, facts=H100))["other_process"]
+
+    def judged(times: list[float], windows: list[Window] = ws) -> Finding:
+        # the judge's one rule weighs every state finding against the reps (verdict.effect)
+        cfg = VerdictConfig()
+        return kinds(weigh(assess(windows, times, facts=H100), times, cfg))["other_process"]
+
+    same = judged([0.0100] * 8)
     assert same.severity == "info" and same.reps == (0, 1)
     assert "pid 4242, user alice, 512 MiB" in same.message
-    slower = kinds(assess(ws, [0.0130] * 2 + [0.0100] * 6, facts=H100))["other_process"]
-    assert slower.severity == "warning" and "30.0% slower" in slower.message
+    slower = judged([0.0130] * 2 + [0.0100] * 6)
+    assert slower.severity == "warning" and "+30.0%" in slower.message
     # nothing to compare with (every rep shared, or no rep times): not ruled out
-    assert tenant_severity([0.01] * 3, [0, 1, 2]) == ("warning", "")
-    assert tenant_severity(None, [0]) == ("warning", "")
+    every = [win(i, other_pids=(4242,)) for i in range(3)]
+    assert judged([0.01] * 3, every).severity == "warning"
+    assert kinds(assess(ws[:1], facts=H100))["other_process"].severity == "warning"
 
 
 def test_a_window_without_any_sample_is_a_gap():

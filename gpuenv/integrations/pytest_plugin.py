@@ -524,14 +524,15 @@ def _in_pytest_words(found: list[Any], gpu_work: bool, per: int) -> list[Any]:
         if f.kind in ("warmup_ramp", "drift", "bimodal") and not gpu_work:
             continue  # the rounds' shape with the GPU idle is the CPU's: pytest-benchmark's
         text = f.message
-        if f.kind == "warmup_ramp":
-            text = text.split("; warm up longer")[0]
+        if f.kind == "warmup_ramp":  # gpuenv.bench's advice out; what the number shows kept
+            text, _, advice = text.partition("; warm up longer")
+            shown = advice[advice.find("; the number ") :] if "; the number " in advice else ""
             if not f.details.get("cold_start_reps", 1):
                 text = text.split(": ", 1)[-1] + (
                     f" (no round started with GPU {f.gpu} idle or at a low clock: the code, "
                     "its caches or the CPU warming up, not the GPU's clock)"
                 )
-            text = f"{text}; {WARMUP_ADVICE}"
+            text = f"{text}; {WARMUP_ADVICE}{shown}"
         text = re.sub(r"\breps\b", many, re.sub(r"\brep\b", one, text))
         out.append(dataclasses.replace(f, message=text))
     return out

@@ -40,6 +40,7 @@ from gpuenv.timing.stateprobe import (
     remember_state,
 )
 from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, Policy, tiny_call
+from gpuenv.verdict.number import CiTarget
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +315,9 @@ class _Learned:
     first_wait_s: float = 0.0  # the wait before the first burst: Bursts counts it as a rest
     first_ready: bool = False  # the first burst began on a GPU found ready
     state_free: bool = False  # _probe_state found the GPU's state moves fn's time not
+    # ... and how far its reps read from fn's time on a ready GPU, where the reps were then
+    # measured in that state, without a wait (the judge weighs the findings by it)
+    probe_moved: float | None = None
 
 
 class _Run:
@@ -389,7 +393,7 @@ class _Run:
             reps, stop = self._measure()
         self.marks.append(time.perf_counter())
         self.mark()  # an edge read after the last rep: its window need not wait for one
-        m = self._judge(reps, started_at)
+        m = self._judge(reps, started_at, stop)
         if place.session is not None and reps:
             first = next((w for w in m.windows if w.gpu == place.gpu), None)
             place.conditioner.learn_temperature(
@@ -406,9 +410,7 @@ class _Run:
             clock_mhz_after=clock_after,
             **self.device.settings(),
         )
-        published, ci = rep_stats(
-            m, reps, cfg, stop, self._rule(), place.facts.get(place.gpu), self.name
-        )
+        published, ci = rep_stats(m, reps, cfg, self._rule(), place.facts.get(place.gpu))
         self.extra.update(published)
         # a session's keep() gives the measurement its trace (the samples since the last
         # one kept), which would replace this one
@@ -502,6 +504,7 @@ class _Run:
             probe_clock=self.cfg.probe_clock,
         )
         self.learned.state_free = probe is not None and probe.free
+        self.learned.probe_moved = probe.moved if probe is not None and probe.free else None
         return probe
 
     def _remember_state(self, m: Measurement, clock_mhz: float | None) -> None:
@@ -624,7 +627,7 @@ class _Run:
             if batch > 1:  # a profiler session costs ~0.2 s: the later ones hold more reps
                 batch = min(2 * batch, 4 * self.device.rep_batch, max_reps or batch)
 
-    def _judge(self, reps: list[Rep], started_at: float) -> Measurement:
+    def _judge(self, reps: list[Rep], started_at: float, stop: str) -> Measurement:
         place, cfg = self.place, self.cfg
         session_config = place.session.config if place.session is not None else None
         config = cfg.verdict_config or session_config or DEFAULT_CONFIG
@@ -676,6 +679,8 @@ class _Run:
             timer=self.device.kind,
             started_at=started_at,
             extra_findings=tiny,
+            probe_moved=self.learned.probe_moved,
+            target=CiTarget.of(self._rule(), stop),
         )
 
 

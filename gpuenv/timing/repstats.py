@@ -1,9 +1,9 @@
-"""What a bench publishes about its reps: the kept reps' statistics, their effective
-clocks, and what makes the number weak (a high spread, a CI short of its target)."""
+"""What a bench publishes about its reps: the kept reps' statistics and their effective
+clocks. What makes the number weak (a high spread, a CI short of its target) is the judge's
+(findings "spread" and "weak_ci", gpuenv.verdict.number)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from gpuenv import stats
@@ -12,21 +12,16 @@ from gpuenv.timing.config import BenchConfig
 from gpuenv.timing.devices import Rep
 from gpuenv.verdict import GpuFacts
 
-log = logging.getLogger(__name__)
-
 
 def rep_stats(
     m: Measurement,
     reps: list[Rep],
     cfg: BenchConfig,
-    stop: str,
     rule: stats.StopRule,
     facts: GpuFacts | None,
-    name: str,
 ) -> tuple[dict[str, Any], tuple[float, float] | None]:
-    """Statistics of the kept reps, effective clocks (against `facts`' maximum), and what
-    makes the number weak, for `extra`; and the median's confidence interval
-    (`Stats.ci_s`), None with no rep kept."""
+    """Statistics of the kept reps and effective clocks (against `facts`' maximum), for
+    `extra`; and the median's confidence interval (`Stats.ci_s`), None with no rep kept."""
     extra: dict[str, Any] = {"confidence": cfg.confidence, "rel_ci_target": rule.rel_ci}
     rejected = set(m.rejected_reps)
     kept = [r for i, r in enumerate(reps) if i not in rejected]
@@ -47,26 +42,6 @@ def rep_stats(
             [r.time_s * (r.clock_mhz or 0.0) / ref_mhz for r in kept]
         )
         extra["ref_clock_mhz"] = ref_mhz
-    warnings_ = []
-    if summary.high_spread:
-        warnings_.append(
-            f"high spread: IQR is {summary.rel_iqr:.1%} of the median "
-            f"(over {stats.HIGH_SPREAD_REL_IQR:.0%})"
-        )
-    if rule.rel_ci > 0 and stop != "converged" and summary.rel_ci > rule.rel_ci:
-        warnings_.append(
-            f"the median's CI is +-{summary.rel_ci:.2%}, not within the "
-            f"{rule.rel_ci:.2%} target ({stop})"
-        )
-    elif rule.rel_ci > 0 and stop != "converged":
-        warnings_.append(
-            f"only {summary.n} reps before the {stop} ran out (min_reps is "
-            f"{rule.min_reps}): the CI of +-{summary.rel_ci:.2%} rests on few reps"
-        )
-    if warnings_:
-        extra["warnings"] = warnings_
-        for w in warnings_:
-            log.warning("%s: %s", name, w)
     return extra, ci
 
 

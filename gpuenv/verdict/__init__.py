@@ -76,7 +76,7 @@ def assess(
         findings += thermal(g, per_rep, f, config)
         findings += hw_slowdown(g, per_rep)
         findings += lock_not_held(g, per_rep, f, config)
-        findings += other_process(g, per_rep, times_s)
+        findings += other_process(g, per_rep)
         findings += clock_drift(g, per_rep, config)
     if times_s is not None:
         findings += levels_moved(gpus[0], times_s, config)

@@ -32,6 +32,8 @@ FindingKind = Literal[
     "tiny_kernel",
     "telemetry_gap",
     "command_failed",  # gpuenv run: the wrapped command exited non-zero or was killed
+    "weak_ci",  # the median's CI short of its target (gpuenv.bench's stopping rule)
+    "spread",  # the reps' times spread wide (IQR over 5% of the median)
 ]
 KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
 # what a measurement's findings make of it, under which policy
@@ -106,6 +108,11 @@ class VerdictConfig:
         level_rel: drift, bimodal: rep times that drift, step or split in two modes
             further apart than this (`gpuenv.stats.levels`) get a warning naming both
             levels (warmup's head left out).
+        effect_rel: every state finding (gpuenv.verdict.effect): a warning only where the
+            reps it names read further than this, relative, from the other reps (or the
+            state probe's reps from fn's time on a ready GPU), and further than the
+            median's CI; otherwise info, saying the number shows no effect.
+        confidence: effect_rel, spread, weak_ci: the confidence of the median's CI.
         reject_severity: findings at or above this severity make their reps
             "affected": dropped by reject, re-run by retry.
         min_reps: reject and retry raise `MeasurementRejected` when fewer repetitions
@@ -132,6 +139,8 @@ class VerdictConfig:
     lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ
     clock_drift_rel: float = 0.02
     level_rel: float = 0.02
+    effect_rel: float = 0.005
+    confidence: float = 0.95
     reject_severity: Severity = "warning"
     min_reps: int = 3
     retry_delay_s: float = 1.0
@@ -151,10 +160,13 @@ class VerdictConfig:
             "level_rel",
             "power_cap_min_fraction",
             "power_cap_moved_rel",
+            "effect_rel",
             "retry_delay_s",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative (got {getattr(self, name)})")
+        if not 0.0 < self.confidence < 1.0:
+            raise ConfigError(f"confidence must be between 0 and 1 (got {self.confidence})")
         if self.min_reps < 1 or self.max_retries < 0:
             raise ConfigError("min_reps must be at least 1 and max_retries not negative")
 

@@ -51,17 +51,30 @@ def power_cap(
     under = sum(cap_time_s(ws[i]) for i in reps)
     total = sum(w.duration_s for w in ws)
     details: dict[str, Any] = {"time_under_cap_s": under}
+    clock_text = _cap_clock_text([ws[i] for i in reps], f, details, c)
+    cost = details.get("clock_cost_mhz")
+    # "held back" only where the clock under the cap stood below its maximum: the cap's
+    # reason lingers ~0.5 s after heavy load with the clock already back at its maximum
+    held = bool(cost is not None and f.max_sm_mhz and cost / f.max_sm_mhz >= c.power_cap_moved_rel)
+    full = cost is not None and not held
+    what = f"the SW power cap was active on GPU {g}"  # no clock or no maximum to tell
+    if held:
+        what = f"the SW power cap held GPU {g} back"
+    elif full:
+        what = f"the SW power cap's reason was set on GPU {g}"
     if total > 0:
         details["fraction_under_cap"] = under / total
         share = under / total
         text = (
-            f"the SW power cap held GPU {g} back for {fmt_s(under, 'short')} of "
-            f"{fmt_s(total, 'short')} ({'<1%' if share < 0.01 else fmt_pct(share, 0)})"
+            f"{what} for {fmt_s(under, 'short')} of {fmt_s(total, 'short')} "
+            f"({'<1%' if share < 0.01 else fmt_pct(share, 0)})"
         )
     else:
-        text = f"the SW power cap was active on GPU {g}"
+        text = what
     text += f" in {reps_text(reps, len(ws))}"
-    text += _cap_clock_text([ws[i] for i in reps], f, details)
+    if full:
+        text += " with no effect on the clock"
+    text += clock_text
     if f.power_limit_w:
         details["power_limit_w"] = f.power_limit_w
         text += f", at the {f.power_limit_w:.0f} W power limit"
@@ -79,11 +92,14 @@ def power_cap(
         )
     else:
         severity = "info"
-        text += " (normal for heavy kernels; numbers depend on power and temperature)"
+        if not full:  # at full clock the sentence has said all there is
+            text += " (normal for heavy kernels; numbers depend on power and temperature)"
     return [Finding("power_cap", severity, tuple(reps), text, g, details)]
 
 
-def _cap_clock_text(clocked: list[Window], f: GpuFacts, details: dict[str, Any]) -> str:
+def _cap_clock_text(
+    clocked: list[Window], f: GpuFacts, details: dict[str, Any], c: VerdictConfig
+) -> str:
     """The SM clock of the capped reps, while busy where their windows saw idle time (a
     long region's mean counts its idle clock too, 345 MHz on an H100); fills `details`."""
     clocked = [w for w in clocked if w.sm_mhz_mean is not None]
@@ -107,6 +123,8 @@ def _cap_clock_text(clocked: list[Window], f: GpuFacts, details: dict[str, Any])
     cost = f.max_sm_mhz - mean
     details["clock_cost_mhz"] = cost
     details["max_sm_mhz"] = f.max_sm_mhz
+    if cost / f.max_sm_mhz < c.power_cap_moved_rel:  # at full clock: no cost to state
+        return f": {what} {mean:.0f} MHz, at its {f.max_sm_mhz:.0f} MHz maximum"
     return (
         f": {what} {mean:.0f} MHz, {cost:.0f} MHz"
         f" ({100 * cost / f.max_sm_mhz:.0f}%) below its {f.max_sm_mhz:.0f} MHz maximum"

@@ -4,14 +4,12 @@ telemetry is missing (`telemetry_gap`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from gpuenv.reasons import Reason, reason_names
-from gpuenv.stats.descriptive import median, median_ci
 from gpuenv.telemetry import Window
 from gpuenv.telemetry.window import merge_windows
-from gpuenv.verdict.records import Finding, GpuFacts, Severity, VerdictConfig, reps_text
+from gpuenv.verdict.records import Finding, GpuFacts, VerdictConfig, reps_text
 
 
 def telemetry_gap(g: int, ws: list[Window]) -> list[Finding]:
@@ -67,12 +65,11 @@ def lock_not_held(g: int, ws: list[Window], f: GpuFacts, c: VerdictConfig) -> li
     ]
 
 
-def other_process(
-    g: int, ws: list[Window], times_s: Sequence[float] | None = None
-) -> list[Finding]:
+def other_process(g: int, ws: list[Window]) -> list[Finding]:
     """Another tenant on the measured GPU during the reps (NVML's process list, read at
     region edges): named with its pid, user where the host shows it, and the GPU memory it
-    held; a warning only where the reps it shared show an effect (`tenant_severity`)."""
+    held. A warning where the judge cannot rule its effect out: the judge's one rule
+    (gpuenv.verdict.effect) makes it info where the reps it shared read as the others did."""
     reps = [i for i, w in enumerate(ws) if w.other_pids]
     if not reps:
         return []
@@ -81,43 +78,16 @@ def other_process(
     who = [
         _tenant(p, _at(merged.other_users, k), _at(merged.other_mib, k)) for k, p in enumerate(pids)
     ]
-    severity, effect = tenant_severity(times_s, reps)
-    text = f"another process used GPU {g} during {reps_text(reps, len(ws))} ({'; '.join(who)})" + (
-        f": those reps are {effect}"
-        if severity == "warning" and effect
-        else ": it competes for the GPU and its power budget"
-        if severity == "warning"
-        else ": those reps read as the others did, within the measurement's CI"
+    text = (
+        f"another process used GPU {g} during {reps_text(reps, len(ws))} ({'; '.join(who)}): "
+        "it competes for the GPU and its power budget"
     )
     details = {
         "pids": pids,
         "users": [_at(merged.other_users, k) for k in range(len(pids))],
         "memory_mib": [_at(merged.other_mib, k) for k in range(len(pids))],
     }
-    return [Finding("other_process", severity, tuple(reps), text, g, details)]
-
-
-def tenant_severity(times_s: Sequence[float] | None, reps: Sequence[int]) -> tuple[Severity, str]:
-    """How much another tenant on the GPU moved the number: "info" when the reps it shared
-    do not differ from the others by more than the CI of the others' median, else
-    "warning" (with the words for the effect). Where that cannot be told (no rep times,
-    fewer than 3 reps without it), "warning": the effect is not ruled out. The one place
-    this decision is made (a finding's severity following its measured effect on the reps
-    will be the judge's rule)."""
-    shared = set(reps)
-    if times_s is None:
-        return "warning", ""
-    named = [t for i, t in enumerate(times_s) if i in shared]
-    others = [t for i, t in enumerate(times_s) if i not in shared]
-    if len(others) < 3 or not named:
-        return "warning", ""
-    med = median(others)
-    lo, hi = median_ci(others)
-    theirs = median(named)
-    if max(med - lo, hi - med) >= abs(theirs - med):
-        return "info", ""
-    rel = (theirs - med) / med if med > 0 else 0.0
-    return "warning", f"{abs(rel):.1%} {'slower' if rel > 0 else 'faster'} than the others (median)"
+    return [Finding("other_process", "warning", tuple(reps), text, g, details)]
 
 
 def _at(values: tuple[Any, ...], k: int) -> Any:

@@ -57,8 +57,8 @@ def test_lock_then_restore() -> None:
 
 def test_a_base_lock_says_the_mhz_it_locked() -> None:
     """NVML locks to the base clock by a symbolic value and reports none: the lock says
-    what the clock reads under it (1590 MHz on the H100, GPU_FACTS), not only "the base
-    clock (TDP)"."""
+    what the clock reads under it (1590 MHz on the H100: docs/explanation/what-gpus-do.md),
+    not only "the base clock (TDP)"."""
     res = run("lock", "--sm", "base", "-i", "0")
     assert res.exit_code == 0, res.output
     assert "locked SM the base clock (TDP)" in res.output

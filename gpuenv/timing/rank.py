@@ -32,13 +32,18 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpuenv import stats
 from gpuenv import validate as v
 from gpuenv.timing.config import BenchConfig
 from gpuenv.timing.pair import min_pairs, pair_ratio
 from gpuenv.units import fmt_s
+
+if TYPE_CHECKING:
+    from gpuenv.backend import Backend
+    from gpuenv.seams import BenchSession
+    from gpuenv.timing.devices import Device
 
 # One call of a round: a short gpuenv.bench (10 ms of reps, a few ms of warmup once the
 # function is warm, the default conditioning), timed by CUDA events around each call (the
@@ -540,12 +545,16 @@ def _default_backend() -> Any:
     return _DEFAULT_BACKEND[0]
 
 
-def _clock(session: Any, backend: Any, device: Any) -> Callable[[], float]:
+def _clock(
+    session: BenchSession | None, backend: Backend | None, device: Device | None
+) -> Callable[[], float]:
     """The time the GPU lives on (virtual on a simulated GPU in tests), for the budget."""
-    for owner in (device, getattr(session, "sampler", None), backend):
-        clock = getattr(owner, "clock", None)
-        if clock is not None:
-            return clock.now  # type: ignore[no-any-return]
+    if device is not None:
+        return device.clock.now
+    if session is not None:
+        return session.sampler.clock.now
+    if backend is not None:
+        return backend.clock.now
     return time.monotonic
 
 

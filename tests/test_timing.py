@@ -132,7 +132,8 @@ def test_stopping_rule_takes_more_reps_when_noisy_and_stops_on_budget(sim):
     short = timing.bench(noisy_kernel(sim, MATMUL_S, 0.2), backend=sim, budget_s=0.02)
     assert short.extra["stop_reason"] == "budget"
     weak = [f for f in short.findings if f.kind == "weak_ci"]
-    assert [f.severity for f in weak] == ["warning"] and "not within" in weak[0].message
+    assert [f.severity for f in weak] == ["info"] and "not within" in weak[0].message
+    assert "can move that much" in weak[0].message  # how far, not that something moved it
     assert short.extra["summary"]["high_spread"]
     assert "spread" in {f.kind for f in short.findings}
     assert "warnings" not in short.extra  # one channel: the judge's findings

@@ -218,9 +218,7 @@ def run(args: argparse.Namespace) -> int:
         said = ", ".join(f"{w} {c}" for w, c in sorted(words.items(), key=lambda x: -x[1]))
         print(f"| {b} ({want} wanted) | {good} of {n} | {said} |")
     print()
-    print(
-        "| steps | runs | steps | jumps (> 5% over the run's median) | worst step | IQR / median |"
-    )
+    print("| the loop | runs | steps | jumps (> 5% over the run's median) | worst | IQR / median |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     kinds = [
         ("under `gpuenv run --sm 1350` (the page's)", [s for t in tries for s in t.steps.values()]),

@@ -21,6 +21,16 @@ The conventions the docs follow (one per block, read from its fence and the line
   just above it (the reader never sees the comment): the block runs as its fence says, as
   root even where the page runs as a second account (`run_file(..., user=)`); REASON says
   why an ordinary account cannot run it as written (it writes the GPU's settings).
+- `<!-- output: TOLERANCE -->` on the line before the fence: what the block shows is what the
+  tool prints, and a drift fails. On a ```` ```text ```` block: it is the output of the command
+  just before it (the last command of the nearest block above that runs: a console or bash
+  block's last command, a python block's whole script). On a ```` ```console ```` block: the
+  lines under each command are its output. On a ```` ```pycon ```` block: the lines under
+  each `>>> ` statement are what it printed (as doctest reads a session). TOLERANCE names
+  how far numbers may move (`TOLERANCES`: `exact` for virtual time and output that does not
+  vary, `run-to-run` for a run on the real clock); the words must match. A line `...` in the
+  shown output stands for any lines (none included), `...` within a line for any text: the
+  page elides what varies from run to run (a timestamp, a verdict on noise).
 - `<!-- needs: MODULE[, MODULE] -->` on the line before the fence: the block runs as its fence
   says where each MODULE imports (an optional package: torch, triton); where one does not, it
   is skipped and the test of its file skips naming it (the README's test command passes on a
@@ -67,8 +77,32 @@ OUTPUT = ("text",)
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _EXIT = re.compile(r"^exit \d+\s*$")
 _MARKER = re.compile(
-    r"^\s*<!--\s*(?P<key>not[ -]?run|file|needs|as root)\b(?P<rest>.*?)-->\s*$", re.I
+    r"^\s*<!--\s*(?P<key>not[ -]?run|file|needs|as root|output)\b(?P<rest>.*?)-->\s*$", re.I
 )
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a number in shown output may be from the one printed: within `rel` of it, or
+    within `abs_` (for numbers near zero); the text between numbers must match."""
+
+    rel: float
+    abs_: float
+    why: str
+
+    def allows(self, shown: float, printed: float) -> bool:
+        return abs(shown - printed) <= max(self.abs_, self.rel * abs(shown))
+
+
+TOLERANCES = {
+    "exact": Tolerance(0.0, 0.0, "virtual time, or output that does not vary: as printed"),
+    "run-to-run": Tolerance(
+        1.0,
+        1.0,
+        "a run on the real clock: step times, intervals and p-values move from run to run "
+        "(within 2x, or 1 near zero); the words and the shape may not",
+    ),
+}
 
 
 class ConventionError(ValueError):
@@ -94,9 +128,9 @@ class Block:
             m = _MARKER.match(self.marker)
             assert m is not None
             key = m["key"].lower()
-            key = key if key in ("file", "needs", "as root") else "not run"
+            key = key if key in ("file", "needs", "as root", "output") else "not run"
             if not self.reason():
-                what = {"file": "NAME", "needs": "MODULE"}.get(key, "REASON")
+                what = {"file": "NAME", "needs": "MODULE", "output": "TOLERANCE"}.get(key, "REASON")
                 raise ConventionError(
                     f"{self.where}: `{self.marker.strip()}` says nothing: "
                     f"write `<!-- {key}: {what} -->`"
@@ -106,7 +140,9 @@ class Block:
                     f"{self.where}: `{self.marker.strip()}` is a comment the reader never "
                     "sees: say 'as root' in the prose just before the block"
                 )
-            if key not in ("needs", "as root"):
+            if key == "output":
+                self.tolerance()  # a name TOLERANCES has, on a block that shows output
+            elif key != "needs" and key != "as root":
                 return key
         if self.lang in OUTPUT:
             return "output"
@@ -122,6 +158,26 @@ class Block:
         """A not-run block's REASON, a file block's NAME, a needs block's MODULEs."""
         m = _MARKER.match(self.marker)
         return m["rest"].strip()[1:].strip() if m else ""
+
+    def tolerance(self) -> Tolerance | None:
+        """The tolerance an `<!-- output: NAME -->` block's numbers are compared with; None
+        for a block without one; ConventionError for an unknown name or a block that does
+        not show output."""
+        m = _MARKER.match(self.marker)
+        if not m or m["key"].lower() != "output":
+            return None
+        name = self.reason()
+        if name not in TOLERANCES:
+            raise ConventionError(
+                f"{self.where}: `{self.marker.strip()}` names no tolerance: use one of "
+                + ", ".join(TOLERANCES)
+            )
+        if self.lang not in ("text", "console", "pycon"):
+            raise ConventionError(
+                f"{self.where}: `{self.marker.strip()}` is for a ```text block (the output "
+                "of the command before it) or a ```console or ```pycon transcript"
+            )
+        return TOLERANCES[name]
 
     def as_root(self) -> bool:
         """The block runs as root (`<!-- as root: REASON -->`): an ordinary account cannot run
@@ -232,6 +288,147 @@ def commands(block: Block) -> list[Command]:
     return out
 
 
+def shown_outputs(block: Block) -> list[str]:
+    """What a console block shows under each of its commands (`commands`), one text each
+    ("" for none; a bash block shows none)."""
+    if block.lang != "console":
+        return [""] * len(commands(block))
+    out: list[list[str]] = []
+    lines = block.text.rstrip("\n").split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("$ "):
+            text = line[2:]
+            while text.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                text = lines[i]
+            if line[2:].strip() and not line[2:].lstrip().startswith("#"):
+                out.append([])
+        elif out:
+            out[-1].append(line)
+        i += 1
+    return ["\n".join(o) + "\n" if o else "" for o in out]
+
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+def _pattern(shown: str) -> re.Pattern[str]:
+    """A regular expression for output like `shown`: its words as written (runs of spaces
+    any run of spaces: a wider number moves a column), each number any number (compared
+    after), a line `...` any lines, `...` within a line any text."""
+    parts = []
+    for line in shown.rstrip("\n").split("\n"):
+        if line.strip() == "...":
+            parts.append(r"(?:[^\n]*\n)*?")
+            continue
+        pieces = []
+        for k, chunk in enumerate(line.split("...")):
+            if k:
+                pieces.append(r"[^\n]*?")
+            for j, token in enumerate(re.split(f"({_NUMBER})", chunk)):
+                if j % 2:
+                    pieces.append(f"({_NUMBER})")
+                else:
+                    pieces.append(r"[ \t]+".join(re.escape(w) for w in re.split(r"[ \t]+", token)))
+        parts.append("".join(pieces) + r"\n")
+    return re.compile("".join(parts))
+
+
+def _normal(text: str) -> str:
+    """Lines without trailing spaces or the blank lines around them, ending in a newline."""
+    lines = [ln.rstrip() for ln in text.replace("\r\n", "\n").split("\n")]
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+def drift(shown: str, printed: str, tolerance: Tolerance) -> str | None:
+    """None when `printed` is what `shown` shows (its words, its numbers within `tolerance`,
+    `...` for what it elides); else what differs, for a person to read."""
+    shown, printed = _normal(shown), _normal(printed)
+    if shown == printed:
+        return None
+    m = _pattern(shown).fullmatch(printed)
+    if m is None:
+        import difflib
+
+        diff = difflib.unified_diff(
+            shown.splitlines(), printed.splitlines(), "shown", "printed", lineterm=""
+        )
+        return "\n".join(diff)
+    numbers = [float(x) for x in re.findall(_NUMBER, re.sub(r"\.\.\.", " ", shown))]
+    got = [float(x) for x in m.groups()]
+    for want, have in zip(numbers, got, strict=True):
+        if not tolerance.allows(want, have):
+            return f"shows {want:g} where it printed {have:g}:\n{printed}"
+    return None
+
+
+def _compare_shown(
+    block: Block, printed: str | None, shown: str | None = None, what: str = ""
+) -> list[Failure]:
+    """A marked block's shown output against what its command printed: a Failure per drift."""
+    tolerance = block.tolerance()
+    if tolerance is None:
+        return []
+    if printed is None:
+        return [Failure(block.where, "shows output, but no command ran before it")]
+    found = drift(block.text if shown is None else shown, printed, tolerance)
+    if found is None:
+        return []
+    who = what or "the command before it"
+    return [Failure(block.where, f"the output shown is not what {who} prints now:\n{found}")]
+
+
+_SESSION = """
+import doctest, json, sys
+pairs = []
+class Record(doctest.OutputChecker):
+    def check_output(self, want, got, optionflags):
+        pairs.append([want, got])
+        return True
+class Runner(doctest.DocTestRunner):
+    def report_unexpected_exception(self, out, test, example, exc_info):
+        pairs.append([example.want, "".join(doctest._exception_traceback(exc_info))])
+text = open(sys.argv[1], encoding="utf-8").read()
+test = doctest.DocTestParser().get_doctest(text, {"__name__": "__main__"}, "block", None, 0)
+Runner(checker=Record(), optionflags=0).run(test, out=lambda _: None, clear_globs=False)
+json.dump(pairs, open(sys.argv[2], "w"))
+"""
+
+
+def _run_session(block: Block, work: Workdir) -> list[Failure]:
+    """A marked pycon block as a reader's interpreter session: each statement's output
+    against the lines shown under it."""
+    import json
+
+    script = work.path / f".doc-session-{block.line}.py"
+    text = work.path / f".doc-session-{block.line}.txt"
+    result = work.path / f".doc-session-{block.line}.json"
+    script.write_text(_SESSION)
+    text.write_text(block.text)
+    for path in (script, text):
+        work.give(path)
+    if work.user is not None:
+        result.touch()
+        work.give(result)
+    root = block.as_root()
+    try:
+        argv = [*work.argv_python(script.name, root), text.name, result.name]
+        rc, out, left = _run(argv, work, COMMAND_TIMEOUT_S, root)
+        pairs = json.loads(result.read_text()) if rc == 0 else []
+    finally:
+        for path in (script, text, result):
+            path.unlink(missing_ok=True)
+    if rc:
+        return [Failure(block.where, f"the python session exited {rc}:\n{_tail(out)}")]
+    failures = [Failure(block.where, f"left running: {p}") for p in left]
+    for want, got in pairs:
+        work.last_output = got
+        failures += _compare_shown(block, got, want or "\n", "its statement")
+    return failures
+
+
 def python_source(block: Block) -> str:
     """A python block as it is; a pycon block's `>>> `/`... ` lines."""
     if block.lang != "pycon":
@@ -259,6 +456,7 @@ class Workdir:
     env: dict[str, str] = field(default_factory=dict)
     user: pwd.struct_passwd | None = None
     root_env: dict[str, str] = field(default_factory=dict)  # for `as root` blocks
+    last_output: str | None = None  # what the last command run printed (stdout and stderr)
 
     @classmethod
     def create(cls, base: Path, user: pwd.struct_passwd | None = None) -> Workdir:
@@ -389,7 +587,7 @@ class Failure:
 def _run(
     argv: list[str], work: Workdir, timeout: float, as_root: bool = False
 ) -> tuple[int, str, list[str]]:
-    """(exit code, stdout+stderr tail, what it left running) of one command."""
+    """(exit code, stdout+stderr, what it left running) of one command."""
     env, who = work.as_account(as_root)
     proc = subprocess.Popen(  # type: ignore[call-overload]
         argv,
@@ -406,9 +604,13 @@ def _run(
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        return -1, out.decode(errors="replace")[-2000:] + f"\n(killed after {timeout:.0f} s)", []
+        return -1, out.decode(errors="replace") + f"\n(killed after {timeout:.0f} s)", []
     left = _leftovers(proc.pid)
-    return proc.returncode, out.decode(errors="replace")[-2000:], left
+    return proc.returncode, out.decode(errors="replace"), left
+
+
+def _tail(out: str) -> str:
+    return out[-2000:]
 
 
 def _leftovers(pgid: int) -> list[str]:
@@ -433,7 +635,9 @@ def run_block(block: Block, work: Workdir) -> list[Failure]:
         kind = block.kind()
     except ConventionError as err:
         return [Failure(block.where, str(err).split(": ", 1)[1])]
-    if kind in ("output", "not run") or block.missing():
+    if kind == "output":
+        return _compare_shown(block, work.last_output)
+    if kind == "not run" or block.missing():
         return []
     if kind == "file":
         target = work.path / block.reason()
@@ -441,6 +645,8 @@ def run_block(block: Block, work: Workdir) -> list[Failure]:
         target.write_text(block.text)
         work.give(target)
         return []
+    if kind == "pycon" and block.tolerance() is not None:
+        return _run_session(block, work)
     if kind in ("python", "pycon"):
         script = work.path / f".doc-block-{block.line}.py"
         script.write_text(python_source(block))
@@ -451,11 +657,17 @@ def run_block(block: Block, work: Workdir) -> list[Failure]:
             rc, out, left = _run(argv, work, COMMAND_TIMEOUT_S, root)
         finally:
             script.unlink()
-        bad = [Failure(block.where, f"the python block exited {rc}:\n{out}")] if rc else []
+        work.last_output = out
+        bad = [Failure(block.where, f"the python block exited {rc}:\n{_tail(out)}")] if rc else []
         return bad + [Failure(block.where, f"left running: {p}") for p in left]
     failures = []
-    for cmd in commands(block):
+    tolerance = block.tolerance()
+    for cmd, shown in zip(commands(block), shown_outputs(block), strict=True):
         rc, out, left = _run(["bash", "-c", cmd.text], work, COMMAND_TIMEOUT_S, block.as_root())
+        work.last_output = out
+        if tolerance is not None and shown.strip():
+            failures += _compare_shown(block, out, shown, f"`{cmd.text}`")
+        out = _tail(out)
         if "Traceback (most recent call last)" in out:
             failures.append(Failure(block.where, f"`{cmd.text}` printed a traceback:\n{out}"))
         elif cmd.exit_line and cmd.exit_line not in out.split("\n"):

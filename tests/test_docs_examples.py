@@ -172,3 +172,53 @@ def test_a_block_gets_the_simulated_gpu_only_as_its_page_shows_it(tmp_path: Path
     assert dx.exported("export A=1 B='two words'  # why") == {"A": "1", "B": "two words"}
     assert dx.exported("export A=1 && rm -rf x") == {}
     assert dx.exported("echo export A=1") == {}
+
+
+def test_shown_output_is_compared_words_exactly_and_numbers_within_a_named_tolerance() -> None:
+    exact, loose = dx.TOLERANCES["exact"], dx.TOLERANCES["run-to-run"]
+    printed = "step    20    med 30.05 ms  1350    519 W\n  step: slower 9.5% (p=1.6e-06)\n"
+    assert (
+        dx.drift(
+            "step 20 med 30.05 ms 1350 519 W\n  step: slower 9.5% (p=1.6e-06)\n", printed, exact
+        )
+        is None
+    )  # (a column's spaces may move)
+    shown = "step    20    med 29.99 ms  1350    519 W\n  step: slower 9.6% (p=8.2e-07)\n"
+    assert "shows 29.99 where it printed 30.05" in (dx.drift(shown, printed, exact) or "")
+    assert dx.drift(shown, printed, loose) is None
+    words = shown.replace("slower", "faster")
+    assert "-  step: faster" in (dx.drift(words, printed, loose) or "")
+    assert "+  step: slower" in (dx.drift(words, printed, loose) or "")
+    # `...` elides lines (a line of its own) or text (within a line)
+    assert dx.drift("...\n  step: slower ... (p=...)\n", printed, exact) is None
+    assert dx.drift("step ...\n", printed, exact) is not None  # (a line, not two)
+    assert dx.drift("", "", exact) is None and dx.drift("", "x\n", exact) is not None
+
+
+def test_a_marked_block_is_checked_against_what_its_command_printed(tmp_path: Path) -> None:
+    page = _md(
+        tmp_path,
+        (
+            "```console\n$ echo 'took 10.0 ms'\n```\n"  # 1
+            "<!-- output: run-to-run -->\n```text\ntook 12 ms\n```\n"  # 5: within 2x
+            "<!-- output: exact -->\n```text\ntook 12 ms\n```\n"  # 9: drift
+            "```python\nprint('a'); print('b 3')\n```\n"  # 12
+            "<!-- output: exact -->\n```text\na\nb 3\n```\n"  # 16
+            "<!-- output: exact -->\n```console\n$ echo one\none\n$ echo two\nthree\n"
+            "$ echo four\n```\n"  # 21: the second command's output drifted; the third shows none
+            "<!-- output: exact -->\n```pycon\n>>> print(1 + 1)\n2\n>>> x = 3\n>>> x * 2\n7\n"
+            ">>> 'ok'\n'ok'\n```\n"  # 29: 6 is not 7
+            "<!-- output: bold -->\n```text\nx\n```\n"  # 39: no such tolerance
+        ),
+    )
+    result = dx.run_file(page, tmp_path)
+    assert [f.where for f in result.failures] == [
+        "page.md:9",
+        "page.md:21",
+        "page.md:29",
+        "page.md:39",
+    ], result.failures
+    assert "shows 12 where it printed 10" in result.failures[0].what
+    assert "`echo two`" in result.failures[1].what and "+two" in result.failures[1].what
+    assert "shows 7 where it printed 6" in result.failures[2].what
+    assert "names no tolerance: use one of exact, run-to-run" in result.failures[3].what

@@ -17,6 +17,8 @@ from gpuenv.backend import (
     REASON_SW_THERMAL,
 )
 from gpuenv.backend.sim import SimBackend
+from gpuenv.backend.sim_gpu import GpuModel, Job, Presence
+from gpuenv.backend.sim_profiles import get_profile
 from gpuenv.errors import (
     GpuLost,
     NotSupported,
@@ -191,3 +193,30 @@ def test_power_samples_every_20_ms_like_get_samples(sim):
     assert newer and newer[0][0] > last and max(w for _, w in newer) > 600
     sim.idle(60.0)
     assert len(sim.power_samples(0)) == 120  # the buffer holds ~2.4 s
+
+
+def test_a_kernel_keeps_its_progress_when_it_takes_over_another_process_newer_state():
+    """The process running a kernel takes over the running GPU that another process of
+    the host (gpuenv run's sampler) wrote 20 ms into it: the kernel still ends 30 ms after
+    it started, as alone, not 20 ms later (it skipped the 20 ms and redid them)."""
+    p = get_profile("h100")
+    start = 5_000_000_000
+    ends = []
+    for share in (False, True):
+        ours, theirs = GpuModel(p, 0, 0), GpuModel(p, 0, 0)
+        ours.open_context(1)
+        theirs.set_others({"1:a": Presence(contexts=1, work=1.0, until_ns=start + 10**9)})
+        for g in (ours, theirs):
+            g.settings.locked_sm = (1350, 1350)  # as under `gpuenv run --sm 1350`
+            g.relatch_clock()
+            g.advance(start)
+        ours.job = Job(ours.sm_mhz * 1e6 * 0.030, 0.0, 1.0)
+        ours.load_changed()
+        if share:
+            theirs.advance(start + 20_000_000)
+            ours.adopt(theirs.physics(), start + 20_000_000)
+        ours.advance(start + 100_000_000)
+        assert ours.job is None
+        ends.append(ours.job_end_ns - start)
+    assert ends[0] == pytest.approx(30_000_000, rel=0.01)
+    assert ends[1] == pytest.approx(ends[0], rel=0.01)

@@ -78,6 +78,60 @@ def test_energy_of_a_short_region_comes_from_the_power_samples_and_is_marked():
     assert w.energy_interpolated
 
 
+def test_a_power_reading_stands_for_the_time_back_to_the_refresh_before_it():
+    # the driver's reading at a refresh is the power just before it: a 100 ms kernel
+    # started at 0.02 from idle (100 W) shows as 1 kW at the 0.1 refresh; holding the
+    # 100 W reading in force at the start over the region read ~3x low
+    epoch = 1_790_000_000
+    fast = [
+        Sample(0.0, 0, 1980, 2619, 100.0, 40.0, 0, epoch * 10**6, 100.0),
+        Sample(0.1, 0, 1980, 2619, 100.0, 40.0, 0, (epoch + 0.1) * 10**6, 1000.0),
+        Sample(0.2, 0, 1980, 2619, 100.0, 40.0, 0, (epoch + 0.2) * 10**6, 1000.0),
+    ]
+    w = summarize(fast, [], [], 0.02, 0.12, gpu=0)
+    assert w.power_w_mean == pytest.approx(1000.0)
+    assert w.energy_j == pytest.approx(100.0) and w.energy_interpolated
+    assert w.power_w_max == 1000.0
+
+
+def test_a_power_reading_is_placed_at_its_refresh_not_at_its_read():
+    # read 40 ms after its refresh at 0.1 (the driver's stamp says so): the reading stands
+    # for [0.0, 0.1], so a region [0.1, 0.14] is not its but the next one's (within lag)
+    epoch = 1_790_000_000
+    fast = [
+        Sample(0.0, 0, 1980, 2619, 100.0, 40.0, 0, epoch * 10**6, 100.0),
+        Sample(0.14, 0, 1980, 2619, 100.0, 40.0, 0, (epoch + 0.1) * 10**6, 1000.0),
+        Sample(0.2, 0, 1980, 2619, 100.0, 40.0, 0, (epoch + 0.2) * 10**6, 300.0),
+    ]
+    w = summarize(fast, [], [], 0.1, 0.14, gpu=0)
+    assert w.power_w_mean == pytest.approx(300.0)
+    assert summarize(fast, [], [], 0.05, 0.1, gpu=0).power_w_mean == pytest.approx(1000.0)
+
+
+def test_10_ms_regions_of_sustained_work_read_the_simulators_energy():
+    """Back-to-back 10 ms steps at a locked clock, as a training loop's: each step's energy
+    is the simulator's own counter's within 2%. (A lone 10 ms kernel between idle
+    stretches is not: no power reading, refreshed every 100 ms, describes it; its energy
+    is marked an estimate.)"""
+    sim = make_sim()
+    sim.set_locked_sm_clocks(0, 1350, 1350)
+    sim.open_context(0)
+    sim.idle(0.5)
+    steps = []
+    with Sampler(sim, [0]) as sampler:
+        sim.run_work(0, 1350e6 * 0.25)  # the loop's start: past a driver refresh
+        for _ in range(30):
+            t0, e0 = sampler.mark(), sim.truth(0).energy_mj
+            sim.run_work(0, 1350e6 * 0.01)
+            steps.append((t0, sampler.mark(), (sim.truth(0).energy_mj - e0) / 1e3))
+        sim.run_work(0, 1350e6 * 0.25)
+    for t0, t1, truth_j in steps:
+        w = sampler.window(t0, t1)
+        assert w.duration_s == pytest.approx(0.01, rel=0.01)
+        assert w.energy_j == pytest.approx(truth_j, rel=0.02)
+        assert w.power_w_mean <= w.power_w_max
+
+
 def test_energy_of_a_long_region_is_the_counter_delta_at_its_changes():
     # reads every 25 ms, counter refreshed every 100 ms (1 kW): equal reads are not changes
     slow = [SlowSample(0.025 * k, 0, 100_000 * (k // 4), {}) for k in range(160)]

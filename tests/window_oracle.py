@@ -11,7 +11,13 @@ one, read before the work began, stood for up to a tick of the work.
 And (2026-11-27) a new field, `sm_mhz_busy_mean`: the clock over the samples without
 GpuIdle, weighted as the mean is; no existing value changed. And (2026-11-28) another
 tenant's memory and user (`other_mib`, `other_users`, issue 41), and a child of this
-process is no other process; no existing value changed. The file is held to its hash
+process is no other process; no existing value changed.
+And (2026-11-28, issue 44) power and energy: each power reading is placed at the driver
+refresh that took it (its stamp, on the host clock by the largest stamp-minus-read offset)
+and stands for the time back to the refresh before (`_power_segments`): the reading in
+force at t0, held over a 100 ms kernel run from idle, gave it the idle power (~10x low).
+The counter's values are placed at their refresh (`value_t`) where known, and the stretches
+at a region's edges come from the same readings. The file is held to its hash
 by tests/test_telemetry_summary.py: a change comes with a line here and its reason.
 """
 
@@ -68,11 +74,20 @@ def summarize(
     relevant_gaps = [x for x in gaps if t0 - period <= x.t <= t1 + period]
     gap = bool(relevant_gaps) or (truncated and (not fast or fast[0].t > t0))
     values = _from_samples(held, covering, after, t0, t1, lock_range, lock_tolerance_mhz)
+    segments = _power_segments(fast, t0, t1, lag_s)
+    if segments:
+        span = sum(b - a for a, b, _ in segments)
+        values["power_w_mean"] = (
+            sum((b - a) * w for a, b, w in segments) / span if span > 0 else segments[-1][2]
+        )
+        high = max(w for _, _, w in segments)
+        sampled = values.get("power_w_max")
+        values["power_w_max"] = high if sampled is None else max(high, sampled)
     if lock_range is not None:
         values["lock_range_mhz"] = (int(lock_range[0]), int(lock_range[1]))
 
     values.update(_from_counters(slow, t0, t1, own_pids, lag_s, fast))
-    counted = _counter_energy_j(slow, fast, times, t0, t1)
+    counted = _counter_energy_j(slow, fast, t0, t1, lag_s)
     if counted is not None and t1 - t0 >= ENERGY_EXACT_MIN_S:
         values["energy_j"] = counted
     elif values.get("power_w_mean") is not None:
@@ -119,7 +134,6 @@ def _from_samples(
         sm_mhz_start=float(first.sm_mhz),
         sm_mhz_end=float(last.sm_mhz),
         mem_mhz_mean=_weighted([s.mem_mhz for s in held], weights),
-        power_w_mean=_weighted([_power(s) for s in held], weights),
         power_w_max=max(powers),
         temp_c_start=first.temp_c,
         temp_c_end=last.temp_c,
@@ -151,32 +165,75 @@ def _energy_changes(slow: Sequence[SlowSample]) -> list[tuple[float, float]]:
 def _counter_energy_j(
     slow: Sequence[SlowSample],
     fast: Sequence[Sample],
-    times: Sequence[float],
     t0: float,
     t1: float,
+    lag_s: float,
 ) -> float | None:
-    """Energy (J) over [t0, t1]: the counter's delta between the first and the last read
-    inside the region that show a new value, plus the energy of the stretches from t0 to
-    the first and from the last to t1, from the power samples (time-weighted). None with
-    fewer than two such reads, or without power samples for a stretch."""
-    inside = [c for c in _energy_changes(slow) if t0 <= c[0] <= t1]
+    """Energy (J) over [t0, t1]: the counter's delta between the first and the last value
+    refreshed inside the region (at `value_t` where known, else at the read), plus the
+    stretches from t0 to the first and from the last to t1 from the power readings. None
+    with fewer than two such values, or without power readings."""
+    refreshed: list[tuple[float, float]] = []
+    for s in slow:
+        if s.energy_mj is None or (refreshed and s.energy_mj == refreshed[-1][1]):
+            continue
+        at = s.value_t if s.value_t is not None else s.t
+        if refreshed and at <= refreshed[-1][0]:
+            refreshed[-1] = (refreshed[-1][0], float(s.energy_mj))
+        else:
+            refreshed.append((at, float(s.energy_mj)))
+    inside = [c for c in refreshed if t0 <= c[0] <= t1]
     if len(inside) < 2:
         return None
     (ta, ea), (tb, eb) = inside[0], inside[-1]
+    segments = _power_segments(fast, t0, t1, lag_s)
     fill = 0.0
     for a, b in ((t0, ta), (tb, t1)):
         if b <= a:
             continue
-        i0, i1 = bisect.bisect_right(times, a), bisect.bisect_right(times, b)
-        if a == t0 and i0 < len(fast):
-            after = fast[i0 : i1 + 1]
-            fill += _weighted([_power(s) for s in after], _back_weights(after, a, b)) * (b - a)
-            continue
-        held = ([fast[i0 - 1]] if i0 > 0 else []) + list(fast[i0:i1])
-        if not held:
+        if not segments:
             return None
-        fill += _weighted([_power(s) for s in held], _hold_weights(held, a, b)) * (b - a)
+        fill += sum(max(0.0, min(b, y) - max(a, x)) * w for x, y, w in segments)
     return max(0.0, eb - ea) / 1000.0 + fill
+
+
+def _power_segments(
+    fast: Sequence[Sample], t0: float, t1: float, lag_s: float
+) -> list[tuple[float, float, float]]:
+    """[(a, b, watts)] over [t0, t1]: each refresh's reading once, at its refresh (the
+    driver's stamp less the largest stamp-minus-read offset; at the read without a stamp
+    or more than 2 s before it), standing back to the refresh before; the last one inside
+    on to t1; with none inside, the first after (within lag_s), else the one in force."""
+    stamps = [s.driver_ts_us * 1e-6 - s.t for s in fast if s.driver_ts_us]
+    offset = max(stamps) if stamps else None
+    readings: list[tuple[float, float]] = []
+    seen = None
+    for s in fast:
+        if s.driver_ts_us and offset is not None:
+            if s.driver_ts_us == seen:
+                continue
+            at = s.driver_ts_us * 1e-6 - offset
+            if not s.t - 2.0 <= at <= s.t:
+                at = s.t
+        else:
+            at = s.t
+        seen = s.driver_ts_us
+        if not readings or at > readings[-1][0]:
+            readings.append((at, _power(s)))
+    inside = [(u, w) for u, w in readings if t0 < u <= t1]
+    if inside:
+        out, prev = [], t0
+        for u, w in inside:
+            out.append((prev, u, w))
+            prev = u
+        if prev < t1:
+            out.append((prev, t1, inside[-1][1]))
+        return out
+    later = [(u, w) for u, w in readings if u > t1]
+    if later and later[0][0] - t1 <= lag_s:
+        return [(t0, t1, later[0][1])]
+    before = [(u, w) for u, w in readings if u <= t0]
+    return [(t0, t1, before[-1][1])] if before else []
 
 
 def _power(s: Sample) -> float:
@@ -193,19 +250,6 @@ def _hold_weights(held: Sequence[Sample], t0: float, t1: float) -> list[float]:
         start = t0 if k == 0 else max(t0, s.t)
         end = held[k + 1].t if k + 1 < len(held) else t1
         weights.append(max(0.0, min(end, t1) - start))
-    if not any(weights):
-        weights[-1] = 1.0
-    return weights
-
-
-def _back_weights(after: Sequence[Sample], t0: float, t1: float) -> list[float]:
-    """Seconds of [t0, t1] each sample covers back to the one before it (the first: back
-    to t0; the last: on to t1 as well)."""
-    weights = []
-    for k, s in enumerate(after):
-        start = t0 if k == 0 else max(t0, after[k - 1].t)
-        end = t1 if k == len(after) - 1 else min(t1, s.t)
-        weights.append(max(0.0, end - start))
     if not any(weights):
         weights[-1] = 1.0
     return weights

@@ -77,15 +77,17 @@ class SimCore:
     def _now_ns(self) -> int:
         return round(self.clock.now() * 1e9)
 
-    def _get(self, index: int, op: str) -> GpuModel:
-        """The GPU at `index`, advanced to now, after sync with the state file and faults."""
+    def _get(self, index: int, op: str, *, share: bool = True) -> GpuModel:
+        """The GPU at `index`, advanced to now, after sync with the state file and faults
+        (`share=False`: root's settings only, not the running GPU other processes wrote:
+        see `_sync`)."""
         if (
             isinstance(index, bool)
             or not isinstance(index, int)
             or not 0 <= index < len(self._gpus)
         ):
             raise DeviceNotFound(str(index), len(self._gpus))
-        self._sync()
+        self._sync(share=share)
         g = self._gpus[index]
         g.advance(self._now_ns())
         self._check_faults(index, op)
@@ -265,15 +267,17 @@ class SimCore:
         self._read_settings()
         self._exchange(register=True)
 
-    def _sync(self) -> None:
-        """Catch up with the other processes of the host: settings when root changed them,
-        the running GPU when another process wrote it (or ours is due: every 100 ms)."""
+    def _sync(self, *, share: bool = True) -> None:
+        """Catch up with the other processes of the host: settings when root changed them
+        (a stat), the running GPU when another process wrote it or ours is due (every
+        100 ms: a locked read and write of the run file, most of a millisecond, which
+        `share=False` leaves to a later call)."""
         if self._state is None:
             return
         if self._state.changed():
             self._read_settings()
             self._apply_settings()
-        if not self._shares_physics or self._closed:
+        if not share or not self._shares_physics or self._closed:
             return
         assert self._run is not None
         now = self._now_ns()

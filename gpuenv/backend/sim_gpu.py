@@ -589,6 +589,12 @@ class GpuModel:
             raise ValueError("clock index out of range")
         if not (0 <= values["therm_idx"] <= self.top) or len(rings[0]) != 10:
             raise ValueError("clock index or power ring out of range")
+        if self.job is not None and not fresh:
+            # Our kernel ran from our time to theirs: without this, the state taken over
+            # (already at their time) skips that stretch and the kernel redoes it, so a
+            # 30 ms step read up to ~50 ms whenever another process (the sampler of
+            # `gpuenv run`) had written the running GPU meanwhile.
+            self.advance(values["t_ns"])
         for name, value in values.items():
             setattr(self, name, value)
         self.reason_ns, self.r_reason_ns, self.active_counters = counters, latched, active

@@ -92,6 +92,7 @@ def summarize_many(
     out = []
     for t0, t1 in spans:
         values = streams.from_samples(t0, t1, lock_range, lock_tolerance_mhz)
+        values.update(streams.power(t0, t1, values.get("power_w_max")))
         if rng is not None:
             values["lock_range_mhz"] = rng
         gap = streams.gap_near(t0 - period, t1 + period) or (
@@ -127,6 +128,10 @@ class _Streams:
         self.changes = _energy_changes(slow)
         self.change_t = [t for t, _ in self.changes]
         self.change_e = [e for _, e in self.changes]
+        # the counter's values at the driver refreshes that set them, where known
+        self.refreshed = _energy_changes(slow, refreshed=True)
+        self.refreshed_t = [t for t, _ in self.refreshed]
+        self.refresh_t, self.refresh_w = _power_readings(fast)
         self.last_read_t = max((s.t for s in slow if s.energy_mj is not None), default=None)
         self.counters = _Counters(slow, lag_s)
         self._held: dict[tuple[int, int, bool], _Held] = {}
@@ -151,6 +156,52 @@ class _Streams:
         if held is None:  # consecutive reps between two ticks share their samples
             held = self._held[key] = _Held(fast, i0, i1, has_after, lock_range, lock_tolerance_mhz)
         return held.values(t0, t1)
+
+    def power(self, t0: float, t1: float, sampled_max: float | None) -> dict[str, Any]:
+        """The mean and highest power over [t0, t1] from the driver's power readings, each
+        placed at the refresh that took it and standing for the time back to the refresh
+        before (`_power_segments`); {} without readings."""
+        segments = self._power_segments(t0, t1)
+        if not segments:
+            return {}
+        span = sum(b - a for a, b, _ in segments)
+        mean = sum((b - a) * w for a, b, w in segments) / span if span > 0 else segments[-1][2]
+        high = max(w for _, _, w in segments)
+        return {
+            "power_w_mean": mean,
+            "power_w_max": high if sampled_max is None else max(high, sampled_max),
+        }
+
+    def _power_segments(self, t0: float, t1: float) -> list[tuple[float, float, float]]:
+        """[(a, b, watts)] covering [t0, t1]. A driver's power reading is taken at a refresh
+        and describes the time just before it (the simulated H100: its last 10 ms; a real
+        one shows a step 27-74 ms late), so each reading refreshed inside the region stands
+        for the time back to the refresh before, and the last one for the rest up to t1. A
+        region with no refresh inside takes the first reading after it (within one refresh),
+        else the one in force: the best there is, an estimate. Holding the reading in force
+        at t0 over the region instead (as before 2026-11-28) gave a 100 ms kernel from idle
+        the idle power, a tenth of its own (issue 44)."""
+        ts, ws = self.refresh_t, self.refresh_w
+        lo, hi = bisect.bisect_right(ts, t0), bisect.bisect_right(ts, t1)
+        if hi > lo:
+            out, prev = [], t0
+            for k in range(lo, hi):
+                out.append((prev, ts[k], ws[k]))
+                prev = ts[k]
+            if prev < t1:
+                out.append((prev, t1, ws[hi - 1]))
+            return out
+        if hi < len(ts) and ts[hi] - t1 <= self.lag_s:
+            return [(t0, t1, ws[hi])]
+        return [(t0, t1, ws[lo - 1])] if lo > 0 else []
+
+    def power_j(self, a: float, b: float, t0: float, t1: float) -> float | None:
+        """Energy (J) over [a, b], a stretch of the region [t0, t1], from its power
+        readings (`_power_segments`); None without readings."""
+        segments = self._power_segments(t0, t1)
+        if not segments:
+            return None
+        return sum(max(0.0, min(b, y) - max(a, x)) * w for x, y, w in segments)
 
     def from_counters(self, t0: float, t1: float, own: set[int]) -> dict[str, Any]:
         """What the slow reads say: energy interpolated between the counter's changes (the
@@ -211,32 +262,24 @@ class _Streams:
         return None
 
     def counter_energy_j(self, t0: float, t1: float) -> float | None:
-        """Energy (J) over [t0, t1]: the counter's delta between the first and the last read
-        inside the region that show a new value, plus the energy of the stretches from t0
-        to the first and from the last to t1, from the power samples (time-weighted). None
-        with fewer than two such reads, or without power samples for a stretch."""
-        lo = bisect.bisect_left(self.change_t, t0)
-        hi = bisect.bisect_right(self.change_t, t1)
+        """Energy (J) over [t0, t1]: the counter's delta between the first and the last
+        value refreshed inside the region (placed at its refresh where the driver says
+        when, else at the read that first showed it), plus the stretches from t0 to the
+        first and from the last to t1 from the power readings (`power_j`). None with fewer
+        than two such values, or without power readings."""
+        lo = bisect.bisect_left(self.refreshed_t, t0)
+        hi = bisect.bisect_right(self.refreshed_t, t1)
         if hi - lo < 2:
             return None
-        (ta, ea), (tb, eb) = self.changes[lo], self.changes[hi - 1]
+        (ta, ea), (tb, eb) = self.refreshed[lo], self.refreshed[hi - 1]
         fill = 0.0
         for a, b in ((t0, ta), (tb, t1)):
             if b <= a:
                 continue
-            i0, i1 = bisect.bisect_right(self.times, a), bisect.bisect_right(self.times, b)
-            if a == t0 and i0 < len(self.fast):
-                # from the start: each sample after t0 covers the time since the one before,
-                # up to the first at or past the read. The one in force at t0 was taken
-                # before the work began: held, it would count up to a tick (100 ms) of the
-                # work at the power before it
-                after = self.fast[i0 : i1 + 1]
-                fill += _weighted([_power(s) for s in after], _back_weights(after, a, b)) * (b - a)
-                continue
-            held = ([self.fast[i0 - 1]] if i0 > 0 else []) + list(self.fast[i0:i1])
-            if not held:
+            part = self.power_j(a, b, t0, t1)
+            if part is None:
                 return None
-            fill += _weighted([_power(s) for s in held], _hold_weights(held, a, b)) * (b - a)
+            fill += part
         return max(0.0, eb - ea) / 1000.0 + fill
 
 
@@ -270,7 +313,6 @@ class _Held:
         self.sm = [s.sm_mhz for s in held]
         self.busy = [not s.reasons & _IDLE for s in held]
         self.mem = [s.mem_mhz for s in held]
-        self.power = [_power(s) for s in held]
         union = 0
         for s in covering:
             union |= s.reasons & _NOT_IDLE if s is after and s not in held else s.reasons
@@ -306,7 +348,6 @@ class _Held:
                 "sm_mhz_mean": (self.sm[0] * w) / w,
                 "sm_mhz_busy_mean": (self.sm[0] * w) / w if self.busy[0] else None,
                 "mem_mhz_mean": (self.mem[0] * w) / w,
-                "power_w_mean": (self.power[0] * w) / w,
                 "reason_sampled_s": {name: 0.0 + w for name in self.names[0]},
             }
         weights = _hold_weights(self.held, t0, t1)
@@ -320,7 +361,6 @@ class _Held:
             "sm_mhz_mean": _weighted(self.sm, weights),
             "sm_mhz_busy_mean": _weighted(self.sm, busy_w) if any(busy_w) else None,
             "mem_mhz_mean": _weighted(self.mem, weights),
-            "power_w_mean": _weighted(self.power, weights),
             "reason_sampled_s": bits_s,
         }
 
@@ -436,18 +476,51 @@ def _seen(reads: Sequence[SlowSample], own: set[int]) -> dict[str, Any]:
     return out
 
 
-def _energy_changes(slow: Sequence[SlowSample]) -> list[tuple[float, float]]:
+def _energy_changes(
+    slow: Sequence[SlowSample], *, refreshed: bool = False
+) -> list[tuple[float, float]]:
     """(read time, mJ) of each read that shows a new energy value: the counter steps
-    every ~100 ms, so the first read showing a value best places when it changed."""
+    every ~100 ms, so the first read showing a value best places when it changed.
+    `refreshed`: at the driver's refresh that set the value where the read says when
+    (`value_t`), which is when the counter held it exactly."""
     changes: list[tuple[float, float]] = []
     for s in slow:
         if s.energy_mj is None or (changes and s.energy_mj == changes[-1][1]):
             continue
-        if changes and s.t <= changes[-1][0]:  # two values read at one instant: the later
-            changes[-1] = (changes[-1][0], float(s.energy_mj))  # one stands (no 0-s slope)
+        t = s.value_t if refreshed and s.value_t is not None else s.t
+        if changes and t <= changes[-1][0]:  # two values at one instant: the later one
+            changes[-1] = (changes[-1][0], float(s.energy_mj))  # stands (no 0-s slope)
         else:
-            changes.append((s.t, float(s.energy_mj)))
+            changes.append((t, float(s.energy_mj)))
     return changes
+
+
+def _power_readings(fast: Sequence[Sample]) -> tuple[list[float], list[float]]:
+    """Each driver refresh's power reading once, at the refresh (host seconds), in time
+    order. The driver stamps a reading on its own clock (us since the epoch): its offset
+    from the host's is the largest stamp-minus-read-time, reached by the read that came
+    soonest after a refresh (every refresh lies at or before the read that saw it). A
+    reading without a stamp, or whose stamp would put its refresh over 2 s before the
+    read (another time base), is placed at its read."""
+    stamps = [s.driver_ts_us * 1e-6 - s.t for s in fast if s.driver_ts_us]
+    offset = max(stamps) if stamps else None
+    ts: list[float] = []
+    ws: list[float] = []
+    seen = None
+    for s in fast:
+        if s.driver_ts_us and offset is not None:
+            if s.driver_ts_us == seen:
+                continue  # the same refresh read again
+            at = s.driver_ts_us * 1e-6 - offset
+            at = at if s.t - 2.0 <= at <= s.t else s.t
+        else:
+            at = s.t
+        seen = s.driver_ts_us
+        if ts and at <= ts[-1]:
+            continue  # (an older refresh read late: the newer one stands)
+        ts.append(at)
+        ws.append(_power(s))
+    return ts, ws
 
 
 def _names(mask: int) -> tuple[str, ...]:
@@ -471,19 +544,6 @@ def _hold_weights(held: Sequence[Sample], t0: float, t1: float) -> list[float]:
         start = t0 if k == 0 else max(t0, s.t)
         end = held[k + 1].t if k + 1 < len(held) else t1
         weights.append(max(0.0, min(end, t1) - start))
-    if not any(weights):
-        weights[-1] = 1.0
-    return weights
-
-
-def _back_weights(after: Sequence[Sample], t0: float, t1: float) -> list[float]:
-    """Seconds of [t0, t1] each sample covers back to the one before it (the first: back
-    to t0; the last: on to t1 as well)."""
-    weights = []
-    for k, s in enumerate(after):
-        start = t0 if k == 0 else max(t0, after[k - 1].t)
-        end = t1 if k == len(after) - 1 else min(t1, s.t)
-        weights.append(max(0.0, end - start))
     if not any(weights):
         weights[-1] = 1.0
     return weights

@@ -19,8 +19,10 @@ from gpuenv.units import fmt_j, fmt_s
 class Window:
     """What one GPU did over [t0, t1] (host monotonic seconds).
 
-    Clock and power means are time-weighted: each sample holds until the next
-    one. Values are None where no sample covered the region. `energy_j` comes
+    Clock means are time-weighted: each sample holds until the next one. The power
+    mean is too, but each power reading is placed at the driver refresh that took it and
+    stands for the time back to the refresh before (it describes the power just before
+    it). Values are None where no sample covered the region. `energy_j` comes
     from the energy counter (read at most once a second): its delta between the first and
     last reads inside the region, plus the stretches from the edges to those reads
     from the power samples. For regions shorter than ENERGY_EXACT_MIN_S (10 driver
@@ -44,7 +46,7 @@ class Window:
             the GPU had work.
         mem_mhz_mean: the time-weighted mean memory clock.
         power_w_mean: the time-weighted mean power (`nvidia-smi`'s "power.draw").
-        power_w_max: the highest power sampled.
+        power_w_max: the highest power sampled (the mean's readings included).
         energy_j: the energy used over the region, in joules.
         energy_interpolated: `energy_j` is an estimate from power, not the counter.
         temp_c_start: the GPU's temperature when the region began, in C.

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import runner  # noqa: E402
+from gpuenv.backend.base import WRITES as BACKEND_WRITES  # noqa: E402
 
 PAUSE_POINTS = ("after_journal", "mid_apply", "after_apply", "mid_release")
 N_GPUS = 2
@@ -86,17 +87,9 @@ def prepare(workdir: Path) -> tuple[Path, Path, list[tuple[object, ...]]]:
     return state_file, state_dir, prior
 
 
-# the Backend's writes: a lock's (clocks/restoring.py's apply_state) and a restore's
-WRITES = (
-    "set_locked_sm_clocks",
-    "reset_locked_sm_clocks",
-    "set_locked_mem_clocks",
-    "reset_locked_mem_clocks",
-    "set_app_clocks",
-    "reset_app_clocks",
-    "set_power_limit",
-    "set_persistence_mode",
-)
+# the writes a lock (clocks/restoring.py's apply_state) and a restore make: the Backend's
+# (what the read-only guard refuses) and the simulated GPU's persistence mode
+WRITES = (*BACKEND_WRITES, "set_persistence_mode")
 
 
 def paused(point: str) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ BEGIN = "<!-- section:generated -->"
 END = "<!-- /section:generated -->"
 NAV_BEGIN = "# begin: the benchmark pages, written by `python -m benchmarks report`"
 NAV_END = "# end: the benchmark pages"
+CODE_WIDTH = 88  # a code block's widest line on a page (tests/test_docs_site.py checks)
 HEADLINE_LIMIT = 300  # lines of the headline page: more belongs on the benchmarks' own pages
 
 
@@ -264,7 +266,7 @@ def section(result: Mapping[str, Any], goal: str | None = None) -> list[str]:
             lines += [*table_lines(t["columns"], t["rows"], t.get("align")), ""]
         else:  # a report's own lines, as printed (a '#' in them is no heading)
             fence = "`" * max(3, _longest_backticks(block["text"]) + 1)
-            lines += [fence + "text", block["text"], fence, ""]
+            lines += [fence + "text", "\n".join(_wrapped(block["text"])), fence, ""]
     metrics = result.get("metrics") or {}
     if metrics:
         lines += ["Checked for regressions (`python -m benchmarks check`):", ""]
@@ -274,6 +276,27 @@ def section(result: Mapping[str, Any], goal: str | None = None) -> list[str]:
         ]
         lines += [*table_lines(["metric", "value", "better"], rows), ""]
     return lines
+
+
+def _wrapped(text: str) -> list[str]:
+    """A report's printed lines, each longer than `CODE_WIDTH` wrapped at its spaces (the
+    rest of it indented two more spaces than its start), so a page's code blocks fit."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        if len(line) <= CODE_WIDTH:
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip())]
+        out += textwrap.wrap(
+            line,
+            CODE_WIDTH,
+            initial_indent="",
+            subsequent_indent=lead + "  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+            drop_whitespace=True,
+        ) or [line]
+    return out
 
 
 def _machine(result: Mapping[str, Any]) -> str:

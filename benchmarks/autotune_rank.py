@@ -1,4 +1,4 @@
-"""Autotuners that choose right (issue 43): triton's `@triton.autotune` over the fp16 4096^3
+"""Autotuners that choose right: triton's `@triton.autotune` over the fp16 4096^3
 matmul, plain and with gpuenv's choice (`patch_autotuner(rank=True)`), rested and right
 after heavy load: how many distinct winners, the regret of the choice, the tuning wall.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bad inputs at every door, judged there (goal: 0 tracebacks, internal errors, silent).
+"""Bad inputs at every entry point, judged there (goal: 0 tracebacks, internal errors, silent).
 
 Cases tried per class, tracebacks, internal errors and silently accepted bad values.
 

@@ -11,6 +11,10 @@
   (notes and history typed by hand at the time, kept as measured) is left as it is;
 - the benchmark pages' part of mkdocs.yml's nav, between its two marker comments.
 
+Both the headline page and the nav list the benchmarks by what a reader asks (`GROUPS`:
+accuracy, speed, scale, reliability), not by module name; a benchmark in no group is
+listed after the groups (tests/test_docs_site.py fails when one of the suite's is).
+
 docs/benchmarks/history.md holds the hand-typed history that belongs to no single
 benchmark; nothing here writes it. `tests/test_benchmarks.py` fails when a generated page
 or the nav is stale against the results.
@@ -21,6 +25,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,23 +37,122 @@ BEGIN = "<!-- section:generated -->"
 END = "<!-- /section:generated -->"
 NAV_BEGIN = "# begin: the benchmark pages, written by `python -m benchmarks report`"
 NAV_END = "# end: the benchmark pages"
+CODE_WIDTH = 88  # a code block's widest line on a page (tests/test_docs_site.py checks)
 HEADLINE_LIMIT = 300  # lines of the headline page: more belongs on the benchmarks' own pages
+
+
+@dataclass(frozen=True)
+class Group:
+    """Benchmarks that answer one question a reader asks, under one heading."""
+
+    title: str  # the nav's section and the headline page's heading
+    asks: str  # the question, one sentence under the heading
+    names: tuple[str, ...]
+
+
+GROUPS = (
+    Group(
+        "Accuracy",
+        "Does a number mean what it says: the same cold and hot, run to run, across tools, "
+        "and does every warning point at what moved it?",
+        (
+            "autotune_rank",
+            "autotune_tutorial",
+            "ci_gate",
+            "collective",
+            "detection",
+            "dropin",
+            "dropin_mlp",
+            "hot_wait",
+            "levels",
+            "node_concurrent",
+            "one_meaning",
+            "power_lag",
+            "repro",
+            "run_to_run",
+            "session_leak",
+            "session_wait",
+            "sim_fidelity",
+            "tiny",
+            "warnings_moved",
+        ),
+    ),
+    Group(
+        "Speed",
+        "What does gpuenv cost: time to a number, and the overhead of each way of "
+        "measuring, of telemetry, of the monitor and of the command line?",
+        (
+            "autoregions",
+            "calibrate_sim",
+            "dropin_host",
+            "monitor",
+            "monitor_frames",
+            "nvml_costs",
+            "perf_report",
+            "plot_big",
+            "pytest_plugin",
+            "run_overhead",
+            "sampler_gc",
+            "sampler_overhead",
+            "session_trace",
+            "speed",
+            "startup",
+        ),
+    ),
+    Group(
+        "Scale",
+        "Does it stay flat with many GPUs, clients, jobs and nodes: gpuenvd under load, "
+        "launchers, Slurm?",
+        (
+            "daemon",
+            "daemon_memory",
+            "daemon_mixed",
+            "daemon_race",
+            "launcher",
+            "scale",
+            "slurm",
+            "slurm_nodes",
+        ),
+    ),
+    Group(
+        "Reliability",
+        "Are the GPUs always put back, and does bad or hostile input get a clear answer?",
+        ("attacks", "chaos", "cli_fuzz", "inputs", "journal_faults", "seam_figures"),
+    ),
+)
+
+
+def grouped_names(names: Iterable[str]) -> list[tuple[Group | None, list[str]]]:
+    """`names` by group, in `GROUPS`' order (groups with none left out), then the names in
+    no group (None), each list in the order given."""
+    names = list(names)
+    out: list[tuple[Group | None, list[str]]] = []
+    for group in GROUPS:
+        mine = [n for n in names if n in group.names]
+        if mine:
+            out.append((group, mine))
+    rest = [n for n in names if not any(n in g.names for g in GROUPS)]
+    return [*out, (None, rest)] if rest else out
+
 
 HEADLINE_INTRO = """\
 # Benchmark figures
 
 Every figure of these pages was measured by a module of the benchmark suite
 (`benchmarks/`, `python -m benchmarks list`) on the machine and date given with it. GPU
-figures come from the lent H100s and H200s, read-only (`GPUENV_READONLY=1`: nothing on
-them was ever locked or reset); simulator figures from a 2-core CPU machine with no GPU.
-Ratios are measured side by side in one run.
+figures come from the H100s and H200s we measured on, read-only (`GPUENV_READONLY=1`:
+nothing on them was ever locked or reset); simulator figures from a 2-core CPU machine
+with no GPU. Ratios are measured side by side in one run.
 
-This page is generated from `benchmarks/results/` by `python -m benchmarks report`,
-as is each benchmark's own page (its tables, and the notes kept from when it ran). Below:
-each benchmark, what it asks, and the latest value it kept on each kind of machine (the
-first metric that `python -m benchmarks check` holds a later run to). What these figures
-say about GPUs themselves is told in [What a GPU does](explanation/what-gpus-do.md); the
-history typed by hand before the suite existed is [kept as measured](benchmarks/history.md).
+This page is generated from `benchmarks/results/` by `python -m benchmarks report`, as is
+each benchmark's own page (its tables, and the notes kept from when it ran). Below,
+grouped by what a reader asks (accuracy, speed, scale, reliability): each benchmark, what
+it asks, and the latest value it kept on each kind of machine (the first metric that
+`python -m benchmarks check` holds a later run to).
+
+What these figures say about GPUs themselves is told in
+[What a GPU does](explanation/what-gpus-do.md); the history typed by hand before the suite
+existed is [kept as measured](benchmarks/history.md).
 """
 
 
@@ -162,7 +266,7 @@ def section(result: Mapping[str, Any], goal: str | None = None) -> list[str]:
             lines += [*table_lines(t["columns"], t["rows"], t.get("align")), ""]
         else:  # a report's own lines, as printed (a '#' in them is no heading)
             fence = "`" * max(3, _longest_backticks(block["text"]) + 1)
-            lines += [fence + "text", block["text"], fence, ""]
+            lines += [fence + "text", "\n".join(_wrapped(block["text"])), fence, ""]
     metrics = result.get("metrics") or {}
     if metrics:
         lines += ["Checked for regressions (`python -m benchmarks check`):", ""]
@@ -172,6 +276,27 @@ def section(result: Mapping[str, Any], goal: str | None = None) -> list[str]:
         ]
         lines += [*table_lines(["metric", "value", "better"], rows), ""]
     return lines
+
+
+def _wrapped(text: str) -> list[str]:
+    """A report's printed lines, each longer than `CODE_WIDTH` wrapped at its spaces (the
+    rest of it indented two more spaces than its start), so a page's code blocks fit."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        if len(line) <= CODE_WIDTH:
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip())]
+        out += textwrap.wrap(
+            line,
+            CODE_WIDTH,
+            initial_indent="",
+            subsequent_indent=lead + "  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+            drop_whitespace=True,
+        ) or [line]
+    return out
 
 
 def _machine(result: Mapping[str, Any]) -> str:
@@ -253,6 +378,19 @@ def headline(grouped: Mapping[str, list[Mapping[str, Any]]], site: Site = SITE) 
     """The headline page: each benchmark's goal, the latest value per kind of machine (a
     GPU, the simulated one), and a link to its page."""
     lines = [HEADLINE_INTRO]
+    for group, names in grouped_names(grouped):
+        if group is not None:
+            lines += [f"## {group.title}", "", group.asks, ""]
+        elif len(lines) > 1:
+            lines += ["## Other", ""]
+        lines += _headline_entries({n: grouped[n] for n in names}, site)
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _headline_entries(grouped: Mapping[str, list[Mapping[str, Any]]], site: Site) -> list[str]:
+    """Each benchmark's line on the headline page, and one line per kind of machine."""
+    lines: list[str] = []
     for name, results in grouped.items():
         lines.append(f"- [**{name}**](benchmarks/{name}.md): {goal(name, results, site)}")
         prefer = headline_metric(name, site)
@@ -267,7 +405,7 @@ def headline(grouped: Mapping[str, list[Mapping[str, Any]]], site: Site = SITE) 
                 f"    - [{machine}, {_when(r)[:10]}](benchmarks/{name}.md#{anchor}): "
                 f"{_headline_value(r, prefer)}"
             )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _anchor(heading: str) -> str:
@@ -278,8 +416,16 @@ def _anchor(heading: str) -> str:
 
 
 def nav(grouped: Mapping[str, list[Mapping[str, Any]]], indent: str) -> list[str]:
-    """mkdocs.yml's nav lines for the benchmark pages."""
-    return [f"{indent}- {name}: benchmarks/{name}.md" for name in grouped]
+    """mkdocs.yml's nav lines for the benchmark pages: a section per group, then the
+    benchmarks in no group."""
+    out = []
+    for group, names in grouped_names(grouped):
+        inner = indent
+        if group is not None:
+            out.append(f"{indent}- {group.title}:")
+            inner = indent + "    "
+        out += [f"{inner}- {name}: benchmarks/{name}.md" for name in names]
+    return out
 
 
 def _kept_tail(text: str) -> str:

@@ -171,10 +171,13 @@ def test_the_readme_stays_the_door() -> None:
     assert re.search(r"!\[[^\]]+\]\(docs/[^)]+\.png\)", readme), "the README shows a picture"
 
 
-# Pages a user reads: README.md and docs/, but the ones for whoever changes gpuenv and the
-# history typed by hand at the time (docs/benchmarks/history.md, and the notes after a
-# benchmark page's generated section), which keep their words as measured.
-NOT_USER_PAGES = ("development.md", "ARCHITECTURE.md", "benchmarks/history.md")
+# Pages a user reads: README.md and docs/, but the ones for whoever changes gpuenv. A
+# benchmark page's generated section quotes its kept results as they were written (they may
+# name an issue); its header and the notes after it are the page's own words.
+NOT_USER_PAGES = ("development.md", "ARCHITECTURE.md")
+# the project's own words for what a reader calls "an H100 we measured on" and "every way
+# of measuring" (gpuenv.bench, stable(), the do_bench drop-in, gpuenv run, pytest, Timer)
+JARGON = re.compile(r"\b(lent|doors?)\b", re.IGNORECASE)
 # "#21" or "issue 11"; not gpuenv's own name of a site's second call ("bench.py:44 #2: ...")
 ISSUE_REF = re.compile(r"\b[Ii]ssues?\s+(#?\d+|\")|(?<![\w`#&])#\d+\b(?![`\w:])")
 
@@ -184,7 +187,8 @@ def _user_text(md: Path) -> str:
     if md.parent == DOCS / "benchmarks":
         from benchmarks import report
 
-        return text.split(report.END, 1)[0]  # the kept notes after it are history
+        head, _, rest = text.partition(report.BEGIN)
+        return head + rest.partition(report.END)[2]  # not the results, quoted as kept
     return text
 
 
@@ -206,6 +210,19 @@ def test_user_pages_name_no_issue_numbers():
             if ISSUE_REF.search(line):
                 found.append(f"{page.relative_to(ROOT)}:{k}: {line.strip()[:100]}")
     assert not found, "issue numbers in user pages:\n" + "\n".join(found)
+
+
+def test_user_pages_use_no_jargon():
+    """'The lent H100' and 'every door' are words of the people who build gpuenv; a reader
+    reads 'an H100 we measured on' and 'every way of measuring' or 'entry point'."""
+    found = []
+    for page in user_pages():
+        for k, line in enumerate(_user_text(page).splitlines(), start=1):
+            if JARGON.search(line):
+                found.append(f"{page.relative_to(ROOT)}:{k}: {line.strip()[:100]}")
+    assert not found, "project jargon in user pages:\n" + "\n".join(found)
+    assert JARGON.search("the lent H100") and JARGON.search("Every door takes")
+    assert not JARGON.search("a lentil, doorstep, indoors")
 
 
 def test_the_issue_pattern_finds_what_it_should():
@@ -300,6 +317,46 @@ def test_code_a_reader_copies_fits_the_page():
     assert not wide, f"{len(wide)} lines wider than {PAGE_COLUMNS} columns:\n" + "\n".join(wide)
 
 
+# a row of a table a tool printed: columns apart by 2+ spaces, a markdown row, a JSON
+# record, a CSV row; quoted as printed, however wide (the site wraps it)
+PRINTED_ROW = re.compile(r"^\s*[|{]|(\S {2,}.*){3}\S|^[^:]*(, [^,]*){8}$")
+
+
+def _checked_output_blocks(text: str) -> set[int]:
+    """The first body line numbers of the blocks marked `<!-- output: ... -->`, which
+    tests/docs_harness.py compares with what the tool prints (never edited by hand)."""
+    lines, out = text.split("\n"), set()
+    for _, start, _ in _fenced_blocks(text):
+        before = [x for x in lines[: start - 2] if x.strip()]
+        if before and before[-1].strip().startswith("<!-- output:"):
+            out.add(start)
+    return out
+
+
+def test_every_code_block_fits_the_page():
+    """Output too fits 88 columns: a long line of prose output wraps where the page quotes
+    it (the benchmark pages wrap a report's lines when generated). Left as printed: blocks
+    the docs harness compares with the tool's output, and rows of a printed table."""
+    from gpuenv.table import display_width
+
+    wide = []
+    for page in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        checked = _checked_output_blocks(text)
+        for _, start, body in _fenced_blocks(text):
+            if start in checked:
+                continue
+            for k, line in enumerate(body):
+                if display_width(line) > PAGE_COLUMNS and not PRINTED_ROW.search(line):
+                    wide.append(f"{page.relative_to(ROOT)}:{start + k}: {line[:70]}...")
+    assert not wide, f"{len(wide)} lines wider than {PAGE_COLUMNS} columns:\n" + "\n".join(wide)
+    assert PRINTED_ROW.search("  1     0    1.40 ms  322.3 us  4.0 us  ok")
+    assert PRINTED_ROW.search("| gemm | 1.971 ms |") and PRINTED_ROW.search('{"time": 1}')
+    assert not PRINTED_ROW.search("GPU 0 (NVIDIA H100): reached equilibrium after 105 s")
+    text = "x\n\n<!-- output: exact -->\n```text\nout\n```\n\n```text\nfree\n```\n"
+    assert _checked_output_blocks(text) == {5}
+
+
 def test_the_width_check_reads_commands_code_and_output_apart():
     console = ["$ gpuenv --sim status \\", "    --query-gpu=" + "x" * 90, "y" * 100, "$ ok"]
     assert [k for k, _ in _copied_lines("console", console)] == [0, 1, 3]
@@ -312,3 +369,21 @@ def test_the_width_check_reads_commands_code_and_output_apart():
     assert "pre-wrap" in css and ".language-text" in css and ".language-console" in css
     mkdocs = (ROOT / "mkdocs.yml").read_text()
     assert "stylesheets/extra.css" in mkdocs and "pygments_lang_class: true" in mkdocs
+
+
+def test_every_benchmark_page_is_in_a_group_a_reader_asks_by():
+    """The nav and docs/benchmarks.md list the benchmark pages under accuracy, speed, scale
+    and reliability (benchmarks/report.py's GROUPS), not by module name: a new benchmark
+    with kept results takes a group there, and a group names only benchmarks that exist."""
+    from benchmarks import report
+
+    kept = set(report.by_benchmark(report.load_results()))
+    grouped = [name for group in report.GROUPS for name in group.names]
+    assert len(grouped) == len(set(grouped)), "a benchmark is in two groups"
+    assert not kept - set(grouped), f"give these a group in report.GROUPS: {kept - set(grouped)}"
+    assert not set(grouped) - kept, f"groups name benchmarks with no results: {set(grouped) - kept}"
+    headings = re.findall(r"(?m)^## (\w+)$", report.DOC.read_text(encoding="utf-8"))
+    assert headings == [g.title for g in report.GROUPS]
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    for group in report.GROUPS:
+        assert f"- {group.title}:\n" in nav, f"mkdocs.yml's nav lacks the {group.title} group"

@@ -399,16 +399,34 @@ def job_ops() -> tuple[Any, Any, Any]:
         asked: str | None,
         lock: str | None,
     ) -> dict[str, Any]:
+        """`job_begin` (admin only: the Slurm prolog): the job's GPUs are its from now on.
+
+        Records the job id, its user (None reads "?"), its GPUs (the protocol's GPU
+        selection), what it asked for (`asked`) and the lock taken for it (None: "not
+        asked"); telemetry counts for the job from this call. Returns the job id and the
+        GPU indices recorded. A peer that is not an admin gets PermissionDenied.
+        """
         admin(self, conn, "begin a job")
         indices = self._gpus(gpus)
         self.jobs.begin(job, user or "?", indices, asked, lock or "not asked")
         return {"job": job, "gpus": indices}
 
     def op_job_end(self: Any, conn: Any, job: str) -> dict[str, Any]:
+        """`job_end` (admin only: the Slurm epilog): close the job's record.
+
+        Returns `{"report": ...}`, the job's report, which is also kept on disk for
+        `job_report` later. A job never begun on this node: ConfigError; a peer that is not
+        an admin: PermissionDenied.
+        """
         admin(self, conn, "end a job")
         return {"report": self.jobs.end(job)}
 
     def op_job_report(self: Any, conn: Any, job: str) -> dict[str, Any]:
+        """`job_report` (any peer; `gpuenv job JOBID`): a job's report as `{"report": ...}`.
+
+        A running job's report so far, or a finished job's from disk; no report of it on
+        this node: ConfigError.
+        """
         return {"report": self.jobs.report(job)}
 
     return op_job_begin, op_job_end, op_job_report

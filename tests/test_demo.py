@@ -15,6 +15,7 @@ from gpuenv.backend.sim import SimBackend
 from gpuenv.cli import cli
 from gpuenv.demo import KERNEL_MEM_CYCLES, KERNEL_SM_CYCLES, real_tour, sim_tour
 from gpuenv.demo.measure import SimRig, format_table
+from gpuenv.demo.tour import WIDTH
 from gpuenv.timebase import VirtualClock
 
 WAYS = ("naive (do_bench-like)", "gpuenv burst", "gpuenv sustained")
@@ -80,8 +81,11 @@ def test_sim_table_says_why_the_naive_numbers_differ(tour) -> None:
     assert f"{naive.hot.time_s * 1e3:.3f} ms" in naive_line and f"{naive.gap:+.1%}" in naive_line
     for line in table:
         assert line in text
-    assert "power cap (SwPowerCap) pulled the SM clock from 1980 to" in text
-    assert "back as they were" in text
+    words = " ".join(text.split())  # the explanations, however they wrap
+    assert "power cap (SwPowerCap) pulled the SM clock from 1980 to" in words
+    assert "back as they were" in words
+    explained = [ln for ln in text.splitlines() if not any(ln.endswith(t) for t in table)]
+    assert max(len(line) for line in explained) <= WIDTH  # a terminal, and the docs, show it
 
 
 def test_sim_tour_locks_and_restores_exactly(tmp_path: Path) -> None:

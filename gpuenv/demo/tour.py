@@ -52,7 +52,7 @@ SIM_LOAD_S = 30.0  # simulated: cheap on virtual time
 SIM_REST_S = 10.0
 REAL_LOAD_S = 15.0  # real seconds of matmuls before the hot measurements
 REAL_REST_S = 5.0  # do_bench on an H100 after 4-5 s idle reads the uncapped time
-WIDTH = 96  # explanations wrap here
+WIDTH = 88  # explanations wrap here: a terminal, and the docs page quoting them, show it
 ALIKE = 0.02  # cold and hot within this are "alike"
 
 
@@ -121,7 +121,7 @@ def _sim_story(sim: Any, say: _Pacer, seconds: float) -> dict:
         return float(sim.run_work(0, KERNEL_SM_CYCLES, mem_cycles=KERNEL_MEM_CYCLES)) * 1e3
 
     t0 = clock.now()
-    say(f"gpuenv demo on a simulated {info.name} (virtual time; every number is the model's)")
+    say(f"gpuenv demo on a simulated {info.name} (virtual time; the model's numbers)")
     say()
     say("1. No CUDA context yet: the driver parks the clock and says why (GpuIdle).")
     idle = sim.read_fast(0)
@@ -166,14 +166,14 @@ def _sim_story(sim: Any, say: _Pacer, seconds: float) -> dict:
     say()
     say(f"4. The same kernel, timed again right now: {hot:.2f} ms ({slower:+.0f}%).", pause=2)
     say(
-        f"   Same code, same GPU: only the GPU's state changed. The clock went from "
-        f"{boosted.sm_mhz} to {last.sm_mhz} MHz"
+        "   Same code, same GPU: only the GPU's state changed. The clock went from "
+        f"{boosted.sm_mhz} to"
     )
     say(
-        f"   ({_reasons(seen & ~REASON_GPU_IDLE)}) while the chip went from "
-        f"{boosted.temp_c:.0f} to {last.temp_c:.0f} C. A benchmark that runs"
+        f"   {last.sm_mhz} MHz ({_reasons(seen & ~REASON_GPU_IDLE)}) while the chip went from "
+        f"{boosted.temp_c:.0f} to {last.temp_c:.0f} C. A benchmark"
     )
-    say("   first looks fast; one that runs after another looks slow.", pause=2)
+    say("   that runs first looks fast; one that runs after another looks slow.", pause=2)
     return {
         "idle_mhz": idle.sm_mhz,
         "boost_mhz": boosted.sm_mhz,

@@ -285,6 +285,22 @@ class Bursts:
                 kept.append(r)
         return kept
 
+    def opening(self, reps: list[R]) -> bool:
+        """Before the first rep: where the unbroken work already run (a first burst begun
+        with bench: its set-up, estimate and warmup) is past the onset this function is
+        known to meet the cap at (`limit_s`, learned), rest first and wait for readings
+        that show whether the cap came on; else its first reps run into the cap (the MLP
+        block on an H200: a cold call's 45-55 ms of such work before its first rep, against
+        a learned onset of ~10 ms, met the cap at rep 7 or read its first reps 6% slow).
+        True where it rested."""
+        limit = self._run_limit()
+        if limit is None or self.clock.now() - self.runs[-1] <= limit:
+            return False
+        # the cap may have come on inside that work, and no reading shows it yet: wait for
+        # readings taken a driver refresh after it
+        self.rest(fresh=True)
+        return True
+
     def clock_fell(self, mhz: float | None) -> bool:
         """A rep's probed clock: True when it fell under the burst (end it; redo the rep)."""
         if mhz is None:

@@ -595,6 +595,8 @@ class _Run:
             )
         out: list[Rep] = []
         times: list[float] = []
+        if bursts is not None:
+            bursts.opening(out)  # the work before the first rep already met a known onset
         while True:
             got = self.device.reps(self.fn, batch) if batch > 1 else [self.device.rep(self.fn)]
             if bursts is not None:  # a rep the clock fell under is measured again

@@ -190,12 +190,15 @@ def test_a_kernel_the_cap_meets_within_50_ms_is_measured_off_it_cold_and_hot() -
     """The schedule learns the onset (shorter unbroken work, remembered for the next call)
     and measures again the reps whose windows show the cap: every call passes the gpu
     test's checks, and hot reads within 1% of cold."""
+    onset = onset_s_on(*_mlp_on_fastcap())  # from rest, on a GPU of its own: 30-50 ms
     sim, mlp = _mlp_on_fastcap()
     ms = _cold_and_hot(sim, mlp, trials=2)
     for m in ms:
         assert not _fails_the_gpu_test(m), m.findings
         assert capped_reps(m) == []
-        assert m.extra["burst_limit_s"] <= 0.025  # learned: under half the onset
+        # learned: under the onset. (Under half of it while each cold call's set-up and
+        # warmup ran into the cap and halved it again: a cold call now rests first.)
+        assert m.extra["burst_limit_s"] < onset
     for cold, hot in zip(ms[0::2], ms[1::2], strict=True):
         assert hot.stats.median_s == pytest.approx(cold.stats.median_s, rel=0.01)
     # what was redone, and why, is said (the set-up call learned most of it)
@@ -213,6 +216,20 @@ def test_a_gpu_capped_for_good_still_ends_with_its_finding(gpu) -> None:
     assert "power_cap" in {f.kind for f in m.findings}
     assert sum(m.extra["burst_redone"].values()) <= 2 * len(m.times_s)
     assert gpu.clock.now() - t0 < 10.0  # 7.3 s here (5.3 s before the window redo)
+
+
+def test_a_cold_call_whose_warmup_ran_past_the_learned_onset_rests_before_its_first_rep():
+    """The drop-in's first burst begins with its set-up, estimate and warmup (45-55 ms of an
+    MLP block): past the onset the function is known to meet the cap at, its first reps ran
+    into the cap (an H200: the cap at rep 7, or the first reps 6% slow, in 2 of 3 cold
+    calls). It rests first and waits for readings that show the cap, so no rep of a cold
+    call is measured again for the cap."""
+    sim, mlp = _mlp_on_fastcap()
+    ms = _cold_and_hot(sim, mlp, trials=2)
+    for cold in ms[0::2]:
+        assert "power cap" not in cold.extra["burst_redone"], cold.extra["burst_redone"]
+        assert cold.bursts.rests_s[0] >= DRIVER_REFRESH_S  # waited for fresh readings
+        assert cold.bursts.lengths_s[0] > cold.bursts.limit_s  # the work before it
 
 
 def onset_s_on(sim: SimBackend, k: Callable[[], float]) -> float:

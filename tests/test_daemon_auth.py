@@ -220,5 +220,8 @@ def test_the_job_rule_is_described_and_read_in_any_case() -> None:
     assert cfg.lock_rules["*"] == ("job",) and cfg.lock_rules["group:ops"] == ("job", "2")
     assert cfg.socket_permissions() == 0o666  # a rule names everyone: checked per request
     described = Authorizer(cfg, UUIDS).describe_rules()
-    assert described["*"] == "job (the GPUs of the caller's own running Slurm job)"
+    assert described["*"] == (
+        "job (the GPUs of the caller's own running Slurm job; outside Slurm, the GPUs its "
+        "process's device cgroup limits it to, cgroup v1 only)"
+    )
     assert described["group:ops"].startswith("2, job (") and described["user:carol"] == "0, 1, 2"

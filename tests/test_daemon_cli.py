@@ -50,11 +50,16 @@ def test_check_config_shows_the_job_rule(sim_env: Path, monkeypatch: pytest.Monk
     for args in (["--sim"], []):  # on the simulated GPU; on this one (the sim, by env)
         result = CliRunner().invoke(cli, [*args, "daemon", "check-config", "--config", str(conf)])
         assert result.exit_code == 0, result.output
-        assert "lock: * -> job (the GPUs of the caller's own running Slurm job)" in result.output
+        assert (
+            "lock: * -> job (the GPUs of the caller's own running Slurm job; outside Slurm, "
+            "the GPUs its process's device cgroup limits it to, cgroup v1 only)"
+        ) in result.output
         assert "lock: group:ops -> 1, job (the GPUs" in result.output
+        assert "job outside Slurm: " in result.output  # this machine's device cgroups
     monkeypatch.delenv("GPUENV_BACKEND")  # no driver here: the rule as written
     result = CliRunner().invoke(cli, ["daemon", "check-config", "--config", str(conf)])
     assert "lock: * -> job\n" in result.output and "lock: group:ops -> job, 1" in result.output
+    assert "job outside Slurm" not in result.output  # not this machine's: the file's
 
 
 def test_check_config_reports_a_bad_file_in_one_line(sim_env: Path) -> None:

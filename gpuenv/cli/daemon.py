@@ -216,7 +216,8 @@ def leases(socket_path: str | None, as_json: bool) -> None:
 def check_config(ctx: click.Context, config_path: str | None) -> None:
     """Parse the config and say who may lock which GPUs on this machine (without a GPU
     driver, e.g. on the machine that writes the file: the rules as written)."""
-    from gpuenv.daemon.auth import Authorizer, load_config
+    from gpuenv.daemon.auth import JOB, Authorizer, load_config
+    from gpuenv.daemon.cgroup import DeviceCgroups
     from gpuenv.errors import NvmlUnavailable
 
     config = load_config(config_path)
@@ -248,6 +249,8 @@ def check_config(ctx: click.Context, config_path: str | None) -> None:
             "GPUs: no NVIDIA driver here: the [lock] rules are shown as written, not "
             "matched to GPUs (run check-config on the GPU machine for that)"
         )
+    if uuids is not None and any(JOB in sel for sel in config.lock_rules.values()):
+        click.echo(f"job outside Slurm: {DeviceCgroups().describe()}")
     admins = sorted(config.admin_users) + [f"group:{g}" for g in sorted(config.admin_groups)]
     click.echo(f"admins: root{', ' + ', '.join(admins) if admins else ''}")
 

@@ -19,7 +19,8 @@ configparser (no new dependency on Python 3.10, comments allowed):
     [lock]                       ; who may lock which GPUs
     user:alice = all
     group:gpubench = 0,1         ; NVML indices or UUIDs (GPU-...), comma-separated
-    group:slurmusers = job       ; the GPUs of the caller's own running Slurm job
+    group:slurmusers = job       ; the GPUs of the caller's own running Slurm job (outside
+                                 ; Slurm: those its device cgroup allows, cgroup v1)
     * = none                     ; everyone else who can connect (the default)
 
     [admin]                      ; may release anyone's lease and restore any GPU
@@ -32,7 +33,10 @@ status, window, subscribe); only lock needs a `[lock]` entry.
 On a Slurm node gpuenvd knows each running job's GPUs and user (the prolog's `job_begin`,
 daemon/jobs.py). `job` grants a caller the GPUs of its own running jobs (the job's user is
 the caller), and no rule but an admin's lands a lock on a GPU of another account's running
-job: `all` means every GPU that no other account's job holds.
+job: `all` means every GPU that no other account's job holds. A caller with no running
+Slurm job here gets, under `job`, the GPUs its process's device cgroup limits it to
+(cgroup v1's devices.list, daemon/cgroup.py); a cgroup that sets no limit, or cgroup v2,
+grants none.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from gpuenv.daemon.cgroup import DeviceCgroups, DeviceLimit
 from gpuenv.errors import ConfigError, PermissionDenied
 
 DEFAULT_SOCKET = "/run/gpuenv/gpuenv.sock"
@@ -59,6 +64,8 @@ KEYWORDS = ("all", "none", JOB)
 
 # (GPU, job id, user) of every running job gpuenvd knows (JobBook.running)
 RunningJobs = Callable[[], Iterable[tuple[int, str, str]]]
+# each GPU's NVIDIA minor number (/dev/nvidiaN), by NVML index; None where unknown
+MinorNumbers = Callable[[], Sequence[int | None]]
 
 
 @dataclass(frozen=True)
@@ -351,14 +358,27 @@ class Authorizer:
 
     `jobs` lists the running Slurm jobs gpuenvd knows (gpuenvd's JobBook.running): the
     `job` rule's GPUs, and the GPUs no rule but an admin's may lock for another account.
+    Outside Slurm the `job` rule reads the caller's device cgroup (`cgroups`) and maps the
+    minors it allows to GPUs with `minors` (asked once, when first needed).
     """
 
-    def __init__(self, config: Config, uuids: Sequence[str], jobs: RunningJobs | None = None):
+    def __init__(
+        self,
+        config: Config,
+        uuids: Sequence[str],
+        jobs: RunningJobs | None = None,
+        *,
+        minors: MinorNumbers | None = None,
+        cgroups: DeviceCgroups | None = None,
+    ):
         self.config = config
         self._uuids = list(uuids)
         self._rules = {key: self._resolve(key, sel) for key, sel in config.lock_rules.items()}
         self._job_rules = frozenset(k for k, sel in config.lock_rules.items() if JOB in sel)
         self.jobs: RunningJobs = jobs or (lambda: ())
+        self._minors = minors or (lambda: ())
+        self._minor_to_gpu: dict[int, int] | None = None  # filled once (idempotent)
+        self.cgroups = cgroups or DeviceCgroups()
 
     def _resolve(self, key: str, selectors: Iterable[str]) -> frozenset[int]:
         out: set[int] = set()
@@ -432,9 +452,17 @@ class Authorizer:
                 theirs[gpu] = (job, user)
         return mine, theirs
 
+    def _cgroup(self, peer: Peer) -> tuple[frozenset[int], DeviceLimit]:
+        """The GPUs the peer's device cgroup limits it to, and what the cgroup says."""
+        if self._minor_to_gpu is None:
+            self._minor_to_gpu = {m: i for i, m in enumerate(self._minors()) if m is not None}
+        limit = self.cgroups.limit(peer.pid, peer.uid)
+        return limit.gpus(self._minor_to_gpu), limit
+
     def lockable(self, peer: Peer) -> frozenset[int]:
         """The GPUs this peer may lock: admins all; else its user, group and * rules together
-        (a `job` rule: its own running jobs' GPUs), less any GPU of another account's job."""
+        (a `job` rule: its own running jobs' GPUs; with none, those its device cgroup
+        limits it to), less any GPU of another account's job."""
         if self.is_admin(peer):
             return frozenset(range(len(self._uuids)))
         keys = self._applying(peer)
@@ -443,7 +471,7 @@ class Authorizer:
             allowed |= self._rules[key]
         mine, theirs = self._jobs(peer)
         if any(key in self._job_rules for key in keys):
-            allowed |= mine
+            allowed |= mine or self._cgroup(peer)[0]  # a Slurm job first: its GPUs
         return frozenset(allowed - set(theirs))
 
     def check_lock(self, peer: Peer, gpus: Iterable[int]) -> None:
@@ -470,6 +498,20 @@ class Authorizer:
                 f"once job {job} ends",
             )
         if any(key in self._job_rules for key in self._applying(peer)):
+            return self._job_refusal(peer, gpu, where)
+        return PermissionDenied(
+            f"{peer.user} may not lock clocks through gpuenvd (allowed: {where})",
+            op="lock",
+            gpu=gpu,
+            hint=f"ask the admin to add 'user:{peer.user} = ...' to [lock] in "
+            f"{self.config.source or DEFAULT_CONFIG}",
+        )
+
+    def _job_refusal(self, peer: Peer, gpu: int, where: str) -> PermissionDenied:
+        """The `job` rule's refusal: the caller's Slurm jobs are elsewhere, or (with none)
+        what its device cgroup says."""
+        mine, _ = self._jobs(peer)
+        if mine:
             return PermissionDenied(
                 f"{peer.user} may lock only the GPUs of their own running Slurm jobs, and "
                 f"none of them is on this GPU (allowed: {where})",
@@ -478,12 +520,25 @@ class Authorizer:
                 hint="lock from inside your job (sbatch/srun --gres=gpu:N), on its GPUs "
                 "(SLURM_JOB_GPUS)",
             )
+        gpus, limit = self._cgroup(peer)
+        why = limit.why
+        if limit.minors and not gpus:
+            why += " (none of them is a GPU gpuenvd knows the minor number of)"
+        if gpus:
+            hint = f"lock the GPUs your cgroup allows (-i {','.join(map(str, sorted(gpus)))})"
+        else:
+            hint = (
+                "run the job under Slurm (sbatch/srun --gres=gpu:N), whose GPUs it may lock, "
+                f"or ask the admin for a [lock] rule that names GPUs ('user:{peer.user} = "
+                f"0,1' in {self.config.source or DEFAULT_CONFIG})"
+            )
         return PermissionDenied(
-            f"{peer.user} may not lock clocks through gpuenvd (allowed: {where})",
+            f"{peer.user} may lock only the GPUs of their own running Slurm jobs or, "
+            "outside Slurm, those their process's device cgroup limits it to; no Slurm job "
+            f"of theirs runs here, and their process {why} (allowed: {where})",
             op="lock",
             gpu=gpu,
-            hint=f"ask the admin to add 'user:{peer.user} = ...' to [lock] in "
-            f"{self.config.source or DEFAULT_CONFIG}",
+            hint=hint,
         )
 
     def check_release(self, peer: Peer, owner_uid: int, owner: str, what: str) -> None:
@@ -496,7 +551,10 @@ class Authorizer:
             )
 
 
-JOB_WORDS = "job (the GPUs of the caller's own running Slurm job)"
+JOB_WORDS = (
+    "job (the GPUs of the caller's own running Slurm job; outside Slurm, the GPUs its "
+    "process's device cgroup limits it to, cgroup v1 only)"
+)
 
 
 def _is_user(peer: Peer, user: str) -> bool:

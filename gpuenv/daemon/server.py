@@ -86,7 +86,11 @@ class Server:
             )
         self.gpus = list(range(count))
         self.infos = [backend.device_info(i) for i in self.gpus]
-        self.auth = Authorizer(config, [info.uuid for info in self.infos])
+        self.auth = Authorizer(
+            config,
+            [info.uuid for info in self.infos],
+            minors=lambda: [_minor_number(backend, i) for i in self.gpus],
+        )
         self.leases = LeaseManager(backend, self.journal, self.auth, self.clock)
         self.leases.listeners.append(self._on_lease_event)
         self.sampler = Sampler(
@@ -412,3 +416,11 @@ M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 _TOO_LONG = protocol.ProtocolError(
     f"request longer than {protocol.MAX_LINE} bytes", hint="send one short JSON object per line"
 )
+
+
+def _minor_number(backend: Backend, index: int) -> int | None:
+    """GPU `index`'s /dev/nvidiaN minor (the `job` rule's device cgroups), None if unread."""
+    try:
+        return backend.details(index).minor_number
+    except GpuenvError:
+        return None

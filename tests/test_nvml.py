@@ -168,6 +168,17 @@ def test_gpu_device_info_matches_nvidia_smi_list(real: nvml.NvmlBackend) -> None
 
 
 @pytest.mark.gpu
+def test_gpu_minor_numbers_match_nvidia_smi_and_dev(real: nvml.NvmlBackend) -> None:
+    # gpuenvd's `job` rule maps a device cgroup's `c 195:N` to a GPU by this number
+    for index in range(real.device_count()):
+        minor = real.details(index).minor_number
+        shown = re.search(r"Minor Number\s*:\s*(\d+)", _smi("-q", "-i", str(index)))
+        assert shown is not None and minor == int(shown.group(1))
+        dev = os.stat(f"/dev/nvidia{minor}")
+        assert (os.major(dev.st_rdev), os.minor(dev.st_rdev)) == (195, minor)
+
+
+@pytest.mark.gpu
 def test_gpu_static_clocks_power_and_thresholds_match_nvidia_smi(real: nvml.NvmlBackend) -> None:
     for i in range(real.device_count()):
         limits = real.clock_limits(i)

@@ -177,3 +177,18 @@ def test_an_autotune_decision_is_on_gpuenv_runs_table_and_in_its_results(gpu, tm
     kept = load_run(out).measurements[1].extra["autotune"]
     assert kept["configs"][kept["winner"]][0] == f"{long}num_stages=0"
     assert [c[3] for c in kept["configs"]][:2] == ["winner", "far"]
+
+
+def test_an_autotune_record_reads_back_and_a_damaged_one_reads_as_none(gpu):
+    from gpuenv.timing.rank import Decision, decision_lines, decision_record
+
+    r = gpuenv.rank({"a": kernel(gpu, 0.2, 0), "b": kernel(gpu, 0.26, 1)}, backend=gpu)
+    record = decision_record("k", ["M=8"], r)
+    decision = Decision.read(json.loads(json.dumps(record)))  # as a results file holds it
+    assert decision is not None and decision.to_extra() == record
+    assert (
+        decision.lines() == decision_lines(record)
+        and "a chosen by gpuenv.rank" in decision.lines()[0]
+    )
+    for bad in (None, [], {**record, "winner": 7}, {**record, "configs": [["a", "x", 1, "w", 1]]}):
+        assert Decision.read(bad) is None and decision_lines(bad) == []

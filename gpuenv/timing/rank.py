@@ -460,61 +460,120 @@ class _Ranker:
 MAX_RECORD_CHARS = 1800  # what a gpuenv run region's facts carry (run/region.py MAX_META)
 
 
-def decision_record(kernel: str, key: list[str], r: Ranking) -> dict[str, Any]:
-    """An autotune decision as `Measurement.extra["autotune"]` holds it (JSON, compact: a
-    region's facts must stay under MAX_RECORD_CHARS): `kernel`, `key`, `winner` and `tied`
-    (indices into `configs`), `configs` (each [name, median_s, margin, outcome, rounds],
-    in the order given), `state` (in words), `rounds`, `wall_s`, `tolerance`."""
-    import json
+@dataclass(frozen=True)
+class Decision:
+    """An autotune decision as a results file keeps it, `Measurement.extra["autotune"]`:
+    the record's one writer is `decision_record`, its one reader `Decision.read`.
 
-    def build(width: int) -> dict[str, Any]:
-        names = [n if len(n) <= width else n[: width - 3] + "..." for n in r.order]
+    `kernel`, `key`; `winner` and `tied` (indices into `configs`); `configs`, each (name,
+    median_s, margin against the winner, outcome, rounds), in the order given; `state` (the
+    GPU's, in words), `rounds`, `wall_s`, `tolerance` (the tie band)."""
+
+    kernel: str
+    key: tuple[str, ...]
+    winner: int
+    tied: tuple[int, ...]
+    configs: tuple[tuple[str, float, float, str, int], ...]
+    state: str
+    rounds: int
+    wall_s: float
+    tolerance: float
+
+    def to_extra(self) -> dict[str, Any]:
         return {
-            "kernel": kernel[:width],
-            "key": [k[:width] for k in key],
-            "winner": r.order.index(r.winner),
-            "tied": [r.order.index(n) for n in r.tied],
-            "configs": [
-                [name, float(f"{c.median_s:.5g}"), round(c.margin, 5), c.outcome, c.rounds]
-                for name, c in zip(names, (r[n] for n in r.order), strict=True)
-            ],
-            "state": str(r.state),
-            "rounds": r.rounds,
-            "wall_s": round(r.wall_s, 4),
-            "tolerance": r.tolerance,
+            "kernel": self.kernel,
+            "key": list(self.key),
+            "winner": self.winner,
+            "tied": list(self.tied),
+            "configs": [list(c) for c in self.configs],
+            "state": self.state,
+            "rounds": self.rounds,
+            "wall_s": self.wall_s,
+            "tolerance": self.tolerance,
         }
 
-    for width in (120, 60, 30, 12):
-        record = build(width)
-        if len(json.dumps(record)) <= MAX_RECORD_CHARS:
-            return record
-    return {**build(12), "configs": [], "state": ""}
+    @classmethod
+    def read(cls, got: object) -> Decision | None:
+        """The record `got` holds (None: no record, or one of the wrong shape: a file may
+        hold anything)."""
+        if not isinstance(got, Mapping):
+            return None
+        try:
+            configs = tuple(
+                (str(n), float(t), float(m), str(o), int(k)) for n, t, m, o, k in got["configs"]
+            )
+            decision = cls(
+                str(got["kernel"]),
+                tuple(str(k) for k in got.get("key") or ()),
+                int(got["winner"]),
+                tuple(int(i) for i in got["tied"]),
+                configs,
+                str(got["state"]),
+                int(got["rounds"]),
+                float(got["wall_s"]),
+                float(got.get("tolerance", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        ok = all(0 <= i < len(configs) for i in (decision.winner, *decision.tied))
+        return decision if ok else None
 
-
-def decision_lines(record: Any) -> list[str]:
-    """A decision record (`decision_record`) as the lines under gpuenv run's table."""
-    if not isinstance(record, dict) or not isinstance(record.get("configs"), list):
-        return []
-    try:
-        configs = record["configs"]
-        names = [c[0] for c in configs]
-        winner = names[record["winner"]]
-        tied = [names[i] for i in record["tied"] if names[i] != winner]
-        key = " ".join(record.get("key") or []) or "(no key)"
-        head = f"autotune {record['kernel']} {key}: {winner} chosen by gpuenv.rank"
+    def lines(self) -> list[str]:
+        """The lines under gpuenv run's table."""
+        names = [c[0] for c in self.configs]
+        if not names:
+            return []
+        winner = names[self.winner]
+        tied = [names[i] for i in self.tied if names[i] != winner]
+        key = " ".join(self.key) or "(no key)"
+        head = f"autotune {self.kernel} {key}: {winner} chosen by gpuenv.rank"
         head += f", tied with {', '.join(tied)}" if tied else ""
-        head += f" ({record['rounds']} rounds, {record['wall_s']:.2f} s)"
+        head += f" ({self.rounds} rounds, {self.wall_s:.2f} s)"
         width = max(len(n) for n in names)
         lines = [head]
-        for name, median_s, margin, outcome, rounds in sorted(configs, key=lambda c: c[2]):
+        for name, median_s, margin, outcome, rounds in sorted(self.configs, key=lambda c: c[2]):
             lines.append(
                 f"  {name:<{width}}  {fmt_s(median_s):>9}  x{margin:.4f}  {outcome}, "
                 f"{rounds} round{'s' * (rounds != 1)}"
             )
-        lines.append(f"  state: {record['state']}")
+        lines.append(f"  state: {self.state}")
         return lines
-    except (KeyError, IndexError, TypeError, ValueError):
-        return []
+
+
+def decision_record(kernel: str, key: list[str], r: Ranking) -> dict[str, Any]:
+    """An autotune decision as `Measurement.extra["autotune"]` holds it (`Decision`), made
+    to fit a region's facts (under MAX_RECORD_CHARS): long names are cut, then dropped."""
+    import json
+
+    def build(width: int) -> Decision:
+        names = [n if len(n) <= width else n[: width - 3] + "..." for n in r.order]
+        return Decision(
+            kernel[:width],
+            tuple(k[:width] for k in key),
+            r.order.index(r.winner),
+            tuple(r.order.index(n) for n in r.tied),
+            tuple(
+                (name, float(f"{c.median_s:.5g}"), round(c.margin, 5), c.outcome, c.rounds)
+                for name, c in zip(names, (r[n] for n in r.order), strict=True)
+            ),
+            str(r.state),
+            r.rounds,
+            round(r.wall_s, 4),
+            r.tolerance,
+        )
+
+    for width in (120, 60, 30, 12):
+        record = build(width).to_extra()
+        if len(json.dumps(record)) <= MAX_RECORD_CHARS:
+            return record
+    return {**build(12).to_extra(), "configs": [], "state": ""}
+
+
+def decision_lines(record: object) -> list[str]:
+    """A decision record (`decision_record`) as the lines under gpuenv run's table; none
+    for a record of the wrong shape."""
+    decision = Decision.read(record)
+    return decision.lines() if decision is not None else []
 
 
 def _state(ms: list[Any]) -> RankState:
@@ -524,12 +583,13 @@ def _state(ms: list[Any]) -> RankState:
     highs = [w.sm_mhz_max for w in windows if w.sm_mhz_max is not None]
     temps = [t for w in windows for t in (w.temp_c_start, w.temp_c_end) if t is not None]
     powers = [w.power_w_mean for w in windows if w.power_w_mean is not None]
-    conditions = sorted({str(m.extra.get("condition")) for m in ms if m.extra.get("condition")})
+    conditioned = [c for c in (m.conditioned for m in ms) if c is not None]
+    conditions = sorted({c.condition for c in conditioned})
     first = ms[0] if ms else None
     return RankState(
         gpu=(first.gpus[0] if first is not None and first.gpus else None),
         condition=", ".join(conditions) or None,
-        condition_why=first.extra.get("condition_why") if first is not None else None,
+        condition_why=conditioned[0].why if conditioned else None,
         sm_mhz=(float(min(lows)), float(max(highs))) if lows and highs else None,
         temp_c=(float(min(temps)), float(max(temps))) if temps else None,
         power_w_max=float(max(powers)) if powers else None,
@@ -567,6 +627,7 @@ __all__ = [
     "RANK_CALL",
     "TOLERANCE",
     "Candidate",
+    "Decision",
     "RankState",
     "Ranking",
     "decision_lines",

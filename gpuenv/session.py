@@ -34,6 +34,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from types import FrameType
 from typing import IO, TYPE_CHECKING, Any, ParamSpec
 
 from gpuenv import conditioning
@@ -259,7 +260,7 @@ class Session:
             f"gpuenv.stable({asked}): clocks not locked ({why}); observing instead: every "
             "measurement still carries its clocks, power, temperature and findings",
             ObserveOnlyWarning,
-            stacklevel=5,  # the user's `with gpuenv.stable(...)` line
+            stacklevel=_user_level(),  # the user's `with gpuenv.stable(...)` line
         )
 
     def _lock_ranges(self) -> dict[int, tuple[int, int]]:
@@ -398,7 +399,7 @@ class Session:
         if key in self._warned:
             return
         self._warned.add(key)
-        warnings.warn(text, category, stacklevel=4)
+        warnings.warn(text, category, stacklevel=_user_level())
 
     # -- modes ---------------------------------------------------------------------------
     def _prepare(self, load: Callable[[], object] | None) -> Wait | Conditioning | None:
@@ -604,6 +605,18 @@ class MeasureContext:
     def __repr__(self) -> str:
         verdict = self.measurement.verdict if self.measurement else "running"
         return f"<gpuenv measurement {self.name!r}: {verdict}>"
+
+
+def _user_level() -> int:
+    """The `stacklevel` that points a warning raised by the caller at the first line outside
+    gpuenv (the user's `with env.measure(...)`, `env.bench(...)`), however deep in gpuenv
+    the call that warns sits."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame: FrameType | None = sys._getframe(1)  # the caller, which calls warnings.warn
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 _P = ParamSpec("_P")

@@ -151,3 +151,19 @@ def test_a_conditioner_needs_a_clock_and_keeps_its_own_memory():
     assert a.memory is not b.memory and a.config == ConditionConfig()
     shared = Conditioner(clock=clock, memory=process_memory())
     assert shared.memory is process_memory()
+
+
+def test_a_session_warning_points_at_the_users_line():
+    sim = two_gpus()
+    sim.set_background_load(0, 1.0)
+    sim.idle(5.0)
+    quick = ConditionConfig(burst_timeout_s=0.5)
+    with (
+        gpuenv.stable(backend=sim, gpus="all", mode_config=quick) as env,
+        warnings.catch_warnings(record=True) as seen,
+    ):
+        warnings.simplefilter("always")
+        with env.measure("step"):  # waits for both GPUs: GPU 0 stays capped
+            pass
+    said = [w for w in seen if issubclass(w.category, NotRecoveredWarning)]
+    assert said and said[0].filename == __file__

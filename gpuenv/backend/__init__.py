@@ -15,6 +15,7 @@ backend of theirs is opened: no import circle, even through the factory.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -49,6 +50,8 @@ from gpuenv.backend.base import (
 from gpuenv.backend.readonly import ReadOnlyBackend, env_readonly
 from gpuenv.errors import ConfigError
 from gpuenv.reasons import REASON_NAMES, reason_names
+
+log = logging.getLogger(__name__)
 
 
 def _open(kind: str | None, spec: Mapping[str, Any] | None) -> Backend:
@@ -132,6 +135,30 @@ def open_backend(
     return backend
 
 
+def open_backend_quietly() -> Backend | None:
+    """The default backend (`open_backend()`), or None where NVML is unavailable, said once
+    in the log: timing without telemetry."""
+    from gpuenv.errors import BackendError
+
+    try:
+        return open_backend()
+    except BackendError as err:
+        log.warning("timing without telemetry: %s", err)
+        return None
+
+
+_SHARED: list[Backend | None] = []  # opened once per process (NVML start-up is not free)
+
+
+def shared_backend() -> Backend | None:
+    """`open_backend_quietly()`, opened once a process, for the callers that time many
+    short calls with no backend given (the do_bench drop-in, gpuenv.rank), each of which
+    would otherwise pay NVML's start-up."""
+    if not _SHARED:
+        _SHARED.append(open_backend_quietly())
+    return _SHARED[0]
+
+
 __all__ = [
     "CLOCK_LIMIT_TDP",
     "CLOCK_LIMIT_UNLIMITED",
@@ -163,5 +190,7 @@ __all__ = [
     "backend_from_spec",
     "env_readonly",
     "open_backend",
+    "open_backend_quietly",
     "reason_names",
+    "shared_backend",
 ]

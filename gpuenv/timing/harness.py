@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from gpuenv import conditioning, stats
 from gpuenv import validate as v
-from gpuenv.backend import Backend
+from gpuenv.backend import Backend, open_backend_quietly
 from gpuenv.clocks.status import lock_holds
 from gpuenv.conditioning import Conditioner
 from gpuenv.conditioning.memory import gpu_key, process_memory
@@ -184,7 +184,7 @@ class _Place:
             backend, sampler = session.backend, session.sampler
             gpus = list(session.gpus or sampler.gpus)
         elif backend is None:
-            backend = _open_backend_quietly()
+            backend = open_backend_quietly()
         if device is None:
             if backend is not None and backend.workload is not None:
                 if gpu is None:  # the GPU CUDA's device 0 would be: CUDA_VISIBLE_DEVICES's first
@@ -751,18 +751,6 @@ def _trace(
     samples = sampler.samples(t0, t1, gpu)
     step = max(1, math.ceil(len(samples) / max_points))
     return trace_record(samples[::step], t0)
-
-
-def _open_backend_quietly() -> Backend | None:
-    """The default backend, or None (timing without telemetry) when NVML is unavailable."""
-    from gpuenv.backend import open_backend
-    from gpuenv.errors import BackendError
-
-    try:
-        return open_backend()
-    except BackendError as err:
-        log.warning("timing without telemetry: %s", err)
-        return None
 
 
 def _cuda_zero(backend: Backend) -> int:

@@ -58,7 +58,6 @@ DEFAULT_BUDGET_S = 5.0  # the longest a ranking runs (its candidates' first roun
 MAX_ROUNDS = 30
 
 Outcome = Literal["winner", "tied", "slower", "far"]
-_DEFAULT_BACKEND: list[Any] = []  # opened once per process (NVML start-up is not free)
 
 
 @dataclass(frozen=True)
@@ -286,7 +285,9 @@ def rank(
     )
     cfg = BenchConfig.of(config or RANK_CALL, dict(settings))
     if session is None and backend is None and device is None:
-        backend = _default_backend()
+        from gpuenv.backend import shared_backend
+
+        backend = shared_backend()
     clock = _clock(session, backend, device)
     return _Ranker(fns, cfg, tolerance, confidence, budget_s, max_rounds, clock).run(
         dict(backend=backend, gpu=gpu, device=device, session=session)
@@ -595,14 +596,6 @@ def _state(ms: list[Any]) -> RankState:
         power_w_max=float(max(powers)) if powers else None,
         findings=tuple(sorted({f.kind for m in ms for f in m.findings})),
     )
-
-
-def _default_backend() -> Any:
-    if not _DEFAULT_BACKEND:
-        from gpuenv.timing.harness import _open_backend_quietly
-
-        _DEFAULT_BACKEND.append(_open_backend_quietly())
-    return _DEFAULT_BACKEND[0]
 
 
 def _clock(

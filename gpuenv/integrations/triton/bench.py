@@ -55,11 +55,11 @@ DROPIN_CONDITIONING = ConditionConfig(
 SIM_REP_OVERHEAD_S = 25e-6  # host time of a flushed, synchronized rep, on the simulated GPU
 
 # Process state that changes no number: `_recent` is what last_measurement() and
-# measurements() hand the caller back, and nothing of gpuenv reads it to measure; the
-# default backend is the one door to the same GPUs for every call (what a GPU carries
-# from one call to the next, conditioning/burst.py keeps by its clock and UUID).
+# measurements() hand the caller back, and nothing of gpuenv reads it to measure. The
+# default backend (gpuenv.backend.shared_backend, gpuenv.rank's too) is the one door
+# to the same GPUs for every call; what a GPU carries from one call to the next, the
+# process's conditioning memory keeps by its clock and UUID.
 _recent: deque[Any] = deque(maxlen=256)
-_default_backend: list[Any] = []  # opened once per process (NVML start-up is not free)
 
 
 def do_bench(
@@ -246,11 +246,9 @@ def _where(session: BenchSession | None, backend: Any) -> tuple[Any, int]:
     if session is not None:
         return session.backend, (session.gpus or session.sampler.gpus)[0]
     if backend is None:
-        if not _default_backend:
-            from gpuenv.timing.harness import _open_backend_quietly
+        from gpuenv.backend import shared_backend
 
-            _default_backend.append(_open_backend_quietly())
-        backend = _default_backend[0]
+        backend = shared_backend()
     return backend, 0
 
 

@@ -402,7 +402,7 @@ class Session:
         warnings.warn(text, category, stacklevel=_user_level())
 
     # -- modes ---------------------------------------------------------------------------
-    def _prepare(self, load: Callable[[], object] | None) -> Wait | Conditioning | None:
+    def _prepare(self, load: Callable[[], object] | None) -> None:
         """Before a measurement: the GPUs put in the session's state by its conditioner (the
         one dispatch: burst waits, sustained preconditions once), and what went wrong said."""
         done = self.conditioner.before(
@@ -417,7 +417,6 @@ class Session:
             self._said_wait(done)
         elif isinstance(done, Conditioning):
             self._said_precondition(done)
-        return done
 
     def wait_until_recovered(
         self, fn: Callable[..., object] | None = None, *, gpus: Sequence[int] | None = None

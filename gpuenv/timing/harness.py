@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -156,9 +157,11 @@ class _Place:
     def clock(self) -> Clock:
         return self.device.clock
 
+    @functools.cached_property
     def identity(self) -> Hashable:
-        """This GPU, for what the conditioner's memory keeps between calls: its clock and
-        UUID (without a backend, CUDA's device, which names one GPU for the process's life)."""
+        """This GPU (read once a bench), for what the conditioner's memory keeps between
+        calls: its clock and UUID (without a backend, CUDA's device, which names one GPU for
+        the process's life)."""
         uuid = None
         if self.backend is not None:
             with contextlib.suppress(GpuenvError):
@@ -353,7 +356,7 @@ class _Run:
         cfg, place = self.cfg, self.place
         t_begin, started_at = self.mark(), self.clock.wall()
         # a function warmed up before on this GPU needs only the clock's ramp
-        gpu, memory = place.identity(), place.conditioner.memory
+        gpu, memory = place.identity, place.conditioner.memory
         known = memory.warmed(self.fn, gpu)
         warm = _warmup(
             self.device,
@@ -496,7 +499,7 @@ class _Run:
             self.device,
             p.sampler,
             p.gpu,
-            p.identity(),
+            p.identity,
             p.facts.get(p.gpu),
             self.cfg.conditioning,
             p.conditioner.memory,
@@ -515,7 +518,7 @@ class _Run:
                 self.device,
                 m,
                 p.gpu,
-                p.identity(),
+                p.identity,
                 p.facts.get(p.gpu),
                 clock_mhz,
                 self.cfg.conditioning,
@@ -587,11 +590,9 @@ class _Run:
                 start=start,
                 burst_start=start - lead,
                 rested_s=learned.first_wait_s,
-                limit_s=burst_limit(
-                    self.fn, self.device, place.identity(), place.conditioner.memory
-                ),
+                limit_s=burst_limit(self.fn, self.device, place.identity, place.conditioner.memory),
                 memory=place.conditioner.memory,
-                on=place.identity(),
+                on=place.identity,
             )
         out: list[Rep] = []
         times: list[float] = []
@@ -620,7 +621,7 @@ class _Run:
             if reason is not None:
                 done = bursts.summary() if bursts is not None else BurstSchedule(rests=0)
                 remember_burst_limit(
-                    self.fn, self.device, place.identity(), done.limit_s, place.conditioner.memory
+                    self.fn, self.device, place.identity, done.limit_s, place.conditioner.memory
                 )
                 self.extra.update(done.to_extra())
                 return out, reason

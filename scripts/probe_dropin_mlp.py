@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Why the do_bench drop-in's first reps of the MLP block read slower on an H200 (read-only).
+"""Why the do_bench drop-in's first reps of the MLP block read slower on an H200 (read-only);
+with --tool bench, the same for gpuenv.bench's default (cold calls 5.7-6.5% slow).
 
 tests/integrations/test_triton_gpu.py's MLP test (gelu(X @ W1) @ W2, 8192x4096x16384
 bf16) failed there with a drift warning: the first 7 reps 3.05 ms, the rest 2.91 ms.
@@ -24,9 +25,15 @@ import torch
 from gpuenv.integrations import triton as gt
 
 
-def _call(fn: Any) -> dict[str, Any]:
-    ms = gt.do_bench(fn, return_mode="median")
-    m = gt.last_measurement()
+def _call(fn: Any, tool: str) -> dict[str, Any]:
+    if tool == "bench":
+        import gpuenv
+
+        m = gpuenv.bench(fn)
+        ms = m.median_s * 1e3
+    else:
+        ms = gt.do_bench(fn, return_mode="median")
+        m = gt.last_measurement()
     return {
         "ms": ms,
         "times_ms": [round(t * 1e3, 4) for t in m.times_s],
@@ -48,6 +55,7 @@ def _call(fn: Any) -> dict[str, Any]:
             k: m.extra.get(k)
             for k in ("burst_lengths_s", "burst_rests_s", "burst_limit_s", "burst_redone")
         },
+        "conditioned": None if m.conditioned is None else str(m.conditioned),
         "plan": m.extra.get("dropin"),
     }
 
@@ -56,6 +64,9 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--out", default="probe_dropin_mlp.json")
+    p.add_argument(
+        "--tool", choices=("dropin", "bench"), default="dropin", help="bench: gpuenv.bench"
+    )
     args = p.parse_args()
     x, w1, w2 = (
         torch.randn(*s, device="cuda", dtype=torch.bfloat16)
@@ -66,18 +77,18 @@ def main() -> None:
     def mlp() -> Any:
         return torch.nn.functional.gelu(x @ w1) @ w2
 
-    gt.do_bench(mlp)  # set-up
+    _call(mlp, args.tool)  # set-up
     rows = []
     for trial in range(args.trials):
         torch.cuda.synchronize()
         time.sleep(3.0)
-        cold = _call(mlp)
+        cold = _call(mlp, args.tool)
         end = time.monotonic() + 3.0
         while time.monotonic() < end:
             for _ in range(8):
                 _ = a @ b
             torch.cuda.synchronize()
-        hot = _call(mlp)
+        hot = _call(mlp, args.tool)
         rows.append({"trial": trial, "cold": cold, "hot": hot})
         for tag, c in (("cold", cold), ("hot", hot)):
             t = c["times_ms"]

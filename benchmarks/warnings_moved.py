@@ -13,6 +13,8 @@ Counts (issue 45, "Every warning points at what moved the number"):
 - warnings where the number did not move more than its CI or --moved (0.5%): goal 0;
 - numbers that moved more than --loud (2%) with no warning: goal 0.
 
+With --procs N, N processes measure at once, one per GPU (the concurrent case).
+
 Read-only; needs torch and a GPU (about 4 minutes on an H200), or --sim (the simulated
 H100, on virtual time: tests/test_effect.py counts the same).
 
@@ -22,13 +24,17 @@ H100, on virtual time: tests/test_effect.py counts the same).
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from benchmarks import runner
 from benchmarks._kernels import GpuEnv, SimGpuEnv
+from benchmarks.checkout import checkout_env, finish_within
 from benchmarks.session_wait import state_kernels
 
 HBM_HZ = 2619e6  # the simulated H100's memory clock: a read of N s is N * HBM_HZ cycles
@@ -79,25 +85,22 @@ def sim_kernels(backend: Any) -> dict[str, Callable[[], Any]]:
     }
 
 
-def count(
-    rows: list[tuple[str, str, float, Any]], quiet_rel: float, loud_rel: float
-) -> tuple[int, int]:
+def count(rows: list[dict[str, Any]], quiet_rel: float, loud_rel: float) -> tuple[int, int]:
     """(warnings where the number moved no more than its CI or `quiet_rel`, numbers that
-    moved more than `loud_rel` with no warning) over rows of (kernel, when, typical s, m)."""
-    from gpuenv import stats
-
+    moved more than `loud_rel` with no warning) over `measure`'s rows."""
     quiet = loud = 0
-    for _, _, typical_s, m in rows:
-        moved = abs(m.median_s / typical_s - 1)
-        warned = [f for f in m.findings if f.severity in ("warning", "error")]
-        room = max(quiet_rel, stats.summarize(m.times_s).rel_ci)
-        quiet += len(warned) if moved <= room else 0
-        loud += moved > loud_rel and not warned
+    for r in rows:
+        moved = abs(r["median_s"] / r["typical_s"] - 1)
+        room = max(quiet_rel, r["ci"])
+        quiet += len(r["warned"]) if moved <= room else 0
+        loud += moved > loud_rel and not r["warned"]
     return quiet, loud
 
 
-def run(args: argparse.Namespace) -> int:
+def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each kernel cold, hot and after load, in this process: a row per measurement."""
     import gpuenv
+    from gpuenv import stats
 
     if args.sim:
         env: Any = SimGpuEnv()
@@ -110,9 +113,7 @@ def run(args: argparse.Namespace) -> int:
         env = GpuEnv(torch, heavy["mm8192"])
         ks = {**tiny_kernels(torch), **heavy}
         bench = lambda fn: gpuenv.bench(fn, keep_trace=False)  # noqa: E731
-    print("| kernel | when | ms | moved % | CI +-% | warnings | info |")
-    print("| --- | --- | ---: | ---: | ---: | --- | --- |")
-    rows: list[tuple[str, str, float, Any]] = []
+    rows: list[dict[str, Any]] = []
     for name, fn in ks.items():
         env.idle(args.idle)
         cold = bench(fn)
@@ -121,20 +122,68 @@ def run(args: argparse.Namespace) -> int:
         after = bench(fn)
         typical = statistics.median(m.median_s for m in (cold, hot, after))
         for when, m in (("cold", cold), ("hot", hot), ("after load", after)):
-            rows.append((name, when, typical, m))
-            warned = [f.kind for f in m.findings if f.severity in ("warning", "error")]
-            info = [f.kind for f in m.findings if f.severity == "info"]
-            ci = m.extra.get("rel_ci")
-            print(
-                f"| {name} | {when} | {m.median_s * 1e3:.4f} | "
-                f"{100 * (m.median_s / typical - 1):+.2f} | "
-                f"{'-' if ci is None else f'{100 * ci:.2f}'} | "
-                f"{', '.join(warned) or '-'} | {', '.join(info) or '-'} |"
-            )
+            rows.append({
+                "kernel": name,
+                "when": when,
+                "typical_s": typical,
+                "median_s": m.median_s,
+                "ci": stats.summarize(m.times_s).rel_ci,
+                "warned": [f.kind for f in m.findings if f.severity in ("warning", "error")],
+                "info": [f.kind for f in m.findings if f.severity == "info"],
+                "gpu": m.gpus[0] if m.gpus else None,
+            })  # fmt: skip
+    return rows
+
+
+def concurrent(args: argparse.Namespace, n: int) -> list[dict[str, Any]]:
+    """`n` processes at once, one per GPU (CUDA_VISIBLE_DEVICES), each measuring every
+    kernel: their rows, each marked with its process."""
+    env = checkout_env(dict(os.environ, GPUENV_READONLY="1"))
+    argv = [sys.executable, "-m", "benchmarks.warnings_moved", "--child", "--out", "-",
+            "--idle", str(args.idle), "--load", str(args.load)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            argv,
+            env=dict(env, CUDA_VISIBLE_DEVICES=str(g)),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for g in range(n)
+    ]
+    rows = []
+    for g, proc in enumerate(procs):
+        done = finish_within(proc, 600)
+        lines = [] if done is None else [x for x in done[0].splitlines() if x.startswith("CHILD ")]
+        if not lines:
+            print(f"(process {g} failed: {'timed out' if done is None else done[1][-1500:]})")
+            continue
+        rows += [dict(r, proc=g) for r in json.loads(lines[-1][6:])]
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.child:
+        print("CHILD " + json.dumps(measure(args)))
+        return 0
+    n = max(1, args.procs)
+    rows = measure(args) if n == 1 or args.sim else concurrent(args, n)
+    if n > 1 and not args.sim:
+        print(f"{n} processes at once, one per GPU (CUDA_VISIBLE_DEVICES), each measuring "
+              "every kernel cold, hot and after its own load.\n")  # fmt: skip
+    print("| process | kernel | when | ms | moved % | CI +-% | warnings | info |")
+    print("| ---: | --- | --- | ---: | ---: | ---: | --- | --- |")
+    for r in rows:
+        print(
+            f"| {r.get('proc', 0)} | {r['kernel']} | {r['when']} | {r['median_s'] * 1e3:.4f} | "
+            f"{100 * (r['median_s'] / r['typical_s'] - 1):+.2f} | {100 * r['ci']:.2f} | "
+            f"{', '.join(r['warned']) or '-'} | {', '.join(r['info']) or '-'} |"
+        )
     quiet, loud = count(rows, args.moved, args.loud)
+    kernels = len({r["kernel"] for r in rows})
     print()
     print(
-        f"{len(rows)} measurements of {len(ks)} kernels; warnings where the number did not move "
+        f"{len(rows)} measurements of {kernels} kernels; warnings where the number did not move "
         f"more than its CI or {args.moved:.1%}: {quiet} (goal 0); numbers that moved more "
         f"than {args.loud:.0%} with no warning: {loud} (goal 0)"
     )
@@ -150,6 +199,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--moved", type=float, default=0.005, help="a move, against the typical")
     parser.add_argument("--loud", type=float, default=0.02, help="a move that needs a warning")
+    parser.add_argument("--procs", type=int, default=1, help="processes at once, one per GPU")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
 
 
 if __name__ == "__main__":

@@ -141,3 +141,37 @@ def test_a_heavy_kernel_new_to_a_gpu_starts_from_the_onset_the_gpu_showed(model:
     m = gtriton.last_measurement()
     assert m.extra["burst_redone"] == {} and m.extra["burst_clock_redos"] == 0
     assert capped_reps(m) == [] and m.verdict == "ok", m.findings
+
+
+class _Batched(timing.SimDevice):
+    """The simulated GPU timed as the CUDA profiler times: reps asked for in batches (10,
+    then 20, then 40), each batch run unbroken."""
+
+    rep_batch = 10
+
+    def reps(self, fn: Callable[[], float], n: int) -> list:
+        self.asked.append(n)
+        return [self.rep(fn) for _ in range(n)]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.asked: list[int] = []
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_reps_timed_in_batches_run_no_longer_unbroken_than_a_burst(model: str) -> None:
+    # the MLP block on an H200 (2.9 ms): profiler batches of 10-40 reps ran 65-155 ms
+    # unbroken against a 25 ms burst, into the cap, and a cold call read 3% slow
+    sim = rested(model)
+    k = timing.sim_kernel(sim, 0, seconds=2.9e-3, power_intensity=1.0)
+    dev = _Batched(sim, 0)
+    m = timing.bench(k, backend=sim, device=dev, budget_s=1.0, keep_trace=False)
+    burst_s = timing.BenchConfig().conditioning.burst_s
+    assert max(m.extra["burst_lengths_s"]) <= burst_s + 2.9e-3 * 1.5, m.extra["burst_lengths_s"]
+    assert max(dev.asked) < 10  # no batch asked for more than fits a burst
+    assert not capped_reps(m) and m.verdict == "ok", m.findings
+    # and a short kernel still gets its batch whole: it fits
+    short = timing.sim_kernel(sim, 0, seconds=20e-6, power_intensity=0.2)
+    dev = _Batched(sim, 0)
+    timing.bench(short, backend=sim, device=dev, budget_s=0.2, keep_trace=False)
+    assert dev.asked[0] == 10

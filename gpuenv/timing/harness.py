@@ -314,6 +314,7 @@ class _Learned:
     working memory. `Measurement.extra` is what it publishes: written, never read back."""
 
     warmup_s: float = 0.0  # the warmup's length: a first burst from bench's start holds it
+    rep_s: float = 0.0  # the warmup's median rep: how many reps fit a burst before one ran
     from_start: bool = False  # the first burst began with bench (see _Run._first_burst)
     first_wait_s: float = 0.0  # the wait before the first burst: Bursts counts it as a rest
     first_ready: bool = False  # the first burst began on a GPU found ready
@@ -372,6 +373,7 @@ class _Run:
         if warm.steady:
             memory.remember_warmed(self.fn, gpu, warm.median_s)
         self.learned.warmup_s = warm.seconds
+        self.learned.rep_s = warm.median_s or 0.0
         self.extra.update(Warmup(warm.reps, warm.seconds, warm.steady, known).to_extra())
         if not warm.steady:
             self.say(
@@ -599,7 +601,9 @@ class _Run:
         if bursts is not None:
             bursts.opening(out)  # the work before the first rep already met a known onset
         while True:
-            got = self.device.reps(self.fn, batch) if batch > 1 else [self.device.rep(self.fn)]
+            ask = batch if bursts is None else bursts.fit(batch, self.learned.rep_s)
+            batched = self.device.rep_batch > 1  # one method: a batch of 1 is still profiled
+            got = self.device.reps(self.fn, ask) if batched else [self.device.rep(self.fn)]
             if bursts is not None:  # a rep the clock fell under is measured again
                 got = bursts.take(got)
             out.extend(got)

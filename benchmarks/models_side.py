@@ -391,7 +391,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--deadline",
         type=float,
-        default=170.0,
+        default=190.0,
         help="seconds of measuring after which the remaining kernels are skipped",
     )
 

@@ -1,8 +1,9 @@
 """A helper, not a benchmark: the GPU side the benchmarks that time torch kernels on a CUDA
-GPU share: a wall clock, idling, heavy load (`GpuEnv`; `SimGpuEnv` on the simulated H100 for
-their --sim runs), issue 18/22's ten kernels (`kernels`: benchmarks.speed and
-benchmarks.dropin measure the same set, each under its own names), and the more processes
-a run-to-run figure asks for (`child_values`)."""
+GPU share: a wall clock, idling, heavy load (`GpuEnv`; `SimGpuEnv` on a simulated GPU for
+their --sim runs, with `sim_do_bench`, a model of triton's do_bench there), issue 18/22's
+ten kernels (`kernels`: benchmarks.speed and benchmarks.dropin measure the same set, each
+under its own names), and the more processes a run-to-run figure asks for
+(`child_values`)."""
 
 from __future__ import annotations
 
@@ -74,16 +75,18 @@ class GpuEnv:
 
 
 class SimGpuEnv:
-    """The simulated H100 with a context, on virtual time: its clock, idle, and heavy load
-    (`seconds` of work at the top clock, power intensity 1: longer under the cap)."""
+    """A simulated GPU with a context, on virtual time: its clock, idle, and heavy load
+    (`seconds` of work at the top clock, power intensity 1: longer under the cap).
+    `profile`: which GPU (a key of gpuenv.backend.sim_profiles.PROFILES; the H100 unless
+    asked)."""
 
     name = "sim"
 
-    def __init__(self) -> None:
+    def __init__(self, profile: str = "h100") -> None:
         from gpuenv.backend.sim import SimBackend
         from gpuenv.timebase import VirtualClock
 
-        self.backend = SimBackend(clock=VirtualClock())
+        self.backend = SimBackend(profile, clock=VirtualClock())
         self.backend.open_context(0)
 
     def now(self) -> float:
@@ -96,6 +99,25 @@ class SimGpuEnv:
         from gpuenv import timing
 
         timing.sim_kernel(self.backend, 0, seconds=seconds, power_intensity=1.0)()
+
+
+def sim_do_bench(backend: Any, fn: Callable[[], Any]) -> float:
+    """triton.testing.do_bench's schedule on the simulated GPU (triton cannot run there), in
+    ms: a first call, 5 timed calls to estimate one, ~25 ms of warm-up calls, then ~100 ms of
+    timed calls, each after a flush of triton's 256 MiB (not timed); their mean."""
+    import statistics
+
+    from gpuenv import timing
+    from gpuenv.integrations.triton import TRITON_FLUSH_BYTES
+
+    dev = timing.SimDevice(backend, 0, rep_probe_cycles=0, flush_bytes=TRITON_FLUSH_BYTES)
+    flush_s = dev.flush_mem_cycles / (backend.clock_limits(0).max_mem_mhz * 1e6)
+    fn()
+    est = statistics.mean(dev.rep(fn).time_s + flush_s for _ in range(5))
+    for _ in range(max(1, int(0.025 / est))):
+        fn()
+    times = [dev.rep(fn).time_s for _ in range(max(1, int(0.100 / est)))]
+    return statistics.mean(times) * 1e3
 
 
 def child_values(module: str, n: int, args: list[str], timeout: float) -> list[dict[str, float]]:

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks import runner
-from benchmarks._kernels import GpuEnv, SimGpuEnv, kernels
+from benchmarks._kernels import GpuEnv, SimGpuEnv, kernels, sim_do_bench
 from gpuenv import timing
 from gpuenv.integrations import triton as gt
 
@@ -139,22 +139,9 @@ class SimEnv(SimGpuEnv):
 
     def tools(self) -> dict[str, Callable[[Callable[[], Any]], Any]]:
         return {
-            "triton": self._triton_model,
+            "triton": lambda fn: sim_do_bench(self.backend, fn),
             "gpuenv": lambda fn: gt.do_bench(fn, backend=self.backend, **self.dropin),
         }
-
-    def _triton_model(self, fn: Callable[[], Any]) -> float:
-        dev = timing.SimDevice(
-            self.backend, 0, rep_probe_cycles=0, flush_bytes=gt.TRITON_FLUSH_BYTES
-        )
-        mem_hz = self.backend.clock_limits(0).max_mem_mhz * 1e6
-        flush_s = dev.flush_mem_cycles / mem_hz
-        fn()
-        est = statistics.mean(dev.rep(fn).time_s + flush_s for _ in range(5))
-        for _ in range(max(1, int(0.025 / est))):
-            fn()
-        times = [dev.rep(fn).time_s for _ in range(max(1, int(0.100 / est)))]
-        return statistics.mean(times) * 1e3
 
     def describe(self) -> dict[str, Any]:
         return {"gpu": "simulated " + self.backend.device_info(0).name}

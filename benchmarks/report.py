@@ -65,6 +65,7 @@ GROUPS = (
             "dropin_mlp",
             "hot_wait",
             "levels",
+            "models_side",
             "node_concurrent",
             "one_meaning",
             "power_lag",

@@ -391,3 +391,69 @@ def test_the_sampler_benchmark_s_hodges_lehmann_and_its_interval():
     assert est == pytest.approx(0.01) and lo < 0.01 < hi
     _, lo4, hi4 = hodges_lehmann(values * 4)
     assert lo < lo4 < 0.01 < hi4 < hi
+
+
+def test_models_side_names_its_results_by_the_gpu_model_and_judges_each_tool(
+    tmp_path: Path, monkeypatch
+):
+    from benchmarks import models_side
+
+    assert models_side.model_key("NVIDIA H200") == "h200"
+    assert models_side.model_key("NVIDIA H100 80GB HBM3") == "h100"
+    assert models_side.model_key("NVIDIA A100-SXM4-80GB") == "a100"
+    assert models_side.model_key("NVIDIA L40S") == "l40s"
+    assert models_side.model_key("NVIDIA GeForce RTX 4090") == "4090"
+    # gap and wall ratios per kernel and tool, then the worst and median per tool
+    calls = {
+        "do_bench": ([(1.0, 0.1), (1.0, 0.1)], [(1.2, 0.1), (1.2, 0.1)]),
+        "bench": ([(1.0, 0.1), (1.0, 0.3)], [(1.01, 0.4), (1.01, 0.4)]),
+        "dropin": ([(1.0, 0.2)], [(1.0, 0.2)]),
+        "stable": ([(1.0, 0.1)], [(1.05, 0.6)]),
+    }
+    runs = {
+        k: {
+            tool: {
+                state: [
+                    {"s": s * scale, "wall_s": w, "verdict": "ok", "findings": []} for s, w in got
+                ]
+                for state, got in zip(("cold", "hot"), both, strict=True)
+            }
+            for tool, both in calls.items()
+        }
+        for k, scale in (("a", 1.0), ("b", 2.0))
+    }
+    runs["b"]["stable"]["hot"][0]["s"] = 2.0  # b's session: no gap at all
+    summary = models_side.summarize(runs)
+    assert summary["a"]["do_bench"]["gap"] == pytest.approx(0.2 / 1.1)
+    assert summary["a"]["bench"]["wall_cold_s"] == pytest.approx(0.2)  # the median of two
+    assert summary["a"]["bench"]["ratio_hot"] == pytest.approx(4.0)
+    tools = models_side.per_tool(summary)
+    assert tools["stable"]["worst_kernel"] == "a" and tools["stable"]["worst_gap"] == (
+        pytest.approx(0.05 / 1.025)
+    )
+    assert tools["stable"]["median_gap"] == pytest.approx(0.05 / 1.025 / 2)
+    assert tools["stable"]["median_ratio_hot"] == pytest.approx(6.0)
+    assert tools["dropin"]["worst_gap"] == 0.0 and tools["do_bench"]["median_ratio_cold"] == 1
+    # a run on a simulated H200: its results file is the H200's, and says so
+    monkeypatch.setenv("GPUENV_BACKEND", "sim")  # restored after (the runner sets it)
+    monkeypatch.setenv("GPUENV_SIM_PROFILE", "h100")  # the run sets the one it measured
+    out = tmp_path / "r.json"
+    argv = ["--sim", "--sim-profile", "h200", "--quick", "--kernels", "cumsum_16m"]
+    rc = runner.main(
+        "models_side",
+        models_side.__doc__,
+        models_side.add_arguments,
+        models_side.run,
+        variant=lambda args: args.model,
+        argv=[*argv, "--out", str(out)],
+    )
+    record = json.loads(out.read_text())
+    assert rc == 0 and record["key"] == "models_side-h200-sim"
+    assert record["gpu"] == "simulated NVIDIA H200" and record["args"]["model"] == "h200"
+    rows = next(b["table"]["rows"] for b in record["blocks"] if "table" in b)
+    assert [r[1] for r in rows] == list(models_side.TOOLS)
+    assert set(record["metrics"]) >= {"bench/worst_gap_pct", "stable/wall_ratio_hot"}
+    with pytest.raises(SystemExit, match="add --sim"):
+        models_side.run(
+            argparse.Namespace(sim=False, sim_profile="h200", kernels="cumsum_16m", repeats=1)
+        )

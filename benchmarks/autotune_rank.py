@@ -39,9 +39,12 @@ TUNERS = ("plain", "gpuenv")
 STATES = ("rested", "hot")
 
 
-def child(*args: str, timeout: float = 300) -> list[dict[str, Any]]:
-    """Run the workload in a fresh process; its JSON lines."""
-    env = checkout_env(GPUENV_READONLY="1")
+CASES = ("matmul8", "close")
+
+
+def child(*args: str, cases: str = ",".join(CASES), timeout: float = 300) -> list[dict[str, Any]]:
+    """Run the workload in a fresh process (on `cases`); its JSON lines."""
+    env = checkout_env(GPUENV_READONLY="1", AUTOTUNE_CASES=cases)
     argv = [sys.executable, str(CHILD), *args]
     proc = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
@@ -76,8 +79,13 @@ def run(args: argparse.Namespace) -> int:
             "autotuning needs a GPU (torch and triton): --sim has nothing to run", file=sys.stderr
         )
         return 2
-    child("warm")
-    careful = child("careful")[0]["careful"]
+    cases = args.cases
+    unknown = sorted(set(cases.split(",")) - set(CASES))
+    if unknown:
+        print(f"unknown cases {unknown}: use some of {', '.join(CASES)}", file=sys.stderr)
+        return 2
+    child("warm", cases=cases)
+    careful = child("careful", cases=cases)[0]["careful"]
     rows: list[dict[str, Any]] = []
     for _ in range(args.processes):  # interleaved: the tuners meet the same machine
         for state in STATES:
@@ -90,8 +98,10 @@ def run(args: argparse.Namespace) -> int:
                     str(args.rest_s),
                     str(args.hot_s),
                     str(args.topup_s),
+                    cases=cases,
                 )
-    report(rows, careful, _case_configs())
+    chosen = {k: v for k, v in _case_configs().items() if k in cases.split(",")}
+    report(rows, careful, chosen)
     return 0
 
 
@@ -181,6 +191,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trials", type=int, default=5, help="autotunes of each case per process (5)"
     )
+    parser.add_argument("--cases", default=",".join(CASES), help="cases to run (all)")
     parser.add_argument("--rest-s", type=float, default=3.0, help="idle before a rested one")
     parser.add_argument("--hot-s", type=float, default=7.0, help="heavy load before the first hot")
     parser.add_argument(

@@ -246,11 +246,13 @@ def judge(
     `MeasurementRejected` when reject leaves fewer than `config.min_reps`.
 
     Every finding about the GPU's state is weighed against the number
-    (gpuenv.verdict.effect): a warning only where the reps it names read differently from
-    the others, or where `probe_moved` (the state probe's reps against fn's time on a ready
-    GPU, relative) shows the state moved it (before `amend`, which sees the sentences as
-    weighed). With a `target` (gpuenv.bench's stopping rule), a wide spread of the reps the
-    policy kept and a CI short of the target are findings too (gpuenv.verdict.number).
+    (gpuenv.verdict.effect): a warning only where the number (the median of all reps) reads
+    differently from the median of the reps it does not name, or where `probe_moved` (the
+    state probe's reps against fn's time on a ready GPU, relative) shows the state moved
+    it; where no rep stands outside it, a power_cap's clock bounds the move (before
+    `amend`, which sees the sentences as weighed). With a `target` (gpuenv.bench's stopping
+    rule), a wide spread of the reps the policy kept and a CI short of the target are
+    findings too (gpuenv.verdict.number).
     """
     check_policy(policy)
     times = _rep_times(name, times_s, evidence)

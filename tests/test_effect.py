@@ -25,7 +25,7 @@ from gpuenv.session import stable
 from gpuenv.telemetry import Window
 from gpuenv.timebase import VirtualClock
 from gpuenv.verdict import GpuFacts, VerdictConfig
-from gpuenv.verdict.effect import margin, reps_effect
+from gpuenv.verdict.effect import clock_bound, margin, number_effect, reps_effect
 
 H100_HZ = 1980e6
 HBM_HZ = 2619e6
@@ -79,6 +79,15 @@ def test_the_effect_is_the_named_reps_against_the_others_and_the_margin_their_ci
         VerdictConfig(effect_rel=-0.1)
 
 
+def test_what_is_weighed_is_the_number_the_median_of_all_reps_against_the_others() -> None:
+    # two slow reps of five: they read 10% slower, the number (the median of all) 0%
+    assert number_effect([2, 3], [1.0, 1.0, 1.1, 1.1, 1.0]) == pytest.approx(0.0)
+    # three slow reps of five: the median is theirs
+    assert number_effect([2, 3, 4], [1.0, 1.0, 1.1, 1.1, 1.1]) == pytest.approx(0.1)
+    assert number_effect([0, 1, 2], [1.0, 1.0, 1.0]) is None  # every rep named: no others
+    assert number_effect([0], [1.0]) is None
+
+
 def test_a_memory_bound_tiny_kernel_right_after_load_gets_no_warning() -> None:
     # a 12.46 us read of HBM: the clock under the cap does not move it
     sim = rested()
@@ -122,12 +131,99 @@ def test_capped_reps_that_read_the_same_are_info_through_the_judge() -> None:
     cap = next(f for f in m.findings if f.kind == "power_cap")
     assert cap.severity == "info" and m.rejected_reps == ()  # kept: they did not move it
     assert "reps 3-5 read +0.0% against the other reps" in cap.message
-    slower = [t * (1.03 if 3 <= i <= 5 else 1.0) for i, t in enumerate(times)]
-    m = judge("x", slower, Evidence.given(ws, [0]), facts=H100, config=config, policy="reject")
+
+
+def test_capped_reps_that_read_slower_while_the_number_held_are_info() -> None:
+    # an H200's hot 8192^3 matmul: its capped reps read slower by more than the margin, its
+    # number (the median) +0.00% from the kernel's typical one. The finding says both.
+    ws = [
+        window(i, sm=1965.0 if 3 <= i <= 5 else 1980.0, capped_s=0.05 * (3 <= i <= 5))
+        for i in range(10)
+    ]
+    times = [1e-3 * (1 + 0.0005 * (i % 2)) * (1.03 if 3 <= i <= 5 else 1.0) for i in range(10)]
+    config = VerdictConfig(stable_clocks=True)
+    m = judge("x", times, Evidence.given(ws, [0]), facts=H100, config=config, policy="reject")
     cap = next(f for f in m.findings if f.kind == "power_cap")
-    assert cap.severity == "warning" and m.rejected_reps == (3, 4, 5)
-    assert f"{cap.details['effect_rel']:+.1%} against the other reps" in cap.message
+    assert cap.severity == "info" and m.rejected_reps == ()  # kept: the number held
     assert cap.details["effect_rel"] == pytest.approx(0.03, abs=0.001)
+    assert abs(cap.details["number_moved_rel"]) < 0.001 and cap.details["moved_number"] is False
+    assert (
+        "reps 3-5 read +3.1% against the other reps, but the number held: the median of all "
+        "reps read +0.0% against the other reps' median, within the 0.5% margin"
+    ) in cap.message
+    assert "shows no effect" not in cap.message  # the reps did move: said
+
+
+def test_capped_reps_that_move_the_number_get_the_warning() -> None:
+    # six of ten reps under the cap, 3% slower: the median is theirs, and moved
+    ws = [window(i, sm=1965.0 if i >= 4 else 1980.0, capped_s=0.05 * (i >= 4)) for i in range(10)]
+    times = [1e-3 * (1 + 0.0005 * (i % 2)) * (1.03 if i >= 4 else 1.0) for i in range(10)]
+    config = VerdictConfig(stable_clocks=True)
+    m = judge("x", times, Evidence.given(ws, [0]), facts=H100, config=config, policy="reject")
+    cap = next(f for f in m.findings if f.kind == "power_cap")
+    assert cap.severity == "warning" and m.rejected_reps == (4, 5, 6, 7, 8, 9)
+    assert cap.details["number_moved_rel"] == pytest.approx(0.03, abs=0.001)
+    assert cap.details["moved_number"] is True
+    assert "the number moved: the median of all reps read +3.0% against the other reps' " in (
+        cap.message
+    )
+    assert (
+        f"at least 0.5%): reps 4-9 read {cap.details['effect_rel']:+.1%} against the other reps"
+        in (cap.message)
+    )
+
+
+def test_a_slow_head_that_left_the_number_where_it_was_is_info() -> None:
+    # an H200's 5 us add after a hot call: its first reps read slow (a warmup_ramp), its
+    # number +0.00% from the kernel's typical one
+    ws = [window(i) for i in range(40)]
+    times = [5e-6 * (1.2 if i < 3 else 1 + 0.001 * (i % 3)) for i in range(40)]
+    m = judge("add1m", times, Evidence.given(ws, [0]), facts=H100)
+    ramp = next(f for f in m.findings if f.kind == "warmup_ramp")
+    assert ramp.reps == (0, 1, 2) and ramp.severity == "info" and warnings_of(m) == []
+    assert "reps 0-2 read +19.9% against the other reps, but the number held" in ramp.message
+    assert ramp.details["moved_number"] is False
+
+
+def test_a_cold_start_that_moved_the_number_keeps_its_warning() -> None:
+    # half the reps still warming up, 10% slow: the median falls between the two levels
+    ws = [window(i) for i in range(10)]
+    times = [1.1e-3 if i < 5 else 1e-3 for i in range(10)]
+    m = judge("cold", times, Evidence.given(ws, [0]), facts=H100)
+    ramp = next(f for f in m.findings if f.kind == "warmup_ramp")
+    assert ramp.reps == (0, 1, 2, 3, 4) and ramp.severity == "warning"
+    assert ramp.details["number_moved_rel"] == pytest.approx(0.05)
+    assert "the number moved: the median of all reps read +5.0% against the other reps'" in (
+        ramp.message
+    )
+
+
+def test_with_every_rep_under_the_cap_its_clock_bounds_the_number() -> None:
+    # no rep outside the cap to weigh against, no probe: a kernel's time grows at most as
+    # its clock falls, one 15 MHz step (0.8%) here
+    ws = [window(i, sm=1965.0, capped_s=0.05) for i in range(20)]
+    config = VerdictConfig(stable_clocks=True)
+    wide = [1e-3 * (1 + 0.03 * ((7 * i) % 5)) for i in range(20)]  # the median's CI ~3%
+    cap = next(
+        f
+        for f in judge("w", wide, Evidence.given(ws, [0]), facts=H100, config=config).findings
+        if f.kind == "power_cap"
+    )
+    assert clock_bound(cap) == pytest.approx(1980 / 1965 - 1)
+    assert cap.severity == "info" and cap.details["effect_measured"] is False
+    assert "the number measured shows no effect: no rep ran outside it to weigh against, " in (
+        cap.message
+    )
+    assert "all 20 reps ran at a clock that slows a kernel by at most 0.8%, within the" in (
+        cap.message
+    )
+    narrow = [1e-3] * 20  # the margin is 0.5%: 0.8% can be a move
+    cap = next(
+        f
+        for f in judge("n", narrow, Evidence.given(ws, [0]), facts=H100, config=config).findings
+        if f.kind == "power_cap"
+    )
+    assert cap.severity == "warning" and "the number can read up to 0.8% slow" in cap.message
 
 
 def test_clock_drift_gives_the_step_in_the_number() -> None:

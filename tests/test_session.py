@@ -125,8 +125,11 @@ def test_thermal_creep_under_the_cap_shows_as_clock_drift_between_reps():
         warm(sim)
         m = env.repeat(lambda: sim.run_work(0, 4.0 * H100_HZ), reps=12, name="hot")
     drift = kinds(m)["clock_drift"]
-    assert drift.severity == "warning"
     assert drift.details["sm_mhz_max"] - drift.details["sm_mhz_min"] > 30
+    # it names both ends of the creep (the first reps, faster; the last, slower): the median
+    # of all sits among the others', so the clock's move is info; the times' trend warns
+    assert drift.severity == "info" and "but the number held" in drift.message
+    assert kinds(m)["drift"].severity == "warning"
     assert m.windows[-1].temp_c_end > m.windows[0].temp_c_start + 10
 
 
@@ -178,10 +181,11 @@ def test_retry_reruns_affected_reps_after_a_recovery_delay():
 
     def work() -> None:
         calls.append(sim.clock.now())
-        if len(calls) == 4:
+        if len(calls) == 7:
             sim.set_background_load(0, 0.0, pid=4242)  # the other process leaves
-        # its kernels time-sliced with ours while it is there: ours take 30% longer
-        shared = 1.3 if len(calls) < 4 else 1.0
+        # its kernels time-sliced with ours while it is there: ours take 30% longer, the
+        # median of the 10 reps (6 of them shared) with them
+        shared = 1.3 if len(calls) < 7 else 1.0
         sim.run_work(0, 0.05 * H100_HZ * shared, power_intensity=0.3)
 
     config = VerdictConfig(retry_delay_s=2.0)

@@ -252,7 +252,13 @@ def test_retry_policy_reruns_affected_reps(sim):
     m = timing.bench(intruder_kernel(sim, 20, 30), backend=sim, policy="retry", reps=40, warmup=10)
     assert m.retried_reps
     assert not m.rejected_reps  # the re-runs, after the intruder left, were clean
-    assert "other_process" not in {f.kind for f in m.findings}
+    # 10 of 40 reps shared: the median held, so the tenant is info; the two levels its
+    # slowed reps made (bimodal) are the warning that re-ran them, and once re-run no
+    # warning is left, only the tenant's reps at the edges, which read as the others did
+    assert [f.kind for f in m.findings if f.severity != "info"] == []
+    tenant = [f for f in m.findings if f.kind == "other_process"]
+    assert all("the number measured shows no effect" in f.message for f in tenant)
+    assert len(m.retried_reps) >= 5
 
 
 def test_cpu_function_without_telemetry():

@@ -260,8 +260,15 @@ def test_a_tenant_is_a_warning_only_where_the_reps_it_shared_moved():
     same = judged([0.0100] * 8)
     assert same.severity == "info" and same.reps == (0, 1)
     assert "pid 4242, user alice, 512 MiB" in same.message
+    # the two reps it shared read 30% slower, the number (the median of 8) held: info
     slower = judged([0.0130] * 2 + [0.0100] * 6)
-    assert slower.severity == "warning" and "+30.0%" in slower.message
+    assert slower.severity == "info" and "+30.0%" in slower.message
+    assert "but the number held" in slower.message
+    # it shared five of eight reps, and they moved the median with them
+    most = [win(i, other_pids=(4242,) if i < 5 else ()) for i in range(8)]
+    moved = judged([0.0130] * 5 + [0.0100] * 3, most)
+    assert moved.severity == "warning" and "the number moved" in moved.message
+    assert "+30.0% against the other reps' median" in moved.message
     # nothing to compare with (every rep shared, or no rep times): not ruled out
     every = [win(i, other_pids=(4242,)) for i in range(3)]
     assert judged([0.01] * 3, every).severity == "warning"

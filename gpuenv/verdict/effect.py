@@ -1,18 +1,30 @@
 """A finding's severity follows its measured effect on the number: one rule, for every door.
 
-A finding about the GPU's state (the power cap, a cold start, heat, a clock that moved, a
-lock that did not hold, another process) is a warning only where the number shows it:
+The number a measurement returns is the median of its reps. A finding about the GPU's state
+(the power cap, a cold start, heat, a clock that moved, a lock that did not hold, another
+process) names the reps it touched; it is a warning only where the number shows it:
 
-- the reps it names differ from the other reps of the measurement, in time, by more than
-  the median's CI or `VerdictConfig.effect_rel` (0.5%), whichever is wider; or
+- the number (the median of all the reps) reads further from the median of the reps the
+  finding does not name than the margin: the CI of those others' median, at least
+  `VerdictConfig.effect_rel` (0.5%); or
 - the state probe's reference shows the state moved the number: fn's reps just before the
   measurement, in the state it ran in, against its time on a GPU found ready
   (`StateProbe.moved`, gpuenv.timing.stateprobe), by more than the same margin.
 
-Otherwise the finding is "info", and its sentence says the number measured shows no effect.
-Where neither can be measured (one rep, or every rep named, and no probe ran), the finding
-keeps the severity its own evidence gives it: for these kinds that evidence is the clock
-itself (below its maximum, outside the lock, cut by heat).
+The named reps may read slower than the others while the number holds: a median does not
+follow a minority of slow reps (on an H200, a hot 8192^3 matmul's capped reps read slower
+by more than the margin, its number 0.00% from the kernel's typical one). Such a finding is
+info, and its sentence says both: how far the named reps read, and that the number held.
+Where the named reps read as the others did, it is info and says the number measured shows
+no effect.
+
+Where no rep stands outside the finding (one rep, or every rep named) and no probe ran, the
+time cannot weigh it; its clock can: a kernel's time grows at most as its SM clock falls,
+so a power_cap whose clock's deficit under the maximum (`max_sm_mhz / sm_mhz_mean - 1`) is
+within the margin (here the CI of all the reps' median, at least 0.5%) moved the number no
+more than that, and is info. Otherwise the finding keeps the severity its own evidence
+gives it (the clock below its maximum, outside the lock, cut by heat; a region that began
+idle), with `details["effect_measured"] == False`.
 
 Findings about the number itself (drift, bimodal: the rep times moved by `level_rel`;
 weak_ci, spread) or about evidence missing (telemetry_gap), and errors (the hardware cut
@@ -23,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from gpuenv import stats
 from gpuenv.verdict.records import Finding, FindingKind, VerdictConfig, reps_text
@@ -34,25 +47,55 @@ WEIGHED: frozenset[FindingKind] = frozenset(
 
 
 def margin(times_s: Sequence[float], config: VerdictConfig) -> float:
-    """How far, relative, reps must differ to have moved the number: the CI of their median
-    (at `config.confidence`), at least `config.effect_rel`. The reps passed are the
-    baseline's (the others'): the named reps' own move must not widen the yardstick."""
+    """How far, relative, the number must read from a baseline to have moved: the CI of
+    the baseline's median (at `config.confidence`), at least `config.effect_rel`. The reps
+    passed are the baseline's (the others'): the named reps' own move must not widen the
+    yardstick."""
     if len(times_s) < 2:
         return config.effect_rel
     ci = stats.summarize(times_s, config.confidence).rel_ci
     return max(config.effect_rel, ci)
 
 
-def reps_effect(reps: Sequence[int], times_s: Sequence[float]) -> float | None:
-    """The named reps' median time against the other reps', relative (0.03: 3% slower); None
-    where there are no others (one rep, or every rep named) or a median is not positive."""
+def _split(reps: Sequence[int], times_s: Sequence[float]) -> tuple[list[float], list[float]]:
     named = set(reps)
     inside = [t for i, t in enumerate(times_s) if i in named]
     others = [t for i, t in enumerate(times_s) if i not in named]
+    return inside, others
+
+
+def reps_effect(reps: Sequence[int], times_s: Sequence[float]) -> float | None:
+    """The named reps' median time against the other reps', relative (0.03: 3% slower); None
+    where there are no others (one rep, or every rep named) or a median is not positive."""
+    inside, others = _split(reps, times_s)
     if not inside or not others:
         return None
     base = stats.median(others)
     return stats.median(inside) / base - 1 if base > 0 else None
+
+
+def number_effect(reps: Sequence[int], times_s: Sequence[float]) -> float | None:
+    """The number the measurement returns (the median of all its reps) against the median of
+    the reps not named, relative (0.03: the number reads 3% slower for the named reps); None
+    where there are no others (one rep, or every rep named) or a median is not positive."""
+    inside, others = _split(reps, times_s)
+    if not inside or not others:
+        return None
+    base = stats.median(others)
+    return stats.median(times_s) / base - 1 if base > 0 else None
+
+
+def clock_bound(f: Finding) -> float | None:
+    """How far, relative, the finding's own clock says the number can have moved, where no
+    rep outside it is there to compare with: a kernel's time grows at most as its SM clock
+    falls, so the capped reps' clock (power_cap's `sm_mhz_mean`) under the GPU's maximum
+    bounds it (`max / mean - 1`). None: the finding gives no such bound."""
+    if f.kind != "power_cap":
+        return None
+    mean, top = f.details.get("sm_mhz_mean"), f.details.get("max_sm_mhz")
+    if not mean or not top or mean <= 0:
+        return None
+    return max(0.0, float(top) / float(mean) - 1)
 
 
 def weigh(
@@ -72,62 +115,132 @@ def weigh(
     ]
 
 
+@dataclass(frozen=True)
+class _Effect:
+    """What a finding's weighing found: the named reps against the others (`reps_rel`), the
+    number against the others' median (`number_rel`), the probe against its reference, the
+    margin, and which of them moved beyond it."""
+
+    who: str
+    reps_rel: float | None
+    number_rel: float | None
+    probe_rel: float | None
+    room: float
+    floor: float
+
+    @property
+    def by_number(self) -> bool:
+        return self.number_rel is not None and abs(self.number_rel) > self.room
+
+    @property
+    def by_probe(self) -> bool:
+        return self.probe_rel is not None and abs(self.probe_rel) > self.room
+
+    @property
+    def reps_moved(self) -> bool:
+        return self.reps_rel is not None and abs(self.reps_rel) > self.room
+
+
 def _weigh_one(
     f: Finding, times_s: Sequence[float], config: VerdictConfig, probe_moved: float | None
 ) -> Finding:
     if f.severity == "error":
         return f
-    effect = reps_effect(f.reps, times_s)
-    named = set(f.reps)
-    others = [t for i, t in enumerate(times_s) if i not in named]
-    room = margin(others if effect is not None else times_s, config)
-    floor = config.effect_rel
+    _, others = _split(f.reps, times_s)
+    reps_rel = reps_effect(f.reps, times_s)
+    room = margin(others if reps_rel is not None else times_s, config)
     details = dict(f.details, effect_margin_rel=room)
-    if effect is not None:
-        details["effect_rel"] = effect
-    if probe_moved is not None:
-        details["probe_moved_rel"] = probe_moved
-    if effect is None and probe_moved is None:
-        # nothing to weigh against: the finding's own evidence (the clock) decides
-        details["effect_measured"] = False
-        return dataclasses.replace(f, details=details)
-    by_reps = effect is not None and abs(effect) > room
-    by_probe = probe_moved is not None and abs(probe_moved) > room
-    moved = by_reps or by_probe
+    if reps_rel is None and probe_moved is None:
+        return _weigh_by_clock(f, times_s, config, room, details)
+    e = _Effect(
+        reps_text(f.reps, len(times_s)),
+        reps_rel,
+        number_effect(f.reps, times_s) if reps_rel is not None else None,
+        probe_moved,
+        room,
+        config.effect_rel,
+    )
+    if e.reps_rel is not None:
+        details["effect_rel"] = e.reps_rel
+    if e.number_rel is not None:
+        details["number_moved_rel"] = e.number_rel
+    if e.probe_rel is not None:
+        details["probe_moved_rel"] = e.probe_rel
+    moved = e.by_number or e.by_probe
     details["effect_measured"] = True
     details["moved_number"] = moved
-    text = f.message + "; " + _effect_text(f, times_s, effect, probe_moved, room, moved, floor)
     severity = f.severity if moved else "info"
-    return dataclasses.replace(f, severity=severity, message=text, details=details)
-
-
-def _effect_text(
-    f: Finding,
-    times_s: Sequence[float],
-    effect: float | None,
-    probe_moved: float | None,
-    room: float,
-    moved: bool,
-    floor: float,
-) -> str:
-    """What the number shows: the named reps against the others, the probe against its
-    reference, and whether that is more than the margin."""
-    parts = []
-    who = reps_text(f.reps, len(times_s))
-    if effect is not None:
-        parts.append(f"{who} read {effect:+.1%} against the other reps")
-    if probe_moved is not None:
-        parts.append(
-            f"a few reps in this state read {probe_moved:+.1%} against this function's time "
-            "on a GPU found ready"
-        )
-    said = " and ".join(parts)
-    if moved:
-        return f"the number moved: {said}, more than the {room:.1%} margin"
-    return (
-        f"the number measured shows no effect: {said}, within the {room:.1%} margin "
-        f"(the median's CI, at least {floor:.1%})"
+    return dataclasses.replace(
+        f, severity=severity, message=f"{f.message}; {_effect_text(e)}", details=details
     )
 
 
-__all__ = ["WEIGHED", "margin", "reps_effect", "weigh"]
+def _weigh_by_clock(
+    f: Finding,
+    times_s: Sequence[float],
+    config: VerdictConfig,
+    room: float,
+    details: dict[str, object],
+) -> Finding:
+    """No rep outside the finding and no probe: its clock bounds the number's move (see
+    `clock_bound`); without a bound, its own evidence decides its severity."""
+    details["effect_measured"] = False
+    bound = clock_bound(f)
+    if bound is None or f.severity == "info":
+        return dataclasses.replace(f, details=details)
+    details["clock_bound_rel"] = bound
+    who = reps_text(f.reps, len(times_s))
+    if bound > room:
+        text = (
+            f"{f.message}; no rep ran outside it to weigh the number against: at that clock "
+            f"the number can read up to {bound:.1%} slow, more than the {room:.1%} margin"
+        )
+        return dataclasses.replace(f, message=text, details=details)
+    details["moved_number"] = False
+    text = (
+        f"{f.message}; the number measured shows no effect: no rep ran outside it to weigh "
+        f"against, and {who} ran at a clock that slows a kernel by at most {bound:.1%}, "
+        f"within the {room:.1%} margin (the median's CI, at least {config.effect_rel:.1%})"
+    )
+    return dataclasses.replace(f, severity="info", message=text, details=details)
+
+
+def _effect_text(e: _Effect) -> str:
+    """What the number shows: the named reps against the others, the number (the median of
+    all reps) against the others' median, the probe against its reference, and whether
+    that is more than the margin."""
+    reps = (
+        f"{e.who} read {e.reps_rel:+.1%} against the other reps" if e.reps_rel is not None else ""
+    )
+    number = (
+        f"the median of all reps read {e.number_rel:+.1%} against the other reps' median"
+        if e.number_rel is not None
+        else ""
+    )
+    probe = (
+        f"a few reps in this state read {e.probe_rel:+.1%} against this function's time "
+        "on a GPU found ready"
+        if e.probe_rel is not None
+        else ""
+    )
+    base = "the other reps' median" if e.reps_rel is not None else "the median"
+    yardstick = f"the {e.room:.1%} margin (the CI of {base}, at least {e.floor:.1%})"
+    if e.by_number or e.by_probe:
+        why = " and ".join(s for s, moved in ((number, e.by_number), (probe, e.by_probe)) if moved)
+        also = "; ".join(
+            s for s, moved in ((number, e.by_number), (probe, e.by_probe)) if s and not moved
+        )
+        text = f"the number moved: {why}, more than {yardstick}"
+        if reps and e.by_number:
+            text += f": {reps}"
+        elif reps:
+            text += f"; {reps}"
+        return text + (f"; {also}" if also else "")
+    if e.reps_moved and e.number_rel is not None:
+        held = f"{reps}, but the number held: {number}, within {yardstick}"
+        return held + (f"; {probe}, within it too" if probe else "")
+    said = " and ".join(s for s in (reps, probe) if s)
+    return f"the number measured shows no effect: {said}, within {yardstick}"
+
+
+__all__ = ["WEIGHED", "clock_bound", "margin", "number_effect", "reps_effect", "weigh"]

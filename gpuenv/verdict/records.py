@@ -109,9 +109,10 @@ class VerdictConfig:
             further apart than this (`gpuenv.stats.levels`) get a warning naming both
             levels (warmup's head left out).
         effect_rel: every state finding (gpuenv.verdict.effect): a warning only where the
-            reps it names read further than this, relative, from the other reps (or the
-            state probe's reps from fn's time on a ready GPU), and further than the
-            median's CI; otherwise info, saying the number shows no effect.
+            number (the median of all reps) reads further than this, relative, from the
+            median of the reps the finding does not name (or the state probe's reps from
+            fn's time on a ready GPU), and further than that median's CI; otherwise info,
+            saying the number held (or showed no effect).
         confidence: effect_rel, spread, weak_ci: the confidence of the median's CI.
         reject_severity: findings at or above this severity make their reps
             "affected": dropped by reject, re-run by retry.

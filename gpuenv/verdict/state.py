@@ -69,7 +69,8 @@ def other_process(g: int, ws: list[Window]) -> list[Finding]:
     """Another tenant on the measured GPU during the reps (NVML's process list, read at
     region edges): named with its pid, user where the host shows it, and the GPU memory it
     held. A warning where the judge cannot rule its effect out: the judge's one rule
-    (gpuenv.verdict.effect) makes it info where the reps it shared read as the others did."""
+    (gpuenv.verdict.effect) makes it info where the number (the median of all reps) held
+    against the median of the reps it did not share."""
     reps = [i for i, w in enumerate(ws) if w.other_pids]
     if not reps:
         return []

@@ -31,7 +31,8 @@ Left to Inductor's own timing: a selection of one choice, a collective one, one
 benchmarked in subprocesses (`autotune_in_subproc`, CUTLASS), and one whose choices do
 not each hand `benchmark_gpu` exactly one call (CUDA-graph benchmarking, the profiler's,
 choices timed on the CPU). Other callers of `benchmark_gpu` (the runtime autotuning of
-pointwise kernels) time with gpuenv's do_bench, as without `rank`.
+pointwise kernels, the epilogue-fusion check after a selection) time with gpuenv's
+do_bench, as without `rank`, call by call.
 
 Under `gpuenv run --autotune` (GPUENV_AUTOTUNE=rank) both are switched on as Inductor's
 modules load: the benchmarkers when its benchmarking module loads, the ranking when
@@ -310,7 +311,7 @@ def _ranked(
     from gpuenv.run.autoregions import autotune_region
     from gpuenv.timing.rank import decision_record, rank
 
-    names = _names(choices)
+    names = choice_names(choices)
     cands = {names[c]: call for c, (call, _) in work.items()}
     kernel = _selection_name(choices)
     device = next((d for _, d in work.values() if d is not None), None)
@@ -357,7 +358,7 @@ def _on_cuda_device(device: int | None) -> Iterator[None]:
         yield
 
 
-def _names(choices: list[Any]) -> dict[Any, str]:
+def choice_names(choices: Sequence[Any]) -> dict[Any, str]:
     """Each choice's name in a ranking: Inductor's (`triton_mm_4`) and, for a template,
     its config (`BLOCK_M=128 BLOCK_N=128 BLOCK_K=64 num_stages=3 num_warps=8`); unique."""
     out: dict[Any, str] = {}
@@ -409,6 +410,7 @@ __all__ = [
     "MODULE",
     "SELECTOR",
     "SELECT_MODULE",
+    "choice_names",
     "patch_inductor",
     "ranking_on",
     "rankings",

@@ -29,10 +29,11 @@ declared tie: the first of the tie in Inductor's order of choices). The decision
 (`rankings()`) and under `gpuenv run` sent as a region of kind "autotune", as triton's.
 Left to Inductor's own timing: a selection of one choice, a collective one, one
 benchmarked in subprocesses (`autotune_in_subproc`, CUTLASS), and one whose choices do
-not each hand `benchmark_gpu` exactly one call (CUDA-graph benchmarking, the profiler's,
-choices timed on the CPU). Other callers of `benchmark_gpu` (the runtime autotuning of
-pointwise kernels, the epilogue-fusion check after a selection) time with gpuenv's
-do_bench, as without `rank`, call by call.
+not each hand `benchmark_gpu` exactly one call (the profiler's benchmarking, choices timed
+on the CPU; a choice benchmarked as a CUDA graph hands over the graph's replay). Other
+callers of `benchmark_gpu` (the runtime autotuning of pointwise kernels, the
+epilogue-fusion check after a selection) time with gpuenv's do_bench, as without `rank`,
+call by call.
 
 Under `gpuenv run --autotune` (GPUENV_AUTOTUNE=rank) both are switched on as Inductor's
 modules load: the benchmarkers when its benchmarking module loads, the ranking when

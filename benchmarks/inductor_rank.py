@@ -15,8 +15,9 @@ processes of each tuner, interleaved. Per tuner: the distinct winners, the most 
 choice's share, regret = the winner's careful time against the best careful time, the
 compile wall (the first call: compile, autotune, one run) and the compiled function's
 own time (gpuenv.bench: the choice and Inductor's epilogue-fusion decision after it).
-Read-only: no clock is set, every child runs with GPUENV_READONLY=1. About 3-4 minutes
-on an H200 at the defaults.
+Read-only: no clock is set, every child runs with GPUENV_READONLY=1. About 3 minutes on
+an H200 at the defaults (the careful process about a minute, compiling every Triton
+template; each tuning process 20-35 s).
 
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 4096x4096x4096
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--processes", type=int, default=3, help="fresh processes per tuner (3)")
+    parser.add_argument("--processes", type=int, default=2, help="fresh processes per tuner (2)")
     parser.add_argument(
         "--op",
         choices=("mm_relu", "addmm_relu", "bmm"),

@@ -78,7 +78,9 @@ def patch_inductor(*, rank: bool = False, **defaults: Any) -> None:
 
     `defaults` go to every do_bench call (its keywords: `warmup=`, `rep=`, `condition=`,
     `backend=`, ...); with `rank=True` to every ranking instead (gpuenv.rank's keywords
-    and BenchConfig's: `tolerance=`, `budget_s=`, `backend=`, ...). Undo with
+    and BenchConfig's: `tolerance=`, `budget_s=`, `backend=`, ...), and those that say
+    where and how to time (`backend=`, `session=`, `device=`, `condition=`, `policy=`)
+    also to the do_bench calls of `benchmark_gpu`'s other callers. Undo with
     `unpatch_inductor()`.
 
     Raises:

@@ -221,6 +221,12 @@ def test_rank_makes_inductor_keep_gpuenv_s_choice_on_the_record(gpu, selector):
         "triton_mm_1 BLOCK_M=128 BLOCK_N=128 num_stages=3 num_warps=8"
     )
     assert timings[choices[-1]] == pytest.approx(r["mm"].median_s * 1e3)
+    # benchmark_gpu's other callers (pointwise autotuning): gpuenv's do_bench, on rank's GPU
+    from torch._inductor.runtime.benchmarking import benchmarker
+
+    n = len(gtriton.measurements())
+    assert benchmarker.benchmark_gpu(choices[0].bmreq.kernel) > 0
+    assert [m.name for m in gtriton.measurements()[n:]] == ["inductor autotune"]
     # each template's module stayed loaded while ranked (the kernel ran), unloaded once after
     assert [c.bmreq.cleanups for c in choices] == [1, 1, 1, 1]
     assert not any(c.bmreq.loaded for c in choices)

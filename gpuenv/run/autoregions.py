@@ -474,10 +474,17 @@ def _switch_autotuner(name: str) -> None:
 
     where, _, attr = AUTOTUNE_MODULES[name].partition(":")
     switch = getattr(importlib.import_module(where), attr)
-    if name != _TIMED_ONLY:
+    if name == _TIMED_ONLY:
+        if _SELECT not in sys.modules:  # loading (it imports this one) or loaded: its switch
+            switch()  # ranks and times both
+        return
+    try:
         switch(rank=True)
-    elif _SELECT not in sys.modules:  # loading (it imports this one) or loaded: its switch
-        switch()  # ranks and times both
+    except ConfigError:
+        if name != _SELECT:
+            raise
+        switch()  # an Inductor without the hook: each choice still timed with gpuenv...
+        raise  # ...and the command's stderr says why it is not ranked
 
 
 def patch(module: Any) -> None:

@@ -283,6 +283,21 @@ def test_rank_refuses_unknown_settings_and_an_inductor_without_the_hook(monkeypa
     assert not inductor.ranking_on()
 
 
+@pytest.mark.usefixtures("unpatched")
+def test_the_run_switch_on_an_inductor_without_the_hook_still_times_with_gpuenv(monkeypatch):
+    from gpuenv.run import autoregions
+
+    bm = pytest.importorskip(inductor.MODULE)
+    old = types.ModuleType(inductor.SELECT_MODULE)
+    old.AlgorithmSelectorCache = type("AlgorithmSelectorCache", (), {})
+    monkeypatch.setitem(sys.modules, inductor.SELECT_MODULE, old)
+    autoregions._switch_autotuner(inductor.MODULE)  # select_algorithm's switch does it
+    assert getattr(bm.TritonBenchmarker.benchmark_gpu, "__gpuenv__", False) is False
+    with pytest.raises(ValueError, match=r"no AlgorithmSelectorCache\.make_benchmark_fn"):
+        autoregions._switch_autotuner(inductor.SELECT_MODULE)
+    assert bm.TritonBenchmarker.benchmark_gpu.__gpuenv__ and not inductor.ranking_on()
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("unpatched")
 def test_a_real_cpu_max_autotune_compiles_under_rank_and_is_left_to_inductor(

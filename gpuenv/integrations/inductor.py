@@ -175,7 +175,7 @@ def _torch_version() -> str:
 
 def _selector_class(module: Any) -> Any:
     """AlgorithmSelectorCache, when its `make_benchmark_fn` is the classmethod gpuenv hooks
-    (torch 2.5 to 2.13 at least)."""
+    (tested on torch 2.13; older releases nest a function of the same name in it)."""
     cls = getattr(module, SELECTOR, None)
     own = vars(cls).get("make_benchmark_fn") if isinstance(cls, type) else None
     if not isinstance(own, classmethod):
@@ -329,7 +329,7 @@ def _ranked(
 
 @contextlib.contextmanager
 def _kept_loaded(choices: list[Any]) -> Iterator[None]:
-    """Defer each Triton template's `cleanup_run_fn` (torch 2.10 and later unload its
+    """Defer each Triton template's `cleanup_run_fn` (recent torch, 2.13 here, unloads its
     benchmark module after each benchmark) until the ranking is done."""
     deferred = []
     for choice in choices:

@@ -313,6 +313,44 @@ def test_the_autotune_rank_benchmark_tables_winners_regret_and_wall(capsys):
     assert "| gpuenv | rested | 4 | 1 | " in out and "1.25x plain triton's" in out
 
 
+def test_the_inductor_rank_benchmark_tables_winners_regret_and_walls(capsys):
+    from benchmarks import inductor_rank
+
+    careful_ms = {"mm": 0.200, "triton_mm_1 BLOCK_M=128": 0.201, "triton_mm_2 BLOCK_M=64": 0.230}
+    careful = {"mode": "careful", "op": "addmm_relu", "size": "2048x2048x8192"}
+    careful.update(dtype="float16", selection="addmm", gpu="H200", torch="2.9", ms=careful_ms)
+
+    def row(mode, winner, wall, compiled, tied=()):
+        return {
+            "mode": mode,
+            "winner": winner,
+            "compile_wall_s": wall,
+            "compiled_s": compiled,
+            "tied": list(tied),
+        }
+
+    rows = [
+        row("plain", "triton_mm_2 BLOCK_M=64", 20.0, 230e-6),
+        row("plain", "mm", 22.0, 200e-6),
+        row("plain", "triton_mm_9", 21.0, 210e-6),  # a winner the careful run never timed
+        row("gpuenv", "mm", 24.0, 200e-6, tied=("mm", "triton_mm_1 BLOCK_M=128")),
+        row("gpuenv", "mm", 26.0, 202e-6),
+    ]
+    seconds = {n: ms * 1e-3 for n, ms in careful_ms.items()}
+    p = inductor_rank.summarize(rows[:3], seconds)
+    assert p["distinct"] == 3 and p["unseen"] == 1
+    assert p["regret_max"] == pytest.approx(0.15) and p["regret_median"] == pytest.approx(0.075)
+    g = inductor_rank.summarize(rows[3:], seconds)
+    assert g["distinct"] == 1 and g["modal_share"] == 1.0 and g["regret_max"] == 0.0
+    assert g["ties"] == 1 and g["compiled_spread"] == pytest.approx(0.01)
+    inductor_rank.report(rows, careful)
+    out = capsys.readouterr().out
+    assert "| gpuenv | 2 | 1 | mm (100%) | 1 | 0.00% | 0.00% | 25.0 s |" in out
+    assert "2 choices within 3% of the best (mm)." in out
+    assert "plain: 1 winners the careful run did not time" in out
+    assert "1.19x plain Inductor's" in out
+
+
 def test_a_report_that_prints_a_fence_stays_inside_its_own():
     result = {
         "name": "t",

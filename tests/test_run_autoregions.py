@@ -844,3 +844,47 @@ def test_autotune_switch_makes_the_autotuner_choose_with_rank_on_the_record(tmp_
         assert decision["configs"][decision["winner"]][0].startswith(f"BM={chosen} ")
     bad = gpuenv_run("--", sys.executable, child, env={"GPUENV_AUTOTUNE": "yes"})
     assert bad.returncode == 2 and "GPUENV_AUTOTUNE=yes: not a choice" in bad.stderr
+
+
+def test_autotune_switch_ranks_inductor_s_selections_on_the_record(tmp_path):
+    """CPU torch's own select_algorithm under gpuenv run --autotune: the switch is on as the
+    module loads, and a selection's choices (their GPU work the simulated GPU's) are ranked."""
+    pytest.importorskip("torch._inductor.select_algorithm")
+    child = write(
+        tmp_path,
+        """
+        import torch
+        from torch._inductor.select_algorithm import AlgorithmSelectorCache as S, AutotuneArgs
+        from torch._inductor.runtime.benchmarking import benchmarker
+        from gpuenv import timing
+        from gpuenv.backend import open_backend
+        from gpuenv.integrations import inductor
+        gpu, x = open_backend(), torch.zeros(2, 2)
+        args = AutotuneArgs.from_choice_args([x], [x], x, x, None)
+        S.get_inputs = classmethod(lambda *a, **k: args)
+        class Node:
+            def get_size(self): return [64, 32]
+            def get_dtype(self): return torch.float16
+        class Choice:
+            def __init__(self, name, s):
+                self.name, self.k = name, timing.sim_kernel(gpu, 0, seconds=s)
+            def benchmark(self, *inputs, out): return benchmarker.benchmark_gpu(self.k)
+        choices = [Choice("mm", 2e-4), Choice("triton_mm_0", 4e-4)]
+        timings = S.make_benchmark_fn(choices, [Node()], None, None)(choices)   # line 19
+        print(inductor.ranking_on(), min(timings, key=timings.get).name)
+    """,
+    )
+    out = tmp_path / "run.jsonl"
+    result = gpuenv_run(
+        "--autotune", "-o", str(out), "--", sys.executable, child, cwd=tmp_path, timeout=180
+    )
+    assert result.returncode == 0, result.stderr
+    on, chosen = result.stdout.split()
+    assert on == "True"
+    # which choice wins is tested on virtual time (tests/integrations/test_inductor.py)
+    head = f"autotune inductor mm 64x32 float16: {chosen} chosen by gpuenv.rank"
+    assert head in result.stderr, result.stderr
+    (tuned,) = [m for m in load_run(out).measurements if m.extra.get("kind") == "autotune"]
+    assert tuned.extra["site"] == "autotune inductor mm bench.py:19"
+    decision = tuned.extra["autotune"]
+    assert decision["key"] == ["64x32 float16"] and len(decision["configs"]) == 2

@@ -122,7 +122,7 @@ class RunOptions:
     "--autotune",
     is_flag=True,
     help="The command's autotuners choose with gpuenv: @triton.autotune ranks its configs "
-    "with gpuenv.rank, torch.compile max-autotune times each choice with gpuenv; each "
+    "and torch.compile max-autotune the choices of each selection with gpuenv.rank; each "
     "decision is a row of the table (GPUENV_AUTOTUNE=rank does the same).",
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)

@@ -5,7 +5,7 @@
   by gpuenv.bench (telemetry, findings, verdict kept); patch_autotuner() (rank=True: the
   autotuner's choice is gpuenv.rank's).
 - `gpuenv.integrations.inductor`: patch_inductor(): torch Inductor's max-autotune times
-  each choice with gpuenv.
+  each choice with gpuenv (rank=True: each selection's choice is gpuenv.rank's).
 - `gpuenv.integrations.pytest_plugin`: `pytest --gpuenv` adds telemetry, findings
   and a verdict to each pytest-benchmark benchmark's extra_info (the pytest11 entry
   point `gpuenv` registers it).

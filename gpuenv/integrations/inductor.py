@@ -1,7 +1,10 @@
-"""patch_inductor: torch Inductor's max-autotune times its choices with gpuenv.
+"""patch_inductor: torch Inductor's max-autotune times its choices with gpuenv, or
+(`rank=True`) chooses with gpuenv.rank.
 
     from gpuenv.integrations.inductor import patch_inductor
-    patch_inductor()                     # then torch.compile(mode="max-autotune") as usual
+    patch_inductor()             # each choice timed with gpuenv's do_bench
+    patch_inductor(rank=True)    # each selection's choices ranked together by gpuenv.rank
+    # then torch.compile(mode="max-autotune") as usual
 
 Inductor's benchmarker (`torch._inductor.runtime.benchmarking`: `InductorBenchmarker`,
 `TritonBenchmarker`, `TorchProfilerBenchmarker`) times each autotuning choice with its
@@ -11,66 +14,181 @@ GPU; it never calls `triton.testing.do_bench` (InductorBenchmarker), so
 choice with gpuenv's do_bench drop-in (gpuenv.integrations.triton: gpuenv.bench's default
 conditioning, each call begun on a cool, uncapped GPU, telemetry on every rep) and
 returns the median of its reps in ms (Inductor's own returns the least of its events;
-`return_mode="all"` every rep's time). Under `gpuenv run --autotune` this is installed in
-the command when Inductor's benchmarking module is imported.
+`return_mode="all"` every rep's time).
 
-Each choice is so timed in the same GPU state; the choices are not yet ranked together
-(paired and interleaved as gpuenv.rank does for triton's autotuner): that needs a hook in
-Inductor's AlgorithmSelectorCache, which times choice after choice itself.
+`rank=True` ranks the choices of each selection together. `AlgorithmSelectorCache`
+(`torch._inductor.select_algorithm`) makes one benchmark function per selection
+(`make_benchmark_fn`: the mm, addmm, bmm ... of one shape) and calls it with all its
+choices. Wrapped, the in-process one first runs Inductor's own benchmarking of each choice
+alone while the patched `benchmark_gpu` keeps the GPU work it is handed instead of timing
+it (called once: a choice that fails is inf, as Inductor makes it), with each Triton
+template's module kept loaded (`cleanup_run_fn` deferred); then `gpuenv.rank` times the
+kept calls in interleaved rounds in one GPU state, and every choice's timing is its
+median in ms, the winner's the least, so that Inductor's `min` keeps gpuenv's choice (a
+declared tie: the first of the tie in Inductor's order of choices). The decision is kept
+(`rankings()`) and under `gpuenv run` sent as a region of kind "autotune", as triton's.
+Left to Inductor's own timing: a selection of one choice, a collective one, one
+benchmarked in subprocesses (`autotune_in_subproc`, CUTLASS), and one whose choices do
+not each hand `benchmark_gpu` exactly one call (the profiler's benchmarking, choices timed
+on the CPU; a choice benchmarked as a CUDA graph hands over the graph's replay). Other
+callers of `benchmark_gpu` (the runtime autotuning of pointwise kernels, the
+epilogue-fusion check after a selection) time with gpuenv's do_bench, as without `rank`,
+call by call.
+
+Under `gpuenv run --autotune` (GPUENV_AUTOTUNE=rank) both are switched on as Inductor's
+modules load: the benchmarkers when its benchmarking module loads, the ranking when
+select_algorithm does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import inspect
-from collections.abc import Callable
+import logging
+import math
+import re
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from gpuenv.errors import ConfigError
 
 MODULE = "torch._inductor.runtime.benchmarking"
+SELECT_MODULE = "torch._inductor.select_algorithm"
+SELECTOR = "AlgorithmSelectorCache"
 CLASSES = ("TritonBenchmarker", "InductorBenchmarker", "TorchProfilerBenchmarker")
-_patched: dict[str, Any] = {}  # class name -> its own benchmark_gpu
+_patched: dict[str, Any] = {}  # class name -> (class, its own benchmark_gpu)
+_selector: dict[str, Any] = {}  # "make_benchmark_fn": (class, its own), "settings": rank's
+_capture = threading.local()  # .calls: the GPU work kept instead of timed, while capturing
+_RANKINGS: deque[dict[str, Any]] = deque(maxlen=256)
+# what Inductor names its benchmark functions (a partial's func, or a nested function)
+IN_PROCESS = "benchmark_in_current_process"
+# the parts of a Triton template's description that tell its configs apart
+_CONFIG_KEYS = re.compile(r"^(BLOCK_\w+|GROUP_M|num_stages|num_warps|num_consumer_groups)$")
+log = logging.getLogger(__name__)
 
 
-def patch_inductor(**defaults: Any) -> None:
-    """Make Inductor's benchmarkers time each choice with gpuenv (the module docstring).
+def patch_inductor(*, rank: bool = False, **defaults: Any) -> None:
+    """Make Inductor's benchmarkers time each choice with gpuenv, or (`rank=True`) rank each
+    max-autotune selection's choices together with gpuenv.rank (the module docstring).
+
     `defaults` go to every do_bench call (its keywords: `warmup=`, `rep=`, `condition=`,
-    `backend=`, ...). Undo with `unpatch_inductor()`."""
-    from gpuenv.integrations.triton.bench import do_bench
+    `backend=`, ...); with `rank=True` to every ranking instead (gpuenv.rank's keywords
+    and BenchConfig's: `tolerance=`, `budget_s=`, `backend=`, ...), and those that say
+    where and how to time (`backend=`, `session=`, `device=`, `condition=`, `policy=`)
+    also to the do_bench calls of `benchmark_gpu`'s other callers. Undo with
+    `unpatch_inductor()`.
 
-    unknown = sorted(set(defaults) - set(inspect.signature(do_bench).parameters))
-    if unknown:
-        raise ConfigError(
-            f"patch_inductor got unknown settings: {', '.join(unknown)}",
-            hint="pass keywords of gpuenv.integrations.triton.do_bench",
-        )
-    try:
-        import importlib
+    Raises:
+        ConfigError: an unknown setting; no torch with Inductor; an Inductor whose
+            benchmarkers, or (`rank=True`) whose `AlgorithmSelectorCache.make_benchmark_fn`,
+            gpuenv does not know (the message names the torch version).
+    """
+    from gpuenv import validate
 
-        module = importlib.import_module(MODULE)
-    except ImportError as err:
-        raise ConfigError(
-            "patch_inductor needs torch with Inductor", hint="pip install torch"
-        ) from err
+    validate.boolean(rank, "rank")
+    _check_settings(rank, defaults)
+    module = _import(MODULE)
+    selector = _selector_class(_import(SELECT_MODULE)) if rank else None
     unpatch_inductor()
     for name in CLASSES:
         cls = getattr(module, name, None)
         if isinstance(cls, type) and "benchmark_gpu" in vars(cls):
             _patched[name] = (cls, vars(cls)["benchmark_gpu"])
-            cls.benchmark_gpu = _benchmark_gpu(defaults)  # type: ignore[attr-defined]
+            cls.benchmark_gpu = _benchmark_gpu(_bench_defaults(rank, defaults))  # type: ignore[attr-defined]
     if not _patched:
         raise ConfigError(
-            f"{MODULE} has none of {', '.join(CLASSES)}: an Inductor gpuenv does not know",
+            f"{MODULE} of torch {_torch_version()} has none of {', '.join(CLASSES)}: "
+            "an Inductor gpuenv does not know",
             hint="report the torch version; until then max-autotune times choices itself",
         )
+    if selector is not None:
+        own = vars(selector)["make_benchmark_fn"]
+        _selector.update(make_benchmark_fn=(selector, own), settings=dict(defaults))
+        selector.make_benchmark_fn = classmethod(_ranked_benchmark_fn(own.__func__))
 
 
 def unpatch_inductor() -> None:
-    """Put back Inductor's own benchmark_gpu (nothing when patch_inductor was not called)."""
+    """Put back what patch_inductor replaced (nothing when it was not called)."""
     for cls, orig in _patched.values():
         cls.benchmark_gpu = orig
     _patched.clear()
+    if "make_benchmark_fn" in _selector:
+        cls, orig = _selector["make_benchmark_fn"]
+        cls.make_benchmark_fn = orig
+    _selector.clear()
+
+
+def ranking_on() -> bool:
+    """Is patch_inductor(rank=True) in force?"""
+    return "make_benchmark_fn" in _selector
+
+
+def rankings() -> list[dict[str, Any]]:
+    """The decisions the ranked selections made (at most 256), oldest first: each a dict of
+    `kernel` (the selection, as "inductor mm"), `key` (its inputs' shapes and dtypes),
+    `choices` (the names ranked, in Inductor's order) and `ranking` (the gpuenv.Ranking)."""
+    return list(_RANKINGS)
+
+
+def _check_settings(rank: bool, defaults: dict[str, Any]) -> None:
+    if rank:
+        from gpuenv.timing.rank import unknown_settings
+
+        unknown = unknown_settings(defaults)
+        hint = "pass keywords of gpuenv.rank or BenchConfig's fields"
+    else:
+        from gpuenv.integrations.triton.bench import do_bench
+
+        unknown = sorted(set(defaults) - set(inspect.signature(do_bench).parameters))
+        hint = "pass keywords of gpuenv.integrations.triton.do_bench"
+    if unknown:
+        who = "patch_inductor(rank=True)" if rank else "patch_inductor"
+        raise ConfigError(f"{who} got unknown settings: {', '.join(unknown)}", hint=hint)
+
+
+def _bench_defaults(rank: bool, defaults: dict[str, Any]) -> dict[str, Any]:
+    """What every do_bench call gets: `defaults`; with rank=True those of rank's settings that
+    say where and how to time (`backend=`, `session=`, `device=`, `condition=`, `policy=`)."""
+    if not rank:
+        return defaults
+    shared = ("backend", "session", "device", "condition", "policy")
+    return {k: v for k, v in defaults.items() if k in shared}
+
+
+def _import(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        raise ConfigError(
+            "patch_inductor needs torch with Inductor", hint="pip install torch"
+        ) from err
+
+
+def _torch_version() -> str:
+    return str(getattr(sys.modules.get("torch"), "__version__", "(unknown)"))
+
+
+def _selector_class(module: Any) -> Any:
+    """AlgorithmSelectorCache, when its `make_benchmark_fn` is the classmethod gpuenv hooks
+    (tested on torch 2.13; older releases nest a function of the same name in it)."""
+    cls = getattr(module, SELECTOR, None)
+    own = vars(cls).get("make_benchmark_fn") if isinstance(cls, type) else None
+    if not isinstance(own, classmethod):
+        raise ConfigError(
+            f"torch {_torch_version()}: {SELECT_MODULE} has no {SELECTOR}.make_benchmark_fn "
+            "classmethod, where patch_inductor(rank=True) ranks max-autotune's choices",
+            hint="report the torch version; patch_inductor() without rank still times each "
+            "choice with gpuenv",
+        )
+    return cls
+
+
+# -- the benchmarkers: each call timed with gpuenv, or kept while a ranking captures ----
 
 
 def _benchmark_gpu(defaults: dict[str, Any]) -> Callable[..., Any]:
@@ -89,6 +207,11 @@ def _benchmark_gpu(defaults: dict[str, Any]) -> Callable[..., Any]:
         **kwargs: Any,
     ) -> Any:
         del self, args, kwargs  # Inductor's own sizing (estimation_iters, ...): gpuenv's
+        kept = getattr(_capture, "calls", None)
+        if kept is not None:  # a ranking collects this choice's work: run it once, keep it
+            _callable()
+            kept.append((_callable, _current_cuda_device()))
+            return 0.0
         settings = dict(defaults)
         for key, value in (("warmup", warmup), ("rep", rep)):
             if value is not None:
@@ -107,4 +230,192 @@ def _benchmark_gpu(defaults: dict[str, Any]) -> Callable[..., Any]:
     return benchmark_gpu
 
 
-__all__ = ["CLASSES", "MODULE", "patch_inductor", "unpatch_inductor"]
+def _current_cuda_device() -> int | None:
+    """The CUDA device current while Inductor hands a choice's work over (its benchmark
+    requests enter their tensors' device), to rank it on the same one."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not cuda.is_available():
+        return None
+    return int(cuda.current_device())
+
+
+# -- rank=True: each selection's choices ranked together ----------------------------------
+
+
+def _ranked_benchmark_fn(own: Callable[..., Any]) -> Callable[..., Any]:
+    """AlgorithmSelectorCache.make_benchmark_fn, whose in-process benchmark function ranks."""
+
+    @functools.wraps(own)
+    def make_benchmark_fn(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        fn = own(cls, *args, **kwargs)
+        func = getattr(fn, "func", fn)
+        collective = (getattr(fn, "keywords", None) or {}).get("is_collective")
+        if getattr(func, "__name__", "") != IN_PROCESS or collective:
+            return fn  # subprocesses, collectives: Inductor's own
+        nodes = kwargs.get("input_nodes", args[1] if len(args) > 1 else ())
+        return functools.partial(_rank_selection, fn, _key(nodes))
+
+    make_benchmark_fn.__gpuenv_rank__ = True  # type: ignore[attr-defined]
+    return make_benchmark_fn
+
+
+def _rank_selection(
+    fn: Callable[..., Any], key: list[str], choices: Sequence[Any]
+) -> dict[Any, float]:
+    """What Inductor's in-process benchmark function `fn` returns for `choices`, from a
+    ranking of them all: each choice's timing in ms, the winner's the least."""
+    choices = list(choices)
+    if len(choices) < 2:
+        return dict(fn(choices))
+    with _kept_loaded(choices):
+        captured = _capture_choices(fn, choices)
+        if captured is None:  # a choice not timed through benchmark_gpu: Inductor's way
+            return dict(fn(choices))
+        timings, work = captured
+        if work:
+            timings.update(_ranked(choices, work, key))
+    return {c: timings[c] for c in choices}
+
+
+def _capture_choices(
+    fn: Callable[..., Any], choices: list[Any]
+) -> tuple[dict[Any, float], dict[Any, tuple[Callable[[], Any], int | None]]] | None:
+    """Inductor's benchmarking of each choice alone, the work it hands benchmark_gpu kept:
+    (the timings of the choices that failed (inf), each other choice's work and CUDA
+    device), or None when a choice handed over other than exactly one call."""
+    failed: dict[Any, float] = {}
+    work: dict[Any, tuple[Callable[[], Any], int | None]] = {}
+    for choice in choices:
+        _capture.calls = []
+        try:
+            got = fn([choice])
+            kept = _capture.calls
+        finally:
+            _capture.calls = None
+        timing = got.get(choice, math.inf)
+        if not math.isfinite(timing):
+            failed[choice] = timing
+        elif len(kept) == 1:
+            work[choice] = kept[0]
+        else:
+            log.info("gpuenv: %s was not timed through benchmark_gpu: not ranked", choice)
+            return None
+    return failed, work
+
+
+def _ranked(
+    choices: list[Any], work: dict[Any, tuple[Callable[[], Any], int | None]], key: list[str]
+) -> dict[Any, float]:
+    """Rank the choices' work with gpuenv.rank; each one's timing in ms."""
+    from gpuenv.run.autoregions import autotune_region
+    from gpuenv.timing.rank import decision_record, rank
+
+    names = choice_names(choices)
+    cands = {names[c]: call for c, (call, _) in work.items()}
+    kernel = _selection_name(choices)
+    device = next((d for _, d in work.values() if d is not None), None)
+    with _on_cuda_device(device), autotune_region(kernel, key) as region:
+        r = rank(cands, **_selector.get("settings", {}))
+        if region is not None:
+            region.end_meta = {"autotune": decision_record(kernel, key, r)}
+    _RANKINGS.append({"kernel": kernel, "key": key, "choices": list(cands), "ranking": r})
+    times = r.times_s  # the winner's the least: Inductor's min keeps gpuenv's choice
+    return {c: times[names[c]] * 1e3 for c in work}
+
+
+@contextlib.contextmanager
+def _kept_loaded(choices: list[Any]) -> Iterator[None]:
+    """Defer each Triton template's `cleanup_run_fn` (recent torch, 2.13 here, unloads its
+    benchmark module after each benchmark) until the ranking is done."""
+    deferred = []
+    for choice in choices:
+        req = getattr(choice, "_bmreq", None) or getattr(choice, "bmreq", None)
+        if req is not None and callable(getattr(req, "cleanup_run_fn", None)):
+            with contextlib.suppress(AttributeError, TypeError):
+                req.cleanup_run_fn = _later
+                deferred.append(req)
+    try:
+        yield
+    finally:
+        for req in deferred:
+            vars(req).pop("cleanup_run_fn", None)
+            req.cleanup_run_fn()
+
+
+def _later() -> None:
+    """A benchmark request's cleanup while a ranking still calls its kernel."""
+
+
+@contextlib.contextmanager
+def _on_cuda_device(device: int | None) -> Iterator[None]:
+    if device is None:
+        yield
+        return
+    import torch
+
+    with torch.cuda.device(device):
+        yield
+
+
+def choice_names(choices: Sequence[Any]) -> dict[Any, str]:
+    """Each choice's name in a ranking: Inductor's (`triton_mm_4`) and, for a template,
+    its config (`BLOCK_M=128 BLOCK_N=128 BLOCK_K=64 num_stages=3 num_warps=8`); unique."""
+    out: dict[Any, str] = {}
+    seen: set[str] = set()
+    for i, choice in enumerate(choices):
+        name = str(getattr(choice, "name", "") or f"choice {i}")
+        config = _config_words(str(getattr(choice, "description", "") or ""))
+        text = f"{name} {config}".strip()
+        if text in seen:
+            text = f"{text} #{i}"
+        seen.add(text)
+        out[choice] = text
+    return out
+
+
+def _config_words(description: str) -> str:
+    words = []
+    for part in description.split(","):
+        key, eq, value = part.strip().partition("=")
+        if eq and _CONFIG_KEYS.match(key):
+            words.append(f"{key}={value.strip()}")
+    return " ".join(words)
+
+
+def _selection_name(choices: list[Any]) -> str:
+    """The selection as its kernel name in a record: "inductor" and the name of its ATen
+    choice (`mm`, `addmm`, `bmm`), else of its first choice without the trailing number."""
+    names = [str(getattr(c, "name", "") or "") for c in choices]
+    extern = [n for c, n in zip(choices, names, strict=True) if "Extern" in type(c).__name__]
+    stem = (extern or names or ["select"])[0]
+    stem = re.sub(r"^extern_", "", re.sub(r"_\d+$", "", stem)) or "select"
+    return f"inductor {stem}"
+
+
+def _key(nodes: Any) -> list[str]:
+    """The selection's key in a record: its input nodes' sizes and dtypes, as Inductor's
+    AUTOTUNE log shows them (`4096x4096 float16`); none where a node will not say."""
+    out = []
+    with contextlib.suppress(Exception):  # IR nodes of any torch: what they say, or nothing
+        for node in list(nodes)[:4]:
+            dims = "x".join(str(d) for d in node.get_size()) or "scalar"
+            out.append(f"{dims} {str(node.get_dtype()).removeprefix('torch.')}")
+    return out
+
+
+__all__ = [
+    "CLASSES",
+    "IN_PROCESS",
+    "MODULE",
+    "SELECTOR",
+    "SELECT_MODULE",
+    "choice_names",
+    "patch_inductor",
+    "ranking_on",
+    "rankings",
+    "unpatch_inductor",
+]

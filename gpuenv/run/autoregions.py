@@ -60,7 +60,7 @@ import itertools
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from gpuenv.errors import ConfigError
@@ -80,8 +80,13 @@ ENV_AUTOTUNE = "GPUENV_AUTOTUNE"
 AUTOTUNE_VALUES = ("rank", "none")
 AUTOTUNE_MODULES = {
     "triton": "gpuenv.integrations.triton.autotuner:patch_autotuner",  # rank=True
+    # each choice timed with gpuenv, where Inductor benchmarks without select_algorithm
     "torch._inductor.runtime.benchmarking": "gpuenv.integrations.inductor:patch_inductor",
+    # max-autotune's selections ranked (rank=True); it loads after the benchmarking module
+    "torch._inductor.select_algorithm": "gpuenv.integrations.inductor:patch_inductor",
 }
+_TIMED_ONLY = "torch._inductor.runtime.benchmarking"  # switched without rank=True...
+_SELECT = "torch._inductor.select_algorithm"  # ...unless this one is on its way
 CHILD_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "childsite")
 MAX_STMT = 60  # characters of a Timer's statement in a region name
 MAX_LABEL = 40  # characters of a label's value (a shape, a dtype) in a call's name
@@ -313,6 +318,23 @@ def call_site(skip: int = 2) -> tuple[str, bool]:
     return f"{_short_path(site.f_code.co_filename)}:{site.f_lineno}", tune is not None
 
 
+@contextlib.contextmanager
+def autotune_region(kernel: str, key: list[str]) -> Iterator[Any]:
+    """Under gpuenv run: an autotuner's ranking as one region of kind "autotune" (the
+    caller sets its `end_meta` to the decision record), named `<kernel> autotune <key>`
+    and sited at the first frame outside the machinery; None outside gpuenv run."""
+    from gpuenv.run.region import active, region
+
+    if not active():
+        yield None
+        return
+    where, _ = call_site(3)
+    name = f"{kernel} autotune {' '.join(key)}".strip()
+    meta = {"kind": "autotune", "site": f"autotune {kernel} {where}", "autotune": True}
+    with region(name, discard_on_error=True, meta=meta) as r:
+        yield r
+
+
 def _value(v: Any) -> Any:
     """A label's value as JSON carries it and a name shows it (long ones cut)."""
     if isinstance(v, (bool, int, float)) or v is None:
@@ -452,10 +474,17 @@ def _switch_autotuner(name: str) -> None:
 
     where, _, attr = AUTOTUNE_MODULES[name].partition(":")
     switch = getattr(importlib.import_module(where), attr)
-    if name == "triton":
+    if name == _TIMED_ONLY:
+        if _SELECT not in sys.modules:  # loading (it imports this one) or loaded: its switch
+            switch()  # ranks and times both
+        return
+    try:
         switch(rank=True)
-    else:
-        switch()
+    except ConfigError:
+        if name != _SELECT:
+            raise
+        switch()  # an Inductor without the hook: each choice still timed with gpuenv...
+        raise  # ...and the command's stderr says why it is not ranked
 
 
 def patch(module: Any) -> None:
@@ -501,6 +530,7 @@ __all__ = [
     "KINDS",
     "MODULES",
     "autotune_choice",
+    "autotune_region",
     "call_site",
     "child_env",
     "config_labels",

@@ -28,6 +28,7 @@ interleaved, each round starting one candidate later than the one before:
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -292,6 +293,16 @@ def rank(
     return _Ranker(fns, cfg, tolerance, confidence, budget_s, max_rounds, clock).run(
         dict(backend=backend, gpu=gpu, device=device, session=session)
     )
+
+
+def unknown_settings(settings: Mapping[str, Any]) -> list[str]:
+    """The names in `settings` that neither `rank` nor `BenchConfig` takes, sorted: what a
+    tuner's switch (`patch_autotuner(rank=True)`, `patch_inductor(rank=True)`) refuses
+    before anything is patched."""
+    from dataclasses import fields
+
+    known = {*inspect.signature(rank).parameters, *(f.name for f in fields(BenchConfig))}
+    return sorted(set(settings) - known - {"candidates"})
 
 
 class _Quiet(logging.Filter):
@@ -626,4 +637,5 @@ __all__ = [
     "decision_lines",
     "decision_record",
     "rank",
+    "unknown_settings",
 ]

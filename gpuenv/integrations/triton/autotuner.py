@@ -22,8 +22,7 @@ import inspect
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import fields
+from collections.abc import Callable
 from typing import Any
 
 from gpuenv.errors import ConfigError
@@ -172,11 +171,9 @@ def rankings() -> list[Any]:
 
 
 def _check_rank_settings(settings: dict[str, Any]) -> None:
-    from gpuenv.timing.config import BenchConfig
-    from gpuenv.timing.rank import rank
+    from gpuenv.timing.rank import unknown_settings
 
-    known = {*inspect.signature(rank).parameters, *(f.name for f in fields(BenchConfig))}
-    unknown = sorted(set(settings) - known - {"candidates"})
+    unknown = unknown_settings(settings)
     if unknown:
         raise ConfigError(
             f"patch_autotuner(rank=True) got unknown settings: {', '.join(unknown)}",
@@ -240,7 +237,7 @@ class _Sweep:
 
     @classmethod
     def rank(cls, tuner: Any, configs: list[Any], calls: list[Any], args: Any, meta: Any) -> _Sweep:
-        from gpuenv.run.autoregions import config_labels
+        from gpuenv.run.autoregions import autotune_region, config_labels
         from gpuenv.timing.rank import decision_record, rank
 
         names = [_config_name(config_labels(c), i) for i, c in enumerate(configs)]
@@ -259,7 +256,7 @@ class _Sweep:
         key = _key(tuner, args, meta)
         if not cands:
             return cls(key, answers)
-        with _autotune_region(kernel, key) as region:
+        with autotune_region(kernel, key) as region:
             r = rank(cands, **_patched.get("rank_settings", {}))
             if region is not None:
                 region.end_meta = {"autotune": decision_record(kernel, key, r)}
@@ -282,23 +279,6 @@ def _key(tuner: Any, args: tuple[Any, ...], meta: dict[str, Any]) -> list[str]:
     names = list(getattr(tuner, "arg_names", None) or [])
     given = {**dict(zip(names, args, strict=False)), **meta}
     return [f"{k}={given[k]}" for k in getattr(tuner, "keys", None) or () if k in given]
-
-
-@contextlib.contextmanager
-def _autotune_region(kernel: str, key: list[str]) -> Iterator[Any]:
-    """Under gpuenv run: the ranking as one region of kind "autotune", its decision sent
-    with its end (None outside gpuenv run)."""
-    from gpuenv.run.autoregions import call_site
-    from gpuenv.run.region import active, region
-
-    if not active():
-        yield None
-        return
-    where, _ = call_site(3)
-    name = f"{kernel} autotune {' '.join(key)}".strip()
-    meta = {"kind": "autotune", "site": f"autotune {kernel} {where}", "autotune": True}
-    with region(name, discard_on_error=True, meta=meta) as r:
-        yield r
 
 
 __all__ = ["QUANTILES", "TRITON_CONFIG_ERRORS", "patch_autotuner", "rankings", "unpatch_autotuner"]

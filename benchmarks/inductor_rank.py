@@ -1,0 +1,187 @@
+"""torch.compile max-autotune that chooses right: one GEMM's max-autotune selection
+timed by plain Inductor and by Inductor under gpuenv's switch (`patch_inductor(rank=True)`)
+in fresh processes with fresh Inductor caches: which choice won, its regret against each
+choice's careful time, and the compile wall.
+
+The workload (benchmarks/workloads/inductor_mm.py) compiles one GEMM with
+`torch.compile(mode="max-autotune")` on a shape given by `--op`, `--size` and `--dtype`
+(default: relu(a @ b + bias), M=2048 N=2048 K=8192 fp16: the bias and relu Inductor's
+epilogue, a shape where cuBLAS should not win by the 15% it did at 4096^3). Each process
+gets a fresh TORCHINDUCTOR_CACHE_DIR, so every selection autotunes; all share one
+TRITON_CACHE_DIR, so compiled Triton kernels are reused and the wall is Inductor's. First
+one process times each choice carefully (gpuenv's do_bench, 0.5 s of reps from a cool,
+uncapped GPU: the true ranking; it also fills the Triton cache), then `--processes`
+processes of each tuner, interleaved. Per tuner: the distinct winners, the most common
+choice's share, regret = the winner's careful time against the best careful time, the
+compile wall (the first call: compile, autotune, one run) and the compiled function's
+own time (gpuenv.bench: the choice and Inductor's epilogue-fusion decision after it).
+Read-only: no clock is set, every child runs with GPUENV_READONLY=1. About 3 minutes on
+an H200 at the defaults (the careful process about a minute, compiling every Triton
+template; each tuning process 20-35 s).
+
+    GPUENV_READONLY=1 python -m benchmarks.inductor_rank
+    GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 4096x4096x4096
+    GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op bmm --size 8x2048x2048x2048 \\
+        --dtype bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import runner
+from benchmarks.checkout import ROOT, checkout_env
+
+CHILD = ROOT / "benchmarks" / "workloads" / "inductor_mm.py"
+TUNERS = ("plain", "gpuenv")
+CHILD_TIMEOUT_S = 300
+
+
+def child(mode: str, args: argparse.Namespace, triton_cache: Path) -> dict[str, Any]:
+    """One fresh process with a fresh Inductor cache; its JSON line."""
+    with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
+        env = checkout_env(
+            GPUENV_READONLY="1", TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=str(triton_cache)
+        )
+        argv = [sys.executable, str(CHILD), mode, args.op, args.size, args.dtype]
+        proc = subprocess.run(
+            argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
+        )
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise SystemExit(f"{' '.join(argv)} printed no result: {proc.stderr[-2000:]}")
+    return dict(json.loads(lines[-1]))
+
+
+def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict[str, Any]:
+    """One tuner's processes: distinct winners, the most common choice's share, regret (the
+    winner's careful time / the best careful time - 1; None for a winner the careful run
+    did not see), the compile wall, the compiled function's time."""
+    winners = Counter(r["winner"] for r in rows)
+    best = min(careful.values())
+    regrets = [careful[r["winner"]] / best - 1 for r in rows if r["winner"] in careful]
+    walls = [r["compile_wall_s"] for r in rows]
+    compiled = [r["compiled_s"] for r in rows]
+    modal, count = winners.most_common(1)[0] if winners else ("-", 0)
+    return {
+        "n": len(rows),
+        "distinct": len(winners),
+        "modal": modal,
+        "modal_share": count / len(rows) if rows else 0.0,
+        "ties": sum(1 for r in rows if len(r.get("tied") or ()) > 1),
+        "regret_median": statistics.median(regrets) if regrets else float("nan"),
+        "regret_max": max(regrets) if regrets else float("nan"),
+        "unseen": sum(1 for r in rows if r["winner"] not in careful),
+        "wall_median_s": statistics.median(walls) if walls else float("nan"),
+        "compiled_median_s": statistics.median(compiled) if compiled else float("nan"),
+        "compiled_spread": (max(compiled) / min(compiled) - 1) if compiled else float("nan"),
+        "winners": dict(winners),
+    }
+
+
+def report(rows: Sequence[dict[str, Any]], careful_row: dict[str, Any]) -> None:
+    careful = {n: ms * 1e-3 for n, ms in careful_row["ms"].items()}
+    best = min(careful, key=careful.__getitem__)
+    print(
+        f"## {careful_row['op']} {careful_row['size']} {careful_row['dtype']}: "
+        f"{careful_row['selection']}, {len(careful)} choices ({careful_row['gpu']}, "
+        f"torch {careful_row['torch']})"
+    )
+    print()
+    print("| choice | careful time | against the best |")
+    print("| --- | ---: | ---: |")
+    for n in sorted(careful, key=careful.__getitem__):
+        print(f"| {n} | {careful[n] * 1e6:.1f} us | {careful[n] / careful[best] - 1:+.2%} |")
+    print()
+    within = sum(1 for t in careful.values() if t / careful[best] - 1 <= 0.03)
+    print(f"{within} choices within 3% of the best ({best}).")
+    print()
+    print(
+        "| tuner | processes | distinct winners | most common (share) | ties declared | "
+        "regret median | regret max | compile wall median | compiled fn median (spread) |"
+    )
+    print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    summary = {}
+    for tuner in TUNERS:
+        mine = [r for r in rows if r["mode"] == tuner]
+        if not mine:
+            continue
+        s = summary[tuner] = summarize(mine, careful)
+        print(
+            f"| {tuner} | {s['n']} | {s['distinct']} | {s['modal']} ({s['modal_share']:.0%}) | "
+            f"{s['ties']} | {s['regret_median']:.2%} | {s['regret_max']:.2%} | "
+            f"{s['wall_median_s']:.1f} s | {s['compiled_median_s'] * 1e6:.1f} us "
+            f"({s['compiled_spread']:.1%}) |"
+        )
+    print()
+    for tuner, s in summary.items():
+        if s["unseen"]:
+            print(f"{tuner}: {s['unseen']} winners the careful run did not time (not in regret).")
+    _metrics(summary)
+
+
+def _metrics(summary: dict[str, dict[str, Any]]) -> None:
+    g, p = summary.get("gpuenv"), summary.get("plain")
+    if g is not None:
+        runner.metric("gpuenv regret max", 100 * g["regret_max"], "%", slack=0.3)
+        runner.metric(
+            "gpuenv most common choice", 100 * g["modal_share"], "%", better="higher", slack=5
+        )
+    if g is not None and p is not None and p["wall_median_s"] > 0:
+        ratio = g["wall_median_s"] / p["wall_median_s"]
+        print(f"gpuenv's compile wall is {ratio:.2f}x plain Inductor's.")
+        print()
+        runner.metric("compile wall gpuenv / plain", ratio, "x", slack=0.1)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.sim:
+        print("max-autotune needs a GPU (CUDA torch): --sim has nothing to run", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="triton-") as triton_cache:
+        shared = Path(triton_cache)
+        careful = child("careful", args, shared)
+        rows = []
+        for _ in range(args.processes):  # interleaved: the tuners meet the same machine
+            for tuner in TUNERS:
+                rows.append(child(tuner, args, shared))
+    report(rows, careful)
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--processes", type=int, default=2, help="fresh processes per tuner (2)")
+    parser.add_argument(
+        "--op",
+        choices=("mm_relu", "addmm_relu", "bmm"),
+        default="addmm_relu",
+        help="relu(a @ b), relu(a @ b + bias) or a batched a @ b (addmm_relu)",
+    )
+    parser.add_argument(
+        "--size", default="2048x2048x8192", help="MxNxK, or BxMxNxK for bmm (2048x2048x8192)"
+    )
+    parser.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16")
+
+
+if __name__ == "__main__":
+    sys.exit(
+        runner.main(
+            "inductor_rank",
+            __doc__,
+            add_arguments,
+            run,
+            quick={"processes": 1},
+            variant=lambda a: f"{a.op}-{a.size}-{a.dtype}",
+        )
+    )

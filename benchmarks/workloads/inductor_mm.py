@@ -1,0 +1,112 @@
+"""The child process of benchmarks/inductor_rank.py: one GEMM compiled by
+`torch.compile(mode="max-autotune")` in a fresh process, its max-autotune selection timed
+by plain Inductor, by Inductor under gpuenv's switch (`patch_inductor(rank=True)`), or
+carefully (each choice alone with gpuenv's do_bench, 0.5 s of reps from a cool, uncapped
+GPU: the true ranking).
+
+    python benchmarks/workloads/inductor_mm.py MODE OP SIZE DTYPE
+
+MODE: plain, gpuenv or careful. OP: `mm_relu` (relu(a @ b)), `addmm_relu` (relu(a @ b +
+bias), the bias and relu Inductor's epilogue) or `bmm` (a batched a @ b); SIZE `MxNxK`,
+or `BxMxNxK` for bmm; DTYPE float16 or bfloat16. The caller gives each process a fresh
+TORCHINDUCTOR_CACHE_DIR (nothing of Inductor's cached: every selection autotunes) and
+may share a TRITON_CACHE_DIR (compiled kernels reused: the wall is Inductor's, not
+ptxas's). Prints one JSON line: the mode, the selection (its name and choices' times in
+ms as the tuner returned them), the winner (the least: the choice Inductor keeps), gpuenv's
+tie set and ranking wall (gpuenv), the compile wall (the first call: compiling,
+autotuning, running once). Reads the GPU only (run it with GPUENV_READONLY=1); needs
+CUDA torch.
+"""
+
+import json
+import sys
+import time
+
+import torch
+
+from gpuenv.integrations import inductor
+
+OPS = ("mm_relu", "addmm_relu", "bmm")
+MODES = ("plain", "gpuenv", "careful")
+
+
+def problem(op, size, dtype):
+    """The function and its inputs."""
+    dims = [int(d) for d in size.lower().split("x")]
+    want = 4 if op == "bmm" else 3
+    if len(dims) != want or min(dims) < 1:
+        raise SystemExit(f"{op} takes a size of {want} positive dimensions, got {size}")
+    kw = {"device": "cuda", "dtype": getattr(torch, dtype)}
+    if op == "bmm":
+        b, m, n, k = dims
+        return (lambda x, y: torch.bmm(x, y)), (
+            torch.randn(b, m, k, **kw),
+            torch.randn(b, k, n, **kw),
+        )
+    m, n, k = dims
+    a, w = torch.randn(m, k, **kw), torch.randn(k, n, **kw)
+    if op == "mm_relu":
+        return (lambda x, y: torch.relu(x @ y)), (a, w)
+    return (lambda x, y, z: torch.relu(x @ y + z)), (a, w, torch.randn(n, **kw))
+
+
+def main(mode, op, size, dtype):
+    import torch._inductor.config as config
+    import torch._inductor.select_algorithm as select
+
+    if mode not in MODES or op not in OPS:
+        raise SystemExit(f"usage: MODE in {MODES}, OP in {OPS}")
+    if not hasattr(select, "add_feedback_saver"):
+        raise SystemExit(f"torch {torch.__version__} has no add_feedback_saver: update torch")
+    selections = []
+
+    def saver(timings, name, *rest):  # every selection's timings, as its tuner returned them
+        names = inductor.choice_names(list(timings))
+        selections.append({"name": name, "ms": {names[c]: t for c, t in timings.items()}})
+
+    select.add_feedback_saver(saver)
+    if mode == "gpuenv":
+        inductor.patch_inductor(rank=True)
+    elif mode == "careful":
+        inductor.patch_inductor(rep=500, warmup=50)
+        config.benchmark_epilogue_fusion = False  # only the selection's own choices matter
+    fn, args = problem(op, size, dtype)
+    compiled = torch.compile(fn, mode="max-autotune")
+    t0 = time.perf_counter()
+    compiled(*args)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    import gpuenv
+
+    inductor.unpatch_inductor()
+    e2e = gpuenv.bench(lambda: compiled(*args), name=f"compiled {op} {size}").median_s
+    tuned = [s for s in selections if len(s["ms"]) > 1]
+    if not tuned:
+        raise SystemExit(f"no max-autotune selection of more than one choice: {selections}")
+    pick = max(tuned, key=lambda s: len(s["ms"]))
+    ms = pick["ms"]
+    row = {
+        "mode": mode,
+        "op": op,
+        "size": size,
+        "dtype": dtype,
+        "selection": pick["name"],
+        "winner": min(ms, key=ms.__getitem__),
+        "ms": ms,
+        "compile_wall_s": wall,
+        "compiled_s": e2e,
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(),
+    }
+    if mode == "gpuenv":
+        ranked = inductor.rankings()
+        if not ranked:
+            raise SystemExit("patch_inductor(rank=True) ranked nothing: Inductor's own timed it")
+        r = ranked[-1]["ranking"]
+        row.update(tied=list(r.tied), rank_wall_s=sum(d["ranking"].wall_s for d in ranked))
+        row["rank_rounds"] = r.rounds
+    print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])

@@ -239,3 +239,45 @@ def onset_s_on(sim: SimBackend, k: Callable[[], float]) -> float:
     while not sim.truth(0).reasons & Reason.SW_POWER_CAP:
         k()
     return sim.clock.now() - t0
+
+
+@pytest.mark.parametrize("first_wait_s", [0.0, 0.005])
+def test_a_first_wait_shorter_than_the_work_before_it_does_not_end_the_unbroken_stretch(
+    first_wait_s: float,
+) -> None:
+    """On an H200 the drop-in's cold calls waited 5 ms for a first reading after 30-50 ms of
+    set-up and warmup; counted as a rest, it split that work from the reps, the opening saw
+    no unbroken work past the learned 10 ms onset, and the first reps ran into the cap (7-12%
+    slow in 5 of 10 calls). Only a wait as long as the work before it ends the stretch."""
+    from gpuenv import conditioning
+
+    sim = SimBackend("h200", clock=VirtualClock())
+    sim.open_context(0)
+    sim.idle(1.0)
+    now = sim.clock.now()
+    bursts = conditioning.Bursts(
+        None,
+        0,
+        sim.clock,
+        facts=None,
+        config=gtriton.DROPIN_CONDITIONING,
+        start=now,
+        burst_start=now - 0.04,
+        rested_s=first_wait_s,
+        limit_s=0.01,
+    )
+    assert bursts.opening([])  # rested before the first rep
+    assert bursts.rest_each[0] > 0
+    # a first wait as long as the work before it did end the stretch: no second rest
+    rested = conditioning.Bursts(
+        None,
+        0,
+        sim.clock,
+        facts=None,
+        config=gtriton.DROPIN_CONDITIONING,
+        start=sim.clock.now(),
+        burst_start=sim.clock.now() - 0.04,
+        rested_s=0.05,
+        limit_s=0.01,
+    )
+    assert not rested.opening([])

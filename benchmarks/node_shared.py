@@ -261,8 +261,9 @@ def run(args: argparse.Namespace) -> int:
                 print(f"\n{tag}, GPU {g}: bench wall median {statistics.median(walls):.2f} s, "
                       f"max {max(walls):.2f} s; NotRecovered {r['not_recovered']}; session "
                       f"{r['session_gpus']} ({r['session_why']})")  # fmt: skip
-    good = [r for r in rows if "error" not in r and not r["phase"].startswith("alone again")]
-    rc = 0 if len(good) == len(rows) else 1
+    shared = [r for r in rows if not r["phase"].startswith("alone again")]
+    good = [r for r in shared if "error" not in r]
+    rc = 0 if len(good) == len(shared) else 1
     if good:
         walls = [w for r in good for w in r["walls"]]
         worst = max(abs(r["moved"][r["worst"]]) for r in good)

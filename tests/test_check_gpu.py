@@ -30,9 +30,13 @@ SAFE = {
 
 
 def test_check_runs_every_kernel_on_every_gpu_alone_and_at_once():
+    # the process's own GPUs: run with CUDA_VISIBLE_DEVICES=0 on a 2-GPU host, the host's
+    # every GPU asked torch for one it cannot see (scripts/device-test on an H200 pair)
+    from gpuenv.devices import own_gpus
+
     backend = open_backend(readonly=True)
     try:
-        gpus = list(range(backend.device_count()))
+        gpus = list(own_gpus(backend).indices)
         report = check_node(backend, gpus, budget_s=5 * (len(gpus) + 1))
     finally:
         backend.close()

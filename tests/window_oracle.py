@@ -101,7 +101,7 @@ def summarize(
         # power samples (instantaneous where the GPU gives it) place the energy better
         # than a counter that moves every ~100 ms and is read once a second
         values["energy_j"] = values["power_w_mean"] * (t1 - t0)
-        values["energy_interpolated"] = t1 - t0 < 0.03 or driver is None
+        values["energy_interpolated"] = t1 - t0 < 0.025 or driver is None
     elif "energy_j" in values:  # no power samples: the counter interpolated across reads
         values["energy_interpolated"] = True
     return Window(gpu=gpu, t0=t0, t1=t1, n_samples=len(inside), gap=gap, **values)

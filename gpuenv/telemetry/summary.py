@@ -23,11 +23,11 @@ ENERGY_EXACT_MIN_S = 1.0
 # The driver's power samples (`Backend.power_samples`, ~20 ms apart) are each the mean power
 # since the one before; their stamps jitter (8-45 ms apart on an H200). A region they
 # cover takes its energy from them (`_Streams._sampled_segments`). On the H200, three lone
-# regions from idle of each length read (docs/h200/power_samples-2026-11-29.json): 30 ms
-# 24.9-25.2 J, 100 ms 81-89 J, but 10 ms 1.2-7.9 J and 20 ms 10.6-16.3 J: a stamp a few ms
-# off moves a region that short wholly into or out of a sample. Shorter than this, the
-# energy is still marked an estimate.
-SAMPLED_EXACT_MIN_S = 0.03
+# regions from idle of each length read (docs/h200/power_samples-2026-11-29.json): 29 ms
+# 24.9-25.2 J, 104-109 ms 81-89 J, but 10 ms 1.2-7.9 J and 19.5 ms 10.6-16.3 J: a stamp a
+# few ms off moves a region that short wholly into or out of a sample. Shorter than this,
+# the energy is still marked an estimate.
+SAMPLED_EXACT_MIN_S = 0.025
 # A region shorter than this is not resolved by 20 ms means: the rest of a sample's
 # interval (another rep's work, in a bench of tiny reps) would be taken for its own.
 SAMPLED_MIN_S = 0.005

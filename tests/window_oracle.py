@@ -22,7 +22,8 @@ by tests/test_telemetry_summary.py: a change comes with a line here and its reas
 And (2026-11-29, issue 44) the driver's 20 ms power samples (`power`: host seconds, watts),
 each the mean since the one before, give a region's power segments where they cover it
 (`_sampled_segments`): a 10 ms kernel from idle read low from the readings refreshed every
-100 ms. Without them no value changes.
+100 ms. Their max leaves out segments under 5 ms (a sliver of an interval is not a reading)
+and is at least the mean. Without driver samples no value changes.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def summarize(
             sum((b - a) * w for a, b, w in segments) / span if span > 0 else segments[-1][2]
         )
         high = max(w for _, _, w in segments)
+        if driver is not None:
+            high = max([values["power_w_mean"]] + [w for a, b, w in segments if b - a >= 0.005])
         sampled = values.get("power_w_max")
         values["power_w_max"] = high if sampled is None else max(high, sampled)
     if lock_range is not None:

@@ -195,6 +195,25 @@ def test_power_samples_every_20_ms_like_get_samples(sim):
     assert len(sim.power_samples(0)) == 120  # the buffer holds ~2.4 s
 
 
+def test_a_power_sample_is_the_mean_power_since_the_one_before(sim):
+    """As an H200's: a 10 ms kernel from idle shows as one sample of the 20 ms mean at the
+    first stamp after it (331-446 W for ~700 W of work there), not as the power at the
+    stamp (idle again); the samples' energy is the counter's."""
+    sim.open_context(0)
+    sim.idle(1.0 + 0.005 - sim.clock.now() % 0.02)  # 5 ms past a stamp
+    since, idle_w = sim.power_samples(0)[-1]
+    e0 = sim.truth(0).energy_mj
+    sim.run_work(0, 1.98e9 * 0.01)  # ~10 ms at the top clock, inside one 20 ms interval
+    work_j = (sim.truth(0).energy_mj - e0) / 1e3
+    sim.idle(0.2 - sim.clock.now() % 0.02)  # to a stamp
+    samples = sim.power_samples(0, since_us=since)
+    assert idle_w < 150 and samples[1][1] == pytest.approx(idle_w, rel=0.02)
+    assert 300 < samples[0][1] < 700  # the work's 10 ms and 10 ms of idle, averaged
+    assert samples[0][1] * 0.02 == pytest.approx(work_j + idle_w * 0.01, rel=0.02)
+    total_j = (sim.truth(0).energy_mj - e0) / 1e3 + idle_w * 0.005  # from the stamp `since`
+    assert sum(w * 0.02 for _, w in samples) == pytest.approx(total_j, rel=0.005)
+
+
 def test_a_kernel_keeps_its_progress_when_it_takes_over_another_process_newer_state():
     """The process running a kernel takes over the running GPU that another process of
     the host (gpuenv run's sampler) wrote 20 ms into it: the kernel still ends 30 ms after

@@ -19,6 +19,11 @@ force at t0, held over a 100 ms kernel run from idle, gave it the idle power (~1
 The counter's values are placed at their refresh (`value_t`) where known, and the stretches
 at a region's edges come from the same readings. The file is held to its hash
 by tests/test_telemetry_summary.py: a change comes with a line here and its reason.
+And (2026-11-29, issue 44) the driver's 20 ms power samples (`power`: host seconds, watts),
+each the mean since the one before, give a region's power segments where they cover it
+(`_sampled_segments`): a 10 ms kernel from idle read low from the readings refreshed every
+100 ms. Their max leaves out segments under 5 ms (a sliver of an interval is not a reading)
+and is at least the mean. Without driver samples no value changes.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ def summarize(
     period: float = DEFAULT_PERIOD_S,
     lag_s: float = DRIVER_REFRESH_S,
     truncated: bool = False,
+    power: Sequence[tuple[float, float]] = (),
 ) -> Window:
     """The `Window` of one GPU over [t0, t1] from its samples (each in time order).
 
@@ -74,20 +80,23 @@ def summarize(
     relevant_gaps = [x for x in gaps if t0 - period <= x.t <= t1 + period]
     gap = bool(relevant_gaps) or (truncated and (not fast or fast[0].t > t0))
     values = _from_samples(held, covering, after, t0, t1, lock_range, lock_tolerance_mhz)
-    segments = _power_segments(fast, t0, t1, lag_s)
+    driver = _sampled_segments(power, t0, t1)
+    segments = driver if driver is not None else _power_segments(fast, t0, t1, lag_s)
     if segments:
         span = sum(b - a for a, b, _ in segments)
         values["power_w_mean"] = (
             sum((b - a) * w for a, b, w in segments) / span if span > 0 else segments[-1][2]
         )
         high = max(w for _, _, w in segments)
+        if driver is not None:
+            high = max([values["power_w_mean"]] + [w for a, b, w in segments if b - a >= 0.005])
         sampled = values.get("power_w_max")
         values["power_w_max"] = high if sampled is None else max(high, sampled)
     if lock_range is not None:
         values["lock_range_mhz"] = (int(lock_range[0]), int(lock_range[1]))
 
     values.update(_from_counters(slow, t0, t1, own_pids, lag_s, fast))
-    counted = _counter_energy_j(slow, fast, t0, t1, lag_s)
+    counted = _counter_energy_j(slow, segments, t0, t1)
     if counted is not None and t1 - t0 >= ENERGY_EXACT_MIN_S:
         values["energy_j"] = counted
     elif values.get("power_w_mean") is not None:
@@ -95,7 +104,7 @@ def summarize(
         # power samples (instantaneous where the GPU gives it) place the energy better
         # than a counter that moves every ~100 ms and is read once a second
         values["energy_j"] = values["power_w_mean"] * (t1 - t0)
-        values["energy_interpolated"] = True
+        values["energy_interpolated"] = t1 - t0 < 0.025 or driver is None
     elif "energy_j" in values:  # no power samples: the counter interpolated across reads
         values["energy_interpolated"] = True
     return Window(gpu=gpu, t0=t0, t1=t1, n_samples=len(inside), gap=gap, **values)
@@ -164,10 +173,9 @@ def _energy_changes(slow: Sequence[SlowSample]) -> list[tuple[float, float]]:
 
 def _counter_energy_j(
     slow: Sequence[SlowSample],
-    fast: Sequence[Sample],
+    segments: list[tuple[float, float, float]],
     t0: float,
     t1: float,
-    lag_s: float,
 ) -> float | None:
     """Energy (J) over [t0, t1]: the counter's delta between the first and the last value
     refreshed inside the region (at `value_t` where known, else at the read), plus the
@@ -186,7 +194,6 @@ def _counter_energy_j(
     if len(inside) < 2:
         return None
     (ta, ea), (tb, eb) = inside[0], inside[-1]
-    segments = _power_segments(fast, t0, t1, lag_s)
     fill = 0.0
     for a, b in ((t0, ta), (tb, t1)):
         if b <= a:
@@ -234,6 +241,31 @@ def _power_segments(
         return [(t0, t1, later[0][1])]
     before = [(u, w) for u, w in readings if u <= t0]
     return [(t0, t1, before[-1][1])] if before else []
+
+
+def _sampled_segments(
+    power: Sequence[tuple[float, float]], t0: float, t1: float
+) -> list[tuple[float, float, float]] | None:
+    """[(a, b, watts)] over [t0, t1] from samples each the mean since the one before: of
+    each interval (prev, ts] that meets the region, the part outside it at the last
+    sample's power before it, the rest the region's. None: the region shorter than 5 ms,
+    no sample at or before t0 or at or after t1, or two more than 50 ms apart."""
+    before = [(u, w) for u, w in power if u <= t0]
+    after = [k for k, (u, _) in enumerate(power) if u >= t1]
+    if t1 - t0 < 0.005 or not before or not after:
+        return None
+    first, last = len(before), after[0]
+    base = before[-1][1]
+    out = []
+    for k in range(first, last + 1):
+        a, (b, w) = power[k - 1][0], power[k]
+        if b - a > 0.05:
+            return None
+        lo, hi = max(a, t0), min(b, t1)
+        if hi > lo:
+            joules = w * (b - a) - base * ((b - a) - (hi - lo))
+            out.append((lo, hi, max(0.0, joules / (hi - lo))))
+    return out
 
 
 def _power(s: Sample) -> float:

@@ -279,6 +279,12 @@ class Backend(Protocol):
         (`energy_mj` is None then)."""
         ...
 
+    def power_samples(self, index: int, since_us: int = 0) -> list[tuple[int, float]]:
+        """The driver's power samples stamped after `since_us`: [(timestamp_us, watts)],
+        each the mean power since the sample before (every ~20 ms; the driver keeps
+        ~2.4 s). `nvmlDeviceGetSamples(TOTAL_POWER_SAMPLES)`; [] when there are none."""
+        ...
+
     # -- writes (root) ------------------------------------------------------------
     def set_locked_sm_clocks(self, index: int, min_mhz: int, max_mhz: int) -> None:
         """`nvidia-smi -lgc min,max`. Accepts CLOCK_LIMIT_TDP / CLOCK_LIMIT_UNLIMITED for both."""

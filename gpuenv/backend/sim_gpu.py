@@ -30,7 +30,10 @@ COARSE_AFTER_NS = 2_000_000_000  # after this long without a load change, step p
 SKIP_AFTER_NS = 60_000_000_000  # a quiet gap longer than this is jumped over ...
 SKIP_KEEP_NS = 10_000_000_000  # ... but for its last 10 s, stepped as usual
 MAX_CONTENTION = 0.9  # the most SM time other processes take from this one's work
-POWER_SAMPLE_NS = 20_000_000  # nvmlDeviceGetSamples(TOTAL_POWER): one every 20 ms ...
+# nvmlDeviceGetSamples(TOTAL_POWER): one every 20 ms, each the mean power over the 20 ms
+# before its stamp (an H200: a 10 ms kernel of ~700 W from idle read one 331-446 W sample
+# at the first stamp after it; docs/h200/power_samples-2026-11-29.json) ...
+POWER_SAMPLE_NS = 20_000_000
 POWER_SAMPLES_KEPT = 120  # ... ~2.4 s of them
 
 
@@ -154,6 +157,8 @@ class GpuModel:
         )
         self.next_sample_ns = (t_ns // POWER_SAMPLE_NS + 1) * POWER_SAMPLE_NS
         self.settle()
+        # the energy counter at the last sample's stamp (at the power settled so far)
+        self.sample_mj = self._energy_at(self.next_sample_ns - POWER_SAMPLE_NS, t_ns)
 
     def settle(self) -> None:
         """Temperature and power at equilibrium with the present clock, load and air, as
@@ -347,14 +352,25 @@ class GpuModel:
                 self._latch_temp(nxt)
 
     def _record_power_samples(self, t_ns: int) -> None:
+        """The samples stamped up to `t_ns` (a step's end), each the mean power since the
+        one before: the energy counter's growth between their stamps over 20 ms. The
+        step's power is constant, so the counter at a stamp inside it is exact."""
         keep = POWER_SAMPLE_NS * POWER_SAMPLES_KEPT
         if t_ns - self.next_sample_ns > keep:  # a long gap: only the last 2.4 s matter
             self.next_sample_ns = (
                 t_ns - keep
             ) // POWER_SAMPLE_NS * POWER_SAMPLE_NS + POWER_SAMPLE_NS
+            self.sample_mj = self._energy_at(self.next_sample_ns - POWER_SAMPLE_NS, t_ns)
         while self.next_sample_ns <= t_ns:
-            self.power_samples.append((self.next_sample_ns, self.power_w))
+            mj = self._energy_at(self.next_sample_ns, t_ns)
+            watts = (mj - self.sample_mj) / (POWER_SAMPLE_NS * 1e-6)  # mJ per ms
+            self.power_samples.append((self.next_sample_ns, watts))
+            self.sample_mj = mj
             self.next_sample_ns += POWER_SAMPLE_NS
+
+    def _energy_at(self, at_ns: int, t_ns: int) -> float:
+        """The energy counter (mJ) at `at_ns`, within the step that ended at `t_ns`."""
+        return self.energy_mj - self.power_w * (t_ns - at_ns) * 1e-6
 
     def _integrate(self, dt_ns: int) -> None:
         p = self.p
@@ -566,6 +582,7 @@ class GpuModel:
         out["power_ring"] = list(self.power_ring)
         out["busy_ring"] = list(self.busy_ring)
         out["power_samples"] = [list(s) for s in self.power_samples]
+        out["sample_mj"] = self.sample_mj
         return out
 
     def adopt(self, state: dict[str, Any], now_ns: int, *, fresh: bool = False) -> None:
@@ -601,6 +618,8 @@ class GpuModel:
         self.power_ring = collections.deque(rings[0], maxlen=10)
         self.busy_ring = collections.deque(rings[1] or [0.0] * 10, maxlen=10)
         self.power_samples = collections.deque(samples, maxlen=POWER_SAMPLES_KEPT)
+        # (a state written before samples were means: they start afresh from its counter)
+        self.sample_mj = _finite(state.get("sample_mj", values["energy_mj"]))
         self._refresh_caches()
 
     # -- workload ------------------------------------------------------------------

@@ -238,7 +238,7 @@ class Summariser:
         sampler.window(max(b for _, b in intervals), max(b for _, b in intervals), g)
         # from the first interval on (the ring holds minutes): the sample in force at its
         # start and the counter reads SLOW_LOOKBACK_S before it included
-        fast, slow, gaps, truncated = sampler.window_inputs(min(a for a, _ in intervals), g)
+        fast, slow, gaps, truncated, power = sampler.window_inputs(min(a for a, _ in intervals), g)
         # one preparation of the samples for every interval (a few bisects each): a
         # command that ends 10,000 regions at once pays it once, not 10,000 times
         return summarize_many(
@@ -246,6 +246,7 @@ class Summariser:
             slow,
             gaps,
             intervals,
+            power=power,
             gpu=g,
             lock_range=sampler.lock_ranges.get(g),
             lock_tolerance_mhz=sampler.lock_tolerance_mhz,

@@ -60,6 +60,8 @@ class WindowInputs(NamedTuple):
     slow: list[SlowSample]
     gaps: list[Gap]
     truncated: bool  # the cheap ring is full: samples older than its first are gone
+    # the driver's power samples (host seconds, watts), each the mean since the one before
+    power: Sequence[tuple[float, float]] = ()
 
 
 class Buffers:
@@ -81,6 +83,11 @@ class Buffers:
         self.fast_q: dict[int, deque[FastRecord]] = {g: deque(maxlen=capacity) for g in gpus}
         self.slow_q: dict[int, deque[SlowRecord]] = {g: deque(maxlen=capacity) for g in gpus}
         self.gap_q: deque[GapRecord] = deque(maxlen=capacity)
+        # the driver's power samples: (host seconds, watts), each the mean since the one
+        # before (`Sampler` drains them from the backend; ~2.4 s of them live in the driver)
+        self.power_q: dict[int, deque[tuple[float, float]]] = {
+            g: deque(maxlen=capacity) for g in gpus
+        }
         # the edge reads' own rings (see the module docstring); None: one ring per kind
         self.spacing = spacing if edge_capacity is not None else 0.0
         self.edge_fast_q: dict[int, deque[FastRecord]] | None = None
@@ -140,6 +147,15 @@ class Buffers:
         with self.lock:
             _put(self.slow_q[gpu], self.edge_slow_q if edge else None, rec, self.spacing)
 
+    def power(self, gpu: int, samples: Sequence[tuple[float, float]]) -> None:
+        """Driver power samples (host seconds, watts) in time order; those not newer than
+        the newest kept are dropped."""
+        with self.lock:
+            ring = self.power_q[gpu]
+            for rec in samples:
+                if not ring or rec[0] > ring[-1][0]:
+                    ring.append(rec)
+
     def gap(self, gap: Gap) -> None:
         with self.lock:
             self.gap_q.append((gap.t, gap.gpu, gap.op, gap.error))
@@ -196,18 +212,22 @@ class Buffers:
     ) -> WindowInputs:
         """What windows from `lo` on can use: the cheap samples from lo (and one before),
         the counter reads from lo - slow_lookback (and three before), the gaps from
-        gap_margin before lo, and whether the cheap ring is full (older samples are gone)."""
+        gap_margin before lo, whether the cheap ring is full (older samples are gone), and
+        the driver's power samples from lo (and two before: the baseline and the first
+        interval's start)."""
         with self.lock:
             # most windows are recent: walk back from the newest record
             fast = self._since(self.fast_q, self.edge_fast_q, gpu, lo, 1)
             slow = self._since(self.slow_q, self.edge_slow_q, gpu, lo - slow_lookback, 3)
             gaps = [r for r in self.gap_q if r[1] == gpu and r[0] >= lo - gap_margin]
             truncated = len(self.fast_q[gpu]) == self.capacity
+            power = _since(self.power_q[gpu], lo, 2)
         return WindowInputs(
             [Sample(*r) for r in fast],
             [slow_sample(r) for r in slow],
             [Gap(*r) for r in gaps],
             truncated,
+            power,
         )
 
     @staticmethod

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from gpuenv.backend import Backend
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
-from gpuenv.errors import ConfigError
+from gpuenv.errors import ConfigError, NotSupported
 from gpuenv.telemetry.buffers import Buffers, WindowInputs
 from gpuenv.telemetry.process import Cursor, SamplerError, SamplerProcess, attach, detach
 from gpuenv.telemetry.reader import (
@@ -202,6 +202,8 @@ class Sampler:
         self._proc: SamplerProcess | None = None
         self._cursor: Cursor | None = None
         self._died: tuple[float, str] | None = None  # the sampler process ended on its own
+        self._power_since: dict[int, int] = {}  # the newest driver power stamp brought in
+        self._no_power_samples: set[int] = set()  # GPUs whose driver keeps none
 
     # -- lifecycle ---------------------------------------------------------------------
     @property
@@ -430,7 +432,32 @@ class Sampler:
         which cost about a microsecond each to hand out)."""
         g = self.gpus[0] if gpu is None else self._check_gpu(gpu)
         self._pull()
+        self._drain_power(g)
         return self._buf.window_inputs(g, t0, SLOW_LOOKBACK_S, max(1.0, self.period))
+
+    def _drain_power(self, gpu: int) -> None:
+        """Bring in the driver's power samples of `gpu` newer than the last brought in,
+        on the host clock. Read here, when windows are asked for (0.3-0.55 ms on an H200;
+        never inside a timed region), not on the sampler's ticks: the driver keeps ~2.4 s,
+        so a window asked for later than that after its start has none for its start and
+        its power comes from the cheap readings, as without them. A GPU without samples
+        is not asked again; a failed read is a gap in them, never an error here."""
+        if gpu in self._no_power_samples:
+            return
+        since = self._power_since.get(gpu, 0)
+        try:
+            got = self.backend.power_samples(gpu, since)
+        except NotSupported:
+            self._no_power_samples.add(gpu)
+            return
+        except Exception as err:  # telemetry never raises into the benchmark
+            log.debug("GPU %s: power samples unavailable (%s)", gpu, err)
+            return
+        if not got:
+            return
+        offset = self.clock.wall() - self.clock.now()  # driver stamps: us since the epoch
+        self._power_since[gpu] = max(ts for ts, _ in got)
+        self._buf.power(gpu, [(ts * 1e-6 - offset, float(w)) for ts, w in sorted(got)])
 
     def window(
         self,
@@ -458,13 +485,14 @@ class Sampler:
         if intervals:
             self._wait_for_slow_read(g, max(t1 for _, t1 in intervals))
         lo = min((t0 for t0, _ in intervals), default=0.0)
-        fast, slow, gaps, truncated = self.window_inputs(lo, g)
+        fast, slow, gaps, truncated, power = self.window_inputs(lo, g)
         rng = lock_range if lock_range is not None else self.lock_ranges.get(g)
         windows = summarize_many(
             fast,
             slow,
             gaps,
             intervals,
+            power=power,
             gpu=g,
             lock_range=rng,
             lock_tolerance_mhz=self.lock_tolerance_mhz,

@@ -20,6 +20,20 @@ from gpuenv.telemetry.window import Window
 # about one step at each edge: below 10 steps (10% or worse) the power samples give the
 # energy, and it is marked estimated. So is a region with fewer than two counter reads.
 ENERGY_EXACT_MIN_S = 1.0
+# The driver's power samples (`Backend.power_samples`, ~20 ms apart) are each the mean power
+# since the one before; their stamps jitter (8-45 ms apart on an H200). A region they
+# cover takes its energy from them (`_Streams._sampled_segments`). On the H200, three lone
+# regions from idle of each length read (docs/h200/power_samples-2026-11-29.json): 29 ms
+# 24.9-25.2 J, 104-109 ms 81-89 J, but 10 ms 1.2-7.9 J and 19.5 ms 10.6-16.3 J: a stamp a
+# few ms off moves a region that short wholly into or out of a sample. Shorter than this,
+# the energy is still marked an estimate.
+SAMPLED_EXACT_MIN_S = 0.025
+# A region shorter than this is not resolved by 20 ms means: the rest of a sample's
+# interval (another rep's work, in a bench of tiny reps) would be taken for its own.
+SAMPLED_MIN_S = 0.005
+# Two samples further apart than this have one missing between them (a sample is ~20 ms,
+# at most 45 ms apart on the H200): the later one is not the mean over all the time back.
+SAMPLE_GAP_MAX_S = 0.05
 
 _NOT_IDLE = ~Reason.GPU_IDLE  # computed once: enum arithmetic costs microseconds
 _IDLE = int(Reason.GPU_IDLE)
@@ -46,6 +60,7 @@ def summarize(
     period: float = DEFAULT_PERIOD_S,
     lag_s: float = DRIVER_REFRESH_S,
     truncated: bool = False,
+    power: Sequence[tuple[float, float]] = (),
 ) -> Window:
     """The `Window` of one GPU over [t0, t1] from its samples (each in time order).
 
@@ -53,7 +68,9 @@ def summarize(
     functions). The sample in force at t0 and those inside the region give the
     time-weighted means; the first sample after t1 (within `lag_s`, one driver
     refresh: a reading just after may be the first to show what happened inside)
-    also counts for min/max, reasons and the end temperature.
+    also counts for min/max, reasons and the end temperature. `power`: the driver's
+    power samples (host seconds, watts; `Backend.power_samples`), each the mean since
+    the one before: where they cover the region, its power and energy come from them.
     """
     return summarize_many(
         fast,
@@ -67,6 +84,7 @@ def summarize(
         period=period,
         lag_s=lag_s,
         truncated=truncated,
+        power=power,
     )[0]
 
 
@@ -83,10 +101,11 @@ def summarize_many(
     period: float = DEFAULT_PERIOD_S,
     lag_s: float = DRIVER_REFRESH_S,
     truncated: bool = False,
+    power: Sequence[tuple[float, float]] = (),
 ) -> list[Window]:
     """`summarize` for each (t0, t1) of `spans` (any order, overlaps allowed), from
     samples prepared once: the same Windows, at a fraction of the cost."""
-    streams = _Streams(fast, slow, gaps, lag_s)
+    streams = _Streams(fast, slow, gaps, lag_s, power)
     own = set(own_pids)
     rng = (int(lock_range[0]), int(lock_range[1])) if lock_range is not None else None
     out = []
@@ -104,10 +123,13 @@ def summarize_many(
             values["energy_j"] = counted
         elif values.get("power_w_mean") is not None:
             # within a few counter steps, or with fewer than two counter reads inside, the
-            # power samples (instantaneous where the GPU gives it) place the energy better
-            # than a counter that moves every ~100 ms and is read once a second
+            # power samples place the energy better than a counter that moves every
+            # ~100 ms and is read once a second: the driver's means where they cover the
+            # region (an estimate below SAMPLED_EXACT_MIN_S), else the readings
             values["energy_j"] = values["power_w_mean"] * (t1 - t0)
-            values["energy_interpolated"] = True
+            values["energy_interpolated"] = (
+                t1 - t0 < SAMPLED_EXACT_MIN_S or streams.sampled_segments(t0, t1) is None
+            )
         elif "energy_j" in values:  # no power samples: the counter interpolated across reads
             values["energy_interpolated"] = True
         out.append(Window(gpu=gpu, t0=t0, t1=t1, gap=gap, **values))
@@ -119,9 +141,16 @@ class _Streams:
     the energy counter's changes, and each reason counter's points and end rate."""
 
     def __init__(
-        self, fast: Sequence[Sample], slow: Sequence[SlowSample], gaps: Sequence[Gap], lag_s: float
+        self,
+        fast: Sequence[Sample],
+        slow: Sequence[SlowSample],
+        gaps: Sequence[Gap],
+        lag_s: float,
+        power: Sequence[tuple[float, float]] = (),
     ):
         self.fast, self.slow, self.lag_s = fast, slow, lag_s
+        self.sample_t = [t for t, _ in power]
+        self.sample_w = [w for _, w in power]
         self.times = [s.t for s in fast]
         self.slow_t = [s.t for s in slow]
         self.gap_t = sorted(x.t for x in gaps)
@@ -161,26 +190,68 @@ class _Streams:
         """The mean and highest power over [t0, t1] from the driver's power readings, each
         placed at the refresh that took it and standing for the time back to the refresh
         before (`_power_segments`); {} without readings."""
-        segments = self._power_segments(t0, t1)
+        sampled = self.sampled_segments(t0, t1)
+        segments = sampled if sampled is not None else self._reading_segments(t0, t1)
         if not segments:
             return {}
         span = sum(b - a for a, b, _ in segments)
         mean = sum((b - a) * w for a, b, w in segments) / span if span > 0 else segments[-1][2]
-        high = max(w for _, _, w in segments)
+        if sampled is None:
+            high = max(w for _, _, w in segments)
+        else:  # a sliver of a sample's interval (under SAMPLED_MIN_S) is no reading: the
+            # rest of its energy over a few ms (an H200's 19.5 ms region read 1.5 kW on its
+            # last 2.5 ms, whose sample held the power-down after it too)
+            high = max([mean] + [w for a, b, w in segments if b - a >= SAMPLED_MIN_S])
         return {
             "power_w_mean": mean,
             "power_w_max": high if sampled_max is None else max(high, sampled_max),
         }
 
+    def sampled_segments(self, t0: float, t1: float) -> list[tuple[float, float, float]] | None:
+        """[(a, b, watts)] covering [t0, t1] from the driver's power samples, or None where
+        they do not cover it: a sample at or before t0, one at or after t1, none missing
+        between (SAMPLE_GAP_MAX_S), and the region not shorter than SAMPLED_MIN_S.
+
+        A sample is the mean power over the time since the one before (an H200: a 10 ms
+        kernel of ~700 W from idle read 331-446 W at the next stamp, not idle), so a
+        stretch (prev, ts] used w * (ts - prev) joules. Of a stretch that reaches outside
+        the region, the part outside is at the power before the region (the last sample
+        before it: idle for a lone region, the work's for a step of a loop), and the rest
+        is the region's. The decay after a region (an H200 drew 169, 134, 127 W in the
+        samples after a 10 ms kernel, then idle: the GPU powering down) is not its."""
+        ts, ws = self.sample_t, self.sample_w
+        k0 = bisect.bisect_right(ts, t0)  # ts[k0 - 1] <= t0 < ts[k0]
+        k1 = bisect.bisect_left(ts, t1)  # ts[k1 - 1] < t1 <= ts[k1]
+        if t1 - t0 < SAMPLED_MIN_S or k0 < 1 or k1 >= len(ts):
+            return None
+        if any(ts[k] - ts[k - 1] > SAMPLE_GAP_MAX_S for k in range(k0, k1 + 1)):
+            return None
+        before = ws[k0 - 1]
+        out = []
+        for k in range(k0, k1 + 1):
+            a, b = ts[k - 1], ts[k]
+            lo, hi = max(a, t0), min(b, t1)
+            if hi <= lo:
+                continue
+            joules = ws[k] * (b - a) - before * ((b - a) - (hi - lo))
+            out.append((lo, hi, max(0.0, joules / (hi - lo))))
+        return out
+
     def _power_segments(self, t0: float, t1: float) -> list[tuple[float, float, float]]:
-        """[(a, b, watts)] covering [t0, t1]. A driver's power reading is taken at a refresh
-        and describes the time just before it (the simulated H100: its last 10 ms; a real
-        one shows a step 27-74 ms late), so each reading refreshed inside the region stands
-        for the time back to the refresh before, and the last one for the rest up to t1. A
-        region with no refresh inside takes the first reading after it (within one refresh),
-        else the one in force: the best there is, an estimate. Holding the reading in force
-        at t0 over the region instead (as before 2026-11-28) gave a 100 ms kernel from idle
-        the idle power, a tenth of its own (issue 44)."""
+        """[(a, b, watts)] covering [t0, t1]: the driver's power samples where they cover
+        it (`sampled_segments`), else its cheap readings. A cheap power reading is taken at
+        a refresh and describes the time just before it (the simulated H100: its last
+        10 ms; a real one shows a step 27-74 ms late), so each reading refreshed inside the
+        region stands for the time back to the refresh before, and the last one for the
+        rest up to t1. A region with no refresh inside takes the first reading after it
+        (within one refresh), else the one in force: the best there is, an estimate.
+        Holding the reading in force at t0 over the region instead (as before 2026-11-28)
+        gave a 100 ms kernel from idle the idle power, a tenth of its own."""
+        sampled = self.sampled_segments(t0, t1)
+        return sampled if sampled is not None else self._reading_segments(t0, t1)
+
+    def _reading_segments(self, t0: float, t1: float) -> list[tuple[float, float, float]]:
+        """`_power_segments` from the cheap readings alone."""
         ts, ws = self.refresh_t, self.refresh_w
         lo, hi = bisect.bisect_right(ts, t0), bisect.bisect_right(ts, t1)
         if hi > lo:

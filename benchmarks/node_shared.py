@@ -143,12 +143,25 @@ class Node:
     def torchrun(self, n: int, heat: list[str]) -> list[dict[str, Any]]:
         ready, results = (Path(tempfile.mkdtemp(dir=self.tmp)) for _ in range(2))
         argv = [
-            sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={n}", str(WORKLOAD), "--calls", str(self.args.calls),
-            "--ready", str(ready), "--together", str(n), "--json-dir", str(results), *heat,
-        ]  # fmt: skip
-        proc = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={n}",
+            str(WORKLOAD),
+            "--calls",
+            str(self.args.calls),
+            "--ready",
+            str(ready),
+            "--together",
+            str(n),
+            "--json-dir",
+            str(results),
+            *heat,
+        ]
+        proc = subprocess.Popen(
+            argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         done = finish_within(proc, TIMEOUT_S + 30)
         if done is None or proc.returncode != 0:
             sys.stderr.write("" if done is None else done[1][-3000:])
@@ -177,26 +190,30 @@ def rows_of(phase: str, results: list[dict[str, Any]], base: list[dict[str, Any]
         cond = [c for k in ks.values() for c in k["condition_s"] if c is not None]
         moved = {k: number(r, k) / number(a, k) - 1 for k in ks}
         worst = max(moved, key=lambda k: abs(moved[k]))
-        out.append({
-            "phase": phase,
-            "gpu": g,
-            "ran_on": sorted({x for k in ks.values() for x in k.get("gpus", [])}),
-            "waited_for": sorted({x for k in ks.values() for x in k.get("waited_for", [])}),
-            "session": f"{r['session_gpus']} ({r['session_why']})",
-            "walls": walls,
-            "condition": cond,
-            "not_recovered": int(r["not_recovered"]),
-            "warnings": sorted({w for k in ks.values() for w in k["warnings"]}),
-            "moved": moved,
-            "worst": worst,
-        })  # fmt: skip
+        out.append(
+            {
+                "phase": phase,
+                "gpu": g,
+                "ran_on": sorted({x for k in ks.values() for x in k.get("gpus", [])}),
+                "waited_for": sorted({x for k in ks.values() for x in k.get("waited_for", [])}),
+                "session": f"{r['session_gpus']} ({r['session_why']})",
+                "walls": walls,
+                "condition": cond,
+                "not_recovered": int(r["not_recovered"]),
+                "warnings": sorted({w for k in ks.values() for w in k["warnings"]}),
+                "moved": moved,
+                "worst": worst,
+            }
+        )
     return out
 
 
 def run(args: argparse.Namespace) -> int:
     if args.sim:
-        print("node_shared needs CUDA GPUs (the simulated node is tested in tests/: "
-              "test_session_gpus, test_conditioner)")  # fmt: skip
+        print(
+            "node_shared needs CUDA GPUs (the simulated node is tested in tests/: "
+            "test_session_gpus, test_conditioner)"
+        )
         return 2
     n = args.gpus or gpu_count(False)
     if n < 2:
@@ -232,8 +249,10 @@ def run(args: argparse.Namespace) -> int:
         f"own GPU {args.heat:g} s before each call. Number: each kernel's median against the "
         "same GPU's process alone (the heated runs against alone, heated).\n"
     )
-    print("| run | GPU | ran on | waited for | bench wall median / max | condition max "
-          "| NotRecovered | warnings | worst kernel vs alone |")  # fmt: skip
+    print(
+        "| run | GPU | ran on | waited for | bench wall median / max | condition max "
+        "| NotRecovered | warnings | worst kernel vs alone |"
+    )
     print("| --- | ---: | --- | --- | ---: | ---: | ---: | --- | ---: |")
     for r in rows:
         if "error" in r:
@@ -258,9 +277,11 @@ def run(args: argparse.Namespace) -> int:
         for g, r in enumerate(group):
             if "error" not in r:
                 walls = [w for k in r["kernels"].values() for w in k["wall_s"]]
-                print(f"\n{tag}, GPU {g}: bench wall median {statistics.median(walls):.2f} s, "
-                      f"max {max(walls):.2f} s; NotRecovered {r['not_recovered']}; session "
-                      f"{r['session_gpus']} ({r['session_why']})")  # fmt: skip
+                print(
+                    f"\n{tag}, GPU {g}: bench wall median {statistics.median(walls):.2f} s, "
+                    f"max {max(walls):.2f} s; NotRecovered {r['not_recovered']}; session "
+                    f"{r['session_gpus']} ({r['session_why']})"
+                )
     shared = [r for r in rows if not r["phase"].startswith("alone again")]
     good = [r for r in shared if "error" not in r]
     rc = 0 if len(good) == len(shared) else 1

@@ -122,16 +122,18 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         after = bench(fn)
         typical = statistics.median(m.median_s for m in (cold, hot, after))
         for when, m in (("cold", cold), ("hot", hot), ("after load", after)):
-            rows.append({
-                "kernel": name,
-                "when": when,
-                "typical_s": typical,
-                "median_s": m.median_s,
-                "ci": stats.summarize(m.times_s).rel_ci,
-                "warned": [f.kind for f in m.findings if f.severity in ("warning", "error")],
-                "info": [f.kind for f in m.findings if f.severity == "info"],
-                "gpu": m.gpus[0] if m.gpus else None,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "kernel": name,
+                    "when": when,
+                    "typical_s": typical,
+                    "median_s": m.median_s,
+                    "ci": stats.summarize(m.times_s).rel_ci,
+                    "warned": [f.kind for f in m.findings if f.severity in ("warning", "error")],
+                    "info": [f.kind for f in m.findings if f.severity == "info"],
+                    "gpu": m.gpus[0] if m.gpus else None,
+                }
+            )
     return rows
 
 
@@ -139,8 +141,18 @@ def concurrent(args: argparse.Namespace, n: int) -> list[dict[str, Any]]:
     """`n` processes at once, one per GPU (CUDA_VISIBLE_DEVICES), each measuring every
     kernel: their rows, each marked with its process."""
     env = checkout_env(dict(os.environ, GPUENV_READONLY="1"))
-    argv = [sys.executable, "-m", "benchmarks.warnings_moved", "--child", "--out", "-",
-            "--idle", str(args.idle), "--load", str(args.load)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks.warnings_moved",
+        "--child",
+        "--out",
+        "-",
+        "--idle",
+        str(args.idle),
+        "--load",
+        str(args.load),
+    ]
     procs = [
         subprocess.Popen(
             argv,
@@ -169,8 +181,10 @@ def run(args: argparse.Namespace) -> int:
     n = max(1, args.procs)
     rows = measure(args) if n == 1 or args.sim else concurrent(args, n)
     if n > 1 and not args.sim:
-        print(f"{n} processes at once, one per GPU (CUDA_VISIBLE_DEVICES), each measuring "
-              "every kernel cold, hot and after its own load.\n")  # fmt: skip
+        print(
+            f"{n} processes at once, one per GPU (CUDA_VISIBLE_DEVICES), each measuring "
+            "every kernel cold, hot and after its own load.\n"
+        )
     print("| process | kernel | when | ms | moved % | CI +-% | warnings | info |")
     print("| ---: | --- | --- | ---: | ---: | ---: | --- | --- |")
     for r in rows:

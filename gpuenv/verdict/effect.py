@@ -57,32 +57,29 @@ def margin(times_s: Sequence[float], config: VerdictConfig) -> float:
     return max(config.effect_rel, ci)
 
 
-def _split(reps: Sequence[int], times_s: Sequence[float]) -> tuple[list[float], list[float]]:
+def _against_others(reps: Sequence[int], times_s: Sequence[float], whole: bool) -> float | None:
+    """The named reps' median (`whole`: every rep's, the number) against the median of the
+    reps not named, relative; None where there are no others or that median is not positive."""
     named = set(reps)
     inside = [t for i, t in enumerate(times_s) if i in named]
     others = [t for i, t in enumerate(times_s) if i not in named]
-    return inside, others
+    if not inside or not others:
+        return None
+    base = stats.median(others)
+    return stats.median(times_s if whole else inside) / base - 1 if base > 0 else None
 
 
 def reps_effect(reps: Sequence[int], times_s: Sequence[float]) -> float | None:
     """The named reps' median time against the other reps', relative (0.03: 3% slower); None
     where there are no others (one rep, or every rep named) or a median is not positive."""
-    inside, others = _split(reps, times_s)
-    if not inside or not others:
-        return None
-    base = stats.median(others)
-    return stats.median(inside) / base - 1 if base > 0 else None
+    return _against_others(reps, times_s, whole=False)
 
 
 def number_effect(reps: Sequence[int], times_s: Sequence[float]) -> float | None:
     """The number the measurement returns (the median of all its reps) against the median of
     the reps not named, relative (0.03: the number reads 3% slower for the named reps); None
     where there are no others (one rep, or every rep named) or a median is not positive."""
-    inside, others = _split(reps, times_s)
-    if not inside or not others:
-        return None
-    base = stats.median(others)
-    return stats.median(times_s) / base - 1 if base > 0 else None
+    return _against_others(reps, times_s, whole=True)
 
 
 def clock_bound(f: Finding) -> float | None:

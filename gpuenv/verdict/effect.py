@@ -57,12 +57,17 @@ def margin(times_s: Sequence[float], config: VerdictConfig) -> float:
     return max(config.effect_rel, ci)
 
 
-def _against_others(reps: Sequence[int], times_s: Sequence[float], whole: bool) -> float | None:
-    """The named reps' median (`whole`: every rep's, the number) against the median of the
-    reps not named, relative; None where there are no others or that median is not positive."""
+def _split(reps: Sequence[int], times_s: Sequence[float]) -> tuple[list[float], list[float]]:
     named = set(reps)
     inside = [t for i, t in enumerate(times_s) if i in named]
     others = [t for i, t in enumerate(times_s) if i not in named]
+    return inside, others
+
+
+def _against_others(reps: Sequence[int], times_s: Sequence[float], whole: bool) -> float | None:
+    """The named reps' median (`whole`: every rep's, the number) against the median of the
+    reps not named, relative; None where there are no others or that median is not positive."""
+    inside, others = _split(reps, times_s)
     if not inside or not others:
         return None
     base = stats.median(others)

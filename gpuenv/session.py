@@ -40,14 +40,14 @@ from typing import IO, TYPE_CHECKING, Any, Literal, ParamSpec
 from gpuenv import conditioning
 from gpuenv import validate as v
 from gpuenv.backend import Backend
+from gpuenv.completion import Completion
 from gpuenv.conditioning import Condition, ConditionConfig, Conditioner, Wait
 from gpuenv.environment import environment_metadata
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, check_policy, judge, read_facts
 from gpuenv.phases import Conditioning
 from gpuenv.results import Measurement, Results, ResultStore
-from gpuenv.telemetry import Sampler, TracePieces, Window
-from gpuenv.telemetry.sampler import POWER_SAMPLE_S
+from gpuenv.telemetry import Sampler, TracePieces
 from gpuenv.timebase import Clock
 from gpuenv.verdict import DEFAULT_CONFIG, Finding, GpuFacts, VerdictConfig
 
@@ -146,9 +146,6 @@ class Session:
         self.supervise = supervise
         self.progress = progress
         self._results = Results()
-        # measure regions kept before the driver's power sample after them was out: their
-        # indices in `_results`, in order (`_settle` gives them their sampled energy)
-        self._unsettled: list[int] = []
         self.lock: HeldLock | None = None  # when clocks are locked (gpuenv.locking.acquire)
         self.observe_reason: str | None = None
         self.facts: dict[int, GpuFacts] = {}
@@ -186,7 +183,7 @@ class Session:
         while the session is open, a `measure` region just ended first gets its energy from
         the driver's power sample after it (a wait of at most POWER_WAIT_S)."""
         if self._entered and not self._closed:
-            self._settle(wait=True)
+            self._completion.settle(wait=True)
         return self._results
 
     def _open(self) -> None:
@@ -214,6 +211,8 @@ class Session:
             lock_tolerance_mhz=self.config.lock_tolerance_mhz,
         )
         self.trace = TracePieces(self.sampler, self.gpus, self.clock.now())
+        # measurements whose energy awaits the driver's power sample after them
+        self._completion = Completion(self.sampler, self._results, self.gpus)
         self.sampler.start()
         # what a measurement waits for, and what this session's measurements learn: its own
         self.conditioner = Conditioner(
@@ -237,7 +236,8 @@ class Session:
         try:
             sampler = getattr(self, "sampler", None)
             if sampler is not None:
-                self._settle(wait=True)  # before `output` closes: the file gets them too
+                if hasattr(self, "_completion"):  # before `output` closes: the file too
+                    self._completion.settle(wait=True)
                 sampler.stop()
         finally:
             try:
@@ -396,8 +396,8 @@ class Session:
         settle: Literal["wait", "later"],
     ) -> Measurement:
         """`record`; `settle`: "wait" for the driver's power sample after the reps before
-        judging them, or "later" (a `measure` region: `_settle` completes its energy, and
-        the caller reads it through the session)."""
+        judging them, or "later" (a `measure` region: the session's `Completion` completes
+        its energy, and the caller reads it through the session)."""
         policy = check_policy(policy or self.policy)
         times = [float(t) for t in times_s]
         spans = [(float(a), float(b)) for a, b in intervals]
@@ -432,74 +432,16 @@ class Session:
         and its power and energy from the driver's power samples after its end (waiting
         for the first, at most POWER_WAIT_S: the caller holds the record returned)."""
         self._check_open()
-        spans = _spans(m)
-        if self.sampler.await_power(spans, m.gpus or self.gpus):
-            m = self._with_sampled_power(m)
-        return self._keep(m)
+        return self._keep(self._completion.complete(m))
 
     def _keep(self, m: Measurement, *, later: bool = False) -> Measurement:
         """Keep `m` with its trace piece; `later`: its energy may wait for the driver's
-        power sample after it (`_settle`), and so does its line in `output`."""
-        self._settle(wait=False)  # earlier regions whose sample is out now
+        power sample after it, and so does its line in `output` (gpuenv.completion)."""
         piece = self.trace.piece()
         if piece:
             m = replace(m, extra={**m.extra, **piece})
-        due = later and self.sampler.power_due(_spans(m), m.gpus or self.gpus)
-        index = self._results.add(m, held=due)  # appended to `output` (results.store)
-        if due:
-            self._unsettled.append(index)
+        self._completion.add(m, later=later)  # appended to `output` (results.store)
         return m
-
-    def _settle(self, *, wait: bool) -> None:
-        """`measure` regions kept before the driver's power sample after them was out
-        (`_unsettled`): once it is, their windows' power and energy come from the samples,
-        and they are appended to `output`. `wait`: for it, at most POWER_WAIT_S after the
-        last one's end (a read of the results, the session's close); else only those
-        whose sample is out, looked for once a sample interval has passed (a region's
-        start: a drain costs 0.3-0.55 ms per GPU on an H200)."""
-        if not self._unsettled:
-            return
-        now = self.clock.now()
-        left = []
-        for index in self._unsettled:
-            m = self._results[index]
-            spans, gpus = _spans(m), m.gpus or self.gpus
-            if not wait and (
-                now - max(b for _, b in spans) < POWER_SAMPLE_S
-                or self.sampler.power_due(spans, gpus)
-            ):
-                left.append(index)
-                continue
-            if wait:
-                self.sampler.await_power(spans, gpus)
-            try:
-                m = self._with_sampled_power(m)
-            except Exception as err:  # telemetry never raises into the benchmark
-                log.warning("gpuenv: %r keeps its power from the readings: %s", m.name, err)
-            self._results.settle(index, m)
-        self._unsettled = left
-
-    def _settled(self, index: int) -> Measurement:
-        """The measurement at `index`, its energy from the power samples where they came
-        (waited for while the session is open: at most POWER_WAIT_S)."""
-        if index in self._unsettled and not self._closed:
-            self._settle(wait=True)
-        return self._results[index]
-
-    def _with_sampled_power(self, m: Measurement) -> Measurement:
-        """`m` with each window's power and energy summarised again: from the driver's power
-        samples that are in now."""
-
-        def again(windows: tuple[Window, ...]) -> tuple[Window, ...]:
-            out = list(windows)
-            for g in {w.gpu for w in windows} & set(self.sampler.gpus):
-                idx = [i for i, w in enumerate(windows) if w.gpu == g]
-                fresh = self.sampler.windows([(windows[i].t0, windows[i].t1) for i in idx], g)
-                for i, w in zip(idx, fresh, strict=True):
-                    out[i] = windows[i].with_power_of(w)
-            return tuple(out)
-
-        return replace(m, windows=again(m.windows), summary_windows=again(m.summary_windows))
 
     def _check_open(self) -> None:
         if not self._entered or self._closed:
@@ -518,7 +460,7 @@ class Session:
     def _prepare(self, load: Callable[[], object] | None) -> None:
         """Before a measurement: the GPUs put in the session's state by its conditioner (the
         one dispatch: burst waits, sustained preconditions once), and what went wrong said."""
-        self._settle(wait=False)  # before a wait: the driver keeps its samples ~2.4 s
+        self._completion.settle(wait=False)  # before a wait: the driver keeps ~2.4 s
         done = self.conditioner.before(
             self.mode,
             self.sampler,
@@ -527,7 +469,7 @@ class Session:
             load=load,
             progress=self._progress_line() if self.mode == "sustained" else None,
         )
-        self._settle(wait=False)  # the samples after the last region are out by now
+        self._completion.settle(wait=False)  # the samples after the last region are out
         if isinstance(done, Wait):
             self._said_wait(done)
         elif isinstance(done, Conditioning):
@@ -545,9 +487,9 @@ class Session:
         still too warm when the wait runs out, but uncapped at its full clock, is no
         warning: the measurement's temperature facts say what that costs fn."""
         which = self.gpus if gpus is None else list(gpus)
-        self._settle(wait=False)  # before the wait: the driver keeps its samples ~2.4 s
+        self._completion.settle(wait=False)  # before the wait: the driver keeps ~2.4 s
         done = self.conditioner.wait(self.sampler, which, self.facts, fn=fn)
-        self._settle(wait=False)
+        self._completion.settle(wait=False)
         self._said_wait(done)
         return done.waited_s
 
@@ -697,7 +639,7 @@ class MeasureContext:
         host_s = t1 - self._t0
         extra = {"host_s": host_s} if device_s is not None else {}
         # no wait for the driver's power sample after the region: the session completes
-        # its energy when the sample is out (`Session._settle`), or when it is read here
+        # its energy when the sample is out (gpuenv.completion), or when it is read here
         env._record(
             self.name,
             [device_s if device_s is not None else host_s],
@@ -719,7 +661,7 @@ class MeasureContext:
         the first after the region, at most ~45 ms, where it is not out yet)."""
         if self._index is None:
             return None
-        return self._session._settled(self._index)
+        return self._session._completion.get(self._index)
 
     def __getattr__(self, attr: str) -> Any:
         index = self.__dict__.get("_index")
@@ -763,11 +705,6 @@ _NO_POWER = frozenset(
         "ok",
     }
 )
-
-
-def _spans(m: Measurement) -> list[tuple[float, float]]:
-    """The spans `m`'s windows cover (its reps', and the whole measurement's)."""
-    return sorted({(w.t0, w.t1) for w in (*m.windows, *m.summary_windows)})
 
 
 def _user_level() -> int:

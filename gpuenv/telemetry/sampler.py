@@ -203,10 +203,8 @@ class Sampler:
             energy_period=self.energy_period,
             watch_processes=watch_processes,
         )
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._edge_requested = 0
-        self._edge_done = 0
+        self._wake, self._stop = threading.Event(), threading.Event()
+        self._edge_requested = self._edge_done = 0
         self._hurry_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._timer: Timer | None = None

@@ -25,7 +25,7 @@ each the mean since the one before, give a region's power segments where they co
 100 ms. Their max leaves out segments under 5 ms (a sliver of an interval is not a reading)
 and is at least the mean. Without driver samples no value changes.
 And (2026-11-29, issue 44) a region with whole sample intervals inside takes its edges' parts
-at its own power there (at most the edge interval's energy), not the interval's energy less
+at its power in the nearest of them (at most the edge interval's energy), not the energy less
 the power before it over the rest: a loop's first 100 ms step from idle took in the next
 step's work (+12% on the simulated H100), its last the idle after it (-6%).
 """
@@ -251,8 +251,8 @@ def _sampled_segments(
     power: Sequence[tuple[float, float]], t0: float, t1: float
 ) -> list[tuple[float, float, float]] | None:
     """[(a, b, watts)] over [t0, t1] from samples each the mean since the one before: of
-    each interval (prev, ts] that meets the region, the part inside it at the mean power of
-    the intervals wholly inside (at most the interval's energy), or, with none inside, the
+    each interval (prev, ts] that meets the region, the part inside it at the power of the
+    nearest interval wholly inside (at most the interval's energy), or, with none inside, the
     interval's energy less the part outside at the last sample's power before it. None: the
     region shorter than 5 ms, no sample at or before t0 or at or after t1, or two more than
     50 ms apart."""
@@ -266,17 +266,15 @@ def _sampled_segments(
         return None
     out = []
     inner = [
-        (power[k][0] - power[k - 1][0], power[k][1])
-        for k in range(first, last + 1)
-        if power[k - 1][0] >= t0 and power[k][0] <= t1
+        power[k][1] for k in range(first, last + 1) if power[k - 1][0] >= t0 and power[k][0] <= t1
     ]
-    own = sum(d * w for d, w in inner) / sum(d for d, _ in inner) if inner else None
     for k in range(first, last + 1):
         a, (b, w) = power[k - 1][0], power[k]
         lo, hi = max(a, t0), min(b, t1)
         if hi <= lo:
             continue
-        if own is not None and (a < t0 or b > t1):
+        if inner and (a < t0 or b > t1):
+            own = inner[0] if a < t0 else inner[-1]
             out.append((lo, hi, min(own, w * (b - a) / (hi - lo))))
         else:
             joules = w * (b - a) - base * ((b - a) - (hi - lo))

@@ -215,8 +215,9 @@ class _Streams:
         A sample is the mean power over the time since the one before (an H200: a 10 ms
         kernel of ~700 W from idle read 331-446 W at the next stamp, not idle), so a
         stretch (prev, ts] used w * (ts - prev) joules. A region with whole stretches
-        inside takes its edges' parts at its own power there (the mean of those
-        stretches; at most the edge stretch's energy): what ran around it does not count
+        inside takes each edge's part at its own power in the nearest of them (at most the
+        edge stretch's energy; a region that began on an idle GPU ramps up inside, and its
+        mean would put the ramp's power at its end): what ran around it does not count
         (a loop's first 100 ms step from idle took in the next step's work, +12% on the
         simulated H100, and its last step the idle after it, -6%). Of a stretch that
         reaches outside a region with none inside, the part outside is at the power before
@@ -233,17 +234,16 @@ class _Streams:
             return None
         before = ws[k0 - 1]
         inside = [k for k in range(k0, k1 + 1) if t0 <= ts[k - 1] and ts[k] <= t1]
-        span = sum(ts[k] - ts[k - 1] for k in inside)
-        own = sum(ws[k] * (ts[k] - ts[k - 1]) for k in inside) / span if span > 0 else None
         out = []
         for k in range(k0, k1 + 1):
             a, b = ts[k - 1], ts[k]
             lo, hi = max(a, t0), min(b, t1)
             if hi <= lo:
                 continue
-            if own is not None and (a < t0 or b > t1):
+            if inside and (a < t0 or b > t1):
                 # an edge of a region with a whole interval inside: at the region's own
-                # power there, as much of the interval's energy as there is
+                # power in the nearest one, as much of the interval's energy as there is
+                own = ws[inside[0]] if a < t0 else ws[inside[-1]]
                 out.append((lo, hi, min(own, ws[k] * (b - a) / (hi - lo))))
                 continue
             joules = ws[k] * (b - a) - before * ((b - a) - (hi - lo))

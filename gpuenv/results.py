@@ -524,10 +524,39 @@ class Results(Sequence[Measurement]):
         self.store = store
         self._items: list[Measurement] = []
         self._store_failed = False
+        self._held: set[int] = set()  # indices not final yet: not appended to `store`
+        self._written = 0  # the items appended to `store` (or tried): all before the held
 
-    def add(self, measurement: Measurement) -> None:
+    def add(self, measurement: Measurement, *, held: bool = False) -> int:
+        """Keep `measurement` (and append it to `store`); returns its index. `held`: not
+        final yet (its energy awaits the driver's next power sample): it is appended once
+        `settle` gives its final form, and those added after it wait behind it, so the file
+        keeps their order."""
         self._items.append(measurement)
-        if self.store is not None:
+        index = len(self._items) - 1
+        if held:
+            self._held.add(index)
+        self._write_ready()
+        return index
+
+    def settle(self, index: int, measurement: Measurement) -> None:
+        """The final form of the measurement at `index` (added `held`): kept in its place,
+        and appended to `store` with those that waited behind it."""
+        self._items[index] = measurement
+        self._held.discard(index)
+        self._write_ready()
+
+    @property
+    def held(self) -> frozenset[int]:
+        """The indices of measurements added `held` and not settled yet."""
+        return frozenset(self._held)
+
+    def _write_ready(self) -> None:
+        while self._written < len(self._items) and self._written not in self._held:
+            measurement = self._items[self._written]
+            self._written += 1
+            if self.store is None:
+                continue
             try:
                 self.store.append(measurement)
             except (OSError, ConfigError) as err:
@@ -536,7 +565,7 @@ class Results(Sequence[Measurement]):
                     warnings.warn(
                         f"could not append {measurement.name!r} to {self.store.path}: {err}; "
                         "results stay in memory (env.results.save(path) writes them)",
-                        stacklevel=2,
+                        stacklevel=3,
                     )
 
     @overload

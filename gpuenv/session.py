@@ -35,11 +35,12 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from types import FrameType
-from typing import IO, TYPE_CHECKING, Any, ParamSpec
+from typing import IO, TYPE_CHECKING, Any, Literal, ParamSpec
 
 from gpuenv import conditioning
 from gpuenv import validate as v
 from gpuenv.backend import Backend
+from gpuenv.completion import Completion
 from gpuenv.conditioning import Condition, ConditionConfig, Conditioner, Wait
 from gpuenv.environment import environment_metadata
 from gpuenv.errors import ConfigError, GpuenvError
@@ -144,7 +145,7 @@ class Session:
         self.cuda_events = cuda_events
         self.supervise = supervise
         self.progress = progress
-        self.results = Results()
+        self._results = Results()
         self.lock: HeldLock | None = None  # when clocks are locked (gpuenv.locking.acquire)
         self.observe_reason: str | None = None
         self.facts: dict[int, GpuFacts] = {}
@@ -176,6 +177,15 @@ class Session:
     def locked(self) -> bool:
         return self.lock is not None
 
+    @property
+    def results(self) -> Results:
+        """The session's measurements, in order (`Results`: `save(path)` writes them). Read
+        while the session is open, a `measure` region just ended first gets its energy from
+        the driver's power sample after it (a wait of at most POWER_WAIT_S)."""
+        if self._entered and not self._closed:
+            self._completion.settle(wait=True)
+        return self._results
+
     def _open(self) -> None:
         if self._backend_arg is None:
             from gpuenv.backend import open_backend
@@ -201,6 +211,8 @@ class Session:
             lock_tolerance_mhz=self.config.lock_tolerance_mhz,
         )
         self.trace = TracePieces(self.sampler, self.gpus, self.clock.now())
+        # measurements whose energy awaits the driver's power sample after them
+        self._completion = Completion(self.sampler, self._results, self.gpus)
         self.sampler.start()
         # what a measurement waits for, and what this session's measurements learn: its own
         self.conditioner = Conditioner(
@@ -210,10 +222,10 @@ class Session:
         self.metadata = environment_metadata(
             self.backend, self.gpus, clock=self.clock, extra={"session": self._session_meta()}
         )
-        self.results.metadata = self.metadata
+        self._results.metadata = self.metadata
         if self.output is not None:
             self._store = ResultStore(self.output, self.metadata, append=self.append)
-            self.results.store = self._store
+            self._results.store = self._store
         if self.mode == "sustained" and self._default_load() is not None:
             self.precondition()
 
@@ -224,6 +236,8 @@ class Session:
         try:
             sampler = getattr(self, "sampler", None)
             if sampler is not None:
+                if hasattr(self, "_completion"):  # before `output` closes: the file too
+                    self._completion.settle(wait=True)
                 sampler.stop()
         finally:
             try:
@@ -354,6 +368,36 @@ class Session:
         acts as reject.
         """
         self._check_open()
+        return self._record(
+            name,
+            times_s,
+            intervals,
+            timer=timer,
+            started_at=started_at,
+            extra=extra,
+            rerun=rerun,
+            policy=policy,
+            extra_findings=extra_findings,
+            settle="wait",
+        )
+
+    def _record(
+        self,
+        name: str,
+        times_s: Sequence[float],
+        intervals: Sequence[tuple[float, float]],
+        *,
+        timer: str,
+        started_at: float | None,
+        extra: dict[str, Any] | None,
+        rerun: Callable[[list[int]], list[tuple[float, tuple[float, float]]]] | None,
+        policy: str | None,
+        extra_findings: Sequence[Finding],
+        settle: Literal["wait", "later"],
+    ) -> Measurement:
+        """`record`; `settle`: "wait" for the driver's power sample after the reps before
+        judging them, or "later" (a `measure` region: the session's `Completion` completes
+        its energy, and the caller reads it through the session)."""
         policy = check_policy(policy or self.policy)
         times = [float(t) for t in times_s]
         spans = [(float(a), float(b)) for a, b in intervals]
@@ -361,6 +405,8 @@ class Session:
             raise ConfigError(
                 f"record() needs one interval per rep ({len(times)} times, {len(spans)} intervals)"
             )
+        if settle == "wait":  # the windows below then take the power samples after the reps
+            self.sampler.await_power(spans, self.gpus)
         retry = Retry(rerun, self.clock, self._recover) if rerun is not None else None
         m = judge(
             name,
@@ -376,16 +422,25 @@ class Session:
             extra=extra,
         )
         self.conditioner.work_ended(max(b for _, b in spans))
+        if settle == "later":
+            return self._keep(m, later=True)
         return self.keep(m)
 
     def keep(self, m: Measurement) -> Measurement:
         """Keep a measurement (and append it to `output`): the hook for harnesses. It gets the
-        session's telemetry trace since the previous one kept (extra["trace"], "traces")."""
+        session's telemetry trace since the previous one kept (extra["trace"], "traces"),
+        and its power and energy from the driver's power samples after its end (waiting
+        for the first, at most POWER_WAIT_S: the caller holds the record returned)."""
         self._check_open()
+        return self._keep(self._completion.complete(m))
+
+    def _keep(self, m: Measurement, *, later: bool = False) -> Measurement:
+        """Keep `m` with its trace piece; `later`: its energy may wait for the driver's
+        power sample after it, and so does its line in `output` (gpuenv.completion)."""
         piece = self.trace.piece()
         if piece:
             m = replace(m, extra={**m.extra, **piece})
-        self.results.add(m)  # also appended to `output` (results.store), if given
+        self._completion.add(m, later=later)  # appended to `output` (results.store)
         return m
 
     def _check_open(self) -> None:
@@ -405,6 +460,7 @@ class Session:
     def _prepare(self, load: Callable[[], object] | None) -> None:
         """Before a measurement: the GPUs put in the session's state by its conditioner (the
         one dispatch: burst waits, sustained preconditions once), and what went wrong said."""
+        self._completion.settle(wait=False)  # before a wait: the driver keeps ~2.4 s
         done = self.conditioner.before(
             self.mode,
             self.sampler,
@@ -413,6 +469,7 @@ class Session:
             load=load,
             progress=self._progress_line() if self.mode == "sustained" else None,
         )
+        self._completion.settle(wait=False)  # the samples after the last region are out
         if isinstance(done, Wait):
             self._said_wait(done)
         elif isinstance(done, Conditioning):
@@ -430,7 +487,9 @@ class Session:
         still too warm when the wait runs out, but uncapped at its full clock, is no
         warning: the measurement's temperature facts say what that costs fn."""
         which = self.gpus if gpus is None else list(gpus)
+        self._completion.settle(wait=False)  # before the wait: the driver keeps ~2.4 s
         done = self.conditioner.wait(self.sampler, which, self.facts, fn=fn)
+        self._completion.settle(wait=False)
         self._said_wait(done)
         return done.waited_s
 
@@ -539,14 +598,14 @@ class MeasureContext:
     def __init__(self, session: Session, name: str):
         self._session = session
         self.name = name
-        self.measurement: Measurement | None = None
+        self._index: int | None = None  # its place in the session's results, once ended
         self._t0 = 0.0
         self._started = 0.0
         self._events: RegionEvents | None = None
 
     def __enter__(self) -> MeasureContext:
         env = self._session
-        if self.measurement is not None or self._t0:
+        if self._index is not None or self._t0:
             raise GpuenvError(f"measure({self.name!r}) was already used; call env.measure() again")
         load = env._default_load()
         env._prepare(load)
@@ -579,18 +638,36 @@ class MeasureContext:
             return  # the region failed: nothing to record, the exception propagates
         host_s = t1 - self._t0
         extra = {"host_s": host_s} if device_s is not None else {}
-        self.measurement = env.record(
+        # no wait for the driver's power sample after the region: the session completes
+        # its energy when the sample is out (gpuenv.completion), or when it is read here
+        env._record(
             self.name,
             [device_s if device_s is not None else host_s],
             [(self._t0, t1)],
             timer=timer,
             started_at=self._started,
             extra=extra,
+            rerun=None,
             policy="reject" if env.policy == "retry" else env.policy,
+            extra_findings=(),
+            settle="later",
         )
+        self._index = len(env._results) - 1
+
+    @property
+    def measurement(self) -> Measurement | None:
+        """The region's Measurement once the block has ended (None before): its power and
+        energy from the driver's power samples (read in an open session, this waits for
+        the first after the region, at most ~45 ms, where it is not out yet)."""
+        if self._index is None:
+            return None
+        return self._session._completion.get(self._index)
 
     def __getattr__(self, attr: str) -> Any:
-        m = self.__dict__.get("measurement")
+        index = self.__dict__.get("_index")
+        if index is not None and attr in _NO_POWER:  # no wait for what power does not touch
+            return getattr(self._session._results[index], attr)
+        m = self.measurement if index is not None else None
         if m is None:
             raise AttributeError(
                 f"measure({self.__dict__.get('name')!r}) has no {attr!r} yet: read it after "
@@ -599,11 +676,35 @@ class MeasureContext:
         return getattr(m, attr)
 
     def __str__(self) -> str:
-        return str(self.measurement) if self.measurement else f"<measuring {self.name!r}>"
+        m = self.measurement
+        return str(m) if m else f"<measuring {self.name!r}>"
 
     def __repr__(self) -> str:
-        verdict = self.measurement.verdict if self.measurement else "running"
+        m = self.measurement
+        verdict = m.verdict if m else "running"
         return f"<gpuenv measurement {self.name!r}: {verdict}>"
+
+
+# What a Measurement holds that its windows' power and energy do not touch: read from a
+# `measure` region before its energy is complete, without waiting for it.
+_NO_POWER = frozenset(
+    {
+        "name",
+        "times_s",
+        "stats",
+        "findings",
+        "verdict",
+        "policy",
+        "rejected_reps",
+        "retried_reps",
+        "gpus",
+        "timer",
+        "started_at",
+        "kept_times_s",
+        "median_s",
+        "ok",
+    }
+)
 
 
 def _user_level() -> int:

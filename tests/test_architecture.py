@@ -63,6 +63,7 @@ LAYERS = (
     # the measurement core
     (
         "gpuenv.judge",
+        "gpuenv.completion",
         "gpuenv.conditioning",
         "gpuenv.verdict",
         "gpuenv.stats",

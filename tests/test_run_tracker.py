@@ -69,6 +69,10 @@ def test_summariser_windows_are_those_of_the_whole_ring(monkeypatch):
         got = [Summariser(sampler, [0]).windows(intervals, 0)]
         got += [Summariser(sampler, [0]).windows([one], 0) for one in intervals]
 
+        # the driver's power samples the sampler holds, all of them (drained every second
+        # as it ran; its ring keeps `capacity` of them too)
+        power = sampler.window_inputs(float("-inf"), 0).power
+
         def whole_ring(t0: float, gpu: int | None = None) -> WindowInputs:
             everything = sampler.samples(gpu=0)
             return WindowInputs(
@@ -76,6 +80,7 @@ def test_summariser_windows_are_those_of_the_whole_ring(monkeypatch):
                 sampler.slow_samples(gpu=0),
                 sampler.gaps,
                 len(everything) == sampler.capacity,
+                power,
             )
 
         monkeypatch.setattr(sampler, "window_inputs", whole_ring)

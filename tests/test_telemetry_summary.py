@@ -226,7 +226,7 @@ def test_a_regions_energy_from_its_start_to_the_first_counter_read_is_the_works_
 # tests/window_oracle.py is what "identical" means: edited twice as if it were not frozen
 # (house issue, item 8). A deliberate change updates this hash, adds a line to the
 # oracle's docstring and says why in its commit.
-ORACLE_SHA256 = "f5d8fff3a9d69999629c6e611f1e655641a517ae90d5ebe1a47f80275759ec86"
+ORACLE_SHA256 = "45bb57a30875199f6a0655e95ea6e8bcaca09559aa51399517883a843ad037c0"
 
 
 def test_the_oracle_is_frozen() -> None:

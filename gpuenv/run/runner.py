@@ -286,6 +286,10 @@ class Runner:
             try:
                 run.t1 = t_end
                 tracker.close_all(t_end)
+                # the last regions' power and energy from the driver's power sample after
+                # them: one wait, at most POWER_WAIT_S
+                open_spans = [(r.t0, r.t1 or t_end) for r in tracker.finished if r.windows is None]
+                sampler.await_power([(run.t0, t_end), *open_spans], self.gpus)
                 summariser.flush(t_end, [run, *tracker.finished], final=True)
             finally:
                 sampler.stop()

@@ -156,6 +156,19 @@ class Buffers:
                 if not ring or rec[0] > ring[-1][0]:
                     ring.append(rec)
 
+    def power_due(self, gpu: int, t0: float, t1: float) -> bool:
+        """The driver's power samples held reach back to `t0` but not yet to `t1`: the
+        sample that closes [t0, t1] is still to come."""
+        with self.lock:
+            ring = self.power_q[gpu]
+            return bool(ring) and ring[0][0] <= t0 and ring[-1][0] < t1
+
+    def power_newest(self, gpu: int) -> float | None:
+        """The newest driver power sample held (host seconds); None: none."""
+        with self.lock:
+            ring = self.power_q[gpu]
+            return ring[-1][0] if ring else None
+
     def gap(self, gap: Gap) -> None:
         with self.lock:
             self.gap_q.append((gap.t, gap.gpu, gap.op, gap.error))

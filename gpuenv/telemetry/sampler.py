@@ -26,7 +26,7 @@ from gpuenv.telemetry.reader import (
     Reader,
 )
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, HURRY_PERIOD_S, Gap, Sample, SlowSample
-from gpuenv.telemetry.summary import summarize_many
+from gpuenv.telemetry.summary import SAMPLED_MIN_S, summarize_many
 from gpuenv.telemetry.window import Window
 from gpuenv.timebase import Clock, RealClock, Timer
 
@@ -41,6 +41,17 @@ DEFAULT_CAPACITY = 32768  # samples per GPU in the ring buffer: 55 minutes at 10
 SLOW_LOOKBACK_S = 1.0
 # How long window() waits, in real time, for the sampler's read at the region's end edge.
 EDGE_WAIT_S = 0.5
+# The driver's power samples (`Backend.power_samples`) come every ~20 ms, 8-45 ms apart on an
+# H200 (docs/h200/power_samples-2026-11-29.json): the one that closes a region is out at
+# most this long after its end (`await_power`) ...
+POWER_WAIT_S = 0.045
+POWER_SAMPLE_S = 0.02  # ... looked for one interval after the newest held
+POWER_POLL_S = 0.005  # then this often (a drain: 0.3-0.55 ms per GPU on an H200)
+# The driver keeps ~2.4 s of them: a running sampler drains them into its own ring at least
+# this often (`_drain_due`), so a window asked for later than that after its region (a
+# `measure` region completed at the next one's start, `gpuenv run`'s regions summarised
+# every 30 s) still finds them.
+POWER_DRAIN_S = 1.0
 MODES = ("thread", "process")
 
 
@@ -192,10 +203,8 @@ class Sampler:
             energy_period=self.energy_period,
             watch_processes=watch_processes,
         )
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._edge_requested = 0
-        self._edge_done = 0
+        self._wake, self._stop = threading.Event(), threading.Event()
+        self._edge_requested = self._edge_done = 0
         self._hurry_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._timer: Timer | None = None
@@ -204,6 +213,8 @@ class Sampler:
         self._died: tuple[float, str] | None = None  # the sampler process ended on its own
         self._power_since: dict[int, int] = {}  # the newest driver power stamp brought in
         self._no_power_samples: set[int] = set()  # GPUs whose driver keeps none
+        self._power_lock = threading.Lock()  # drains come from the caller and the ticks
+        self._power_drained_at = float("-inf")  # the last periodic drain (`_drain_due`)
 
     # -- lifecycle ---------------------------------------------------------------------
     @property
@@ -286,9 +297,13 @@ class Sampler:
         call_every = self.clock.call_every  # type: ignore[attr-defined]
         self._timer = call_every(
             reader.current_period(),
-            reader.periodic_tick,
+            self._virtual_tick,
             first_in=max(0.0, reader.next_due() - now),
         )
+
+    def _virtual_tick(self) -> None:
+        self._reader.periodic_tick()
+        self._drain_due()
 
     @contextlib.contextmanager
     def hurry(self) -> Iterator[None]:
@@ -319,6 +334,7 @@ class Sampler:
 
     def _run(self) -> None:
         def wait(seconds: float) -> None:
+            self._drain_due()
             self._wake.wait(seconds)
             self._wake.clear()
 
@@ -383,6 +399,7 @@ class Sampler:
         if proc is None or cursor is None:
             return
         cursor.pull(self._buf)
+        self._drain_due()  # the sampler process does not read them: this one, when it looks
         if not proc.check() and self._died is None:
             assert proc.died is not None and proc.died_at is not None
             self._died = (proc.died_at, proc.died)
@@ -437,27 +454,85 @@ class Sampler:
 
     def _drain_power(self, gpu: int) -> None:
         """Bring in the driver's power samples of `gpu` newer than the last brought in,
-        on the host clock. Read here, when windows are asked for (0.3-0.55 ms on an H200;
-        never inside a timed region), not on the sampler's ticks: the driver keeps ~2.4 s,
-        so a window asked for later than that after its start has none for its start and
-        its power comes from the cheap readings, as without them. A GPU without samples
-        is not asked again; a failed read is a gap in them, never an error here."""
-        if gpu in self._no_power_samples:
+        on the host clock (0.3-0.55 ms on an H200). Read when windows are asked for, and
+        at least every POWER_DRAIN_S while the sampler runs (`_drain_due`: on its thread,
+        or, for a sampler process, whenever this process reads the sampler): the driver
+        keeps ~2.4 s, so a window whose start is older than the last drain before that
+        has none for its start, and its power comes from the cheap readings, as without
+        them. A GPU without samples is not asked again; a failed read is a gap in them,
+        never an error here."""
+        with self._power_lock:
+            if gpu in self._no_power_samples:
+                return
+            since = self._power_since.get(gpu, 0)
+            try:
+                got = self.backend.power_samples(gpu, since)
+            except NotSupported:
+                self._no_power_samples.add(gpu)
+                return
+            except Exception as err:  # telemetry never raises into the benchmark
+                log.debug("GPU %s: power samples unavailable (%s)", gpu, err)
+                return
+            if not got:
+                return
+            offset = self.clock.wall() - self.clock.now()  # driver stamps: us since the epoch
+            self._power_since[gpu] = max(ts for ts, _ in got)
+            self._buf.power(gpu, [(ts * 1e-6 - offset, float(w)) for ts, w in sorted(got)])
+
+    def _drain_due(self) -> None:
+        """Drain every GPU's power samples when POWER_DRAIN_S has passed since the last
+        time this did (never raises: a failed read is a gap in them)."""
+        now = self.clock.now()
+        if now - self._power_drained_at < POWER_DRAIN_S:
             return
-        since = self._power_since.get(gpu, 0)
-        try:
-            got = self.backend.power_samples(gpu, since)
-        except NotSupported:
-            self._no_power_samples.add(gpu)
-            return
-        except Exception as err:  # telemetry never raises into the benchmark
-            log.debug("GPU %s: power samples unavailable (%s)", gpu, err)
-            return
-        if not got:
-            return
-        offset = self.clock.wall() - self.clock.now()  # driver stamps: us since the epoch
-        self._power_since[gpu] = max(ts for ts, _ in got)
-        self._buf.power(gpu, [(ts * 1e-6 - offset, float(w)) for ts, w in sorted(got)])
+        self._power_drained_at = now
+        for g in self.gpus:
+            self._drain_power(g)
+
+    def power_due(self, spans: Sequence[tuple[float, float]], gpus: Iterable[int]) -> bool:
+        """Whether the driver's power sample that closes a span of `spans` is still to come
+        on one of `gpus`: the samples are drained now, and those held reach back to the
+        span's start but not yet to its end. A window over it asked for now takes its power
+        from the cheap readings (an estimate for a short region); once the sample is out,
+        from the samples. Never for a GPU whose driver keeps none, a span too short for
+        them (`SAMPLED_MIN_S`), or one whose start's sample is gone (the driver keeps
+        ~2.4 s)."""
+        long_enough = [(a, b) for a, b in spans if b - a >= SAMPLED_MIN_S]
+        if not long_enough:
+            return False
+        for g in gpus:
+            self._drain_power(self._check_gpu(g))
+            newest = self._buf.power_newest(g)
+            if newest is None:
+                continue
+            # only spans ending after the newest sample lack it (a bench's thousands of
+            # reps are not each looked at)
+            late = [(a, b) for a, b in long_enough if b > newest]
+            if any(self._buf.power_due(g, a, b) for a, b in late):
+                return True
+        return False
+
+    def await_power(self, spans: Sequence[tuple[float, float]], gpus: Iterable[int]) -> bool:
+        """Wait on the sampler's clock while the power sample that closes a span of `spans`
+        is still to come on one of `gpus` (`power_due`), at most POWER_WAIT_S after the
+        last span's end: it is out by then. Returns whether one was due: windows read
+        before the wait read differently now."""
+        if not spans:
+            return False
+        gpus = list(gpus)
+        deadline = max(b for _, b in spans) + POWER_WAIT_S
+        waited = False
+        while self.power_due(spans, gpus):
+            waited = True
+            now = self.clock.now()
+            if now >= deadline:
+                break
+            newest = [t for g in gpus if (t := self._buf.power_newest(g)) is not None]
+            wake = now + POWER_POLL_S
+            if newest and min(newest) + POWER_SAMPLE_S > now:
+                wake = min(newest) + POWER_SAMPLE_S + 0.001  # just after the next stamp
+            self.clock.sleep(min(wake, deadline) - now)
+        return waited
 
     def window(
         self,

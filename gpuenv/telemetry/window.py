@@ -110,6 +110,17 @@ class Window:
     def duration_s(self) -> float:
         return self.t1 - self.t0
 
+    def with_power_of(self, later: Window) -> Window:
+        """This window with the power and energy of `later`: the same span summarised
+        again once the driver's power sample after it was out (`Sampler.await_power`)."""
+        return dataclasses.replace(
+            self,
+            power_w_mean=later.power_w_mean,
+            power_w_max=later.power_w_max,
+            energy_j=later.energy_j,
+            energy_interpolated=later.energy_interpolated,
+        )
+
     @property
     def reason_names(self) -> list[str]:
         return reason_names(self.reasons)

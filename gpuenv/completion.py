@@ -11,8 +11,9 @@ out, without making the region's end wait for it (a loop of steps does not slow 
 - a `stable()` session's `measure` region: completed at the next region's start (the
   sample is out once one interval has passed), when it is read, or at the session's close
   (one wait, at most `POWER_WAIT_S`); appended to the session's `output` then, in order;
-- a measurement whose caller holds the record returned (`record`, `repeat`, a bench):
-  completed before it is returned, waiting for the sample where it is not out yet.
+- a measurement whose caller holds the record returned (`record`, `repeat`): completed
+  before it is returned, waiting for the sample where it is not out yet. A bench in a
+  session does not wait (`Session.keep`): its wall is a figure of its own.
 
 The session owns one `Completion`, which owns which measurements wait (`Results` owns the
 measurements and their file; the sampler, the samples).
@@ -49,13 +50,6 @@ class Completion:
         if due:
             self._waiting.append(index)
         return index
-
-    def complete(self, m: Measurement) -> Measurement:
-        """`m` with its power and energy from the driver's power samples after it: waited
-        for where they are not out yet (at most POWER_WAIT_S after its end)."""
-        if self.sampler.await_power(spans(m), m.gpus or self.gpus):
-            return self._again(m)
-        return m
 
     def settle(self, *, wait: bool) -> None:
         """Complete the measurements held: those whose sample is out (looked for once a

@@ -428,11 +428,13 @@ class Session:
 
     def keep(self, m: Measurement) -> Measurement:
         """Keep a measurement (and append it to `output`): the hook for harnesses. It gets the
-        session's telemetry trace since the previous one kept (extra["trace"], "traces"),
-        and its power and energy from the driver's power samples after its end (waiting
-        for the first, at most POWER_WAIT_S: the caller holds the record returned)."""
+        session's telemetry trace since the previous one kept (extra["trace"], "traces").
+        No wait for the driver's power sample after it (up to POWER_WAIT_S, 20-45 ms): a
+        bench's wall is a figure of its own, and its reps span its bursts and rests, long
+        enough for the readings it has (`record` and `repeat` wait: their caller's region
+        may be a single short one)."""
         self._check_open()
-        return self._keep(self._completion.complete(m))
+        return self._keep(m)
 
     def _keep(self, m: Measurement, *, later: bool = False) -> Measurement:
         """Keep `m` with its trace piece; `later`: its energy may wait for the driver's

@@ -154,9 +154,10 @@ def test_rank0s_table_carries_every_ranks_telemetry(tmp_path):
         assert cells[2] == str(rank), e0  # its own GPU
         # SM MHz, power, energy and temperature, where "-" stood before; the time under a
         # reason is what the samples inside the region saw: a 50 ms step between two of the
-        # sampler's 100 ms ticks saw none ("-"), on rank 0's own row as on the others'
+        # sampler's 100 ms ticks saw none ("-"), on rank 0's own row as on the others', and
+        # one that caught a tick's edge a part of a ms ("idle 595.2 us", on 2 busy cores)
         line = " ".join(cells) + " "
-        assert re.search(r" \d+ +\d+ W +~?[\d.]+ J +\d+-\d+ +(idle [\d.]+ m?s|-) ", line), e0
+        assert re.search(r" \d+ +\d+ W +~?[\d.]+ J +\d+-\d+ +(idle [\d.]+ [mu]?s|-) ", line), e0
 
 
 def test_ranks_of_two_nodes_each_gpu_0_are_two_rows_named_by_node_and_uuid(tmp_path):

@@ -738,11 +738,14 @@ def test_a_loop_of_measure_regions_reads_the_simulators_energy(seconds):
     _assert_the_simulators_own(steps, seconds)
 
 
-@pytest.mark.parametrize("seconds", [0.1, 1.0])
+@pytest.mark.parametrize("seconds", [0.03, 0.1, 1.0])
 def test_back_to_back_steps_read_the_simulators_energy_and_wait_for_nothing(seconds):
     """Steps with nothing between them (sustained mode: no wait before a region): each
     begins where the one before ended, on virtual time, so no region's end waited for the
-    driver's power sample; each reads the simulator's own counter within 2%."""
+    driver's power sample; each reads the simulator's own counter within 2%, unmarked. A
+    30 ms step has no whole 20 ms sample inside: the loop's first and last read +-14.5%
+    when the part of their last sample past their end was taken at the power before them
+    (the idle before the first, where the next step's work ran after it)."""
     sim = make_sim()
     with stable(backend=sim, mode="sustained", progress=io.StringIO()) as env:
         warm(sim)

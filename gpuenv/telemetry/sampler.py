@@ -26,7 +26,7 @@ from gpuenv.telemetry.reader import (
     Reader,
 )
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, HURRY_PERIOD_S, Gap, Sample, SlowSample
-from gpuenv.telemetry.summary import SAMPLED_MIN_S, summarize_many
+from gpuenv.telemetry.summary import SAMPLE_GAP_MAX_S, SAMPLED_MIN_S, summarize_many
 from gpuenv.telemetry.window import Window
 from gpuenv.timebase import Clock, RealClock, Timer
 
@@ -505,9 +505,9 @@ class Sampler:
             newest = self._buf.power_newest(g)
             if newest is None:
                 continue
-            # only spans ending after the newest sample lack it (a bench's thousands of
-            # reps are not each looked at)
-            late = [(a, b) for a, b in long_enough if b > newest]
+            # only spans ending after the newest sample's predecessor lack it or the one
+            # after it (a bench's thousands of reps are not each looked at)
+            late = [(a, b) for a, b in long_enough if b > newest - SAMPLE_GAP_MAX_S]
             if any(self._buf.power_due(g, a, b) for a, b in late):
                 return True
         return False

@@ -344,3 +344,24 @@ def test_compare_help_says_what_a_and_b_may_be():
     out = CliRunner().invoke(cli, ["compare", "--help"], obj={})
     assert "A and B are each a results file" in " ".join(out.output.split())
     assert "a glob" in out.output and "directory" in out.output
+
+
+def test_a_finding_that_moved_no_number_is_no_state_change_a_slowdown_coincides_with():
+    # a CI gate's baseline carried an info clock_drift (the number showed no effect); its
+    # "gone" in the slow run was offered as the GPU state change behind a real +9.9%
+    from types import SimpleNamespace
+
+    from gpuenv.compare.state import gpu_state, state_changes
+    from gpuenv.verdict.records import Finding
+
+    def m(*findings: Finding) -> SimpleNamespace:
+        return SimpleNamespace(
+            windows=(), summary_windows=(), findings=findings, extra={}, verdict="ok"
+        )
+
+    info = Finding("clock_drift", "info", (0,), "the SM clock moved; the number held")
+    warning = Finding("power_cap", "warning", (0,), "the cap held the SM clock back")
+    assert state_changes(gpu_state([m(info)]), gpu_state([m()])) == []
+    assert state_changes(gpu_state([m(warning)]), gpu_state([m()])) == [
+        "findings gone: power_cap"
+    ]

@@ -126,7 +126,11 @@ def gpu_state(ms: Sequence[Any]) -> GpuState:
         temp_c_max=max(tmax) if tmax else None,
         lock=lock,
         verdicts=tuple(sorted({m.verdict for m in ms})),
-        findings=tuple(sorted({f.kind for m in ms for f in m.findings})),
+        # what moved a number: an info finding's state showed no effect on it (the judge's
+        # one rule, gpuenv.verdict.effect), so it is no state change a slowdown coincides with
+        findings=tuple(
+            sorted({f.kind for m in ms for f in m.findings if f.severity in ("warning", "error")})
+        ),
         lock_mixed=mixed,
     )
 

@@ -269,9 +269,12 @@ class _Streams:
             if inside:
                 # an edge of a region with a whole stretch inside: between the power of the
                 # stretch on its outside and that of the nearest whole one inside
-                near = ws[inside[0]] if a < t0 else ws[inside[-1]]
                 far = before if a < t0 else after
-                out.append((lo, hi, _edge_w(ws[k], b - a, hi - lo, far, near)))
+                near = ws[inside[0]] if a < t0 else ws[inside[-1]]
+                w = _edge_w(ws[k], b - a, hi - lo, far, near)
+                # where the step cannot be placed, at the region's power in the nearest whole
+                # stretch, at most the edge stretch's energy
+                out.append((lo, hi, min(near, energy / (hi - lo)) if w is None else w))
                 continue
             # the part before t0 at the power of the stretch before, the part after t1 at
             # the power of the stretch after (until it is in, the power before)
@@ -661,7 +664,7 @@ def _power_readings(fast: Sequence[Sample]) -> tuple[list[float], list[float]]:
     return ts, ws
 
 
-def _edge_w(mean: float, span: float, part: float, far: float | None, near: float) -> float:
+def _edge_w(mean: float, span: float, part: float, far: float | None, near: float) -> float | None:
     """The power of the `part` seconds of a sample stretch (`span` seconds at `mean` watts)
     on the region's side of its edge, where the stretch on the other side drew `far` and the
     nearest whole one inside the region `near`.
@@ -670,11 +673,11 @@ def _edge_w(mean: float, span: float, part: float, far: float | None, near: floa
     down, a region's start from idle, its end into idle), placed so that the stretch's
     mean is its own; the part is what of it lies inside. A stretch whose mean does not lie
     between the two (one level throughout, the chip's heating moving it a little; a spike)
-    is at its own mean throughout. Until `far` is in, the part is at the region's power in
-    `near`, at most the stretch's energy: an estimate.
+    is at its own mean throughout. None where the step cannot be placed: `far` not in yet,
+    or the stretch's stamps off the driver's period (SAMPLE_PERIOD_S, an H200's jitter).
     """
     if far is None or abs(span - SAMPLE_PERIOD_S) > STAMP_JITTER_S:
-        return min(near, mean * span / part)
+        return None
     if far == near or not min(far, near) < mean < max(far, near):
         return mean
     far_s = span * (mean - near) / (far - near)  # how long it drew `far`, from the outside

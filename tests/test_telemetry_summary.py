@@ -223,6 +223,56 @@ def test_a_regions_energy_from_its_start_to_the_first_counter_read_is_the_works_
     assert w.energy_j == pytest.approx(500.0 * 1.9, rel=1e-6)  # held, it read 930 J
 
 
+def _stretches(watts: list[float], first: float = 0.0, period: float = 0.02) -> list:
+    """Driver power samples every `period` from `first`: each the mean of the stretch
+    before its stamp."""
+    return [(first + period * k, w) for k, w in enumerate(watts)]
+
+
+@pytest.mark.parametrize(
+    ("edge_w", "truth_j"),
+    [
+        (1000.0, 1000.0 * 0.015 + 800.0 * 0.025),  # the cap stepped down at the stamp 0.1
+        (900.0, 1000.0 * 0.005 + 800.0 * 0.035),  # ... at 0.09, inside the region
+        (800.0, 800.0 * 0.04),  # ... at 0.08, before it
+    ],
+)
+def test_an_edge_stretch_is_split_where_the_power_stepped(edge_w, truth_j) -> None:
+    """A region [0.085, 0.125] with a whole stretch inside, the power stepping from 1000 to
+    800 W in its start's stretch (0.08, 0.1]: its energy is the step's wherever the step
+    lies. At the stamp, the part inside taken at the inside stretch's power read -8.6%
+    (a 35 ms step of a loop at the simulated H100's cap onset: -4.4%)."""
+    power = _stretches([1000.0] * 5 + [edge_w] + [800.0] * 5)
+    w = summarize([], [], [], 0.085, 0.125, gpu=0, power=power)
+    assert w.energy_j == pytest.approx(truth_j, rel=1e-9)
+    assert not w.energy_interpolated
+
+
+def test_an_edge_stretch_off_the_drivers_period_is_at_the_power_inside() -> None:
+    """Stamps off the 20 ms period (an H200's: 28 ms then 12 ms) do not say where in the
+    stretch the power stepped: the part inside is at the nearest whole stretch's power, at
+    most the stretch's energy, not at the power before it."""
+    power = [(0.0, 120.0), (0.02, 120.0), (0.048, 180.0), (0.06, 800.0), (0.08, 800.0)]
+    power += [(0.1, 800.0), (0.12, 120.0)]
+    w = summarize([], [], [], 0.04, 0.1, gpu=0, power=power)
+    edge = min(800.0 * 0.008, 180.0 * 0.028)
+    assert w.energy_j == pytest.approx(edge + 800.0 * 0.052, rel=1e-9)
+
+
+def test_the_end_edges_part_waits_for_the_stretch_after() -> None:
+    """The power stepped down at the stamp closing a region's last whole stretch: until the
+    stretch after its end stretch is in, the part inside is a guess (the last whole
+    stretch's power), marked; then it is the end stretch's own."""
+    power = _stretches([1000.0] * 6 + [800.0])
+    t0, t1 = 0.045, 0.105  # the end stretch (0.1, 0.12] at 800, the one after not in
+    guess = summarize([], [], [], t0, t1, gpu=0, power=power)
+    assert guess.energy_interpolated
+    done = summarize([], [], [], t0, t1, gpu=0, power=[*power, (0.14, 800.0)])
+    assert not done.energy_interpolated
+    assert done.energy_j == pytest.approx(1000.0 * 0.055 + 800.0 * 0.005, rel=1e-9)
+    assert guess.energy_j == pytest.approx(1000.0 * 0.06, rel=1e-9)
+
+
 # tests/window_oracle.py is what "identical" means: edited twice as if it were not frozen
 # (house issue, item 8). A deliberate change updates this hash, adds a line to the
 # oracle's docstring and says why in its commit.

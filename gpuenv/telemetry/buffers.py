@@ -158,18 +158,17 @@ class Buffers:
 
     def power_due(self, gpu: int, t0: float, t1: float) -> bool:
         """The driver's power samples held reach back to `t0` but not yet to `t1`: the
-        sample that closes [t0, t1] is still to come. So is the one after it where no
-        whole interval lies inside [t0, t1] and the closing one reaches past t1: the part
-        past t1 is at the power of the interval after it (`_Streams.sampled_segments`)."""
+        sample that closes [t0, t1] is still to come. So is the one after it where the
+        closing one reaches past t1: the part past t1 is placed by the power of the
+        interval after it (`_Streams.sampled_segments`)."""
         with self.lock:
             ring = self.power_q[gpu]
             if not ring or ring[0][0] > t0:
                 return False
             if ring[-1][0] < t1:
                 return True
-            if len(ring) < 2 or ring[-2][0] >= t1 or ring[-1][0] == t1:
-                return False  # the closing sample has one after it, or ends at t1
-            return not (len(ring) >= 3 and t0 <= ring[-3][0])  # no whole interval inside
+            # the closing sample has one after it, or ends at t1
+            return not (len(ring) < 2 or ring[-2][0] >= t1 or ring[-1][0] == t1)
 
     def power_newest(self, gpu: int) -> float | None:
         """The newest driver power sample held (host seconds); None: none."""

@@ -34,6 +34,11 @@ SAMPLED_MIN_S = 0.005
 # Two samples further apart than this have one missing between them (a sample is ~20 ms,
 # at most 45 ms apart on the H200): the later one is not the mean over all the time back.
 SAMPLE_GAP_MAX_S = 0.05
+# The driver's period between power samples. An H200's stamps jitter around it: 28.3 ms then
+# 11.8 ms, 33.9 then 10.2 (20 ms windows stamped late), so within a stretch more than this
+# off the period, where a step of power lies cannot be placed (`_edge_w`).
+SAMPLE_PERIOD_S = 0.02
+STAMP_JITTER_S = 0.002
 
 _NOT_IDLE = ~Reason.GPU_IDLE  # computed once: enum arithmetic costs microseconds
 _IDLE = int(Reason.GPU_IDLE)
@@ -216,21 +221,32 @@ class _Streams:
 
         A sample is the mean power over the time since the one before (an H200: a 10 ms
         kernel of ~700 W from idle read 331-446 W at the next stamp, not idle), so a
-        stretch (prev, ts] used w * (ts - prev) joules. A region with whole stretches
-        inside takes each edge's part at its own power in the nearest of them (at most the
-        edge stretch's energy; a region that began on an idle GPU ramps up inside, and its
-        mean would put the ramp's power at its end): what ran around it does not count
-        (a loop's first 100 ms step from idle took in the next step's work, +12% on the
-        simulated H100, and its last step the idle after it, -6%). Of a stretch that
-        reaches outside a region with none inside, the part before the region is at the
-        power of the stretch before it, the part after at the power of the stretch after
-        it (`_after_w`: what ran there, idle for a lone region, the next step's work in a
-        loop), and the rest is the region's. Taking both at the power before (as before
-        2026-11-29) read a loop's first 30 ms step from idle +14.5% (the next step's work
-        taken for its own) and its last step up to -14.5% on the simulated H100. Until the
-        stretch after is in, the part after is at the power before: an estimate
-        (`after_missing`). The decay after a region (an H200 drew 169, 134, 127 W in the
-        samples after a 10 ms kernel, then idle: the GPU powering down) is not its."""
+        stretch (prev, ts] used w * (ts - prev) joules. A stretch wholly inside is the
+        region's. Of an edge stretch (one reaching past t0 or t1):
+
+        - in a region with whole stretches inside, the stretch is taken as the power of the
+          stretch beside it outside the region up to one step, then that of the nearest
+          whole one inside, the step placed so that the stretch's mean is its own, and the
+          part inside is the region's (`_edge_w`): what ran around it does not count (a
+          loop's first 100 ms step from idle took in the next step's work, +12% on the
+          simulated H100, and its last step the idle after it, -6%), and a step of the
+          power cap inside the edge stretch falls where it does. Taking the part inside at
+          the nearest whole stretch's power throughout (as before 2026-11-29) read 35-80 ms
+          steps in a loop -4.6% .. +4.1% where the cap stepped the power down at a stamp
+          (the edge stretch all at the power before it). Where the stretch's stamps are off
+          the driver's period (an H200's jitter) or the stretch after the region is not in
+          yet, the part is at the nearest whole stretch's power (at most the stretch's
+          energy; the latter an estimate, `after_missing`);
+        - in a region with none inside, the part before the region is at the power of the
+          stretch before it, the part after at the power of the stretch after it
+          (`_after_w`: what ran there, idle for a lone region, the next step's work in a
+          loop), and the rest is the region's. Taking both at the power before (as before
+          2026-11-29) read a loop's first 30 ms step from idle +14.5% (the next step's work
+          taken for its own) and its last step up to -14.5% on the simulated H100. Until
+          the stretch after is in, the part after is at the power before: an estimate.
+
+        The decay after a region (an H200 drew 169, 134, 127 W in the samples after a
+        10 ms kernel, then idle: the GPU powering down) is not its."""
         ts, ws = self.sample_t, self.sample_w
         k0 = bisect.bisect_right(ts, t0)  # ts[k0 - 1] <= t0 < ts[k0]
         k1 = bisect.bisect_left(ts, t1)  # ts[k1 - 1] < t1 <= ts[k1]
@@ -238,7 +254,7 @@ class _Streams:
             return None
         if any(ts[k] - ts[k - 1] > SAMPLE_GAP_MAX_S for k in range(k0, k1 + 1)):
             return None
-        before = ws[k0 - 1]
+        before, after = ws[k0 - 1], self._after_w(k1)
         inside = [k for k in range(k0, k1 + 1) if t0 <= ts[k - 1] and ts[k] <= t1]
         out = []
         for k in range(k0, k1 + 1):
@@ -246,19 +262,29 @@ class _Streams:
             lo, hi = max(a, t0), min(b, t1)
             if hi <= lo:
                 continue
-            if inside and (a < t0 or b > t1):
-                # an edge of a region with a whole interval inside: at the region's own
-                # power in the nearest one, as much of the interval's energy as there is
-                own = ws[inside[0]] if a < t0 else ws[inside[-1]]
-                out.append((lo, hi, min(own, ws[k] * (b - a) / (hi - lo))))
+            if a >= t0 and b <= t1:  # a whole stretch inside: the region's
+                out.append((lo, hi, ws[k]))
                 continue
-            after = self._after_w(k1) if b > t1 else None
-            after = before if after is None else after
-            outside = before * (lo - a) + after * (b - hi)
-            # no less than the lower of the powers around it (an H200's 10 ms region whose
-            # work fell mostly into the next sample, stamps jittering, read below idle)
-            floor = min(before, after) if a < t0 or b > t1 else 0.0
-            out.append((lo, hi, max(floor, (ws[k] * (b - a) - outside) / (hi - lo))))
+            energy = ws[k] * (b - a)
+            if inside:
+                # an edge of a region with a whole stretch inside: between the power of the
+                # stretch on its outside and that of the nearest whole one inside
+                far = before if a < t0 else after
+                near = ws[inside[0]] if a < t0 else ws[inside[-1]]
+                w = _edge_w(ws[k], b - a, hi - lo, far, near)
+                # where the step cannot be placed, at the region's power in the nearest whole
+                # stretch, at most the edge stretch's energy
+                out.append((lo, hi, min(near, energy / (hi - lo)) if w is None else w))
+                continue
+            # the part before t0 at the power of the stretch before, the part after t1 at
+            # the power of the stretch after (until it is in, the power before)
+            post = (before if after is None else after) if b > t1 else before
+            outside = before * (lo - a) + post * (b - hi)
+            # no less than the lower of the powers around the part (an H200's 10 ms region
+            # whose work fell mostly into the next sample, stamps jittering, read below
+            # idle)
+            floor = min(before, post)
+            out.append((lo, hi, max(floor, (energy - outside) / (hi - lo))))
         return out
 
     def _after_w(self, k1: int) -> float | None:
@@ -270,16 +296,16 @@ class _Streams:
         return self.sample_w[k1 + 1]
 
     def after_missing(self, t0: float, t1: float) -> bool:
-        """Whether the samples cover [t0, t1] with no whole stretch inside, the last one
-        reaching past t1, and the stretch after it not yet in: the part past t1 is then
-        at the power before the region (`sampled_segments`), a guess where the work
-        before and after it differ (a loop's first or last step)."""
+        """Whether the samples cover [t0, t1], the last one reaching past t1, and the
+        stretch after it not yet in: the part of the last stretch inside is then a guess
+        (`sampled_segments`: at the power before the region, or at that of the last whole
+        stretch inside), wrong where the power changed in that stretch (a loop's first or
+        last step, the power cap stepping down)."""
         ts = self.sample_t
-        k0, k1 = bisect.bisect_right(ts, t0), bisect.bisect_left(ts, t1)
+        k1 = bisect.bisect_left(ts, t1)
         if k1 >= len(ts) or ts[k1] <= t1:
             return False
-        whole_inside = any(t0 <= ts[k - 1] and ts[k] <= t1 for k in range(k0, k1 + 1))
-        return not whole_inside and self._after_w(k1) is None
+        return self._after_w(k1) is None
 
     def _power_segments(self, t0: float, t1: float) -> list[tuple[float, float, float]]:
         """[(a, b, watts)] covering [t0, t1]: the driver's power samples where they cover
@@ -636,6 +662,27 @@ def _power_readings(fast: Sequence[Sample]) -> tuple[list[float], list[float]]:
         ts.append(at)
         ws.append(_power(s))
     return ts, ws
+
+
+def _edge_w(mean: float, span: float, part: float, far: float | None, near: float) -> float | None:
+    """The power of the `part` seconds of a sample stretch (`span` seconds at `mean` watts)
+    on the region's side of its edge, where the stretch on the other side drew `far` and the
+    nearest whole one inside the region `near`.
+
+    The stretch is taken as `far` up to one step and `near` after it (a power cap's step
+    down, a region's start from idle, its end into idle), placed so that the stretch's
+    mean is its own; the part is what of it lies inside. A stretch whose mean does not lie
+    between the two (one level throughout, the chip's heating moving it a little; a spike)
+    is at its own mean throughout. None where the step cannot be placed: `far` not in yet,
+    or the stretch's stamps off the driver's period (SAMPLE_PERIOD_S, an H200's jitter).
+    """
+    if far is None or abs(span - SAMPLE_PERIOD_S) > STAMP_JITTER_S:
+        return None
+    if far == near or not min(far, near) < mean < max(far, near):
+        return mean
+    far_s = span * (mean - near) / (far - near)  # how long it drew `far`, from the outside
+    far_in = max(0.0, far_s - (span - part))  # of which inside the region
+    return (far_in * far + (part - far_in) * near) / part
 
 
 def _names(mask: int) -> tuple[str, ...]:

@@ -362,6 +362,4 @@ def test_a_finding_that_moved_no_number_is_no_state_change_a_slowdown_coincides_
     info = Finding("clock_drift", "info", (0,), "the SM clock moved; the number held")
     warning = Finding("power_cap", "warning", (0,), "the cap held the SM clock back")
     assert state_changes(gpu_state([m(info)]), gpu_state([m()])) == []
-    assert state_changes(gpu_state([m(warning)]), gpu_state([m()])) == [
-        "findings gone: power_cap"
-    ]
+    assert state_changes(gpu_state([m(warning)]), gpu_state([m()])) == ["findings gone: power_cap"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from test_verdict import win
 
 import gpuenv
 from gpuenv import stats, timing
@@ -48,16 +49,10 @@ def warnings_of(m: Measurement) -> list[str]:
 
 
 def window(i: int, *, sm: float = 1980.0, capped_s: float = 0.0, dur: float = 0.1) -> Window:
-    return Window(
-        gpu=0,
-        t0=i * 1.0,
-        t1=i * 1.0 + dur,
-        n_samples=4,
-        sm_mhz_min=sm,
-        sm_mhz_mean=sm,
-        sm_mhz_max=sm,
-        sm_mhz_start=sm,
-        sm_mhz_end=sm,
+    return win(
+        i,
+        sm=sm,
+        dur=dur,
         power_w_mean=600.0,
         power_w_max=700.0,
         temp_c_start=50.0,

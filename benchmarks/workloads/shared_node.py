@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 
+from benchmarks._kernels import GpuEnv
+
 parser = argparse.ArgumentParser()
 parser.add_argument("--role", choices=("measure", "load"), default="measure")
 parser.add_argument("--calls", type=int, default=2)
@@ -49,14 +51,6 @@ def heavy() -> Any:
     return lambda: a @ b
 
 
-def load(fn: Any, seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        for _ in range(8):
-            fn()
-        torch.cuda.synchronize()
-
-
 def wait_together() -> None:
     if args.ready is None:
         return
@@ -66,12 +60,12 @@ def wait_together() -> None:
 
 
 def loader() -> None:
-    fn = heavy()
-    load(fn, 0.5)
+    gpu = GpuEnv(torch, heavy())
+    gpu.load(0.5)
     if args.ready is not None:
         (args.ready / f"loading-{os.getpid()}").touch()
     while args.stop is None or not args.stop.exists():
-        load(fn, 0.2)
+        gpu.load(0.2)
 
 
 def measure() -> dict[str, Any]:
@@ -83,11 +77,10 @@ def measure() -> dict[str, Any]:
     device = args.device if args.device is not None else int(rank) if rank else 0
     torch.cuda.set_device(device)
     kernels = state_kernels(torch)
-    hot = heavy()
+    own = GpuEnv(torch, kernels["mm8192"])  # the heat before each call
     out: dict[str, Any] = {
         name: {"median_s": [], "wall_s": [], "condition_s": [], "warnings": []} for name in kernels
     }
-    not_recovered = 0
     wait_together()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -95,7 +88,7 @@ def measure() -> dict[str, Any]:
             for _ in range(args.calls):
                 for name, fn in kernels.items():
                     if args.heat > 0:
-                        load(hot, args.heat)
+                        own.load(args.heat)
                     t0 = time.perf_counter()
                     m = env.bench(fn, name=name)
                     wall = time.perf_counter() - t0

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from benchmarks import runner
+from benchmarks._kernels import GpuEnv
 from gpuenv.backend import open_backend
 from gpuenv.reasons import HELD_DOWN
 
@@ -51,14 +52,6 @@ def reps(torch: Any, fn: Any, n: int, flush: Any) -> list[float]:
         e.synchronize()
         out.append(s.elapsed_time(e) * 1e3)  # us
     return out
-
-
-def heat(torch: Any, a: Any, seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        for _ in range(8):
-            _ = a @ a
-        torch.cuda.synchronize()
 
 
 LABELS = {"mm8192": "8192^3 bf16 matmul", "mm4096": "4096^3 bf16 matmul", "mlp": "MLP block"}
@@ -112,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     top = be.clock_limits(gpu).max_sm_mhz
     ks = kernels(torch)
     flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
-    heavy = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    heavy = GpuEnv(torch, lambda: a @ a)
     for fn in ks.values():
         reps(torch, fn, 5, flush)
     rows = []
@@ -122,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             cold = statistics.median(reps(torch, fn, args.reps, flush))
             row: dict[str, Any] = {"kernel": name, "trial": trial, "cold_us": cold}
             for moment in ("clock", "flag"):
-                heat(torch, heavy, 1.0)
+                heavy.load(1.0)
                 t0 = time.monotonic()
                 while time.monotonic() - t0 < 3.0:
                     s = be.read_fast(gpu)

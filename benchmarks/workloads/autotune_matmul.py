@@ -24,6 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+from benchmarks._kernels import GpuEnv
+
 K4 = 4096
 # 8 configs: the two the issue saw plain triton choose (BM128/BN128/BK64, 3 and 4 stages)
 # before the best (BM256/BN128/BK64), as a tuner lists them
@@ -155,14 +157,11 @@ def careful():
     print(json.dumps({"careful": out}))
 
 
-def heavy(seconds):
+def heavy():
+    """Heavy load: bf16 8192^3 matmuls back to back (GpuEnv.load)."""
     x = torch.randn((8192, 8192), device="cuda", dtype=torch.bfloat16)
     y = torch.randn((8192, 8192), device="cuda", dtype=torch.bfloat16)
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        for _ in range(8):
-            x @ y
-        torch.cuda.synchronize()
+    return GpuEnv(torch, lambda: x @ y)
 
 
 def tune(tuner, state, trials, rest_s, hot_s, topup_s):
@@ -171,12 +170,13 @@ def tune(tuner, state, trials, rest_s, hot_s, topup_s):
 
         gtriton.patch_autotuner(rank=True)
     a, b, c = tensors()
+    load = heavy() if state == "hot" else None
     first = True
     for trial in range(trials):
         for case in CASES:
             torch.cuda.synchronize()
-            if state == "hot":
-                heavy(hot_s if first else topup_s)
+            if load is not None:
+                load.load(hot_s if first else topup_s)
             else:
                 time.sleep(rest_s)
             first = False

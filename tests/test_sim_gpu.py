@@ -239,3 +239,24 @@ def test_a_kernel_keeps_its_progress_when_it_takes_over_another_process_newer_st
         ends.append(ours.job_end_ns - start)
     assert ends[0] == pytest.approx(30_000_000, rel=0.01)
     assert ends[1] == pytest.approx(ends[0], rel=0.01)
+
+
+@pytest.mark.parametrize("own", ["1:a", None])
+def test_a_process_own_kernels_never_time_slice_with_themselves(own: str | None) -> None:
+    """The host's presences include this process's own (its load counts, max not sum):
+    under its own key it takes none of its own work's SM time, so a 30 ms kernel alone
+    takes 30 ms; the same presence under another key is another process, and halves it."""
+    p = get_profile("h100")
+    g = GpuModel(p, 0, 0)
+    g.open_context(1)
+    g.settings.locked_sm = (1350, 1350)
+    g.relatch_clock()
+    g.set_others({"1:a": Presence(contexts=1, work=1.0, until_ns=10**12)}, own=own)
+    g.advance(1_000_000)
+    start = g.t_ns
+    g.job = Job(g.sm_mhz * 1e6 * 0.030, 0.0, 1.0)
+    g.load_changed()
+    g.advance(start + 200_000_000)
+    assert g.job is None
+    want = 30_000_000 if own else 60_000_000
+    assert g.job_end_ns - start == pytest.approx(want, rel=0.01)

@@ -224,7 +224,10 @@ class SimCore:
                     elif register:
                         self._find_heat(g, shared[i])
                 if real:  # (virtual time: the others' loads are on another timeline)
-                    g.set_others({**presences(procs, i, self._key), self._key: self._presence(i)})
+                    g.set_others(
+                        {**presences(procs, i, self._key), self._key: self._presence(i)},
+                        own=self._key,
+                    )
                 g.advance(now)
             if real:
                 shared = [g.physics() for g in self._gpus]

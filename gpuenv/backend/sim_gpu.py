@@ -126,6 +126,7 @@ class GpuModel:
         self.contexts: list[int] = []
         self.background: dict[int, float] = {}
         self.others: dict[str, Presence] = {}  # every process's presence when shared (its key)
+        self.own: str | None = None  # this process's key among them
         self.others_end: int | None = None  # the first work lease among them to end
         self.job: Job | None = None
         self.job_end_ns = t_ns
@@ -199,11 +200,12 @@ class GpuModel:
             p.present for p in self.others.values()
         )
 
-    def set_others(self, others: dict[str, Presence]) -> None:
-        """The processes of the host and what they run here (ours included: max, not sum)."""
-        if others == self.others:
+    def set_others(self, others: dict[str, Presence], own: str | None = None) -> None:
+        """The processes of the host and what they run here (ours included, under the key
+        `own`: max, not sum, for the load; never a contender for our own work's SM time)."""
+        if others == self.others and own == self.own:
             return
-        self.others = others
+        self.others, self.own = others, own
         self._expire_others(self.t_ns)
 
     def _expire_others(self, t_ns: int) -> None:
@@ -273,8 +275,9 @@ class GpuModel:
         """The share of SM time other processes take from this one's work: a background
         load's utilization, half for another process's own work, at most MAX_CONTENTION."""
         share = max(self.background.values(), default=0.0)
-        for o in self.others.values():
-            share = max(share, o.background, 0.5 if o.work else 0.0)
+        for key, o in self.others.items():
+            if key != self.own:
+                share = max(share, o.background, 0.5 if o.work else 0.0)
         return min(share, MAX_CONTENTION)
 
     def load_changed(self) -> None:

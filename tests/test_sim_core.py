@@ -81,6 +81,21 @@ def test_real_time_mode_advances_lazily():
     assert s.clock.now() - t0 >= dt  # it slept at least that long
 
 
+def test_a_process_alone_on_the_shared_machine_runs_at_its_clock(tmp_path):
+    """On real time with a state file (the host's processes share the GPU), this process's
+    own presence is among the host's: its kernels do not time-slice with themselves (they
+    did, at half speed, for a day)."""
+    s = SimBackend(state_file=tmp_path / "sim.json")  # RealClock: shares the physics
+    try:
+        s.open_context(0)
+        s.idle(0.15)
+        assert s.read_fast(0).sm_mhz == 1980
+        dt = s.run_work(0, 1.98e7)  # a heavy kernel: its load is this process's presence
+        assert dt == pytest.approx(1e-2, rel=0.05)  # simulated time: 10 ms at 1980 MHz
+    finally:
+        s.close()
+
+
 def test_without_persistence_settings_revert_when_the_last_client_leaves(tmp_path, vclock):
     path = tmp_path / "sim.json"
     a = SimBackend(clock=vclock, state_file=path)

@@ -54,6 +54,17 @@ def test_four_alike_gpus_are_ranked_and_none_is_named(sim):
     assert "no GPU is slower than the others" in report_text(report)
 
 
+def test_all_at_once_a_sustained_matmul_takes_what_its_clock_gives(sim):
+    # the GPUs all at once are loaded under this process's own pid: since 296e9d3 the
+    # simulator took that load for another process's and time-sliced the matmul with it, so
+    # it read 19.7 ms a call where alone it read 1.84 ms at a clock only 7% higher
+    report = check_node(sim, [0, 1, 2, 3])
+    for g in report.gpus:
+        a, t = g.alone, g.together
+        assert t is not None and a.sustained_s and t.sustained_s and a.sm_mhz and t.sm_mhz
+        assert t.sustained_s * t.sm_mhz == pytest.approx(a.sustained_s * a.sm_mhz, rel=0.05)
+
+
 def test_a_matmul_read_in_the_caps_onset_names_no_gpu_that_sustains_like_the_others(sim):
     # 4 H100s of one host (read-only, 2026-11-27): every GPU sustained the matmul at
     # 1.61-1.62 ms under the cap, while its short reps, in the cap's onset, read 1.42-1.61 ms

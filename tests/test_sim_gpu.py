@@ -17,7 +17,7 @@ from gpuenv.backend import (
     REASON_SW_THERMAL,
 )
 from gpuenv.backend.sim import SimBackend
-from gpuenv.backend.sim_gpu import GpuModel, Job, Presence
+from gpuenv.backend.sim_gpu import MAX_CONTENTION, GpuModel, Job, Presence
 from gpuenv.backend.sim_profiles import get_profile
 from gpuenv.errors import (
     GpuLost,
@@ -259,4 +259,25 @@ def test_a_process_own_kernels_never_time_slice_with_themselves(own: str | None)
     g.advance(start + 200_000_000)
     assert g.job is None
     want = 30_000_000 if own else 60_000_000
+    assert g.job_end_ns - start == pytest.approx(want, rel=0.01)
+
+
+@pytest.mark.parametrize("pid", [7, 4242])
+def test_a_background_load_under_our_own_pid_takes_none_of_our_sm_time(pid: int) -> None:
+    """gpuenv check loads every GPU under its own pid while each takes its turn: that load
+    draws power and heats, but is no other process, so a 30 ms kernel takes 30 ms; under
+    another pid it is another process's kernels, which take MAX_CONTENTION of the SM."""
+    g = GpuModel(get_profile("h100"), 0, 0, own_pid=7)
+    g.open_context(7)
+    g.settings.locked_sm = (1350, 1350)
+    g.relatch_clock()
+    g.background[pid] = 1.0
+    g.load_changed()
+    g.advance(1_000_000)
+    start = g.t_ns
+    g.job = Job(g.sm_mhz * 1e6 * 0.030, 0.0, 1.0)
+    g.load_changed()
+    g.advance(start + 1_000_000_000)
+    assert g.job is None
+    want = 30_000_000 if pid == 7 else 30_000_000 / (1 - MAX_CONTENTION)
     assert g.job_end_ns - start == pytest.approx(want, rel=0.01)

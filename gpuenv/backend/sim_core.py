@@ -58,7 +58,7 @@ class SimCore:
         self._lock = threading.RLock()
         self._pid = os.getpid()
         now = self._now_ns()
-        self._gpus = [GpuModel(self.profile, i, now) for i in range(n_gpus)]
+        self._gpus = [GpuModel(self.profile, i, now, own_pid=self._pid) for i in range(n_gpus)]
         self._faults: dict[int, list[Fault]] = {}
         self._closed = False
         self._state = StateFile(state_file) if state_file is not None else None

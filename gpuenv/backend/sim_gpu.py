@@ -114,7 +114,7 @@ class Job:
 class GpuModel:
     """One simulated GPU: settings, governor, controllers, physics and latched readings."""
 
-    def __init__(self, p: SimProfile, index: int, t_ns: int):
+    def __init__(self, p: SimProfile, index: int, t_ns: int, own_pid: int | None = None):
         self.p = p
         self.index = index
         self.asc = tuple(reversed(p.sm_clocks_mhz))  # ascending, for index arithmetic
@@ -124,7 +124,8 @@ class GpuModel:
         self.ambient_c = p.ambient_c  # the air the cooler sees (SimBackend.set_ambient changes it)
         self.settings = Settings.defaults(p)
         self.contexts: list[int] = []
-        self.background: dict[int, float] = {}
+        self.background: dict[int, float] = {}  # by pid: another process's, or ours (own_pid)
+        self.own_pid = own_pid  # a background load under it is this process's own work
         self.others: dict[str, Presence] = {}  # every process's presence when shared (its key)
         self.own: str | None = None  # this process's key among them
         self.others_end: int | None = None  # the first work lease among them to end
@@ -273,8 +274,10 @@ class GpuModel:
 
     def _contention(self) -> float:
         """The share of SM time other processes take from this one's work: a background
-        load's utilization, half for another process's own work, at most MAX_CONTENTION."""
-        share = max(self.background.values(), default=0.0)
+        load's utilization, half for another process's own work, at most MAX_CONTENTION.
+        A background load under this process's own pid is its own (gpuenv check's GPUs all
+        at once): it draws power and heats, and takes none of its own kernels' SM time."""
+        share = max((u for pid, u in self.background.items() if pid != self.own_pid), default=0.0)
         for key, o in self.others.items():
             if key != self.own:
                 share = max(share, o.background, 0.5 if o.work else 0.0)

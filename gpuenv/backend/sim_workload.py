@@ -54,7 +54,9 @@ class SimWorkload(SimCore):
     def set_background_load(
         self, index: int, utilization: float, *, pid: int | None = None
     ) -> None:
-        """Another process keeps the GPU `utilization` (0-1) busy; 0 makes it leave."""
+        """Another process keeps the GPU `utilization` (0-1) busy; 0 makes it leave. Its
+        kernels time-slice with this process's; under this process's own pid the load is its
+        own (it draws power and heats, and takes none of this process's SM time)."""
         if not 0.0 <= utilization <= 1.0:
             raise ConfigError(
                 f"background utilization {utilization!r} is out of range", hint="use 0.0 to 1.0"

@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,6 +83,7 @@ def page_parts(text: str) -> tuple[str, list[str]]:
 class Try:
     steps: dict[str, list[float]] = field(default_factory=dict)  # by results file
     gate: dict[str, tuple[int, str]] = field(default_factory=dict)  # by b file: rc, verdict
+    said: dict[str, str] = field(default_factory=dict)  # by b file: compare's step row and note
     bare: list[float] = field(default_factory=list)
 
 
@@ -139,6 +141,7 @@ def one_try(bench: str, commands: list[str], reps: int) -> Try:
             if "compare" in words:
                 b = words[words.index("compare") + 2]
                 out.gate[b] = (proc.returncode, _verdict(proc.stdout))
+                out.said[b] = _step_lines(proc.stdout)
             elif proc.returncode != 0:
                 raise SystemExit(f"`{cmd}` exited {proc.returncode}:\n{proc.stderr[-1500:]}")
             if "-o" in words:
@@ -179,6 +182,22 @@ def steadiness(runs: list[list[float]]) -> tuple[int, int, float, float]:
         q = statistics.quantiles(times, n=4)
         spreads.append((q[2] - q[0]) / med)
     return steps, jumps, worst, statistics.median(spreads) if spreads else float("nan")
+
+
+def _step_lines(out: str) -> str:
+    """Compare's step row and its note (what a wrong try is explained by)."""
+    keep = [ln for ln in out.splitlines() if ln.startswith("| step ") or ln.startswith("  - step:")]
+    return "\n".join(keep)
+
+
+def _jumps_of(steps: list[float]) -> str:
+    """A run's steps after its warm-up: median, worst, and how many jumped."""
+    judged = steps[WARM:]
+    if not judged:
+        return "no steps"
+    med = statistics.median(judged)
+    jumps = sum(t > med * (1 + JUMP) for t in judged)
+    return f"median {med * 1e3:.2f} ms, worst +{max(judged) / med - 1:.1%}, {jumps} jumps"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -229,6 +248,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"| {label} | {len(runs)} | {steps} | {jumps} | +{worst:.1%} | {spread:.2%} |")
         key = "wrapped" if "gpuenv run" in label else "bare"
         runner.metric(f"{key}_step_jumps", jumps, "steps", slack=1.0)
+    wrong = [
+        (i, b, t)
+        for i, t in enumerate(tries, 1)
+        for b, want in ((slow, 1), (same, 0))
+        if t.gate[b][0] != want
+    ]
+    if wrong:
+        print("\nThe wrong tries, what compare said of the step, and each run's steps:\n")
+        for i, b, t in wrong:
+            each = "; ".join(f"{f}: {_jumps_of(st)}" for f, st in t.steps.items())
+            print(f"- try {i}, {b}: exit {t.gate[b][0]}. {each}.")
+            print("\n  ```text\n" + textwrap.indent(t.said[b], "  ") + "\n  ```")
     runner.metric("slowdown_missed", n - caught, "tries", slack=0.0)
     runner.metric("unchanged_failed", n - passed, "tries", slack=0.0)
     return 0 if caught == n and passed == n else 1

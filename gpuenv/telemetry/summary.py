@@ -43,6 +43,10 @@ STAMP_JITTER_S = 0.002
 # H200's idle samples: 123.4-125.4 W, 1.6%): the one nearer a region gives the power beside
 # its edge (`_Streams._one_sided`).
 FLAT_REL = 0.025
+# The region's power in its two stretches, each from its own side, agree within this share
+# of its energy: the powers beside its edges are right (`_Streams._one_sided`). At 2.5% a
+# 27 ms step whose next stretch began with the cap's step down read +2.4%.
+AGREE_REL = 0.01
 
 _NOT_IDLE = ~Reason.GPU_IDLE  # computed once: enum arithmetic costs microseconds
 _IDLE = int(Reason.GPU_IDLE)
@@ -328,7 +332,7 @@ class _Streams:
             return None
         if abs(ts[max(k, beyond)] - ts[min(k, beyond)]) > SAMPLE_GAP_MAX_S:
             return None
-        return abs(ws[k] - ws[beyond]) <= FLAT_REL * max(abs(ws[k]), abs(ws[beyond]))
+        return _near(ws[k], ws[beyond])
 
     def _one_sided(
         self, k0: int, t0: float, t1: float, both: list[tuple[float, float, float]]
@@ -338,7 +342,7 @@ class _Streams:
 
         That is right where each of those drew its level up to the region's edge. Then the
         region's power in (a, m] and in (m, b] agree. Where they do not (within
-        FLAT_REL of its energy), one of them did not: a loop's first step from idle (the
+        AGREE_REL of its energy), one of them did not: a loop's first step from idle (the
         stretch before the next step held the idle and the work), its second-to-last step
         (the stretch after the last one held the work and the idle), the power cap stepping
         down at a stamp. Both together read 26-32 ms steps of such loops up to +11% on the
@@ -351,6 +355,9 @@ class _Streams:
           stretch alone, where the region holds at least half of it (`_usable`): a lone
           region on an H200, the power decaying after it over 40-60 ms (224, 142, 127 W
           after a 30 ms region), read 810-837 W from both, 747-758 W so;
+        - else, where one stretch is at the region's power from the other side's stretch,
+          that power: the level stepped at the stamp on its far side (the cap's step down
+          at the stamp before a loop's last 25 ms step: -2.8% from both);
         - else `both`, marked: the samples cannot tell."""
         ts, ws = self.sample_t, self.sample_w
         a, m, b = ts[k0 - 1], ts[k0], ts[k0 + 1]
@@ -360,17 +367,22 @@ class _Streams:
         first = (ws[k0] * (m - a) - ws[k0 - 1] * (t0 - a)) / (m - t0)
         second = (ws[k0 + 1] * (b - m) - after * (b - t1)) / (t1 - m)
         joules = sum((hi - lo) * w for lo, hi, w in both)
-        if abs(first - second) * min(m - t0, t1 - m) <= FLAT_REL * joules:
+        if abs(first - second) * min(m - t0, t1 - m) <= AGREE_REL * joules:
             return both, False
-        if abs(ws[k0] - ws[k0 + 1]) <= FLAT_REL * max(abs(ws[k0]), abs(ws[k0 + 1])):
+        if _near(ws[k0], ws[k0 + 1]):
             level = (ws[k0] * (m - a) + ws[k0 + 1] * (b - m)) / (b - a)
             return [(t0, m, level), (m, t1, level)], False
         flat_before, flat_after = self._level(k0 - 1, k0 - 2), self._level(k0 + 2, k0 + 3)
+        use_first, use_second = self._usable(k0, m - t0), self._usable(k0 + 1, t1 - m)
         one = None
-        if flat_before and flat_after is False and self._usable(k0, m - t0):
+        if flat_before and flat_after is False and use_first:
             one = first
-        elif flat_after and flat_before is False and self._usable(k0 + 1, t1 - m):
+        elif flat_after and flat_before is False and use_second:
             one = second
+        elif _near(second, ws[k0]) and use_second:
+            one = second  # (a, m] drew the region's power throughout: it stepped at a
+        elif _near(first, ws[k0 + 1]) and use_first:
+            one = first  # ... (m, b] did: it stepped at b
         if one is None:
             return both, True
         return [(t0, m, max(0.0, one)), (m, t1, max(0.0, one))], False
@@ -782,6 +794,11 @@ def _edge_w(mean: float, span: float, part: float, far: float | None, near: floa
     far_s = span * (mean - near) / (far - near)  # how long it drew `far`, from the outside
     far_in = max(0.0, far_s - (span - part))  # of which inside the region
     return (far_in * far + (part - far_in) * near) / part
+
+
+def _near(x: float, y: float) -> bool:
+    """Whether two powers are one level (within FLAT_REL)."""
+    return abs(x - y) <= FLAT_REL * max(abs(x), abs(y))
 
 
 def _names(mask: int) -> tuple[str, ...]:

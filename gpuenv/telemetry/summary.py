@@ -22,9 +22,9 @@ from gpuenv.telemetry.window import Window
 ENERGY_EXACT_MIN_S = 1.0
 # The driver's power samples (`Backend.power_samples`, ~20 ms apart) are each the mean power
 # since the one before; their stamps jitter (8-45 ms apart on an H200). A region they
-# cover takes its energy from them (`_Streams._sampled_segments`). On the H200, three lone
+# cover takes its energy from them (`_Streams._sample_segments`). On the H200, three lone
 # regions from idle of each length read (docs/h200/power_samples-2026-11-29.json): 29 ms
-# 24.9-25.2 J, 104-109 ms 81-89 J, but 10 ms 1.2-7.9 J and 19.5 ms 10.6-16.3 J: a stamp a
+# 21.7-22.1 J, 104-109 ms 80-87 J, but 10 ms 1.2-7.4 J and 19.5 ms 9.9-15.4 J: a stamp a
 # few ms off moves a region that short wholly into or out of a sample. Shorter than this,
 # the energy is still marked an estimate.
 SAMPLED_EXACT_MIN_S = 0.025
@@ -276,6 +276,8 @@ class _Streams:
           2026-11-29) read a loop's first 30 ms step from idle +14.5% (the next step's work
           taken for its own) and its last step up to -14.5% on the simulated H100. Until
           the stretch after is in, the part after is at the power before: an estimate.
+          Where the stretches before and after did not draw their power up to the
+          region's edges, `_one_sided` reads it otherwise, or marks it.
 
         The decay after a region (an H200 drew 169, 134, 127 W in the samples after a
         10 ms kernel, then idle: the GPU powering down) is not its."""

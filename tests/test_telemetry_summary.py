@@ -273,6 +273,41 @@ def test_the_end_edges_part_waits_for_the_stretch_after() -> None:
     assert guess.energy_j == pytest.approx(1000.0 * 0.06, rel=1e-9)
 
 
+def test_a_loops_second_step_is_not_read_against_the_idle_before_the_first() -> None:
+    """Back-to-back 26 ms steps from idle (270 W, then 1250 W from 4.4 ms into a stretch):
+    the second step has no whole stretch inside, and the stretch before it held the idle and
+    the work. Its part before the step taken at that stretch's mean read +6.9%, unmarked;
+    both of the step's stretches drew one level, so the step drew it."""
+    power = _stretches([270.0] * 3 + [(4.4 * 270.0 + 15.6 * 1250.0) / 20] + [1250.0] * 4, -0.04)
+    w = summarize([], [], [], 0.0304, 0.0564, gpu=0, power=power)
+    assert w.energy_j == pytest.approx(1250.0 * 0.026, rel=1e-9)
+    assert not w.energy_interpolated and w.power_w_mean <= w.power_w_max
+
+
+def test_a_step_after_the_cap_stepped_down_at_a_stamp_reads_its_own_power() -> None:
+    """1100 W up to the stamp 0.04, then the cap holds 1000 W; the region [0.0462, 0.0713]
+    ends into 260 W idle. Both neighbours drew one level, but the one before is not the
+    power beside the region's start: its start stretch is at the power its end stretch
+    gives the region, so the level stepped at the stamp (-2.4% from both sides)."""
+    end = (1000.0 * 11.3 + 260.0 * 8.7) / 20
+    power = _stretches([1100.0] * 3 + [1000.0, end] + [260.0] * 3)
+    w = summarize([], [], [], 0.0462, 0.0713, gpu=0, power=power)
+    assert w.energy_j == pytest.approx(1000.0 * 0.0251, rel=1e-6)
+    assert not w.energy_interpolated
+
+
+def test_a_region_the_samples_cannot_place_is_marked() -> None:
+    """500 W before and after, the region [0.045, 0.075] at 900 W then 1100 W: its two
+    stretches disagree on its power, and nothing says whether it changed or a neighbour
+    stepped at a stamp. Read from both sides (right here), and marked an estimate."""
+    power = _stretches(
+        [500.0] * 3 + [(2500.0 + 13500.0) / 20, (16500.0 + 2500.0) / 20] + [500.0] * 3
+    )
+    w = summarize([], [], [], 0.045, 0.075, gpu=0, power=power)
+    assert w.energy_j == pytest.approx(900.0 * 0.015 + 1100.0 * 0.015, rel=1e-9)
+    assert w.energy_interpolated
+
+
 # tests/window_oracle.py is what "identical" means: edited twice as if it were not frozen
 # (house issue, item 8). A deliberate change updates this hash, adds a line to the
 # oracle's docstring and says why in its commit.

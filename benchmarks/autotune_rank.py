@@ -60,6 +60,10 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
     best = min(careful[w] for w in careful)
     regrets = [careful[r["winner"]] / best - 1 for r in rows]
     walls = [r["wall_s"] for r in rows]
+    # gpuenv's: its rounds, and the wall a call of gpuenv.bench took (benchmarks/rank_cost.py
+    # splits it on the simulated H200: the GPU's work, the rests between calls, the host)
+    rounds = [r["rounds"] for r in rows if r.get("rounds")]
+    per_call = [r["wall_s"] / r["calls"] for r in rows if r.get("calls")]
     return {
         "n": len(rows),
         "distinct": len(winners),
@@ -69,6 +73,8 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
         "regret_max": max(regrets) if regrets else float("nan"),
         "wall_median_s": statistics.median(walls) if walls else float("nan"),
         "ties": sum(1 for r in rows if len(r.get("tied") or ()) > 1),
+        "rounds_median": statistics.median(rounds) if rounds else None,
+        "call_wall_median_s": statistics.median(per_call) if per_call else None,
         "winners": dict(winners),
     }
 
@@ -142,9 +148,10 @@ def report(
         print()
         print(
             "| tuner | state | autotunes | distinct winners | most common (share) | ties "
-            "declared | regret median | regret max | tuning wall median |"
+            "declared | regret median | regret max | tuning wall median | rounds median | "
+            "wall a call (median) |"
         )
-        print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
+        print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         summary: dict[tuple[str, str], dict[str, Any]] = {}
         for tuner in TUNERS:
             for state in STATES:
@@ -157,10 +164,16 @@ def report(
                 print(
                     f"| {tuner} | {state} | {s['n']} | {s['distinct']} | {s['modal']} "
                     f"({s['modal_share']:.0%}) | {s['ties']} | {s['regret_median']:.2%} | "
-                    f"{s['regret_max']:.2%} | {s['wall_median_s']:.2f} s |"
+                    f"{s['regret_max']:.2%} | {s['wall_median_s']:.2f} s | "
+                    f"{_or_dash(s['rounds_median'], '{:g}')} | "
+                    f"{_or_dash(s['call_wall_median_s'], '{:.1f} ms', 1e3)} |"
                 )
         print()
         _metrics(case, summary)
+
+
+def _or_dash(value: float | None, fmt: str, scale: float = 1.0) -> str:
+    return "-" if value is None else fmt.format(value * scale)
 
 
 def _metrics(case: str, summary: dict[tuple[str, str], dict[str, Any]]) -> None:

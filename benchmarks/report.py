@@ -94,6 +94,7 @@ GROUPS = (
             "perf_report",
             "plot_big",
             "pytest_plugin",
+            "rank_cost",
             "run_overhead",
             "sampler_gc",
             "sampler_overhead",

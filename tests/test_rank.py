@@ -211,3 +211,26 @@ def test_configs_under_1pct_apart_are_set_apart_without_running_out_the_budget(g
         assert r.winner == "g16" and r.tied == ("g16",) and not r.budget_ended
         assert r["g4"].outcome == r["g8"].outcome == "slower"
         assert r.rounds <= 10, r.rounds
+
+
+def test_a_long_ranking_rests_between_calls_and_never_brings_the_cap_on(gpu):
+    # 30 rounds of two heavy candidates back to back would be 0.6 s of unbroken work: the
+    # cap comes on within ~0.2 s, and each call after would wait for it to clear. Rested
+    # between calls by the duty rule, every call begins at once on an uncapped GPU
+    cands = {"x": kernel(gpu, 0.2, 1, noise=0.01), "y": kernel(gpu, 0.2, 2, noise=0.01)}
+    r = gpuenv.rank(cands, backend=gpu, tolerance=0.0005, max_rounds=30)
+    calls = [m for c in r.candidates for m in c.measurements]
+    assert r.rounds == 30 and len(calls) == 60
+    assert all(m.first_burst.wait_s == 0 and m.first_burst.ready for m in calls)
+    assert "power_cap" not in r.state.findings
+    assert r.state.sm_mhz == (gpu.clock_limits(0).max_sm_mhz,) * 2
+
+
+def test_a_candidates_later_calls_warm_up_with_one_call_unless_a_warmup_is_asked_for(gpu):
+    cands = {"a": kernel(gpu, 0.2, 1), "b": kernel(gpu, 0.201, 2)}
+    r = gpuenv.rank(cands, backend=gpu)
+    for c in r.candidates:
+        first, *later = c.measurements
+        assert first.warmup.reps > 1 and later and all(m.warmup.reps == 1 for m in later)
+    r = gpuenv.rank(cands, backend=gpu, warmup=3)
+    assert {m.warmup.reps for c in r.candidates for m in c.measurements} == {3}

@@ -194,6 +194,7 @@ def tune(tuner, state, trials, rest_s, hot_s, topup_s):
                 by_label = dict(zip(r.order, names, strict=True))
                 row["tied"] = [by_label[n] for n in r.tied]
                 row["rounds"] = r.rounds
+                row["calls"] = sum(c.rounds for c in r.candidates)
             print(json.dumps(row), flush=True)
 
 

@@ -11,7 +11,12 @@ over 8 matmul configs on a rested GPU chose a config 5-6.5% slower than the best
 6 processes: the configs timed first ran before the power cap that tuning itself brings
 on (issue 43). Here every call is a `gpuenv.bench` call under its default conditioning
 (each burst begun on a cool, uncapped GPU), and the candidates are timed in rounds,
-interleaved, each round starting one candidate later than the one before:
+interleaved, each round starting one candidate later than the one before. Between two
+calls the GPU rests as the conditioning's duty rule asks after a burst (as long as the
+call's GPU work, at the default's duty of 0.5, counted from its last rep: the host's
+judging is rest too): back to back, a ranking's calls would be one long burst that brings
+the cap on, and each call after it would wait for it to clear. A candidate's calls after
+its first warm up with `WARM_REPS` call (its set-up is done, the GPU busy with its rivals).
 
 1. Round 1 times every candidate (one short call each). A candidate more than
    `FAR_FIRST` behind the round's fastest stops there, and one more than `FAR` behind in
@@ -31,15 +36,18 @@ interleaved, each round starting one candidate later than the one before:
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
-import time
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpuenv import stats
 from gpuenv import validate as v
+from gpuenv.conditioning.burst import burst_rest_s
+from gpuenv.timebase import REAL_CLOCK, Clock
 from gpuenv.timing.config import BenchConfig
 from gpuenv.timing.pair import min_pairs, pair_ratio
 from gpuenv.units import fmt_s
@@ -53,13 +61,24 @@ if TYPE_CHECKING:
 # function is warm, the default conditioning), timed by CUDA events around each call (the
 # default's CUPTI costs ~0.2 s a profiler session: a ranking makes tens of calls). A round
 # of 8 calls then costs about what triton's do_bench costs for one config (25 ms warmup +
-# 100 ms of reps).
-RANK_CALL = BenchConfig(mode="events", budget_s=0.01, min_reps=5, rel_ci=0.005, warmup_max_s=0.05)
+# 100 ms of reps). Like the do_bench drop-in's calls, no before/after clock probe (each rep
+# probes its own: 2 x 3 ms of spin on CUDA, 10 of a call's 23.5 ms on the simulated H200,
+# benchmarks/rank_cost.py) and no telemetry trace (for `gpuenv plot`: nothing plots these).
+RANK_CALL = BenchConfig(
+    mode="events",
+    budget_s=0.01,
+    min_reps=5,
+    rel_ci=0.005,
+    warmup_max_s=0.05,
+    probe_clock=False,
+    keep_trace=False,
+)
 TOLERANCE = 0.005  # candidates within 0.5% of the leader (shown with confidence) are tied
 FAR_FIRST = 0.08  # behind the round's fastest by more than this in round 1: stops there
 FAR = 0.03  # ...or by more than this in each of two rounds
 DEFAULT_BUDGET_S = 5.0  # the longest a ranking runs (its candidates' first round always runs)
 MAX_ROUNDS = 30
+WARM_REPS = 1  # the warmup of a candidate's calls after its first (an "auto" warmup's)
 
 Outcome = Literal["winner", "tied", "slower", "far"]
 
@@ -324,10 +343,16 @@ class _Ranker:
         confidence: float,
         budget_s: float,
         max_rounds: int,
-        clock: Callable[[], float],
+        clock: Clock,
     ):
         self.fns, self.cfg, self.tol, self.conf = fns, cfg, tolerance, confidence
-        self.budget_s, self.max_rounds, self.clock = budget_s, max_rounds, clock
+        self.budget_s, self.max_rounds = budget_s, max_rounds
+        self.clock, self.sleep = clock.now, clock.sleep
+        # a candidate's later calls: its set-up done and the GPU busy with its rivals, one
+        # warmup call is enough (an "auto" warmup of a known function took 4, 1.3 ms a call)
+        auto = cfg.warmup == "auto"
+        self.warm_cfg = dataclasses.replace(cfg, warmup=WARM_REPS) if auto else cfg
+        self.rest_until = -math.inf  # the duty rule's rest after the last call ends here
         self.order = list(fns)
         self.got: dict[str, list[Any]] = {n: [] for n in fns}  # Measurements, one per round
         self.out: dict[str, Outcome] = {}  # final outcomes of the candidates that stopped
@@ -364,7 +389,15 @@ class _Ranker:
     def _bench(self, name: str, where: dict[str, Any]) -> Any:
         from gpuenv.timing.harness import bench
 
-        return bench(self.fns[name], self.cfg, name=name, **where)
+        wait = self.rest_until - self.clock()
+        if wait > 0:
+            self.sleep(wait)
+        cfg = self.warm_cfg if self.got[name] else self.cfg
+        m = bench(self.fns[name], cfg, name=name, **where)
+        # from its last rep's end: the judging since, and this, were rest already
+        ends = [w.t1 for w in m.windows]
+        self.rest_until = (max(ends) if ends else self.clock()) + _rest_after(m, cfg)
+        return m
 
     def _median(self, name: str, rounds: slice = slice(None)) -> float:
         return stats.median([m.median_s for m in self.got[name][rounds]])
@@ -612,17 +645,30 @@ def _state(ms: list[Any]) -> RankState:
     )
 
 
-def _clock(
-    session: BenchSession | None, backend: Backend | None, device: Device | None
-) -> Callable[[], float]:
-    """The time the GPU lives on (virtual on a simulated GPU in tests), for the budget."""
+def _rest_after(m: Any, cfg: BenchConfig) -> float:
+    """The rest a burst call's last burst asks for before the next call's work (the duty
+    rule of `cfg.conditioning`, as between the bursts of one call): back to back, a
+    ranking's calls are one long burst, and a heavy kernel brings the cap on within a few
+    rounds (on the simulated H200, in 21 calls of a 0.2 ms matmul, then waited 0.5 s for
+    it to clear). Nothing in another condition."""
+    conditioned, bursts = m.conditioned, m.bursts
+    if conditioned is None or conditioned.condition != "burst" or bursts is None:
+        return 0.0
+    if not bursts.lengths_s:
+        return 0.0
+    return burst_rest_s(bursts.lengths_s[-1], cfg.conditioning)
+
+
+def _clock(session: BenchSession | None, backend: Backend | None, device: Device | None) -> Clock:
+    """The time the GPU lives on (virtual on a simulated GPU in tests), for the budget and
+    the rests between calls."""
     if device is not None:
-        return device.clock.now
+        return device.clock
     if session is not None:
-        return session.sampler.clock.now
+        return session.sampler.clock
     if backend is not None:
-        return backend.clock.now
-    return time.monotonic
+        return backend.clock
+    return REAL_CLOCK
 
 
 __all__ = [
@@ -633,6 +679,7 @@ __all__ = [
     "MAX_ROUNDS",
     "RANK_CALL",
     "TOLERANCE",
+    "WARM_REPS",
     "Candidate",
     "Decision",
     "RankState",

@@ -160,7 +160,7 @@ class Buffers:
         """The driver's power samples held reach back to `t0` but not yet to `t1`: the
         sample that closes [t0, t1] is still to come. So is the one after it where the
         closing one reaches past t1: the part past t1 is placed by the power of the
-        interval after it (`_Streams.sampled_segments`)."""
+        interval after it (`SampledPower.segments`, gpuenv.telemetry.sampled)."""
         with self.lock:
             ring = self.power_q[gpu]
             if not ring or ring[0][0] > t0:

@@ -25,8 +25,9 @@ from gpuenv.telemetry.reader import (
     DEFAULT_SLOW_PERIOD_S,
     Reader,
 )
+from gpuenv.telemetry.sampled import SAMPLE_GAP_MAX_S, SAMPLED_MIN_S
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, HURRY_PERIOD_S, Gap, Sample, SlowSample
-from gpuenv.telemetry.summary import SAMPLE_GAP_MAX_S, SAMPLED_MIN_S, summarize_many
+from gpuenv.telemetry.summary import summarize_many
 from gpuenv.telemetry.window import Window
 from gpuenv.timebase import Clock, RealClock, Timer
 

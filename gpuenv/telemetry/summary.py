@@ -13,6 +13,7 @@ from typing import Any
 from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
 from gpuenv.reasons import COUNTERS, Reason, info, reason_names
 from gpuenv.telemetry import host
+from gpuenv.telemetry.sampled import SAMPLED_EXACT_MIN_S, SAMPLED_MIN_S, SampledPower
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
 from gpuenv.telemetry.window import Window
 
@@ -20,33 +21,6 @@ from gpuenv.telemetry.window import Window
 # about one step at each edge: below 10 steps (10% or worse) the power samples give the
 # energy, and it is marked estimated. So is a region with fewer than two counter reads.
 ENERGY_EXACT_MIN_S = 1.0
-# The driver's power samples (`Backend.power_samples`, ~20 ms apart) are each the mean power
-# since the one before; their stamps jitter (8-45 ms apart on an H200). A region they
-# cover takes its energy from them (`_Streams._sample_segments`). On the H200, three lone
-# regions from idle of each length read (docs/h200/power_samples-2026-11-29.json): 29 ms
-# 21.7-22.1 J, 104-109 ms 80-87 J, but 10 ms 1.2-7.4 J and 19.5 ms 9.9-15.4 J: a stamp a
-# few ms off moves a region that short wholly into or out of a sample. Shorter than this,
-# the energy is still marked an estimate.
-SAMPLED_EXACT_MIN_S = 0.025
-# A region shorter than this is not resolved by 20 ms means: the rest of a sample's
-# interval (another rep's work, in a bench of tiny reps) would be taken for its own.
-SAMPLED_MIN_S = 0.005
-# Two samples further apart than this have one missing between them (a sample is ~20 ms,
-# at most 45 ms apart on the H200): the later one is not the mean over all the time back.
-SAMPLE_GAP_MAX_S = 0.05
-# The driver's period between power samples. An H200's stamps jitter around it: 28.3 ms then
-# 11.8 ms, 33.9 then 10.2 (20 ms windows stamped late), so within a stretch more than this
-# off the period, where a step of power lies cannot be placed (`_edge_w`).
-SAMPLE_PERIOD_S = 0.02
-STAMP_JITTER_S = 0.002
-# Two neighbouring stretches whose means are within this of each other drew one level (an
-# H200's idle samples: 123.4-125.4 W, 1.6%): the one nearer a region gives the power beside
-# its edge (`_Streams._one_sided`).
-FLAT_REL = 0.025
-# The region's power in its two stretches, each from its own side, agree within this share
-# of its energy: the powers beside its edges are right (`_Streams._one_sided`). At 2.5% a
-# 27 ms step whose next stretch began with the cap's step down read +2.4%.
-AGREE_REL = 0.01
 
 _NOT_IDLE = ~Reason.GPU_IDLE  # computed once: enum arithmetic costs microseconds
 _IDLE = int(Reason.GPU_IDLE)
@@ -142,9 +116,9 @@ def summarize_many(
             values["energy_j"] = values["power_w_mean"] * (t1 - t0)
             values["energy_interpolated"] = (
                 t1 - t0 < SAMPLED_EXACT_MIN_S
-                or streams.sampled_segments(t0, t1) is None
-                or streams.after_missing(t0, t1)
-                or streams.sampled_unsure(t0, t1)
+                or streams.sampled.segments(t0, t1) is None
+                or streams.sampled.after_missing(t0, t1)
+                or streams.sampled.unsure(t0, t1)
             )
         elif "energy_j" in values:  # no power samples: the counter interpolated across reads
             values["energy_interpolated"] = True
@@ -165,8 +139,7 @@ class _Streams:
         power: Sequence[tuple[float, float]] = (),
     ):
         self.fast, self.slow, self.lag_s = fast, slow, lag_s
-        self.sample_t = [t for t, _ in power]
-        self.sample_w = [w for _, w in power]
+        self.sampled = SampledPower(power)
         self.times = [s.t for s in fast]
         self.slow_t = [s.t for s in slow]
         self.gap_t = sorted(x.t for x in gaps)
@@ -180,9 +153,6 @@ class _Streams:
         self.last_read_t = max((s.t for s in slow if s.energy_mj is not None), default=None)
         self.counters = _Counters(slow, lag_s)
         self._held: dict[tuple[int, int, bool], _Held] = {}
-        self._sampled_at: dict[
-            tuple[float, float], tuple[list[tuple[float, float, float]] | None, bool]
-        ] = {}
         self._seen: dict[tuple[int, int], dict[str, Any]] = {}
         self._under: dict[str, list[float]] = {}  # counter key -> running seconds under it
 
@@ -209,7 +179,7 @@ class _Streams:
         """The mean and highest power over [t0, t1] from the driver's power readings, each
         placed at the refresh that took it and standing for the time back to the refresh
         before (`_power_segments`); {} without readings."""
-        sampled = self.sampled_segments(t0, t1)
+        sampled = self.sampled.segments(t0, t1)
         segments = sampled if sampled is not None else self._reading_segments(t0, t1)
         if not segments:
             return {}
@@ -226,203 +196,9 @@ class _Streams:
             "power_w_max": high if sampled_max is None else max(high, sampled_max),
         }
 
-    def sampled_segments(self, t0: float, t1: float) -> list[tuple[float, float, float]] | None:
-        """`_sampled`'s segments (computed once a region)."""
-        return self._sampled(t0, t1)[0]
-
-    def sampled_unsure(self, t0: float, t1: float) -> bool:
-        """Whether the samples cover [t0, t1] but cannot tell its energy within ~2%: a
-        region with no whole stretch inside whose neighbouring stretches are not each at
-        one level (`_one_sided`)."""
-        return self._sampled(t0, t1)[1]
-
-    def _sampled(
-        self, t0: float, t1: float
-    ) -> tuple[list[tuple[float, float, float]] | None, bool]:
-        got = self._sampled_at.get((t0, t1))
-        if got is None:
-            got = self._sampled_at[(t0, t1)] = self._sample_segments(t0, t1)
-        return got
-
-    def _sample_segments(
-        self, t0: float, t1: float
-    ) -> tuple[list[tuple[float, float, float]] | None, bool]:
-        """[(a, b, watts)] covering [t0, t1] from the driver's power samples, or None where
-        they do not cover it: a sample at or before t0, one at or after t1, none missing
-        between (SAMPLE_GAP_MAX_S), and the region not shorter than SAMPLED_MIN_S.
-
-        A sample is the mean power over the time since the one before (an H200: a 10 ms
-        kernel of ~700 W from idle read 331-446 W at the next stamp, not idle), so a
-        stretch (prev, ts] used w * (ts - prev) joules. A stretch wholly inside is the
-        region's. Of an edge stretch (one reaching past t0 or t1):
-
-        - in a region with whole stretches inside, the stretch is taken as the power of the
-          stretch beside it outside the region up to one step, then that of the nearest
-          whole one inside, the step placed so that the stretch's mean is its own, and the
-          part inside is the region's (`_edge_w`): what ran around it does not count (a
-          loop's first 100 ms step from idle took in the next step's work, +12% on the
-          simulated H100, and its last step the idle after it, -6%), and a step of the
-          power cap inside the edge stretch falls where it does. Taking the part inside at
-          the nearest whole stretch's power throughout (as before 2026-11-29) read 35-80 ms
-          steps in a loop -4.6% .. +4.1% where the cap stepped the power down at a stamp
-          (the edge stretch all at the power before it). Where the stretch's stamps are off
-          the driver's period (an H200's jitter) or the stretch after the region is not in
-          yet, the part is at the nearest whole stretch's power (at most the stretch's
-          energy; the latter an estimate, `after_missing`);
-        - in a region with none inside, the part before the region is at the power of the
-          stretch before it, the part after at the power of the stretch after it
-          (`_after_w`: what ran there, idle for a lone region, the next step's work in a
-          loop), and the rest is the region's. Taking both at the power before (as before
-          2026-11-29) read a loop's first 30 ms step from idle +14.5% (the next step's work
-          taken for its own) and its last step up to -14.5% on the simulated H100. Until
-          the stretch after is in, the part after is at the power before: an estimate.
-          Where the stretches before and after did not draw their power up to the
-          region's edges, `_one_sided` reads it otherwise, or marks it.
-
-        The decay after a region (an H200 drew 169, 134, 127 W in the samples after a
-        10 ms kernel, then idle: the GPU powering down) is not its."""
-        ts, ws = self.sample_t, self.sample_w
-        k0 = bisect.bisect_right(ts, t0)  # ts[k0 - 1] <= t0 < ts[k0]
-        k1 = bisect.bisect_left(ts, t1)  # ts[k1 - 1] < t1 <= ts[k1]
-        if t1 - t0 < SAMPLED_MIN_S or k0 < 1 or k1 >= len(ts):
-            return None, False
-        if any(ts[k] - ts[k - 1] > SAMPLE_GAP_MAX_S for k in range(k0, k1 + 1)):
-            return None, False
-        before, after = ws[k0 - 1], self._after_w(k1)
-        inside = [k for k in range(k0, k1 + 1) if t0 <= ts[k - 1] and ts[k] <= t1]
-        out = []
-        for k in range(k0, k1 + 1):
-            a, b = ts[k - 1], ts[k]
-            lo, hi = max(a, t0), min(b, t1)
-            if hi <= lo:
-                continue
-            if a >= t0 and b <= t1:  # a whole stretch inside: the region's
-                out.append((lo, hi, ws[k]))
-                continue
-            energy = ws[k] * (b - a)
-            if inside:
-                # an edge of a region with a whole stretch inside: between the power of the
-                # stretch on its outside and that of the nearest whole one inside
-                far = before if a < t0 else after
-                near = ws[inside[0]] if a < t0 else ws[inside[-1]]
-                w = _edge_w(ws[k], b - a, hi - lo, far, near)
-                # where the step cannot be placed, at the region's power in the nearest whole
-                # stretch, at most the edge stretch's energy
-                out.append((lo, hi, min(near, energy / (hi - lo)) if w is None else w))
-                continue
-            # the part before t0 at the power of the stretch before, the part after t1 at
-            # the power of the stretch after (until it is in, the power before)
-            post = (before if after is None else after) if b > t1 else before
-            outside = before * (lo - a) + post * (b - hi)
-            # no less than the lower of the powers around the region (an H200's 10 ms
-            # region whose work fell mostly into the next sample, stamps jittering, read
-            # below idle); not of those around the part: a start stretch's part floored at
-            # the power before the region held a power cap's step down inside it at the
-            # power before (+7.5% on a 28 ms step of a loop, simulated H100)
-            floor = min(before, before if after is None else after)
-            out.append((lo, hi, max(floor, (energy - outside) / (hi - lo))))
-        if not inside and k1 == k0 + 1:
-            return self._one_sided(k0, t0, t1, out)
-        return out, False
-
-    def _level(self, k: int, beyond: int) -> bool | None:
-        """Whether stretch k (a region's neighbour) drew one level throughout, as far as
-        the stretch `beyond` it (away from the region) tells: their means within
-        FLAT_REL. None where that stretch is not in (or one is missing between)."""
-        ts, ws = self.sample_t, self.sample_w
-        if not (0 <= beyond < len(ts) and 0 <= k < len(ts)):
-            return None
-        if abs(ts[max(k, beyond)] - ts[min(k, beyond)]) > SAMPLE_GAP_MAX_S:
-            return None
-        return _near(ws[k], ws[beyond])
-
-    def _one_sided(
-        self, k0: int, t0: float, t1: float, both: list[tuple[float, float, float]]
-    ) -> tuple[list[tuple[float, float, float]], bool]:
-        """A region across two stretches (a, m] and (m, b], none whole inside, its parts
-        outside taken at the powers of the stretches before and after it (`both`).
-
-        That is right where each of those drew its level up to the region's edge. Then the
-        region's power in (a, m] and in (m, b] agree. Where they do not (within
-        AGREE_REL of its energy), one of them did not: a loop's first step from idle (the
-        stretch before the next step held the idle and the work), its second-to-last step
-        (the stretch after the last one held the work and the idle), the power cap stepping
-        down at a stamp. Both together read 26-32 ms steps of such loops up to +11% on the
-        simulated H100 (+15.6% on its H200 profile), unmarked. Then, in order:
-
-        - (a, m] and (m, b] within FLAT_REL of each other: one level throughout, the
-          region's (the loop went on at one power across its edges);
-        - else the side whose neighbour drew one level as far as the stretch beyond it
-          tells (`_level`), the other's not: the region at one power, from that side's
-          stretch alone, where the region holds at least half of it (`_usable`): a lone
-          region on an H200, the power decaying after it over 40-60 ms (224, 142, 127 W
-          after a 30 ms region), read 810-837 W from both, 747-758 W so;
-        - else, where one stretch is at the region's power from the other side's stretch,
-          that power: the level stepped at the stamp on its far side (the cap's step down
-          at the stamp before a loop's last 25 ms step: -2.8% from both);
-        - else `both`, marked: the samples cannot tell."""
-        ts, ws = self.sample_t, self.sample_w
-        a, m, b = ts[k0 - 1], ts[k0], ts[k0 + 1]
-        after = self._after_w(k0 + 1)
-        if after is None:
-            return both, False  # a guess, marked by `after_missing`
-        first = (ws[k0] * (m - a) - ws[k0 - 1] * (t0 - a)) / (m - t0)
-        second = (ws[k0 + 1] * (b - m) - after * (b - t1)) / (t1 - m)
-        joules = sum((hi - lo) * w for lo, hi, w in both)
-        if abs(first - second) * min(m - t0, t1 - m) <= AGREE_REL * joules:
-            return both, False
-        if _near(ws[k0], ws[k0 + 1]):
-            level = (ws[k0] * (m - a) + ws[k0 + 1] * (b - m)) / (b - a)
-            return [(t0, m, level), (m, t1, level)], False
-        flat_before, flat_after = self._level(k0 - 1, k0 - 2), self._level(k0 + 2, k0 + 3)
-        use_first, use_second = self._usable(k0, m - t0), self._usable(k0 + 1, t1 - m)
-        one = None
-        if flat_before and flat_after is False and use_first:
-            one = first
-        elif flat_after and flat_before is False and use_second:
-            one = second
-        elif _near(second, ws[k0]) and use_second:
-            one = second  # (a, m] drew the region's power throughout: it stepped at a
-        elif _near(first, ws[k0 + 1]) and use_first:
-            one = first  # ... (m, b] did: it stepped at b
-        if one is None:
-            return both, True
-        return [(t0, m, max(0.0, one)), (m, t1, max(0.0, one))], False
-
-    def _usable(self, k: int, part: float) -> bool:
-        """Whether stretch k alone can give a region's power: `part` (the region's share of
-        it) at least half of it, and its stamps no closer than the driver's period (a
-        short stretch follows a late stamp: an H200's 28.3 ms then 11.8 ms) nor more than
-        half a period further apart. An H200's 30 ms region from idle whose start stretch
-        was 23.4 ms long read 752 W from it alone, its two others 758 and 747 W from
-        stretches on the period."""
-        span = self.sample_t[k] - self.sample_t[k - 1]
-        fits = SAMPLE_PERIOD_S - STAMP_JITTER_S <= span <= 1.5 * SAMPLE_PERIOD_S
-        return fits and part >= span / 2
-
-    def _after_w(self, k1: int) -> float | None:
-        """The mean power of the stretch after the one that closes a region (the sample
-        after ts[k1]); None while it is not in, or one is missing between."""
-        ts = self.sample_t
-        if k1 + 1 >= len(ts) or ts[k1 + 1] - ts[k1] > SAMPLE_GAP_MAX_S:
-            return None
-        return self.sample_w[k1 + 1]
-
-    def after_missing(self, t0: float, t1: float) -> bool:
-        """Whether the samples cover [t0, t1], the last one reaching past t1, and the
-        stretch after it not yet in: the part of the last stretch inside is then a guess
-        (`sampled_segments`: at the power before the region, or at that of the last whole
-        stretch inside), wrong where the power changed in that stretch (a loop's first or
-        last step, the power cap stepping down)."""
-        ts = self.sample_t
-        k1 = bisect.bisect_left(ts, t1)
-        if k1 >= len(ts) or ts[k1] <= t1:
-            return False
-        return self._after_w(k1) is None
-
     def _power_segments(self, t0: float, t1: float) -> list[tuple[float, float, float]]:
         """[(a, b, watts)] covering [t0, t1]: the driver's power samples where they cover
-        it (`sampled_segments`), else its cheap readings. A cheap power reading is taken at
+        it (`SampledPower.segments`), else its cheap readings. A cheap power reading is taken at
         a refresh and describes the time just before it (the simulated H100: its last
         10 ms; a real one shows a step 27-74 ms late), so each reading refreshed inside the
         region stands for the time back to the refresh before, and the last one for the
@@ -430,7 +206,7 @@ class _Streams:
         (within one refresh), else the one in force: the best there is, an estimate.
         Holding the reading in force at t0 over the region instead (as before 2026-11-28)
         gave a 100 ms kernel from idle the idle power, a tenth of its own."""
-        sampled = self.sampled_segments(t0, t1)
+        sampled = self.sampled.segments(t0, t1)
         return sampled if sampled is not None else self._reading_segments(t0, t1)
 
     def _reading_segments(self, t0: float, t1: float) -> list[tuple[float, float, float]]:
@@ -775,32 +551,6 @@ def _power_readings(fast: Sequence[Sample]) -> tuple[list[float], list[float]]:
         ts.append(at)
         ws.append(_power(s))
     return ts, ws
-
-
-def _edge_w(mean: float, span: float, part: float, far: float | None, near: float) -> float | None:
-    """The power of the `part` seconds of a sample stretch (`span` seconds at `mean` watts)
-    on the region's side of its edge, where the stretch on the other side drew `far` and the
-    nearest whole one inside the region `near`.
-
-    The stretch is taken as `far` up to one step and `near` after it (a power cap's step
-    down, a region's start from idle, its end into idle), placed so that the stretch's
-    mean is its own; the part is what of it lies inside. A stretch whose mean does not lie
-    between the two (one level throughout, the chip's heating moving it a little; a spike)
-    is at its own mean throughout. None where the step cannot be placed: `far` not in yet,
-    or the stretch's stamps off the driver's period (SAMPLE_PERIOD_S, an H200's jitter).
-    """
-    if far is None or abs(span - SAMPLE_PERIOD_S) > STAMP_JITTER_S:
-        return None
-    if far == near or not min(far, near) < mean < max(far, near):
-        return mean
-    far_s = span * (mean - near) / (far - near)  # how long it drew `far`, from the outside
-    far_in = max(0.0, far_s - (span - part))  # of which inside the region
-    return (far_in * far + (part - far_in) * near) / part
-
-
-def _near(x: float, y: float) -> bool:
-    """Whether two powers are one level (within FLAT_REL)."""
-    return abs(x - y) <= FLAT_REL * max(abs(x), abs(y))
 
 
 def _names(mask: int) -> tuple[str, ...]:

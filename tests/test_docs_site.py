@@ -225,6 +225,59 @@ def test_user_pages_use_no_jargon():
     assert not JARGON.search("a lentil, doorstep, indoors")
 
 
+PROSE_WORDS_MAX = 160  # a paragraph or a bullet a reader takes in one go (~150 words)
+
+
+def prose_blocks(text: str) -> list[str]:
+    """The paragraphs and list items of a markdown text: not its fenced blocks (three
+    backticks or more, nested ones included), tables, headings or comments."""
+    blocks: list[str] = []
+    cur: list[str] = []
+    fence = ""
+    for line in text.splitlines():
+        s = line.strip()
+        m = re.match(r"(`{3,}|~{3,})", s)
+        if fence:
+            if (
+                m
+                and m.group(1)[0] == fence[0]
+                and len(m.group(1)) >= len(fence)
+                and s == m.group(1)
+            ):
+                fence = ""
+            continue
+        if m:
+            fence = m.group(1)
+        if m or not s or s[0] in "#|<" or line.startswith("    "):
+            if cur:
+                blocks.append(" ".join(cur))
+                cur = []
+            continue
+        if re.match(r"\s*([-*+]|\d+\.)\s", line) and cur:
+            blocks.append(" ".join(cur))
+            cur = []
+        cur.append(s)
+    if cur:
+        blocks.append(" ".join(cur))
+    return blocks
+
+
+def test_no_paragraph_or_bullet_runs_past_a_reader():
+    """A 573-word paragraph is not read; a page says it in pieces of ~150 words at most."""
+    found = []
+    for page in user_pages():
+        for block in prose_blocks(_user_text(page)):
+            n = len(block.split())
+            if n > PROSE_WORDS_MAX:
+                found.append(f"{page.relative_to(ROOT)}: {n} words: {block[:80]}")
+    assert not found, "paragraphs over ~150 words:\n" + "\n".join(found)
+
+
+def test_the_paragraph_reader_skips_code_and_splits_bullets():
+    text = "a b\nc\n\n````text\n```\nx y z\n```\n````\n- one two\n- three\n| t |\n"
+    assert prose_blocks(text) == ["a b c", "- one two", "- three"]
+
+
 def test_the_issue_pattern_finds_what_it_should():
     for text in ("(issue 11)", "Issue 21's attacks", "issues 18 and 22", "see #12", 'issue "x"'):
         assert ISSUE_REF.search(text), text

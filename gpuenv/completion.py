@@ -22,12 +22,14 @@ measurements and their file; the sampler, the samples).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
 from gpuenv.results import Measurement, Results
-from gpuenv.telemetry import Sampler, Window
+from gpuenv.telemetry import Sampler, SampleSource, Window
 from gpuenv.telemetry.sampler import POWER_SAMPLE_S
+from gpuenv.telemetry.summary import SAMPLED_MIN_S
 
 log = logging.getLogger(__name__)
 
@@ -85,19 +87,36 @@ class Completion:
         return self.results[index]
 
     def _again(self, m: Measurement) -> Measurement:
-        """`m` with each window's power and energy summarised again, from the driver's power
-        samples that are in now."""
+        return completed(m, self.sampler)
 
-        def again(windows: tuple[Window, ...]) -> tuple[Window, ...]:
-            out = list(windows)
-            for g in {w.gpu for w in windows} & set(self.sampler.gpus):
-                idx = [i for i, w in enumerate(windows) if w.gpu == g]
-                fresh = self.sampler.windows([(windows[i].t0, windows[i].t1) for i in idx], g)
+
+def completed(m: Measurement, sampler: SampleSource, *, since: float | None = None) -> Measurement:
+    """`m` with its windows' power and energy summarised again, from the driver's power
+    samples that are in now. `since`: only the rep windows that end after it, and at least
+    `SAMPLED_MIN_S` long (the others read no differently: their samples were in, or they
+    take the readings), and the whole measurement's (a bench's thousands of reps are not
+    each summarised twice)."""
+
+    def again(windows: tuple[Window, ...], after: float, min_s: float) -> tuple[Window, ...]:
+        out = list(windows)
+        for g in {w.gpu for w in windows} & set(sampler.gpus):
+            idx = [
+                i
+                for i, w in enumerate(windows)
+                if w.gpu == g and w.t1 > after and w.duration_s >= min_s
+            ]
+            if idx:
+                fresh = sampler.windows([(windows[i].t0, windows[i].t1) for i in idx], g)
                 for i, w in zip(idx, fresh, strict=True):
                     out[i] = windows[i].with_power_of(w)
-            return tuple(out)
+        return tuple(out)
 
-        return replace(m, windows=again(m.windows), summary_windows=again(m.summary_windows))
+    reps = (-math.inf, 0.0) if since is None else (since, SAMPLED_MIN_S)
+    return replace(
+        m,
+        windows=again(m.windows, *reps),
+        summary_windows=again(m.summary_windows, -math.inf, 0.0),
+    )
 
 
 def spans(m: Measurement) -> list[tuple[float, float]]:
@@ -105,4 +124,4 @@ def spans(m: Measurement) -> list[tuple[float, float]]:
     return sorted({(w.t0, w.t1) for w in (*m.windows, *m.summary_windows)})
 
 
-__all__ = ["Completion", "spans"]
+__all__ = ["Completion", "completed", "spans"]

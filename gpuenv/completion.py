@@ -13,7 +13,9 @@ out, without making the region's end wait for it (a loop of steps does not slow 
   (one wait, at most `POWER_WAIT_S`); appended to the session's `output` then, in order;
 - a measurement whose caller holds the record returned (`record`, `repeat`): completed
   before it is returned, waiting for the sample where it is not out yet. A bench in a
-  session does not wait (`Session.keep`): its wall is a figure of its own.
+  session does not wait (`Session.keep`): its wall is a figure of its own;
+- a `gpuenv.bench` call outside a session: its last reps and the whole call, after its
+  clock probe and judging (`completed`; `BenchConfig.wait_power`).
 
 The session owns one `Completion`, which owns which measurements wait (`Results` owns the
 measurements and their file; the sampler, the samples).

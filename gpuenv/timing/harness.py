@@ -19,7 +19,7 @@ from gpuenv import conditioning, stats
 from gpuenv import validate as v
 from gpuenv.backend import Backend, open_backend_quietly
 from gpuenv.clocks.status import lock_holds
-from gpuenv.completion import completed, spans
+from gpuenv.completion import after_reps, power_due
 from gpuenv.conditioning import Conditioner
 from gpuenv.conditioning.memory import gpu_key, process_memory
 from gpuenv.errors import ConfigError, GpuenvError
@@ -30,7 +30,6 @@ from gpuenv.reasons import Reason
 from gpuenv.results import Measurement, ResultStore
 from gpuenv.seams import BenchSession
 from gpuenv.telemetry import DRIVER_REFRESH_S, SampleSource, trace_record
-from gpuenv.telemetry.summary import SAMPLE_GAP_MAX_S
 from gpuenv.timebase import Clock
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
@@ -400,7 +399,10 @@ class _Run:
             reps, stop = self._measure()
         self.marks.append(time.perf_counter())
         self.mark()  # an edge read after the last rep: its window need not wait for one
-        due = self._power_due(reps)
+        # outside a session, the power sample after the last rep is waited for (after the
+        # probe below) where it is not out: gpuenv.completion.after_reps
+        waiter = place.sampler if place.session is None and cfg.wait_power else None
+        due = waiter is not None and power_due([(r.t0, r.t1) for r in reps], waiter, place.gpu)
         m = self._judge(reps, started_at, stop)
         if place.session is not None and reps:
             first = next((w for w in m.windows if w.gpu == place.gpu), None)
@@ -412,8 +414,8 @@ class _Run:
         rep_clocks = [r.clock_mhz for r in reps if r.clock_mhz]
         # (whether fn is light is judged by the readings' highest power, as it was learned)
         self._remember_state(m, stats.median(rep_clocks) if rep_clocks else clock_after)
-        if due or m.retried_reps:
-            m = self._complete_power(m)
+        if waiter is not None and (due or m.retried_reps):
+            m = after_reps(m, waiter, place.gpu)
         self.extra.update(
             stop_reason=stop,
             measure_s=t_end - t_measure,
@@ -430,40 +432,6 @@ class _Run:
         kept = dataclasses.replace(m.stats, ci_s=ci) if ci is not None else m.stats
         self.marks.append(time.perf_counter())
         return dataclasses.replace(m, stats=kept, extra={**m.extra, **self.extra})
-
-    def _power_due(self, reps: list[Rep]) -> bool:
-        """Whether the driver's power sample after the last rep is still to come, where this
-        call waits for it (`_complete_power`): outside a session, `wait_power` on."""
-        place = self.place
-        if place.session is not None or place.sampler is None or not self.cfg.wait_power:
-            return False
-        spans = [(r.t0, r.t1) for r in reps]
-        if spans:
-            spans.append((min(a for a, _ in spans), max(b for _, b in spans)))
-        return place.sampler.power_due(spans, [place.gpu])
-
-    def _complete_power(self, m: Measurement) -> Measurement:
-        """`m` with the power and energy of its last reps and of the whole call from the
-        driver's power sample after the last rep, waited for (at most POWER_WAIT_S after
-        the rep's end; the judging and the clock probe since count towards it). Judged at
-        the rep's end, a call of 10 ms of reps read ~12% of its energy (the readings in
-        force, from before its work) and 0.19-0.57 s of bursts -7% .. +19% on the
-        simulated H100. A bench in a session does not wait (`Session.keep`)."""
-        place = self.place
-        if place.session is not None or place.sampler is None or not self.cfg.wait_power:
-            return m
-        covered = spans(m)
-        if not covered:
-            return m
-        place.sampler.await_power(covered, [place.gpu])
-        # spans ending before this had their samples when judged: the newest sample then
-        # was at most one stamp (45 ms on an H200) before the last rep's end
-        since = max(b for _, b in covered) - 2 * SAMPLE_GAP_MAX_S
-        try:
-            return completed(m, place.sampler, since=since)
-        except Exception as err:  # telemetry never raises into the benchmark
-            log.warning("gpuenv: %r keeps its power from the readings: %s", m.name, err)
-            return m
 
     def _choose_method(self) -> None:
         """mode "auto": fn's own time per call, by one method at every size (on CUDA its

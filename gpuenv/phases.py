@@ -349,7 +349,8 @@ class Wall:
     - condition: the state probe and the wait for a ready GPU (burst), or the sustained
       precondition;
     - measure: the reps, with the bursts' rests;
-    - judge: telemetry windows, findings, statistics;
+    - judge: telemetry windows, findings, statistics, and (outside a session) the wait
+      for the driver's power sample after the last rep (`BenchConfig.wait_power`);
     - close: the sampler stopped.
 
     Their sum is the call's wall time, less the argument checks before and the results

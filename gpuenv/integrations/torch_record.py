@@ -30,8 +30,10 @@ def observe(
     (JSON values): {"gpus", "telemetry": [Window dicts], "findings", "verdict", "summary"}.
 
     Uses the session's sampler when given, else opens the backend (read-only) and
-    samples `gpus` (default: all) for the duration. If NVML cannot be opened, the
-    record says so in "error" and `run` still runs.
+    samples `gpus` (default: all) for the duration. Its power and energy come from the
+    driver's power sample after the call, waited for (at most 45 ms after its end,
+    `telemetry.sampler.POWER_WAIT_S`). If NVML cannot be opened, the record says so in
+    "error" and `run` still runs.
     """
     from gpuenv.judge import Evidence, read_facts
 
@@ -57,6 +59,10 @@ def observe(
         t0 = sampler.mark()
         result = run()
         t1 = sampler.mark()
+        # the call's power and energy from the driver's power sample after it: judged at
+        # its end, a 10 ms call read the readings in force (a tenth of its energy on the
+        # simulated H100); a wait of at most POWER_WAIT_S after t1 (20-45 ms)
+        sampler.await_power([(t0, t1)], gpu_list)
         evidence = Evidence.sampled(sampler, [(t0, t1)], gpu_list)
     finally:
         if own is not None:

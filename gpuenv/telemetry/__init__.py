@@ -11,6 +11,8 @@ The package:
     samples.py   Sample, SlowSample, Gap; the driver refresh, the sampling and hurried periods
     window.py    Window; merge_windows (chunks -> Window)
     summary.py   summarize (samples -> Window), summarize_many (a bench's reps at once)
+    held.py      Held: the cheap samples over a region (clocks, temperature, reasons)
+    counters.py  Counters: the cumulative reason counters over a region
     reader.py    Reader: what is read when (ticks, slow grids, edge reads), and its loop
     ring.py      the shared-memory rings between the sampler process and its parent
     process.py   the parent's handle on the sampler process (start, wake, pull, stop)

@@ -7,6 +7,7 @@ it for each region's power segments."""
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 
 # The driver's power samples (`Backend.power_samples`, ~20 ms apart) are each the mean power
@@ -36,15 +37,21 @@ FLAT_REL = 0.025
 # of its energy: the powers beside its edges are right (`SampledPower._one_sided`). At 2.5% a
 # 27 ms step whose next stretch began with the cap's step down read +2.4%.
 AGREE_REL = 0.01
+# A region with whole stretches inside is marked an estimate where its edges' parts, in
+# stretches that held more than one step (`SampledPower._one_step`), may be off by more than
+# this share of its energy together.
+SURE_REL = 0.02
 
 
 class SampledPower:
     """One GPU's power samples [(t, watts)], prepared for many regions (time arrays to
-    bisect; each region's segments computed once)."""
+    bisect; each region's segments computed once); `floor_w` the least the GPU drew, as
+    far as the samples and the cheap readings show (its idle)."""
 
-    def __init__(self, power: Sequence[tuple[float, float]] = ()):
+    def __init__(self, power: Sequence[tuple[float, float]] = (), *, floor_w: float = 0.0):
         self.sample_t = [t for t, _ in power]
         self.sample_w = [w for _, w in power]
+        self.floor_w = floor_w
         self._sampled_at: dict[
             tuple[float, float], tuple[list[tuple[float, float, float]] | None, bool]
         ] = {}
@@ -146,7 +153,55 @@ class SampledPower:
             out.append((lo, hi, max(floor, (energy - outside) / (hi - lo))))
         if not inside and k1 == k0 + 1:
             return self._one_sided(k0, t0, t1, out)
-        return out, False
+        return out, self._edges_unsure(k0, k1, t0, t1, inside, out)
+
+    def _edges_unsure(
+        self,
+        k0: int,
+        k1: int,
+        t0: float,
+        t1: float,
+        inside: list[int],
+        out: list[tuple[float, float, float]],
+    ) -> bool:
+        """Whether a region with whole stretches `inside` (its segments `out`) may be off by
+        more than SURE_REL: its edge stretches that held more than one step
+        (`_one_step`), their energy above idle placed anywhere in them (`_edge_slack`)."""
+        ts = self.sample_t
+        slack = 0.0
+        for k, start, edge in ((k0, True, ts[k0 - 1] < t0), (k1, False, ts[k1] > t1)):
+            known = start or self._after_w(k1) is not None  # else marked: `after_missing`
+            if edge and known and not self._one_step(k, inside, start):
+                slack += self._edge_slack(k)
+        return slack > SURE_REL * sum((hi - lo) * w for lo, hi, w in out)
+
+    def _one_step(self, k: int, inside: list[int], start: bool) -> bool:
+        """Whether edge stretch k of a region with whole stretches `inside` held at most one
+        step, as `_edge_w` takes it: the means from two stretches outside to two whole ones
+        inside (those there are) go one way, up or down, or stay (within FLAT_REL). A
+        bench's span of bursts and rests does not: its power went work, rest, work within
+        20 ms of an edge, and the step placed by the means put 10 ms of a burst's work at
+        the rest's power (a 58 ms span of 3 ms reps read -8.0% on the simulated H100)."""
+        ws, n = self.sample_w, len(self.sample_w)
+        if start:
+            outer = [j for j in (k - 2, k - 1) if j >= 0]
+            seq = [ws[j] for j in (*outer, k, *inside[:2])]
+        else:
+            outer = [j for j in (k + 2, k + 1) if j < n]
+            seq = [ws[j] for j in (*outer, k, *inside[-2:][::-1])]
+        up = down = False
+        for x, y in itertools.pairwise(seq):
+            if not _near(x, y):
+                up, down = up or y > x, down or y < x
+        return not (up and down)
+
+    def _edge_slack(self, k: int) -> float:
+        """How far apart the joules of edge stretch k's part inside the region may lie where
+        the stretch held more than one step: its energy above the least the GPU drew (its
+        idle) may be all inside or all outside. A stretch's mean is no bound on its power:
+        one that held a burst's 3 ms reps and a rest read 832 W, its work ~1080 W."""
+        span = self.sample_t[k] - self.sample_t[k - 1]
+        return max(0.0, self.sample_w[k] - self.floor_w) * span
 
     def _level(self, k: int, beyond: int) -> bool | None:
         """Whether stretch k (a region's neighbour) drew one level throughout, as far as

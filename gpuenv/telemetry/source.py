@@ -10,7 +10,7 @@ run time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -69,6 +69,14 @@ class SampleSource(SampleFeed, Protocol):
         *,
         lock_range: tuple[int, int] | None = None,
     ) -> list[Window]: ...
+
+    def power_due(self, spans: Sequence[tuple[float, float]], gpus: Iterable[int]) -> bool:
+        """Whether the driver's power sample that closes a span is still to come."""
+        ...
+
+    def await_power(self, spans: Sequence[tuple[float, float]], gpus: Iterable[int]) -> bool:
+        """Wait (at most POWER_WAIT_S after the last span's end) while one is due."""
+        ...
 
     def stop(self) -> None: ...
 

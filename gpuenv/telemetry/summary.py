@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ, lock_holds
-from gpuenv.reasons import COUNTERS, Reason, info, reason_names
+from gpuenv.clocks.status import LOCK_TOLERANCE_MHZ
+from gpuenv.reasons import COUNTERS, info
 from gpuenv.telemetry import host
+from gpuenv.telemetry.counters import Counters
+from gpuenv.telemetry.held import Held, power_of
 from gpuenv.telemetry.sampled import SAMPLED_EXACT_MIN_S, SAMPLED_MIN_S, SampledPower
 from gpuenv.telemetry.samples import DEFAULT_PERIOD_S, DRIVER_REFRESH_S, Gap, Sample, SlowSample
 from gpuenv.telemetry.window import Window
@@ -22,9 +24,6 @@ from gpuenv.telemetry.window import Window
 # energy, and it is marked estimated. So is a region with fewer than two counter reads.
 ENERGY_EXACT_MIN_S = 1.0
 
-_NOT_IDLE = ~Reason.GPU_IDLE  # computed once: enum arithmetic costs microseconds
-_IDLE = int(Reason.GPU_IDLE)
-_NAMES: dict[int, tuple[str, ...]] = {}  # reasons bitmask -> its names (a handful of masks)
 # The bits of the reasons mask each cumulative counter measures; "below app/base clocks"
 # has none of its own: any reason may hold the clock below them.
 _COUNTER_BITS: dict[str, int] = {
@@ -139,7 +138,6 @@ class _Streams:
         power: Sequence[tuple[float, float]] = (),
     ):
         self.fast, self.slow, self.lag_s = fast, slow, lag_s
-        self.sampled = SampledPower(power)
         self.times = [s.t for s in fast]
         self.slow_t = [s.t for s in slow]
         self.gap_t = sorted(x.t for x in gaps)
@@ -150,9 +148,13 @@ class _Streams:
         self.refreshed = _energy_changes(slow, refreshed=True)
         self.refreshed_t = [t for t, _ in self.refreshed]
         self.refresh_t, self.refresh_w = _power_readings(fast)
+        # the least the GPU drew, as far as the samples and readings show
+        self.sampled = SampledPower(
+            power, floor_w=min([*(w for _, w in power), *self.refresh_w], default=0.0)
+        )
         self.last_read_t = max((s.t for s in slow if s.energy_mj is not None), default=None)
-        self.counters = _Counters(slow, lag_s)
-        self._held: dict[tuple[int, int, bool], _Held] = {}
+        self.counters = Counters(slow, lag_s)
+        self._held: dict[tuple[int, int, bool], Held] = {}
         self._seen: dict[tuple[int, int], dict[str, Any]] = {}
         self._under: dict[str, list[float]] = {}  # counter key -> running seconds under it
 
@@ -172,7 +174,7 @@ class _Streams:
         key = (i0, i1, has_after)
         held = self._held.get(key)
         if held is None:  # consecutive reps between two ticks share their samples
-            held = self._held[key] = _Held(fast, i0, i1, has_after, lock_range, lock_tolerance_mhz)
+            held = self._held[key] = Held(fast, i0, i1, has_after, lock_range, lock_tolerance_mhz)
         return held.values(t0, t1)
 
     def power(self, t0: float, t1: float, sampled_max: float | None) -> dict[str, Any]:
@@ -313,163 +315,6 @@ class _Streams:
         return max(0.0, eb - ea) / 1000.0 + fill
 
 
-class _Held:
-    """The cheap samples covering regions with the same samples inside and around them,
-    and what they say that does not depend on where a region starts and ends: the
-    sample in force at t0 and those inside hold over it (`held`); the reading just
-    `after` it, if any, covers it too (see `summarize`)."""
-
-    def __init__(
-        self,
-        fast: Sequence[Sample],
-        i0: int,
-        i1: int,
-        has_after: bool,
-        lock_range: tuple[int, int] | None,
-        lock_tolerance_mhz: float,
-    ):
-        inside = list(fast[i0:i1])
-        after = fast[i1] if has_after else None
-        held = ([fast[i0 - 1]] if i0 > 0 else []) + inside
-        if not held and after is not None:
-            held = [after]
-        self.held = held
-        self.fixed: dict[str, Any] = {"n_samples": len(inside)}
-        if not held:
-            return
-        covering = held + ([after] if after is not None and held[-1] is not after else [])
-        first, last = held[0], covering[-1]
-        self.names = [_names(s.reasons) for s in held]
-        self.sm = [s.sm_mhz for s in held]
-        self.busy = [not s.reasons & _IDLE for s in held]
-        self.mem = [s.mem_mhz for s in held]
-        union = 0
-        for s in covering:
-            union |= s.reasons & _NOT_IDLE if s is after and s not in held else s.reasons
-        self.fixed.update(
-            sm_mhz_min=float(min(s.sm_mhz for s in covering)),
-            sm_mhz_max=float(max(s.sm_mhz for s in covering)),
-            sm_mhz_start=float(first.sm_mhz),
-            sm_mhz_end=float(last.sm_mhz),
-            power_w_max=max(_power(s) for s in covering),
-            temp_c_start=first.temp_c,
-            temp_c_end=last.temp_c,
-            temp_c_max=max(s.temp_c for s in covering),
-            reasons=union,
-            reasons_start=first.reasons,
-            reasons_end=last.reasons,
-        )
-        if lock_range is not None:
-            busy = [s for s in held if not s.reasons & _IDLE]
-            if busy:
-                self.fixed["lock_held"] = all(
-                    lock_holds(s.sm_mhz, lock_range, lock_tolerance_mhz) for s in busy
-                )
-
-    def values(self, t0: float, t1: float) -> dict[str, Any]:
-        """The Window's values from the samples over [t0, t1]: time-weighted means and the
-        time under each reason bit, each sample holding until the next."""
-        if not self.held:
-            return dict(self.fixed)
-        if len(self.held) == 1:  # a rep between two ticks: the sample in force holds all along
-            w = 1.0 if t1 <= t0 else t1 - t0  # as _hold_weights and _weighted compute it
-            return {
-                **self.fixed,
-                "sm_mhz_mean": (self.sm[0] * w) / w,
-                "sm_mhz_busy_mean": (self.sm[0] * w) / w if self.busy[0] else None,
-                "mem_mhz_mean": (self.mem[0] * w) / w,
-                "reason_sampled_s": {name: 0.0 + w for name in self.names[0]},
-            }
-        weights = _hold_weights(self.held, t0, t1)
-        bits_s: dict[str, float] = {}
-        for names, w in zip(self.names, weights, strict=True):
-            for name in names:
-                bits_s[name] = bits_s.get(name, 0.0) + w
-        busy_w = [w if b else 0.0 for w, b in zip(weights, self.busy, strict=True)]
-        return {
-            **self.fixed,
-            "sm_mhz_mean": _weighted(self.sm, weights),
-            "sm_mhz_busy_mean": _weighted(self.sm, busy_w) if any(busy_w) else None,
-            "mem_mhz_mean": _weighted(self.mem, weights),
-            "reason_sampled_s": bits_s,
-        }
-
-
-class _Counters:
-    """The cumulative reason counters (ns), each a list of points placed at the driver's
-    refresh time (value_t) where known: linear between points and, up to ~2 refreshes
-    past the last one, at the rate of the last interval (at most 1 ns per ns) but only
-    while the cheap samples show a reason the counter measures: a counter that has not
-    refreshed since the power cap cleared would otherwise carry the cap into a region
-    run at full clock. Counters read together share their points' times, so each region
-    bisects once per group."""
-
-    def __init__(self, slow: Sequence[SlowSample], lag_s: float):
-        self.keys = sorted({k for s in slow for k in s.reason_ns})
-        groups: dict[tuple[float, ...], list[tuple[str, list[float], float]]] = {}
-        for key in self.keys:
-            ts: list[float] = []
-            vs: list[float] = []
-            for s in slow:
-                if key in s.reason_ns:
-                    at = s.value_t if s.value_t is not None else s.t
-                    if not ts or at > ts[-1]:
-                        ts.append(at)
-                        vs.append(float(s.reason_ns[key]))
-            rate = 0.0
-            if len(ts) >= 2:
-                rate = min(1e9, max(0.0, (vs[-1] - vs[-2]) / (ts[-1] - ts[-2])))
-            groups.setdefault(tuple(ts), []).append((key, vs, rate))
-        self.groups = [(list(ts), ts[-1] + 2 * lag_s, members) for ts, members in groups.items()]
-
-    def reason_s(
-        self, t0: float, t1: float, sampled_s: Callable[[float, float, str], float]
-    ) -> dict[str, float]:
-        """Seconds under each counter over [t0, t1]; `sampled_s(a, b, key)`: the seconds
-        of [a, b] the cheap samples show the counter's reasons (bounds extrapolation)."""
-        got: dict[str, float] = {}
-        span = t1 - t0
-        for ts, until, members in self.groups:
-            p0, p1 = _place(ts, until, t0), _place(ts, until, t1)
-            if p0 is None or p1 is None:
-                continue
-            for (key, vs, _), a, b in zip(
-                members, _at(ts, members, p0, t0), _at(ts, members, p1, t1), strict=True
-            ):
-                if p0 < 0:  # past the last point: grown no more than the samples show
-                    a = min(a, vs[-1] + sampled_s(ts[-1], t0, key) * 1e9)
-                if p1 < 0:
-                    b = min(b, vs[-1] + sampled_s(ts[-1], t1, key) * 1e9)
-                got[key] = min(max(0.0, b - a) / 1e9, span)
-        return {k: got[k] for k in self.keys if k in got} if len(self.groups) > 1 else got
-
-
-def _place(ts: list[float], until: float, t: float) -> int | None:
-    """Where t falls among a counter's point times: k (ts[k] == t, or between k-1 and k),
-    -1 past the last point (extrapolated up to `until`), None outside."""
-    if t < ts[0]:
-        return None
-    if t <= ts[-1]:
-        return bisect.bisect_left(ts, t)
-    return -1 if t <= until else None
-
-
-def _at(
-    ts: list[float], members: list[tuple[str, list[float], float]], k: int, t: float
-) -> list[float]:
-    """The counters' values at t, placed at k by `_place`: interpolated, or past the last
-    point at the last interval's rate."""
-    if k < 0:
-        if len(ts) < 2:
-            return [vs[-1] for _, vs, _ in members]
-        dt = t - ts[-1]
-        return [vs[-1] + rate * dt for _, vs, rate in members]
-    if ts[k] == t:
-        return [vs[k] for _, vs, _ in members]
-    ta, tb = ts[k - 1], ts[k]
-    return [vs[k - 1] + (vs[k] - vs[k - 1]) * (t - ta) / (tb - ta) for _, vs, _ in members]
-
-
 def _interp(ts: list[float], vs: list[float], t: float) -> float | None:
     """Piecewise-linear value at t; None outside the points' span."""
     if not ts or t < ts[0] or t > ts[-1]:
@@ -549,36 +394,5 @@ def _power_readings(fast: Sequence[Sample]) -> tuple[list[float], list[float]]:
         if ts and at <= ts[-1]:
             continue  # (an older refresh read late: the newer one stands)
         ts.append(at)
-        ws.append(_power(s))
+        ws.append(power_of(s))
     return ts, ws
-
-
-def _names(mask: int) -> tuple[str, ...]:
-    names = _NAMES.get(mask)
-    if names is None:
-        names = _NAMES[int(mask)] = tuple(reason_names(mask))
-    return names
-
-
-def _power(s: Sample) -> float:
-    # the instantaneous power where the GPU gives it: power_w is a 1 s average on Ampere+
-    return s.power_instant_w if s.power_instant_w is not None else s.power_w
-
-
-def _hold_weights(held: Sequence[Sample], t0: float, t1: float) -> list[float]:
-    """Seconds of [t0, t1] over which each held sample is the value in force."""
-    if t1 <= t0:
-        return [0.0] * (len(held) - 1) + [1.0]  # an instant: the value in force
-    weights = []
-    for k, s in enumerate(held):
-        start = t0 if k == 0 else max(t0, s.t)
-        end = held[k + 1].t if k + 1 < len(held) else t1
-        weights.append(max(0.0, min(end, t1) - start))
-    if not any(weights):
-        weights[-1] = 1.0
-    return weights
-
-
-def _weighted(values: Sequence[float], weights: Sequence[float]) -> float:
-    total = sum(weights)
-    return sum(v * w for v, w in zip(values, weights, strict=True)) / total

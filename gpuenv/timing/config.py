@@ -76,6 +76,12 @@ class BenchConfig:
     work fn did just before bench (the drop-in's first call and estimate): the first
     burst began that much earlier.
     `policy`: "annotate" | "reject" | "retry" (default: the session's, else annotate).
+    `wait_power`: outside a session, the energy and power of the reps at the end and of
+    the whole call come from the driver's power sample after the last rep (the call
+    waits for it after its clock probe and judging, at most 45 ms after the rep ends:
+    `telemetry.sampler.POWER_WAIT_S`); False waits for nothing, and that energy is
+    marked an estimate where the sample is not out (the do_bench drop-in and
+    gpuenv.rank's calls, each a few ms of reps, whose time is what they are for).
     """
 
     mode: str = "auto"
@@ -102,6 +108,7 @@ class BenchConfig:
     verdict_config: VerdictConfig | None = None
     probe_clock: bool = True
     keep_trace: bool = True
+    wait_power: bool = True
 
     def __post_init__(self) -> None:
         """Every field judged here (gpuenv.validate), with its name: a bad value is refused
@@ -143,7 +150,14 @@ class BenchConfig:
             )
         v.number(self.warmup_max_s, "warmup_max_s", lo=0, unit="seconds")
         self._set("warmup_max_reps", v.integer(self.warmup_max_reps, "warmup_max_reps", lo=0))
-        for flag in ("flush_l2", "saturate", "burst_from_start", "probe_clock", "keep_trace"):
+        for flag in (
+            "flush_l2",
+            "saturate",
+            "burst_from_start",
+            "probe_clock",
+            "keep_trace",
+            "wait_power",
+        ):
             v.boolean(getattr(self, flag), flag)
         if self.calls_per_rep != "auto":
             self._set(

@@ -19,6 +19,7 @@ from gpuenv import conditioning, stats
 from gpuenv import validate as v
 from gpuenv.backend import Backend, open_backend_quietly
 from gpuenv.clocks.status import lock_holds
+from gpuenv.completion import after_reps, power_due
 from gpuenv.conditioning import Conditioner
 from gpuenv.conditioning.memory import gpu_key, process_memory
 from gpuenv.errors import ConfigError, GpuenvError
@@ -398,6 +399,10 @@ class _Run:
             reps, stop = self._measure()
         self.marks.append(time.perf_counter())
         self.mark()  # an edge read after the last rep: its window need not wait for one
+        # outside a session, the power sample after the last rep is waited for (after the
+        # probe below) where it is not out: gpuenv.completion.after_reps
+        waiter = place.sampler if place.session is None and cfg.wait_power else None
+        due = waiter is not None and power_due([(r.t0, r.t1) for r in reps], waiter, place.gpu)
         m = self._judge(reps, started_at, stop)
         if place.session is not None and reps:
             first = next((w for w in m.windows if w.gpu == place.gpu), None)
@@ -407,7 +412,10 @@ class _Run:
         t_end = self.mark()
         clock_after = self.device.probe_clock_mhz() if cfg.probe_clock else None
         rep_clocks = [r.clock_mhz for r in reps if r.clock_mhz]
+        # (whether fn is light is judged by the readings' highest power, as it was learned)
         self._remember_state(m, stats.median(rep_clocks) if rep_clocks else clock_after)
+        if waiter is not None and (due or m.retried_reps):
+            m = after_reps(m, waiter, place.gpu)
         self.extra.update(
             stop_reason=stop,
             measure_s=t_end - t_measure,

@@ -306,7 +306,9 @@ def rank(
         hint=f"a ratio's {confidence:.0%} interval needs {least} rounds; "
         f"the default is {MAX_ROUNDS}",
     )
-    cfg = BenchConfig.of(config or RANK_CALL, dict(settings))
+    # a call waits for no power sample after its reps (up to 45 ms, where a call is ~20 ms):
+    # a ranking reports times; a call's energy stays an estimate where the sample is not out
+    cfg = BenchConfig.of(config or RANK_CALL, {"wait_power": False, **settings})
     if session is None and backend is None and device is None:
         from gpuenv.backend import shared_backend
 

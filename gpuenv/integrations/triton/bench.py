@@ -323,6 +323,9 @@ def _bench(
     from gpuenv import timing
 
     settings.setdefault("conditioning", DROPIN_CONDITIONING)
+    # no wait for the power sample after the reps (up to 45 ms a call, an autotuner's tens
+    # of calls) unless the call is written to a file: its energy is then the samples'
+    settings.setdefault("wait_power", output is not None)
     cfg = timing.BenchConfig(
         probe_clock=False,
         burst_from_start=True,

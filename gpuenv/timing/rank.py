@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -329,11 +328,6 @@ def unknown_settings(settings: Mapping[str, Any]) -> list[str]:
     return sorted(set(settings) - known - {"candidates"})
 
 
-class _Quiet(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return False
-
-
 class _Ranker:
     """One ranking: the rounds, what each candidate's calls gave, the decisions."""
 
@@ -361,16 +355,6 @@ class _Ranker:
         self.least = min_pairs(confidence)
 
     def run(self, where: dict[str, Any]) -> Ranking:
-        # a call's own CI warning (10 ms of reps rarely reach +-0.5%) is no warning here:
-        # the decision comes from the rounds' pairs; each call keeps it in extra["warnings"]
-        quiet = _Quiet()
-        logging.getLogger("gpuenv.timing.repstats").addFilter(quiet)
-        try:
-            return self._rounds(where)
-        finally:
-            logging.getLogger("gpuenv.timing.repstats").removeFilter(quiet)
-
-    def _rounds(self, where: dict[str, Any]) -> Ranking:
         t0 = self.clock()
         active = list(self.order)
         rounds, ended = 0, False

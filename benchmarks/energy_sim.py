@@ -338,7 +338,10 @@ def run(args: argparse.Namespace) -> int:
         f"Each region's energy against the simulator's own counter, on virtual time, at "
         f"{len(args.phases)} phase(s) of the power-sample stamps. Per case and profile: the "
         f"worst error of a region not marked `~` (`!` past {TOL_PCT:g}%), how many are "
-        f"marked `~` of how many, and how many had a mean power outside 0..its max."
+        f"marked `~` of how many, and how many had a mean power outside 0..its max. A "
+        f"case's length is its work at the top clock; the spans are the judged regions' "
+        f"as measured (the power cap slows the longer ones; a bench call's span and its "
+        f"last rep's both)."
     )
     summary: list[tuple[str, str, list[Row]]] = []
     for family, cases_of in FAMILIES:

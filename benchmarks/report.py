@@ -63,6 +63,7 @@ GROUPS = (
             "detection",
             "dropin",
             "dropin_mlp",
+            "energy_sim",
             "hot_wait",
             "inductor_rank",
             "levels",

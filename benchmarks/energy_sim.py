@@ -380,5 +380,6 @@ if __name__ == "__main__":
             run,
             quick={"phases": [0.0], "ms": QUICK_MS},
             sim_only=True,
+            gpu="simulated NVIDIA H100 and H200 (their profiles)",
         )
     )

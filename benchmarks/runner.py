@@ -225,7 +225,7 @@ def main(
     *,
     quick: Mapping[str, Any] | None = None,
     sim_only: bool = False,
-    gpu: bool = True,
+    gpu: bool | str = True,
     variant: Callable[[argparse.Namespace], str] | None = None,
     argv: list[str] | None = None,
 ) -> int:
@@ -233,7 +233,8 @@ def main(
 
     `quick`: the defaults --quick gives (an option given on the command line still wins).
     `sim_only`: the benchmark runs on the simulated GPU whatever --sim says; `gpu=False`:
-    it uses none (it reads the code, say).
+    it uses none (it reads the code, say); a string names the GPUs it used where that is not
+    the default's (several simulated profiles).
     `variant`: a part of the benchmark that `args` chose, whose results have a file of
     their own (<name>-<variant>.json)."""
     global _metrics
@@ -269,7 +270,7 @@ def main(
         "wall_s": round(time.perf_counter() - t0, 1),
         "machine": machine(),
         "commit": commit(),
-        "gpu": gpu_name(sim) if gpu else "none used",
+        "gpu": gpu if isinstance(gpu, str) else gpu_name(sim) if gpu else "none used",
         "quick": bool(args.quick),
         "sim": sim,
         "exit_code": rc,

@@ -304,8 +304,11 @@ def _bench_calls(args: argparse.Namespace) -> Cases:
         case = f"{condition}, {rep_ms} ms reps" if condition == "burst" else "sustained, 0.2 s reps"
         for p in args.profiles:
             calls = [bench_case(p, ph, condition, rep_ms, reps) for ph in args.phases]
-            rows = [r for c in calls for r in (c.call, c.last) if r is not None]
-            out.setdefault(case, {}).setdefault(p, []).extend(rows)
+            for part, rows in (
+                ("the call", [c.call for c in calls if c.call is not None]),
+                ("its last rep", [c.last for c in calls if c.last is not None]),
+            ):
+                out.setdefault(f"{case}: {part}", {}).setdefault(p, []).extend(rows)
     return out
 
 

@@ -112,3 +112,50 @@ def test_without_persistence_settings_revert_when_the_last_client_leaves(tmp_pat
     c.close()
     d = SimBackend(clock=vclock, state_file=path)
     assert d.truth(0).locked_sm == (1350, 1350)
+
+
+class _StepClock:
+    """Real time's rules (processes share the running GPU), moved by hand: not virtual."""
+
+    virtual = False
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += max(seconds, 0.0)
+
+    def wall(self) -> float:
+        return 1.7e9 + self.t
+
+
+def test_a_reader_takes_over_the_running_gpu_without_writing_it_back_until_due(tmp_path):
+    """The running GPU another process wrote is taken over at once, and written back only at
+    this process's own driver update: written back at once, `gpuenv run`'s sampler and the
+    process it wraps wrote it in turn at every region edge (each write a millisecond of CPU
+    on both sides, and the other's next call read and wrote again)."""
+    clock = _StepClock()
+    path = tmp_path / "sim.json"
+    worker = SimBackend(clock=clock, state_file=path)
+    sampler = SimBackend(clock=clock, state_file=path)
+    run = path.with_name("sim.json.run")
+    try:
+        worker.run_work(0, 1.98e8)  # 100 ms of a heavy kernel at 1980 MHz
+        sampler.read_fast(0)  # its driver update is due: it writes
+        clock.t += 0.01
+        worker.run_work(0, 1.98e7)
+        worker.close_context(0)  # the worker's presence changed: it writes
+        written = run.read_bytes()
+        sampler.read_fast(0)
+        sampler.read_fast(0)
+        assert run.read_bytes() == written  # taken over, not written back
+        assert sampler.truth(0).energy_mj == pytest.approx(worker.truth(0).energy_mj, rel=1e-3)
+        clock.t += 0.1
+        sampler.read_fast(0)  # its driver update is due: written back
+        assert run.read_bytes() != written
+    finally:
+        worker.close()
+        sampler.close()

@@ -192,8 +192,9 @@ class SimCore:
         if self._shares_physics and not self._closed:
             self._exchange()
 
-    def _exchange(self, *, register: bool = False, leave: bool = False) -> None:
-        """Read the running machine, take over its newer state, write ours back. Under lock."""
+    def _exchange(self, *, register: bool = False, leave: bool = False, write: bool = True) -> None:
+        """Read the running machine, take over its newer state, write ours back (`write`:
+        False only takes over, for a process whose driver update is not due). Under lock."""
         assert self._run is not None
         real = self._shares_physics
         with self._run.locked() as fd:
@@ -229,6 +230,8 @@ class SimCore:
                         own=self._key,
                     )
                 g.advance(now)
+            if not (write or register or leave):
+                return
             if real:
                 shared = [g.physics() for g in self._gpus]
             elif leave:
@@ -274,7 +277,11 @@ class SimCore:
         """Catch up with the other processes of the host: settings when root changed them
         (a stat), the running GPU when another process wrote it or ours is due (every
         100 ms: a locked read and write of the run file, most of a millisecond, which
-        `share=False` leaves to a later call)."""
+        `share=False` leaves to a later call). Another's write is taken over without
+        writing back until ours is due: written back at once, each write made the other
+        process's next call read and write too, so `gpuenv run`'s sampler (an edge read at
+        each region's start) and the wrapped process wrote it in turn, twice as often as
+        a process alone, each write a millisecond of CPU on both sides."""
         if self._state is None:
             return
         if self._state.changed():
@@ -284,8 +291,9 @@ class SimCore:
             return
         assert self._run is not None
         now = self._now_ns()
-        if now - self._written_ns >= _SHARE_NS or self._run.changed():
-            self._exchange()
+        due = now - self._written_ns >= _SHARE_NS
+        if due or self._run.changed():
+            self._exchange(write=due)
 
     def _commit(self, index: int, change: Callable[[Settings], None]) -> None:
         """Apply a settings change; with a state file, as a locked read-modify-write."""

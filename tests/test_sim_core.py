@@ -159,3 +159,31 @@ def test_a_reader_takes_over_the_running_gpu_without_writing_it_back_until_due(t
     finally:
         worker.close()
         sampler.close()
+
+
+def test_a_busy_state_lock_is_tried_again_soon_then_less_often(tmp_path, monkeypatch):
+    """A holder keeps the lock under a millisecond: the first tries come within one, then
+    back off to every 5 ms (a first wait of 5 ms cost a step's start as much)."""
+    import fcntl
+
+    from gpuenv.backend import sim_state
+
+    path = tmp_path / "lockme"
+    path.write_bytes(b"")
+    holder, waiter = os.open(path, os.O_RDWR), os.open(path, os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 8:
+            fcntl.flock(holder, fcntl.LOCK_UN)
+
+    monkeypatch.setattr(sim_state.time, "sleep", sleep)
+    try:
+        sim_state.flock_within(waiter, 5.0, "the test's file")
+    finally:
+        os.close(holder)
+        os.close(waiter)
+    assert len(waits) == 8 and waits[0] < 0.001
+    assert waits == sorted(waits) and waits[-1] == sim_state._LOCK_POLL_S

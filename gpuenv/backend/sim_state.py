@@ -42,7 +42,10 @@ from gpuenv.errors import ConfigError, FileError
 
 FORMAT = "gpuenv-sim-state/2"
 LOCK_TIMEOUT_S = 5.0  # a read-modify-write holds it for milliseconds
-_LOCK_POLL_S = 0.005
+_LOCK_POLL_S = 0.005  # the longest wait between tries for a busy lock ...
+_LOCK_FIRST_POLL_S = 0.0002  # ... the first: a holder keeps it under a millisecond, and a
+# first wait of 5 ms made the wrapped process's exchange at a step's start, met by
+# `gpuenv run`'s sampler reading that edge, 5.7 ms instead of 0.6 (one in eight)
 _MAX_BYTES = 16 << 20  # a few GPUs' settings and counters: a few kB
 
 
@@ -68,6 +71,7 @@ def flock_within(fd: int, timeout: float, what: str) -> None:
     """An exclusive `flock` on `fd`, or a ConfigError naming its holders when it is not free
     within `timeout` seconds: a file other accounts may lock must not let them hang us."""
     deadline = time.monotonic() + timeout
+    poll = _LOCK_FIRST_POLL_S
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -81,7 +85,8 @@ def flock_within(fd: int, timeout: float, what: str) -> None:
                     hint="stop that process, or give this simulated machine its own state "
                     "file (GPUENV_SIM_STATE=PATH in a directory of your own)",
                 ) from None
-            time.sleep(_LOCK_POLL_S)
+            time.sleep(poll)
+            poll = min(poll * 2, _LOCK_POLL_S)
 
 
 def _describe_pid(pid: int) -> str:

@@ -234,3 +234,21 @@ def test_a_candidates_later_calls_warm_up_with_one_call_unless_a_warmup_is_asked
         assert first.warmup.reps > 1 and later and all(m.warmup.reps == 1 for m in later)
     r = gpuenv.rank(cands, backend=gpu, warmup=3)
     assert {m.warmup.reps for c in r.candidates for m in c.measurements} == {3}
+
+
+def test_the_race_ends_once_the_winner_cannot_change(gpu):
+    """The first candidate in the order given leads, and one 0.3% behind it is undecided
+    for a long time (inside the 0.5% band needs its interval within +-0.5%; slower, above
+    +0.25%): neither matters to the choice once no candidate can be faster than the first
+    by more than the band. The race ends there, with the same winner."""
+    for i in range(3):
+        gpu.idle(10.0)
+        cands = {
+            "first": kernel(gpu, 0.2000, 11 * i, noise=0.004),
+            "edge": kernel(gpu, 0.2006, 11 * i + 1, noise=0.004),
+        }
+        r = gpuenv.rank(cands, backend=gpu)
+        assert r.winner == "first" and not r.budget_ended
+        assert r.rounds <= 10, r.rounds
+        lo, _ = r["edge"].margin_ci
+        assert lo >= 1 / 1.005  # not faster than the winner by more than the band

@@ -241,25 +241,31 @@ def test_a_kernel_keeps_its_progress_when_it_takes_over_another_process_newer_st
     assert ends[1] == pytest.approx(ends[0], rel=0.01)
 
 
+def _a_30ms_kernel_ns(g: GpuModel, within_ns: int) -> int:
+    """How long a 30 ms kernel (at the 1350 MHz lock) takes on `g`, alone but for what `g`
+    was given, run to its end within `within_ns`."""
+    g.settings.locked_sm = (1350, 1350)
+    g.relatch_clock()
+    g.load_changed()
+    g.advance(g.t_ns + 1_000_000)
+    start = g.t_ns
+    g.job = Job(g.sm_mhz * 1e6 * 0.030, 0.0, 1.0)
+    g.load_changed()
+    g.advance(start + within_ns)
+    assert g.job is None
+    return g.job_end_ns - start
+
+
 @pytest.mark.parametrize("own", ["1:a", None])
 def test_a_process_own_kernels_never_time_slice_with_themselves(own: str | None) -> None:
     """The host's presences include this process's own (its load counts, max not sum):
     under its own key it takes none of its own work's SM time, so a 30 ms kernel alone
     takes 30 ms; the same presence under another key is another process, and halves it."""
-    p = get_profile("h100")
-    g = GpuModel(p, 0, 0)
+    g = GpuModel(get_profile("h100"), 0, 0, own_key=own)
     g.open_context(1)
-    g.settings.locked_sm = (1350, 1350)
-    g.relatch_clock()
-    g.set_others({"1:a": Presence(contexts=1, work=1.0, until_ns=10**12)}, own=own)
-    g.advance(1_000_000)
-    start = g.t_ns
-    g.job = Job(g.sm_mhz * 1e6 * 0.030, 0.0, 1.0)
-    g.load_changed()
-    g.advance(start + 200_000_000)
-    assert g.job is None
+    g.set_others({"1:a": Presence(contexts=1, work=1.0, until_ns=10**12)})
     want = 30_000_000 if own else 60_000_000
-    assert g.job_end_ns - start == pytest.approx(want, rel=0.01)
+    assert _a_30ms_kernel_ns(g, 200_000_000) == pytest.approx(want, rel=0.01)
 
 
 @pytest.mark.parametrize("pid", [7, 4242])
@@ -269,15 +275,6 @@ def test_a_background_load_under_our_own_pid_takes_none_of_our_sm_time(pid: int)
     another pid it is another process's kernels, which take MAX_CONTENTION of the SM."""
     g = GpuModel(get_profile("h100"), 0, 0, own_pid=7)
     g.open_context(7)
-    g.settings.locked_sm = (1350, 1350)
-    g.relatch_clock()
     g.background[pid] = 1.0
-    g.load_changed()
-    g.advance(1_000_000)
-    start = g.t_ns
-    g.job = Job(g.sm_mhz * 1e6 * 0.030, 0.0, 1.0)
-    g.load_changed()
-    g.advance(start + 1_000_000_000)
-    assert g.job is None
     want = 30_000_000 if pid == 7 else 30_000_000 / (1 - MAX_CONTENTION)
-    assert g.job_end_ns - start == pytest.approx(want, rel=0.01)
+    assert _a_30ms_kernel_ns(g, 1_000_000_000) == pytest.approx(want, rel=0.01)

@@ -58,12 +58,15 @@ class SimCore:
         self._lock = threading.RLock()
         self._pid = os.getpid()
         now = self._now_ns()
-        self._gpus = [GpuModel(self.profile, i, now, own_pid=self._pid) for i in range(n_gpus)]
+        self._key = f"{self._pid}:{secrets.token_hex(4)}"  # this backend among the host's
+        self._gpus = [
+            GpuModel(self.profile, i, now, own_pid=self._pid, own_key=self._key)
+            for i in range(n_gpus)
+        ]
         self._faults: dict[int, list[Fault]] = {}
         self._closed = False
         self._state = StateFile(state_file) if state_file is not None else None
         self._run = RunFile(self._state.path) if self._state is not None else None
-        self._key = f"{self._pid}:{secrets.token_hex(4)}"  # this backend among the host's
         self._start = process_start(self._pid)
         self._file_settings: dict[str, Any] | None = None
         self._generation = 0  # of the settings file: counted up at every change
@@ -225,10 +228,7 @@ class SimCore:
                     elif register:
                         self._find_heat(g, shared[i])
                 if real:  # (virtual time: the others' loads are on another timeline)
-                    g.set_others(
-                        {**presences(procs, i, self._key), self._key: self._presence(i)},
-                        own=self._key,
-                    )
+                    g.set_others({**presences(procs, i, self._key), self._key: self._presence(i)})
                 g.advance(now)
             if not (write or register or leave):
                 return

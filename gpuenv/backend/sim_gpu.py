@@ -114,7 +114,14 @@ class Job:
 class GpuModel:
     """One simulated GPU: settings, governor, controllers, physics and latched readings."""
 
-    def __init__(self, p: SimProfile, index: int, t_ns: int, own_pid: int | None = None):
+    def __init__(
+        self,
+        p: SimProfile,
+        index: int,
+        t_ns: int,
+        own_pid: int | None = None,
+        own_key: str | None = None,
+    ):
         self.p = p
         self.index = index
         self.asc = tuple(reversed(p.sm_clocks_mhz))  # ascending, for index arithmetic
@@ -127,7 +134,7 @@ class GpuModel:
         self.background: dict[int, float] = {}  # by pid: another process's, or ours (own_pid)
         self.own_pid = own_pid  # a background load under it is this process's own work
         self.others: dict[str, Presence] = {}  # every process's presence when shared (its key)
-        self.own: str | None = None  # this process's key among them
+        self.own = own_key  # this process's key among them
         self.others_end: int | None = None  # the first work lease among them to end
         self.job: Job | None = None
         self.job_end_ns = t_ns
@@ -201,12 +208,12 @@ class GpuModel:
             p.present for p in self.others.values()
         )
 
-    def set_others(self, others: dict[str, Presence], own: str | None = None) -> None:
+    def set_others(self, others: dict[str, Presence]) -> None:
         """The processes of the host and what they run here (ours included, under the key
         `own`: max, not sum, for the load; never a contender for our own work's SM time)."""
-        if others == self.others and own == self.own:
+        if others == self.others:
             return
-        self.others, self.own = others, own
+        self.others = others
         self._expire_others(self.t_ns)
 
     def _expire_others(self, t_ns: int) -> None:

@@ -56,6 +56,7 @@ from gpuenv.units import fmt_s
 
 if TYPE_CHECKING:
     from gpuenv.backend import Backend
+    from gpuenv.results import Measurement
     from gpuenv.seams import BenchSession
     from gpuenv.timing.devices import Device
 
@@ -655,7 +656,7 @@ def _state(ms: list[Any]) -> RankState:
     )
 
 
-def _rest_after(m: Any, cfg: BenchConfig) -> float:
+def _rest_after(m: Measurement, cfg: BenchConfig) -> float:
     """The rest a burst call's last burst asks for before the next call's work (the duty
     rule of `cfg.conditioning`, as between the bursts of one call): back to back, a
     ranking's calls are one long burst, and a heavy kernel brings the cap on within a few

@@ -752,6 +752,41 @@ def _tutorial_under_gpuenv_run(
 
 
 @pytest.mark.gpu
+def test_the_compile_tutorial_under_autotune_ranks_inductor_s_selections_on_the_gpu(tmp_path):
+    """An MLP compiled with max-autotune and timed as torch's compile tutorial times it
+    (benchmarks/workloads/compile_tutorial.py, unmodified) under `gpuenv run --autotune`, with
+    a fresh Inductor cache: every selection Inductor autotunes is chosen by gpuenv.rank and
+    is a row on the record, and the script runs and prints as it does bare."""
+    for module in ("torch", "triton", "numpy"):
+        pytest.importorskip(module)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    child = [sys.executable, str(ROOT / "benchmarks" / "workloads" / "compile_tutorial.py")]
+    runs = {}
+    for how in ("wrapped", "bare"):
+        env = dict(os.environ, PYTHONPATH=path, GPUENV_READONLY="1")
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / f"inductor-{how}")  # autotunes afresh
+        out = tmp_path / "run.jsonl"
+        wrap = [*GPUENV, "run", "--autotune", "-i", "0", "-o", str(out), "--"]
+        argv = [*wrap, *child] if how == "wrapped" else child
+        runs[how] = subprocess.run(
+            argv, capture_output=True, text=True, env=env, timeout=300, cwd=ROOT
+        )
+        assert runs[how].returncode == 0, runs[how].stderr[-3000:]
+        assert "(eval) eager median:" in runs[how].stdout
+    tuned = [m for m in load_run(out).measurements if m.extra.get("kind") == "autotune"]
+    assert tuned, runs["wrapped"].stderr[-3000:]
+    for m in tuned:
+        decision = m.extra["autotune"]
+        assert m.extra["site"].startswith("autotune inductor "), m.extra["site"]
+        assert len(decision["configs"]) >= 2 and decision["configs"][decision["winner"]], decision
+    assert "chosen by gpuenv.rank" in runs["wrapped"].stderr
+    wrapped, bare = (json.loads(runs[h].stdout.splitlines()[-1]) for h in ("wrapped", "bare"))
+    # gpuenv's choice may be another of the close choices: the compiled call within 15%
+    assert wrapped["compile_s"] == pytest.approx(bare["compile_s"], rel=0.15), (wrapped, bare)
+    sys.stderr.write(runs["wrapped"].stderr[-4000:])  # the autotune rows, for the device log
+
+
+@pytest.mark.gpu
 def test_the_vector_add_tutorial_gets_a_verdict_per_point_on_the_gpu(tmp_path):
     """triton's tutorial 01-vector-add, unmodified (benchmarks/workloads/perf_report_vadd.py),
     under gpuenv run: 32 measurements named by their points, no warm-up ramp from the call that

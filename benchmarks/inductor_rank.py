@@ -9,8 +9,9 @@ The workload (benchmarks/workloads/inductor_mm.py) compiles one GEMM with
 epilogue, a shape where cuBLAS should not win by the 15% it did at 4096^3). Each process
 gets a fresh TORCHINDUCTOR_CACHE_DIR, so every selection autotunes; all share one
 TRITON_CACHE_DIR, so compiled Triton kernels are reused and the wall is Inductor's. First
-one process times each choice carefully (gpuenv's do_bench, 0.5 s of reps from a cool,
-uncapped GPU: the true ranking; it also fills the Triton cache), then `--processes`
+one process times each choice carefully (gpuenv's do_bench, 100 ms of reps from a cool,
+uncapped GPU, in 5 interleaved passes: the true ranking, each choice's median pass with
+the passes' spread shown; it also fills the Triton cache), then `--processes`
 processes of each tuner, interleaved. Per tuner: the distinct winners, the most common
 choice's share, regret = the winner's careful time against the best careful time, the
 compile wall (the first call: compile, autotune, one run) and the compiled function's
@@ -99,13 +100,26 @@ def report(rows: Sequence[dict[str, Any]], careful_row: dict[str, Any]) -> None:
         f"torch {careful_row['torch']})"
     )
     print()
-    print("| choice | careful time | against the best |")
-    print("| --- | ---: | ---: |")
+    passes = careful_row.get("passes_ms") or {}
+    print("| choice | careful time | its passes | against the best |")
+    print("| --- | ---: | ---: | ---: |")
     for n in sorted(careful, key=careful.__getitem__):
-        print(f"| {n} | {careful[n] * 1e6:.1f} us | {careful[n] / careful[best] - 1:+.2%} |")
+        got = passes.get(n)
+        span = f"{min(got) * 1e3:.1f}-{max(got) * 1e3:.1f} us" if got else "-"
+        print(
+            f"| {n} | {careful[n] * 1e6:.1f} us | {span} | {careful[n] / careful[best] - 1:+.2%} |"
+        )
     print()
     within = sum(1 for t in careful.values() if t / careful[best] - 1 <= 0.03)
     print(f"{within} choices within 3% of the best ({best}).")
+    if passes.get(best):
+        top = max(passes[best])
+        overlap = [n for n in careful if n != best and passes.get(n) and min(passes[n]) <= top]
+        print(
+            f"{len(overlap)} other choices had a pass as fast as one of the best's "
+            f"({min(passes[best]) * 1e3:.1f}-{top * 1e3:.1f} us): their order is within "
+            "the passes' spread."
+        )
     print()
     print(
         "| tuner | processes | distinct winners | most common (share) | ties declared | "

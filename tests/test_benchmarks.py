@@ -319,6 +319,11 @@ def test_the_inductor_rank_benchmark_tables_winners_regret_and_walls(capsys):
     careful_ms = {"mm": 0.200, "triton_mm_1 BLOCK_M=128": 0.201, "triton_mm_2 BLOCK_M=64": 0.230}
     careful = {"mode": "careful", "op": "addmm_relu", "size": "2048x2048x8192"}
     careful.update(dtype="float16", selection="addmm", gpu="H200", torch="2.9", ms=careful_ms)
+    careful["passes_ms"] = {  # each choice's median is careful_ms's
+        "mm": [0.199, 0.200, 0.205],
+        "triton_mm_1 BLOCK_M=128": [0.2005, 0.201, 0.210],
+        "triton_mm_2 BLOCK_M=64": [0.229, 0.230, 0.231],
+    }
 
     def row(mode, winner, wall, compiled, tied=()):
         return {
@@ -347,6 +352,8 @@ def test_the_inductor_rank_benchmark_tables_winners_regret_and_walls(capsys):
     out = capsys.readouterr().out
     assert "| gpuenv | 2 | 1 | mm (100%) | 1 | 0.00% | 0.00% | 25.0 s |" in out
     assert "2 choices within 3% of the best (mm)." in out
+    assert "| mm | 200.0 us | 199.0-205.0 us | +0.00% |" in out
+    assert "1 other choices had a pass as fast as one of the best's (199.0-205.0 us)" in out
     assert "plain: 1 winners the careful run did not time" in out
     assert "1.19x plain Inductor's" in out
 

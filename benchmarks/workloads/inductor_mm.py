@@ -1,8 +1,11 @@
 """The child process of benchmarks/inductor_rank.py: one GEMM compiled by
 `torch.compile(mode="max-autotune")` in a fresh process, its max-autotune selection timed
 by plain Inductor, by Inductor under gpuenv's switch (`patch_inductor(rank=True)`), or
-carefully (each choice alone with gpuenv's do_bench, 0.5 s of reps from a cool, uncapped
-GPU: the true ranking).
+carefully: the true ranking, each choice timed with gpuenv's do_bench (100 ms of reps from
+a cool, uncapped GPU) in `CAREFUL_PASSES` interleaved passes, each pass starting one
+choice later, its time the median of its passes'. A few-us kernel's time can sit at one
+of two levels for seconds at a time (the spread of its passes shows it): one 0.5 s call
+per choice, in Inductor's order, would read whichever level each met.
 
     python benchmarks/workloads/inductor_mm.py MODE OP SIZE DTYPE
 
@@ -13,12 +16,13 @@ TORCHINDUCTOR_CACHE_DIR (nothing of Inductor's cached: every selection autotunes
 may share a TRITON_CACHE_DIR (compiled kernels reused: the wall is Inductor's, not
 ptxas's). Prints one JSON line: the mode, the selection (its name and choices' times in
 ms as the tuner returned them), the winner (the least: the choice Inductor keeps), gpuenv's
-tie set and ranking wall (gpuenv), the compile wall (the first call: compiling,
-autotuning, running once). Reads the GPU only (run it with GPUENV_READONLY=1); needs
-CUDA torch.
+tie set and ranking wall (gpuenv), each choice's pass times (careful), the compile wall
+(the first call: compiling, autotuning, running once). Reads the GPU only (run it with
+GPUENV_READONLY=1); needs CUDA torch.
 """
 
 import json
+import statistics
 import sys
 import time
 
@@ -28,6 +32,20 @@ from gpuenv.integrations import inductor
 
 OPS = ("mm_relu", "addmm_relu", "bmm")
 MODES = ("plain", "gpuenv", "careful")
+CAREFUL_PASSES = 5
+
+
+def careful_passes(cands, passes=CAREFUL_PASSES):
+    """Each candidate's do_bench median (ms) in `passes` interleaved passes, pass p starting
+    at candidate p: {name: [ms, ...]}."""
+    from gpuenv.integrations.triton.bench import do_bench
+
+    names = list(cands)
+    out = {n: [] for n in names}
+    for p in range(passes):
+        for n in names[p % len(names) :] + names[: p % len(names)]:
+            out[n].append(do_bench(cands[n], warmup=25, rep=100, return_mode="median"))
+    return out
 
 
 def problem(op, size, dtype):
@@ -65,10 +83,20 @@ def main(mode, op, size, dtype):
         selections.append({"name": name, "ms": {names[c]: t for c, t in timings.items()}})
 
     select.add_feedback_saver(saver)
+    timed = []  # careful: each ranked selection's choices' pass times
     if mode == "gpuenv":
         inductor.patch_inductor(rank=True)
     elif mode == "careful":
-        inductor.patch_inductor(rep=500, warmup=50)
+        import gpuenv.timing.rank as ranking
+
+        own_rank = ranking.rank
+
+        def careful_rank(cands, **settings):  # each selection's choices, as rank gets them
+            timed.append(careful_passes(cands))
+            return own_rank(cands, **settings)  # what Inductor keeps: not what is reported
+
+        ranking.rank = careful_rank
+        inductor.patch_inductor(rank=True)
         config.benchmark_epilogue_fusion = False  # only the selection's own choices matter
     fn, args = problem(op, size, dtype)
     compiled = torch.compile(fn, mode="max-autotune")
@@ -85,6 +113,12 @@ def main(mode, op, size, dtype):
         raise SystemExit(f"no max-autotune selection of more than one choice: {selections}")
     pick = max(tuned, key=lambda s: len(s["ms"]))
     ms = pick["ms"]
+    passes = {}
+    if mode == "careful":
+        if not timed:
+            raise SystemExit("careful: no selection reached gpuenv.rank: nothing timed carefully")
+        passes = max(timed, key=len)
+        ms = {n: statistics.median(v) for n, v in passes.items()}
     row = {
         "mode": mode,
         "op": op,
@@ -98,6 +132,8 @@ def main(mode, op, size, dtype):
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(),
     }
+    if passes:
+        row["passes_ms"] = passes
     if mode == "gpuenv":
         ranked = inductor.rankings()
         if not ranked:

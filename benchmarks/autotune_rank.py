@@ -13,9 +13,11 @@ kernel of each case `--trials` times: rested after `--rest-s` of idle, hot after
 tuner and state: the distinct winners, the share of the most common choice (goal >= 95%
 for gpuenv: one winner or one declared tie), regret = the winner's careful time against
 the best's (goal <= 0.5%), and the tuning wall (the first launch, autotuning included;
-goal: gpuenv's at most 1.5x plain triton's, rested). Read-only: no clock is set, every
-child runs with GPUENV_READONLY=1. About 7 minutes on an H200 at the defaults (N = 2 x
-processes x trials = 20 autotunes per case and tuner).
+goal: gpuenv's at most 1.5x plain triton's, rested), and where gpuenv's went: outside the
+ranking, between its calls, and each bench phase of its calls (`ranking_parts`).
+Read-only: no clock is set, every child runs with GPUENV_READONLY=1. About 7 minutes on an
+H200 at the defaults (N = 2 x processes x trials = 20 autotunes per case and tuner); one
+case in 20 fresh processes a tuner (`--cases close --processes 10 --trials 1`) about 8.
 
     GPUENV_READONLY=1 python -m benchmarks.autotune_rank
 """
@@ -52,6 +54,50 @@ def child(*args: str, cases: str = ",".join(CASES), timeout: float = 300) -> lis
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
+# Where gpuenv's tuning wall went: the first launch's wall outside the ranking (triton's
+# loading of each config's kernel, its first run), the ranking's time between its calls
+# (rank's rests and its own work), and each bench phase summed over the calls
+# (`gpuenv.phases.Wall`), with the waits for a ready GPU (in "condition") and the rests
+# between bursts (in "measure") named apart. rank_cost.py splits the same on the
+# simulated H200; this is the GPU's.
+OUTSIDE = "outside the ranking (triton: each config's kernel loaded, the first run)"
+BETWEEN = "between calls (rank's rests, its own work)"
+WAIT = "  of which: waiting for a ready GPU"
+RESTS = "  of which: rests between bursts"
+
+
+def ranking_parts(r: Any) -> dict[str, float]:
+    """A gpuenv.Ranking's wall, in seconds: each bench phase summed over its calls, the
+    waits and rests inside them, and the time between its calls (`BETWEEN`)."""
+    from gpuenv.phases import WALL_PHASES
+
+    parts = dict.fromkeys(WALL_PHASES, 0.0)
+    wait = rests = 0.0
+    for cand in r.candidates:
+        for m in cand.measurements:
+            if m.wall is not None:
+                for phase, sec in m.wall.phases:
+                    parts[phase] += sec
+            wait += float(m.extra.get("burst_first_wait_s") or 0.0)
+            rests += float(m.extra.get("burst_rest_s") or 0.0)
+    return {BETWEEN: max(0.0, r.wall_s - sum(parts.values())), **parts, WAIT: wait, RESTS: rests}
+
+
+def wall_split(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """gpuenv's rows (`ranking_parts` kept as "parts", the ranking's wall as
+    "rank_wall_s"): each part's median over the autotunes, in seconds."""
+    got = [r for r in rows if r.get("parts") and r.get("rank_wall_s") is not None]
+    if not got:
+        return {}
+    keys = [OUTSIDE, *got[0]["parts"]]
+    split: dict[str, list[float]] = {k: [] for k in keys}
+    for r in got:
+        split[OUTSIDE].append(max(0.0, r["wall_s"] - r["rank_wall_s"]))
+        for k in keys[1:]:
+            split[k].append(float(r["parts"].get(k, 0.0)))
+    return {k: statistics.median(v) for k, v in split.items()}
+
+
 def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict[str, Any]:
     """One case, tuner and state: distinct winners, the most common choice's share, regret
     (the winner's careful time / the best careful time of the case's configs, - 1) and
@@ -76,6 +122,7 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
         "rounds_median": statistics.median(rounds) if rounds else None,
         "call_wall_median_s": statistics.median(per_call) if per_call else None,
         "winners": dict(winners),
+        "split": wall_split(rows),
     }
 
 
@@ -169,7 +216,23 @@ def report(
                     f"{_or_dash(s['call_wall_median_s'], '{:.1f} ms', 1e3)} |"
                 )
         print()
+        _split_table(summary)
         _metrics(case, summary)
+
+
+def _split_table(summary: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Where gpuenv's tuning wall went, rested and hot: each part's median an autotune."""
+    states = [st for st in STATES if summary.get(("gpuenv", st), {}).get("split")]
+    if not states:
+        return
+    print("Where gpuenv's tuning wall went (each part's median over the autotunes):")
+    print()
+    print("| part | " + " | ".join(states) + " |")
+    print("| --- |" + " ---: |" * len(states))
+    for part in summary["gpuenv", states[0]]["split"]:
+        cells = [f"{summary['gpuenv', st]['split'].get(part, 0.0) * 1e3:.0f} ms" for st in states]
+        print(f"| {part} | " + " | ".join(cells) + " |")
+    print()
 
 
 def _or_dash(value: float | None, fmt: str, scale: float = 1.0) -> str:

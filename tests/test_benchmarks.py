@@ -311,6 +311,49 @@ def test_the_autotune_rank_benchmark_tables_winners_regret_and_wall(capsys):
     autotune_rank.report(rows, careful, {"close": cases["close"]})
     out = capsys.readouterr().out
     assert "| gpuenv | rested | 4 | 1 | " in out and "1.25x plain triton's" in out
+    assert "Where gpuenv's tuning wall went" not in out  # no row kept a split
+
+
+def test_autotune_rank_splits_gpuenv_s_tuning_wall_by_where_it_went(capsys):
+    """A ranking's wall: each bench phase summed over its calls, the waits and rests inside
+    them, the rest between calls; the first launch's wall outside the ranking."""
+    from types import SimpleNamespace
+
+    from benchmarks import autotune_rank as ar
+    from gpuenv.phases import WALL_PHASES, Wall
+
+    def call(measure, condition, wait, rests):
+        spans = dict.fromkeys(WALL_PHASES, 0.001)
+        spans.update(measure=measure, condition=condition)
+        extra = {"burst_first_wait_s": wait, "burst_rest_s": rests}
+        return SimpleNamespace(wall=Wall(tuple(spans.items())), extra=extra)
+
+    calls = [call(0.02, 0.01, 0.008, 0.0), call(0.03, 0.002, 0.0, 0.01)]
+    old = SimpleNamespace(wall=None, extra={})  # a call kept before walls were: nothing
+    ranking = SimpleNamespace(
+        wall_s=0.2,
+        candidates=[SimpleNamespace(measurements=calls), SimpleNamespace(measurements=[old])],
+    )
+    parts = ar.ranking_parts(ranking)
+    assert parts["measure"] == pytest.approx(0.05) and parts["condition"] == pytest.approx(0.012)
+    assert parts["open"] == pytest.approx(0.002)
+    assert parts[ar.WAIT] == pytest.approx(0.008) and parts[ar.RESTS] == pytest.approx(0.01)
+    phases = sum(parts[p] for p in WALL_PHASES)
+    assert parts[ar.BETWEEN] == pytest.approx(0.2 - phases)  # 0.2 - 0.072
+    row = {"case": "close", "tuner": "gpuenv", "state": "hot", "winner": "a", "wall_s": 0.5}
+    rows = [
+        {**row, "rank_wall_s": 0.2, "parts": parts},
+        {**row, "rank_wall_s": 0.2, "parts": {**parts, "measure": 0.07}, "wall_s": 0.3},
+        {**row, "wall_s": 0.9},  # no split kept: left out of it
+    ]
+    split = ar.wall_split(rows)
+    assert split[ar.OUTSIDE] == pytest.approx(0.2)  # the median of 0.3 and 0.1
+    assert split["measure"] == pytest.approx(0.06) and split[ar.BETWEEN] == parts[ar.BETWEEN]
+    assert ar.wall_split([row]) == {}
+    ar._split_table({("gpuenv", "hot"): {"split": split}})
+    out = capsys.readouterr().out
+    assert "| part | hot |" in out and f"| {ar.OUTSIDE} | 200 ms |" in out
+    assert "| measure | 60 ms |" in out and f"| {ar.WAIT} | 8 ms |" in out
 
 
 def test_the_inductor_rank_benchmark_tables_winners_regret_and_walls(capsys):

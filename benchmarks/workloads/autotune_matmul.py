@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from benchmarks._kernels import GpuEnv
+from benchmarks.autotune_rank import ranking_parts
 
 K4 = 4096
 # 8 configs: the two the issue saw plain triton choose (BM128/BN128/BK64, 3 and 4 stages)
@@ -195,6 +196,8 @@ def tune(tuner, state, trials, rest_s, hot_s, topup_s):
                 row["tied"] = [by_label[n] for n in r.tied]
                 row["rounds"] = r.rounds
                 row["calls"] = sum(c.rounds for c in r.candidates)
+                row["rank_wall_s"] = r.wall_s
+                row["parts"] = ranking_parts(r)
             print(json.dumps(row), flush=True)
 
 

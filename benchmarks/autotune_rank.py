@@ -10,8 +10,9 @@ config carefully (gpuenv.bench, 2 s each: the true ranking). Then, for plain tri
 gpuenv, `--processes` fresh processes rested and as many hot, each autotuning a fresh
 kernel of each case `--trials` times: rested after `--rest-s` of idle, hot after
 `--hot-s` of bf16 8192 matmuls (the first) or `--topup-s` (the later ones). Per case,
-tuner and state: the distinct winners, the share of the most common choice (goal >= 95%
-for gpuenv: one winner or one declared tie), regret = the winner's careful time against
+tuner and state: the distinct winners and the most common one's share, the distinct
+decisions (the winner alone, or the tie declared) and the most common one's share (goal
+>= 95% for gpuenv: one winner or one declared tie), regret = the winner's careful time against
 the best's (goal <= 0.5%), and the tuning wall (the first launch, autotuning included;
 goal: gpuenv's at most 1.5x plain triton's, rested), and where gpuenv's went: outside the
 ranking, between its calls, and each bench phase of its calls (`ranking_parts`).
@@ -103,6 +104,10 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
     (the winner's careful time / the best careful time of the case's configs, - 1) and
     the tuning wall."""
     winners = Counter(r["winner"] for r in rows)
+    # the decision: the winner alone, or the tie declared (the goal: one in 95%)
+    decisions = Counter(
+        tuple(r.get("tied") or ()) if len(r.get("tied") or ()) > 1 else (r["winner"],) for r in rows
+    )
     best = min(careful[w] for w in careful)
     regrets = [careful[r["winner"]] / best - 1 for r in rows]
     walls = [r["wall_s"] for r in rows]
@@ -119,6 +124,8 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
         "regret_max": max(regrets) if regrets else float("nan"),
         "wall_median_s": statistics.median(walls) if walls else float("nan"),
         "ties": sum(1 for r in rows if len(r.get("tied") or ()) > 1),
+        "decisions": len(decisions),
+        "decision_share": decisions.most_common(1)[0][1] / len(rows) if rows else 0.0,
         "rounds_median": statistics.median(rounds) if rounds else None,
         "call_wall_median_s": statistics.median(per_call) if per_call else None,
         "winners": dict(winners),
@@ -195,10 +202,10 @@ def report(
         print()
         print(
             "| tuner | state | autotunes | distinct winners | most common (share) | ties "
-            "declared | regret median | regret max | tuning wall median | rounds median | "
-            "wall a call (median) |"
+            "declared | distinct decisions (most common) | regret median | regret max | "
+            "tuning wall median | rounds median | wall a call (median) |"
         )
-        print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         summary: dict[tuple[str, str], dict[str, Any]] = {}
         for tuner in TUNERS:
             for state in STATES:
@@ -210,7 +217,8 @@ def report(
                 s = summary[tuner, state] = summarize(mine, times)
                 print(
                     f"| {tuner} | {state} | {s['n']} | {s['distinct']} | {s['modal']} "
-                    f"({s['modal_share']:.0%}) | {s['ties']} | {s['regret_median']:.2%} | "
+                    f"({s['modal_share']:.0%}) | {s['ties']} | {s['decisions']} "
+                    f"({s['decision_share']:.0%}) | {s['regret_median']:.2%} | "
                     f"{s['regret_max']:.2%} | {s['wall_median_s']:.2f} s | "
                     f"{_or_dash(s['rounds_median'], '{:g}')} | "
                     f"{_or_dash(s['call_wall_median_s'], '{:.1f} ms', 1e3)} |"
@@ -245,6 +253,13 @@ def _metrics(case: str, summary: dict[tuple[str, str], dict[str, Any]]) -> None:
         if g is None:
             continue
         runner.metric(f"{case} {state}: gpuenv regret max", 100 * g["regret_max"], "%", slack=0.3)
+        runner.metric(
+            f"{case} {state}: gpuenv most common decision",
+            100 * g["decision_share"],
+            "%",
+            better="higher",
+            slack=5,
+        )
         runner.metric(
             f"{case} {state}: gpuenv most common choice",
             100 * g["modal_share"],

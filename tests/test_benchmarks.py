@@ -308,9 +308,12 @@ def test_the_autotune_rank_benchmark_tables_winners_regret_and_wall(capsys):
     g = autotune_rank.summarize(rows[4:], careful)
     assert g["distinct"] == 1 and g["modal_share"] == 1.0 and g["regret_max"] == 0.0
     assert g["ties"] == 2
+    assert g["decisions"] == 2 and g["decision_share"] == 0.5  # alone, or tied with second
+    assert s["decisions"] == 3 and s["decision_share"] == 0.5  # plain: its winners
     autotune_rank.report(rows, careful, {"close": cases["close"]})
     out = capsys.readouterr().out
     assert "| gpuenv | rested | 4 | 1 | " in out and "1.25x plain triton's" in out
+    assert f"| {best} (100%) | 2 | 2 (50%) | 0.00% |" in out
     assert "Where gpuenv's tuning wall went" not in out  # no row kept a split
 
 

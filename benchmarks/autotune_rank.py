@@ -99,15 +99,22 @@ def wall_split(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in split.items()}
 
 
+def decisions(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Autotunes' decisions, each the winner alone or the tie declared (its "tied"): how many
+    distinct ones ("decisions"), and the most common one's share ("decision_share"; the
+    goal: one in 95%). A tie's winner, its first, does not say whether the ties agreed."""
+    got = Counter(
+        tuple(r.get("tied") or ()) if len(r.get("tied") or ()) > 1 else (r["winner"],) for r in rows
+    )
+    share = got.most_common(1)[0][1] / len(rows) if rows else 0.0
+    return {"decisions": len(got), "decision_share": share}
+
+
 def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict[str, Any]:
     """One case, tuner and state: distinct winners, the most common choice's share, regret
     (the winner's careful time / the best careful time of the case's configs, - 1) and
     the tuning wall."""
     winners = Counter(r["winner"] for r in rows)
-    # the decision: the winner alone, or the tie declared (the goal: one in 95%)
-    decisions = Counter(
-        tuple(r.get("tied") or ()) if len(r.get("tied") or ()) > 1 else (r["winner"],) for r in rows
-    )
     best = min(careful[w] for w in careful)
     regrets = [careful[r["winner"]] / best - 1 for r in rows]
     walls = [r["wall_s"] for r in rows]
@@ -124,8 +131,7 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
         "regret_max": max(regrets) if regrets else float("nan"),
         "wall_median_s": statistics.median(walls) if walls else float("nan"),
         "ties": sum(1 for r in rows if len(r.get("tied") or ()) > 1),
-        "decisions": len(decisions),
-        "decision_share": decisions.most_common(1)[0][1] / len(rows) if rows else 0.0,
+        **decisions(rows),
         "rounds_median": statistics.median(rounds) if rounds else None,
         "call_wall_median_s": statistics.median(per_call) if per_call else None,
         "winners": dict(winners),

@@ -12,15 +12,21 @@ TRITON_CACHE_DIR, so compiled Triton kernels are reused and the wall is Inductor
 one process times each choice carefully (gpuenv's do_bench, 100 ms of reps from a cool,
 uncapped GPU, in 5 interleaved passes: the true ranking, each choice's median pass with
 the passes' spread shown; it also fills the Triton cache), then `--processes`
-processes of each tuner, interleaved. Per tuner: the distinct winners, the most common
-choice's share, regret = the winner's careful time against the best careful time, the
-compile wall (the first call: compile, autotune, one run) and the compiled function's
-own time (gpuenv.bench: the choice and Inductor's epilogue-fusion decision after it).
-Read-only: no clock is set, every child runs with GPUENV_READONLY=1. About 3 minutes on
-an H200 at the defaults (the careful process about a minute, compiling every Triton
-template; each tuning process 20-35 s).
+processes of each tuner in each of `--states`, interleaved: rested (the GPU idle while
+Inductor compiles) and hot (each selection benchmarked right after `--hot-s` of bf16
+8192^3 matmuls: the load runs inside Inductor's benchmark function, after compiling).
+Per tuner and state: the distinct winners and the most common one's share, the distinct
+decisions (the winner alone, or the tie declared; goal: one in 95%), regret = the
+winner's careful time against the best careful time, the compile wall (the first call:
+compile, autotune, one run) and the compiled function's own time (gpuenv.bench: the
+choice and Inductor's epilogue-fusion decision after it). Read-only: no clock is set,
+every child runs with GPUENV_READONLY=1. About 5 minutes on an H200 at the defaults (the
+careful process about a minute, compiling every Triton template; each tuning process
+20-35 s, a hot one 7 s more); one state in 10 processes a tuner, about 7.
 
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank
+    GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 1024x1024x1024 \
+        --states hot --processes 10
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 4096x4096x4096
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op bmm --size 8x2048x2048x2048 \\
         --dtype bfloat16
@@ -40,20 +46,26 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import runner
+from benchmarks.autotune_rank import decisions
 from benchmarks.checkout import ROOT, checkout_env
 
 CHILD = ROOT / "benchmarks" / "workloads" / "inductor_mm.py"
 TUNERS = ("plain", "gpuenv")
+STATES = ("rested", "hot")
 CHILD_TIMEOUT_S = 300
 
 
-def child(mode: str, args: argparse.Namespace, triton_cache: Path) -> dict[str, Any]:
-    """One fresh process with a fresh Inductor cache; its JSON line."""
+def child(
+    mode: str, args: argparse.Namespace, triton_cache: Path, state: str = "rested"
+) -> dict[str, Any]:
+    """One fresh process with a fresh Inductor cache, `state` "rested" or "hot"; its JSON
+    line."""
     with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
         env = checkout_env(
             GPUENV_READONLY="1", TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=str(triton_cache)
         )
-        argv = [sys.executable, str(CHILD), mode, args.op, args.size, args.dtype]
+        argv = [sys.executable, str(CHILD), mode, args.op, args.size, args.dtype, state]
+        argv.append(str(args.hot_s))
         proc = subprocess.run(
             argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
         )
@@ -81,6 +93,7 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
         "modal": modal,
         "modal_share": count / len(rows) if rows else 0.0,
         "ties": sum(1 for r in rows if len(r.get("tied") or ()) > 1),
+        **decisions(rows),
         "regret_median": statistics.median(regrets) if regrets else float("nan"),
         "regret_max": max(regrets) if regrets else float("nan"),
         "unseen": sum(1 for r in rows if r["winner"] not in careful),
@@ -122,41 +135,52 @@ def report(rows: Sequence[dict[str, Any]], careful_row: dict[str, Any]) -> None:
         )
     print()
     print(
-        "| tuner | processes | distinct winners | most common (share) | ties declared | "
-        "regret median | regret max | compile wall median | compiled fn median (spread) |"
+        "| tuner | state | processes | distinct winners | most common (share) | ties declared | "
+        "distinct decisions (most common) | regret median | regret max | compile wall median | "
+        "compiled fn median (spread) |"
     )
-    print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     summary = {}
     for tuner in TUNERS:
-        mine = [r for r in rows if r["mode"] == tuner]
-        if not mine:
-            continue
-        s = summary[tuner] = summarize(mine, careful)
-        print(
-            f"| {tuner} | {s['n']} | {s['distinct']} | {s['modal']} ({s['modal_share']:.0%}) | "
-            f"{s['ties']} | {s['regret_median']:.2%} | {s['regret_max']:.2%} | "
-            f"{s['wall_median_s']:.1f} s | {s['compiled_median_s'] * 1e6:.1f} us "
-            f"({s['compiled_spread']:.1%}) |"
-        )
+        for state in STATES:
+            mine = [r for r in rows if (r["mode"], r.get("state", "rested")) == (tuner, state)]
+            if not mine:
+                continue
+            s = summary[tuner, state] = summarize(mine, careful)
+            print(
+                f"| {tuner} | {state} | {s['n']} | {s['distinct']} | {s['modal']} "
+                f"({s['modal_share']:.0%}) | {s['ties']} | {s['decisions']} "
+                f"({s['decision_share']:.0%}) | {s['regret_median']:.2%} | "
+                f"{s['regret_max']:.2%} | {s['wall_median_s']:.1f} s | "
+                f"{s['compiled_median_s'] * 1e6:.1f} us ({s['compiled_spread']:.1%}) |"
+            )
     print()
-    for tuner, s in summary.items():
+    for (tuner, state), s in summary.items():
         if s["unseen"]:
-            print(f"{tuner}: {s['unseen']} winners the careful run did not time (not in regret).")
+            print(
+                f"{tuner}, {state}: {s['unseen']} winners the careful run did not time "
+                "(not in regret)."
+            )
     _metrics(summary)
 
 
-def _metrics(summary: dict[str, dict[str, Any]]) -> None:
-    g, p = summary.get("gpuenv"), summary.get("plain")
-    if g is not None:
-        runner.metric("gpuenv regret max", 100 * g["regret_max"], "%", slack=0.3)
-        runner.metric(
-            "gpuenv most common choice", 100 * g["modal_share"], "%", better="higher", slack=5
-        )
-    if g is not None and p is not None and p["wall_median_s"] > 0:
-        ratio = g["wall_median_s"] / p["wall_median_s"]
-        print(f"gpuenv's compile wall is {ratio:.2f}x plain Inductor's.")
-        print()
-        runner.metric("compile wall gpuenv / plain", ratio, "x", slack=0.1)
+def _metrics(summary: dict[tuple[str, str], dict[str, Any]]) -> None:
+    for state in STATES:
+        g, p = summary.get(("gpuenv", state)), summary.get(("plain", state))
+        if g is not None:
+            runner.metric(f"{state}: gpuenv regret max", 100 * g["regret_max"], "%", slack=0.3)
+            runner.metric(
+                f"{state}: gpuenv most common decision",
+                100 * g["decision_share"],
+                "%",
+                better="higher",
+                slack=5,
+            )
+        if g is not None and p is not None and p["wall_median_s"] > 0:
+            ratio = g["wall_median_s"] / p["wall_median_s"]
+            print(f"{state.capitalize()}, gpuenv's compile wall is {ratio:.2f}x plain Inductor's.")
+            print()
+            runner.metric(f"{state}: compile wall gpuenv / plain", ratio, "x", slack=0.1)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -168,8 +192,9 @@ def run(args: argparse.Namespace) -> int:
         careful = child("careful", args, shared)
         rows = []
         for _ in range(args.processes):  # interleaved: the tuners meet the same machine
-            for tuner in TUNERS:
-                rows.append(child(tuner, args, shared))
+            for state in args.states.split(","):
+                for tuner in TUNERS:
+                    rows.append(child(tuner, args, shared, state))
     report(rows, careful)
     return 0
 
@@ -186,6 +211,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--size", default="2048x2048x8192", help="MxNxK, or BxMxNxK for bmm (2048x2048x8192)"
     )
     parser.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16")
+    parser.add_argument(
+        "--states",
+        choices=("rested,hot", "rested", "hot"),
+        default="rested,hot",
+        help="rested (the GPU idle while Inductor compiles), hot (each selection benchmarked "
+        "right after --hot-s of heavy load), or both (rested,hot)",
+    )
+    parser.add_argument(
+        "--hot-s", type=float, default=7.0, help="heavy load before a hot selection (7)"
+    )
 
 
 if __name__ == "__main__":
@@ -196,6 +231,8 @@ if __name__ == "__main__":
             add_arguments,
             run,
             quick={"processes": 1},
-            variant=lambda a: f"{a.op}-{a.size}-{a.dtype}",
+            variant=lambda a: (
+                f"{a.op}-{a.size}-{a.dtype}" + ("" if a.states == "rested,hot" else f"-{a.states}")
+            ),
         )
     )

@@ -359,6 +359,36 @@ def test_autotune_rank_splits_gpuenv_s_tuning_wall_by_where_it_went(capsys):
     assert "| measure | 60 ms |" in out and f"| {ar.WAIT} | 8 ms |" in out
 
 
+def test_the_inductor_workload_s_hot_state_loads_right_before_each_selection_s_timing(
+    monkeypatch,
+):
+    """benchmarks/workloads/inductor_mm.py's hot state, on CPU torch's own selector class:
+    the load runs when Inductor's benchmark function is called (after compiling), each
+    time, before the choices are timed; what the function returns is Inductor's."""
+    select = pytest.importorskip("torch._inductor.select_algorithm")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "inductor_mm", Path(__file__).parent.parent / "benchmarks/workloads/inductor_mm.py"
+    )
+    assert spec is not None and spec.loader is not None
+    workload = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(workload)
+    S = select.AlgorithmSelectorCache
+    seen = []
+
+    def own(cls, choices, *args, **kwargs):
+        seen.append(("made", len(choices)))
+        return lambda cs: seen.append(("timed", len(cs))) or dict.fromkeys(cs, 1.0)
+
+    monkeypatch.setattr(S, "make_benchmark_fn", classmethod(own))
+    workload.heat_before_benchmarking(select, lambda s: seen.append(("load", s)), 2.5)
+    fn = S.make_benchmark_fn(["a", "b"], [], None, None)
+    assert seen == [("made", 2)]  # made: nothing loaded yet
+    assert fn(["a", "b"]) == {"a": 1.0, "b": 1.0} and fn(["a"]) == {"a": 1.0}
+    assert seen[1:] == [("load", 2.5), ("timed", 2), ("load", 2.5), ("timed", 1)]
+
+
 def test_the_inductor_rank_benchmark_tables_winners_regret_and_walls(capsys):
     from benchmarks import inductor_rank
 
@@ -394,14 +424,22 @@ def test_the_inductor_rank_benchmark_tables_winners_regret_and_walls(capsys):
     g = inductor_rank.summarize(rows[3:], seconds)
     assert g["distinct"] == 1 and g["modal_share"] == 1.0 and g["regret_max"] == 0.0
     assert g["ties"] == 1 and g["compiled_spread"] == pytest.approx(0.01)
-    inductor_rank.report(rows, careful)
+    assert g["decisions"] == 2 and g["decision_share"] == 0.5  # the tie, and mm alone
+    hot = [  # rows of the hot state: tabled and measured apart from the rested ones
+        {**row("plain", "triton_mm_1 BLOCK_M=128", 30.0, 201e-6), "state": "hot"},
+        {**row("gpuenv", "mm", 33.0, 200e-6), "state": "hot"},
+    ]
+    inductor_rank.report(rows + hot, careful)
     out = capsys.readouterr().out
-    assert "| gpuenv | 2 | 1 | mm (100%) | 1 | 0.00% | 0.00% | 25.0 s |" in out
+    assert "| gpuenv | rested | 2 | 1 | mm (100%) | 1 | 2 (50%) | 0.00% | 0.00% | 25.0 s |" in out
+    assert "| gpuenv | hot | 1 | 1 | mm (100%) | 0 | 1 (100%) | 0.00% | 0.00% | 33.0 s |" in out
+    assert "| plain | hot | 1 | 1 | triton_mm_1 BLOCK_M=128 (100%) | 0 | 1 (100%) | 0.50% |" in out
+    assert "Hot, gpuenv's compile wall is 1.10x plain Inductor's." in out
     assert "2 choices within 3% of the best (mm)." in out
     assert "| mm | 200.0 us | 199.0-205.0 us | +0.00% |" in out
     assert "1 other choices had a pass as fast as one of the best's (199.0-205.0 us)" in out
-    assert "plain: 1 winners the careful run did not time" in out
-    assert "1.19x plain Inductor's" in out
+    assert "plain, rested: 1 winners the careful run did not time" in out
+    assert "Rested, gpuenv's compile wall is 1.19x plain Inductor's." in out
 
 
 def test_a_report_that_prints_a_fence_stays_inside_its_own():

@@ -586,3 +586,17 @@ def test_models_side_names_its_results_by_the_gpu_model_and_judges_each_tool(
         models_side.run(
             argparse.Namespace(sim=False, sim_profile="h200", kernels="cumsum_16m", repeats=1)
         )
+
+
+def test_call_levels_tables_each_kernel_s_calls_and_their_upper_level():
+    from benchmarks import call_levels
+
+    low, high = 8.38e-6, 9.18e-6  # the H200's two levels of the 1024^3 mm (issue 43)
+    s = call_levels.summarize([low, high, low, low])
+    assert s["min_s"] == low and s["max_s"] == high and s["median_s"] == low
+    assert s["spread"] == pytest.approx(high / low - 1) and s["upper_share"] == 0.25
+    steady = call_levels.summarize([6.0e-6, 6.1e-6, 6.05e-6])  # within 3%: no upper level
+    assert steady["upper_share"] == 0.0
+    lines = call_levels.table({("mm", "events"): [low, high], ("mm", "profiler"): [6e-6] * 2})
+    assert lines[2] == "| mm | events | 2 | 8.38 us | 8.78 us | 9.18 us | 9.5% | 50% |"
+    assert lines[3].endswith("| 0.0% | 0% |")

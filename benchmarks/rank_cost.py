@@ -28,6 +28,13 @@ The plain autotune is triton's `do_bench` for each candidate, one after the othe
 an equally rested GPU: 5 reps to estimate, 25 ms of warmup, 100 ms of reps (each after
 the flush), the median kept.
 
+Then `--process` rankings of each case in real time on the shared simulated GPU, read by
+a sampler process as a real GPU is (the private simulated GPU above is read by a thread
+that starts afresh each call, so a call's samples come at once): the gap between one
+call's last rep and the next one's first, and each bench phase of a call. The H200 read
+~65 ms a call where virtual time reads ~20 ms; this shows what a shared sampler's pace
+adds.
+
     python -m benchmarks.rank_cost                     # both cases, 20 rankings each
     python -m benchmarks.rank_cost --cprofile 25       # + cProfile's top 25 (tottime)
 """
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import itertools
 import os
 import pstats
 import random
@@ -319,6 +327,52 @@ def report_case(case: str, g: Split, p: Split, n: int) -> None:
     runner.metric(f"{case}: gpuenv host per call", g.host_s / g.calls * 1e3, "ms", slack=1.0)
 
 
+def under_a_process(profile: str, case: str, n: int, noise: float) -> None:
+    """`n` rankings of `case` in real time on the shared simulated GPU, read by a sampler
+    process as a real GPU is. The sections above run a private simulated GPU on virtual
+    time, read by a thread that starts afresh each call: there a call's samples and edge
+    reads come at once; under the one process a loop of calls shares, they come on its
+    pace (edge reads at most every EDGE_MIN_INTERVAL_S, fresh samples at the hurried
+    period). Prints the gap between one call's last rep and the next call's first, and
+    each bench phase of a call, as medians."""
+    import gpuenv
+    from gpuenv.backend import open_backend
+
+    keys = ("GPUENV_SAMPLER", "GPUENV_SIM_PROFILE")
+    before = {k: os.environ.get(k) for k in keys}
+    os.environ.update(GPUENV_SAMPLER="process", GPUENV_SIM_PROFILE=profile)
+    gaps: list[float] = []
+    phases: dict[str, list[float]] = {}
+    try:
+        for i in range(n):
+            be: Any = open_backend("sim")
+            be.open_context(0)
+            r = gpuenv.rank(_candidates(be, CASES[case], i, noise), backend=be)
+            ms = [m for c in r.candidates for m in c.measurements]
+            spans = sorted((m.windows[0].t0, m.windows[-1].t1) for m in ms if m.windows)
+            gaps += [b[0] - a[1] for a, b in itertools.pairwise(spans)]
+            for m in ms:
+                for phase, sec in m.wall.phases if m.wall is not None else ():
+                    phases.setdefault(phase, []).append(sec)
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    q = sorted(gaps)
+    gap = statistics.median(q)
+    each = ", ".join(f"{k} {_ms(statistics.median(v))}" for k, v in phases.items())
+    print(
+        f"Under a sampler process ({case}, {n} rankings in real time on the shared simulated "
+        f"GPU, as a real GPU is read): {_ms(gap)} between one call's last rep and the next "
+        f"call's first (median of {len(q)}; quartiles {_ms(q[len(q) // 4])}-"
+        f"{_ms(q[3 * len(q) // 4])}); a call's bench phases (medians): {each}."
+    )
+    print()
+    runner.metric(f"{case} under a sampler process: gap between calls", gap * 1e3, "ms", slack=5)
+
+
 def _tally(choices: list[str]) -> str:
     counts: dict[str, int] = {}
     for c in choices:
@@ -351,6 +405,8 @@ def run(args: argparse.Namespace) -> int:
             plain_once(be, _candidates(be, CASES[case], i, args.noise), p)
             be.close()
         report_case(case, g, p, args.rankings)
+        if args.process:
+            under_a_process(profile, case, args.process, args.noise)
     if args.prof is not None:
         print("```")
         pstats.Stats(args.prof, stream=sys.stdout).sort_stats("tottime").print_stats(args.cprofile)
@@ -374,11 +430,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--idle-s", type=float, default=10.0, help="idle before each (rested)")
     parser.add_argument(
+        "--process",
+        type=int,
+        default=3,
+        metavar="N",
+        help="also N rankings a case in real time under a sampler process (3; 0: none)",
+    )
+    parser.add_argument(
         "--cprofile", type=int, default=0, metavar="N", help="cProfile's top N by tottime"
     )
 
 
 if __name__ == "__main__":
     sys.exit(
-        runner.main("rank_cost", __doc__, add_arguments, run, quick={"rankings": 3}, sim_only=True)
+        runner.main(
+            "rank_cost",
+            __doc__,
+            add_arguments,
+            run,
+            quick={"rankings": 3, "process": 1},
+            sim_only=True,
+        )
     )

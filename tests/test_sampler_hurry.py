@@ -264,3 +264,86 @@ def test_hurries_from_several_threads_count_once_each():
     for h in hurries:
         h.__exit__(None, None, None)
     assert sampler.hurrying == 0
+
+
+class _Script:
+    """Edges asked for at scripted times of a virtual clock, and the wait that moves the
+    clock to the next event (Reader.run's pacing, without a thread)."""
+
+    def __init__(self, clock: VirtualClock, asks: list[float], until: float):
+        self.clock, self.asks, self.until = clock, sorted(asks), until
+        self.n = self.done = 0
+
+    def requested(self) -> int:
+        return self.n
+
+    def served(self, n: int) -> None:
+        self.done = n
+
+    def wait(self, seconds: float) -> None:
+        now = self.clock.now()
+        ahead = [t for t in self.asks if t > now + 1e-9]
+        self.clock.advance(max(1e-6, min([now + seconds, *ahead[:1]]) - now))
+        self.n = sum(1 for t in self.asks if t <= self.clock.now() + 1e-9)
+
+    def stopped(self) -> bool:
+        return self.clock.now() >= self.until
+
+
+class _Kept:
+    def __init__(self) -> None:
+        self.fast_t: list[float] = []
+        self.edge_t: list[float] = []
+
+    def fast(self, rec) -> None:
+        self.fast_t.append(rec[0])
+
+    def slow(self, t, gpu, reading, pids, edge, value_t) -> None:
+        if edge:
+            self.edge_t.append(t)
+
+    def gap(self, gap) -> None:
+        raise AssertionError(gap)
+
+    def slow_done(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("second_ask", [0.0005, 0.002, 0.009])
+def test_an_edge_asked_for_before_its_turn_gets_the_cheap_values_at_once(second_ask: float):
+    """Edge reads (counters) come at most every EDGE_MIN_INTERVAL_S; a second edge asked
+    for sooner gets a read of the cheap values within FAST_EDGE_MIN_INTERVAL_S of the last
+    cheap read, and its counters on their turn: a bench call's check for two fresh samples
+    after it began (its warmup's two edges) need not wait for the counters."""
+    from gpuenv.telemetry.reader import EDGE_MIN_INTERVAL_S, FAST_EDGE_MIN_INTERVAL_S
+
+    clock = VirtualClock()
+    t0 = clock.now()
+    first_ask = t0 + 0.05
+    script = _Script(clock, [first_ask, first_ask + second_ask], until=t0 + 0.2)
+    kept = _Kept()
+    backend = SimBackend("h100", clock=clock)
+    reader = Reader(backend, [0], kept, clock=clock, period=0.1, fast_edges=True)
+    reader.run(script.stopped, script.wait, script)
+    first, second = (t for t in kept.edge_t if t >= first_ask)
+    assert first == pytest.approx(first_ask, abs=1e-5)
+    assert second == pytest.approx(first + EDGE_MIN_INTERVAL_S, abs=1e-5)
+    between = [t for t in kept.fast_t if first < t < second]
+    due = max(first + FAST_EDGE_MIN_INTERVAL_S, first_ask + second_ask)
+    assert between == [pytest.approx(due, abs=1e-5)]  # one cheap read, as soon as allowed
+    assert script.done == 2
+
+
+def test_a_sampler_thread_reads_no_cheap_values_between_its_edge_reads():
+    """On a thread (fast_edges False, Sampler's own), an early edge waits for its turn:
+    each wake of a thread under a launch-bound loop costs the loop the GIL."""
+    clock = VirtualClock()
+    t0 = clock.now()
+    script = _Script(clock, [t0 + 0.05, t0 + 0.052], until=t0 + 0.2)
+    kept = _Kept()
+    Reader(SimBackend("h100", clock=clock), [0], kept, clock=clock, period=0.1).run(
+        script.stopped, script.wait, script
+    )
+    first, second = (t for t in kept.edge_t if t >= t0 + 0.05)
+    assert [t for t in kept.fast_t if first < t < second] == []
+    assert script.done == 2

@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         process_period=config["process_period"],
         energy_period=config["energy_period"],
         watch_processes=config["watch_processes"],
+        fast_edges=True,  # off the parent's GIL: an early edge's cheap values at once
     )
     child = _Child(shared, reader, int(config["wake_fd"]))
     try:

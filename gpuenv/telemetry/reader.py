@@ -46,6 +46,15 @@ DEFAULT_PROCESS_PERIOD_S = 0.1
 # At most one edge read per this interval in real time: a loop of tiny regions marks
 # thousands of edges a second, and each edge read is a field batch of ~0.6 ms.
 EDGE_MIN_INTERVAL_S = 0.02
+# In the sampler process (`Reader(fast_edges=True)`), an edge asked for sooner than that
+# gets the cheap values at once, at most one read per this interval (read_fast: ~15 us),
+# and its counters on their turn. A burst measurement's check for a ready GPU waits for two
+# fresh samples after it began (its warmup's edges); with the process shared by a loop of
+# calls, the edge read it asked for came up to EDGE_MIN_INTERVAL_S late: 16 of a ranking
+# call's ~42 ms on the simulated H200 under a sampler process, 6 ms with these reads
+# (benchmarks/rank_cost.py). Not on a thread: each wake of a sampler thread under a
+# launch-bound loop costs the loop ~0.5 ms of the GIL (docs/how-to/telemetry.md).
+FAST_EDGE_MIN_INTERVAL_S = 0.004
 # A periodic tick this late (a fraction of its period) starts the grid afresh from itself:
 # a hurry that begins long after the last tick reads at once and a hurried period later,
 # never twice within a few ms; a thread's usual wake-up latency keeps the grid.
@@ -106,8 +115,10 @@ class Reader:
         process_period: float = DEFAULT_PROCESS_PERIOD_S,
         energy_period: float = DEFAULT_ENERGY_PERIOD_S,
         watch_processes: bool = True,
+        fast_edges: bool = False,
     ):
         self.backend = backend
+        self.fast_edges = fast_edges  # FAST_EDGE_MIN_INTERVAL_S's reads (the process's)
         self.gpus = list(gpus)
         self.sink = sink
         self.clock = clock
@@ -153,8 +164,8 @@ class Reader:
         `stopped()`; `wait(s)` sleeps up to s seconds, returning early when woken (a new
         edge request, a hurry, or a stop)."""
         cpu0 = time.thread_time()
-        last_edge = float("-inf")
-        done = 0
+        last_edge = last_fast = float("-inf")
+        done = fast_done = 0
         while not stopped():
             try:
                 now = self.clock.now()
@@ -163,6 +174,7 @@ class Reader:
                 edge = requested > done and now - last_edge >= EDGE_MIN_INTERVAL_S
                 if edge or now >= due:
                     self.tick(edge=edge, start=self.ticks == 0)
+                    last_fast, fast_done = now, requested
                     if edge:
                         done = requested
                         edges.served(done)
@@ -171,25 +183,31 @@ class Reader:
                         # hurried period, a stalled read): then it restarts here, no burst
                         late = now - due > LATE_FRAC * self.current_period()
                         self._last_due = now if late else due
+                elif (
+                    self.fast_edges
+                    and requested > fast_done
+                    and now - last_fast >= FAST_EDGE_MIN_INTERVAL_S
+                ):
+                    self.read_fast_now()  # the edge's cheap values now, its counters later
+                    last_fast, fast_done = now, requested
             except Exception as err:  # never let the loop die
                 self.gap(self.clock.now(), self.gpus[0], "sampler", err)
             self.cpu_time_s = time.thread_time() - cpu0
             wake_at = self.next_due()
             if edges.requested() > done:  # an edge read waits its turn
                 wake_at = min(wake_at, last_edge + EDGE_MIN_INTERVAL_S)
+                if self.fast_edges:  # and meanwhile, the cheap values of edges asked for
+                    # since (a wake-up is asked for only when no edge read is pending)
+                    wake_at = min(wake_at, last_fast + FAST_EDGE_MIN_INTERVAL_S)
             wait(max(0.0, wake_at - self.clock.now()))
 
-    def tick(self, edge: bool = False, start: bool = False) -> None:
-        """Read the cheap values of every GPU, and the slow reads that are due; `edge`: a
-        region edge (`mark()`) asked for this read; `start`: the sampler's first read (all
-        counters, the baseline, without counting as a region edge)."""
-        self.ticks += 1
-        backend = self.backend
+    def read_fast_now(self) -> None:
+        """The cheap values of every GPU, into the sink (a tick's first part)."""
         for g in self.gpus:
             t = self.clock.now()
             w0, c0 = time.perf_counter(), time.thread_time()
             try:
-                r = backend.read_fast(g)
+                r = self.backend.read_fast(g)
             except Exception as err:
                 self.gap(t, g, "read_fast", err)
                 continue
@@ -208,6 +226,13 @@ class Reader:
                     r.power_instant_w,
                 )
             )
+
+    def tick(self, edge: bool = False, start: bool = False) -> None:
+        """Read the cheap values of every GPU, and the slow reads that are due; `edge`: a
+        region edge (`mark()`) asked for this read; `start`: the sampler's first read (all
+        counters, the baseline, without counting as a region edge)."""
+        self.ticks += 1
+        self.read_fast_now()
         t = self.clock.now()
         if edge and not start:
             self._last_edge_t = t

@@ -60,6 +60,7 @@ class SampleSource(SampleFeed, Protocol):
         gpu: int | None = None,
         *,
         lock_range: tuple[int, int] | None = None,
+        wait: bool = True,
     ) -> Window: ...
 
     def windows(
@@ -68,7 +69,11 @@ class SampleSource(SampleFeed, Protocol):
         gpu: int | None = None,
         *,
         lock_range: tuple[int, int] | None = None,
-    ) -> list[Window]: ...
+        wait: bool = True,
+    ) -> list[Window]:
+        """Each interval's `Window`; `wait`: for the counter read that covers the last
+        interval's end first (False: from the reads already in)."""
+        ...
 
     def power_due(self, spans: Sequence[tuple[float, float]], gpus: Iterable[int]) -> bool:
         """Whether the driver's power sample that closes a span is still to come."""

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from gpuenv.backend import Backend
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.results import Measurement
-from gpuenv.telemetry import SampleSource, Window
+from gpuenv.telemetry import Window
 from gpuenv.timebase import Clock
 from gpuenv.verdict import (
     DEFAULT_CONFIG,
@@ -148,20 +148,6 @@ class WindowSource(Protocol):
     def windows(self, spans: Sequence[tuple[float, float]], gpu: int) -> list[Window]: ...
 
     def window(self, t0: float, t1: float, gpu: int) -> Window: ...
-
-
-class Unwaited:
-    """A sampler's windows without the wait for the reason counters' read after the last
-    span (`BenchConfig.wait_counters` False): evidence from the reads already in."""
-
-    def __init__(self, sampler: SampleSource) -> None:
-        self.sampler = sampler
-
-    def windows(self, spans: Sequence[tuple[float, float]], gpu: int) -> list[Window]:
-        return self.sampler.windows(spans, gpu, wait=False)
-
-    def window(self, t0: float, t1: float, gpu: int) -> Window:
-        return self.sampler.window(t0, t1, gpu, wait=False)
 
 
 @dataclass

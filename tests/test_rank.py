@@ -252,28 +252,3 @@ def test_the_race_ends_once_the_winner_cannot_change(gpu):
         assert r.rounds <= 10, r.rounds
         lo, _ = r["edge"].margin_ci
         assert lo >= 1 / 1.005  # not faster than the winner by more than the band
-
-
-def test_a_ranking_s_calls_judge_without_waiting_for_the_counters_end_read(gpu, monkeypatch):
-    """RANK_CALL's `wait_counters=False`: each call's reps are judged from the reads already
-    in (under a sampler process the end edge's counter read came 10-14 ms later); a bench
-    call by default waits for it."""
-    from gpuenv.telemetry import Sampler
-
-    asked: list[bool] = []
-    own = Sampler.windows
-
-    def windows(self, intervals, gpu=None, *, lock_range=None, wait=True):
-        asked.append(wait)
-        return own(self, intervals, gpu, lock_range=lock_range, wait=wait)
-
-    monkeypatch.setattr(Sampler, "windows", windows)
-    r = gpuenv.rank(four(gpu, 5), backend=gpu)
-    calls = sum(c.rounds for c in r.candidates)
-    assert asked.count(False) >= calls  # every call's judging, at least
-    assert all(m.windows for c in r.candidates for m in c.measurements)  # still judged
-    asked.clear()
-    gpuenv.bench(four(gpu, 6)["best"], backend=gpu, budget_s=0.01)
-    assert asked and False not in asked
-    with pytest.raises(ConfigError, match="wait_counters"):
-        gpuenv.bench(four(gpu, 6)["best"], backend=gpu, wait_counters="no")

@@ -629,24 +629,3 @@ def test_real_time_marks_in_a_tight_loop_share_edge_reads():
         sampler.stop()
     edges = [s for s in sampler.slow_samples() if s.edge]
     assert 1 <= len(edges) <= elapsed / EDGE_MIN_INTERVAL_S + 3
-
-
-def test_windows_wait_for_the_counters_end_read_unless_told_not_to(monkeypatch):
-    """`wait=False` summarises from the reads already in: no wait for the reason counters'
-    read after the last interval (edge reads come at most every EDGE_MIN_INTERVAL_S)."""
-    waited = []
-    monkeypatch.setattr(Sampler, "_wait_for_slow_read", lambda self, g, t1: waited.append(t1))
-    sampler = Sampler(SimBackend("h100", clock=RealClock()), [0], period=0.005)
-    sampler.start()
-    try:
-        t0 = sampler.mark()
-        t1 = sampler.mark()
-        unwaited = sampler.window(t0, t1, wait=False)
-        assert waited == []
-        both = sampler.windows([(t0, t1), (t0, t1)], 0, wait=False)
-        assert waited == [] and len(both) == 2
-        sampler.window(t0, t1)
-        assert waited == [t1]
-    finally:
-        sampler.stop()
-    assert unwaited.t0 == t0 and unwaited.t1 == t1

@@ -196,9 +196,12 @@ class Reader:
             wake_at = self.next_due()
             if edges.requested() > done:  # an edge read waits its turn
                 wake_at = min(wake_at, last_edge + EDGE_MIN_INTERVAL_S)
-                if self.fast_edges:  # and meanwhile, the cheap values of edges asked for
-                    # since (a wake-up is asked for only when no edge read is pending)
-                    wake_at = min(wake_at, last_fast + FAST_EDGE_MIN_INTERVAL_S)
+                if self.fast_edges:  # and meanwhile the cheap values of edges asked for
+                    # since: a wake-up is asked for only when no edge read is pending, so
+                    # look for them at the fast pace (read at once when due: no spin)
+                    fresh = edges.requested() > fast_done
+                    base = last_fast if fresh else self.clock.now()
+                    wake_at = min(wake_at, base + FAST_EDGE_MIN_INTERVAL_S)
             wait(max(0.0, wake_at - self.clock.now()))
 
     def read_fast_now(self) -> None:

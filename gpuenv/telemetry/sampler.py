@@ -543,10 +543,9 @@ class Sampler:
         gpu: int | None = None,
         *,
         lock_range: tuple[int, int] | None = None,
-        wait: bool = True,
     ) -> Window:
         """Summary of one GPU (default: the first) over [t0, t1]; see `Window`."""
-        return self.windows([(t0, t1)], gpu, lock_range=lock_range, wait=wait)[0]
+        return self.windows([(t0, t1)], gpu, lock_range=lock_range)[0]
 
     def windows(
         self,
@@ -554,18 +553,13 @@ class Sampler:
         gpu: int | None = None,
         *,
         lock_range: tuple[int, int] | None = None,
-        wait: bool = True,
     ) -> list[Window]:
-        """`window()` for many intervals of one GPU, from one copy of the buffer. `wait`:
-        in real time, first wait (at most EDGE_WAIT_S; edge reads come at most every
-        EDGE_MIN_INTERVAL_S) for a read of the reason counters at or after the last
-        interval's end, so that their time under each reason covers it; False summarises
-        from the reads already in."""
+        """`window()` for many intervals of one GPU, from one copy of the buffer."""
         g = self.gpus[0] if gpu is None else self._check_gpu(gpu)
         for t0, t1 in intervals:
             if t1 < t0:
                 raise ConfigError(f"window end {t1} is before its start {t0}")
-        if intervals and wait:
+        if intervals:
             self._wait_for_slow_read(g, max(t1 for _, t1 in intervals))
         lo = min((t0 for t0, _ in intervals), default=0.0)
         fast, slow, gaps, truncated, power = self.window_inputs(lo, g)

@@ -60,7 +60,6 @@ class SampleSource(SampleFeed, Protocol):
         gpu: int | None = None,
         *,
         lock_range: tuple[int, int] | None = None,
-        wait: bool = True,
     ) -> Window: ...
 
     def windows(
@@ -69,11 +68,7 @@ class SampleSource(SampleFeed, Protocol):
         gpu: int | None = None,
         *,
         lock_range: tuple[int, int] | None = None,
-        wait: bool = True,
-    ) -> list[Window]:
-        """Each interval's `Window`; `wait`: for the counter read that covers the last
-        interval's end first (False: from the reads already in)."""
-        ...
+    ) -> list[Window]: ...
 
     def power_due(self, spans: Sequence[tuple[float, float]], gpus: Iterable[int]) -> bool:
         """Whether the driver's power sample that closes a span is still to come."""

@@ -82,11 +82,6 @@ class BenchConfig:
     `telemetry.sampler.POWER_WAIT_S`); False waits for nothing, and that energy is
     marked an estimate where the sample is not out (the do_bench drop-in and
     gpuenv.rank's calls, each a few ms of reps, whose time is what they are for).
-    `wait_counters`: the judge waits for the reason counters' read after the last rep,
-    so each rep's time under each reason is counted to its end (edge reads come at most
-    every 20 ms: under a sampler process, a call of 10 ms of reps waited 10-14 ms for
-    it); False judges from the reads already in and the reasons' bits in the fast
-    samples (gpuenv.rank's calls: a ranking needs their times).
     """
 
     mode: str = "auto"
@@ -114,7 +109,6 @@ class BenchConfig:
     probe_clock: bool = True
     keep_trace: bool = True
     wait_power: bool = True
-    wait_counters: bool = True
 
     def __post_init__(self) -> None:
         """Every field judged here (gpuenv.validate), with its name: a bad value is refused
@@ -163,7 +157,6 @@ class BenchConfig:
             "probe_clock",
             "keep_trace",
             "wait_power",
-            "wait_counters",
         ):
             v.boolean(getattr(self, flag), flag)
         if self.calls_per_rep != "auto":

@@ -23,7 +23,7 @@ from gpuenv.completion import after_reps, power_due
 from gpuenv.conditioning import Conditioner
 from gpuenv.conditioning.memory import gpu_key, process_memory
 from gpuenv.errors import ConfigError, GpuenvError
-from gpuenv.judge import Evidence, Retry, Unwaited, WindowSource, judge, read_facts
+from gpuenv.judge import Evidence, Retry, judge, read_facts
 from gpuenv.phases import BurstSchedule, Conditioned, FirstBurst, StateProbe, Wall, Warmup
 from gpuenv.progress import Progress
 from gpuenv.reasons import Reason
@@ -660,12 +660,9 @@ class _Run:
             return [(r.time_s, (r.t0, r.t1)) for r in redone]
 
         recover = self._wait if place.condition == "burst" else None
-        source: WindowSource | None = place.sampler
-        if place.sampler is not None and not self.cfg.wait_counters:
-            source = Unwaited(place.sampler)
         evidence = (
-            Evidence.sampled(source, [(r.t0, r.t1) for r in reps], [place.gpu])
-            if source is not None
+            Evidence.sampled(place.sampler, [(r.t0, r.t1) for r in reps], [place.gpu])
+            if place.sampler is not None
             else Evidence.given([], [place.gpu])
         )
         times = [r.time_s for r in reps]

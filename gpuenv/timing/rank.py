@@ -66,10 +66,7 @@ if TYPE_CHECKING:
 # of 8 calls then costs about what triton's do_bench costs for one config (25 ms warmup +
 # 100 ms of reps). Like the do_bench drop-in's calls, no before/after clock probe (each rep
 # probes its own: 2 x 3 ms of spin on CUDA, 10 of a call's 23.5 ms on the simulated H200,
-# benchmarks/rank_cost.py), no telemetry trace (for `gpuenv plot`: nothing plots these),
-# and no wait for the reason counters' read after the last rep (under a sampler process,
-# as on a GPU, 10-14 ms a call: edge reads come at most every 20 ms; the judge reads the
-# reasons' bits in the fast samples and the counters already in).
+# benchmarks/rank_cost.py) and no telemetry trace (for `gpuenv plot`: nothing plots these).
 RANK_CALL = BenchConfig(
     mode="events",
     budget_s=0.01,
@@ -78,7 +75,6 @@ RANK_CALL = BenchConfig(
     warmup_max_s=0.05,
     probe_clock=False,
     keep_trace=False,
-    wait_counters=False,
 )
 TOLERANCE = 0.005  # candidates within 0.5% of the leader (shown with confidence) are tied
 FAR_FIRST = 0.08  # behind the round's fastest by more than this in round 1: stops there

@@ -272,7 +272,7 @@ class _Script:
 
     def __init__(self, clock: VirtualClock, asks: list[float], until: float):
         self.clock, self.asks, self.until = clock, sorted(asks), until
-        self.n = self.done = 0
+        self.n = self.done = self.waits = 0
 
     def requested(self) -> int:
         return self.n
@@ -281,6 +281,7 @@ class _Script:
         self.done = n
 
     def wait(self, seconds: float) -> None:
+        self.waits += 1
         now = self.clock.now()
         ahead = [t for t in self.asks if t > now + 1e-9]
         self.clock.advance(max(1e-6, min([now + seconds, *ahead[:1]]) - now))
@@ -332,6 +333,9 @@ def test_an_edge_asked_for_before_its_turn_gets_the_cheap_values_at_once(second_
     due = max(first + FAST_EDGE_MIN_INTERVAL_S, first_ask + second_ask)
     assert between == [pytest.approx(due, abs=1e-5)]  # one cheap read, as soon as allowed
     assert script.done == 2
+    # while the counters' read is pending it looks for new edges every fast interval, and
+    # never spins (a wake time already past, each wait a microsecond here)
+    assert script.waits < 0.15 / FAST_EDGE_MIN_INTERVAL_S + 20
 
 
 def test_a_sampler_thread_reads_no_cheap_values_between_its_edge_reads():

@@ -99,42 +99,49 @@ def wall_split(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in split.items()}
 
 
-def decisions(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Autotunes' decisions, each the winner alone or the tie declared (its "tied"): how many
-    distinct ones ("decisions"), and the most common one's share ("decision_share"; the
-    goal: one in 95%). A tie's winner, its first, does not say whether the ties agreed."""
-    got = Counter(
-        tuple(r.get("tied") or ()) if len(r.get("tied") or ()) > 1 else (r["winner"],) for r in rows
-    )
-    share = got.most_common(1)[0][1] / len(rows) if rows else 0.0
-    return {"decisions": len(got), "decision_share": share}
+def choices(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict[str, Any]:
+    """Autotunes' choices (each row's "winner", and "tied" where it declared a tie): their
+    count ("n"), the distinct winners ("distinct", "winners") and the most common one
+    ("modal", "modal_share"), the ties declared ("ties"), the distinct decisions, each the
+    winner alone or the tie declared ("decisions"), and the most common one's share
+    ("decision_share"; the goal: one in 95%: a tie's winner, its first, does not say whether
+    the ties agreed), and regret: the winner's careful time / the best careful time - 1
+    ("regret_median", "regret_max"; a winner the careful run did not time is left out and
+    counted, "unseen")."""
+    winners = Counter(r["winner"] for r in rows)
+    modal, count = winners.most_common(1)[0] if winners else ("-", 0)
+    tied = [tuple(r.get("tied") or ()) for r in rows]
+    made = Counter(t if len(t) > 1 else (r["winner"],) for t, r in zip(tied, rows, strict=True))
+    best = min(careful.values())
+    regrets = [careful[r["winner"]] / best - 1 for r in rows if r["winner"] in careful]
+    return {
+        "n": len(rows),
+        "distinct": len(winners),
+        "winners": dict(winners),
+        "modal": modal,
+        "modal_share": count / len(rows) if rows else 0.0,
+        "ties": sum(1 for t in tied if len(t) > 1),
+        "decisions": len(made),
+        "decision_share": made.most_common(1)[0][1] / len(rows) if rows else 0.0,
+        "regret_median": statistics.median(regrets) if regrets else float("nan"),
+        "regret_max": max(regrets) if regrets else float("nan"),
+        "unseen": sum(1 for r in rows if r["winner"] not in careful),
+    }
 
 
 def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict[str, Any]:
-    """One case, tuner and state: distinct winners, the most common choice's share, regret
-    (the winner's careful time / the best careful time of the case's configs, - 1) and
-    the tuning wall."""
-    winners = Counter(r["winner"] for r in rows)
-    best = min(careful[w] for w in careful)
-    regrets = [careful[r["winner"]] / best - 1 for r in rows]
+    """One case, tuner and state: its `choices`, the tuning wall, and gpuenv's rounds and
+    where its wall went."""
     walls = [r["wall_s"] for r in rows]
     # gpuenv's: its rounds, and the wall a call of gpuenv.bench took (benchmarks/rank_cost.py
     # splits it on the simulated H200: the GPU's work, the rests between calls, the host)
     rounds = [r["rounds"] for r in rows if r.get("rounds")]
     per_call = [r["wall_s"] / r["calls"] for r in rows if r.get("calls")]
     return {
-        "n": len(rows),
-        "distinct": len(winners),
-        "modal": winners.most_common(1)[0][0] if winners else "-",
-        "modal_share": winners.most_common(1)[0][1] / len(rows) if rows else 0.0,
-        "regret_median": statistics.median(regrets) if regrets else float("nan"),
-        "regret_max": max(regrets) if regrets else float("nan"),
+        **choices(rows, careful),
         "wall_median_s": statistics.median(walls) if walls else float("nan"),
-        "ties": sum(1 for r in rows if len(r.get("tied") or ()) > 1),
-        **decisions(rows),
         "rounds_median": statistics.median(rounds) if rounds else None,
         "call_wall_median_s": statistics.median(per_call) if per_call else None,
-        "winners": dict(winners),
         "split": wall_split(rows),
     }
 

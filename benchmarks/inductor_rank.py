@@ -40,13 +40,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from benchmarks import runner
-from benchmarks.autotune_rank import decisions
+from benchmarks.autotune_rank import choices
 from benchmarks.checkout import ROOT, checkout_env
 
 CHILD = ROOT / "benchmarks" / "workloads" / "inductor_mm.py"
@@ -78,29 +77,15 @@ def child(
 
 
 def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict[str, Any]:
-    """One tuner's processes: distinct winners, the most common choice's share, regret (the
-    winner's careful time / the best careful time - 1; None for a winner the careful run
-    did not see), the compile wall, the compiled function's time."""
-    winners = Counter(r["winner"] for r in rows)
-    best = min(careful.values())
-    regrets = [careful[r["winner"]] / best - 1 for r in rows if r["winner"] in careful]
+    """One tuner's processes: their `choices` (regret against each choice's careful time),
+    the compile wall, the compiled function's time."""
     walls = [r["compile_wall_s"] for r in rows]
     compiled = [r["compiled_s"] for r in rows]
-    modal, count = winners.most_common(1)[0] if winners else ("-", 0)
     return {
-        "n": len(rows),
-        "distinct": len(winners),
-        "modal": modal,
-        "modal_share": count / len(rows) if rows else 0.0,
-        "ties": sum(1 for r in rows if len(r.get("tied") or ()) > 1),
-        **decisions(rows),
-        "regret_median": statistics.median(regrets) if regrets else float("nan"),
-        "regret_max": max(regrets) if regrets else float("nan"),
-        "unseen": sum(1 for r in rows if r["winner"] not in careful),
+        **choices(rows, careful),
         "wall_median_s": statistics.median(walls) if walls else float("nan"),
         "compiled_median_s": statistics.median(compiled) if compiled else float("nan"),
         "compiled_spread": (max(compiled) / min(compiled) - 1) if compiled else float("nan"),
-        "winners": dict(winners),
     }
 
 

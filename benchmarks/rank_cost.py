@@ -327,20 +327,19 @@ def report_case(case: str, g: Split, p: Split, n: int) -> None:
     runner.metric(f"{case}: gpuenv host per call", g.host_s / g.calls * 1e3, "ms", slack=1.0)
 
 
-def under_a_process(profile: str, case: str, n: int, noise: float) -> None:
+def under_a_process(case: str, n: int, noise: float) -> None:
     """`n` rankings of `case` in real time on the shared simulated GPU, read by a sampler
     process as a real GPU is. The sections above run a private simulated GPU on virtual
     time, read by a thread that starts afresh each call: there a call's samples and edge
     reads come at once; under the one process a loop of calls shares, they come on its
     pace (edge reads at most every EDGE_MIN_INTERVAL_S, fresh samples at the hurried
     period). Prints the gap between one call's last rep and the next call's first, and
-    each bench phase of a call, as medians."""
+    each bench phase of a call, as medians. The GPU is GPUENV_SIM_PROFILE's (`run` sets it)."""
     import gpuenv
     from gpuenv.backend import open_backend
 
-    keys = ("GPUENV_SAMPLER", "GPUENV_SIM_PROFILE")
-    before = {k: os.environ.get(k) for k in keys}
-    os.environ.update(GPUENV_SAMPLER="process", GPUENV_SIM_PROFILE=profile)
+    before = os.environ.get("GPUENV_SAMPLER")
+    os.environ["GPUENV_SAMPLER"] = "process"
     gaps: list[float] = []
     phases: dict[str, list[float]] = {}
     try:
@@ -355,11 +354,10 @@ def under_a_process(profile: str, case: str, n: int, noise: float) -> None:
                 for phase, sec in m.wall.phases if m.wall is not None else ():
                     phases.setdefault(phase, []).append(sec)
     finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        if before is None:
+            os.environ.pop("GPUENV_SAMPLER", None)
+        else:
+            os.environ["GPUENV_SAMPLER"] = before
     q = sorted(gaps)
     gap = statistics.median(q)
     each = ", ".join(f"{k} {_ms(statistics.median(v))}" for k, v in phases.items())
@@ -406,7 +404,7 @@ def run(args: argparse.Namespace) -> int:
             be.close()
         report_case(case, g, p, args.rankings)
         if args.process:
-            under_a_process(profile, case, args.process, args.noise)
+            under_a_process(case, args.process, args.noise)
     if args.prof is not None:
         print("```")
         pstats.Stats(args.prof, stream=sys.stdout).sort_stats("tottime").print_stats(args.cprofile)

@@ -32,10 +32,13 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks import runner
 from benchmarks.checkout import ROOT, checkout_env
+
+if TYPE_CHECKING:
+    from gpuenv.timing.rank import Ranking
 
 CHILD = ROOT / "benchmarks" / "workloads" / "autotune_matmul.py"
 TUNERS = ("plain", "gpuenv")
@@ -67,7 +70,7 @@ WAIT = "  of which: waiting for a ready GPU"
 RESTS = "  of which: rests between bursts"
 
 
-def ranking_parts(r: Any) -> dict[str, float]:
+def ranking_parts(r: Ranking) -> dict[str, float]:
     """A gpuenv.Ranking's wall, in seconds: each bench phase summed over its calls, the
     waits and rests inside them, and the time between its calls (`BETWEEN`)."""
     from gpuenv.phases import WALL_PHASES

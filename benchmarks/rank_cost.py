@@ -337,6 +337,7 @@ def under_a_process(case: str, n: int, noise: float) -> None:
     each bench phase of a call, as medians. The GPU is GPUENV_SIM_PROFILE's (`run` sets it)."""
     import gpuenv
     from gpuenv.backend import open_backend
+    from gpuenv.backend.sim import SimBackend
 
     before = os.environ.get("GPUENV_SAMPLER")
     os.environ["GPUENV_SAMPLER"] = "process"
@@ -344,7 +345,8 @@ def under_a_process(case: str, n: int, noise: float) -> None:
     phases: dict[str, list[float]] = {}
     try:
         for i in range(n):
-            be: Any = open_backend("sim")
+            be = open_backend("sim")
+            assert isinstance(be, SimBackend)
             be.open_context(0)
             r = gpuenv.rank(_candidates(be, CASES[case], i, noise), backend=be)
             ms = [m for c in r.candidates for m in c.measurements]

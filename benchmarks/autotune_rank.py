@@ -67,7 +67,9 @@ def child(*args: str, cases: str = ",".join(CASES), timeout: float = 300) -> lis
 OUTSIDE = "outside the ranking (triton: each config's kernel loaded, the first run)"
 BETWEEN = "between calls (rank's rests, its own work)"
 WAIT = "  of which: waiting for a ready GPU"
+COLD = "    of which: calls begun on an idle GPU (samples after their warmup)"
 RESTS = "  of which: rests between bursts"
+FIRST_OPEN = "  of which: the first call's open (the backend, the GPU's facts, the sampler's start)"
 
 
 def ranking_parts(r: Ranking) -> dict[str, float]:
@@ -76,15 +78,26 @@ def ranking_parts(r: Ranking) -> dict[str, float]:
     from gpuenv.phases import WALL_PHASES
 
     parts = dict.fromkeys(WALL_PHASES, 0.0)
-    wait = rests = 0.0
+    wait = cold = rests = 0.0
     for cand in r.candidates:
         for m in cand.measurements:
             if m.wall is not None:
                 for phase, sec in m.wall.phases:
                     parts[phase] += sec
-            wait += float(m.extra.get("burst_first_wait_s") or 0.0)
+            waited = float(m.extra.get("burst_first_wait_s") or 0.0)
+            wait += waited
+            cold += waited if m.extra.get("burst_cold_start") else 0.0
             rests += float(m.extra.get("burst_rest_s") or 0.0)
-    return {BETWEEN: max(0.0, r.wall_s - sum(parts.values())), **parts, WAIT: wait, RESTS: rests}
+    # round 1 begins with the first candidate in the order given: its first call opened first
+    first = r.candidates[0].measurements[0].wall if r.candidates else None
+    return {
+        BETWEEN: max(0.0, r.wall_s - sum(parts.values())),
+        **parts,
+        FIRST_OPEN: first.seconds("open") if first is not None else 0.0,
+        WAIT: wait,
+        COLD: cold,
+        RESTS: rests,
+    }
 
 
 def wall_split(rows: Sequence[dict[str, Any]]) -> dict[str, float]:

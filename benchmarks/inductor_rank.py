@@ -22,7 +22,9 @@ compile, autotune, one run) and the compiled function's own time (gpuenv.bench: 
 choice and Inductor's epilogue-fusion decision after it). Read-only: no clock is set,
 every child runs with GPUENV_READONLY=1. About 5 minutes on an H200 at the defaults (the
 careful process about a minute, compiling every Triton template; each tuning process
-20-35 s, a hot one 7 s more); one state in 10 processes a tuner, about 7.
+20-35 s, a hot one 7 s more). One state in 10 processes a tuner is 20 processes: 7-12
+minutes, more than one device call's 10 (it did not finish in 500 s); run fewer a call.
+Each process's time is printed on stderr as it ends.
 
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 1024x1024x1024 \
@@ -35,11 +37,13 @@ careful process about a minute, compiling every Triton template; each tuning pro
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -174,14 +178,24 @@ def run(args: argparse.Namespace) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="triton-") as triton_cache:
         shared = Path(triton_cache)
-        careful = child("careful", args, shared)
+        careful = _timed("careful", lambda: child("careful", args, shared))
         rows = []
-        for _ in range(args.processes):  # interleaved: the tuners meet the same machine
+        for i in range(args.processes):  # interleaved: the tuners meet the same machine
             for state in args.states.split(","):
                 for tuner in TUNERS:
-                    rows.append(child(tuner, args, shared, state))
+                    what = f"{tuner} {state} {i + 1}/{args.processes}"
+                    rows.append(_timed(what, functools.partial(child, tuner, args, shared, state)))
     report(rows, careful)
     return 0
+
+
+def _timed(what: str, run: Any) -> dict[str, Any]:
+    """`run()`, saying on stderr how long it took: a run cut short by its time limit still
+    shows how far it got (10 rested processes a tuner did not finish in 500 s on an H200)."""
+    t0 = time.monotonic()
+    got: dict[str, Any] = run()
+    print(f"inductor_rank: {what}: {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    return got
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -325,13 +325,16 @@ def test_autotune_rank_splits_gpuenv_s_tuning_wall_by_where_it_went(capsys):
     from benchmarks import autotune_rank as ar
     from gpuenv.phases import WALL_PHASES, Wall
 
-    def call(measure, condition, wait, rests):
+    def call(measure, condition, wait, rests, open_s=0.001, cold=False):
         spans = dict.fromkeys(WALL_PHASES, 0.001)
-        spans.update(measure=measure, condition=condition)
-        extra = {"burst_first_wait_s": wait, "burst_rest_s": rests}
+        spans.update(measure=measure, condition=condition, open=open_s)
+        extra = {"burst_first_wait_s": wait, "burst_rest_s": rests, "burst_cold_start": cold}
         return SimpleNamespace(wall=Wall(tuple(spans.items())), extra=extra)
 
-    calls = [call(0.02, 0.01, 0.008, 0.0), call(0.03, 0.002, 0.0, 0.01)]
+    calls = [
+        call(0.02, 0.01, 0.008, 0.0, open_s=0.004),
+        call(0.03, 0.002, 0.001, 0.01, cold=True),
+    ]
     old = SimpleNamespace(wall=None, extra={})  # a call kept before walls were: nothing
     ranking = SimpleNamespace(
         wall_s=0.2,
@@ -339,10 +342,12 @@ def test_autotune_rank_splits_gpuenv_s_tuning_wall_by_where_it_went(capsys):
     )
     parts = ar.ranking_parts(ranking)
     assert parts["measure"] == pytest.approx(0.05) and parts["condition"] == pytest.approx(0.012)
-    assert parts["open"] == pytest.approx(0.002)
-    assert parts[ar.WAIT] == pytest.approx(0.008) and parts[ar.RESTS] == pytest.approx(0.01)
+    assert parts["open"] == pytest.approx(0.005)
+    assert parts[ar.WAIT] == pytest.approx(0.009) and parts[ar.RESTS] == pytest.approx(0.01)
+    assert parts[ar.COLD] == pytest.approx(0.001)  # the wait of the call begun idle
+    assert parts[ar.FIRST_OPEN] == pytest.approx(0.004)  # the first candidate's first call
     phases = sum(parts[p] for p in WALL_PHASES)
-    assert parts[ar.BETWEEN] == pytest.approx(0.2 - phases)  # 0.2 - 0.072
+    assert parts[ar.BETWEEN] == pytest.approx(0.2 - phases)  # 0.2 - 0.075
     row = {"case": "close", "tuner": "gpuenv", "state": "hot", "winner": "a", "wall_s": 0.5}
     rows = [
         {**row, "rank_wall_s": 0.2, "parts": parts},
@@ -356,7 +361,7 @@ def test_autotune_rank_splits_gpuenv_s_tuning_wall_by_where_it_went(capsys):
     ar._split_table({("gpuenv", "hot"): {"split": split}})
     out = capsys.readouterr().out
     assert "| part | hot |" in out and f"| {ar.OUTSIDE} | 200 ms |" in out
-    assert "| measure | 60 ms |" in out and f"| {ar.WAIT} | 8 ms |" in out
+    assert "| measure | 60 ms |" in out and f"| {ar.WAIT} | 9 ms |" in out
 
 
 def test_the_inductor_workload_s_hot_state_loads_right_before_each_selection_s_timing(
@@ -437,6 +442,8 @@ def test_the_inductor_rank_benchmark_tables_winners_regret_and_walls(capsys):
     assert "Hot, gpuenv's compile wall is 1.10x plain Inductor's." in out
     assert "2 choices within 3% of the best (mm)." in out
     assert "| mm | 200.0 us | 199.0-205.0 us | +0.00% |" in out
+    assert inductor_rank._timed("gpuenv hot 2/10", lambda: {"winner": "mm"}) == {"winner": "mm"}
+    assert "inductor_rank: gpuenv hot 2/10: " in capsys.readouterr().err  # how far it got
     assert "1 other choices had a pass as fast as one of the best's (199.0-205.0 us)" in out
     assert "plain, rested: 1 winners the careful run did not time" in out
     assert "Rested, gpuenv's compile wall is 1.19x plain Inductor's." in out

@@ -252,3 +252,97 @@ def test_the_race_ends_once_the_winner_cannot_change(gpu):
         assert r.rounds <= 10, r.rounds
         lo, _ = r["edge"].margin_ci
         assert lo >= 1 / 1.005  # not faster than the winner by more than the band
+
+
+# -- a tuner opens ahead: the sampler process starts while the candidates compile -------
+
+
+def test_opening_ahead_leaves_the_first_call_a_running_sampler_process(tmp_path, monkeypatch):
+    from gpuenv.telemetry import process
+    from gpuenv.timebase import RealClock
+    from gpuenv.timing.rank import prepare
+
+    monkeypatch.setenv("GPUENV_SAMPLER", "process")  # as a real GPU is read
+    sim = SimBackend("h100", state_file=tmp_path / "sim.json", clock=RealClock())
+    sim.open_context(0)
+    try:
+        opened = prepare(backend=sim, tolerance=0.01, budget_s=1.0)  # rank's own: ignored
+        opened()
+        procs = list(process._pool.values())
+        assert len(procs) == 1 and procs[0].users == 0 and procs[0].attaches == 1
+        r = gpuenv.rank({"a": kernel(sim, 0.05, 1), "b": kernel(sim, 0.06, 2)}, backend=sim)
+        assert list(process._pool.values()) == procs  # the calls attached to it
+        assert procs[0].attaches == sum(c.rounds for c in r.candidates) + 1
+    finally:
+        sim.close()
+        process.close_idle()
+
+
+def test_opening_ahead_has_nothing_to_do_on_virtual_time_and_refuses_bad_settings(gpu):
+    import threading
+
+    from gpuenv.timing.rank import prepare
+
+    before = threading.active_count()
+    opened = prepare(backend=gpu)
+    assert threading.active_count() == before  # no thread: nothing to wait for
+    opened()
+    with pytest.raises(ConfigError, match="unknown settings: colour"):
+        prepare(backend=gpu, colour="red")
+
+
+def test_a_rankings_calls_judge_without_waiting_for_a_counter_read(tmp_path, monkeypatch):
+    # a sampler process reads the counters at most every 20 ms: a short call's end read
+    # waits for its start's; a ranking's calls judge with the reads already in
+    from gpuenv.telemetry import process
+    from gpuenv.telemetry.sampler import Sampler
+    from gpuenv.timebase import RealClock
+
+    waited: list[float] = []
+    own = Sampler._wait_for_process_read
+
+    def wait(self, gpu, t1):
+        waited.append(t1)
+        own(self, gpu, t1)
+
+    monkeypatch.setattr(Sampler, "_wait_for_process_read", wait)
+    monkeypatch.setenv("GPUENV_SAMPLER", "process")
+    sim = SimBackend("h100", state_file=tmp_path / "sim.json", clock=RealClock())
+    sim.open_context(0)
+    try:
+        r = gpuenv.rank({"a": kernel(sim, 0.05, 1), "b": kernel(sim, 0.06, 2)}, backend=sim)
+        assert waited == [] and sum(c.rounds for c in r.candidates) >= 2
+        m = gpuenv.bench(kernel(sim, 0.05, 3), backend=sim, budget_s=0.01, min_reps=5)
+        assert waited and max(waited) >= m.windows[-1].t1  # a bench waits for its end read
+        waited.clear()
+        unwaited = {"wait_counters": False, "wait_power": False}  # as a ranking's calls
+        gpuenv.bench(kernel(sim, 0.05, 3), backend=sim, budget_s=0.01, **unwaited)
+        assert waited == []
+    finally:
+        sim.close()
+        process.close_idle()
+
+
+def test_a_rankings_later_calls_count_the_samples_of_the_rest_before_them(gpu, monkeypatch):
+    # a call's check for a ready GPU wants two samples: those since the last call's last
+    # rep count (the rest between them), not only those taken after the call began
+    from gpuenv.telemetry import DRIVER_REFRESH_S
+    from gpuenv.timing import harness
+
+    seen: list[float | None] = []
+    own = harness._Run._wait
+
+    def wait(self, since=None):
+        seen.append(since)
+        return own(self, since)
+
+    monkeypatch.setattr(harness._Run, "_wait", wait)
+    began = gpu.clock.now()
+    r = gpuenv.rank(four(gpu, 1), backend=gpu)
+    calls = sorted((m for c in r.candidates for m in c.measurements), key=lambda m: m.windows[0].t0)
+    assert len(seen) == len(calls) > 4
+    assert seen[0] is not None and seen[0] >= began - DRIVER_REFRESH_S  # the first: its own
+    for before, since in zip(calls, seen[1:], strict=False):
+        assert since == pytest.approx(max(w.t1 for w in before.windows) - DRIVER_REFRESH_S)
+    with pytest.raises(ConfigError, match="rested_since"):
+        gpuenv.bench(lambda: None, backend=gpu, rested_since="now")

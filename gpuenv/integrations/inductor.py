@@ -271,8 +271,14 @@ def _rank_selection(
     choices = list(choices)
     if len(choices) < 2:
         return dict(fn(choices))
+    from gpuenv.timing.rank import prepare
+
+    opened = prepare(**_selector.get("settings", {}))
     with _kept_loaded(choices):
-        captured = _capture_choices(fn, choices)
+        try:  # the sampler starts while Inductor benchmarks each choice once
+            captured = _capture_choices(fn, choices)
+        finally:
+            opened()
         if captured is None:  # a choice not timed through benchmark_gpu: Inductor's way
             return dict(fn(choices))
         timings, work = captured
@@ -312,13 +318,14 @@ def _ranked(
 ) -> dict[Any, float]:
     """Rank the choices' work with gpuenv.rank; each one's timing in ms."""
     from gpuenv.run.autoregions import autotune_region
+    from gpuenv.timing.cuda.events import on_cuda_device
     from gpuenv.timing.rank import decision_record, rank
 
     names = choice_names(choices)
     cands = {names[c]: call for c, (call, _) in work.items()}
     kernel = _selection_name(choices)
     device = next((d for _, d in work.values() if d is not None), None)
-    with _on_cuda_device(device), autotune_region(kernel, key) as region:
+    with on_cuda_device(device), autotune_region(kernel, key) as region:
         r = rank(cands, **_selector.get("settings", {}))
         if region is not None:
             region.end_meta = {"autotune": decision_record(kernel, key, r)}
@@ -348,17 +355,6 @@ def _kept_loaded(choices: list[Any]) -> Iterator[None]:
 
 def _later() -> None:
     """A benchmark request's cleanup while a ranking still calls its kernel."""
-
-
-@contextlib.contextmanager
-def _on_cuda_device(device: int | None) -> Iterator[None]:
-    if device is None:
-        yield
-        return
-    import torch
-
-    with torch.cuda.device(device):
-        yield
 
 
 def choice_names(choices: Sequence[Any]) -> dict[Any, str]:

@@ -51,6 +51,11 @@ class SampleSource(SampleFeed, Protocol):
         """Sample at the hurried period while inside (a caller polling for fresh samples)."""
         ...
 
+    def no_edge_wait(self) -> AbstractContextManager[None]:
+        """Windows asked for on this thread while inside wait for no counter read after
+        their end."""
+        ...
+
     def latest(self, gpu: int | None = None) -> Sample | None: ...
 
     def window(

@@ -74,7 +74,11 @@ class BenchConfig:
     `budget_in_bursts`: `budget_s` counts the time measured inside bursts, not the
     rests between them (the drop-in: triton's `rep` ms are ms of reps). `burst_lead_s`:
     work fn did just before bench (the drop-in's first call and estimate): the first
-    burst began that much earlier.
+    burst began that much earlier. `rested_since`: where the first burst begins with the
+    call (as above), the time on the GPU's clock at which its last work before the call
+    ended (gpuenv.rank: its previous call's last rep). The check for a ready GPU then
+    counts the samples since that time, the rest included, not only those taken after the
+    call began. The two newest samples must still show the GPU not held down.
     `policy`: "annotate" | "reject" | "retry" (default: the session's, else annotate).
     `wait_power`: outside a session, the energy and power of the reps at the end and of
     the whole call come from the driver's power sample after the last rep (the call
@@ -82,6 +86,13 @@ class BenchConfig:
     `telemetry.sampler.POWER_WAIT_S`); False waits for nothing, and that energy is
     marked an estimate where the sample is not out (the do_bench drop-in and
     gpuenv.rank's calls, each a few ms of reps, whose time is what they are for).
+    `wait_counters`: the judging waits (at most `telemetry.EDGE_WAIT_S`) for a read of the
+    reason counters after the last rep. A sampler process reads them at most every
+    `telemetry.EDGE_MIN_INTERVAL_S` (20 ms), so a short call's end read waits for the read
+    at its reps' start: 17 ms of a gpuenv.rank call's 39 on an H200. False judges with
+    the reads already in: past the last one a counter is extrapolated only while the cheap
+    samples show its reason (`telemetry.counters`). gpuenv.rank's calls, whose times are
+    what they are for, wait for none.
     """
 
     mode: str = "auto"
@@ -104,11 +115,13 @@ class BenchConfig:
     burst_from_start: bool = False
     budget_in_bursts: bool = False
     burst_lead_s: float = 0.0
+    rested_since: float | None = None
     policy: Policy | None = None
     verdict_config: VerdictConfig | None = None
     probe_clock: bool = True
     keep_trace: bool = True
     wait_power: bool = True
+    wait_counters: bool = True
 
     def __post_init__(self) -> None:
         """Every field judged here (gpuenv.validate), with its name: a bad value is refused
@@ -149,6 +162,8 @@ class BenchConfig:
                 ),
             )
         v.number(self.warmup_max_s, "warmup_max_s", lo=0, unit="seconds")
+        if self.rested_since is not None:
+            v.number(self.rested_since, "rested_since", unit="seconds on the GPU's clock")
         self._set("warmup_max_reps", v.integer(self.warmup_max_reps, "warmup_max_reps", lo=0))
         for flag in (
             "flush_l2",
@@ -157,6 +172,7 @@ class BenchConfig:
             "probe_clock",
             "keep_trace",
             "wait_power",
+            "wait_counters",
         ):
             v.boolean(getattr(self, flag), flag)
         if self.calls_per_rep != "auto":

@@ -133,6 +133,12 @@ def bench(
     return m
 
 
+def open_ahead(cfg: BenchConfig, backend: Backend | None, gpu: int | None) -> None:
+    """Open and close what a bench call on `gpu` opens (the backend's facts, the sampler),
+    so that the next call finds its sampler process running (it lingers: process.LINGER_S)."""
+    _Place.open(cfg, None, backend, gpu, None).close()
+
+
 @dataclass
 class _Place:
     """Where fn runs and who watches: backend, GPU, sampler, device, facts, condition."""
@@ -484,7 +490,8 @@ class _Run:
         lead = self.learned.warmup_s + self.cfg.burst_lead_s
         from_start = self.cfg.burst_from_start or (cc.burst_wait == "seen" and lead <= cc.burst_s)
         self.learned.from_start = from_start
-        since = place.opened - DRIVER_REFRESH_S if from_start else None
+        began = place.opened if (r := self.cfg.rested_since) is None else min(place.opened, r)
+        since = began - DRIVER_REFRESH_S if from_start else None
         cold = from_start and cc.cold_start_fresh and self._began_idle()
         if cold:
             # heavy work begun on an idle GPU can set off the cap in its first ~50 ms (an
@@ -660,11 +667,6 @@ class _Run:
             return [(r.time_s, (r.t0, r.t1)) for r in redone]
 
         recover = self._wait if place.condition == "burst" else None
-        evidence = (
-            Evidence.sampled(place.sampler, [(r.t0, r.t1) for r in reps], [place.gpu])
-            if place.sampler is not None
-            else Evidence.given([], [place.gpu])
-        )
         times = [r.time_s for r in reps]
         # one tiny call per event pair (mode "events", the drop-in, or the default where
         # CUPTI is held): say what the number holds, and what would time the kernel alone
@@ -683,20 +685,27 @@ class _Run:
             and stats.median(times) < TINY_REP_S
             else []
         )
-        return judge(
-            self.name,
-            times,
-            evidence,
-            facts=place.facts,
-            config=config,
-            policy=place.policy,
-            retry=Retry(rerun, self.clock, recover),
-            timer=self.device.kind,
-            started_at=started_at,
-            extra_findings=tiny,
-            probe_moved=self.learned.probe_moved,
-            target=CiTarget.of(self._rule(), stop),
-        )
+        src = place.sampler  # gpuenv.rank's calls judge with the counter reads already in
+        with src.no_edge_wait() if src and not cfg.wait_counters else contextlib.nullcontext():
+            evidence = (
+                Evidence.sampled(src, [(r.t0, r.t1) for r in reps], [place.gpu])
+                if src is not None
+                else Evidence.given([], [place.gpu])
+            )
+            return judge(
+                self.name,
+                times,
+                evidence,
+                facts=place.facts,
+                config=config,
+                policy=place.policy,
+                retry=Retry(rerun, self.clock, recover),
+                timer=self.device.kind,
+                started_at=started_at,
+                extra_findings=tiny,
+                probe_moved=self.learned.probe_moved,
+                target=CiTarget.of(self._rule(), stop),
+            )
 
 
 # -- warmup: reps until rep times and effective clocks stop trending, or a fixed count --

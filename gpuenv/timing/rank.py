@@ -15,8 +15,12 @@ interleaved, each round starting one candidate later than the one before. Betwee
 calls the GPU rests as the conditioning's duty rule asks after a burst (as long as the
 call's GPU work, at the default's duty of 0.5, counted from its last rep: the host's
 judging is rest too): back to back, a ranking's calls would be one long burst that brings
-the cap on, and each call after it would wait for it to clear. A candidate's calls after
-its first warm up with `WARM_REPS` call (its set-up is done, the GPU busy with its rivals).
+the cap on, and each call after it would wait for it to clear. A call's check for a ready
+GPU counts the samples of that rest (`BenchConfig.rested_since`), and its judging waits
+for no counter read (`wait_counters`): on an H200 both waited for the sampler process's
+pace, 9 and 17 ms of a ~40 ms call. A candidate's calls after its first warm up with
+`WARM_REPS` call (its set-up is done, the GPU busy with its rivals). A tuner starts the
+first call's sampler while it compiles (`prepare`).
 
 1. Round 1 times every candidate (one short call each). A candidate more than
    `FAR_FIRST` behind the round's fastest stops there, and one more than `FAR` behind in
@@ -41,7 +45,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import math
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -60,6 +66,7 @@ if TYPE_CHECKING:
     from gpuenv.seams import BenchSession
     from gpuenv.timing.devices import Device
 
+log = logging.getLogger(__name__)
 # One call of a round: a short gpuenv.bench (10 ms of reps, a few ms of warmup once the
 # function is warm, the default conditioning), timed by CUDA events around each call (the
 # default's CUPTI costs ~0.2 s a profiler session: a ranking makes tens of calls). A round
@@ -76,6 +83,7 @@ RANK_CALL = BenchConfig(
     probe_clock=False,
     keep_trace=False,
 )
+UNWAITED = {"wait_power": False, "wait_counters": False}  # over any config: see rank()
 TOLERANCE = 0.005  # candidates within 0.5% of the leader (shown with confidence) are tied
 FAR_FIRST = 0.08  # behind the round's fastest by more than this in round 1: stops there
 FAR = 0.03  # ...or by more than this in each of two rounds
@@ -309,9 +317,10 @@ def rank(
         hint=f"a ratio's {confidence:.0%} interval needs {least} rounds; "
         f"the default is {MAX_ROUNDS}",
     )
-    # a call waits for no power sample after its reps (up to 45 ms, where a call is ~20 ms):
-    # a ranking reports times; a call's energy stays an estimate where the sample is not out
-    cfg = BenchConfig.of(config or RANK_CALL, {"wait_power": False, **settings})
+    # a call waits for no power sample after its reps (up to 45 ms, where a call is ~20 ms)
+    # and no counter read (17 ms of a call's 39 on an H200): a ranking reports times; a
+    # call's energy and reason times stay estimates where those reads are not in
+    cfg = BenchConfig.of(config or RANK_CALL, {**UNWAITED, **settings})
     if session is None and backend is None and device is None:
         from gpuenv.backend import shared_backend
 
@@ -320,6 +329,50 @@ def rank(
     return _Ranker(fns, cfg, tolerance, confidence, budget_s, max_rounds, clock).run(
         dict(backend=backend, gpu=gpu, device=device, session=session)
     )
+
+
+def prepare(
+    config: BenchConfig | None = None,
+    *,
+    backend: Any = None,
+    gpu: int | None = None,
+    device: Any = None,
+    session: Any = None,
+    **settings: Any,
+) -> Callable[[], None]:
+    """Begin, on a thread, what a ranking's first call waits for in a fresh process: the
+    backend, the GPU's facts, the sampler process's start (spawn, imports, NVML's
+    start-up). A tuner calls it, with `rank`'s arguments but the candidates, before it
+    compiles them, and the function it returns (which waits for the thread) before `rank`:
+    the start then runs during the compiling. Nothing to begin in a session or on a given
+    device (they bring their own), or on virtual time. A failure here is only logged: the
+    first call then opens as it would have, and says what failed.
+
+    Raises:
+        ConfigError: `settings` that `BenchConfig` does not take, as `rank` would.
+    """
+    ranking = {"tolerance", "confidence", "budget_s", "max_rounds"}  # rank's own: not a call's
+    calls = {k: value for k, value in settings.items() if k not in ranking}
+    cfg = BenchConfig.of(config or RANK_CALL, {**UNWAITED, **calls})
+    if session is not None or device is not None or _clock(None, backend, None).virtual:
+        return lambda: None
+    from gpuenv.timing.cuda.events import cuda_ordinal, on_cuda_device
+
+    ordinal = cuda_ordinal()  # the calling thread's CUDA device: a thread starts on 0
+
+    def open_ahead() -> None:
+        from gpuenv.backend import shared_backend
+        from gpuenv.timing.harness import open_ahead
+
+        try:
+            with on_cuda_device(ordinal):
+                open_ahead(cfg, backend if backend is not None else shared_backend(), gpu)
+        except Exception as err:  # the first call opens again, and reports it
+            log.debug("gpuenv.rank: opening ahead failed: %s", err)
+
+    thread = threading.Thread(target=open_ahead, name="gpuenv-rank-open", daemon=True)
+    thread.start()
+    return thread.join
 
 
 def unknown_settings(settings: Mapping[str, Any]) -> list[str]:
@@ -353,6 +406,7 @@ class _Ranker:
         auto = cfg.warmup == "auto"
         self.warm_cfg = dataclasses.replace(cfg, warmup=WARM_REPS) if auto else cfg
         self.rest_until = -math.inf  # the duty rule's rest after the last call ends here
+        self.last_end: float | None = None  # the last call's last rep ended here
         self.order = list(fns)
         self.got: dict[str, list[Any]] = {n: [] for n in fns}  # Measurements, one per round
         self.out: dict[str, Outcome] = {}  # final outcomes of the candidates that stopped
@@ -383,10 +437,13 @@ class _Ranker:
         if wait > 0:
             self.sleep(wait)
         cfg = self.warm_cfg if self.got[name] else self.cfg
+        if self.last_end is not None:  # its check for a ready GPU counts the rest's samples
+            cfg = dataclasses.replace(cfg, rested_since=self.last_end)
         m = bench(self.fns[name], cfg, name=name, **where)
         # from its last rep's end: the judging since, and this, were rest already
         ends = [w.t1 for w in m.windows]
-        self.rest_until = (max(ends) if ends else self.clock()) + _rest_after(m, cfg)
+        self.last_end = max(ends) if ends else self.clock()
+        self.rest_until = self.last_end + _rest_after(m, cfg)
         return m
 
     def _median(self, name: str, rounds: slice = slice(None)) -> float:
@@ -697,6 +754,7 @@ __all__ = [
     "Ranking",
     "decision_lines",
     "decision_record",
+    "prepare",
     "rank",
     "unknown_settings",
 ]

@@ -238,19 +238,23 @@ class _Sweep:
     @classmethod
     def rank(cls, tuner: Any, configs: list[Any], calls: list[Any], args: Any, meta: Any) -> _Sweep:
         from gpuenv.run.autoregions import autotune_region, config_labels
-        from gpuenv.timing.rank import decision_record, rank
+        from gpuenv.timing.rank import decision_record, prepare, rank
 
         names = [_config_name(config_labels(c), i) for i, c in enumerate(configs)]
         cands, answers = {}, {}
-        for name, config, call in zip(names, configs, calls, strict=True):
-            try:
-                call()  # compiles it, and finds what cannot run
-            except Exception as err:
-                if type(err).__name__ not in TRITON_CONFIG_ERRORS:
-                    raise
-                answers[config] = [math.inf] * 3
-                continue
-            cands[name] = call
+        opened = prepare(**_patched.get("rank_settings", {}))  # the sampler starts meanwhile
+        try:
+            for name, config, call in zip(names, configs, calls, strict=True):
+                try:
+                    call()  # compiles it, and finds what cannot run
+                except Exception as err:
+                    if type(err).__name__ not in TRITON_CONFIG_ERRORS:
+                        raise
+                    answers[config] = [math.inf] * 3
+                    continue
+                cands[name] = call
+        finally:
+            opened()
         fn = getattr(tuner, "base_fn", None) or getattr(tuner, "fn", None)
         kernel = str(getattr(fn, "__name__", "kernel"))
         key = _key(tuner, args, meta)

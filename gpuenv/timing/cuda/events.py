@@ -7,11 +7,12 @@ What a rep is: the package's docstring."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpuenv import stats
@@ -432,3 +433,23 @@ def nvml_index_of_cuda(backend: Backend, device: Any = None) -> int:
     from gpuenv.devices import select_gpus
 
     return select_gpus(backend, f"cuda:{ordinal}")[0]
+
+
+def cuda_ordinal() -> int | None:
+    """torch's current CUDA device where torch has initialized CUDA, else None: what a
+    thread that works for this one uses (a thread starts on device 0)."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not cuda.is_initialized():
+        return None
+    return int(cuda.current_device())
+
+
+@contextlib.contextmanager
+def on_cuda_device(ordinal: int | None) -> Iterator[None]:
+    """torch's CUDA device `ordinal` current on this thread while inside (None: as it is)."""
+    if ordinal is None:
+        yield
+        return
+    with _torch().cuda.device(ordinal):
+        yield

@@ -58,6 +58,7 @@ GROUPS = (
         (
             "autotune_rank",
             "autotune_tutorial",
+            "call_levels",
             "ci_gate",
             "collective",
             "detection",

@@ -162,19 +162,8 @@ class BenchConfig:
                 ),
             )
         v.number(self.warmup_max_s, "warmup_max_s", lo=0, unit="seconds")
-        if self.rested_since is not None:
-            v.number(self.rested_since, "rested_since", unit="seconds on the GPU's clock")
         self._set("warmup_max_reps", v.integer(self.warmup_max_reps, "warmup_max_reps", lo=0))
-        for flag in (
-            "flush_l2",
-            "saturate",
-            "burst_from_start",
-            "probe_clock",
-            "keep_trace",
-            "wait_power",
-            "wait_counters",
-        ):
-            v.boolean(getattr(self, flag), flag)
+        self._check_switches()
         if self.calls_per_rep != "auto":
             self._set(
                 "calls_per_rep",
@@ -205,6 +194,21 @@ class BenchConfig:
             )
         if self.policy is not None:
             check_policy(self.policy)
+
+    def _check_switches(self) -> None:
+        """The on/off fields, and the rest's start (a time, or None)."""
+        for flag in (
+            "flush_l2",
+            "saturate",
+            "burst_from_start",
+            "probe_clock",
+            "keep_trace",
+            "wait_power",
+            "wait_counters",
+        ):
+            v.boolean(getattr(self, flag), flag)
+        if self.rested_since is not None:
+            v.number(self.rested_since, "rested_since", unit="seconds on the GPU's clock")
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # frozen: the normalised value (2.0 -> 2)

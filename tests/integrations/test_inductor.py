@@ -255,6 +255,38 @@ def test_a_tie_goes_to_the_first_in_inductor_s_order_and_a_failed_choice_stays_i
 
 
 @pytest.mark.usefixtures("unpatched")
+def test_rank_starts_the_sampler_while_inductor_benchmarks_each_choice_once(
+    gpu, selector, monkeypatch
+):
+    from gpuenv.timing import rank as ranking
+
+    events: list[str] = []
+    own_capture, own_rank = inductor._capture_choices, ranking.rank
+    inductor.patch_inductor(rank=True, backend=gpu, budget_s=2.0)
+    settings: list[dict] = []
+
+    def prepare(**given):
+        settings.append(given)
+        events.append("prepare")
+        return lambda: events.append("opened")
+
+    def capture(fn, choices):
+        events.append("capture")
+        return own_capture(fn, choices)
+
+    def rank(cands, **given):
+        events.append("rank")
+        return own_rank(cands, **given)
+
+    monkeypatch.setattr(ranking, "prepare", prepare)
+    monkeypatch.setattr(ranking, "rank", rank)
+    monkeypatch.setattr(inductor, "_capture_choices", capture)
+    assert chosen(autotune(selector, mm_choices(gpu))) == "mm"
+    assert events == ["prepare", "capture", "opened", "rank"]
+    assert settings == [{"backend": gpu, "budget_s": 2.0}]
+
+
+@pytest.mark.usefixtures("unpatched")
 def test_choices_not_timed_through_benchmark_gpu_are_left_to_inductor(gpu, selector):
     class CpuChoice(Choice):
         def benchmark(self, *inputs, out):  # what benchmark_cpu returns: not handed over

@@ -344,6 +344,34 @@ def test_rank_switch_makes_the_autotuner_choose_the_best_config(gpu, monkeypatch
 
 
 @pytest.mark.usefixtures("unpatched")
+def test_rank_switch_starts_the_sampler_while_the_configs_compile(gpu, monkeypatch):
+    # a fresh process's first call spent ~0.4 s starting the sampler process on an H200:
+    # the sweep begins it before it compiles the configs, and waits for it after
+    from gpuenv.timing import rank as ranking
+
+    tr, launched = triton3(monkeypatch, {128: 0.210e-3, 256: 0.200e-3}, gpu)
+    events: list[tuple[str, object, list[int]]] = []
+    own_rank = ranking.rank
+
+    def prepare(**settings):
+        events.append(("prepare", settings, list(launched)))
+        return lambda: events.append(("opened", None, list(launched)))
+
+    def rank(cands, **settings):
+        events.append(("rank", None, list(launched)))
+        return own_rank(cands, **settings)
+
+    gtriton.patch_autotuner(rank=True, backend=gpu, tolerance=0.01)
+    monkeypatch.setattr(ranking, "prepare", prepare)
+    monkeypatch.setattr(ranking, "rank", rank)
+    configs = [Config({"BM": bm}) for bm in (128, 256)]
+    assert tr.autotuner.Autotuner(configs, key=["M"]).run(4096).kwargs["BM"] == 256
+    assert [e[0] for e in events] == ["prepare", "opened", "rank"]
+    assert events[0][1] == {"backend": gpu, "tolerance": 0.01} and events[0][2] == []
+    assert events[1][2] == [128, 256]  # waited for once every config had run once
+
+
+@pytest.mark.usefixtures("unpatched")
 def test_rank_switch_leaves_an_autotuners_own_benchmarker_and_refuses_unknown_settings(
     gpu, monkeypatch
 ):

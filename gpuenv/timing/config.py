@@ -89,7 +89,7 @@ class BenchConfig:
     `wait_counters`: the judging waits (at most `telemetry.EDGE_WAIT_S`) for a read of the
     reason counters after the last rep. A sampler process reads them at most every
     `telemetry.EDGE_MIN_INTERVAL_S` (20 ms), so a short call's end read waits for the read
-    at its reps' start: 17 ms of a gpuenv.rank call's 39 on an H200. False judges with
+    at its reps' start (most of a gpuenv.rank call's judging on an H200). False judges with
     the reads already in: past the last one a counter is extrapolated only while the cheap
     samples show its reason (`telemetry.counters`). gpuenv.rank's calls, whose times are
     what they are for, wait for none.

@@ -18,9 +18,10 @@ judging is rest too): back to back, a ranking's calls would be one long burst th
 the cap on, and each call after it would wait for it to clear. A call's check for a ready
 GPU counts the samples of that rest (`BenchConfig.rested_since`), and its judging waits
 for no counter read (`wait_counters`): on an H200 both waited for the sampler process's
-pace, 9 and 17 ms of a ~40 ms call. A candidate's calls after its first warm up with
-`WARM_REPS` call (its set-up is done, the GPU busy with its rivals). A tuner starts the
-first call's sampler while it compiles (`prepare`).
+pace, 244 and most of 319 ms of a ~1.1 s ranking (benchmarks/autotune_rank.py). A
+candidate's calls after its first warm up with `WARM_REPS` call (its set-up is done, the
+GPU busy with its rivals). A tuner starts the first call's sampler while it compiles
+(`prepare`).
 
 1. Round 1 times every candidate (one short call each). A candidate more than
    `FAR_FIRST` behind the round's fastest stops there, and one more than `FAR` behind in
@@ -318,7 +319,7 @@ def rank(
         f"the default is {MAX_ROUNDS}",
     )
     # a call waits for no power sample after its reps (up to 45 ms, where a call is ~20 ms)
-    # and no counter read (17 ms of a call's 39 on an H200): a ranking reports times; a
+    # and no counter read (most of its judging on an H200): a ranking reports times; a
     # call's energy and reason times stay estimates where those reads are not in
     cfg = BenchConfig.of(config or RANK_CALL, {**UNWAITED, **settings})
     if session is None and backend is None and device is None:

@@ -23,12 +23,17 @@ choice and Inductor's epilogue-fusion decision after it). Read-only: no clock is
 every child runs with GPUENV_READONLY=1. About 5 minutes on an H200 at the defaults (the
 careful process about a minute, compiling every Triton template; each tuning process
 20-35 s, a hot one 7 s more). One state in 10 processes a tuner is 20 processes: 7-12
-minutes, more than one device call's 10 (it did not finish in 500 s); run fewer a call.
-Each process's time is printed on stderr as it ends.
+minutes, more than one device call's 10 (it did not finish in 500 s): run fewer a call,
+each keeping its rows (`--rows-out`), and join them in the last call's report
+(`--rows-in`, repeatable; regret against the first call's careful times; `--processes 0`
+reports them alone). Each process's time is printed on stderr as it ends.
 
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank
-    GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 1024x1024x1024 \
-        --states hot --processes 10
+    GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 1024x1024x1024 \\
+        --states hot --processes 5
+    GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 1024x1024x1024 \\
+        --states rested --processes 5 --rows-out $OUT/rows-1.jsonl     # then, a call later:
+    ... --processes 5 --rows-in rows-1.jsonl --rows-out $OUT/rows-2.jsonl
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 4096x4096x4096
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op bmm --size 8x2048x2048x2048 \\
         --dtype bfloat16
@@ -176,17 +181,76 @@ def run(args: argparse.Namespace) -> int:
     if args.sim:
         print("max-autotune needs a GPU (CUDA torch): --sim has nothing to run", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="triton-") as triton_cache:
-        shared = Path(triton_cache)
-        careful = _timed("careful", lambda: child("careful", args, shared))
-        rows = []
-        for i in range(args.processes):  # interleaved: the tuners meet the same machine
-            for state in args.states.split(","):
-                for tuner in TUNERS:
-                    what = f"{tuner} {state} {i + 1}/{args.processes}"
-                    rows.append(_timed(what, functools.partial(child, tuner, args, shared, state)))
+    earlier = read_rows(args.rows_in or [], args)
+    keep = _keeper(args.rows_out)
+    rows = [r for r in earlier if r.get("mode") != "careful"]
+    careful = next((r for r in earlier if r.get("mode") == "careful"), None)
+    if args.processes > 0:
+        with tempfile.TemporaryDirectory(prefix="triton-") as triton_cache:
+            shared = Path(triton_cache)
+            # this call's careful run fills the Triton cache; the first call's stays the reference
+            mine = keep(_timed("careful", functools.partial(child, "careful", args, shared)))
+            careful = careful or mine
+            for i in range(args.processes):  # interleaved: the tuners meet the same machine
+                for state in args.states.split(","):
+                    for tuner in TUNERS:
+                        what = f"{tuner} {state} {i + 1}/{args.processes}"
+                        part = functools.partial(child, tuner, args, shared, state)
+                        rows.append(keep(_timed(what, part)))
+    if careful is None:
+        raise SystemExit("nothing to report: --processes 0 needs --rows-in of an earlier call")
+    if earlier:
+        print(f"Rows of {len(args.rows_in)} earlier call(s) joined; regret against the first's")
+        print("careful times.")
+        print()
     report(rows, careful)
     return 0
+
+
+def read_rows(paths: Sequence[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The rows (JSON lines, `--rows-out`) of earlier calls on the same selection, in the
+    order given; a file of another op, size or dtype is refused."""
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise SystemExit(f"--rows-in {path}: {err.strerror or err}") from err
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise SystemExit(f"--rows-in {path}:{n}: not a row ({err.msg})") from err
+            got = (row.get("op"), row.get("size"), row.get("dtype"))
+            if got != (args.op, args.size, args.dtype):
+                raise SystemExit(
+                    f"--rows-in {path}: rows of {' '.join(map(str, got))}, not "
+                    f"{args.op} {args.size} {args.dtype}: join calls of one selection"
+                )
+            rows.append(row)
+    return rows
+
+
+def _keeper(path: str | None) -> Any:
+    """A function that appends a row to `path` (JSON lines, closed each time: a call cut
+    short by its time limit keeps the rows it had) and returns it; without a path, or once
+    a write failed (said on stderr, once), only returns it."""
+
+    failed: list[str] = []
+
+    def keep(row: dict[str, Any]) -> dict[str, Any]:
+        if path is not None and not failed:
+            try:
+                with open(path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+            except OSError as err:  # the report still comes: only the rows are not kept
+                failed.append(str(err))
+                print(f"inductor_rank: --rows-out {path}: {err}", file=sys.stderr)
+        return row
+
+    return keep
 
 
 def _timed(what: str, run: Any) -> dict[str, Any]:
@@ -199,7 +263,9 @@ def _timed(what: str, run: Any) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--processes", type=int, default=2, help="fresh processes per tuner (2)")
+    parser.add_argument(
+        "--processes", type=int, default=2, help="fresh processes per tuner and state (2)"
+    )
     parser.add_argument(
         "--op",
         choices=("mm_relu", "addmm_relu", "bmm"),
@@ -219,6 +285,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--hot-s", type=float, default=7.0, help="heavy load before a hot selection (7)"
+    )
+    parser.add_argument(
+        "--rows-out",
+        help="append each process's row to this file (JSON lines) as it ends, the careful "
+        "one first: for --rows-in of a later call",
+    )
+    parser.add_argument(
+        "--rows-in",
+        action="append",
+        help="an earlier call's --rows-out (repeatable): its processes join this call's in "
+        "the report, regret against the first file's careful times; with --processes 0, "
+        "report them alone",
     )
 
 

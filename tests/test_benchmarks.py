@@ -607,3 +607,59 @@ def test_call_levels_tables_each_kernel_s_calls_and_their_upper_level():
     lines = call_levels.table({("mm", "events"): [low, high], ("mm", "profiler"): [6e-6] * 2})
     assert lines[2] == "| mm | events | 2 | 8.38 us | 8.78 us | 9.18 us | 9.5% | 50% |"
     assert lines[3].endswith("| 0.0% | 0% |")
+
+
+def test_inductor_rank_joins_the_rows_of_earlier_calls_and_refuses_another_selections(
+    tmp_path, capsys
+):
+    # 20 processes a tuner take more than one device call: each call keeps its rows
+    # (--rows-out) and a later one reports them together (--rows-in; --processes 0: only)
+    import argparse
+    import json
+
+    from benchmarks import inductor_rank
+
+    sel = {"op": "mm_relu", "size": "1024x1024x1024", "dtype": "float16"}
+    careful = {"mode": "careful", **sel, "selection": "mm", "gpu": "H200", "torch": "2.9"}
+
+    def rows(first_ms: float, winners: list[str]) -> list[dict]:
+        out = [{**careful, "ms": {"mm": first_ms, "triton_mm_12": 0.0086}}]
+        for w in winners:
+            out.append(
+                {"mode": "gpuenv", "state": "rested", **sel, "winner": w, "tied": []}
+                | {"compile_wall_s": 30.0, "compiled_s": 9e-6}
+            )
+        return out
+
+    keep = inductor_rank._keeper(str(tmp_path / "one.jsonl"))
+    for r in rows(0.0085, ["mm", "mm"]):
+        assert keep(r) == r
+    (tmp_path / "two.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in rows(0.0087, ["triton_mm_12"])) + "\n\n"
+    )
+    args = argparse.Namespace(sim=False, processes=0, rows_out=None, **sel)
+    args.rows_in = [str(tmp_path / "one.jsonl"), str(tmp_path / "two.jsonl")]
+    assert inductor_rank.run(args) == 0
+    out = capsys.readouterr().out
+    assert "Rows of 2 earlier call(s) joined; regret against the first's" in out
+    # the first call's careful times: mm 8.5 us the best; the second call's (8.7) unused
+    assert "| mm | 8.5 us | - | +0.00% |" in out
+    assert "| gpuenv | rested | 3 | 2 | mm (67%) | 0 | 2 (67%) | 0.00% | 1.18% |" in out
+
+    (tmp_path / "other.jsonl").write_text(json.dumps({**rows(0.0085, [])[0], "size": "2048"}))
+    args.rows_in = [str(tmp_path / "other.jsonl")]
+    with pytest.raises(SystemExit, match=r"rows of mm_relu 2048 float16, not mm_relu 1024x"):
+        inductor_rank.run(args)
+    args.rows_in = [str(tmp_path / "missing.jsonl")]
+    with pytest.raises(SystemExit, match=r"--rows-in .*missing.jsonl: No such file"):
+        inductor_rank.run(args)
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    args.rows_in = [str(tmp_path / "bad.jsonl")]
+    with pytest.raises(SystemExit, match=r"bad.jsonl:1: not a row"):
+        inductor_rank.run(args)
+    args.rows_in = None
+    with pytest.raises(SystemExit, match=r"--processes 0 needs --rows-in"):
+        inductor_rank.run(args)
+    full = inductor_rank._keeper("/dev/full")  # a write that fails: said once, row returned
+    assert full({"a": 1}) == {"a": 1} and full({"b": 2}) == {"b": 2}
+    assert capsys.readouterr().err.count("--rows-out /dev/full: ") == 1

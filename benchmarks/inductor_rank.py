@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import runner
-from benchmarks.autotune_rank import choices
+from benchmarks.autotune_rank import choice_cells, choice_metrics, choices
 from benchmarks.checkout import ROOT, checkout_env
 
 CHILD = ROOT / "benchmarks" / "workloads" / "inductor_mm.py"
@@ -142,10 +142,7 @@ def report(rows: Sequence[dict[str, Any]], careful_row: dict[str, Any]) -> None:
                 continue
             s = summary[tuner, state] = summarize(mine, careful)
             print(
-                f"| {tuner} | {state} | {s['n']} | {s['distinct']} | {s['modal']} "
-                f"({s['modal_share']:.0%}) | {s['ties']} | {s['decisions']} "
-                f"({s['decision_share']:.0%}) | {s['regret_median']:.2%} | "
-                f"{s['regret_max']:.2%} | {s['wall_median_s']:.1f} s | "
+                f"| {tuner} | {state} | {choice_cells(s)} | {s['wall_median_s']:.1f} s | "
                 f"{s['compiled_median_s'] * 1e6:.1f} us ({s['compiled_spread']:.1%}) |"
             )
     print()
@@ -162,14 +159,7 @@ def _metrics(summary: dict[tuple[str, str], dict[str, Any]]) -> None:
     for state in STATES:
         g, p = summary.get(("gpuenv", state)), summary.get(("plain", state))
         if g is not None:
-            runner.metric(f"{state}: gpuenv regret max", 100 * g["regret_max"], "%", slack=0.3)
-            runner.metric(
-                f"{state}: gpuenv most common decision",
-                100 * g["decision_share"],
-                "%",
-                better="higher",
-                slack=5,
-            )
+            choice_metrics(state, g)
         if g is not None and p is not None and p["wall_median_s"] > 0:
             ratio = g["wall_median_s"] / p["wall_median_s"]
             print(f"{state.capitalize()}, gpuenv's compile wall is {ratio:.2f}x plain Inductor's.")

@@ -193,6 +193,7 @@ def _selector_class(module: Any) -> Any:
 
 def _benchmark_gpu(defaults: dict[str, Any]) -> Callable[..., Any]:
     from gpuenv.integrations.triton.bench import do_bench
+    from gpuenv.timing.cuda.events import cuda_ordinal
 
     @functools.wraps(do_bench)
     def benchmark_gpu(
@@ -210,7 +211,7 @@ def _benchmark_gpu(defaults: dict[str, Any]) -> Callable[..., Any]:
         kept = getattr(_capture, "calls", None)
         if kept is not None:  # a ranking collects this choice's work: run it once, keep it
             _callable()
-            kept.append((_callable, _current_cuda_device()))
+            kept.append((_callable, cuda_ordinal()))  # its tensors' device is current
             return 0.0
         settings = dict(defaults)
         for key, value in (("warmup", warmup), ("rep", rep)):
@@ -228,19 +229,6 @@ def _benchmark_gpu(defaults: dict[str, Any]) -> Callable[..., Any]:
 
     benchmark_gpu.__gpuenv__ = True  # type: ignore[attr-defined]
     return benchmark_gpu
-
-
-def _current_cuda_device() -> int | None:
-    """The CUDA device current while Inductor hands a choice's work over (its benchmark
-    requests enter their tensors' device), to rank it on the same one."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    cuda = getattr(torch, "cuda", None)
-    if cuda is None or not cuda.is_available():
-        return None
-    return int(cuda.current_device())
 
 
 # -- rank=True: each selection's choices ranked together ----------------------------------

@@ -352,7 +352,8 @@ def prepare(
     Raises:
         ConfigError: `settings` that `BenchConfig` does not take, as `rank` would.
     """
-    ranking = {"tolerance", "confidence", "budget_s", "max_rounds"}  # rank's own: not a call's
+    # rank's own keywords (tolerance, budget_s, ...) are the ranking's, not a call's
+    ranking = set(inspect.signature(rank).parameters) - set(inspect.signature(prepare).parameters)
     calls = {k: value for k, value in settings.items() if k not in ranking}
     cfg = BenchConfig.of(config or RANK_CALL, {**UNWAITED, **calls})
     if session is not None or device is not None or _clock(None, backend, None).virtual:

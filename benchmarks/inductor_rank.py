@@ -49,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +223,7 @@ def read_rows(paths: Sequence[str], args: argparse.Namespace) -> list[dict[str, 
     return rows
 
 
-def _keeper(path: str | None) -> Any:
+def _keeper(path: str | None) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """A function that appends a row to `path` (JSON lines, closed each time: a call cut
     short by its time limit keeps the rows it had) and returns it; without a path, or once
     a write failed (said on stderr, once), only returns it."""
@@ -243,11 +243,11 @@ def _keeper(path: str | None) -> Any:
     return keep
 
 
-def _timed(what: str, run: Any) -> dict[str, Any]:
+def _timed(what: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """`run()`, saying on stderr how long it took: a run cut short by its time limit still
     shows how far it got (10 rested processes a tuner did not finish in 500 s on an H200)."""
     t0 = time.monotonic()
-    got: dict[str, Any] = run()
+    got = run()
     print(f"inductor_rank: {what}: {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     return got
 

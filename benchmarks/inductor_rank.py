@@ -26,7 +26,9 @@ careful process about a minute, compiling every Triton template; each tuning pro
 minutes, more than one device call's 10 (it did not finish in 500 s): run fewer a call,
 each keeping its rows (`--rows-out`), and join them in the last call's report
 (`--rows-in`, repeatable; regret against the first call's careful times; `--processes 0`
-reports them alone). Each process's time is printed on stderr as it ends.
+reports them alone). A call joining an earlier one's careful row with `--triton-cache`
+the earlier filled (the device machine keeps an ignored folder of the checkout while it
+is warm) runs no careful process. Each process's time is printed on stderr as it ends.
 
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 1024x1024x1024 \\
@@ -34,6 +36,7 @@ reports them alone). Each process's time is printed on stderr as it ends.
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 1024x1024x1024 \\
         --states rested --processes 5 --rows-out $OUT/rows-1.jsonl     # then, a call later:
     ... --processes 5 --rows-in rows-1.jsonl --rows-out $OUT/rows-2.jsonl
+    ... --triton-cache .scratch/triton   # in both calls: the later one runs no careful process
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 4096x4096x4096
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op bmm --size 8x2048x2048x2048 \\
         --dtype bfloat16
@@ -42,6 +45,7 @@ reports them alone). Each process's time is printed on stderr as it ends.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import statistics
@@ -49,7 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,11 +180,12 @@ def run(args: argparse.Namespace) -> int:
     rows = [r for r in earlier if r.get("mode") != "careful"]
     careful = next((r for r in earlier if r.get("mode") == "careful"), None)
     if args.processes > 0:
-        with tempfile.TemporaryDirectory(prefix="triton-") as triton_cache:
-            shared = Path(triton_cache)
-            # this call's careful run fills the Triton cache; the first call's stays the reference
-            mine = keep(_timed("careful", functools.partial(child, "careful", args, shared)))
-            careful = careful or mine
+        with _triton_cache(args.triton_cache) as shared:
+            # a careful run fills the Triton cache; the first call's stays the reference, and
+            # a call that joins it with a cache an earlier call filled needs none of its own
+            if careful is None or not _filled(shared):
+                mine = keep(_timed("careful", functools.partial(child, "careful", args, shared)))
+                careful = careful or mine
             for i in range(args.processes):  # interleaved: the tuners meet the same machine
                 for state in args.states.split(","):
                     for tuner in TUNERS:
@@ -195,6 +200,25 @@ def run(args: argparse.Namespace) -> int:
         print()
     report(rows, careful)
     return 0
+
+
+@contextlib.contextmanager
+def _triton_cache(kept: str | None) -> Iterator[Path]:
+    """The Triton cache this call's processes share: `kept` (made if missing, left after
+    the call), or a temporary one."""
+    if kept is not None:
+        try:
+            Path(kept).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise SystemExit(f"--triton-cache {kept}: {err.strerror or err}") from err
+        yield Path(kept)
+        return
+    with tempfile.TemporaryDirectory(prefix="triton-") as tmp:
+        yield Path(tmp)
+
+
+def _filled(cache: Path) -> bool:
+    return any(cache.iterdir())
 
 
 def read_rows(paths: Sequence[str], args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -280,6 +304,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rows-out",
         help="append each process's row to this file (JSON lines) as it ends, the careful "
         "one first: for --rows-in of a later call",
+    )
+    parser.add_argument(
+        "--triton-cache",
+        help="a Triton cache folder kept after the call (made if missing; default: a "
+        "temporary one). A later call given it filled, and --rows-in with the careful row, "
+        "runs no careful process of its own (a minute saved)",
     )
     parser.add_argument(
         "--rows-in",

@@ -663,3 +663,59 @@ def test_inductor_rank_joins_the_rows_of_earlier_calls_and_refuses_another_selec
     full = inductor_rank._keeper("/dev/full")  # a write that fails: said once, row returned
     assert full({"a": 1}) == {"a": 1} and full({"b": 2}) == {"b": 2}
     assert capsys.readouterr().err.count("--rows-out /dev/full: ") == 1
+
+
+def test_inductor_rank_runs_no_careful_process_when_a_kept_triton_cache_is_filled(
+    tmp_path, monkeypatch, capsys
+):
+    # a later device call joins the first's careful row; with the Triton cache the first
+    # filled (--triton-cache, kept on the warm machine) it spends no minute on its own
+    import argparse
+    import json
+
+    from benchmarks import inductor_rank
+
+    sel = {"op": "mm_relu", "size": "1024x1024x1024", "dtype": "float16"}
+    careful = {"mode": "careful", **sel, "selection": "mm", "gpu": "H200", "torch": "2.9"}
+    careful["ms"] = {"mm": 0.0085, "triton_mm_12": 0.0086}
+    ran: list[tuple[str, Path]] = []
+
+    def child(mode, args, cache, state="rested"):
+        ran.append((mode, cache))
+        (cache / f"{mode}.so").write_text("kernel")  # what a process leaves in the cache
+        if mode == "careful":
+            return careful
+        return {"mode": mode, "state": state, **sel, "winner": "mm", "tied": []} | {
+            "compile_wall_s": 30.0,
+            "compiled_s": 9e-6,
+        }
+
+    monkeypatch.setattr(inductor_rank, "child", child)
+    kept = tmp_path / "triton"
+    first = tmp_path / "one.jsonl"
+    args = argparse.Namespace(sim=False, processes=1, states="rested", rows_in=None, **sel)
+    args.rows_out, args.triton_cache = str(first), str(kept)
+    assert inductor_rank.run(args) == 0
+    assert [m for m, _ in ran] == ["careful", "plain", "gpuenv"]
+    assert {c for _, c in ran} == {kept} and (kept / "careful.so").exists()  # left after
+
+    ran.clear()
+    args.rows_in, args.rows_out = [str(first)], None
+    assert inductor_rank.run(args) == 0
+    assert [m for m, _ in ran] == ["plain", "gpuenv"]  # no careful process of its own
+    assert "| gpuenv | rested | 2 |" in capsys.readouterr().out
+
+    ran.clear()  # an empty cache: the careful process fills it, its row not the reference
+    args.triton_cache = str(tmp_path / "empty")
+    assert inductor_rank.run(args) == 0
+    assert [m for m, _ in ran] == ["careful", "plain", "gpuenv"]
+    ran.clear()  # no kept cache: a temporary one, a careful process to fill it
+    args.triton_cache = None
+    assert inductor_rank.run(args) == 0
+    assert ran[0][0] == "careful" and ran[0][1] != kept
+    assert json.loads(first.read_text().splitlines()[0])["mode"] == "careful"
+
+    (tmp_path / "file").write_text("")
+    args.triton_cache = str(tmp_path / "file" / "triton")
+    with pytest.raises(SystemExit, match=r"--triton-cache .*file/triton: Not a directory"):
+        inductor_rank.run(args)

@@ -26,9 +26,10 @@ careful process about a minute, compiling every Triton template; each tuning pro
 minutes, more than one device call's 10 (it did not finish in 500 s): run fewer a call,
 each keeping its rows (`--rows-out`), and join them in the last call's report
 (`--rows-in`, repeatable; regret against the first call's careful times; `--processes 0`
-reports them alone). A call joining an earlier one's careful row with `--triton-cache`
-the earlier filled (the device machine keeps an ignored folder of the checkout while it
-is warm) runs no careful process. Each process's time is printed on stderr as it ends.
+reports them alone). A call joining an earlier one's careful row with the
+`--triton-cache` the earlier one filled runs no careful process: on the device machine,
+a folder outside the checkout (/tmp) is kept between calls while the machine is warm, an
+ignored one inside it was not. Each process's time is printed on stderr as it ends.
 
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 1024x1024x1024 \\
@@ -36,7 +37,7 @@ is warm) runs no careful process. Each process's time is printed on stderr as it
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 1024x1024x1024 \\
         --states rested --processes 5 --rows-out $OUT/rows-1.jsonl     # then, a call later:
     ... --processes 5 --rows-in rows-1.jsonl --rows-out $OUT/rows-2.jsonl
-    ... --triton-cache .scratch/triton   # in both calls: the later one runs no careful process
+    ... --triton-cache /tmp/gpuenv-triton   # in both: the later runs no careful process
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 4096x4096x4096
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op bmm --size 8x2048x2048x2048 \\
         --dtype bfloat16
@@ -276,6 +277,15 @@ def _timed(what: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     return got
 
 
+def _variant(args: argparse.Namespace) -> str:
+    """The selection, and the state when one alone ran; a report joining earlier calls'
+    rows (which may hold either state) is "-joined"."""
+    part = f"{args.op}-{args.size}-{args.dtype}"
+    if args.rows_in:
+        return f"{part}-joined"
+    return part if args.states == "rested,hot" else f"{part}-{args.states}"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--processes", type=int, default=2, help="fresh processes per tuner and state (2)"
@@ -328,8 +338,6 @@ if __name__ == "__main__":
             add_arguments,
             run,
             quick={"processes": 1},
-            variant=lambda a: (
-                f"{a.op}-{a.size}-{a.dtype}" + ("" if a.states == "rested,hot" else f"-{a.states}")
-            ),
+            variant=_variant,
         )
     )

@@ -719,3 +719,15 @@ def test_inductor_rank_runs_no_careful_process_when_a_kept_triton_cache_is_fille
     args.triton_cache = str(tmp_path / "file" / "triton")
     with pytest.raises(SystemExit, match=r"--triton-cache .*file/triton: Not a directory"):
         inductor_rank.run(args)
+
+
+def test_inductor_rank_names_a_joined_report_for_what_it_holds():
+    from benchmarks import inductor_rank
+
+    args = argparse.Namespace(op="mm_relu", size="1024x1024x1024", dtype="float16")
+    args.states, args.rows_in = "rested,hot", None
+    assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16"
+    args.states = "hot"
+    assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16-hot"
+    args.rows_in = ["rows-r.jsonl"]  # its rows may be rested: not "-hot"
+    assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16-joined"

@@ -731,3 +731,27 @@ def test_inductor_rank_names_a_joined_report_for_what_it_holds():
     assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16-hot"
     args.rows_in = ["rows-r.jsonl"]  # its rows may be rested: not "-hot"
     assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16-joined"
+
+
+def test_inductor_rank_judges_regret_by_device_time_where_the_careful_run_has_it(capsys):
+    # a few-us kernel's events time sits at one of two levels: where the careful row has
+    # each choice's device time from CUPTI, the table shows it and regret is against it
+    from benchmarks import inductor_rank
+
+    careful = {"mode": "careful", "op": "mm_relu", "size": "1024x1024x1024"}
+    careful.update(dtype="float16", selection="mm", gpu="H200", torch="2.11")
+    careful["ms"] = {"mm": 0.0093, "triton_mm_12": 0.0090}  # by events: mm at its high level
+    careful["passes_ms"] = {"mm": [0.0085, 0.0093, 0.0093], "triton_mm_12": [0.0090] * 3}
+    careful["device_ms"] = {"mm": 0.00605, "triton_mm_12": 0.0065}
+    rows = [
+        {"mode": m, "winner": w, "tied": [], "compile_wall_s": 5.0, "compiled_s": 2e-5}
+        for m, w in (("plain", "triton_mm_12"), ("gpuenv", "mm"))
+    ]
+    inductor_rank.report(rows, careful)
+    out = capsys.readouterr().out
+    assert "| choice | careful time | its passes | device time (CUPTI) | against the best |" in out
+    assert "| mm | 9.3 us | 8.5-9.3 us | 6.05 us | +0.00% |" in out
+    assert "| triton_mm_12 | 9.0 us | 9.0-9.0 us | 6.50 us | +7.44% |" in out
+    assert "Regret is against each choice's device time from CUPTI" in out
+    assert "| plain | rested | 1 | 1 | triton_mm_12 (100%) | 0 | 1 (100%) | 7.44% | 7.44% |" in out
+    assert "| gpuenv | rested | 1 | 1 | mm (100%) | 0 | 1 (100%) | 0.00% | 0.00% |" in out

@@ -346,3 +346,40 @@ def test_a_rankings_later_calls_count_the_samples_of_the_rest_before_them(gpu, m
         assert since == pytest.approx(max(w.t1 for w in before.windows) - DRIVER_REFRESH_S)
     with pytest.raises(ConfigError, match="rested_since"):
         gpuenv.bench(lambda: None, backend=gpu, rested_since="now")
+
+
+def test_a_ranking_of_tiny_candidates_times_every_call_by_cupti(gpu, monkeypatch):
+    """One call per CUDA event pair holds microseconds of the events' overhead, at one of
+    two levels (an H200's 1024^3 mm: 8.62-9.60 us by events, 6.05-6.16 by CUPTI): where
+    the first call reads under TINY_REP_S, every call (that one again) is mode "auto", the
+    device time from CUPTI. The simulated GPU's calls are made tiny by the threshold."""
+    from gpuenv.timing import rank as ranking
+
+    cands = {"a": kernel(gpu, 0.2, 1), "b": kernel(gpu, 0.21, 2)}
+    r = gpuenv.rank(cands, backend=gpu)  # 0.2 ms: events, as before
+    assert {m.extra["mode"] for c in r.candidates for m in c.measurements} == {"events"}
+    assert "mode='events'" in r.method and f"timed: {r.method}" in str(r)
+
+    monkeypatch.setattr(ranking, "TINY_REP_S", 1e-3)
+    from gpuenv.timing import harness
+
+    asked: list[str] = []
+    real = harness.bench
+
+    def spy(fn, cfg, **kw):
+        asked.append(cfg.mode)
+        return real(fn, cfg, **kw)
+
+    monkeypatch.setattr(harness, "bench", spy)
+    r = gpuenv.rank(cands, backend=gpu)
+    # the first call by events, then again by CUPTI, and every call after it
+    assert asked[:2] == ["events", "auto"] and set(asked[1:]) == {"auto"}
+    assert len(asked) == 1 + sum(c.rounds for c in r.candidates)  # the events call not kept
+    assert {m.extra["mode"] for c in r.candidates for m in c.measurements} == {"auto"}
+    assert r.winner == "a" and r.to_dict()["method"] == r.method and r.method
+
+    # a mode asked for is kept, whatever the size: by keyword or in a config
+    r = gpuenv.rank(cands, backend=gpu, mode="events")
+    assert {m.extra["mode"] for c in r.candidates for m in c.measurements} == {"events"}
+    r = gpuenv.rank(cands, ranking.RANK_CALL, backend=gpu)
+    assert {m.extra["mode"] for c in r.candidates for m in c.measurements} == {"events"}

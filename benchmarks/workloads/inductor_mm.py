@@ -5,7 +5,9 @@ carefully: the true ranking, each choice timed with gpuenv's do_bench (100 ms of
 a cool, uncapped GPU) in `CAREFUL_PASSES` interleaved passes, each pass starting one
 choice later, its time the median of its passes'. A few-us kernel's time can sit at one
 of two levels for seconds at a time (the spread of its passes shows it): one 0.5 s call
-per choice, in Inductor's order, would read whichever level each met.
+per choice, in Inductor's order, would read whichever level each met. The careful mode
+also times each choice's device time from CUPTI (`device_times`), which has no such
+levels.
 
     python benchmarks/workloads/inductor_mm.py MODE OP SIZE DTYPE [STATE [HOT_S]]
 
@@ -17,10 +19,10 @@ seconds, default 7, of heavy load). The caller gives each process a fresh
 TORCHINDUCTOR_CACHE_DIR (nothing of Inductor's cached: every selection autotunes) and
 may share a TRITON_CACHE_DIR (compiled kernels reused: the wall is Inductor's, not
 ptxas's). Prints one JSON line: the mode, the selection (its name and choices' times in
-ms as the tuner returned them), the winner (the least: the choice Inductor keeps), gpuenv's
-tie set and ranking wall (gpuenv), each choice's pass times (careful), the compile wall
-(the first call: compiling, autotuning, running once). Reads the GPU only (run it with
-GPUENV_READONLY=1); needs CUDA torch.
+ms as the tuner returned them), the winner (the least: the choice Inductor keeps),
+gpuenv's tie set and ranking wall (gpuenv), each choice's pass times and device time
+(careful), the compile wall (the first call: compiling, autotuning, running once). Reads
+the GPU only (run it with GPUENV_READONLY=1); needs CUDA torch.
 """
 
 import json
@@ -50,6 +52,15 @@ def careful_passes(cands, passes=CAREFUL_PASSES):
             ms = do_bench(cands[n], warmup=25, rep=100, return_mode="median")
             out[n].append(float(ms))  # type: ignore[arg-type]  # a float: no quantiles
     return out
+
+
+def device_times(cands):
+    """Each candidate's device time (ms) from CUPTI: the median of 200 calls, each after an
+    L2 flush, all queued behind a spin (no launch or event overhead). A few-us kernel's
+    events time holds microseconds of the events' own, at one of two levels."""
+    from gpuenv.timing.cuda import cupti_median_s
+
+    return {n: cupti_median_s(fn, flush_l2=True) * 1e3 for n, fn in cands.items()}
 
 
 def problem(op, size, dtype):
@@ -125,7 +136,7 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
         own_rank = ranking.rank
 
         def careful_rank(cands, **settings):  # each selection's choices, as rank gets them
-            timed.append(careful_passes(cands))
+            timed.append((careful_passes(cands), device_times(cands)))
             return own_rank(cands, **settings)  # what Inductor keeps: not what is reported
 
         ranking.rank = careful_rank  # type: ignore[assignment]  # the same call, spied on
@@ -148,11 +159,12 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
         raise SystemExit(f"no max-autotune selection of more than one choice: {selections}")
     pick = max(tuned, key=lambda s: len(s["ms"]))
     ms = pick["ms"]
-    passes = {}
+    passes: dict[str, list[float]] = {}
+    device: dict[str, float] = {}
     if mode == "careful":
         if not timed:
             raise SystemExit("careful: no selection reached gpuenv.rank: nothing timed carefully")
-        passes = max(timed, key=len)
+        passes, device = max(timed, key=lambda t: len(t[0]))
         ms = {n: statistics.median(v) for n, v in passes.items()}
     row = {
         "mode": mode,
@@ -169,7 +181,7 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
         "gpu": torch.cuda.get_device_name(),
     }
     if passes:
-        row["passes_ms"] = passes
+        row["passes_ms"], row["device_ms"] = passes, device
     if mode == "gpuenv":
         ranked = inductor.rankings()
         if not ranked:

@@ -21,7 +21,12 @@ for no counter read (`wait_counters`): on an H200 both waited for the sampler pr
 pace, 244 and most of 319 ms of a ~1.1 s ranking (benchmarks/autotune_rank.py). A
 candidate's calls after its first warm up with `WARM_REPS` call (its set-up is done, the
 GPU busy with its rivals). A tuner starts the first call's sampler while it compiles
-(`prepare`).
+(`prepare`). Where the ranking's first call reads under `TINY_REP_S` (20 us) and the
+caller chose no timing mode, every call (that one again) times with mode "auto": each
+call's device time from CUPTI. One call per CUDA event pair holds microseconds of the
+events' own overhead, at one of two levels for seconds at a time (a 1024^3 mm on an H200:
+8.62-9.60 us by events, 6.05-6.16 us by CUPTI; benchmarks/call_levels.py), and a ranking
+of about a second would rank whichever level its calls met.
 
 1. Round 1 times every candidate (one short call each). A candidate more than
    `FAR_FIRST` behind the round's fastest stops there, and one more than `FAR` behind in
@@ -57,7 +62,7 @@ from gpuenv import stats
 from gpuenv import validate as v
 from gpuenv.conditioning.burst import burst_rest_s
 from gpuenv.timebase import REAL_CLOCK, Clock
-from gpuenv.timing.config import BenchConfig
+from gpuenv.timing.config import TINY_REP_S, BenchConfig
 from gpuenv.timing.pair import min_pairs, pair_ratio
 from gpuenv.units import fmt_s
 
@@ -70,7 +75,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # One call of a round: a short gpuenv.bench (10 ms of reps, a few ms of warmup once the
 # function is warm, the default conditioning), timed by CUDA events around each call (the
-# default's CUPTI costs ~0.2 s a profiler session: a ranking makes tens of calls). A round
+# default's CUPTI costs a profiler session a call, a process's first 41 ms on an H100,
+# benchmarks/one_meaning.py --part startup: a ranking makes tens of calls; a ranking of
+# calls under TINY_REP_S takes it, where the events' own overhead is levels). A round
 # of 8 calls then costs about what triton's do_bench costs for one config (25 ms warmup +
 # 100 ms of reps). Like the do_bench drop-in's calls, no before/after clock probe (each rep
 # probes its own: 2 x 3 ms of spin on CUDA, 10 of a call's 23.5 ms on the simulated H200,
@@ -189,6 +196,8 @@ class Ranking:
         budget_ended: the budget (or the last round) ended before every close candidate
             was decided.
         order: the candidates' names in the order given.
+        method: how the calls timed, in words (a call's `extra["method"]`): CUDA events,
+            or each call's device time from CUPTI where the first read under `TINY_REP_S`.
     """
 
     winner: str
@@ -202,6 +211,7 @@ class Ranking:
     confidence: float
     budget_ended: bool = False
     order: tuple[str, ...] = field(default=())  # the names in the order given
+    method: str = ""
 
     def __getitem__(self, name: str) -> Candidate:
         for c in self.candidates:
@@ -248,6 +258,8 @@ class Ranking:
                 f"{c.outcome}, {c.rounds} round{'s' * (c.rounds != 1)}"
             )
         lines.append(f"  state: {self.state}")
+        if self.method:
+            lines.append(f"  timed: {self.method}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -263,6 +275,7 @@ class Ranking:
             "tolerance": self.tolerance,
             "confidence": self.confidence,
             "budget_ended": self.budget_ended,
+            "method": self.method,
         }
 
 
@@ -287,7 +300,9 @@ def rank(
     Args:
         candidates: name -> a function called with no arguments; the order given is the
             order a tie is broken in.
-        config: one call's `BenchConfig` (default `RANK_CALL`: 10 ms of reps).
+        config: one call's `BenchConfig` (default `RANK_CALL`: 10 ms of reps, timed by
+            CUDA events; by CUPTI where the first call reads under `TINY_REP_S` and
+            neither `config` nor `mode=` chose the mode).
         tolerance: a ratio to the leader within 1 +- this, shown with confidence, is a tie.
         confidence: the level of each ratio's interval.
         budget_s: the longest the ranking runs after its first round, in seconds.
@@ -322,14 +337,15 @@ def rank(
     # and no counter read (most of its judging on an H200): a ranking reports times; a
     # call's energy and reason times stay estimates where those reads are not in
     cfg = BenchConfig.of(config or RANK_CALL, {**UNWAITED, **settings})
+    tiny_by_cupti = config is None and "mode" not in settings  # a mode asked for is kept
     if session is None and backend is None and device is None:
         from gpuenv.backend import shared_backend
 
         backend = shared_backend()
     clock = _clock(session, backend, device)
-    return _Ranker(fns, cfg, tolerance, confidence, budget_s, max_rounds, clock).run(
-        dict(backend=backend, gpu=gpu, device=device, session=session)
-    )
+    ranker = _Ranker(fns, cfg, tolerance, confidence, budget_s, max_rounds, clock)
+    ranker.tiny_by_cupti = tiny_by_cupti and cfg.mode == "events"
+    return ranker.run(dict(backend=backend, gpu=gpu, device=device, session=session))
 
 
 def prepare(
@@ -413,6 +429,7 @@ class _Ranker:
         self.got: dict[str, list[Any]] = {n: [] for n in fns}  # Measurements, one per round
         self.out: dict[str, Outcome] = {}  # final outcomes of the candidates that stopped
         self.least = min_pairs(confidence)
+        self.tiny_by_cupti = False  # a first call under TINY_REP_S: every call by CUPTI
 
     def run(self, where: dict[str, Any]) -> Ranking:
         t0 = self.clock()
@@ -446,6 +463,13 @@ class _Ranker:
         ends = [w.t1 for w in m.windows]
         self.last_end = max(ends) if ends else self.clock()
         self.rest_until = self.last_end + _rest_after(m, cfg)
+        if self.tiny_by_cupti:  # decided by the ranking's first call, once
+            self.tiny_by_cupti = False
+            median = m.median_s
+            if median is not None and median < TINY_REP_S:
+                self.cfg = dataclasses.replace(self.cfg, mode="auto")
+                self.warm_cfg = dataclasses.replace(self.warm_cfg, mode="auto")
+                return self._bench(name, where)  # every candidate's calls timed one way
         return m
 
     def _median(self, name: str, rounds: slice = slice(None)) -> float:
@@ -570,6 +594,7 @@ class _Ranker:
             confidence=self.conf,
             budget_ended=ended,
             order=tuple(self.order),
+            method=str(self.got[winner][-1].extra.get("method", "")),
         )
 
 

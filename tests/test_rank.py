@@ -377,6 +377,8 @@ def test_a_ranking_of_tiny_candidates_times_every_call_by_cupti(gpu, monkeypatch
     assert len(asked) == 1 + sum(c.rounds for c in r.candidates)  # the events call not kept
     assert {m.extra["mode"] for c in r.candidates for m in c.measurements} == {"auto"}
     assert r.winner == "a" and r.to_dict()["method"] == r.method and r.method
+    assert r["a"].measurements[0].warmup.reps == 1  # again: its set-up was done
+    assert r["b"].measurements[0].warmup.reps > 1  # its first call, warmed as first calls are
 
     # a mode asked for is kept, whatever the size: by keyword or in a config
     r = gpuenv.rank(cands, backend=gpu, mode="events")

@@ -337,14 +337,14 @@ def rank(
     # and no counter read (most of its judging on an H200): a ranking reports times; a
     # call's energy and reason times stay estimates where those reads are not in
     cfg = BenchConfig.of(config or RANK_CALL, {**UNWAITED, **settings})
-    tiny_by_cupti = config is None and "mode" not in settings  # a mode asked for is kept
     if session is None and backend is None and device is None:
         from gpuenv.backend import shared_backend
 
         backend = shared_backend()
     clock = _clock(session, backend, device)
     ranker = _Ranker(fns, cfg, tolerance, confidence, budget_s, max_rounds, clock)
-    ranker.tiny_by_cupti = tiny_by_cupti and cfg.mode == "events"
+    # a few-us ranking times by CUPTI, unless the caller chose the mode (config=, mode=)
+    ranker.tiny_by_cupti = config is None and "mode" not in settings and cfg.mode == "events"
     return ranker.run(dict(backend=backend, gpu=gpu, device=device, session=session))
 
 
@@ -449,13 +449,13 @@ class _Ranker:
                 break
         return self._ranking(active, rounds, ended, self.clock() - t0)
 
-    def _bench(self, name: str, where: dict[str, Any]) -> Any:
+    def _bench(self, name: str, where: dict[str, Any], warm: bool = False) -> Any:
         from gpuenv.timing.harness import bench
 
         wait = self.rest_until - self.clock()
         if wait > 0:
             self.sleep(wait)
-        cfg = self.warm_cfg if self.got[name] else self.cfg
+        cfg = self.warm_cfg if warm or self.got[name] else self.cfg
         if self.last_end is not None:  # its check for a ready GPU counts the rest's samples
             cfg = dataclasses.replace(cfg, rested_since=self.last_end)
         m = bench(self.fns[name], cfg, name=name, **where)
@@ -469,7 +469,8 @@ class _Ranker:
             if median is not None and median < TINY_REP_S:
                 self.cfg = dataclasses.replace(self.cfg, mode="auto")
                 self.warm_cfg = dataclasses.replace(self.warm_cfg, mode="auto")
-                return self._bench(name, where)  # every candidate's calls timed one way
+                # every candidate's calls timed one way: this one again, its set-up done
+                return self._bench(name, where, warm=True)
         return m
 
     def _median(self, name: str, rounds: slice = slice(None)) -> float:

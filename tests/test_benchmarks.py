@@ -755,3 +755,34 @@ def test_inductor_rank_judges_regret_by_device_time_where_the_careful_run_has_it
     assert "Regret is against each choice's device time from CUPTI" in out
     assert "| plain | rested | 1 | 1 | triton_mm_12 (100%) | 0 | 1 (100%) | 7.44% | 7.44% |" in out
     assert "| gpuenv | rested | 1 | 1 | mm (100%) | 0 | 1 (100%) | 0.00% | 0.00% |" in out
+
+
+def test_rank_tiny_tables_each_methods_decisions_regret_and_wall(capsys):
+    # few-us candidates ranked by events (the ranking before) and by CUPTI (the default
+    # under TINY_REP_S), against each candidate's device time
+    from benchmarks import rank_tiny
+
+    device = {"mm K=1024": 6.05e-6, "mm K=1024, another callable": 6.06e-6}
+    device |= {"mm K=1056": 6.3e-6, "mm K=1088": 6.5e-6}
+    tie = ["mm K=1024", "mm K=1024, another callable"]
+
+    def ranking(how, winner, tied, wall_s, calls=10):
+        return {"how": how, "winner": winner, "tied": tied, "rounds": 6, "calls": calls} | {
+            "wall_s": wall_s,
+            "method": "CUPTI device time" if how == "cupti" else "events",
+        }
+
+    rows = [
+        ranking("events", "mm K=1024", ["mm K=1024"], 0.40),
+        ranking("events", "mm K=1056", ["mm K=1056"], 0.50),  # the mm met its high level
+        ranking("cupti", "mm K=1024", tie, 0.60),
+        ranking("cupti", "mm K=1024", tie, 0.70),
+    ]
+    rank_tiny.report(rows, device)
+    out = capsys.readouterr().out
+    assert "| mm K=1056 | 6.30 us | +4.13% |" in out
+    assert "| events | 2 | 2 | mm K=1024 (50%) | 0 | 2 (50%) | 2.07% | 4.13% | 0.45 s |" in out
+    assert "| cupti | 2 | 1 | mm K=1024 (100%) | 2 | 1 (100%) | 0.00% | 0.00% | 0.65 s |" in out
+    assert "65.0 ms | 6 |" in out  # a call: 0.65 s / 10
+    assert "By the default, the calls timed: CUPTI device time." in out
+    assert "A ranking by CUPTI took 1.44x one by events." in out

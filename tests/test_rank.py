@@ -364,11 +364,14 @@ def test_a_ranking_of_tiny_candidates_times_every_call_by_cupti(gpu, monkeypatch
     from gpuenv.timing import harness
 
     asked: list[str] = []
+    medians: list[float] = []
     real = harness.bench
 
     def spy(fn, cfg, **kw):
         asked.append(cfg.mode)
-        return real(fn, cfg, **kw)
+        m = real(fn, cfg, **kw)
+        medians.append(m.median_s)
+        return m
 
     monkeypatch.setattr(harness, "bench", spy)
     r = gpuenv.rank(cands, backend=gpu)
@@ -379,6 +382,17 @@ def test_a_ranking_of_tiny_candidates_times_every_call_by_cupti(gpu, monkeypatch
     assert r.winner == "a" and r.to_dict()["method"] == r.method and r.method
     assert r["a"].measurements[0].warmup.reps == 1  # again: its set-up was done
     assert r["b"].measurements[0].warmup.reps > 1  # its first call, warmed as first calls are
+    # a tuner's times stay on the events' scale (Inductor weighs them against an epilogue's
+    # and a fused kernel's, timed so): the device times plus what the events call held more
+    offset = max(0.0, medians[0] - r["a"].median_s)
+    assert r.events_offset_s == pytest.approx(offset) and r.to_dict()["events_offset_s"] == offset
+    assert r.times_s["a"] == pytest.approx(r["a"].median_s + offset)
+    assert r.times_s["b"] >= r["b"].median_s + offset
+
+    # where events read 3 us over the device times: each time 3 us more, the same choice
+    shifted = Ranking(**{**vars(r), "events_offset_s": 3e-6})
+    assert shifted.times_s["a"] == pytest.approx(r["a"].median_s + 3e-6)
+    assert min(shifted.times_s, key=shifted.times_s.__getitem__) == r.winner
 
     # a mode asked for is kept, whatever the size: by keyword or in a config
     r = gpuenv.rank(cands, backend=gpu, mode="events")

@@ -21,12 +21,10 @@ for no counter read (`wait_counters`): on an H200 both waited for the sampler pr
 pace, 244 and most of 319 ms of a ~1.1 s ranking (benchmarks/autotune_rank.py). A
 candidate's calls after its first warm up with `WARM_REPS` call (its set-up is done, the
 GPU busy with its rivals). A tuner starts the first call's sampler while it compiles
-(`prepare`). Where the ranking's first call reads under `TINY_REP_S` (20 us) and the
-caller chose no timing mode, every call (that one again) times with mode "auto": each
-call's device time from CUPTI. One call per CUDA event pair holds microseconds of the
-events' own overhead, at one of two levels for seconds at a time (a 1024^3 mm on an H200:
-8.62-9.60 us by events, 6.05-6.16 us by CUPTI; benchmarks/call_levels.py), and a ranking
-of about a second would rank whichever level its calls met.
+(`prepare`). A ranking whose first call reads under `TINY_REP_S` (20 us), no mode chosen,
+times every call (that one again) by CUPTI (mode "auto"): one call between CUDA events
+holds microseconds of their own overhead, at one of two levels for seconds (an H200's
+1024^3 mm: 8.62-9.60 us by events, 6.05-6.16 by CUPTI; benchmarks/call_levels.py).
 
 1. Round 1 times every candidate (one short call each). A candidate more than
    `FAR_FIRST` behind the round's fastest stops there, and one more than `FAR` behind in
@@ -75,9 +73,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # One call of a round: a short gpuenv.bench (10 ms of reps, a few ms of warmup once the
 # function is warm, the default conditioning), timed by CUDA events around each call (the
-# default's CUPTI costs a profiler session a call, a process's first 41 ms on an H100,
-# benchmarks/one_meaning.py --part startup: a ranking makes tens of calls; a ranking of
-# calls under TINY_REP_S takes it, where the events' own overhead is levels). A round
+# default's CUPTI costs a profiler session a call: a few-us ranking alone takes it). A round
 # of 8 calls then costs about what triton's do_bench costs for one config (25 ms warmup +
 # 100 ms of reps). Like the do_bench drop-in's calls, no before/after clock probe (each rep
 # probes its own: 2 x 3 ms of spin on CUDA, 10 of a call's 23.5 ms on the simulated H200,
@@ -138,8 +134,7 @@ class Candidate:
 class RankState:
     """The GPU state the candidates were timed in: the condition bench measured in (and
     why), the SM clock and temperature ranges over every call, the highest mean power of a
-    call, and the
-    kinds of the findings of any call."""
+    call, and the kinds of the findings of any call."""
 
     gpu: int | None
     condition: str | None
@@ -198,6 +193,8 @@ class Ranking:
         order: the candidates' names in the order given.
         method: how the calls timed, in words (a call's `extra["method"]`): CUDA events,
             or each call's device time from CUPTI where the first read under `TINY_REP_S`.
+        events_offset_s: by CUPTI, the first call's events median less that candidate's
+            CUPTI median: what events hold besides (0 by events). `times_s` adds it.
     """
 
     winner: str
@@ -212,6 +209,7 @@ class Ranking:
     budget_ended: bool = False
     order: tuple[str, ...] = field(default=())  # the names in the order given
     method: str = ""
+    events_offset_s: float = 0.0
 
     def __getitem__(self, name: str) -> Candidate:
         for c in self.candidates:
@@ -223,10 +221,14 @@ class Ranking:
     def times_s(self) -> dict[str, float]:
         """Each candidate's time for a tuner that keeps the least: its median, the winner's
         the lowest (another's raised just past it where a tie or the budget left it lower,
-        by a part in 10^9: still so in ms), so that the tuner keeps gpuenv's choice."""
-        floor = self[self.winner].median_s
+        by a part in 10^9: still so in ms), so that the tuner keeps gpuenv's choice. On the
+        scale of one call between CUDA events, as a tuner's other timings are (Inductor
+        weighs a selection's time against an epilogue's and a fused kernel's, each timed so):
+        a device time from CUPTI has `events_offset_s` added."""
+        add = self.events_offset_s
+        floor = self[self.winner].median_s + add
         return {
-            c.name: c.median_s if c.name == self.winner else max(c.median_s, floor * (1 + 1e-9))
+            c.name: floor if c.name == self.winner else max(c.median_s + add, floor * (1 + 1e-9))
             for c in self.candidates
         }
 
@@ -276,6 +278,7 @@ class Ranking:
             "confidence": self.confidence,
             "budget_ended": self.budget_ended,
             "method": self.method,
+            "events_offset_s": self.events_offset_s,
         }
 
 
@@ -343,8 +346,7 @@ def rank(
         backend = shared_backend()
     clock = _clock(session, backend, device)
     ranker = _Ranker(fns, cfg, tolerance, confidence, budget_s, max_rounds, clock)
-    # a few-us ranking times by CUPTI, unless the caller chose the mode (config=, mode=)
-    ranker.tiny_by_cupti = config is None and "mode" not in settings and cfg.mode == "events"
+    ranker.tiny_by_cupti = config is None and "mode" not in settings  # no mode chosen
     return ranker.run(dict(backend=backend, gpu=gpu, device=device, session=session))
 
 
@@ -430,6 +432,7 @@ class _Ranker:
         self.out: dict[str, Outcome] = {}  # final outcomes of the candidates that stopped
         self.least = min_pairs(confidence)
         self.tiny_by_cupti = False  # a first call under TINY_REP_S: every call by CUPTI
+        self.by_events: tuple[str, float] | None = None  # that call: its candidate, median
 
     def run(self, where: dict[str, Any]) -> Ranking:
         t0 = self.clock()
@@ -467,6 +470,7 @@ class _Ranker:
             self.tiny_by_cupti = False
             median = m.median_s
             if median is not None and median < TINY_REP_S:
+                self.by_events = (name, median)
                 self.cfg = dataclasses.replace(self.cfg, mode="auto")
                 self.warm_cfg = dataclasses.replace(self.warm_cfg, mode="auto")
                 # every candidate's calls timed one way: this one again, its set-up done
@@ -596,7 +600,15 @@ class _Ranker:
             budget_ended=ended,
             order=tuple(self.order),
             method=str(self.got[winner][-1].extra.get("method", "")),
+            events_offset_s=self._events_offset(),
         )
+
+    def _events_offset(self) -> float:
+        """The events call that decided CUPTI, less its candidate's CUPTI median (>= 0)."""
+        if self.by_events is None:
+            return 0.0
+        name, events_s = self.by_events
+        return max(0.0, events_s - self._median(name))
 
 
 # -- the decision on the record: an autotuner's choice as a results file keeps it ------

@@ -12,7 +12,8 @@ callable (a tie: the first in the order given is the one choice), and the mm wit
 and 6% longer. Each candidate's device time from CUPTI (200 calls, L2 flushed before
 each) is the reference for regret, taken before and after the rankings. Per method: the
 distinct decisions (goal: one in 95%), regret (goal <= 0.5%), the ranking's wall and a
-call's. Read-only (GPUENV_READONLY=1); about 1 minute on an H200 at the defaults.
+call's, and what a tuner's times add to the device times (`Ranking.events_offset_s`).
+Read-only (GPUENV_READONLY=1); about 1 minute on an H200 at the defaults.
 
     GPUENV_READONLY=1 python -m benchmarks.rank_tiny [--rankings 10]
 """
@@ -59,6 +60,7 @@ def row(how: str, r: Any, wall_s: float) -> dict[str, Any]:
         "calls": calls,
         "wall_s": wall_s,
         "method": r.method,
+        "events_offset_s": r.events_offset_s,
     }
 
 
@@ -73,9 +75,9 @@ def report(rows: Sequence[dict[str, Any]], device: dict[str, float]) -> None:
     print(
         "| timed by | rankings | distinct winners | most common (share) | ties declared | "
         "distinct decisions (most common) | regret median | regret max | wall median | "
-        "a call (median) | rounds median |"
+        "a call (median) | rounds median | events offset median |"
     )
-    print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     walls = {}
     for how in HOWS:
         mine = [r for r in rows if r["how"] == how]
@@ -85,9 +87,10 @@ def report(rows: Sequence[dict[str, Any]], device: dict[str, float]) -> None:
         walls[how] = statistics.median(r["wall_s"] for r in mine)
         per_call = statistics.median(r["wall_s"] / r["calls"] for r in mine)
         rounds = statistics.median(r["rounds"] for r in mine)
+        offset = statistics.median(r.get("events_offset_s", 0.0) for r in mine)
         print(
             f"| {how} | {choice_cells(s)} | {walls[how]:.2f} s | {per_call * 1e3:.1f} ms "
-            f"| {rounds:g} |"
+            f"| {rounds:g} | {offset * 1e6:.2f} us |"
         )
         if how == "cupti":
             choice_metrics("cupti", s)

@@ -775,14 +775,15 @@ def test_rank_tiny_tables_each_methods_decisions_regret_and_wall(capsys):
     rows = [
         ranking("events", "mm K=1024", ["mm K=1024"], 0.40),
         ranking("events", "mm K=1056", ["mm K=1056"], 0.50),  # the mm met its high level
-        ranking("cupti", "mm K=1024", tie, 0.60),
-        ranking("cupti", "mm K=1024", tie, 0.70),
+        ranking("cupti", "mm K=1024", tie, 0.60) | {"events_offset_s": 2.5e-6},
+        ranking("cupti", "mm K=1024", tie, 0.70) | {"events_offset_s": 3.5e-6},
     ]
     rank_tiny.report(rows, device)
     out = capsys.readouterr().out
     assert "| mm K=1056 | 6.30 us | +4.13% |" in out
     assert "| events | 2 | 2 | mm K=1024 (50%) | 0 | 2 (50%) | 2.07% | 4.13% | 0.45 s |" in out
     assert "| cupti | 2 | 1 | mm K=1024 (100%) | 2 | 1 (100%) | 0.00% | 0.00% | 0.65 s |" in out
-    assert "65.0 ms | 6 |" in out  # a call: 0.65 s / 10
+    assert "65.0 ms | 6 | 3.00 us |" in out  # a call: 0.65 s / 10; the offsets' median
+    assert "| 45.0 ms | 6 | 0.00 us |" in out  # by events: nothing added
     assert "By the default, the calls timed: CUPTI device time." in out
     assert "A ranking by CUPTI took 1.44x one by events." in out

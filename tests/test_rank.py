@@ -149,7 +149,7 @@ def test_an_autotune_decision_is_on_gpuenv_runs_table_and_in_its_results(gpu, tm
     from gpuenv.run.region import MAX_META, meta_line
     from gpuenv.run.report import RUN_NAME, build_measurements, summary_table
     from gpuenv.run.tracker import Region
-    from gpuenv.timing.rank import decision_record
+    from gpuenv.timing.decision import decision_record
 
     long = "BLOCK_SIZE_M=128 BLOCK_SIZE_N=256 BLOCK_SIZE_K=64 GROUP_SIZE_M=8 num_warps=8 "
     cands = {f"{long}num_stages={i}": kernel(gpu, 0.2 + 0.01 * i, i) for i in range(8)}
@@ -180,7 +180,7 @@ def test_an_autotune_decision_is_on_gpuenv_runs_table_and_in_its_results(gpu, tm
 
 
 def test_an_autotune_record_reads_back_and_a_damaged_one_reads_as_none(gpu):
-    from gpuenv.timing.rank import Decision, decision_lines, decision_record
+    from gpuenv.timing.decision import Decision, decision_lines, decision_record
 
     r = gpuenv.rank({"a": kernel(gpu, 0.2, 0), "b": kernel(gpu, 0.26, 1)}, backend=gpu)
     record = decision_record("k", ["M=8"], r)
@@ -192,6 +192,13 @@ def test_an_autotune_record_reads_back_and_a_damaged_one_reads_as_none(gpu):
     )
     for bad in (None, [], {**record, "winner": 7}, {**record, "configs": [["a", "x", 1, "w", 1]]}):
         assert Decision.read(bad) is None and decision_lines(bad) == []
+    # how the calls timed is on the record; a record from before it was kept still reads
+    assert record["method"] == r.method and f"  timed: {r.method}" in decision.lines()
+    older = {k: v for k, v in record.items() if k != "method"}
+    again = Decision.read(older)
+    assert (
+        again is not None and again.method == "" and not any("timed:" in x for x in again.lines())
+    )
 
 
 def test_configs_under_1pct_apart_are_set_apart_without_running_out_the_budget(gpu):

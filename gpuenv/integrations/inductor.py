@@ -307,7 +307,8 @@ def _ranked(
     """Rank the choices' work with gpuenv.rank; each one's timing in ms."""
     from gpuenv.run.autoregions import autotune_region
     from gpuenv.timing.cuda.events import on_cuda_device
-    from gpuenv.timing.rank import decision_record, rank
+    from gpuenv.timing.decision import decision_record
+    from gpuenv.timing.rank import rank
 
     names = choice_names(choices)
     cands = {names[c]: call for c, (call, _) in work.items()}

@@ -21,7 +21,7 @@ from gpuenv.results import Measurement
 from gpuenv.run.tracker import Region
 from gpuenv.table import render as render_table
 from gpuenv.telemetry import Window, merge_windows
-from gpuenv.timing.rank import decision_lines
+from gpuenv.timing.decision import decision_lines
 from gpuenv.units import fmt_j, fmt_s
 from gpuenv.verdict import Finding, GpuFacts, Policy, VerdictConfig, severity_rank
 

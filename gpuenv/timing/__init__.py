@@ -26,6 +26,7 @@ The package:
                          reps, windows, findings -> Measurement
     pair.py              bench_pair(a, b): calls of the two alternating, the ratio of each pair
     rank.py              rank(candidates): interleaved rounds, far ones stopped, close ones paired
+    decision.py          an autotuner's choice on the record: Decision, its record and lines
 """
 
 from __future__ import annotations

@@ -238,7 +238,8 @@ class _Sweep:
     @classmethod
     def rank(cls, tuner: Any, configs: list[Any], calls: list[Any], args: Any, meta: Any) -> _Sweep:
         from gpuenv.run.autoregions import autotune_region, config_labels
-        from gpuenv.timing.rank import decision_record, prepare, rank
+        from gpuenv.timing.decision import decision_record
+        from gpuenv.timing.rank import prepare, rank
 
         names = [_config_name(config_labels(c), i) for i, c in enumerate(configs)]
         cands, answers = {}, {}

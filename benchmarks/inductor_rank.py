@@ -280,11 +280,17 @@ def _keeper(path: str | None) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 
 def _timed(what: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """`run()`, saying on stderr how long it took: a run cut short by its time limit still
-    shows how far it got (10 rested processes a tuner did not finish in 500 s on an H200)."""
+    """`run()`, saying on stderr how long it took and, where the process said, its parts
+    (its start: the interpreter and torch; the compile, with the autotuning; the compiled
+    function's bench): a run cut short by its time limit still shows how far it got (10
+    rested processes a tuner did not finish in 500 s on an H200), and where a process's
+    27-34 s went beyond its 3-13 s of compiling."""
     t0 = time.monotonic()
     got = run()
-    print(f"inductor_rank: {what}: {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    took = time.monotonic() - t0
+    parts = got.get("parts_s") or {}
+    said = "".join(f", {k} {v:.1f} s" for k, v in parts.items())
+    print(f"inductor_rank: {what}: {took:.1f} s{said}", file=sys.stderr, flush=True)
     return got
 
 

@@ -444,6 +444,10 @@ def test_the_inductor_rank_benchmark_tables_winners_regret_and_walls(capsys):
     assert "| mm | 200.0 us | 199.0-205.0 us | +0.00% |" in out
     assert inductor_rank._timed("gpuenv hot 2/10", lambda: {"winner": "mm"}) == {"winner": "mm"}
     assert "inductor_rank: gpuenv hot 2/10: " in capsys.readouterr().err  # how far it got
+    parts = {"parts_s": {"start": 7.04, "compile": 4.5, "bench": 1.26}}
+    assert inductor_rank._timed("plain rested 1/5", lambda: parts) == parts
+    err = capsys.readouterr().err  # and where a process's time went
+    assert err.endswith(" s, start 7.0 s, compile 4.5 s, bench 1.3 s\n"), err
     assert "1 other choices had a pass as fast as one of the best's (199.0-205.0 us)" in out
     assert "plain, rested: 1 winners the careful run did not time" in out
     assert "Rested, gpuenv's compile wall is 1.19x plain Inductor's." in out

@@ -113,6 +113,9 @@ def heat_before_benchmarking(select, load, seconds):
 
 
 def main(mode, op, size, dtype, state="rested", hot_s="7"):
+    import psutil
+
+    started_s = time.time() - psutil.Process().create_time()  # the interpreter, torch
     import torch._inductor.config as config
     import torch._inductor.select_algorithm as select
 
@@ -153,7 +156,9 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
     import gpuenv
 
     inductor.unpatch_inductor()
+    t_bench = time.perf_counter()
     e2e = gpuenv.bench(lambda: compiled(*args), name=f"compiled {op} {size}").median_s
+    bench_s = time.perf_counter() - t_bench
     tuned = [s for s in selections if len(s["ms"]) > 1]
     if not tuned:
         raise SystemExit(f"no max-autotune selection of more than one choice: {selections}")
@@ -177,6 +182,7 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
         "ms": ms,
         "compile_wall_s": wall,
         "compiled_s": e2e,
+        "parts_s": {"start": started_s, "compile": wall, "bench": bench_s},
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(),
     }

@@ -95,9 +95,13 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
     the compile wall, the compiled function's time."""
     walls = [r["compile_wall_s"] for r in rows]
     compiled = [r["compiled_s"] for r in rows]
+    selects = [r["select_wall_s"] for r in rows if "select_wall_s" in r]  # kept since 2026-11
+    others = [r["other_bench_s"] for r in rows if "other_bench_s" in r]
     return {
         **choices(rows, careful),
         "wall_median_s": statistics.median(walls) if walls else float("nan"),
+        "select_median_s": statistics.median(selects) if selects else None,
+        "other_median_s": statistics.median(others) if others else None,
         "compiled_median_s": statistics.median(compiled) if compiled else float("nan"),
         "compiled_spread": (max(compiled) / min(compiled) - 1) if compiled else float("nan"),
     }
@@ -147,9 +151,9 @@ def report(rows: Sequence[dict[str, Any]], careful_row: dict[str, Any]) -> None:
     print(
         "| tuner | state | processes | distinct winners | most common (share) | ties declared | "
         "distinct decisions (most common) | regret median | regret max | compile wall median | "
-        "compiled fn median (spread) |"
+        "its selection's benchmarking | other benchmarking | compiled fn median (spread) |"
     )
-    print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | ---: | --- |" + " ---: |" * 8)
     summary = {}
     for tuner in TUNERS:
         for state in STATES:
@@ -159,6 +163,7 @@ def report(rows: Sequence[dict[str, Any]], careful_row: dict[str, Any]) -> None:
             s = summary[tuner, state] = summarize(mine, careful)
             print(
                 f"| {tuner} | {state} | {choice_cells(s)} | {s['wall_median_s']:.1f} s | "
+                f"{_seconds(s['select_median_s'])} | {_seconds(s['other_median_s'])} | "
                 f"{s['compiled_median_s'] * 1e6:.1f} us ({s['compiled_spread']:.1%}) |"
             )
     print()
@@ -171,6 +176,10 @@ def report(rows: Sequence[dict[str, Any]], careful_row: dict[str, Any]) -> None:
     _metrics(summary)
 
 
+def _seconds(s: float | None) -> str:
+    return "-" if s is None else f"{s:.2f} s"
+
+
 def _metrics(summary: dict[tuple[str, str], dict[str, Any]]) -> None:
     for state in STATES:
         g, p = summary.get(("gpuenv", state)), summary.get(("plain", state))
@@ -179,8 +188,17 @@ def _metrics(summary: dict[tuple[str, str], dict[str, Any]]) -> None:
         if g is not None and p is not None and p["wall_median_s"] > 0:
             ratio = g["wall_median_s"] / p["wall_median_s"]
             print(f"{state.capitalize()}, gpuenv's compile wall is {ratio:.2f}x plain Inductor's.")
-            print()
             runner.metric(f"{state}: compile wall gpuenv / plain", ratio, "x", slack=0.1)
+            gs, ps = g["select_median_s"], p["select_median_s"]
+            if gs is not None and ps:
+                print(
+                    f"Its selection's benchmarking (Inductor's own, or gpuenv's ranking) took "
+                    f"{gs / ps:.2f}x plain's; the benchmarking after it, which the choice made "
+                    f"brings, {_seconds(g['other_median_s'])} against "
+                    f"{_seconds(p['other_median_s'])}."
+                )
+                runner.metric(f"{state}: selection wall gpuenv / plain", gs / ps, "x", slack=0.2)
+            print()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -294,6 +312,17 @@ def _timed(what: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     return got
 
 
+def _rows_gpu(args: argparse.Namespace) -> str | None:
+    """A report of earlier calls' rows alone (`--processes 0`): the GPU they were measured
+    on, not the machine that joined them (None: this machine's, as any run's)."""
+    if args.processes > 0 or not args.rows_in:
+        return None
+    names = sorted({str(r["gpu"]) for r in read_rows(args.rows_in, args) if r.get("gpu")})
+    if not names:
+        return None
+    return ", ".join(names) + " (rows of earlier calls; the machine is where they were joined)"
+
+
 def _variant(args: argparse.Namespace) -> str:
     """The selection, and the state when one alone ran; a report joining earlier calls'
     rows (which may hold either state) is "-joined"."""
@@ -356,5 +385,6 @@ if __name__ == "__main__":
             run,
             quick={"processes": 1},
             variant=_variant,
+            gpu=_rows_gpu,
         )
     )

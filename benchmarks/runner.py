@@ -129,6 +129,16 @@ def machine() -> dict[str, Any]:
     }
 
 
+GpuNames = bool | str | Callable[[argparse.Namespace], str | None]
+
+
+def _gpu_used(gpu: GpuNames, args: argparse.Namespace, sim: bool) -> str:
+    named = gpu(args) if callable(gpu) else gpu
+    if isinstance(named, str):
+        return named
+    return gpu_name(sim) if gpu else "none used"
+
+
 def commit() -> dict[str, Any]:
     """The checkout's commit, and whether its tracked files had changes."""
     status = _git("status", "--porcelain", "--untracked-files=no")
@@ -225,7 +235,7 @@ def main(
     *,
     quick: Mapping[str, Any] | None = None,
     sim_only: bool = False,
-    gpu: bool | str = True,
+    gpu: GpuNames = True,
     variant: Callable[[argparse.Namespace], str] | None = None,
     argv: list[str] | None = None,
 ) -> int:
@@ -234,7 +244,8 @@ def main(
     `quick`: the defaults --quick gives (an option given on the command line still wins).
     `sim_only`: the benchmark runs on the simulated GPU whatever --sim says; `gpu=False`:
     it uses none (it reads the code, say); a string names the GPUs it used where that is not
-    the default's (several simulated profiles).
+    the default's (several simulated profiles); a function of `args` names them where it
+    returns a string (a report of rows measured in earlier calls: their GPU, not this one's).
     `variant`: a part of the benchmark that `args` chose, whose results have a file of
     their own (<name>-<variant>.json)."""
     global _metrics
@@ -270,7 +281,7 @@ def main(
         "wall_s": round(time.perf_counter() - t0, 1),
         "machine": machine(),
         "commit": commit(),
-        "gpu": gpu if isinstance(gpu, str) else gpu_name(sim) if gpu else "none used",
+        "gpu": _gpu_used(gpu, args, sim),
         "quick": bool(args.quick),
         "sim": sim,
         "exit_code": rc,

@@ -434,12 +434,22 @@ def test_the_inductor_rank_benchmark_tables_winners_regret_and_walls(capsys):
         {**row("plain", "triton_mm_1 BLOCK_M=128", 30.0, 201e-6), "state": "hot"},
         {**row("gpuenv", "mm", 33.0, 200e-6), "state": "hot"},
     ]
+    spent = ((0.4, 0.2), (0.6, 0.9))  # plain's and gpuenv's selection, other benchmarking
+    for r, (select_s, other_s) in zip(hot, spent, strict=True):  # rows kept since 2026-11
+        r.update(select_wall_s=select_s, other_bench_s=other_s, other_bench_calls=3)
     inductor_rank.report(rows + hot, careful)
     out = capsys.readouterr().out
     assert "| gpuenv | rested | 2 | 1 | mm (100%) | 1 | 2 (50%) | 0.00% | 0.00% | 25.0 s |" in out
     assert "| gpuenv | hot | 1 | 1 | mm (100%) | 0 | 1 (100%) | 0.00% | 0.00% | 33.0 s |" in out
     assert "| plain | hot | 1 | 1 | triton_mm_1 BLOCK_M=128 (100%) | 0 | 1 (100%) | 0.50% |" in out
     assert "Hot, gpuenv's compile wall is 1.10x plain Inductor's." in out
+    assert "| 0.00% | 33.0 s | 0.60 s | 0.90 s | 200.0 us (0.0%) |" in out
+    assert "| 0.00% | 25.0 s | - | - | 201.0 us (1.0%) |" in out  # rows kept before
+    assert (
+        "Its selection's benchmarking (Inductor's own, or gpuenv's ranking) took 1.50x "
+        "plain's; the benchmarking after it, which the choice made brings, 0.90 s against "
+        "0.20 s." in out
+    )
     assert "2 choices within 3% of the best (mm)." in out
     assert "| mm | 200.0 us | 199.0-205.0 us | +0.00% |" in out
     assert inductor_rank._timed("gpuenv hot 2/10", lambda: {"winner": "mm"}) == {"winner": "mm"}
@@ -649,6 +659,28 @@ def test_inductor_rank_joins_the_rows_of_earlier_calls_and_refuses_another_selec
     # the first call's careful times: mm 8.5 us the best; the second call's (8.7) unused
     assert "| mm | 8.5 us | - | +0.00% |" in out
     assert "| gpuenv | rested | 3 | 2 | mm (67%) | 0 | 2 (67%) | 0.00% | 1.18% |" in out
+    # the results name the GPU the rows were measured on, not the machine joining them
+    want = "H200 (rows of earlier calls; the machine is where they were joined)"
+    assert inductor_rank._rows_gpu(args) == want
+    assert inductor_rank._rows_gpu(argparse.Namespace(**{**vars(args), "processes": 2})) is None
+    from benchmarks import runner
+
+    joined = tmp_path / "joined.json"
+    argv = ["--processes", "0", "--op", "mm_relu", "--size", "1024x1024x1024"]
+    argv += ["--rows-in", args.rows_in[0], "--out", str(joined)]
+    rc = runner.main(
+        "inductor_rank",
+        inductor_rank.__doc__,
+        inductor_rank.add_arguments,
+        inductor_rank.run,
+        variant=inductor_rank._variant,
+        gpu=inductor_rank._rows_gpu,
+        argv=argv,
+    )
+    record = json.loads(joined.read_text())
+    assert rc == 0 and record["gpu"] == want
+    assert record["key"] == "inductor_rank-mm_relu-1024x1024x1024-float16-joined"
+    capsys.readouterr()
 
     (tmp_path / "other.jsonl").write_text(json.dumps({**rows(0.0085, [])[0], "size": "2048"}))
     args.rows_in = [str(tmp_path / "other.jsonl")]

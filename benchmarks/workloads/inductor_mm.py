@@ -21,7 +21,8 @@ may share a TRITON_CACHE_DIR (compiled kernels reused: the wall is Inductor's, n
 ptxas's). Prints one JSON line: the mode, the selection (its name and choices' times in
 ms as the tuner returned them), the winner (the least: the choice Inductor keeps),
 gpuenv's tie set and ranking wall (gpuenv), each choice's pass times and device time
-(careful), the compile wall (the first call: compiling, autotuning, running once). Reads
+(careful), the compile wall (the first call: compiling, autotuning, running once) and
+what of it went to benchmarking (`clock_benchmarking`). Reads
 the GPU only (run it with GPUENV_READONLY=1); needs CUDA torch.
 """
 
@@ -92,6 +93,52 @@ def heavy_load():
     return GpuEnv(torch, lambda: x @ y).load
 
 
+def clock_benchmarking(select):
+    """Time what the tuners spend benchmarking: `select_s`, the max-autotune selections'
+    benchmark functions (Inductor's own timing of the choices, or gpuenv's capture and
+    ranking); `other_s` and `other_calls`, the benchmarker's calls outside them (the
+    runtime tuning of a pointwise kernel, the epilogue-fusion check), which follow from
+    the choice made: a Triton template takes the relu as its epilogue, cuBLAS's mm leaves
+    a relu kernel of its own to tune. Hot, the load before a selection is not counted."""
+    from torch._inductor.runtime import benchmarking
+
+    spent = {"select_s": 0.0, "other_s": 0.0, "other_calls": 0}
+    inside = []
+    cls = select.AlgorithmSelectorCache
+    own_make = vars(cls)["make_benchmark_fn"].__func__  # Inductor's, or gpuenv's when patched
+
+    def make_benchmark_fn(c, *args, **kwargs):
+        fn = own_make(c, *args, **kwargs)
+
+        def benchmark(choices):
+            t0 = time.perf_counter()
+            inside.append(True)
+            try:
+                return fn(choices)
+            finally:
+                inside.pop()
+                spent["select_s"] += time.perf_counter() - t0
+
+        return benchmark
+
+    cls.make_benchmark_fn = classmethod(make_benchmark_fn)
+    owner = next(k for k in type(benchmarking.benchmarker).__mro__ if "benchmark" in vars(k))
+    own_bench = vars(owner)["benchmark"]
+
+    def bench(self, *args, **kwargs):
+        if inside:
+            return own_bench(self, *args, **kwargs)
+        t0 = time.perf_counter()
+        try:
+            return own_bench(self, *args, **kwargs)
+        finally:
+            spent["other_s"] += time.perf_counter() - t0
+            spent["other_calls"] += 1
+
+    owner.benchmark = bench  # type: ignore[attr-defined]  # a class found at run time
+    return spent
+
+
 def heat_before_benchmarking(select, load, seconds):
     """Each selection's choices are benchmarked right after `load(seconds)`: Inductor's
     benchmark function, gpuenv's ranking inside it when patched, runs on a GPU the load
@@ -145,6 +192,7 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
         ranking.rank = careful_rank  # type: ignore[assignment]  # the same call, spied on
         inductor.patch_inductor(rank=True)
         config.benchmark_epilogue_fusion = False  # only the selection's own choices matter
+    spent = clock_benchmarking(select)  # after the patch: its ranking is timed too
     if state == "hot":  # after the patch: the load runs before gpuenv's ranking too
         heat_before_benchmarking(select, heavy_load(), float(hot_s))
     fn, args = problem(op, size, dtype)
@@ -183,6 +231,9 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
         "compile_wall_s": wall,
         "compiled_s": e2e,
         "parts_s": {"start": started_s, "compile": wall, "bench": bench_s},
+        "select_wall_s": spent["select_s"],
+        "other_bench_s": spent["other_s"],
+        "other_bench_calls": spent["other_calls"],
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(),
     }

@@ -32,8 +32,9 @@ benchmarked in subprocesses (`autotune_in_subproc`, CUTLASS), and one whose choi
 not each hand `benchmark_gpu` exactly one call (the profiler's benchmarking, choices timed
 on the CPU; a choice benchmarked as a CUDA graph hands over the graph's replay). Other
 callers of `benchmark_gpu` (the runtime autotuning of pointwise kernels, the
-epilogue-fusion check after a selection) time with gpuenv's do_bench, as without `rank`,
-call by call.
+epilogue-fusion check after a selection) time with gpuenv's do_bench call by call, as
+without `rank`, but with no more reps or warmup than a ranking's call (`RANK_CALL`: 10 ms
+of reps, up to 50 ms of warmup) whatever `rep` they ask (`_caps`).
 
 Under `gpuenv run --autotune` (GPUENV_AUTOTUNE=rank) both are switched on as Inductor's
 modules load: the benchmarkers when its benchmarking module loads, the ranking when
@@ -99,7 +100,7 @@ def patch_inductor(*, rank: bool = False, **defaults: Any) -> None:
         cls = getattr(module, name, None)
         if isinstance(cls, type) and "benchmark_gpu" in vars(cls):
             _patched[name] = (cls, vars(cls)["benchmark_gpu"])
-            cls.benchmark_gpu = _benchmark_gpu(_bench_defaults(rank, defaults))  # type: ignore[attr-defined]
+            cls.benchmark_gpu = _benchmark_gpu(_bench_defaults(rank, defaults), _caps(rank))  # type: ignore[attr-defined]
     if not _patched:
         raise ConfigError(
             f"{MODULE} of torch {_torch_version()} has none of {', '.join(CLASSES)}: "
@@ -160,6 +161,22 @@ def _bench_defaults(rank: bool, defaults: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in defaults.items() if k in shared}
 
 
+def _caps(rank: bool) -> dict[str, float]:
+    """The most `warmup` and `rep` (ms) a do_bench call gets: with rank=True, a ranking's
+    call's (`RANK_CALL`: 10 ms of reps, up to 50 ms of warmup), whatever Inductor's caller
+    asks. Inductor's own benchmarker spends at most 25 ms a call and ignores the 40-100 ms
+    of `rep` its callers hand it; honoured, they took a 1024^3 mm's compile on an H200 from
+    1.9 s to 4.3 s (benchmarks/inductor_rank.py), where the ranking took 0.8 s."""
+    if not rank:
+        return {}
+    from gpuenv.timing.rank import RANK_CALL
+
+    caps = {"warmup": RANK_CALL.warmup_max_s * 1e3}
+    if RANK_CALL.budget_s is not None:
+        caps["rep"] = RANK_CALL.budget_s * 1e3
+    return caps
+
+
 def _import(name: str) -> Any:
     try:
         return importlib.import_module(name)
@@ -191,9 +208,11 @@ def _selector_class(module: Any) -> Any:
 # -- the benchmarkers: each call timed with gpuenv, or kept while a ranking captures ----
 
 
-def _benchmark_gpu(defaults: dict[str, Any]) -> Callable[..., Any]:
+def _benchmark_gpu(defaults: dict[str, Any], caps: dict[str, float]) -> Callable[..., Any]:
     from gpuenv.integrations.triton.bench import do_bench
     from gpuenv.timing.cuda.events import cuda_ordinal
+
+    own = {k: p.default for k, p in inspect.signature(do_bench).parameters.items()}
 
     @functools.wraps(do_bench)
     def benchmark_gpu(
@@ -217,6 +236,8 @@ def _benchmark_gpu(defaults: dict[str, Any]) -> Callable[..., Any]:
         for key, value in (("warmup", warmup), ("rep", rep)):
             if value is not None:
                 settings.setdefault(key, value)
+        for key, most in caps.items():  # rank=True: no call longer than a ranking's
+            settings[key] = min(settings.get(key, own[key]), most)
         mode = "all" if return_mode == "all" else "median"
         return do_bench(
             _callable,

@@ -73,6 +73,7 @@ GROUPS = (
             "node_shared",
             "one_meaning",
             "power_lag",
+            "rank_tiny",
             "repro",
             "run_to_run",
             "session_leak",

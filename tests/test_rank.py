@@ -194,6 +194,9 @@ def test_an_autotune_record_reads_back_and_a_damaged_one_reads_as_none(gpu):
         assert Decision.read(bad) is None and decision_lines(bad) == []
     # how the calls timed is on the record; a record from before it was kept still reads
     assert record["method"] == r.method and f"  timed: {r.method}" in decision.lines()
+    for rounds, said in ((1, "(1 round, "), (3, "(3 rounds, ")):
+        again = Decision.read({**record, "rounds": rounds})
+        assert again is not None and said in again.lines()[0]
     older = {k: v for k, v in record.items() if k != "method"}
     again = Decision.read(older)
     assert (
@@ -366,6 +369,7 @@ def test_a_ranking_of_tiny_candidates_times_every_call_by_cupti(gpu, monkeypatch
     r = gpuenv.rank(cands, backend=gpu)  # 0.2 ms: events, as before
     assert {m.extra["mode"] for c in r.candidates for m in c.measurements} == {"events"}
     assert "mode='events'" in r.method and f"timed: {r.method}" in str(r)
+    assert r.method == "mode='events': the simulated GPU's clock"  # the kind, in words
 
     monkeypatch.setattr(ranking, "TINY_REP_S", 1e-3)
     from gpuenv.timing import harness

@@ -107,7 +107,7 @@ def test_a_kernel_is_timed_one_call_a_rep_by_one_method_at_every_size():
         assert m.extra["method"] == "the simulated GPU's time of each call"
         assert m.extra["calls_per_rep"] == 1 and "tiny_kernel" not in m.extra
     events = bench(sim_at(hot=False), seconds=5e-6, mode="events")
-    assert events.extra["method"] == "mode='events': sim"
+    assert events.extra["method"] == "mode='events': the simulated GPU's clock"
 
 
 def test_a_kernel_whose_time_straddles_the_old_threshold_keeps_one_method_over_200_calls():

@@ -88,7 +88,7 @@ class Decision:
         key = " ".join(self.key) or "(no key)"
         head = f"autotune {self.kernel} {key}: {winner} chosen by gpuenv.rank"
         head += f", tied with {', '.join(tied)}" if tied else ""
-        head += f" ({self.rounds} rounds, {self.wall_s:.2f} s)"
+        head += f" ({self.rounds} round{'s' * (self.rounds != 1)}, {self.wall_s:.2f} s)"
         width = max(len(n) for n in names)
         lines = [head]
         for name, median_s, margin, outcome, rounds in sorted(self.configs, key=lambda c: c[2]):

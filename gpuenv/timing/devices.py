@@ -30,6 +30,16 @@ class Rep:
     clock_mhz: float | None = None  # effective SM clock probed just before (or during) the rep
 
 
+# each Device kind in words, for `Measurement.extra["method"]` (mode "auto" says its own)
+KIND_WORDS = {
+    "cuda_events": "CUDA events around each call",
+    "cuda_graph": "calls captured in a CUDA graph, each replay between CUDA events",
+    "cuda_profiler": "each call's device time from CUPTI (torch.profiler)",
+    "sim": "the simulated GPU's clock",
+    "host": "the host clock around each call",
+}
+
+
 class Device(Protocol):
     """What the harness needs from the thing that runs and times `fn`."""
 

@@ -33,7 +33,7 @@ from gpuenv.telemetry import DRIVER_REFRESH_S, SampleSource, trace_record
 from gpuenv.timebase import Clock
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
-from gpuenv.timing.devices import BackToBack, Device, Rep, SimDevice
+from gpuenv.timing.devices import KIND_WORDS, BackToBack, Device, Rep, SimDevice
 from gpuenv.timing.repstats import rep_stats
 from gpuenv.timing.stateprobe import (
     burst_limit,
@@ -448,7 +448,7 @@ class _Run:
             self.device, how = self.device.for_auto(self.fn)
         else:
             self.device.prepare(self.fn)
-            how = f"mode={self.cfg.mode!r}: {self.device.kind}"
+            how = f"mode={self.cfg.mode!r}: {KIND_WORDS.get(self.device.kind, self.device.kind)}"
         self.extra["method"] = how
         flushed = self.device.flush_l2  # None: a device with no cache
         if flushed is not None:

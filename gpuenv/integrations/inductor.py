@@ -165,8 +165,9 @@ def _caps(rank: bool) -> dict[str, float]:
     """The most `warmup` and `rep` (ms) a do_bench call gets: with rank=True, a ranking's
     call's (`RANK_CALL`: 10 ms of reps, up to 50 ms of warmup), whatever Inductor's caller
     asks. Inductor's own benchmarker spends at most 25 ms a call and ignores the 40-100 ms
-    of `rep` its callers hand it; honoured, they took a 1024^3 mm's compile on an H200 from
-    1.9 s to 4.3 s (benchmarks/inductor_rank.py), where the ranking took 0.8 s."""
+    of `rep` its callers hand it. Honoured, with the burst rests they brought, 10-13 such
+    calls took 0.9-2.5 s of a 1024^3 mm's compile on an H200 (profiled); capped, 0.42 s
+    (the median of 9 processes: benchmarks/inductor_rank.py's "other benchmarking")."""
     if not rank:
         return {}
     from gpuenv.timing.rank import RANK_CALL

@@ -97,11 +97,20 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
     compiled = [r["compiled_s"] for r in rows]
     selects = [r["select_wall_s"] for r in rows if "select_wall_s" in r]  # kept since 2026-11
     others = [r["other_bench_s"] for r in rows if "other_bench_s" in r]
+    # gpuenv's selection, split (kept since 2026-11-29): its ranking, Inductor's pass that
+    # hands over each choice's work, and the rest (the ranking's opening)
+    split = [r for r in rows if {"capture_s", "rank_wall_s", "select_wall_s"} <= r.keys()]
+    captures = [r["capture_s"] for r in split]
+    ranks = [r["rank_wall_s"] for r in split]
+    rests = [r["select_wall_s"] - r["rank_wall_s"] - r["capture_s"] for r in split]
     return {
         **choices(rows, careful),
         "wall_median_s": statistics.median(walls) if walls else float("nan"),
         "select_median_s": statistics.median(selects) if selects else None,
         "other_median_s": statistics.median(others) if others else None,
+        "capture_median_s": statistics.median(captures) if captures else None,
+        "rank_median_s": statistics.median(ranks) if ranks else None,
+        "rest_median_s": statistics.median(rests) if rests else None,
         "compiled_median_s": statistics.median(compiled) if compiled else float("nan"),
         "compiled_spread": (max(compiled) / min(compiled) - 1) if compiled else float("nan"),
     }
@@ -198,6 +207,13 @@ def _metrics(summary: dict[tuple[str, str], dict[str, Any]]) -> None:
                     f"{_seconds(p['other_median_s'])}."
                 )
                 runner.metric(f"{state}: selection wall gpuenv / plain", gs / ps, "x", slack=0.2)
+            if g["rank_median_s"] is not None:
+                print(
+                    f"gpuenv's selection, medians: the ranking {_seconds(g['rank_median_s'])}, "
+                    "Inductor's pass handing over each choice's work "
+                    f"{_seconds(g['capture_median_s'])}, the rest (the ranking's opening) "
+                    f"{_seconds(g['rest_median_s'])}."
+                )
             print()
 
 

@@ -364,13 +364,7 @@ def test_autotune_rank_splits_gpuenv_s_tuning_wall_by_where_it_went(capsys):
     assert "| measure | 60 ms |" in out and f"| {ar.WAIT} | 9 ms |" in out
 
 
-def test_the_inductor_workload_s_hot_state_loads_right_before_each_selection_s_timing(
-    monkeypatch,
-):
-    """benchmarks/workloads/inductor_mm.py's hot state, on CPU torch's own selector class:
-    the load runs when Inductor's benchmark function is called (after compiling), each
-    time, before the choices are timed; what the function returns is Inductor's."""
-    select = pytest.importorskip("torch._inductor.select_algorithm")
+def _inductor_workload():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -379,6 +373,48 @@ def test_the_inductor_workload_s_hot_state_loads_right_before_each_selection_s_t
     assert spec is not None and spec.loader is not None
     workload = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(workload)
+    return workload
+
+
+def test_the_inductor_workload_clocks_a_selection_apart_from_the_benchmarking_after_it(
+    monkeypatch,
+):
+    """benchmarks/workloads/inductor_mm.py's clock_benchmarking, on CPU torch's own classes:
+    the benchmarker's calls inside a selection's benchmark function count as the selection's,
+    those outside it (pointwise tuning, the fusion check) apart; under a ranking, Inductor's
+    pass that hands over the choices' work is clocked too."""
+    select = pytest.importorskip("torch._inductor.select_algorithm")
+    benchmarking = pytest.importorskip("torch._inductor.runtime.benchmarking")
+    workload = _inductor_workload()
+    bm = benchmarking.benchmarker
+    owner = next(k for k in type(bm).__mro__ if "benchmark" in vars(k))
+    asked = []
+    monkeypatch.setattr(owner, "benchmark", lambda self, fn, **kw: asked.append(fn) or 1.0)
+    S = select.AlgorithmSelectorCache
+
+    def own(cls, choices, *args, **kwargs):
+        return lambda cs: {c: bm.benchmark(c) for c in cs}
+
+    monkeypatch.setattr(S, "make_benchmark_fn", classmethod(own))
+    monkeypatch.setattr(workload.inductor, "ranking_on", lambda: True)
+    monkeypatch.setattr(workload.inductor, "_capture_choices", lambda fn, cs: ("kept", cs))
+    spent = workload.clock_benchmarking(select)
+    fn = S.make_benchmark_fn(["a", "b"], [], None, None)
+    assert fn(["a", "b"]) == {"a": 1.0, "b": 1.0}  # the selection's: not "other"
+    assert bm.benchmark("fused") == 1.0  # after it: other
+    assert workload.inductor._capture_choices(None, ["a"]) == ("kept", ["a"])
+    assert asked == ["a", "b", "fused"] and spent["other_calls"] == 1
+    assert set(spent) == {"select_s", "other_s", "other_calls", "capture_s"}
+
+
+def test_the_inductor_workload_s_hot_state_loads_right_before_each_selection_s_timing(
+    monkeypatch,
+):
+    """benchmarks/workloads/inductor_mm.py's hot state, on CPU torch's own selector class:
+    the load runs when Inductor's benchmark function is called (after compiling), each
+    time, before the choices are timed; what the function returns is Inductor's."""
+    select = pytest.importorskip("torch._inductor.select_algorithm")
+    workload = _inductor_workload()
     S = select.AlgorithmSelectorCache
     seen = []
 
@@ -437,6 +473,7 @@ def test_the_inductor_rank_benchmark_tables_winners_regret_and_walls(capsys):
     spent = ((0.4, 0.2), (0.6, 0.9))  # plain's and gpuenv's selection, other benchmarking
     for r, (select_s, other_s) in zip(hot, spent, strict=True):  # rows kept since 2026-11
         r.update(select_wall_s=select_s, other_bench_s=other_s, other_bench_calls=3)
+    hot[1].update(capture_s=0.1, rank_wall_s=0.35)  # gpuenv's selection, split
     inductor_rank.report(rows + hot, careful)
     out = capsys.readouterr().out
     assert "| gpuenv | rested | 2 | 1 | mm (100%) | 1 | 2 (50%) | 0.00% | 0.00% | 25.0 s |" in out
@@ -450,6 +487,11 @@ def test_the_inductor_rank_benchmark_tables_winners_regret_and_walls(capsys):
         "plain's; the benchmarking after it, which the choice made brings, 0.90 s against "
         "0.20 s." in out
     )
+    assert (
+        "gpuenv's selection, medians: the ranking 0.35 s, Inductor's pass handing over each "
+        "choice's work 0.10 s, the rest (the ranking's opening) 0.15 s." in out
+    )
+    assert out.count("gpuenv's selection, medians") == 1  # rested rows do not split it
     assert "2 choices within 3% of the best (mm)." in out
     assert "| mm | 200.0 us | 199.0-205.0 us | +0.00% |" in out
     assert inductor_rank._timed("gpuenv hot 2/10", lambda: {"winner": "mm"}) == {"winner": "mm"}

@@ -19,14 +19,16 @@ returns the median of its reps in ms (Inductor's own returns the least of its ev
 `rank=True` ranks the choices of each selection together. `AlgorithmSelectorCache`
 (`torch._inductor.select_algorithm`) makes one benchmark function per selection
 (`make_benchmark_fn`: the mm, addmm, bmm ... of one shape) and calls it with all its
-choices. Wrapped, the in-process one first runs Inductor's own benchmarking of each choice
-alone while the patched `benchmark_gpu` keeps the GPU work it is handed instead of timing
-it (called once: a choice that fails is inf, as Inductor makes it), with each Triton
-template's module kept loaded (`cleanup_run_fn` deferred); then `gpuenv.rank` times the
-kept calls in interleaved rounds in one GPU state, and every choice's timing is its
-median in ms, the winner's the least, so that Inductor's `min` keeps gpuenv's choice (a
-declared tie: the first of the tie in Inductor's order of choices). The decision is kept
-(`rankings()`) and under `gpuenv run` sent as a region of kind "autotune", as triton's.
+choices. Wrapped, the in-process one first runs Inductor's own benchmarking of the
+choices (all in one call, one set of example inputs; each choice alone where the calls
+kept cannot be matched to the choices so) while the patched `benchmark_gpu` keeps the
+GPU work it is handed instead of timing it (called once: a choice that fails is inf, as
+Inductor makes it), with each Triton template's module kept loaded (`cleanup_run_fn`
+deferred); then `gpuenv.rank` times the kept calls in interleaved rounds in one GPU
+state, and every choice's timing is its median in ms, the winner's the least, so that
+Inductor's `min` keeps gpuenv's choice (a declared tie: the first of the tie in
+Inductor's order of choices). The decision is kept (`rankings()`) and under `gpuenv run`
+sent as a region of kind "autotune", as triton's.
 Left to Inductor's own timing: a selection of one choice, a collective one, one
 benchmarked in subprocesses (`autotune_in_subproc`, CUTLASS), and one whose choices do
 not each hand `benchmark_gpu` exactly one call (the profiler's benchmarking, choices timed
@@ -297,12 +299,33 @@ def _rank_selection(
     return {c: timings[c] for c in choices}
 
 
-def _capture_choices(
-    fn: Callable[..., Any], choices: list[Any]
-) -> tuple[dict[Any, float], dict[Any, tuple[Callable[[], Any], int | None]]] | None:
-    """Inductor's benchmarking of each choice alone, the work it hands benchmark_gpu kept:
-    (the timings of the choices that failed (inf), each other choice's work and CUDA
-    device), or None when a choice handed over other than exactly one call."""
+Captured = tuple[dict[Any, float], dict[Any, tuple[Callable[[], Any], int | None]]]
+
+
+def _capture_choices(fn: Callable[..., Any], choices: list[Any]) -> Captured | None:
+    """Inductor's benchmarking of the choices, the work each hands benchmark_gpu kept: (the
+    timings of the choices that failed (inf), each other choice's work and CUDA device), or
+    None when a choice handed over other than exactly one call. First all at once, as
+    Inductor benchmarks them (one set of example inputs, shared by every choice's work);
+    where the calls kept cannot be told apart that way, each choice alone."""
+    _capture.calls = []
+    try:
+        got = fn(choices)
+        kept = _capture.calls
+    finally:
+        _capture.calls = None
+    failed = {c: t for c, t in got.items() if not math.isfinite(t)}
+    handed = [c for c, t in got.items() if t == 0.0]  # benchmark_gpu's, while capturing
+    if len(handed) == len(kept) and len(handed) + len(failed) == len(choices):
+        return failed, dict(zip(handed, kept, strict=True))
+    if not kept:  # nothing handed over, and a choice timed otherwise (on the CPU, say)
+        log.info("gpuenv: %s were not timed through benchmark_gpu: not ranked", choices)
+        return None
+    return _capture_each(fn, choices)
+
+
+def _capture_each(fn: Callable[..., Any], choices: list[Any]) -> Captured | None:
+    """`_capture_choices` one choice at a time: each call kept is that choice's."""
     failed: dict[Any, float] = {}
     work: dict[Any, tuple[Callable[[], Any], int | None]] = {}
     for choice in choices:

@@ -292,6 +292,38 @@ def test_rank_starts_the_sampler_while_inductor_benchmarks_each_choice_once(
 
 
 @pytest.mark.usefixtures("unpatched")
+def test_the_choices_work_is_kept_in_one_pass_of_inductor_s_or_one_choice_at_a_time(
+    gpu, selector, monkeypatch
+):
+    """One call of Inductor's benchmark function hands over every choice's work (one set of
+    example inputs: an mm of 4096^3 in fp16 held ~100 MB a choice until the ranking ended);
+    where the calls kept cannot be matched to the choices that way (a choice whose timing
+    is not benchmark_gpu's own), each choice is benchmarked alone, as before."""
+    own_inputs = selector.get_inputs
+    made: list[int] = []
+
+    def get_inputs(cls, choices, *args, **kwargs):
+        made.append(len(choices))
+        return own_inputs(choices, *args, **kwargs)
+
+    monkeypatch.setattr(selector, "get_inputs", classmethod(get_inputs))
+    inductor.patch_inductor(rank=True, backend=gpu)
+    assert chosen(autotune(selector, mm_choices(gpu))) == "mm"
+    assert made == [4]  # one pass over the four choices
+
+    class Offset(Choice):  # a torch that adds to what benchmark_gpu returned
+        def benchmark(self, *inputs, out):
+            return super().benchmark(*inputs, out=out) + 1e-6
+
+    made.clear()
+    k = {s: sim_kernel(gpu, 0, seconds=s) for s in (0.2000e-3, 0.2200e-3)}
+    choices = [Offset("triton_mm_1", k[0.2200e-3]), Offset("triton_mm_2", k[0.2000e-3])]
+    timings = autotune(selector, choices)
+    assert chosen(timings) == "triton_mm_2" and made == [2, 1, 1]  # then one at a time
+    assert inductor.rankings()[-1]["choices"] == ["triton_mm_1", "triton_mm_2"]
+
+
+@pytest.mark.usefixtures("unpatched")
 def test_choices_not_timed_through_benchmark_gpu_are_left_to_inductor(gpu, selector):
     class CpuChoice(Choice):
         def benchmark(self, *inputs, out):  # what benchmark_cpu returns: not handed over

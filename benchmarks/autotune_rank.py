@@ -270,8 +270,8 @@ def report(
                 s = summary[tuner, state] = summarize(mine, times)
                 print(
                     f"| {tuner} | {state} | {choice_cells(s)} | {s['wall_median_s']:.2f} s | "
-                    f"{_or_dash(s['rounds_median'], '{:g}')} | "
-                    f"{_or_dash(s['call_wall_median_s'], '{:.1f} ms', 1e3)} |"
+                    f"{or_dash(s['rounds_median'], '{:g}')} | "
+                    f"{or_dash(s['call_wall_median_s'], '{:.1f} ms', 1e3)} |"
                 )
         print()
         _split_table(summary)
@@ -293,7 +293,8 @@ def _split_table(summary: dict[tuple[str, str], dict[str, Any]]) -> None:
     print()
 
 
-def _or_dash(value: float | None, fmt: str, scale: float = 1.0) -> str:
+def or_dash(value: float | None, fmt: str, scale: float = 1.0) -> str:
+    """A table cell: `value` (times `scale`) in `fmt`, or "-" where there is none."""
     return "-" if value is None else fmt.format(value * scale)
 
 

@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import runner
-from benchmarks.autotune_rank import choice_cells, choice_metrics, choices
+from benchmarks.autotune_rank import choice_cells, choice_metrics, choices, or_dash
 from benchmarks.checkout import ROOT, checkout_env
 
 CHILD = ROOT / "benchmarks" / "workloads" / "inductor_mm.py"
@@ -186,7 +186,7 @@ def report(rows: Sequence[dict[str, Any]], careful_row: dict[str, Any]) -> None:
 
 
 def _seconds(s: float | None) -> str:
-    return "-" if s is None else f"{s:.2f} s"
+    return or_dash(s, "{:.2f} s")
 
 
 def _metrics(summary: dict[tuple[str, str], dict[str, Any]]) -> None:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks import runner
 from benchmarks.checkout import ROOT, checkout_env
+from gpuenv.timing.rank import SCREEN_CALLS
 
 if TYPE_CHECKING:
     from gpuenv.timing.rank import Ranking
@@ -66,6 +67,7 @@ def child(*args: str, cases: str = ",".join(CASES), timeout: float = 300) -> lis
 # simulated H200; this is the GPU's.
 OUTSIDE = "outside the ranking (triton: each config's kernel loaded, the first run)"
 BETWEEN = "between calls (rank's rests, its own work)"
+SCREEN = f"the screen (each candidate's calls between CUDA events, {SCREEN_CALLS} a candidate)"
 WAIT = "  of which: waiting for a ready GPU"
 COLD = "    of which: calls begun on an idle GPU (samples after their warmup)"
 RESTS = "  of which: rests between bursts"
@@ -88,10 +90,13 @@ def ranking_parts(r: Ranking) -> dict[str, float]:
             wait += waited
             cold += waited if m.extra.get("burst_cold_start") else 0.0
             rests += float(m.extra.get("burst_rest_s") or 0.0)
-    # round 1 begins with the first candidate in the order given: its first call opened first
-    first = r.candidates[0].measurements[0].wall if r.candidates else None
+    # round 1 begins with the first candidate in the order given that the screen left: its
+    # first call opened first
+    timed = [c.measurements[0] for c in r.candidates if c.measurements]
+    first = timed[0].wall if timed else None
     return {
-        BETWEEN: max(0.0, r.wall_s - sum(parts.values())),
+        BETWEEN: max(0.0, r.wall_s - r.screen_wall_s - sum(parts.values())),
+        SCREEN: r.screen_wall_s,
         **parts,
         FIRST_OPEN: first.seconds("open") if first is not None else 0.0,
         WAIT: wait,

@@ -103,6 +103,7 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
     captures = [r["capture_s"] for r in split]
     ranks = [r["rank_wall_s"] for r in split]
     rests = [r["select_wall_s"] - r["rank_wall_s"] - r["capture_s"] for r in split]
+    screens = [r["screen_wall_s"] for r in split if "screen_wall_s" in r]  # since 2026-11-29
     return {
         **choices(rows, careful),
         "wall_median_s": statistics.median(walls) if walls else float("nan"),
@@ -111,6 +112,7 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
         "capture_median_s": statistics.median(captures) if captures else None,
         "rank_median_s": statistics.median(ranks) if ranks else None,
         "rest_median_s": statistics.median(rests) if rests else None,
+        "screen_median_s": statistics.median(screens) if screens else None,
         "compiled_median_s": statistics.median(compiled) if compiled else float("nan"),
         "compiled_spread": (max(compiled) / min(compiled) - 1) if compiled else float("nan"),
     }
@@ -208,9 +210,11 @@ def _metrics(summary: dict[tuple[str, str], dict[str, Any]]) -> None:
                 )
                 runner.metric(f"{state}: selection wall gpuenv / plain", gs / ps, "x", slack=0.2)
             if g["rank_median_s"] is not None:
+                screen = g["screen_median_s"]
+                of = f" (its screen {screen * 1e3:.0f} ms)" if screen is not None else ""
                 print(
-                    f"gpuenv's selection, medians: the ranking {_seconds(g['rank_median_s'])}, "
-                    "Inductor's pass handing over each choice's work "
+                    f"gpuenv's selection, medians: the ranking {_seconds(g['rank_median_s'])}"
+                    f"{of}, Inductor's pass handing over each choice's work "
                     f"{_seconds(g['capture_median_s'])}, the rest (the ranking's opening) "
                     f"{_seconds(g['rest_median_s'])}."
                 )

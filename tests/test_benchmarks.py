@@ -338,16 +338,22 @@ def test_autotune_rank_splits_gpuenv_s_tuning_wall_by_where_it_went(capsys):
     old = SimpleNamespace(wall=None, extra={})  # a call kept before walls were: nothing
     ranking = SimpleNamespace(
         wall_s=0.2,
-        candidates=[SimpleNamespace(measurements=calls), SimpleNamespace(measurements=[old])],
+        screen_wall_s=0.03,
+        candidates=[
+            SimpleNamespace(measurements=[]),  # stopped by the screen: no call of its own
+            SimpleNamespace(measurements=calls),
+            SimpleNamespace(measurements=[old]),
+        ],
     )
     parts = ar.ranking_parts(ranking)
     assert parts["measure"] == pytest.approx(0.05) and parts["condition"] == pytest.approx(0.012)
     assert parts["open"] == pytest.approx(0.005)
     assert parts[ar.WAIT] == pytest.approx(0.009) and parts[ar.RESTS] == pytest.approx(0.01)
     assert parts[ar.COLD] == pytest.approx(0.001)  # the wait of the call begun idle
-    assert parts[ar.FIRST_OPEN] == pytest.approx(0.004)  # the first candidate's first call
+    assert parts[ar.FIRST_OPEN] == pytest.approx(0.004)  # the first call, round 1's first
     phases = sum(parts[p] for p in WALL_PHASES)
-    assert parts[ar.BETWEEN] == pytest.approx(0.2 - phases)  # 0.2 - 0.075
+    assert parts[ar.SCREEN] == 0.03
+    assert parts[ar.BETWEEN] == pytest.approx(0.2 - 0.03 - phases)  # 0.2 - 0.03 - 0.075
     row = {"case": "close", "tuner": "gpuenv", "state": "hot", "winner": "a", "wall_s": 0.5}
     rows = [
         {**row, "rank_wall_s": 0.2, "parts": parts},

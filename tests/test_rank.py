@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 import gpuenv
-from gpuenv import timing
+from gpuenv import stats, timing
 from gpuenv.backend.sim import SimBackend
 from gpuenv.errors import ConfigError
 from gpuenv.integrations import triton as gtriton
@@ -410,3 +410,92 @@ def test_a_ranking_of_tiny_candidates_times_every_call_by_cupti(gpu, monkeypatch
     assert {m.extra["mode"] for c in r.candidates for m in c.measurements} == {"events"}
     r = gpuenv.rank(cands, ranking.RANK_CALL, backend=gpu)
     assert {m.extra["mode"] for c in r.candidates for m in c.measurements} == {"events"}
+
+
+# -- the screen: candidates far behind stop before any call of their own ----------------
+
+
+def spied_calls(monkeypatch) -> list[tuple[str, str]]:
+    """Each bench call a ranking makes: (the candidate's name, the call's mode)."""
+    from gpuenv.timing import harness
+
+    calls: list[tuple[str, str]] = []
+    real = harness.bench
+
+    def spy(fn, cfg, **kw):
+        calls.append((kw["name"], cfg.mode))
+        return real(fn, cfg, **kw)
+
+    monkeypatch.setattr(harness, "bench", spy)
+    return calls
+
+
+def six(sim: SimBackend, seed: int) -> dict[str, Callable[[], float]]:
+    """Four close (the `four` above) and two far behind: 20% and 60%, the first given first."""
+    return {"far20": kernel(sim, 0.24, seed + 9), **four(sim, seed), "far60": kernel(sim, 0.32, 5)}
+
+
+@pytest.mark.parametrize("hot", [False, True], ids=["rested", "hot"])
+def test_the_screen_stops_candidates_far_behind_before_a_call_of_their_own(gpu, monkeypatch, hot):
+    from gpuenv.timing import rank as ranking
+
+    calls = spied_calls(monkeypatch)
+    if hot:
+        heat(gpu)
+    began = gpu.clock.now()
+    r = gpuenv.rank(six(gpu, 3), backend=gpu)
+    assert r.winner == "near" and r.tied == ("near", "best")  # as without the far ones
+    assert {name for name, _ in calls} == {"near", "best", "slow3", "slow10"}
+    for name, ratio in (("far20", 1.2), ("far60", 1.6)):
+        c = r[name]
+        assert c.outcome == "far" and c.rounds == 0 and not c.measurements
+        assert len(c.screen_s) == ranking.SCREEN_CALLS and c.median_s == stats.median(c.screen_s)
+        assert c.median_s / stats.median(r["best"].screen_s) == pytest.approx(ratio, rel=0.01)
+        assert c.margin == pytest.approx(ratio, rel=0.01) and c.margin_ci[0] <= c.margin
+        assert r.calls_s(name) == list(c.screen_s) and r.times_s[name] == c.median_s
+    assert r["slow10"].outcome == "far" and r["slow10"].rounds == 1  # 10%: round 1's rule
+    assert all(len(c.screen_s) == ranking.SCREEN_CALLS for c in r.candidates)
+    assert 0 < r.screen_wall_s < r.wall_s and "(a screen of" in str(r) and "stopped 2)" in str(r)
+    assert "far, in the screen" in str(r) and r.to_dict()["screen_wall_s"] == r.screen_wall_s
+    # the first call's work waits the duty rule's rest after the screen's (at a duty of
+    # 0.5, as long as its calls' work), and then, rested, begins at once
+    first = min((m for c in r.candidates for m in c.measurements), key=lambda m: m.windows[0].t0)
+    busy = sum(t for c in r.candidates for t in c.screen_s)
+    assert first.windows[0].t0 >= began + r.screen_wall_s + busy
+    assert first.first_burst.ready and (hot or first.first_burst.wait_s == 0)
+
+    calls.clear()  # without the screen, round 1 times them (and stops them there)
+    r = gpuenv.rank(six(gpu, 3), backend=gpu, screen=False)
+    assert {name for name, _ in calls} >= {"far20", "far60"} and r.screen_wall_s == 0
+    assert r["far20"].rounds == 1 and r["far20"].screen_s == () and r.winner == "near"
+
+
+def test_a_screen_needs_three_candidates_and_a_device_that_times_each_call(gpu, monkeypatch):
+    from gpuenv.timing.devices import BackToBack, SimDevice
+
+    calls = spied_calls(monkeypatch)
+    r = gpuenv.rank({"a": kernel(gpu, 0.2, 1), "far": kernel(gpu, 0.4, 2)}, backend=gpu)
+    assert r.screen_wall_s == 0 and r["far"].rounds == 1 and ("far", "events") in calls
+    # a device given is screened with where it times each call as called
+    cands = six(gpu, 1)
+    r = gpuenv.rank(cands, backend=gpu, device=SimDevice(gpu, 0))
+    assert r.screen_wall_s > 0 and r["far60"].rounds == 0
+    r = gpuenv.rank(cands, backend=gpu, device=BackToBack(SimDevice(gpu, 0), 0.01))
+    assert r.screen_wall_s == 0 and r["far60"].rounds == 1
+
+
+def test_a_screen_of_tiny_candidates_chooses_cupti_for_every_call(gpu, monkeypatch):
+    """Where the screen reads the first candidate left under TINY_REP_S, every call is
+    by CUPTI from the first (no events call to decide it), and the events offset is that
+    candidate's screen median less its CUPTI median. The simulated GPU's calls are made
+    tiny by the threshold."""
+    from gpuenv.timing import rank as ranking
+
+    monkeypatch.setattr(ranking, "TINY_REP_S", 1e-3)
+    calls = spied_calls(monkeypatch)
+    r = gpuenv.rank(six(gpu, 5), backend=gpu)
+    assert {mode for _, mode in calls} == {"auto"} and r["far60"].rounds == 0
+    assert r["near"].measurements[0].warmup.reps > 1  # a first call: warmed as first calls are
+    screen = stats.median(r["near"].screen_s)
+    assert r.events_offset_s == pytest.approx(max(0.0, screen - r["near"].median_s))
+    assert r.winner == "near"

@@ -261,6 +261,8 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
         r = ranked[-1]["ranking"]
         row.update(tied=list(r.tied), rank_wall_s=sum(d["ranking"].wall_s for d in ranked))
         row["rank_rounds"] = r.rounds
+        row["screen_wall_s"] = sum(d["ranking"].screen_wall_s for d in ranked)
+        row["screened"] = sum(1 for c in r.candidates if c.screen_s and not c.measurements)
     print(json.dumps(row))
 
 

@@ -92,9 +92,9 @@ class Decision:
         width = max(len(n) for n in names)
         lines = [head]
         for name, median_s, margin, outcome, rounds in sorted(self.configs, key=lambda c: c[2]):
+            ran = f"{rounds} round{'s' * (rounds != 1)}" if rounds else "in the screen"
             lines.append(
-                f"  {name:<{width}}  {fmt_s(median_s):>9}  x{margin:.4f}  {outcome}, "
-                f"{rounds} round{'s' * (rounds != 1)}"
+                f"  {name:<{width}}  {fmt_s(median_s):>9}  x{margin:.4f}  {outcome}, {ran}"
             )
         lines.append(f"  state: {self.state}")
         if self.method:

@@ -32,8 +32,8 @@ from gpuenv.seams import BenchSession
 from gpuenv.telemetry import DRIVER_REFRESH_S, SampleSource, trace_record
 from gpuenv.timebase import Clock
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, BenchConfig
-from gpuenv.timing.cuda import PROFILER_MAX_REPS, cuda_device, nvml_index_of_cuda
-from gpuenv.timing.devices import KIND_WORDS, BackToBack, Device, Rep, SimDevice
+from gpuenv.timing.cuda import PROFILER_MAX_REPS, nvml_index_of_cuda
+from gpuenv.timing.devices import KIND_WORDS, BackToBack, Device, Rep
 from gpuenv.timing.repstats import rep_stats
 from gpuenv.timing.stateprobe import (
     burst_limit,
@@ -41,6 +41,7 @@ from gpuenv.timing.stateprobe import (
     remember_burst_limit,
     remember_state,
 )
+from gpuenv.timing.where import open_device, safe_index
 from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, Policy, tiny_call
 from gpuenv.verdict.number import CiTarget
 
@@ -196,22 +197,10 @@ class _Place:
         elif backend is None:
             backend = open_backend_quietly()
         if device is None:
-            if backend is not None and backend.workload is not None:
-                if gpu is None:  # the GPU CUDA's device 0 would be: CUDA_VISIBLE_DEVICES's first
-                    zero = _safe(lambda: _cuda_zero(backend))  # (a session's, where it samples it)
-                    gpu = zero if not gpus or zero in gpus else gpus[0]
-                device = SimDevice(backend, gpu or 0)
-            else:
-                mode = "events" if cfg.mode == "auto" else cfg.mode
-                device = cuda_device(
-                    mode,
-                    flush_l2=cfg.flush_l2,
-                    saturate=cfg.saturate,
-                    calls_per_rep=cfg.calls_per_rep,
-                    clock=sampler.clock if sampler is not None else None,
-                )
-        if gpu is None and backend is not None and device.kind.startswith("cuda"):
-            gpu = _safe(lambda: nvml_index_of_cuda(backend, device.device))
+            clock = sampler.clock if sampler is not None else None
+            device, gpu = open_device(cfg, backend, gpu, gpus, clock)
+        elif gpu is None and backend is not None and device.kind.startswith("cuda"):
+            gpu = safe_index(lambda: nvml_index_of_cuda(backend, device.device))
         if gpu is None:
             gpu = gpus[0] if gpus else 0
         if sampler is not None and gpu not in sampler.gpus:
@@ -773,22 +762,6 @@ def _trace(
     samples = sampler.samples(t0, t1, gpu)
     step = max(1, math.ceil(len(samples) / max_points))
     return trace_record(samples[::step], t0)
-
-
-def _cuda_zero(backend: Backend) -> int:
-    """The NVML index of CUDA's device 0 under this process's CUDA_VISIBLE_DEVICES (the
-    simulated GPU's stand-in for torch's current device)."""
-    from gpuenv.devices import select_gpus
-
-    return select_gpus(backend, "cuda:0")[0]
-
-
-def _safe(get: Callable[[], int]) -> int | None:
-    try:
-        return get()
-    except GpuenvError as err:
-        log.warning("cannot map the CUDA device to an NVML GPU (%s); using GPU 0", err)
-        return None
 
 
 def _progress_fn(progress: bool | Callable[[str], None]) -> Callable[[str], None]:

@@ -26,7 +26,16 @@ times every call (that one again) by CUPTI (mode "auto"): one call between CUDA 
 holds microseconds of their own overhead, at one of two levels for seconds (an H200's
 1024^3 mm: 8.62-9.60 us by events, 6.05-6.16 by CUPTI; benchmarks/call_levels.py).
 
-1. Round 1 times every candidate (one short call each). A candidate more than
+0. A screen, where there are `SCREEN_MIN` candidates or more: each one called once
+   (its set-up: not kept), then `SCREEN_CALLS` times, round-robin, each call between CUDA
+   events (a device's rep, as a call's reps are, without a call's opening, warmup,
+   conditioning and judging: ~17 of an H200 call's ~27 ms). A candidate whose median
+   there is more than `SCREEN_FAR` behind the fastest's stops ("far", 0 rounds): of
+   Inductor's 20 choices for a 1024^3 mm on an H200, 18 were 26-380% behind by events.
+   Its calls last milliseconds, so every candidate meets the same clock; events read a
+   few-us kernel's ratios smaller than its device times do (+2.6 us each), so a screen by
+   them stops fewer, never more. The duty rule's rest follows it.
+1. Round 1 times every candidate left (one short call each). A candidate more than
    `FAR_FIRST` behind the round's fastest stops there, and one more than `FAR` behind in
    each of two rounds after that: far behind, it cannot win.
 2. The rest are timed again, round after round, until each one's ratio to the leader
@@ -93,6 +102,9 @@ FAR_FIRST = 0.08  # behind the round's fastest by more than this in round 1: sto
 FAR = 0.03  # ...or by more than this in each of two rounds
 DEFAULT_BUDGET_S = 5.0  # the longest a ranking runs (its candidates' first round always runs)
 MAX_ROUNDS = 30
+SCREEN_MIN = 3  # candidates from which a ranking screens them first
+SCREEN_CALLS = 5  # each candidate's timed calls in the screen (after one not kept)
+SCREEN_FAR = 0.15  # behind the screen's fastest median by more than this: stops there
 WARM_REPS = 1  # the warmup of a candidate's calls after its first (an "auto" warmup's)
 
 Outcome = Literal["winner", "tied", "slower", "far"]
@@ -104,7 +116,9 @@ class Candidate:
     `median_s` (the median of their medians), its ratio to the winner (`margin`: 1.03 is
     3% slower) with that ratio's interval from the rounds both ran in (`margin_ci`), and
     how its ranking ended (`outcome`: "winner", "tied", "slower" shown slower than the
-    leader, "far" stopped early, far behind)."""
+    leader, "far" stopped early, far behind). `screen_s`: its calls' times in the screen,
+    by CUDA events (empty where none ran); one the screen stopped has no Measurements,
+    and its median and margin are the screen's."""
 
     name: str
     measurements: tuple[Any, ...]
@@ -112,6 +126,7 @@ class Candidate:
     margin: float
     margin_ci: tuple[float, float]
     outcome: Outcome
+    screen_s: tuple[float, ...] = ()
 
     @property
     def rounds(self) -> int:
@@ -127,7 +142,13 @@ class Candidate:
             "margin_ci": list(self.margin_ci),
             "outcome": self.outcome,
             "rounds": self.rounds,
+            "screen_s": list(self.screen_s),
         }
+
+    def ended(self) -> str:
+        """How it ended, in words: "far, 1 round", "far, in the screen"."""
+        n = self.rounds
+        return f"{self.outcome}, " + (f"{n} round{'s' * (n != 1)}" if n else "in the screen")
 
 
 @dataclass(frozen=True)
@@ -195,6 +216,7 @@ class Ranking:
             or each call's device time from CUPTI where the first read under `TINY_REP_S`.
         events_offset_s: by CUPTI, the first call's events median less that candidate's
             CUPTI median: what events hold besides (0 by events). `times_s` adds it.
+        screen_wall_s: the screen's part of `wall_s` (0: none ran).
     """
 
     winner: str
@@ -210,6 +232,7 @@ class Ranking:
     order: tuple[str, ...] = field(default=())  # the names in the order given
     method: str = ""
     events_offset_s: float = 0.0
+    screen_wall_s: float = 0.0
 
     def __getitem__(self, name: str) -> Candidate:
         for c in self.candidates:
@@ -232,6 +255,14 @@ class Ranking:
             for c in self.candidates
         }
 
+    def calls_s(self, name: str) -> list[float]:
+        """Candidate `name`'s calls' medians on the scale of `times_s` (`events_offset_s`
+        added), or, for one the screen stopped, its calls there (by events already)."""
+        c = self[name]
+        if not c.measurements:
+            return list(c.screen_s)
+        return [m.median_s + self.events_offset_s for m in c.measurements]
+
     @property
     def is_tie(self) -> bool:
         """More than one candidate is tied for the best."""
@@ -248,6 +279,9 @@ class Ranking:
         else:
             head = f"rank: {self.winner} is fastest ({fmt_s(best.median_s)})"
         head += f"; {len(self.candidates)} candidates, {self.rounds} rounds, {self.wall_s:.2f} s"
+        screened = sum(1 for c in self.candidates if c.screen_s and not c.measurements)
+        if self.screen_wall_s:
+            head += f" (a screen of {self.screen_wall_s:.2f} s stopped {screened})"
         if self.budget_ended:
             head += " (the budget ended before every close candidate was decided)"
         lines = [head]
@@ -256,8 +290,7 @@ class Ranking:
             lo, hi = c.margin_ci
             how = "" if c.name == self.winner else f" ({lo:.4f}-{hi:.4f})"
             lines.append(
-                f"  {c.name:<{width}}  {fmt_s(c.median_s):>9}  x{c.margin:.4f}{how}  "
-                f"{c.outcome}, {c.rounds} round{'s' * (c.rounds != 1)}"
+                f"  {c.name:<{width}}  {fmt_s(c.median_s):>9}  x{c.margin:.4f}{how}  {c.ended()}"
             )
         lines.append(f"  state: {self.state}")
         if self.method:
@@ -279,6 +312,7 @@ class Ranking:
             "budget_ended": self.budget_ended,
             "method": self.method,
             "events_offset_s": self.events_offset_s,
+            "screen_wall_s": self.screen_wall_s,
         }
 
 
@@ -294,6 +328,7 @@ def rank(
     gpu: int | None = None,
     device: Any = None,
     session: Any = None,
+    screen: bool = True,
     **settings: Any,
 ) -> Ranking:
     """Rank `candidates` (name -> the GPU work of one call, all on one GPU): every one timed
@@ -314,6 +349,7 @@ def rank(
         gpu: the GPU to time on (default: as for `gpuenv.bench`, the candidates' GPU).
         device: what runs the candidates (tests: a `SimDevice`), as for `gpuenv.bench`.
         session: a `gpuenv.stable()` session that lends its sampler, lock and policy.
+        screen: screen `SCREEN_MIN` candidates or more first (False: round 1 times all).
         **settings: `BenchConfig` fields over `config` (`condition=`, `flush_l2=`, ...).
 
     Returns:
@@ -347,6 +383,7 @@ def rank(
     clock = _clock(session, backend, device)
     ranker = _Ranker(fns, cfg, tolerance, confidence, budget_s, max_rounds, clock)
     ranker.tiny_by_cupti = config is None and "mode" not in settings  # no mode chosen
+    ranker.screens = bool(screen)
     return ranker.run(dict(backend=backend, gpu=gpu, device=device, session=session))
 
 
@@ -433,10 +470,13 @@ class _Ranker:
         self.least = min_pairs(confidence)
         self.tiny_by_cupti = False  # a first call under TINY_REP_S: every call by CUPTI
         self.by_events: tuple[str, float] | None = None  # that call: its candidate, median
+        self.screens = True  # screen SCREEN_MIN candidates or more first
+        self.screen: dict[str, list[float]] = {}  # each candidate's calls there (events)
+        self.screen_wall_s = 0.0
 
     def run(self, where: dict[str, Any]) -> Ranking:
         t0 = self.clock()
-        active = list(self.order)
+        active = self._screen_first(where)
         rounds, ended = 0, False
         while True:
             start = rounds % len(active)
@@ -476,6 +516,35 @@ class _Ranker:
                 # every candidate's calls timed one way: this one again, its set-up done
                 return self._bench(name, where, warm=True)
         return m
+
+    def _screen_first(self, where: dict[str, Any]) -> list[str]:
+        """The screen (the module docstring's step 0): the candidates within SCREEN_FAR of
+        the fastest there, in the order given (all of them where no screen runs)."""
+        device = _screen_device(self.cfg, where) if self.screens else None
+        if device is None or len(self.order) < SCREEN_MIN:
+            return list(self.order)
+        t0, n = self.clock(), len(self.order)
+        for name in self.order:  # set-up, lazy loading: not kept
+            device.rep(self.fns[name])
+        got: dict[str, list[float]] = {name: [] for name in self.order}
+        for i in range(SCREEN_CALLS):  # each round one later, as the ranking's rounds
+            for name in self.order[i % n :] + self.order[: i % n]:
+                got[name].append(device.rep(self.fns[name]).time_s)
+        medians = {name: stats.median(times) for name, times in got.items()}
+        fastest = min(medians.values())
+        keep = [name for name in self.order if medians[name] <= fastest * (1 + SCREEN_FAR)]
+        self.out.update({name: "far" for name in self.order if name not in keep})
+        self.screen = got
+        busy = sum(t for times in got.values() for t in times)
+        self.rest_until = self.clock() + burst_rest_s(busy, self.cfg.conditioning)
+        self.screen_wall_s = self.clock() - t0
+        first = keep[0]
+        if self.tiny_by_cupti and medians[first] < TINY_REP_S:  # decided here, by events
+            self.tiny_by_cupti = False
+            self.by_events = (first, medians[first])
+            self.cfg = dataclasses.replace(self.cfg, mode="auto")
+            self.warm_cfg = dataclasses.replace(self.warm_cfg, mode="auto")
+        return keep
 
     def _median(self, name: str, rounds: slice = slice(None)) -> float:
         return stats.median([m.median_s for m in self.got[name][rounds]])
@@ -573,19 +642,17 @@ class _Ranker:
             self.out[name] = "winner" if name == winner else "tied"
         cands = []
         for name in self.order:
+            screen = tuple(self.screen.get(name, ()))
             if name == winner:
-                margin, ci = 1.0, (1.0, 1.0)
+                median, margin, ci = self._median(name), 1.0, (1.0, 1.0)
+            elif not self.got[name]:  # stopped by the screen: its calls there, by events
+                median = stats.median(screen)
+                margin, ci, _ = pair_ratio(self.screen[winner], screen, self.conf)
             else:
+                median = self._median(name)
                 margin, ci, _ = self._ratio(winner, name)
             cands.append(
-                Candidate(
-                    name,
-                    tuple(self.got[name]),
-                    self._median(name),
-                    margin,
-                    ci,
-                    self.out[name],
-                )
+                Candidate(name, tuple(self.got[name]), median, margin, ci, self.out[name], screen)
             )
         return Ranking(
             winner=winner,
@@ -601,6 +668,7 @@ class _Ranker:
             order=tuple(self.order),
             method=str(self.got[winner][-1].extra.get("method", "")),
             events_offset_s=self._events_offset(),
+            screen_wall_s=self.screen_wall_s,
         )
 
     def _events_offset(self) -> float:
@@ -646,6 +714,28 @@ def _rest_after(m: Measurement, cfg: BenchConfig) -> float:
     return burst_rest_s(bursts.lengths_s[-1], cfg.conditioning)
 
 
+def _screen_device(cfg: BenchConfig, where: dict[str, Any]) -> Device | None:
+    """What the screen times each call with: the device given, where it times each call
+    as called (not a CUDA graph's replay, a sustained chunk, CUPTI's batch), else the one a
+    bench call would open, by CUDA events."""
+    from gpuenv.timing.devices import BackToBack
+    from gpuenv.timing.where import open_device
+
+    device = where["device"]
+    if device is not None:
+        each = device.kind in ("cuda_events", "sim", "host") and not isinstance(device, BackToBack)
+        return device if each else None
+
+    session, backend = where["session"], where["backend"]
+    gpus: list[int] = []
+    clock = None
+    if session is not None:
+        backend, clock = session.backend, session.sampler.clock
+        gpus = list(session.gpus or session.sampler.gpus)
+    events = dataclasses.replace(cfg, mode="events")
+    return open_device(events, backend, where["gpu"], gpus, clock)[0]
+
+
 def _clock(session: BenchSession | None, backend: Backend | None, device: Device | None) -> Clock:
     """The time the GPU lives on (virtual on a simulated GPU in tests), for the budget and
     the rests between calls."""
@@ -664,6 +754,9 @@ __all__ = [
     "FAR_FIRST",
     "MAX_ROUNDS",
     "RANK_CALL",
+    "SCREEN_CALLS",
+    "SCREEN_FAR",
+    "SCREEN_MIN",
     "TOLERANCE",
     "WARM_REPS",
     "Candidate",

@@ -33,7 +33,7 @@ from gpuenv.telemetry import DRIVER_REFRESH_S, SampleSource, trace_record
 from gpuenv.timebase import Clock
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_MAX_REPS, nvml_index_of_cuda
-from gpuenv.timing.devices import KIND_WORDS, BackToBack, Device, Rep
+from gpuenv.timing.devices import KIND_WORDS, BackToBack, ClockDevice, Device, Rep
 from gpuenv.timing.repstats import rep_stats
 from gpuenv.timing.stateprobe import (
     burst_limit,
@@ -41,7 +41,7 @@ from gpuenv.timing.stateprobe import (
     remember_burst_limit,
     remember_state,
 )
-from gpuenv.timing.where import open_device, safe_index
+from gpuenv.timing.where import cuda_nvml_index, open_device, safe_index
 from gpuenv.verdict import DEFAULT_CONFIG, GpuFacts, Policy, tiny_call
 from gpuenv.verdict.number import CiTarget
 
@@ -134,10 +134,17 @@ def bench(
     return m
 
 
-def open_ahead(cfg: BenchConfig, backend: Backend | None, gpu: int | None) -> None:
-    """Open and close what a bench call on `gpu` opens (the backend's facts, the sampler),
-    so that the next call finds its sampler process running (it lingers: process.LINGER_S)."""
-    _Place.open(cfg, None, backend, gpu, None).close()
+def open_ahead(
+    cfg: BenchConfig, backend: Backend | None, gpu: int | None, ordinal: int | None = None
+) -> None:
+    """Open and close what a bench call on `gpu` (else on CUDA's device `ordinal`, 0 where
+    None) opens but its device: the backend's facts, the sampler, so that the next call
+    finds its sampler process running (it lingers: process.LINGER_S). No CUDA context is
+    made: a tuner's switch opens ahead before its process may have one."""
+    backend = open_backend_quietly() if backend is None else backend
+    if gpu is None and backend is not None:
+        gpu = safe_index(lambda: cuda_nvml_index(backend, ordinal or 0))
+    _Place.open(cfg, None, backend, gpu, ClockDevice()).close()
 
 
 @dataclass

@@ -281,7 +281,7 @@ class Ranking:
         head += f"; {len(self.candidates)} candidates, {self.rounds} rounds, {self.wall_s:.2f} s"
         screened = sum(1 for c in self.candidates if c.screen_s and not c.measurements)
         if self.screen_wall_s:
-            head += f" (a screen of {self.screen_wall_s:.2f} s stopped {screened})"
+            head += f" (a screen of {self.screen_wall_s:.2f} s stopped {screened or 'none'})"
         if self.budget_ended:
             head += " (the budget ended before every close candidate was decided)"
         lines = [head]
@@ -398,11 +398,13 @@ def prepare(
 ) -> Callable[[], None]:
     """Begin, on a thread, what a ranking's first call waits for in a fresh process: the
     backend, the GPU's facts, the sampler process's start (spawn, imports, NVML's
-    start-up). A tuner calls it, with `rank`'s arguments but the candidates, before it
-    compiles them, and the function it returns (which waits for the thread) before `rank`:
-    the start then runs during the compiling. Nothing to begin in a session or on a given
-    device (they bring their own), or on virtual time. A failure here is only logged: the
-    first call then opens as it would have, and says what failed.
+    start-up), for `gpu`, else the calling thread's CUDA device (CUDA's device 0 where
+    the process has no CUDA context yet: none is made here). A tuner calls it, with
+    `rank`'s arguments but the candidates, before it compiles them, and the function it
+    returns (which waits for the thread) before `rank`: the start then runs during the
+    compiling. Nothing to begin in a session or on a given device (they bring their own),
+    or on virtual time. A failure here is only logged: the first call then opens as it
+    would have, and says what failed.
 
     Raises:
         ConfigError: `settings` that `BenchConfig` does not take, as `rank` would.
@@ -413,21 +415,20 @@ def prepare(
     cfg = BenchConfig.of(config or RANK_CALL, {**UNWAITED, **calls})
     if session is not None or device is not None or _clock(None, backend, None).virtual:
         return lambda: None
-    from gpuenv.timing.cuda.events import cuda_ordinal, on_cuda_device
+    # imported here, not on the thread: a switch may call this while a module loads
+    from gpuenv.backend import shared_backend
+    from gpuenv.timing.cuda.events import cuda_ordinal
+    from gpuenv.timing.harness import open_ahead
 
-    ordinal = cuda_ordinal()  # the calling thread's CUDA device: a thread starts on 0
+    ordinal = cuda_ordinal()  # the calling thread's CUDA device (None: no CUDA yet, so 0)
 
-    def open_ahead() -> None:
-        from gpuenv.backend import shared_backend
-        from gpuenv.timing.harness import open_ahead
-
+    def opening() -> None:
         try:
-            with on_cuda_device(ordinal):
-                open_ahead(cfg, backend if backend is not None else shared_backend(), gpu)
+            open_ahead(cfg, backend if backend is not None else shared_backend(), gpu, ordinal)
         except Exception as err:  # the first call opens again, and reports it
             log.debug("gpuenv.rank: opening ahead failed: %s", err)
 
-    thread = threading.Thread(target=open_ahead, name="gpuenv-rank-open", daemon=True)
+    thread = threading.Thread(target=opening, name="gpuenv-rank-open", daemon=True)
     thread.start()
     return thread.join
 

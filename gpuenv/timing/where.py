@@ -34,7 +34,7 @@ def open_device(
     on `clock` (the sampler's)."""
     if backend is not None and backend.workload is not None:
         if gpu is None:  # CUDA_VISIBLE_DEVICES's first (a session's, where it samples it)
-            zero = safe_index(lambda: _cuda_zero(backend))
+            zero = safe_index(lambda: cuda_nvml_index(backend))
             gpu = zero if not gpus or zero in gpus else gpus[0]
         return SimDevice(backend, gpu or 0), gpu
     device = cuda_device(
@@ -49,12 +49,13 @@ def open_device(
     return device, gpu
 
 
-def _cuda_zero(backend: Backend) -> int:
-    """The NVML index of CUDA's device 0 under this process's CUDA_VISIBLE_DEVICES (the
-    simulated GPU's stand-in for torch's current device)."""
+def cuda_nvml_index(backend: Backend, ordinal: int = 0) -> int:
+    """The NVML index of CUDA's device `ordinal` under this process's CUDA_VISIBLE_DEVICES,
+    read without CUDA (the simulated GPU's stand-in for torch's current device; a tuner's
+    opening ahead, before its process has a CUDA context)."""
     from gpuenv.devices import select_gpus
 
-    return select_gpus(backend, "cuda:0")[0]
+    return select_gpus(backend, f"cuda:{ordinal}")[0]
 
 
 def safe_index(get: Callable[[], int]) -> int | None:

@@ -292,6 +292,26 @@ def test_rank_starts_the_sampler_while_inductor_benchmarks_each_choice_once(
 
 
 @pytest.mark.usefixtures("unpatched")
+def test_rank_opens_ahead_when_switched_on_where_a_gpu_is_present(gpu, selector, monkeypatch):
+    """The first selection's opening (NVML, the sampler process: 0.45 s of an H200's
+    0.86 s selection) begins at the switch, during Inductor's tracing and compiling; CPU
+    torch, with no GPU, opens nothing."""
+    import torch
+
+    from gpuenv.timing import rank as ranking
+
+    opened: list[dict] = []
+    monkeypatch.setattr(ranking, "prepare", lambda **given: opened.append(given))
+    inductor.patch_inductor(rank=True, backend=gpu, budget_s=2.0)
+    assert opened == []  # no GPU here
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    inductor.patch_inductor(rank=True, backend=gpu, budget_s=2.0)
+    assert opened == [{"backend": gpu, "budget_s": 2.0}]
+    inductor.patch_inductor()  # each choice timed, no ranking: nothing to open
+    assert len(opened) == 1
+
+
+@pytest.mark.usefixtures("unpatched")
 def test_the_choices_work_is_kept_in_one_pass_of_inductor_s_or_one_choice_at_a_time(
     gpu, selector, monkeypatch
 ):

@@ -521,8 +521,9 @@ class _Ranker:
     def _screen_first(self, where: dict[str, Any]) -> list[str]:
         """The screen (the module docstring's step 0): the candidates within SCREEN_FAR of
         the fastest there, in the order given (all of them where no screen runs)."""
-        device = _screen_device(self.cfg, where) if self.screens else None
-        if device is None or len(self.order) < SCREEN_MIN:
+        few = not self.screens or len(self.order) < SCREEN_MIN
+        device = None if few else _screen_device(self.cfg, where)
+        if device is None:
             return list(self.order)
         t0, n = self.clock(), len(self.order)
         for name in self.order:  # set-up, lazy loading: not kept

@@ -26,7 +26,9 @@ careful process about a minute, compiling every Triton template; each tuning pro
 minutes, more than one device call's 10 (it did not finish in 500 s): run fewer a call,
 each keeping its rows (`--rows-out`), and join them in the last call's report
 (`--rows-in`, repeatable; regret against the first call's careful times; `--processes 0`
-reports them alone). A call joining an earlier one's careful row with the
+reports them alone). `--processes 0` with no `--rows-in` runs the careful process alone:
+how far apart a shape's choices are, to find one whose best are close (a minute or two a
+shape). A call joining an earlier one's careful row with the
 `--triton-cache` the earlier one filled runs no careful process: on the device machine,
 a folder outside the checkout (/tmp) is kept between calls while the machine is warm, an
 ignored one inside it was not. Each process's time is printed on stderr as it ends.
@@ -38,6 +40,7 @@ ignored one inside it was not. Each process's time is printed on stderr as it en
         --states rested --processes 5 --rows-out $OUT/rows-1.jsonl     # then, a call later:
     ... --processes 5 --rows-in rows-1.jsonl --rows-out $OUT/rows-2.jsonl
     ... --triton-cache /tmp/gpuenv-triton   # in both: the later runs no careful process
+    GPUENV_READONLY=1 python -m benchmarks.inductor_rank --processes 0 --size 2048x2048x2048
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 4096x4096x4096
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op bmm --size 8x2048x2048x2048 \\
         --dtype bfloat16
@@ -159,6 +162,12 @@ def report(rows: Sequence[dict[str, Any]], careful_row: dict[str, Any]) -> None:
             "the passes' spread."
         )
     print()
+    if rows:
+        _tuners(rows, careful)
+
+
+def _tuners(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> None:
+    """The tuners' table (winners, regret, walls), the lines under it and the metrics."""
     print(
         "| tuner | state | processes | distinct winners | most common (share) | ties declared | "
         "distinct decisions (most common) | regret median | regret max | compile wall median | "
@@ -229,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     keep = _keeper(args.rows_out)
     rows = [r for r in earlier if r.get("mode") != "careful"]
     careful = next((r for r in earlier if r.get("mode") == "careful"), None)
-    if args.processes > 0:
+    if args.processes > 0 or not earlier:  # none and no rows: the careful process alone
         with _triton_cache(args.triton_cache) as shared:
             # a careful run fills the Triton cache; the first call's stays the reference, and
             # a call that joins it with a cache an earlier call filled needs none of its own
@@ -243,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
                         part = functools.partial(child, tuner, args, shared, state)
                         rows.append(keep(_timed(what, part)))
     if careful is None:
-        raise SystemExit("nothing to report: --processes 0 needs --rows-in of an earlier call")
+        raise SystemExit("nothing to report: the --rows-in files hold no careful row")
     if earlier:
         print(f"Rows of {len(args.rows_in)} earlier call(s) joined; regret against the first's")
         print("careful times.")
@@ -349,12 +358,18 @@ def _variant(args: argparse.Namespace) -> str:
     part = f"{args.op}-{args.size}-{args.dtype}"
     if args.rows_in:
         return f"{part}-joined"
+    if args.processes == 0:
+        return f"{part}-careful"
     return part if args.states == "rested,hot" else f"{part}-{args.states}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--processes", type=int, default=2, help="fresh processes per tuner and state (2)"
+        "--processes",
+        type=int,
+        default=2,
+        help="fresh processes per tuner and state (2; 0: the careful process alone, or with "
+        "--rows-in their rows alone)",
     )
     parser.add_argument(
         "--op",

@@ -728,6 +728,12 @@ def test_inductor_rank_joins_the_rows_of_earlier_calls_and_refuses_another_selec
     record = json.loads(joined.read_text())
     assert rc == 0 and record["gpu"] == want
     assert record["key"] == "inductor_rank-mm_relu-1024x1024x1024-float16-joined"
+    with pytest.raises(SystemExit, match="hold no careful row"):
+        (tmp_path / "none.jsonl").write_text(json.dumps(rows(0.0085, ["mm"])[1]) + "\n")
+        inductor_rank.run(
+            argparse.Namespace(**{**vars(args), "rows_in": [str(tmp_path / "none.jsonl")]})
+        )
+
     capsys.readouterr()
 
     (tmp_path / "other.jsonl").write_text(json.dumps({**rows(0.0085, [])[0], "size": "2048"}))
@@ -741,12 +747,43 @@ def test_inductor_rank_joins_the_rows_of_earlier_calls_and_refuses_another_selec
     args.rows_in = [str(tmp_path / "bad.jsonl")]
     with pytest.raises(SystemExit, match=r"bad.jsonl:1: not a row"):
         inductor_rank.run(args)
-    args.rows_in = None
-    with pytest.raises(SystemExit, match=r"--processes 0 needs --rows-in"):
-        inductor_rank.run(args)
     full = inductor_rank._keeper("/dev/full")  # a write that fails: said once, row returned
     assert full({"a": 1}) == {"a": 1} and full({"b": 2}) == {"b": 2}
     assert capsys.readouterr().err.count("--rows-out /dev/full: ") == 1
+
+
+def test_inductor_rank_with_no_processes_and_no_rows_times_a_shapes_choices_alone(
+    tmp_path, capsys, monkeypatch
+):
+    """`--processes 0` without `--rows-in`: the careful process alone, to find a shape whose
+    best choices are close; no tuner runs, and no tuners' table is printed."""
+    import argparse
+
+    from benchmarks import inductor_rank
+
+    sel = {"op": "mm_relu", "size": "2048x2048x2048", "dtype": "float16"}
+    ran: list[str] = []
+
+    def child(mode, args, cache, state="rested"):
+        ran.append(mode)
+        ms = {"mm": 0.0500, "triton_mm_3": 0.0507, "triton_mm_1": 0.0700}
+        return {"mode": mode, **sel, "selection": "mm", "gpu": "H200", "torch": "2.9", "ms": ms}
+
+    monkeypatch.setattr(inductor_rank, "child", child)
+    args = argparse.Namespace(
+        sim=False,
+        processes=0,
+        rows_in=None,
+        rows_out=None,
+        triton_cache=str(tmp_path / "t"),
+        states="rested,hot",
+        hot_s=7.0,
+        **sel,
+    )
+    assert inductor_rank.run(args) == 0 and ran == ["careful"]
+    out = capsys.readouterr().out
+    assert "| triton_mm_3 | 50.7 us | - | +1.40% |" in out
+    assert "2 choices within 3% of the best (mm)." in out and "| tuner |" not in out
 
 
 def test_inductor_rank_runs_no_careful_process_when_a_kept_triton_cache_is_filled(
@@ -809,12 +846,14 @@ def test_inductor_rank_names_a_joined_report_for_what_it_holds():
     from benchmarks import inductor_rank
 
     args = argparse.Namespace(op="mm_relu", size="1024x1024x1024", dtype="float16")
-    args.states, args.rows_in = "rested,hot", None
+    args.states, args.rows_in, args.processes = "rested,hot", None, 2
     assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16"
     args.states = "hot"
     assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16-hot"
     args.rows_in = ["rows-r.jsonl"]  # its rows may be rested: not "-hot"
     assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16-joined"
+    args.processes, args.rows_in = 0, None  # the careful process alone
+    assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16-careful"
 
 
 def test_inductor_rank_judges_regret_by_device_time_where_the_careful_run_has_it(capsys):

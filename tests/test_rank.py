@@ -499,3 +499,10 @@ def test_a_screen_of_tiny_candidates_chooses_cupti_for_every_call(gpu, monkeypat
     screen = stats.median(r["near"].screen_s)
     assert r.events_offset_s == pytest.approx(max(0.0, screen - r["near"].median_s))
     assert r.winner == "near"
+
+
+def test_a_ranking_in_a_session_screens_on_the_sessions_gpu(gpu):
+    with gpuenv.stable(backend=gpu, gpus=[0]) as env:
+        r = gpuenv.rank(six(gpu, 7), session=env)
+    assert r.screen_wall_s > 0 and r["far60"].outcome == "far" and r["far60"].rounds == 0
+    assert r.winner == "near" and r.state.gpu == 0

@@ -499,6 +499,12 @@ def test_a_screen_of_tiny_candidates_chooses_cupti_for_every_call(gpu, monkeypat
     screen = stats.median(r["near"].screen_s)
     assert r.events_offset_s == pytest.approx(max(0.0, screen - r["near"].median_s))
     assert r.winner == "near"
+    # a tuner's times on the events' scale: a device time plus the offset, and for one the
+    # screen stopped its screen median, by events already (nothing added twice)
+    shifted = Ranking(**{**vars(r), "events_offset_s": 3e-6})  # as a real GPU's events read
+    assert shifted.times_s["near"] == pytest.approx(r["near"].median_s + 3e-6)
+    assert shifted.times_s["far60"] == r["far60"].median_s == stats.median(r["far60"].screen_s)
+    assert shifted.calls_s("far60") == list(r["far60"].screen_s)
 
 
 def test_a_ranking_in_a_session_screens_on_the_sessions_gpu(gpu):

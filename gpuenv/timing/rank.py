@@ -247,11 +247,15 @@ class Ranking:
         by a part in 10^9: still so in ms), so that the tuner keeps gpuenv's choice. On the
         scale of one call between CUDA events, as a tuner's other timings are (Inductor
         weighs a selection's time against an epilogue's and a fused kernel's, each timed so):
-        a device time from CUPTI has `events_offset_s` added."""
-        add = self.events_offset_s
-        floor = self[self.winner].median_s + add
+        a device time from CUPTI has `events_offset_s` added (a screen's median, by events
+        already, none)."""
+
+        def scaled(c: Candidate) -> float:
+            return c.median_s + (self.events_offset_s if c.measurements else 0.0)
+
+        floor = scaled(self[self.winner])
         return {
-            c.name: floor if c.name == self.winner else max(c.median_s + add, floor * (1 + 1e-9))
+            c.name: floor if c.name == self.winner else max(scaled(c), floor * (1 + 1e-9))
             for c in self.candidates
         }
 

@@ -11,6 +11,12 @@ for candidates of simulated work of known cycles, each ~0.2 ms a call like the f
 
   close   four candidates 0.8% apart (0, +0.8, +1.6, +2.4%) and one 8% behind
   h200    the H200's close case as its careful times read (0, +0.29, +0.49, +8.6%): a tie
+  inductor  the 20 choices of Inductor's relu(a @ b) 1024^3 fp16 as the H200's events read
+          them (8.4-40.8 us: +0, +4.8, +29 ... +386%), here at 0.2 ms a call
+
+gpuenv.rank runs twice a ranking, with its screen (the default) and without it
+(`screen=False`), side by side: what the screen saves where many candidates are far
+behind, and costs where none is.
 
 Each call is `--noise` long or short (gaussian, default 1%: at 0.2% the h200 case takes
 6 rounds and reads 0.4x plain; at 1% about 20, and ~2.3x, as the H200 read 2.21x).
@@ -60,11 +66,19 @@ from benchmarks import runner
 CASES: dict[str, tuple[float, ...]] = {
     "close": (0.0, 0.008, 0.016, 0.024, 0.08),
     "h200": (0.0, 0.0029, 0.0049, 0.086),
+    "inductor": tuple(
+        t / 8.4 - 1
+        for t in (
+            *(8.4, 8.8, 10.8, 11.0, 11.2, 11.4, 12.2, 12.3, 12.5, 15.1),
+            *(15.6, 16.4, 16.6, 18.8, 20.7, 23.5, 24.3, 26.1, 38.3, 40.8),
+        )
+    ),
 }
 KERNEL_S = 0.2e-3  # the best candidate's call at the max clock: the fp16 4096^3 matmul
 TRITON_FLUSH_BYTES = 256 << 20  # triton's do_bench zeroes 256 MiB before each rep
 TRITON_WARMUP_S, TRITON_REP_S, TRITON_ESTIMATE = 25e-3, 100e-3, 5
 BETWEEN = "between calls (rank's rests)"
+SCREEN = "the screen (5 calls a candidate, no bench call)"
 
 
 class SimTime:
@@ -198,15 +212,17 @@ def _device(be: Any, rep_gap_s: float) -> Any:
     return Probed(be, 0, flush_bytes=2 * (be.profile.l2_bytes or 0), rep_overhead_s=rep_gap_s)
 
 
-def rank_once(be: Any, cands: dict[str, Any], split: Split, args: argparse.Namespace) -> None:
-    """One gpuenv.rank of `cands`, its wall split into `split`."""
+def rank_once(
+    be: Any, cands: dict[str, Any], split: Split, args: argparse.Namespace, screen: bool = True
+) -> None:
+    """One gpuenv.rank of `cands` (with its screen, or not), its wall split into `split`."""
     import gpuenv
 
     dev = _device(be, args.rep_gap_us * 1e-6)
     sim = SimTime(be)
     v0, h0 = be.clock.now(), time.perf_counter()
     with _profiled(args.prof):
-        r = gpuenv.rank(cands, backend=be, device=dev)
+        r = gpuenv.rank(cands, backend=be, device=dev, screen=screen)
     real = time.perf_counter() - h0
     virtual = be.clock.now() - v0
     split.rounds += r.rounds
@@ -234,7 +250,8 @@ def rank_once(be: Any, cands: dict[str, Any], split: Split, args: argparse.Names
                 if phase in ("judge", "close", "open"):
                     split.host_between_s += s
     split.add("clock probes before and after each call", dev.probes_s)
-    known += dev.probes_s
+    split.add(SCREEN, r.screen_wall_s)
+    known += dev.probes_s + r.screen_wall_s
     split.add(BETWEEN, max(0.0, virtual - known))
     split.host_s += real - sim.inside_s
     split.sim_real_s += sim.inside_s
@@ -327,6 +344,18 @@ def report_case(case: str, g: Split, p: Split, n: int) -> None:
     runner.metric(f"{case}: gpuenv host per call", g.host_s / g.calls * 1e3, "ms", slack=1.0)
 
 
+def screened(case: str, g: Split, g0: Split, n: int) -> None:
+    """The same rankings with the screen and without it: calls and wall."""
+    with_s, without = g.virtual_s + g.host_s, g0.virtual_s + g0.host_s
+    print(
+        f"With the screen, {g.calls / n:.1f} bench calls a ranking and "
+        f"{_ms(with_s / n)}; without it, {g0.calls / n:.1f} and {_ms(without / n)} "
+        f"({with_s / without:.2f}x; choices without it: {_tally(g0.choices)})."
+    )
+    print()
+    runner.metric(f"{case}: wall with the screen / without", with_s / without, "x", slack=0.1)
+
+
 def under_a_process(case: str, n: int, noise: float) -> None:
     """`n` rankings of `case` in real time on the shared simulated GPU, read by a sampler
     process as a real GPU is. The sections above run a private simulated GPU on virtual
@@ -396,15 +425,17 @@ def run(args: argparse.Namespace) -> int:
     )
     print()
     for case in cases:
-        g, p = Split(), Split()
+        g, g0, p = Split(), Split(), Split()
         for i in range(args.rankings):
-            be = _backend(profile, args.idle_s)
-            rank_once(be, _candidates(be, CASES[case], i, args.noise), g, args)
-            be.close()
+            for split, screen in ((g, True), (g0, False)):
+                be = _backend(profile, args.idle_s)
+                rank_once(be, _candidates(be, CASES[case], i, args.noise), split, args, screen)
+                be.close()
             be = _backend(profile, args.idle_s)
             plain_once(be, _candidates(be, CASES[case], i, args.noise), p)
             be.close()
         report_case(case, g, p, args.rankings)
+        screened(case, g, g0, args.rankings)
         if args.process:
             under_a_process(case, args.process, args.noise)
     if args.prof is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -283,6 +284,27 @@ def test_opening_ahead_leaves_the_first_call_a_running_sampler_process(tmp_path,
         r = gpuenv.rank({"a": kernel(sim, 0.05, 1), "b": kernel(sim, 0.06, 2)}, backend=sim)
         assert list(process._pool.values()) == procs  # the calls attached to it
         assert procs[0].attaches == sum(c.rounds for c in r.candidates) + 1
+    finally:
+        sim.close()
+        process.close_idle()
+
+
+def test_opening_ahead_with_no_cuda_context_opens_the_processs_own_gpu(tmp_path, monkeypatch):
+    """A switch may open ahead before its process has a CUDA context (Inductor's, as its
+    module loads): none is made, and the GPU is the process's own, LOCAL_RANK's (a torchrun
+    rank's) where set, not the node's first."""
+    from gpuenv.telemetry import process
+    from gpuenv.timebase import RealClock
+    from gpuenv.timing.rank import prepare
+
+    monkeypatch.setenv("GPUENV_SAMPLER", "process")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    sim = SimBackend("h100", n_gpus=4, state_file=tmp_path / "sim.json", clock=RealClock())
+    try:
+        prepare(backend=sim)()
+        assert [p.gpus for p in process._pool.values()] == [[2]]
+        assert "torch" not in sys.modules or not sys.modules["torch"].cuda.is_initialized()
     finally:
         sim.close()
         process.close_idle()

@@ -22,6 +22,7 @@ from gpuenv.clocks.status import lock_holds
 from gpuenv.completion import after_reps, power_due
 from gpuenv.conditioning import Conditioner
 from gpuenv.conditioning.memory import gpu_key, process_memory
+from gpuenv.devices import own_gpus
 from gpuenv.errors import ConfigError, GpuenvError
 from gpuenv.judge import Evidence, Retry, judge, read_facts
 from gpuenv.phases import BurstSchedule, Conditioned, FirstBurst, StateProbe, Wall, Warmup
@@ -137,13 +138,18 @@ def bench(
 def open_ahead(
     cfg: BenchConfig, backend: Backend | None, gpu: int | None, ordinal: int | None = None
 ) -> None:
-    """Open and close what a bench call on `gpu` (else on CUDA's device `ordinal`, 0 where
-    None) opens but its device: the backend's facts, the sampler, so that the next call
-    finds its sampler process running (it lingers: process.LINGER_S). No CUDA context is
-    made: a tuner's switch opens ahead before its process may have one."""
+    """Open and close what a bench call on `gpu` (else on CUDA's device `ordinal`; None:
+    no CUDA context yet, the process's own GPU, LOCAL_RANK's where set) opens but its
+    device: the backend's facts, the sampler, so that the next call finds its sampler
+    process running (it lingers: process.LINGER_S). No CUDA context is made: a tuner's
+    switch opens ahead before its process may have one."""
     backend = open_backend_quietly() if backend is None else backend
     if gpu is None and backend is not None:
-        gpu = safe_index(lambda: cuda_nvml_index(backend, ordinal or 0))
+        be = backend
+        if ordinal is None:
+            gpu = safe_index(lambda: own_gpus(be).indices[0])
+        else:
+            gpu = safe_index(lambda: cuda_nvml_index(be, ordinal))
     _Place.open(cfg, None, backend, gpu, ClockDevice()).close()
 
 

@@ -50,9 +50,9 @@ def open_device(
 
 
 def cuda_nvml_index(backend: Backend, ordinal: int = 0) -> int:
-    """The NVML index of CUDA's device `ordinal` under this process's CUDA_VISIBLE_DEVICES,
-    read without CUDA (the simulated GPU's stand-in for torch's current device; a tuner's
-    opening ahead, before its process has a CUDA context)."""
+    """The NVML index of CUDA's device `ordinal` under this process's CUDA_VISIBLE_DEVICES
+    and CUDA_DEVICE_ORDER, read without CUDA (the simulated GPU's stand-in for torch's
+    current device; a tuner's opening ahead, on its thread's CUDA device)."""
     from gpuenv.devices import select_gpus
 
     return select_gpus(backend, f"cuda:{ordinal}")[0]

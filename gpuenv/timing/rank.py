@@ -403,10 +403,10 @@ def prepare(
     """Begin, on a thread, what a ranking's first call waits for in a fresh process: the
     backend, the GPU's facts, the sampler process's start (spawn, imports, NVML's
     start-up), for `gpu`, else the calling thread's CUDA device (where the process has no
-    CUDA context yet, none is made here: its own GPU, LOCAL_RANK's where set). A tuner calls it, with
-    `rank`'s arguments but the candidates, before it compiles them, and the function it
-    returns (which waits for the thread) before `rank`: the start then runs during the
-    compiling. Nothing to begin in a session or on a given device (they bring their own),
+    CUDA context yet, none is made here: its own GPU, LOCAL_RANK's where set). A tuner
+    calls it, with `rank`'s arguments but the candidates, before it compiles them, and the
+    function it returns (which waits for the thread) before `rank`: the start then runs
+    during the compiling. Nothing to begin in a session or on a given device (they bring their own),
     or on virtual time. A failure here is only logged: the first call then opens as it
     would have, and says what failed.
 

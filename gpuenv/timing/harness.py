@@ -212,7 +212,7 @@ class _Place:
         if device is None:
             clock = sampler.clock if sampler is not None else None
             device, gpu = open_device(cfg, backend, gpu, gpus, clock)
-        elif gpu is None and backend is not None and device.kind.startswith("cuda"):
+        if gpu is None and backend is not None and device.kind.startswith("cuda"):
             gpu = safe_index(lambda: nvml_index_of_cuda(backend, device.device))
         if gpu is None:
             gpu = gpus[0] if gpus else 0

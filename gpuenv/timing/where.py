@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from gpuenv.errors import GpuenvError
 from gpuenv.timebase import Clock
-from gpuenv.timing.cuda import cuda_device, nvml_index_of_cuda
+from gpuenv.timing.cuda import cuda_device
 from gpuenv.timing.devices import Device, SimDevice
 
 if TYPE_CHECKING:
@@ -27,11 +27,12 @@ def open_device(
     gpus: list[int],
     clock: Clock | None,
 ) -> tuple[Device, int | None]:
-    """The device a bench call times fn on where none was given, and its GPU's NVML index:
-    the simulated GPU where the backend has a synthetic workload (GPU `gpu`, else the one
+    """The device a bench call times fn on where none was given, and the GPU: the
+    simulated GPU where the backend has a synthetic workload (GPU `gpu`, else the one
     CUDA's device 0 would be, else `gpus`' first: a session's), else CUDA through torch
     on the current CUDA device in `cfg`'s mode (events for "auto", which chooses later),
-    on `clock` (the sampler's)."""
+    on `clock` (the sampler's), and `gpu` as given (a caller that needs the CUDA device's
+    NVML index finds it: `nvml_index_of_cuda`)."""
     if backend is not None and backend.workload is not None:
         if gpu is None:  # CUDA_VISIBLE_DEVICES's first (a session's, where it samples it)
             zero = safe_index(lambda: cuda_nvml_index(backend))
@@ -44,8 +45,6 @@ def open_device(
         calls_per_rep=cfg.calls_per_rep,
         clock=clock,
     )
-    if gpu is None and backend is not None:
-        gpu = safe_index(lambda: nvml_index_of_cuda(backend, device.device))
     return device, gpu
 
 

@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks import runner
+from gpuenv.timing.rank import SCREEN_CALLS
 
 CASES: dict[str, tuple[float, ...]] = {
     "close": (0.0, 0.008, 0.016, 0.024, 0.08),
@@ -78,7 +79,7 @@ KERNEL_S = 0.2e-3  # the best candidate's call at the max clock: the fp16 4096^3
 TRITON_FLUSH_BYTES = 256 << 20  # triton's do_bench zeroes 256 MiB before each rep
 TRITON_WARMUP_S, TRITON_REP_S, TRITON_ESTIMATE = 25e-3, 100e-3, 5
 BETWEEN = "between calls (rank's rests)"
-SCREEN = "the screen (5 calls a candidate, no bench call)"
+SCREEN = f"the screen ({SCREEN_CALLS} calls a candidate, no bench call)"
 
 
 class SimTime:

@@ -479,6 +479,7 @@ def test_the_screen_stops_candidates_far_behind_before_a_call_of_their_own(gpu, 
     assert all(len(c.screen_s) == ranking.SCREEN_CALLS for c in r.candidates)
     assert 0 < r.screen_wall_s < r.wall_s and "(a screen of" in str(r) and "stopped 2)" in str(r)
     assert "far, in the screen" in str(r) and r.to_dict()["screen_wall_s"] == r.screen_wall_s
+    assert r.screened == ("far20", "far60")
     # the first call's work waits the duty rule's rest after the screen's (at a duty of
     # 0.5, as long as its calls' work), and then, rested, begins at once
     first = min((m for c in r.candidates for m in c.measurements), key=lambda m: m.windows[0].t0)

@@ -262,7 +262,7 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
         row.update(tied=list(r.tied), rank_wall_s=sum(d["ranking"].wall_s for d in ranked))
         row["rank_rounds"] = r.rounds
         row["screen_wall_s"] = sum(d["ranking"].screen_wall_s for d in ranked)
-        row["screened"] = sum(1 for c in r.candidates if c.screen_s and not c.measurements)
+        row["screened"] = len(r.screened)
     print(json.dumps(row))
 
 

@@ -91,10 +91,11 @@ class Decision:
         head += f" ({self.rounds} round{'s' * (self.rounds != 1)}, {self.wall_s:.2f} s)"
         width = max(len(n) for n in names)
         lines = [head]
+        from gpuenv.timing.rank import ended
+
         for name, median_s, margin, outcome, rounds in sorted(self.configs, key=lambda c: c[2]):
-            ran = f"{rounds} round{'s' * (rounds != 1)}" if rounds else "in the screen"
             lines.append(
-                f"  {name:<{width}}  {fmt_s(median_s):>9}  x{margin:.4f}  {outcome}, {ran}"
+                f"  {name:<{width}}  {fmt_s(median_s):>9}  x{margin:.4f}  {ended(outcome, rounds)}"
             )
         lines.append(f"  state: {self.state}")
         if self.method:

@@ -146,9 +146,8 @@ class Candidate:
         }
 
     def ended(self) -> str:
-        """How it ended, in words: "far, 1 round", "far, in the screen"."""
-        n = self.rounds
-        return f"{self.outcome}, " + (f"{n} round{'s' * (n != 1)}" if n else "in the screen")
+        """How it ended, in words (`ended`)."""
+        return ended(self.outcome, self.rounds)
 
 
 @dataclass(frozen=True)
@@ -268,6 +267,11 @@ class Ranking:
         return [m.median_s + self.events_offset_s for m in c.measurements]
 
     @property
+    def screened(self) -> tuple[str, ...]:
+        """The candidates the screen stopped (no call of their own), in the order given."""
+        return tuple(c.name for c in self.candidates if c.screen_s and not c.measurements)
+
+    @property
     def is_tie(self) -> bool:
         """More than one candidate is tied for the best."""
         return len(self.tied) > 1
@@ -283,9 +287,9 @@ class Ranking:
         else:
             head = f"rank: {self.winner} is fastest ({fmt_s(best.median_s)})"
         head += f"; {len(self.candidates)} candidates, {self.rounds} rounds, {self.wall_s:.2f} s"
-        screened = sum(1 for c in self.candidates if c.screen_s and not c.measurements)
         if self.screen_wall_s:
-            head += f" (a screen of {self.screen_wall_s:.2f} s stopped {screened or 'none'})"
+            stopped = len(self.screened) or "none"
+            head += f" (a screen of {self.screen_wall_s:.2f} s stopped {stopped})"
         if self.budget_ended:
             head += " (the budget ended before every close candidate was decided)"
         lines = [head]
@@ -424,7 +428,7 @@ def prepare(
     from gpuenv.timing.cuda.events import cuda_ordinal
     from gpuenv.timing.harness import open_ahead
 
-    ordinal = cuda_ordinal()  # the calling thread's CUDA device (None: no CUDA yet, so 0)
+    ordinal = cuda_ordinal()  # the calling thread's CUDA device (None: no CUDA context yet)
 
     def opening() -> None:
         try:
@@ -685,6 +689,12 @@ class _Ranker:
         return max(0.0, events_s - self._median(name))
 
 
+def ended(outcome: str, rounds: int) -> str:
+    """How a candidate's ranking ended, in words: "far, 1 round", "far, in the screen" (no
+    round of its own: the screen stopped it); a Ranking's table and a decision's lines."""
+    return f"{outcome}, " + (f"{rounds} round{'s' * (rounds != 1)}" if rounds else "in the screen")
+
+
 def _state(ms: list[Any]) -> RankState:
     """The GPU state over every call: clock and temperature ranges, the highest power."""
     windows = [w for m in ms for w in m.summary_windows]
@@ -768,6 +778,7 @@ __all__ = [
     "Candidate",
     "RankState",
     "Ranking",
+    "ended",
     "prepare",
     "rank",
     "unknown_settings",

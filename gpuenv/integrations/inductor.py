@@ -326,12 +326,7 @@ def _capture_choices(fn: Callable[..., Any], choices: list[Any]) -> Captured | N
     None when a choice handed over other than exactly one call. First all at once, as
     Inductor benchmarks them (one set of example inputs, shared by every choice's work);
     where the calls kept cannot be told apart that way, each choice alone."""
-    _capture.calls = []
-    try:
-        got = fn(choices)
-        kept = _capture.calls
-    finally:
-        _capture.calls = None
+    got, kept = _kept(fn, choices)
     failed = {c: t for c, t in got.items() if not math.isfinite(t)}
     handed = [c for c, t in got.items() if t == 0.0]  # benchmark_gpu's, while capturing
     if len(handed) == len(kept) and len(handed) + len(failed) == len(choices):
@@ -342,17 +337,26 @@ def _capture_choices(fn: Callable[..., Any], choices: list[Any]) -> Captured | N
     return _capture_each(fn, choices)
 
 
+def _kept(
+    fn: Callable[..., Any], choices: list[Any]
+) -> tuple[dict[Any, float], list[tuple[Callable[[], Any], int | None]]]:
+    """Inductor's benchmark function `fn` on `choices`, while benchmark_gpu keeps the work
+    it is handed: its timings, and the calls kept, in the order handed over."""
+    _capture.calls = []
+    try:
+        got = fn(choices)
+        kept: list[tuple[Callable[[], Any], int | None]] = _capture.calls
+    finally:
+        _capture.calls = None
+    return got, kept
+
+
 def _capture_each(fn: Callable[..., Any], choices: list[Any]) -> Captured | None:
     """`_capture_choices` one choice at a time: each call kept is that choice's."""
     failed: dict[Any, float] = {}
     work: dict[Any, tuple[Callable[[], Any], int | None]] = {}
     for choice in choices:
-        _capture.calls = []
-        try:
-            got = fn([choice])
-            kept = _capture.calls
-        finally:
-            _capture.calls = None
+        got, kept = _kept(fn, [choice])
         timing = got.get(choice, math.inf)
         if not math.isfinite(timing):
             failed[choice] = timing

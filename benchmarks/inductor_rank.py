@@ -110,15 +110,20 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
     return {
         **choices(rows, careful),
         "wall_median_s": statistics.median(walls) if walls else float("nan"),
-        "select_median_s": statistics.median(selects) if selects else None,
-        "other_median_s": statistics.median(others) if others else None,
-        "capture_median_s": statistics.median(captures) if captures else None,
-        "rank_median_s": statistics.median(ranks) if ranks else None,
-        "rest_median_s": statistics.median(rests) if rests else None,
-        "screen_median_s": statistics.median(screens) if screens else None,
+        "select_median_s": _median(selects),
+        "other_median_s": _median(others),
+        "capture_median_s": _median(captures),
+        "rank_median_s": _median(ranks),
+        "rest_median_s": _median(rests),
+        "screen_median_s": _median(screens),
         "compiled_median_s": statistics.median(compiled) if compiled else float("nan"),
         "compiled_spread": (max(compiled) / min(compiled) - 1) if compiled else float("nan"),
     }
+
+
+def _median(values: Sequence[float]) -> float | None:
+    """The median, or None where no row kept the value."""
+    return statistics.median(values) if values else None
 
 
 def report(rows: Sequence[dict[str, Any]], careful_row: dict[str, Any]) -> None:

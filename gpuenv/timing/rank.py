@@ -118,7 +118,8 @@ class Candidate:
     how its ranking ended (`outcome`: "winner", "tied", "slower" shown slower than the
     leader, "far" stopped early, far behind). `screen_s`: its calls' times in the screen,
     by CUDA events (empty where none ran); one the screen stopped has no Measurements,
-    and its median and margin are the screen's."""
+    and its median and margin are the screen's, the median on the others' scale (by
+    CUPTI, less the ranking's `events_offset_s`: one column of one clock)."""
 
     name: str
     measurements: tuple[Any, ...]
@@ -246,11 +247,10 @@ class Ranking:
         by a part in 10^9: still so in ms), so that the tuner keeps gpuenv's choice. On the
         scale of one call between CUDA events, as a tuner's other timings are (Inductor
         weighs a selection's time against an epilogue's and a fused kernel's, each timed so):
-        a device time from CUPTI has `events_offset_s` added (a screen's median, by events
-        already, none)."""
+        by CUPTI, every median has `events_offset_s` added."""
 
         def scaled(c: Candidate) -> float:
-            return c.median_s + (self.events_offset_s if c.measurements else 0.0)
+            return c.median_s + self.events_offset_s
 
         floor = scaled(self[self.winner])
         return {
@@ -650,13 +650,13 @@ class _Ranker:
         winner = tied[0]
         for name in tied:
             self.out[name] = "winner" if name == winner else "tied"
-        cands = []
+        cands, offset = [], self._events_offset()
         for name in self.order:
             screen = tuple(self.screen.get(name, ()))
             if name == winner:
                 median, margin, ci = self._median(name), 1.0, (1.0, 1.0)
-            elif not self.got[name]:  # stopped by the screen: its calls there, by events
-                median = stats.median(screen)
+            elif not self.got[name]:  # stopped by the screen: its calls there, by events,
+                median = stats.median(screen) - offset  # on the others' scale (CUPTI's)
                 margin, ci, _ = pair_ratio(self.screen[winner], screen, self.conf)
             else:
                 median = self._median(name)
@@ -677,7 +677,7 @@ class _Ranker:
             budget_ended=ended,
             order=tuple(self.order),
             method=str(self.got[winner][-1].extra.get("method", "")),
-            events_offset_s=self._events_offset(),
+            events_offset_s=offset,
             screen_wall_s=self.screen_wall_s,
         )
 

@@ -28,7 +28,8 @@ each keeping its rows (`--rows-out`), and join them in the last call's report
 (`--rows-in`, repeatable; regret against the first call's careful times; `--processes 0`
 reports them alone). `--processes 0` with no `--rows-in` runs the careful process alone:
 how far apart a shape's choices are, to find one whose best are close (a minute or two a
-shape). A call joining an earlier one's careful row with the
+shape); `--scan` lines up such calls' careful rows, of any shapes, by how close each best
+choice's runner-up is, and runs nothing. A call joining an earlier one's careful row with the
 `--triton-cache` the earlier one filled runs no careful process: on the device machine,
 a folder outside the checkout (/tmp) is kept between calls while the machine is warm, an
 ignored one inside it was not. Each process's time is printed on stderr as it ends.
@@ -40,7 +41,9 @@ ignored one inside it was not. Each process's time is printed on stderr as it en
         --states rested --processes 5 --rows-out $OUT/rows-1.jsonl     # then, a call later:
     ... --processes 5 --rows-in rows-1.jsonl --rows-out $OUT/rows-2.jsonl
     ... --triton-cache /tmp/gpuenv-triton   # in both: the later runs no careful process
-    GPUENV_READONLY=1 python -m benchmarks.inductor_rank --processes 0 --size 2048x2048x2048
+    GPUENV_READONLY=1 python -m benchmarks.inductor_rank --processes 0 --size 2048x2048x2048 \\
+        --rows-out $OUT/scan.jsonl     # a shape a step; then, anywhere:
+    python -m benchmarks.inductor_rank --scan scan.jsonl
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 4096x4096x4096
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op bmm --size 8x2048x2048x2048 \\
         --dtype bfloat16
@@ -52,6 +55,7 @@ import argparse
 import contextlib
 import functools
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -239,6 +243,8 @@ def run(args: argparse.Namespace) -> int:
     if args.sim:
         print("max-autotune needs a GPU (CUDA torch): --sim has nothing to run", file=sys.stderr)
         return 2
+    if args.scan:
+        return scan(args.scan)
     earlier = read_rows(args.rows_in or [], args)
     keep = _keeper(args.rows_out)
     rows = [r for r in earlier if r.get("mode") != "careful"]
@@ -288,27 +294,71 @@ def _filled(cache: Path) -> bool:
 def read_rows(paths: Sequence[str], args: argparse.Namespace) -> list[dict[str, Any]]:
     """The rows (JSON lines, `--rows-out`) of earlier calls on the same selection, in the
     order given; a file of another op, size or dtype is refused."""
-    rows: list[dict[str, Any]] = []
+    rows = _lines(paths, "--rows-in")
+    for path, row in rows:
+        got = (row.get("op"), row.get("size"), row.get("dtype"))
+        if got != (args.op, args.size, args.dtype):
+            raise SystemExit(
+                f"--rows-in {path}: rows of {' '.join(map(str, got))}, not "
+                f"{args.op} {args.size} {args.dtype}: join calls of one selection"
+            )
+    return [row for _, row in rows]
+
+
+def _lines(paths: Sequence[str], flag: str) -> list[tuple[str, dict[str, Any]]]:
+    """Each file's rows (JSON lines), with the file they came from, in the order given."""
+    rows = []
     for path in paths:
         try:
             text = Path(path).read_text()
         except OSError as err:
-            raise SystemExit(f"--rows-in {path}: {err.strerror or err}") from err
+            raise SystemExit(f"{flag} {path}: {err.strerror or err}") from err
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                rows.append((path, json.loads(line)))
             except json.JSONDecodeError as err:
-                raise SystemExit(f"--rows-in {path}:{n}: not a row ({err.msg})") from err
-            got = (row.get("op"), row.get("size"), row.get("dtype"))
-            if got != (args.op, args.size, args.dtype):
-                raise SystemExit(
-                    f"--rows-in {path}: rows of {' '.join(map(str, got))}, not "
-                    f"{args.op} {args.size} {args.dtype}: join calls of one selection"
-                )
-            rows.append(row)
+                raise SystemExit(f"{flag} {path}:{n}: not a row ({err.msg})") from err
     return rows
+
+
+def scan(paths: Sequence[str]) -> int:
+    """The careful rows of `--processes 0` calls on any selections (`--scan`), a line each:
+    how far the best choice's runner-up is, by device time where timed; the closest first.
+    The search for a selection whose best choices are within 3% (the figure issue 43 asks
+    for), on the record."""
+    careful = [row for _, row in _lines(paths, "--scan") if row.get("mode") == "careful"]
+    if not careful:
+        raise SystemExit("--scan: the files hold no careful row (`--processes 0 --rows-out`)")
+    lines = []
+    for row in careful:
+        times = row.get("device_ms") or row["ms"]
+        ranked = sorted(times, key=times.__getitem__)
+        best = times[ranked[0]]
+        gap = times[ranked[1]] / best - 1 if len(ranked) > 1 else math.inf
+        within = sum(1 for t in times.values() if t / best - 1 <= 0.03)
+        what = f"{row['op']} {row['size']} {row['dtype']}"
+        lines.append((gap, what, ranked, within))
+    lines.sort(key=lambda x: x[0])
+    print("| selection | choices | best | runner-up | runner-up behind | within 3% of the best |")
+    print("| --- | ---: | --- | --- | ---: | ---: |")
+    for gap, what, ranked, within in lines:
+        second = ranked[1] if len(ranked) > 1 else "-"
+        print(f"| {what} | {len(ranked)} | {ranked[0]} | {second} | {gap:+.2%} | {within} |")
+    print()
+    gpus = ", ".join(sorted({str(r.get("gpu")) for r in careful}))
+    torches = ", ".join(sorted({str(r.get("torch")) for r in careful}))
+    closest = lines[0]
+    print(
+        f"{len(lines)} selections scanned ({gpus}, torch {torches}; by device time from CUPTI "
+        f"where timed): the closest, {closest[1]}, has its runner-up {closest[0]:.2%} behind "
+        f"the best. {sum(1 for x in lines if x[3] > 1)} of {len(lines)} have a second choice "
+        "within 3%."
+    )
+    runner.metric("selections scanned", len(lines), better="higher")
+    runner.metric("closest runner-up behind the best", closest[0] * 100, "%", slack=1.0)
+    return 0
 
 
 def _keeper(path: str | None) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -349,9 +399,13 @@ def _timed(what: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 def _rows_gpu(args: argparse.Namespace) -> str | None:
     """A report of earlier calls' rows alone (`--processes 0`): the GPU they were measured
     on, not the machine that joined them (None: this machine's, as any run's)."""
-    if args.processes > 0 or not args.rows_in:
+    if args.scan:
+        rows = [row for _, row in _lines(args.scan, "--scan")]
+    elif args.processes > 0 or not args.rows_in:
         return None
-    names = sorted({str(r["gpu"]) for r in read_rows(args.rows_in, args) if r.get("gpu")})
+    else:
+        rows = read_rows(args.rows_in, args)
+    names = sorted({str(r["gpu"]) for r in rows if r.get("gpu")})
     if not names:
         return None
     return ", ".join(names) + " (rows of earlier calls; the machine is where they were joined)"
@@ -360,6 +414,8 @@ def _rows_gpu(args: argparse.Namespace) -> str | None:
 def _variant(args: argparse.Namespace) -> str:
     """The selection, and the state when one alone ran; a report joining earlier calls'
     rows (which may hold either state) is "-joined"."""
+    if args.scan:
+        return "scan"
     part = f"{args.op}-{args.size}-{args.dtype}"
     if args.rows_in:
         return f"{part}-joined"
@@ -413,6 +469,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="an earlier call's --rows-out (repeatable): its processes join this call's in "
         "the report, regret against the first file's careful times; with --processes 0, "
         "report them alone",
+    )
+    parser.add_argument(
+        "--scan",
+        action="append",
+        help="careful rows (--rows-out of --processes 0 calls) of any selections "
+        "(repeatable): a line each, how far its best choice's runner-up is; runs nothing",
     )
 
 

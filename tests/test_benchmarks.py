@@ -699,7 +699,7 @@ def test_inductor_rank_joins_the_rows_of_earlier_calls_and_refuses_another_selec
     (tmp_path / "two.jsonl").write_text(
         "\n".join(json.dumps(r) for r in rows(0.0087, ["triton_mm_12"])) + "\n\n"
     )
-    args = argparse.Namespace(sim=False, processes=0, rows_out=None, **sel)
+    args = argparse.Namespace(sim=False, processes=0, rows_out=None, scan=None, **sel)
     args.rows_in = [str(tmp_path / "one.jsonl"), str(tmp_path / "two.jsonl")]
     assert inductor_rank.run(args) == 0
     out = capsys.readouterr().out
@@ -773,6 +773,7 @@ def test_inductor_rank_with_no_processes_and_no_rows_times_a_shapes_choices_alon
     args = argparse.Namespace(
         sim=False,
         processes=0,
+        scan=None,
         rows_in=None,
         rows_out=None,
         triton_cache=str(tmp_path / "t"),
@@ -784,6 +785,61 @@ def test_inductor_rank_with_no_processes_and_no_rows_times_a_shapes_choices_alon
     out = capsys.readouterr().out
     assert "| triton_mm_3 | 50.7 us | - | +1.40% |" in out
     assert "2 choices within 3% of the best (mm)." in out and "| tuner |" not in out
+
+
+def test_inductor_rank_scan_lines_up_shapes_by_how_close_their_best_choices_are(tmp_path, capsys):
+    """`--scan`: the careful rows of `--processes 0` calls on several selections, one line
+    each, the closest runner-up first, by device time where the row has it; tuner rows are
+    passed over, a file with no careful row refused."""
+    import json
+
+    from benchmarks import inductor_rank, runner
+
+    def careful(size: str, ms: dict, device_ms: dict | None = None) -> dict:
+        row = {"mode": "careful", "op": "mm_relu", "size": size, "dtype": "float16"}
+        return (
+            row
+            | {"selection": "mm", "gpu": "H200", "torch": "2.9", "ms": ms}
+            | ({"device_ms": device_ms} if device_ms else {})
+        )
+
+    far = careful("2048", {"mm": 0.050, "t1": 0.060, "t2": 0.070})
+    # events read t1 1% behind, CUPTI 8%: the device time decides
+    close = careful("1024", {"mm": 0.0100, "t1": 0.0101}, {"mm": 0.0060, "t1": 0.00648})
+    near = careful("512", {"mm": 0.0040, "t1": 0.00402, "t2": 0.00405})
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    one.write_text(json.dumps(far) + "\n" + json.dumps({"mode": "plain", "winner": "t1"}) + "\n")
+    two.write_text(json.dumps(close) + "\n\n" + json.dumps(near) + "\n")
+    out_json = tmp_path / "scan.json"
+    argv = ["--scan", str(one), "--scan", str(two), "--out", str(out_json)]
+    rc = runner.main(
+        "inductor_rank",
+        inductor_rank.__doc__,
+        inductor_rank.add_arguments,
+        inductor_rank.run,
+        variant=inductor_rank._variant,
+        gpu=inductor_rank._rows_gpu,
+        argv=argv,
+    )
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("| mm_relu")]
+    assert lines == [
+        "| mm_relu 512 float16 | 3 | mm | t1 | +0.50% | 3 |",
+        "| mm_relu 1024 float16 | 2 | mm | t1 | +8.00% | 1 |",
+        "| mm_relu 2048 float16 | 3 | mm | t1 | +20.00% | 1 |",
+    ]
+    assert "3 selections scanned (H200, torch 2.9;" in out
+    assert "the closest, mm_relu 512 float16, has its runner-up 0.50% behind" in out
+    assert "1 of 3 have a second choice within 3%." in out
+    record = json.loads(out_json.read_text())
+    assert rc == 0 and record["key"] == "inductor_rank-scan"
+    assert record["gpu"].startswith("H200 (rows of earlier calls")
+    assert record["metrics"]["closest runner-up behind the best"]["value"] == pytest.approx(0.5)
+    (tmp_path / "none.jsonl").write_text(json.dumps({"mode": "plain"}) + "\n")
+    with pytest.raises(SystemExit, match="hold no careful row"):
+        inductor_rank.scan([str(tmp_path / "none.jsonl")])
+    with pytest.raises(SystemExit, match=r"--scan .*missing.jsonl: No such file"):
+        inductor_rank.scan([str(tmp_path / "missing.jsonl")])
 
 
 def test_inductor_rank_runs_no_careful_process_when_a_kept_triton_cache_is_filled(
@@ -814,7 +870,9 @@ def test_inductor_rank_runs_no_careful_process_when_a_kept_triton_cache_is_fille
     monkeypatch.setattr(inductor_rank, "child", child)
     kept = tmp_path / "triton"
     first = tmp_path / "one.jsonl"
-    args = argparse.Namespace(sim=False, processes=1, states="rested", rows_in=None, **sel)
+    args = argparse.Namespace(
+        sim=False, processes=1, states="rested", rows_in=None, scan=None, **sel
+    )
     args.rows_out, args.triton_cache = str(first), str(kept)
     assert inductor_rank.run(args) == 0
     assert [m for m, _ in ran] == ["careful", "plain", "gpuenv"]
@@ -845,7 +903,7 @@ def test_inductor_rank_runs_no_careful_process_when_a_kept_triton_cache_is_fille
 def test_inductor_rank_names_a_joined_report_for_what_it_holds():
     from benchmarks import inductor_rank
 
-    args = argparse.Namespace(op="mm_relu", size="1024x1024x1024", dtype="float16")
+    args = argparse.Namespace(op="mm_relu", size="1024x1024x1024", dtype="float16", scan=None)
     args.states, args.rows_in, args.processes = "rested,hot", None, 2
     assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16"
     args.states = "hot"

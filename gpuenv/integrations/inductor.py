@@ -45,8 +45,8 @@ select_algorithm does.
 Switched on with a GPU present, `rank=True` opens ahead at once (`gpuenv.rank.prepare`, on
 a thread, no CUDA context made): NVML and the sampler process start while Inductor
 traces and compiles, and the first selection finds them (the process lingers 60 s). On an
-H200 that opening, begun at each selection, was 0.45 s of its 0.86 s
-(docs/benchmarks/inductor_rank.md).
+H200 that opening, begun at the selection, was 0.45 s of its 0.86 s; begun at the switch,
+0.02 s of 0.39 s (docs/benchmarks/inductor_rank.md).
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import runner
-from benchmarks.autotune_rank import choice_cells, choice_metrics, choices, or_dash
+from benchmarks.autotune_rank import WAIT, choice_cells, choice_metrics, choices, or_dash
 from benchmarks.checkout import ROOT, checkout_env
 
 CHILD = ROOT / "benchmarks" / "workloads" / "inductor_mm.py"
@@ -111,6 +111,8 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
     ranks = [r["rank_wall_s"] for r in split]
     rests = [r["select_wall_s"] - r["rank_wall_s"] - r["capture_s"] for r in split]
     screens = [r["screen_wall_s"] for r in split if "screen_wall_s" in r]  # since 2026-11-29
+    # its calls' waits for a ready GPU (after heavy load: for the cap to clear), since 11-29
+    waits = [r["rank_parts"][WAIT] for r in split if WAIT in r.get("rank_parts", {})]
     return {
         **choices(rows, careful),
         "wall_median_s": statistics.median(walls) if walls else float("nan"),
@@ -120,6 +122,7 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
         "rank_median_s": _median(ranks),
         "rest_median_s": _median(rests),
         "screen_median_s": _median(screens),
+        "wait_median_s": _median(waits),
         "compiled_median_s": statistics.median(compiled) if compiled else float("nan"),
         "compiled_spread": (max(compiled) / min(compiled) - 1) if compiled else float("nan"),
     }
@@ -227,16 +230,27 @@ def _metrics(summary: dict[tuple[str, str], dict[str, Any]]) -> None:
                     f"{_seconds(p['other_median_s'])}."
                 )
                 runner.metric(f"{state}: selection wall gpuenv / plain", gs / ps, "x", slack=0.2)
-            if g["rank_median_s"] is not None:
-                screen = g["screen_median_s"]
-                of = f" (its screen {screen * 1e3:.0f} ms)" if screen is not None else ""
-                print(
-                    f"gpuenv's selection, medians: the ranking {_seconds(g['rank_median_s'])}"
-                    f"{of}, Inductor's pass handing over each choice's work "
-                    f"{_seconds(g['capture_median_s'])}, the rest (the ranking's opening) "
-                    f"{_seconds(g['rest_median_s'])}."
-                )
+        if g is not None and g["rank_median_s"] is not None:
+            _split_line(state, g)
+        if g is not None:
             print()
+
+
+def _split_line(state: str, g: dict[str, Any]) -> None:
+    """gpuenv's selection, split: the ranking (its screen, its calls' waits for a ready GPU),
+    Inductor's pass handing over each choice's work, and the rest (the ranking's opening)."""
+    screen, wait = g["screen_median_s"], g["wait_median_s"]
+    parts = [f"its screen {screen * 1e3:.0f} ms"] if screen is not None else []
+    if wait is not None:
+        parts.append(f"waiting for a ready GPU {wait * 1e3:.0f} ms")
+        runner.metric(f"{state}: gpuenv's ranking waiting for a ready GPU", wait, "s", slack=0.1)
+    of = f" ({', '.join(parts)})" if parts else ""
+    print(
+        f"gpuenv's selection ({state}), medians: the ranking {_seconds(g['rank_median_s'])}"
+        f"{of}, Inductor's pass handing over each choice's work "
+        f"{_seconds(g['capture_median_s'])}, the rest (the ranking's opening) "
+        f"{_seconds(g['rest_median_s'])}."
+    )
 
 
 def run(args: argparse.Namespace) -> int:

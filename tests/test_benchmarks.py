@@ -494,10 +494,10 @@ def test_the_inductor_rank_benchmark_tables_winners_regret_and_walls(capsys):
         "0.20 s." in out
     )
     assert (
-        "gpuenv's selection, medians: the ranking 0.35 s, Inductor's pass handing over each "
+        "gpuenv's selection (hot), medians: the ranking 0.35 s, Inductor's pass handing over each "
         "choice's work 0.10 s, the rest (the ranking's opening) 0.15 s." in out
     )
-    assert out.count("gpuenv's selection, medians") == 1  # rested rows do not split it
+    assert out.count("gpuenv's selection (") == 1  # rested rows do not split it
     assert "2 choices within 3% of the best (mm)." in out
     assert "| mm | 200.0 us | 199.0-205.0 us | +0.00% |" in out
     assert inductor_rank._timed("gpuenv hot 2/10", lambda: {"winner": "mm"}) == {"winner": "mm"}
@@ -509,6 +509,18 @@ def test_the_inductor_rank_benchmark_tables_winners_regret_and_walls(capsys):
     assert "1 other choices had a pass as fast as one of the best's (199.0-205.0 us)" in out
     assert "plain, rested: 1 winners the careful run did not time" in out
     assert "Rested, gpuenv's compile wall is 1.19x plain Inductor's." in out
+    # rows kept since the screen, and since the ranking's wall was split: its calls' waits
+    # for a ready GPU (hot: for the cap to clear) said beside the screen
+    from benchmarks.autotune_rank import WAIT
+
+    hot[1].update(screen_wall_s=0.03, rank_parts={WAIT: 0.3, "measure": 0.02})
+    inductor_rank.report(rows + hot, careful)
+    out = capsys.readouterr().out
+    assert "the ranking 0.35 s (its screen 30 ms, waiting for a ready GPU 300 ms), " in out
+    inductor_rank.report([hot[1]], careful)  # gpuenv's rows alone: split, no ratio
+    out = capsys.readouterr().out
+    assert "gpuenv's selection (hot), medians: the ranking 0.35 s (its screen" in out
+    assert "plain Inductor's" not in out
 
 
 def test_a_report_that_prints_a_fence_stays_inside_its_own():

@@ -33,6 +33,7 @@ import time
 
 import torch
 
+from benchmarks.autotune_rank import ranking_parts
 from gpuenv.integrations import inductor
 
 OPS = ("mm_relu", "addmm_relu", "bmm")
@@ -262,6 +263,8 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
         row.update(tied=list(r.tied), rank_wall_s=sum(d["ranking"].wall_s for d in ranked))
         row["rank_rounds"] = r.rounds
         row["screen_wall_s"] = sum(d["ranking"].screen_wall_s for d in ranked)
+        parts = [ranking_parts(d["ranking"]) for d in ranked]  # the rankings' walls, split
+        row["rank_parts"] = {k: sum(p[k] for p in parts) for k in parts[0]}
         row["screened"] = len(r.screened)
     print(json.dumps(row))
 

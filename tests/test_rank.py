@@ -15,6 +15,7 @@ from gpuenv import stats, timing
 from gpuenv.backend.sim import SimBackend
 from gpuenv.errors import ConfigError
 from gpuenv.integrations import triton as gtriton
+from gpuenv.timing.decision import decision_lines, decision_record
 from gpuenv.timing.rank import Ranking
 from gpuenv.units import fmt_s
 
@@ -481,6 +482,15 @@ def test_the_screen_stops_candidates_far_behind_before_a_call_of_their_own(gpu, 
     assert 0 < r.screen_wall_s < r.wall_s and "(a screen of" in str(r) and "stopped 2)" in str(r)
     assert "far, in the screen" in str(r) and r.to_dict()["screen_wall_s"] == r.screen_wall_s
     assert r.screened == ("far20", "far60")
+    # hot, its first call waited for the cap to clear: the state says how long, and so does
+    # the record gpuenv run keeps and prints; rested, none waited and nothing is said
+    waits = [m.first_burst.wait_s for c in r.candidates for m in c.measurements]
+    assert r.state.waited_s == pytest.approx(sum(waits)) and (r.state.waited_s > 0.1) == hot
+    said = f"waited {r.state.waited_s:.2f} s for a ready GPU"
+    assert (said in str(r)) == hot and ("for a ready GPU" in str(r)) == hot
+    record = decision_record("k", [], r)
+    assert (said in "\n".join(decision_lines(record))) == hot
+    assert r.to_dict()["state"]["waited_s"] == r.state.waited_s
     # the first call's work waits the duty rule's rest after the screen's (at a duty of
     # 0.5, as long as its calls' work), and then, rested, begins at once
     first = min((m for c in r.candidates for m in c.measurements), key=lambda m: m.windows[0].t0)

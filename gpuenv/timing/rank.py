@@ -105,6 +105,7 @@ MAX_ROUNDS = 30
 SCREEN_MIN = 3  # candidates from which a ranking screens them first
 SCREEN_CALLS = 5  # each candidate's timed calls in the screen (after one not kept)
 SCREEN_FAR = 0.15  # behind the screen's fastest median by more than this: stops there
+WAIT_SAID_S = 0.01  # a ranking's calls' waits for a ready GPU its state says, from this
 WARM_REPS = 1  # the warmup of a candidate's calls after its first (an "auto" warmup's)
 
 Outcome = Literal["winner", "tied", "slower", "far"]
@@ -155,7 +156,9 @@ class Candidate:
 class RankState:
     """The GPU state the candidates were timed in: the condition bench measured in (and
     why), the SM clock and temperature ranges over every call, the highest mean power of a
-    call, and the kinds of the findings of any call."""
+    call, the kinds of the findings of any call, and how long its calls waited for a ready
+    GPU before their first burst (`waited_s`, summed: after heavy load, for the power cap
+    to clear; on an H200 ~0.3 s of a 0.6 s ranking, where a rested one waits none)."""
 
     gpu: int | None
     condition: str | None
@@ -164,6 +167,7 @@ class RankState:
     temp_c: tuple[float, float] | None
     power_w_max: float | None
     findings: tuple[str, ...] = ()
+    waited_s: float = 0.0
 
     def __str__(self) -> str:
         parts = [f"GPU {self.gpu}" if self.gpu is not None else "GPU ?"]
@@ -177,6 +181,8 @@ class RankState:
             parts.append(f"{lo:.0f} C" if lo == hi else f"{lo:.0f}-{hi:.0f} C")
         if self.power_w_max is not None:
             parts.append(f"power up to {self.power_w_max:.0f} W (a call's mean)")
+        if self.waited_s >= WAIT_SAID_S:
+            parts.append(f"waited {self.waited_s:.2f} s for a ready GPU")
         parts.append(f"findings: {', '.join(self.findings)}" if self.findings else "no findings")
         return ", ".join(parts)
 
@@ -189,6 +195,7 @@ class RankState:
             "temp_c": list(self.temp_c) if self.temp_c else None,
             "power_w_max": self.power_w_max,
             "findings": list(self.findings),
+            "waited_s": self.waited_s,
         }
 
 
@@ -713,6 +720,7 @@ def _state(ms: list[Any]) -> RankState:
         temp_c=(float(min(temps)), float(max(temps))) if temps else None,
         power_w_max=float(max(powers)) if powers else None,
         findings=tuple(sorted({f.kind for m in ms for f in m.findings})),
+        waited_s=sum(b.wait_s for b in (m.first_burst for m in ms) if b is not None),
     )
 
 
@@ -774,6 +782,7 @@ __all__ = [
     "SCREEN_FAR",
     "SCREEN_MIN",
     "TOLERANCE",
+    "WAIT_SAID_S",
     "WARM_REPS",
     "Candidate",
     "RankState",

@@ -683,6 +683,21 @@ def test_call_levels_tables_each_kernel_s_calls_and_their_upper_level():
     assert lines[3].endswith("| 0.0% | 0% |")
 
 
+def inductor_rank_main(argv: list[str]) -> int:
+    """`python -m benchmarks.inductor_rank ARGV` as its __main__ runs it, in this process."""
+    from benchmarks import inductor_rank, runner
+
+    return runner.main(
+        "inductor_rank",
+        inductor_rank.__doc__,
+        inductor_rank.add_arguments,
+        inductor_rank.run,
+        variant=inductor_rank._variant,
+        gpu=inductor_rank._rows_gpu,
+        argv=argv,
+    )
+
+
 def test_inductor_rank_joins_the_rows_of_earlier_calls_and_refuses_another_selections(
     tmp_path, capsys
 ):
@@ -723,20 +738,11 @@ def test_inductor_rank_joins_the_rows_of_earlier_calls_and_refuses_another_selec
     want = "H200 (rows of earlier calls; the machine is where they were joined)"
     assert inductor_rank._rows_gpu(args) == want
     assert inductor_rank._rows_gpu(argparse.Namespace(**{**vars(args), "processes": 2})) is None
-    from benchmarks import runner
 
     joined = tmp_path / "joined.json"
     argv = ["--processes", "0", "--op", "mm_relu", "--size", "1024x1024x1024"]
     argv += ["--rows-in", args.rows_in[0], "--out", str(joined)]
-    rc = runner.main(
-        "inductor_rank",
-        inductor_rank.__doc__,
-        inductor_rank.add_arguments,
-        inductor_rank.run,
-        variant=inductor_rank._variant,
-        gpu=inductor_rank._rows_gpu,
-        argv=argv,
-    )
+    rc = inductor_rank_main(argv)
     record = json.loads(joined.read_text())
     assert rc == 0 and record["gpu"] == want
     assert record["key"] == "inductor_rank-mm_relu-1024x1024x1024-float16-joined"
@@ -805,7 +811,7 @@ def test_inductor_rank_scan_lines_up_shapes_by_how_close_their_best_choices_are(
     passed over, a file with no careful row refused."""
     import json
 
-    from benchmarks import inductor_rank, runner
+    from benchmarks import inductor_rank
 
     def careful(size: str, ms: dict, device_ms: dict | None = None) -> dict:
         row = {"mode": "careful", "op": "mm_relu", "size": size, "dtype": "float16"}
@@ -824,15 +830,7 @@ def test_inductor_rank_scan_lines_up_shapes_by_how_close_their_best_choices_are(
     two.write_text(json.dumps(close) + "\n\n" + json.dumps(near) + "\n")
     out_json = tmp_path / "scan.json"
     argv = ["--scan", str(one), "--scan", str(two), "--out", str(out_json)]
-    rc = runner.main(
-        "inductor_rank",
-        inductor_rank.__doc__,
-        inductor_rank.add_arguments,
-        inductor_rank.run,
-        variant=inductor_rank._variant,
-        gpu=inductor_rank._rows_gpu,
-        argv=argv,
-    )
+    rc = inductor_rank_main(argv)
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("| mm_relu")]
     assert lines == [

@@ -158,7 +158,7 @@ class RankState:
     why), the SM clock and temperature ranges over every call, the highest mean power of a
     call, the kinds of the findings of any call, and how long its calls waited for a ready
     GPU before their first burst (`waited_s`, summed: after heavy load, for the power cap
-    to clear; on an H200 ~0.3 s of a 0.6 s ranking, where a rested one waits none)."""
+    to clear: on an H200 ~0.3 s of a 0.6 s ranking; a rested one waits little or none)."""
 
     gpu: int | None
     condition: str | None

@@ -16,7 +16,7 @@ from gpuenv.backend.sim import SimBackend
 from gpuenv.errors import ConfigError
 from gpuenv.integrations import triton as gtriton
 from gpuenv.timing.decision import decision_lines, decision_record
-from gpuenv.timing.rank import Ranking
+from gpuenv.timing.rank import WAIT_SAID_S, Ranking
 from gpuenv.units import fmt_s
 
 
@@ -545,6 +545,18 @@ def test_a_screen_of_tiny_candidates_chooses_cupti_for_every_call(gpu, monkeypat
     assert r.times_s["far60"] == pytest.approx(far) and r.calls_s("far60") == [*r["far60"].screen_s]
     assert r.times_s["near"] == pytest.approx(r["near"].median_s + 3e-6)
     assert fmt_s(r["far60"].median_s) in str(r)
+
+
+def test_only_the_first_ranking_after_heavy_load_waits_for_the_cap_to_clear(gpu):
+    """A compile with many selections after heavy load pays the wait once: the first
+    ranking waits for the power cap to clear (and says so), the ones right after find the
+    GPU ready (their first call waits at most a sample's refresh)."""
+    heat(gpu)
+    first, second, third = (gpuenv.rank(six(gpu, seed), backend=gpu) for seed in (1, 2, 3))
+    assert first.state.waited_s > 0.1 and "for a ready GPU" in str(first.state)
+    for r in (second, third):
+        assert r.state.waited_s < WAIT_SAID_S and "for a ready GPU" not in str(r.state)
+        assert r.wall_s < first.wall_s - first.state.waited_s + 0.1
 
 
 def test_a_ranking_in_a_session_screens_on_the_sessions_gpu(gpu):

@@ -29,8 +29,11 @@ each keeping its rows (`--rows-out`), and join them in the last call's report
 reports them alone). `--processes 0` with no `--rows-in` runs the careful process alone:
 how far apart a shape's choices are, to find one whose best are close (a minute or two a
 shape); `--scan` lines up such calls' careful rows, of any shapes, by how close each best
-choice's runner-up is, and runs nothing. A call joining an earlier one's careful row with the
-`--triton-cache` the earlier one filled runs no careful process: on the device machine,
+choice's runner-up is, and runs nothing. Inductor's own
+`TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS=TRITON` (passed to every process, kept in each
+row) leaves cuBLAS out: a race among the Triton templates alone. A call joining an
+earlier one's careful row with the `--triton-cache` the earlier one filled runs no
+careful process: on the device machine,
 a folder outside the checkout (/tmp) is kept between calls while the machine is warm, an
 ignored one inside it was not. Each process's time is printed on stderr as it ends.
 
@@ -70,6 +73,7 @@ from benchmarks.autotune_rank import WAIT, choice_cells, choice_metrics, choices
 from benchmarks.checkout import ROOT, checkout_env
 
 CHILD = ROOT / "benchmarks" / "workloads" / "inductor_mm.py"
+DEFAULT_BACKENDS = "ATEN,TRITON,CPP"  # Inductor's max_autotune_gemm_backends (torch 2.11-2.13)
 TUNERS = ("plain", "gpuenv")
 STATES = ("rested", "hot")
 CHILD_TIMEOUT_S = 300
@@ -133,15 +137,22 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def selection(row: dict[str, Any]) -> str:
+    """A row's selection in words: op, size, dtype, and Inductor's GEMM backends where not
+    its default (`TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS`, passed to every process)."""
+    what = f"{row['op']} {row['size']} {row['dtype']}"
+    backends = row.get("backends")
+    return what if backends in (None, DEFAULT_BACKENDS) else f"{what}, backends {backends}"
+
+
 def report(rows: Sequence[dict[str, Any]], careful_row: dict[str, Any]) -> None:
     events = {n: ms * 1e-3 for n, ms in careful_row["ms"].items()}
     device = {n: ms * 1e-3 for n, ms in (careful_row.get("device_ms") or {}).items()}
     careful = device or events  # the reference: each choice's device time, where timed
     best = min(careful, key=careful.__getitem__)
     print(
-        f"## {careful_row['op']} {careful_row['size']} {careful_row['dtype']}: "
-        f"{careful_row['selection']}, {len(careful)} choices ({careful_row['gpu']}, "
-        f"torch {careful_row['torch']})"
+        f"## {selection(careful_row)}: {careful_row['selection']}, {len(careful)} choices "
+        f"({careful_row['gpu']}, torch {careful_row['torch']})"
     )
     print()
     passes = careful_row.get("passes_ms") or {}
@@ -316,6 +327,12 @@ def read_rows(paths: Sequence[str], args: argparse.Namespace) -> list[dict[str, 
                 f"--rows-in {path}: rows of {' '.join(map(str, got))}, not "
                 f"{args.op} {args.size} {args.dtype}: join calls of one selection"
             )
+    backends = {row.get("backends") or DEFAULT_BACKENDS for _, row in rows}
+    if len(backends) > 1:
+        raise SystemExit(
+            f"--rows-in: rows of Inductor's GEMM backends {' and '.join(sorted(backends))}: "
+            "join calls of one selection (TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS the same)"
+        )
     return [row for _, row in rows]
 
 
@@ -352,8 +369,7 @@ def scan(paths: Sequence[str]) -> int:
         best = times[ranked[0]]
         gap = times[ranked[1]] / best - 1 if len(ranked) > 1 else math.inf
         within = sum(1 for t in times.values() if t / best - 1 <= 0.03)
-        what = f"{row['op']} {row['size']} {row['dtype']}"
-        lines.append((gap, what, ranked, within))
+        lines.append((gap, selection(row), ranked, within))
     lines.sort(key=lambda x: x[0])
     print("| selection | choices | best | runner-up | runner-up behind | within 3% of the best |")
     print("| --- | ---: | --- | --- | ---: | ---: |")

@@ -758,6 +758,13 @@ def test_inductor_rank_joins_the_rows_of_earlier_calls_and_refuses_another_selec
     args.rows_in = [str(tmp_path / "other.jsonl")]
     with pytest.raises(SystemExit, match=r"rows of mm_relu 2048 float16, not mm_relu 1024x"):
         inductor_rank.run(args)
+    # Inductor's GEMM backends are part of the selection: rows of two are not joined
+    (tmp_path / "triton.jsonl").write_text(
+        json.dumps({**rows(0.0085, [])[0], "backends": "TRITON"})
+    )
+    args.rows_in = [str(tmp_path / "one.jsonl"), str(tmp_path / "triton.jsonl")]
+    with pytest.raises(SystemExit, match=r"GEMM backends ATEN,TRITON,CPP and TRITON: join"):
+        inductor_rank.run(args)
     args.rows_in = [str(tmp_path / "missing.jsonl")]
     with pytest.raises(SystemExit, match=r"--rows-in .*missing.jsonl: No such file"):
         inductor_rank.run(args)
@@ -825,6 +832,8 @@ def test_inductor_rank_scan_lines_up_shapes_by_how_close_their_best_choices_are(
     # events read t1 1% behind, CUPTI 8%: the device time decides
     close = careful("1024", {"mm": 0.0100, "t1": 0.0101}, {"mm": 0.0060, "t1": 0.00648})
     near = careful("512", {"mm": 0.0040, "t1": 0.00402, "t2": 0.00405})
+    near["backends"] = "TRITON"  # TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS: cuBLAS left out
+    far["backends"] = inductor_rank.DEFAULT_BACKENDS  # said only where not the default
     one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
     one.write_text(json.dumps(far) + "\n" + json.dumps({"mode": "plain", "winner": "t1"}) + "\n")
     two.write_text(json.dumps(close) + "\n\n" + json.dumps(near) + "\n")
@@ -834,12 +843,12 @@ def test_inductor_rank_scan_lines_up_shapes_by_how_close_their_best_choices_are(
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("| mm_relu")]
     assert lines == [
-        "| mm_relu 512 float16 | 3 | mm | t1 | +0.50% | 3 |",
+        "| mm_relu 512 float16, backends TRITON | 3 | mm | t1 | +0.50% | 3 |",
         "| mm_relu 1024 float16 | 2 | mm | t1 | +8.00% | 1 |",
         "| mm_relu 2048 float16 | 3 | mm | t1 | +20.00% | 1 |",
     ]
     assert "3 selections scanned (H200, torch 2.9;" in out
-    assert "the closest, mm_relu 512 float16, has its runner-up 0.50% behind" in out
+    assert "the closest, mm_relu 512 float16, backends TRITON, has its runner-up 0.50%" in out
     assert "1 of 3 have a second choice within 3%." in out
     record = json.loads(out_json.read_text())
     assert rc == 0 and record["key"] == "inductor_rank-scan"

@@ -251,6 +251,7 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
         "other_bench_calls": spent["other_calls"],
         **({"capture_s": spent["capture_s"]} if "capture_s" in spent else {}),
         "torch": torch.__version__,
+        "backends": config.max_autotune_gemm_backends,  # TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_...
         "gpu": torch.cuda.get_device_name(),
     }
     if passes:

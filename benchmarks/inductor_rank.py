@@ -356,9 +356,11 @@ def _lines(paths: Sequence[str], flag: str) -> list[tuple[str, dict[str, Any]]]:
 
 def scan(paths: Sequence[str]) -> int:
     """The careful rows of `--processes 0` calls on any selections (`--scan`), a line each:
-    how far the best choice's runner-up is, by device time where timed; the closest first.
-    The search for a selection whose best choices are within 3% (the figure issue 43 asks
-    for), on the record."""
+    how far the best choice's runner-up is, by device time where timed; the closest first;
+    and among the Triton templates alone (`triton_*`: what
+    TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS=TRITON leaves to rank). The search for a
+    selection whose best choices are within 3% (the figure issue 43 asks for), on the
+    record."""
     careful = [row for _, row in _lines(paths, "--scan") if row.get("mode") == "careful"]
     if not careful:
         raise SystemExit("--scan: the files hold no careful row (`--processes 0 --rows-out`)")
@@ -366,16 +368,21 @@ def scan(paths: Sequence[str]) -> int:
     for row in careful:
         times = row.get("device_ms") or row["ms"]
         ranked = sorted(times, key=times.__getitem__)
-        best = times[ranked[0]]
-        gap = times[ranked[1]] / best - 1 if len(ranked) > 1 else math.inf
-        within = sum(1 for t in times.values() if t / best - 1 <= 0.03)
-        lines.append((gap, selection(row), ranked, within))
+        within = sum(1 for t in times.values() if t / times[ranked[0]] - 1 <= 0.03)
+        templates = {n: t for n, t in times.items() if n.startswith("triton_")}
+        lines.append((_behind(times), selection(row), ranked, within, _behind(templates)))
     lines.sort(key=lambda x: x[0])
-    print("| selection | choices | best | runner-up | runner-up behind | within 3% of the best |")
-    print("| --- | ---: | --- | --- | ---: | ---: |")
-    for gap, what, ranked, within in lines:
+    print(
+        "| selection | choices | best | runner-up | runner-up behind | within 3% of the best "
+        "| Triton templates alone: runner-up behind |"
+    )
+    print("| --- | ---: | --- | --- | ---: | ---: | ---: |")
+    for gap, what, ranked, within, alone in lines:
         second = ranked[1] if len(ranked) > 1 else "-"
-        print(f"| {what} | {len(ranked)} | {ranked[0]} | {second} | {gap:+.2%} | {within} |")
+        print(
+            f"| {what} | {len(ranked)} | {ranked[0]} | {second} | {gap:+.2%} | {within} "
+            f"| {or_dash(alone if math.isfinite(alone) else None, '{:+.2%}')} |"
+        )
     print()
     gpus = ", ".join(sorted({str(r.get("gpu")) for r in careful}))
     torches = ", ".join(sorted({str(r.get("torch")) for r in careful}))
@@ -386,9 +393,23 @@ def scan(paths: Sequence[str]) -> int:
         f"the best. {sum(1 for x in lines if x[3] > 1)} of {len(lines)} have a second choice "
         "within 3%."
     )
+    nearest = min(lines, key=lambda x: x[4])
+    if math.isfinite(nearest[4]):
+        print(
+            f"Among the Triton templates alone, the closest is {nearest[1]}: its runner-up "
+            f"{nearest[4]:.2%} behind."
+        )
     runner.metric("selections scanned", len(lines), better="higher")
     runner.metric("closest runner-up behind the best", closest[0] * 100, "%", slack=1.0)
     return 0
+
+
+def _behind(times: dict[str, float]) -> float:
+    """How far the second fastest is behind the fastest (inf with fewer than two)."""
+    if len(times) < 2:
+        return math.inf
+    first, second = sorted(times.values())[:2]
+    return second / first - 1
 
 
 def _keeper(path: str | None) -> Callable[[dict[str, Any]], dict[str, Any]]:

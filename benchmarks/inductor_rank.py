@@ -269,6 +269,8 @@ def run(args: argparse.Namespace) -> int:
         print("max-autotune needs a GPU (CUDA torch): --sim has nothing to run", file=sys.stderr)
         return 2
     if args.scan:
+        if args.rows_in or args.rows_out:
+            raise SystemExit("--scan runs and joins nothing: leave out --rows-in/--rows-out")
         return scan(args.scan)
     earlier = read_rows(args.rows_in or [], args)
     keep = _keeper(args.rows_out)

@@ -816,6 +816,7 @@ def test_inductor_rank_scan_lines_up_shapes_by_how_close_their_best_choices_are(
     """`--scan`: the careful rows of `--processes 0` calls on several selections, one line
     each, the closest runner-up first, by device time where the row has it; tuner rows are
     passed over, a file with no careful row refused."""
+    import argparse
     import json
 
     from benchmarks import inductor_rank
@@ -860,6 +861,8 @@ def test_inductor_rank_scan_lines_up_shapes_by_how_close_their_best_choices_are(
         inductor_rank.scan([str(tmp_path / "none.jsonl")])
     with pytest.raises(SystemExit, match=r"--scan .*missing.jsonl: No such file"):
         inductor_rank.scan([str(tmp_path / "missing.jsonl")])
+    with pytest.raises(SystemExit, match="leave out --rows-in/--rows-out"):
+        inductor_rank.run(argparse.Namespace(sim=False, scan=[str(one)], rows_in=[str(one)]))
 
 
 def test_inductor_rank_runs_no_careful_process_when_a_kept_triton_cache_is_filled(

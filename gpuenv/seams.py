@@ -8,7 +8,8 @@ temperature slope), and hands it the measurement to keep. The harness
 (gpuenv.timing) cannot import gpuenv.session (the session imports the harness), so the
 session is named here, below both, by what the harness uses of it. `Session` is checked
 against it where it passes itself to `bench` (mypy): a member renamed on one side is a
-type error, not a burst wait that silently stops moving.
+type error, not a burst wait that silently stops moving. `session_gpus` is the one reading
+of which GPUs a session's bench calls run on.
 
 The sampler's side of the joint is `gpuenv.telemetry.SampleSource`; a held lock's is
 `gpuenv.locking.HeldLock`.
@@ -76,4 +77,10 @@ class BenchSession(Protocol):
         ...
 
 
-__all__ = ["BenchSession"]
+def session_gpus(session: BenchSession) -> list[int]:
+    """The GPUs a session's bench calls run on: the session's own, else those its sampler
+    watches."""
+    return list(session.gpus or session.sampler.gpus)
+
+
+__all__ = ["BenchSession", "session_gpus"]

@@ -29,7 +29,7 @@ from gpuenv.phases import BurstSchedule, Conditioned, FirstBurst, StateProbe, Wa
 from gpuenv.progress import Progress
 from gpuenv.reasons import Reason
 from gpuenv.results import Measurement, ResultStore
-from gpuenv.seams import BenchSession
+from gpuenv.seams import BenchSession, session_gpus
 from gpuenv.telemetry import DRIVER_REFRESH_S, SampleSource, trace_record
 from gpuenv.timebase import Clock
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, BenchConfig
@@ -205,8 +205,7 @@ class _Place:
         sampler: SampleSource | None = None
         gpus: list[int] = []
         if session is not None:
-            backend, sampler = session.backend, session.sampler
-            gpus = list(session.gpus or sampler.gpus)
+            backend, sampler, gpus = session.backend, session.sampler, session_gpus(session)
         elif backend is None:
             backend = open_backend_quietly()
         if device is None:

@@ -742,6 +742,7 @@ def _screen_device(cfg: BenchConfig, where: dict[str, Any]) -> Device | None:
     """What the screen times each call with: the device given, where it times each call
     as called (not a CUDA graph's replay, a sustained chunk, CUPTI's batch), else the one a
     bench call would open, by CUDA events."""
+    from gpuenv.seams import session_gpus
     from gpuenv.timing.devices import BackToBack
     from gpuenv.timing.where import open_device
 
@@ -754,8 +755,7 @@ def _screen_device(cfg: BenchConfig, where: dict[str, Any]) -> Device | None:
     gpus: list[int] = []
     clock = None
     if session is not None:
-        backend, clock = session.backend, session.sampler.clock
-        gpus = list(session.gpus or session.sampler.gpus)
+        backend, clock, gpus = session.backend, session.sampler.clock, session_gpus(session)
     events = dataclasses.replace(cfg, mode="events")
     return open_device(events, backend, where["gpu"], gpus, clock)[0]
 

@@ -244,7 +244,9 @@ def _check(
 def _where(session: BenchSession | None, backend: Any) -> tuple[Any, int]:
     """The backend (the session's, the given one, else the default opened once) and GPU."""
     if session is not None:
-        return session.backend, (session.gpus or session.sampler.gpus)[0]
+        from gpuenv.seams import session_gpus
+
+        return session.backend, session_gpus(session)[0]
     if backend is None:
         from gpuenv.backend import shared_backend
 

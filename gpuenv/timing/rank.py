@@ -255,13 +255,10 @@ class Ranking:
         scale of one call between CUDA events, as a tuner's other timings are (Inductor
         weighs a selection's time against an epilogue's and a fused kernel's, each timed so):
         by CUPTI, every median has `events_offset_s` added."""
-
-        def scaled(c: Candidate) -> float:
-            return c.median_s + self.events_offset_s
-
-        floor = scaled(self[self.winner])
+        add = self.events_offset_s
+        floor = self[self.winner].median_s + add
         return {
-            c.name: floor if c.name == self.winner else max(scaled(c), floor * (1 + 1e-9))
+            c.name: floor if c.name == self.winner else max(c.median_s + add, floor * (1 + 1e-9))
             for c in self.candidates
         }
 

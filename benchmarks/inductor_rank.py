@@ -59,6 +59,7 @@ import contextlib
 import functools
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -84,20 +85,27 @@ def child(
 ) -> dict[str, Any]:
     """One fresh process with a fresh Inductor cache, `state` "rested" or "hot"; its JSON
     line."""
+    argv = [mode, args.op, args.size, args.dtype, state, str(args.hot_s)]
+    return fresh_process(CHILD, argv, triton_cache)
+
+
+def fresh_process(script: Path, argv: Sequence[str], triton_cache: Path) -> dict[str, Any]:
+    """`script argv...` in a fresh Python process, read-only, with a fresh Inductor cache
+    (every selection autotunes) and `triton_cache` shared (compiled kernels reused); the
+    last JSON line it printed."""
     with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
         env = checkout_env(
             GPUENV_READONLY="1", TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=str(triton_cache)
         )
-        argv = [sys.executable, str(CHILD), mode, args.op, args.size, args.dtype, state]
-        argv.append(str(args.hot_s))
+        cmd = [sys.executable, str(script), *argv]
         proc = subprocess.run(
-            argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
+            cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
         )
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if not lines:
-        raise SystemExit(f"{' '.join(argv)} printed no result: {proc.stderr[-2000:]}")
+        raise SystemExit(f"{' '.join(cmd)} printed no result: {proc.stderr[-2000:]}")
     return dict(json.loads(lines[-1]))
 
 
@@ -465,11 +473,19 @@ def _rows_gpu(args: argparse.Namespace) -> str | None:
 
 
 def _variant(args: argparse.Namespace) -> str:
-    """The selection, and the state when one alone ran; a report joining earlier calls'
-    rows (which may hold either state) is "-joined"."""
+    """The selection (with Inductor's GEMM backends where not its default), and the state
+    when one alone ran; a report joining earlier calls' rows (which may hold either state)
+    is "-joined"."""
     if args.scan:
         return "scan"
     part = f"{args.op}-{args.size}-{args.dtype}"
+    backends = os.environ.get("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS", DEFAULT_BACKENDS)
+    rows = read_rows(args.rows_in, args) if args.rows_in else []
+    if rows:  # the rows' own (read_rows refuses rows of two)
+        backends = rows[0].get("backends") or DEFAULT_BACKENDS
+    backends = backends.upper().replace(" ", "")
+    if backends != DEFAULT_BACKENDS:  # a file of its own: not the default selection
+        part += "-" + backends.lower().replace(",", "+")
     if args.rows_in:
         return f"{part}-joined"
     if args.processes == 0:

@@ -923,18 +923,29 @@ def test_inductor_rank_runs_no_careful_process_when_a_kept_triton_cache_is_fille
         inductor_rank.run(args)
 
 
-def test_inductor_rank_names_a_joined_report_for_what_it_holds():
+def test_inductor_rank_names_a_joined_report_for_what_it_holds(tmp_path, monkeypatch):
     from benchmarks import inductor_rank
 
+    monkeypatch.delenv("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS", raising=False)
     args = argparse.Namespace(op="mm_relu", size="1024x1024x1024", dtype="float16", scan=None)
     args.states, args.rows_in, args.processes = "rested,hot", None, 2
     assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16"
     args.states = "hot"
     assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16-hot"
-    args.rows_in = ["rows-r.jsonl"]  # its rows may be rested: not "-hot"
+    row = {"mode": "careful", "op": "mm_relu", "size": "1024x1024x1024", "dtype": "float16"}
+    rows = tmp_path / "rows-r.jsonl"
+    rows.write_text(json.dumps({**row, "backends": "ATEN,TRITON,CPP"}) + "\n")
+    args.rows_in = [str(rows)]  # its rows may be rested: not "-hot"
     assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16-joined"
     args.processes, args.rows_in = 0, None  # the careful process alone
     assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16-careful"
+    # Inductor's GEMM backends other than its default: another selection, a file of its own
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS", "triton")
+    assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16-triton-careful"
+    monkeypatch.delenv("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS")
+    rows.write_text(json.dumps({**row, "backends": "ATEN,TRITON"}) + "\n")
+    args.rows_in, args.processes = [str(rows)], 0  # the rows' backends, not this shell's
+    assert inductor_rank._variant(args) == "mm_relu-1024x1024x1024-float16-aten+triton-joined"
 
 
 def test_inductor_rank_judges_regret_by_device_time_where_the_careful_run_has_it(capsys):

@@ -67,6 +67,7 @@ GROUPS = (
             "energy_sim",
             "hot_wait",
             "inductor_rank",
+            "inductor_waits",
             "levels",
             "models_side",
             "node_concurrent",

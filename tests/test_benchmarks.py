@@ -1002,3 +1002,38 @@ def test_rank_tiny_tables_each_methods_decisions_regret_and_wall(capsys):
     assert "| 45.0 ms | 6 | 0.00 us |" in out  # by events: nothing added
     assert "By the default, the calls timed: CUPTI device time." in out
     assert "A ranking by CUPTI took 1.44x one by events." in out
+
+
+def test_inductor_waits_reports_each_selections_wait_in_the_order_ranked(capsys):
+    from benchmarks import inductor_waits
+
+    def row(state, waits):
+        sels = [
+            {
+                "key": ["1024x1024 float16", "1024x1024 float16"],
+                "choices": 20,
+                "wall_s": 0.2 + w,
+                "waited_s": w,
+                "winner": "mm",
+                "rounds": 2,
+                "ranking_s": 0.1 + w,
+            }
+            for w in waits
+        ]
+        return {"state": state, "selections": sels, "torch": "2.11", "gpu": "NVIDIA H200"}
+
+    rows = [
+        row("rested", [0.001, 0.001, 0.0]),
+        row("hot", [0.27, 0.008, 0.005]),
+        row("rested", [0.002, 0.0, 0.0]),
+        row("hot", [0.41, 0.004, 0.006]),
+    ]
+    inductor_waits.report(rows, 7.0)
+    out = capsys.readouterr().out
+    assert (
+        "| hot | 1: 1024x1024 float16 x 1024x1024 float16 | 20 | 2 | 0.54 s | 340 ms, 410 ms" in out
+    )
+    assert (
+        "the first ranking waited 340 ms (median) for a ready GPU, the later ones 6 ms, 6 ms" in out
+    )
+    assert inductor_waits.run(argparse.Namespace(sim=True, processes=1, hot_s=7.0)) == 2

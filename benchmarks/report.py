@@ -66,6 +66,7 @@ GROUPS = (
             "dropin_mlp",
             "energy_sim",
             "hot_wait",
+            "inductor_calls",
             "inductor_rank",
             "inductor_waits",
             "levels",

@@ -12,6 +12,7 @@ import ast
 import importlib
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -1037,3 +1038,19 @@ def test_inductor_waits_reports_each_selections_wait_in_the_order_ranked(capsys)
         "the first ranking waited 340 ms (median) for a ready GPU, the later ones 6 ms, 6 ms" in out
     )
     assert inductor_waits.run(argparse.Namespace(sim=True, processes=1, hot_s=7.0)) == 2
+
+
+def test_inductor_calls_times_the_switch_s_call_and_the_waiting_one_alike(capsys, monkeypatch):
+    from benchmarks import inductor_calls
+
+    monkeypatch.setenv("GPUENV_BACKEND", "sim")
+    monkeypatch.setenv("GPUENV_SAMPLER", "process")  # run() sets these: put back after
+    monkeypatch.setenv("GPUENV_SIM_PROFILE", "h200")
+    assert inductor_calls.run(argparse.Namespace(calls=2, sim=True)) == 0
+    out = capsys.readouterr().out
+    assert "10 calls a variant in blocks of 10" in out  # whole blocks
+    assert "| the switch's call (no wait for the counter read) |" in out
+    assert "| the same call, waiting for the counter read |" in out
+    assert re.search(r"The switch's call took \d+\.\d\dx the waiting one's wall", out)
+    with pytest.raises(SystemExit, match="at least 1"):
+        inductor_calls.run(argparse.Namespace(calls=0, sim=True))

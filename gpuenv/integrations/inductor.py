@@ -36,7 +36,12 @@ on the CPU; a choice benchmarked as a CUDA graph hands over the graph's replay).
 callers of `benchmark_gpu` (the runtime autotuning of pointwise kernels, the
 epilogue-fusion check after a selection) time with gpuenv's do_bench call by call, as
 without `rank`, but with no more reps or warmup than a ranking's call (`RANK_CALL`: 10 ms
-of reps, up to 50 ms of warmup) whatever `rep` they ask (`_caps`).
+of reps, up to 50 ms of warmup) whatever `rep` they ask (`_caps`), and, as a ranking's
+calls, judged with the reason-counter reads already in (`wait_counters=False`: no wait of
+up to 20 ms for the sampler process's next read after the reps: 17 of a ranking's call's
+23 ms of judging on an H200 before its calls dropped it). On the simulated H200 under a
+sampler process that took a call from 40.7 to 25.4 ms (benchmarks/inductor_calls.py);
+not yet measured on a GPU.
 
 Under `gpuenv run --autotune` (GPUENV_AUTOTUNE=rank) both are switched on as Inductor's
 modules load: the benchmarkers when its benchmarking module loads, the ranking when
@@ -259,6 +264,8 @@ def _benchmark_gpu(defaults: dict[str, Any], caps: dict[str, float]) -> Callable
                 settings.setdefault(key, value)
         for key, most in caps.items():  # rank=True: no call longer than a ranking's
             settings[key] = min(settings.get(key, own[key]), most)
+        if caps:  # ...and, as a ranking's, judged with the counter reads already in
+            settings["wait_counters"] = False
         mode = "all" if return_mode == "all" else "median"
         return do_bench(
             _callable,

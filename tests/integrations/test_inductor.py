@@ -17,6 +17,7 @@ import types
 import pytest
 
 from gpuenv.backend.sim import SimBackend
+from gpuenv.errors import ConfigError
 from gpuenv.integrations import inductor
 from gpuenv.integrations import triton as gtriton
 from gpuenv.timing import sim_kernel
@@ -91,6 +92,34 @@ def test_patch_inductor_times_each_choice_from_the_same_state(gpu, monkeypatch):
     inductor.unpatch_inductor()
     inductor.unpatch_inductor()  # twice is fine
     assert mod.InductorBenchmarker.benchmark_gpu is own
+
+
+@pytest.mark.usefixtures("unpatched")
+def test_under_rank_the_other_callers_calls_wait_for_no_counter_read(gpu, monkeypatch):
+    # a ranking's calls judge with the reason-counter reads already in; under rank=True
+    # benchmark_gpu's other callers' calls (pointwise tuning, the epilogue-fusion check)
+    # are the same kind of call; without rank each call is judged as any do_bench
+    import gpuenv.timing as timing
+
+    mod = fake_benchmarking(monkeypatch, gpu)
+    seen: list[bool] = []
+    own_bench = timing.bench
+
+    def spy(fn, cfg, **kw):
+        seen.append(cfg.wait_counters)
+        return own_bench(fn, cfg, **kw)
+
+    monkeypatch.setattr(timing, "bench", spy)
+    inductor.patch_inductor(backend=gpu)
+    assert mod.benchmarker.benchmark_gpu(choices(gpu)["cublas"]) > 0
+    # the benchmarkers alone (a fake Inductor has no AlgorithmSelectorCache to rank in)
+    monkeypatch.setattr(inductor, "_import", lambda name: sys.modules.get(name, types))
+    monkeypatch.setattr(inductor, "_selector_class", lambda module: None)
+    inductor.patch_inductor(rank=True, backend=gpu)
+    assert mod.benchmarker.benchmark_gpu(choices(gpu)["cublas"], rep=100) > 0
+    assert seen == [True, False]
+    with pytest.raises(ConfigError, match="wait_counters"):
+        gtriton.do_bench(choices(gpu)["cublas"], backend=gpu, wait_counters="no")
 
 
 def test_patch_inductor_refuses_unknown_settings_and_a_missing_inductor(monkeypatch):

@@ -81,6 +81,7 @@ def do_bench(
     output: Any = None,
     fast_flush: bool = True,
     conditioning: ConditionConfig | None = None,
+    wait_counters: bool = True,
 ) -> float | list[float]:
     """Time `fn` in milliseconds, as triton.testing.do_bench does (see the module docstring).
 
@@ -93,12 +94,17 @@ def do_bench(
     `device` (a gpuenv.timing Device), `mode` ("events": one call a rep, as triton;
     "auto": gpuenv.bench's tiny-kernel switch; "graph", "profiler"),
     `condition`, `policy` and `output` (a JSONL file), as for gpuenv.bench;
-    `conditioning` (a ConditionConfig: default `DROPIN_CONDITIONING`). `fast_flush`
-    (older triton's) is accepted and has no effect.
+    `conditioning` (a ConditionConfig: default `DROPIN_CONDITIONING`); `wait_counters`
+    (False: the judging waits for no read of the reason counters after the reps, up to a
+    sampler process's 20 ms between reads: `BenchConfig.wait_counters`, for an autotuner's
+    calls whose times are what they are for). `fast_flush` (older triton's) is accepted
+    and has no effect.
     """
+    from gpuenv import validate
     from gpuenv.timing import MODES
 
     _check(return_mode, quantiles, fn, grad_to_none=grad_to_none, warmup=warmup, rep=rep)
+    validate.boolean(wait_counters, "wait_counters")
     if flush_bytes is not None and flush_bytes < 0:
         raise ConfigError(f"flush_bytes must be >= 0 (got {flush_bytes})", hint="0: no flush")
     if mode not in ("auto", *MODES):
@@ -114,14 +120,8 @@ def do_bench(
     setup_s = dev.clock.now() - t_setup  # work the first burst began with
     n_warmup = max(1, int(warmup / 1e3 / per_rep_s))
     n_rep = max(1, int(rep / 1e3 / per_rep_s))
-    plan = {
-        "warmup_ms": warmup,
-        "rep_ms": rep,
-        "rep_cost_s": per_rep_s,
-        "estimate_reps": n_est,
-        "warmup_max_reps": n_warmup,
-        "reps": n_rep,
-    }
+    plan = dict(warmup_ms=warmup, rep_ms=rep, rep_cost_s=per_rep_s, estimate_reps=n_est)
+    plan.update(warmup_max_reps=n_warmup, reps=n_rep)
     m = _bench(
         call,
         _Phases(dev, call, plan),
@@ -139,6 +139,7 @@ def do_bench(
         policy=policy,
         burst_lead_s=setup_s,
         conditioning=_conditioning(conditioning),
+        wait_counters=wait_counters,
     )
     return _summarize(_times_ms(m), quantiles, return_mode)
 

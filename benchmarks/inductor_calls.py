@@ -1,0 +1,124 @@
+"""What a call of Inductor's other benchmarking costs under `patch_inductor(rank=True)`.
+
+After a max-autotune selection Inductor times more: the epilogue-fusion check and the
+tuning of a pointwise kernel, each call through `benchmark_gpu`, which the switch makes
+gpuenv's do_bench drop-in with a ranking's call's limits (10 ms of reps, up to 50 ms of
+warmup). On an H200 those calls took ~40 ms each against plain Inductor's ~20 ms
+(inductor_rank's "other benchmarking" over its calls). A ranking's calls judge with the
+reason-counter reads already in (`wait_counters=False`); the switch's other calls now do
+too. Here on the simulated H200, in real time under a sampler process, as a real GPU is
+read (edge reads at most every 20 ms): the switch's own `benchmark_gpu` against the same
+call judged after waiting for the counter read (the switch before this), in alternating
+blocks of calls back to back, on a 17 us kernel (mm+relu 4096x4096x128's best template),
+asked warmup=25, rep=100 as Inductor asks. Per variant, each call's wall and its judging,
+medians.
+
+    python -m benchmarks.inductor_calls [--calls 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks import runner
+
+KERNEL_S = 17e-6  # the best Triton template of mm+relu 4096x4096x128 on the H200
+BLOCK = 10  # calls of one variant back to back
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuenv.backend import open_backend
+    from gpuenv.backend.sim import SimBackend
+    from gpuenv.integrations import inductor
+    from gpuenv.integrations import triton as gtriton
+
+    if args.calls < 1:
+        raise SystemExit(f"--calls {args.calls}: at least 1")
+    os.environ["GPUENV_SAMPLER"] = "process"  # read as a real GPU is (runner: a child's env)
+    os.environ.setdefault("GPUENV_SIM_PROFILE", "h200")
+    be = open_backend("sim")
+    assert isinstance(be, SimBackend)
+    be.open_context(0)
+    hz = be.clock_limits(0).max_sm_mhz * 1e6
+
+    def kernel() -> Any:
+        return be.run_work(0, KERNEL_S * hz, power_intensity=0.5)
+
+    caps = inductor._caps(True)
+    switch = inductor._benchmark_gpu({"backend": be}, caps)  # the switch's benchmark_gpu
+
+    def waited() -> Any:  # the same call, judged after the counter read (as before)
+        warmup, rep = min(25.0, caps["warmup"]), min(100.0, caps["rep"])
+        return gtriton.do_bench(kernel, warmup, rep, backend=be, return_mode="median")
+
+    variants = {
+        "the switch's call (no wait for the counter read)": lambda: switch(
+            None, kernel, warmup=25, rep=100
+        ),
+        "the same call, waiting for the counter read": waited,
+    }
+    switch(None, kernel)  # not counted: the sampler process's start
+    report(*time_calls(variants, args.calls))
+    return 0
+
+
+def time_calls(
+    variants: dict[str, Callable[[], Any]], calls: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each variant's calls' walls and judging (s), in blocks of BLOCK calls back to back,
+    as Inductor makes them (one kind of call: alternated call by call, each would find the
+    other's counter read a few ms old), the blocks alternating."""
+    from gpuenv.integrations import triton as gtriton
+
+    walls: dict[str, list[float]] = {v: [] for v in variants}
+    judge: dict[str, list[float]] = {v: [] for v in variants}
+    for _ in range(-(-calls // BLOCK)):
+        for name, call in variants.items():
+            for _ in range(BLOCK):
+                t0 = time.perf_counter()
+                call()
+                walls[name].append(time.perf_counter() - t0)
+                m = gtriton.last_measurement()
+                phases = dict(m.wall.phases) if m is not None and m.wall is not None else {}
+                judge[name].append(phases.get("judge", float("nan")))
+    return walls, judge
+
+
+def report(walls: dict[str, list[float]], judge: dict[str, list[float]]) -> None:
+    n = len(next(iter(walls.values())))
+    print(f"{n} calls a variant in blocks of {BLOCK} back to back, the blocks alternating, on")
+    print("the simulated H200 under a sampler process (real time); a 17 us kernel, asked")
+    print("warmup=25, rep=100 (ms):")
+    print()
+    print("| call | wall (median) | wall (quartiles) | its judging (median) |")
+    print("| --- | ---: | ---: | ---: |")
+    for name in walls:
+        q = statistics.quantiles(walls[name], n=4) if len(walls[name]) > 1 else walls[name] * 3
+        print(
+            f"| {name} | {statistics.median(walls[name]) * 1e3:.1f} ms "
+            f"| {q[0] * 1e3:.1f}-{q[-1] * 1e3:.1f} ms "
+            f"| {statistics.median(judge[name]) * 1e3:.1f} ms |"
+        )
+    mine, old = (statistics.median(w) for w in walls.values())
+    print()
+    print(f"The switch's call took {mine / old:.2f}x the waiting one's wall.")
+    runner.metric("switch call wall", mine * 1e3, "ms", slack=3.0)
+    runner.metric("waited call wall", old * 1e3, "ms", slack=3.0)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--calls", type=int, default=30, help="calls a variant (30)")
+
+
+if __name__ == "__main__":
+    sys.exit(
+        runner.main(
+            "inductor_calls", __doc__, add_arguments, run, quick={"calls": 5}, sim_only=True
+        )
+    )

@@ -31,7 +31,8 @@ how far apart a shape's choices are, to find one whose best are close (a minute 
 shape); `--scan` lines up such calls' careful rows, of any shapes, by how close each best
 choice's runner-up is, and runs nothing. Inductor's own
 `TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS=TRITON` (passed to every process, kept in each
-row) leaves cuBLAS out: a race among the Triton templates alone. A call joining an
+row) leaves cuBLAS out: a race among the Triton templates alone; its results file is
+named for the backends (`...-float16-triton-joined.json`). A call joining an
 earlier one's careful row with the `--triton-cache` the earlier one filled runs no
 careful process: on the device machine,
 a folder outside the checkout (/tmp) is kept between calls while the machine is warm, an

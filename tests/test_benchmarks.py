@@ -1054,3 +1054,18 @@ def test_inductor_calls_times_the_switch_s_call_and_the_waiting_one_alike(capsys
     assert re.search(r"The switch's call took \d+\.\d\dx the waiting one's wall", out)
     with pytest.raises(SystemExit, match="at least 1"):
         inductor_calls.run(argparse.Namespace(calls=0, sim=True))
+
+
+def test_rank_hot_ranks_each_case_rested_hot_and_hot_without_the_wait(capsys):
+    from benchmarks import rank_hot
+
+    args = argparse.Namespace(rankings=1, cases="inductor", hot_s=7.0, noise=0.01)
+    args.gpu_profile = "h200"
+    assert rank_hot.run(args) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()]
+    got = {r[1]: r for r in rows if len(r) > 6 and r[0] == "| inductor"}
+    assert list(got)[:3] == list(rank_hot.VARIANTS)
+    waited = {v: got[v][6] for v in rank_hot.VARIANTS}  # the default waits hot, only it
+    assert waited[rank_hot.VARIANTS[0]] == "0 ms |" and waited[rank_hot.VARIANTS[2]] == "0 ms |"
+    assert waited[rank_hot.VARIANTS[1]] != "0 ms |"
+    assert rank_hot.run(argparse.Namespace(**{**vars(args), "cases": "nope"})) == 2

@@ -37,6 +37,9 @@ earlier one's careful row with the `--triton-cache` the earlier one filled runs 
 careful process: on the device machine,
 a folder outside the checkout (/tmp) is kept between calls while the machine is warm, an
 ignored one inside it was not. Each process's time is printed on stderr as it ends.
+`--tuners plain,gpuenv,gpuenv-nowait` adds gpuenv's ranking with `condition="none"`: no
+wait for a ready GPU, its candidates interleaved in the state they find (hot: capped), a
+tuner of its own in the tables (issue 43's hot wall; benchmarks/rank_hot.py simulates it).
 
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 1024x1024x1024 \\
@@ -48,6 +51,8 @@ ignored one inside it was not. Each process's time is printed on stderr as it en
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --processes 0 --size 2048x2048x2048 \\
         --rows-out $OUT/scan.jsonl     # a shape a step; then, anywhere:
     python -m benchmarks.inductor_rank --scan scan.jsonl
+    GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 1024x1024x1024 \
+        --states hot --processes 3 --tuners plain,gpuenv,gpuenv-nowait
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op mm_relu --size 4096x4096x4096
     GPUENV_READONLY=1 python -m benchmarks.inductor_rank --op bmm --size 8x2048x2048x2048 \\
         --dtype bfloat16
@@ -76,7 +81,8 @@ from benchmarks.checkout import ROOT, checkout_env
 
 CHILD = ROOT / "benchmarks" / "workloads" / "inductor_mm.py"
 DEFAULT_BACKENDS = "ATEN,TRITON,CPP"  # Inductor's max_autotune_gemm_backends (torch 2.11-2.13)
-TUNERS = ("plain", "gpuenv")
+TUNERS = ("plain", "gpuenv", "gpuenv-nowait")  # the last: ranked with condition="none"
+RANKERS = TUNERS[1:]  # patch_inductor(rank=True)
 STATES = ("rested", "hot")
 CHILD_TIMEOUT_S = 300
 
@@ -234,39 +240,46 @@ def _seconds(s: float | None) -> str:
 
 def _metrics(summary: dict[tuple[str, str], dict[str, Any]]) -> None:
     for state in STATES:
-        g, p = summary.get(("gpuenv", state)), summary.get(("plain", state))
-        if g is not None:
-            choice_metrics(state, g)
-        if g is not None and p is not None and p["wall_median_s"] > 0:
-            ratio = g["wall_median_s"] / p["wall_median_s"]
-            print(f"{state.capitalize()}, gpuenv's compile wall is {ratio:.2f}x plain Inductor's.")
-            runner.metric(f"{state}: compile wall gpuenv / plain", ratio, "x", slack=0.1)
-            gs, ps = g["select_median_s"], p["select_median_s"]
-            if gs is not None and ps:
-                print(
-                    f"Its selection's benchmarking (Inductor's own, or gpuenv's ranking) took "
-                    f"{gs / ps:.2f}x plain's; the benchmarking after it, which the choice made "
-                    f"brings, {_seconds(g['other_median_s'])} against "
-                    f"{_seconds(p['other_median_s'])}."
-                )
-                runner.metric(f"{state}: selection wall gpuenv / plain", gs / ps, "x", slack=0.2)
-        if g is not None and g["rank_median_s"] is not None:
-            _split_line(state, g)
-        if g is not None:
-            print()
+        for tuner in RANKERS:  # gpuenv's metrics keep their names; gpuenv-nowait's say it
+            g, p = summary.get((tuner, state)), summary.get(("plain", state))
+            if g is not None:
+                _against_plain(state, tuner, g, p)
 
 
-def _split_line(state: str, g: dict[str, Any]) -> None:
+def _against_plain(state: str, tuner: str, g: dict[str, Any], p: dict[str, Any] | None) -> None:
+    """A ranking tuner's choices, and its walls against plain Inductor's in one state."""
+    key = state if tuner == "gpuenv" else f"{state}, {tuner}"
+    choice_metrics(key, g)
+    if p is not None and p["wall_median_s"] > 0:
+        ratio = g["wall_median_s"] / p["wall_median_s"]
+        print(f"{state.capitalize()}, {tuner}'s compile wall is {ratio:.2f}x plain Inductor's.")
+        runner.metric(f"{key}: compile wall {tuner} / plain", ratio, "x", slack=0.1)
+        gs, ps = g["select_median_s"], p["select_median_s"]
+        if gs is not None and ps:
+            print(
+                f"Its selection's benchmarking (Inductor's own, or gpuenv's ranking) took "
+                f"{gs / ps:.2f}x plain's; the benchmarking after it, which the choice made "
+                f"brings, {_seconds(g['other_median_s'])} against "
+                f"{_seconds(p['other_median_s'])}."
+            )
+            runner.metric(f"{key}: selection wall {tuner} / plain", gs / ps, "x", slack=0.2)
+    if g["rank_median_s"] is not None:
+        _split_line(state, g, tuner)
+    print()
+
+
+def _split_line(state: str, g: dict[str, Any], tuner: str = "gpuenv") -> None:
     """gpuenv's selection, split: the ranking (its screen, its calls' waits for a ready GPU),
     Inductor's pass handing over each choice's work, and the rest (the ranking's opening)."""
+    key = state if tuner == "gpuenv" else f"{state}, {tuner}"
     screen, wait = g["screen_median_s"], g["wait_median_s"]
     parts = [f"its screen {screen * 1e3:.0f} ms"] if screen is not None else []
     if wait is not None:
         parts.append(f"waiting for a ready GPU {wait * 1e3:.0f} ms")
-        runner.metric(f"{state}: gpuenv's ranking waiting for a ready GPU", wait, "s", slack=0.1)
+        runner.metric(f"{key}: gpuenv's ranking waiting for a ready GPU", wait, "s", slack=0.1)
     of = f" ({', '.join(parts)})" if parts else ""
     print(
-        f"gpuenv's selection ({state}), medians: the ranking {_seconds(g['rank_median_s'])}"
+        f"{tuner}'s selection ({state}), medians: the ranking {_seconds(g['rank_median_s'])}"
         f"{of}, Inductor's pass handing over each choice's work "
         f"{_seconds(g['capture_median_s'])}, the rest (the ranking's opening) "
         f"{_seconds(g['rest_median_s'])}."
@@ -294,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
                 careful = careful or mine
             for i in range(args.processes):  # interleaved: the tuners meet the same machine
                 for state in args.states.split(","):
-                    for tuner in TUNERS:
+                    for tuner in args.tuners.split(","):
                         what = f"{tuner} {state} {i + 1}/{args.processes}"
                         part = functools.partial(child, tuner, args, shared, state)
                         rows.append(keep(_timed(what, part)))
@@ -494,6 +507,13 @@ def _variant(args: argparse.Namespace) -> str:
     return part if args.states == "rested,hot" else f"{part}-{args.states}"
 
 
+def _tuner_list(text: str) -> str:
+    unknown = sorted(set(text.split(",")) - set(TUNERS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown tuners {unknown}: use some of {TUNERS}")
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--processes",
@@ -521,6 +541,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--hot-s", type=float, default=7.0, help="heavy load before a hot selection (7)"
+    )
+    parser.add_argument(
+        "--tuners",
+        default="plain,gpuenv",
+        type=_tuner_list,
+        help="the tuners a process each (plain,gpuenv); gpuenv-nowait: gpuenv's ranking with "
+        'condition="none", no wait for a ready GPU (its candidates interleaved in the state '
+        "they find: capped, hot)",
     )
     parser.add_argument(
         "--rows-out",

@@ -897,7 +897,7 @@ def test_inductor_rank_runs_no_careful_process_when_a_kept_triton_cache_is_fille
     args = argparse.Namespace(
         sim=False, processes=1, states="rested", rows_in=None, scan=None, **sel
     )
-    args.rows_out, args.triton_cache = str(first), str(kept)
+    args.rows_out, args.triton_cache, args.tuners = str(first), str(kept), "plain,gpuenv"
     assert inductor_rank.run(args) == 0
     assert [m for m, _ in ran] == ["careful", "plain", "gpuenv"]
     assert {c for _, c in ran} == {kept} and (kept / "careful.so").exists()  # left after
@@ -907,6 +907,18 @@ def test_inductor_rank_runs_no_careful_process_when_a_kept_triton_cache_is_fille
     assert inductor_rank.run(args) == 0
     assert [m for m, _ in ran] == ["plain", "gpuenv"]  # no careful process of its own
     assert "| gpuenv | rested | 2 |" in capsys.readouterr().out
+
+    # gpuenv's ranking without the wait for a ready GPU: a tuner of its own, said apart
+    ran.clear()
+    args.tuners = "plain,gpuenv,gpuenv-nowait"
+    assert inductor_rank.run(args) == 0
+    assert [m for m, _ in ran] == ["plain", "gpuenv", "gpuenv-nowait"]
+    out = capsys.readouterr().out
+    assert "| gpuenv | rested | 2 |" in out and "| gpuenv-nowait | rested | 1 |" in out
+    assert "Rested, gpuenv-nowait's compile wall is 1.00x plain Inductor's." in out
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown tuners"):
+        inductor_rank._tuner_list("plain,fast")
+    args.tuners = "plain,gpuenv"
 
     ran.clear()  # an empty cache: the careful process fills it, its row not the reference
     args.triton_cache = str(tmp_path / "empty")

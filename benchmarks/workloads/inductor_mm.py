@@ -11,19 +11,21 @@ levels.
 
     python benchmarks/workloads/inductor_mm.py MODE OP SIZE DTYPE [STATE [HOT_S]]
 
-MODE: plain, gpuenv or careful. OP: `mm_relu` (relu(a @ b)), `addmm_relu` (relu(a @ b +
-bias), the bias and relu Inductor's epilogue) or `bmm` (a batched a @ b); SIZE `MxNxK`,
-or `BxMxNxK` for bmm; DTYPE float16 or bfloat16; STATE `rested` (the default: the GPU
-idle while Inductor compiles) or `hot` (each selection benchmarked right after HOT_S
-seconds, default 7, of heavy load). The caller gives each process a fresh
-TORCHINDUCTOR_CACHE_DIR (nothing of Inductor's cached: every selection autotunes) and
-may share a TRITON_CACHE_DIR (compiled kernels reused: the wall is Inductor's, not
-ptxas's). Prints one JSON line: the mode, the selection (its name and choices' times in
-ms as the tuner returned them), the winner (the least: the choice Inductor keeps),
-gpuenv's tie set and ranking wall (gpuenv), each choice's pass times and device time
-(careful), the compile wall (the first call: compiling, autotuning, running once) and
-what of it went to benchmarking (`clock_benchmarking`). Reads
-the GPU only (run it with GPUENV_READONLY=1); needs CUDA torch.
+MODE: plain, gpuenv, gpuenv-nowait (ranked with `condition="none"`: no wait for a ready
+GPU, the candidates interleaved in whatever state they find) or careful. OP: `mm_relu`
+(relu(a @ b)), `addmm_relu` (relu(a @ b + bias), the bias and relu Inductor's epilogue)
+or `bmm` (a batched a @ b); SIZE `MxNxK`, or `BxMxNxK` for bmm; DTYPE float16 or
+bfloat16; STATE `rested` (the default: the GPU idle while Inductor compiles) or `hot`
+(each selection benchmarked right after HOT_S seconds, default 7, of heavy load). The
+caller gives each process a fresh TORCHINDUCTOR_CACHE_DIR (nothing of Inductor's cached:
+every selection autotunes) and may share a TRITON_CACHE_DIR (compiled kernels reused:
+the wall is Inductor's, not ptxas's). Prints one JSON line: the mode, the selection (its
+name and choices' times in ms as the tuner returned them), the winner (the least: the
+choice Inductor keeps), gpuenv's tie set and ranking wall (gpuenv's modes), each
+choice's pass times and device time (careful), the compile wall (the first call:
+compiling, autotuning, running once) and what of it went to benchmarking
+(`clock_benchmarking`). Reads the GPU only (run it with GPUENV_READONLY=1); needs CUDA
+torch.
 """
 
 import json
@@ -37,7 +39,8 @@ from benchmarks.autotune_rank import ranking_parts
 from gpuenv.integrations import inductor
 
 OPS = ("mm_relu", "addmm_relu", "bmm")
-MODES = ("plain", "gpuenv", "careful")
+MODES = ("plain", "gpuenv", "gpuenv-nowait", "careful")
+RANKED = ("gpuenv", "gpuenv-nowait")  # under patch_inductor(rank=True)
 STATES = ("rested", "hot")
 CAREFUL_PASSES = 5
 
@@ -193,8 +196,8 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
 
     select.add_feedback_saver(saver)
     timed = []  # careful: each ranked selection's choices' pass times
-    if mode == "gpuenv":
-        inductor.patch_inductor(rank=True)
+    if mode in RANKED:  # gpuenv-nowait: ranked in whatever state it finds (capped, hot)
+        inductor.patch_inductor(rank=True, **({"condition": "none"} if "nowait" in mode else {}))
     elif mode == "careful":
         import gpuenv.timing.rank as ranking
 
@@ -256,7 +259,7 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
     }
     if passes:
         row["passes_ms"], row["device_ms"] = passes, device
-    if mode == "gpuenv":
+    if mode in RANKED:
         ranked = inductor.rankings()
         if not ranked:
             raise SystemExit("patch_inductor(rank=True) ranked nothing: Inductor's own timed it")

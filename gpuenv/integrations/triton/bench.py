@@ -95,22 +95,11 @@ def do_bench(
     "auto": gpuenv.bench's tiny-kernel switch; "graph", "profiler"),
     `condition`, `policy` and `output` (a JSONL file), as for gpuenv.bench;
     `conditioning` (a ConditionConfig: default `DROPIN_CONDITIONING`); `wait_counters`
-    (False: the judging waits for no read of the reason counters after the reps, up to a
-    sampler process's 20 ms between reads: `BenchConfig.wait_counters`, for an autotuner's
-    calls whose times are what they are for). `fast_flush` (older triton's) is accepted
-    and has no effect.
+    (False: judged with the reason-counter reads already in, as a ranking's calls are:
+    `BenchConfig.wait_counters`). `fast_flush` (older triton's) has no effect.
     """
-    from gpuenv import validate
-    from gpuenv.timing import MODES
-
     _check(return_mode, quantiles, fn, grad_to_none=grad_to_none, warmup=warmup, rep=rep)
-    validate.boolean(wait_counters, "wait_counters")
-    if flush_bytes is not None and flush_bytes < 0:
-        raise ConfigError(f"flush_bytes must be >= 0 (got {flush_bytes})", hint="0: no flush")
-    if mode not in ("auto", *MODES):
-        raise ConfigError(
-            f"unknown timing mode {mode!r}", hint=f"use one of auto, {', '.join(MODES)}"
-        )
+    _check_extras(flush_bytes, mode, wait_counters)
     backend, gpu = _where(session, backend)
     dev = device or _device(mode, backend, gpu, session, flush_bytes=flush_bytes)
     call = _Call(fn, grad_to_none)
@@ -120,8 +109,14 @@ def do_bench(
     setup_s = dev.clock.now() - t_setup  # work the first burst began with
     n_warmup = max(1, int(warmup / 1e3 / per_rep_s))
     n_rep = max(1, int(rep / 1e3 / per_rep_s))
-    plan = dict(warmup_ms=warmup, rep_ms=rep, rep_cost_s=per_rep_s, estimate_reps=n_est)
-    plan.update(warmup_max_reps=n_warmup, reps=n_rep)
+    plan = {
+        "warmup_ms": warmup,
+        "rep_ms": rep,
+        "rep_cost_s": per_rep_s,
+        "estimate_reps": n_est,
+        "warmup_max_reps": n_warmup,
+        "reps": n_rep,
+    }
     m = _bench(
         call,
         _Phases(dev, call, plan),
@@ -240,6 +235,20 @@ def _check(
     for key, ms in budgets.items():
         # rep=0 measured one rep (triton's max(1, ...)): a budget of nothing is no request
         validate.number(ms, key, lo=0, lo_open=key == "rep", unit="milliseconds")
+
+
+def _check_extras(flush_bytes: int | None, mode: str, wait_counters: bool) -> None:
+    """Refuse bad values of do_bench's own keywords (not triton's) before anything runs."""
+    from gpuenv import validate
+    from gpuenv.timing import MODES
+
+    if flush_bytes is not None and flush_bytes < 0:
+        raise ConfigError(f"flush_bytes must be >= 0 (got {flush_bytes})", hint="0: no flush")
+    if mode not in ("auto", *MODES):
+        raise ConfigError(
+            f"unknown timing mode {mode!r}", hint=f"use one of auto, {', '.join(MODES)}"
+        )
+    validate.boolean(wait_counters, "wait_counters")
 
 
 def _where(session: BenchSession | None, backend: Any) -> tuple[Any, int]:

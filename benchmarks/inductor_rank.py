@@ -264,14 +264,14 @@ def _against_plain(state: str, tuner: str, g: dict[str, Any], p: dict[str, Any] 
             )
             runner.metric(f"{key}: selection wall {tuner} / plain", gs / ps, "x", slack=0.2)
     if g["rank_median_s"] is not None:
-        _split_line(state, g, tuner)
+        _split_line(state, g, tuner, key)
     print()
 
 
-def _split_line(state: str, g: dict[str, Any], tuner: str = "gpuenv") -> None:
-    """gpuenv's selection, split: the ranking (its screen, its calls' waits for a ready GPU),
-    Inductor's pass handing over each choice's work, and the rest (the ranking's opening)."""
-    key = state if tuner == "gpuenv" else f"{state}, {tuner}"
+def _split_line(state: str, g: dict[str, Any], tuner: str, key: str) -> None:
+    """A ranking tuner's selection, split: the ranking (its screen, its calls' waits for a
+    ready GPU), Inductor's pass handing over each choice's work, and the rest (the
+    ranking's opening). `key`: its metrics' prefix (`_against_plain`'s)."""
     screen, wait = g["screen_median_s"], g["wait_median_s"]
     parts = [f"its screen {screen * 1e3:.0f} ms"] if screen is not None else []
     if wait is not None:

@@ -123,6 +123,7 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
     compiled = [r["compiled_s"] for r in rows]
     selects = [r["select_wall_s"] for r in rows if "select_wall_s" in r]  # kept since 2026-11
     others = [r["other_bench_s"] for r in rows if "other_bench_s" in r]
+    per_call = [r["other_bench_s"] / n for r in rows if (n := r.get("other_bench_calls"))]
     # gpuenv's selection, split (kept since 2026-11-29): its ranking, Inductor's pass that
     # hands over each choice's work, and the rest (the ranking's opening)
     split = [r for r in rows if {"capture_s", "rank_wall_s", "select_wall_s"} <= r.keys()]
@@ -137,6 +138,7 @@ def summarize(rows: Sequence[dict[str, Any]], careful: dict[str, float]) -> dict
         "wall_median_s": statistics.median(walls) if walls else float("nan"),
         "select_median_s": _median(selects),
         "other_median_s": _median(others),
+        "other_call_median_s": _median(per_call),  # a process's calls vary in number
         "capture_median_s": _median(captures),
         "rank_median_s": _median(ranks),
         "rest_median_s": _median(rests),
@@ -260,12 +262,25 @@ def _against_plain(state: str, tuner: str, g: dict[str, Any], p: dict[str, Any] 
                 f"Its selection's benchmarking (Inductor's own, or gpuenv's ranking) took "
                 f"{gs / ps:.2f}x plain's; the benchmarking after it, which the choice made "
                 f"brings, {_seconds(g['other_median_s'])} against "
-                f"{_seconds(p['other_median_s'])}."
+                f"{_seconds(p['other_median_s'])}{_per_call(g, p)}."
             )
             runner.metric(f"{key}: selection wall {tuner} / plain", gs / ps, "x", slack=0.2)
+        gc, pc = g["other_call_median_s"], p["other_call_median_s"]
+        if gc is not None and pc:
+            name = f"{key}: later benchmarking a call {tuner} / plain"
+            runner.metric(name, gc / pc, "x", slack=0.3)
     if g["rank_median_s"] is not None:
         _split_line(state, g, tuner, key)
     print()
+
+
+def _per_call(g: dict[str, Any], p: dict[str, Any]) -> str:
+    """The benchmarking after the selection, a call (the median of each process's mean):
+    processes differ in how many calls they make. Empty where rows did not keep it."""
+    gc, pc = g.get("other_call_median_s"), p.get("other_call_median_s")
+    if gc is None or pc is None:
+        return ""
+    return f" ({gc * 1e3:.1f} ms a call against {pc * 1e3:.1f})"
 
 
 def _split_line(state: str, g: dict[str, Any], tuner: str, key: str) -> None:

@@ -39,9 +39,10 @@ without `rank`, but with no more reps or warmup than a ranking's call (`RANK_CAL
 of reps, up to 50 ms of warmup) whatever `rep` they ask (`_caps`), and, as a ranking's
 calls, judged with the reason-counter reads already in (`wait_counters=False`: no wait of
 up to 20 ms for the sampler process's next read after the reps: 17 of a ranking's call's
-23 ms of judging on an H200 before its calls dropped it). On the simulated H200 under a
-sampler process that took a call from 40.7 to 25.4 ms (benchmarks/inductor_calls.py);
-not yet measured on a GPU.
+23 ms of judging on an H200 before its calls dropped it). On an H200 that took a call of
+a Triton-template race's from 41.2 to 28.4 ms (plain Inductor's: 15.1 ms), as the
+simulated H200 under a sampler process had it (benchmarks/inductor_calls.py: 40.7 to
+25.4 ms; docs/benchmarks/inductor_rank.md, `-triton-nowait`).
 
 Under `gpuenv run --autotune` (GPUENV_AUTOTUNE=rank) both are switched on as Inductor's
 modules load: the benchmarkers when its benchmarking module loads, the ranking when

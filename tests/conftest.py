@@ -181,6 +181,23 @@ def warm_sim(sim):
     return sim
 
 
+@pytest.fixture
+def ready_checks(monkeypatch):
+    """The `since` of each gpuenv.bench call's check for a ready GPU (harness._Run._wait),
+    in order: from which samples on the check counted."""
+    from gpuenv.timing import harness
+
+    seen: list[float | None] = []
+    own = harness._Run._wait
+
+    def wait(self, since=None):
+        seen.append(since)
+        return own(self, since)
+
+    monkeypatch.setattr(harness._Run, "_wait", wait)
+    return seen
+
+
 # One one-node Slurm for the session (tests/test_slurm.py): its job past its 1-minute time
 # limit is started with the first Slurm test and ends while tests/test_slurm_nodes.py runs;
 # tests/test_slurm_timelimit.py, the last Slurm module by name, judges it and stops the

@@ -1063,7 +1063,14 @@ def test_inductor_calls_times_the_switch_s_call_and_the_waiting_one_alike(capsys
     assert "10 calls a variant in blocks of 10" in out  # whole blocks
     assert "| the switch's call (no wait for the counter read) |" in out
     assert "| the same call, waiting for the counter read |" in out
-    assert re.search(r"The switch's call took \d+\.\d\dx the waiting one's wall", out)
+    assert "| the switch's call, its lead's samples not counted |" in out
+    assert re.search(r"The switch's call took \d+\.\d\dx the waiting one's wall, \d", out)
+    from gpuenv.integrations.triton import bench as dropin
+
+    own = dropin._bench
+    with inductor_calls._lead_not_counted():  # the old check: bench opened with no lead
+        assert dropin._bench is not own
+    assert dropin._bench is own  # put back
     with pytest.raises(SystemExit, match="at least 1"):
         inductor_calls.run(argparse.Namespace(calls=0, sim=True))
 

@@ -357,20 +357,12 @@ def test_a_rankings_calls_judge_without_waiting_for_a_counter_read(tmp_path, mon
         process.close_idle()
 
 
-def test_a_rankings_later_calls_count_the_samples_of_the_rest_before_them(gpu, monkeypatch):
+def test_a_rankings_later_calls_count_the_samples_of_the_rest_before_them(gpu, ready_checks):
     # a call's check for a ready GPU wants two samples: those since the last call's last
     # rep count (the rest between them), not only those taken after the call began
     from gpuenv.telemetry import DRIVER_REFRESH_S
-    from gpuenv.timing import harness
 
-    seen: list[float | None] = []
-    own = harness._Run._wait
-
-    def wait(self, since=None):
-        seen.append(since)
-        return own(self, since)
-
-    monkeypatch.setattr(harness._Run, "_wait", wait)
+    seen = ready_checks
     began = gpu.clock.now()
     r = gpuenv.rank(four(gpu, 1), backend=gpu)
     calls = sorted((m for c in r.candidates for m in c.measurements), key=lambda m: m.windows[0].t0)

@@ -74,11 +74,13 @@ class BenchConfig:
     `budget_in_bursts`: `budget_s` counts the time measured inside bursts, not the
     rests between them (the drop-in: triton's `rep` ms are ms of reps). `burst_lead_s`:
     work fn did just before bench (the drop-in's first call and estimate): the first
-    burst began that much earlier. `rested_since`: where the first burst begins with the
-    call (as above), the time on the GPU's clock at which its last work before the call
-    ended (gpuenv.rank: its previous call's last rep). The check for a ready GPU then
-    counts the samples since that time, the rest included, not only those taken after the
-    call began. The two newest samples must still show the GPU not held down.
+    burst began that much earlier, and the samples since count in its check for a ready
+    GPU (a short call waits for no two taken after bench opened). `rested_since`: where
+    the first burst begins with the call (as above), the time on the GPU's clock at which
+    its last work before the call ended (gpuenv.rank: its previous call's last rep). The
+    check for a ready GPU then counts the samples since that time, the rest included, not
+    only those taken after the call began. The two newest samples must still show the GPU
+    not held down.
     `policy`: "annotate" | "reject" | "retry" (default: the session's, else annotate).
     `wait_power`: outside a session, the energy and power of the reps at the end and of
     the whole call come from the driver's power sample after the last rep (the call

@@ -491,7 +491,8 @@ class _Run:
         lead = self.learned.warmup_s + self.cfg.burst_lead_s
         from_start = self.cfg.burst_from_start or (cc.burst_wait == "seen" and lead <= cc.burst_s)
         self.learned.from_start = from_start
-        began = place.opened if (r := self.cfg.rested_since) is None else min(place.opened, r)
+        opened = place.opened - self.cfg.burst_lead_s  # the lead began the burst
+        began = opened if (r := self.cfg.rested_since) is None else min(opened, r)
         since = began - DRIVER_REFRESH_S if from_start else None
         cold = from_start and cc.cold_start_fresh and self._began_idle()
         if cold:

@@ -281,3 +281,20 @@ def test_a_first_wait_shorter_than_the_work_before_it_does_not_end_the_unbroken_
         limit_s=0.01,
     )
     assert not rested.opening([])
+
+
+def test_the_check_for_a_ready_gpu_counts_the_samples_of_the_calls_own_lead(
+    gpu, ready_checks
+) -> None:
+    # the drop-in's first call and estimate run fn before bench opens (`burst_lead_s`): the
+    # first burst began with them, so the samples since count in the check for a ready GPU,
+    # and a short call does not wait for two more taken after bench opened (on the simulated
+    # H200 under a sampler process that wait was 6 of a 26 ms call: Inductor's later calls)
+    seen = ready_checks
+    kernel = timing.sim_kernel(gpu, 0, seconds=17e-6)
+    began = gpu.clock.now()
+    gtriton.do_bench(kernel, 25, 100, backend=gpu, return_mode="median")
+    m = gtriton.last_measurement()
+    assert len(seen) == 1 and m.first_burst.wait_s == 0.0
+    assert m.windows[0].t0 > began  # the first call and estimate took time before the reps
+    assert seen[0] == pytest.approx(began - DRIVER_REFRESH_S, abs=1e-9)  # from fn's first call

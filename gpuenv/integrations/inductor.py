@@ -114,7 +114,7 @@ def patch_inductor(*, rank: bool = False, **defaults: Any) -> None:
         cls = getattr(module, name, None)
         if isinstance(cls, type) and "benchmark_gpu" in vars(cls):
             _patched[name] = (cls, vars(cls)["benchmark_gpu"])
-            cls.benchmark_gpu = _benchmark_gpu(_bench_defaults(rank, defaults), _caps(rank))  # type: ignore[attr-defined]
+            cls.benchmark_gpu = _benchmark_gpu(_bench_defaults(rank, defaults), rank)  # type: ignore[attr-defined]
     if not _patched:
         raise ConfigError(
             f"{MODULE} of torch {_torch_version()} has none of {', '.join(CLASSES)}: "
@@ -235,11 +235,15 @@ def _selector_class(module: Any) -> Any:
 # -- the benchmarkers: each call timed with gpuenv, or kept while a ranking captures ----
 
 
-def _benchmark_gpu(defaults: dict[str, Any], caps: dict[str, float]) -> Callable[..., Any]:
+def _benchmark_gpu(defaults: dict[str, Any], rank: bool) -> Callable[..., Any]:
+    """A benchmarker's `benchmark_gpu`: each call timed by gpuenv's do_bench with `defaults`;
+    with `rank`, a call a ranking is capturing keeps its work, and the others are limited
+    and judged as a ranking's calls are (`_caps`, no wait for a counter read)."""
     from gpuenv.integrations.triton.bench import do_bench
     from gpuenv.timing.cuda.events import cuda_ordinal
 
     own = {k: p.default for k, p in inspect.signature(do_bench).parameters.items()}
+    caps = _caps(rank)
 
     @functools.wraps(do_bench)
     def benchmark_gpu(
@@ -265,7 +269,7 @@ def _benchmark_gpu(defaults: dict[str, Any], caps: dict[str, float]) -> Callable
                 settings.setdefault(key, value)
         for key, most in caps.items():  # rank=True: no call longer than a ranking's
             settings[key] = min(settings.get(key, own[key]), most)
-        if caps:  # ...and, as a ranking's, judged with the counter reads already in
+        if rank:  # ...and, as a ranking's, judged with the counter reads already in
             settings["wait_counters"] = False
         mode = "all" if return_mode == "all" else "median"
         return do_bench(

@@ -440,7 +440,12 @@ class Bursts:
         half = min(onset, self.limit_s if self.limit_s is not None else onset) / 2
         self.limit_s = max(half, self.config.onset_floor_reps * self.rep_s)
         self.learned = True
-        self.memory.remember_cap_onset(self.on, self.limit_s)  # the GPU's, for every kernel
+        # the GPU's, for every kernel; not where the work began on a GPU whose power was
+        # still up from work before it: then the onset met was partly that work's (a
+        # kernel measured right after another tool's 100 ms of matmuls taught the
+        # simulated H100 an 11 ms onset, and every kernel after it rested 1:1)
+        if self._from_rest():
+            self.memory.remember_cap_onset(self.on, self.limit_s)
 
     def rest(self, *, fresh: bool = False) -> None:
         """End the burst: rest and wait as the config says (`fresh`: wait for readings
@@ -555,17 +560,9 @@ class Bursts:
         heavy, low = self._watts()
         if heavy <= 0:
             return None
-        if self.filt_w is None:  # from the 1 s average read first, or where the last
-            first = self.sampler.samples(self.origin, None, self.gpu)[:1]  # last one left it
-            before = max(low, first[0].power_w if first else low)
-            left = self._left().get(self._uuid or "")
-            if left is not None and first and first[0].t >= left[0]:
-                before = max(
-                    before,
-                    left[2] + (left[1] - left[2]) * math.exp(-(self.burst_start - left[0]) / tau),
-                )
-            self.filt_w = low + (before - low) * math.exp(-self.rested_s / tau)
-            self.began_rested = self.filt_w <= low + cc.rest_power_frac * (limit - low)
+        if self.filt_w is None:
+            self._start_filter(low, limit, tau)
+        assert self.filt_w is not None
         self.filt_w = heavy + (self.filt_w - heavy) * math.exp(-burst / tau)
         target = cc.burst_power_target * limit
         if heavy <= target:
@@ -582,6 +579,32 @@ class Bursts:
         if self.filt_w <= start_max:
             return 0.0
         return tau * math.log((self.filt_w - low) / (start_max - low))
+
+    def _start_filter(self, low: float, limit: float, tau: float) -> None:
+        """The modelled filtered power where this measurement's work began: from the 1 s
+        average read first, or where the last measurement left it; and whether that was
+        near the power at rest (`began_rested`)."""
+        first = self.sampler.samples(self.origin, None, self.gpu)[:1] if self.sampler else []
+        before = max(low, first[0].power_w if first else low)
+        left = self._left().get(self._uuid or "")
+        if left is not None and first and first[0].t >= left[0]:
+            before = max(
+                before,
+                left[2] + (left[1] - left[2]) * math.exp(-(self.burst_start - left[0]) / tau),
+            )
+        self.filt_w = low + (before - low) * math.exp(-self.rested_s / tau)
+        self.began_rested = self.filt_w <= low + self.config.rest_power_frac * (limit - low)
+
+    def _from_rest(self) -> bool:
+        """Did this measurement's work begin on a GPU near its power at rest (the modelled
+        filter, `_start_filter`)? True where there is no power model to tell."""
+        tau = self.config.burst_power_tau_s
+        limit = self.facts.power_limit_w if self.facts else None
+        if tau is None or not limit or self.sampler is None:
+            return True
+        if self.filt_w is None:
+            self._start_filter(self._watts()[1], limit, tau)
+        return self.began_rested
 
     def _left(self) -> dict[str, tuple[float, float, float]]:
         """Where the GPUs were left, on this measurement's clock (its memory's)."""

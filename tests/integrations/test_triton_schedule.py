@@ -298,3 +298,25 @@ def test_the_check_for_a_ready_gpu_counts_the_samples_of_the_calls_own_lead(
     assert len(seen) == 1 and m.first_burst.wait_s == 0.0
     assert m.windows[0].t0 > began  # the first call and estimate took time before the reps
     assert seen[0] == pytest.approx(began - DRIVER_REFRESH_S, abs=1e-9)  # from fn's first call
+
+
+def test_a_cap_met_on_a_gpu_whose_power_was_still_up_teaches_the_gpu_no_onset() -> None:
+    """benchmarks.dropin on the simulated H100: triton's schedule, then the drop-in, kernel
+    after kernel. The 8192^3 matmul's call began with the power the triton model's run left
+    (its 1 s average over 300 W) and met the cap: its own limit is learned, but
+    not as the GPU's onset, which every later kernel reading over half the power limit
+    would run under, resting 1:1 (1.7-2.9x triton's cold wall there)."""
+    from benchmarks._kernels import sim_do_bench
+    from benchmarks.dropin import SimEnv
+    from gpuenv.conditioning.memory import gpu_key, process_memory
+
+    env = SimEnv()
+    sim = env.backend
+    for _, _, fn in env.kernels[:5]:  # ... relu_1m, then mm8192_bf16
+        sim_do_bench(sim, fn)
+        gtriton.do_bench(fn, backend=sim)
+    m = gtriton.last_measurement()
+    assert m.extra["burst_redone"].get("power cap")  # the cap met it
+    assert m.extra["burst_limit_s"] is not None  # its own limit: learned
+    on = gpu_key(sim.clock, str(sim.device_info(0).uuid))
+    assert process_memory().cap_onset(on) is None  # the GPU's: not

@@ -276,6 +276,7 @@ def test_opening_ahead_leaves_the_first_call_a_running_sampler_process(tmp_path,
     from gpuenv.timing.rank import prepare
 
     monkeypatch.setenv("GPUENV_SAMPLER", "process")  # as a real GPU is read
+    process.close_idle()  # an earlier test's, lingering in this worker, is not this one's
     sim = SimBackend("h100", state_file=tmp_path / "sim.json", clock=RealClock())
     sim.open_context(0)
     try:

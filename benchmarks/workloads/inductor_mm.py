@@ -270,6 +270,9 @@ def main(mode, op, size, dtype, state="rested", hot_s="7"):
         parts = [ranking_parts(d["ranking"]) for d in ranked]  # the rankings' walls, split
         row["rank_parts"] = {k: sum(p[k] for p in parts) for k in parts[0]}
         row["screened"] = len(r.screened)
+        # the GPU state the last ranking's calls ran in (SM clock and temperature ranges,
+        # findings): whether a ranking with condition="none" ran capped (kept since 11-29)
+        row["rank_state"] = r.state.to_dict()
     print(json.dumps(row))
 
 

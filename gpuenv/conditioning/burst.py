@@ -553,16 +553,15 @@ class Bursts:
     def _power_rest(self, burst: float) -> float | None:
         """The rest after a burst of `burst` s that keeps the next burst's filtered power
         under the target (ConditionConfig.burst_power_tau_s); None: no model."""
-        cc = self.config
-        tau, limit = cc.burst_power_tau_s, self.facts.power_limit_w if self.facts else None
-        if tau is None or not limit or self.sampler is None:
+        cc, model = self.config, self._power_model()
+        if model is None:
             return None
+        tau, limit = model
         heavy, low = self._watts()
         if heavy <= 0:
             return None
         if self.filt_w is None:
-            self._start_filter(low, limit, tau)
-        assert self.filt_w is not None
+            self.filt_w = self._start_filter(low, limit, tau)
         self.filt_w = heavy + (self.filt_w - heavy) * math.exp(-burst / tau)
         target = cc.burst_power_target * limit
         if heavy <= target:
@@ -580,10 +579,19 @@ class Bursts:
             return 0.0
         return tau * math.log((self.filt_w - low) / (start_max - low))
 
-    def _start_filter(self, low: float, limit: float, tau: float) -> None:
+    def _power_model(self) -> tuple[float, float] | None:
+        """The power filter's time constant and the GPU's power limit (W); None: no model
+        (no time constant set, no limit known, or no sampler to read)."""
+        tau = self.config.burst_power_tau_s
+        limit = self.facts.power_limit_w if self.facts else None
+        if tau is None or not limit or self.sampler is None:
+            return None
+        return tau, limit
+
+    def _start_filter(self, low: float, limit: float, tau: float) -> float:
         """The modelled filtered power where this measurement's work began: from the 1 s
-        average read first, or where the last measurement left it; and whether that was
-        near the power at rest (`began_rested`)."""
+        average read first, or where the last measurement left it; with whether that was
+        near the power at rest (`began_rested`, set)."""
         first = self.sampler.samples(self.origin, None, self.gpu)[:1] if self.sampler else []
         before = max(low, first[0].power_w if first else low)
         left = self._left().get(self._uuid or "")
@@ -592,18 +600,19 @@ class Bursts:
                 before,
                 left[2] + (left[1] - left[2]) * math.exp(-(self.burst_start - left[0]) / tau),
             )
-        self.filt_w = low + (before - low) * math.exp(-self.rested_s / tau)
-        self.began_rested = self.filt_w <= low + self.config.rest_power_frac * (limit - low)
+        filt = low + (before - low) * math.exp(-self.rested_s / tau)
+        self.began_rested = filt <= low + self.config.rest_power_frac * (limit - low)
+        return filt
 
     def _from_rest(self) -> bool:
         """Did this measurement's work begin on a GPU near its power at rest (the modelled
         filter, `_start_filter`)? True where there is no power model to tell."""
-        tau = self.config.burst_power_tau_s
-        limit = self.facts.power_limit_w if self.facts else None
-        if tau is None or not limit or self.sampler is None:
+        model = self._power_model()
+        if model is None:
             return True
         if self.filt_w is None:
-            self._start_filter(self._watts()[1], limit, tau)
+            tau, limit = model
+            self.filt_w = self._start_filter(self._watts()[1], limit, tau)
         return self.began_rested
 
     def _left(self) -> dict[str, tuple[float, float, float]]:

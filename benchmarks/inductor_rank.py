@@ -256,31 +256,26 @@ def _against_plain(state: str, tuner: str, g: dict[str, Any], p: dict[str, Any] 
         ratio = g["wall_median_s"] / p["wall_median_s"]
         print(f"{state.capitalize()}, {tuner}'s compile wall is {ratio:.2f}x plain Inductor's.")
         runner.metric(f"{key}: compile wall {tuner} / plain", ratio, "x", slack=0.1)
+        # the benchmarking after the selection, a call (the median of each process's
+        # mean): processes differ in how many calls they make; rows kept it since 11-29
+        gc, pc = g["other_call_median_s"], p["other_call_median_s"]
+        both = gc is not None and pc is not None
+        per_call = f" ({gc * 1e3:.1f} ms a call against {pc * 1e3:.1f})" if both else ""
         gs, ps = g["select_median_s"], p["select_median_s"]
         if gs is not None and ps:
             print(
                 f"Its selection's benchmarking (Inductor's own, or gpuenv's ranking) took "
                 f"{gs / ps:.2f}x plain's; the benchmarking after it, which the choice made "
                 f"brings, {_seconds(g['other_median_s'])} against "
-                f"{_seconds(p['other_median_s'])}{_per_call(g, p)}."
+                f"{_seconds(p['other_median_s'])}{per_call}."
             )
             runner.metric(f"{key}: selection wall {tuner} / plain", gs / ps, "x", slack=0.2)
-        gc, pc = g["other_call_median_s"], p["other_call_median_s"]
         if gc is not None and pc:
             name = f"{key}: later benchmarking a call {tuner} / plain"
             runner.metric(name, gc / pc, "x", slack=0.3)
     if g["rank_median_s"] is not None:
         _split_line(state, g, tuner, key)
     print()
-
-
-def _per_call(g: dict[str, Any], p: dict[str, Any]) -> str:
-    """The benchmarking after the selection, a call (the median of each process's mean):
-    processes differ in how many calls they make. Empty where rows did not keep it."""
-    gc, pc = g.get("other_call_median_s"), p.get("other_call_median_s")
-    if gc is None or pc is None:
-        return ""
-    return f" ({gc * 1e3:.1f} ms a call against {pc * 1e3:.1f})"
 
 
 def _split_line(state: str, g: dict[str, Any], tuner: str, key: str) -> None:

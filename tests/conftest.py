@@ -181,18 +181,26 @@ def warm_sim(sim):
     return sim
 
 
+class _Checks(list):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookback: list[float] = []
+
+
 @pytest.fixture
 def ready_checks(monkeypatch):
     """The `since` of each gpuenv.bench call's check for a ready GPU (harness._Run._wait),
-    in order: from which samples on the check counted."""
+    in order: from which samples on the check counted; `.lookback`, each check's
+    `lookback_s` (how much earlier the older of its two samples may be)."""
     from gpuenv.timing import harness
 
-    seen: list[float | None] = []
+    seen = _Checks()
     own = harness._Run._wait
 
-    def wait(self, since=None):
+    def wait(self, since=None, lookback_s=0.0):
         seen.append(since)
-        return own(self, since)
+        seen.lookback.append(lookback_s)
+        return own(self, since, lookback_s)
 
     monkeypatch.setattr(harness._Run, "_wait", wait)
     return seen

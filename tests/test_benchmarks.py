@@ -1063,14 +1063,17 @@ def test_inductor_calls_times_the_switch_s_call_and_the_waiting_one_alike(capsys
     assert "10 calls a variant in blocks of 10" in out  # whole blocks
     assert "| the switch's call (no wait for the counter read) |" in out
     assert "| the same call, waiting for the counter read |" in out
-    assert "| the switch's call, its lead's samples not counted |" in out
+    assert "| the switch's call, its check as before (samples since bench opened) |" in out
     assert re.search(r"The switch's call took \d+\.\d\dx the waiting one's wall, \d", out)
     from gpuenv.integrations.triton import bench as dropin
+    from gpuenv.timing import harness
 
-    own = dropin._bench
-    with inductor_calls._lead_not_counted():  # the old check: bench opened with no lead
+    own, interval = dropin._bench, harness.READY_LOOKBACK_S
+    with inductor_calls._old_check():  # the old check: bench opened with no lead, no lookback
         assert dropin._bench is not own
+        assert harness.READY_LOOKBACK_S == 0.0
     assert dropin._bench is own  # put back
+    assert interval == harness.READY_LOOKBACK_S
     with pytest.raises(SystemExit, match="at least 1"):
         inductor_calls.run(argparse.Namespace(calls=0, sim=True))
 

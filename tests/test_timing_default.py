@@ -188,6 +188,25 @@ def test_burst_ready_clock_starts_once_the_clock_is_back_with_the_cap_bit_still_
         )
 
 
+@pytest.mark.parametrize(
+    ("rows", "ready"),
+    [
+        ([(0.59, 1980, 0), (0.61, 1980, 0)], True),  # one since, one just before
+        ([(0.59, 1980, 0x4), (0.61, 1980, 0)], False),  # the one before capped
+        ([(0.55, 1980, 0), (0.61, 1980, 0)], False),  # too long before: wait for another
+        ([(0.57, 1980, 0), (0.59, 1980, 0)], False),  # the newest never before
+    ],
+)
+def test_a_first_bursts_check_may_judge_the_sample_read_just_before_it(rows, ready):
+    from gpuenv import conditioning
+    from gpuenv.verdict import GpuFacts
+
+    facts = GpuFacts(max_sm_mhz=1980.0)
+    samples = _Samples(rows)  # since 0.5: a driver refresh later, 0.6, the call began
+    assert conditioning.recovered(samples, 0, since=0.5, facts=facts, lookback_s=0.02) is ready
+    assert not conditioning.recovered(samples, 0, since=0.5, facts=facts)  # two since, as before
+
+
 def test_burst_ready_is_checked():
     with pytest.raises(ConfigError, match="burst_ready"):
         ConditionConfig(burst_ready="soon")

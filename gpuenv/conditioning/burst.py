@@ -48,14 +48,21 @@ def recovered(
     idle_temp_c: float | None = None,
     config: ConditionConfig = DEFAULT,
     lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
+    lookback_s: float = 0.0,
 ) -> bool:
-    """Is GPU `gpu` cool and uncapped, judged by samples taken after `since` (the end of
-    the last work) plus one driver refresh? No telemetry: nothing to wait for."""
-    fresh = sampler.samples(since + DRIVER_REFRESH_S, None, gpu)
+    """Is GPU `gpu` cool and uncapped, judged by the two newest samples taken after `since`
+    (the end of the last work) plus one driver refresh? `lookback_s`: the older of the two
+    may be up to that much earlier (a bench's first burst: the sample read just before its
+    work began, under the same state), the newest never. No telemetry: nothing to wait
+    for."""
+    after = since + DRIVER_REFRESH_S
+    fresh = sampler.samples(after, None, gpu)
     if not fresh:
         # nothing new yet: wait for it, unless there is no telemetry at all (a gap must
         # not block the measurement)
         return sampler.latest(gpu) is None
+    if len(fresh) < 2 and lookback_s > 0:
+        fresh = sampler.samples(after - lookback_s, None, gpu)
     newest = fresh[-2:]
     if len(newest) < 2:
         return False
@@ -123,10 +130,11 @@ def wait_until_ready(
     config: ConditionConfig = DEFAULT,
     min_rest_s: float = 0.0,
     lock_tolerance_mhz: float = LOCK_TOLERANCE_MHZ,
+    lookback_s: float = 0.0,
 ) -> tuple[float, bool, list[int]]:
     """Rest at least `min_rest_s`, then wait until every GPU is cool and uncapped, at most
-    `config.burst_timeout_s`. Returns (seconds waited, ready, the GPUs still not ready).
-    Without a sampler it only rests."""
+    `config.burst_timeout_s` (`recovered`, with its `lookback_s`). Returns (seconds waited,
+    ready, the GPUs still not ready). Without a sampler it only rests."""
     start = clock.now()
     if sampler is None:
         clock.sleep(min_rest_s)
@@ -148,6 +156,7 @@ def wait_until_ready(
                     idle_temp_c=(idle_temp_c or {}).get(g),
                     config=config,
                     lock_tolerance_mhz=lock_tolerance_mhz,
+                    lookback_s=lookback_s,
                 )
             ]
             waited = clock.now() - start

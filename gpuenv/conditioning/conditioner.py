@@ -118,6 +118,7 @@ class Conditioner:
         since: float | None = None,
         config: ConditionConfig | None = None,
         temperature: bool = True,
+        lookback_s: float = 0.0,
     ) -> Wait:
         """Wait until `gpus` are cool and uncapped, judged by samples since `since` (default:
         the end of the last work), at most `burst_timeout_s`. "Cool" (`temperature`) is
@@ -126,7 +127,7 @@ class Conditioner:
         a function not learned yet or whose time does not rise with the temperature, and
         at most `burst_temp_wait_s` beyond the clock and the cap. `config` replaces the
         conditioner's own for this wait (a bench's burst settings). Without telemetry
-        (`sampler` None) there is nothing to wait for."""
+        (`sampler` None) there is nothing to wait for. `lookback_s`: `recovered`'s."""
         if sampler is None:
             return Wait(tuple(gpus), 0.0, True)
         mc = config or self.config_for(fn)
@@ -143,6 +144,7 @@ class Conditioner:
                 idle_temp_c=idle,
                 config=cc,
                 lock_tolerance_mhz=self.lock_tolerance_mhz,
+                lookback_s=lookback_s,
             )
 
         if fn is not None and idle is not None and mc.burst_temp_margin_c is not None:

@@ -75,7 +75,10 @@ class BenchConfig:
     rests between them (the drop-in: triton's `rep` ms are ms of reps). `burst_lead_s`:
     work fn did just before bench (the drop-in's first call and estimate): the first
     burst began that much earlier, and the samples since count in its check for a ready
-    GPU (a short call waits for no two taken after bench opened). `rested_since`: where
+    GPU (a short call waits for no two taken after bench opened). Where the first burst
+    begins with the call, that check may judge the sample read just before the call as
+    the older of its two (within `telemetry.EDGE_MIN_INTERVAL_S`), the newest always one
+    taken since. `rested_since`: where
     the first burst begins with the call (as above), the time on the GPU's clock at which
     its last work before the call ended (gpuenv.rank: its previous call's last rep). The
     check for a ready GPU then counts the samples since that time, the rest included, not

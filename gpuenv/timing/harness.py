@@ -30,7 +30,7 @@ from gpuenv.progress import Progress
 from gpuenv.reasons import Reason
 from gpuenv.results import Measurement, ResultStore
 from gpuenv.seams import BenchSession, session_gpus
-from gpuenv.telemetry import DRIVER_REFRESH_S, SampleSource, trace_record
+from gpuenv.telemetry import DRIVER_REFRESH_S, EDGE_MIN_INTERVAL_S, SampleSource, trace_record
 from gpuenv.timebase import Clock
 from gpuenv.timing.config import DEFAULT_BUDGET_S, TINY_REP_S, BenchConfig
 from gpuenv.timing.cuda import PROFILER_MAX_REPS, nvml_index_of_cuda
@@ -55,6 +55,12 @@ WARMUP_MIN_REPS = 3  # the first call is set-up (cuBLAS handles, lazy loading): 
 WARMUP_REL_TOL = 0.01  # a trend moving times by less than this across the window is steady
 WARMUP_KNOWN_WINDOW = 4  # a function warmed up before on this GPU (its conditioner's memory):
 # its first-call set-up is done; only the clock's ramp is left
+# A first burst begun with the call (from the start) may judge the sample read up to this
+# much before the call began as the older of its two, the newest always one taken since:
+# while bench marks, the sampler reads every 4 ms (a sampler process) to 20 ms (a thread),
+# and a call of a short kernel is a few ms old at its check (on an H200, Inductor's
+# do_bench drop-in calls: 6.4 ms of check a call, most of it waiting for a second sample)
+READY_LOOKBACK_S = EDGE_MIN_INTERVAL_S
 
 
 def bench(
@@ -505,7 +511,10 @@ class _Run:
         if probe is not None and probe.free:
             waited, ready = 0.0, True
         else:
-            waited, ready = self._wait(since=since)
+            # from the start, the sample read just before the lead began may be the older of
+            # the two judged (READY_LOOKBACK_S)
+            lookback = READY_LOOKBACK_S if since is not None else 0.0
+            waited, ready = self._wait(since=since, lookback_s=lookback)
         self.learned.first_wait_s, self.learned.first_ready = waited, ready
         return FirstBurst(waited, ready, from_start, cold, state_probe=probe)
 
@@ -554,9 +563,10 @@ class _Run:
         first = place.sampler.samples(place.opened - DRIVER_REFRESH_S, None, place.gpu)[:1]
         return bool(first and first[0].reasons & Reason.GPU_IDLE)
 
-    def _wait(self, since: float | None = None) -> tuple[float, bool]:
+    def _wait(self, since: float | None = None, lookback_s: float = 0.0) -> tuple[float, bool]:
         """Wait for fn's GPU by this bench's burst settings (not the temperature: a bench
-        outside a session knows no resting temperature; a session's first wait is its own)."""
+        outside a session knows no resting temperature; a session's first wait is its own);
+        `lookback_s`: `recovered`'s."""
         place = self.place
         since = self.clock.now() if since is None else since
         w = place.conditioner.wait(
@@ -566,6 +576,7 @@ class _Run:
             since=since,
             config=self.cfg.conditioning,
             temperature=False,
+            lookback_s=lookback_s,
         )
         return w.waited_s, w.ready
 

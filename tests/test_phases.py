@@ -196,12 +196,14 @@ def test_a_burst_bench_reads_its_records_back_after_a_json_round_trip():
     assert probe.to_extra() == hot.extra["state_probe"]
 
 
-def test_a_bench_begun_on_an_idle_gpu_says_it_waited_for_fresh_samples():
+def test_a_bench_begun_on_an_idle_gpu_says_it_waited_for_fresh_samples(ready_checks):
     sim = SimBackend("h100", clock=VirtualClock())  # no context yet: the GPU idles
     gemm = sim_kernel(sim, 0, seconds=1.4e-3)
     m = gpuenv.bench(gemm, backend=sim, burst_from_start=True, keep_trace=False)
     assert m.first_burst is not None and m.first_burst.from_start and m.first_burst.cold_start
     assert m.extra["burst_cold_start"] is True
+    # samples taken after the check began alone: none read before the work counts
+    assert ready_checks.lookback == [0.0]
 
 
 def test_a_sustained_bench_holds_its_precondition_and_no_burst():

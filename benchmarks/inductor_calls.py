@@ -37,7 +37,7 @@ from benchmarks import runner
 
 KERNEL_S = 17e-6  # the best Triton template of mm+relu 4096x4096x128 on the H200
 BLOCK = 10  # calls of one variant back to back
-SIM = "the simulated H200 under a sampler process (real time); a 17 us kernel"
+SIM = "the simulated H200 under a sampler process (real time), a 17 us kernel"
 PHASES = ("condition", "judge")  # a call's phases tabled: its check for a ready GPU, judging
 
 
@@ -105,7 +105,7 @@ def _gpu() -> str:
     import torch
 
     return (
-        f"the {torch.cuda.get_device_name()}; relu(a @ b), 4096x4096 by 4096x128 fp16 (torch's "
+        f"the {torch.cuda.get_device_name()}, relu(a @ b) of 4096x4096 by 4096x128 fp16\n(torch's "
         "matmul and relu kernels)"
     )
 
@@ -158,7 +158,8 @@ def report(
 ) -> None:
     n = len(next(iter(walls.values())))
     print(f"{n} calls a variant in blocks of {BLOCK} back to back, the blocks alternating, on")
-    print(f"{gpu}, asked warmup=25, rep=100 (ms):")
+    print(f"{gpu};")
+    print("asked warmup=25, rep=100 (ms):")
     print()
     print("| call | wall (median) | wall (quartiles) | its check for a ready GPU | its judging |")
     print("| --- | ---: | ---: | ---: | ---: |")

@@ -78,12 +78,11 @@ class BenchConfig:
     GPU (a short call waits for no two taken after bench opened). Where the first burst
     begins with the call, that check may judge the sample read just before the call as
     the older of its two (within `telemetry.EDGE_MIN_INTERVAL_S`), the newest always one
-    taken since. `rested_since`: where
-    the first burst begins with the call (as above), the time on the GPU's clock at which
-    its last work before the call ended (gpuenv.rank: its previous call's last rep). The
-    check for a ready GPU then counts the samples since that time, the rest included, not
-    only those taken after the call began. The two newest samples must still show the GPU
-    not held down.
+    taken since. `rested_since`: where the first burst begins with the call (as above),
+    the time on the GPU's clock at which its last work before the call ended (gpuenv.rank:
+    its previous call's last rep). The check for a ready GPU then counts the samples since
+    that time, the rest included, not only those taken after the call began. The two
+    newest samples must still show the GPU not held down.
     `policy`: "annotate" | "reject" | "retry" (default: the session's, else annotate).
     `wait_power`: outside a session, the energy and power of the reps at the end and of
     the whole call come from the driver's power sample after the last rep (the call
